@@ -1,0 +1,249 @@
+//! AdmissionReview v1: decoding requests and encoding responses.
+//!
+//! Own types rather than `kube::core::admission`, for two reasons: the object stays raw JSON
+//! (the engine works on JSON, and re-serialising a typed object would both cost time and drop
+//! unknown fields), and kube-core serialises `patch` as an array of bytes (kube-rs/kube#1781),
+//! where every other webhook — and the API server's own documentation — uses base64.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::engine::{Engine, Outcome, Request, RequestOperation};
+use crate::finding::Finding;
+use crate::policy::Action;
+
+/// Which webhook is answering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Mutate,
+    Validate,
+}
+
+impl Phase {
+    /// Label for metrics and logs.
+    pub fn label(self) -> &'static str {
+        match self {
+            Phase::Mutate => "mutate",
+            Phase::Validate => "validate",
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewIn {
+    api_version: Option<String>,
+    kind: Option<String>,
+    request: Option<RequestIn>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+struct GroupVersionKind {
+    #[serde(default)]
+    group: String,
+    #[serde(default)]
+    kind: String,
+}
+
+#[derive(Debug, Deserialize, Default)]
+struct UserInfo {
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    groups: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestIn {
+    uid: String,
+    kind: GroupVersionKind,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    operation: String,
+    #[serde(default)]
+    user_info: UserInfo,
+    #[serde(default)]
+    object: Option<Value>,
+    #[serde(default)]
+    old_object: Option<Value>,
+    #[serde(default)]
+    dry_run: Option<bool>,
+}
+
+/// A summary of one answered review, for logs and metrics.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The AdmissionReview to send back, serialised.
+    pub body: Vec<u8>,
+    pub uid: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub allowed: bool,
+    pub mutated: bool,
+    pub outcome: Outcome,
+}
+
+/// Why a review could not be answered at all (the server maps this to HTTP 400).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadReview(pub String);
+
+/// Decodes a review, runs the engine for `phase` and encodes the response.
+pub fn review(body: &[u8], phase: Phase, engine: &Engine<'_>) -> Result<Answer, BadReview> {
+    let review: ReviewIn = serde_json::from_slice(body).map_err(|e| BadReview(format!("invalid JSON: {e}")))?;
+    if review.kind.as_deref() != Some("AdmissionReview") {
+        return Err(BadReview(format!("kind must be AdmissionReview, got {:?}", review.kind.unwrap_or_default())));
+    }
+    let api_version = review.api_version.unwrap_or_default();
+    if api_version != "admission.k8s.io/v1" {
+        return Err(BadReview(format!("apiVersion must be admission.k8s.io/v1, got {api_version:?}")));
+    }
+    let req = review.request.ok_or_else(|| BadReview("request is missing".into()))?;
+    if req.uid.is_empty() {
+        return Err(BadReview("request.uid is empty".into()));
+    }
+    let operation = RequestOperation::parse(&req.operation)
+        .ok_or_else(|| BadReview(format!("request.operation {:?} is not CREATE, UPDATE, DELETE or CONNECT", req.operation)))?;
+    let namespace = req.namespace.clone().unwrap_or_default();
+    let outcome = match req.object.as_ref().filter(|o| o.is_object()) {
+        Some(object) => {
+            let request = Request {
+                operation,
+                group: &req.kind.group,
+                kind: &req.kind.kind,
+                namespace: &namespace,
+                object,
+                old_object: req.old_object.as_ref().filter(|o| o.is_object()),
+                dry_run: req.dry_run.unwrap_or(false),
+                username: &req.user_info.username,
+                groups: &req.user_info.groups,
+            };
+            match phase {
+                Phase::Mutate => engine.mutate(&request),
+                Phase::Validate => engine.validate(&request),
+            }
+        }
+        // DELETE and CONNECT carry no object: nothing to decide.
+        None => Outcome::default(),
+    };
+    let name = req
+        .name
+        .clone()
+        .or_else(|| req.object.as_ref().and_then(|o| o.pointer("/metadata/name")).and_then(Value::as_str).map(String::from))
+        .or_else(|| {
+            req.object
+                .as_ref()
+                .and_then(|o| o.pointer("/metadata/generateName"))
+                .and_then(Value::as_str)
+                .map(|g| format!("{g}*"))
+        })
+        .unwrap_or_default();
+    let allowed = outcome.allowed();
+    let body = encode_response(&req.uid, &req.kind.kind, &namespace, &name, &outcome);
+    Ok(Answer {
+        body,
+        uid: req.uid,
+        kind: req.kind.kind,
+        namespace,
+        name,
+        allowed,
+        mutated: allowed && !outcome.patch.is_empty(),
+        outcome,
+    })
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewOut<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: ResponseOut<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseOut<'a> {
+    uid: &'a str,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<StatusOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    audit_annotations: BTreeMap<String, String>,
+}
+
+#[derive(Serialize)]
+struct StatusOut {
+    code: u16,
+    reason: &'static str,
+    message: String,
+}
+
+fn tagged(f: &Finding) -> String {
+    format!("[{}] {}", f.rule, f.describe())
+}
+
+/// The denial message shown by `kubectl`: what was denied and every reason.
+pub fn denial_message(kind: &str, namespace: &str, name: &str, findings: &[Finding]) -> String {
+    let reasons: Vec<String> = findings.iter().filter(|f| f.action == Action::Deny).map(tagged).collect();
+    let object = if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") };
+    format!("allot denied {object}: {}", reasons.join("; "))
+}
+
+fn audit_key(rule: &str) -> String {
+    let mut key: String = rule
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_' { c.to_ascii_lowercase() } else { '-' })
+        .collect();
+    key.truncate(63);
+    key.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_string()
+}
+
+/// Serialises an AdmissionReview response for `outcome`. A denial carries no patch.
+pub fn encode_response(uid: &str, kind: &str, namespace: &str, name: &str, outcome: &Outcome) -> Vec<u8> {
+    let allowed = outcome.allowed();
+    let status = (!allowed).then(|| StatusOut {
+        code: 403,
+        reason: "Forbidden",
+        message: denial_message(kind, namespace, name, &outcome.findings),
+    });
+    let patch = (allowed && !outcome.patch.is_empty())
+        .then(|| serde_json::to_vec(&outcome.patch).map(|b| base64::engine::general_purpose::STANDARD.encode(b)).ok())
+        .flatten();
+    let mut audit_annotations = BTreeMap::new();
+    for f in outcome.findings.iter().filter(|f| f.action == Action::Audit) {
+        audit_annotations
+            .entry(audit_key(&f.rule))
+            .and_modify(|v: &mut String| {
+                v.push_str("; ");
+                v.push_str(&f.describe());
+            })
+            .or_insert_with(|| f.describe());
+    }
+    let review = ReviewOut {
+        api_version: "admission.k8s.io/v1",
+        kind: "AdmissionReview",
+        response: ResponseOut {
+            uid,
+            allowed,
+            status,
+            patch_type: patch.as_ref().map(|_| "JSONPatch"),
+            patch,
+            warnings: outcome.findings.iter().filter(|f| f.action == Action::Warn).map(tagged).collect(),
+            audit_annotations,
+        },
+    };
+    serde_json::to_vec(&review).unwrap_or_else(|_| b"{}".to_vec())
+}

@@ -1,0 +1,316 @@
+//! `allot check`: the offline dry run. Reads manifests, runs [`Engine::admit`] on each object —
+//! the same mutate-then-validate sequence the API server drives — and reports per object.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::engine::{Admission, Engine, Request, RequestOperation, group_kind};
+use crate::error::Error;
+use crate::finding::Finding;
+use crate::patch::PatchOp;
+use crate::policy::{Action, parse_documents};
+
+/// One object read from the input.
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    /// File name (`-` for stdin).
+    pub source: String,
+    /// 1-based document number in the file.
+    pub document: usize,
+    pub object: Value,
+}
+
+/// Reads manifests from files, directories (recursively: `.yaml`, `.yml`, `.json`) and `-`.
+/// `List` objects are expanded. Any unreadable file or invalid document is an error.
+pub fn read_manifests(paths: &[PathBuf]) -> Result<Vec<Manifest>, Error> {
+    let mut out = Vec::new();
+    for path in paths {
+        if path.as_os_str() == "-" {
+            let mut text = String::new();
+            std::io::stdin().read_to_string(&mut text).map_err(|source| Error::Io { path: path.clone(), source })?;
+            parse_into("-", &text, &mut out)?;
+            continue;
+        }
+        let meta = std::fs::metadata(path).map_err(|source| Error::Io { path: path.clone(), source })?;
+        let mut files = Vec::new();
+        if meta.is_dir() {
+            collect(path, &mut files).map_err(|source| Error::Io { path: path.clone(), source })?;
+            files.sort();
+        } else {
+            files.push(path.clone());
+        }
+        for file in files {
+            let text = std::fs::read_to_string(&file).map_err(|source| Error::Io { path: file.clone(), source })?;
+            parse_into(&file.display().to_string(), &text, &mut out)?;
+        }
+    }
+    Ok(out)
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            collect(&path, out)?;
+        } else if matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")) {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+fn parse_into(source: &str, text: &str, out: &mut Vec<Manifest>) -> Result<(), Error> {
+    let docs = parse_documents(source, text).map_err(|message| Error::Manifest { location: source.to_string(), message })?;
+    for (document, value) in docs {
+        let location = format!("{source}: document {document}");
+        let bad = |message: &str| Error::Manifest { location: location.clone(), message: message.to_string() };
+        if !value.is_object() {
+            return Err(bad("not a Kubernetes object (expected a mapping)"));
+        }
+        let kind = value.get("kind").and_then(Value::as_str).ok_or_else(|| bad("kind is missing"))?;
+        if value.get("apiVersion").and_then(Value::as_str).is_none() {
+            return Err(bad("apiVersion is missing"));
+        }
+        if kind == "List" || kind.ends_with("List") && value.get("items").is_some() {
+            for item in value.get("items").and_then(Value::as_array).into_iter().flatten() {
+                out.push(Manifest { source: source.to_string(), document, object: item.clone() });
+            }
+        } else {
+            out.push(Manifest { source: source.to_string(), document, object: value });
+        }
+    }
+    Ok(())
+}
+
+/// The result for one object.
+#[derive(Debug, Clone, Serialize)]
+pub struct ObjectReport {
+    pub source: String,
+    pub document: usize,
+    #[serde(rename = "apiVersion")]
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub allowed: bool,
+    pub mutated: bool,
+    pub patch: Vec<PatchOp>,
+    pub changes: Vec<String>,
+    pub findings: Vec<Finding>,
+    pub notes: Vec<String>,
+}
+
+impl ObjectReport {
+    fn label(&self) -> String {
+        if self.namespace.is_empty() {
+            format!("{} {}", self.kind, self.name)
+        } else {
+            format!("{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// Totals over a run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    pub objects: usize,
+    pub admitted: usize,
+    pub denied: usize,
+    pub mutated: usize,
+    pub warned: usize,
+}
+
+/// Everything `allot check` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    #[serde(rename = "policyVersion")]
+    pub policy_version: String,
+    pub results: Vec<ObjectReport>,
+    pub summary: Summary,
+}
+
+impl Report {
+    /// True when every object was admitted.
+    pub fn all_admitted(&self) -> bool {
+        self.summary.denied == 0
+    }
+}
+
+/// Namespace a manifest lands in when it names none (as `kubectl apply` without `-n`).
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Core kinds that live in no namespace.
+const CLUSTER_SCOPED_CORE_KINDS: &[&str] = &["Namespace", "Node", "PersistentVolume"];
+
+/// Runs the engine on every manifest.
+pub fn run(engine: &Engine<'_>, manifests: &[Manifest]) -> Report {
+    let mut results = Vec::with_capacity(manifests.len());
+    let mut summary = Summary::default();
+    for m in manifests {
+        let (group, kind) = group_kind(&m.object);
+        let namespace = if group.is_empty() && CLUSTER_SCOPED_CORE_KINDS.contains(&kind) {
+            ""
+        } else {
+            m.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(DEFAULT_NAMESPACE)
+        };
+        let request = Request {
+            operation: RequestOperation::Create,
+            group,
+            kind,
+            namespace,
+            object: &m.object,
+            old_object: None,
+            dry_run: true,
+            username: "allot-check",
+            groups: &[],
+        };
+        let admission = engine.admit(&request);
+        let report = object_report(m, &admission, namespace);
+        summary.objects += 1;
+        if report.allowed {
+            summary.admitted += 1;
+        } else {
+            summary.denied += 1;
+        }
+        summary.mutated += usize::from(report.mutated);
+        summary.warned += usize::from(report.findings.iter().any(|f| f.action == Action::Warn));
+        results.push(report);
+    }
+    Report { policy_version: engine.policies.version.clone(), results, summary }
+}
+
+fn object_report(m: &Manifest, a: &Admission, namespace: &str) -> ObjectReport {
+    let name = m
+        .object
+        .pointer("/metadata/name")
+        .or_else(|| m.object.pointer("/metadata/generateName"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let mut findings = a.mutation.findings.clone();
+    findings.extend(a.validation.findings.iter().cloned());
+    let mut notes = a.mutation.notes.clone();
+    for n in &a.validation.notes {
+        if !notes.contains(n) {
+            notes.push(n.clone());
+        }
+    }
+    ObjectReport {
+        source: m.source.clone(),
+        document: m.document,
+        api_version: m.object.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string(),
+        kind: m.object.get("kind").and_then(Value::as_str).unwrap_or("").to_string(),
+        namespace: namespace.to_string(),
+        name,
+        allowed: a.allowed(),
+        mutated: !a.mutation.patch.is_empty(),
+        patch: a.mutation.patch.clone(),
+        changes: a.mutation.changes.clone(),
+        findings,
+        notes,
+    }
+}
+
+/// Human-readable report.
+pub fn render_text(report: &Report) -> String {
+    let mut out = String::new();
+    for r in &report.results {
+        let verdict = match (r.allowed, r.mutated) {
+            (false, _) => "DENIED",
+            (true, true) => "admitted, mutated",
+            (true, false) => "admitted",
+        };
+        out.push_str(&format!("{}#{} {}: {verdict}\n", r.source, r.document, r.label()));
+        for c in &r.changes {
+            out.push_str(&format!("    ~ {c}\n"));
+        }
+        if !r.patch.is_empty() {
+            out.push_str("    patch:\n");
+            for op in &r.patch {
+                out.push_str(&format!("      {}\n", describe_op(op)));
+            }
+        }
+        for f in &r.findings {
+            out.push_str(&format!("    {:<5} [{}] {}\n", f.action.label(), f.rule, f.describe()));
+        }
+        for n in &r.notes {
+            out.push_str(&format!("    note  {n}\n"));
+        }
+    }
+    let s = &report.summary;
+    out.push_str(&format!(
+        "\n{} object(s): {} admitted ({} mutated), {} denied, {} with warnings [policy set {}]\n",
+        s.objects, s.admitted, s.mutated, s.denied, s.warned, report.policy_version
+    ));
+    out
+}
+
+fn describe_op(op: &PatchOp) -> String {
+    let compact = |v: &Value| serde_json::to_string(v).unwrap_or_default();
+    match op {
+        PatchOp::Add { path, value } => format!("add     {path} {}", compact(value)),
+        PatchOp::Replace { path, value } => format!("replace {path} {}", compact(value)),
+        PatchOp::Remove { path } => format!("remove  {path}"),
+        PatchOp::Test { path, value } => format!("test    {path} {}", compact(value)),
+    }
+}
+
+/// Machine-readable report.
+pub fn render_json(report: &Report) -> String {
+    serde_json::to_string_pretty(report).unwrap_or_default() + "\n"
+}
+
+fn xml_escape(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '&' => "&amp;".to_string(),
+            '<' => "&lt;".to_string(),
+            '>' => "&gt;".to_string(),
+            '"' => "&quot;".to_string(),
+            '\'' => "&apos;".to_string(),
+            c if (c as u32) < 0x20 && c != '\n' && c != '\t' => " ".to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
+/// JUnit XML: one test case per object, a failure per denied object.
+pub fn render_junit(report: &Report) -> String {
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    out.push_str(&format!(
+        "<testsuites tests=\"{0}\" failures=\"{1}\">\n  <testsuite name=\"allot check\" tests=\"{0}\" failures=\"{1}\">\n",
+        report.summary.objects, report.summary.denied
+    ));
+    for r in &report.results {
+        out.push_str(&format!(
+            "    <testcase classname=\"{}\" name=\"{}\">\n",
+            xml_escape(&format!("{}#{}", r.source, r.document)),
+            xml_escape(&r.label())
+        ));
+        let denials: Vec<String> =
+            r.findings.iter().filter(|f| f.action == Action::Deny).map(|f| format!("[{}] {}", f.rule, f.describe())).collect();
+        if !denials.is_empty() {
+            out.push_str(&format!(
+                "      <failure message=\"{}\" type=\"denied\">{}</failure>\n",
+                xml_escape(&denials[0]),
+                xml_escape(&denials.join("\n"))
+            ));
+        }
+        let other: Vec<String> = r
+            .changes
+            .iter()
+            .cloned()
+            .chain(r.findings.iter().filter(|f| f.action != Action::Deny).map(|f| format!("{} [{}] {}", f.action.label(), f.rule, f.describe())))
+            .chain(r.notes.iter().map(|n| format!("note {n}")))
+            .collect();
+        if !other.is_empty() {
+            out.push_str(&format!("      <system-out>{}</system-out>\n", xml_escape(&other.join("\n"))));
+        }
+        out.push_str("    </testcase>\n");
+    }
+    out.push_str("  </testsuite>\n</testsuites>\n");
+    out
+}

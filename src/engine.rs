@@ -1,0 +1,259 @@
+//! The one evaluation engine. The server's `/mutate` and `/validate` call [`Engine::mutate`] and
+//! [`Engine::validate`]; `allot check` calls [`Engine::admit`], which is exactly those two in
+//! sequence with the patch applied in between — what the API server does.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::expression::{Bindings, json_to_cel};
+use crate::finding::{Finding, any_denied};
+use crate::mutate::{self, PodContext};
+use crate::namespaces::{NamespaceLabels, TeamLookup, team_of};
+use crate::patch::{self, PatchOp};
+use crate::policy::{Operation, PolicySet};
+use crate::validate::{self, Target};
+use crate::workload::{self, PodView};
+
+/// The admission operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum RequestOperation {
+    Create,
+    Update,
+    Delete,
+    Connect,
+}
+
+impl RequestOperation {
+    /// Parses the AdmissionRequest's `operation`.
+    pub fn parse(s: &str) -> Option<RequestOperation> {
+        Some(match s {
+            "CREATE" => RequestOperation::Create,
+            "UPDATE" => RequestOperation::Update,
+            "DELETE" => RequestOperation::Delete,
+            "CONNECT" => RequestOperation::Connect,
+            _ => return None,
+        })
+    }
+
+    fn as_rule_operation(self) -> Option<Operation> {
+        match self {
+            RequestOperation::Create => Some(Operation::Create),
+            RequestOperation::Update => Some(Operation::Update),
+            _ => None,
+        }
+    }
+}
+
+/// One object under review, as the engine needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub operation: RequestOperation,
+    /// API group of the object's kind (`""` for core).
+    pub group: &'a str,
+    pub kind: &'a str,
+    pub namespace: &'a str,
+    pub object: &'a Value,
+    pub old_object: Option<&'a Value>,
+    pub dry_run: bool,
+    pub username: &'a str,
+    pub groups: &'a [String],
+}
+
+/// What one phase decided.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Outcome {
+    /// JSON Patch operations (mutation only).
+    pub patch: Vec<PatchOp>,
+    /// Human-readable changes behind the patch.
+    pub changes: Vec<String>,
+    pub findings: Vec<Finding>,
+    /// Things the engine could not evaluate (unknown namespace labels…).
+    pub notes: Vec<String>,
+}
+
+impl Outcome {
+    /// True unless a finding denies.
+    pub fn allowed(&self) -> bool {
+        !any_denied(&self.findings)
+    }
+}
+
+/// Mutation followed by validation of the mutated object.
+#[derive(Debug, Clone, Serialize)]
+pub struct Admission {
+    pub mutation: Outcome,
+    pub validation: Outcome,
+    /// The object after the patch (equal to the input when there is none).
+    #[serde(skip)]
+    pub mutated: Value,
+}
+
+impl Admission {
+    /// True when both phases admit.
+    pub fn allowed(&self) -> bool {
+        self.mutation.allowed() && self.validation.allowed()
+    }
+}
+
+/// The engine: a policy set and a namespace-label source.
+pub struct Engine<'a> {
+    pub policies: &'a PolicySet,
+    pub namespaces: &'a dyn NamespaceLabels,
+}
+
+impl<'a> Engine<'a> {
+    /// Creates an engine over a policy set.
+    pub fn new(policies: &'a PolicySet, namespaces: &'a dyn NamespaceLabels) -> Self {
+        Engine { policies, namespaces }
+    }
+
+    fn team(&self, namespace: &str, notes: &mut Vec<String>) -> TeamLookup<'a> {
+        let lookup = team_of(self.policies, namespace, self.namespaces);
+        if let Some(t) = lookup.undecided {
+            notes.push(format!(
+                "team {} selects namespaces by label, and the labels of namespace {namespace:?} are unknown{}",
+                t.name,
+                if lookup.team.is_some() { "; matched a later team by name" } else { "" }
+            ));
+        }
+        lookup
+    }
+
+    fn bindings(&self, req: &Request<'_>, object: &Value, team: &TeamLookup<'_>) -> Bindings {
+        let object_cel = json_to_cel(object);
+        let workload = if std::ptr::eq(object, req.object) { object_cel.clone() } else { json_to_cel(req.object) };
+        Bindings {
+            object: object_cel,
+            old_object: req.old_object.map_or(kube::core::cel::cel::Value::Null, json_to_cel),
+            workload,
+            namespace: req.namespace.to_string(),
+            team: team.team.map(|t| t.name.clone()).unwrap_or_default(),
+            request: json_to_cel(&serde_json::json!({
+                "operation": req.operation,
+                "dryRun": req.dry_run,
+                "userInfo": {"username": req.username, "groups": req.groups},
+            })),
+        }
+    }
+
+    /// The mutating webhook: Pods at CREATE get placement and default priority.
+    pub fn mutate(&self, req: &Request<'_>) -> Outcome {
+        let mut out = Outcome::default();
+        if req.operation != RequestOperation::Create || req.group != "" || req.kind != "Pod" {
+            return out;
+        }
+        let team = self.team(req.namespace, &mut out.notes);
+        let make_bindings = || self.bindings(req, req.object, &team);
+        let ctx = PodContext { namespace: req.namespace, team, bindings: &make_bindings };
+        let m = mutate::mutate_pod(self.policies, req.object, &ctx, "");
+        out.patch = m.ops;
+        out.changes = m.changes;
+        out.findings = m.findings;
+        out
+    }
+
+    /// The validating webhook: built-in checks and rules on the Pod, or on each Pod template of
+    /// a workload (as its Pods will be after mutation), and rules on the object itself.
+    pub fn validate(&self, req: &Request<'_>) -> Outcome {
+        let mut out = Outcome::default();
+        let Some(operation) = req.operation.as_rule_operation() else { return out };
+        let is_pod = req.group.is_empty() && req.kind == "Pod";
+        let views = workload::pods_of(req.object, req.group, req.kind);
+        if views.is_empty() && !validate::rules_for_kind(self.policies, req.group, req.kind) {
+            // Nothing Allot knows how to check: no team lookup, no notes.
+            return out;
+        }
+        let team = self.team(req.namespace, &mut out.notes);
+        let team_name = team.team.map(|t| t.name.as_str());
+
+        for view in views {
+            let view = if view.path.is_empty() { view } else { self.as_created(req, view, &team, &mut out) };
+            // Pod specs are immutable after CREATE: re-checking them on UPDATE would only block
+            // label edits and our own gate removal on pods admitted under older policies.
+            if !(is_pod && operation == Operation::Update) {
+                out.findings.extend(validate::check_pod(self.policies, &view, &team));
+            }
+            let target = Target {
+                operation,
+                namespace: req.namespace,
+                team: team_name,
+                group: req.group,
+                kind: req.kind,
+                is_pod: true,
+                path: &view.path,
+            };
+            if validate::any_rule_matches(self.policies, &target) {
+                let bindings = self.bindings(req, &view.pod, &team);
+                out.findings.extend(validate::run_rules(self.policies, &target, &bindings));
+            }
+        }
+        if !is_pod {
+            let target = Target {
+                operation,
+                namespace: req.namespace,
+                team: team_name,
+                group: req.group,
+                kind: req.kind,
+                is_pod: false,
+                path: "",
+            };
+            if validate::any_rule_matches(self.policies, &target) {
+                let bindings = self.bindings(req, req.object, &team);
+                out.findings.extend(validate::run_rules(self.policies, &target, &bindings));
+            }
+        }
+        out
+    }
+
+    /// A template as the Pods made from it will arrive at validation: mutated by the same
+    /// placement and priority policies. Conflicts found on the way are reported at its path.
+    fn as_created(&self, req: &Request<'_>, view: PodView, team: &TeamLookup<'a>, out: &mut Outcome) -> PodView {
+        let make_bindings = || self.bindings(req, &view.pod, team);
+        let ctx = PodContext { namespace: req.namespace, team: *team, bindings: &make_bindings };
+        let m = mutate::mutate_pod(self.policies, &view.pod, &ctx, &view.path);
+        out.findings.extend(m.findings.into_iter().map(|mut f| {
+            if f.path.is_empty() {
+                f.path = view.path.clone();
+            }
+            f
+        }));
+        if m.ops.is_empty() {
+            return view;
+        }
+        match patch::apply(&view.pod, &m.ops) {
+            Ok(pod) => PodView { path: view.path.clone(), pod },
+            Err(e) => {
+                out.notes.push(format!("{}: could not preview mutation: {e}", view.path));
+                view
+            }
+        }
+    }
+
+    /// Mutation, the patch applied, then validation of the result: the API server's sequence,
+    /// used by `allot check`.
+    pub fn admit(&self, req: &Request<'_>) -> Admission {
+        let mutation = self.mutate(req);
+        let mutated = if mutation.patch.is_empty() {
+            req.object.clone()
+        } else {
+            match patch::apply(req.object, &mutation.patch) {
+                Ok(v) => v,
+                Err(e) => {
+                    let mut mutation = mutation;
+                    mutation.notes.push(format!("the patch does not apply: {e}"));
+                    return Admission { mutation, validation: Outcome::default(), mutated: req.object.clone() };
+                }
+            }
+        };
+        let validation = self.validate(&Request { object: &mutated, ..*req });
+        Admission { mutation, validation, mutated }
+    }
+}
+
+/// The API group and kind of a manifest from its `apiVersion` and `kind`.
+pub fn group_kind(object: &Value) -> (&str, &str) {
+    let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+    (workload::group_of(api_version), kind)
+}

@@ -1,0 +1,44 @@
+//! One error type for the library. Messages are written for the person who runs `allot` or
+//! `kubectl apply`: they say where the problem is (file, document, field) and what to change.
+
+use std::path::PathBuf;
+
+/// Everything the library can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A policy or manifest file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A policy document is invalid; `location` names file, document index and field path.
+    #[error("{location}: {message}")]
+    Policy { location: String, message: String },
+    /// A manifest given to `allot check` could not be parsed.
+    #[error("{location}: {message}")]
+    Manifest { location: String, message: String },
+    /// An AdmissionReview was malformed.
+    #[error("malformed AdmissionReview: {0}")]
+    Review(String),
+    /// Certificates could not be generated, read or used.
+    #[error("certificates: {0}")]
+    Certificates(String),
+}
+
+impl Error {
+    /// A short, stable label for metrics (`allot_errors_total{kind=...}`).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Io { .. } => "io",
+            Error::Policy { .. } => "policy",
+            Error::Manifest { .. } => "manifest",
+            Error::Review(_) => "review",
+            Error::Certificates(_) => "certificates",
+        }
+    }
+}
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

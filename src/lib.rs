@@ -1,0 +1,31 @@
+//! Allot: an admission webhook policy server for Kubernetes clusters whose accelerators are
+//! scarce and shared. One engine ([`engine`]) behind several doors: the HTTPS webhook server
+//! ([`server`]) and the offline dry run ([`check`]).
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]
+
+pub mod admission;
+pub mod certs;
+pub mod check;
+pub mod engine;
+pub mod error;
+pub mod expression;
+pub mod finding;
+pub mod mutate;
+pub mod namespaces;
+pub mod patch;
+pub mod policy;
+pub mod quantity;
+pub mod resources;
+pub mod server;
+pub mod validate;
+pub mod webhooks;
+pub mod workload;
+
+pub use error::{Error, Result};
+
+/// Installs ring as the process-wide rustls crypto provider. Call first thing in `main` and in
+/// every test binary that uses TLS; calling it twice is harmless.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

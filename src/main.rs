@@ -1,0 +1,248 @@
+//! The `allot` binary: parse the command line, set up logging, run one command.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use allot::check;
+use allot::engine::Engine;
+use allot::namespaces::{self, NamespaceLabels, NoNamespaces};
+use allot::server::{self, ServeConfig};
+use allot::webhooks::{self, Endpoint, WebhookOptions};
+
+/// Admission policies for Kubernetes clusters with scarce, shared accelerators.
+#[derive(Parser)]
+#[command(name = "allot", version, about)]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value = "text", env = "ALLOT_LOG_FORMAT")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+    Junit,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the mutating and validating webhooks over HTTPS.
+    Serve {
+        /// Directory of policy files (reloaded when they change).
+        #[arg(long)]
+        policies: PathBuf,
+        /// Serving certificate chain (PEM; reloaded when it changes).
+        #[arg(long)]
+        tls_cert: PathBuf,
+        /// Serving private key (PEM).
+        #[arg(long)]
+        tls_key: PathBuf,
+        #[arg(long, default_value = "0.0.0.0:8443")]
+        addr: SocketAddr,
+        /// Plain-HTTP address for /metrics, /healthz and /readyz.
+        #[arg(long, default_value = "0.0.0.0:9090")]
+        metrics_addr: SocketAddr,
+        /// Largest AdmissionReview accepted (bytes); the API server's own object limit is 3 MiB.
+        #[arg(long, default_value_t = 4 * 1024 * 1024)]
+        max_body_bytes: usize,
+        /// Per-request deadline in milliseconds; keep it well under the webhook's timeoutSeconds.
+        #[arg(long, default_value_t = 2000)]
+        request_timeout_ms: u64,
+        /// Fallback poll for changed policy and certificate files, in seconds.
+        #[arg(long, default_value_t = 10)]
+        reload_interval_secs: u64,
+        /// Grace period for in-flight requests on SIGTERM, in seconds.
+        #[arg(long, default_value_t = 10)]
+        shutdown_grace_secs: u64,
+        /// Do not watch Namespaces (Team label selectors then cannot match).
+        #[arg(long)]
+        no_namespace_watch: bool,
+    },
+    /// Dry-run manifests against policies, as the webhooks would (exit 0 admitted, 1 denied, 2 error).
+    Check {
+        #[arg(long)]
+        policies: PathBuf,
+        /// Namespace manifests whose labels Team selectors are evaluated against.
+        #[arg(long)]
+        namespaces: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
+        /// Manifests: files, directories, or - for stdin.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Write a CA and a serving certificate (reuses an existing CA in --out).
+    Certs {
+        #[arg(long)]
+        out: PathBuf,
+        /// DNS names (or IP addresses) of the serving certificate.
+        #[arg(long = "dns-name", required = true)]
+        dns_names: Vec<String>,
+        /// Validity of the serving certificate.
+        #[arg(long, default_value_t = 365)]
+        days: u32,
+    },
+    /// Print the MutatingWebhookConfiguration and ValidatingWebhookConfiguration to apply.
+    Webhooks {
+        /// CA certificate (PEM) the API server uses to verify Allot.
+        #[arg(long)]
+        ca_bundle: PathBuf,
+        /// In-cluster Service as NAMESPACE/NAME.
+        #[arg(long, conflicts_with = "url", required_unless_present = "url")]
+        service: Option<String>,
+        /// URL of an Allot outside the cluster (https://host:port).
+        #[arg(long)]
+        url: Option<String>,
+        #[arg(long, default_value = "allot")]
+        name: String,
+        #[arg(long, value_parser = ["Fail", "Ignore"], default_value = "Fail")]
+        failure_policy: String,
+        #[arg(long, default_value_t = 5)]
+        timeout_seconds: i32,
+        /// More namespaces to leave alone (kube-system and Allot's own always are).
+        #[arg(long = "exclude-namespace")]
+        exclude_namespaces: Vec<String>,
+        /// Allot's service account name; its own requests skip the webhooks.
+        #[arg(long, default_value = "allot")]
+        service_account: String,
+    },
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn main() -> ExitCode {
+    allot::install_crypto_provider();
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("allot: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Serve {
+            policies,
+            tls_cert,
+            tls_key,
+            addr,
+            metrics_addr,
+            max_body_bytes,
+            request_timeout_ms,
+            reload_interval_secs,
+            shutdown_grace_secs,
+            no_namespace_watch,
+        } => {
+            let config = ServeConfig {
+                policies,
+                tls_cert,
+                tls_key,
+                addr,
+                metrics_addr,
+                max_body_bytes,
+                request_timeout: Duration::from_millis(request_timeout_ms),
+                reload_interval: Duration::from_secs(reload_interval_secs.max(1)),
+                shutdown_grace: Duration::from_secs(shutdown_grace_secs),
+                watch_namespaces: !no_namespace_watch,
+            };
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            runtime.block_on(server::run(config))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check { policies, namespaces: namespaces_file, output, paths } => {
+            let policies = allot::policy::load_dir(&policies)?;
+            let labels: Box<dyn NamespaceLabels> = match namespaces_file {
+                Some(path) => {
+                    let text = std::fs::read_to_string(&path)
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                    Box::new(namespaces::from_manifests(&path.display().to_string(), &text).map_err(anyhow::Error::msg)?)
+                }
+                None => Box::new(NoNamespaces),
+            };
+            let manifests = check::read_manifests(&paths)?;
+            let engine = Engine::new(&policies, labels.as_ref());
+            let report = check::run(&engine, &manifests);
+            let text = match output {
+                Output::Text => check::render_text(&report),
+                Output::Json => check::render_json(&report),
+                Output::Junit => check::render_junit(&report),
+            };
+            print!("{text}");
+            Ok(if report.all_admitted() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Certs { out, dns_names, days } => {
+            let written = allot::certs::generate(&out, &dns_names, days)?;
+            println!(
+                "{} CA {}; serving certificate {} and key {} for {}",
+                if written.reused_ca { "reused" } else { "created" },
+                written.ca_cert.display(),
+                written.cert.display(),
+                written.key.display(),
+                dns_names.join(", ")
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Webhooks {
+            ca_bundle,
+            service,
+            url,
+            name,
+            failure_policy,
+            timeout_seconds,
+            exclude_namespaces,
+            service_account,
+        } => {
+            let ca = std::fs::read(&ca_bundle).map_err(|e| anyhow::anyhow!("{}: {e}", ca_bundle.display()))?;
+            let (endpoint, sa_namespace) = match (service, url) {
+                (Some(s), _) => {
+                    let (namespace, name) = s
+                        .split_once('/')
+                        .filter(|(n, s)| !n.is_empty() && !s.is_empty())
+                        .ok_or_else(|| anyhow::anyhow!("--service must be NAMESPACE/NAME, got {s:?}"))?;
+                    (Endpoint::Service { namespace: namespace.into(), name: name.into() }, Some(namespace.to_string()))
+                }
+                (None, Some(u)) => {
+                    anyhow::ensure!(u.starts_with("https://"), "--url must start with https://, got {u:?}");
+                    (Endpoint::Url(u), None)
+                }
+                (None, None) => anyhow::bail!("give --service NAMESPACE/NAME or --url URL"),
+            };
+            let opts = WebhookOptions {
+                endpoint,
+                ca_bundle: ca,
+                name,
+                failure_policy,
+                timeout_seconds,
+                exclude_namespaces,
+                service_account: sa_namespace.map(|ns| format!("system:serviceaccount:{ns}:{service_account}")),
+            };
+            print!("{}", webhooks::render_yaml(&opts).map_err(anyhow::Error::msg)?);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! Pod mutations: placement (tolerations, nodeSelector, node affinity) and the team's default
+//! priority class. Pure: a Pod in, patch operations and findings out.
+//!
+//! Idempotent by construction — every change is "make sure X holds", checked against the Pod as
+//! it is — so `reinvocationPolicy: IfNeeded` and the CLI's mutate-then-revalidate see no second
+//! patch.
+
+use serde_json::{Map, Value};
+
+use crate::expression::Bindings;
+use crate::finding::Finding;
+use crate::namespaces::TeamLookup;
+use crate::patch::{Builder, PatchOp};
+use crate::policy::{
+    Action, AppliesTo, OnConflict, Placement, PolicySet, TaintEffect, Toleration, TolerationOperator,
+};
+use crate::resources;
+
+/// Result of mutating one Pod.
+#[derive(Debug, Default, Clone)]
+pub struct Mutation {
+    pub ops: Vec<PatchOp>,
+    /// Human-readable changes, one per decision ("placement gpu: toleration nvidia.com/gpu…").
+    pub changes: Vec<String>,
+    pub findings: Vec<Finding>,
+}
+
+/// Everything mutation needs besides the policies.
+pub struct PodContext<'a> {
+    pub namespace: &'a str,
+    pub team: TeamLookup<'a>,
+    /// Lazily built CEL bindings for `when` conditions.
+    pub bindings: &'a dyn Fn() -> Bindings,
+}
+
+const SPEC_FIELDS: &[&str] = &["tolerations", "nodeSelector", "affinity", "priorityClassName", "priority", "preemptionPolicy"];
+
+/// Computes the patch for a Pod (`pod` is the whole Pod object; `base` the pointer of its spec,
+/// `/spec` for a Pod).
+pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_prefix: &str) -> Mutation {
+    let mut out = Mutation::default();
+    let Some(spec) = pod.get("spec").and_then(Value::as_object) else {
+        return out;
+    };
+    if is_mirror_pod(pod) {
+        return out;
+    }
+    let fields: Map<String, Value> =
+        SPEC_FIELDS.iter().filter_map(|f| spec.get(*f).map(|v| ((*f).to_string(), v.clone()))).collect();
+    let mut builder = Builder::new("/spec", fields);
+    let spec_value = pod.get("spec").unwrap_or(&Value::Null);
+    let spec_path = if path_prefix.is_empty() { "spec".to_string() } else { format!("{path_prefix}.spec") };
+
+    for placement in &policies.placements {
+        if !placement_applies(policies, placement, spec_value, ctx, &mut out) {
+            continue;
+        }
+        apply_placement(placement, &mut builder, &spec_path, &mut out);
+    }
+    apply_default_priority(policies, ctx, &mut builder, &mut out);
+    out.ops = builder.into_ops();
+    out
+}
+
+fn is_mirror_pod(pod: &Value) -> bool {
+    pod.pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
+}
+
+fn placement_applies(
+    policies: &PolicySet,
+    placement: &Placement,
+    spec: &Value,
+    ctx: &PodContext<'_>,
+    out: &mut Mutation,
+) -> bool {
+    if !placement.namespaces.matches_or_empty(ctx.namespace) {
+        return false;
+    }
+    if !placement.spec.scope.teams.is_empty()
+        && !ctx.team.team.is_some_and(|t| placement.spec.scope.teams.contains(&t.name))
+    {
+        return false;
+    }
+    let requests = resources::requests_any(spec, &placement.resources);
+    let wanted = match placement.spec.applies_to {
+        AppliesTo::AcceleratorPods => requests,
+        AppliesTo::OtherPods => !requests,
+        AppliesTo::AllPods => true,
+    };
+    if !wanted {
+        return false;
+    }
+    let Some(when) = &placement.when else { return true };
+    let bindings = (ctx.bindings)();
+    match when.eval_bool(&policies.env.scope(&bindings)) {
+        Ok(b) => b,
+        Err(e) => {
+            // A condition that cannot be evaluated must not silently skip a placement.
+            out.findings.push(Finding {
+                rule: format!("placement/{}", placement.name),
+                action: Action::Deny,
+                path: String::new(),
+                message: format!("spec.when could not be evaluated: {e}"),
+            });
+            false
+        }
+    }
+}
+
+fn apply_placement(placement: &Placement, builder: &mut Builder, spec_path: &str, out: &mut Mutation) {
+    let rule = format!("placement/{}", placement.name);
+    for toleration in &placement.spec.tolerations {
+        let existing = builder.get(&["tolerations"]).and_then(Value::as_array).cloned().unwrap_or_default();
+        if existing.iter().any(|e| covers(e, toleration)) {
+            continue;
+        }
+        let value = serde_json::to_value(toleration).unwrap_or(Value::Null);
+        builder.push(&["tolerations"], value);
+        out.changes.push(format!("{rule}: add toleration {}", describe_toleration(toleration)));
+    }
+    for (key, value) in &placement.spec.node_selector {
+        match builder.get(&["nodeSelector", key]) {
+            Some(Value::String(current)) if current == value => {}
+            Some(current) => {
+                let current = current.as_str().map_or_else(|| current.to_string(), str::to_string);
+                let message = format!(
+                    "nodeSelector {key}={current} conflicts with {key}={value} required by placement {}",
+                    placement.name
+                );
+                let action = match placement.spec.on_conflict {
+                    OnConflict::Deny => Action::Deny,
+                    OnConflict::Keep => Action::Warn,
+                };
+                let message = match action {
+                    Action::Deny => format!("{message}; remove the key or use the value the placement needs"),
+                    _ => format!("{message}; kept the pod's value"),
+                };
+                out.findings.push(Finding { rule: rule.clone(), action, path: format!("{spec_path}.nodeSelector"), message });
+            }
+            None => {
+                builder.ensure(&["nodeSelector", key], Value::String(value.clone()));
+                out.changes.push(format!("{rule}: set nodeSelector {key}={value}"));
+            }
+        }
+    }
+    if !placement.spec.node_affinity.is_empty() {
+        add_node_affinity(placement, builder, &rule, out);
+    }
+}
+
+const REQUIRED: [&str; 3] = ["affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"];
+
+/// ANDs the placement's requirements into every required node-selector term (terms are ORed,
+/// so each must carry them), creating the affinity when there is none.
+fn add_node_affinity(placement: &Placement, builder: &mut Builder, rule: &str, out: &mut Mutation) {
+    let requirements: Vec<Value> =
+        placement.spec.node_affinity.iter().map(|r| serde_json::to_value(r).unwrap_or(Value::Null)).collect();
+    let terms_path = [REQUIRED[0], REQUIRED[1], REQUIRED[2], "nodeSelectorTerms"];
+    let term_count = builder.get(&terms_path).and_then(Value::as_array).map_or(0, Vec::len);
+    if term_count == 0 {
+        let term = serde_json::json!({"matchExpressions": requirements});
+        builder.ensure(&terms_path, Value::Array(vec![term]));
+        out.changes.push(format!("{rule}: require node affinity {}", describe_requirements(&requirements)));
+        return;
+    }
+    let mut changed = false;
+    for i in 0..term_count {
+        let index = i.to_string();
+        let expr_path = [terms_path[0], terms_path[1], terms_path[2], terms_path[3], index.as_str(), "matchExpressions"];
+        for req in &requirements {
+            let present = builder.get(&expr_path).and_then(Value::as_array).is_some_and(|l| l.contains(req));
+            if !present {
+                builder.push(&expr_path, req.clone());
+                changed = true;
+            }
+        }
+    }
+    if changed {
+        out.changes.push(format!("{rule}: require node affinity {} in every term", describe_requirements(&requirements)));
+    }
+}
+
+fn describe_requirements(reqs: &[Value]) -> String {
+    reqs.iter()
+        .map(|r| {
+            let values = r.get("values").and_then(Value::as_array).map(|v| {
+                v.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(",")
+            });
+            format!(
+                "{} {}{}",
+                r["key"].as_str().unwrap_or("?"),
+                r["operator"].as_str().unwrap_or("?"),
+                values.map(|v| format!(" [{v}]")).unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
+fn describe_toleration(t: &Toleration) -> String {
+    let key = t.key.as_deref().unwrap_or("*");
+    let value = t.value.as_deref().map(|v| format!("={v}")).unwrap_or_default();
+    let effect = t.effect.map(|e| format!(":{e:?}")).unwrap_or_default();
+    format!("{key}{value}{effect}")
+}
+
+/// True when the pod's toleration `existing` already tolerates every taint `wanted` tolerates.
+fn covers(existing: &Value, wanted: &Toleration) -> bool {
+    let field = |name: &str| existing.get(name).and_then(Value::as_str).filter(|s| !s.is_empty());
+    let existing_op = field("operator").unwrap_or("Equal");
+    let wanted_op = wanted.operator.unwrap_or(TolerationOperator::Equal);
+    // Key: an empty key with Exists tolerates every key.
+    let key_ok = match field("key") {
+        None => existing_op == "Exists",
+        Some(k) => wanted.key.as_deref() == Some(k),
+    };
+    let effect_ok = match field("effect") {
+        None => true,
+        Some(e) => wanted.effect.is_some_and(|w| effect_name(w) == e),
+    };
+    let value_ok = existing_op == "Exists"
+        || (wanted_op == TolerationOperator::Equal && field("value") == wanted.value.as_deref().filter(|v| !v.is_empty()));
+    // A bounded NoExecute toleration does not cover an unbounded one.
+    let seconds_ok = match (existing.get("tolerationSeconds").and_then(Value::as_i64), wanted.toleration_seconds) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(e), Some(w)) => e >= w,
+    };
+    key_ok && effect_ok && value_ok && seconds_ok
+}
+
+fn effect_name(effect: TaintEffect) -> &'static str {
+    match effect {
+        TaintEffect::NoSchedule => "NoSchedule",
+        TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+        TaintEffect::NoExecute => "NoExecute",
+    }
+}
+
+/// The class a pod in this team gets when it asks for none.
+pub fn default_class<'p>(policies: &'p PolicySet, team: &TeamLookup<'p>) -> Option<&'p str> {
+    team.team
+        .and_then(|t| t.priority.default.as_deref())
+        .or(policies.priority.default.as_deref())
+}
+
+fn apply_default_priority(policies: &PolicySet, ctx: &PodContext<'_>, builder: &mut Builder, out: &mut Mutation) {
+    let Some(default) = default_class(policies, &ctx.team) else { return };
+    let current = builder.get(&["priorityClassName"]).and_then(Value::as_str).filter(|s| !s.is_empty());
+    let unset = match current {
+        None => true,
+        // The Priority plugin filled in the cluster's globalDefault: the user asked for nothing.
+        Some(c) => c != default && policies.priority.global_default.as_deref() == Some(c),
+    };
+    if !unset {
+        return;
+    }
+    let from = current.map(str::to_string);
+    builder.ensure(&["priorityClassName"], Value::String(default.to_string()));
+    // Otherwise the Priority plugin's second pass rejects the pod: priority and
+    // preemptionPolicy would still be the old class's (kubernetes#102724).
+    builder.remove(&["priority"]);
+    builder.remove(&["preemptionPolicy"]);
+    out.changes.push(match from {
+        Some(f) => format!("team default priority: priorityClassName {f} (cluster default) -> {default}"),
+        None => format!("team default priority: priorityClassName {default}"),
+    });
+}

@@ -1,0 +1,221 @@
+//! Minimal RFC 6902 JSON Patches, built against a working copy so that each operation is valid
+//! for the document as the previous operations left it.
+//!
+//! Rules the API server holds us to: keys are escaped (`~` → `~0`, `/` → `~1`), and `add` needs
+//! an existing parent — so [`Builder::ensure`] adds at the highest missing level instead of
+//! assuming parents exist.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// One patch operation. Serialises to RFC 6902 JSON.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum PatchOp {
+    Add { path: String, value: Value },
+    Replace { path: String, value: Value },
+    Remove { path: String },
+    Test { path: String, value: Value },
+}
+
+impl PatchOp {
+    /// The operation's JSON pointer.
+    pub fn path(&self) -> &str {
+        match self {
+            PatchOp::Add { path, .. } | PatchOp::Replace { path, .. } | PatchOp::Remove { path } | PatchOp::Test { path, .. } => path,
+        }
+    }
+}
+
+/// Escapes one JSON-pointer reference token.
+pub fn escape(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
+}
+
+/// Applies operations to a document with the json-patch crate (the same semantics the API
+/// server applies), returning the patched copy.
+pub fn apply(document: &Value, ops: &[PatchOp]) -> Result<Value, String> {
+    let patch: json_patch::Patch =
+        serde_json::from_value(serde_json::to_value(ops).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    let mut out = document.clone();
+    json_patch::patch(&mut out, &patch).map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// Accumulates operations under a base pointer (e.g. `/spec`) while keeping a working copy of
+/// the fields it touches.
+#[derive(Debug)]
+pub struct Builder {
+    base: String,
+    working: Map<String, Value>,
+    ops: Vec<PatchOp>,
+}
+
+impl Builder {
+    /// `base` is the pointer of `fields`' parent; `fields` holds the current values of the
+    /// fields that may be changed (a partial copy is enough).
+    pub fn new(base: &str, fields: Map<String, Value>) -> Builder {
+        Builder { base: base.to_string(), working: fields, ops: Vec::new() }
+    }
+
+    /// The current value at `segments` (after earlier operations).
+    pub fn get(&self, segments: &[&str]) -> Option<&Value> {
+        let (first, rest) = segments.split_first()?;
+        let mut cur = self.working.get(*first)?;
+        for s in rest {
+            cur = match cur {
+                Value::Object(m) => m.get(*s)?,
+                Value::Array(a) => a.get(s.parse::<usize>().ok()?)?,
+                _ => return None,
+            };
+        }
+        Some(cur)
+    }
+
+    fn pointer(&self, segments: &[&str]) -> String {
+        let mut p = self.base.clone();
+        for s in segments {
+            p.push('/');
+            p.push_str(&escape(s));
+        }
+        p
+    }
+
+    /// Sets the value at `segments` (object keys only), creating missing parents with one `add`
+    /// at the highest missing level. Replaces an existing value.
+    pub fn ensure(&mut self, segments: &[&str], value: Value) {
+        let mut depth = 0;
+        while depth < segments.len() - 1 && self.get(&segments[..=depth]).is_some_and(Value::is_object) {
+            depth += 1;
+        }
+        // segments[..depth] exist as objects; segments[depth] may or may not exist.
+        let exists = self.get(&segments[..=depth]).is_some();
+        let mut nested = value;
+        for s in segments[depth + 1..].iter().rev() {
+            let mut m = Map::new();
+            m.insert((*s).to_string(), nested);
+            nested = Value::Object(m);
+        }
+        let path = self.pointer(&segments[..=depth]);
+        // When it exists but is not the leaf, a non-object sits where a parent should be: it is
+        // replaced whole.
+        self.ops.push(if exists {
+            PatchOp::Replace { path, value: nested.clone() }
+        } else {
+            PatchOp::Add { path, value: nested.clone() }
+        });
+        self.set_working(&segments[..=depth], nested);
+    }
+
+    /// Appends to the list at `segments`, creating it if absent.
+    pub fn push(&mut self, segments: &[&str], item: Value) {
+        match self.get(segments) {
+            Some(Value::Array(_)) => {
+                let path = format!("{}/-", self.pointer(segments));
+                self.ops.push(PatchOp::Add { path, value: item.clone() });
+                if let Some(Value::Array(list)) = self.get_mut(segments) {
+                    list.push(item);
+                }
+            }
+            _ => self.ensure(segments, Value::Array(vec![item])),
+        }
+    }
+
+    /// Removes the field at `segments` if present.
+    pub fn remove(&mut self, segments: &[&str]) {
+        if self.get(segments).is_some() {
+            self.ops.push(PatchOp::Remove { path: self.pointer(segments) });
+            if let Some((last, parent)) = segments.split_last() {
+                let container = if parent.is_empty() { Some(&mut self.working) } else { self.get_mut(parent).and_then(Value::as_object_mut) };
+                if let Some(m) = container {
+                    m.remove(*last);
+                }
+            }
+        }
+    }
+
+    fn get_mut(&mut self, segments: &[&str]) -> Option<&mut Value> {
+        let (first, rest) = segments.split_first()?;
+        let mut cur = self.working.get_mut(*first)?;
+        for s in rest {
+            cur = match cur {
+                Value::Object(m) => m.get_mut(*s)?,
+                Value::Array(a) => a.get_mut(s.parse::<usize>().ok()?)?,
+                _ => return None,
+            };
+        }
+        Some(cur)
+    }
+
+    fn set_working(&mut self, segments: &[&str], value: Value) {
+        let Some((last, parent)) = segments.split_last() else { return };
+        let container = if parent.is_empty() { Some(&mut self.working) } else { self.get_mut(parent).and_then(Value::as_object_mut) };
+        if let Some(m) = container {
+            m.insert((*last).to_string(), value);
+        }
+    }
+
+    /// True when no operation was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// The operations, in order.
+    pub fn into_ops(self) -> Vec<PatchOp> {
+        self.ops
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fields(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn escapes_slashes_and_tildes() {
+        assert_eq!(escape("nvidia.com/gpu"), "nvidia.com~1gpu");
+        assert_eq!(escape("a~b/c"), "a~0b~1c");
+    }
+
+    #[test]
+    fn ensure_creates_absent_parents_in_one_add() {
+        let mut b = Builder::new("/spec", fields(json!({})));
+        b.ensure(&["nodeSelector", "node-type"], json!("gpu"));
+        b.ensure(&["nodeSelector", "kubernetes.io/arch"], json!("amd64"));
+        let ops = b.into_ops();
+        assert_eq!(
+            ops,
+            vec![
+                PatchOp::Add { path: "/spec/nodeSelector".into(), value: json!({"node-type": "gpu"}) },
+                PatchOp::Add { path: "/spec/nodeSelector/kubernetes.io~1arch".into(), value: json!("amd64") },
+            ]
+        );
+        let pod = json!({"spec": {"containers": []}});
+        let patched = apply(&pod, &ops).unwrap();
+        assert_eq!(patched["spec"]["nodeSelector"], json!({"node-type": "gpu", "kubernetes.io/arch": "amd64"}));
+    }
+
+    #[test]
+    fn push_creates_then_appends() {
+        let mut b = Builder::new("/spec", fields(json!({})));
+        b.push(&["tolerations"], json!({"key": "a"}));
+        b.push(&["tolerations"], json!({"key": "b"}));
+        let ops = b.into_ops();
+        assert_eq!(ops[0].path(), "/spec/tolerations");
+        assert_eq!(ops[1].path(), "/spec/tolerations/-");
+        let patched = apply(&json!({"spec": {}}), &ops).unwrap();
+        assert_eq!(patched["spec"]["tolerations"], json!([{"key": "a"}, {"key": "b"}]));
+    }
+
+    #[test]
+    fn remove_only_what_exists() {
+        let mut b = Builder::new("/spec", fields(json!({"priority": 0})));
+        b.remove(&["priority"]);
+        b.remove(&["preemptionPolicy"]);
+        assert_eq!(b.into_ops(), vec![PatchOp::Remove { path: "/spec/priority".into() }]);
+    }
+}

@@ -1,0 +1,457 @@
+//! Policy files: loading, strict parsing and compilation into an immutable [`PolicySet`].
+//!
+//! A policy directory holds YAML (or JSON) files, each with one or more documents of
+//! `apiVersion: allot.dev/v1alpha1` and a kind: `Cluster`, `Team`, `Placement` or `Rule`.
+//! Loading is all-or-nothing: every error of every file is collected and reported with file,
+//! document number and field path, and no partial set is ever produced — so a server never
+//! drops to an empty or half policy set because one file is broken.
+
+pub mod model;
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use globset::{Glob, GlobMatcher};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::expression::{Environment, Expression};
+use crate::resources::{DEFAULT_ACCELERATORS, ResourceMatcher};
+pub use model::*;
+
+/// Every problem found while loading a policy directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadErrors(pub Vec<String>);
+
+impl fmt::Display for LoadErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} policy error(s):", self.0.len())?;
+        for e in &self.0 {
+            write!(f, "\n  {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for LoadErrors {}
+
+/// Name globs (`vision`, `vision-*`); empty means "everything".
+#[derive(Debug, Clone, Default)]
+pub struct NameGlobs(Vec<GlobMatcher>);
+
+impl NameGlobs {
+    fn compile(patterns: &[String]) -> Result<NameGlobs, String> {
+        patterns
+            .iter()
+            .map(|p| Glob::new(p).map(|g| g.compile_matcher()).map_err(|e| format!("invalid glob {p:?}: {e}")))
+            .collect::<Result<Vec<_>, _>>()
+            .map(NameGlobs)
+    }
+
+    /// True when a pattern matches (or there are none).
+    pub fn matches_or_empty(&self, name: &str) -> bool {
+        self.0.is_empty() || self.matches(name)
+    }
+
+    /// True when a pattern matches.
+    pub fn matches(&self, name: &str) -> bool {
+        self.0.iter().any(|g| g.is_match(name))
+    }
+}
+
+/// A compiled `Team`.
+#[derive(Debug)]
+pub struct Team {
+    pub name: String,
+    pub names: NameGlobs,
+    pub selector: Option<LabelSelector>,
+    pub priority: TeamPrioritySpec,
+}
+
+/// A compiled `Placement`.
+#[derive(Debug)]
+pub struct Placement {
+    pub name: String,
+    pub spec: PlacementSpec,
+    pub resources: Arc<ResourceMatcher>,
+    pub namespaces: NameGlobs,
+    pub when: Option<Expression>,
+}
+
+/// Which objects a `Rule` sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KindMatch {
+    /// Every Pod and every Pod template.
+    Pods,
+    /// Objects of this kind (and group, if given).
+    Kind { group: Option<String>, kind: String },
+    /// Every object.
+    Any,
+}
+
+impl KindMatch {
+    fn parse(s: &str) -> KindMatch {
+        match s {
+            "*" => KindMatch::Any,
+            "Pod" => KindMatch::Pods,
+            other => match other.rsplit_once('/') {
+                Some((group, kind)) => KindMatch::Kind { group: Some(group.to_string()), kind: kind.to_string() },
+                None => KindMatch::Kind { group: None, kind: other.to_string() },
+            },
+        }
+    }
+}
+
+/// A compiled `Rule`.
+#[derive(Debug)]
+pub struct Rule {
+    pub name: String,
+    pub spec: RuleSpec,
+    pub kinds: Vec<KindMatch>,
+    pub namespaces: NameGlobs,
+    pub expression: Expression,
+    pub message_expression: Option<Expression>,
+}
+
+/// The loaded, compiled, immutable policy set. Cheap to share (`Arc`), swapped whole on reload.
+#[derive(Debug)]
+pub struct PolicySet {
+    pub accelerators: Arc<ResourceMatcher>,
+    pub checks: ChecksSpec,
+    pub allowed_accelerators: Option<ResourceMatcher>,
+    pub priority: ClusterPrioritySpec,
+    pub teams: Vec<Team>,
+    pub placements: Vec<Placement>,
+    pub rules: Vec<Rule>,
+    pub env: Environment,
+    /// Short hash of every file's path and content: equal on replicas serving the same policies.
+    pub version: String,
+    /// The sources the set was compiled from.
+    pub files: Vec<PathBuf>,
+}
+
+/// One policy source: a display name (usually a path) and its text.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub name: String,
+    pub text: String,
+}
+
+/// Lists the policy files of a directory (recursively, `.yaml`/`.yml`/`.json`, sorted, hidden
+/// entries such as Kubernetes' `..data` symlink farm skipped).
+pub fn policy_files(dir: &Path) -> Result<Vec<PathBuf>, LoadErrors> {
+    let mut files = Vec::new();
+    collect_files(dir, &mut files).map_err(|e| LoadErrors(vec![format!("{}: {e}", dir.display())]))?;
+    files.sort();
+    if files.is_empty() {
+        return Err(LoadErrors(vec![format!(
+            "{}: no policy files (*.yaml, *.yml, *.json) found",
+            dir.display()
+        )]));
+    }
+    Ok(files)
+}
+
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let path = entry.path();
+        // Follows symlinks, as ConfigMap volumes are symlinks into `..data/`.
+        let meta = std::fs::metadata(&path)?;
+        if meta.is_dir() {
+            collect_files(&path, out)?;
+        } else if matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")) {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Reads every policy file under `dir`.
+pub fn read_sources(dir: &Path) -> Result<Vec<Source>, LoadErrors> {
+    let files = policy_files(dir)?;
+    let mut sources = Vec::with_capacity(files.len());
+    let mut errors = Vec::new();
+    for path in &files {
+        match std::fs::read_to_string(path) {
+            Ok(text) => sources.push(Source { name: path.display().to_string(), text }),
+            Err(e) => errors.push(format!("{}: {e}", path.display())),
+        }
+    }
+    if errors.is_empty() { Ok(sources) } else { Err(LoadErrors(errors)) }
+}
+
+/// Loads and compiles every policy file under `dir`.
+pub fn load_dir(dir: &Path) -> Result<PolicySet, LoadErrors> {
+    compile(&read_sources(dir)?)
+}
+
+/// The version a set compiled from `sources` would have: a short hash of names and contents.
+/// Lets a reloader skip recompiling files that did not change.
+pub fn version_of(sources: &[Source]) -> String {
+    let mut hasher = Sha256::new();
+    for source in sources {
+        hasher.update(source.name.as_bytes());
+        hasher.update([0]);
+        hasher.update(source.text.as_bytes());
+        hasher.update([0]);
+    }
+    hasher.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Parses every document of a YAML/JSON text into JSON values (empty documents skipped), with
+/// their 1-based document numbers.
+pub fn parse_documents(name: &str, text: &str) -> Result<Vec<(usize, Value)>, String> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| format!("{name}: invalid YAML: {e}"))?;
+    Ok(docs.into_iter().enumerate().filter(|(_, d)| !d.is_null()).map(|(i, d)| (i + 1, d)).collect())
+}
+
+/// Decodes a value into `T`, with the field path in the error (`spec.checks.wholeNumbers`).
+fn decode<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T, String> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let path = match (prefix.is_empty(), path == ".") {
+            (_, true) => prefix.to_string(),
+            (true, false) => path,
+            (false, false) => format!("{prefix}.{path}"),
+        };
+        format!("{path}: {}", e.into_inner())
+    })
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Envelope {
+    api_version: String,
+    kind: String,
+    metadata: Metadata,
+    #[serde(default)]
+    spec: Value,
+}
+
+enum Doc {
+    Cluster(ClusterSpec),
+    Team(TeamSpec),
+    Placement(PlacementSpec),
+    Rule(RuleSpec),
+}
+
+/// Compiles policy sources into a set, or returns every error found.
+pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
+    let mut errors = Vec::new();
+    let mut docs: Vec<(String, Metadata, Doc)> = Vec::new();
+    for source in sources {
+        let parsed = match parse_documents(&source.name, &source.text) {
+            Ok(p) => p,
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
+        };
+        for (index, value) in parsed {
+            let kind_hint = value.get("kind").and_then(Value::as_str).unwrap_or("?").to_string();
+            let location = format!("{}: document {index} ({kind_hint})", source.name);
+            match decode_doc(value) {
+                Ok((meta, doc)) => docs.push((format!("{}: document {index} ({kind_hint} {})", source.name, meta.name), meta, doc)),
+                Err(e) => errors.push(format!("{location}: {e}")),
+            }
+        }
+    }
+
+    let mut cluster: Option<(String, ClusterSpec)> = None;
+    let mut team_specs = Vec::new();
+    let mut placement_specs = Vec::new();
+    let mut rule_specs = Vec::new();
+    let mut seen: HashSet<(&'static str, String)> = HashSet::new();
+    for (location, meta, doc) in docs {
+        let kind = match &doc {
+            Doc::Cluster(_) => "Cluster",
+            Doc::Team(_) => "Team",
+            Doc::Placement(_) => "Placement",
+            Doc::Rule(_) => "Rule",
+        };
+        if !seen.insert((kind, meta.name.clone())) {
+            errors.push(format!("{location}: metadata.name: a {kind} named {:?} is already defined", meta.name));
+            continue;
+        }
+        match doc {
+            Doc::Cluster(spec) => match &cluster {
+                Some((first, _)) => errors.push(format!("{location}: only one Cluster document is allowed (first: {first})")),
+                None => cluster = Some((location, spec)),
+            },
+            Doc::Team(spec) => team_specs.push((location, meta.name, spec)),
+            Doc::Placement(spec) => placement_specs.push((location, meta.name, spec)),
+            Doc::Rule(spec) => rule_specs.push((location, meta.name, spec)),
+        }
+    }
+    let cluster = cluster.map(|(_, spec)| spec).unwrap_or_default();
+    let accelerators = Arc::new(match &cluster.accelerators.resources {
+        Some(list) => ResourceMatcher::new(list),
+        None => ResourceMatcher::new(DEFAULT_ACCELERATORS),
+    });
+    let team_names: HashSet<String> = team_specs.iter().map(|(_, n, _)| n.clone()).collect();
+    let check_teams = |location: &str, teams: &[String], errors: &mut Vec<String>| {
+        for t in teams {
+            if !team_names.contains(t) {
+                errors.push(format!("{location}: spec.match.teams: no Team named {t:?}"));
+            }
+        }
+    };
+
+    let mut teams = Vec::new();
+    for (location, name, spec) in team_specs {
+        if spec.namespaces.names.is_empty() && spec.namespaces.selector.is_none() {
+            errors.push(format!("{location}: spec.namespaces: give names, a selector, or both"));
+        }
+        if let Some(sel) = &spec.namespaces.selector {
+            for (i, req) in sel.match_expressions.iter().enumerate() {
+                let needs_values = matches!(req.operator, SelectorOperator::In | SelectorOperator::NotIn);
+                if needs_values == req.values.is_empty() {
+                    errors.push(format!(
+                        "{location}: spec.namespaces.selector.matchExpressions[{i}]: operator {:?} {} values",
+                        req.operator,
+                        if needs_values { "needs" } else { "takes no" }
+                    ));
+                }
+            }
+        }
+        if let (Some(default), Some(allowed)) = (&spec.priority.default, &spec.priority.allowed)
+            && !allowed.contains(default)
+        {
+            errors.push(format!(
+                "{location}: spec.priority.default: {default:?} is not in spec.priority.allowed {allowed:?}"
+            ));
+        }
+        match NameGlobs::compile(&spec.namespaces.names) {
+            Ok(names) => teams.push(Team { name, names, selector: spec.namespaces.selector, priority: spec.priority }),
+            Err(e) => errors.push(format!("{location}: spec.namespaces.names: {e}")),
+        }
+    }
+
+    let mut placements = Vec::new();
+    for (location, name, spec) in placement_specs {
+        check_teams(&location, &spec.scope.teams, &mut errors);
+        if spec.tolerations.is_empty() && spec.node_selector.is_empty() && spec.node_affinity.is_empty() {
+            errors.push(format!("{location}: spec: a Placement needs tolerations, nodeSelector or nodeAffinity"));
+        }
+        for (i, req) in spec.node_affinity.iter().enumerate() {
+            let needs_values = !matches!(req.operator, NodeSelectorOperator::Exists | NodeSelectorOperator::DoesNotExist);
+            if needs_values == req.values.is_empty() {
+                errors.push(format!(
+                    "{location}: spec.nodeAffinity[{i}]: operator {:?} {} values",
+                    req.operator,
+                    if needs_values { "needs" } else { "takes no" }
+                ));
+            }
+        }
+        let when = match spec.when.as_deref().map(Expression::compile).transpose() {
+            Ok(w) => w,
+            Err(e) => {
+                errors.push(format!("{location}: spec.when: {e}"));
+                continue;
+            }
+        };
+        let namespaces = match NameGlobs::compile(&spec.scope.namespaces) {
+            Ok(n) => n,
+            Err(e) => {
+                errors.push(format!("{location}: spec.match.namespaces: {e}"));
+                continue;
+            }
+        };
+        let resources = match &spec.resources {
+            Some(list) => Arc::new(ResourceMatcher::new(list)),
+            None => accelerators.clone(),
+        };
+        placements.push(Placement { name, spec, resources, namespaces, when });
+    }
+
+    let mut rules = Vec::new();
+    for (location, name, spec) in rule_specs {
+        check_teams(&location, &spec.rule_match.teams, &mut errors);
+        if spec.message.is_none() && spec.message_expression.is_none() {
+            errors.push(format!("{location}: spec: a Rule needs message or messageExpression"));
+        }
+        if spec.rule_match.kinds.is_empty() {
+            errors.push(format!("{location}: spec.match.kinds: must not be empty"));
+        }
+        let expression = Expression::compile(&spec.expression).map_err(|e| format!("{location}: spec.expression: {e}"));
+        let message_expression = spec
+            .message_expression
+            .as_deref()
+            .map(Expression::compile)
+            .transpose()
+            .map_err(|e| format!("{location}: spec.messageExpression: {e}"));
+        let namespaces =
+            NameGlobs::compile(&spec.rule_match.namespaces).map_err(|e| format!("{location}: spec.match.namespaces: {e}"));
+        match (expression, message_expression, namespaces) {
+            (Ok(expression), Ok(message_expression), Ok(namespaces)) => {
+                let kinds = spec.rule_match.kinds.iter().map(|k| KindMatch::parse(k)).collect();
+                rules.push(Rule { name, spec, kinds, namespaces, expression, message_expression });
+            }
+            (e1, e2, e3) => errors.extend([e1.err(), e2.err(), e3.err()].into_iter().flatten()),
+        }
+    }
+
+    if !errors.is_empty() {
+        return Err(LoadErrors(errors));
+    }
+    let allowed_accelerators = cluster.accelerators.checks.allowed_resources.as_ref().map(|a| ResourceMatcher::new(&a.names));
+    Ok(PolicySet {
+        env: Environment::new(accelerators.clone()),
+        accelerators,
+        checks: cluster.accelerators.checks,
+        allowed_accelerators,
+        priority: cluster.priority,
+        teams,
+        placements,
+        rules,
+        version: version_of(sources),
+        files: sources.iter().map(|s| PathBuf::from(&s.name)).collect(),
+    })
+}
+
+fn decode_doc(value: Value) -> Result<(Metadata, Doc), String> {
+    if !value.is_object() {
+        return Err("a policy document must be a mapping with apiVersion, kind, metadata and spec".into());
+    }
+    let envelope: Envelope = decode(value, "")?;
+    if envelope.api_version != API_VERSION {
+        return Err(format!("apiVersion: {:?} is not supported; use {API_VERSION}", envelope.api_version));
+    }
+    if envelope.metadata.name.is_empty() {
+        return Err("metadata.name: must not be empty".into());
+    }
+    let spec = if envelope.spec.is_null() { Value::Object(Default::default()) } else { envelope.spec };
+    let doc = match envelope.kind.as_str() {
+        "Cluster" => Doc::Cluster(decode(spec, "spec")?),
+        "Team" => Doc::Team(decode(spec, "spec")?),
+        "Placement" => Doc::Placement(decode(spec, "spec")?),
+        "Rule" => Doc::Rule(decode(spec, "spec")?),
+        other => {
+            return Err(format!("kind: unknown kind {other:?}; expected one of Cluster, Team, Placement, Rule"));
+        }
+    };
+    Ok((envelope.metadata, doc))
+}
+
+impl PolicySet {
+    /// Counts of each kind, for logs and `/readyz`.
+    pub fn summary(&self) -> BTreeMap<&'static str, usize> {
+        BTreeMap::from([
+            ("teams", self.teams.len()),
+            ("placements", self.placements.len()),
+            ("rules", self.rules.len()),
+            ("files", self.files.len()),
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,196 @@
+//! Kubernetes resource quantities (`500m`, `1Gi`, `2`, `1e3`) as exact integers of nano-units.
+//!
+//! Accelerator checks need exact arithmetic ("is this a whole number?", "is the request equal to
+//! the limit?"), so quantities are kept as `i128` nano-units instead of floats. The largest legal
+//! quantity (about 9.2e18 units) times 1e9 still fits comfortably in an `i128`.
+
+use std::fmt;
+
+/// A parsed quantity in nano-units (1 unit = 1_000_000_000).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Quantity(i128);
+
+const NANOS_PER_UNIT: i128 = 1_000_000_000;
+
+/// Why a quantity string was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid quantity {input:?}: {reason}")]
+pub struct QuantityError {
+    input: String,
+    reason: &'static str,
+}
+
+impl Quantity {
+    /// Zero units.
+    pub const ZERO: Quantity = Quantity(0);
+
+    /// A whole number of units.
+    pub fn from_units(units: i64) -> Self {
+        Quantity(i128::from(units) * NANOS_PER_UNIT)
+    }
+
+    /// The raw value in nano-units.
+    pub fn nanos(self) -> i128 {
+        self.0
+    }
+
+    /// True when the quantity is a whole number of units (`2`, `2000m`), false for `500m`.
+    pub fn is_whole(self) -> bool {
+        self.0 % NANOS_PER_UNIT == 0
+    }
+
+    /// Whole units, rounded up (a pod asking `500m` of a device needs one).
+    pub fn ceil_units(self) -> i64 {
+        let units = self.0.div_euclid(NANOS_PER_UNIT) + i128::from(self.0.rem_euclid(NANOS_PER_UNIT) != 0);
+        i64::try_from(units).unwrap_or(i64::MAX)
+    }
+
+    /// Saturating sum.
+    pub fn saturating_add(self, other: Quantity) -> Quantity {
+        Quantity(self.0.saturating_add(other.0))
+    }
+
+    /// Parses a quantity from its canonical string form or from a JSON number.
+    pub fn parse(input: &str) -> Result<Quantity, QuantityError> {
+        let err = |reason| QuantityError { input: input.to_string(), reason };
+        let s = input.trim();
+        if s.is_empty() {
+            return Err(err("empty"));
+        }
+        let (negative, body) = match s.as_bytes()[0] {
+            b'-' => (true, &s[1..]),
+            b'+' => (false, &s[1..]),
+            _ => (false, s),
+        };
+        let number_end = body
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(body.len());
+        let (number, suffix) = body.split_at(number_end);
+        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+            return Err(err("no number"));
+        }
+        let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
+        // Scale as (numerator * 10^exp10) * 2^exp2, all in nano-units.
+        let (exp10, exp2): (i32, u32) = match suffix {
+            "" => (0, 0),
+            "n" => (-9, 0),
+            "u" => (-6, 0),
+            "m" => (-3, 0),
+            "k" => (3, 0),
+            "M" => (6, 0),
+            "G" => (9, 0),
+            "T" => (12, 0),
+            "P" => (15, 0),
+            "E" => (18, 0),
+            "Ki" => (0, 10),
+            "Mi" => (0, 20),
+            "Gi" => (0, 30),
+            "Ti" => (0, 40),
+            "Pi" => (0, 50),
+            "Ei" => (0, 60),
+            other if other.starts_with(['e', 'E']) => {
+                let exp: i32 = other[1..].parse().map_err(|_| err("bad exponent"))?;
+                if !(-30..=30).contains(&exp) {
+                    return Err(err("exponent out of range"));
+                }
+                (exp, 0)
+            }
+            _ => return Err(err("unknown suffix")),
+        };
+        if int_part.len() + frac_part.len() > 30 {
+            return Err(err("too many digits"));
+        }
+        let digits: String = format!("{int_part}{frac_part}");
+        let mantissa: i128 = digits.parse().map_err(|_| err("no number"))?;
+        // value = mantissa * 10^(exp10 - frac_len) * 2^exp2 units = ... * 10^(9 + exp10 - frac_len) nanos
+        let scale = 9 + exp10 - frac_part.len() as i32;
+        let overflow = || err("too large");
+        let mut nanos = mantissa.checked_mul(1i128 << exp2).ok_or_else(overflow)?;
+        if scale >= 0 {
+            nanos = nanos.checked_mul(10i128.checked_pow(scale as u32).ok_or_else(overflow)?).ok_or_else(overflow)?;
+        } else {
+            let divisor = 10i128.checked_pow((-scale) as u32).ok_or_else(overflow)?;
+            // Kubernetes rounds sub-nano precision up.
+            nanos = nanos / divisor + i128::from(nanos % divisor != 0);
+        }
+        if nanos > i128::from(i64::MAX) * NANOS_PER_UNIT {
+            return Err(overflow());
+        }
+        Ok(Quantity(if negative { -nanos } else { nanos }))
+    }
+
+    /// Parses a quantity as it appears in JSON: a string, or a plain number.
+    pub fn from_json(value: &serde_json::Value) -> Result<Quantity, QuantityError> {
+        match value {
+            serde_json::Value::String(s) => Quantity::parse(s),
+            serde_json::Value::Number(n) => Quantity::parse(&n.to_string()),
+            other => Err(QuantityError { input: other.to_string(), reason: "not a string or number" }),
+        }
+    }
+}
+
+impl fmt::Display for Quantity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_whole() {
+            write!(f, "{}", self.0 / NANOS_PER_UNIT)
+        } else if self.0 % 1_000_000 == 0 {
+            write!(f, "{}m", self.0 / 1_000_000)
+        } else {
+            write!(f, "{}n", self.0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_common_forms() {
+        let cases = [
+            ("1", 1_000_000_000),
+            ("500m", 500_000_000),
+            ("1.5", 1_500_000_000),
+            ("2000m", 2_000_000_000),
+            ("1Ki", 1024 * 1_000_000_000),
+            ("1k", 1_000_000_000_000),
+            ("1e3", 1_000_000_000_000),
+            ("100n", 100),
+            ("0", 0),
+            ("-1", -1_000_000_000),
+        ];
+        for (input, nanos) in cases {
+            assert_eq!(Quantity::parse(input).map(Quantity::nanos), Ok(nanos), "{input}");
+        }
+    }
+
+    #[test]
+    fn whole_and_ceil() {
+        assert!(Quantity::parse("2000m").unwrap().is_whole());
+        assert!(!Quantity::parse("500m").unwrap().is_whole());
+        assert_eq!(Quantity::parse("500m").unwrap().ceil_units(), 1);
+        assert_eq!(Quantity::parse("3").unwrap().ceil_units(), 3);
+        assert_eq!(Quantity::parse("500m").unwrap().to_string(), "500m");
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        for input in ["", "abc", "1.2.3", "1Zi", "1e99", "99999999999999999999999999999999", ".", "--1"] {
+            assert!(Quantity::parse(input).is_err(), "{input}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(s in ".{0,40}") {
+            let _ = Quantity::parse(&s);
+        }
+
+        #[test]
+        fn integers_round_trip(n in 0i64..1_000_000_000) {
+            let q = Quantity::parse(&n.to_string()).unwrap();
+            proptest::prop_assert_eq!(q, Quantity::from_units(n));
+            proptest::prop_assert!(q.is_whole());
+        }
+    }
+}

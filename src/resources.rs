@@ -1,0 +1,251 @@
+//! Resource accounting over raw Pod JSON: which resource names are accelerators, what a
+//! container asks for, and a Pod's effective request with the kube-scheduler's formula.
+//!
+//! Works on `serde_json::Value` rather than typed k8s-openapi structs: admission sees whatever
+//! the API server sends (and the CLI whatever a user wrote), and a typed parse would both cost
+//! time on the hot path and reject objects the API server would still accept.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::quantity::{Quantity, QuantityError};
+
+/// Per-resource-name amounts.
+pub type ResourceList = BTreeMap<String, Quantity>;
+
+/// A set of resource names: exact names (`nvidia.com/gpu`) and prefixes written with a
+/// trailing `*` (`nvidia.com/mig-*`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResourceMatcher {
+    exact: Vec<String>,
+    prefixes: Vec<String>,
+}
+
+impl ResourceMatcher {
+    /// Builds a matcher from patterns; a pattern ending in `*` is a prefix.
+    pub fn new<I, S>(patterns: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut matcher = ResourceMatcher::default();
+        for pattern in patterns {
+            let pattern = pattern.as_ref();
+            match pattern.strip_suffix('*') {
+                Some(prefix) => matcher.prefixes.push(prefix.to_string()),
+                None => matcher.exact.push(pattern.to_string()),
+            }
+        }
+        matcher
+    }
+
+    /// True when `name` is in the set.
+    pub fn matches(&self, name: &str) -> bool {
+        self.exact.iter().any(|e| e == name) || self.prefixes.iter().any(|p| name.starts_with(p.as_str()))
+    }
+
+    /// True when no pattern is configured.
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.prefixes.is_empty()
+    }
+}
+
+/// The accelerator resource names Allot knows without configuration.
+pub const DEFAULT_ACCELERATORS: &[&str] = &[
+    "nvidia.com/gpu",
+    "nvidia.com/mig-*",
+    "nvidia.com/gpu.shared",
+    "amd.com/gpu",
+    "gpu.intel.com/*",
+    "habana.ai/gaudi",
+    "aws.amazon.com/neuron*",
+    "google.com/tpu",
+];
+
+/// One resource entry that could not be parsed, with its JSON path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadQuantity {
+    pub path: String,
+    pub error: QuantityError,
+}
+
+/// The `requests` and `limits` of one container, parsed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerResources {
+    pub requests: ResourceList,
+    pub limits: ResourceList,
+}
+
+impl ContainerResources {
+    /// Reads `container.resources`; unparsable entries are reported in `bad` and skipped.
+    pub fn from_container(container: &Value, path: &str, bad: &mut Vec<BadQuantity>) -> Self {
+        let resources = container.get("resources");
+        let read = |field: &str, bad: &mut Vec<BadQuantity>| {
+            let mut list = ResourceList::new();
+            if let Some(Value::Object(map)) = resources.and_then(|r| r.get(field)) {
+                for (name, raw) in map {
+                    match Quantity::from_json(raw) {
+                        Ok(q) => {
+                            list.insert(name.clone(), q);
+                        }
+                        Err(error) => bad.push(BadQuantity { path: format!("{path}.resources.{field}[{name}]"), error }),
+                    }
+                }
+            }
+            list
+        };
+        ContainerResources { requests: read("requests", bad), limits: read("limits", bad) }
+    }
+
+    /// What the container asks for: its requests, with limits standing in for absent requests
+    /// (the API server defaults a missing request to the limit).
+    pub fn effective_requests(&self) -> ResourceList {
+        let mut out = self.requests.clone();
+        for (name, limit) in &self.limits {
+            out.entry(name.clone()).or_insert(*limit);
+        }
+        out
+    }
+}
+
+fn add_into(total: &mut ResourceList, other: &ResourceList) {
+    for (name, q) in other {
+        let slot = total.entry(name.clone()).or_default();
+        *slot = slot.saturating_add(*q);
+    }
+}
+
+fn max_into(total: &mut ResourceList, other: &ResourceList) {
+    for (name, q) in other {
+        let slot = total.entry(name.clone()).or_default();
+        if *q > *slot {
+            *slot = *q;
+        }
+    }
+}
+
+/// Iterates `(json path, container)` over a pod spec's containers, init containers first.
+pub fn containers<'a>(spec: &'a Value, spec_path: &'a str) -> impl Iterator<Item = (String, &'a Value, bool)> + 'a {
+    ["initContainers", "containers"].into_iter().flat_map(move |field| {
+        spec.get(field)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(move |(i, c)| (format!("{spec_path}.{field}[{i}]"), c, field == "initContainers"))
+    })
+}
+
+/// True for an init container that keeps running beside the app (a native sidecar).
+pub fn is_sidecar(init_container: &Value) -> bool {
+    init_container.get("restartPolicy").and_then(Value::as_str) == Some("Always")
+}
+
+/// A Pod's effective request per resource, as the kube-scheduler computes it:
+/// `max(Σ app containers + Σ sidecars, max over init containers of (init + sidecars started
+/// before it)) + overhead`.
+pub fn pod_requests(spec: &Value) -> ResourceList {
+    let mut ignored = Vec::new();
+    let mut app = ResourceList::new();
+    for c in spec.get("containers").and_then(Value::as_array).into_iter().flatten() {
+        add_into(&mut app, &ContainerResources::from_container(c, "", &mut ignored).effective_requests());
+    }
+    let mut sidecars = ResourceList::new();
+    let mut init_peak = ResourceList::new();
+    for c in spec.get("initContainers").and_then(Value::as_array).into_iter().flatten() {
+        let reqs = ContainerResources::from_container(c, "", &mut ignored).effective_requests();
+        if is_sidecar(c) {
+            add_into(&mut sidecars, &reqs);
+            max_into(&mut init_peak, &sidecars);
+        } else {
+            let mut during = reqs;
+            add_into(&mut during, &sidecars);
+            max_into(&mut init_peak, &during);
+        }
+    }
+    add_into(&mut app, &sidecars);
+    max_into(&mut app, &init_peak);
+    if let Some(Value::Object(overhead)) = spec.get("overhead") {
+        let mut extra = ResourceList::new();
+        for (name, raw) in overhead {
+            if let Ok(q) = Quantity::from_json(raw) {
+                extra.insert(name.clone(), q);
+            }
+        }
+        add_into(&mut app, &extra);
+    }
+    app.retain(|_, q| *q != Quantity::ZERO);
+    app
+}
+
+/// Keeps only the accelerator entries of a resource list.
+pub fn accelerators_only(list: &ResourceList, matcher: &ResourceMatcher) -> ResourceList {
+    list.iter().filter(|(n, _)| matcher.matches(n)).map(|(n, q)| (n.clone(), *q)).collect()
+}
+
+/// True when any container (init, sidecar or app) of the pod spec names an accelerator in its
+/// requests or limits.
+pub fn requests_any(spec: &Value, matcher: &ResourceMatcher) -> bool {
+    containers(spec, "").any(|(_, c, _)| {
+        ["requests", "limits"].iter().any(|field| {
+            c.get("resources")
+                .and_then(|r| r.get(*field))
+                .and_then(Value::as_object)
+                .is_some_and(|m| m.keys().any(|k| matcher.matches(k)))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn q(s: &str) -> Quantity {
+        Quantity::parse(s).unwrap()
+    }
+
+    #[test]
+    fn matcher_exact_and_prefix() {
+        let m = ResourceMatcher::new(["nvidia.com/gpu", "nvidia.com/mig-*"]);
+        assert!(m.matches("nvidia.com/gpu"));
+        assert!(m.matches("nvidia.com/mig-1g.10gb"));
+        assert!(!m.matches("nvidia.com/gpu.shared"));
+        assert!(!m.matches("cpu"));
+    }
+
+    #[test]
+    fn limits_stand_in_for_missing_requests() {
+        let spec = json!({"containers": [{"resources": {"limits": {"nvidia.com/gpu": 2}}}]});
+        assert_eq!(pod_requests(&spec).get("nvidia.com/gpu"), Some(&q("2")));
+    }
+
+    #[test]
+    fn scheduler_formula_with_init_sidecars_and_overhead() {
+        let spec = json!({
+            "initContainers": [
+                {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}},
+                {"name": "big-init", "resources": {"requests": {"cpu": "4", "nvidia.com/gpu": "1"}}},
+            ],
+            "containers": [
+                {"resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "2"}}},
+                {"resources": {"requests": {"cpu": "500m"}}},
+            ],
+            "overhead": {"cpu": "100m"}
+        });
+        let r = pod_requests(&spec);
+        // init phase peak: big-init 4 + sidecar 1 = 5; app phase: 1 + 0.5 + sidecar 1 = 2.5
+        assert_eq!(r.get("cpu"), Some(&q("5.1")));
+        // gpu: max(2, 1) = 2
+        assert_eq!(r.get("nvidia.com/gpu"), Some(&q("2")));
+    }
+
+    #[test]
+    fn requests_any_sees_init_containers() {
+        let m = ResourceMatcher::new(DEFAULT_ACCELERATORS);
+        let spec = json!({"initContainers": [{"resources": {"limits": {"amd.com/gpu": 1}}}], "containers": [{}]});
+        assert!(requests_any(&spec, &m));
+        assert!(!requests_any(&json!({"containers": [{"resources": {"limits": {"cpu": 1}}}]}), &m));
+    }
+}

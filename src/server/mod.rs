@@ -1,0 +1,252 @@
+//! `allot serve`: the HTTPS webhook server. The only module that knows HTTP.
+//!
+//! - `POST /mutate`, `POST /validate`: AdmissionReview v1 in, AdmissionReview out (HTTP 200 with
+//!   the decision inside, like every webhook); malformed input → HTTP 400 with the reason.
+//! - `GET /healthz` (process alive) and `GET /readyz` (a policy set is loaded; the body says
+//!   which, and the last reload error if any) on both the webhook and the metrics address.
+//! - `GET /metrics` on the metrics address (plain HTTP).
+//!
+//! Bounded: request bodies over `--max-body-bytes` get 413; a request not answered within
+//! `--request-timeout` gets 503, well before the API server's `timeoutSeconds`.
+
+pub mod metrics;
+pub mod reload;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tower_http::timeout::TimeoutLayer;
+
+use crate::admission::{self, Phase};
+use crate::engine::Engine;
+use crate::error::Error;
+use crate::namespaces::{NamespaceLabels, NoNamespaces};
+use crate::policy::{self, Action, PolicySet};
+use metrics::{DecisionLabels, Metrics, RequestLabels, WebhookLabels};
+
+/// Settings of `allot serve`.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub policies: PathBuf,
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    pub addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    pub max_body_bytes: usize,
+    pub request_timeout: Duration,
+    /// Fallback poll for changed policy and certificate files (file events are the fast path).
+    pub reload_interval: Duration,
+    /// How long in-flight requests may take to finish on SIGTERM.
+    pub shutdown_grace: Duration,
+    /// Watch Namespaces for their labels (Team selectors) when a kubeconfig is available.
+    pub watch_namespaces: bool,
+}
+
+/// The state requests read: swapped whole on reload, never locked on the hot path.
+pub struct AppState {
+    pub policies: ArcSwap<PolicySet>,
+    pub namespaces: Arc<dyn NamespaceLabels>,
+    pub metrics: Metrics,
+    /// The last reload error, shown on `/readyz` while the last good set stays in force.
+    pub last_reload_error: ArcSwap<Option<String>>,
+    pub shutting_down: AtomicBool,
+}
+
+impl AppState {
+    /// State over a loaded policy set.
+    pub fn new(policies: PolicySet, namespaces: Arc<dyn NamespaceLabels>) -> Arc<AppState> {
+        let metrics = Metrics::new();
+        metrics.set_policy_version(&policies.version);
+        Arc::new(AppState {
+            policies: ArcSwap::from_pointee(policies),
+            namespaces,
+            metrics,
+            last_reload_error: ArcSwap::from_pointee(None),
+            shutting_down: AtomicBool::new(false),
+        })
+    }
+}
+
+/// The webhook router (no TLS, no timeouts): what in-process tests call with `oneshot`.
+pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
+    Router::new()
+        .route("/mutate", post(mutate))
+        .route("/validate", post(validate))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state)
+}
+
+/// The metrics router: `/metrics`, plus the probes.
+pub fn metrics_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_text))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+async fn mutate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    answer(&state, Phase::Mutate, &body)
+}
+
+async fn validate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    answer(&state, Phase::Validate, &body)
+}
+
+fn answer(state: &AppState, phase: Phase, body: &[u8]) -> Response {
+    let started = Instant::now();
+    let webhook = phase.label();
+    let policies = state.policies.load();
+    let engine = Engine::new(&policies, state.namespaces.as_ref());
+    let response = match admission::review(body, phase, &engine) {
+        Ok(answer) => {
+            let result = match (answer.allowed, answer.mutated) {
+                (false, _) => "denied",
+                (true, true) => "mutated",
+                (true, false) => "allowed",
+            };
+            state.metrics.requests.get_or_create(&RequestLabels { webhook, result }).inc();
+            for f in &answer.outcome.findings {
+                state
+                    .metrics
+                    .decisions
+                    .get_or_create(&DecisionLabels { webhook, rule: f.rule.clone(), action: f.action.label() })
+                    .inc();
+                let message = f.describe();
+                match f.action {
+                    Action::Deny => tracing::info!(webhook, uid = %answer.uid, kind = %answer.kind, namespace = %answer.namespace, name = %answer.name, rule = %f.rule, %message, "denied"),
+                    Action::Warn | Action::Audit => tracing::info!(webhook, uid = %answer.uid, kind = %answer.kind, namespace = %answer.namespace, name = %answer.name, rule = %f.rule, action = f.action.label(), %message, "flagged"),
+                }
+            }
+            if answer.mutated {
+                tracing::debug!(webhook, uid = %answer.uid, namespace = %answer.namespace, name = %answer.name, changes = ?answer.outcome.changes, "mutated");
+            }
+            for note in &answer.outcome.notes {
+                tracing::warn!(webhook, uid = %answer.uid, namespace = %answer.namespace, name = %answer.name, %note, "incomplete evaluation");
+            }
+            ([(header::CONTENT_TYPE, "application/json")], answer.body).into_response()
+        }
+        Err(e) => {
+            state.metrics.requests.get_or_create(&RequestLabels { webhook, result: "error" }).inc();
+            tracing::warn!(webhook, error = %e, "rejected malformed AdmissionReview");
+            (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
+        }
+    };
+    state.metrics.duration.get_or_create(&WebhookLabels { webhook }).observe(started.elapsed().as_secs_f64());
+    response
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    if state.shutting_down.load(Ordering::Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+    }
+    let policies = state.policies.load();
+    let counts: Vec<String> = policies.summary().iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let mut body = format!("ok: policy set {} ({})\n", policies.version, counts.join(", "));
+    if let Some(error) = state.last_reload_error.load().as_ref() {
+        body.push_str(&format!("last reload failed; still serving {}:\n{error}\n", policies.version));
+    }
+    body.into_response()
+}
+
+async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        state.metrics.encode(),
+    )
+        .into_response()
+}
+
+/// Runs the server until SIGTERM or SIGINT.
+pub async fn run(config: ServeConfig) -> Result<(), Error> {
+    let policies = policy::load_dir(&config.policies)
+        .map_err(|e| Error::Policy { location: config.policies.display().to_string(), message: e.to_string() })?;
+    tracing::info!(version = %policies.version, summary = ?policies.summary(), "policies loaded");
+    let tls = tls::server_config(&config.tls_cert, &config.tls_key)?;
+    let rustls = axum_server::tls_rustls::RustlsConfig::from_config(tls);
+
+    let namespaces: Arc<dyn NamespaceLabels> =
+        if config.watch_namespaces { reload::watch_namespaces().await } else { Arc::new(NoNamespaces) };
+    let state = AppState::new(policies, namespaces);
+
+    let app = router(state.clone(), config.max_body_bytes)
+        .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, config.request_timeout));
+    let handle = axum_server::Handle::new();
+    let server = axum_server::bind_rustls(config.addr, rustls.clone()).handle(handle.clone()).serve(app.into_make_service());
+    let server = tokio::spawn(server);
+
+    let metrics_listener = tokio::net::TcpListener::bind(config.metrics_addr)
+        .await
+        .map_err(|e| Error::Io { path: PathBuf::from(config.metrics_addr.to_string()), source: e })?;
+    let metrics_addr = metrics_listener.local_addr().map_err(|e| Error::Io { path: PathBuf::from("metrics"), source: e })?;
+    let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+    let metrics_server = tokio::spawn(
+        axum::serve(metrics_listener, metrics_router(state.clone()))
+            .with_graceful_shutdown(async move {
+                let _ = metrics_stopped.await;
+            })
+            .into_future(),
+    );
+
+    let Some(addr) = handle.listening().await else {
+        return match server.await {
+            Ok(Err(e)) => Err(Error::Io { path: PathBuf::from(config.addr.to_string()), source: e }),
+            _ => Err(Error::Certificates(format!("could not listen on {}", config.addr))),
+        };
+    };
+    // One line on stdout that tools (and the integration tests) can read.
+    println!("allot serving webhooks on https://{addr} and metrics on http://{metrics_addr}");
+    tracing::info!(%addr, %metrics_addr, "serving");
+
+    let reloader = reload::spawn(state.clone(), rustls, config.clone());
+    shutdown_signal().await;
+    tracing::info!("shutting down: refusing new connections, closing idle ones");
+    state.shutting_down.store(true, Ordering::Relaxed);
+    // Graceful shutdown closes idle keep-alive connections at once (kubernetes#127335) and
+    // lets in-flight requests finish within the grace period.
+    handle.graceful_shutdown(Some(config.shutdown_grace));
+    let _ = stop_metrics.send(());
+    reloader.abort();
+    let _ = server.await;
+    let _ = metrics_server.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}

@@ -1,0 +1,194 @@
+//! Hot reload of policies and the serving certificate, and the Namespace watch.
+//!
+//! File events (notify) trigger a reload quickly; a periodic poll backs them up (some volume
+//! types and editors do not produce the events one expects). Each reload reads the files, skips
+//! work when their content hash has not changed, and swaps the new state in whole. A broken
+//! policy file never replaces the set in force: the error is logged, counted, and shown on
+//! `/readyz` until fixed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::{RecursiveMode, Watcher};
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use super::metrics::ResultLabels;
+use super::{AppState, ServeConfig, tls};
+use crate::namespaces::{Labels, NamespaceLabels, NoNamespaces};
+use crate::policy;
+
+/// Starts the reload task.
+pub fn spawn(state: Arc<AppState>, rustls: axum_server::tls_rustls::RustlsConfig, config: ServeConfig) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let (tx, mut rx) = mpsc::channel::<()>(1);
+        // Keep the watcher alive for the task's lifetime.
+        let _watcher = start_watcher(&config, tx);
+        let mut poll = tokio::time::interval(config.reload_interval);
+        poll.tick().await;
+        let mut reloader = Reloader::new(&state, &config);
+        loop {
+            tokio::select! {
+                Some(()) = rx.recv() => {
+                    // Let a burst of events (a ConfigMap swap is several) settle.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    while rx.try_recv().is_ok() {}
+                }
+                _ = poll.tick() => {}
+            }
+            reloader.reload_policies(&state);
+            reloader.reload_certificates(&state, &rustls);
+        }
+    })
+}
+
+fn start_watcher(config: &ServeConfig, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
+    let mut watcher = match notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if event.is_ok() {
+            let _ = tx.try_send(());
+        }
+    }) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!(error = %e, "file watching unavailable; relying on the periodic poll");
+            return None;
+        }
+    };
+    let mut watch = |path: &Path, mode| {
+        if let Err(e) = watcher.watch(path, mode) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot watch; relying on the periodic poll");
+        }
+    };
+    watch(&config.policies, RecursiveMode::Recursive);
+    for file in [&config.tls_cert, &config.tls_key] {
+        // Watch the directory: Secret volumes replace files through symlink swaps.
+        let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        watch(dir, RecursiveMode::NonRecursive);
+    }
+    Some(watcher)
+}
+
+struct Reloader {
+    policies_dir: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+    /// Version of the sources last tried (good or bad): unchanged files are not recompiled.
+    last_policy_version: String,
+    last_cert_hash: Option<Vec<u8>>,
+}
+
+impl Reloader {
+    fn new(state: &AppState, config: &ServeConfig) -> Reloader {
+        Reloader {
+            policies_dir: config.policies.clone(),
+            cert: config.tls_cert.clone(),
+            key: config.tls_key.clone(),
+            last_policy_version: state.policies.load().version.clone(),
+            last_cert_hash: cert_hash(&config.tls_cert, &config.tls_key),
+        }
+    }
+
+    fn reload_policies(&mut self, state: &AppState) {
+        let result = policy::read_sources(&self.policies_dir).and_then(|sources| {
+            let version = policy::version_of(&sources);
+            if version == self.last_policy_version {
+                return Ok(None);
+            }
+            self.last_policy_version = version;
+            policy::compile(&sources).map(Some)
+        });
+        match result {
+            Ok(None) => {}
+            Ok(Some(set)) => {
+                tracing::info!(version = %set.version, summary = ?set.summary(), "policies reloaded");
+                state.metrics.set_policy_version(&set.version);
+                state.metrics.policy_reloads.get_or_create(&ResultLabels { result: "success" }).inc();
+                state.metrics.policy_load_errors.set(0);
+                state.policies.store(Arc::new(set));
+                state.last_reload_error.store(Arc::new(None));
+            }
+            Err(errors) => {
+                // An unreadable directory has no version: forget the last one so the next
+                // readable state is tried.
+                if errors.0.iter().any(|e| e.contains("no policy files") || e.contains("No such file")) {
+                    self.last_policy_version.clear();
+                }
+                tracing::error!(errors = %errors, serving = %state.policies.load().version, "policy reload failed; keeping the last good policy set");
+                state.metrics.policy_reloads.get_or_create(&ResultLabels { result: "failure" }).inc();
+                state.metrics.policy_load_errors.set(errors.0.len() as i64);
+                state.last_reload_error.store(Arc::new(Some(errors.to_string())));
+            }
+        }
+    }
+
+    fn reload_certificates(&mut self, state: &AppState, rustls: &axum_server::tls_rustls::RustlsConfig) {
+        let hash = cert_hash(&self.cert, &self.key);
+        if hash.is_none() || hash == self.last_cert_hash {
+            return;
+        }
+        match tls::server_config(&self.cert, &self.key) {
+            Ok(config) => {
+                rustls.reload_from_config(config);
+                self.last_cert_hash = hash;
+                state.metrics.certificate_reloads.get_or_create(&ResultLabels { result: "success" }).inc();
+                tracing::info!(cert = %self.cert.display(), "serving certificate reloaded");
+            }
+            Err(e) => {
+                // Often the certificate was written and the key not yet: retried on the next
+                // event or poll, with the old certificate still serving.
+                state.metrics.certificate_reloads.get_or_create(&ResultLabels { result: "failure" }).inc();
+                tracing::warn!(error = %e, "certificate reload failed; keeping the current certificate");
+            }
+        }
+    }
+}
+
+fn cert_hash(cert: &Path, key: &Path) -> Option<Vec<u8>> {
+    let mut hasher = Sha256::new();
+    hasher.update(std::fs::read(cert).ok()?);
+    hasher.update(std::fs::read(key).ok()?);
+    Some(hasher.finalize().to_vec())
+}
+
+/// Namespace labels from a kube-runtime reflector.
+struct WatchedNamespaces(kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Namespace>);
+
+impl NamespaceLabels for WatchedNamespaces {
+    fn labels(&self, namespace: &str) -> Option<Labels> {
+        let ns = self.0.get(&kube::runtime::reflector::ObjectRef::new(namespace))?;
+        Some(ns.metadata.labels.clone().unwrap_or_default().into_iter().collect())
+    }
+}
+
+/// Starts a Namespace watch when a kubeconfig or in-cluster config is available; otherwise
+/// Team label selectors cannot be evaluated (and evaluation notes say so).
+pub async fn watch_namespaces() -> Arc<dyn NamespaceLabels> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+
+    let client = match tokio::time::timeout(Duration::from_secs(5), kube::Client::try_default()).await {
+        Ok(Ok(client)) => client,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "no Kubernetes client; Team namespace selectors cannot be evaluated");
+            return Arc::new(NoNamespaces);
+        }
+        Err(_) => {
+            tracing::warn!("Kubernetes client setup timed out; Team namespace selectors cannot be evaluated");
+            return Arc::new(NoNamespaces);
+        }
+    };
+    let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
+    let (reader, writer) = reflector::store();
+    let stream = reflector(writer, watcher(api, watcher::Config::default())).default_backoff().applied_objects();
+    tokio::spawn(async move {
+        stream
+            .for_each(|event| async move {
+                if let Err(e) = event {
+                    tracing::warn!(error = %e, "namespace watch error");
+                }
+            })
+            .await;
+    });
+    Arc::new(WatchedNamespaces(reader))
+}

@@ -1,0 +1,183 @@
+//! `allot webhooks`: the MutatingWebhookConfiguration and ValidatingWebhookConfiguration to
+//! apply, rendered from the same workload table the engine uses (so every kind Allot can check
+//! is registered, and nothing else).
+//!
+//! Blast radius: a namespaceSelector leaves `kube-system` and Allot's own namespace alone;
+//! matchConditions skip the kubelet (mirror pods cannot be mutated) and Allot's own service
+//! account (its controller's gate removals must never depend on its webhook).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
+    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
+
+use crate::workload::WORKLOAD_KINDS;
+
+/// Where the API server reaches Allot.
+#[derive(Debug, Clone)]
+pub enum Endpoint {
+    /// An in-cluster Service (`namespace`, `name`, port 443).
+    Service { namespace: String, name: String },
+    /// A URL (`https://host:port`), for Allot outside the cluster.
+    Url(String),
+}
+
+/// Options of `allot webhooks`.
+#[derive(Debug, Clone)]
+pub struct WebhookOptions {
+    pub endpoint: Endpoint,
+    pub ca_bundle: Vec<u8>,
+    /// Name of the two configurations.
+    pub name: String,
+    /// `Fail` or `Ignore`.
+    pub failure_policy: String,
+    pub timeout_seconds: i32,
+    /// Namespaces never sent to Allot (besides kube-system).
+    pub exclude_namespaces: Vec<String>,
+    /// Allot's own service account user name, skipped by matchConditions.
+    pub service_account: Option<String>,
+}
+
+fn client_config(opts: &WebhookOptions, path: &str) -> WebhookClientConfig {
+    let ca_bundle = Some(ByteString(opts.ca_bundle.clone()));
+    match &opts.endpoint {
+        Endpoint::Service { namespace, name } => WebhookClientConfig {
+            ca_bundle,
+            service: Some(ServiceReference {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                path: Some(path.to_string()),
+                port: Some(443),
+            }),
+            url: None,
+        },
+        Endpoint::Url(url) => {
+            WebhookClientConfig { ca_bundle, service: None, url: Some(format!("{}{path}", url.trim_end_matches('/'))) }
+        }
+    }
+}
+
+fn namespace_selector(opts: &WebhookOptions) -> LabelSelector {
+    let mut excluded = vec!["kube-system".to_string()];
+    if let Endpoint::Service { namespace, .. } = &opts.endpoint {
+        excluded.push(namespace.clone());
+    }
+    for ns in &opts.exclude_namespaces {
+        if !excluded.contains(ns) {
+            excluded.push(ns.clone());
+        }
+    }
+    LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "kubernetes.io/metadata.name".into(),
+            operator: "NotIn".into(),
+            values: Some(excluded),
+        }]),
+        match_labels: None,
+    }
+}
+
+fn match_conditions(opts: &WebhookOptions, skip_nodes: bool) -> Vec<MatchCondition> {
+    let mut out = Vec::new();
+    if skip_nodes {
+        out.push(MatchCondition {
+            name: "not-kubelet".into(),
+            expression: "!request.userInfo.username.startsWith('system:node:')".into(),
+        });
+    }
+    if let Some(sa) = &opts.service_account {
+        out.push(MatchCondition { name: "not-allot-itself".into(), expression: format!("request.userInfo.username != '{sa}'") });
+    }
+    out
+}
+
+/// `(group, plural)` for every kind in the workload table.
+fn workload_resources() -> BTreeMap<&'static str, Vec<String>> {
+    let mut by_group: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    for w in WORKLOAD_KINDS {
+        by_group.entry(w.group).or_default().push(format!("{}s", w.kind.to_lowercase()));
+    }
+    by_group
+}
+
+/// The two configurations, in apply order.
+pub fn render(opts: &WebhookOptions) -> (MutatingWebhookConfiguration, ValidatingWebhookConfiguration) {
+    let meta = ObjectMeta {
+        name: Some(opts.name.clone()),
+        labels: Some(BTreeMap::from([("app.kubernetes.io/name".to_string(), "allot".to_string())])),
+        ..Default::default()
+    };
+    let mutating = MutatingWebhookConfiguration {
+        metadata: meta.clone(),
+        webhooks: Some(vec![MutatingWebhook {
+            name: "mutate.allot.dev".into(),
+            admission_review_versions: vec!["v1".into()],
+            client_config: client_config(opts, "/mutate"),
+            failure_policy: Some(opts.failure_policy.clone()),
+            match_policy: Some("Equivalent".into()),
+            namespace_selector: Some(namespace_selector(opts)),
+            match_conditions: Some(match_conditions(opts, true)),
+            reinvocation_policy: Some("IfNeeded".into()),
+            side_effects: "None".into(),
+            timeout_seconds: Some(opts.timeout_seconds),
+            rules: Some(vec![RuleWithOperations {
+                api_groups: Some(vec!["".into()]),
+                api_versions: Some(vec!["v1".into()]),
+                operations: Some(vec!["CREATE".into()]),
+                resources: Some(vec!["pods".into()]),
+                scope: Some("Namespaced".into()),
+            }]),
+            object_selector: None,
+        }]),
+    };
+    let rules = workload_resources()
+        .into_iter()
+        .map(|(group, resources)| RuleWithOperations {
+            api_groups: Some(vec![group.to_string()]),
+            api_versions: Some(vec!["*".into()]),
+            operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+            resources: Some(resources),
+            scope: Some("Namespaced".into()),
+        })
+        .collect();
+    let validating = ValidatingWebhookConfiguration {
+        metadata: meta,
+        webhooks: Some(vec![ValidatingWebhook {
+            name: "validate.allot.dev".into(),
+            admission_review_versions: vec!["v1".into()],
+            client_config: client_config(opts, "/validate"),
+            failure_policy: Some(opts.failure_policy.clone()),
+            match_policy: Some("Equivalent".into()),
+            namespace_selector: Some(namespace_selector(opts)),
+            match_conditions: Some(match_conditions(opts, false)),
+            side_effects: "None".into(),
+            timeout_seconds: Some(opts.timeout_seconds),
+            rules: Some(rules),
+            object_selector: None,
+        }]),
+    };
+    (mutating, validating)
+}
+
+/// Both configurations as one multi-document YAML stream.
+pub fn render_yaml(opts: &WebhookOptions) -> Result<String, String> {
+    let (m, v) = render(opts);
+    let with_type = |value: serde_json::Value, kind: &str| {
+        let mut map = serde_json::Map::new();
+        map.insert("apiVersion".into(), "admissionregistration.k8s.io/v1".into());
+        map.insert("kind".into(), kind.into());
+        if let serde_json::Value::Object(rest) = value {
+            map.extend(rest.into_iter().filter(|(k, _)| k != "apiVersion" && k != "kind"));
+        }
+        serde_json::Value::Object(map)
+    };
+    let m = with_type(serde_json::to_value(&m).map_err(|e| e.to_string())?, "MutatingWebhookConfiguration");
+    let v = with_type(serde_json::to_value(&v).map_err(|e| e.to_string())?, "ValidatingWebhookConfiguration");
+    let m = serde_saphyr::to_string(&m).map_err(|e| e.to_string())?;
+    let v = serde_saphyr::to_string(&v).map_err(|e| e.to_string())?;
+    Ok(format!("{m}---\n{v}"))
+}

@@ -1,0 +1,254 @@
+//! Where Pods hide inside workload objects: one table of (group, kind) → template paths, so a
+//! new CRD is one row, not one code path.
+//!
+//! A template path is a sequence of steps from the object root to a `PodTemplateSpec`-shaped
+//! value (`{metadata, spec}`). `Each` walks every element of a list, `Values` every value of a
+//! map (Kubeflow's `pytorchReplicaSpecs: {Master: …, Worker: …}`). Paths are printed the way
+//! users read them: `spec.replicatedJobs[1].template.spec.template`.
+
+use serde_json::{Map, Value};
+
+/// One step of a template path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// A named field.
+    Field(&'static str),
+    /// Every element of a list.
+    Each,
+    /// Every value of a map.
+    Values,
+}
+
+use Step::{Each, Field, Values};
+
+/// How a workload kind carries its Pods.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkloadKind {
+    /// API group; `""` for the core group.
+    pub group: &'static str,
+    pub kind: &'static str,
+    /// Paths to `PodTemplateSpec`s. Empty for `Pod` itself (the object is the Pod).
+    pub templates: &'static [&'static [Step]],
+    /// For kinds that carry bare container resources instead of templates (TrainJob's
+    /// `spec.trainer.resourcesPerNode`): path to the container-like object and the field that
+    /// holds its `ResourceRequirements`.
+    pub container_resources: Option<(&'static [Step], &'static str)>,
+}
+
+const fn kind(group: &'static str, kind: &'static str, templates: &'static [&'static [Step]]) -> WorkloadKind {
+    WorkloadKind { group, kind, templates, container_resources: None }
+}
+
+/// Every kind Allot looks into. Kubeflow kinds are listed under `kubeflow.org`; Volcano's Job
+/// under `batch.volcano.sh`.
+pub const WORKLOAD_KINDS: &[WorkloadKind] = &[
+    kind("", "Pod", &[]),
+    kind("", "PodTemplate", &[&[Field("template")]]),
+    kind("", "ReplicationController", &[&[Field("spec"), Field("template")]]),
+    kind("batch", "Job", &[&[Field("spec"), Field("template")]]),
+    kind("batch", "CronJob", &[&[Field("spec"), Field("jobTemplate"), Field("spec"), Field("template")]]),
+    kind("apps", "Deployment", &[&[Field("spec"), Field("template")]]),
+    kind("apps", "StatefulSet", &[&[Field("spec"), Field("template")]]),
+    kind("apps", "DaemonSet", &[&[Field("spec"), Field("template")]]),
+    kind("apps", "ReplicaSet", &[&[Field("spec"), Field("template")]]),
+    kind(
+        "jobset.x-k8s.io",
+        "JobSet",
+        &[&[Field("spec"), Field("replicatedJobs"), Each, Field("template"), Field("spec"), Field("template")]],
+    ),
+    kind("kubeflow.org", "PyTorchJob", &[&[Field("spec"), Field("pytorchReplicaSpecs"), Values, Field("template")]]),
+    kind("kubeflow.org", "TFJob", &[&[Field("spec"), Field("tfReplicaSpecs"), Values, Field("template")]]),
+    kind("kubeflow.org", "MPIJob", &[&[Field("spec"), Field("mpiReplicaSpecs"), Values, Field("template")]]),
+    kind("kubeflow.org", "XGBoostJob", &[&[Field("spec"), Field("xgbReplicaSpecs"), Values, Field("template")]]),
+    kind("kubeflow.org", "JAXJob", &[&[Field("spec"), Field("jaxReplicaSpecs"), Values, Field("template")]]),
+    kind("kubeflow.org", "PaddleJob", &[&[Field("spec"), Field("paddleReplicaSpecs"), Values, Field("template")]]),
+    WorkloadKind {
+        group: "trainer.kubeflow.org",
+        kind: "TrainJob",
+        templates: &[],
+        container_resources: Some((&[Field("spec"), Field("trainer")], "resourcesPerNode")),
+    },
+    kind(
+        "ray.io",
+        "RayCluster",
+        &[
+            &[Field("spec"), Field("headGroupSpec"), Field("template")],
+            &[Field("spec"), Field("workerGroupSpecs"), Each, Field("template")],
+        ],
+    ),
+    kind(
+        "ray.io",
+        "RayJob",
+        &[
+            &[Field("spec"), Field("rayClusterSpec"), Field("headGroupSpec"), Field("template")],
+            &[Field("spec"), Field("rayClusterSpec"), Field("workerGroupSpecs"), Each, Field("template")],
+            &[Field("spec"), Field("submitterPodTemplate")],
+        ],
+    ),
+    kind(
+        "leaderworkerset.x-k8s.io",
+        "LeaderWorkerSet",
+        &[
+            &[Field("spec"), Field("leaderWorkerTemplate"), Field("leaderTemplate")],
+            &[Field("spec"), Field("leaderWorkerTemplate"), Field("workerTemplate")],
+        ],
+    ),
+    kind("batch.volcano.sh", "Job", &[&[Field("spec"), Field("tasks"), Each, Field("template")]]),
+];
+
+/// Finds the table row for a (group, kind).
+pub fn lookup(group: &str, kind: &str) -> Option<&'static WorkloadKind> {
+    WORKLOAD_KINDS.iter().find(|w| w.group == group && w.kind == kind)
+}
+
+/// The API group of an `apiVersion` (`batch/v1` → `batch`, `v1` → ``).
+pub fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(group, _)| group)
+}
+
+/// A Pod as it is, or as a workload's template will make it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodView {
+    /// Where it sits in the object (`""` for a Pod; `spec.template` for a Job).
+    pub path: String,
+    /// A Pod-shaped object: `{apiVersion: v1, kind: Pod, metadata, spec}`.
+    pub pod: Value,
+}
+
+impl PodView {
+    /// Prefix for paths inside this pod (`spec.template.spec` or `spec`).
+    pub fn spec_path(&self) -> String {
+        if self.path.is_empty() { "spec".to_string() } else { format!("{}.spec", self.path) }
+    }
+}
+
+/// The Pods an object describes: itself for a Pod, one per template for a workload, none for a
+/// kind not in the table.
+pub fn pods_of(object: &Value, group: &str, kind_name: &str) -> Vec<PodView> {
+    let Some(row) = lookup(group, kind_name) else {
+        return Vec::new();
+    };
+    if row.kind == "Pod" && row.group.is_empty() {
+        return vec![PodView { path: String::new(), pod: object.clone() }];
+    }
+    let namespace = object.pointer("/metadata/namespace").cloned();
+    let mut out = Vec::new();
+    for steps in row.templates {
+        walk(object, steps, String::new(), &mut |path, template| {
+            out.push(PodView { path, pod: template_as_pod(template, namespace.clone()) });
+        });
+    }
+    if let Some((steps, field)) = row.container_resources {
+        walk(object, steps, String::new(), &mut |path, holder| {
+            let mut container = Map::new();
+            container.insert("name".into(), Value::String("trainer".into()));
+            if let Some(resources) = holder.get(field) {
+                container.insert("resources".into(), resources.clone());
+            }
+            let pod = serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"namespace": namespace.clone().unwrap_or(Value::Null)},
+                "spec": {"containers": [Value::Object(container)]},
+            });
+            out.push(PodView { path, pod });
+        });
+    }
+    out
+}
+
+fn template_as_pod(template: &Value, namespace: Option<Value>) -> Value {
+    let mut metadata = template.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
+    if let Some(ns) = namespace {
+        metadata.entry("namespace").or_insert(ns);
+    }
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": Value::Object(metadata),
+        "spec": template.get("spec").cloned().unwrap_or_else(|| Value::Object(Map::new())),
+    })
+}
+
+fn walk(value: &Value, steps: &[Step], path: String, visit: &mut dyn FnMut(String, &Value)) {
+    let Some((step, rest)) = steps.split_first() else {
+        visit(path, value);
+        return;
+    };
+    let join = |segment: &str| if path.is_empty() { segment.to_string() } else { format!("{path}.{segment}") };
+    match step {
+        Field(name) => {
+            if let Some(next) = value.get(*name) {
+                walk(next, rest, join(name), visit);
+            }
+        }
+        Each => {
+            for (i, next) in value.as_array().into_iter().flatten().enumerate() {
+                walk(next, rest, format!("{path}[{i}]"), visit);
+            }
+        }
+        Values => {
+            for (key, next) in value.as_object().into_iter().flatten() {
+                walk(next, rest, join(key), visit);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn jobset_paths_are_readable() {
+        let jobset = json!({
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "js", "namespace": "vision"},
+            "spec": {"replicatedJobs": [
+                {"template": {"spec": {"template": {"spec": {"containers": [{"name": "a"}]}}}}},
+                {"template": {"spec": {"template": {"spec": {"containers": [{"name": "b"}]}}}}},
+            ]}
+        });
+        let pods = pods_of(&jobset, "jobset.x-k8s.io", "JobSet");
+        let paths: Vec<_> = pods.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(paths, ["spec.replicatedJobs[0].template.spec.template", "spec.replicatedJobs[1].template.spec.template"]);
+        assert_eq!(pods[1].pod.pointer("/metadata/namespace"), Some(&json!("vision")));
+        assert_eq!(pods[1].pod.pointer("/spec/containers/0/name"), Some(&json!("b")));
+    }
+
+    #[test]
+    fn kubeflow_replica_maps() {
+        let job = json!({"spec": {"pytorchReplicaSpecs": {
+            "Master": {"replicas": 1, "template": {"spec": {"containers": []}}},
+            "Worker": {"replicas": 3, "template": {"spec": {"containers": []}}},
+        }}});
+        let paths: Vec<_> = pods_of(&job, "kubeflow.org", "PyTorchJob").into_iter().map(|p| p.path).collect();
+        assert_eq!(paths, ["spec.pytorchReplicaSpecs.Master.template", "spec.pytorchReplicaSpecs.Worker.template"]);
+    }
+
+    #[test]
+    fn trainjob_resources_become_a_container() {
+        let job = json!({"spec": {"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": 8}}}}});
+        let pods = pods_of(&job, "trainer.kubeflow.org", "TrainJob");
+        assert_eq!(pods.len(), 1);
+        assert_eq!(pods[0].path, "spec.trainer");
+        assert_eq!(pods[0].pod.pointer("/spec/containers/0/resources/limits/nvidia.com~1gpu"), Some(&json!(8)));
+    }
+
+    #[test]
+    fn unknown_kinds_and_missing_fields_yield_nothing() {
+        assert!(pods_of(&json!({}), "example.com", "Widget").is_empty());
+        assert!(pods_of(&json!({"spec": {}}), "batch", "Job").is_empty());
+        assert!(pods_of(&json!({"spec": {"tasks": "oops"}}), "batch.volcano.sh", "Job").is_empty());
+    }
+
+    #[test]
+    fn every_kind_in_the_table_is_unique() {
+        for (i, a) in WORKLOAD_KINDS.iter().enumerate() {
+            for b in &WORKLOAD_KINDS[i + 1..] {
+                assert!(!(a.group == b.group && a.kind == b.kind), "{}/{} twice", a.group, a.kind);
+            }
+        }
+    }
+}
