@@ -1,1 +1,162 @@
-fn main(){}
+//! In-process benchmarks of the engine, against the shipped `policies/`.
+//!
+//! Run with `cargo bench --bench engine`; `scripts/bench-summary.sh` then prints every result as
+//! a ratio to `baseline/parse-json-value` measured in the same run (this machine is shared and
+//! noisy: compare ratios, not absolute times, between runs).
+//!
+//! - `baseline/parse-json-value`: `serde_json::from_slice::<Value>` of fixture 010's body, the
+//!   least any webhook must do with it.
+//! - `review/mutate-010`, `review/validate-010`: `admission::review` of fixture 010 (a Pod asking
+//!   for one `nvidia.com/gpu` in team namespace `vision`), decode → engine → encode, exactly what
+//!   `POST /mutate` and `POST /validate` run. Target: < 20 µs.
+//! - `engine/admit-pod-010`: `Engine::admit` (mutate, apply the patch, validate; what
+//!   `allot check` runs) on the same Pod object, already decoded.
+//! - `engine/validate-pytorchjob`, `engine/validate-jobset`: `Engine::validate` of the workloads
+//!   in `examples/workloads/` (each Pod template mutated as it will be, then checked).
+//! - `policy/load-dir`: reading and compiling `policies/` (what a reload costs).
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use allot::admission::{self, Phase};
+use allot::check::{self, Manifest};
+use allot::engine::{Engine, Request, RequestOperation, group_kind};
+use allot::namespaces::{self, StaticNamespaces};
+use allot::policy::{self, PolicySet};
+use criterion::{Criterion, criterion_group, criterion_main};
+use serde_json::Value;
+
+const FIXTURE_010: &str = "tests/fixtures/admission-reviews/010-mutate-create-pod-my-gpu-pod.json";
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn policies() -> PolicySet {
+    policy::load_dir(&repo().join("policies")).unwrap_or_else(|e| panic!("policies/: {e}"))
+}
+
+/// Namespace labels as a server with the Namespace watch would know them.
+fn namespaces() -> StaticNamespaces {
+    let path = repo().join("examples/cluster/namespaces.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    namespaces::from_manifests(&path.display().to_string(), &text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn manifest(path: &str) -> Manifest {
+    let mut manifests = check::read_manifests(&[PathBuf::from(repo().join(path))])
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    assert_eq!(manifests.len(), 1, "{path}: expected one object");
+    manifests.remove(0)
+}
+
+/// A CREATE request for a manifest, as `allot check` builds it.
+fn create_request<'a>(object: &'a Value, groups: &'a [String]) -> Request<'a> {
+    let (group, kind) = group_kind(object);
+    Request {
+        operation: RequestOperation::Create,
+        group,
+        kind,
+        namespace: object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("default"),
+        object,
+        old_object: None,
+        dry_run: false,
+        username: "admin",
+        groups,
+    }
+}
+
+fn benches(c: &mut Criterion) {
+    let policies = policies();
+    let namespaces = namespaces();
+    let engine = Engine::new(&policies, &namespaces);
+    let body =
+        std::fs::read(repo().join(FIXTURE_010)).unwrap_or_else(|e| panic!("{FIXTURE_010}: {e}"));
+
+    // Make sure each benchmark measures the real work, not an early exit.
+    let mutated =
+        admission::review(&body, Phase::Mutate, &engine).expect("fixture 010 is a valid review");
+    assert!(
+        mutated.allowed && mutated.mutated,
+        "fixture 010 should be admitted with a patch"
+    );
+    let validated =
+        admission::review(&body, Phase::Validate, &engine).expect("fixture 010 is a valid review");
+    assert!(
+        validated.allowed,
+        "fixture 010 should pass validation: {:?}",
+        validated.outcome.findings
+    );
+
+    let review: Value = serde_json::from_slice(&body).expect("fixture 010 is JSON");
+    let pod = review
+        .pointer("/request/object")
+        .expect("fixture 010 has request.object")
+        .clone();
+    let groups: Vec<String> = vec!["system:authenticated".into()];
+    let pod_request = Request {
+        namespace: "vision",
+        ..create_request(&pod, &groups)
+    };
+    let admitted = engine.admit(&pod_request);
+    assert!(
+        admitted.allowed() && !admitted.mutation.patch.is_empty(),
+        "pod 010 should be admitted with a patch"
+    );
+
+    let pytorchjob = manifest("examples/workloads/pytorchjob.yaml");
+    let pytorch_request = create_request(&pytorchjob.object, &groups);
+    assert!(
+        !engine.validate(&pytorch_request).allowed(),
+        "the example PyTorchJob should be denied"
+    );
+    let jobset = manifest("examples/workloads/jobset.yaml");
+    let jobset_request = create_request(&jobset.object, &groups);
+    assert!(
+        !engine.validate(&jobset_request).allowed(),
+        "the example JobSet should be denied"
+    );
+
+    c.bench_function("baseline/parse-json-value", |b| {
+        b.iter(|| serde_json::from_slice::<Value>(black_box(&body)).expect("JSON"))
+    });
+    c.bench_function("review/mutate-010", |b| {
+        b.iter(|| {
+            admission::review(black_box(&body), Phase::Mutate, &engine).expect("valid review")
+        })
+    });
+    c.bench_function("review/validate-010", |b| {
+        b.iter(|| {
+            admission::review(black_box(&body), Phase::Validate, &engine).expect("valid review")
+        })
+    });
+    c.bench_function("engine/admit-pod-010", |b| {
+        b.iter(|| engine.admit(black_box(&pod_request)))
+    });
+    c.bench_function("engine/validate-pytorchjob", |b| {
+        b.iter(|| engine.validate(black_box(&pytorch_request)))
+    });
+    c.bench_function("engine/validate-jobset", |b| {
+        b.iter(|| engine.validate(black_box(&jobset_request)))
+    });
+    c.bench_function("policy/load-dir", |b| {
+        b.iter(|| policy::load_dir(black_box(&repo().join("policies"))).expect("policies"))
+    });
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(2))
+        .measurement_time(Duration::from_secs(5))
+}
+
+criterion_group! {
+    name = engine;
+    config = config();
+    targets = benches
+}
+criterion_main!(engine);

@@ -59,12 +59,16 @@ struct UserInfo {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RequestIn {
+    // Defaults, so that a missing field is reported by the checks below with a clear message.
+    #[serde(default)]
     uid: String,
+    #[serde(default)]
     kind: GroupVersionKind,
     #[serde(default)]
     namespace: Option<String>,
     #[serde(default)]
     name: Option<String>,
+    #[serde(default)]
     operation: String,
     #[serde(default)]
     user_info: UserInfo,
@@ -97,20 +101,32 @@ pub struct BadReview(pub String);
 
 /// Decodes a review, runs the engine for `phase` and encodes the response.
 pub fn review(body: &[u8], phase: Phase, engine: &Engine<'_>) -> Result<Answer, BadReview> {
-    let review: ReviewIn = serde_json::from_slice(body).map_err(|e| BadReview(format!("invalid JSON: {e}")))?;
+    let review: ReviewIn =
+        serde_json::from_slice(body).map_err(|e| BadReview(format!("invalid JSON: {e}")))?;
     if review.kind.as_deref() != Some("AdmissionReview") {
-        return Err(BadReview(format!("kind must be AdmissionReview, got {:?}", review.kind.unwrap_or_default())));
+        return Err(BadReview(format!(
+            "kind must be AdmissionReview, got {:?}",
+            review.kind.unwrap_or_default()
+        )));
     }
     let api_version = review.api_version.unwrap_or_default();
     if api_version != "admission.k8s.io/v1" {
-        return Err(BadReview(format!("apiVersion must be admission.k8s.io/v1, got {api_version:?}")));
+        return Err(BadReview(format!(
+            "apiVersion must be admission.k8s.io/v1, got {api_version:?}"
+        )));
     }
-    let req = review.request.ok_or_else(|| BadReview("request is missing".into()))?;
+    let req = review
+        .request
+        .ok_or_else(|| BadReview("request is missing".into()))?;
     if req.uid.is_empty() {
         return Err(BadReview("request.uid is empty".into()));
     }
-    let operation = RequestOperation::parse(&req.operation)
-        .ok_or_else(|| BadReview(format!("request.operation {:?} is not CREATE, UPDATE, DELETE or CONNECT", req.operation)))?;
+    let operation = RequestOperation::parse(&req.operation).ok_or_else(|| {
+        BadReview(format!(
+            "request.operation {:?} is not CREATE, UPDATE, DELETE or CONNECT",
+            req.operation
+        ))
+    })?;
     let namespace = req.namespace.clone().unwrap_or_default();
     let outcome = match req.object.as_ref().filter(|o| o.is_object()) {
         Some(object) => {
@@ -136,7 +152,13 @@ pub fn review(body: &[u8], phase: Phase, engine: &Engine<'_>) -> Result<Answer, 
     let name = req
         .name
         .clone()
-        .or_else(|| req.object.as_ref().and_then(|o| o.pointer("/metadata/name")).and_then(Value::as_str).map(String::from))
+        .or_else(|| {
+            req.object
+                .as_ref()
+                .and_then(|o| o.pointer("/metadata/name"))
+                .and_then(Value::as_str)
+                .map(String::from)
+        })
         .or_else(|| {
             req.object
                 .as_ref()
@@ -197,22 +219,43 @@ fn tagged(f: &Finding) -> String {
 
 /// The denial message shown by `kubectl`: what was denied and every reason.
 pub fn denial_message(kind: &str, namespace: &str, name: &str, findings: &[Finding]) -> String {
-    let reasons: Vec<String> = findings.iter().filter(|f| f.action == Action::Deny).map(tagged).collect();
-    let object = if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") };
+    let reasons: Vec<String> = findings
+        .iter()
+        .filter(|f| f.action == Action::Deny)
+        .map(tagged)
+        .collect();
+    let object = if namespace.is_empty() {
+        format!("{kind} {name}")
+    } else {
+        format!("{kind} {namespace}/{name}")
+    };
     format!("allot denied {object}: {}", reasons.join("; "))
 }
 
 fn audit_key(rule: &str) -> String {
     let mut key: String = rule
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_' { c.to_ascii_lowercase() } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
         .collect();
     key.truncate(63);
-    key.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_string()
+    key.trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
 }
 
 /// Serialises an AdmissionReview response for `outcome`. A denial carries no patch.
-pub fn encode_response(uid: &str, kind: &str, namespace: &str, name: &str, outcome: &Outcome) -> Vec<u8> {
+pub fn encode_response(
+    uid: &str,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    outcome: &Outcome,
+) -> Vec<u8> {
     let allowed = outcome.allowed();
     let status = (!allowed).then(|| StatusOut {
         code: 403,
@@ -220,10 +263,18 @@ pub fn encode_response(uid: &str, kind: &str, namespace: &str, name: &str, outco
         message: denial_message(kind, namespace, name, &outcome.findings),
     });
     let patch = (allowed && !outcome.patch.is_empty())
-        .then(|| serde_json::to_vec(&outcome.patch).map(|b| base64::engine::general_purpose::STANDARD.encode(b)).ok())
+        .then(|| {
+            serde_json::to_vec(&outcome.patch)
+                .map(|b| base64::engine::general_purpose::STANDARD.encode(b))
+                .ok()
+        })
         .flatten();
     let mut audit_annotations = BTreeMap::new();
-    for f in outcome.findings.iter().filter(|f| f.action == Action::Audit) {
+    for f in outcome
+        .findings
+        .iter()
+        .filter(|f| f.action == Action::Audit)
+    {
         audit_annotations
             .entry(audit_key(&f.rule))
             .and_modify(|v: &mut String| {
@@ -241,7 +292,12 @@ pub fn encode_response(uid: &str, kind: &str, namespace: &str, name: &str, outco
             status,
             patch_type: patch.as_ref().map(|_| "JSONPatch"),
             patch,
-            warnings: outcome.findings.iter().filter(|f| f.action == Action::Warn).map(tagged).collect(),
+            warnings: outcome
+                .findings
+                .iter()
+                .filter(|f| f.action == Action::Warn)
+                .map(tagged)
+                .collect(),
             audit_annotations,
         },
     };

@@ -22,7 +22,10 @@ impl PatchOp {
     /// The operation's JSON pointer.
     pub fn path(&self) -> &str {
         match self {
-            PatchOp::Add { path, .. } | PatchOp::Replace { path, .. } | PatchOp::Remove { path } | PatchOp::Test { path, .. } => path,
+            PatchOp::Add { path, .. }
+            | PatchOp::Replace { path, .. }
+            | PatchOp::Remove { path }
+            | PatchOp::Test { path, .. } => path,
         }
     }
 }
@@ -36,7 +39,8 @@ pub fn escape(token: &str) -> String {
 /// server applies), returning the patched copy.
 pub fn apply(document: &Value, ops: &[PatchOp]) -> Result<Value, String> {
     let patch: json_patch::Patch =
-        serde_json::from_value(serde_json::to_value(ops).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        serde_json::from_value(serde_json::to_value(ops).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
     let mut out = document.clone();
     json_patch::patch(&mut out, &patch).map_err(|e| e.to_string())?;
     Ok(out)
@@ -55,7 +59,11 @@ impl Builder {
     /// `base` is the pointer of `fields`' parent; `fields` holds the current values of the
     /// fields that may be changed (a partial copy is enough).
     pub fn new(base: &str, fields: Map<String, Value>) -> Builder {
-        Builder { base: base.to_string(), working: fields, ops: Vec::new() }
+        Builder {
+            base: base.to_string(),
+            working: fields,
+            ops: Vec::new(),
+        }
     }
 
     /// The current value at `segments` (after earlier operations).
@@ -84,8 +92,19 @@ impl Builder {
     /// Sets the value at `segments` (object keys only), creating missing parents with one `add`
     /// at the highest missing level. Replaces an existing value.
     pub fn ensure(&mut self, segments: &[&str], value: Value) {
+        // Descend through existing objects, and through lists where the next segment is an
+        // index into them (`nodeSelectorTerms/1/matchExpressions`).
+        let container = |v: &Value, next: &str| match v {
+            Value::Object(_) => true,
+            Value::Array(items) => next.parse::<usize>().is_ok_and(|i| i < items.len()),
+            _ => false,
+        };
         let mut depth = 0;
-        while depth < segments.len() - 1 && self.get(&segments[..=depth]).is_some_and(Value::is_object) {
+        while depth < segments.len() - 1
+            && self
+                .get(&segments[..=depth])
+                .is_some_and(|v| container(v, segments[depth + 1]))
+        {
             depth += 1;
         }
         // segments[..depth] exist as objects; segments[depth] may or may not exist.
@@ -100,9 +119,15 @@ impl Builder {
         // When it exists but is not the leaf, a non-object sits where a parent should be: it is
         // replaced whole.
         self.ops.push(if exists {
-            PatchOp::Replace { path, value: nested.clone() }
+            PatchOp::Replace {
+                path,
+                value: nested.clone(),
+            }
         } else {
-            PatchOp::Add { path, value: nested.clone() }
+            PatchOp::Add {
+                path,
+                value: nested.clone(),
+            }
         });
         self.set_working(&segments[..=depth], nested);
     }
@@ -112,7 +137,10 @@ impl Builder {
         match self.get(segments) {
             Some(Value::Array(_)) => {
                 let path = format!("{}/-", self.pointer(segments));
-                self.ops.push(PatchOp::Add { path, value: item.clone() });
+                self.ops.push(PatchOp::Add {
+                    path,
+                    value: item.clone(),
+                });
                 if let Some(Value::Array(list)) = self.get_mut(segments) {
                     list.push(item);
                 }
@@ -124,9 +152,15 @@ impl Builder {
     /// Removes the field at `segments` if present.
     pub fn remove(&mut self, segments: &[&str]) {
         if self.get(segments).is_some() {
-            self.ops.push(PatchOp::Remove { path: self.pointer(segments) });
+            self.ops.push(PatchOp::Remove {
+                path: self.pointer(segments),
+            });
             if let Some((last, parent)) = segments.split_last() {
-                let container = if parent.is_empty() { Some(&mut self.working) } else { self.get_mut(parent).and_then(Value::as_object_mut) };
+                let container = if parent.is_empty() {
+                    Some(&mut self.working)
+                } else {
+                    self.get_mut(parent).and_then(Value::as_object_mut)
+                };
                 if let Some(m) = container {
                     m.remove(*last);
                 }
@@ -148,10 +182,23 @@ impl Builder {
     }
 
     fn set_working(&mut self, segments: &[&str], value: Value) {
-        let Some((last, parent)) = segments.split_last() else { return };
-        let container = if parent.is_empty() { Some(&mut self.working) } else { self.get_mut(parent).and_then(Value::as_object_mut) };
-        if let Some(m) = container {
-            m.insert((*last).to_string(), value);
+        let Some((last, parent)) = segments.split_last() else {
+            return;
+        };
+        if parent.is_empty() {
+            self.working.insert((*last).to_string(), value);
+            return;
+        }
+        match self.get_mut(parent) {
+            Some(Value::Object(m)) => {
+                m.insert((*last).to_string(), value);
+            }
+            Some(Value::Array(items)) => {
+                if let Some(slot) = last.parse::<usize>().ok().and_then(|i| items.get_mut(i)) {
+                    *slot = value;
+                }
+            }
+            _ => {}
         }
     }
 
@@ -190,13 +237,22 @@ mod tests {
         assert_eq!(
             ops,
             vec![
-                PatchOp::Add { path: "/spec/nodeSelector".into(), value: json!({"node-type": "gpu"}) },
-                PatchOp::Add { path: "/spec/nodeSelector/kubernetes.io~1arch".into(), value: json!("amd64") },
+                PatchOp::Add {
+                    path: "/spec/nodeSelector".into(),
+                    value: json!({"node-type": "gpu"})
+                },
+                PatchOp::Add {
+                    path: "/spec/nodeSelector/kubernetes.io~1arch".into(),
+                    value: json!("amd64")
+                },
             ]
         );
         let pod = json!({"spec": {"containers": []}});
         let patched = apply(&pod, &ops).unwrap();
-        assert_eq!(patched["spec"]["nodeSelector"], json!({"node-type": "gpu", "kubernetes.io/arch": "amd64"}));
+        assert_eq!(
+            patched["spec"]["nodeSelector"],
+            json!({"node-type": "gpu", "kubernetes.io/arch": "amd64"})
+        );
     }
 
     #[test]
@@ -208,7 +264,31 @@ mod tests {
         assert_eq!(ops[0].path(), "/spec/tolerations");
         assert_eq!(ops[1].path(), "/spec/tolerations/-");
         let patched = apply(&json!({"spec": {}}), &ops).unwrap();
-        assert_eq!(patched["spec"]["tolerations"], json!([{"key": "a"}, {"key": "b"}]));
+        assert_eq!(
+            patched["spec"]["tolerations"],
+            json!([{"key": "a"}, {"key": "b"}])
+        );
+    }
+
+    #[test]
+    fn ensure_descends_through_list_indices() {
+        let mut b = Builder::new("/spec", fields(json!({"terms": [{"a": 1}, {"b": 2}]})));
+        b.push(&["terms", "1", "exprs"], json!("x"));
+        b.push(&["terms", "1", "exprs"], json!("y"));
+        let ops = b.into_ops();
+        assert_eq!(
+            ops[0],
+            PatchOp::Add {
+                path: "/spec/terms/1/exprs".into(),
+                value: json!(["x"])
+            }
+        );
+        assert_eq!(ops[1].path(), "/spec/terms/1/exprs/-");
+        let patched = apply(&json!({"spec": {"terms": [{"a": 1}, {"b": 2}]}}), &ops).unwrap();
+        assert_eq!(
+            patched["spec"]["terms"],
+            json!([{"a": 1}, {"b": 2, "exprs": ["x", "y"]}])
+        );
     }
 
     #[test]
@@ -216,6 +296,11 @@ mod tests {
         let mut b = Builder::new("/spec", fields(json!({"priority": 0})));
         b.remove(&["priority"]);
         b.remove(&["preemptionPolicy"]);
-        assert_eq!(b.into_ops(), vec![PatchOp::Remove { path: "/spec/priority".into() }]);
+        assert_eq!(
+            b.into_ops(),
+            vec![PatchOp::Remove {
+                path: "/spec/priority".into()
+            }]
+        );
     }
 }

@@ -15,7 +15,9 @@ use crate::workload::PodView;
 /// Runs the built-in accelerator checks and the team priority check on one Pod view.
 pub fn check_pod(policies: &PolicySet, view: &PodView, team: &TeamLookup<'_>) -> Vec<Finding> {
     let mut findings = Vec::new();
-    let Some(spec) = view.pod.get("spec") else { return findings };
+    let Some(spec) = view.pod.get("spec") else {
+        return findings;
+    };
     let spec_path = view.spec_path();
     let accel = &policies.accelerators;
     let checks = &policies.checks;
@@ -30,7 +32,12 @@ pub fn check_pod(policies: &PolicySet, view: &PodView, team: &TeamLookup<'_>) ->
         let mut bad = Vec::new();
         let res = ContainerResources::from_container(container, &path, &mut bad);
         for b in bad.iter().filter(|b| accel_path(&b.path, accel)) {
-            findings.push(finding("quantity", Action::Deny, b.path.clone(), b.error.to_string()));
+            findings.push(finding(
+                "quantity",
+                Action::Deny,
+                b.path.clone(),
+                b.error.to_string(),
+            ));
         }
         let requests = accelerators_only(&res.requests, accel);
         let limits = accelerators_only(&res.limits, accel);
@@ -67,12 +74,15 @@ pub fn check_pod(policies: &PolicySet, view: &PodView, team: &TeamLookup<'_>) ->
                         "whole-numbers",
                         action,
                         path.clone(),
-                        format!("container {cname}: {name} {kind} {q} is not a whole number of devices"),
+                        format!(
+                            "container {cname}: {name} {kind} {q} is not a whole number of devices"
+                        ),
                     ));
                 }
             }
         }
-        if is_init && !resources::is_sidecar(container)
+        if is_init
+            && !resources::is_sidecar(container)
             && let Some(action) = checks.init_containers.and_then(|c| c.action())
         {
             let list: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
@@ -83,13 +93,18 @@ pub fn check_pod(policies: &PolicySet, view: &PodView, team: &TeamLookup<'_>) ->
                 format!("init container {cname} requests {}; accelerators are not allowed in init containers", list.join(", ")),
             ));
         }
-        if let (Some(check), Some(allowed)) = (&checks.allowed_resources, &policies.allowed_accelerators) {
+        if let (Some(check), Some(allowed)) =
+            (&checks.allowed_resources, &policies.allowed_accelerators)
+        {
             for name in names.iter().filter(|n| !allowed.matches(n)) {
                 findings.push(finding(
                     "allowed-resources",
                     check.action,
                     path.clone(),
-                    format!("container {cname}: {name} is not an allowed accelerator (allowed: {})", check.names.join(", ")),
+                    format!(
+                        "container {cname}: {name} is not an allowed accelerator (allowed: {})",
+                        check.names.join(", ")
+                    ),
                 ));
             }
         }
@@ -102,7 +117,9 @@ pub fn check_pod(policies: &PolicySet, view: &PodView, team: &TeamLookup<'_>) ->
                         "max-per-container",
                         max.action,
                         path.clone(),
-                        format!("container {cname} asks {asked} {name}; at most {limit} per container"),
+                        format!(
+                            "container {cname} asks {asked} {name}; at most {limit} per container"
+                        ),
                     ));
                 }
             }
@@ -127,13 +144,23 @@ pub fn check_pod(policies: &PolicySet, view: &PodView, team: &TeamLookup<'_>) ->
 }
 
 fn accel_path(path: &str, accel: &resources::ResourceMatcher) -> bool {
-    path.rsplit_once('[').and_then(|(_, n)| n.strip_suffix(']')).is_some_and(|n| accel.matches(n))
+    path.rsplit_once('[')
+        .and_then(|(_, n)| n.strip_suffix(']'))
+        .is_some_and(|n| accel.matches(n))
 }
 
-fn check_priority_class(policies: &PolicySet, view: &PodView, team: &TeamLookup<'_>) -> Option<Finding> {
+fn check_priority_class(
+    policies: &PolicySet,
+    view: &PodView,
+    team: &TeamLookup<'_>,
+) -> Option<Finding> {
     let t = team.team?;
     let allowed = t.priority.allowed.as_ref()?;
-    let class = view.pod.pointer("/spec/priorityClassName").and_then(Value::as_str).filter(|c| !c.is_empty());
+    let class = view
+        .pod
+        .pointer("/spec/priorityClassName")
+        .and_then(Value::as_str)
+        .filter(|c| !c.is_empty());
     let class = class.or(policies.priority.global_default.as_deref())?;
     if allowed.iter().any(|a| a == class) || t.priority.default.as_deref() == Some(class) {
         return None;
@@ -142,7 +169,11 @@ fn check_priority_class(policies: &PolicySet, view: &PodView, team: &TeamLookup<
         rule: "team/priority-class".into(),
         action: Action::Deny,
         path: format!("{}.priorityClassName", view.spec_path()),
-        message: format!("team {} may use priority classes {}; this pod asks {class}", t.name, allowed.join(", ")),
+        message: format!(
+            "team {} may use priority classes {}; this pod asks {class}",
+            t.name,
+            allowed.join(", ")
+        ),
     })
 }
 
@@ -164,23 +195,33 @@ fn rule_matches(rule: &Rule, target: &Target<'_>) -> bool {
     rule.spec.rule_match.operations.contains(&target.operation)
         && rule.namespaces.matches_or_empty(target.namespace)
         && (rule.spec.rule_match.teams.is_empty()
-            || target.team.is_some_and(|t| rule.spec.rule_match.teams.iter().any(|r| r == t)))
+            || target
+                .team
+                .is_some_and(|t| rule.spec.rule_match.teams.iter().any(|r| r == t)))
         && rule.kinds.iter().any(|k| match k {
             KindMatch::Any => true,
             KindMatch::Pods => target.is_pod,
             KindMatch::Kind { group, kind } => {
-                !target.is_pod && kind == target.kind && group.as_deref().is_none_or(|g| g == target.group)
+                !target.is_pod
+                    && kind == target.kind
+                    && group.as_deref().is_none_or(|g| g == target.group)
             }
         })
 }
 
 /// True when some rule could look at objects of this kind itself (not at Pod templates).
 pub fn rules_for_kind(policies: &PolicySet, group: &str, kind: &str) -> bool {
-    policies.rules.iter().flat_map(|r| &r.kinds).any(|k| match k {
-        KindMatch::Any => true,
-        KindMatch::Pods => false,
-        KindMatch::Kind { group: g, kind: k } => k == kind && g.as_deref().is_none_or(|g| g == group),
-    })
+    policies
+        .rules
+        .iter()
+        .flat_map(|r| &r.kinds)
+        .any(|k| match k {
+            KindMatch::Any => true,
+            KindMatch::Pods => false,
+            KindMatch::Kind { group: g, kind: k } => {
+                k == kind && g.as_deref().is_none_or(|g| g == group)
+            }
+        })
 }
 
 /// True when some rule would look at this target (so bindings are only built when needed).
@@ -203,9 +244,17 @@ pub fn run_rules(policies: &PolicySet, target: &Target<'_>, bindings: &Bindings)
                 .and_then(|m| m.eval_string(ctx).ok())
                 .or_else(|| rule.spec.message.clone())
                 .unwrap_or_else(|| format!("failed {}", rule.expression.source())),
-            Err(e) => format!("rule could not be evaluated ({e}); expression: {}", rule.expression.source()),
+            Err(e) => format!(
+                "rule could not be evaluated ({e}); expression: {}",
+                rule.expression.source()
+            ),
         };
-        findings.push(Finding { rule: rule.name.clone(), action: rule.spec.action, path: target.path.to_string(), message });
+        findings.push(Finding {
+            rule: rule.name.clone(),
+            action: rule.spec.action,
+            path: target.path.to_string(),
+            message,
+        });
     }
     findings
 }

@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 pub const API_VERSION: &str = "allot.dev/v1alpha1";
 
 /// What happens when a check or rule fails. Mirrors ValidatingAdmissionPolicy's actions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, Default, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, Default, PartialOrd, Ord,
+)]
 pub enum Action {
     /// Reject the request.
     #[default]
@@ -337,7 +339,12 @@ pub struct RuleMatch {
 
 impl Default for RuleMatch {
     fn default() -> Self {
-        RuleMatch { kinds: default_kinds(), namespaces: Vec::new(), teams: Vec::new(), operations: default_operations() }
+        RuleMatch {
+            kinds: default_kinds(),
+            namespaces: Vec::new(),
+            teams: Vec::new(),
+            operations: default_operations(),
+        }
     }
 }
 

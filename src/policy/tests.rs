@@ -1,1 +1,147 @@
+use super::*;
 
+fn src(text: &str) -> Vec<Source> {
+    vec![Source {
+        name: "p.yaml".into(),
+        text: text.into(),
+    }]
+}
+
+fn errors(text: &str) -> Vec<String> {
+    match compile(&src(text)) {
+        Ok(_) => panic!("expected errors for:\n{text}"),
+        Err(e) => e.0,
+    }
+}
+
+const TEAM: &str = "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: vision}\nspec:\n  namespaces: {names: [vision]}\n";
+
+#[test]
+fn shipped_policies_load() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    let set = load_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!set.placements.is_empty());
+    assert!(!set.rules.is_empty());
+    assert_eq!(set.version.len(), 12);
+    assert_eq!(set.priority.global_default.as_deref(), Some("low-priority"));
+}
+
+#[test]
+fn unknown_field_names_file_document_and_path() {
+    let text = format!(
+        "{TEAM}---\napiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: nlp}}\nspec:\n  namespaces: {{names: [nlp]}}\n  priority: {{defualt: low}}\n"
+    );
+    let errs = errors(&text);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    let e = &errs[0];
+    assert!(
+        e.starts_with("p.yaml: document 2 (Team): spec.priority.defualt"),
+        "{e}"
+    );
+    assert!(e.contains("unknown field `defualt`"), "{e}");
+}
+
+#[test]
+fn unknown_top_level_field_and_kind_and_api_version() {
+    let e = errors("apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: a}\nspce: {}\n");
+    assert!(e[0].contains("unknown field `spce`"), "{e:?}");
+    let e = errors("apiVersion: allot.dev/v1alpha1\nkind: Quota\nmetadata: {name: a}\n");
+    assert!(e[0].contains("unknown kind \"Quota\""), "{e:?}");
+    let e = errors(
+        "apiVersion: allot.dev/v1\nkind: Team\nmetadata: {name: a}\nspec: {namespaces: {names: [a]}}\n",
+    );
+    assert!(e[0].contains("apiVersion"), "{e:?}");
+}
+
+#[test]
+fn broken_yaml_names_the_file() {
+    let e = errors("apiVersion: [unclosed\n");
+    assert!(e[0].starts_with("p.yaml: invalid YAML"), "{e:?}");
+}
+
+#[test]
+fn broken_cel_is_a_load_error() {
+    let text = "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  expression: 'object.spec.('\n  message: m\n";
+    let e = errors(text);
+    assert!(
+        e[0].contains("document 1 (Rule r): spec.expression: CEL syntax error"),
+        "{e:?}"
+    );
+    let text = "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  expression: 'true'\n  messageExpression: 'objct.x'\n";
+    assert!(errors(text)[0].contains("spec.messageExpression"));
+}
+
+#[test]
+fn every_error_is_reported_at_once() {
+    let text = "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  expression: '('\n  message: m\n---\napiVersion: allot.dev/v1alpha1\nkind: Placement\nmetadata: {name: p}\nspec:\n  tolerations: []\n";
+    assert_eq!(errors(text).len(), 2);
+}
+
+#[test]
+fn cross_references_and_duplicates() {
+    let text = format!(
+        "{TEAM}---\n{TEAM}---\napiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {{name: r}}\nspec:\n  match: {{teams: [nobody]}}\n  expression: 'true'\n  message: m\n"
+    );
+    let e = errors(&text);
+    assert!(e.iter().any(|e| e.contains("already defined")), "{e:?}");
+    assert!(
+        e.iter().any(|e| e.contains("no Team named \"nobody\"")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn semantic_checks() {
+    let e = errors(
+        "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: t}\nspec:\n  namespaces: {}\n",
+    );
+    assert!(e[0].contains("give names, a selector, or both"), "{e:?}");
+    let e = errors(
+        "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: t}\nspec:\n  namespaces: {names: [t]}\n  priority: {default: a, allowed: [b]}\n",
+    );
+    assert!(e[0].contains("not in spec.priority.allowed"), "{e:?}");
+    let e = errors(
+        "apiVersion: allot.dev/v1alpha1\nkind: Placement\nmetadata: {name: p}\nspec:\n  nodeAffinity: [{key: k, operator: In}]\n",
+    );
+    assert!(
+        e[0].contains("spec.nodeAffinity[0]: operator In needs values"),
+        "{e:?}"
+    );
+    let e = errors(
+        "apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: a}\n---\napiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: b}\n",
+    );
+    assert!(e[0].contains("only one Cluster"), "{e:?}");
+    let e = errors(
+        "apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: a}\nspec:\n  accelerators:\n    checks: {wholeNumbers: Maybe}\n",
+    );
+    assert!(
+        e[0].contains("spec.accelerators.checks.wholeNumbers"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn empty_documents_and_empty_dirs() {
+    let set = compile(&src("---\n---\n")).unwrap();
+    assert!(set.rules.is_empty());
+    let dir = tempfile::tempdir().unwrap();
+    let e = load_dir(dir.path()).unwrap_err();
+    assert!(e.to_string().contains("no policy files"), "{e}");
+    let e = load_dir(&dir.path().join("missing")).unwrap_err();
+    assert!(e.to_string().contains("missing"), "{e}");
+}
+
+#[test]
+fn version_changes_with_content() {
+    let a = compile(&src(TEAM)).unwrap();
+    let b = compile(&src(&TEAM.replace("[vision]", "[vision, cv]"))).unwrap();
+    assert_ne!(a.version, b.version);
+    assert_eq!(a.version, version_of(&src(TEAM)));
+}
+
+proptest::proptest! {
+    #[test]
+    fn compile_never_panics(text in "(apiVersion: allot.dev/v1alpha1\nkind: (Team|Rule|Placement|Cluster)\nmetadata: \\{name: x\\}\nspec: )?.{0,200}") {
+        let _ = compile(&src(&text));
+    }
+}

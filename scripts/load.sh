@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Load test: `allot serve` against an allow-everything baseline server on the same stack
+# (benches/baseline_server.rs: axum + axum-server + rustls/ring, ALPN h2 and http/1.1), both on
+# 127.0.0.1, driven by h2load with the same AdmissionReview (fixture 010, a GPU Pod) posted to
+# /mutate. Results are reported as ratios allot/baseline measured in the same run, because the
+# machine is shared and noisy.
+#
+# Runs, for each server:
+#   http/1.1  keep-alive, $H1_CLIENTS connections, for $DURATION s (the production path: the
+#             API server uses HTTP/1.1 for service webhooks);
+#   h2        $H2_CLIENTS connections x $H2_STREAMS concurrent streams, for $DURATION s;
+#   rate      http/1.1 at a fixed $RATE_CLIENTS x $RATE_PER_CLIENT req/s (2,000 by default), for
+#             $DURATION s: the latency percentiles that matter.
+# Latency percentiles are computed from h2load's --log-file (per-request microseconds).
+#
+# Targets (from the issue): allot >= 50% of baseline HTTP/1.1 throughput; p99 < 1 ms at
+# 2,000 req/s.
+#
+# Needs: h2load (Debian/Ubuntu: apt-get install -y nghttp2-client), cargo, awk, sort.
+# Installs nothing. Bounded: every run has a duration, every wait a count; only 127.0.0.1 is
+# contacted; every process it starts is stopped on exit.
+#
+# Usage: scripts/load.sh            (env: DURATION=10 H1_CLIENTS=16 H2_CLIENTS=8 H2_STREAMS=10
+#                                         RATE_CLIENTS=8 RATE_PER_CLIENT=250 SKIP_BUILD=0
+#                                         FIXTURE=tests/fixtures/admission-reviews/010-...json)
+
+set -euo pipefail
+
+DURATION=${DURATION:-10}
+WARMUP=${WARMUP:-1}
+H1_CLIENTS=${H1_CLIENTS:-16}
+H2_CLIENTS=${H2_CLIENTS:-8}
+H2_STREAMS=${H2_STREAMS:-10}
+RATE_CLIENTS=${RATE_CLIENTS:-8}
+RATE_PER_CLIENT=${RATE_PER_CLIENT:-250}
+SKIP_BUILD=${SKIP_BUILD:-0}
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+FIXTURE=${FIXTURE:-$repo/tests/fixtures/admission-reviews/010-mutate-create-pod-my-gpu-pod.json}
+
+if ! command -v h2load >/dev/null 2>&1; then
+    echo "load.sh: h2load not found. It comes with nghttp2's client tools:" >&2
+    echo "    Debian/Ubuntu: apt-get install -y nghttp2-client" >&2
+    echo "    Fedora: dnf install nghttp2    macOS: brew install nghttp2" >&2
+    exit 2
+fi
+for tool in cargo awk sort; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "load.sh: $tool not found" >&2; exit 2; }
+done
+[[ -f $FIXTURE ]] || { echo "load.sh: fixture $FIXTURE not found" >&2; exit 2; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/allot-load.XXXXXX")
+pids=()
+cleanup() {
+    local pid
+    for pid in "${pids[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${pids[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- build --------------------------------------------------------------------------------
+cd "$repo"
+if [[ $SKIP_BUILD != 1 ]]; then
+    echo "== building release binaries"
+    cargo build --release --bin allot --example baseline-server
+fi
+target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+allot_bin=$target_dir/release/allot
+baseline_bin=$target_dir/release/examples/baseline-server
+[[ -x $allot_bin && -x $baseline_bin ]] || { echo "load.sh: binaries not found under $target_dir/release" >&2; exit 2; }
+
+# --- certificates and servers ------------------------------------------------------------
+"$allot_bin" certs --out "$work/certs" --dns-name localhost --dns-name 127.0.0.1 >/dev/null
+
+# start NAME OUTFILE CMD...: starts a server in the background and waits (at most 30 s) for its
+# "serving webhooks on https://ADDR" line; sets $addr.
+start() {
+    local name=$1 out=$2
+    shift 2
+    "$@" >"$out" 2>"$out.err" &
+    local pid=$!
+    pids+=("$pid")
+    addr=""
+    for _ in $(seq 1 300); do
+        addr=$(sed -n 's|.*serving webhooks on https://\([0-9.:]*\).*|\1|p' "$out" | head -n 1)
+        [[ -n $addr ]] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [[ -z $addr ]]; then
+        echo "load.sh: $name did not start; its output:" >&2
+        cat "$out" "$out.err" >&2
+        exit 1
+    fi
+}
+
+start allot "$work/allot.out" "$allot_bin" serve --policies "$repo/policies" \
+    --tls-cert "$work/certs/tls.crt" --tls-key "$work/certs/tls.key" \
+    --addr 127.0.0.1:0 --metrics-addr 127.0.0.1:0 --no-namespace-watch
+allot_addr=$addr
+start baseline "$work/baseline.out" "$baseline_bin" \
+    --tls-cert "$work/certs/tls.crt" --tls-key "$work/certs/tls.key" --addr 127.0.0.1:0
+baseline_addr=$addr
+echo "== allot on $allot_addr, baseline on $baseline_addr; fixture $(basename "$FIXTURE")"
+
+# Sanity: both answer the review with HTTP 200, and allot's answer carries its patch.
+if command -v curl >/dev/null 2>&1; then
+    for server in allot baseline; do
+        addr=${server}_addr
+        curl -sS --fail --max-time 5 --cacert "$work/certs/ca.crt" -H 'content-type: application/json' \
+            --data-binary "@$FIXTURE" "https://${!addr}/mutate" >"$work/$server.answer"
+        echo "   $server answers: $(head -c 160 "$work/$server.answer")..."
+    done
+    grep -q '"patch"' "$work/allot.answer" || { echo "load.sh: allot's answer has no patch" >&2; exit 1; }
+fi
+
+# --- runs ----------------------------------------------------------------------------------
+# run NAME SERVER ADDR PROTO h2load-args...: one h2load run; appends a row to $work/results.
+printf 'run\tserver\treq/s\tp50\tp90\tp99\tmax\tdone\tnon2xx\n' >"$work/results"
+run() {
+    local name=$1 server=$2 addr=$3 proto=$4
+    shift 4
+    local log=$work/$name-$server.log out=$work/$name-$server.out
+    echo "== $name: $server ($*)"
+    h2load "$@" --log-file="$log" -H 'content-type: application/json' -d "$FIXTURE" \
+        "https://$addr/mutate" >"$out" 2>&1 || { cat "$out" >&2; exit 1; }
+    grep -q "Application protocol: $proto" "$out" || { echo "load.sh: expected $proto" >&2; cat "$out" >&2; exit 1; }
+    local rps completed failed p50 p90 p99 max
+    rps=$(sed -n 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' "$out")
+    completed=$(sed -n 's/^requests: .* \([0-9]*\) done.*/\1/p' "$out")
+    failed=$(awk -F'\t' '$2 !~ /^2/ {n++} END {print n+0}' "$log")
+    # Nearest-rank percentiles of the per-request latencies (µs, third column).
+    read -r p50 p90 p99 max < <(cut -f3 "$log" | sort -n | awk '
+        { v[NR] = $1 }
+        function pct(p,  i) { i = int((p * NR + 99) / 100); if (i < 1) i = 1; return v[i] }
+        END { if (NR == 0) print "- - - -"; else print pct(50), pct(90), pct(99), v[NR] }')
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$server" "$rps" "$p50" "$p90" "$p99" "$max" "$completed" "$failed" \
+        >>"$work/results"
+    sed -n '/^finished in/p;/^requests:/p;/^status codes:/p;/^time for request:/p' "$out" | sed 's/^/   /'
+}
+
+h1=(--h1 -c "$H1_CLIENTS" -D "$DURATION" --warm-up-time="$WARMUP")
+h2=(-c "$H2_CLIENTS" -m "$H2_STREAMS" -D "$DURATION" --warm-up-time="$WARMUP")
+rate=(--h1 -c "$RATE_CLIENTS" --rps "$RATE_PER_CLIENT" -D "$DURATION" --warm-up-time="$WARMUP")
+for server in baseline allot; do
+    addr=${server}_addr
+    run http1.1 "$server" "${!addr}" http/1.1 "${h1[@]}"
+done
+for server in baseline allot; do
+    addr=${server}_addr
+    run h2 "$server" "${!addr}" h2 "${h2[@]}"
+done
+for server in baseline allot; do
+    addr=${server}_addr
+    run "rate$((RATE_CLIENTS * RATE_PER_CLIENT))" "$server" "${!addr}" http/1.1 "${rate[@]}"
+done
+
+# --- summary -------------------------------------------------------------------------------
+echo
+echo "== summary (latencies in µs; ratio = allot/baseline, same run)"
+awk -F'\t' -v h1c="$H1_CLIENTS" -v h2c="$H2_CLIENTS" -v h2m="$H2_STREAMS" \
+    -v rate="$((RATE_CLIENTS * RATE_PER_CLIENT))" '
+    NR == 1 { next }
+    { key = $1 SUBSEP $2; rps[key] = $3; p50[key] = $4; p90[key] = $5; p99[key] = $6; mx[key] = $7
+      done[key] = $8; bad[key] = $9; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
+    function ratio(a, b) { return (b + 0 > 0) ? sprintf("%.2f", a / b) : "-" }
+    END {
+        desc["http1.1"] = "HTTP/1.1 keep-alive, " h1c " conns"
+        desc["h2"] = "HTTP/2, " h2c " conns x " h2m " streams"
+        desc["rate" rate] = "HTTP/1.1 at " rate " req/s"
+        printf "%-34s %-9s %10s %8s %8s %8s %8s %9s %7s\n", "run", "server", "req/s", "p50", "p90", "p99", "max", "requests", "non-2xx"
+        for (i = 1; i <= n; i++) {
+            r = order[i]
+            for (s = 0; s < 2; s++) {
+                srv = s ? "allot" : "baseline"; k = r SUBSEP srv
+                printf "%-34s %-9s %10s %8s %8s %8s %8s %9s %7s\n", desc[r], srv, rps[k], p50[k], p90[k], p99[k], mx[k], done[k], bad[k]
+            }
+            a = r SUBSEP "allot"; b = r SUBSEP "baseline"
+            printf "%-34s %-9s %10s %8s %8s %8s %8s\n", "", "ratio", ratio(rps[a], rps[b]), ratio(p50[a], p50[b]), ratio(p90[a], p90[b]), ratio(p99[a], p99[b]), ratio(mx[a], mx[b])
+        }
+        a = "http1.1" SUBSEP "allot"; b = "http1.1" SUBSEP "baseline"; r = "rate" rate SUBSEP "allot"
+        print ""
+        printf "target: allot >= 50%% of baseline HTTP/1.1 throughput: %s (%s%%)\n", (rps[a] >= 0.5 * rps[b]) ? "PASS" : "FAIL", (rps[b] > 0) ? sprintf("%.0f", 100 * rps[a] / rps[b]) : "-"
+        printf "target: allot p99 < 1 ms at %s req/s: %s (p99 %s us, achieved %s req/s)\n", rate, (p99[r] + 0 < 1000) ? "PASS" : "FAIL", p99[r], rps[r]
+        for (k in bad) if (bad[k] + 0 > 0) { print "WARNING: some requests did not get a 2xx answer"; break }
+    }' "$work/results" | tee "$work/summary"
+if [[ -n ${LOAD_RESULTS:-} ]]; then
+    cp "$work/results" "$LOAD_RESULTS"
+fi

@@ -1,0 +1,674 @@
+//! In-process engine tests on real AdmissionReviews captured from kube-apiserver 1.36: every
+//! patch is applied with json-patch and the result parsed as a k8s-openapi object.
+
+use std::path::Path;
+
+use allot::admission::{self, Phase};
+use allot::engine::{Engine, Request, RequestOperation, group_kind};
+use allot::namespaces::NoNamespaces;
+use allot::policy::{self, PolicySet, Source};
+use base64::Engine as _;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+fn fixture(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/admission-reviews")
+        .join(name);
+    serde_json::from_slice(&std::fs::read(&path).expect("fixture")).expect("fixture JSON")
+}
+
+fn shipped() -> PolicySet {
+    policy::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"))
+        .expect("shipped policies")
+}
+
+fn with_extra(extra: &str) -> PolicySet {
+    let mut sources =
+        policy::read_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
+    sources.push(Source {
+        name: "extra.yaml".into(),
+        text: extra.into(),
+    });
+    policy::compile(&sources).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Sends a review through `admission::review` and returns the response object.
+fn answer(policies: &PolicySet, review: &Value, phase: Phase) -> Value {
+    let engine = Engine::new(policies, &NoNamespaces);
+    let body = serde_json::to_vec(review).unwrap();
+    let answer = admission::review(&body, phase, &engine).expect("well-formed review");
+    let out: Value = serde_json::from_slice(&answer.body).unwrap();
+    assert_eq!(out["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(out["kind"], "AdmissionReview");
+    assert_eq!(out["response"]["uid"], review["request"]["uid"]);
+    out["response"].clone()
+}
+
+/// Decodes the base64 patch of a response (asserting its shape), if any.
+fn patch_of(response: &Value) -> Option<json_patch::Patch> {
+    let encoded = response.get("patch")?;
+    assert_eq!(response["patchType"], "JSONPatch");
+    let encoded = encoded
+        .as_str()
+        .expect("patch must be a base64 string, not a byte array");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .expect("base64");
+    Some(serde_json::from_slice(&bytes).expect("RFC 6902 patch"))
+}
+
+fn apply(object: &Value, patch: &json_patch::Patch) -> Value {
+    let mut out = object.clone();
+    json_patch::patch(&mut out, patch).expect("patch applies");
+    out
+}
+
+fn with_object(review: &Value, object: Value) -> Value {
+    let mut r = review.clone();
+    r["request"]["object"] = object;
+    r
+}
+
+#[test]
+fn gpu_pod_gets_its_toleration_once_and_the_patch_is_idempotent() {
+    let policies = shipped();
+    let review = fixture("010-mutate-create-pod-my-gpu-pod.json");
+    let response = answer(&policies, &review, Phase::Mutate);
+    assert_eq!(response["allowed"], true);
+    let patch = patch_of(&response).expect("a patch");
+    let mutated = apply(&review["request"]["object"], &patch);
+    let pod: Pod = serde_json::from_value(mutated.clone()).expect("a valid Pod");
+    let tolerations = pod.spec.unwrap().tolerations.unwrap();
+    let gpu: Vec<_> = tolerations
+        .iter()
+        .filter(|t| t.key.as_deref() == Some("nvidia.com/gpu"))
+        .collect();
+    assert_eq!(gpu.len(), 1);
+    assert_eq!(gpu[0].operator.as_deref(), Some("Exists"));
+    assert_eq!(gpu[0].effect.as_deref(), Some("NoSchedule"));
+    assert_eq!(
+        tolerations.len(),
+        3,
+        "the API server's own tolerations are kept"
+    );
+    // The class the Priority plugin filled in is the team default already: no priority change.
+    assert!(
+        patch
+            .0
+            .iter()
+            .all(|op| !serde_json::to_string(op).unwrap().contains("priority"))
+    );
+
+    // Reinvocation / second pass: nothing more to do.
+    let again = answer(&policies, &with_object(&review, mutated), Phase::Mutate);
+    assert!(again.get("patch").is_none(), "{again}");
+}
+
+#[test]
+fn tolerated_pod_is_left_alone_and_its_class_is_checked_against_the_team() {
+    let policies = shipped();
+    let response = answer(
+        &policies,
+        &fixture("014-mutate-create-pod-tolerated-gpu-pod.json"),
+        Phase::Mutate,
+    );
+    assert_eq!(response["allowed"], true);
+    assert!(
+        response.get("patch").is_none(),
+        "toleration already present: {response}"
+    );
+
+    // nlp may only use low-priority; this pod asks high-priority.
+    let response = answer(
+        &policies,
+        &fixture("015-validate-create-pod-tolerated-gpu-pod.json"),
+        Phase::Validate,
+    );
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 403);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.contains("[team/priority-class]"), "{message}");
+    assert!(
+        message.contains(
+            "team nlp may use priority classes low-priority; this pod asks high-priority"
+        ),
+        "{message}"
+    );
+}
+
+#[test]
+fn cpu_pod_gets_no_placement() {
+    let policies = shipped();
+    let response = answer(
+        &policies,
+        &fixture("012-mutate-create-pod-plain-cpu-pod.json"),
+        Phase::Mutate,
+    );
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none(), "{response}");
+    let response = answer(
+        &policies,
+        &fixture("013-validate-create-pod-plain-cpu-pod.json"),
+        Phase::Validate,
+    );
+    assert_eq!(response["allowed"], true);
+}
+
+#[test]
+fn job_with_request_above_limit_is_denied_with_its_path() {
+    let policies = shipped();
+    let mut review = fixture("007-mutate-create-job-bad-gpu.json");
+    let response = answer(&policies, &review, Phase::Mutate);
+    assert_eq!(response["allowed"], true, "mutation ignores Jobs");
+    assert!(response.get("patch").is_none());
+    review["request"]["options"]["kind"] = json!("CreateOptions");
+    let response = answer(&policies, &review, Phase::Validate);
+    assert_eq!(response["allowed"], false);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("allot denied Job nlp/bad-gpu: "),
+        "{message}"
+    );
+    assert!(
+        message.contains(
+            "[accelerators/requests-equal-limits] spec.template.spec.containers[0]: container t: nvidia.com/gpu request 2 must equal its limit 1"
+        ),
+        "{message}"
+    );
+}
+
+#[test]
+fn good_jobs_and_gated_pods_are_admitted() {
+    let policies = shipped();
+    for name in [
+        "002-validate-create-job-mnist-demo.json",
+        "004-validate-create-job-test1.json",
+        "006-validate-create-job-test-p1.json",
+        "009-validate-create-job-gang-a.json",
+        "011-validate-create-pod-my-gpu-pod.json",
+        "019-validate-create-pod-gated-worker-0.json",
+    ] {
+        let response = answer(&policies, &fixture(name), Phase::Validate);
+        assert_eq!(response["allowed"], true, "{name}: {response}");
+    }
+}
+
+#[test]
+fn updates_are_not_mutated_and_pod_specs_are_not_rechecked() {
+    let policies = shipped();
+    for name in [
+        "016-mutate-update-pod-my-gpu-pod.json",
+        "020-mutate-update-pod-gated-worker-0.json",
+    ] {
+        let response = answer(&policies, &fixture(name), Phase::Mutate);
+        assert_eq!(response["allowed"], true);
+        assert!(response.get("patch").is_none(), "{name}");
+    }
+    // A pod admitted under older policies (request != limit here) can still be updated.
+    let mut review = fixture("017-validate-update-pod-my-gpu-pod.json");
+    review["request"]["object"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] =
+        json!("2");
+    let response = answer(&policies, &review, Phase::Validate);
+    assert_eq!(response["allowed"], true, "{response}");
+}
+
+const VISION_DEFAULT: &str = r#"
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: research}
+spec:
+  namespaces: {names: [vision]}
+  priority: {default: research-default}
+"#;
+
+#[test]
+fn default_priority_replaces_the_global_default_and_drops_priority_fields() {
+    // A team listed before the shipped ones would win; here `research` comes after `vision`,
+    // so put it first by building the set by hand.
+    let mut sources = vec![Source {
+        name: "0-research.yaml".into(),
+        text: VISION_DEFAULT.into(),
+    }];
+    sources.extend(
+        policy::read_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap(),
+    );
+    let policies = policy::compile(&sources).unwrap();
+    let review = fixture("010-mutate-create-pod-my-gpu-pod.json");
+    assert_eq!(
+        review["request"]["object"]["spec"]["priorityClassName"],
+        "low-priority"
+    );
+    assert_eq!(review["request"]["object"]["spec"]["priority"], 0);
+    let response = answer(&policies, &review, Phase::Mutate);
+    let patch = patch_of(&response).expect("patch");
+    let ops = serde_json::to_value(&patch).unwrap();
+    assert!(ops.as_array().unwrap().contains(&json!({"op": "replace", "path": "/spec/priorityClassName", "value": "research-default"})), "{ops}");
+    assert!(
+        ops.as_array()
+            .unwrap()
+            .contains(&json!({"op": "remove", "path": "/spec/priority"})),
+        "{ops}"
+    );
+    assert!(
+        ops.as_array()
+            .unwrap()
+            .contains(&json!({"op": "remove", "path": "/spec/preemptionPolicy"})),
+        "{ops}"
+    );
+    let mutated = apply(&review["request"]["object"], &patch);
+    let pod: Pod = serde_json::from_value(mutated.clone()).unwrap();
+    let spec = pod.spec.unwrap();
+    assert_eq!(
+        spec.priority_class_name.as_deref(),
+        Some("research-default")
+    );
+    assert_eq!(spec.priority, None);
+    assert_eq!(spec.preemption_policy, None);
+    let again = answer(&policies, &with_object(&review, mutated), Phase::Mutate);
+    assert!(again.get("patch").is_none(), "{again}");
+
+    // An explicit class the user chose (not the global default) is never replaced.
+    let mut explicit = review.clone();
+    explicit["request"]["object"]["spec"]["priorityClassName"] = json!("high-priority");
+    let response = answer(&policies, &explicit, Phase::Mutate);
+    let ops = serde_json::to_string(&patch_of(&response).unwrap()).unwrap();
+    assert!(!ops.contains("priority"), "{ops}");
+}
+
+fn engine_mutate(policies: &PolicySet, pod: &Value) -> allot::engine::Outcome {
+    let engine = Engine::new(policies, &NoNamespaces);
+    let (group, kind) = group_kind(pod);
+    engine.mutate(&Request {
+        operation: RequestOperation::Create,
+        group,
+        kind,
+        namespace: "vision",
+        object: pod,
+        old_object: None,
+        dry_run: false,
+        username: "test",
+        groups: &[],
+    })
+}
+
+const POOL: &str = r#"
+apiVersion: allot.dev/v1alpha1
+kind: Placement
+metadata: {name: pool}
+spec:
+  nodeSelector: {node-type: my-precious}
+  nodeAffinity:
+    - {key: topology.kubernetes.io/zone, operator: In, values: [zone-a]}
+  onConflict: ONCONFLICT
+"#;
+
+fn gpu_pod(extra_spec: Value) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "vision"},
+        "spec": {"containers": [{"name": "c", "image": "i:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    });
+    for (k, v) in extra_spec.as_object().unwrap() {
+        pod["spec"][k] = v.clone();
+    }
+    pod
+}
+
+#[test]
+fn node_selector_conflicts_deny_or_keep_as_the_policy_says() {
+    let deny = with_extra(&POOL.replace("ONCONFLICT", "Deny"));
+    let pod = gpu_pod(json!({"nodeSelector": {"node-type": "cheap"}}));
+    let outcome = engine_mutate(&deny, &pod);
+    assert!(!outcome.allowed());
+    let f = outcome
+        .findings
+        .iter()
+        .find(|f| f.rule == "placement/pool")
+        .unwrap();
+    assert_eq!(f.path, "spec.nodeSelector");
+    assert!(
+        f.message
+            .contains("node-type=cheap conflicts with node-type=my-precious"),
+        "{}",
+        f.message
+    );
+
+    let keep = with_extra(&POOL.replace("ONCONFLICT", "Keep"));
+    let outcome = engine_mutate(&keep, &pod);
+    assert!(outcome.allowed());
+    let mutated = allot::patch::apply(&pod, &outcome.patch).unwrap();
+    assert_eq!(
+        mutated["spec"]["nodeSelector"]["node-type"], "cheap",
+        "the user's value is never overwritten"
+    );
+    assert!(
+        outcome
+            .findings
+            .iter()
+            .any(|f| f.action == allot::policy::Action::Warn)
+    );
+}
+
+#[test]
+fn node_affinity_is_anded_into_every_existing_term() {
+    let policies = with_extra(&POOL.replace("ONCONFLICT", "Deny"));
+    let pod = gpu_pod(
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "a", "operator": "Exists"}]},
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+        ]}}}}),
+    );
+    let outcome = engine_mutate(&policies, &pod);
+    let mutated = allot::patch::apply(&pod, &outcome.patch).unwrap();
+    let parsed: Pod = serde_json::from_value(mutated.clone()).unwrap();
+    let terms = parsed
+        .spec
+        .unwrap()
+        .affinity
+        .unwrap()
+        .node_affinity
+        .unwrap()
+        .required_during_scheduling_ignored_during_execution
+        .unwrap()
+        .node_selector_terms;
+    assert_eq!(terms.len(), 2);
+    for term in &terms {
+        let exprs = term.match_expressions.as_ref().unwrap();
+        assert!(
+            exprs.iter().any(|e| e.key == "topology.kubernetes.io/zone"),
+            "{term:?}"
+        );
+    }
+    assert_eq!(
+        engine_mutate(&policies, &mutated).patch,
+        vec![],
+        "idempotent"
+    );
+
+    // No affinity at all: one add creates the whole structure.
+    let bare = gpu_pod(json!({}));
+    let outcome = engine_mutate(&policies, &bare);
+    assert!(
+        outcome.patch.iter().any(|op| op.path() == "/spec/affinity"),
+        "{:?}",
+        outcome.patch
+    );
+    let mutated = allot::patch::apply(&bare, &outcome.patch).unwrap();
+    let _: Pod = serde_json::from_value(mutated.clone()).unwrap();
+    assert_eq!(mutated["spec"]["nodeSelector"]["node-type"], "my-precious");
+}
+
+#[test]
+fn a_rule_reading_dotted_keys_really_denies() {
+    // DESIGN.md's pitfall: with escaped keys such a rule errors, and an erroring guarded rule
+    // could pass silently. Here it must deny 3 GPUs and admit 2.
+    let policies = with_extra(
+        r#"
+apiVersion: allot.dev/v1alpha1
+kind: Rule
+metadata: {name: at-most-two}
+spec:
+  expression: >-
+    object.spec.containers.all(c, !has(c.resources.limits) ||
+      !('nvidia.com/gpu' in c.resources.limits) || int(c.resources.limits['nvidia.com/gpu']) <= 2)
+  message: at most 2 GPUs per container
+"#,
+    );
+    let mut review = fixture("011-validate-create-pod-my-gpu-pod.json");
+    let response = answer(&policies, &review, Phase::Validate);
+    assert_eq!(response["allowed"], true, "{response}");
+    for field in ["limits", "requests"] {
+        review["request"]["object"]["spec"]["containers"][0]["resources"][field]["nvidia.com/gpu"] =
+            json!("3");
+    }
+    let response = answer(&policies, &review, Phase::Validate);
+    assert_eq!(response["allowed"], false);
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("[at-most-two] at most 2 GPUs per container")
+    );
+}
+
+#[test]
+fn a_rule_that_errors_denies_instead_of_passing() {
+    let policies = with_extra(
+        "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: broken-at-runtime}\nspec:\n  expression: object.spec.nonexistent.field == 1\n  message: m\n",
+    );
+    let response = answer(
+        &policies,
+        &fixture("011-validate-create-pod-my-gpu-pod.json"),
+        Phase::Validate,
+    );
+    assert_eq!(response["allowed"], false);
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("could not be evaluated")
+    );
+}
+
+#[test]
+fn warn_and_audit_actions_reach_the_response() {
+    let policies = with_extra(
+        "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: warn-me}\nspec:\n  expression: 'false'\n  message: careful\n  action: Warn\n---\napiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: Audit Me}\nspec:\n  expression: 'false'\n  messageExpression: \"'seen ' + object.metadata.name\"\n  action: Audit\n",
+    );
+    let response = answer(
+        &policies,
+        &fixture("011-validate-create-pod-my-gpu-pod.json"),
+        Phase::Validate,
+    );
+    assert_eq!(response["allowed"], true);
+    assert_eq!(response["warnings"], json!(["[warn-me] careful"]));
+    assert_eq!(
+        response["auditAnnotations"],
+        json!({"audit-me": "seen my-gpu-pod"})
+    );
+}
+
+#[test]
+fn workload_templates_are_checked_as_their_pods_will_be() {
+    let policies = with_extra(
+        "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: must-tolerate}\nspec:\n  expression: \"accelerators(object) == 0 || (has(object.spec.tolerations) && object.spec.tolerations.exists(t, t.key == 'nvidia.com/gpu'))\"\n  message: GPU pods must tolerate the GPU taint\n",
+    );
+    // The Job's template has no toleration, but its Pods will get one from the mutating
+    // webhook: the rule sees the template as the Pod will be, and admits.
+    let response = answer(
+        &policies,
+        &fixture("002-validate-create-job-mnist-demo.json"),
+        Phase::Validate,
+    );
+    assert_eq!(response["allowed"], true, "{response}");
+    // The same rule on a Pod that somehow arrives without it denies.
+    let mut review = fixture("011-validate-create-pod-my-gpu-pod.json");
+    review["request"]["object"]["spec"]["tolerations"] = json!([]);
+    let response = answer(&policies, &review, Phase::Validate);
+    assert_eq!(response["allowed"], false);
+}
+
+#[test]
+fn every_example_workload_kind_is_seen() {
+    let manifests =
+        allot::check::read_manifests(&[Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")])
+            .unwrap();
+    let policies = shipped();
+    let engine = Engine::new(&policies, &NoNamespaces);
+    let report = allot::check::run(&engine, &manifests);
+    let by_name = |name: &str| {
+        report
+            .results
+            .iter()
+            .find(|r| r.name == name)
+            .unwrap_or_else(|| panic!("{name}"))
+    };
+    let pt = by_name("bert-finetune");
+    assert!(!pt.allowed);
+    let f = pt
+        .findings
+        .iter()
+        .find(|f| f.rule == "accelerators/requests-equal-limits")
+        .expect("request != limit found");
+    assert_eq!(
+        f.path,
+        "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0]"
+    );
+    // Without namespace labels the nlp team's selector cannot match nlp-research, and the
+    // engine says so instead of guessing.
+    assert!(
+        pt.notes
+            .iter()
+            .any(|n| n.contains("team nlp selects namespaces by label")),
+        "{:?}",
+        pt.notes
+    );
+    let js = by_name("llm-pretrain");
+    let paths: Vec<_> = js
+        .findings
+        .iter()
+        .map(|f| (f.rule.as_str(), f.path.as_str()))
+        .collect();
+    assert!(
+        paths.contains(&(
+            "accelerators/init-containers",
+            "spec.replicatedJobs[1].template.spec.template.spec.initContainers[0]"
+        )),
+        "{paths:?}"
+    );
+    assert!(
+        paths.contains(&(
+            "accelerators/max-per-pod",
+            "spec.replicatedJobs[1].template.spec.template.spec"
+        )),
+        "{paths:?}"
+    );
+    assert!(by_name("mnist-ddp").allowed);
+    let job: Job = serde_yaml_job(&manifests, "mnist-ddp");
+    assert_eq!(job.spec.unwrap().parallelism, Some(4));
+}
+
+fn serde_yaml_job(manifests: &[allot::check::Manifest], name: &str) -> Job {
+    let m = manifests
+        .iter()
+        .find(|m| m.object["metadata"]["name"] == name)
+        .unwrap();
+    serde_json::from_value(m.object.clone()).unwrap()
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn quantity() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            (0u32..9).prop_map(|n| json!(n.to_string())),
+            (0u32..9).prop_map(|n| json!(n)),
+            Just(json!("500m")),
+        ]
+    }
+
+    fn container() -> impl Strategy<Value = Value> {
+        (
+            prop::option::of(quantity()),
+            prop::option::of(quantity()),
+            prop::sample::select(vec![
+                "nvidia.com/gpu",
+                "nvidia.com/mig-1g.10gb",
+                "amd.com/gpu",
+                "cpu",
+            ]),
+        )
+            .prop_map(|(req, lim, name)| {
+                let mut resources = serde_json::Map::new();
+                if let Some(r) = req {
+                    resources.insert("requests".into(), json!({ name: r }));
+                }
+                if let Some(l) = lim {
+                    resources.insert("limits".into(), json!({ name: l }));
+                }
+                json!({"name": "c", "image": "i:1", "resources": resources})
+            })
+    }
+
+    fn pod() -> impl Strategy<Value = Value> {
+        (
+            prop::collection::vec(container(), 1..3),
+            prop::option::of(prop::sample::select(vec![
+                json!([]),
+                json!([{"key": "nvidia.com/gpu", "operator": "Exists"}]),
+                json!([{"operator": "Exists"}]),
+                json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}]),
+            ])),
+            prop::option::of(prop::sample::select(vec![json!({}), json!({"node-type": "cheap"}), json!({"other": "x"})])),
+            prop::option::of(prop::sample::select(vec!["low-priority", "high-priority", ""])),
+            prop::bool::ANY,
+            prop::option::of(prop::sample::select(vec![
+                json!({}),
+                json!({"nodeAffinity": {}}),
+                json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+                    {"matchExpressions": [{"key": "a", "operator": "Exists"}]}
+                ]}}}),
+            ])),
+        )
+            .prop_map(|(containers, tolerations, selector, class, with_priority, affinity)| {
+                let mut spec = json!({"containers": containers});
+                if let Some(t) = tolerations {
+                    spec["tolerations"] = t;
+                }
+                if let Some(s) = selector {
+                    spec["nodeSelector"] = s;
+                }
+                if let Some(c) = class {
+                    spec["priorityClassName"] = json!(c);
+                }
+                if let Some(a) = affinity {
+                    spec["affinity"] = a;
+                }
+                if with_priority {
+                    spec["priority"] = json!(0);
+                    spec["preemptionPolicy"] = json!("PreemptLowerPriority");
+                }
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "vision"}, "spec": spec})
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Mutating the mutated pod yields nothing, and every patch yields a valid Pod.
+        #[test]
+        fn mutation_is_idempotent(pod in pod()) {
+            let mut sources = vec![Source { name: "0.yaml".into(), text: VISION_DEFAULT.into() }];
+            sources.push(Source { name: "1.yaml".into(), text: POOL.replace("ONCONFLICT", "Keep") });
+            sources.extend(policy::read_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap());
+            let policies = policy::compile(&sources).unwrap();
+            let first = engine_mutate(&policies, &pod);
+            let mutated = allot::patch::apply(&pod, &first.patch).expect("patch applies");
+            let parsed: Result<Pod, _> = serde_json::from_value(mutated.clone());
+            prop_assert!(parsed.is_ok(), "{:?}", parsed.err());
+            let second = engine_mutate(&policies, &mutated);
+            prop_assert!(second.patch.is_empty(), "second patch {:?} after {:?}", second.patch, first.patch);
+        }
+
+        /// Arbitrary JSON never panics the review path; it answers or says why not.
+        #[test]
+        fn arbitrary_reviews_never_panic(body in any::<Vec<u8>>(), kind in "[A-Za-z]{0,8}", op in "(CREATE|UPDATE|DELETE|X)") {
+            let policies = shipped();
+            let engine = Engine::new(&policies, &NoNamespaces);
+            let _ = admission::review(&body, Phase::Mutate, &engine);
+            let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+                "uid": "u", "kind": {"group": "", "version": "v1", "kind": kind}, "operation": op,
+                "namespace": "vision", "object": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": body.len()}}}]}}
+            }});
+            for phase in [Phase::Mutate, Phase::Validate] {
+                let answered = admission::review(&serde_json::to_vec(&review).unwrap(), phase, &engine);
+                prop_assert!(answered.is_ok() == (op != "X"));
+            }
+        }
+    }
+}

@@ -1,0 +1,1401 @@
+//! End-to-end tests of `allot serve`: the real binary, real certificates from `allot certs`, and
+//! real HTTPS on loopback (HTTP/1.1 keep-alive, which is what the API server uses in-cluster, and
+//! HTTP/2 by ALPN), fed with AdmissionReviews captured from a kube-apiserver.
+//!
+//! Every test starts its own server on ephemeral ports, with its own copy of `policies/` and its
+//! own certificates in a temporary directory, so tests are independent and may edit their files.
+//! The server is killed when its guard drops, also when a test fails; its stderr is printed then.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::client::conn::{http1, http2};
+use hyper::header::{CONNECTION, CONTENT_TYPE, HOST};
+use hyper::{HeaderMap, Method, Request, StatusCode, Version};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+
+const BIN: &str = env!("CARGO_BIN_EXE_allot");
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a reload (policies or certificate) may take to show; the poll interval is 1 s.
+const RELOAD_DEADLINE: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------------------------
+// The server under test
+
+/// A running `allot serve`, killed on drop.
+struct Server {
+    child: Child,
+    dir: TempDir,
+    https: SocketAddr,
+    metrics: SocketAddr,
+    /// Lines the server printed on stdout after the first one.
+    stdout: mpsc::Receiver<String>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Certificates and a copy of the shipped policies in a fresh directory, then `allot serve`.
+    fn start(extra_args: &[&str]) -> Server {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let policies = dir.path().join("policies");
+        copy_dir(&repo_path("policies"), &policies);
+        make_certs(&dir.path().join("certs"));
+        Server::start_in(dir, extra_args)
+    }
+
+    fn start_in(dir: TempDir, extra_args: &[&str]) -> Server {
+        let mut child = serve_command(dir.path(), extra_args)
+            .spawn()
+            .expect("spawn allot serve");
+        let (stderr, _) = collect_stderr(&mut child);
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        // Build the guard before waiting, so the child is killed if the line never comes.
+        let mut server = Server {
+            child,
+            dir,
+            https: "0.0.0.0:0".parse().unwrap(),
+            metrics: "0.0.0.0:0".parse().unwrap(),
+            stdout: rx,
+            stderr,
+        };
+        let line = match server.stdout.recv_timeout(STARTUP_TIMEOUT) {
+            Ok(line) => line,
+            Err(e) => panic!(
+                "allot serve printed no address line within {STARTUP_TIMEOUT:?} ({e}); exit status {:?}; stderr:\n{}",
+                server.child.try_wait(),
+                server.stderr()
+            ),
+        };
+        let (https, metrics) = parse_serving_line(&line);
+        server.https = https;
+        server.metrics = metrics;
+        server
+    }
+
+    fn policies(&self) -> PathBuf {
+        self.dir.path().join("policies")
+    }
+
+    fn certs(&self) -> PathBuf {
+        self.dir.path().join("certs")
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    async fn connect(&self, alpn: Alpn) -> Client {
+        Client::connect(self.https, &self.certs().join("ca.crt"), "localhost", alpn).await
+    }
+
+    /// GET on the plain-HTTP metrics address.
+    async fn metrics_get(&self, path: &str) -> Resp {
+        plain_get(self.metrics, path).await
+    }
+
+    async fn metrics_text(&self) -> String {
+        let resp = self.metrics_get("/metrics").await;
+        assert_eq!(resp.status, StatusCode::OK, "/metrics: {}", resp.text());
+        resp.text()
+    }
+
+    /// Waits (without blocking the runtime) for the process to exit.
+    async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("---- allot serve stderr ----\n{}----", self.stderr());
+        }
+    }
+}
+
+fn serve_command(dir: &Path, extra_args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("serve")
+        .arg("--policies")
+        .arg(dir.join("policies"))
+        .arg("--tls-cert")
+        .arg(dir.join("certs/tls.crt"))
+        .arg("--tls-key")
+        .arg(dir.join("certs/tls.key"))
+        .args([
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--no-namespace-watch",
+        ])
+        .args(["--reload-interval-secs", "1"])
+        .args(extra_args)
+        .env_remove("ALLOT_LOG_FORMAT")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Reads the child's stderr into a buffer (a full pipe would block the server).
+fn collect_stderr(child: &mut Child) -> (Arc<Mutex<String>>, std::thread::JoinHandle<()>) {
+    let buffer = Arc::new(Mutex::new(String::new()));
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let sink = buffer.clone();
+    let reader = std::thread::spawn(move || {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = stderr.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            if let Ok(mut s) = sink.lock() {
+                s.push_str(&String::from_utf8_lossy(&chunk[..n]));
+            }
+        }
+    });
+    (buffer, reader)
+}
+
+/// `allot serving webhooks on https://ADDR and metrics on http://ADDR2`
+fn parse_serving_line(line: &str) -> (SocketAddr, SocketAddr) {
+    let rest = line
+        .strip_prefix("allot serving webhooks on https://")
+        .unwrap_or_else(|| panic!("unexpected first stdout line: {line:?}"));
+    let (https, metrics) = rest
+        .split_once(" and metrics on http://")
+        .unwrap_or_else(|| panic!("unexpected first stdout line: {line:?}"));
+    let https: SocketAddr = https
+        .parse()
+        .unwrap_or_else(|e| panic!("webhook address in {line:?}: {e}"));
+    let metrics: SocketAddr = metrics
+        .parse()
+        .unwrap_or_else(|e| panic!("metrics address in {line:?}: {e}"));
+    assert!(
+        https.ip().is_loopback() && https.port() != 0,
+        "webhook address {https}"
+    );
+    assert!(
+        metrics.ip().is_loopback() && metrics.port() != 0,
+        "metrics address {metrics}"
+    );
+    assert_ne!(https.port(), metrics.port());
+    (https, metrics)
+}
+
+fn repo_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create policy directory");
+    for entry in std::fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display())) {
+        let entry = entry.expect("directory entry");
+        if entry.file_type().expect("file type").is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy policy file");
+        }
+    }
+}
+
+/// Runs `allot certs` into `out` (a CA, reused when present, and a serving certificate).
+fn make_certs(out: &Path) {
+    let output = Command::new(BIN)
+        .arg("certs")
+        .arg("--out")
+        .arg(out)
+        .args(["--dns-name", "localhost", "--dns-name", "127.0.0.1"])
+        .output()
+        .expect("run allot certs");
+    assert!(
+        output.status.success(),
+        "allot certs failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for file in ["ca.crt", "ca.key", "tls.crt", "tls.key"] {
+        assert!(out.join(file).is_file(), "allot certs did not write {file}");
+    }
+}
+
+/// Polls `check` until it returns `Some`, or panics with `what` after `deadline`.
+async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let until = Instant::now() + deadline;
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(last) if Instant::now() >= until => {
+                panic!("{what}: not within {deadline:?}; last: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The HTTPS client
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Alpn {
+    H1,
+    H2,
+}
+
+impl Alpn {
+    fn protocol(self) -> &'static [u8] {
+        match self {
+            Alpn::H1 => b"http/1.1",
+            Alpn::H2 => b"h2",
+        }
+    }
+
+    fn version(self) -> Version {
+        match self {
+            Alpn::H1 => Version::HTTP_11,
+            Alpn::H2 => Version::HTTP_2,
+        }
+    }
+}
+
+fn client_config(ca: &Path, alpn: Alpn) -> Arc<ClientConfig> {
+    let mut roots = RootCertStore::empty();
+    for cert in
+        CertificateDer::pem_file_iter(ca).unwrap_or_else(|e| panic!("{}: {e}", ca.display()))
+    {
+        roots
+            .add(cert.expect("CA certificate"))
+            .expect("add CA to the root store");
+    }
+    assert_eq!(roots.len(), 1, "ca.crt should hold exactly the CA");
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.protocol().to_vec()];
+    // Every connection does a full handshake, so it shows the certificate served right now.
+    config.resumption = tokio_rustls::rustls::client::Resumption::disabled();
+    Arc::new(config)
+}
+
+enum Sender {
+    H1(http1::SendRequest<Full<Bytes>>),
+    H2(http2::SendRequest<Full<Bytes>>),
+}
+
+/// One TLS connection to the webhook port, HTTP/1.1 or HTTP/2 as ALPN negotiated.
+struct Client {
+    sender: Sender,
+    authority: String,
+    /// What ALPN negotiated.
+    alpn: Option<Vec<u8>>,
+    /// The server's leaf certificate (DER).
+    leaf: Vec<u8>,
+    /// Ends when the connection closes.
+    connection: tokio::task::JoinHandle<()>,
+    requests: usize,
+}
+
+struct Resp {
+    status: StatusCode,
+    version: Version,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Resp {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("response is not JSON ({e}): {}", self.text()))
+    }
+}
+
+impl Client {
+    async fn connect(addr: SocketAddr, ca: &Path, server_name: &str, alpn: Alpn) -> Client {
+        let tcp = TcpStream::connect(addr)
+            .await
+            .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+        // Without this every request waits ~40 ms for a delayed ACK (Nagle).
+        tcp.set_nodelay(true).expect("TCP_NODELAY");
+        let name = ServerName::try_from(server_name.to_string()).expect("server name");
+        let tls = tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            TlsConnector::from(client_config(ca, alpn)).connect(name, tcp),
+        )
+        .await
+        .expect("TLS handshake timed out")
+        .unwrap_or_else(|e| panic!("TLS handshake with {addr} as {server_name}: {e}"));
+        let session = tls.get_ref().1;
+        let negotiated = session.alpn_protocol().map(<[u8]>::to_vec);
+        let leaf = session
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .expect("the server presented a certificate")
+            .as_ref()
+            .to_vec();
+        let io = TokioIo::new(tls);
+        let (sender, connection) = if negotiated.as_deref() == Some(b"h2".as_slice()) {
+            let (sender, conn) = http2::handshake(TokioExecutor::new(), io)
+                .await
+                .expect("HTTP/2 handshake");
+            (
+                Sender::H2(sender),
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                }),
+            )
+        } else {
+            let (sender, conn) = http1::handshake(io).await.expect("HTTP/1.1 handshake");
+            (
+                Sender::H1(sender),
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                }),
+            )
+        };
+        Client {
+            sender,
+            authority: format!("localhost:{}", addr.port()),
+            alpn: negotiated,
+            leaf,
+            connection,
+            requests: 0,
+        }
+    }
+
+    fn assert_alpn(&self, alpn: Alpn) {
+        assert_eq!(
+            self.alpn.as_deref(),
+            Some(alpn.protocol()),
+            "ALPN negotiated {:?}, asked for {:?}",
+            self.alpn.as_deref().map(String::from_utf8_lossy),
+            String::from_utf8_lossy(alpn.protocol())
+        );
+    }
+
+    fn is_closed(&self) -> bool {
+        match &self.sender {
+            Sender::H1(s) => s.is_closed(),
+            Sender::H2(s) => s.is_closed(),
+        }
+    }
+
+    async fn request(&mut self, method: Method, path: &str, body: Vec<u8>) -> Resp {
+        let h2 = matches!(self.sender, Sender::H2(_));
+        let mut builder = Request::builder().method(method.clone());
+        builder = if h2 {
+            builder.uri(format!("https://{}{path}", self.authority))
+        } else {
+            builder.uri(path).header(HOST, &self.authority)
+        };
+        if !body.is_empty() {
+            builder = builder.header(CONTENT_TYPE, "application/json");
+        }
+        let request = builder.body(Full::new(Bytes::from(body))).expect("request");
+        let what = format!(
+            "{method} {path} (request #{} on this connection)",
+            self.requests + 1
+        );
+        let send = async {
+            let response = match &mut self.sender {
+                Sender::H1(s) => {
+                    s.ready()
+                        .await
+                        .map_err(|e| format!("connection not ready: {e}"))?;
+                    s.send_request(request).await
+                }
+                Sender::H2(s) => {
+                    s.ready()
+                        .await
+                        .map_err(|e| format!("connection not ready: {e}"))?;
+                    s.send_request(request).await
+                }
+            }
+            .map_err(|e| format!("{e:?}"))?;
+            let (parts, body) = response.into_parts();
+            let body = body
+                .collect()
+                .await
+                .map_err(|e| format!("reading the body: {e}"))?
+                .to_bytes();
+            Ok::<_, String>(Resp {
+                status: parts.status,
+                version: parts.version,
+                headers: parts.headers,
+                body,
+            })
+        };
+        let resp = tokio::time::timeout(REQUEST_TIMEOUT, send)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: no answer within {REQUEST_TIMEOUT:?}"))
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        self.requests += 1;
+        resp
+    }
+
+    async fn get(&mut self, path: &str) -> Resp {
+        self.request(Method::GET, path, Vec::new()).await
+    }
+
+    async fn post(&mut self, path: &str, review: &Value) -> Resp {
+        self.request(
+            Method::POST,
+            path,
+            serde_json::to_vec(review).expect("serialize"),
+        )
+        .await
+    }
+
+    /// POSTs a review and returns its `response`, checking the envelope on the way.
+    async fn review(&mut self, path: &str, review: &Value) -> Value {
+        let resp = self.post(path, review).await;
+        assert_eq!(resp.status, StatusCode::OK, "POST {path}: {}", resp.text());
+        assert_eq!(
+            resp.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()),
+            Some("application/json"),
+            "POST {path}: content type"
+        );
+        let body = resp.json();
+        assert_eq!(body["apiVersion"], "admission.k8s.io/v1", "{body}");
+        assert_eq!(body["kind"], "AdmissionReview", "{body}");
+        let response = body["response"].clone();
+        assert_eq!(
+            response["uid"], review["request"]["uid"],
+            "the response must carry the request's uid: {body}"
+        );
+        assert!(
+            response["allowed"].is_boolean(),
+            "allowed must be a boolean: {body}"
+        );
+        response
+    }
+}
+
+/// One plain HTTP/1.1 GET (the metrics address has no TLS).
+async fn plain_get(addr: SocketAddr, path: &str) -> Resp {
+    let get = async {
+        let tcp = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect {addr}: {e}"))?;
+        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+        let (mut sender, conn) = http1::handshake(TokioIo::new(tcp))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let request = Request::get(path)
+            .header(HOST, addr.to_string())
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok::<_, String>(Resp {
+            status: parts.status,
+            version: parts.version,
+            headers: parts.headers,
+            body,
+        })
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, get)
+        .await
+        .unwrap_or_else(|_| panic!("GET http://{addr}{path}: no answer within {REQUEST_TIMEOUT:?}"))
+        .unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reviews and patches
+
+fn fixture(name: &str) -> Value {
+    let path = repo_path("tests/fixtures/admission-reviews").join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn with_object(review: &Value, object: Value) -> Value {
+    let mut review = review.clone();
+    review["request"]["object"] = object;
+    review
+}
+
+/// The JSON Patch of an allowed response, or `None` when it has none. Pins the wire format:
+/// `patch` is a base64 string (not kube-core's array of bytes) and comes with `patchType`.
+fn patch_of(response: &Value) -> Option<json_patch::Patch> {
+    let patch = response.get("patch")?;
+    assert_eq!(
+        response["allowed"], true,
+        "a patch on a response that is not allowed: {response}"
+    );
+    assert_eq!(response["patchType"], "JSONPatch", "patchType: {response}");
+    let encoded = patch
+        .as_str()
+        .unwrap_or_else(|| panic!("patch must be a base64 string, got {patch}"));
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .unwrap_or_else(|e| panic!("patch is not base64 ({e}): {encoded}"));
+    Some(serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+        panic!(
+            "patch is not an RFC 6902 JSON Patch ({e}): {}",
+            String::from_utf8_lossy(&bytes)
+        )
+    }))
+}
+
+fn assert_no_patch(response: &Value) {
+    assert!(
+        response.get("patch").is_none(),
+        "expected no patch: {response}"
+    );
+    assert!(
+        response.get("patchType").is_none(),
+        "patchType without a patch: {response}"
+    );
+}
+
+fn apply(object: &Value, patch: &json_patch::Patch) -> Value {
+    let mut out = object.clone();
+    json_patch::patch(&mut out, patch)
+        .unwrap_or_else(|e| panic!("the patch does not apply ({e}): {patch:?}"));
+    out
+}
+
+fn as_pod(object: &Value) -> Pod {
+    serde_json::from_value(object.clone())
+        .unwrap_or_else(|e| panic!("the patched object is no longer a Pod: {e}"))
+}
+
+fn gpu_tolerations(pod: &Pod) -> usize {
+    let tolerations = pod.spec.as_ref().and_then(|s| s.tolerations.as_ref());
+    tolerations
+        .into_iter()
+        .flatten()
+        .filter(|t| {
+            t.key.as_deref() == Some("nvidia.com/gpu")
+                && t.operator.as_deref() == Some("Exists")
+                && t.effect.as_deref() == Some("NoSchedule")
+                && t.value.is_none()
+        })
+        .count()
+}
+
+fn node_selector(pod: &Pod, key: &str) -> Option<String> {
+    pod.spec.as_ref()?.node_selector.as_ref()?.get(key).cloned()
+}
+
+/// The value of the first sample of `name` whose labels contain every one of `labels`.
+fn metric(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric_name, rest) = series.split_once('{').unwrap_or((series, ""));
+            (metric_name == name && labels.iter().all(|l| rest.contains(l)))
+                .then(|| value.parse().ok())?
+        })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+
+/// The GPU Pod captured from the API server gets the GPU toleration, over both protocols; the
+/// patch is base64, applies cleanly and is idempotent.
+#[tokio::test]
+async fn mutate_gpu_pod_over_http1_and_http2() {
+    allot::install_crypto_provider();
+    let server = Server::start(&[]);
+    let review = fixture("010-mutate-create-pod-my-gpu-pod.json");
+    let original = review["request"]["object"].clone();
+    assert_eq!(
+        as_pod(&original).metadata.namespace.as_deref(),
+        Some("vision")
+    );
+    assert_eq!(
+        gpu_tolerations(&as_pod(&original)),
+        0,
+        "the fixture must start without the toleration"
+    );
+
+    for alpn in [Alpn::H1, Alpn::H2] {
+        let mut client = server.connect(alpn).await;
+        client.assert_alpn(alpn);
+
+        let response = client.review("/mutate", &review).await;
+        assert_eq!(response["allowed"], true, "{response}");
+        assert!(response.get("status").is_none(), "{response}");
+        let patch = patch_of(&response).expect("the GPU pod must be patched");
+        let mutated = apply(&original, &patch);
+        let pod = as_pod(&mutated);
+        assert_eq!(
+            gpu_tolerations(&pod),
+            1,
+            "exactly one nvidia.com/gpu toleration: {mutated}"
+        );
+        let tolerations = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_ref())
+            .expect("tolerations");
+        assert_eq!(
+            tolerations.len(),
+            3,
+            "the two tolerations the API server added stay: {tolerations:?}"
+        );
+        assert_eq!(
+            node_selector(&pod, "node-type"),
+            None,
+            "the shipped policy sets no nodeSelector"
+        );
+
+        // The API server reinvokes the webhook on its own output (reinvocationPolicy: IfNeeded).
+        let again = client
+            .review("/mutate", &with_object(&review, mutated.clone()))
+            .await;
+        assert_eq!(again["allowed"], true, "{again}");
+        assert_no_patch(&again);
+
+        let resp = client.get("/healthz").await;
+        assert_eq!(resp.status, StatusCode::OK);
+        assert_eq!(
+            resp.version,
+            alpn.version(),
+            "responses must come over the negotiated protocol"
+        );
+        assert_eq!(client.requests, 3);
+        assert!(
+            !client.is_closed(),
+            "{alpn:?}: the connection must stay open"
+        );
+    }
+}
+
+/// The API server's in-cluster path: many requests on one keep-alive HTTP/1.1 connection.
+#[tokio::test]
+async fn keep_alive_http1_carries_many_requests() {
+    allot::install_crypto_provider();
+    let server = Server::start(&[]);
+    let mut client = server.connect(Alpn::H1).await;
+    client.assert_alpn(Alpn::H1);
+    let mutate = fixture("010-mutate-create-pod-my-gpu-pod.json");
+    let validate = fixture("011-validate-create-pod-my-gpu-pod.json");
+    let started = Instant::now();
+    for i in 0..20 {
+        let (path, review) = if i % 2 == 0 {
+            ("/mutate", &mutate)
+        } else {
+            ("/validate", &validate)
+        };
+        let resp = client.post(path, review).await;
+        assert_eq!(resp.status, StatusCode::OK, "request {i}: {}", resp.text());
+        assert_eq!(resp.version, Version::HTTP_11);
+        let connection = resp
+            .headers
+            .get(CONNECTION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        assert!(
+            !connection.eq_ignore_ascii_case("close"),
+            "request {i}: the server asked to close the connection"
+        );
+        assert!(!client.is_closed(), "request {i}: the connection closed");
+        assert_eq!(
+            resp.json()["response"]["allowed"],
+            true,
+            "request {i}: {}",
+            resp.text()
+        );
+    }
+    assert_eq!(
+        client.requests, 20,
+        "all requests went over the one connection"
+    );
+    // A generous bound that still catches the Nagle/delayed-ACK stall (20 × ~40 ms) or a
+    // reconnect per request.
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < Duration::from_millis(700),
+        "20 keep-alive requests took {elapsed:?}"
+    );
+    assert!(
+        !client.connection.is_finished(),
+        "the connection task ended"
+    );
+}
+
+/// The Job whose GPU request differs from its limit is denied at /validate with the rule and the
+/// path; fine Pods are allowed.
+#[tokio::test]
+async fn validate_denies_bad_gpu_job_and_admits_good_pods() {
+    allot::install_crypto_provider();
+    let server = Server::start(&[]);
+    let mut client = server.connect(Alpn::H1).await;
+
+    // Captured at the mutating webhook; only the URL changes.
+    let bad = fixture("007-mutate-create-job-bad-gpu.json");
+    let response = client.review("/validate", &bad).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_no_patch(&response);
+    let status = &response["status"];
+    assert_eq!(status["code"], 403, "{response}");
+    let message = status["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("status.message: {response}"));
+    assert!(
+        message.contains("accelerators/requests-equal-limits"),
+        "message names the rule: {message}"
+    );
+    assert!(
+        message.contains("spec.template.spec.containers[0]"),
+        "message names the path: {message}"
+    );
+    assert!(
+        message.contains("nlp/bad-gpu"),
+        "message names the object: {message}"
+    );
+
+    for name in [
+        "011-validate-create-pod-my-gpu-pod.json",
+        "013-validate-create-pod-plain-cpu-pod.json",
+    ] {
+        let response = client.review("/validate", &fixture(name)).await;
+        assert_eq!(response["allowed"], true, "{name}: {response}");
+        assert!(response.get("status").is_none(), "{name}: {response}");
+        assert_no_patch(&response);
+    }
+
+    // The same GPU Pod, once mutated, still validates.
+    let review = fixture("010-mutate-create-pod-my-gpu-pod.json");
+    let patch = patch_of(&client.review("/mutate", &review).await).expect("patch");
+    let mutated = apply(&review["request"]["object"], &patch);
+    let response = client
+        .review("/validate", &with_object(&review, mutated))
+        .await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(!client.is_closed());
+}
+
+/// Malformed, oversized and unknown input get clear answers, and the server keeps serving.
+#[tokio::test]
+async fn bad_input_gets_clear_answers() {
+    allot::install_crypto_provider();
+    let limit = 64 * 1024;
+    let server = Server::start(&["--max-body-bytes", &limit.to_string()]);
+    let review = fixture("010-mutate-create-pod-my-gpu-pod.json");
+
+    for alpn in [Alpn::H1, Alpn::H2] {
+        let mut client = server.connect(alpn).await;
+        client.assert_alpn(alpn);
+
+        let resp = client
+            .request(Method::POST, "/mutate", b"{\"apiVersion\": ".to_vec())
+            .await;
+        assert_eq!(
+            resp.status,
+            StatusCode::BAD_REQUEST,
+            "{alpn:?} malformed JSON: {}",
+            resp.text()
+        );
+        assert!(
+            resp.text().contains("invalid JSON"),
+            "{alpn:?} 400 body gives the reason: {:?}",
+            resp.text()
+        );
+
+        let mut not_a_review = review.clone();
+        not_a_review["kind"] = json!("ConfigMap");
+        let resp = client.post("/validate", &not_a_review).await;
+        assert_eq!(
+            resp.status,
+            StatusCode::BAD_REQUEST,
+            "{alpn:?} not an AdmissionReview: {}",
+            resp.text()
+        );
+        assert!(
+            resp.text().contains("AdmissionReview"),
+            "{alpn:?}: {:?}",
+            resp.text()
+        );
+
+        // A well-formed review of a kind Allot knows nothing about: allowed, untouched.
+        let mut widget = review.clone();
+        widget["request"]["kind"] =
+            json!({"group": "example.com", "version": "v1", "kind": "Widget"});
+        widget["request"]["resource"] =
+            json!({"group": "example.com", "version": "v1", "resource": "widgets"});
+        widget["request"]["object"]["apiVersion"] = json!("example.com/v1");
+        widget["request"]["object"]["kind"] = json!("Widget");
+        for path in ["/mutate", "/validate"] {
+            let response = client.review(path, &widget).await;
+            assert_eq!(
+                response["allowed"], true,
+                "{alpn:?} {path} Widget: {response}"
+            );
+            assert_no_patch(&response);
+            assert!(response.get("status").is_none(), "{response}");
+        }
+
+        // Still answering on the same connection.
+        let response = client.review("/mutate", &review).await;
+        assert!(patch_of(&response).is_some(), "{alpn:?}: {response}");
+        assert_eq!(client.requests, 5);
+    }
+
+    // Larger than --max-body-bytes, though otherwise a fine review: 413, whichever protocol.
+    let mut big = review.clone();
+    big["request"]["object"]["metadata"]["annotations"]["padding"] =
+        json!("x".repeat(limit + 4096));
+    let big = serde_json::to_vec(&big).expect("serialize");
+    assert!(big.len() > limit);
+    for alpn in [Alpn::H1, Alpn::H2] {
+        let mut client = server.connect(alpn).await;
+        let resp = client.request(Method::POST, "/mutate", big.clone()).await;
+        assert_eq!(
+            resp.status,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "{alpn:?}: {}",
+            resp.text()
+        );
+        // The server still answers (a new connection: HTTP/1.1 cannot reuse one whose request
+        // body was not read).
+        let mut client = server.connect(alpn).await;
+        let response = client.review("/mutate", &review).await;
+        assert!(
+            patch_of(&response).is_some(),
+            "{alpn:?} after 413: {response}"
+        );
+    }
+
+    let metrics = server.metrics_text().await;
+    let errors = metric(
+        &metrics,
+        "allot_admission_requests_total",
+        &[r#"webhook="mutate""#, r#"result="error""#],
+    );
+    assert!(
+        errors >= Some(2.0),
+        "malformed reviews are counted: {metrics}"
+    );
+}
+
+/// Probes on both ports, and the Prometheus metrics.
+#[tokio::test]
+async fn probes_and_metrics() {
+    allot::install_crypto_provider();
+    let server = Server::start(&[]);
+    let mut client = server.connect(Alpn::H1).await;
+
+    let healthz = client.get("/healthz").await;
+    assert_eq!(
+        (healthz.status, healthz.text().trim()),
+        (StatusCode::OK, "ok")
+    );
+    let readyz = client.get("/readyz").await;
+    assert_eq!(readyz.status, StatusCode::OK, "{}", readyz.text());
+    let ready_text = readyz.text();
+    assert!(ready_text.starts_with("ok: policy set "), "{ready_text}");
+    assert!(!ready_text.contains("failed"), "{ready_text}");
+    let version = ready_text["ok: policy set ".len()..]
+        .split_whitespace()
+        .next()
+        .expect("version")
+        .to_string();
+
+    let healthz = server.metrics_get("/healthz").await;
+    assert_eq!(
+        (healthz.status, healthz.text().trim()),
+        (StatusCode::OK, "ok")
+    );
+    let readyz = server.metrics_get("/readyz").await;
+    assert_eq!(readyz.status, StatusCode::OK);
+    assert_eq!(
+        readyz.text(),
+        ready_text,
+        "both ports report the same readiness"
+    );
+
+    // /metrics is not served on the webhook port.
+    assert_eq!(client.get("/metrics").await.status, StatusCode::NOT_FOUND);
+
+    let before = server.metrics_text().await;
+    assert!(
+        metric(
+            &before,
+            "allot_policy_set_info",
+            &[&format!(r#"version="{version}""#)]
+        ) == Some(1.0),
+        "allot_policy_set_info names the version /readyz reports ({version}): {before}"
+    );
+    let mutated = |text: &str| {
+        metric(
+            text,
+            "allot_admission_requests_total",
+            &[r#"webhook="mutate""#, r#"result="mutated""#],
+        )
+        .unwrap_or(0.0)
+    };
+    let review = fixture("010-mutate-create-pod-my-gpu-pod.json");
+    for _ in 0..3 {
+        assert!(patch_of(&client.review("/mutate", &review).await).is_some());
+    }
+    assert_eq!(
+        client
+            .review("/validate", &fixture("007-mutate-create-job-bad-gpu.json"))
+            .await["allowed"],
+        false
+    );
+
+    let after = server.metrics_text().await;
+    assert_eq!(mutated(&after) - mutated(&before), 3.0, "{after}");
+    assert!(
+        metric(
+            &after,
+            "allot_admission_requests_total",
+            &[r#"webhook="validate""#, r#"result="denied""#]
+        ) >= Some(1.0),
+        "{after}"
+    );
+    assert!(
+        metric(
+            &after,
+            "allot_admission_decisions_total",
+            &[
+                r#"rule="accelerators/requests-equal-limits""#,
+                r#"action="deny""#
+            ]
+        ) >= Some(1.0),
+        "{after}"
+    );
+    assert!(
+        metric(
+            &after,
+            "allot_admission_duration_seconds_count",
+            &[r#"webhook="mutate""#]
+        ) >= Some(3.0),
+        "{after}"
+    );
+    assert!(
+        after.trim_end().ends_with("# EOF"),
+        "OpenMetrics text ends with # EOF"
+    );
+}
+
+/// Policies reload when their files change; a broken file keeps the last good set in force and
+/// is reported until fixed.
+#[tokio::test]
+async fn policies_hot_reload_and_broken_files_keep_the_last_good_set() {
+    allot::install_crypto_provider();
+    let server = Server::start(&[]);
+    let review = fixture("010-mutate-create-pod-my-gpu-pod.json");
+    let object = review["request"]["object"].clone();
+    let placement = server.policies().join("placement.yaml");
+    let shipped = std::fs::read_to_string(&placement).expect("placement.yaml");
+    let commented = "  # nodeSelector:\n  #   node-type: my-precious\n";
+    assert!(
+        shipped.contains(commented),
+        "policies/placement.yaml changed; update this test"
+    );
+    let pinned = shipped.replacen(
+        commented,
+        "  nodeSelector:\n    node-type: my-precious\n",
+        1,
+    );
+
+    // The selector is not there to begin with.
+    let mut client = server.connect(Alpn::H1).await;
+    let pod = as_pod(&apply(
+        &object,
+        &patch_of(&client.review("/mutate", &review).await).expect("patch"),
+    ));
+    assert_eq!(node_selector(&pod, "node-type"), None);
+
+    std::fs::write(&placement, &pinned).expect("edit placement.yaml");
+    let started = Instant::now();
+    let (srv, rv, obj) = (&server, &review, &object);
+    eventually(
+        "the edited Placement takes effect",
+        RELOAD_DEADLINE,
+        || async move {
+            let response = srv.connect(Alpn::H1).await.review("/mutate", rv).await;
+            let pod = as_pod(&apply(
+                obj,
+                &patch_of(&response).ok_or_else(|| response.to_string())?,
+            ));
+            assert_eq!(gpu_tolerations(&pod), 1);
+            match node_selector(&pod, "node-type") {
+                Some(v) if v == "my-precious" => Ok(()),
+                other => Err(format!("nodeSelector node-type = {other:?}")),
+            }
+        },
+    )
+    .await;
+    eprintln!("policy reload took {:?}", started.elapsed());
+    let good_ready = server.metrics_get("/readyz").await.text();
+    assert!(!good_ready.contains("failed"), "{good_ready}");
+
+    // An unknown field, then a YAML syntax error: both rejected, the edited set stays.
+    let broken_files = [
+        (
+            "unknown field",
+            pinned.replacen(
+                "  onConflict: Deny\n",
+                "  onConflict: Deny\n  tolerateEverything: true\n",
+                1,
+            ),
+        ),
+        (
+            "invalid YAML",
+            format!(
+                "{pinned}\n---\napiVersion: allot.dev/v1alpha1\nkind: Placement\nspec: [unclosed\n"
+            ),
+        ),
+    ];
+    for (i, (what, broken)) in broken_files.iter().enumerate() {
+        assert_ne!(broken, &pinned, "{what}: the edit must change the file");
+        std::fs::write(&placement, broken).expect("break placement.yaml");
+        let ready = eventually(
+            &format!("{what}: /readyz reports the failure"),
+            RELOAD_DEADLINE,
+            || async move {
+                let resp = srv.metrics_get("/readyz").await;
+                let text = resp.text();
+                if resp.status != StatusCode::OK {
+                    panic!(
+                        "{what}: /readyz must stay 200 while the last good set serves: {} {text}",
+                        resp.status
+                    );
+                }
+                let failures = metric(
+                    &srv.metrics_text().await,
+                    "allot_policy_reloads_total",
+                    &[r#"result="failure""#],
+                );
+                // Each broken version is reported in turn (the unknown field only by the first).
+                let this_one = (i == 0) == text.contains("tolerateEverything");
+                if text.contains("last reload failed")
+                    && this_one
+                    && failures >= Some((i + 1) as f64)
+                {
+                    Ok(text)
+                } else {
+                    Err(format!("{failures:?} failed reloads; /readyz: {text}"))
+                }
+            },
+        )
+        .await;
+        assert!(
+            ready.contains("placement.yaml"),
+            "the report names the file: {ready}"
+        );
+        assert!(
+            ready.starts_with(good_ready.lines().next().expect("first line")),
+            "still the edited set: {ready}"
+        );
+        let https_ready = client.get("/readyz").await;
+        assert_eq!(https_ready.status, StatusCode::OK);
+        assert!(
+            https_ready.text().contains("last reload failed"),
+            "{}",
+            https_ready.text()
+        );
+
+        let response = client.review("/mutate", &review).await;
+        let pod = as_pod(&apply(&object, &patch_of(&response).expect("patch")));
+        assert_eq!(
+            node_selector(&pod, "node-type").as_deref(),
+            Some("my-precious"),
+            "{what}: the last good set stays in force"
+        );
+        assert_eq!(gpu_tolerations(&pod), 1);
+    }
+    let metrics = server.metrics_text().await;
+    let failures = metric(
+        &metrics,
+        "allot_policy_reloads_total",
+        &[r#"result="failure""#],
+    );
+    assert!(
+        failures >= Some(2.0),
+        "two failed reloads counted: {metrics}"
+    );
+    assert!(
+        metric(&metrics, "allot_policy_load_errors", &[]) >= Some(1.0),
+        "{metrics}"
+    );
+
+    // Fixed: the report goes away.
+    std::fs::write(&placement, &pinned).expect("fix placement.yaml");
+    eventually(
+        "/readyz stops reporting the failure",
+        RELOAD_DEADLINE,
+        || async move {
+            let text = srv.metrics_get("/readyz").await.text();
+            if text.contains("failed") {
+                Err(text)
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await;
+    let metrics = server.metrics_text().await;
+    assert_eq!(
+        metric(&metrics, "allot_policy_load_errors", &[]),
+        Some(0.0),
+        "{metrics}"
+    );
+    let response = client.review("/mutate", &review).await;
+    let pod = as_pod(&apply(&object, &patch_of(&response).expect("patch")));
+    assert_eq!(
+        node_selector(&pod, "node-type").as_deref(),
+        Some("my-precious")
+    );
+    assert!(!client.is_closed(), "reloads do not drop connections");
+}
+
+/// `allot certs` run again (same CA) rotates the serving certificate without a restart.
+#[tokio::test]
+async fn serving_certificate_rotates_without_restart() {
+    allot::install_crypto_provider();
+    let server = Server::start(&[]);
+    let ca_path = server.certs().join("ca.crt");
+    let ca_before = std::fs::read(&ca_path).expect("ca.crt");
+    let mut old = server.connect(Alpn::H1).await;
+    old.assert_alpn(Alpn::H1);
+    // The IP SAN works as well as the DNS name.
+    let by_ip = Client::connect(server.https, &ca_path, "127.0.0.1", Alpn::H2).await;
+    by_ip.assert_alpn(Alpn::H2);
+    assert_eq!(by_ip.leaf, old.leaf);
+
+    make_certs(&server.certs());
+    assert_eq!(
+        std::fs::read(&ca_path).expect("ca.crt"),
+        ca_before,
+        "allot certs must reuse the CA"
+    );
+    let started = Instant::now();
+    // Each attempt is a fresh TLS connection (no resumption) trusting only the original CA.
+    let (srv, old_leaf) = (&server, &old.leaf);
+    let mut fresh = eventually(
+        "a new connection sees the new certificate",
+        RELOAD_DEADLINE,
+        || async move {
+            let client = srv.connect(Alpn::H2).await;
+            if &client.leaf != old_leaf {
+                Ok(client)
+            } else {
+                Err("still the old certificate".to_string())
+            }
+        },
+    )
+    .await;
+    eprintln!("certificate rotation took {:?}", started.elapsed());
+    fresh.assert_alpn(Alpn::H2);
+    assert_eq!(fresh.get("/healthz").await.status, StatusCode::OK);
+    let new_cert = CertificateDer::from_pem_file(server.certs().join("tls.crt")).expect("tls.crt");
+    assert_eq!(
+        fresh.leaf,
+        new_cert.as_ref(),
+        "the server presents the certificate now on disk"
+    );
+
+    // HTTP/1.1 sees it too, and the connection opened before the rotation keeps working.
+    let fresh_h1 = server.connect(Alpn::H1).await;
+    fresh_h1.assert_alpn(Alpn::H1);
+    assert_eq!(fresh_h1.leaf, fresh.leaf);
+    let response = old
+        .review("/mutate", &fixture("010-mutate-create-pod-my-gpu-pod.json"))
+        .await;
+    assert!(patch_of(&response).is_some());
+
+    let metrics = server.metrics_text().await;
+    assert!(
+        metric(
+            &metrics,
+            "allot_certificate_reloads_total",
+            &[r#"result="success""#]
+        ) >= Some(1.0),
+        "certificate reloads are counted: {metrics}"
+    );
+}
+
+/// SIGTERM: the process exits successfully and promptly, closing idle keep-alive connections
+/// instead of waiting out the grace period (kubernetes#127335).
+#[tokio::test]
+async fn sigterm_closes_idle_connections_and_exits() {
+    allot::install_crypto_provider();
+    // A grace period far longer than the deadline below: only closing idle connections at once
+    // lets the process exit in time.
+    let mut server = Server::start(&["--shutdown-grace-secs", "30"]);
+    let review = fixture("010-mutate-create-pod-my-gpu-pod.json");
+    let mut h1 = server.connect(Alpn::H1).await;
+    let mut h2 = server.connect(Alpn::H2).await;
+    assert_eq!(h1.review("/mutate", &review).await["allowed"], true);
+    assert_eq!(h2.get("/healthz").await.status, StatusCode::OK);
+    assert!(
+        !h1.is_closed() && !h2.is_closed(),
+        "both connections are open and idle"
+    );
+
+    let started = Instant::now();
+    let kill = Command::new("kill")
+        .args(["-TERM", &server.pid().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(kill.success(), "kill -TERM failed");
+    let status = server.wait_exit(Duration::from_secs(5)).await;
+    let elapsed = started.elapsed();
+    let status =
+        status.unwrap_or_else(|| panic!("allot serve still running {elapsed:?} after SIGTERM"));
+    assert!(
+        status.success(),
+        "allot serve exited with {status} after SIGTERM"
+    );
+    eprintln!("shutdown took {elapsed:?}");
+
+    // The idle connections were closed by the server, not left hanging.
+    tokio::time::timeout(Duration::from_secs(2), async {
+        while !(h1.is_closed() && h2.is_closed()) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the idle connections are closed");
+    assert!(
+        server.stderr().contains("stopped"),
+        "logs say it stopped:\n{}",
+        server.stderr()
+    );
+    // stdout held the one address line and nothing else.
+    let extra: Vec<String> = server.stdout.try_iter().collect();
+    assert!(extra.is_empty(), "unexpected stdout lines: {extra:?}");
+    assert!(
+        TcpStream::connect(server.https).await.is_err(),
+        "the webhook port is closed"
+    );
+}
+
+/// Startup errors end the process with a non-zero status and say what is wrong.
+#[tokio::test]
+async fn startup_errors_exit_non_zero_with_a_reason() {
+    allot::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    std::fs::create_dir(dir.path().join("policies")).expect("empty policy directory");
+    make_certs(&dir.path().join("certs"));
+    let (status, stderr) = run_to_exit(serve_command(dir.path(), &[]));
+    assert!(
+        !status.success(),
+        "an empty policy directory must fail startup; stderr:\n{stderr}"
+    );
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no policy files"),
+        "stderr names the problem:\n{stderr}"
+    );
+    assert!(
+        stderr.contains(&dir.path().join("policies").display().to_string()),
+        "and the directory:\n{stderr}"
+    );
+
+    // A policy file with an unknown field: the file and field are named.
+    std::fs::write(
+        dir.path().join("policies/bad.yaml"),
+        "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata:\n  name: x\nspec:\n  namespaces:\n    names: [x]\n  quotaa: {}\n",
+    )
+    .expect("write bad.yaml");
+    let (status, stderr) = run_to_exit(serve_command(dir.path(), &[]));
+    assert!(
+        !status.success(),
+        "a broken policy must fail startup; stderr:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("bad.yaml") && stderr.contains("quotaa"),
+        "stderr names file and field:\n{stderr}"
+    );
+
+    // Good policies, missing certificate.
+    std::fs::remove_file(dir.path().join("policies/bad.yaml")).expect("remove bad.yaml");
+    copy_dir(&repo_path("policies"), &dir.path().join("policies"));
+    std::fs::remove_file(dir.path().join("certs/tls.crt")).expect("remove tls.crt");
+    let (status, stderr) = run_to_exit(serve_command(dir.path(), &[]));
+    assert!(
+        !status.success(),
+        "a missing certificate must fail startup; stderr:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("tls.crt"),
+        "stderr names the certificate file:\n{stderr}"
+    );
+}
+
+/// Runs a command that is expected to exit by itself; kills it after the startup timeout.
+fn run_to_exit(mut cmd: Command) -> (ExitStatus, String) {
+    let mut child = cmd.spawn().expect("spawn allot");
+    let (stderr, reader) = collect_stderr(&mut child);
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            // The reader sees EOF once the process is gone.
+            let _ = reader.join();
+            return (status, stderr.lock().map(|s| s.clone()).unwrap_or_default());
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "allot serve did not exit within {STARTUP_TIMEOUT:?}; stderr:\n{}",
+                stderr.lock().map(|s| s.clone()).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
