@@ -1,0 +1,231 @@
+//! The `allot` binary's offline commands: `check`, `certs`, `webhooks`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn allot(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_allot")).args(args).current_dir(root()).output().expect("run allot")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn check_on_the_examples_reports_mutations_and_denials() {
+    let out = allot(&["check", "--policies", "policies", "--namespaces", "examples/cluster/namespaces.yaml", "examples"]);
+    assert_eq!(out.status.code(), Some(1), "examples include denials on purpose\n{}", stderr(&out));
+    let text = stdout(&out);
+    for expected in [
+        "examples/pods/gpu-pod.yaml#1 Pod vision/my-gpu-pod: admitted, mutated",
+        "~ placement/nvidia-gpu: add toleration nvidia.com/gpu:NoSchedule",
+        r#"add     /spec/tolerations [{"effect":"NoSchedule","key":"nvidia.com/gpu","operator":"Exists"}]"#,
+        "examples/pods/mig-fraction.yaml#1 Pod vision/half-a-slice: DENIED",
+        "deny  [accelerators/whole-numbers] spec.containers[0]",
+        "PyTorchJob nlp-research/bert-finetune: DENIED",
+        "[accelerators/requests-equal-limits] spec.pytorchReplicaSpecs.Worker.template.spec.containers[0]",
+        "warn  [pinned-images-on-gpus]",
+        "Job vision/mnist-ddp: admitted",
+        "object(s):",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    // With the namespace labels, nlp-research belongs to team nlp: no "no team" denial.
+    assert!(!text.contains("namespace nlp-research belongs to no team"), "{text}");
+}
+
+#[test]
+fn check_json_output_is_complete() {
+    let out = allot(&["check", "--policies", "policies", "--output", "json", "examples/pods", "examples/workloads"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(report["summary"]["objects"], results.len());
+    let gpu = results.iter().find(|r| r["name"] == "my-gpu-pod").unwrap();
+    assert_eq!(gpu["allowed"], true);
+    assert_eq!(gpu["mutated"], true);
+    assert_eq!(gpu["patch"][0]["op"], "add");
+    assert_eq!(gpu["patch"][0]["path"], "/spec/tolerations");
+    let denied = results.iter().find(|r| r["name"] == "half-a-slice").unwrap();
+    assert_eq!(denied["allowed"], false);
+    assert_eq!(denied["findings"][0]["action"], "Deny");
+    assert_eq!(denied["findings"][0]["path"], "spec.containers[0]");
+    assert!(report["policyVersion"].as_str().unwrap().len() == 12);
+    // Without --namespaces the CLI says what it could not evaluate.
+    let pt = results.iter().find(|r| r["name"] == "bert-finetune").unwrap();
+    assert!(pt["notes"][0].as_str().unwrap().contains("labels of namespace \"nlp-research\" are unknown"), "{pt}");
+}
+
+#[test]
+fn check_junit_output() {
+    let out = allot(&["check", "--policies", "policies", "--output", "junit", "examples/pods"]);
+    assert_eq!(out.status.code(), Some(1));
+    let xml = stdout(&out);
+    assert!(xml.starts_with("<?xml"));
+    assert_eq!(xml.matches("<testcase ").count(), 4, "{xml}");
+    assert_eq!(xml.matches("<failure ").count(), 2, "{xml}");
+    assert!(xml.contains("tests=\"4\" failures=\"2\""), "{xml}");
+    assert!(xml.contains("&apos;:latest&apos;"), "messages are escaped: {xml}");
+}
+
+#[test]
+fn check_exits_zero_when_everything_is_admitted_and_reads_stdin() {
+    let out = allot(&["check", "--policies", "policies", "examples/pods/gpu-pod.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+
+    let manifest = std::fs::read(root().join("examples/pods/mig-fraction.yaml")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_allot"))
+        .args(["check", "--policies", "policies", "-"])
+        .current_dir(root())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&manifest).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).contains("-#1 Pod vision/half-a-slice: DENIED"), "{}", stdout(&out));
+}
+
+#[test]
+fn check_reads_lists_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "namespace": "vision"},
+         "spec": {"containers": [{"name": "c", "image": "i:1", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}}
+    ]});
+    let path = dir.path().join("list.json");
+    std::fs::write(&path, serde_json::to_vec(&list).unwrap()).unwrap();
+    let out = allot(&["check", "--policies", "policies", "--output", "json", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["summary"]["objects"], 2);
+    assert_eq!(report["summary"]["mutated"], 1);
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn bad_input_and_bad_policies_exit_two_with_the_location() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write(dir.path(), "pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: []}\n");
+
+    // A policy with a typo: file, document and field path in the message.
+    let policies = tempfile::tempdir().unwrap();
+    write(
+        policies.path(),
+        "teams.yaml",
+        "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: a}\nspec: {namespaces: {names: [a]}}\n---\napiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: b}\nspec:\n  namespaces: {names: [b]}\n  priorty: {}\n",
+    );
+    let out = allot(&["check", "--policies", policies.path().to_str().unwrap(), good.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("teams.yaml: document 2 (Team): spec.priorty: unknown field `priorty`"), "{err}");
+
+    // Broken CEL.
+    let cel = tempfile::tempdir().unwrap();
+    write(cel.path(), "r.yaml", "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec: {expression: 'object.(', message: m}\n");
+    let out = allot(&["check", "--policies", cel.path().to_str().unwrap(), good.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("spec.expression: CEL syntax error"), "{}", stderr(&out));
+
+    // Empty policy directory.
+    let empty = tempfile::tempdir().unwrap();
+    let out = allot(&["check", "--policies", empty.path().to_str().unwrap(), good.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no policy files"), "{}", stderr(&out));
+
+    // Bad manifests.
+    for (name, text, message) in [
+        ("broken.yaml", "kind: [oops\n", "invalid YAML"),
+        ("nokind.yaml", "apiVersion: v1\nmetadata: {name: a}\n", "document 1: kind is missing"),
+        ("scalar.yaml", "---\njust a string\n", "not a Kubernetes object"),
+    ] {
+        let path = write(dir.path(), name, text);
+        let out = allot(&["check", "--policies", "policies", path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        assert!(stderr(&out).contains(message), "{name}: {}", stderr(&out));
+    }
+    let out = allot(&["check", "--policies", "policies", "does/not/exist.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("does/not/exist.yaml"), "{}", stderr(&out));
+}
+
+fn certs(dir: &Path) -> PathBuf {
+    let out = allot(&["certs", "--out", dir.to_str().unwrap(), "--dns-name", "allot.allot-system.svc", "--dns-name", "127.0.0.1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("created CA"), "{}", stdout(&out));
+    for f in ["ca.crt", "ca.key", "tls.crt", "tls.key"] {
+        assert!(dir.join(f).exists(), "{f}");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.join("tls.key")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "private keys are not group/world readable");
+    }
+    dir.join("ca.crt")
+}
+
+#[test]
+fn webhooks_render_valid_configurations() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = certs(dir.path());
+    let out = allot(&["webhooks", "--ca-bundle", ca.to_str().unwrap(), "--service", "allot-system/allot"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&stdout(&out)).expect("YAML");
+    assert_eq!(docs.len(), 2);
+    assert_eq!(docs[0]["kind"], "MutatingWebhookConfiguration");
+    let mutating: MutatingWebhookConfiguration = serde_json::from_value(docs[0].clone()).unwrap();
+    let validating: ValidatingWebhookConfiguration = serde_json::from_value(docs[1].clone()).unwrap();
+    let m = &mutating.webhooks.unwrap()[0];
+    assert_eq!(m.side_effects, "None");
+    assert_eq!(m.admission_review_versions, vec!["v1"]);
+    assert_eq!(m.reinvocation_policy.as_deref(), Some("IfNeeded"));
+    assert_eq!(m.client_config.ca_bundle.as_ref().unwrap().0, std::fs::read(&ca).unwrap());
+    let service = m.client_config.service.as_ref().unwrap();
+    assert_eq!((service.namespace.as_str(), service.name.as_str(), service.path.as_deref()), ("allot-system", "allot", Some("/mutate")));
+    let excluded = m.namespace_selector.as_ref().unwrap().match_expressions.as_ref().unwrap()[0].values.clone().unwrap();
+    assert_eq!(excluded, vec!["kube-system", "allot-system"]);
+    assert!(m.match_conditions.as_ref().unwrap().iter().any(|c| c.expression.contains("system:serviceaccount:allot-system:allot")));
+    let v = &validating.webhooks.unwrap()[0];
+    assert_eq!(v.side_effects, "None");
+    let rules = v.rules.as_ref().unwrap();
+    let covers = |group: &str, resource: &str| {
+        rules.iter().any(|r| {
+            r.api_groups.as_ref().unwrap().contains(&group.to_string()) && r.resources.as_ref().unwrap().contains(&resource.to_string())
+        })
+    };
+    for (group, resource) in [("", "pods"), ("batch", "jobs"), ("jobset.x-k8s.io", "jobsets"), ("kubeflow.org", "pytorchjobs"), ("ray.io", "rayclusters"), ("batch.volcano.sh", "jobs")] {
+        assert!(covers(group, resource), "{group}/{resource}");
+    }
+
+    let out = allot(&["webhooks", "--ca-bundle", ca.to_str().unwrap(), "--url", "https://10.0.0.1:8443/"]);
+    assert!(out.status.success());
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&stdout(&out)).unwrap();
+    assert_eq!(docs[1]["webhooks"][0]["clientConfig"]["url"], "https://10.0.0.1:8443/validate");
+
+    for bad in [vec!["--service", "no-slash"], vec!["--url", "http://plain"]] {
+        let mut args = vec!["webhooks", "--ca-bundle", ca.to_str().unwrap()];
+        args.extend(bad);
+        let out = allot(&args);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    }
+}
