@@ -50,17 +50,9 @@ async fn allow(body: Bytes) -> Response {
                 "kind": "AdmissionReview",
                 "response": {"uid": review.request.uid, "allowed": true},
             });
-            (
-                [(header::CONTENT_TYPE, "application/json")],
-                answer.to_string(),
-            )
-                .into_response()
+            ([(header::CONTENT_TYPE, "application/json")], answer.to_string()).into_response()
         }
-        Err(e) => (
-            StatusCode::BAD_REQUEST,
-            format!("invalid AdmissionReview: {e}\n"),
-        )
-            .into_response(),
+        Err(e) => (StatusCode::BAD_REQUEST, format!("invalid AdmissionReview: {e}\n")).into_response(),
     }
 }
 
@@ -74,16 +66,11 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let tls = allot::server::tls::server_config(&args.tls_cert, &args.tls_key)?;
     let rustls = axum_server::tls_rustls::RustlsConfig::from_config(tls);
-    let app = Router::new()
-        .route("/mutate", post(allow))
-        .route("/validate", post(allow))
-        .route("/healthz", get(healthz));
+    let app =
+        Router::new().route("/mutate", post(allow)).route("/validate", post(allow)).route("/healthz", get(healthz));
     let handle = axum_server::Handle::new();
-    let server = tokio::spawn(
-        axum_server::bind_rustls(args.addr, rustls)
-            .handle(handle.clone())
-            .serve(app.into_make_service()),
-    );
+    let server =
+        tokio::spawn(axum_server::bind_rustls(args.addr, rustls).handle(handle.clone()).serve(app.into_make_service()));
     let Some(addr) = handle.listening().await else {
         server.await??;
         anyhow::bail!("could not listen on {}", args.addr);

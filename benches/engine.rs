@@ -45,8 +45,8 @@ fn namespaces() -> StaticNamespaces {
 }
 
 fn manifest(path: &str) -> Manifest {
-    let mut manifests = check::read_manifests(&[PathBuf::from(repo().join(path))])
-        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut manifests =
+        check::read_manifests(&[PathBuf::from(repo().join(path))]).unwrap_or_else(|e| panic!("{path}: {e}"));
     assert_eq!(manifests.len(), 1, "{path}: expected one object");
     manifests.remove(0)
 }
@@ -58,10 +58,7 @@ fn create_request<'a>(object: &'a Value, groups: &'a [String]) -> Request<'a> {
         operation: RequestOperation::Create,
         group,
         kind,
-        namespace: object
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("default"),
+        namespace: object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default"),
         object,
         old_object: None,
         dry_run: false,
@@ -74,84 +71,47 @@ fn benches(c: &mut Criterion) {
     let policies = policies();
     let namespaces = namespaces();
     let engine = Engine::new(&policies, &namespaces);
-    let body =
-        std::fs::read(repo().join(FIXTURE_010)).unwrap_or_else(|e| panic!("{FIXTURE_010}: {e}"));
+    let body = std::fs::read(repo().join(FIXTURE_010)).unwrap_or_else(|e| panic!("{FIXTURE_010}: {e}"));
 
     // Make sure each benchmark measures the real work, not an early exit.
-    let mutated =
-        admission::review(&body, Phase::Mutate, &engine).expect("fixture 010 is a valid review");
-    assert!(
-        mutated.allowed && mutated.mutated,
-        "fixture 010 should be admitted with a patch"
-    );
-    let validated =
-        admission::review(&body, Phase::Validate, &engine).expect("fixture 010 is a valid review");
-    assert!(
-        validated.allowed,
-        "fixture 010 should pass validation: {:?}",
-        validated.outcome.findings
-    );
+    let mutated = admission::review(&body, Phase::Mutate, &engine).expect("fixture 010 is a valid review");
+    assert!(mutated.allowed && mutated.mutated, "fixture 010 should be admitted with a patch");
+    let validated = admission::review(&body, Phase::Validate, &engine).expect("fixture 010 is a valid review");
+    assert!(validated.allowed, "fixture 010 should pass validation: {:?}", validated.outcome.findings);
 
     let review: Value = serde_json::from_slice(&body).expect("fixture 010 is JSON");
-    let pod = review
-        .pointer("/request/object")
-        .expect("fixture 010 has request.object")
-        .clone();
+    let pod = review.pointer("/request/object").expect("fixture 010 has request.object").clone();
     let groups: Vec<String> = vec!["system:authenticated".into()];
-    let pod_request = Request {
-        namespace: "vision",
-        ..create_request(&pod, &groups)
-    };
+    let pod_request = Request { namespace: "vision", ..create_request(&pod, &groups) };
     let admitted = engine.admit(&pod_request);
-    assert!(
-        admitted.allowed() && !admitted.mutation.patch.is_empty(),
-        "pod 010 should be admitted with a patch"
-    );
+    assert!(admitted.allowed() && !admitted.mutation.patch.is_empty(), "pod 010 should be admitted with a patch");
 
     let pytorchjob = manifest("examples/workloads/pytorchjob.yaml");
     let pytorch_request = create_request(&pytorchjob.object, &groups);
-    assert!(
-        !engine.validate(&pytorch_request).allowed(),
-        "the example PyTorchJob should be denied"
-    );
+    assert!(!engine.validate(&pytorch_request).allowed(), "the example PyTorchJob should be denied");
     let jobset = manifest("examples/workloads/jobset.yaml");
     let jobset_request = create_request(&jobset.object, &groups);
-    assert!(
-        !engine.validate(&jobset_request).allowed(),
-        "the example JobSet should be denied"
-    );
+    assert!(!engine.validate(&jobset_request).allowed(), "the example JobSet should be denied");
 
     c.bench_function("baseline/parse-json-value", |b| {
         b.iter(|| serde_json::from_slice::<Value>(black_box(&body)).expect("JSON"))
     });
     c.bench_function("review/mutate-010", |b| {
-        b.iter(|| {
-            admission::review(black_box(&body), Phase::Mutate, &engine).expect("valid review")
-        })
+        b.iter(|| admission::review(black_box(&body), Phase::Mutate, &engine).expect("valid review"))
     });
     c.bench_function("review/validate-010", |b| {
-        b.iter(|| {
-            admission::review(black_box(&body), Phase::Validate, &engine).expect("valid review")
-        })
+        b.iter(|| admission::review(black_box(&body), Phase::Validate, &engine).expect("valid review"))
     });
-    c.bench_function("engine/admit-pod-010", |b| {
-        b.iter(|| engine.admit(black_box(&pod_request)))
-    });
-    c.bench_function("engine/validate-pytorchjob", |b| {
-        b.iter(|| engine.validate(black_box(&pytorch_request)))
-    });
-    c.bench_function("engine/validate-jobset", |b| {
-        b.iter(|| engine.validate(black_box(&jobset_request)))
-    });
+    c.bench_function("engine/admit-pod-010", |b| b.iter(|| engine.admit(black_box(&pod_request))));
+    c.bench_function("engine/validate-pytorchjob", |b| b.iter(|| engine.validate(black_box(&pytorch_request))));
+    c.bench_function("engine/validate-jobset", |b| b.iter(|| engine.validate(black_box(&jobset_request))));
     c.bench_function("policy/load-dir", |b| {
         b.iter(|| policy::load_dir(black_box(&repo().join("policies"))).expect("policies"))
     });
 }
 
 fn config() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_secs(2))
-        .measurement_time(Duration::from_secs(5))
+    Criterion::default().warm_up_time(Duration::from_secs(2)).measurement_time(Duration::from_secs(5))
 }
 
 criterion_group! {

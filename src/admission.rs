@@ -101,31 +101,20 @@ pub struct BadReview(pub String);
 
 /// Decodes a review, runs the engine for `phase` and encodes the response.
 pub fn review(body: &[u8], phase: Phase, engine: &Engine<'_>) -> Result<Answer, BadReview> {
-    let review: ReviewIn =
-        serde_json::from_slice(body).map_err(|e| BadReview(format!("invalid JSON: {e}")))?;
+    let review: ReviewIn = serde_json::from_slice(body).map_err(|e| BadReview(format!("invalid JSON: {e}")))?;
     if review.kind.as_deref() != Some("AdmissionReview") {
-        return Err(BadReview(format!(
-            "kind must be AdmissionReview, got {:?}",
-            review.kind.unwrap_or_default()
-        )));
+        return Err(BadReview(format!("kind must be AdmissionReview, got {:?}", review.kind.unwrap_or_default())));
     }
     let api_version = review.api_version.unwrap_or_default();
     if api_version != "admission.k8s.io/v1" {
-        return Err(BadReview(format!(
-            "apiVersion must be admission.k8s.io/v1, got {api_version:?}"
-        )));
+        return Err(BadReview(format!("apiVersion must be admission.k8s.io/v1, got {api_version:?}")));
     }
-    let req = review
-        .request
-        .ok_or_else(|| BadReview("request is missing".into()))?;
+    let req = review.request.ok_or_else(|| BadReview("request is missing".into()))?;
     if req.uid.is_empty() {
         return Err(BadReview("request.uid is empty".into()));
     }
     let operation = RequestOperation::parse(&req.operation).ok_or_else(|| {
-        BadReview(format!(
-            "request.operation {:?} is not CREATE, UPDATE, DELETE or CONNECT",
-            req.operation
-        ))
+        BadReview(format!("request.operation {:?} is not CREATE, UPDATE, DELETE or CONNECT", req.operation))
     })?;
     let namespace = req.namespace.clone().unwrap_or_default();
     let outcome = match req.object.as_ref().filter(|o| o.is_object()) {
@@ -153,11 +142,7 @@ pub fn review(body: &[u8], phase: Phase, engine: &Engine<'_>) -> Result<Answer, 
         .name
         .clone()
         .or_else(|| {
-            req.object
-                .as_ref()
-                .and_then(|o| o.pointer("/metadata/name"))
-                .and_then(Value::as_str)
-                .map(String::from)
+            req.object.as_ref().and_then(|o| o.pointer("/metadata/name")).and_then(Value::as_str).map(String::from)
         })
         .or_else(|| {
             req.object
@@ -219,43 +204,24 @@ fn tagged(f: &Finding) -> String {
 
 /// The denial message shown by `kubectl`: what was denied and every reason.
 pub fn denial_message(kind: &str, namespace: &str, name: &str, findings: &[Finding]) -> String {
-    let reasons: Vec<String> = findings
-        .iter()
-        .filter(|f| f.action == Action::Deny)
-        .map(tagged)
-        .collect();
-    let object = if namespace.is_empty() {
-        format!("{kind} {name}")
-    } else {
-        format!("{kind} {namespace}/{name}")
-    };
+    let reasons: Vec<String> = findings.iter().filter(|f| f.action == Action::Deny).map(tagged).collect();
+    let object = if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") };
     format!("allot denied {object}: {}", reasons.join("; "))
 }
 
 fn audit_key(rule: &str) -> String {
-    let mut key: String = rule
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_' {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect();
+    let mut key: String =
+        rule.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_' { c.to_ascii_lowercase() } else { '-' }
+            })
+            .collect();
     key.truncate(63);
-    key.trim_matches(|c: char| !c.is_ascii_alphanumeric())
-        .to_string()
+    key.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_string()
 }
 
 /// Serialises an AdmissionReview response for `outcome`. A denial carries no patch.
-pub fn encode_response(
-    uid: &str,
-    kind: &str,
-    namespace: &str,
-    name: &str,
-    outcome: &Outcome,
-) -> Vec<u8> {
+pub fn encode_response(uid: &str, kind: &str, namespace: &str, name: &str, outcome: &Outcome) -> Vec<u8> {
     let allowed = outcome.allowed();
     let status = (!allowed).then(|| StatusOut {
         code: 403,
@@ -263,18 +229,10 @@ pub fn encode_response(
         message: denial_message(kind, namespace, name, &outcome.findings),
     });
     let patch = (allowed && !outcome.patch.is_empty())
-        .then(|| {
-            serde_json::to_vec(&outcome.patch)
-                .map(|b| base64::engine::general_purpose::STANDARD.encode(b))
-                .ok()
-        })
+        .then(|| serde_json::to_vec(&outcome.patch).map(|b| base64::engine::general_purpose::STANDARD.encode(b)).ok())
         .flatten();
     let mut audit_annotations = BTreeMap::new();
-    for f in outcome
-        .findings
-        .iter()
-        .filter(|f| f.action == Action::Audit)
-    {
+    for f in outcome.findings.iter().filter(|f| f.action == Action::Audit) {
         audit_annotations
             .entry(audit_key(&f.rule))
             .and_modify(|v: &mut String| {
@@ -292,12 +250,7 @@ pub fn encode_response(
             status,
             patch_type: patch.as_ref().map(|_| "JSONPatch"),
             patch,
-            warnings: outcome
-                .findings
-                .iter()
-                .filter(|f| f.action == Action::Warn)
-                .map(tagged)
-                .collect(),
+            warnings: outcome.findings.iter().filter(|f| f.action == Action::Warn).map(tagged).collect(),
             audit_annotations,
         },
     };

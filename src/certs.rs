@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
 };
 use time::{Duration, OffsetDateTime};
 
@@ -31,10 +31,7 @@ fn cert_error(context: &str) -> impl Fn(rcgen::Error) -> Error + '_ {
 }
 
 fn write(path: &Path, contents: &str, private: bool) -> Result<(), Error> {
-    let io = |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    };
+    let io = |source| Error::Io { path: path.to_path_buf(), source };
     std::fs::write(path, contents).map_err(io)?;
     #[cfg(unix)]
     if private {
@@ -52,22 +49,14 @@ pub fn generate(out: &Path, dns_names: &[String], days: u32) -> Result<Written, 
     if dns_names.is_empty() {
         return Err(Error::Certificates("give at least one --dns-name".into()));
     }
-    std::fs::create_dir_all(out).map_err(|source| Error::Io {
-        path: out.to_path_buf(),
-        source,
-    })?;
+    std::fs::create_dir_all(out).map_err(|source| Error::Io { path: out.to_path_buf(), source })?;
     let ca_cert_path = out.join("ca.crt");
     let ca_key_path = out.join("ca.key");
     let now = OffsetDateTime::now_utc();
 
     let reused_ca = ca_cert_path.exists() && ca_key_path.exists();
     let (ca_pem, ca_key) = if reused_ca {
-        let read = |p: &Path| {
-            std::fs::read_to_string(p).map_err(|source| Error::Io {
-                path: p.to_path_buf(),
-                source,
-            })
-        };
+        let read = |p: &Path| std::fs::read_to_string(p).map_err(|source| Error::Io { path: p.to_path_buf(), source });
         let key = KeyPair::from_pem(&read(&ca_key_path)?).map_err(cert_error("ca.key"))?;
         (read(&ca_cert_path)?, key)
     } else {
@@ -76,11 +65,8 @@ pub fn generate(out: &Path, dns_names: &[String], days: u32) -> Result<Written, 
         dn.push(DnType::CommonName, "allot webhook CA");
         params.distinguished_name = dn;
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
+        params.key_usages =
+            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
         params.not_before = now - Duration::hours(1);
         params.not_after = now + Duration::days(3650);
         let key = KeyPair::generate().map_err(cert_error("CA key"))?;
@@ -91,22 +77,16 @@ pub fn generate(out: &Path, dns_names: &[String], days: u32) -> Result<Written, 
     };
     let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key).map_err(cert_error("ca.crt"))?;
 
-    let mut params =
-        CertificateParams::new(dns_names.to_vec()).map_err(cert_error("serving certificate"))?;
+    let mut params = CertificateParams::new(dns_names.to_vec()).map_err(cert_error("serving certificate"))?;
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, dns_names[0].as_str());
     params.distinguished_name = dn;
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
     params.not_before = now - Duration::hours(1);
     params.not_after = now + Duration::days(i64::from(days));
     let key = KeyPair::generate().map_err(cert_error("serving key"))?;
-    let cert = params
-        .signed_by(&key, &issuer)
-        .map_err(cert_error("serving certificate"))?;
+    let cert = params.signed_by(&key, &issuer).map_err(cert_error("serving certificate"))?;
     let written = Written {
         ca_cert: ca_cert_path,
         ca_key: ca_key_path,
@@ -128,21 +108,14 @@ mod tests {
     fn generates_then_reuses_the_ca() {
         crate::install_crypto_provider();
         let dir = tempfile::tempdir().unwrap();
-        let names = vec![
-            "allot.allot-system.svc".to_string(),
-            "127.0.0.1".to_string(),
-        ];
+        let names = vec!["allot.allot-system.svc".to_string(), "127.0.0.1".to_string()];
         let first = generate(dir.path(), &names, 30).unwrap();
         assert!(!first.reused_ca);
         let ca = std::fs::read(&first.ca_cert).unwrap();
         crate::server::tls::server_config(&first.cert, &first.key).unwrap();
         let second = generate(dir.path(), &names, 30).unwrap();
         assert!(second.reused_ca);
-        assert_eq!(
-            std::fs::read(&second.ca_cert).unwrap(),
-            ca,
-            "the CA must not change on rotation"
-        );
+        assert_eq!(std::fs::read(&second.ca_cert).unwrap(), ca, "the CA must not change on rotation");
         crate::server::tls::server_config(&second.cert, &second.key).unwrap();
     }
 

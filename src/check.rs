@@ -30,34 +30,20 @@ pub fn read_manifests(paths: &[PathBuf]) -> Result<Vec<Manifest>, Error> {
     for path in paths {
         if path.as_os_str() == "-" {
             let mut text = String::new();
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .map_err(|source| Error::Io {
-                    path: path.clone(),
-                    source,
-                })?;
+            std::io::stdin().read_to_string(&mut text).map_err(|source| Error::Io { path: path.clone(), source })?;
             parse_into("-", &text, &mut out)?;
             continue;
         }
-        let meta = std::fs::metadata(path).map_err(|source| Error::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let meta = std::fs::metadata(path).map_err(|source| Error::Io { path: path.clone(), source })?;
         let mut files = Vec::new();
         if meta.is_dir() {
-            collect(path, &mut files).map_err(|source| Error::Io {
-                path: path.clone(),
-                source,
-            })?;
+            collect(path, &mut files).map_err(|source| Error::Io { path: path.clone(), source })?;
             files.sort();
         } else {
             files.push(path.clone());
         }
         for file in files {
-            let text = std::fs::read_to_string(&file).map_err(|source| Error::Io {
-                path: file.clone(),
-                source,
-            })?;
+            let text = std::fs::read_to_string(&file).map_err(|source| Error::Io { path: file.clone(), source })?;
             parse_into(&file.display().to_string(), &text, &mut out)?;
         }
     }
@@ -69,10 +55,7 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
         let path = entry?.path();
         if path.is_dir() {
             collect(&path, out)?;
-        } else if matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml" | "json")
-        ) {
+        } else if matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")) {
             out.push(path);
         }
     }
@@ -80,45 +63,24 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 }
 
 fn parse_into(source: &str, text: &str, out: &mut Vec<Manifest>) -> Result<(), Error> {
-    let docs = parse_documents(source, text).map_err(|message| Error::Manifest {
-        location: source.to_string(),
-        message,
-    })?;
+    let docs =
+        parse_documents(source, text).map_err(|message| Error::Manifest { location: source.to_string(), message })?;
     for (document, value) in docs {
         let location = format!("{source}: document {document}");
-        let bad = |message: &str| Error::Manifest {
-            location: location.clone(),
-            message: message.to_string(),
-        };
+        let bad = |message: &str| Error::Manifest { location: location.clone(), message: message.to_string() };
         if !value.is_object() {
             return Err(bad("not a Kubernetes object (expected a mapping)"));
         }
-        let kind = value
-            .get("kind")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad("kind is missing"))?;
+        let kind = value.get("kind").and_then(Value::as_str).ok_or_else(|| bad("kind is missing"))?;
         if value.get("apiVersion").and_then(Value::as_str).is_none() {
             return Err(bad("apiVersion is missing"));
         }
         if kind == "List" || kind.ends_with("List") && value.get("items").is_some() {
-            for item in value
-                .get("items")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                out.push(Manifest {
-                    source: source.to_string(),
-                    document,
-                    object: item.clone(),
-                });
+            for item in value.get("items").and_then(Value::as_array).into_iter().flatten() {
+                out.push(Manifest { source: source.to_string(), document, object: item.clone() });
             }
         } else {
-            out.push(Manifest {
-                source: source.to_string(),
-                document,
-                object: value,
-            });
+            out.push(Manifest { source: source.to_string(), document, object: value });
         }
     }
     Ok(())
@@ -193,10 +155,7 @@ pub fn run(engine: &Engine<'_>, manifests: &[Manifest]) -> Report {
         let namespace = if group.is_empty() && CLUSTER_SCOPED_CORE_KINDS.contains(&kind) {
             ""
         } else {
-            m.object
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or(DEFAULT_NAMESPACE)
+            m.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(DEFAULT_NAMESPACE)
         };
         let request = Request {
             operation: RequestOperation::Create,
@@ -221,11 +180,7 @@ pub fn run(engine: &Engine<'_>, manifests: &[Manifest]) -> Report {
         summary.warned += usize::from(report.findings.iter().any(|f| f.action == Action::Warn));
         results.push(report);
     }
-    Report {
-        policy_version: engine.policies.version.clone(),
-        results,
-        summary,
-    }
+    Report { policy_version: engine.policies.version.clone(), results, summary }
 }
 
 fn object_report(m: &Manifest, a: &Admission, namespace: &str) -> ObjectReport {
@@ -247,18 +202,8 @@ fn object_report(m: &Manifest, a: &Admission, namespace: &str) -> ObjectReport {
     ObjectReport {
         source: m.source.clone(),
         document: m.document,
-        api_version: m
-            .object
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string(),
-        kind: m
-            .object
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string(),
+        api_version: m.object.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string(),
+        kind: m.object.get("kind").and_then(Value::as_str).unwrap_or("").to_string(),
         namespace: namespace.to_string(),
         name,
         allowed: a.allowed(),
@@ -279,12 +224,7 @@ pub fn render_text(report: &Report) -> String {
             (true, true) => "admitted, mutated",
             (true, false) => "admitted",
         };
-        out.push_str(&format!(
-            "{}#{} {}: {verdict}\n",
-            r.source,
-            r.document,
-            r.label()
-        ));
+        out.push_str(&format!("{}#{} {}: {verdict}\n", r.source, r.document, r.label()));
         for c in &r.changes {
             out.push_str(&format!("    ~ {c}\n"));
         }
@@ -295,12 +235,7 @@ pub fn render_text(report: &Report) -> String {
             }
         }
         for f in &r.findings {
-            out.push_str(&format!(
-                "    {:<5} [{}] {}\n",
-                f.action.label(),
-                f.rule,
-                f.describe()
-            ));
+            out.push_str(&format!("    {:<5} [{}] {}\n", f.action.label(), f.rule, f.describe()));
         }
         for n in &r.notes {
             out.push_str(&format!("    note  {n}\n"));
@@ -382,10 +317,7 @@ pub fn render_junit(report: &Report) -> String {
             .chain(r.notes.iter().map(|n| format!("note {n}")))
             .collect();
         if !other.is_empty() {
-            out.push_str(&format!(
-                "      <system-out>{}</system-out>\n",
-                xml_escape(&other.join("\n"))
-            ));
+            out.push_str(&format!("      <system-out>{}</system-out>\n", xml_escape(&other.join("\n"))));
         }
         out.push_str("    </testcase>\n");
     }

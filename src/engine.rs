@@ -105,10 +105,7 @@ pub struct Engine<'a> {
 impl<'a> Engine<'a> {
     /// Creates an engine over a policy set.
     pub fn new(policies: &'a PolicySet, namespaces: &'a dyn NamespaceLabels) -> Self {
-        Engine {
-            policies,
-            namespaces,
-        }
+        Engine { policies, namespaces }
     }
 
     fn team(&self, namespace: &str, notes: &mut Vec<String>) -> TeamLookup<'a> {
@@ -125,16 +122,10 @@ impl<'a> Engine<'a> {
 
     fn bindings(&self, req: &Request<'_>, object: &Value, team: &TeamLookup<'_>) -> Bindings {
         let object_cel = json_to_cel(object);
-        let workload = if std::ptr::eq(object, req.object) {
-            object_cel.clone()
-        } else {
-            json_to_cel(req.object)
-        };
+        let workload = if std::ptr::eq(object, req.object) { object_cel.clone() } else { json_to_cel(req.object) };
         Bindings {
             object: object_cel,
-            old_object: req
-                .old_object
-                .map_or(kube::core::cel::cel::Value::Null, json_to_cel),
+            old_object: req.old_object.map_or(kube::core::cel::cel::Value::Null, json_to_cel),
             workload,
             namespace: req.namespace.to_string(),
             team: team.team.map(|t| t.name.clone()).unwrap_or_default(),
@@ -154,11 +145,7 @@ impl<'a> Engine<'a> {
         }
         let team = self.team(req.namespace, &mut out.notes);
         let make_bindings = || self.bindings(req, req.object, &team);
-        let ctx = PodContext {
-            namespace: req.namespace,
-            team,
-            bindings: &make_bindings,
-        };
+        let ctx = PodContext { namespace: req.namespace, team, bindings: &make_bindings };
         let m = mutate::mutate_pod(self.policies, req.object, &ctx, "");
         out.patch = m.ops;
         out.changes = m.changes;
@@ -183,16 +170,11 @@ impl<'a> Engine<'a> {
         let team_name = team.team.map(|t| t.name.as_str());
 
         for view in views {
-            let view = if view.path.is_empty() {
-                view
-            } else {
-                self.as_created(req, view, &team, &mut out)
-            };
+            let view = if view.path.is_empty() { view } else { self.as_created(req, view, &team, &mut out) };
             // Pod specs are immutable after CREATE: re-checking them on UPDATE would only block
             // label edits and our own gate removal on pods admitted under older policies.
             if !(is_pod && operation == Operation::Update) {
-                out.findings
-                    .extend(validate::check_pod(self.policies, &view, &team));
+                out.findings.extend(validate::check_pod(self.policies, &view, &team));
             }
             let target = Target {
                 operation,
@@ -205,8 +187,7 @@ impl<'a> Engine<'a> {
             };
             if validate::any_rule_matches(self.policies, &target) {
                 let bindings = self.bindings(req, &view.pod, &team);
-                out.findings
-                    .extend(validate::run_rules(self.policies, &target, &bindings));
+                out.findings.extend(validate::run_rules(self.policies, &target, &bindings));
             }
         }
         if !is_pod {
@@ -221,8 +202,7 @@ impl<'a> Engine<'a> {
             };
             if validate::any_rule_matches(self.policies, &target) {
                 let bindings = self.bindings(req, req.object, &team);
-                out.findings
-                    .extend(validate::run_rules(self.policies, &target, &bindings));
+                out.findings.extend(validate::run_rules(self.policies, &target, &bindings));
             }
         }
         out
@@ -230,19 +210,9 @@ impl<'a> Engine<'a> {
 
     /// A template as the Pods made from it will arrive at validation: mutated by the same
     /// placement and priority policies. Conflicts found on the way are reported at its path.
-    fn as_created(
-        &self,
-        req: &Request<'_>,
-        view: PodView,
-        team: &TeamLookup<'a>,
-        out: &mut Outcome,
-    ) -> PodView {
+    fn as_created(&self, req: &Request<'_>, view: PodView, team: &TeamLookup<'a>, out: &mut Outcome) -> PodView {
         let make_bindings = || self.bindings(req, &view.pod, team);
-        let ctx = PodContext {
-            namespace: req.namespace,
-            team: *team,
-            bindings: &make_bindings,
-        };
+        let ctx = PodContext { namespace: req.namespace, team: *team, bindings: &make_bindings };
         let m = mutate::mutate_pod(self.policies, &view.pod, &ctx, &view.path);
         out.findings.extend(m.findings.into_iter().map(|mut f| {
             if f.path.is_empty() {
@@ -254,13 +224,9 @@ impl<'a> Engine<'a> {
             return view;
         }
         match patch::apply(&view.pod, &m.ops) {
-            Ok(pod) => PodView {
-                path: view.path.clone(),
-                pod,
-            },
+            Ok(pod) => PodView { path: view.path.clone(), pod },
             Err(e) => {
-                out.notes
-                    .push(format!("{}: could not preview mutation: {e}", view.path));
+                out.notes.push(format!("{}: could not preview mutation: {e}", view.path));
                 view
             }
         }
@@ -277,35 +243,19 @@ impl<'a> Engine<'a> {
                 Ok(v) => v,
                 Err(e) => {
                     let mut mutation = mutation;
-                    mutation
-                        .notes
-                        .push(format!("the patch does not apply: {e}"));
-                    return Admission {
-                        mutation,
-                        validation: Outcome::default(),
-                        mutated: req.object.clone(),
-                    };
+                    mutation.notes.push(format!("the patch does not apply: {e}"));
+                    return Admission { mutation, validation: Outcome::default(), mutated: req.object.clone() };
                 }
             }
         };
-        let validation = self.validate(&Request {
-            object: &mutated,
-            ..*req
-        });
-        Admission {
-            mutation,
-            validation,
-            mutated,
-        }
+        let validation = self.validate(&Request { object: &mutated, ..*req });
+        Admission { mutation, validation, mutated }
     }
 }
 
 /// The API group and kind of a manifest from its `apiVersion` and `kind`.
 pub fn group_kind(object: &Value) -> (&str, &str) {
-    let api_version = object
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
     (workload::group_of(api_version), kind)
 }

@@ -31,19 +31,10 @@ use kube::core::cel::cel::objects::{Key, Map};
 use kube::core::cel::cel::{Context, ExecutionError, Program, Value as CelValue};
 use serde_json::Value;
 
-use crate::resources::{
-    self, ContainerResources, ResourceList, ResourceMatcher, accelerators_only,
-};
+use crate::resources::{self, ContainerResources, ResourceList, ResourceMatcher, accelerators_only};
 
 /// The variable names a policy expression may use.
-pub const VARIABLES: &[&str] = &[
-    "object",
-    "oldObject",
-    "workload",
-    "namespace",
-    "team",
-    "request",
-];
+pub const VARIABLES: &[&str] = &["object", "oldObject", "workload", "namespace", "team", "request"];
 
 /// A compiled CEL expression with its source, for messages.
 #[derive(Debug)]
@@ -67,10 +58,7 @@ impl Expression {
                 VARIABLES.join(", ")
             ));
         }
-        Ok(Expression {
-            source: source.to_string(),
-            program,
-        })
+        Ok(Expression { source: source.to_string(), program })
     }
 
     /// The expression as written.
@@ -91,27 +79,14 @@ impl Expression {
     pub fn eval_string(&self, ctx: &Context<'_>) -> Result<String, String> {
         match self.program.execute(ctx) {
             Ok(CelValue::String(s)) => Ok(s.as_str().to_string()),
-            Ok(other) => Err(format!(
-                "messageExpression returned {other:?}, not a string"
-            )),
+            Ok(other) => Err(format!("messageExpression returned {other:?}, not a string")),
             Err(e) => Err(describe(&e)),
         }
     }
 }
 
 /// Type names CEL lets an expression mention as identifiers (`type(x) == int`).
-const TYPE_NAMES: &[&str] = &[
-    "int",
-    "uint",
-    "double",
-    "bool",
-    "string",
-    "bytes",
-    "list",
-    "map",
-    "null_type",
-    "type",
-];
+const TYPE_NAMES: &[&str] = &["int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type"];
 
 /// Collects identifiers that are neither policy variables, type names, nor bound by an
 /// enclosing comprehension (`all(c, …)`): a typo such as `objet` fails at load time instead of
@@ -150,28 +125,15 @@ fn free_identifiers<'e>(expr: &'e IdedExpr, bound: &mut Vec<&'e str>, out: &mut 
             }
             bound.truncate(depth);
         }
-        Expr::List(list) => list
-            .elements
-            .iter()
-            .for_each(|e| free_identifiers(e, bound, out)),
-        Expr::Map(map) => map
-            .entries
-            .iter()
-            .for_each(|e| entry_identifiers(e, bound, out)),
-        Expr::Struct(st) => st
-            .entries
-            .iter()
-            .for_each(|e| entry_identifiers(e, bound, out)),
+        Expr::List(list) => list.elements.iter().for_each(|e| free_identifiers(e, bound, out)),
+        Expr::Map(map) => map.entries.iter().for_each(|e| entry_identifiers(e, bound, out)),
+        Expr::Struct(st) => st.entries.iter().for_each(|e| entry_identifiers(e, bound, out)),
         Expr::Select(select) => free_identifiers(&select.operand, bound, out),
         Expr::Literal(_) | Expr::Unspecified => {}
     }
 }
 
-fn entry_identifiers<'e>(
-    entry: &'e IdedEntryExpr,
-    bound: &mut Vec<&'e str>,
-    out: &mut Vec<String>,
-) {
+fn entry_identifiers<'e>(entry: &'e IdedEntryExpr, bound: &mut Vec<&'e str>, out: &mut Vec<String>) {
     match &entry.expr {
         EntryExpr::MapEntry(e) => {
             free_identifiers(&e.key, bound, out);
@@ -203,29 +165,20 @@ impl Environment {
         let mut root = Context::default();
         root.register_all();
         let m = accelerators.clone();
-        root.add_function(
-            "accelerators",
-            move |v: CelValue| -> Result<CelValue, ExecutionError> {
-                let list = requests_of(&v, &m, "accelerators")?;
-                Ok(CelValue::Int(list.values().map(|q| q.ceil_units()).sum()))
-            },
-        );
+        root.add_function("accelerators", move |v: CelValue| -> Result<CelValue, ExecutionError> {
+            let list = requests_of(&v, &m, "accelerators")?;
+            Ok(CelValue::Int(list.values().map(|q| q.ceil_units()).sum()))
+        });
         let m = accelerators.clone();
-        root.add_function(
-            "acceleratorRequests",
-            move |v: CelValue| -> Result<CelValue, ExecutionError> {
-                Ok(units_map(&requests_of(&v, &m, "acceleratorRequests")?))
-            },
-        );
+        root.add_function("acceleratorRequests", move |v: CelValue| -> Result<CelValue, ExecutionError> {
+            Ok(units_map(&requests_of(&v, &m, "acceleratorRequests")?))
+        });
         let m = accelerators;
-        root.add_function(
-            "acceleratorLimits",
-            move |v: CelValue| -> Result<CelValue, ExecutionError> {
-                let json = to_json(&v, "acceleratorLimits")?;
-                let resources = ContainerResources::from_container(&json, "", &mut Vec::new());
-                Ok(units_map(&accelerators_only(&resources.limits, &m)))
-            },
-        );
+        root.add_function("acceleratorLimits", move |v: CelValue| -> Result<CelValue, ExecutionError> {
+            let json = to_json(&v, "acceleratorLimits")?;
+            let resources = ContainerResources::from_container(&json, "", &mut Vec::new());
+            Ok(units_map(&accelerators_only(&resources.limits, &m)))
+        });
         Environment { root }
     }
 
@@ -235,10 +188,7 @@ impl Environment {
         ctx.add_variable_from_value("object", bindings.object.clone());
         ctx.add_variable_from_value("oldObject", bindings.old_object.clone());
         ctx.add_variable_from_value("workload", bindings.workload.clone());
-        ctx.add_variable_from_value(
-            "namespace",
-            CelValue::String(Arc::new(bindings.namespace.clone())),
-        );
+        ctx.add_variable_from_value("namespace", CelValue::String(Arc::new(bindings.namespace.clone())));
         ctx.add_variable_from_value("team", CelValue::String(Arc::new(bindings.team.clone())));
         ctx.add_variable_from_value("request", bindings.request.clone());
         ctx
@@ -258,8 +208,7 @@ pub struct Bindings {
 }
 
 fn to_json(v: &CelValue, function: &str) -> Result<Value, ExecutionError> {
-    cel_to_json(v)
-        .ok_or_else(|| ExecutionError::function_error(function, "argument cannot be read as JSON"))
+    cel_to_json(v).ok_or_else(|| ExecutionError::function_error(function, "argument cannot be read as JSON"))
 }
 
 /// Converts a CEL value back to JSON (maps with string keys, lists, scalars).
@@ -271,9 +220,7 @@ fn cel_to_json(v: &CelValue) -> Option<Value> {
         CelValue::UInt(u) => Value::from(*u),
         CelValue::Float(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
         CelValue::String(s) => Value::String(s.as_str().to_string()),
-        CelValue::List(items) => {
-            Value::Array(items.iter().map(cel_to_json).collect::<Option<_>>()?)
-        }
+        CelValue::List(items) => Value::Array(items.iter().map(cel_to_json).collect::<Option<_>>()?),
         CelValue::Map(m) => Value::Object(
             m.map
                 .iter()
@@ -287,11 +234,7 @@ fn cel_to_json(v: &CelValue) -> Option<Value> {
     })
 }
 
-fn requests_of(
-    v: &CelValue,
-    matcher: &ResourceMatcher,
-    function: &str,
-) -> Result<ResourceList, ExecutionError> {
+fn requests_of(v: &CelValue, matcher: &ResourceMatcher, function: &str) -> Result<ResourceList, ExecutionError> {
     let json = to_json(v, function)?;
     let all = if let Some(spec) = json.get("spec") {
         resources::pod_requests(spec)
@@ -300,24 +243,14 @@ fn requests_of(
     } else if json.is_object() {
         ContainerResources::from_container(&json, "", &mut Vec::new()).effective_requests()
     } else {
-        return Err(ExecutionError::function_error(
-            function,
-            "expects a Pod, a pod spec or a container",
-        ));
+        return Err(ExecutionError::function_error(function, "expects a Pod, a pod spec or a container"));
     };
     Ok(accelerators_only(&all, matcher))
 }
 
 fn units_map(list: &ResourceList) -> CelValue {
-    let map: HashMap<Key, CelValue> = list
-        .iter()
-        .map(|(name, q)| {
-            (
-                Key::String(Arc::new(name.clone())),
-                CelValue::Int(q.ceil_units()),
-            )
-        })
-        .collect();
+    let map: HashMap<Key, CelValue> =
+        list.iter().map(|(name, q)| (Key::String(Arc::new(name.clone())), CelValue::Int(q.ceil_units()))).collect();
     CelValue::Map(Map { map: Arc::new(map) })
 }
 
@@ -340,9 +273,7 @@ fn convert(value: &Value, depth: usize, in_metadata: bool) -> CelValue {
             }
         }
         Value::String(s) => CelValue::String(Arc::new(s.clone())),
-        Value::Array(items) => CelValue::List(Arc::new(
-            items.iter().map(|v| convert(v, depth + 1, false)).collect(),
-        )),
+        Value::Array(items) => CelValue::List(Arc::new(items.iter().map(|v| convert(v, depth + 1, false)).collect())),
         Value::Object(map) => {
             let mut out = HashMap::with_capacity(map.len());
             for (k, v) in map {
@@ -350,10 +281,7 @@ fn convert(value: &Value, depth: usize, in_metadata: bool) -> CelValue {
                     continue;
                 }
                 let child_is_metadata = depth == 0 && k == "metadata";
-                out.insert(
-                    Key::String(Arc::new(k.clone())),
-                    convert(v, depth + 1, child_is_metadata),
-                );
+                out.insert(Key::String(Arc::new(k.clone())), convert(v, depth + 1, child_is_metadata));
             }
             CelValue::Map(Map { map: Arc::new(out) })
         }
@@ -366,9 +294,7 @@ mod tests {
     use serde_json::json;
 
     fn env() -> Environment {
-        Environment::new(Arc::new(ResourceMatcher::new(
-            resources::DEFAULT_ACCELERATORS,
-        )))
+        Environment::new(Arc::new(ResourceMatcher::new(resources::DEFAULT_ACCELERATORS)))
     }
 
     fn bindings(object: Value) -> Bindings {
@@ -399,76 +325,37 @@ mod tests {
         let rule = "object.spec.containers.all(c, !has(c.resources.limits) || !('nvidia.com/gpu' in c.resources.limits) || int(c.resources.limits['nvidia.com/gpu']) <= 2)";
         assert_eq!(eval(rule, gpu_pod(1)), Ok(true));
         assert_eq!(eval(rule, gpu_pod(4)), Ok(false));
-        assert_eq!(
-            eval(
-                "object.metadata.labels['allot.dev/gang-name'] == 'g'",
-                gpu_pod(1)
-            ),
-            Ok(true)
-        );
+        assert_eq!(eval("object.metadata.labels['allot.dev/gang-name'] == 'g'", gpu_pod(1)), Ok(true));
     }
 
     #[test]
     fn accelerator_helpers() {
         assert_eq!(eval("accelerators(object) == 3", gpu_pod(3)), Ok(true));
-        assert_eq!(
-            eval("accelerators(object.spec.containers[0]) == 3", gpu_pod(3)),
-            Ok(true)
-        );
-        assert_eq!(
-            eval(
-                "acceleratorRequests(object)['nvidia.com/gpu'] == 2",
-                gpu_pod(2)
-            ),
-            Ok(true)
-        );
-        assert_eq!(
-            eval(
-                "acceleratorLimits(object.spec.containers[0])['nvidia.com/gpu'] == 2",
-                gpu_pod(2)
-            ),
-            Ok(true)
-        );
-        assert_eq!(
-            eval(
-                "accelerators(object) == 0",
-                json!({"spec": {"containers": [{}]}})
-            ),
-            Ok(true)
-        );
+        assert_eq!(eval("accelerators(object.spec.containers[0]) == 3", gpu_pod(3)), Ok(true));
+        assert_eq!(eval("acceleratorRequests(object)['nvidia.com/gpu'] == 2", gpu_pod(2)), Ok(true));
+        assert_eq!(eval("acceleratorLimits(object.spec.containers[0])['nvidia.com/gpu'] == 2", gpu_pod(2)), Ok(true));
+        assert_eq!(eval("accelerators(object) == 0", json!({"spec": {"containers": [{}]}})), Ok(true));
     }
 
     #[test]
     fn kubernetes_libraries_are_available() {
-        assert_eq!(
-            eval("quantity('1Gi').isGreaterThan(quantity('1Mi'))", json!({})),
-            Ok(true)
-        );
+        assert_eq!(eval("quantity('1Gi').isGreaterThan(quantity('1Mi'))", json!({})), Ok(true));
         assert_eq!(eval("'a-b'.split('-').size() == 2", json!({})), Ok(true));
     }
 
     #[test]
     fn managed_fields_are_not_bound() {
-        assert_eq!(
-            eval("!has(object.metadata.managedFields)", gpu_pod(1)),
-            Ok(true)
-        );
+        assert_eq!(eval("!has(object.metadata.managedFields)", gpu_pod(1)), Ok(true));
     }
 
     #[test]
     fn compile_errors_are_clear() {
-        assert!(
-            Expression::compile("object.spec.(")
-                .unwrap_err()
-                .contains("syntax")
-        );
+        assert!(Expression::compile("object.spec.(").unwrap_err().contains("syntax"));
         let err = Expression::compile("objet.spec.containers.size() > 0").unwrap_err();
         assert!(err.contains("objet"), "{err}");
         // Comprehension variables are bound only inside their macro.
         assert!(Expression::compile("object.spec.containers.all(c, c.name != '')").is_ok());
-        assert!(
-            Expression::compile("object.spec.containers.exists(c, true) && c.name == ''").is_err()
-        );
+        assert!(Expression::compile("object.spec.containers.exists(c, true) && c.name == ''").is_err());
         assert!(Expression::compile("type(object) == map").is_ok());
     }
 

@@ -19,11 +19,7 @@ pub struct Finding {
 impl Finding {
     /// The message as a user reads it: the path first, when there is one.
     pub fn describe(&self) -> String {
-        if self.path.is_empty() {
-            self.message.clone()
-        } else {
-            format!("{}: {}", self.path, self.message)
-        }
+        if self.path.is_empty() { self.message.clone() } else { format!("{}: {}", self.path, self.message) }
     }
 }
 

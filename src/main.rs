@@ -18,13 +18,7 @@ use allot::webhooks::{self, Endpoint, WebhookOptions};
 #[command(name = "allot", version, about)]
 struct Cli {
     /// Log format on stderr.
-    #[arg(
-        long,
-        global = true,
-        value_enum,
-        default_value = "text",
-        env = "ALLOT_LOG_FORMAT"
-    )]
+    #[arg(long, global = true, value_enum, default_value = "text", env = "ALLOT_LOG_FORMAT")]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
@@ -130,9 +124,7 @@ enum Command {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
@@ -178,26 +170,18 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 shutdown_grace: Duration::from_secs(shutdown_grace_secs),
                 watch_namespaces: !no_namespace_watch,
             };
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             runtime.block_on(server::run(config))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check {
-            policies,
-            namespaces: namespaces_file,
-            output,
-            paths,
-        } => {
+        Command::Check { policies, namespaces: namespaces_file, output, paths } => {
             let policies = allot::policy::load_dir(&policies)?;
             let labels: Box<dyn NamespaceLabels> = match namespaces_file {
                 Some(path) => {
-                    let text = std::fs::read_to_string(&path)
-                        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                    let text =
+                        std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
                     Box::new(
-                        namespaces::from_manifests(&path.display().to_string(), &text)
-                            .map_err(anyhow::Error::msg)?,
+                        namespaces::from_manifests(&path.display().to_string(), &text).map_err(anyhow::Error::msg)?,
                     )
                 }
                 None => Box::new(NoNamespaces),
@@ -211,25 +195,13 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 Output::Junit => check::render_junit(&report),
             };
             print!("{text}");
-            Ok(if report.all_admitted() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
+            Ok(if report.all_admitted() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
-        Command::Certs {
-            out,
-            dns_names,
-            days,
-        } => {
+        Command::Certs { out, dns_names, days } => {
             let written = allot::certs::generate(&out, &dns_names, days)?;
             println!(
                 "{} CA {}; serving certificate {} and key {} for {}",
-                if written.reused_ca {
-                    "reused"
-                } else {
-                    "created"
-                },
+                if written.reused_ca { "reused" } else { "created" },
                 written.ca_cert.display(),
                 written.cert.display(),
                 written.key.display(),
@@ -247,29 +219,17 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             exclude_namespaces,
             service_account,
         } => {
-            let ca = std::fs::read(&ca_bundle)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", ca_bundle.display()))?;
+            let ca = std::fs::read(&ca_bundle).map_err(|e| anyhow::anyhow!("{}: {e}", ca_bundle.display()))?;
             let (endpoint, sa_namespace) = match (service, url) {
                 (Some(s), _) => {
                     let (namespace, name) = s
                         .split_once('/')
                         .filter(|(n, s)| !n.is_empty() && !s.is_empty())
-                        .ok_or_else(|| {
-                            anyhow::anyhow!("--service must be NAMESPACE/NAME, got {s:?}")
-                        })?;
-                    (
-                        Endpoint::Service {
-                            namespace: namespace.into(),
-                            name: name.into(),
-                        },
-                        Some(namespace.to_string()),
-                    )
+                        .ok_or_else(|| anyhow::anyhow!("--service must be NAMESPACE/NAME, got {s:?}"))?;
+                    (Endpoint::Service { namespace: namespace.into(), name: name.into() }, Some(namespace.to_string()))
                 }
                 (None, Some(u)) => {
-                    anyhow::ensure!(
-                        u.starts_with("https://"),
-                        "--url must start with https://, got {u:?}"
-                    );
+                    anyhow::ensure!(u.starts_with("https://"), "--url must start with https://, got {u:?}");
                     (Endpoint::Url(u), None)
                 }
                 (None, None) => anyhow::bail!("give --service NAMESPACE/NAME or --url URL"),
@@ -281,13 +241,9 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 failure_policy,
                 timeout_seconds,
                 exclude_namespaces,
-                service_account: sa_namespace
-                    .map(|ns| format!("system:serviceaccount:{ns}:{service_account}")),
+                service_account: sa_namespace.map(|ns| format!("system:serviceaccount:{ns}:{service_account}")),
             };
-            print!(
-                "{}",
-                webhooks::render_yaml(&opts).map_err(anyhow::Error::msg)?
-            );
+            print!("{}", webhooks::render_yaml(&opts).map_err(anyhow::Error::msg)?);
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -11,10 +11,7 @@ use crate::expression::Bindings;
 use crate::finding::Finding;
 use crate::namespaces::TeamLookup;
 use crate::patch::{Builder, PatchOp};
-use crate::policy::{
-    Action, AppliesTo, OnConflict, Placement, PolicySet, TaintEffect, Toleration,
-    TolerationOperator,
-};
+use crate::policy::{Action, AppliesTo, OnConflict, Placement, PolicySet, TaintEffect, Toleration, TolerationOperator};
 use crate::resources;
 
 /// Result of mutating one Pod.
@@ -34,23 +31,12 @@ pub struct PodContext<'a> {
     pub bindings: &'a dyn Fn() -> Bindings,
 }
 
-const SPEC_FIELDS: &[&str] = &[
-    "tolerations",
-    "nodeSelector",
-    "affinity",
-    "priorityClassName",
-    "priority",
-    "preemptionPolicy",
-];
+const SPEC_FIELDS: &[&str] =
+    &["tolerations", "nodeSelector", "affinity", "priorityClassName", "priority", "preemptionPolicy"];
 
 /// Computes the patch for a Pod (`pod` is the whole Pod object; `base` the pointer of its spec,
 /// `/spec` for a Pod).
-pub fn mutate_pod(
-    policies: &PolicySet,
-    pod: &Value,
-    ctx: &PodContext<'_>,
-    path_prefix: &str,
-) -> Mutation {
+pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_prefix: &str) -> Mutation {
     let mut out = Mutation::default();
     let Some(spec) = pod.get("spec").and_then(Value::as_object) else {
         return out;
@@ -58,17 +44,11 @@ pub fn mutate_pod(
     if is_mirror_pod(pod) {
         return out;
     }
-    let fields: Map<String, Value> = SPEC_FIELDS
-        .iter()
-        .filter_map(|f| spec.get(*f).map(|v| ((*f).to_string(), v.clone())))
-        .collect();
+    let fields: Map<String, Value> =
+        SPEC_FIELDS.iter().filter_map(|f| spec.get(*f).map(|v| ((*f).to_string(), v.clone()))).collect();
     let mut builder = Builder::new("/spec", fields);
     let spec_value = pod.get("spec").unwrap_or(&Value::Null);
-    let spec_path = if path_prefix.is_empty() {
-        "spec".to_string()
-    } else {
-        format!("{path_prefix}.spec")
-    };
+    let spec_path = if path_prefix.is_empty() { "spec".to_string() } else { format!("{path_prefix}.spec") };
 
     for placement in &policies.placements {
         if !placement_applies(policies, placement, spec_value, ctx, &mut out) {
@@ -98,10 +78,7 @@ fn placement_applies(
         return false;
     }
     if !placement.spec.scope.teams.is_empty()
-        && !ctx
-            .team
-            .team
-            .is_some_and(|t| placement.spec.scope.teams.contains(&t.name))
+        && !ctx.team.team.is_some_and(|t| placement.spec.scope.teams.contains(&t.name))
     {
         return false;
     }
@@ -133,36 +110,22 @@ fn placement_applies(
     }
 }
 
-fn apply_placement(
-    placement: &Placement,
-    builder: &mut Builder,
-    spec_path: &str,
-    out: &mut Mutation,
-) {
+fn apply_placement(placement: &Placement, builder: &mut Builder, spec_path: &str, out: &mut Mutation) {
     let rule = format!("placement/{}", placement.name);
     for toleration in &placement.spec.tolerations {
-        let existing = builder
-            .get(&["tolerations"])
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
+        let existing = builder.get(&["tolerations"]).and_then(Value::as_array).cloned().unwrap_or_default();
         if existing.iter().any(|e| covers(e, toleration)) {
             continue;
         }
         let value = serde_json::to_value(toleration).unwrap_or(Value::Null);
         builder.push(&["tolerations"], value);
-        out.changes.push(format!(
-            "{rule}: add toleration {}",
-            describe_toleration(toleration)
-        ));
+        out.changes.push(format!("{rule}: add toleration {}", describe_toleration(toleration)));
     }
     for (key, value) in &placement.spec.node_selector {
         match builder.get(&["nodeSelector", key]) {
             Some(Value::String(current)) if current == value => {}
             Some(current) => {
-                let current = current
-                    .as_str()
-                    .map_or_else(|| current.to_string(), str::to_string);
+                let current = current.as_str().map_or_else(|| current.to_string(), str::to_string);
                 let message = format!(
                     "nodeSelector {key}={current} conflicts with {key}={value} required by placement {}",
                     placement.name
@@ -186,8 +149,7 @@ fn apply_placement(
             }
             None => {
                 builder.ensure(&["nodeSelector", key], Value::String(value.clone()));
-                out.changes
-                    .push(format!("{rule}: set nodeSelector {key}={value}"));
+                out.changes.push(format!("{rule}: set nodeSelector {key}={value}"));
             }
         }
     }
@@ -196,51 +158,28 @@ fn apply_placement(
     }
 }
 
-const REQUIRED: [&str; 3] = [
-    "affinity",
-    "nodeAffinity",
-    "requiredDuringSchedulingIgnoredDuringExecution",
-];
+const REQUIRED: [&str; 3] = ["affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"];
 
 /// ANDs the placement's requirements into every required node-selector term (terms are ORed,
 /// so each must carry them), creating the affinity when there is none.
 fn add_node_affinity(placement: &Placement, builder: &mut Builder, rule: &str, out: &mut Mutation) {
-    let requirements: Vec<Value> = placement
-        .spec
-        .node_affinity
-        .iter()
-        .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
-        .collect();
+    let requirements: Vec<Value> =
+        placement.spec.node_affinity.iter().map(|r| serde_json::to_value(r).unwrap_or(Value::Null)).collect();
     let terms_path = [REQUIRED[0], REQUIRED[1], REQUIRED[2], "nodeSelectorTerms"];
-    let term_count = builder
-        .get(&terms_path)
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len);
+    let term_count = builder.get(&terms_path).and_then(Value::as_array).map_or(0, Vec::len);
     if term_count == 0 {
         let term = serde_json::json!({"matchExpressions": requirements});
         builder.ensure(&terms_path, Value::Array(vec![term]));
-        out.changes.push(format!(
-            "{rule}: require node affinity {}",
-            describe_requirements(&requirements)
-        ));
+        out.changes.push(format!("{rule}: require node affinity {}", describe_requirements(&requirements)));
         return;
     }
     let mut changed = false;
     for i in 0..term_count {
         let index = i.to_string();
-        let expr_path = [
-            terms_path[0],
-            terms_path[1],
-            terms_path[2],
-            terms_path[3],
-            index.as_str(),
-            "matchExpressions",
-        ];
+        let expr_path =
+            [terms_path[0], terms_path[1], terms_path[2], terms_path[3], index.as_str(), "matchExpressions"];
         for req in &requirements {
-            let present = builder
-                .get(&expr_path)
-                .and_then(Value::as_array)
-                .is_some_and(|l| l.contains(req));
+            let present = builder.get(&expr_path).and_then(Value::as_array).is_some_and(|l| l.contains(req));
             if !present {
                 builder.push(&expr_path, req.clone());
                 changed = true;
@@ -248,22 +187,18 @@ fn add_node_affinity(placement: &Placement, builder: &mut Builder, rule: &str, o
         }
     }
     if changed {
-        out.changes.push(format!(
-            "{rule}: require node affinity {} in every term",
-            describe_requirements(&requirements)
-        ));
+        out.changes
+            .push(format!("{rule}: require node affinity {} in every term", describe_requirements(&requirements)));
     }
 }
 
 fn describe_requirements(reqs: &[Value]) -> String {
     reqs.iter()
         .map(|r| {
-            let values = r.get("values").and_then(Value::as_array).map(|v| {
-                v.iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            });
+            let values = r
+                .get("values")
+                .and_then(Value::as_array)
+                .map(|v| v.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(","));
             format!(
                 "{} {}{}",
                 r["key"].as_str().unwrap_or("?"),
@@ -277,23 +212,14 @@ fn describe_requirements(reqs: &[Value]) -> String {
 
 fn describe_toleration(t: &Toleration) -> String {
     let key = t.key.as_deref().unwrap_or("*");
-    let value = t
-        .value
-        .as_deref()
-        .map(|v| format!("={v}"))
-        .unwrap_or_default();
+    let value = t.value.as_deref().map(|v| format!("={v}")).unwrap_or_default();
     let effect = t.effect.map(|e| format!(":{e:?}")).unwrap_or_default();
     format!("{key}{value}{effect}")
 }
 
 /// True when the pod's toleration `existing` already tolerates every taint `wanted` tolerates.
 fn covers(existing: &Value, wanted: &Toleration) -> bool {
-    let field = |name: &str| {
-        existing
-            .get(name)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-    };
+    let field = |name: &str| existing.get(name).and_then(Value::as_str).filter(|s| !s.is_empty());
     let existing_op = field("operator").unwrap_or("Equal");
     let wanted_op = wanted.operator.unwrap_or(TolerationOperator::Equal);
     // Key: an empty key with Exists tolerates every key.
@@ -309,10 +235,7 @@ fn covers(existing: &Value, wanted: &Toleration) -> bool {
         || (wanted_op == TolerationOperator::Equal
             && field("value") == wanted.value.as_deref().filter(|v| !v.is_empty()));
     // A bounded NoExecute toleration does not cover an unbounded one.
-    let seconds_ok = match (
-        existing.get("tolerationSeconds").and_then(Value::as_i64),
-        wanted.toleration_seconds,
-    ) {
+    let seconds_ok = match (existing.get("tolerationSeconds").and_then(Value::as_i64), wanted.toleration_seconds) {
         (None, _) => true,
         (Some(_), None) => false,
         (Some(e), Some(w)) => e >= w,
@@ -330,24 +253,14 @@ fn effect_name(effect: TaintEffect) -> &'static str {
 
 /// The class a pod in this team gets when it asks for none.
 pub fn default_class<'p>(policies: &'p PolicySet, team: &TeamLookup<'p>) -> Option<&'p str> {
-    team.team
-        .and_then(|t| t.priority.default.as_deref())
-        .or(policies.priority.default.as_deref())
+    team.team.and_then(|t| t.priority.default.as_deref()).or(policies.priority.default.as_deref())
 }
 
-fn apply_default_priority(
-    policies: &PolicySet,
-    ctx: &PodContext<'_>,
-    builder: &mut Builder,
-    out: &mut Mutation,
-) {
+fn apply_default_priority(policies: &PolicySet, ctx: &PodContext<'_>, builder: &mut Builder, out: &mut Mutation) {
     let Some(default) = default_class(policies, &ctx.team) else {
         return;
     };
-    let current = builder
-        .get(&["priorityClassName"])
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty());
+    let current = builder.get(&["priorityClassName"]).and_then(Value::as_str).filter(|s| !s.is_empty());
     let unset = match current {
         None => true,
         // The Priority plugin filled in the cluster's globalDefault: the user asked for nothing.

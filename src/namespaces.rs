@@ -46,28 +46,18 @@ pub struct TeamLookup<'a> {
 }
 
 /// Finds the first team (in policy load order) that owns `namespace`.
-pub fn team_of<'a>(
-    policies: &'a PolicySet,
-    namespace: &str,
-    labels: &dyn NamespaceLabels,
-) -> TeamLookup<'a> {
+pub fn team_of<'a>(policies: &'a PolicySet, namespace: &str, labels: &dyn NamespaceLabels) -> TeamLookup<'a> {
     let mut cached: Option<Option<Labels>> = None;
     let mut undecided = None;
     for team in &policies.teams {
         if team.names.matches(namespace) {
-            return TeamLookup {
-                team: Some(team),
-                undecided,
-            };
+            return TeamLookup { team: Some(team), undecided };
         }
         if let Some(selector) = &team.selector {
             let known = cached.get_or_insert_with(|| labels.labels(namespace));
             match known {
                 Some(l) if selector_matches(selector, l) => {
-                    return TeamLookup {
-                        team: Some(team),
-                        undecided,
-                    };
+                    return TeamLookup { team: Some(team), undecided };
                 }
                 Some(_) => {}
                 None => {
@@ -76,18 +66,12 @@ pub fn team_of<'a>(
             }
         }
     }
-    TeamLookup {
-        team: None,
-        undecided,
-    }
+    TeamLookup { team: None, undecided }
 }
 
 /// Kubernetes label-selector semantics.
 pub fn selector_matches(selector: &LabelSelector, labels: &Labels) -> bool {
-    selector
-        .match_labels
-        .iter()
-        .all(|(k, v)| labels.get(k) == Some(v))
+    selector.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
         && selector.match_expressions.iter().all(|req| {
             let value = labels.get(&req.key);
             match req.operator {
@@ -104,11 +88,7 @@ pub fn from_manifests(name: &str, text: &str) -> Result<StaticNamespaces, String
     let mut table = HashMap::new();
     for (index, doc) in crate::policy::parse_documents(name, text)? {
         let items = match doc.get("kind").and_then(|k| k.as_str()) {
-            Some("List" | "NamespaceList") => doc
-                .get("items")
-                .and_then(|i| i.as_array())
-                .cloned()
-                .unwrap_or_default(),
+            Some("List" | "NamespaceList") => doc.get("items").and_then(|i| i.as_array()).cloned().unwrap_or_default(),
             _ => vec![doc],
         };
         for item in items {
@@ -116,9 +96,7 @@ pub fn from_manifests(name: &str, text: &str) -> Result<StaticNamespaces, String
                 return Err(format!("{name}: document {index}: expected kind Namespace"));
             }
             let Some(ns) = item.pointer("/metadata/name").and_then(|n| n.as_str()) else {
-                return Err(format!(
-                    "{name}: document {index}: metadata.name is missing"
-                ));
+                return Err(format!("{name}: document {index}: metadata.name is missing"));
             };
             let labels: Labels = item
                 .pointer("/metadata/labels")

@@ -39,8 +39,7 @@ pub fn escape(token: &str) -> String {
 /// server applies), returning the patched copy.
 pub fn apply(document: &Value, ops: &[PatchOp]) -> Result<Value, String> {
     let patch: json_patch::Patch =
-        serde_json::from_value(serde_json::to_value(ops).map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
+        serde_json::from_value(serde_json::to_value(ops).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
     let mut out = document.clone();
     json_patch::patch(&mut out, &patch).map_err(|e| e.to_string())?;
     Ok(out)
@@ -59,11 +58,7 @@ impl Builder {
     /// `base` is the pointer of `fields`' parent; `fields` holds the current values of the
     /// fields that may be changed (a partial copy is enough).
     pub fn new(base: &str, fields: Map<String, Value>) -> Builder {
-        Builder {
-            base: base.to_string(),
-            working: fields,
-            ops: Vec::new(),
-        }
+        Builder { base: base.to_string(), working: fields, ops: Vec::new() }
     }
 
     /// The current value at `segments` (after earlier operations).
@@ -101,9 +96,7 @@ impl Builder {
         };
         let mut depth = 0;
         while depth < segments.len() - 1
-            && self
-                .get(&segments[..=depth])
-                .is_some_and(|v| container(v, segments[depth + 1]))
+            && self.get(&segments[..=depth]).is_some_and(|v| container(v, segments[depth + 1]))
         {
             depth += 1;
         }
@@ -119,15 +112,9 @@ impl Builder {
         // When it exists but is not the leaf, a non-object sits where a parent should be: it is
         // replaced whole.
         self.ops.push(if exists {
-            PatchOp::Replace {
-                path,
-                value: nested.clone(),
-            }
+            PatchOp::Replace { path, value: nested.clone() }
         } else {
-            PatchOp::Add {
-                path,
-                value: nested.clone(),
-            }
+            PatchOp::Add { path, value: nested.clone() }
         });
         self.set_working(&segments[..=depth], nested);
     }
@@ -137,10 +124,7 @@ impl Builder {
         match self.get(segments) {
             Some(Value::Array(_)) => {
                 let path = format!("{}/-", self.pointer(segments));
-                self.ops.push(PatchOp::Add {
-                    path,
-                    value: item.clone(),
-                });
+                self.ops.push(PatchOp::Add { path, value: item.clone() });
                 if let Some(Value::Array(list)) = self.get_mut(segments) {
                     list.push(item);
                 }
@@ -152,9 +136,7 @@ impl Builder {
     /// Removes the field at `segments` if present.
     pub fn remove(&mut self, segments: &[&str]) {
         if self.get(segments).is_some() {
-            self.ops.push(PatchOp::Remove {
-                path: self.pointer(segments),
-            });
+            self.ops.push(PatchOp::Remove { path: self.pointer(segments) });
             if let Some((last, parent)) = segments.split_last() {
                 let container = if parent.is_empty() {
                     Some(&mut self.working)
@@ -237,22 +219,13 @@ mod tests {
         assert_eq!(
             ops,
             vec![
-                PatchOp::Add {
-                    path: "/spec/nodeSelector".into(),
-                    value: json!({"node-type": "gpu"})
-                },
-                PatchOp::Add {
-                    path: "/spec/nodeSelector/kubernetes.io~1arch".into(),
-                    value: json!("amd64")
-                },
+                PatchOp::Add { path: "/spec/nodeSelector".into(), value: json!({"node-type": "gpu"}) },
+                PatchOp::Add { path: "/spec/nodeSelector/kubernetes.io~1arch".into(), value: json!("amd64") },
             ]
         );
         let pod = json!({"spec": {"containers": []}});
         let patched = apply(&pod, &ops).unwrap();
-        assert_eq!(
-            patched["spec"]["nodeSelector"],
-            json!({"node-type": "gpu", "kubernetes.io/arch": "amd64"})
-        );
+        assert_eq!(patched["spec"]["nodeSelector"], json!({"node-type": "gpu", "kubernetes.io/arch": "amd64"}));
     }
 
     #[test]
@@ -264,10 +237,7 @@ mod tests {
         assert_eq!(ops[0].path(), "/spec/tolerations");
         assert_eq!(ops[1].path(), "/spec/tolerations/-");
         let patched = apply(&json!({"spec": {}}), &ops).unwrap();
-        assert_eq!(
-            patched["spec"]["tolerations"],
-            json!([{"key": "a"}, {"key": "b"}])
-        );
+        assert_eq!(patched["spec"]["tolerations"], json!([{"key": "a"}, {"key": "b"}]));
     }
 
     #[test]
@@ -276,19 +246,10 @@ mod tests {
         b.push(&["terms", "1", "exprs"], json!("x"));
         b.push(&["terms", "1", "exprs"], json!("y"));
         let ops = b.into_ops();
-        assert_eq!(
-            ops[0],
-            PatchOp::Add {
-                path: "/spec/terms/1/exprs".into(),
-                value: json!(["x"])
-            }
-        );
+        assert_eq!(ops[0], PatchOp::Add { path: "/spec/terms/1/exprs".into(), value: json!(["x"]) });
         assert_eq!(ops[1].path(), "/spec/terms/1/exprs/-");
         let patched = apply(&json!({"spec": {"terms": [{"a": 1}, {"b": 2}]}}), &ops).unwrap();
-        assert_eq!(
-            patched["spec"]["terms"],
-            json!([{"a": 1}, {"b": 2, "exprs": ["x", "y"]}])
-        );
+        assert_eq!(patched["spec"]["terms"], json!([{"a": 1}, {"b": 2, "exprs": ["x", "y"]}]));
     }
 
     #[test]
@@ -296,11 +257,6 @@ mod tests {
         let mut b = Builder::new("/spec", fields(json!({"priority": 0})));
         b.remove(&["priority"]);
         b.remove(&["preemptionPolicy"]);
-        assert_eq!(
-            b.into_ops(),
-            vec![PatchOp::Remove {
-                path: "/spec/priority".into()
-            }]
-        );
+        assert_eq!(b.into_ops(), vec![PatchOp::Remove { path: "/spec/priority".into() }]);
     }
 }

@@ -41,8 +41,7 @@ impl Quantity {
 
     /// Whole units, rounded up (a pod asking `500m` of a device needs one).
     pub fn ceil_units(self) -> i64 {
-        let units =
-            self.0.div_euclid(NANOS_PER_UNIT) + i128::from(self.0.rem_euclid(NANOS_PER_UNIT) != 0);
+        let units = self.0.div_euclid(NANOS_PER_UNIT) + i128::from(self.0.rem_euclid(NANOS_PER_UNIT) != 0);
         i64::try_from(units).unwrap_or(i64::MAX)
     }
 
@@ -53,10 +52,7 @@ impl Quantity {
 
     /// Parses a quantity from its canonical string form or from a JSON number.
     pub fn parse(input: &str) -> Result<Quantity, QuantityError> {
-        let err = |reason| QuantityError {
-            input: input.to_string(),
-            reason,
-        };
+        let err = |reason| QuantityError { input: input.to_string(), reason };
         let s = input.trim();
         if s.is_empty() {
             return Err(err("empty"));
@@ -66,9 +62,7 @@ impl Quantity {
             b'+' => (false, &s[1..]),
             _ => (false, s),
         };
-        let number_end = body
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(body.len());
+        let number_end = body.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(body.len());
         let (number, suffix) = body.split_at(number_end);
         if number.is_empty() || number == "." || number.matches('.').count() > 1 {
             return Err(err("no number"));
@@ -111,9 +105,7 @@ impl Quantity {
         let overflow = || err("too large");
         let mut nanos = mantissa.checked_mul(1i128 << exp2).ok_or_else(overflow)?;
         if scale >= 0 {
-            nanos = nanos
-                .checked_mul(10i128.checked_pow(scale as u32).ok_or_else(overflow)?)
-                .ok_or_else(overflow)?;
+            nanos = nanos.checked_mul(10i128.checked_pow(scale as u32).ok_or_else(overflow)?).ok_or_else(overflow)?;
         } else {
             let divisor = 10i128.checked_pow((-scale) as u32).ok_or_else(overflow)?;
             // Kubernetes rounds sub-nano precision up.
@@ -130,10 +122,7 @@ impl Quantity {
         match value {
             serde_json::Value::String(s) => Quantity::parse(s),
             serde_json::Value::Number(n) => Quantity::parse(&n.to_string()),
-            other => Err(QuantityError {
-                input: other.to_string(),
-                reason: "not a string or number",
-            }),
+            other => Err(QuantityError { input: other.to_string(), reason: "not a string or number" }),
         }
     }
 }
@@ -169,11 +158,7 @@ mod tests {
             ("-1", -1_000_000_000),
         ];
         for (input, nanos) in cases {
-            assert_eq!(
-                Quantity::parse(input).map(Quantity::nanos),
-                Ok(nanos),
-                "{input}"
-            );
+            assert_eq!(Quantity::parse(input).map(Quantity::nanos), Ok(nanos), "{input}");
         }
     }
 
@@ -188,16 +173,7 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for input in [
-            "",
-            "abc",
-            "1.2.3",
-            "1Zi",
-            "1e99",
-            "99999999999999999999999999999999",
-            ".",
-            "--1",
-        ] {
+        for input in ["", "abc", "1.2.3", "1Zi", "1e99", "99999999999999999999999999999999", ".", "--1"] {
             assert!(Quantity::parse(input).is_err(), "{input}");
         }
     }

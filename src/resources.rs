@@ -42,8 +42,7 @@ impl ResourceMatcher {
 
     /// True when `name` is in the set.
     pub fn matches(&self, name: &str) -> bool {
-        self.exact.iter().any(|e| e == name)
-            || self.prefixes.iter().any(|p| name.starts_with(p.as_str()))
+        self.exact.iter().any(|e| e == name) || self.prefixes.iter().any(|p| name.starts_with(p.as_str()))
     }
 
     /// True when no pattern is configured.
@@ -90,19 +89,15 @@ impl ContainerResources {
                         Ok(q) => {
                             list.insert(name.clone(), q);
                         }
-                        Err(error) => bad.push(BadQuantity {
-                            path: format!("{path}.resources.{field}[{name}]"),
-                            error,
-                        }),
+                        Err(error) => {
+                            bad.push(BadQuantity { path: format!("{path}.resources.{field}[{name}]"), error })
+                        }
                     }
                 }
             }
             list
         };
-        ContainerResources {
-            requests: read("requests", bad),
-            limits: read("limits", bad),
-        }
+        ContainerResources { requests: read("requests", bad), limits: read("limits", bad) }
     }
 
     /// What the container asks for: its requests, with limits standing in for absent requests
@@ -133,26 +128,15 @@ fn max_into(total: &mut ResourceList, other: &ResourceList) {
 }
 
 /// Iterates `(json path, container)` over a pod spec's containers, init containers first.
-pub fn containers<'a>(
-    spec: &'a Value,
-    spec_path: &'a str,
-) -> impl Iterator<Item = (String, &'a Value, bool)> + 'a {
-    ["initContainers", "containers"]
-        .into_iter()
-        .flat_map(move |field| {
-            spec.get(field)
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .enumerate()
-                .map(move |(i, c)| {
-                    (
-                        format!("{spec_path}.{field}[{i}]"),
-                        c,
-                        field == "initContainers",
-                    )
-                })
-        })
+pub fn containers<'a>(spec: &'a Value, spec_path: &'a str) -> impl Iterator<Item = (String, &'a Value, bool)> + 'a {
+    ["initContainers", "containers"].into_iter().flat_map(move |field| {
+        spec.get(field)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(move |(i, c)| (format!("{spec_path}.{field}[{i}]"), c, field == "initContainers"))
+    })
 }
 
 /// True for an init container that keeps running beside the app (a native sidecar).
@@ -166,25 +150,12 @@ pub fn is_sidecar(init_container: &Value) -> bool {
 pub fn pod_requests(spec: &Value) -> ResourceList {
     let mut ignored = Vec::new();
     let mut app = ResourceList::new();
-    for c in spec
-        .get("containers")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        add_into(
-            &mut app,
-            &ContainerResources::from_container(c, "", &mut ignored).effective_requests(),
-        );
+    for c in spec.get("containers").and_then(Value::as_array).into_iter().flatten() {
+        add_into(&mut app, &ContainerResources::from_container(c, "", &mut ignored).effective_requests());
     }
     let mut sidecars = ResourceList::new();
     let mut init_peak = ResourceList::new();
-    for c in spec
-        .get("initContainers")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for c in spec.get("initContainers").and_then(Value::as_array).into_iter().flatten() {
         let reqs = ContainerResources::from_container(c, "", &mut ignored).effective_requests();
         if is_sidecar(c) {
             add_into(&mut sidecars, &reqs);
@@ -212,10 +183,7 @@ pub fn pod_requests(spec: &Value) -> ResourceList {
 
 /// Keeps only the accelerator entries of a resource list.
 pub fn accelerators_only(list: &ResourceList, matcher: &ResourceMatcher) -> ResourceList {
-    list.iter()
-        .filter(|(n, _)| matcher.matches(n))
-        .map(|(n, q)| (n.clone(), *q))
-        .collect()
+    list.iter().filter(|(n, _)| matcher.matches(n)).map(|(n, q)| (n.clone(), *q)).collect()
 }
 
 /// True when any container (init, sidecar or app) of the pod spec names an accelerator in its
@@ -280,9 +248,6 @@ mod tests {
         let m = ResourceMatcher::new(DEFAULT_ACCELERATORS);
         let spec = json!({"initContainers": [{"resources": {"limits": {"amd.com/gpu": 1}}}], "containers": [{}]});
         assert!(requests_any(&spec, &m));
-        assert!(!requests_any(
-            &json!({"containers": [{"resources": {"limits": {"cpu": 1}}}]}),
-            &m
-        ));
+        assert!(!requests_any(&json!({"containers": [{"resources": {"limits": {"cpu": 1}}}]}), &m));
     }
 }

@@ -32,12 +32,7 @@ pub fn check_pod(policies: &PolicySet, view: &PodView, team: &TeamLookup<'_>) ->
         let mut bad = Vec::new();
         let res = ContainerResources::from_container(container, &path, &mut bad);
         for b in bad.iter().filter(|b| accel_path(&b.path, accel)) {
-            findings.push(finding(
-                "quantity",
-                Action::Deny,
-                b.path.clone(),
-                b.error.to_string(),
-            ));
+            findings.push(finding("quantity", Action::Deny, b.path.clone(), b.error.to_string()));
         }
         let requests = accelerators_only(&res.requests, accel);
         let limits = accelerators_only(&res.limits, accel);
@@ -74,9 +69,7 @@ pub fn check_pod(policies: &PolicySet, view: &PodView, team: &TeamLookup<'_>) ->
                         "whole-numbers",
                         action,
                         path.clone(),
-                        format!(
-                            "container {cname}: {name} {kind} {q} is not a whole number of devices"
-                        ),
+                        format!("container {cname}: {name} {kind} {q} is not a whole number of devices"),
                     ));
                 }
             }
@@ -90,12 +83,13 @@ pub fn check_pod(policies: &PolicySet, view: &PodView, team: &TeamLookup<'_>) ->
                 "init-containers",
                 action,
                 path.clone(),
-                format!("init container {cname} requests {}; accelerators are not allowed in init containers", list.join(", ")),
+                format!(
+                    "init container {cname} requests {}; accelerators are not allowed in init containers",
+                    list.join(", ")
+                ),
             ));
         }
-        if let (Some(check), Some(allowed)) =
-            (&checks.allowed_resources, &policies.allowed_accelerators)
-        {
+        if let (Some(check), Some(allowed)) = (&checks.allowed_resources, &policies.allowed_accelerators) {
             for name in names.iter().filter(|n| !allowed.matches(n)) {
                 findings.push(finding(
                     "allowed-resources",
@@ -117,9 +111,7 @@ pub fn check_pod(policies: &PolicySet, view: &PodView, team: &TeamLookup<'_>) ->
                         "max-per-container",
                         max.action,
                         path.clone(),
-                        format!(
-                            "container {cname} asks {asked} {name}; at most {limit} per container"
-                        ),
+                        format!("container {cname} asks {asked} {name}; at most {limit} per container"),
                     ));
                 }
             }
@@ -144,23 +136,13 @@ pub fn check_pod(policies: &PolicySet, view: &PodView, team: &TeamLookup<'_>) ->
 }
 
 fn accel_path(path: &str, accel: &resources::ResourceMatcher) -> bool {
-    path.rsplit_once('[')
-        .and_then(|(_, n)| n.strip_suffix(']'))
-        .is_some_and(|n| accel.matches(n))
+    path.rsplit_once('[').and_then(|(_, n)| n.strip_suffix(']')).is_some_and(|n| accel.matches(n))
 }
 
-fn check_priority_class(
-    policies: &PolicySet,
-    view: &PodView,
-    team: &TeamLookup<'_>,
-) -> Option<Finding> {
+fn check_priority_class(policies: &PolicySet, view: &PodView, team: &TeamLookup<'_>) -> Option<Finding> {
     let t = team.team?;
     let allowed = t.priority.allowed.as_ref()?;
-    let class = view
-        .pod
-        .pointer("/spec/priorityClassName")
-        .and_then(Value::as_str)
-        .filter(|c| !c.is_empty());
+    let class = view.pod.pointer("/spec/priorityClassName").and_then(Value::as_str).filter(|c| !c.is_empty());
     let class = class.or(policies.priority.global_default.as_deref())?;
     if allowed.iter().any(|a| a == class) || t.priority.default.as_deref() == Some(class) {
         return None;
@@ -169,11 +151,7 @@ fn check_priority_class(
         rule: "team/priority-class".into(),
         action: Action::Deny,
         path: format!("{}.priorityClassName", view.spec_path()),
-        message: format!(
-            "team {} may use priority classes {}; this pod asks {class}",
-            t.name,
-            allowed.join(", ")
-        ),
+        message: format!("team {} may use priority classes {}; this pod asks {class}", t.name, allowed.join(", ")),
     })
 }
 
@@ -195,33 +173,23 @@ fn rule_matches(rule: &Rule, target: &Target<'_>) -> bool {
     rule.spec.rule_match.operations.contains(&target.operation)
         && rule.namespaces.matches_or_empty(target.namespace)
         && (rule.spec.rule_match.teams.is_empty()
-            || target
-                .team
-                .is_some_and(|t| rule.spec.rule_match.teams.iter().any(|r| r == t)))
+            || target.team.is_some_and(|t| rule.spec.rule_match.teams.iter().any(|r| r == t)))
         && rule.kinds.iter().any(|k| match k {
             KindMatch::Any => true,
             KindMatch::Pods => target.is_pod,
             KindMatch::Kind { group, kind } => {
-                !target.is_pod
-                    && kind == target.kind
-                    && group.as_deref().is_none_or(|g| g == target.group)
+                !target.is_pod && kind == target.kind && group.as_deref().is_none_or(|g| g == target.group)
             }
         })
 }
 
 /// True when some rule could look at objects of this kind itself (not at Pod templates).
 pub fn rules_for_kind(policies: &PolicySet, group: &str, kind: &str) -> bool {
-    policies
-        .rules
-        .iter()
-        .flat_map(|r| &r.kinds)
-        .any(|k| match k {
-            KindMatch::Any => true,
-            KindMatch::Pods => false,
-            KindMatch::Kind { group: g, kind: k } => {
-                k == kind && g.as_deref().is_none_or(|g| g == group)
-            }
-        })
+    policies.rules.iter().flat_map(|r| &r.kinds).any(|k| match k {
+        KindMatch::Any => true,
+        KindMatch::Pods => false,
+        KindMatch::Kind { group: g, kind: k } => k == kind && g.as_deref().is_none_or(|g| g == group),
+    })
 }
 
 /// True when some rule would look at this target (so bindings are only built when needed).
@@ -244,10 +212,7 @@ pub fn run_rules(policies: &PolicySet, target: &Target<'_>, bindings: &Bindings)
                 .and_then(|m| m.eval_string(ctx).ok())
                 .or_else(|| rule.spec.message.clone())
                 .unwrap_or_else(|| format!("failed {}", rule.expression.source())),
-            Err(e) => format!(
-                "rule could not be evaluated ({e}); expression: {}",
-                rule.expression.source()
-            ),
+            Err(e) => format!("rule could not be evaluated ({e}); expression: {}", rule.expression.source()),
         };
         findings.push(Finding {
             rule: rule.name.clone(),

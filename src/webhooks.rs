@@ -10,12 +10,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
-    ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
+    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, LabelSelectorRequirement, ObjectMeta,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
 
 use crate::workload::WORKLOAD_KINDS;
 
@@ -57,11 +55,9 @@ fn client_config(opts: &WebhookOptions, path: &str) -> WebhookClientConfig {
             }),
             url: None,
         },
-        Endpoint::Url(url) => WebhookClientConfig {
-            ca_bundle,
-            service: None,
-            url: Some(format!("{}{path}", url.trim_end_matches('/'))),
-        },
+        Endpoint::Url(url) => {
+            WebhookClientConfig { ca_bundle, service: None, url: Some(format!("{}{path}", url.trim_end_matches('/'))) }
+        }
     }
 }
 
@@ -106,24 +102,16 @@ fn match_conditions(opts: &WebhookOptions, skip_nodes: bool) -> Vec<MatchConditi
 fn workload_resources() -> BTreeMap<&'static str, Vec<String>> {
     let mut by_group: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
     for w in WORKLOAD_KINDS {
-        by_group
-            .entry(w.group)
-            .or_default()
-            .push(format!("{}s", w.kind.to_lowercase()));
+        by_group.entry(w.group).or_default().push(format!("{}s", w.kind.to_lowercase()));
     }
     by_group
 }
 
 /// The two configurations, in apply order.
-pub fn render(
-    opts: &WebhookOptions,
-) -> (MutatingWebhookConfiguration, ValidatingWebhookConfiguration) {
+pub fn render(opts: &WebhookOptions) -> (MutatingWebhookConfiguration, ValidatingWebhookConfiguration) {
     let meta = ObjectMeta {
         name: Some(opts.name.clone()),
-        labels: Some(BTreeMap::from([(
-            "app.kubernetes.io/name".to_string(),
-            "allot".to_string(),
-        )])),
+        labels: Some(BTreeMap::from([("app.kubernetes.io/name".to_string(), "allot".to_string())])),
         ..Default::default()
     };
     let mutating = MutatingWebhookConfiguration {
@@ -183,27 +171,15 @@ pub fn render_yaml(opts: &WebhookOptions) -> Result<String, String> {
     let (m, v) = render(opts);
     let with_type = |value: serde_json::Value, kind: &str| {
         let mut map = serde_json::Map::new();
-        map.insert(
-            "apiVersion".into(),
-            "admissionregistration.k8s.io/v1".into(),
-        );
+        map.insert("apiVersion".into(), "admissionregistration.k8s.io/v1".into());
         map.insert("kind".into(), kind.into());
         if let serde_json::Value::Object(rest) = value {
-            map.extend(
-                rest.into_iter()
-                    .filter(|(k, _)| k != "apiVersion" && k != "kind"),
-            );
+            map.extend(rest.into_iter().filter(|(k, _)| k != "apiVersion" && k != "kind"));
         }
         serde_json::Value::Object(map)
     };
-    let m = with_type(
-        serde_json::to_value(&m).map_err(|e| e.to_string())?,
-        "MutatingWebhookConfiguration",
-    );
-    let v = with_type(
-        serde_json::to_value(&v).map_err(|e| e.to_string())?,
-        "ValidatingWebhookConfiguration",
-    );
+    let m = with_type(serde_json::to_value(&m).map_err(|e| e.to_string())?, "MutatingWebhookConfiguration");
+    let v = with_type(serde_json::to_value(&v).map_err(|e| e.to_string())?, "ValidatingWebhookConfiguration");
     let m = serde_saphyr::to_string(&m).map_err(|e| e.to_string())?;
     let v = serde_saphyr::to_string(&v).map_err(|e| e.to_string())?;
     Ok(format!("{m}---\n{v}"))

@@ -35,17 +35,8 @@ pub struct WorkloadKind {
     pub container_resources: Option<(&'static [Step], &'static str)>,
 }
 
-const fn kind(
-    group: &'static str,
-    kind: &'static str,
-    templates: &'static [&'static [Step]],
-) -> WorkloadKind {
-    WorkloadKind {
-        group,
-        kind,
-        templates,
-        container_resources: None,
-    }
+const fn kind(group: &'static str, kind: &'static str, templates: &'static [&'static [Step]]) -> WorkloadKind {
+    WorkloadKind { group, kind, templates, container_resources: None }
 }
 
 /// Every kind Allot looks into. Kubeflow kinds are listed under `kubeflow.org`; Volcano's Job
@@ -53,102 +44,24 @@ const fn kind(
 pub const WORKLOAD_KINDS: &[WorkloadKind] = &[
     kind("", "Pod", &[]),
     kind("", "PodTemplate", &[&[Field("template")]]),
-    kind(
-        "",
-        "ReplicationController",
-        &[&[Field("spec"), Field("template")]],
-    ),
+    kind("", "ReplicationController", &[&[Field("spec"), Field("template")]]),
     kind("batch", "Job", &[&[Field("spec"), Field("template")]]),
-    kind(
-        "batch",
-        "CronJob",
-        &[&[
-            Field("spec"),
-            Field("jobTemplate"),
-            Field("spec"),
-            Field("template"),
-        ]],
-    ),
+    kind("batch", "CronJob", &[&[Field("spec"), Field("jobTemplate"), Field("spec"), Field("template")]]),
     kind("apps", "Deployment", &[&[Field("spec"), Field("template")]]),
-    kind(
-        "apps",
-        "StatefulSet",
-        &[&[Field("spec"), Field("template")]],
-    ),
+    kind("apps", "StatefulSet", &[&[Field("spec"), Field("template")]]),
     kind("apps", "DaemonSet", &[&[Field("spec"), Field("template")]]),
     kind("apps", "ReplicaSet", &[&[Field("spec"), Field("template")]]),
     kind(
         "jobset.x-k8s.io",
         "JobSet",
-        &[&[
-            Field("spec"),
-            Field("replicatedJobs"),
-            Each,
-            Field("template"),
-            Field("spec"),
-            Field("template"),
-        ]],
+        &[&[Field("spec"), Field("replicatedJobs"), Each, Field("template"), Field("spec"), Field("template")]],
     ),
-    kind(
-        "kubeflow.org",
-        "PyTorchJob",
-        &[&[
-            Field("spec"),
-            Field("pytorchReplicaSpecs"),
-            Values,
-            Field("template"),
-        ]],
-    ),
-    kind(
-        "kubeflow.org",
-        "TFJob",
-        &[&[
-            Field("spec"),
-            Field("tfReplicaSpecs"),
-            Values,
-            Field("template"),
-        ]],
-    ),
-    kind(
-        "kubeflow.org",
-        "MPIJob",
-        &[&[
-            Field("spec"),
-            Field("mpiReplicaSpecs"),
-            Values,
-            Field("template"),
-        ]],
-    ),
-    kind(
-        "kubeflow.org",
-        "XGBoostJob",
-        &[&[
-            Field("spec"),
-            Field("xgbReplicaSpecs"),
-            Values,
-            Field("template"),
-        ]],
-    ),
-    kind(
-        "kubeflow.org",
-        "JAXJob",
-        &[&[
-            Field("spec"),
-            Field("jaxReplicaSpecs"),
-            Values,
-            Field("template"),
-        ]],
-    ),
-    kind(
-        "kubeflow.org",
-        "PaddleJob",
-        &[&[
-            Field("spec"),
-            Field("paddleReplicaSpecs"),
-            Values,
-            Field("template"),
-        ]],
-    ),
+    kind("kubeflow.org", "PyTorchJob", &[&[Field("spec"), Field("pytorchReplicaSpecs"), Values, Field("template")]]),
+    kind("kubeflow.org", "TFJob", &[&[Field("spec"), Field("tfReplicaSpecs"), Values, Field("template")]]),
+    kind("kubeflow.org", "MPIJob", &[&[Field("spec"), Field("mpiReplicaSpecs"), Values, Field("template")]]),
+    kind("kubeflow.org", "XGBoostJob", &[&[Field("spec"), Field("xgbReplicaSpecs"), Values, Field("template")]]),
+    kind("kubeflow.org", "JAXJob", &[&[Field("spec"), Field("jaxReplicaSpecs"), Values, Field("template")]]),
+    kind("kubeflow.org", "PaddleJob", &[&[Field("spec"), Field("paddleReplicaSpecs"), Values, Field("template")]]),
     WorkloadKind {
         group: "trainer.kubeflow.org",
         kind: "TrainJob",
@@ -160,31 +73,15 @@ pub const WORKLOAD_KINDS: &[WorkloadKind] = &[
         "RayCluster",
         &[
             &[Field("spec"), Field("headGroupSpec"), Field("template")],
-            &[
-                Field("spec"),
-                Field("workerGroupSpecs"),
-                Each,
-                Field("template"),
-            ],
+            &[Field("spec"), Field("workerGroupSpecs"), Each, Field("template")],
         ],
     ),
     kind(
         "ray.io",
         "RayJob",
         &[
-            &[
-                Field("spec"),
-                Field("rayClusterSpec"),
-                Field("headGroupSpec"),
-                Field("template"),
-            ],
-            &[
-                Field("spec"),
-                Field("rayClusterSpec"),
-                Field("workerGroupSpecs"),
-                Each,
-                Field("template"),
-            ],
+            &[Field("spec"), Field("rayClusterSpec"), Field("headGroupSpec"), Field("template")],
+            &[Field("spec"), Field("rayClusterSpec"), Field("workerGroupSpecs"), Each, Field("template")],
             &[Field("spec"), Field("submitterPodTemplate")],
         ],
     ),
@@ -192,30 +89,16 @@ pub const WORKLOAD_KINDS: &[WorkloadKind] = &[
         "leaderworkerset.x-k8s.io",
         "LeaderWorkerSet",
         &[
-            &[
-                Field("spec"),
-                Field("leaderWorkerTemplate"),
-                Field("leaderTemplate"),
-            ],
-            &[
-                Field("spec"),
-                Field("leaderWorkerTemplate"),
-                Field("workerTemplate"),
-            ],
+            &[Field("spec"), Field("leaderWorkerTemplate"), Field("leaderTemplate")],
+            &[Field("spec"), Field("leaderWorkerTemplate"), Field("workerTemplate")],
         ],
     ),
-    kind(
-        "batch.volcano.sh",
-        "Job",
-        &[&[Field("spec"), Field("tasks"), Each, Field("template")]],
-    ),
+    kind("batch.volcano.sh", "Job", &[&[Field("spec"), Field("tasks"), Each, Field("template")]]),
 ];
 
 /// Finds the table row for a (group, kind).
 pub fn lookup(group: &str, kind: &str) -> Option<&'static WorkloadKind> {
-    WORKLOAD_KINDS
-        .iter()
-        .find(|w| w.group == group && w.kind == kind)
+    WORKLOAD_KINDS.iter().find(|w| w.group == group && w.kind == kind)
 }
 
 /// The API group of an `apiVersion` (`batch/v1` → `batch`, `v1` → ``).
@@ -235,11 +118,7 @@ pub struct PodView {
 impl PodView {
     /// Prefix for paths inside this pod (`spec.template.spec` or `spec`).
     pub fn spec_path(&self) -> String {
-        if self.path.is_empty() {
-            "spec".to_string()
-        } else {
-            format!("{}.spec", self.path)
-        }
+        if self.path.is_empty() { "spec".to_string() } else { format!("{}.spec", self.path) }
     }
 }
 
@@ -250,19 +129,13 @@ pub fn pods_of(object: &Value, group: &str, kind_name: &str) -> Vec<PodView> {
         return Vec::new();
     };
     if row.kind == "Pod" && row.group.is_empty() {
-        return vec![PodView {
-            path: String::new(),
-            pod: object.clone(),
-        }];
+        return vec![PodView { path: String::new(), pod: object.clone() }];
     }
     let namespace = object.pointer("/metadata/namespace").cloned();
     let mut out = Vec::new();
     for steps in row.templates {
         walk(object, steps, String::new(), &mut |path, template| {
-            out.push(PodView {
-                path,
-                pod: template_as_pod(template, namespace.clone()),
-            });
+            out.push(PodView { path, pod: template_as_pod(template, namespace.clone()) });
         });
     }
     if let Some((steps, field)) = row.container_resources {
@@ -285,11 +158,7 @@ pub fn pods_of(object: &Value, group: &str, kind_name: &str) -> Vec<PodView> {
 }
 
 fn template_as_pod(template: &Value, namespace: Option<Value>) -> Value {
-    let mut metadata = template
-        .get("metadata")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+    let mut metadata = template.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
     if let Some(ns) = namespace {
         metadata.entry("namespace").or_insert(ns);
     }
@@ -307,11 +176,7 @@ fn walk(value: &Value, steps: &[Step], path: String, visit: &mut dyn FnMut(Strin
         return;
     };
     let join = |segment: &str| {
-        if path.is_empty() {
-            segment.to_string()
-        } else {
-            format!("{path}.{segment}")
-        }
+        if path.is_empty() { segment.to_string() } else { format!("{path}.{segment}") }
     };
     match step {
         Field(name) => {
@@ -351,19 +216,10 @@ mod tests {
         let paths: Vec<_> = pods.iter().map(|p| p.path.as_str()).collect();
         assert_eq!(
             paths,
-            [
-                "spec.replicatedJobs[0].template.spec.template",
-                "spec.replicatedJobs[1].template.spec.template"
-            ]
+            ["spec.replicatedJobs[0].template.spec.template", "spec.replicatedJobs[1].template.spec.template"]
         );
-        assert_eq!(
-            pods[1].pod.pointer("/metadata/namespace"),
-            Some(&json!("vision"))
-        );
-        assert_eq!(
-            pods[1].pod.pointer("/spec/containers/0/name"),
-            Some(&json!("b"))
-        );
+        assert_eq!(pods[1].pod.pointer("/metadata/namespace"), Some(&json!("vision")));
+        assert_eq!(pods[1].pod.pointer("/spec/containers/0/name"), Some(&json!("b")));
     }
 
     #[test]
@@ -372,58 +228,31 @@ mod tests {
             "Master": {"replicas": 1, "template": {"spec": {"containers": []}}},
             "Worker": {"replicas": 3, "template": {"spec": {"containers": []}}},
         }}});
-        let paths: Vec<_> = pods_of(&job, "kubeflow.org", "PyTorchJob")
-            .into_iter()
-            .map(|p| p.path)
-            .collect();
-        assert_eq!(
-            paths,
-            [
-                "spec.pytorchReplicaSpecs.Master.template",
-                "spec.pytorchReplicaSpecs.Worker.template"
-            ]
-        );
+        let paths: Vec<_> = pods_of(&job, "kubeflow.org", "PyTorchJob").into_iter().map(|p| p.path).collect();
+        assert_eq!(paths, ["spec.pytorchReplicaSpecs.Master.template", "spec.pytorchReplicaSpecs.Worker.template"]);
     }
 
     #[test]
     fn trainjob_resources_become_a_container() {
-        let job =
-            json!({"spec": {"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": 8}}}}});
+        let job = json!({"spec": {"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": 8}}}}});
         let pods = pods_of(&job, "trainer.kubeflow.org", "TrainJob");
         assert_eq!(pods.len(), 1);
         assert_eq!(pods[0].path, "spec.trainer");
-        assert_eq!(
-            pods[0]
-                .pod
-                .pointer("/spec/containers/0/resources/limits/nvidia.com~1gpu"),
-            Some(&json!(8))
-        );
+        assert_eq!(pods[0].pod.pointer("/spec/containers/0/resources/limits/nvidia.com~1gpu"), Some(&json!(8)));
     }
 
     #[test]
     fn unknown_kinds_and_missing_fields_yield_nothing() {
         assert!(pods_of(&json!({}), "example.com", "Widget").is_empty());
         assert!(pods_of(&json!({"spec": {}}), "batch", "Job").is_empty());
-        assert!(
-            pods_of(
-                &json!({"spec": {"tasks": "oops"}}),
-                "batch.volcano.sh",
-                "Job"
-            )
-            .is_empty()
-        );
+        assert!(pods_of(&json!({"spec": {"tasks": "oops"}}), "batch.volcano.sh", "Job").is_empty());
     }
 
     #[test]
     fn every_kind_in_the_table_is_unique() {
         for (i, a) in WORKLOAD_KINDS.iter().enumerate() {
             for b in &WORKLOAD_KINDS[i + 1..] {
-                assert!(
-                    !(a.group == b.group && a.kind == b.kind),
-                    "{}/{} twice",
-                    a.group,
-                    a.kind
-                );
+                assert!(!(a.group == b.group && a.kind == b.kind), "{}/{} twice", a.group, a.kind);
             }
         }
     }

@@ -25,7 +25,8 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn check_on_the_examples_reports_mutations_and_denials() {
-    let out = allot(&["check", "--policies", "policies", "--namespaces", "examples/cluster/namespaces.yaml", "examples"]);
+    let out =
+        allot(&["check", "--policies", "policies", "--namespaces", "examples/cluster/namespaces.yaml", "examples"]);
     assert_eq!(out.status.code(), Some(1), "examples include denials on purpose\n{}", stderr(&out));
     let text = stdout(&out);
     for expected in [
@@ -125,7 +126,8 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 #[test]
 fn bad_input_and_bad_policies_exit_two_with_the_location() {
     let dir = tempfile::tempdir().unwrap();
-    let good = write(dir.path(), "pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: []}\n");
+    let good =
+        write(dir.path(), "pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: []}\n");
 
     // A policy with a typo: file, document and field path in the message.
     let policies = tempfile::tempdir().unwrap();
@@ -141,7 +143,11 @@ fn bad_input_and_bad_policies_exit_two_with_the_location() {
 
     // Broken CEL.
     let cel = tempfile::tempdir().unwrap();
-    write(cel.path(), "r.yaml", "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec: {expression: 'object.(', message: m}\n");
+    write(
+        cel.path(),
+        "r.yaml",
+        "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec: {expression: 'object.(', message: m}\n",
+    );
     let out = allot(&["check", "--policies", cel.path().to_str().unwrap(), good.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("spec.expression: CEL syntax error"), "{}", stderr(&out));
@@ -169,7 +175,15 @@ fn bad_input_and_bad_policies_exit_two_with_the_location() {
 }
 
 fn certs(dir: &Path) -> PathBuf {
-    let out = allot(&["certs", "--out", dir.to_str().unwrap(), "--dns-name", "allot.allot-system.svc", "--dns-name", "127.0.0.1"]);
+    let out = allot(&[
+        "certs",
+        "--out",
+        dir.to_str().unwrap(),
+        "--dns-name",
+        "allot.allot-system.svc",
+        "--dns-name",
+        "127.0.0.1",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("created CA"), "{}", stdout(&out));
     for f in ["ca.crt", "ca.key", "tls.crt", "tls.key"] {
@@ -201,19 +215,37 @@ fn webhooks_render_valid_configurations() {
     assert_eq!(m.reinvocation_policy.as_deref(), Some("IfNeeded"));
     assert_eq!(m.client_config.ca_bundle.as_ref().unwrap().0, std::fs::read(&ca).unwrap());
     let service = m.client_config.service.as_ref().unwrap();
-    assert_eq!((service.namespace.as_str(), service.name.as_str(), service.path.as_deref()), ("allot-system", "allot", Some("/mutate")));
-    let excluded = m.namespace_selector.as_ref().unwrap().match_expressions.as_ref().unwrap()[0].values.clone().unwrap();
+    assert_eq!(
+        (service.namespace.as_str(), service.name.as_str(), service.path.as_deref()),
+        ("allot-system", "allot", Some("/mutate"))
+    );
+    let excluded =
+        m.namespace_selector.as_ref().unwrap().match_expressions.as_ref().unwrap()[0].values.clone().unwrap();
     assert_eq!(excluded, vec!["kube-system", "allot-system"]);
-    assert!(m.match_conditions.as_ref().unwrap().iter().any(|c| c.expression.contains("system:serviceaccount:allot-system:allot")));
+    assert!(
+        m.match_conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|c| c.expression.contains("system:serviceaccount:allot-system:allot"))
+    );
     let v = &validating.webhooks.unwrap()[0];
     assert_eq!(v.side_effects, "None");
     let rules = v.rules.as_ref().unwrap();
     let covers = |group: &str, resource: &str| {
         rules.iter().any(|r| {
-            r.api_groups.as_ref().unwrap().contains(&group.to_string()) && r.resources.as_ref().unwrap().contains(&resource.to_string())
+            r.api_groups.as_ref().unwrap().contains(&group.to_string())
+                && r.resources.as_ref().unwrap().contains(&resource.to_string())
         })
     };
-    for (group, resource) in [("", "pods"), ("batch", "jobs"), ("jobset.x-k8s.io", "jobsets"), ("kubeflow.org", "pytorchjobs"), ("ray.io", "rayclusters"), ("batch.volcano.sh", "jobs")] {
+    for (group, resource) in [
+        ("", "pods"),
+        ("batch", "jobs"),
+        ("jobset.x-k8s.io", "jobsets"),
+        ("kubeflow.org", "pytorchjobs"),
+        ("ray.io", "rayclusters"),
+        ("batch.volcano.sh", "jobs"),
+    ] {
         assert!(covers(group, resource), "{group}/{resource}");
     }
 

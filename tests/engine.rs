@@ -13,24 +13,17 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 fn fixture(name: &str) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/admission-reviews")
-        .join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission-reviews").join(name);
     serde_json::from_slice(&std::fs::read(&path).expect("fixture")).expect("fixture JSON")
 }
 
 fn shipped() -> PolicySet {
-    policy::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"))
-        .expect("shipped policies")
+    policy::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).expect("shipped policies")
 }
 
 fn with_extra(extra: &str) -> PolicySet {
-    let mut sources =
-        policy::read_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
-    sources.push(Source {
-        name: "extra.yaml".into(),
-        text: extra.into(),
-    });
+    let mut sources = policy::read_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
+    sources.push(Source { name: "extra.yaml".into(), text: extra.into() });
     policy::compile(&sources).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -50,12 +43,8 @@ fn answer(policies: &PolicySet, review: &Value, phase: Phase) -> Value {
 fn patch_of(response: &Value) -> Option<json_patch::Patch> {
     let encoded = response.get("patch")?;
     assert_eq!(response["patchType"], "JSONPatch");
-    let encoded = encoded
-        .as_str()
-        .expect("patch must be a base64 string, not a byte array");
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(encoded)
-        .expect("base64");
+    let encoded = encoded.as_str().expect("patch must be a base64 string, not a byte array");
+    let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).expect("base64");
     Some(serde_json::from_slice(&bytes).expect("RFC 6902 patch"))
 }
 
@@ -81,25 +70,13 @@ fn gpu_pod_gets_its_toleration_once_and_the_patch_is_idempotent() {
     let mutated = apply(&review["request"]["object"], &patch);
     let pod: Pod = serde_json::from_value(mutated.clone()).expect("a valid Pod");
     let tolerations = pod.spec.unwrap().tolerations.unwrap();
-    let gpu: Vec<_> = tolerations
-        .iter()
-        .filter(|t| t.key.as_deref() == Some("nvidia.com/gpu"))
-        .collect();
+    let gpu: Vec<_> = tolerations.iter().filter(|t| t.key.as_deref() == Some("nvidia.com/gpu")).collect();
     assert_eq!(gpu.len(), 1);
     assert_eq!(gpu[0].operator.as_deref(), Some("Exists"));
     assert_eq!(gpu[0].effect.as_deref(), Some("NoSchedule"));
-    assert_eq!(
-        tolerations.len(),
-        3,
-        "the API server's own tolerations are kept"
-    );
+    assert_eq!(tolerations.len(), 3, "the API server's own tolerations are kept");
     // The class the Priority plugin filled in is the team default already: no priority change.
-    assert!(
-        patch
-            .0
-            .iter()
-            .all(|op| !serde_json::to_string(op).unwrap().contains("priority"))
-    );
+    assert!(patch.0.iter().all(|op| !serde_json::to_string(op).unwrap().contains("priority")));
 
     // Reinvocation / second pass: nothing more to do.
     let again = answer(&policies, &with_object(&review, mutated), Phase::Mutate);
@@ -109,31 +86,18 @@ fn gpu_pod_gets_its_toleration_once_and_the_patch_is_idempotent() {
 #[test]
 fn tolerated_pod_is_left_alone_and_its_class_is_checked_against_the_team() {
     let policies = shipped();
-    let response = answer(
-        &policies,
-        &fixture("014-mutate-create-pod-tolerated-gpu-pod.json"),
-        Phase::Mutate,
-    );
+    let response = answer(&policies, &fixture("014-mutate-create-pod-tolerated-gpu-pod.json"), Phase::Mutate);
     assert_eq!(response["allowed"], true);
-    assert!(
-        response.get("patch").is_none(),
-        "toleration already present: {response}"
-    );
+    assert!(response.get("patch").is_none(), "toleration already present: {response}");
 
     // nlp may only use low-priority; this pod asks high-priority.
-    let response = answer(
-        &policies,
-        &fixture("015-validate-create-pod-tolerated-gpu-pod.json"),
-        Phase::Validate,
-    );
+    let response = answer(&policies, &fixture("015-validate-create-pod-tolerated-gpu-pod.json"), Phase::Validate);
     assert_eq!(response["allowed"], false);
     assert_eq!(response["status"]["code"], 403);
     let message = response["status"]["message"].as_str().unwrap();
     assert!(message.contains("[team/priority-class]"), "{message}");
     assert!(
-        message.contains(
-            "team nlp may use priority classes low-priority; this pod asks high-priority"
-        ),
+        message.contains("team nlp may use priority classes low-priority; this pod asks high-priority"),
         "{message}"
     );
 }
@@ -141,18 +105,10 @@ fn tolerated_pod_is_left_alone_and_its_class_is_checked_against_the_team() {
 #[test]
 fn cpu_pod_gets_no_placement() {
     let policies = shipped();
-    let response = answer(
-        &policies,
-        &fixture("012-mutate-create-pod-plain-cpu-pod.json"),
-        Phase::Mutate,
-    );
+    let response = answer(&policies, &fixture("012-mutate-create-pod-plain-cpu-pod.json"), Phase::Mutate);
     assert_eq!(response["allowed"], true);
     assert!(response.get("patch").is_none(), "{response}");
-    let response = answer(
-        &policies,
-        &fixture("013-validate-create-pod-plain-cpu-pod.json"),
-        Phase::Validate,
-    );
+    let response = answer(&policies, &fixture("013-validate-create-pod-plain-cpu-pod.json"), Phase::Validate);
     assert_eq!(response["allowed"], true);
 }
 
@@ -167,10 +123,7 @@ fn job_with_request_above_limit_is_denied_with_its_path() {
     let response = answer(&policies, &review, Phase::Validate);
     assert_eq!(response["allowed"], false);
     let message = response["status"]["message"].as_str().unwrap();
-    assert!(
-        message.starts_with("allot denied Job nlp/bad-gpu: "),
-        "{message}"
-    );
+    assert!(message.starts_with("allot denied Job nlp/bad-gpu: "), "{message}");
     assert!(
         message.contains(
             "[accelerators/requests-equal-limits] spec.template.spec.containers[0]: container t: nvidia.com/gpu request 2 must equal its limit 1"
@@ -198,18 +151,14 @@ fn good_jobs_and_gated_pods_are_admitted() {
 #[test]
 fn updates_are_not_mutated_and_pod_specs_are_not_rechecked() {
     let policies = shipped();
-    for name in [
-        "016-mutate-update-pod-my-gpu-pod.json",
-        "020-mutate-update-pod-gated-worker-0.json",
-    ] {
+    for name in ["016-mutate-update-pod-my-gpu-pod.json", "020-mutate-update-pod-gated-worker-0.json"] {
         let response = answer(&policies, &fixture(name), Phase::Mutate);
         assert_eq!(response["allowed"], true);
         assert!(response.get("patch").is_none(), "{name}");
     }
     // A pod admitted under older policies (request != limit here) can still be updated.
     let mut review = fixture("017-validate-update-pod-my-gpu-pod.json");
-    review["request"]["object"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] =
-        json!("2");
+    review["request"]["object"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = json!("2");
     let response = answer(&policies, &review, Phase::Validate);
     assert_eq!(response["allowed"], true, "{response}");
 }
@@ -227,43 +176,27 @@ spec:
 fn default_priority_replaces_the_global_default_and_drops_priority_fields() {
     // A team listed before the shipped ones would win; here `research` comes after `vision`,
     // so put it first by building the set by hand.
-    let mut sources = vec![Source {
-        name: "0-research.yaml".into(),
-        text: VISION_DEFAULT.into(),
-    }];
-    sources.extend(
-        policy::read_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap(),
-    );
+    let mut sources = vec![Source { name: "0-research.yaml".into(), text: VISION_DEFAULT.into() }];
+    sources.extend(policy::read_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap());
     let policies = policy::compile(&sources).unwrap();
     let review = fixture("010-mutate-create-pod-my-gpu-pod.json");
-    assert_eq!(
-        review["request"]["object"]["spec"]["priorityClassName"],
-        "low-priority"
-    );
+    assert_eq!(review["request"]["object"]["spec"]["priorityClassName"], "low-priority");
     assert_eq!(review["request"]["object"]["spec"]["priority"], 0);
     let response = answer(&policies, &review, Phase::Mutate);
     let patch = patch_of(&response).expect("patch");
     let ops = serde_json::to_value(&patch).unwrap();
-    assert!(ops.as_array().unwrap().contains(&json!({"op": "replace", "path": "/spec/priorityClassName", "value": "research-default"})), "{ops}");
     assert!(
         ops.as_array()
             .unwrap()
-            .contains(&json!({"op": "remove", "path": "/spec/priority"})),
+            .contains(&json!({"op": "replace", "path": "/spec/priorityClassName", "value": "research-default"})),
         "{ops}"
     );
-    assert!(
-        ops.as_array()
-            .unwrap()
-            .contains(&json!({"op": "remove", "path": "/spec/preemptionPolicy"})),
-        "{ops}"
-    );
+    assert!(ops.as_array().unwrap().contains(&json!({"op": "remove", "path": "/spec/priority"})), "{ops}");
+    assert!(ops.as_array().unwrap().contains(&json!({"op": "remove", "path": "/spec/preemptionPolicy"})), "{ops}");
     let mutated = apply(&review["request"]["object"], &patch);
     let pod: Pod = serde_json::from_value(mutated.clone()).unwrap();
     let spec = pod.spec.unwrap();
-    assert_eq!(
-        spec.priority_class_name.as_deref(),
-        Some("research-default")
-    );
+    assert_eq!(spec.priority_class_name.as_deref(), Some("research-default"));
     assert_eq!(spec.priority, None);
     assert_eq!(spec.preemption_policy, None);
     let again = answer(&policies, &with_object(&review, mutated), Phase::Mutate);
@@ -322,45 +255,26 @@ fn node_selector_conflicts_deny_or_keep_as_the_policy_says() {
     let pod = gpu_pod(json!({"nodeSelector": {"node-type": "cheap"}}));
     let outcome = engine_mutate(&deny, &pod);
     assert!(!outcome.allowed());
-    let f = outcome
-        .findings
-        .iter()
-        .find(|f| f.rule == "placement/pool")
-        .unwrap();
+    let f = outcome.findings.iter().find(|f| f.rule == "placement/pool").unwrap();
     assert_eq!(f.path, "spec.nodeSelector");
-    assert!(
-        f.message
-            .contains("node-type=cheap conflicts with node-type=my-precious"),
-        "{}",
-        f.message
-    );
+    assert!(f.message.contains("node-type=cheap conflicts with node-type=my-precious"), "{}", f.message);
 
     let keep = with_extra(&POOL.replace("ONCONFLICT", "Keep"));
     let outcome = engine_mutate(&keep, &pod);
     assert!(outcome.allowed());
     let mutated = allot::patch::apply(&pod, &outcome.patch).unwrap();
-    assert_eq!(
-        mutated["spec"]["nodeSelector"]["node-type"], "cheap",
-        "the user's value is never overwritten"
-    );
-    assert!(
-        outcome
-            .findings
-            .iter()
-            .any(|f| f.action == allot::policy::Action::Warn)
-    );
+    assert_eq!(mutated["spec"]["nodeSelector"]["node-type"], "cheap", "the user's value is never overwritten");
+    assert!(outcome.findings.iter().any(|f| f.action == allot::policy::Action::Warn));
 }
 
 #[test]
 fn node_affinity_is_anded_into_every_existing_term() {
     let policies = with_extra(&POOL.replace("ONCONFLICT", "Deny"));
-    let pod = gpu_pod(
-        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "a", "operator": "Exists"}]},
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
-        ]}}}}),
-    );
+    let pod = gpu_pod(json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "a", "operator": "Exists"}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+    ]}}}}));
     let outcome = engine_mutate(&policies, &pod);
     let mutated = allot::patch::apply(&pod, &outcome.patch).unwrap();
     let parsed: Pod = serde_json::from_value(mutated.clone()).unwrap();
@@ -377,25 +291,14 @@ fn node_affinity_is_anded_into_every_existing_term() {
     assert_eq!(terms.len(), 2);
     for term in &terms {
         let exprs = term.match_expressions.as_ref().unwrap();
-        assert!(
-            exprs.iter().any(|e| e.key == "topology.kubernetes.io/zone"),
-            "{term:?}"
-        );
+        assert!(exprs.iter().any(|e| e.key == "topology.kubernetes.io/zone"), "{term:?}");
     }
-    assert_eq!(
-        engine_mutate(&policies, &mutated).patch,
-        vec![],
-        "idempotent"
-    );
+    assert_eq!(engine_mutate(&policies, &mutated).patch, vec![], "idempotent");
 
     // No affinity at all: one add creates the whole structure.
     let bare = gpu_pod(json!({}));
     let outcome = engine_mutate(&policies, &bare);
-    assert!(
-        outcome.patch.iter().any(|op| op.path() == "/spec/affinity"),
-        "{:?}",
-        outcome.patch
-    );
+    assert!(outcome.patch.iter().any(|op| op.path() == "/spec/affinity"), "{:?}", outcome.patch);
     let mutated = allot::patch::apply(&bare, &outcome.patch).unwrap();
     let _: Pod = serde_json::from_value(mutated.clone()).unwrap();
     assert_eq!(mutated["spec"]["nodeSelector"]["node-type"], "my-precious");
@@ -421,17 +324,11 @@ spec:
     let response = answer(&policies, &review, Phase::Validate);
     assert_eq!(response["allowed"], true, "{response}");
     for field in ["limits", "requests"] {
-        review["request"]["object"]["spec"]["containers"][0]["resources"][field]["nvidia.com/gpu"] =
-            json!("3");
+        review["request"]["object"]["spec"]["containers"][0]["resources"][field]["nvidia.com/gpu"] = json!("3");
     }
     let response = answer(&policies, &review, Phase::Validate);
     assert_eq!(response["allowed"], false);
-    assert!(
-        response["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("[at-most-two] at most 2 GPUs per container")
-    );
+    assert!(response["status"]["message"].as_str().unwrap().contains("[at-most-two] at most 2 GPUs per container"));
 }
 
 #[test]
@@ -439,18 +336,9 @@ fn a_rule_that_errors_denies_instead_of_passing() {
     let policies = with_extra(
         "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: broken-at-runtime}\nspec:\n  expression: object.spec.nonexistent.field == 1\n  message: m\n",
     );
-    let response = answer(
-        &policies,
-        &fixture("011-validate-create-pod-my-gpu-pod.json"),
-        Phase::Validate,
-    );
+    let response = answer(&policies, &fixture("011-validate-create-pod-my-gpu-pod.json"), Phase::Validate);
     assert_eq!(response["allowed"], false);
-    assert!(
-        response["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("could not be evaluated")
-    );
+    assert!(response["status"]["message"].as_str().unwrap().contains("could not be evaluated"));
 }
 
 #[test]
@@ -458,17 +346,10 @@ fn warn_and_audit_actions_reach_the_response() {
     let policies = with_extra(
         "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: warn-me}\nspec:\n  expression: 'false'\n  message: careful\n  action: Warn\n---\napiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: Audit Me}\nspec:\n  expression: 'false'\n  messageExpression: \"'seen ' + object.metadata.name\"\n  action: Audit\n",
     );
-    let response = answer(
-        &policies,
-        &fixture("011-validate-create-pod-my-gpu-pod.json"),
-        Phase::Validate,
-    );
+    let response = answer(&policies, &fixture("011-validate-create-pod-my-gpu-pod.json"), Phase::Validate);
     assert_eq!(response["allowed"], true);
     assert_eq!(response["warnings"], json!(["[warn-me] careful"]));
-    assert_eq!(
-        response["auditAnnotations"],
-        json!({"audit-me": "seen my-gpu-pod"})
-    );
+    assert_eq!(response["auditAnnotations"], json!({"audit-me": "seen my-gpu-pod"}));
 }
 
 #[test]
@@ -478,11 +359,7 @@ fn workload_templates_are_checked_as_their_pods_will_be() {
     );
     // The Job's template has no toleration, but its Pods will get one from the mutating
     // webhook: the rule sees the template as the Pod will be, and admits.
-    let response = answer(
-        &policies,
-        &fixture("002-validate-create-job-mnist-demo.json"),
-        Phase::Validate,
-    );
+    let response = answer(&policies, &fixture("002-validate-create-job-mnist-demo.json"), Phase::Validate);
     assert_eq!(response["allowed"], true, "{response}");
     // The same rule on a Pod that somehow arrives without it denies.
     let mut review = fixture("011-validate-create-pod-my-gpu-pod.json");
@@ -493,45 +370,21 @@ fn workload_templates_are_checked_as_their_pods_will_be() {
 
 #[test]
 fn every_example_workload_kind_is_seen() {
-    let manifests =
-        allot::check::read_manifests(&[Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")])
-            .unwrap();
+    let manifests = allot::check::read_manifests(&[Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")]).unwrap();
     let policies = shipped();
     let engine = Engine::new(&policies, &NoNamespaces);
     let report = allot::check::run(&engine, &manifests);
-    let by_name = |name: &str| {
-        report
-            .results
-            .iter()
-            .find(|r| r.name == name)
-            .unwrap_or_else(|| panic!("{name}"))
-    };
+    let by_name = |name: &str| report.results.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("{name}"));
     let pt = by_name("bert-finetune");
     assert!(!pt.allowed);
-    let f = pt
-        .findings
-        .iter()
-        .find(|f| f.rule == "accelerators/requests-equal-limits")
-        .expect("request != limit found");
-    assert_eq!(
-        f.path,
-        "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0]"
-    );
+    let f =
+        pt.findings.iter().find(|f| f.rule == "accelerators/requests-equal-limits").expect("request != limit found");
+    assert_eq!(f.path, "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0]");
     // Without namespace labels the nlp team's selector cannot match nlp-research, and the
     // engine says so instead of guessing.
-    assert!(
-        pt.notes
-            .iter()
-            .any(|n| n.contains("team nlp selects namespaces by label")),
-        "{:?}",
-        pt.notes
-    );
+    assert!(pt.notes.iter().any(|n| n.contains("team nlp selects namespaces by label")), "{:?}", pt.notes);
     let js = by_name("llm-pretrain");
-    let paths: Vec<_> = js
-        .findings
-        .iter()
-        .map(|f| (f.rule.as_str(), f.path.as_str()))
-        .collect();
+    let paths: Vec<_> = js.findings.iter().map(|f| (f.rule.as_str(), f.path.as_str())).collect();
     assert!(
         paths.contains(&(
             "accelerators/init-containers",
@@ -540,10 +393,7 @@ fn every_example_workload_kind_is_seen() {
         "{paths:?}"
     );
     assert!(
-        paths.contains(&(
-            "accelerators/max-per-pod",
-            "spec.replicatedJobs[1].template.spec.template.spec"
-        )),
+        paths.contains(&("accelerators/max-per-pod", "spec.replicatedJobs[1].template.spec.template.spec")),
         "{paths:?}"
     );
     assert!(by_name("mnist-ddp").allowed);
@@ -552,10 +402,7 @@ fn every_example_workload_kind_is_seen() {
 }
 
 fn serde_yaml_job(manifests: &[allot::check::Manifest], name: &str) -> Job {
-    let m = manifests
-        .iter()
-        .find(|m| m.object["metadata"]["name"] == name)
-        .unwrap();
+    let m = manifests.iter().find(|m| m.object["metadata"]["name"] == name).unwrap();
     serde_json::from_value(m.object.clone()).unwrap()
 }
 
@@ -564,23 +411,14 @@ mod properties {
     use proptest::prelude::*;
 
     fn quantity() -> impl Strategy<Value = Value> {
-        prop_oneof![
-            (0u32..9).prop_map(|n| json!(n.to_string())),
-            (0u32..9).prop_map(|n| json!(n)),
-            Just(json!("500m")),
-        ]
+        prop_oneof![(0u32..9).prop_map(|n| json!(n.to_string())), (0u32..9).prop_map(|n| json!(n)), Just(json!("500m")),]
     }
 
     fn container() -> impl Strategy<Value = Value> {
         (
             prop::option::of(quantity()),
             prop::option::of(quantity()),
-            prop::sample::select(vec![
-                "nvidia.com/gpu",
-                "nvidia.com/mig-1g.10gb",
-                "amd.com/gpu",
-                "cpu",
-            ]),
+            prop::sample::select(vec!["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "amd.com/gpu", "cpu"]),
         )
             .prop_map(|(req, lim, name)| {
                 let mut resources = serde_json::Map::new();

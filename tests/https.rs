@@ -60,9 +60,7 @@ impl Server {
     }
 
     fn start_in(dir: TempDir, extra_args: &[&str]) -> Server {
-        let mut child = serve_command(dir.path(), extra_args)
-            .spawn()
-            .expect("spawn allot serve");
+        let mut child = serve_command(dir.path(), extra_args).spawn().expect("spawn allot serve");
         let (stderr, _) = collect_stderr(&mut child);
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
@@ -162,13 +160,7 @@ fn serve_command(dir: &Path, extra_args: &[&str]) -> Command {
         .arg(dir.join("certs/tls.crt"))
         .arg("--tls-key")
         .arg(dir.join("certs/tls.key"))
-        .args([
-            "--addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--no-namespace-watch",
-        ])
+        .args(["--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--no-namespace-watch"])
         .args(["--reload-interval-secs", "1"])
         .args(extra_args)
         .env_remove("ALLOT_LOG_FORMAT")
@@ -203,23 +195,12 @@ fn parse_serving_line(line: &str) -> (SocketAddr, SocketAddr) {
     let rest = line
         .strip_prefix("allot serving webhooks on https://")
         .unwrap_or_else(|| panic!("unexpected first stdout line: {line:?}"));
-    let (https, metrics) = rest
-        .split_once(" and metrics on http://")
-        .unwrap_or_else(|| panic!("unexpected first stdout line: {line:?}"));
-    let https: SocketAddr = https
-        .parse()
-        .unwrap_or_else(|e| panic!("webhook address in {line:?}: {e}"));
-    let metrics: SocketAddr = metrics
-        .parse()
-        .unwrap_or_else(|e| panic!("metrics address in {line:?}: {e}"));
-    assert!(
-        https.ip().is_loopback() && https.port() != 0,
-        "webhook address {https}"
-    );
-    assert!(
-        metrics.ip().is_loopback() && metrics.port() != 0,
-        "metrics address {metrics}"
-    );
+    let (https, metrics) =
+        rest.split_once(" and metrics on http://").unwrap_or_else(|| panic!("unexpected first stdout line: {line:?}"));
+    let https: SocketAddr = https.parse().unwrap_or_else(|e| panic!("webhook address in {line:?}: {e}"));
+    let metrics: SocketAddr = metrics.parse().unwrap_or_else(|e| panic!("metrics address in {line:?}: {e}"));
+    assert!(https.ip().is_loopback() && https.port() != 0, "webhook address {https}");
+    assert!(metrics.ip().is_loopback() && metrics.port() != 0, "metrics address {metrics}");
     assert_ne!(https.port(), metrics.port());
     (https, metrics)
 }
@@ -303,12 +284,8 @@ impl Alpn {
 
 fn client_config(ca: &Path, alpn: Alpn) -> Arc<ClientConfig> {
     let mut roots = RootCertStore::empty();
-    for cert in
-        CertificateDer::pem_file_iter(ca).unwrap_or_else(|e| panic!("{}: {e}", ca.display()))
-    {
-        roots
-            .add(cert.expect("CA certificate"))
-            .expect("add CA to the root store");
+    for cert in CertificateDer::pem_file_iter(ca).unwrap_or_else(|e| panic!("{}: {e}", ca.display())) {
+        roots.add(cert.expect("CA certificate")).expect("add CA to the root store");
     }
     assert_eq!(roots.len(), 1, "ca.crt should hold exactly the CA");
     let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
@@ -354,26 +331,20 @@ impl Resp {
     }
 
     fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("response is not JSON ({e}): {}", self.text()))
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("response is not JSON ({e}): {}", self.text()))
     }
 }
 
 impl Client {
     async fn connect(addr: SocketAddr, ca: &Path, server_name: &str, alpn: Alpn) -> Client {
-        let tcp = TcpStream::connect(addr)
-            .await
-            .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+        let tcp = TcpStream::connect(addr).await.unwrap_or_else(|e| panic!("connect {addr}: {e}"));
         // Without this every request waits ~40 ms for a delayed ACK (Nagle).
         tcp.set_nodelay(true).expect("TCP_NODELAY");
         let name = ServerName::try_from(server_name.to_string()).expect("server name");
-        let tls = tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            TlsConnector::from(client_config(ca, alpn)).connect(name, tcp),
-        )
-        .await
-        .expect("TLS handshake timed out")
-        .unwrap_or_else(|e| panic!("TLS handshake with {addr} as {server_name}: {e}"));
+        let tls = tokio::time::timeout(REQUEST_TIMEOUT, TlsConnector::from(client_config(ca, alpn)).connect(name, tcp))
+            .await
+            .expect("TLS handshake timed out")
+            .unwrap_or_else(|e| panic!("TLS handshake with {addr} as {server_name}: {e}"));
         let session = tls.get_ref().1;
         let negotiated = session.alpn_protocol().map(<[u8]>::to_vec);
         let leaf = session
@@ -384,9 +355,7 @@ impl Client {
             .to_vec();
         let io = TokioIo::new(tls);
         let (sender, connection) = if negotiated.as_deref() == Some(b"h2".as_slice()) {
-            let (sender, conn) = http2::handshake(TokioExecutor::new(), io)
-                .await
-                .expect("HTTP/2 handshake");
+            let (sender, conn) = http2::handshake(TokioExecutor::new(), io).await.expect("HTTP/2 handshake");
             (
                 Sender::H2(sender),
                 tokio::spawn(async move {
@@ -441,38 +410,22 @@ impl Client {
             builder = builder.header(CONTENT_TYPE, "application/json");
         }
         let request = builder.body(Full::new(Bytes::from(body))).expect("request");
-        let what = format!(
-            "{method} {path} (request #{} on this connection)",
-            self.requests + 1
-        );
+        let what = format!("{method} {path} (request #{} on this connection)", self.requests + 1);
         let send = async {
             let response = match &mut self.sender {
                 Sender::H1(s) => {
-                    s.ready()
-                        .await
-                        .map_err(|e| format!("connection not ready: {e}"))?;
+                    s.ready().await.map_err(|e| format!("connection not ready: {e}"))?;
                     s.send_request(request).await
                 }
                 Sender::H2(s) => {
-                    s.ready()
-                        .await
-                        .map_err(|e| format!("connection not ready: {e}"))?;
+                    s.ready().await.map_err(|e| format!("connection not ready: {e}"))?;
                     s.send_request(request).await
                 }
             }
             .map_err(|e| format!("{e:?}"))?;
             let (parts, body) = response.into_parts();
-            let body = body
-                .collect()
-                .await
-                .map_err(|e| format!("reading the body: {e}"))?
-                .to_bytes();
-            Ok::<_, String>(Resp {
-                status: parts.status,
-                version: parts.version,
-                headers: parts.headers,
-                body,
-            })
+            let body = body.collect().await.map_err(|e| format!("reading the body: {e}"))?.to_bytes();
+            Ok::<_, String>(Resp { status: parts.status, version: parts.version, headers: parts.headers, body })
         };
         let resp = tokio::time::timeout(REQUEST_TIMEOUT, send)
             .await
@@ -487,12 +440,7 @@ impl Client {
     }
 
     async fn post(&mut self, path: &str, review: &Value) -> Resp {
-        self.request(
-            Method::POST,
-            path,
-            serde_json::to_vec(review).expect("serialize"),
-        )
-        .await
+        self.request(Method::POST, path, serde_json::to_vec(review).expect("serialize")).await
     }
 
     /// POSTs a review and returns its `response`, checking the envelope on the way.
@@ -508,14 +456,8 @@ impl Client {
         assert_eq!(body["apiVersion"], "admission.k8s.io/v1", "{body}");
         assert_eq!(body["kind"], "AdmissionReview", "{body}");
         let response = body["response"].clone();
-        assert_eq!(
-            response["uid"], review["request"]["uid"],
-            "the response must carry the request's uid: {body}"
-        );
-        assert!(
-            response["allowed"].is_boolean(),
-            "allowed must be a boolean: {body}"
-        );
+        assert_eq!(response["uid"], review["request"]["uid"], "the response must carry the request's uid: {body}");
+        assert!(response["allowed"].is_boolean(), "allowed must be a boolean: {body}");
         response
     }
 }
@@ -523,30 +465,18 @@ impl Client {
 /// One plain HTTP/1.1 GET (the metrics address has no TLS).
 async fn plain_get(addr: SocketAddr, path: &str) -> Resp {
     let get = async {
-        let tcp = TcpStream::connect(addr)
-            .await
-            .map_err(|e| format!("connect {addr}: {e}"))?;
+        let tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect {addr}: {e}"))?;
         tcp.set_nodelay(true).map_err(|e| e.to_string())?;
-        let (mut sender, conn) = http1::handshake(TokioIo::new(tcp))
-            .await
-            .map_err(|e| e.to_string())?;
+        let (mut sender, conn) = http1::handshake(TokioIo::new(tcp)).await.map_err(|e| e.to_string())?;
         tokio::spawn(conn);
         let request = Request::get(path)
             .header(HOST, addr.to_string())
             .body(Full::new(Bytes::new()))
             .map_err(|e| e.to_string())?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| e.to_string())?;
+        let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
         let (parts, body) = response.into_parts();
         let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-        Ok::<_, String>(Resp {
-            status: parts.status,
-            version: parts.version,
-            headers: parts.headers,
-            body,
-        })
+        Ok::<_, String>(Resp { status: parts.status, version: parts.version, headers: parts.headers, body })
     };
     tokio::time::timeout(REQUEST_TIMEOUT, get)
         .await
@@ -573,46 +503,32 @@ fn with_object(review: &Value, object: Value) -> Value {
 /// `patch` is a base64 string (not kube-core's array of bytes) and comes with `patchType`.
 fn patch_of(response: &Value) -> Option<json_patch::Patch> {
     let patch = response.get("patch")?;
-    assert_eq!(
-        response["allowed"], true,
-        "a patch on a response that is not allowed: {response}"
-    );
+    assert_eq!(response["allowed"], true, "a patch on a response that is not allowed: {response}");
     assert_eq!(response["patchType"], "JSONPatch", "patchType: {response}");
-    let encoded = patch
-        .as_str()
-        .unwrap_or_else(|| panic!("patch must be a base64 string, got {patch}"));
+    let encoded = patch.as_str().unwrap_or_else(|| panic!("patch must be a base64 string, got {patch}"));
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(encoded)
         .unwrap_or_else(|e| panic!("patch is not base64 ({e}): {encoded}"));
-    Some(serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-        panic!(
-            "patch is not an RFC 6902 JSON Patch ({e}): {}",
-            String::from_utf8_lossy(&bytes)
-        )
-    }))
+    Some(
+        serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            panic!("patch is not an RFC 6902 JSON Patch ({e}): {}", String::from_utf8_lossy(&bytes))
+        }),
+    )
 }
 
 fn assert_no_patch(response: &Value) {
-    assert!(
-        response.get("patch").is_none(),
-        "expected no patch: {response}"
-    );
-    assert!(
-        response.get("patchType").is_none(),
-        "patchType without a patch: {response}"
-    );
+    assert!(response.get("patch").is_none(), "expected no patch: {response}");
+    assert!(response.get("patchType").is_none(), "patchType without a patch: {response}");
 }
 
 fn apply(object: &Value, patch: &json_patch::Patch) -> Value {
     let mut out = object.clone();
-    json_patch::patch(&mut out, patch)
-        .unwrap_or_else(|e| panic!("the patch does not apply ({e}): {patch:?}"));
+    json_patch::patch(&mut out, patch).unwrap_or_else(|e| panic!("the patch does not apply ({e}): {patch:?}"));
     out
 }
 
 fn as_pod(object: &Value) -> Pod {
-    serde_json::from_value(object.clone())
-        .unwrap_or_else(|e| panic!("the patched object is no longer a Pod: {e}"))
+    serde_json::from_value(object.clone()).unwrap_or_else(|e| panic!("the patched object is no longer a Pod: {e}"))
 }
 
 fn gpu_tolerations(pod: &Pod) -> usize {
@@ -635,14 +551,11 @@ fn node_selector(pod: &Pod, key: &str) -> Option<String> {
 
 /// The value of the first sample of `name` whose labels contain every one of `labels`.
 fn metric(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let (metric_name, rest) = series.split_once('{').unwrap_or((series, ""));
-            (metric_name == name && labels.iter().all(|l| rest.contains(l)))
-                .then(|| value.parse().ok())?
-        })
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        let (metric_name, rest) = series.split_once('{').unwrap_or((series, ""));
+        (metric_name == name && labels.iter().all(|l| rest.contains(l))).then(|| value.parse().ok())?
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -656,15 +569,8 @@ async fn mutate_gpu_pod_over_http1_and_http2() {
     let server = Server::start(&[]);
     let review = fixture("010-mutate-create-pod-my-gpu-pod.json");
     let original = review["request"]["object"].clone();
-    assert_eq!(
-        as_pod(&original).metadata.namespace.as_deref(),
-        Some("vision")
-    );
-    assert_eq!(
-        gpu_tolerations(&as_pod(&original)),
-        0,
-        "the fixture must start without the toleration"
-    );
+    assert_eq!(as_pod(&original).metadata.namespace.as_deref(), Some("vision"));
+    assert_eq!(gpu_tolerations(&as_pod(&original)), 0, "the fixture must start without the toleration");
 
     for alpn in [Alpn::H1, Alpn::H2] {
         let mut client = server.connect(alpn).await;
@@ -676,46 +582,21 @@ async fn mutate_gpu_pod_over_http1_and_http2() {
         let patch = patch_of(&response).expect("the GPU pod must be patched");
         let mutated = apply(&original, &patch);
         let pod = as_pod(&mutated);
-        assert_eq!(
-            gpu_tolerations(&pod),
-            1,
-            "exactly one nvidia.com/gpu toleration: {mutated}"
-        );
-        let tolerations = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.tolerations.as_ref())
-            .expect("tolerations");
-        assert_eq!(
-            tolerations.len(),
-            3,
-            "the two tolerations the API server added stay: {tolerations:?}"
-        );
-        assert_eq!(
-            node_selector(&pod, "node-type"),
-            None,
-            "the shipped policy sets no nodeSelector"
-        );
+        assert_eq!(gpu_tolerations(&pod), 1, "exactly one nvidia.com/gpu toleration: {mutated}");
+        let tolerations = pod.spec.as_ref().and_then(|s| s.tolerations.as_ref()).expect("tolerations");
+        assert_eq!(tolerations.len(), 3, "the two tolerations the API server added stay: {tolerations:?}");
+        assert_eq!(node_selector(&pod, "node-type"), None, "the shipped policy sets no nodeSelector");
 
         // The API server reinvokes the webhook on its own output (reinvocationPolicy: IfNeeded).
-        let again = client
-            .review("/mutate", &with_object(&review, mutated.clone()))
-            .await;
+        let again = client.review("/mutate", &with_object(&review, mutated.clone())).await;
         assert_eq!(again["allowed"], true, "{again}");
         assert_no_patch(&again);
 
         let resp = client.get("/healthz").await;
         assert_eq!(resp.status, StatusCode::OK);
-        assert_eq!(
-            resp.version,
-            alpn.version(),
-            "responses must come over the negotiated protocol"
-        );
+        assert_eq!(resp.version, alpn.version(), "responses must come over the negotiated protocol");
         assert_eq!(client.requests, 3);
-        assert!(
-            !client.is_closed(),
-            "{alpn:?}: the connection must stay open"
-        );
+        assert!(!client.is_closed(), "{alpn:?}: the connection must stay open");
     }
 }
 
@@ -730,46 +611,21 @@ async fn keep_alive_http1_carries_many_requests() {
     let validate = fixture("011-validate-create-pod-my-gpu-pod.json");
     let started = Instant::now();
     for i in 0..20 {
-        let (path, review) = if i % 2 == 0 {
-            ("/mutate", &mutate)
-        } else {
-            ("/validate", &validate)
-        };
+        let (path, review) = if i % 2 == 0 { ("/mutate", &mutate) } else { ("/validate", &validate) };
         let resp = client.post(path, review).await;
         assert_eq!(resp.status, StatusCode::OK, "request {i}: {}", resp.text());
         assert_eq!(resp.version, Version::HTTP_11);
-        let connection = resp
-            .headers
-            .get(CONNECTION)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        assert!(
-            !connection.eq_ignore_ascii_case("close"),
-            "request {i}: the server asked to close the connection"
-        );
+        let connection = resp.headers.get(CONNECTION).and_then(|v| v.to_str().ok()).unwrap_or("");
+        assert!(!connection.eq_ignore_ascii_case("close"), "request {i}: the server asked to close the connection");
         assert!(!client.is_closed(), "request {i}: the connection closed");
-        assert_eq!(
-            resp.json()["response"]["allowed"],
-            true,
-            "request {i}: {}",
-            resp.text()
-        );
+        assert_eq!(resp.json()["response"]["allowed"], true, "request {i}: {}", resp.text());
     }
-    assert_eq!(
-        client.requests, 20,
-        "all requests went over the one connection"
-    );
+    assert_eq!(client.requests, 20, "all requests went over the one connection");
     // A generous bound that still catches the Nagle/delayed-ACK stall (20 × ~40 ms) or a
     // reconnect per request.
     let elapsed = started.elapsed();
-    assert!(
-        elapsed < Duration::from_millis(700),
-        "20 keep-alive requests took {elapsed:?}"
-    );
-    assert!(
-        !client.connection.is_finished(),
-        "the connection task ended"
-    );
+    assert!(elapsed < Duration::from_millis(700), "20 keep-alive requests took {elapsed:?}");
+    assert!(!client.connection.is_finished(), "the connection task ended");
 }
 
 /// The Job whose GPU request differs from its limit is denied at /validate with the rule and the
@@ -787,26 +643,12 @@ async fn validate_denies_bad_gpu_job_and_admits_good_pods() {
     assert_no_patch(&response);
     let status = &response["status"];
     assert_eq!(status["code"], 403, "{response}");
-    let message = status["message"]
-        .as_str()
-        .unwrap_or_else(|| panic!("status.message: {response}"));
-    assert!(
-        message.contains("accelerators/requests-equal-limits"),
-        "message names the rule: {message}"
-    );
-    assert!(
-        message.contains("spec.template.spec.containers[0]"),
-        "message names the path: {message}"
-    );
-    assert!(
-        message.contains("nlp/bad-gpu"),
-        "message names the object: {message}"
-    );
+    let message = status["message"].as_str().unwrap_or_else(|| panic!("status.message: {response}"));
+    assert!(message.contains("accelerators/requests-equal-limits"), "message names the rule: {message}");
+    assert!(message.contains("spec.template.spec.containers[0]"), "message names the path: {message}");
+    assert!(message.contains("nlp/bad-gpu"), "message names the object: {message}");
 
-    for name in [
-        "011-validate-create-pod-my-gpu-pod.json",
-        "013-validate-create-pod-plain-cpu-pod.json",
-    ] {
+    for name in ["011-validate-create-pod-my-gpu-pod.json", "013-validate-create-pod-plain-cpu-pod.json"] {
         let response = client.review("/validate", &fixture(name)).await;
         assert_eq!(response["allowed"], true, "{name}: {response}");
         assert!(response.get("status").is_none(), "{name}: {response}");
@@ -817,9 +659,7 @@ async fn validate_denies_bad_gpu_job_and_admits_good_pods() {
     let review = fixture("010-mutate-create-pod-my-gpu-pod.json");
     let patch = patch_of(&client.review("/mutate", &review).await).expect("patch");
     let mutated = apply(&review["request"]["object"], &patch);
-    let response = client
-        .review("/validate", &with_object(&review, mutated))
-        .await;
+    let response = client.review("/validate", &with_object(&review, mutated)).await;
     assert_eq!(response["allowed"], true, "{response}");
     assert!(!client.is_closed());
 }
@@ -836,50 +676,25 @@ async fn bad_input_gets_clear_answers() {
         let mut client = server.connect(alpn).await;
         client.assert_alpn(alpn);
 
-        let resp = client
-            .request(Method::POST, "/mutate", b"{\"apiVersion\": ".to_vec())
-            .await;
-        assert_eq!(
-            resp.status,
-            StatusCode::BAD_REQUEST,
-            "{alpn:?} malformed JSON: {}",
-            resp.text()
-        );
-        assert!(
-            resp.text().contains("invalid JSON"),
-            "{alpn:?} 400 body gives the reason: {:?}",
-            resp.text()
-        );
+        let resp = client.request(Method::POST, "/mutate", b"{\"apiVersion\": ".to_vec()).await;
+        assert_eq!(resp.status, StatusCode::BAD_REQUEST, "{alpn:?} malformed JSON: {}", resp.text());
+        assert!(resp.text().contains("invalid JSON"), "{alpn:?} 400 body gives the reason: {:?}", resp.text());
 
         let mut not_a_review = review.clone();
         not_a_review["kind"] = json!("ConfigMap");
         let resp = client.post("/validate", &not_a_review).await;
-        assert_eq!(
-            resp.status,
-            StatusCode::BAD_REQUEST,
-            "{alpn:?} not an AdmissionReview: {}",
-            resp.text()
-        );
-        assert!(
-            resp.text().contains("AdmissionReview"),
-            "{alpn:?}: {:?}",
-            resp.text()
-        );
+        assert_eq!(resp.status, StatusCode::BAD_REQUEST, "{alpn:?} not an AdmissionReview: {}", resp.text());
+        assert!(resp.text().contains("AdmissionReview"), "{alpn:?}: {:?}", resp.text());
 
         // A well-formed review of a kind Allot knows nothing about: allowed, untouched.
         let mut widget = review.clone();
-        widget["request"]["kind"] =
-            json!({"group": "example.com", "version": "v1", "kind": "Widget"});
-        widget["request"]["resource"] =
-            json!({"group": "example.com", "version": "v1", "resource": "widgets"});
+        widget["request"]["kind"] = json!({"group": "example.com", "version": "v1", "kind": "Widget"});
+        widget["request"]["resource"] = json!({"group": "example.com", "version": "v1", "resource": "widgets"});
         widget["request"]["object"]["apiVersion"] = json!("example.com/v1");
         widget["request"]["object"]["kind"] = json!("Widget");
         for path in ["/mutate", "/validate"] {
             let response = client.review(path, &widget).await;
-            assert_eq!(
-                response["allowed"], true,
-                "{alpn:?} {path} Widget: {response}"
-            );
+            assert_eq!(response["allowed"], true, "{alpn:?} {path} Widget: {response}");
             assert_no_patch(&response);
             assert!(response.get("status").is_none(), "{response}");
         }
@@ -892,39 +707,23 @@ async fn bad_input_gets_clear_answers() {
 
     // Larger than --max-body-bytes, though otherwise a fine review: 413, whichever protocol.
     let mut big = review.clone();
-    big["request"]["object"]["metadata"]["annotations"]["padding"] =
-        json!("x".repeat(limit + 4096));
+    big["request"]["object"]["metadata"]["annotations"]["padding"] = json!("x".repeat(limit + 4096));
     let big = serde_json::to_vec(&big).expect("serialize");
     assert!(big.len() > limit);
     for alpn in [Alpn::H1, Alpn::H2] {
         let mut client = server.connect(alpn).await;
         let resp = client.request(Method::POST, "/mutate", big.clone()).await;
-        assert_eq!(
-            resp.status,
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "{alpn:?}: {}",
-            resp.text()
-        );
+        assert_eq!(resp.status, StatusCode::PAYLOAD_TOO_LARGE, "{alpn:?}: {}", resp.text());
         // The server still answers (a new connection: HTTP/1.1 cannot reuse one whose request
         // body was not read).
         let mut client = server.connect(alpn).await;
         let response = client.review("/mutate", &review).await;
-        assert!(
-            patch_of(&response).is_some(),
-            "{alpn:?} after 413: {response}"
-        );
+        assert!(patch_of(&response).is_some(), "{alpn:?} after 413: {response}");
     }
 
     let metrics = server.metrics_text().await;
-    let errors = metric(
-        &metrics,
-        "allot_admission_requests_total",
-        &[r#"webhook="mutate""#, r#"result="error""#],
-    );
-    assert!(
-        errors >= Some(2.0),
-        "malformed reviews are counted: {metrics}"
-    );
+    let errors = metric(&metrics, "allot_admission_requests_total", &[r#"webhook="mutate""#, r#"result="error""#]);
+    assert!(errors >= Some(2.0), "malformed reviews are counted: {metrics}");
 }
 
 /// Probes on both ports, and the Prometheus metrics.
@@ -935,98 +734,53 @@ async fn probes_and_metrics() {
     let mut client = server.connect(Alpn::H1).await;
 
     let healthz = client.get("/healthz").await;
-    assert_eq!(
-        (healthz.status, healthz.text().trim()),
-        (StatusCode::OK, "ok")
-    );
+    assert_eq!((healthz.status, healthz.text().trim()), (StatusCode::OK, "ok"));
     let readyz = client.get("/readyz").await;
     assert_eq!(readyz.status, StatusCode::OK, "{}", readyz.text());
     let ready_text = readyz.text();
     assert!(ready_text.starts_with("ok: policy set "), "{ready_text}");
     assert!(!ready_text.contains("failed"), "{ready_text}");
-    let version = ready_text["ok: policy set ".len()..]
-        .split_whitespace()
-        .next()
-        .expect("version")
-        .to_string();
+    let version = ready_text["ok: policy set ".len()..].split_whitespace().next().expect("version").to_string();
 
     let healthz = server.metrics_get("/healthz").await;
-    assert_eq!(
-        (healthz.status, healthz.text().trim()),
-        (StatusCode::OK, "ok")
-    );
+    assert_eq!((healthz.status, healthz.text().trim()), (StatusCode::OK, "ok"));
     let readyz = server.metrics_get("/readyz").await;
     assert_eq!(readyz.status, StatusCode::OK);
-    assert_eq!(
-        readyz.text(),
-        ready_text,
-        "both ports report the same readiness"
-    );
+    assert_eq!(readyz.text(), ready_text, "both ports report the same readiness");
 
     // /metrics is not served on the webhook port.
     assert_eq!(client.get("/metrics").await.status, StatusCode::NOT_FOUND);
 
     let before = server.metrics_text().await;
     assert!(
-        metric(
-            &before,
-            "allot_policy_set_info",
-            &[&format!(r#"version="{version}""#)]
-        ) == Some(1.0),
+        metric(&before, "allot_policy_set_info", &[&format!(r#"version="{version}""#)]) == Some(1.0),
         "allot_policy_set_info names the version /readyz reports ({version}): {before}"
     );
     let mutated = |text: &str| {
-        metric(
-            text,
-            "allot_admission_requests_total",
-            &[r#"webhook="mutate""#, r#"result="mutated""#],
-        )
-        .unwrap_or(0.0)
+        metric(text, "allot_admission_requests_total", &[r#"webhook="mutate""#, r#"result="mutated""#]).unwrap_or(0.0)
     };
     let review = fixture("010-mutate-create-pod-my-gpu-pod.json");
     for _ in 0..3 {
         assert!(patch_of(&client.review("/mutate", &review).await).is_some());
     }
-    assert_eq!(
-        client
-            .review("/validate", &fixture("007-mutate-create-job-bad-gpu.json"))
-            .await["allowed"],
-        false
-    );
+    assert_eq!(client.review("/validate", &fixture("007-mutate-create-job-bad-gpu.json")).await["allowed"], false);
 
     let after = server.metrics_text().await;
     assert_eq!(mutated(&after) - mutated(&before), 3.0, "{after}");
     assert!(
-        metric(
-            &after,
-            "allot_admission_requests_total",
-            &[r#"webhook="validate""#, r#"result="denied""#]
-        ) >= Some(1.0),
+        metric(&after, "allot_admission_requests_total", &[r#"webhook="validate""#, r#"result="denied""#]) >= Some(1.0),
         "{after}"
     );
     assert!(
         metric(
             &after,
             "allot_admission_decisions_total",
-            &[
-                r#"rule="accelerators/requests-equal-limits""#,
-                r#"action="deny""#
-            ]
+            &[r#"rule="accelerators/requests-equal-limits""#, r#"action="deny""#]
         ) >= Some(1.0),
         "{after}"
     );
-    assert!(
-        metric(
-            &after,
-            "allot_admission_duration_seconds_count",
-            &[r#"webhook="mutate""#]
-        ) >= Some(3.0),
-        "{after}"
-    );
-    assert!(
-        after.trim_end().ends_with("# EOF"),
-        "OpenMetrics text ends with # EOF"
-    );
+    assert!(metric(&after, "allot_admission_duration_seconds_count", &[r#"webhook="mutate""#]) >= Some(3.0), "{after}");
+    assert!(after.trim_end().ends_with("# EOF"), "OpenMetrics text ends with # EOF");
 }
 
 /// Policies reload when their files change; a broken file keeps the last good set in force and
@@ -1040,43 +794,26 @@ async fn policies_hot_reload_and_broken_files_keep_the_last_good_set() {
     let placement = server.policies().join("placement.yaml");
     let shipped = std::fs::read_to_string(&placement).expect("placement.yaml");
     let commented = "  # nodeSelector:\n  #   node-type: my-precious\n";
-    assert!(
-        shipped.contains(commented),
-        "policies/placement.yaml changed; update this test"
-    );
-    let pinned = shipped.replacen(
-        commented,
-        "  nodeSelector:\n    node-type: my-precious\n",
-        1,
-    );
+    assert!(shipped.contains(commented), "policies/placement.yaml changed; update this test");
+    let pinned = shipped.replacen(commented, "  nodeSelector:\n    node-type: my-precious\n", 1);
 
     // The selector is not there to begin with.
     let mut client = server.connect(Alpn::H1).await;
-    let pod = as_pod(&apply(
-        &object,
-        &patch_of(&client.review("/mutate", &review).await).expect("patch"),
-    ));
+    let pod = as_pod(&apply(&object, &patch_of(&client.review("/mutate", &review).await).expect("patch")));
     assert_eq!(node_selector(&pod, "node-type"), None);
 
     std::fs::write(&placement, &pinned).expect("edit placement.yaml");
     let started = Instant::now();
     let (srv, rv, obj) = (&server, &review, &object);
-    eventually(
-        "the edited Placement takes effect",
-        RELOAD_DEADLINE,
-        || async move {
-            let response = srv.connect(Alpn::H1).await.review("/mutate", rv).await;
-            let pod = as_pod(&apply(
-                obj,
-                &patch_of(&response).ok_or_else(|| response.to_string())?,
-            ));
-            assert_eq!(gpu_tolerations(&pod), 1);
-            match node_selector(&pod, "node-type") {
-                Some(v) if v == "my-precious" => Ok(()),
-                other => Err(format!("nodeSelector node-type = {other:?}")),
-            }
-        },
-    )
+    eventually("the edited Placement takes effect", RELOAD_DEADLINE, || async move {
+        let response = srv.connect(Alpn::H1).await.review("/mutate", rv).await;
+        let pod = as_pod(&apply(obj, &patch_of(&response).ok_or_else(|| response.to_string())?));
+        assert_eq!(gpu_tolerations(&pod), 1);
+        match node_selector(&pod, "node-type") {
+            Some(v) if v == "my-precious" => Ok(()),
+            other => Err(format!("nodeSelector node-type = {other:?}")),
+        }
+    })
     .await;
     eprintln!("policy reload took {:?}", started.elapsed());
     let good_ready = server.metrics_get("/readyz").await.text();
@@ -1086,67 +823,34 @@ async fn policies_hot_reload_and_broken_files_keep_the_last_good_set() {
     let broken_files = [
         (
             "unknown field",
-            pinned.replacen(
-                "  onConflict: Deny\n",
-                "  onConflict: Deny\n  tolerateEverything: true\n",
-                1,
-            ),
+            pinned.replacen("  onConflict: Deny\n", "  onConflict: Deny\n  tolerateEverything: true\n", 1),
         ),
-        (
-            "invalid YAML",
-            format!(
-                "{pinned}\n---\napiVersion: allot.dev/v1alpha1\nkind: Placement\nspec: [unclosed\n"
-            ),
-        ),
+        ("invalid YAML", format!("{pinned}\n---\napiVersion: allot.dev/v1alpha1\nkind: Placement\nspec: [unclosed\n")),
     ];
     for (i, (what, broken)) in broken_files.iter().enumerate() {
         assert_ne!(broken, &pinned, "{what}: the edit must change the file");
         std::fs::write(&placement, broken).expect("break placement.yaml");
-        let ready = eventually(
-            &format!("{what}: /readyz reports the failure"),
-            RELOAD_DEADLINE,
-            || async move {
-                let resp = srv.metrics_get("/readyz").await;
-                let text = resp.text();
-                if resp.status != StatusCode::OK {
-                    panic!(
-                        "{what}: /readyz must stay 200 while the last good set serves: {} {text}",
-                        resp.status
-                    );
-                }
-                let failures = metric(
-                    &srv.metrics_text().await,
-                    "allot_policy_reloads_total",
-                    &[r#"result="failure""#],
-                );
-                // Each broken version is reported in turn (the unknown field only by the first).
-                let this_one = (i == 0) == text.contains("tolerateEverything");
-                if text.contains("last reload failed")
-                    && this_one
-                    && failures >= Some((i + 1) as f64)
-                {
-                    Ok(text)
-                } else {
-                    Err(format!("{failures:?} failed reloads; /readyz: {text}"))
-                }
-            },
-        )
+        let ready = eventually(&format!("{what}: /readyz reports the failure"), RELOAD_DEADLINE, || async move {
+            let resp = srv.metrics_get("/readyz").await;
+            let text = resp.text();
+            if resp.status != StatusCode::OK {
+                panic!("{what}: /readyz must stay 200 while the last good set serves: {} {text}", resp.status);
+            }
+            let failures = metric(&srv.metrics_text().await, "allot_policy_reloads_total", &[r#"result="failure""#]);
+            // Each broken version is reported in turn (the unknown field only by the first).
+            let this_one = (i == 0) == text.contains("tolerateEverything");
+            if text.contains("last reload failed") && this_one && failures >= Some((i + 1) as f64) {
+                Ok(text)
+            } else {
+                Err(format!("{failures:?} failed reloads; /readyz: {text}"))
+            }
+        })
         .await;
-        assert!(
-            ready.contains("placement.yaml"),
-            "the report names the file: {ready}"
-        );
-        assert!(
-            ready.starts_with(good_ready.lines().next().expect("first line")),
-            "still the edited set: {ready}"
-        );
+        assert!(ready.contains("placement.yaml"), "the report names the file: {ready}");
+        assert!(ready.starts_with(good_ready.lines().next().expect("first line")), "still the edited set: {ready}");
         let https_ready = client.get("/readyz").await;
         assert_eq!(https_ready.status, StatusCode::OK);
-        assert!(
-            https_ready.text().contains("last reload failed"),
-            "{}",
-            https_ready.text()
-        );
+        assert!(https_ready.text().contains("last reload failed"), "{}", https_ready.text());
 
         let response = client.review("/mutate", &review).await;
         let pod = as_pod(&apply(&object, &patch_of(&response).expect("patch")));
@@ -1158,47 +862,22 @@ async fn policies_hot_reload_and_broken_files_keep_the_last_good_set() {
         assert_eq!(gpu_tolerations(&pod), 1);
     }
     let metrics = server.metrics_text().await;
-    let failures = metric(
-        &metrics,
-        "allot_policy_reloads_total",
-        &[r#"result="failure""#],
-    );
-    assert!(
-        failures >= Some(2.0),
-        "two failed reloads counted: {metrics}"
-    );
-    assert!(
-        metric(&metrics, "allot_policy_load_errors", &[]) >= Some(1.0),
-        "{metrics}"
-    );
+    let failures = metric(&metrics, "allot_policy_reloads_total", &[r#"result="failure""#]);
+    assert!(failures >= Some(2.0), "two failed reloads counted: {metrics}");
+    assert!(metric(&metrics, "allot_policy_load_errors", &[]) >= Some(1.0), "{metrics}");
 
     // Fixed: the report goes away.
     std::fs::write(&placement, &pinned).expect("fix placement.yaml");
-    eventually(
-        "/readyz stops reporting the failure",
-        RELOAD_DEADLINE,
-        || async move {
-            let text = srv.metrics_get("/readyz").await.text();
-            if text.contains("failed") {
-                Err(text)
-            } else {
-                Ok(())
-            }
-        },
-    )
+    eventually("/readyz stops reporting the failure", RELOAD_DEADLINE, || async move {
+        let text = srv.metrics_get("/readyz").await.text();
+        if text.contains("failed") { Err(text) } else { Ok(()) }
+    })
     .await;
     let metrics = server.metrics_text().await;
-    assert_eq!(
-        metric(&metrics, "allot_policy_load_errors", &[]),
-        Some(0.0),
-        "{metrics}"
-    );
+    assert_eq!(metric(&metrics, "allot_policy_load_errors", &[]), Some(0.0), "{metrics}");
     let response = client.review("/mutate", &review).await;
     let pod = as_pod(&apply(&object, &patch_of(&response).expect("patch")));
-    assert_eq!(
-        node_selector(&pod, "node-type").as_deref(),
-        Some("my-precious")
-    );
+    assert_eq!(node_selector(&pod, "node-type").as_deref(), Some("my-precious"));
     assert!(!client.is_closed(), "reloads do not drop connections");
 }
 
@@ -1217,53 +896,31 @@ async fn serving_certificate_rotates_without_restart() {
     assert_eq!(by_ip.leaf, old.leaf);
 
     make_certs(&server.certs());
-    assert_eq!(
-        std::fs::read(&ca_path).expect("ca.crt"),
-        ca_before,
-        "allot certs must reuse the CA"
-    );
+    assert_eq!(std::fs::read(&ca_path).expect("ca.crt"), ca_before, "allot certs must reuse the CA");
     let started = Instant::now();
     // Each attempt is a fresh TLS connection (no resumption) trusting only the original CA.
     let (srv, old_leaf) = (&server, &old.leaf);
-    let mut fresh = eventually(
-        "a new connection sees the new certificate",
-        RELOAD_DEADLINE,
-        || async move {
-            let client = srv.connect(Alpn::H2).await;
-            if &client.leaf != old_leaf {
-                Ok(client)
-            } else {
-                Err("still the old certificate".to_string())
-            }
-        },
-    )
+    let mut fresh = eventually("a new connection sees the new certificate", RELOAD_DEADLINE, || async move {
+        let client = srv.connect(Alpn::H2).await;
+        if &client.leaf != old_leaf { Ok(client) } else { Err("still the old certificate".to_string()) }
+    })
     .await;
     eprintln!("certificate rotation took {:?}", started.elapsed());
     fresh.assert_alpn(Alpn::H2);
     assert_eq!(fresh.get("/healthz").await.status, StatusCode::OK);
     let new_cert = CertificateDer::from_pem_file(server.certs().join("tls.crt")).expect("tls.crt");
-    assert_eq!(
-        fresh.leaf,
-        new_cert.as_ref(),
-        "the server presents the certificate now on disk"
-    );
+    assert_eq!(fresh.leaf, new_cert.as_ref(), "the server presents the certificate now on disk");
 
     // HTTP/1.1 sees it too, and the connection opened before the rotation keeps working.
     let fresh_h1 = server.connect(Alpn::H1).await;
     fresh_h1.assert_alpn(Alpn::H1);
     assert_eq!(fresh_h1.leaf, fresh.leaf);
-    let response = old
-        .review("/mutate", &fixture("010-mutate-create-pod-my-gpu-pod.json"))
-        .await;
+    let response = old.review("/mutate", &fixture("010-mutate-create-pod-my-gpu-pod.json")).await;
     assert!(patch_of(&response).is_some());
 
     let metrics = server.metrics_text().await;
     assert!(
-        metric(
-            &metrics,
-            "allot_certificate_reloads_total",
-            &[r#"result="success""#]
-        ) >= Some(1.0),
+        metric(&metrics, "allot_certificate_reloads_total", &[r#"result="success""#]) >= Some(1.0),
         "certificate reloads are counted: {metrics}"
     );
 }
@@ -1281,25 +938,15 @@ async fn sigterm_closes_idle_connections_and_exits() {
     let mut h2 = server.connect(Alpn::H2).await;
     assert_eq!(h1.review("/mutate", &review).await["allowed"], true);
     assert_eq!(h2.get("/healthz").await.status, StatusCode::OK);
-    assert!(
-        !h1.is_closed() && !h2.is_closed(),
-        "both connections are open and idle"
-    );
+    assert!(!h1.is_closed() && !h2.is_closed(), "both connections are open and idle");
 
     let started = Instant::now();
-    let kill = Command::new("kill")
-        .args(["-TERM", &server.pid().to_string()])
-        .status()
-        .expect("run kill");
+    let kill = Command::new("kill").args(["-TERM", &server.pid().to_string()]).status().expect("run kill");
     assert!(kill.success(), "kill -TERM failed");
     let status = server.wait_exit(Duration::from_secs(5)).await;
     let elapsed = started.elapsed();
-    let status =
-        status.unwrap_or_else(|| panic!("allot serve still running {elapsed:?} after SIGTERM"));
-    assert!(
-        status.success(),
-        "allot serve exited with {status} after SIGTERM"
-    );
+    let status = status.unwrap_or_else(|| panic!("allot serve still running {elapsed:?} after SIGTERM"));
+    assert!(status.success(), "allot serve exited with {status} after SIGTERM");
     eprintln!("shutdown took {elapsed:?}");
 
     // The idle connections were closed by the server, not left hanging.
@@ -1310,18 +957,11 @@ async fn sigterm_closes_idle_connections_and_exits() {
     })
     .await
     .expect("the idle connections are closed");
-    assert!(
-        server.stderr().contains("stopped"),
-        "logs say it stopped:\n{}",
-        server.stderr()
-    );
+    assert!(server.stderr().contains("stopped"), "logs say it stopped:\n{}", server.stderr());
     // stdout held the one address line and nothing else.
     let extra: Vec<String> = server.stdout.try_iter().collect();
     assert!(extra.is_empty(), "unexpected stdout lines: {extra:?}");
-    assert!(
-        TcpStream::connect(server.https).await.is_err(),
-        "the webhook port is closed"
-    );
+    assert!(TcpStream::connect(server.https).await.is_err(), "the webhook port is closed");
 }
 
 /// Startup errors end the process with a non-zero status and say what is wrong.
@@ -1332,19 +972,10 @@ async fn startup_errors_exit_non_zero_with_a_reason() {
     std::fs::create_dir(dir.path().join("policies")).expect("empty policy directory");
     make_certs(&dir.path().join("certs"));
     let (status, stderr) = run_to_exit(serve_command(dir.path(), &[]));
-    assert!(
-        !status.success(),
-        "an empty policy directory must fail startup; stderr:\n{stderr}"
-    );
+    assert!(!status.success(), "an empty policy directory must fail startup; stderr:\n{stderr}");
     assert_eq!(status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("no policy files"),
-        "stderr names the problem:\n{stderr}"
-    );
-    assert!(
-        stderr.contains(&dir.path().join("policies").display().to_string()),
-        "and the directory:\n{stderr}"
-    );
+    assert!(stderr.contains("no policy files"), "stderr names the problem:\n{stderr}");
+    assert!(stderr.contains(&dir.path().join("policies").display().to_string()), "and the directory:\n{stderr}");
 
     // A policy file with an unknown field: the file and field are named.
     std::fs::write(
@@ -1353,28 +984,16 @@ async fn startup_errors_exit_non_zero_with_a_reason() {
     )
     .expect("write bad.yaml");
     let (status, stderr) = run_to_exit(serve_command(dir.path(), &[]));
-    assert!(
-        !status.success(),
-        "a broken policy must fail startup; stderr:\n{stderr}"
-    );
-    assert!(
-        stderr.contains("bad.yaml") && stderr.contains("quotaa"),
-        "stderr names file and field:\n{stderr}"
-    );
+    assert!(!status.success(), "a broken policy must fail startup; stderr:\n{stderr}");
+    assert!(stderr.contains("bad.yaml") && stderr.contains("quotaa"), "stderr names file and field:\n{stderr}");
 
     // Good policies, missing certificate.
     std::fs::remove_file(dir.path().join("policies/bad.yaml")).expect("remove bad.yaml");
     copy_dir(&repo_path("policies"), &dir.path().join("policies"));
     std::fs::remove_file(dir.path().join("certs/tls.crt")).expect("remove tls.crt");
     let (status, stderr) = run_to_exit(serve_command(dir.path(), &[]));
-    assert!(
-        !status.success(),
-        "a missing certificate must fail startup; stderr:\n{stderr}"
-    );
-    assert!(
-        stderr.contains("tls.crt"),
-        "stderr names the certificate file:\n{stderr}"
-    );
+    assert!(!status.success(), "a missing certificate must fail startup; stderr:\n{stderr}");
+    assert!(stderr.contains("tls.crt"), "stderr names the certificate file:\n{stderr}");
 }
 
 /// Runs a command that is expected to exit by itself; kills it after the startup timeout.

@@ -4,30 +4,27 @@
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use allot::namespaces::NoNamespaces;
 use allot::server::{AppState, metrics_router, router};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use futures::StreamExt;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
 const LIMIT: usize = 64 * 1024;
+const TIMEOUT: Duration = Duration::from_millis(300);
 
 fn state() -> Arc<AppState> {
-    let policies =
-        allot::policy::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
+    let policies = allot::policy::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
     AppState::new(policies, Arc::new(NoNamespaces))
 }
 
 fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/admission-reviews")
-            .join(name),
-    )
-    .unwrap()
+    std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission-reviews").join(name)).unwrap()
 }
 
 async fn call(app: axum::Router, method: &str, uri: &str, body: Vec<u8>) -> (StatusCode, String) {
@@ -45,19 +42,12 @@ async fn call(app: axum::Router, method: &str, uri: &str, body: Vec<u8>) -> (Sta
 
 #[tokio::test]
 async fn mutate_answers_with_a_base64_patch() {
-    let (status, body) = call(
-        router(state(), LIMIT),
-        "POST",
-        "/mutate",
-        fixture("010-mutate-create-pod-my-gpu-pod.json"),
-    )
-    .await;
+    let (status, body) =
+        call(router(state(), LIMIT, TIMEOUT), "POST", "/mutate", fixture("010-mutate-create-pod-my-gpu-pod.json"))
+            .await;
     assert_eq!(status, StatusCode::OK);
     let review: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(
-        review["response"]["uid"],
-        "9c33c7d4-903e-4f90-9f4e-172b4de2dbe9"
-    );
+    assert_eq!(review["response"]["uid"], "9c33c7d4-903e-4f90-9f4e-172b4de2dbe9");
     assert_eq!(review["response"]["allowed"], true);
     assert!(
         review["response"]["patch"].is_string(),
@@ -85,72 +75,48 @@ async fn malformed_input_is_a_400_with_a_reason() {
     ];
     for (body, reason) in cases {
         for path in ["/mutate", "/validate"] {
-            let (status, text) = call(router(state(), LIMIT), "POST", path, body.clone()).await;
+            let (status, text) = call(router(state(), LIMIT, TIMEOUT), "POST", path, body.clone()).await;
             assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {text}");
-            assert!(
-                text.contains(reason),
-                "{path}: expected {reason:?} in {text:?}"
-            );
+            assert!(text.contains(reason), "{path}: expected {reason:?} in {text:?}");
         }
     }
 }
 
 #[tokio::test]
 async fn oversized_bodies_are_refused() {
-    let mut review: Value =
-        serde_json::from_slice(&fixture("010-mutate-create-pod-my-gpu-pod.json")).unwrap();
+    let mut review: Value = serde_json::from_slice(&fixture("010-mutate-create-pod-my-gpu-pod.json")).unwrap();
     review["request"]["object"]["metadata"]["annotations"]["padding"] = json!("x".repeat(LIMIT));
-    let (status, _) = call(
-        router(state(), LIMIT),
-        "POST",
-        "/mutate",
-        serde_json::to_vec(&review).unwrap(),
-    )
-    .await;
+    let (status, _) =
+        call(router(state(), LIMIT, TIMEOUT), "POST", "/mutate", serde_json::to_vec(&review).unwrap()).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
 }
 
 #[tokio::test]
 async fn unknown_kinds_and_objectless_operations_are_allowed_untouched() {
-    let mut review: Value =
-        serde_json::from_slice(&fixture("010-mutate-create-pod-my-gpu-pod.json")).unwrap();
+    let mut review: Value = serde_json::from_slice(&fixture("010-mutate-create-pod-my-gpu-pod.json")).unwrap();
     review["request"]["kind"] = json!({"group": "example.com", "version": "v1", "kind": "Widget"});
     for path in ["/mutate", "/validate"] {
-        let (status, body) = call(
-            router(state(), LIMIT),
-            "POST",
-            path,
-            serde_json::to_vec(&review).unwrap(),
-        )
-        .await;
+        let (status, body) =
+            call(router(state(), LIMIT, TIMEOUT), "POST", path, serde_json::to_vec(&review).unwrap()).await;
         assert_eq!(status, StatusCode::OK);
         let out: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(out["response"]["allowed"], true);
         assert!(out["response"].get("patch").is_none());
     }
-    let mut delete: Value =
-        serde_json::from_slice(&fixture("011-validate-create-pod-my-gpu-pod.json")).unwrap();
+    let mut delete: Value = serde_json::from_slice(&fixture("011-validate-create-pod-my-gpu-pod.json")).unwrap();
     delete["request"]["operation"] = json!("DELETE");
     delete["request"]["oldObject"] = delete["request"]["object"].take();
-    let (status, body) = call(
-        router(state(), LIMIT),
-        "POST",
-        "/validate",
-        serde_json::to_vec(&delete).unwrap(),
-    )
-    .await;
+    let (status, body) =
+        call(router(state(), LIMIT, TIMEOUT), "POST", "/validate", serde_json::to_vec(&delete).unwrap()).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(
-        serde_json::from_str::<Value>(&body).unwrap()["response"]["allowed"],
-        true
-    );
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["response"]["allowed"], true);
 }
 
 #[tokio::test]
 async fn wrong_methods_and_paths() {
-    let (status, _) = call(router(state(), LIMIT), "GET", "/mutate", vec![]).await;
+    let (status, _) = call(router(state(), LIMIT, TIMEOUT), "GET", "/mutate", vec![]).await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
-    let (status, _) = call(router(state(), LIMIT), "POST", "/nope", vec![]).await;
+    let (status, _) = call(router(state(), LIMIT, TIMEOUT), "POST", "/nope", vec![]).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
@@ -158,52 +124,36 @@ async fn wrong_methods_and_paths() {
 async fn probes_report_the_policy_set_and_reload_errors() {
     let state = state();
     let version = state.policies.load().version.clone();
-    let (status, body) = call(router(state.clone(), LIMIT), "GET", "/healthz", vec![]).await;
+    let (status, body) = call(router(state.clone(), LIMIT, TIMEOUT), "GET", "/healthz", vec![]).await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, "ok\n"));
-    let (status, body) = call(router(state.clone(), LIMIT), "GET", "/readyz", vec![]).await;
+    let (status, body) = call(router(state.clone(), LIMIT, TIMEOUT), "GET", "/readyz", vec![]).await;
     assert_eq!(status, StatusCode::OK);
     assert!(body.contains(&version), "{body}");
     assert!(!body.contains("failed"));
 
-    state
-        .last_reload_error
-        .store(Arc::new(Some("p.yaml: document 1: boom".into())));
+    state.last_reload_error.store(Arc::new(Some("p.yaml: document 1: boom".into())));
     let (status, body) = call(metrics_router(state.clone()), "GET", "/readyz", vec![]).await;
     assert_eq!(status, StatusCode::OK, "the last good set still serves");
-    assert!(
-        body.contains("last reload failed") && body.contains("boom"),
-        "{body}"
-    );
+    assert!(body.contains("last reload failed") && body.contains("boom"), "{body}");
 
     state.shutting_down.store(true, Ordering::Relaxed);
-    let (status, _) = call(router(state.clone(), LIMIT), "GET", "/readyz", vec![]).await;
+    let (status, _) = call(router(state.clone(), LIMIT, TIMEOUT), "GET", "/readyz", vec![]).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 }
 
 #[tokio::test]
 async fn metrics_count_requests_decisions_and_latency() {
     let state = state();
+    call(router(state.clone(), LIMIT, TIMEOUT), "POST", "/mutate", fixture("010-mutate-create-pod-my-gpu-pod.json"))
+        .await;
     call(
-        router(state.clone(), LIMIT),
-        "POST",
-        "/mutate",
-        fixture("010-mutate-create-pod-my-gpu-pod.json"),
-    )
-    .await;
-    call(
-        router(state.clone(), LIMIT),
+        router(state.clone(), LIMIT, TIMEOUT),
         "POST",
         "/validate",
         fixture("015-validate-create-pod-tolerated-gpu-pod.json"),
     )
     .await;
-    call(
-        router(state.clone(), LIMIT),
-        "POST",
-        "/validate",
-        b"garbage".to_vec(),
-    )
-    .await;
+    call(router(state.clone(), LIMIT, TIMEOUT), "POST", "/validate", b"garbage".to_vec()).await;
     let (status, text) = call(metrics_router(state.clone()), "GET", "/metrics", vec![]).await;
     assert_eq!(status, StatusCode::OK);
     for expected in [
@@ -216,4 +166,20 @@ async fn metrics_count_requests_decisions_and_latency() {
     ] {
         assert!(text.contains(expected), "missing {expected} in\n{text}");
     }
+}
+
+#[tokio::test]
+async fn a_stalled_body_is_cut_off_at_the_deadline() {
+    // Headers promise a body that never finishes arriving (a slow or stuck client).
+    let stalled =
+        futures::stream::once(async { Ok::<_, std::io::Error>(axum::body::Bytes::from_static(b"{\"apiVersion\"")) })
+            .chain(futures::stream::pending());
+    let request = Request::builder().method("POST").uri("/mutate").body(Body::from_stream(stalled)).unwrap();
+    let started = Instant::now();
+    let response = tokio::time::timeout(Duration::from_secs(5), router(state(), LIMIT, TIMEOUT).oneshot(request))
+        .await
+        .expect("the router must answer by itself")
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(started.elapsed() >= TIMEOUT && started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
 }

@@ -46,11 +46,7 @@ impl NameGlobs {
     fn compile(patterns: &[String]) -> Result<NameGlobs, String> {
         patterns
             .iter()
-            .map(|p| {
-                Glob::new(p)
-                    .map(|g| g.compile_matcher())
-                    .map_err(|e| format!("invalid glob {p:?}: {e}"))
-            })
+            .map(|p| Glob::new(p).map(|g| g.compile_matcher()).map_err(|e| format!("invalid glob {p:?}: {e}")))
             .collect::<Result<Vec<_>, _>>()
             .map(NameGlobs)
     }
@@ -102,14 +98,8 @@ impl KindMatch {
             "*" => KindMatch::Any,
             "Pod" => KindMatch::Pods,
             other => match other.rsplit_once('/') {
-                Some((group, kind)) => KindMatch::Kind {
-                    group: Some(group.to_string()),
-                    kind: kind.to_string(),
-                },
-                None => KindMatch::Kind {
-                    group: None,
-                    kind: other.to_string(),
-                },
+                Some((group, kind)) => KindMatch::Kind { group: Some(group.to_string()), kind: kind.to_string() },
+                None => KindMatch::Kind { group: None, kind: other.to_string() },
             },
         }
     }
@@ -154,14 +144,10 @@ pub struct Source {
 /// entries such as Kubernetes' `..data` symlink farm skipped).
 pub fn policy_files(dir: &Path) -> Result<Vec<PathBuf>, LoadErrors> {
     let mut files = Vec::new();
-    collect_files(dir, &mut files)
-        .map_err(|e| LoadErrors(vec![format!("{}: {e}", dir.display())]))?;
+    collect_files(dir, &mut files).map_err(|e| LoadErrors(vec![format!("{}: {e}", dir.display())]))?;
     files.sort();
     if files.is_empty() {
-        return Err(LoadErrors(vec![format!(
-            "{}: no policy files (*.yaml, *.yml, *.json) found",
-            dir.display()
-        )]));
+        return Err(LoadErrors(vec![format!("{}: no policy files (*.yaml, *.yml, *.json) found", dir.display())]));
     }
     Ok(files)
 }
@@ -178,10 +164,7 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
         let meta = std::fs::metadata(&path)?;
         if meta.is_dir() {
             collect_files(&path, out)?;
-        } else if matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml" | "json")
-        ) {
+        } else if matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")) {
             out.push(path);
         }
     }
@@ -195,18 +178,11 @@ pub fn read_sources(dir: &Path) -> Result<Vec<Source>, LoadErrors> {
     let mut errors = Vec::new();
     for path in &files {
         match std::fs::read_to_string(path) {
-            Ok(text) => sources.push(Source {
-                name: path.display().to_string(),
-                text,
-            }),
+            Ok(text) => sources.push(Source { name: path.display().to_string(), text }),
             Err(e) => errors.push(format!("{}: {e}", path.display())),
         }
     }
-    if errors.is_empty() {
-        Ok(sources)
-    } else {
-        Err(LoadErrors(errors))
-    }
+    if errors.is_empty() { Ok(sources) } else { Err(LoadErrors(errors)) }
 }
 
 /// Loads and compiles every policy file under `dir`.
@@ -224,25 +200,14 @@ pub fn version_of(sources: &[Source]) -> String {
         hasher.update(source.text.as_bytes());
         hasher.update([0]);
     }
-    hasher
-        .finalize()
-        .iter()
-        .take(6)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hasher.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect()
 }
 
 /// Parses every document of a YAML/JSON text into JSON values (empty documents skipped), with
 /// their 1-based document numbers.
 pub fn parse_documents(name: &str, text: &str) -> Result<Vec<(usize, Value)>, String> {
-    let docs: Vec<Value> =
-        serde_saphyr::from_multiple(text).map_err(|e| format!("{name}: invalid YAML: {e}"))?;
-    Ok(docs
-        .into_iter()
-        .enumerate()
-        .filter(|(_, d)| !d.is_null())
-        .map(|(i, d)| (i + 1, d))
-        .collect())
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| format!("{name}: invalid YAML: {e}"))?;
+    Ok(docs.into_iter().enumerate().filter(|(_, d)| !d.is_null()).map(|(i, d)| (i + 1, d)).collect())
 }
 
 /// Decodes a value into `T`, with the field path in the error (`spec.checks.wholeNumbers`).
@@ -288,21 +253,12 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
             }
         };
         for (index, value) in parsed {
-            let kind_hint = value
-                .get("kind")
-                .and_then(Value::as_str)
-                .unwrap_or("?")
-                .to_string();
+            let kind_hint = value.get("kind").and_then(Value::as_str).unwrap_or("?").to_string();
             let location = format!("{}: document {index} ({kind_hint})", source.name);
             match decode_doc(value) {
-                Ok((meta, doc)) => docs.push((
-                    format!(
-                        "{}: document {index} ({kind_hint} {})",
-                        source.name, meta.name
-                    ),
-                    meta,
-                    doc,
-                )),
+                Ok((meta, doc)) => {
+                    docs.push((format!("{}: document {index} ({kind_hint} {})", source.name, meta.name), meta, doc))
+                }
                 Err(e) => errors.push(format!("{location}: {e}")),
             }
         }
@@ -321,17 +277,14 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
             Doc::Rule(_) => "Rule",
         };
         if !seen.insert((kind, meta.name.clone())) {
-            errors.push(format!(
-                "{location}: metadata.name: a {kind} named {:?} is already defined",
-                meta.name
-            ));
+            errors.push(format!("{location}: metadata.name: a {kind} named {:?} is already defined", meta.name));
             continue;
         }
         match doc {
             Doc::Cluster(spec) => match &cluster {
-                Some((first, _)) => errors.push(format!(
-                    "{location}: only one Cluster document is allowed (first: {first})"
-                )),
+                Some((first, _)) => {
+                    errors.push(format!("{location}: only one Cluster document is allowed (first: {first})"))
+                }
                 None => cluster = Some((location, spec)),
             },
             Doc::Team(spec) => team_specs.push((location, meta.name, spec)),
@@ -356,14 +309,11 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
     let mut teams = Vec::new();
     for (location, name, spec) in team_specs {
         if spec.namespaces.names.is_empty() && spec.namespaces.selector.is_none() {
-            errors.push(format!(
-                "{location}: spec.namespaces: give names, a selector, or both"
-            ));
+            errors.push(format!("{location}: spec.namespaces: give names, a selector, or both"));
         }
         if let Some(sel) = &spec.namespaces.selector {
             for (i, req) in sel.match_expressions.iter().enumerate() {
-                let needs_values =
-                    matches!(req.operator, SelectorOperator::In | SelectorOperator::NotIn);
+                let needs_values = matches!(req.operator, SelectorOperator::In | SelectorOperator::NotIn);
                 if needs_values == req.values.is_empty() {
                     errors.push(format!(
                         "{location}: spec.namespaces.selector.matchExpressions[{i}]: operator {:?} {} values",
@@ -381,12 +331,7 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
             ));
         }
         match NameGlobs::compile(&spec.namespaces.names) {
-            Ok(names) => teams.push(Team {
-                name,
-                names,
-                selector: spec.namespaces.selector,
-                priority: spec.priority,
-            }),
+            Ok(names) => teams.push(Team { name, names, selector: spec.namespaces.selector, priority: spec.priority }),
             Err(e) => errors.push(format!("{location}: spec.namespaces.names: {e}")),
         }
     }
@@ -394,19 +339,12 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
     let mut placements = Vec::new();
     for (location, name, spec) in placement_specs {
         check_teams(&location, &spec.scope.teams, &mut errors);
-        if spec.tolerations.is_empty()
-            && spec.node_selector.is_empty()
-            && spec.node_affinity.is_empty()
-        {
-            errors.push(format!(
-                "{location}: spec: a Placement needs tolerations, nodeSelector or nodeAffinity"
-            ));
+        if spec.tolerations.is_empty() && spec.node_selector.is_empty() && spec.node_affinity.is_empty() {
+            errors.push(format!("{location}: spec: a Placement needs tolerations, nodeSelector or nodeAffinity"));
         }
         for (i, req) in spec.node_affinity.iter().enumerate() {
-            let needs_values = !matches!(
-                req.operator,
-                NodeSelectorOperator::Exists | NodeSelectorOperator::DoesNotExist
-            );
+            let needs_values =
+                !matches!(req.operator, NodeSelectorOperator::Exists | NodeSelectorOperator::DoesNotExist);
             if needs_values == req.values.is_empty() {
                 errors.push(format!(
                     "{location}: spec.nodeAffinity[{i}]: operator {:?} {} values",
@@ -433,28 +371,19 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
             Some(list) => Arc::new(ResourceMatcher::new(list)),
             None => accelerators.clone(),
         };
-        placements.push(Placement {
-            name,
-            spec,
-            resources,
-            namespaces,
-            when,
-        });
+        placements.push(Placement { name, spec, resources, namespaces, when });
     }
 
     let mut rules = Vec::new();
     for (location, name, spec) in rule_specs {
         check_teams(&location, &spec.rule_match.teams, &mut errors);
         if spec.message.is_none() && spec.message_expression.is_none() {
-            errors.push(format!(
-                "{location}: spec: a Rule needs message or messageExpression"
-            ));
+            errors.push(format!("{location}: spec: a Rule needs message or messageExpression"));
         }
         if spec.rule_match.kinds.is_empty() {
             errors.push(format!("{location}: spec.match.kinds: must not be empty"));
         }
-        let expression = Expression::compile(&spec.expression)
-            .map_err(|e| format!("{location}: spec.expression: {e}"));
+        let expression = Expression::compile(&spec.expression).map_err(|e| format!("{location}: spec.expression: {e}"));
         let message_expression = spec
             .message_expression
             .as_deref()
@@ -465,20 +394,8 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
             .map_err(|e| format!("{location}: spec.match.namespaces: {e}"));
         match (expression, message_expression, namespaces) {
             (Ok(expression), Ok(message_expression), Ok(namespaces)) => {
-                let kinds = spec
-                    .rule_match
-                    .kinds
-                    .iter()
-                    .map(|k| KindMatch::parse(k))
-                    .collect();
-                rules.push(Rule {
-                    name,
-                    spec,
-                    kinds,
-                    namespaces,
-                    expression,
-                    message_expression,
-                });
+                let kinds = spec.rule_match.kinds.iter().map(|k| KindMatch::parse(k)).collect();
+                rules.push(Rule { name, spec, kinds, namespaces, expression, message_expression });
             }
             (e1, e2, e3) => errors.extend([e1.err(), e2.err(), e3.err()].into_iter().flatten()),
         }
@@ -487,12 +404,8 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
     if !errors.is_empty() {
         return Err(LoadErrors(errors));
     }
-    let allowed_accelerators = cluster
-        .accelerators
-        .checks
-        .allowed_resources
-        .as_ref()
-        .map(|a| ResourceMatcher::new(&a.names));
+    let allowed_accelerators =
+        cluster.accelerators.checks.allowed_resources.as_ref().map(|a| ResourceMatcher::new(&a.names));
     Ok(PolicySet {
         env: Environment::new(accelerators.clone()),
         accelerators,
@@ -509,34 +422,23 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
 
 fn decode_doc(value: Value) -> Result<(Metadata, Doc), String> {
     if !value.is_object() {
-        return Err(
-            "a policy document must be a mapping with apiVersion, kind, metadata and spec".into(),
-        );
+        return Err("a policy document must be a mapping with apiVersion, kind, metadata and spec".into());
     }
     let envelope: Envelope = decode(value, "")?;
     if envelope.api_version != API_VERSION {
-        return Err(format!(
-            "apiVersion: {:?} is not supported; use {API_VERSION}",
-            envelope.api_version
-        ));
+        return Err(format!("apiVersion: {:?} is not supported; use {API_VERSION}", envelope.api_version));
     }
     if envelope.metadata.name.is_empty() {
         return Err("metadata.name: must not be empty".into());
     }
-    let spec = if envelope.spec.is_null() {
-        Value::Object(Default::default())
-    } else {
-        envelope.spec
-    };
+    let spec = if envelope.spec.is_null() { Value::Object(Default::default()) } else { envelope.spec };
     let doc = match envelope.kind.as_str() {
         "Cluster" => Doc::Cluster(decode(spec, "spec")?),
         "Team" => Doc::Team(decode(spec, "spec")?),
         "Placement" => Doc::Placement(decode(spec, "spec")?),
         "Rule" => Doc::Rule(decode(spec, "spec")?),
         other => {
-            return Err(format!(
-                "kind: unknown kind {other:?}; expected one of Cluster, Team, Placement, Rule"
-            ));
+            return Err(format!("kind: unknown kind {other:?}; expected one of Cluster, Team, Placement, Rule"));
         }
     };
     Ok((envelope.metadata, doc))

@@ -11,9 +11,7 @@ use serde::{Deserialize, Serialize};
 pub const API_VERSION: &str = "allot.dev/v1alpha1";
 
 /// What happens when a check or rule fails. Mirrors ValidatingAdmissionPolicy's actions.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, Default, PartialOrd, Ord,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, Default, PartialOrd, Ord)]
 pub enum Action {
     /// Reject the request.
     #[default]

@@ -1,10 +1,7 @@
 use super::*;
 
 fn src(text: &str) -> Vec<Source> {
-    vec![Source {
-        name: "p.yaml".into(),
-        text: text.into(),
-    }]
+    vec![Source { name: "p.yaml".into(), text: text.into() }]
 }
 
 fn errors(text: &str) -> Vec<String> {
@@ -14,7 +11,8 @@ fn errors(text: &str) -> Vec<String> {
     }
 }
 
-const TEAM: &str = "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: vision}\nspec:\n  namespaces: {names: [vision]}\n";
+const TEAM: &str =
+    "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: vision}\nspec:\n  namespaces: {names: [vision]}\n";
 
 #[test]
 fn shipped_policies_load() {
@@ -34,10 +32,7 @@ fn unknown_field_names_file_document_and_path() {
     let errs = errors(&text);
     assert_eq!(errs.len(), 1, "{errs:?}");
     let e = &errs[0];
-    assert!(
-        e.starts_with("p.yaml: document 2 (Team): spec.priority.defualt"),
-        "{e}"
-    );
+    assert!(e.starts_with("p.yaml: document 2 (Team): spec.priority.defualt"), "{e}");
     assert!(e.contains("unknown field `defualt`"), "{e}");
 }
 
@@ -47,9 +42,7 @@ fn unknown_top_level_field_and_kind_and_api_version() {
     assert!(e[0].contains("unknown field `spce`"), "{e:?}");
     let e = errors("apiVersion: allot.dev/v1alpha1\nkind: Quota\nmetadata: {name: a}\n");
     assert!(e[0].contains("unknown kind \"Quota\""), "{e:?}");
-    let e = errors(
-        "apiVersion: allot.dev/v1\nkind: Team\nmetadata: {name: a}\nspec: {namespaces: {names: [a]}}\n",
-    );
+    let e = errors("apiVersion: allot.dev/v1\nkind: Team\nmetadata: {name: a}\nspec: {namespaces: {names: [a]}}\n");
     assert!(e[0].contains("apiVersion"), "{e:?}");
 }
 
@@ -63,10 +56,7 @@ fn broken_yaml_names_the_file() {
 fn broken_cel_is_a_load_error() {
     let text = "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  expression: 'object.spec.('\n  message: m\n";
     let e = errors(text);
-    assert!(
-        e[0].contains("document 1 (Rule r): spec.expression: CEL syntax error"),
-        "{e:?}"
-    );
+    assert!(e[0].contains("document 1 (Rule r): spec.expression: CEL syntax error"), "{e:?}");
     let text = "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  expression: 'true'\n  messageExpression: 'objct.x'\n";
     assert!(errors(text)[0].contains("spec.messageExpression"));
 }
@@ -84,17 +74,12 @@ fn cross_references_and_duplicates() {
     );
     let e = errors(&text);
     assert!(e.iter().any(|e| e.contains("already defined")), "{e:?}");
-    assert!(
-        e.iter().any(|e| e.contains("no Team named \"nobody\"")),
-        "{e:?}"
-    );
+    assert!(e.iter().any(|e| e.contains("no Team named \"nobody\"")), "{e:?}");
 }
 
 #[test]
 fn semantic_checks() {
-    let e = errors(
-        "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: t}\nspec:\n  namespaces: {}\n",
-    );
+    let e = errors("apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: t}\nspec:\n  namespaces: {}\n");
     assert!(e[0].contains("give names, a selector, or both"), "{e:?}");
     let e = errors(
         "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: t}\nspec:\n  namespaces: {names: [t]}\n  priority: {default: a, allowed: [b]}\n",
@@ -103,10 +88,7 @@ fn semantic_checks() {
     let e = errors(
         "apiVersion: allot.dev/v1alpha1\nkind: Placement\nmetadata: {name: p}\nspec:\n  nodeAffinity: [{key: k, operator: In}]\n",
     );
-    assert!(
-        e[0].contains("spec.nodeAffinity[0]: operator In needs values"),
-        "{e:?}"
-    );
+    assert!(e[0].contains("spec.nodeAffinity[0]: operator In needs values"), "{e:?}");
     let e = errors(
         "apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: a}\n---\napiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: b}\n",
     );
@@ -114,10 +96,7 @@ fn semantic_checks() {
     let e = errors(
         "apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: a}\nspec:\n  accelerators:\n    checks: {wholeNumbers: Maybe}\n",
     );
-    assert!(
-        e[0].contains("spec.accelerators.checks.wholeNumbers"),
-        "{e:?}"
-    );
+    assert!(e[0].contains("spec.accelerators.checks.wholeNumbers"), "{e:?}");
 }
 
 #[test]

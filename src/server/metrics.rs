@@ -49,9 +49,7 @@ pub struct VersionLabels {
 
 fn latency_histogram() -> Histogram {
     // 10 µs … ~1.3 s: admission answers in microseconds; anything near a second is an incident.
-    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
-        0.000_01, 2.0, 18,
-    ))
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.000_01, 2.0, 18))
 }
 
 /// Every metric Allot exports, with the registry that encodes them.
@@ -79,48 +77,18 @@ impl Metrics {
         let mut registry = Registry::with_prefix("allot");
         let requests = Family::<RequestLabels, Counter>::default();
         let decisions = Family::<DecisionLabels, Counter>::default();
-        let duration = Family::<WebhookLabels, Histogram, fn() -> Histogram>::new_with_constructor(
-            latency_histogram,
-        );
+        let duration = Family::<WebhookLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
         let policy_reloads = Family::<ResultLabels, Counter>::default();
         let policy_set_info = Family::<VersionLabels, Gauge>::default();
         let policy_load_errors = Gauge::default();
         let certificate_reloads = Family::<ResultLabels, Counter>::default();
-        registry.register(
-            "admission_requests",
-            "AdmissionReviews answered",
-            requests.clone(),
-        );
-        registry.register(
-            "admission_decisions",
-            "Findings per rule and action",
-            decisions.clone(),
-        );
-        registry.register(
-            "admission_duration_seconds",
-            "Time to answer an AdmissionReview",
-            duration.clone(),
-        );
-        registry.register(
-            "policy_reloads",
-            "Policy reload attempts",
-            policy_reloads.clone(),
-        );
-        registry.register(
-            "policy_set_info",
-            "Hash of the policy set in force",
-            policy_set_info.clone(),
-        );
-        registry.register(
-            "policy_load_errors",
-            "Errors in the last failed policy reload",
-            policy_load_errors.clone(),
-        );
-        registry.register(
-            "certificate_reloads",
-            "Serving certificate reload attempts",
-            certificate_reloads.clone(),
-        );
+        registry.register("admission_requests", "AdmissionReviews answered", requests.clone());
+        registry.register("admission_decisions", "Findings per rule and action", decisions.clone());
+        registry.register("admission_duration_seconds", "Time to answer an AdmissionReview", duration.clone());
+        registry.register("policy_reloads", "Policy reload attempts", policy_reloads.clone());
+        registry.register("policy_set_info", "Hash of the policy set in force", policy_set_info.clone());
+        registry.register("policy_load_errors", "Errors in the last failed policy reload", policy_load_errors.clone());
+        registry.register("certificate_reloads", "Serving certificate reload attempts", certificate_reloads.clone());
         Metrics {
             registry,
             requests,
@@ -136,18 +104,11 @@ impl Metrics {
 
     /// Points `allot_policy_set_info` at a new version.
     pub fn set_policy_version(&self, version: &str) {
-        let mut current = self
-            .current_version
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut current = self.current_version.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(old) = current.take() {
             self.policy_set_info.remove(&VersionLabels { version: old });
         }
-        self.policy_set_info
-            .get_or_create(&VersionLabels {
-                version: version.to_string(),
-            })
-            .set(1);
+        self.policy_set_info.get_or_create(&VersionLabels { version: version.to_string() }).set(1);
         *current = Some(version.to_string());
     }
 

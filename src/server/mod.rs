@@ -78,14 +78,16 @@ impl AppState {
     }
 }
 
-/// The webhook router (no TLS, no timeouts): what in-process tests call with `oneshot`.
-pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
+/// The webhook router with its limits (no TLS): what in-process tests call with `oneshot`.
+/// The deadline covers reading the body too, so a client that stalls mid-body is cut off.
+pub fn router(state: Arc<AppState>, max_body_bytes: usize, request_timeout: Duration) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
         .route("/validate", post(validate))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, request_timeout))
         .with_state(state)
 }
 
@@ -118,20 +120,12 @@ fn answer(state: &AppState, phase: Phase, body: &[u8]) -> Response {
                 (true, true) => "mutated",
                 (true, false) => "allowed",
             };
-            state
-                .metrics
-                .requests
-                .get_or_create(&RequestLabels { webhook, result })
-                .inc();
+            state.metrics.requests.get_or_create(&RequestLabels { webhook, result }).inc();
             for f in &answer.outcome.findings {
                 state
                     .metrics
                     .decisions
-                    .get_or_create(&DecisionLabels {
-                        webhook,
-                        rule: f.rule.clone(),
-                        action: f.action.label(),
-                    })
+                    .get_or_create(&DecisionLabels { webhook, rule: f.rule.clone(), action: f.action.label() })
                     .inc();
                 let message = f.describe();
                 match f.action {
@@ -152,23 +146,12 @@ fn answer(state: &AppState, phase: Phase, body: &[u8]) -> Response {
             ([(header::CONTENT_TYPE, "application/json")], answer.body).into_response()
         }
         Err(e) => {
-            state
-                .metrics
-                .requests
-                .get_or_create(&RequestLabels {
-                    webhook,
-                    result: "error",
-                })
-                .inc();
+            state.metrics.requests.get_or_create(&RequestLabels { webhook, result: "error" }).inc();
             tracing::warn!(webhook, error = %e, "rejected malformed AdmissionReview");
             (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
         }
     };
-    state
-        .metrics
-        .duration
-        .get_or_create(&WebhookLabels { webhook })
-        .observe(started.elapsed().as_secs_f64());
+    state.metrics.duration.get_or_create(&WebhookLabels { webhook }).observe(started.elapsed().as_secs_f64());
     response
 }
 
@@ -181,73 +164,42 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
     let policies = state.policies.load();
-    let counts: Vec<String> = policies
-        .summary()
-        .iter()
-        .map(|(k, v)| format!("{v} {k}"))
-        .collect();
-    let mut body = format!(
-        "ok: policy set {} ({})\n",
-        policies.version,
-        counts.join(", ")
-    );
+    let counts: Vec<String> = policies.summary().iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let mut body = format!("ok: policy set {} ({})\n", policies.version, counts.join(", "));
     if let Some(error) = state.last_reload_error.load().as_ref() {
-        body.push_str(&format!(
-            "last reload failed; still serving {}:\n{error}\n",
-            policies.version
-        ));
+        body.push_str(&format!("last reload failed; still serving {}:\n{error}\n", policies.version));
     }
     body.into_response()
 }
 
 async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.encode(),
-    )
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.encode())
         .into_response()
 }
 
 /// Runs the server until SIGTERM or SIGINT.
 pub async fn run(config: ServeConfig) -> Result<(), Error> {
-    let policies = policy::load_dir(&config.policies).map_err(|e| Error::Policy {
-        location: config.policies.display().to_string(),
-        message: e.to_string(),
-    })?;
+    let policies = policy::load_dir(&config.policies)
+        .map_err(|e| Error::Policy { location: config.policies.display().to_string(), message: e.to_string() })?;
     tracing::info!(version = %policies.version, summary = ?policies.summary(), "policies loaded");
     let tls = tls::server_config(&config.tls_cert, &config.tls_key)?;
     let rustls = axum_server::tls_rustls::RustlsConfig::from_config(tls);
 
-    let namespaces: Arc<dyn NamespaceLabels> = if config.watch_namespaces {
-        reload::watch_namespaces().await
-    } else {
-        Arc::new(NoNamespaces)
-    };
+    let namespaces: Arc<dyn NamespaceLabels> =
+        if config.watch_namespaces { reload::watch_namespaces().await } else { Arc::new(NoNamespaces) };
     let state = AppState::new(policies, namespaces);
 
-    let app = router(state.clone(), config.max_body_bytes).layer(TimeoutLayer::with_status_code(
-        StatusCode::SERVICE_UNAVAILABLE,
-        config.request_timeout,
-    ));
+    let app = router(state.clone(), config.max_body_bytes, config.request_timeout);
     let handle = axum_server::Handle::new();
-    let server = axum_server::bind_rustls(config.addr, rustls.clone())
-        .handle(handle.clone())
-        .serve(app.into_make_service());
+    let server =
+        axum_server::bind_rustls(config.addr, rustls.clone()).handle(handle.clone()).serve(app.into_make_service());
     let server = tokio::spawn(server);
 
     let metrics_listener = tokio::net::TcpListener::bind(config.metrics_addr)
         .await
-        .map_err(|e| Error::Io {
-            path: PathBuf::from(config.metrics_addr.to_string()),
-            source: e,
-        })?;
-    let metrics_addr = metrics_listener.local_addr().map_err(|e| Error::Io {
-        path: PathBuf::from("metrics"),
-        source: e,
-    })?;
+        .map_err(|e| Error::Io { path: PathBuf::from(config.metrics_addr.to_string()), source: e })?;
+    let metrics_addr =
+        metrics_listener.local_addr().map_err(|e| Error::Io { path: PathBuf::from("metrics"), source: e })?;
     let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
     let metrics_server = tokio::spawn(
         axum::serve(metrics_listener, metrics_router(state.clone()))
@@ -259,14 +211,8 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
 
     let Some(addr) = handle.listening().await else {
         return match server.await {
-            Ok(Err(e)) => Err(Error::Io {
-                path: PathBuf::from(config.addr.to_string()),
-                source: e,
-            }),
-            _ => Err(Error::Certificates(format!(
-                "could not listen on {}",
-                config.addr
-            ))),
+            Ok(Err(e)) => Err(Error::Io { path: PathBuf::from(config.addr.to_string()), source: e }),
+            _ => Err(Error::Certificates(format!("could not listen on {}", config.addr))),
         };
     };
     // One line on stdout that tools (and the integration tests) can read.

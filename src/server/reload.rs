@@ -48,13 +48,11 @@ pub fn spawn(
 }
 
 fn start_watcher(config: &ServeConfig, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
-    let mut watcher = match notify::recommended_watcher(
-        move |event: notify::Result<notify::Event>| {
-            if event.is_ok() {
-                let _ = tx.try_send(());
-            }
-        },
-    ) {
+    let mut watcher = match notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if event.is_ok() {
+            let _ = tx.try_send(());
+        }
+    }) {
         Ok(w) => w,
         Err(e) => {
             tracing::warn!(error = %e, "file watching unavailable; relying on the periodic poll");
@@ -69,10 +67,7 @@ fn start_watcher(config: &ServeConfig, tx: mpsc::Sender<()>) -> Option<notify::R
     watch(&config.policies, RecursiveMode::Recursive);
     for file in [&config.tls_cert, &config.tls_key] {
         // Watch the directory: Secret volumes replace files through symlink swaps.
-        let dir = file
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
+        let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         watch(dir, RecursiveMode::NonRecursive);
     }
     Some(watcher)
@@ -112,11 +107,7 @@ impl Reloader {
             Ok(Some(set)) => {
                 tracing::info!(version = %set.version, summary = ?set.summary(), "policies reloaded");
                 state.metrics.set_policy_version(&set.version);
-                state
-                    .metrics
-                    .policy_reloads
-                    .get_or_create(&ResultLabels { result: "success" })
-                    .inc();
+                state.metrics.policy_reloads.get_or_create(&ResultLabels { result: "success" }).inc();
                 state.metrics.policy_load_errors.set(0);
                 state.policies.store(Arc::new(set));
                 state.last_reload_error.store(Arc::new(None));
@@ -124,32 +115,18 @@ impl Reloader {
             Err(errors) => {
                 // An unreadable directory has no version: forget the last one so the next
                 // readable state is tried.
-                if errors
-                    .0
-                    .iter()
-                    .any(|e| e.contains("no policy files") || e.contains("No such file"))
-                {
+                if errors.0.iter().any(|e| e.contains("no policy files") || e.contains("No such file")) {
                     self.last_policy_version.clear();
                 }
                 tracing::error!(errors = %errors, serving = %state.policies.load().version, "policy reload failed; keeping the last good policy set");
-                state
-                    .metrics
-                    .policy_reloads
-                    .get_or_create(&ResultLabels { result: "failure" })
-                    .inc();
+                state.metrics.policy_reloads.get_or_create(&ResultLabels { result: "failure" }).inc();
                 state.metrics.policy_load_errors.set(errors.0.len() as i64);
-                state
-                    .last_reload_error
-                    .store(Arc::new(Some(errors.to_string())));
+                state.last_reload_error.store(Arc::new(Some(errors.to_string())));
             }
         }
     }
 
-    fn reload_certificates(
-        &mut self,
-        state: &AppState,
-        rustls: &axum_server::tls_rustls::RustlsConfig,
-    ) {
+    fn reload_certificates(&mut self, state: &AppState, rustls: &axum_server::tls_rustls::RustlsConfig) {
         let hash = cert_hash(&self.cert, &self.key);
         if hash.is_none() || hash == self.last_cert_hash {
             return;
@@ -158,21 +135,13 @@ impl Reloader {
             Ok(config) => {
                 rustls.reload_from_config(config);
                 self.last_cert_hash = hash;
-                state
-                    .metrics
-                    .certificate_reloads
-                    .get_or_create(&ResultLabels { result: "success" })
-                    .inc();
+                state.metrics.certificate_reloads.get_or_create(&ResultLabels { result: "success" }).inc();
                 tracing::info!(cert = %self.cert.display(), "serving certificate reloaded");
             }
             Err(e) => {
                 // Often the certificate was written and the key not yet: retried on the next
                 // event or poll, with the old certificate still serving.
-                state
-                    .metrics
-                    .certificate_reloads
-                    .get_or_create(&ResultLabels { result: "failure" })
-                    .inc();
+                state.metrics.certificate_reloads.get_or_create(&ResultLabels { result: "failure" }).inc();
                 tracing::warn!(error = %e, "certificate reload failed; keeping the current certificate");
             }
         }
@@ -191,17 +160,8 @@ struct WatchedNamespaces(kube::runtime::reflector::Store<k8s_openapi::api::core:
 
 impl NamespaceLabels for WatchedNamespaces {
     fn labels(&self, namespace: &str) -> Option<Labels> {
-        let ns = self
-            .0
-            .get(&kube::runtime::reflector::ObjectRef::new(namespace))?;
-        Some(
-            ns.metadata
-                .labels
-                .clone()
-                .unwrap_or_default()
-                .into_iter()
-                .collect(),
-        )
+        let ns = self.0.get(&kube::runtime::reflector::ObjectRef::new(namespace))?;
+        Some(ns.metadata.labels.clone().unwrap_or_default().into_iter().collect())
     }
 }
 
@@ -211,26 +171,20 @@ pub async fn watch_namespaces() -> Arc<dyn NamespaceLabels> {
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-    let client = match tokio::time::timeout(Duration::from_secs(5), kube::Client::try_default())
-        .await
-    {
+    let client = match tokio::time::timeout(Duration::from_secs(5), kube::Client::try_default()).await {
         Ok(Ok(client)) => client,
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "no Kubernetes client; Team namespace selectors cannot be evaluated");
             return Arc::new(NoNamespaces);
         }
         Err(_) => {
-            tracing::warn!(
-                "Kubernetes client setup timed out; Team namespace selectors cannot be evaluated"
-            );
+            tracing::warn!("Kubernetes client setup timed out; Team namespace selectors cannot be evaluated");
             return Arc::new(NoNamespaces);
         }
     };
     let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
     let (reader, writer) = reflector::store();
-    let stream = reflector(writer, watcher(api, watcher::Config::default()))
-        .default_backoff()
-        .applied_objects();
+    let stream = reflector(writer, watcher(api, watcher::Config::default())).default_backoff().applied_objects();
     tokio::spawn(async move {
         stream
             .for_each(|event| async move {

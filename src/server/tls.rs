@@ -19,24 +19,16 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, Error
         .collect::<Result<_, _>>()
         .map_err(|e| Error::Certificates(format!("{}: {e}", cert.display())))?;
     if certs.is_empty() {
-        return Err(Error::Certificates(format!(
-            "{}: no certificate found",
-            cert.display()
-        )));
+        return Err(Error::Certificates(format!("{}: no certificate found", cert.display())));
     }
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| Error::Certificates(format!("{}: {e}", key.display())))?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| Error::Certificates(format!("{}: {e}", key.display())))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::Certificates(e.to_string()))?
         .with_no_client_auth()
         .with_single_cert(certs, key)
-        .map_err(|e| {
-            Error::Certificates(format!(
-                "certificate and key do not form a usable pair: {e}"
-            ))
-        })?;
+        .map_err(|e| Error::Certificates(format!("certificate and key do not form a usable pair: {e}")))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
