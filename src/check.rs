@@ -176,7 +176,8 @@ pub fn run(engine: &Engine<'_>, manifests: &[Manifest]) -> Report {
         } else {
             summary.denied += 1;
         }
-        summary.mutated += usize::from(report.mutated);
+        // A denied object is never patched: count mutations of admitted objects only.
+        summary.mutated += usize::from(report.allowed && report.mutated);
         summary.warned += usize::from(report.findings.iter().any(|f| f.action == Action::Warn));
         results.push(report);
     }

@@ -510,3 +510,97 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn cpu_pods_can_be_kept_off_gpu_nodes() {
+    let policies = with_extra(
+        r#"
+apiVersion: allot.dev/v1alpha1
+kind: Placement
+metadata: {name: keep-cpu-off-gpu}
+spec:
+  appliesTo: OtherPods
+  nodeAffinity:
+    - {key: node-type, operator: NotIn, values: [my-precious]}
+"#,
+    );
+    let cpu = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "c", "namespace": "vision"},
+        "spec": {"containers": [{"name": "c", "image": "i:1", "resources": {"requests": {"cpu": "1"}}}]}});
+    let outcome = engine_mutate(&policies, &cpu);
+    let mutated = allot::patch::apply(&cpu, &outcome.patch).unwrap();
+    let pod: Pod = serde_json::from_value(mutated).unwrap();
+    let terms = pod
+        .spec
+        .unwrap()
+        .affinity
+        .unwrap()
+        .node_affinity
+        .unwrap()
+        .required_during_scheduling_ignored_during_execution
+        .unwrap()
+        .node_selector_terms;
+    let expr = &terms[0].match_expressions.as_ref().unwrap()[0];
+    assert_eq!((expr.key.as_str(), expr.operator.as_str()), ("node-type", "NotIn"));
+    assert!(outcome.patch.iter().all(|op| op.path() != "/spec/tolerations"), "no GPU toleration for a CPU pod");
+
+    let outcome = engine_mutate(&policies, &gpu_pod(json!({})));
+    assert!(outcome.patch.iter().all(|op| !op.path().starts_with("/spec/affinity")), "{:?}", outcome.patch);
+}
+
+#[test]
+fn placements_can_be_conditional_on_cel() {
+    let policies = with_extra(
+        r#"
+apiVersion: allot.dev/v1alpha1
+kind: Placement
+metadata: {name: premium}
+spec:
+  when: "has(object.metadata.labels) && object.metadata.labels['allot.dev/tier'] == 'premium'"
+  nodeSelector: {node-type: h100}
+"#,
+    );
+    let mut pod = gpu_pod(json!({}));
+    let plain = engine_mutate(&policies, &pod);
+    assert!(plain.patch.iter().all(|op| op.path() != "/spec/nodeSelector"), "{:?}", plain.patch);
+    pod["metadata"]["labels"] = json!({"allot.dev/tier": "premium"});
+    let premium = engine_mutate(&policies, &pod);
+    let mutated = allot::patch::apply(&pod, &premium.patch).unwrap();
+    assert_eq!(mutated["spec"]["nodeSelector"], json!({"node-type": "h100"}));
+
+    // A condition that errors is a denial, never a silently skipped placement.
+    let broken = with_extra(
+        "apiVersion: allot.dev/v1alpha1\nkind: Placement\nmetadata: {name: broken}\nspec:\n  when: object.metadata.nope == 1\n  nodeSelector: {a: b}\n",
+    );
+    let outcome = engine_mutate(&broken, &gpu_pod(json!({})));
+    assert!(!outcome.allowed());
+    assert!(outcome.findings[0].message.contains("spec.when could not be evaluated"));
+}
+
+#[test]
+fn team_label_selectors_use_namespace_labels() {
+    let policies = shipped();
+    let labels = allot::namespaces::StaticNamespaces(
+        [("ml-east".to_string(), [("team".to_string(), "nlp".to_string())].into_iter().collect())]
+            .into_iter()
+            .collect(),
+    );
+    let engine = Engine::new(&policies, &labels);
+    let lookup = allot::namespaces::team_of(&policies, "ml-east", &labels);
+    assert_eq!(lookup.team.map(|t| t.name.as_str()), Some("nlp"));
+    assert!(lookup.undecided.is_none());
+    let mut pod = gpu_pod(json!({"priorityClassName": "high-priority"}));
+    pod["metadata"]["namespace"] = json!("ml-east");
+    let outcome = engine.validate(&Request {
+        operation: RequestOperation::Create,
+        group: "",
+        kind: "Pod",
+        namespace: "ml-east",
+        object: &pod,
+        old_object: None,
+        dry_run: false,
+        username: "u",
+        groups: &[],
+    });
+    assert!(outcome.findings.iter().any(|f| f.rule == "team/priority-class"), "{:?}", outcome.findings);
+    assert!(outcome.notes.is_empty(), "{:?}", outcome.notes);
+}
