@@ -140,7 +140,7 @@ impl<'a> Engine<'a> {
     /// The mutating webhook: Pods at CREATE get placement and default priority.
     pub fn mutate(&self, req: &Request<'_>) -> Outcome {
         let mut out = Outcome::default();
-        if req.operation != RequestOperation::Create || req.group != "" || req.kind != "Pod" {
+        if req.operation != RequestOperation::Create || !req.group.is_empty() || req.kind != "Pod" {
             return out;
         }
         let team = self.team(req.namespace, &mut out.notes);

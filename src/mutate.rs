@@ -282,3 +282,37 @@ fn apply_default_priority(policies: &PolicySet, ctx: &PodContext<'_>, builder: &
         None => format!("team default priority: priorityClassName {default}"),
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn wanted(key: &str, effect: Option<TaintEffect>) -> Toleration {
+        Toleration {
+            key: Some(key.into()),
+            operator: Some(TolerationOperator::Exists),
+            value: None,
+            effect,
+            toleration_seconds: None,
+        }
+    }
+
+    #[test]
+    fn toleration_coverage() {
+        let gpu = wanted("nvidia.com/gpu", Some(TaintEffect::NoSchedule));
+        assert!(covers(&json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}), &gpu));
+        assert!(covers(&json!({"key": "nvidia.com/gpu", "operator": "Exists"}), &gpu), "empty effect = all");
+        assert!(covers(&json!({"operator": "Exists"}), &gpu), "wildcard");
+        assert!(!covers(&json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}), &gpu));
+        assert!(!covers(&json!({"key": "amd.com/gpu", "operator": "Exists"}), &gpu));
+        // Equal with a value does not cover Exists (other values of the taint would not match).
+        assert!(!covers(&json!({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}), &gpu));
+        let equal = Toleration { operator: Some(TolerationOperator::Equal), value: Some("present".into()), ..gpu.clone() };
+        assert!(covers(&json!({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}), &equal));
+        assert!(covers(&json!({"key": "nvidia.com/gpu", "operator": "Exists"}), &equal));
+        // A bounded NoExecute toleration does not cover an unbounded one.
+        let no_exec = wanted("k", Some(TaintEffect::NoExecute));
+        assert!(!covers(&json!({"key": "k", "operator": "Exists", "tolerationSeconds": 300}), &no_exec));
+    }
+}

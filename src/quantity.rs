@@ -29,6 +29,11 @@ impl Quantity {
         Quantity(i128::from(units) * NANOS_PER_UNIT)
     }
 
+    /// A quantity from raw nano-units.
+    pub fn from_nanos(nanos: i128) -> Self {
+        Quantity(nanos)
+    }
+
     /// The raw value in nano-units.
     pub fn nanos(self) -> i128 {
         self.0
