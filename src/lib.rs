@@ -11,6 +11,7 @@ pub mod engine;
 pub mod error;
 pub mod expression;
 pub mod finding;
+pub mod gang;
 pub mod mutate;
 pub mod namespaces;
 pub mod patch;

@@ -1,0 +1,335 @@
+//! The gang controller's decision: a pure function from a snapshot of the cluster to the gangs
+//! to release now. No I/O, no clock, no randomness: the same snapshot gives the same answer.
+//!
+//! **Algorithm.** Resources start as node allocatable minus bound pods; then members released
+//! earlier but not yet bound (the reservation ledger) are placed, so two gangs are never released
+//! onto the same free GPUs. Waiting gangs are taken by priority (high first), then creation time
+//! (old first). A gang is released only when all its expected members exist and every member
+//! finds a node at once (first-fit-decreasing, best fit on the member's largest accelerator, all
+//! scheduler filters of [`super::fit`]); a gang that does not fit leaves the resources as they were.
+//!
+//! **Backfill and starvation.** A gang that does not fit does not stop smaller, later gangs from
+//! using what is free (backfill) — until it has waited `starvation_after`; from then on no gang
+//! behind it is released, so what frees up accumulates for it. Incomplete gangs never block.
+//!
+//! **Speed.** Static filters (selector, affinity, taints) are computed once per distinct pod
+//! placement key; free capacity of the nodes of each key is indexed per accelerator in a
+//! `BTreeSet<(free, node)>`, so a best-fit lookup is a range query, and each key's total free
+//! lets a gang that cannot fit be rejected without touching nodes.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::fit::{NodeInfo, PodShape, fits, node_admits, take};
+use crate::quantity::Quantity;
+use crate::resources::{ResourceList, ResourceMatcher};
+
+/// A gang's identity: namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GangKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for GangKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A gated member.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member {
+    pub name: String,
+    pub shape: PodShape,
+}
+
+/// A gang waiting for release.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WaitingGang {
+    pub key: GangKey,
+    /// Expected members; `None` when the size is not known (yet).
+    pub expected: Option<u32>,
+    /// Gated members present.
+    pub members: Vec<Member>,
+    pub priority: i32,
+    /// Creation time of the oldest member (seconds).
+    pub created: i64,
+    /// After this many seconds of waiting while not fitting, no later gang may pass it;
+    /// `None`: never blocks.
+    pub starvation_after: Option<i64>,
+}
+
+/// Everything the decision looks at.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub now: i64,
+    pub nodes: Vec<NodeInfo>,
+    /// `(node, requests)` of non-terminal pods bound to nodes.
+    pub bound: Vec<(String, ResourceList)>,
+    /// Released but not yet bound members: reserved before anything else is placed.
+    pub in_flight: Vec<PodShape>,
+    pub gangs: Vec<WaitingGang>,
+    /// Which resources messages talk about.
+    pub accelerators: ResourceMatcher,
+}
+
+/// What happens to one gang.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Lift the gates now; `(member, node)` is where the simulation placed each.
+    Release { placements: Vec<(String, String)> },
+    /// Not all members exist yet (or the size is unknown).
+    Incomplete,
+    /// All members exist; the nodes cannot hold them all now.
+    DoesNotFit,
+    /// Held behind a higher-priority gang that has waited past its starvation limit.
+    Blocked { by: GangKey },
+}
+
+/// The verdict and its explanation for one gang.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub gang: GangKey,
+    pub verdict: Verdict,
+    /// For every member's condition and Event:
+    /// "3/4 members present; needs 4 nvidia.com/gpu on nodes matching node-type=x, 2 free".
+    pub message: String,
+}
+
+/// Orders gangs as they are considered: priority, then age, then name.
+pub fn order(gangs: &mut [WaitingGang]) {
+    gangs.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.created.cmp(&b.created)).then_with(|| a.key.cmp(&b.key)));
+}
+
+/// Decides which gangs to release, in consideration order.
+pub fn decide(snapshot: &Snapshot) -> Vec<Decision> {
+    let mut sim = Simulation::new(&snapshot.nodes);
+    for (node, requests) in &snapshot.bound {
+        if let Some(&i) = sim.by_name.get(node.as_str()) {
+            take(&mut sim.free[i], requests);
+        }
+    }
+    for shape in &snapshot.in_flight {
+        // Reserve where the scheduler is likely to put it; if it fits nowhere it is the
+        // scheduler's problem and reserves nothing.
+        if let Some(node) = sim.place(shape) {
+            sim.commit(node, &shape.requests);
+        }
+    }
+    let mut gangs = snapshot.gangs.clone();
+    order(&mut gangs);
+    let mut out = Vec::with_capacity(gangs.len());
+    let mut blocker: Option<GangKey> = None;
+    for gang in &gangs {
+        let present = gang.members.len();
+        if let Some(by) = &blocker {
+            let message =
+                format!("{}; waiting behind higher-priority gang {by}", sim.need_message(gang, &snapshot.accelerators));
+            out.push(Decision { gang: gang.key.clone(), verdict: Verdict::Blocked { by: by.clone() }, message });
+            continue;
+        }
+        let complete = gang.expected.is_some_and(|n| present >= n as usize);
+        if !complete {
+            out.push(Decision {
+                gang: gang.key.clone(),
+                verdict: Verdict::Incomplete,
+                message: sim.need_message(gang, &snapshot.accelerators),
+            });
+            continue;
+        }
+        match sim.place_gang(gang) {
+            Some(placements) => out.push(Decision {
+                gang: gang.key.clone(),
+                verdict: Verdict::Release { placements },
+                message: format!("{present}/{present} members present; the whole gang fits, releasing"),
+            }),
+            None => {
+                let message = sim.need_message(gang, &snapshot.accelerators);
+                if gang.starvation_after.is_some_and(|limit| snapshot.now - gang.created >= limit) {
+                    blocker = Some(gang.key.clone());
+                }
+                out.push(Decision { gang: gang.key.clone(), verdict: Verdict::DoesNotFit, message });
+            }
+        }
+    }
+    out
+}
+
+type IndexKey = (usize, String);
+
+struct Simulation<'a> {
+    nodes: &'a [NodeInfo],
+    by_name: HashMap<&'a str, usize>,
+    free: Vec<ResourceList>,
+    /// placement key → class id
+    classes: HashMap<String, usize>,
+    /// class id → feasible nodes, and membership for index updates
+    class_nodes: Vec<Vec<usize>>,
+    class_member: Vec<Vec<bool>>,
+    /// (class, resource) → (free, node) ordered, and the class's total free of the resource
+    index: HashMap<IndexKey, (BTreeSet<(Quantity, usize)>, Quantity)>,
+}
+
+impl<'a> Simulation<'a> {
+    fn new(nodes: &'a [NodeInfo]) -> Self {
+        Simulation {
+            nodes,
+            by_name: nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect(),
+            free: nodes.iter().map(|n| n.allocatable.clone()).collect(),
+            classes: HashMap::new(),
+            class_nodes: Vec::new(),
+            class_member: Vec::new(),
+            index: HashMap::new(),
+        }
+    }
+
+    fn class_of(&mut self, shape: &PodShape) -> usize {
+        let key = shape.placement_key();
+        if let Some(&c) = self.classes.get(&key) {
+            return c;
+        }
+        let feasible: Vec<usize> = (0..self.nodes.len()).filter(|&i| node_admits(&self.nodes[i], shape)).collect();
+        let mut member = vec![false; self.nodes.len()];
+        for &i in &feasible {
+            member[i] = true;
+        }
+        let id = self.class_nodes.len();
+        self.class_nodes.push(feasible);
+        self.class_member.push(member);
+        self.classes.insert(key, id);
+        id
+    }
+
+    fn ensure_index(&mut self, class: usize, resource: &str) {
+        let key = (class, resource.to_string());
+        if self.index.contains_key(&key) {
+            return;
+        }
+        let mut set = BTreeSet::new();
+        let mut total = Quantity::ZERO;
+        for &i in &self.class_nodes[class] {
+            let f = self.free[i].get(resource).copied().unwrap_or(Quantity::ZERO);
+            set.insert((f, i));
+            total = total.saturating_add(f);
+        }
+        self.index.insert(key, (set, total));
+    }
+
+    /// The member's largest non-core request: what its best fit is judged on.
+    fn primary(shape: &PodShape) -> Option<&str> {
+        shape
+            .requests
+            .iter()
+            .filter(|(name, q)| {
+                !matches!(name.as_str(), "cpu" | "memory" | "pods" | "ephemeral-storage") && **q > Quantity::ZERO
+            })
+            .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
+            .map(|(name, _)| name.as_str())
+    }
+
+    /// A node for `shape` given current free capacity (best fit on its primary resource).
+    fn place(&mut self, shape: &PodShape) -> Option<usize> {
+        let class = self.class_of(shape);
+        match Self::primary(shape) {
+            Some(resource) => {
+                let need = shape.requests[resource];
+                self.ensure_index(class, resource);
+                let (set, total) = &self.index[&(class, resource.to_string())];
+                if *total < need {
+                    return None;
+                }
+                set.range((need, 0)..).map(|&(_, i)| i).find(|&i| fits(&self.free[i], &shape.requests))
+            }
+            None => self.class_nodes[class].iter().copied().find(|&i| fits(&self.free[i], &shape.requests)),
+        }
+    }
+
+    /// Applies `delta` (positive: take, negative: give back) to a node and its indexes.
+    fn adjust(&mut self, node: usize, requests: &ResourceList, sign: i128) {
+        for ((class, resource), (set, total)) in self.index.iter_mut() {
+            let Some(q) = requests.get(resource) else { continue };
+            if !self.class_member[*class][node] {
+                continue;
+            }
+            let before = self.free[node].get(resource).copied().unwrap_or(Quantity::ZERO);
+            let after = Quantity::from_nanos(before.nanos() - sign * q.nanos());
+            set.remove(&(before, node));
+            set.insert((after, node));
+            *total = Quantity::from_nanos(total.nanos() - sign * q.nanos());
+        }
+        for (name, q) in requests {
+            if let Some(f) = self.free[node].get_mut(name) {
+                *f = Quantity::from_nanos(f.nanos() - sign * q.nanos());
+            }
+        }
+    }
+
+    fn commit(&mut self, node: usize, requests: &ResourceList) {
+        self.adjust(node, requests, 1);
+    }
+
+    /// Places every member or none.
+    fn place_gang(&mut self, gang: &WaitingGang) -> Option<Vec<(String, String)>> {
+        let mut members: Vec<&Member> = gang.members.iter().collect();
+        // First-fit decreasing: the largest members first.
+        members.sort_by(|a, b| {
+            let size = |m: &Member| Self::primary(&m.shape).map(|r| m.shape.requests[r]).unwrap_or(Quantity::ZERO);
+            size(b).cmp(&size(a)).then_with(|| a.name.cmp(&b.name))
+        });
+        let mut done: Vec<(usize, &Member)> = Vec::with_capacity(members.len());
+        for m in members {
+            match self.place(&m.shape) {
+                Some(node) => {
+                    self.commit(node, &m.shape.requests);
+                    done.push((node, m));
+                }
+                None => {
+                    for (node, m) in done {
+                        self.adjust(node, &m.shape.requests, -1);
+                    }
+                    return None;
+                }
+            }
+        }
+        let mut placements: Vec<(String, String)> =
+            done.into_iter().map(|(node, m)| (m.name.clone(), self.nodes[node].name.clone())).collect();
+        placements.sort();
+        Some(placements)
+    }
+
+    /// "3/4 members present; needs 4 nvidia.com/gpu on nodes matching node-type=x, 2 free".
+    fn need_message(&mut self, gang: &WaitingGang, accelerators: &ResourceMatcher) -> String {
+        let present = gang.members.len();
+        let head = match gang.expected {
+            Some(n) => format!("{present}/{n} members present"),
+            None => format!("{present} members present, gang size not known yet"),
+        };
+        let Some(first) = gang.members.first() else { return head };
+        let expected = gang.expected.map_or(present, |n| (n as usize).max(present));
+        let mut totals: ResourceList = ResourceList::new();
+        for m in &gang.members {
+            for (name, q) in m.shape.requests.iter().filter(|(n, _)| accelerators.matches(n)) {
+                let slot = totals.entry(name.clone()).or_default();
+                *slot = slot.saturating_add(*q);
+            }
+        }
+        // Members not created yet are assumed to look like the first one.
+        for _ in present..expected {
+            for (name, q) in first.shape.requests.iter().filter(|(n, _)| accelerators.matches(n)) {
+                let slot = totals.entry(name.clone()).or_default();
+                *slot = slot.saturating_add(*q);
+            }
+        }
+        let class = self.class_of(&first.shape);
+        let mut parts = Vec::new();
+        for (name, need) in &totals {
+            self.ensure_index(class, name);
+            let free = self.index[&(class, name.clone())].1;
+            parts.push(format!("needs {need} {name} on {}, {free} free", first.shape.describe_nodes()));
+        }
+        if parts.is_empty() {
+            parts.push(format!("needs room for {expected} pods on {}", first.shape.describe_nodes()));
+        }
+        format!("{head}; {}", parts.join("; "))
+    }
+}

@@ -1,0 +1,312 @@
+//! Which gang a Pod belongs to. First match wins:
+//!
+//! | source | name | size |
+//! |---|---|---|
+//! | explicit | label `allot.dev/gang-name` | annotation `allot.dev/gang-size` |
+//! | Kueue pod group | label/annotation `kueue.x-k8s.io/pod-group-name` | annotation `kueue.x-k8s.io/pod-group-total-count` |
+//! | coscheduling | label `scheduling.x-k8s.io/pod-group` | GangPolicy `coschedulingSize` |
+//! | inferred (opt-in per kind) | the owning Job / JobSet / Kubeflow job | from the owner, resolved by the controller |
+//!
+//! Works on [`PodFacts`], a small copy of what membership needs, built from admission JSON or
+//! from a watched k8s-openapi Pod alike.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+/// The scheduling gate Allot owns.
+pub const GATE: &str = "allot.dev/gang";
+pub const NAME_LABEL: &str = "allot.dev/gang-name";
+pub const SIZE_ANNOTATION: &str = "allot.dev/gang-size";
+/// Set by the controller in the patch that lifts the gate: marks a member as released (its
+/// resources are reserved until it is bound), and survives controller restarts.
+pub const RELEASED_ANNOTATION: &str = "allot.dev/gang-released";
+pub const KUEUE_GROUP: &str = "kueue.x-k8s.io/pod-group-name";
+pub const KUEUE_TOTAL: &str = "kueue.x-k8s.io/pod-group-total-count";
+pub const COSCHEDULING_LABEL: &str = "scheduling.x-k8s.io/pod-group";
+
+const KUEUE_GATE: &str = "kueue.x-k8s.io/admission";
+const KUEUE_MANAGED: &str = "kueue.x-k8s.io/managed";
+const VOLCANO_GROUP: &str = "scheduling.k8s.io/group-name";
+const JOB_NAME: &str = "batch.kubernetes.io/job-name";
+const JOB_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
+const KUBEFLOW_JOB: &str = "training.kubeflow.org/job-name";
+const KUBEFLOW_ROLE: &str = "training.kubeflow.org/replica-type";
+
+/// Owner kinds whose gangs can be inferred (opt-in in a GangPolicy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize, serde::Serialize)]
+pub enum InferredKind {
+    /// An Indexed Job: one gang per Job, size = parallelism.
+    Job,
+    /// A JobSet: one gang per JobSet, size = Σ replicas × parallelism.
+    JobSet,
+    /// Kubeflow PyTorchJob/TFJob/XGBoostJob/JAXJob/PaddleJob: Σ replica counts.
+    KubeflowJob,
+    /// Kubeflow MPIJob: the workers (the launcher starts after them and is not a member).
+    MPIJob,
+}
+
+/// What membership needs to know about a Pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodFacts {
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// `(kind, name)` of owner references.
+    pub owners: Vec<(String, String)>,
+    pub node_name: Option<String>,
+    pub scheduler_name: Option<String>,
+    pub gates: Vec<String>,
+}
+
+fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
+    v.and_then(Value::as_object)
+        .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
+        .unwrap_or_default()
+}
+
+impl PodFacts {
+    /// From a Pod as JSON (admission, CLI).
+    pub fn from_json(pod: &Value) -> PodFacts {
+        let str_at = |p: &str| pod.pointer(p).and_then(Value::as_str).filter(|s| !s.is_empty()).map(String::from);
+        PodFacts {
+            labels: string_map(pod.pointer("/metadata/labels")),
+            annotations: string_map(pod.pointer("/metadata/annotations")),
+            owners: pod
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|o| Some((o.get("kind")?.as_str()?.to_string(), o.get("name")?.as_str()?.to_string())))
+                .collect(),
+            node_name: str_at("/spec/nodeName"),
+            scheduler_name: str_at("/spec/schedulerName"),
+            gates: pod
+                .pointer("/spec/schedulingGates")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|g| g.get("name").and_then(Value::as_str).map(String::from))
+                .collect(),
+        }
+    }
+
+    /// From a watched Pod (controller).
+    pub fn from_pod(pod: &k8s_openapi::api::core::v1::Pod) -> PodFacts {
+        let spec = pod.spec.as_ref();
+        PodFacts {
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            annotations: pod.metadata.annotations.clone().unwrap_or_default(),
+            owners: pod.metadata.owner_references.iter().flatten().map(|o| (o.kind.clone(), o.name.clone())).collect(),
+            node_name: spec.and_then(|s| s.node_name.clone()).filter(|s| !s.is_empty()),
+            scheduler_name: spec.and_then(|s| s.scheduler_name.clone()).filter(|s| !s.is_empty()),
+            gates: spec
+                .and_then(|s| s.scheduling_gates.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|g| g.name.clone())
+                .collect(),
+        }
+    }
+
+    fn label_or_annotation(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).or_else(|| self.annotations.get(key)).map(String::as_str).filter(|s| !s.is_empty())
+    }
+}
+
+/// Where a gang's membership comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    Explicit,
+    KueuePodGroup,
+    Coscheduling,
+    Inferred(InferredKind),
+}
+
+/// A Pod's gang.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    pub name: String,
+    /// Expected members; `None` when only the owner knows (inferred gangs) or the policy gives
+    /// no coscheduling size.
+    pub size: Option<u32>,
+    pub source: Source,
+}
+
+/// Why a Pod must never carry Allot's gate.
+pub fn never_gate(facts: &PodFacts) -> Option<&'static str> {
+    if facts.node_name.is_some() {
+        return Some("spec.nodeName is set (the pod is bound already)");
+    }
+    if facts.annotations.contains_key("kubernetes.io/config.mirror") {
+        return Some("mirror pod");
+    }
+    if facts.owners.iter().any(|(kind, _)| kind == "DaemonSet") {
+        return Some("DaemonSet pod");
+    }
+    if facts.gates.iter().any(|g| g == KUEUE_GATE) || facts.labels.get(KUEUE_MANAGED).is_some_and(|v| v == "true") {
+        return Some("managed by Kueue");
+    }
+    if facts.scheduler_name.as_deref() == Some("volcano") || facts.annotations.contains_key(VOLCANO_GROUP) {
+        return Some("managed by Volcano");
+    }
+    None
+}
+
+/// Parses a gang size: a positive integer.
+pub fn parse_size(key: &str, raw: &str) -> Result<u32, String> {
+    match raw.trim().parse::<u32>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{key} must be a positive integer, got {raw:?}")),
+    }
+}
+
+/// The gang of a Pod, first match wins; `Err` for invalid gang metadata. `infer` lists the
+/// owner kinds the matching GangPolicy opts into; `coscheduling_size` is its default size.
+pub fn membership(
+    facts: &PodFacts,
+    infer: &[InferredKind],
+    coscheduling_size: Option<u32>,
+) -> Result<Option<Membership>, String> {
+    if let Some(name) = facts.labels.get(NAME_LABEL).filter(|n| !n.is_empty()) {
+        let raw = facts
+            .annotations
+            .get(SIZE_ANNOTATION)
+            .ok_or_else(|| format!("label {NAME_LABEL}={name} needs the annotation {SIZE_ANNOTATION}"))?;
+        return Ok(Some(Membership {
+            name: name.clone(),
+            size: Some(parse_size(SIZE_ANNOTATION, raw)?),
+            source: Source::Explicit,
+        }));
+    }
+    if let Some(name) = facts.label_or_annotation(KUEUE_GROUP) {
+        let raw = facts
+            .annotations
+            .get(KUEUE_TOTAL)
+            .ok_or_else(|| format!("{KUEUE_GROUP}={name} needs the annotation {KUEUE_TOTAL}"))?;
+        return Ok(Some(Membership {
+            name: name.to_string(),
+            size: Some(parse_size(KUEUE_TOTAL, raw)?),
+            source: Source::KueuePodGroup,
+        }));
+    }
+    if let Some(name) = facts.labels.get(COSCHEDULING_LABEL).filter(|n| !n.is_empty()) {
+        return Ok(Some(Membership { name: name.clone(), size: coscheduling_size, source: Source::Coscheduling }));
+    }
+    Ok(infer_from_owner(facts, infer))
+}
+
+fn infer_from_owner(facts: &PodFacts, infer: &[InferredKind]) -> Option<Membership> {
+    let inferred = |kind, name: String| Some(Membership { name, size: None, source: Source::Inferred(kind) });
+    // JobSet pods are Job pods too: JobSet first.
+    if let Some(js) = facts.labels.get(JOBSET_NAME) {
+        return if infer.contains(&InferredKind::JobSet) {
+            inferred(InferredKind::JobSet, format!("jobset-{js}"))
+        } else {
+            None
+        };
+    }
+    if let Some(job) = facts.labels.get(KUBEFLOW_JOB) {
+        let mpi = facts.owners.iter().any(|(k, _)| k == "MPIJob");
+        if mpi {
+            let launcher = facts.labels.get(KUBEFLOW_ROLE).is_some_and(|r| r.eq_ignore_ascii_case("launcher"));
+            return if infer.contains(&InferredKind::MPIJob) && !launcher {
+                inferred(InferredKind::MPIJob, format!("mpijob-{job}"))
+            } else {
+                None
+            };
+        }
+        return if infer.contains(&InferredKind::KubeflowJob) {
+            inferred(InferredKind::KubeflowJob, format!("kubeflow-{job}"))
+        } else {
+            None
+        };
+    }
+    if let Some(job) = facts.labels.get(JOB_NAME) {
+        let indexed = facts.labels.contains_key(JOB_INDEX) || facts.annotations.contains_key(JOB_INDEX);
+        if indexed && infer.contains(&InferredKind::Job) && facts.owners.iter().any(|(k, _)| k == "Job") {
+            return inferred(InferredKind::Job, format!("job-{job}"));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn facts(meta: Value, spec: Value) -> PodFacts {
+        PodFacts::from_json(&json!({"metadata": meta, "spec": spec}))
+    }
+
+    #[test]
+    fn first_match_wins() {
+        let f = facts(
+            json!({"labels": {NAME_LABEL: "a", COSCHEDULING_LABEL: "b"}, "annotations": {SIZE_ANNOTATION: "4", KUEUE_GROUP: "c", KUEUE_TOTAL: "2"}}),
+            json!({}),
+        );
+        assert_eq!(
+            membership(&f, &[], None).unwrap(),
+            Some(Membership { name: "a".into(), size: Some(4), source: Source::Explicit })
+        );
+        let f = facts(
+            json!({"annotations": {KUEUE_GROUP: "c", KUEUE_TOTAL: "2"}, "labels": {COSCHEDULING_LABEL: "b"}}),
+            json!({}),
+        );
+        assert_eq!(membership(&f, &[], None).unwrap().unwrap().source, Source::KueuePodGroup);
+        let f = facts(json!({"labels": {COSCHEDULING_LABEL: "b"}}), json!({}));
+        assert_eq!(membership(&f, &[], Some(3)).unwrap().unwrap().size, Some(3));
+    }
+
+    #[test]
+    fn invalid_sizes_are_errors() {
+        for size in ["0", "-1", "two", "1.5", ""] {
+            let f = facts(json!({"labels": {NAME_LABEL: "a"}, "annotations": {SIZE_ANNOTATION: size}}), json!({}));
+            let err = membership(&f, &[], None).unwrap_err();
+            assert!(err.contains("positive integer"), "{size}: {err}");
+        }
+        let f = facts(json!({"labels": {NAME_LABEL: "a"}}), json!({}));
+        assert!(membership(&f, &[], None).unwrap_err().contains("needs the annotation"));
+    }
+
+    #[test]
+    fn inference_is_opt_in_per_kind() {
+        let job_pod = facts(
+            json!({"labels": {JOB_NAME: "train", JOB_INDEX: "0"}, "ownerReferences": [{"kind": "Job", "name": "train"}]}),
+            json!({}),
+        );
+        assert_eq!(membership(&job_pod, &[], None).unwrap(), None);
+        assert_eq!(membership(&job_pod, &[InferredKind::Job], None).unwrap().unwrap().name, "job-train");
+        let mpi_launcher = facts(
+            json!({"labels": {KUBEFLOW_JOB: "m", KUBEFLOW_ROLE: "launcher"}, "ownerReferences": [{"kind": "MPIJob", "name": "m"}]}),
+            json!({}),
+        );
+        assert_eq!(membership(&mpi_launcher, &[InferredKind::MPIJob], None).unwrap(), None);
+        let jobset_pod = facts(
+            json!({"labels": {JOBSET_NAME: "js", JOB_NAME: "js-w-0", JOB_INDEX: "0"}, "ownerReferences": [{"kind": "Job", "name": "js-w-0"}]}),
+            json!({}),
+        );
+        assert_eq!(
+            membership(&jobset_pod, &[InferredKind::Job, InferredKind::JobSet], None).unwrap().unwrap().name,
+            "jobset-js"
+        );
+        assert_eq!(
+            membership(&jobset_pod, &[InferredKind::Job], None).unwrap(),
+            None,
+            "a JobSet pod is not its Job's gang"
+        );
+    }
+
+    #[test]
+    fn pods_that_are_never_gated() {
+        assert!(never_gate(&facts(json!({}), json!({"nodeName": "n1"}))).is_some());
+        assert!(never_gate(&facts(json!({"annotations": {"kubernetes.io/config.mirror": "x"}}), json!({}))).is_some());
+        assert!(
+            never_gate(&facts(json!({"ownerReferences": [{"kind": "DaemonSet", "name": "d"}]}), json!({}))).is_some()
+        );
+        assert!(never_gate(&facts(json!({}), json!({"schedulingGates": [{"name": KUEUE_GATE}]}))).is_some());
+        assert!(never_gate(&facts(json!({}), json!({"schedulerName": "volcano"}))).is_some());
+        assert!(never_gate(&facts(json!({}), json!({"schedulerName": "default-scheduler"}))).is_none());
+    }
+}

@@ -1,0 +1,9 @@
+//! Gangs: Pods that must start together. Membership at admission ([`membership`]), the
+//! placement simulation ([`fit`]) and the controller's pure decision ([`decision`]).
+
+pub mod decision;
+pub mod fit;
+pub mod membership;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,256 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Taint, Toleration};
+use proptest::prelude::*;
+
+use super::decision::*;
+use super::fit::{NodeInfo, PodShape, node_admits};
+use crate::quantity::Quantity;
+use crate::resources::{ResourceList, ResourceMatcher};
+
+fn q(n: i64) -> Quantity {
+    Quantity::from_units(n)
+}
+
+fn node(name: &str, gpus: i64) -> NodeInfo {
+    NodeInfo {
+        name: name.into(),
+        labels: BTreeMap::from([("node-type".into(), "my-precious".into())]),
+        taints: vec![Taint { key: "nvidia.com/gpu".into(), effect: "NoSchedule".into(), ..Default::default() }],
+        unschedulable: false,
+        allocatable: BTreeMap::from([
+            ("nvidia.com/gpu".into(), q(gpus)),
+            ("cpu".into(), q(64)),
+            ("pods".into(), q(110)),
+        ]),
+    }
+}
+
+fn shape(gpus: i64) -> PodShape {
+    PodShape {
+        requests: BTreeMap::from([("nvidia.com/gpu".into(), q(gpus)), ("cpu".into(), q(1)), ("pods".into(), q(1))]),
+        tolerations: vec![Toleration {
+            key: Some("nvidia.com/gpu".into()),
+            operator: Some("Exists".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn gang(name: &str, expected: u32, present: u32, gpus: i64, priority: i32, created: i64) -> WaitingGang {
+    WaitingGang {
+        key: GangKey { namespace: "ml".into(), name: name.into() },
+        expected: Some(expected),
+        members: (0..present).map(|i| Member { name: format!("{name}-{i}"), shape: shape(gpus) }).collect(),
+        priority,
+        created,
+        starvation_after: None,
+    }
+}
+
+fn snapshot(nodes: Vec<NodeInfo>, gangs: Vec<WaitingGang>) -> Snapshot {
+    Snapshot { now: 1_000, nodes, gangs, accelerators: ResourceMatcher::new(["nvidia.com/gpu"]), ..Default::default() }
+}
+
+fn verdict_of<'a>(decisions: &'a [Decision], name: &str) -> &'a Decision {
+    decisions.iter().find(|d| d.gang.name == name).unwrap()
+}
+
+#[test]
+fn the_two_by_four_deadlock_cannot_happen() {
+    // 4 GPUs on 2 nodes; two gangs of 4 × 1 GPU, interleaved.
+    let s = snapshot(vec![node("n1", 2), node("n2", 2)], vec![gang("b", 4, 4, 1, 0, 20), gang("a", 4, 4, 1, 0, 10)]);
+    let d = decide(&s);
+    assert!(matches!(&verdict_of(&d, "a").verdict, Verdict::Release { placements } if placements.len() == 4));
+    let b = verdict_of(&d, "b");
+    assert_eq!(b.verdict, Verdict::DoesNotFit);
+    assert_eq!(b.message, "4/4 members present; needs 4 nvidia.com/gpu on any node, 0 free");
+}
+
+#[test]
+fn a_released_gang_keeps_its_reservation_until_bound() {
+    let mut s = snapshot(vec![node("n1", 2), node("n2", 2)], vec![gang("b", 4, 4, 1, 0, 20)]);
+    s.in_flight = vec![shape(1); 4];
+    assert_eq!(decide(&s)[0].verdict, Verdict::DoesNotFit);
+    // Once A's pods are bound, their usage counts as bound instead: still no room.
+    s.in_flight.clear();
+    s.bound = vec![("n1".into(), shape(2).requests), ("n2".into(), shape(2).requests)];
+    assert_eq!(decide(&s)[0].verdict, Verdict::DoesNotFit);
+    // A finished: B goes.
+    s.bound.clear();
+    assert!(matches!(decide(&s)[0].verdict, Verdict::Release { .. }));
+}
+
+#[test]
+fn incomplete_gangs_wait_and_say_why() {
+    let s = snapshot(vec![node("n1", 2), node("n2", 2)], vec![gang("a", 4, 3, 1, 0, 10)]);
+    let d = decide(&s);
+    assert_eq!(d[0].verdict, Verdict::Incomplete);
+    assert_eq!(d[0].message, "3/4 members present; needs 4 nvidia.com/gpu on any node, 4 free");
+    let mut unknown = gang("u", 4, 2, 1, 0, 10);
+    unknown.expected = None;
+    let d = decide(&snapshot(vec![node("n1", 8)], vec![unknown]));
+    assert_eq!(d[0].verdict, Verdict::Incomplete);
+    assert!(d[0].message.starts_with("2 members present, gang size not known yet"), "{}", d[0].message);
+}
+
+#[test]
+fn priority_then_age() {
+    let s = snapshot(vec![node("n1", 4)], vec![gang("old", 4, 4, 1, 0, 1), gang("urgent", 4, 4, 1, 100, 50)]);
+    let d = decide(&s);
+    assert_eq!(d[0].gang.name, "urgent");
+    assert!(matches!(d[0].verdict, Verdict::Release { .. }));
+    assert_eq!(d[1].verdict, Verdict::DoesNotFit);
+}
+
+#[test]
+fn members_spread_across_nodes_and_respect_per_node_capacity() {
+    // 9 GPUs free, but 2-GPU members fit 2 + 1 + 1 = 4 times: exactly the gang.
+    let s = snapshot(vec![node("n1", 4), node("n2", 3), node("n3", 2)], vec![gang("a", 4, 4, 2, 0, 1)]);
+    let d = decide(&s);
+    let Verdict::Release { placements } = &d[0].verdict else { panic!("{d:?}") };
+    let mut per_node: BTreeMap<&str, i64> = BTreeMap::new();
+    for (_, n) in placements {
+        *per_node.entry(n).or_default() += 2;
+    }
+    assert_eq!(per_node.values().sum::<i64>(), 8);
+    assert_eq!(per_node, BTreeMap::from([("n1", 4), ("n2", 2), ("n3", 2)]));
+    // With one GPU less on n1 the 8 free GPUs are fragmented: 3 members fit, so none is released.
+    let s = snapshot(vec![node("n1", 3), node("n2", 3), node("n3", 2)], vec![gang("a", 4, 4, 2, 0, 1)]);
+    assert_eq!(decide(&s)[0].verdict, Verdict::DoesNotFit);
+}
+
+#[test]
+fn selectors_taints_and_cordons_count() {
+    let mut cordoned = node("n1", 8);
+    cordoned.unschedulable = true;
+    let mut other_pool = node("n2", 8);
+    other_pool.labels.insert("node-type".into(), "cheap".into());
+    let mut g = gang("a", 2, 2, 1, 0, 1);
+    for m in &mut g.members {
+        m.shape.node_selector.insert("node-type".into(), "my-precious".into());
+    }
+    let d = decide(&snapshot(vec![cordoned, other_pool], vec![g.clone()]));
+    assert_eq!(d[0].verdict, Verdict::DoesNotFit);
+    assert_eq!(
+        d[0].message,
+        "2/2 members present; needs 2 nvidia.com/gpu on nodes matching node-type=my-precious, 0 free"
+    );
+    // Without the toleration the tainted pool is out of reach too.
+    for m in &mut g.members {
+        m.shape.tolerations.clear();
+    }
+    assert_eq!(decide(&snapshot(vec![node("n3", 8)], vec![g])).first().unwrap().verdict, Verdict::DoesNotFit);
+}
+
+#[test]
+fn backfill_until_the_big_gang_starves() {
+    let big = gang("big", 2, 2, 4, 0, 0); // needs 8, only 4 free
+    let small = gang("small", 2, 2, 1, 0, 500);
+    let mut s = snapshot(vec![node("n1", 4)], vec![big.clone(), small.clone()]);
+    let d = decide(&s);
+    assert_eq!(verdict_of(&d, "big").verdict, Verdict::DoesNotFit);
+    assert!(matches!(verdict_of(&d, "small").verdict, Verdict::Release { .. }), "backfill");
+
+    let mut starving = big;
+    starving.starvation_after = Some(600);
+    s.gangs = vec![starving, small];
+    let d = decide(&s);
+    assert_eq!(
+        verdict_of(&d, "small").verdict,
+        Verdict::Blocked { by: GangKey { namespace: "ml".into(), name: "big".into() } }
+    );
+    assert!(verdict_of(&d, "small").message.contains("waiting behind higher-priority gang ml/big"));
+}
+
+fn arb_nodes() -> impl Strategy<Value = Vec<NodeInfo>> {
+    prop::collection::vec((0i64..9, any::<bool>(), any::<bool>()), 1..8).prop_map(|specs| {
+        specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (gpus, cordoned, cheap))| {
+                let mut n = node(&format!("n{i}"), gpus);
+                n.unschedulable = cordoned;
+                if cheap {
+                    n.labels.insert("node-type".into(), "cheap".into());
+                }
+                n
+            })
+            .collect()
+    })
+}
+
+fn arb_gangs() -> impl Strategy<Value = Vec<WaitingGang>> {
+    prop::collection::vec((1u32..6, 0u32..6, 0i64..4, -1i32..2, 0i64..100, any::<bool>()), 0..8).prop_map(|specs| {
+        specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (expected, present, gpus, priority, created, selector))| {
+                let mut g = gang(&format!("g{i}"), expected, present.min(expected + 1), gpus, priority, created);
+                if selector {
+                    for m in &mut g.members {
+                        m.shape.node_selector.insert("node-type".into(), "my-precious".into());
+                    }
+                }
+                g
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn never_overcommits_never_releases_partial_gangs_and_is_deterministic(
+        nodes in arb_nodes(),
+        gangs in arb_gangs(),
+        bound_gpus in prop::collection::vec(0i64..3, 0..4),
+    ) {
+        let mut s = snapshot(nodes.clone(), gangs.clone());
+        s.bound = bound_gpus.iter().enumerate().map(|(i, g)| (nodes[i % nodes.len()].name.clone(), shape(*g).requests)).collect();
+        let d = decide(&s);
+        prop_assert_eq!(d.len(), gangs.len());
+
+        let mut used: BTreeMap<String, ResourceList> = BTreeMap::new();
+        let add = |used: &mut BTreeMap<String, ResourceList>, node: &str, r: &ResourceList| {
+            let slot = used.entry(node.to_string()).or_default();
+            for (k, v) in r {
+                let e = slot.entry(k.clone()).or_default();
+                *e = e.saturating_add(*v);
+            }
+        };
+        for (node, r) in &s.bound {
+            add(&mut used, node, r);
+        }
+        for decision in &d {
+            if let Verdict::Release { placements } = &decision.verdict {
+                let gang = gangs.iter().find(|g| g.key == decision.gang).unwrap();
+                prop_assert!(gang.members.len() >= gang.expected.unwrap() as usize, "released an incomplete gang");
+                prop_assert_eq!(placements.len(), gang.members.len());
+                for (member, node_name) in placements {
+                    let m = gang.members.iter().find(|m| &m.name == member).unwrap();
+                    let n = nodes.iter().find(|n| &n.name == node_name).unwrap();
+                    prop_assert!(node_admits(n, &m.shape), "placed on a node that does not admit it");
+                    add(&mut used, node_name, &m.shape.requests);
+                }
+            }
+        }
+        for n in &nodes {
+            // Bound pods may already exceed a node (they are facts); releases must not add to it.
+            let bound_only: i64 = s.bound.iter().filter(|(b, _)| b == &n.name).map(|(_, r)| r["nvidia.com/gpu"].ceil_units()).sum();
+            let total = used.get(&n.name).and_then(|u| u.get("nvidia.com/gpu")).map_or(0, |q| q.ceil_units());
+            let cap = n.allocatable["nvidia.com/gpu"].ceil_units();
+            prop_assert!(total <= cap.max(bound_only), "node {} over-committed: {} > {}", n.name, total, cap);
+            if total > bound_only {
+                prop_assert!(total <= cap);
+            }
+        }
+
+        // Deterministic, whatever order the gangs come in.
+        let mut reversed = s.clone();
+        reversed.gangs.reverse();
+        prop_assert_eq!(decide(&reversed), d);
+    }
+}
