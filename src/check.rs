@@ -146,8 +146,41 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 /// Core kinds that live in no namespace.
 const CLUSTER_SCOPED_CORE_KINDS: &[&str] = &["Namespace", "Node", "PersistentVolume"];
 
+/// The gang members among the manifests — as the mutating webhook will have left them — so
+/// members that disagree are caught in one run, as the server catches them from its Pod watch.
+fn gang_directory(engine: &Engine<'_>, manifests: &[Manifest]) -> crate::gang::directory::StaticGangs {
+    let mutated: Vec<(&str, Value)> = manifests
+        .iter()
+        .filter(|m| group_kind(&m.object) == ("", "Pod"))
+        .map(|m| {
+            let namespace =
+                m.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(DEFAULT_NAMESPACE);
+            let request = create_request(m, "", "Pod", namespace);
+            let patch = engine.mutate(&request).patch;
+            (namespace, crate::patch::apply(&m.object, &patch).unwrap_or_else(|_| m.object.clone()))
+        })
+        .collect();
+    crate::gang::directory::StaticGangs::from_pods(mutated.iter().map(|(ns, pod)| (*ns, pod)))
+}
+
+fn create_request<'m>(m: &'m Manifest, group: &'m str, kind: &'m str, namespace: &'m str) -> Request<'m> {
+    Request {
+        operation: RequestOperation::Create,
+        group,
+        kind,
+        namespace,
+        object: &m.object,
+        old_object: None,
+        dry_run: true,
+        username: "allot-check",
+        groups: &[],
+    }
+}
+
 /// Runs the engine on every manifest.
 pub fn run(engine: &Engine<'_>, manifests: &[Manifest]) -> Report {
+    let gangs = gang_directory(engine, manifests);
+    let engine = engine.with_gangs(&gangs);
     let mut results = Vec::with_capacity(manifests.len());
     let mut summary = Summary::default();
     for m in manifests {
@@ -157,17 +190,7 @@ pub fn run(engine: &Engine<'_>, manifests: &[Manifest]) -> Report {
         } else {
             m.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(DEFAULT_NAMESPACE)
         };
-        let request = Request {
-            operation: RequestOperation::Create,
-            group,
-            kind,
-            namespace,
-            object: &m.object,
-            old_object: None,
-            dry_run: true,
-            username: "allot-check",
-            groups: &[],
-        };
+        let request = create_request(m, group, kind, namespace);
         let admission = engine.admit(&request);
         let report = object_report(m, &admission, namespace);
         summary.objects += 1;
@@ -193,7 +216,12 @@ fn object_report(m: &Manifest, a: &Admission, namespace: &str) -> ObjectReport {
         .unwrap_or("")
         .to_string();
     let mut findings = a.mutation.findings.clone();
-    findings.extend(a.validation.findings.iter().cloned());
+    // Both phases check some things (gang metadata): report each finding once.
+    for f in &a.validation.findings {
+        if !findings.contains(f) {
+            findings.push(f.clone());
+        }
+    }
     let mut notes = a.mutation.notes.clone();
     for n in &a.validation.notes {
         if !notes.contains(n) {

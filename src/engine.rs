@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::expression::{Bindings, json_to_cel};
 use crate::finding::{Finding, any_denied};
+use crate::gang::directory::{GangDirectory, NoGangs};
 use crate::mutate::{self, PodContext};
 use crate::namespaces::{NamespaceLabels, TeamLookup, team_of};
 use crate::patch::{self, PatchOp};
@@ -96,16 +97,26 @@ impl Admission {
     }
 }
 
-/// The engine: a policy set and a namespace-label source.
+/// The engine: a policy set, a namespace-label source and what is known of existing gangs.
+#[derive(Clone, Copy)]
 pub struct Engine<'a> {
     pub policies: &'a PolicySet,
     pub namespaces: &'a dyn NamespaceLabels,
+    pub gangs: &'a dyn GangDirectory,
 }
 
 impl<'a> Engine<'a> {
-    /// Creates an engine over a policy set.
+    /// Creates an engine over a policy set, knowing no other gang members.
     pub fn new(policies: &'a PolicySet, namespaces: &'a dyn NamespaceLabels) -> Self {
-        Engine { policies, namespaces }
+        Engine { policies, namespaces, gangs: &NoGangs }
+    }
+
+    /// The same engine, checking gang members against `gangs`.
+    pub fn with_gangs<'g>(self, gangs: &'g dyn GangDirectory) -> Engine<'g>
+    where
+        'a: 'g,
+    {
+        Engine { gangs, ..self }
     }
 
     fn team(&self, namespace: &str, notes: &mut Vec<String>) -> TeamLookup<'a> {
@@ -175,6 +186,7 @@ impl<'a> Engine<'a> {
             // label edits and our own gate removal on pods admitted under older policies.
             if !(is_pod && operation == Operation::Update) {
                 out.findings.extend(validate::check_pod(self.policies, &view, &team));
+                out.findings.extend(validate::check_gang(self.policies, &view, req.namespace, &team, self.gangs));
             }
             let target = Target {
                 operation,

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::expression::Bindings;
 use crate::finding::Finding;
+use crate::gang::membership::{GATE, PodFacts, membership, never_gate};
 use crate::namespaces::TeamLookup;
 use crate::patch::{Builder, PatchOp};
 use crate::policy::{Action, AppliesTo, OnConflict, Placement, PolicySet, TaintEffect, Toleration, TolerationOperator};
@@ -31,8 +32,15 @@ pub struct PodContext<'a> {
     pub bindings: &'a dyn Fn() -> Bindings,
 }
 
-const SPEC_FIELDS: &[&str] =
-    &["tolerations", "nodeSelector", "affinity", "priorityClassName", "priority", "preemptionPolicy"];
+const SPEC_FIELDS: &[&str] = &[
+    "tolerations",
+    "nodeSelector",
+    "affinity",
+    "priorityClassName",
+    "priority",
+    "preemptionPolicy",
+    "schedulingGates",
+];
 
 /// Computes the patch for a Pod (`pod` is the whole Pod object; `base` the pointer of its spec,
 /// `/spec` for a Pod).
@@ -57,6 +65,7 @@ pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_
         apply_placement(placement, &mut builder, &spec_path, &mut out);
     }
     apply_default_priority(policies, ctx, &mut builder, &mut out);
+    apply_gang_gate(policies, pod, ctx, &mut builder, &mut out);
     out.ops = builder.into_ops();
     out
 }
@@ -251,6 +260,39 @@ fn effect_name(effect: TaintEffect) -> &'static str {
     }
 }
 
+/// Gang members get Allot's scheduling gate at CREATE (gates can only be set then); the
+/// controller lifts it when the whole gang fits.
+fn apply_gang_gate(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, builder: &mut Builder, out: &mut Mutation) {
+    let facts = PodFacts::from_json(pod);
+    let policy = policies.gang_policy(ctx.namespace, ctx.team.team.map(|t| t.name.as_str()));
+    let gang = match membership(&facts, &policy.infer, policy.coscheduling_size) {
+        Ok(Some(gang)) => gang,
+        Ok(None) => return,
+        Err(message) => {
+            out.findings.push(Finding {
+                rule: "gang/metadata".into(),
+                action: Action::Deny,
+                path: "metadata".into(),
+                message,
+            });
+            return;
+        }
+    };
+    if never_gate(&facts).is_some() {
+        return;
+    }
+    let gated = builder
+        .get(&["schedulingGates"])
+        .and_then(Value::as_array)
+        .is_some_and(|gates| gates.iter().any(|g| g.get("name").and_then(Value::as_str) == Some(GATE)));
+    if gated {
+        return;
+    }
+    builder.push(&["schedulingGates"], serde_json::json!({ "name": GATE }));
+    let size = gang.size.map_or_else(|| "size from its owner".to_string(), |n| format!("{n} members"));
+    out.changes.push(format!("gang {} ({size}): scheduling gate {GATE}", gang.name));
+}
+
 /// The class a pod in this team gets when it asks for none.
 pub fn default_class<'p>(policies: &'p PolicySet, team: &TeamLookup<'p>) -> Option<&'p str> {
     team.team.and_then(|t| t.priority.default.as_deref()).or(policies.priority.default.as_deref())
@@ -308,7 +350,8 @@ mod tests {
         assert!(!covers(&json!({"key": "amd.com/gpu", "operator": "Exists"}), &gpu));
         // Equal with a value does not cover Exists (other values of the taint would not match).
         assert!(!covers(&json!({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}), &gpu));
-        let equal = Toleration { operator: Some(TolerationOperator::Equal), value: Some("present".into()), ..gpu.clone() };
+        let equal =
+            Toleration { operator: Some(TolerationOperator::Equal), value: Some("present".into()), ..gpu.clone() };
         assert!(covers(&json!({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}), &equal));
         assert!(covers(&json!({"key": "nvidia.com/gpu", "operator": "Exists"}), &equal));
         // A bounded NoExecute toleration does not cover an unbounded one.

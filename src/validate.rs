@@ -7,6 +7,8 @@ use serde_json::Value;
 
 use crate::expression::Bindings;
 use crate::finding::Finding;
+use crate::gang::directory::{GangDirectory, Peer, disagreement};
+use crate::gang::membership::{PodFacts, membership};
 use crate::namespaces::TeamLookup;
 use crate::policy::{Action, KindMatch, Operation, PolicySet, Rule};
 use crate::resources::{self, ContainerResources, accelerators_only};
@@ -137,6 +139,29 @@ pub fn check_pod(policies: &PolicySet, view: &PodView, team: &TeamLookup<'_>) ->
 
 fn accel_path(path: &str, accel: &resources::ResourceMatcher) -> bool {
     path.rsplit_once('[').and_then(|(_, n)| n.strip_suffix(']')).is_some_and(|n| accel.matches(n))
+}
+
+/// Gang metadata: a valid size, and (for Pods) agreement with the members that exist.
+pub fn check_gang(
+    policies: &PolicySet,
+    view: &PodView,
+    namespace: &str,
+    team: &TeamLookup<'_>,
+    directory: &dyn GangDirectory,
+) -> Option<Finding> {
+    let policy = policies.gang_policy(namespace, team.team.map(|t| t.name.as_str()));
+    let path = if view.path.is_empty() { "metadata".to_string() } else { format!("{}.metadata", view.path) };
+    let deny =
+        |rule: &str, message: String| Finding { rule: rule.into(), action: Action::Deny, path: path.clone(), message };
+    match membership(&PodFacts::from_json(&view.pod), &policy.infer, policy.coscheduling_size) {
+        Err(message) => Some(deny("gang/metadata", message)),
+        Ok(Some(gang)) if view.path.is_empty() => {
+            let me = Peer::of(&view.pod, &gang);
+            disagreement(&format!("{namespace}/{}", gang.name), &me, &directory.peers(namespace, &gang.name))
+                .map(|m| deny("gang/consistency", m))
+        }
+        Ok(_) => None,
+    }
 }
 
 fn check_priority_class(policies: &PolicySet, view: &PodView, team: &TeamLookup<'_>) -> Option<Finding> {

@@ -441,7 +441,11 @@ mod properties {
                 json!([{"operator": "Exists"}]),
                 json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}]),
             ])),
-            prop::option::of(prop::sample::select(vec![json!({}), json!({"node-type": "cheap"}), json!({"other": "x"})])),
+            prop::option::of(prop::sample::select(vec![
+                json!({}),
+                json!({"node-type": "cheap"}),
+                json!({"other": "x"}),
+            ])),
             prop::option::of(prop::sample::select(vec!["low-priority", "high-priority", ""])),
             prop::bool::ANY,
             prop::option::of(prop::sample::select(vec![
@@ -471,7 +475,13 @@ mod properties {
                     spec["priority"] = json!(0);
                     spec["preemptionPolicy"] = json!("PreemptLowerPriority");
                 }
-                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "vision"}, "spec": spec})
+                let mut metadata = json!({"name": "p", "namespace": "vision"});
+                if with_priority {
+                    // Reuse the flag to vary gang membership too.
+                    metadata["labels"] = json!({"allot.dev/gang-name": "g"});
+                    metadata["annotations"] = json!({"allot.dev/gang-size": "2"});
+                }
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
             })
     }
 
@@ -603,4 +613,122 @@ fn team_label_selectors_use_namespace_labels() {
     });
     assert!(outcome.findings.iter().any(|f| f.rule == "team/priority-class"), "{:?}", outcome.findings);
     assert!(outcome.notes.is_empty(), "{:?}", outcome.notes);
+}
+
+mod gangs {
+    use super::*;
+
+    fn gate_ops(response: &Value) -> Vec<Value> {
+        patch_of(response)
+            .map(|p| serde_json::to_value(&p).unwrap().as_array().unwrap().clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|op| op["path"].as_str().unwrap().starts_with("/spec/schedulingGates"))
+            .collect()
+    }
+
+    #[test]
+    fn a_gang_member_is_gated_once() {
+        let policies = shipped();
+        // Fixture 018 was captured with the gate already set: nothing to add.
+        let review = fixture("018-mutate-create-pod-gated-worker-0.json");
+        assert!(gate_ops(&answer(&policies, &review, Phase::Mutate)).is_empty());
+        // Without it, the gate is added, and the pod parses with it.
+        let mut object = review["request"]["object"].clone();
+        object["spec"].as_object_mut().unwrap().remove("schedulingGates");
+        let review = with_object(&review, object.clone());
+        let response = answer(&policies, &review, Phase::Mutate);
+        assert_eq!(
+            gate_ops(&response),
+            vec![json!({"op": "add", "path": "/spec/schedulingGates", "value": [{"name": "allot.dev/gang"}]})]
+        );
+        let pod: Pod = serde_json::from_value(apply(&object, &patch_of(&response).unwrap())).unwrap();
+        assert_eq!(pod.spec.unwrap().scheduling_gates.unwrap()[0].name, "allot.dev/gang");
+        // Other gates are kept, ours appended.
+        object["spec"]["schedulingGates"] = json!([{"name": "example.com/other"}]);
+        let response = answer(&policies, &with_object(&review, object), Phase::Mutate);
+        assert_eq!(
+            gate_ops(&response),
+            vec![json!({"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": "allot.dev/gang"}})]
+        );
+    }
+
+    #[test]
+    fn kueue_pod_groups_migrate_unchanged_and_kueue_managed_pods_are_left_alone() {
+        let policies = shipped();
+        let mut object = fixture("012-mutate-create-pod-plain-cpu-pod.json")["request"]["object"].clone();
+        object["metadata"]["labels"] = json!({"kueue.x-k8s.io/pod-group-name": "pg"});
+        object["metadata"]["annotations"] = json!({"kueue.x-k8s.io/pod-group-total-count": "3"});
+        let review = with_object(&fixture("012-mutate-create-pod-plain-cpu-pod.json"), object.clone());
+        assert_eq!(gate_ops(&answer(&policies, &review, Phase::Mutate)).len(), 1);
+        object["spec"]["schedulingGates"] = json!([{"name": "kueue.x-k8s.io/admission"}]);
+        let review = with_object(&review, object);
+        assert!(gate_ops(&answer(&policies, &review, Phase::Mutate)).is_empty(), "Kueue owns this pod");
+    }
+
+    #[test]
+    fn bound_pods_are_never_gated_and_bad_sizes_are_denied() {
+        let policies = shipped();
+        let review = fixture("018-mutate-create-pod-gated-worker-0.json");
+        let mut object = review["request"]["object"].clone();
+        object["spec"].as_object_mut().unwrap().remove("schedulingGates");
+        object["spec"]["nodeName"] = json!("gpu-node-1");
+        assert!(gate_ops(&answer(&policies, &with_object(&review, object.clone()), Phase::Mutate)).is_empty());
+
+        object["spec"].as_object_mut().unwrap().remove("nodeName");
+        object["metadata"]["annotations"]["allot.dev/gang-size"] = json!("zero");
+        for phase in [Phase::Mutate, Phase::Validate] {
+            let response = answer(&policies, &with_object(&review, object.clone()), phase);
+            assert_eq!(response["allowed"], false);
+            let message = response["status"]["message"].as_str().unwrap();
+            assert!(
+                message
+                    .contains("[gang/metadata] metadata: allot.dev/gang-size must be a positive integer, got \"zero\""),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_job_template_with_bad_gang_metadata_is_denied_at_apply() {
+        let policies = shipped();
+        let mut review = fixture("009-validate-create-job-gang-a.json");
+        assert_eq!(answer(&policies, &review, Phase::Validate)["allowed"], true);
+        review["request"]["object"]["spec"]["template"]["metadata"]["annotations"]["allot.dev/gang-size"] = json!("-4");
+        let response = answer(&policies, &review, Phase::Validate);
+        assert_eq!(response["allowed"], false);
+        assert!(
+            response["status"]["message"].as_str().unwrap().contains("spec.template.metadata: allot.dev/gang-size")
+        );
+    }
+
+    #[test]
+    fn members_must_agree_with_existing_members() {
+        let policies = shipped();
+        let review = fixture("019-validate-create-pod-gated-worker-0.json");
+        let peer = |size: u32, class: &str| allot::gang::directory::Peer {
+            pod: "gated-worker-1".into(),
+            size: Some(size),
+            priority_class: Some(class.into()),
+            scheduler_name: Some("default-scheduler".into()),
+        };
+        let agree = allot::gang::directory::StaticGangs(
+            [(("vision".to_string(), "gang-b".to_string()), vec![peer(2, "low-priority")])].into_iter().collect(),
+        );
+        let disagree = allot::gang::directory::StaticGangs(
+            [(("vision".to_string(), "gang-b".to_string()), vec![peer(3, "low-priority")])].into_iter().collect(),
+        );
+        let body = serde_json::to_vec(&review).unwrap();
+        let engine = Engine::new(&policies, &NoNamespaces).with_gangs(&agree);
+        assert!(admission::review(&body, Phase::Validate, &engine).unwrap().allowed);
+        let engine = Engine::new(&policies, &NoNamespaces).with_gangs(&disagree);
+        let answer = admission::review(&body, Phase::Validate, &engine).unwrap();
+        assert!(!answer.allowed);
+        let f = &answer.outcome.findings[0];
+        assert_eq!(f.rule, "gang/consistency");
+        assert_eq!(
+            f.message,
+            "gang vision/gang-b: this pod has size 2, member gated-worker-1 has 3; all members of a gang must agree"
+        );
+    }
 }

@@ -2,6 +2,7 @@
 //! placement simulation ([`fit`]) and the controller's pure decision ([`decision`]).
 
 pub mod decision;
+pub mod directory;
 pub mod fit;
 pub mod membership;
 

@@ -81,6 +81,43 @@ pub struct Placement {
     pub when: Option<Expression>,
 }
 
+/// A compiled `GangPolicy`, or the defaults when none matches.
+#[derive(Debug, Clone)]
+pub struct GangPolicy {
+    pub name: String,
+    pub namespaces: NameGlobs,
+    pub teams: Vec<String>,
+    pub infer: Vec<crate::gang::membership::InferredKind>,
+    pub coscheduling_size: Option<u32>,
+    pub assembly_timeout: std::time::Duration,
+    pub on_timeout: OnTimeout,
+    pub starvation_after: std::time::Duration,
+}
+
+impl Default for GangPolicy {
+    fn default() -> Self {
+        GangPolicy {
+            name: String::new(),
+            namespaces: NameGlobs::default(),
+            teams: Vec::new(),
+            infer: Vec::new(),
+            coscheduling_size: None,
+            assembly_timeout: DEFAULT_ASSEMBLY_TIMEOUT,
+            on_timeout: OnTimeout::Warn,
+            starvation_after: DEFAULT_STARVATION,
+        }
+    }
+}
+
+/// Default time for a gang's members to all exist.
+pub const DEFAULT_ASSEMBLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+/// Default wait after which a gang that does not fit stops backfill past it.
+pub const DEFAULT_STARVATION: std::time::Duration = std::time::Duration::from_secs(1800);
+
+fn parse_duration(raw: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(raw).map_err(|e| format!("invalid duration {raw:?} ({e}); write e.g. 90s, 10m, 1h"))
+}
+
 /// Which objects a `Rule` sees.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KindMatch {
@@ -126,6 +163,7 @@ pub struct PolicySet {
     pub teams: Vec<Team>,
     pub placements: Vec<Placement>,
     pub rules: Vec<Rule>,
+    pub gang_policies: Vec<GangPolicy>,
     pub env: Environment,
     /// Short hash of every file's path and content: equal on replicas serving the same policies.
     pub version: String,
@@ -238,6 +276,7 @@ enum Doc {
     Team(TeamSpec),
     Placement(PlacementSpec),
     Rule(RuleSpec),
+    GangPolicy(GangPolicySpec),
 }
 
 /// Compiles policy sources into a set, or returns every error found.
@@ -268,6 +307,7 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
     let mut team_specs = Vec::new();
     let mut placement_specs = Vec::new();
     let mut rule_specs = Vec::new();
+    let mut gang_specs = Vec::new();
     let mut seen: HashSet<(&'static str, String)> = HashSet::new();
     for (location, meta, doc) in docs {
         let kind = match &doc {
@@ -275,6 +315,7 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
             Doc::Team(_) => "Team",
             Doc::Placement(_) => "Placement",
             Doc::Rule(_) => "Rule",
+            Doc::GangPolicy(_) => "GangPolicy",
         };
         if !seen.insert((kind, meta.name.clone())) {
             errors.push(format!("{location}: metadata.name: a {kind} named {:?} is already defined", meta.name));
@@ -290,6 +331,7 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
             Doc::Team(spec) => team_specs.push((location, meta.name, spec)),
             Doc::Placement(spec) => placement_specs.push((location, meta.name, spec)),
             Doc::Rule(spec) => rule_specs.push((location, meta.name, spec)),
+            Doc::GangPolicy(spec) => gang_specs.push((location, meta.name, spec)),
         }
     }
     let cluster = cluster.map(|(_, spec)| spec).unwrap_or_default();
@@ -401,6 +443,37 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
         }
     }
 
+    let mut gang_policies = Vec::new();
+    for (location, name, spec) in gang_specs {
+        check_teams(&location, &spec.scope.teams, &mut errors);
+        if spec.coscheduling_size == Some(0) {
+            errors.push(format!("{location}: spec.coschedulingSize: must be a positive integer"));
+        }
+        let duration = |field: &str, raw: &Option<String>, default, errors: &mut Vec<String>| match raw {
+            None => default,
+            Some(r) => parse_duration(r).unwrap_or_else(|e| {
+                errors.push(format!("{location}: spec.{field}: {e}"));
+                default
+            }),
+        };
+        let assembly_timeout =
+            duration("assemblyTimeout", &spec.assembly_timeout, DEFAULT_ASSEMBLY_TIMEOUT, &mut errors);
+        let starvation_after = duration("starvationTimeout", &spec.starvation_timeout, DEFAULT_STARVATION, &mut errors);
+        match NameGlobs::compile(&spec.scope.namespaces) {
+            Ok(namespaces) => gang_policies.push(GangPolicy {
+                name,
+                namespaces,
+                teams: spec.scope.teams,
+                infer: spec.infer,
+                coscheduling_size: spec.coscheduling_size,
+                assembly_timeout,
+                on_timeout: spec.on_timeout,
+                starvation_after,
+            }),
+            Err(e) => errors.push(format!("{location}: spec.match.namespaces: {e}")),
+        }
+    }
+
     if !errors.is_empty() {
         return Err(LoadErrors(errors));
     }
@@ -415,6 +488,7 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
         teams,
         placements,
         rules,
+        gang_policies,
         version: version_of(sources),
         files: sources.iter().map(|s| PathBuf::from(&s.name)).collect(),
     })
@@ -437,14 +511,28 @@ fn decode_doc(value: Value) -> Result<(Metadata, Doc), String> {
         "Team" => Doc::Team(decode(spec, "spec")?),
         "Placement" => Doc::Placement(decode(spec, "spec")?),
         "Rule" => Doc::Rule(decode(spec, "spec")?),
+        "GangPolicy" => Doc::GangPolicy(decode(spec, "spec")?),
         other => {
-            return Err(format!("kind: unknown kind {other:?}; expected one of Cluster, Team, Placement, Rule"));
+            return Err(format!(
+                "kind: unknown kind {other:?}; expected one of Cluster, Team, Placement, Rule, GangPolicy"
+            ));
         }
     };
     Ok((envelope.metadata, doc))
 }
 
 impl PolicySet {
+    /// The first GangPolicy whose scope matches, or the defaults.
+    pub fn gang_policy(&self, namespace: &str, team: Option<&str>) -> std::borrow::Cow<'_, GangPolicy> {
+        self.gang_policies
+            .iter()
+            .find(|g| {
+                g.namespaces.matches_or_empty(namespace)
+                    && (g.teams.is_empty() || team.is_some_and(|t| g.teams.iter().any(|x| x == t)))
+            })
+            .map_or_else(|| std::borrow::Cow::Owned(GangPolicy::default()), std::borrow::Cow::Borrowed)
+    }
+
     /// Counts of each kind, for logs and `/readyz`.
     pub fn summary(&self) -> BTreeMap<&'static str, usize> {
         BTreeMap::from([

@@ -294,6 +294,36 @@ pub enum NodeSelectorOperator {
     Lt,
 }
 
+/// What the gang controller does when a gang has not assembled in time.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, Default, PartialEq, Eq)]
+pub enum OnTimeout {
+    /// A Warning Event and condition on every member; the gang keeps waiting.
+    #[default]
+    Warn,
+    /// Delete every member (their controllers recreate them; bare Pods are gone for good).
+    Fail,
+}
+
+/// `kind: GangPolicy` — how gangs in some namespaces are found and waited for.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GangPolicySpec {
+    #[serde(default, rename = "match")]
+    pub scope: Scope,
+    /// Owner kinds whose Pods form a gang without any label (opt-in).
+    #[serde(default)]
+    pub infer: Vec<crate::gang::membership::InferredKind>,
+    /// Size of coscheduling pod groups (`scheduling.x-k8s.io/pod-group`).
+    pub coscheduling_size: Option<u32>,
+    /// How long members may take to all exist (e.g. `10m`).
+    pub assembly_timeout: Option<String>,
+    #[serde(default)]
+    pub on_timeout: OnTimeout,
+    /// After waiting this long without fitting, a gang stops later gangs from backfilling past
+    /// it (e.g. `30m`; `0s` = strict order).
+    pub starvation_timeout: Option<String>,
+}
+
 /// Operations a Rule runs on.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "UPPERCASE")]

@@ -1,0 +1,93 @@
+//! What admission knows about a gang's other members, to deny a Pod whose gang metadata
+//! disagrees with theirs (size, priority class, scheduler). The server fills it from the
+//! controller's Pod watch; `allot check` from the manifests of the same run.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::membership::{Membership, PodFacts, membership};
+
+/// One existing member, as far as consistency checks care.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub pod: String,
+    pub size: Option<u32>,
+    pub priority_class: Option<String>,
+    pub scheduler_name: Option<String>,
+}
+
+impl Peer {
+    /// The peer summary of a Pod (JSON) in `gang`.
+    pub fn of(pod: &Value, gang: &Membership) -> Peer {
+        let text = |p: &str| pod.pointer(p).and_then(Value::as_str).filter(|s| !s.is_empty()).map(String::from);
+        Peer {
+            pod: text("/metadata/name").unwrap_or_default(),
+            size: gang.size,
+            priority_class: text("/spec/priorityClassName"),
+            scheduler_name: text("/spec/schedulerName"),
+        }
+    }
+}
+
+/// Lookup of a gang's existing members.
+pub trait GangDirectory: Send + Sync {
+    /// Members of gang `name` in `namespace` known so far.
+    fn peers(&self, namespace: &str, name: &str) -> Vec<Peer>;
+}
+
+/// No knowledge of other members.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoGangs;
+
+impl GangDirectory for NoGangs {
+    fn peers(&self, _: &str, _: &str) -> Vec<Peer> {
+        Vec::new()
+    }
+}
+
+/// A fixed directory (the Pods of one `allot check` run).
+#[derive(Debug, Default, Clone)]
+pub struct StaticGangs(pub HashMap<(String, String), Vec<Peer>>);
+
+impl StaticGangs {
+    /// Indexes the explicit, Kueue and coscheduling members among `pods` (namespace, Pod JSON).
+    pub fn from_pods<'a>(pods: impl IntoIterator<Item = (&'a str, &'a Value)>) -> StaticGangs {
+        let mut map: HashMap<(String, String), Vec<Peer>> = HashMap::new();
+        for (namespace, pod) in pods {
+            if let Ok(Some(gang)) = membership(&PodFacts::from_json(pod), &[], None) {
+                map.entry((namespace.to_string(), gang.name.clone())).or_default().push(Peer::of(pod, &gang));
+            }
+        }
+        StaticGangs(map)
+    }
+}
+
+impl GangDirectory for StaticGangs {
+    fn peers(&self, namespace: &str, name: &str) -> Vec<Peer> {
+        self.0.get(&(namespace.to_string(), name.to_string())).cloned().unwrap_or_default()
+    }
+}
+
+/// The first disagreement between `me` and the other members, as a denial message.
+pub fn disagreement(gang: &str, me: &Peer, peers: &[Peer]) -> Option<String> {
+    for p in peers.iter().filter(|p| p.pod != me.pod) {
+        let checks: [(&str, Option<String>, Option<String>); 3] = [
+            ("size", me.size.map(|s| s.to_string()), p.size.map(|s| s.to_string())),
+            ("priorityClassName", me.priority_class.clone(), p.priority_class.clone()),
+            ("schedulerName", me.scheduler_name.clone(), p.scheduler_name.clone()),
+        ];
+        for (field, mine, theirs) in checks {
+            if mine != theirs {
+                let show = |v: Option<String>| v.unwrap_or_else(|| "(unset)".into());
+                return Some(format!(
+                    "gang {gang}: this pod has {field} {}, member {} has {}; all members of a gang must agree",
+                    show(mine),
+                    p.pod,
+                    show(theirs)
+                ));
+            }
+        }
+    }
+    None
+}
