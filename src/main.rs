@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use allot::check;
 use allot::engine::Engine;
+use allot::gang::controller::ControllerConfig;
 use allot::namespaces::{self, NamespaceLabels, NoNamespaces};
 use allot::server::{self, ServeConfig};
 use allot::webhooks::{self, Endpoint, WebhookOptions};
@@ -67,9 +68,22 @@ enum Command {
         /// Grace period for in-flight requests on SIGTERM, in seconds.
         #[arg(long, default_value_t = 10)]
         shutdown_grace_secs: u64,
-        /// Do not watch Namespaces (Team label selectors then cannot match).
+        /// Do not use the Kubernetes API: no Namespace watch (Team label selectors cannot
+        /// match) and no gang controller.
+        #[arg(long, alias = "no-namespace-watch")]
+        no_kube: bool,
+        /// Do not run the gang controller on this replica.
         #[arg(long)]
-        no_namespace_watch: bool,
+        no_gang_controller: bool,
+        /// Namespace of the gang controller's leader-election Lease.
+        #[arg(long, env = "POD_NAMESPACE", default_value = "allot-system")]
+        lease_namespace: String,
+        /// This replica's name in the Lease (default: the host name).
+        #[arg(long, env = "POD_NAME")]
+        identity: Option<String>,
+        /// Full re-evaluation of waiting gangs even without events, in seconds.
+        #[arg(long, default_value_t = 30)]
+        resync_secs: u64,
     },
     /// Dry-run manifests against policies, as the webhooks would (exit 0 admitted, 1 denied, 2 error).
     Check {
@@ -156,8 +170,22 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             request_timeout_ms,
             reload_interval_secs,
             shutdown_grace_secs,
-            no_namespace_watch,
+            no_kube,
+            no_gang_controller,
+            lease_namespace,
+            identity,
+            resync_secs,
         } => {
+            let identity = identity
+                .or_else(|| std::env::var("HOSTNAME").ok())
+                .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()))
+                .unwrap_or_else(|| format!("allot-{}", std::process::id()));
+            let gang_controller = (!no_gang_controller).then(|| ControllerConfig {
+                lease_namespace,
+                lease_name: "allot-gang-controller".into(),
+                identity,
+                resync: Duration::from_secs(resync_secs.max(1)),
+            });
             let config = ServeConfig {
                 policies,
                 tls_cert,
@@ -168,7 +196,8 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 request_timeout: Duration::from_millis(request_timeout_ms),
                 reload_interval: Duration::from_secs(reload_interval_secs.max(1)),
                 shutdown_grace: Duration::from_secs(shutdown_grace_secs),
-                watch_namespaces: !no_namespace_watch,
+                use_kube: !no_kube,
+                gang_controller,
             };
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             runtime.block_on(server::run(config))?;

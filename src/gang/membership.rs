@@ -231,6 +231,33 @@ fn infer_from_owner(facts: &PodFacts, infer: &[InferredKind]) -> Option<Membersh
     None
 }
 
+/// The number of Pods an owner object runs at once: its gang size.
+///
+/// Job: `parallelism`. JobSet: Σ `replicas` × `parallelism`. Kubeflow jobs: Σ replica counts of
+/// every `*ReplicaSpecs` entry. MPIJob: the Worker replicas (the launcher is not a member).
+pub fn owner_size(kind: InferredKind, owner: &Value) -> Option<u32> {
+    let int = |v: Option<&Value>, default: u64| v.and_then(Value::as_u64).unwrap_or(default);
+    let spec = owner.get("spec")?;
+    let total = match kind {
+        InferredKind::Job => int(spec.get("parallelism"), 1),
+        InferredKind::JobSet => spec
+            .get("replicatedJobs")?
+            .as_array()?
+            .iter()
+            .map(|rj| int(rj.get("replicas"), 1) * int(rj.pointer("/template/spec/parallelism"), 1))
+            .sum(),
+        InferredKind::MPIJob => int(spec.pointer("/mpiReplicaSpecs/Worker/replicas"), 1),
+        InferredKind::KubeflowJob => spec
+            .as_object()?
+            .iter()
+            .filter(|(k, _)| k.ends_with("ReplicaSpecs"))
+            .flat_map(|(_, specs)| specs.as_object().into_iter().flatten())
+            .map(|(_, rs)| int(rs.get("replicas"), 1))
+            .sum(),
+    };
+    u32::try_from(total).ok().filter(|n| *n > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,6 +323,21 @@ mod tests {
             None,
             "a JobSet pod is not its Job's gang"
         );
+    }
+
+    #[test]
+    fn owner_sizes() {
+        assert_eq!(owner_size(InferredKind::Job, &json!({"spec": {"parallelism": 4}})), Some(4));
+        assert_eq!(owner_size(InferredKind::Job, &json!({"spec": {"parallelism": 0}})), None);
+        let js = json!({"spec": {"replicatedJobs": [
+            {"replicas": 2, "template": {"spec": {"parallelism": 4}}},
+            {"template": {"spec": {}}}
+        ]}});
+        assert_eq!(owner_size(InferredKind::JobSet, &js), Some(9));
+        let pt = json!({"spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": 3}}, "runPolicy": {}}});
+        assert_eq!(owner_size(InferredKind::KubeflowJob, &pt), Some(4));
+        let mpi = json!({"spec": {"mpiReplicaSpecs": {"Launcher": {"replicas": 1}, "Worker": {"replicas": 8}}}});
+        assert_eq!(owner_size(InferredKind::MPIJob, &mpi), Some(8));
     }
 
     #[test]

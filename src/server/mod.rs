@@ -31,6 +31,8 @@ use tower_http::timeout::TimeoutLayer;
 use crate::admission::{self, Phase};
 use crate::engine::Engine;
 use crate::error::Error;
+use crate::gang::directory::{GangDirectory, NoGangs};
+use crate::gang::state::ClusterState;
 use crate::namespaces::{NamespaceLabels, NoNamespaces};
 use crate::policy::{self, Action, PolicySet};
 use metrics::{DecisionLabels, Metrics, RequestLabels, WebhookLabels};
@@ -49,14 +51,19 @@ pub struct ServeConfig {
     pub reload_interval: Duration,
     /// How long in-flight requests may take to finish on SIGTERM.
     pub shutdown_grace: Duration,
-    /// Watch Namespaces for their labels (Team selectors) when a kubeconfig is available.
-    pub watch_namespaces: bool,
+    /// Use the Kubernetes API when a kubeconfig or in-cluster config is available: the
+    /// Namespace watch (Team selectors) and the gang controller.
+    pub use_kube: bool,
+    /// Run the gang controller (leader-elected) when the API is available.
+    pub gang_controller: Option<crate::gang::controller::ControllerConfig>,
 }
 
 /// The state requests read: swapped whole on reload, never locked on the hot path.
 pub struct AppState {
-    pub policies: ArcSwap<PolicySet>,
+    pub policies: Arc<ArcSwap<PolicySet>>,
     pub namespaces: Arc<dyn NamespaceLabels>,
+    /// Existing gang members, from the controller's Pod watch.
+    pub gangs: Arc<dyn GangDirectory>,
     pub metrics: Metrics,
     /// The last reload error, shown on `/readyz` while the last good set stays in force.
     pub last_reload_error: ArcSwap<Option<String>>,
@@ -66,11 +73,21 @@ pub struct AppState {
 impl AppState {
     /// State over a loaded policy set.
     pub fn new(policies: PolicySet, namespaces: Arc<dyn NamespaceLabels>) -> Arc<AppState> {
+        AppState::with_gangs(policies, namespaces, Arc::new(NoGangs))
+    }
+
+    /// State whose admission checks gang members against `gangs`.
+    pub fn with_gangs(
+        policies: PolicySet,
+        namespaces: Arc<dyn NamespaceLabels>,
+        gangs: Arc<dyn GangDirectory>,
+    ) -> Arc<AppState> {
         let metrics = Metrics::new();
         metrics.set_policy_version(&policies.version);
         Arc::new(AppState {
-            policies: ArcSwap::from_pointee(policies),
+            policies: Arc::new(ArcSwap::from_pointee(policies)),
             namespaces,
+            gangs,
             metrics,
             last_reload_error: ArcSwap::from_pointee(None),
             shutting_down: AtomicBool::new(false),
@@ -112,7 +129,7 @@ fn answer(state: &AppState, phase: Phase, body: &[u8]) -> Response {
     let started = Instant::now();
     let webhook = phase.label();
     let policies = state.policies.load();
-    let engine = Engine::new(&policies, state.namespaces.as_ref());
+    let engine = Engine::new(&policies, state.namespaces.as_ref()).with_gangs(state.gangs.as_ref());
     let response = match admission::review(body, phase, &engine) {
         Ok(answer) => {
             let result = match (answer.allowed, answer.mutated) {
@@ -185,9 +202,23 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     let tls = tls::server_config(&config.tls_cert, &config.tls_key)?;
     let rustls = axum_server::tls_rustls::RustlsConfig::from_config(tls);
 
-    let namespaces: Arc<dyn NamespaceLabels> =
-        if config.watch_namespaces { reload::watch_namespaces().await } else { Arc::new(NoNamespaces) };
-    let state = AppState::new(policies, namespaces);
+    let client = if config.use_kube { reload::kube_client().await } else { None };
+    let namespaces: Arc<dyn NamespaceLabels> = match &client {
+        Some(c) => reload::watch_namespaces(c.clone()),
+        None => Arc::new(NoNamespaces),
+    };
+    let cluster = Arc::new(ClusterState::default());
+    let state = AppState::with_gangs(policies, namespaces, cluster.clone());
+    match (&client, &config.gang_controller) {
+        (Some(c), Some(controller)) => {
+            tracing::info!(lease = %controller.lease_name, namespace = %controller.lease_namespace, identity = %controller.identity, "starting the gang controller");
+            crate::gang::controller::spawn(c.clone(), cluster, state.policies.clone(), controller.clone());
+        }
+        (None, Some(_)) => {
+            tracing::warn!("no Kubernetes API: the gang controller is not running; gated pods stay gated")
+        }
+        _ => {}
+    }
 
     let app = router(state.clone(), config.max_body_bytes, config.request_timeout);
     let handle = axum_server::Handle::new();
@@ -223,13 +254,16 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     shutdown_signal().await;
     tracing::info!("shutting down: refusing new connections, closing idle ones");
     state.shutting_down.store(true, Ordering::Relaxed);
+    let deadline = tokio::time::Instant::now() + config.shutdown_grace;
     // Graceful shutdown closes idle keep-alive connections at once (kubernetes#127335) and
     // lets in-flight requests finish within the grace period.
     handle.graceful_shutdown(Some(config.shutdown_grace));
     let _ = stop_metrics.send(());
     reloader.abort();
     let _ = server.await;
-    let _ = metrics_server.await;
+    // axum's graceful shutdown has no deadline of its own: a metrics client stuck mid-request
+    // would keep the process alive until SIGKILL. It gets the same grace period.
+    let _ = tokio::time::timeout_at(deadline, metrics_server).await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use super::metrics::ResultLabels;
 use super::{AppState, ServeConfig, tls};
-use crate::namespaces::{Labels, NamespaceLabels, NoNamespaces};
+use crate::namespaces::{Labels, NamespaceLabels};
 use crate::policy;
 
 /// Starts the reload task.
@@ -165,23 +165,28 @@ impl NamespaceLabels for WatchedNamespaces {
     }
 }
 
-/// Starts a Namespace watch when a kubeconfig or in-cluster config is available; otherwise
-/// Team label selectors cannot be evaluated (and evaluation notes say so).
-pub async fn watch_namespaces() -> Arc<dyn NamespaceLabels> {
+/// A Kubernetes client from the kubeconfig or in-cluster config, if there is one.
+pub async fn kube_client() -> Option<kube::Client> {
+    match tokio::time::timeout(Duration::from_secs(5), kube::Client::try_default()).await {
+        Ok(Ok(client)) => Some(client),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "no Kubernetes API: Team namespace selectors cannot be evaluated, no gang controller");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(
+                "Kubernetes client setup timed out: Team namespace selectors cannot be evaluated, no gang controller"
+            );
+            None
+        }
+    }
+}
+
+/// Starts a Namespace watch; its labels are what Team selectors match.
+pub fn watch_namespaces(client: kube::Client) -> Arc<dyn NamespaceLabels> {
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-    let client = match tokio::time::timeout(Duration::from_secs(5), kube::Client::try_default()).await {
-        Ok(Ok(client)) => client,
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "no Kubernetes client; Team namespace selectors cannot be evaluated");
-            return Arc::new(NoNamespaces);
-        }
-        Err(_) => {
-            tracing::warn!("Kubernetes client setup timed out; Team namespace selectors cannot be evaluated");
-            return Arc::new(NoNamespaces);
-        }
-    };
     let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
     let (reader, writer) = reflector::store();
     let stream = reflector(writer, watcher(api, watcher::Config::default())).default_backoff().applied_objects();

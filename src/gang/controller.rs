@@ -1,0 +1,280 @@
+//! The gang controller inside `allot serve`: watches Pods and Nodes into a [`ClusterState`],
+//! and — on the replica holding the `allot-gang-controller` Lease — runs the pure decision and
+//! carries out its actions: lift gates, explain on every member, enforce assembly timeouts.
+//!
+//! Restart-safe: all state comes from the API (gates, gang metadata, the
+//! `allot.dev/gang-released` annotation), so a new leader rebuilds it from a list and releases
+//! nothing twice; a periodic resync covers missed events.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+
+use super::decision::GangKey;
+use super::membership::{GATE, InferredKind, RELEASED_ANNOTATION};
+use super::state::{Action, CONDITION, ClusterState, PodRecord, node_info, plan};
+use crate::patch::escape;
+use crate::policy::PolicySet;
+
+/// Settings of the controller.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    pub lease_namespace: String,
+    pub lease_name: String,
+    pub identity: String,
+    /// Full re-evaluation even without events.
+    pub resync: Duration,
+}
+
+/// Starts the watches and the control loop; returns at once.
+pub fn spawn(
+    client: kube::Client,
+    state: Arc<ClusterState>,
+    policies: Arc<ArcSwap<PolicySet>>,
+    config: ControllerConfig,
+) {
+    tokio::spawn(watch_pods(client.clone(), state.clone(), policies.clone()));
+    tokio::spawn(watch_nodes(client.clone(), state.clone()));
+    tokio::spawn(control_loop(client, state, policies, config));
+}
+
+async fn watch_pods(client: kube::Client, state: Arc<ClusterState>, policies: Arc<ArcSwap<PolicySet>>) {
+    let api: Api<Pod> = Api::all(client);
+    let mut buffer: Vec<PodRecord> = Vec::new();
+    let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    while let Some(event) = stream.next().await {
+        let p = policies.load();
+        match event {
+            Ok(watcher::Event::Init) => buffer.clear(),
+            Ok(watcher::Event::InitApply(pod)) => buffer.extend(PodRecord::from_pod(&pod, &p)),
+            Ok(watcher::Event::InitDone) => state.replace_pods(std::mem::take(&mut buffer)),
+            Ok(watcher::Event::Apply(pod)) => {
+                if let Some(r) = PodRecord::from_pod(&pod, &p) {
+                    state.upsert_pod(r);
+                }
+            }
+            Ok(watcher::Event::Delete(pod)) => {
+                if let (Some(ns), Some(name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref()) {
+                    state.remove_pod(ns, name);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "pod watch error; retrying"),
+        }
+    }
+}
+
+async fn watch_nodes(client: kube::Client, state: Arc<ClusterState>) {
+    let api: Api<Node> = Api::all(client);
+    let mut buffer = Vec::new();
+    let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Init) => buffer.clear(),
+            Ok(watcher::Event::InitApply(node)) => buffer.extend(node_info(&node)),
+            Ok(watcher::Event::InitDone) => state.replace_nodes(std::mem::take(&mut buffer)),
+            Ok(watcher::Event::Apply(node)) => {
+                if let Some(n) = node_info(&node) {
+                    state.upsert_node(n);
+                }
+            }
+            Ok(watcher::Event::Delete(node)) => {
+                if let Some(name) = node.metadata.name.as_deref() {
+                    state.remove_node(name);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "node watch error; retrying"),
+        }
+    }
+}
+
+async fn control_loop(
+    client: kube::Client,
+    state: Arc<ClusterState>,
+    policies: Arc<ArcSwap<PolicySet>>,
+    config: ControllerConfig,
+) {
+    let leader = match kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &config.lease_name)
+        .with_namespace(&config.lease_namespace)
+        .with_identity(&config.identity)
+        .with_duration(15)
+        .with_grace(5)
+        .build()
+        .await
+    {
+        Ok(manager) => {
+            // The lease task keeps running (detached) while the channel lives.
+            let (channel, task) = manager.watch().await;
+            drop(task);
+            channel
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot set up leader election; the gang controller does not run on this replica");
+            return;
+        }
+    };
+    let recorder =
+        Recorder::new(client.clone(), Reporter { controller: "allot".into(), instance: Some(config.identity.clone()) });
+    let mut explained: HashMap<GangKey, String> = HashMap::new();
+    let mut seen_generation = u64::MAX;
+    let mut last_full = tokio::time::Instant::now();
+    let mut was_leader = false;
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let is_leader = *leader.borrow();
+        if is_leader != was_leader {
+            tracing::info!(leader = is_leader, identity = %config.identity, "gang controller leadership changed");
+            was_leader = is_leader;
+            explained.clear();
+            seen_generation = u64::MAX;
+        }
+        if !is_leader {
+            continue;
+        }
+        let generation = state.generation();
+        let resync = last_full.elapsed() >= config.resync;
+        if generation == seen_generation && !resync {
+            continue;
+        }
+        if resync {
+            last_full = tokio::time::Instant::now();
+            explained.clear();
+        }
+        resolve_owner_sizes(&client, &state).await;
+        seen_generation = state.generation();
+        let p = policies.load();
+        let now = unix_now();
+        let (snapshot, facts) = state.snapshot(&p, now);
+        let actions = plan(&snapshot, &facts, &mut explained);
+        execute(&client, &recorder, &state, actions).await;
+    }
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Reads the size of inferred gangs from their owners (elastic owners are re-read on every
+/// pass, so a changed `parallelism` is followed, never a stale size).
+async fn resolve_owner_sizes(client: &kube::Client, state: &ClusterState) {
+    for (namespace, gang, owner) in state.owners_to_resolve() {
+        let (group, version) = match owner.kind {
+            InferredKind::Job => ("batch", "v1"),
+            InferredKind::JobSet => ("jobset.x-k8s.io", "v1alpha2"),
+            InferredKind::MPIJob => ("kubeflow.org", "v2beta1"),
+            InferredKind::KubeflowJob => ("kubeflow.org", "v1"),
+        };
+        let gvk = GroupVersionKind::gvk(group, version, &owner.api_kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, &format!("{}s", owner.api_kind.to_lowercase()));
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
+        match api.get_opt(&owner.name).await {
+            Ok(Some(obj)) => match super::membership::owner_size(owner.kind, &obj.data) {
+                Some(size) => state.set_owner_size(&namespace, &gang, size),
+                None => tracing::warn!(%namespace, %gang, owner = %owner.name, "owner declares no usable size"),
+            },
+            Ok(None) => tracing::debug!(%namespace, %gang, owner = %owner.name, "owner not found (yet)"),
+            Err(e) => tracing::warn!(%namespace, %gang, owner = %owner.name, error = %e, "cannot read gang owner"),
+        }
+    }
+}
+
+fn is_status(e: &kube::Error, codes: &[u16]) -> bool {
+    matches!(e, kube::Error::Api(s) if codes.contains(&s.code))
+}
+
+/// The JSON Patch that lifts Allot's gate and only Allot's gate: `test` guards the index, so a
+/// concurrent change of the gate list makes the patch fail instead of removing another gate.
+pub fn release_patch(gate_index: usize, has_annotations: bool, released_at: &str) -> Value {
+    let mut ops = vec![
+        json!({"op": "test", "path": format!("/spec/schedulingGates/{gate_index}/name"), "value": GATE}),
+        json!({"op": "remove", "path": format!("/spec/schedulingGates/{gate_index}")}),
+    ];
+    ops.push(if has_annotations {
+        json!({"op": "add", "path": format!("/metadata/annotations/{}", escape(RELEASED_ANNOTATION)), "value": released_at})
+    } else {
+        json!({"op": "add", "path": "/metadata/annotations", "value": {RELEASED_ANNOTATION: released_at}})
+    });
+    Value::Array(ops)
+}
+
+async fn execute(client: &kube::Client, recorder: &Recorder, state: &ClusterState, actions: Vec<Action>) {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    for action in actions {
+        match action {
+            Action::Release { namespace, pod, gate_index, has_annotations, node } => {
+                let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+                let patch: json_patch::Patch =
+                    match serde_json::from_value(release_patch(gate_index, has_annotations, &now)) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            tracing::error!(error = %e, "internal: release patch does not parse");
+                            continue;
+                        }
+                    };
+                match api.patch(&pod, &PatchParams::default(), &Patch::Json::<()>(patch)).await {
+                    Ok(_) => {
+                        state.mark_released(&namespace, std::slice::from_ref(&pod));
+                        tracing::info!(%namespace, %pod, simulated_node = %node, "released gang member");
+                    }
+                    Err(e) if is_status(&e, &[404]) => tracing::debug!(%namespace, %pod, "member gone before release"),
+                    Err(e) if is_status(&e, &[409, 422]) => {
+                        tracing::info!(%namespace, %pod, error = %e, "gate list changed; retrying on the next pass")
+                    }
+                    Err(e) => tracing::warn!(%namespace, %pod, error = %e, "release failed; retrying on the next pass"),
+                }
+            }
+            Action::Explain { namespace, pod, ready, reason, message, warning } => {
+                let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+                let condition = json!({"status": {"conditions": [{
+                    "type": CONDITION,
+                    "status": if ready { "True" } else { "False" },
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": now,
+                }]}});
+                if let Err(e) = api.patch_status(&pod, &PatchParams::default(), &Patch::Strategic(condition)).await
+                    && !is_status(&e, &[404])
+                {
+                    tracing::warn!(%namespace, %pod, error = %e, "cannot set the gang condition");
+                }
+                publish(recorder, &namespace, &pod, warning, reason, &message).await;
+            }
+            Action::Delete { namespace, pod, reason } => {
+                publish(recorder, &namespace, &pod, true, "AssemblyTimeout", &reason).await;
+                let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+                match api.delete(&pod, &DeleteParams::default()).await {
+                    Ok(_) => tracing::warn!(%namespace, %pod, %reason, "deleted gang member after assembly timeout"),
+                    Err(e) if is_status(&e, &[404]) => {}
+                    Err(e) => tracing::warn!(%namespace, %pod, error = %e, "cannot delete gang member"),
+                }
+            }
+        }
+    }
+}
+
+async fn publish(recorder: &Recorder, namespace: &str, pod: &str, warning: bool, reason: &str, message: &str) {
+    let reference = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(pod.into()),
+        namespace: Some(namespace.into()),
+        ..Default::default()
+    };
+    let event = Event {
+        type_: if warning { EventType::Warning } else { EventType::Normal },
+        reason: reason.into(),
+        note: Some(message.chars().take(1000).collect()),
+        action: "GangScheduling".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &reference).await {
+        tracing::debug!(%namespace, %pod, error = %e, "cannot publish event");
+    }
+}

@@ -1,0 +1,505 @@
+//! What the gang controller keeps of the cluster, and the pure steps around the decision:
+//! building a [`Snapshot`] from that state and turning decisions into [`Action`]s.
+//!
+//! Only what scheduling needs is kept per Pod (a [`PodRecord`] of a few hundred bytes, not the
+//! whole object), so 100k Pods stay far under 200 MB. Everything here can be rebuilt from the
+//! API at any time: gates, gang labels and the `allot.dev/gang-released` annotation are the
+//! only state, and they live on the Pods.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::RwLock;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use super::decision::{GangKey, Member, Snapshot, Verdict, WaitingGang, decide};
+use super::directory::{GangDirectory, Peer};
+use super::fit::{NodeInfo, PodShape};
+use super::membership::{GATE, InferredKind, PodFacts, RELEASED_ANNOTATION, Source, membership};
+use crate::policy::{OnTimeout, PolicySet};
+use crate::quantity::Quantity;
+use crate::resources;
+
+/// A Pod's gang, as the controller tracks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GangRef {
+    pub name: String,
+    /// From the Pod's own metadata; inferred gangs get theirs from the owner.
+    pub size: Option<u32>,
+    /// For inferred gangs: the owner to read the size from.
+    pub owner: Option<Owner>,
+}
+
+/// What the controller keeps of one Pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodRecord {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub node_name: Option<String>,
+    /// Succeeded, Failed, or being deleted: holds nothing for the future.
+    pub finished: bool,
+    pub shape: PodShape,
+    pub gang: Option<GangRef>,
+    /// Index of Allot's gate in `spec.schedulingGates`, if present.
+    pub gate_index: Option<usize>,
+    /// Other gates (Kueue's, …): a member that still has them is not ours to release yet.
+    pub foreign_gates: bool,
+    pub released: bool,
+    pub has_annotations: bool,
+    pub priority: i32,
+    pub priority_class: Option<String>,
+    pub scheduler_name: Option<String>,
+    /// Creation time, seconds since the epoch.
+    pub created: i64,
+}
+
+/// The shape of a Pod (effective requests + `pods: 1`, selector, required affinity, tolerations).
+pub fn shape_of(pod: &Pod) -> PodShape {
+    let Some(spec) = pod.spec.as_ref() else { return PodShape::default() };
+    let mut requests = serde_json::to_value(spec).map(|v| resources::pod_requests(&v)).unwrap_or_default();
+    requests.insert("pods".into(), Quantity::from_units(1));
+    PodShape {
+        requests,
+        node_selector: spec.node_selector.clone().unwrap_or_default(),
+        affinity: spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+            .map(|r| r.node_selector_terms.clone()),
+        tolerations: spec.tolerations.clone().unwrap_or_default(),
+    }
+}
+
+impl PodRecord {
+    /// Extracts a record; `policies` decide inference and coscheduling sizes.
+    pub fn from_pod(pod: &Pod, policies: &PolicySet) -> Option<PodRecord> {
+        let namespace = pod.metadata.namespace.clone()?;
+        let name = pod.metadata.name.clone()?;
+        let facts = PodFacts::from_pod(pod);
+        let policy = policies.gang_policy(&namespace, None);
+        let gang = match membership(&facts, &policy.infer, policy.coscheduling_size) {
+            // Bound and foreign-managed members keep their gang: they count towards its quorum.
+            Ok(Some(m)) => Some(GangRef {
+                owner: match m.source {
+                    Source::Inferred(kind) => owner_of(&facts, kind),
+                    _ => None,
+                },
+                name: m.name,
+                size: m.size,
+            }),
+            _ => None,
+        };
+        let spec = pod.spec.as_ref();
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        Some(PodRecord {
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            node_name: facts.node_name.clone(),
+            finished: matches!(phase, Some("Succeeded" | "Failed")) || pod.metadata.deletion_timestamp.is_some(),
+            shape: shape_of(pod),
+            gate_index: facts.gates.iter().position(|g| g == GATE),
+            foreign_gates: facts.gates.iter().any(|g| g != GATE),
+            released: facts.annotations.contains_key(RELEASED_ANNOTATION),
+            has_annotations: pod.metadata.annotations.is_some(),
+            priority: spec.and_then(|s| s.priority).unwrap_or(0),
+            priority_class: spec.and_then(|s| s.priority_class_name.clone()),
+            scheduler_name: spec.and_then(|s| s.scheduler_name.clone()),
+            created: pod.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),
+            gang,
+            namespace,
+            name,
+        })
+    }
+
+    fn key(&self) -> (String, String) {
+        (self.namespace.clone(), self.name.clone())
+    }
+}
+
+/// The object an inferred gang takes its size from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Owner {
+    pub kind: InferredKind,
+    /// The owner's Kubernetes kind (`Job`, `JobSet`, `PyTorchJob`, …).
+    pub api_kind: String,
+    pub name: String,
+}
+
+/// The JobSet for JobSet pods (their direct owner is a Job), otherwise the direct owner.
+fn owner_of(facts: &PodFacts, kind: InferredKind) -> Option<Owner> {
+    if kind == InferredKind::JobSet {
+        let name = facts.labels.get("jobset.sigs.k8s.io/jobset-name")?.clone();
+        return Some(Owner { kind, api_kind: "JobSet".into(), name });
+    }
+    let (api_kind, name) = facts.owners.first()?.clone();
+    Some(Owner { kind, api_kind, name })
+}
+
+/// What the controller knows of a Node.
+pub fn node_info(node: &Node) -> Option<NodeInfo> {
+    let name = node.metadata.name.clone()?;
+    let spec = node.spec.as_ref();
+    let allocatable = node
+        .status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .map(|a| a.iter().filter_map(|(k, v)| Quantity::parse(&v.0).ok().map(|q| (k.clone(), q))).collect())
+        .unwrap_or_default();
+    Some(NodeInfo {
+        name,
+        labels: node.metadata.labels.clone().unwrap_or_default(),
+        taints: spec.and_then(|s| s.taints.clone()).unwrap_or_default(),
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        allocatable,
+    })
+}
+
+/// The controller's view of the cluster. Shared with admission (as a [`GangDirectory`]).
+#[derive(Debug, Default)]
+pub struct ClusterState {
+    inner: RwLock<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    pods: HashMap<(String, String), PodRecord>,
+    /// (namespace, gang) → member pod names
+    gangs: HashMap<(String, String), BTreeSet<String>>,
+    nodes: BTreeMap<String, NodeInfo>,
+    /// Sizes of inferred gangs, read from their owners.
+    owner_sizes: HashMap<(String, String), u32>,
+    /// Bumped on every change, so the loop knows when to look again.
+    generation: u64,
+}
+
+impl Inner {
+    fn unindex(&mut self, key: &(String, String)) {
+        if let Some(old) = self.pods.remove(key)
+            && let Some(g) = &old.gang
+        {
+            let gk = (old.namespace.clone(), g.name.clone());
+            if let Some(set) = self.gangs.get_mut(&gk) {
+                set.remove(&old.name);
+                if set.is_empty() {
+                    self.gangs.remove(&gk);
+                }
+            }
+        }
+    }
+
+    fn index(&mut self, record: PodRecord) {
+        let key = record.key();
+        self.unindex(&key);
+        if let Some(g) = &record.gang {
+            self.gangs.entry((record.namespace.clone(), g.name.clone())).or_default().insert(record.name.clone());
+        }
+        self.pods.insert(key, record);
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|e| e.into_inner())
+}
+
+impl ClusterState {
+    /// Adds or replaces a Pod.
+    pub fn upsert_pod(&self, record: PodRecord) {
+        let mut inner = write(&self.inner);
+        inner.index(record);
+        inner.generation += 1;
+    }
+
+    /// Forgets a Pod.
+    pub fn remove_pod(&self, namespace: &str, name: &str) {
+        let mut inner = write(&self.inner);
+        inner.unindex(&(namespace.to_string(), name.to_string()));
+        inner.generation += 1;
+    }
+
+    /// Replaces every Pod (after a watch (re)list).
+    pub fn replace_pods(&self, records: Vec<PodRecord>) {
+        let mut inner = write(&self.inner);
+        inner.pods.clear();
+        inner.gangs.clear();
+        for r in records {
+            inner.index(r);
+        }
+        inner.generation += 1;
+    }
+
+    /// Adds or replaces a Node.
+    pub fn upsert_node(&self, node: NodeInfo) {
+        let mut inner = write(&self.inner);
+        inner.nodes.insert(node.name.clone(), node);
+        inner.generation += 1;
+    }
+
+    /// Forgets a Node.
+    pub fn remove_node(&self, name: &str) {
+        let mut inner = write(&self.inner);
+        inner.nodes.remove(name);
+        inner.generation += 1;
+    }
+
+    /// Replaces every Node.
+    pub fn replace_nodes(&self, nodes: Vec<NodeInfo>) {
+        let mut inner = write(&self.inner);
+        inner.nodes = nodes.into_iter().map(|n| (n.name.clone(), n)).collect();
+        inner.generation += 1;
+    }
+
+    /// Records the size an inferred gang's owner declares.
+    pub fn set_owner_size(&self, namespace: &str, gang: &str, size: u32) {
+        let mut inner = write(&self.inner);
+        if inner.owner_sizes.insert((namespace.to_string(), gang.to_string()), size) != Some(size) {
+            inner.generation += 1;
+        }
+    }
+
+    /// Marks members released locally, before the API confirms, so the next pass already counts
+    /// their reservation.
+    pub fn mark_released(&self, namespace: &str, names: &[String]) {
+        let mut inner = write(&self.inner);
+        for n in names {
+            if let Some(p) = inner.pods.get_mut(&(namespace.to_string(), n.clone())) {
+                p.gate_index = None;
+                p.released = true;
+            }
+        }
+        inner.generation += 1;
+    }
+
+    /// A counter that changes whenever the state does.
+    pub fn generation(&self) -> u64 {
+        read(&self.inner).generation
+    }
+
+    /// Counts for logs and metrics: (pods, nodes, gated members).
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let inner = read(&self.inner);
+        (inner.pods.len(), inner.nodes.len(), inner.pods.values().filter(|p| p.gate_index.is_some()).count())
+    }
+
+    /// Inferred gangs whose owner size is needed: (namespace, gang, owner).
+    pub fn owners_to_resolve(&self) -> Vec<(String, String, Owner)> {
+        let inner = read(&self.inner);
+        let mut out: Vec<_> = inner
+            .pods
+            .values()
+            .filter(|p| p.gate_index.is_some())
+            .filter_map(|p| {
+                let g = p.gang.as_ref()?;
+                Some((p.namespace.clone(), g.name.clone(), g.owner.clone()?))
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The snapshot the decision runs on, plus what actions need to know of each gang.
+    pub fn snapshot(&self, policies: &PolicySet, now: i64) -> (Snapshot, HashMap<GangKey, GangFacts>) {
+        let inner = read(&self.inner);
+        let mut bound = Vec::new();
+        let mut in_flight = Vec::new();
+        let mut waiting: BTreeMap<GangKey, WaitingGang> = BTreeMap::new();
+        let mut facts: HashMap<GangKey, GangFacts> = HashMap::new();
+        for p in inner.pods.values() {
+            if p.finished {
+                continue;
+            }
+            if let Some(node) = &p.node_name {
+                bound.push((node.clone(), p.shape.requests.clone()));
+                continue;
+            }
+            let Some(g) = &p.gang else { continue };
+            let key = GangKey { namespace: p.namespace.clone(), name: g.name.clone() };
+            let gf = facts.entry(key.clone()).or_default();
+            if p.gate_index.is_some() && !p.foreign_gates {
+                gf.gated.push(MemberRef {
+                    name: p.name.clone(),
+                    gate_index: p.gate_index.unwrap_or(0),
+                    has_annotations: p.has_annotations,
+                });
+                let policy = policies.gang_policy(&p.namespace, None);
+                let size = g.size.or_else(|| inner.owner_sizes.get(&(p.namespace.clone(), g.name.clone())).copied());
+                let entry = waiting.entry(key.clone()).or_insert_with(|| WaitingGang {
+                    key: key.clone(),
+                    expected: size,
+                    members: Vec::new(),
+                    priority: p.priority,
+                    created: p.created,
+                    starvation_after: Some(policy.starvation_after.as_secs() as i64),
+                });
+                entry.members.push(Member { name: p.name.clone(), shape: p.shape.clone() });
+                entry.priority = entry.priority.max(p.priority);
+                entry.created = entry.created.min(p.created);
+                gf.assembly_timeout = policy.assembly_timeout.as_secs() as i64;
+                gf.on_timeout = policy.on_timeout;
+            } else if p.gate_index.is_none() && p.released {
+                // Released, not yet bound: the reservation ledger.
+                in_flight.push(p.shape.clone());
+                gf.released += 1;
+            }
+        }
+        // Members already running (released and bound) count towards the quorum of their
+        // gang, so a replacement or a member whose release failed can still go.
+        for p in inner.pods.values() {
+            if !p.finished && p.node_name.is_some() && p.gate_index.is_none() {
+                if let Some(g) = &p.gang {
+                    let key = GangKey { namespace: p.namespace.clone(), name: g.name.clone() };
+                    if let Some(gf) = facts.get_mut(&key) {
+                        gf.released += 1;
+                    }
+                }
+            }
+        }
+        let gangs = waiting
+            .into_values()
+            .map(|mut g| {
+                let released = facts.get(&g.key).map_or(0, |f| f.released);
+                // The decision counts gated members; lower the bar by what already runs.
+                g.expected = g.expected.map(|n| n.saturating_sub(released));
+                g.members.sort_by(|a, b| a.name.cmp(&b.name));
+                g
+            })
+            .collect();
+        bound.sort_by(|a, b| a.0.cmp(&b.0));
+        let snapshot = Snapshot {
+            now,
+            nodes: inner.nodes.values().cloned().collect(),
+            bound,
+            in_flight,
+            gangs,
+            accelerators: (*policies.accelerators).clone(),
+        };
+        (snapshot, facts)
+    }
+}
+
+impl GangDirectory for ClusterState {
+    fn peers(&self, namespace: &str, name: &str) -> Vec<Peer> {
+        let inner = read(&self.inner);
+        let Some(members) = inner.gangs.get(&(namespace.to_string(), name.to_string())) else { return Vec::new() };
+        members
+            .iter()
+            .filter_map(|m| inner.pods.get(&(namespace.to_string(), m.clone())))
+            .filter(|p| !p.finished)
+            .map(|p| Peer {
+                pod: p.name.clone(),
+                size: p.gang.as_ref().and_then(|g| g.size),
+                priority_class: p.priority_class.clone(),
+                scheduler_name: p.scheduler_name.clone(),
+            })
+            .collect()
+    }
+}
+
+/// A gated member, as needed to release it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberRef {
+    pub name: String,
+    pub gate_index: usize,
+    pub has_annotations: bool,
+}
+
+/// Per gang: its gated members and what its policy says.
+#[derive(Debug, Clone, Default)]
+pub struct GangFacts {
+    pub gated: Vec<MemberRef>,
+    /// Members already released (running or about to).
+    pub released: u32,
+    pub assembly_timeout: i64,
+    pub on_timeout: OnTimeout,
+}
+
+/// The condition type Allot sets on gang members.
+pub const CONDITION: &str = "allot.dev/GangReady";
+
+/// Something the controller does to the API.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Lift Allot's gate (test + remove at `gate_index`) and mark the member released.
+    Release { namespace: String, pod: String, gate_index: usize, has_annotations: bool, node: String },
+    /// Set the `allot.dev/GangReady` condition and publish an Event, because the explanation
+    /// changed.
+    Explain { namespace: String, pod: String, ready: bool, reason: &'static str, message: String, warning: bool },
+    /// Delete a member (assembly timeout with `onTimeout: Fail`).
+    Delete { namespace: String, pod: String, reason: String },
+}
+
+/// Turns decisions into actions. `previous` holds the last explanation per gang, so unchanged
+/// explanations are not written again (and is updated).
+pub fn plan(
+    snapshot: &Snapshot,
+    facts: &HashMap<GangKey, GangFacts>,
+    previous: &mut HashMap<GangKey, String>,
+) -> Vec<Action> {
+    let mut actions = Vec::new();
+    let decisions = decide(snapshot);
+    let created: HashMap<&GangKey, i64> = snapshot.gangs.iter().map(|g| (&g.key, g.created)).collect();
+    for d in decisions {
+        let Some(gf) = facts.get(&d.gang) else { continue };
+        let ns = d.gang.namespace.clone();
+        let (reason, ready, warning, mut message) = match &d.verdict {
+            Verdict::Release { placements } => {
+                for (pod, node) in placements {
+                    if let Some(m) = gf.gated.iter().find(|m| &m.name == pod) {
+                        actions.push(Action::Release {
+                            namespace: ns.clone(),
+                            pod: pod.clone(),
+                            gate_index: m.gate_index,
+                            has_annotations: m.has_annotations,
+                            node: node.clone(),
+                        });
+                    }
+                }
+                ("Released", true, false, d.message.clone())
+            }
+            Verdict::Incomplete => ("WaitingForMembers", false, false, d.message.clone()),
+            Verdict::DoesNotFit => ("InsufficientResources", false, false, d.message.clone()),
+            Verdict::Blocked { .. } => ("WaitingForHigherPriority", false, false, d.message.clone()),
+        };
+        let mut reason = reason;
+        let mut warning = warning;
+        if d.verdict == Verdict::Incomplete
+            && gf.assembly_timeout > 0
+            && created.get(&d.gang).is_some_and(|c| snapshot.now - c >= gf.assembly_timeout)
+        {
+            reason = "AssemblyTimeout";
+            warning = true;
+            message = format!("{message}; not assembled within {}s", gf.assembly_timeout);
+            if gf.on_timeout == OnTimeout::Fail {
+                message.push_str("; deleting the members (bare pods are not recreated)");
+                for m in &gf.gated {
+                    actions.push(Action::Delete {
+                        namespace: ns.clone(),
+                        pod: m.name.clone(),
+                        reason: message.clone(),
+                    });
+                }
+            }
+        }
+        let changed = previous.get(&d.gang) != Some(&message);
+        if changed {
+            previous.insert(d.gang.clone(), message.clone());
+            for m in &gf.gated {
+                actions.push(Action::Explain {
+                    namespace: ns.clone(),
+                    pod: m.name.clone(),
+                    ready,
+                    reason,
+                    message: message.clone(),
+                    warning,
+                });
+            }
+        }
+    }
+    // Forget explanations of gangs that are gone.
+    previous.retain(|k, _| facts.contains_key(k));
+    actions
+}
