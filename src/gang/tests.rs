@@ -254,3 +254,211 @@ proptest! {
         prop_assert_eq!(decide(&reversed), d);
     }
 }
+
+mod controller_state {
+    use std::collections::HashMap;
+
+    use k8s_openapi::api::core::v1::Pod;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::gang::controller::release_patch;
+    use crate::gang::directory::GangDirectory;
+    use crate::gang::state::{Action, ClusterState, PodRecord};
+    use crate::policy::{PolicySet, Source, compile};
+
+    fn policies(extra: &str) -> PolicySet {
+        compile(&[Source { name: "p.yaml".into(), text: extra.into() }]).unwrap()
+    }
+
+    fn member(name: &str, gang: &str, size: u32, created: &str, extra: Value) -> Value {
+        let mut pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"), "creationTimestamp": created,
+                "labels": {"allot.dev/gang-name": gang}, "annotations": {"allot.dev/gang-size": size.to_string()}},
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                "schedulingGates": [{"name": "allot.dev/gang"}]},
+            "status": {"phase": "Pending"}
+        });
+        json_patch::merge(&mut pod, &extra);
+        pod
+    }
+
+    fn record(pod: &Value, p: &PolicySet) -> PodRecord {
+        let pod: Pod = serde_json::from_value(pod.clone()).unwrap();
+        PodRecord::from_pod(&pod, p).unwrap()
+    }
+
+    fn cluster(p: &PolicySet, pods: &[Value]) -> ClusterState {
+        let state = ClusterState::default();
+        state.replace_nodes(vec![node("n1", 2), node("n2", 2)]);
+        state.replace_pods(pods.iter().map(|pod| record(pod, p)).collect());
+        state
+    }
+
+    fn two_gangs() -> Vec<Value> {
+        let mut pods = Vec::new();
+        for i in 0..4 {
+            pods.push(member(&format!("a-{i}"), "a", 4, "2026-11-22T01:00:00Z", json!({})));
+            pods.push(member(&format!("b-{i}"), "b", 4, "2026-11-22T01:00:05Z", json!({})));
+        }
+        pods
+    }
+
+    fn releases(actions: &[Action]) -> Vec<String> {
+        let mut out: Vec<String> = actions
+            .iter()
+            .filter_map(|a| if let Action::Release { pod, .. } = a { Some(pod.clone()) } else { None })
+            .collect();
+        out.sort();
+        out
+    }
+
+    const NOW: i64 = 1_795_000_000; // after the pods' creation times
+
+    #[test]
+    fn one_gang_goes_whole_the_other_waits_whole_then_follows() {
+        let p = policies("");
+        let state = cluster(&p, &two_gangs());
+        let mut explained = HashMap::new();
+        let (snapshot, facts) = state.snapshot(&p, NOW);
+        let actions = crate::gang::state::plan(&snapshot, &facts, &mut explained);
+        assert_eq!(releases(&actions), ["a-0", "a-1", "a-2", "a-3"]);
+        let b_explained: Vec<_> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Explain { pod, reason, message, ready: false, .. } if pod.starts_with("b-") => {
+                    Some((*reason, message.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(b_explained.len(), 4, "every member is told");
+        assert_eq!(b_explained[0].0, "InsufficientResources");
+        assert_eq!(b_explained[0].1, "4/4 members present; needs 4 nvidia.com/gpu on any node, 0 free");
+
+        // Released locally: a's reservation holds until bound; b is not released onto it, and
+        // an unchanged explanation is not written again.
+        state.mark_released("ml", &["a-0".into(), "a-1".into(), "a-2".into(), "a-3".into()]);
+        let (snapshot, facts) = state.snapshot(&p, NOW);
+        let actions = crate::gang::state::plan(&snapshot, &facts, &mut explained);
+        assert!(releases(&actions).is_empty());
+        assert!(actions.is_empty(), "{actions:?}");
+
+        // After a restart, the reservation is rebuilt from the released annotation alone.
+        let mut pods = two_gangs();
+        for pod in pods.iter_mut().filter(|p| p["metadata"]["name"].as_str().unwrap().starts_with("a-")) {
+            pod["spec"].as_object_mut().unwrap().remove("schedulingGates");
+            pod["metadata"]["annotations"]["allot.dev/gang-released"] = json!("2026-11-22T01:00:10Z");
+        }
+        let restarted = cluster(&p, &pods);
+        let (snapshot, facts) = restarted.snapshot(&p, NOW);
+        assert_eq!(snapshot.in_flight.len(), 4);
+        assert!(releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new())).is_empty());
+
+        // a finished (its pods are gone): b goes, whole.
+        let remaining: Vec<Value> =
+            pods.into_iter().filter(|p| p["metadata"]["name"].as_str().unwrap().starts_with("b-")).collect();
+        let after = cluster(&p, &remaining);
+        let (snapshot, facts) = after.snapshot(&p, NOW);
+        assert_eq!(
+            releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new())),
+            ["b-0", "b-1", "b-2", "b-3"]
+        );
+    }
+
+    #[test]
+    fn running_members_count_towards_the_quorum_of_a_replacement() {
+        let p = policies("");
+        let mut pods: Vec<Value> = (0..3)
+            .map(|i| {
+                let mut pod =
+                    member(&format!("w-{i}"), "w", 4, "2026-11-22T01:00:00Z", json!({"spec": {"nodeName": "n1"}}));
+                pod["spec"].as_object_mut().unwrap().remove("schedulingGates");
+                pod["status"]["phase"] = json!("Running");
+                pod
+            })
+            .collect();
+        let mut n1 = node("n1", 8);
+        n1.name = "n1".into();
+        pods.push(member("w-3-replacement", "w", 4, "2026-11-22T02:00:00Z", json!({})));
+        let state = ClusterState::default();
+        state.replace_nodes(vec![n1]);
+        state.replace_pods(pods.iter().map(|pod| record(pod, &p)).collect());
+        let (snapshot, facts) = state.snapshot(&p, NOW);
+        assert_eq!(releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new())), ["w-3-replacement"]);
+    }
+
+    #[test]
+    fn assembly_timeouts_warn_or_fail() {
+        let incomplete: Vec<Value> =
+            (0..3).map(|i| member(&format!("x-{i}"), "x", 4, "2026-11-22T01:00:00Z", json!({}))).collect();
+        let p = policies(
+            "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  assemblyTimeout: 5m\n",
+        );
+        let state = cluster(&p, &incomplete);
+        let created = 1_795_000_000 - 10_000;
+        let _ = created;
+        let (snapshot, facts) = state.snapshot(&p, snapshot_time("2026-11-22T01:04:00Z"));
+        let actions = crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new());
+        assert!(
+            actions.iter().all(|a| matches!(a, Action::Explain { reason: "WaitingForMembers", warning: false, .. })),
+            "{actions:?}"
+        );
+        let (snapshot, facts) = state.snapshot(&p, snapshot_time("2026-11-22T01:06:00Z"));
+        let actions = crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new());
+        let Action::Explain { reason, message, warning, .. } = &actions[0] else { panic!("{actions:?}") };
+        assert_eq!((*reason, *warning), ("AssemblyTimeout", true));
+        assert!(
+            message.starts_with("3/4 members present;") && message.ends_with("not assembled within 300s"),
+            "{message}"
+        );
+        assert!(!actions.iter().any(|a| matches!(a, Action::Delete { .. })));
+
+        let p = policies(
+            "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  assemblyTimeout: 5m\n  onTimeout: Fail\n",
+        );
+        let state = cluster(&p, &incomplete);
+        let (snapshot, facts) = state.snapshot(&p, snapshot_time("2026-11-22T01:06:00Z"));
+        let actions = crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new());
+        assert_eq!(actions.iter().filter(|a| matches!(a, Action::Delete { .. })).count(), 3);
+    }
+
+    fn snapshot_time(t: &str) -> i64 {
+        t.parse::<k8s_openapi::jiff::Timestamp>().unwrap().as_second()
+    }
+
+    #[test]
+    fn the_release_patch_removes_only_our_gate() {
+        let mut pod = member("m", "g", 1, "2026-11-22T01:00:00Z", json!({}));
+        pod["spec"]["schedulingGates"] = json!([{"name": "example.com/other"}, {"name": "allot.dev/gang"}]);
+        let patch: json_patch::Patch = serde_json::from_value(release_patch(1, true, "now")).unwrap();
+        let mut released = pod.clone();
+        json_patch::patch(&mut released, &patch).unwrap();
+        assert_eq!(released["spec"]["schedulingGates"], json!([{"name": "example.com/other"}]));
+        assert_eq!(released["metadata"]["annotations"]["allot.dev/gang-released"], "now");
+        let _: Pod = serde_json::from_value(released).unwrap();
+        // A stale index fails the test op instead of removing someone else's gate.
+        let stale: json_patch::Patch = serde_json::from_value(release_patch(0, true, "now")).unwrap();
+        assert!(json_patch::patch(&mut pod.clone(), &stale).is_err());
+        // Pods without annotations get the whole map.
+        let mut bare = pod.clone();
+        bare["metadata"].as_object_mut().unwrap().remove("annotations");
+        let p: json_patch::Patch = serde_json::from_value(release_patch(1, false, "now")).unwrap();
+        json_patch::patch(&mut bare, &p).unwrap();
+        assert_eq!(bare["metadata"]["annotations"], json!({"allot.dev/gang-released": "now"}));
+    }
+
+    #[test]
+    fn the_directory_serves_admission_from_the_watch() {
+        let p = policies("");
+        let state = cluster(&p, &two_gangs());
+        let peers = state.peers("ml", "a");
+        assert_eq!(peers.len(), 4);
+        assert_eq!(peers[0].size, Some(4));
+        state.remove_pod("ml", "a-0");
+        assert_eq!(state.peers("ml", "a").len(), 3);
+        assert!(state.peers("ml", "nope").is_empty());
+    }
+}
