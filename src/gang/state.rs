@@ -349,13 +349,13 @@ impl ClusterState {
         // Members already running (released and bound) count towards the quorum of their
         // gang, so a replacement or a member whose release failed can still go.
         for p in inner.pods.values() {
-            if !p.finished && p.node_name.is_some() && p.gate_index.is_none() {
-                if let Some(g) = &p.gang {
-                    let key = GangKey { namespace: p.namespace.clone(), name: g.name.clone() };
-                    if let Some(gf) = facts.get_mut(&key) {
-                        gf.released += 1;
-                    }
-                }
+            if !p.finished
+                && p.node_name.is_some()
+                && p.gate_index.is_none()
+                && let Some(g) = &p.gang
+                && let Some(gf) = facts.get_mut(&GangKey { namespace: p.namespace.clone(), name: g.name.clone() })
+            {
+                gf.released += 1;
             }
         }
         let gangs = waiting
