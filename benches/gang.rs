@@ -1,0 +1,103 @@
+//! One gang-controller decision pass over 1,000 waiting gangs and 5,000 nodes (target < 50 ms),
+//! next to a baseline measured in the same run: cloning the snapshot, i.e. touching every node
+//! and member once.
+
+use std::collections::BTreeMap;
+
+use allot::gang::decision::{GangKey, Member, Snapshot, WaitingGang, decide};
+use allot::gang::fit::{NodeInfo, PodShape};
+use allot::quantity::Quantity;
+use allot::resources::ResourceMatcher;
+use criterion::{Criterion, criterion_group, criterion_main};
+use k8s_openapi::api::core::v1::{Taint, Toleration};
+
+fn q(n: i64) -> Quantity {
+    Quantity::from_units(n)
+}
+
+/// 5,000 8-GPU nodes in 4 pools, 80% busy; 1,000 gangs of 2–8 members × 1–4 GPUs, mixed pools.
+fn snapshot() -> Snapshot {
+    let pools = ["a100", "h100", "l4", "t4"];
+    let nodes: Vec<NodeInfo> = (0..5000)
+        .map(|i| NodeInfo {
+            name: format!("node-{i:05}"),
+            labels: BTreeMap::from([
+                ("node-type".to_string(), pools[i % 4].to_string()),
+                ("kubernetes.io/hostname".to_string(), format!("node-{i:05}")),
+            ]),
+            taints: vec![Taint { key: "nvidia.com/gpu".into(), effect: "NoSchedule".into(), ..Default::default() }],
+            unschedulable: i % 97 == 0,
+            allocatable: BTreeMap::from([
+                ("nvidia.com/gpu".to_string(), q(8)),
+                ("cpu".to_string(), q(96)),
+                ("memory".to_string(), q(1 << 40)),
+                ("pods".to_string(), q(110)),
+            ]),
+        })
+        .collect();
+    let bound = (0..5000)
+        .filter(|i| i % 5 != 0)
+        .map(|i| {
+            (
+                format!("node-{i:05}"),
+                BTreeMap::from([
+                    ("nvidia.com/gpu".to_string(), q(7)),
+                    ("cpu".to_string(), q(40)),
+                    ("pods".to_string(), q(7)),
+                ]),
+            )
+        })
+        .collect();
+    let gangs = (0..1000)
+        .map(|g| {
+            let members = 2 + g % 7;
+            let gpus = 1 + (g % 4) as i64;
+            let shape = PodShape {
+                requests: BTreeMap::from([
+                    ("nvidia.com/gpu".to_string(), q(gpus)),
+                    ("cpu".to_string(), q(4)),
+                    ("pods".to_string(), q(1)),
+                ]),
+                node_selector: BTreeMap::from([("node-type".to_string(), pools[g % 4].to_string())]),
+                affinity: None,
+                tolerations: vec![Toleration {
+                    key: Some("nvidia.com/gpu".into()),
+                    operator: Some("Exists".into()),
+                    ..Default::default()
+                }],
+            };
+            WaitingGang {
+                key: GangKey { namespace: format!("team-{}", g % 20), name: format!("gang-{g}") },
+                expected: Some(members as u32),
+                members: (0..members).map(|m| Member { name: format!("gang-{g}-{m}"), shape: shape.clone() }).collect(),
+                priority: (g % 3) as i32,
+                created: g as i64,
+                starvation_after: Some(1800),
+            }
+        })
+        .collect();
+    Snapshot {
+        now: 10_000,
+        nodes,
+        bound,
+        in_flight: Vec::new(),
+        gangs,
+        accelerators: ResourceMatcher::new(["nvidia.com/gpu"]),
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let s = snapshot();
+    let decisions = decide(&s);
+    let released =
+        decisions.iter().filter(|d| matches!(d.verdict, allot::gang::decision::Verdict::Release { .. })).count();
+    eprintln!("decision pass: {} gangs, {} nodes, {released} released", s.gangs.len(), s.nodes.len());
+    let mut group = c.benchmark_group("gang");
+    group.sample_size(20);
+    group.bench_function("baseline_clone_snapshot", |b| b.iter(|| std::hint::black_box(s.clone())));
+    group.bench_function("decide_1000_gangs_5000_nodes", |b| b.iter(|| std::hint::black_box(decide(&s))));
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
