@@ -1,0 +1,420 @@
+//! A throwaway Kubernetes control plane for end-to-end tests: etcd, kube-apiserver,
+//! kube-scheduler and kube-controller-manager from the binaries named by the envtest variables
+//! (`TEST_ASSET_ETCD`, `TEST_ASSET_KUBE_APISERVER`, `TEST_ASSET_KUBE_SCHEDULER`,
+//! `TEST_ASSET_KUBE_CONTROLLER_MANAGER`), all on loopback, plus a real `allot serve` wired in
+//! as the cluster's webhooks. No kubelet: fake GPU nodes are Node objects whose status we set,
+//! so "running" means bound by the scheduler.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+/// The binaries, or why the tests are skipped.
+pub struct Assets {
+    pub etcd: PathBuf,
+    pub apiserver: PathBuf,
+    pub scheduler: PathBuf,
+    pub controller_manager: PathBuf,
+}
+
+impl Assets {
+    /// Reads the envtest variables; prints a SKIPPED line naming what is missing.
+    pub fn from_env(test: &str) -> Option<Assets> {
+        let vars = [
+            "TEST_ASSET_ETCD",
+            "TEST_ASSET_KUBE_APISERVER",
+            "TEST_ASSET_KUBE_SCHEDULER",
+            "TEST_ASSET_KUBE_CONTROLLER_MANAGER",
+        ];
+        let found: Vec<Option<PathBuf>> =
+            vars.iter().map(|v| std::env::var_os(v).map(PathBuf::from).filter(|p| p.is_file())).collect();
+        let missing: Vec<&str> = vars.iter().zip(&found).filter(|(_, f)| f.is_none()).map(|(v, _)| *v).collect();
+        if !missing.is_empty() {
+            println!(
+                "SKIPPED {test}: needs a real control plane; set {} to the binaries (envtest convention)",
+                missing.join(", ")
+            );
+            return None;
+        }
+        let mut it = found.into_iter().flatten();
+        Some(Assets { etcd: it.next()?, apiserver: it.next()?, scheduler: it.next()?, controller_manager: it.next()? })
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+/// A child process killed on drop, with its log file for diagnostics.
+struct Proc {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(name: &'static str, dir: &Path, program: &Path, args: &[String]) -> Proc {
+    let log = dir.join(format!("{name}.log"));
+    let file = std::fs::File::create(&log).expect("log file");
+    let child = Command::new(program)
+        .args(args)
+        .stdout(file.try_clone().expect("log"))
+        .stderr(file)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {name} ({}): {e}", program.display()));
+    Proc { name, child, log }
+}
+
+/// The running control plane and Allot.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub client: kube::Client,
+    pub kubeconfig: PathBuf,
+    procs: Vec<Proc>,
+    allot: Option<Child>,
+    pub allot_addr: String,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop_allot();
+        if std::thread::panicking() {
+            for p in &self.procs {
+                let text = std::fs::read_to_string(&p.log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                eprintln!("--- last lines of {} ---", p.name);
+                for l in tail.into_iter().rev() {
+                    eprintln!("{l}");
+                }
+            }
+            let allot = std::fs::read_to_string(self.dir.path().join("allot.log")).unwrap_or_default();
+            eprintln!("--- allot.log (last 40 lines) ---");
+            for l in allot.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev() {
+                eprintln!("{l}");
+            }
+        }
+        // Stop in reverse order: Allot, controllers, API server, etcd.
+        while let Some(p) = self.procs.pop() {
+            drop(p);
+        }
+    }
+}
+
+const TOKEN: &str = "allot-e2e-admin-token";
+
+impl Cluster {
+    /// Starts everything and waits until the API answers and Allot's webhooks are registered.
+    pub async fn start(assets: &Assets) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let etcd_port = free_port();
+        let peer_port = free_port();
+        let api_port = free_port();
+        let mut procs = Vec::new();
+        procs.push(spawn(
+            "etcd",
+            d,
+            &assets.etcd,
+            &[
+                format!("--data-dir={}", d.join("etcd").display()),
+                format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"),
+                format!("--advertise-client-urls=http://127.0.0.1:{etcd_port}"),
+                format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+                format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+                format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
+                "--log-level=warn".into(),
+            ],
+        ));
+        // Service-account signing key (EC P-256, PKCS#8), also the verification key.
+        let sa_key = d.join("sa.key");
+        let sa_pub = d.join("sa.pub");
+        let key = rcgen::KeyPair::generate().expect("key");
+        std::fs::write(&sa_key, key.serialize_pem()).expect("sa key");
+        std::fs::write(&sa_pub, key.public_key_pem()).expect("sa public key");
+        std::fs::write(d.join("tokens.csv"), format!("{TOKEN},admin,admin,system:masters\n")).expect("tokens");
+        let cert_dir = d.join("apiserver-certs");
+        procs.push(spawn(
+            "kube-apiserver",
+            d,
+            &assets.apiserver,
+            &[
+                format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={api_port}"),
+                format!("--cert-dir={}", cert_dir.display()),
+                format!("--token-auth-file={}", d.join("tokens.csv").display()),
+                "--authorization-mode=RBAC".into(),
+                "--service-account-issuer=https://kubernetes.default.svc".into(),
+                format!("--service-account-key-file={}", sa_pub.display()),
+                format!("--service-account-signing-key-file={}", sa_key.display()),
+                "--service-cluster-ip-range=10.96.0.0/16".into(),
+                "--enable-priority-and-fairness=false".into(),
+                // Loopback cannot be the `kubernetes` Service's endpoint: don't try every 10 s.
+                "--endpoint-reconciler-type=none".into(),
+                "--allow-privileged=true".into(),
+                "--profiling=false".into(),
+            ],
+        ));
+        let kubeconfig = d.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: https://127.0.0.1:{api_port}\n    insecure-skip-tls-verify: true\nusers:\n- name: admin\n  user:\n    token: {TOKEN}\ncontexts:\n- name: e2e\n  context: {{cluster: e2e, user: admin}}\ncurrent-context: e2e\n"
+            ),
+        )
+        .expect("kubeconfig");
+        let client = client_for(&kubeconfig).await;
+        // From here on a failure prints the components' logs (Drop).
+        let mut cluster = Cluster { dir, client, kubeconfig, procs, allot: None, allot_addr: String::new() };
+        let client = cluster.client.clone();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let ready = client.request_text(axum::http::Request::get("/readyz").body(Vec::new()).unwrap()).await;
+            if ready.is_ok_and(|t| t.contains("ok")) {
+                break;
+            }
+            for p in &mut cluster.procs {
+                if let Ok(Some(status)) = p.child.try_wait() {
+                    panic!("{} exited with {status} during start-up", p.name);
+                }
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for the API server to be ready");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let kc = cluster.kubeconfig.display().to_string();
+        let d = cluster.dir.path().to_path_buf();
+        let d = d.as_path();
+        cluster.procs.push(spawn(
+            "kube-scheduler",
+            d,
+            &assets.scheduler,
+            &[
+                format!("--kubeconfig={kc}"),
+                format!("--authentication-kubeconfig={kc}"),
+                format!("--authorization-kubeconfig={kc}"),
+                "--authentication-skip-lookup=true".into(),
+                "--leader-elect=false".into(),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={}", free_port()),
+            ],
+        ));
+        cluster.procs.push(spawn(
+            "kube-controller-manager",
+            d,
+            &assets.controller_manager,
+            &[
+                format!("--kubeconfig={kc}"),
+                format!("--authentication-kubeconfig={kc}"),
+                format!("--authorization-kubeconfig={kc}"),
+                "--authentication-skip-lookup=true".into(),
+                "--leader-elect=false".into(),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={}", free_port()),
+                "--controllers=*,-nodelifecycle,-nodeipam,-cloud-node-lifecycle,-service,-route".into(),
+                format!("--service-account-private-key-file={}", sa_key.display()),
+                format!("--root-ca-file={}", cert_dir.join("apiserver.crt").display()),
+                "--use-service-account-credentials=false".into(),
+            ],
+        ));
+        cluster.start_allot();
+        cluster.register_webhooks().await;
+        cluster.prepare().await;
+        cluster
+    }
+
+    /// Starts `allot serve` (again) against this cluster.
+    pub fn start_allot(&mut self) {
+        let d = self.dir.path().to_path_buf();
+        let allot = env!("CARGO_BIN_EXE_allot");
+        let certs = d.join("allot-certs");
+        if !certs.join("ca.crt").exists() {
+            let out = Command::new(allot)
+                .args(["certs", "--out", certs.to_str().unwrap(), "--dns-name", "127.0.0.1", "--dns-name", "localhost"])
+                .output()
+                .expect("allot certs");
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let policies = d.join("policies");
+            std::fs::create_dir_all(&policies).unwrap();
+            for entry in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap() {
+                let entry = entry.unwrap();
+                std::fs::copy(entry.path(), policies.join(entry.file_name())).unwrap();
+            }
+            std::fs::write(
+                policies.join("gangs.yaml"),
+                "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: e2e}\nspec:\n  infer: [Job]\n  assemblyTimeout: 10m\n",
+            )
+            .unwrap();
+        }
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(d.join("allot.log")).unwrap();
+        let port = if self.allot_addr.is_empty() {
+            "0".to_string()
+        } else {
+            self.allot_addr.rsplit(':').next().unwrap().to_string()
+        };
+        let mut child = Command::new(allot)
+            .args([
+                "serve",
+                "--policies",
+                d.join("policies").to_str().unwrap(),
+                "--tls-cert",
+                certs.join("tls.crt").to_str().unwrap(),
+                "--tls-key",
+                certs.join("tls.key").to_str().unwrap(),
+                "--addr",
+                &format!("127.0.0.1:{port}"),
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--lease-namespace",
+                "default",
+                "--identity",
+                &format!("e2e-{}", std::process::id()),
+                "--resync-secs",
+                "5",
+            ])
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("RUST_LOG", "info,kube=warn")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("allot serve");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(Duration::from_secs(30)).expect("allot serve did not start");
+        let addr =
+            line.split("https://").nth(1).and_then(|r| r.split_whitespace().next()).expect("address line").to_string();
+        self.allot_addr = addr;
+        self.allot = Some(child);
+    }
+
+    /// Stops `allot serve` (a controller restart, or the end of the test).
+    pub fn stop_allot(&mut self) {
+        if let Some(mut child) = self.allot.take() {
+            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    async fn register_webhooks(&self) {
+        let ca = self.dir.path().join("allot-certs/ca.crt");
+        let out = Command::new(env!("CARGO_BIN_EXE_allot"))
+            .args(["webhooks", "--ca-bundle", ca.to_str().unwrap(), "--url", &format!("https://{}", self.allot_addr)])
+            .output()
+            .expect("allot webhooks");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout)).unwrap();
+        let m: MutatingWebhookConfiguration = serde_json::from_value(docs[0].clone()).unwrap();
+        let v: ValidatingWebhookConfiguration = serde_json::from_value(docs[1].clone()).unwrap();
+        Api::<MutatingWebhookConfiguration>::all(self.client.clone())
+            .create(&PostParams::default(), &m)
+            .await
+            .expect("mutating webhook");
+        Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
+            .create(&PostParams::default(), &v)
+            .await
+            .expect("validating webhook");
+    }
+
+    /// Namespaces, PriorityClasses the shipped policies use, and two GPU nodes of 2 GPUs.
+    async fn prepare(&self) {
+        let pcs: Api<PriorityClass> = Api::all(self.client.clone());
+        for (name, value, global) in [("low-priority", 0, true), ("high-priority", 1_000_000, false)] {
+            let pc: PriorityClass =
+                serde_json::from_value(json!({"metadata": {"name": name}, "value": value, "globalDefault": global}))
+                    .unwrap();
+            pcs.create(&PostParams::default(), &pc).await.expect("priority class");
+        }
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        for ns in ["vision", "nlp"] {
+            namespaces
+                .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+                .await
+                .expect("namespace");
+        }
+        for name in ["gpu-node-1", "gpu-node-2"] {
+            self.add_gpu_node(name, 2).await;
+        }
+        // Pods need their namespace's default ServiceAccount (made by the controller-manager).
+        for ns in ["vision", "nlp"] {
+            let sas: Api<ServiceAccount> = Api::namespaced(self.client.clone(), ns);
+            wait_for("the default service account", Duration::from_secs(60), || async {
+                sas.get_opt("default").await.ok().flatten().is_some()
+            })
+            .await;
+        }
+    }
+
+    /// A fake GPU node: tainted for GPU pods only, `gpus` allocatable, Ready.
+    pub async fn add_gpu_node(&self, name: &str, gpus: u32) {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "node-type": "my-precious"}},
+            "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}
+        }))
+        .unwrap();
+        nodes.create(&PostParams::default(), &node).await.expect("node");
+        let resources = json!({"cpu": "32", "memory": "128Gi", "pods": "110", "nvidia.com/gpu": gpus.to_string()});
+        let status = json!({"status": {"capacity": resources, "allocatable": resources, "conditions": [
+            {"type": "Ready", "status": "True", "reason": "E2E", "message": "fake node", "lastHeartbeatTime": now(), "lastTransitionTime": now()}
+        ]}});
+        nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(status)).await.expect("node status");
+        // The API server taints new nodes not-ready; with no kubelet nothing lifts it.
+        let taints =
+            json!({"spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}});
+        nodes.patch(name, &PatchParams::default(), &Patch::Merge(taints)).await.expect("node taints");
+    }
+}
+
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+async fn client_for(kubeconfig: &Path) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.expect("config");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// Polls `check` until it holds or `timeout` passes (then panics with `what`).
+pub async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
