@@ -7,7 +7,7 @@
 //! only state, and they live on the Pods.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
@@ -17,7 +17,7 @@ use super::fit::{NodeInfo, PodShape};
 use super::membership::{GATE, InferredKind, PodFacts, RELEASED_ANNOTATION, Source, membership};
 use crate::policy::{OnTimeout, PolicySet};
 use crate::quantity::Quantity;
-use crate::resources;
+use crate::resources::{self, ResourceList};
 
 /// A Pod's gang, as the controller tracks it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,13 +32,15 @@ pub struct GangRef {
 /// What the controller keeps of one Pod.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodRecord {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub node_name: Option<String>,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+    pub node_name: Option<Arc<str>>,
     /// Succeeded, Failed, or being deleted: holds nothing for the future.
     pub finished: bool,
-    pub shape: PodShape,
+    /// Effective requests (with `pods: 1`), compact: most pods are bound and need nothing else.
+    pub requests: Vec<(Arc<str>, Quantity)>,
+    /// Where it may go: kept only while the pod is not bound.
+    pub placement: Option<Box<PodShape>>,
     pub gang: Option<GangRef>,
     /// Index of Allot's gate in `spec.schedulingGates`, if present.
     pub gate_index: Option<usize>,
@@ -92,28 +94,64 @@ impl PodRecord {
         };
         let spec = pod.spec.as_ref();
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let shape = shape_of(pod);
+        let requests = shape.requests.iter().map(|(k, v)| (intern(k), *v)).collect();
+        // A bound pod only takes capacity: where it may go no longer matters.
+        let placement = facts.node_name.is_none().then(|| Box::new(shape));
+        // Only gang members need what admission compares members on.
+        let in_gang = gang.is_some();
         Some(PodRecord {
-            uid: pod.metadata.uid.clone().unwrap_or_default(),
-            node_name: facts.node_name.clone(),
+            node_name: facts.node_name.as_deref().map(intern),
             finished: matches!(phase, Some("Succeeded" | "Failed")) || pod.metadata.deletion_timestamp.is_some(),
-            shape: shape_of(pod),
+            requests,
+            placement,
             gate_index: facts.gates.iter().position(|g| g == GATE),
             foreign_gates: facts.gates.iter().any(|g| g != GATE),
             released: facts.annotations.contains_key(RELEASED_ANNOTATION),
             has_annotations: pod.metadata.annotations.is_some(),
             priority: spec.and_then(|s| s.priority).unwrap_or(0),
-            priority_class: spec.and_then(|s| s.priority_class_name.clone()),
-            scheduler_name: spec.and_then(|s| s.scheduler_name.clone()),
+            priority_class: spec.and_then(|s| s.priority_class_name.clone()).filter(|_| in_gang),
+            scheduler_name: spec.and_then(|s| s.scheduler_name.clone()).filter(|_| in_gang),
             created: pod.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),
             gang,
-            namespace,
-            name,
+            namespace: intern(&namespace),
+            name: Arc::from(name),
         })
     }
 
-    fn key(&self) -> (String, String) {
+    fn key(&self) -> Key {
         (self.namespace.clone(), self.name.clone())
     }
+
+    /// The pod's shape for the simulation (requests only, for a bound pod).
+    pub fn shape(&self) -> PodShape {
+        match &self.placement {
+            Some(p) => (**p).clone(),
+            None => PodShape {
+                requests: self.requests.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                ..PodShape::default()
+            },
+        }
+    }
+}
+
+type Key = (Arc<str>, Arc<str>);
+
+fn key(namespace: &str, name: &str) -> Key {
+    (Arc::from(namespace), Arc::from(name))
+}
+
+/// Shares the few distinct strings (namespaces, nodes, resource names) among all records.
+fn intern(s: &str) -> Arc<str> {
+    static TABLE: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<Arc<str>>>> =
+        std::sync::LazyLock::new(Default::default);
+    let mut table = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = table.get(s) {
+        return found.clone();
+    }
+    let new: Arc<str> = Arc::from(s);
+    table.insert(new.clone());
+    new
 }
 
 /// The object an inferred gang takes its size from.
@@ -162,9 +200,9 @@ pub struct ClusterState {
 
 #[derive(Debug, Default)]
 struct Inner {
-    pods: HashMap<(String, String), PodRecord>,
+    pods: HashMap<Key, PodRecord>,
     /// (namespace, gang) → member pod names
-    gangs: HashMap<(String, String), BTreeSet<String>>,
+    gangs: HashMap<(Arc<str>, String), BTreeSet<Arc<str>>>,
     nodes: BTreeMap<String, NodeInfo>,
     /// Sizes of inferred gangs, read from their owners.
     owner_sizes: HashMap<(String, String), u32>,
@@ -173,7 +211,7 @@ struct Inner {
 }
 
 impl Inner {
-    fn unindex(&mut self, key: &(String, String)) {
+    fn unindex(&mut self, key: &Key) {
         if let Some(old) = self.pods.remove(key)
             && let Some(g) = &old.gang
         {
@@ -216,7 +254,7 @@ impl ClusterState {
     /// Forgets a Pod.
     pub fn remove_pod(&self, namespace: &str, name: &str) {
         let mut inner = write(&self.inner);
-        inner.unindex(&(namespace.to_string(), name.to_string()));
+        inner.unindex(&key(namespace, name));
         inner.generation += 1;
     }
 
@@ -265,7 +303,7 @@ impl ClusterState {
     pub fn mark_released(&self, namespace: &str, names: &[String]) {
         let mut inner = write(&self.inner);
         for n in names {
-            if let Some(p) = inner.pods.get_mut(&(namespace.to_string(), n.clone())) {
+            if let Some(p) = inner.pods.get_mut(&key(namespace, n)) {
                 p.gate_index = None;
                 p.released = true;
             }
@@ -293,7 +331,7 @@ impl ClusterState {
             .filter(|p| p.gate_index.is_some())
             .filter_map(|p| {
                 let g = p.gang.as_ref()?;
-                Some((p.namespace.clone(), g.name.clone(), g.owner.clone()?))
+                Some((p.namespace.to_string(), g.name.clone(), g.owner.clone()?))
             })
             .collect();
         out.sort();
@@ -304,7 +342,7 @@ impl ClusterState {
     /// The snapshot the decision runs on, plus what actions need to know of each gang.
     pub fn snapshot(&self, policies: &PolicySet, now: i64) -> (Snapshot, HashMap<GangKey, GangFacts>) {
         let inner = read(&self.inner);
-        let mut bound = Vec::new();
+        let mut bound: HashMap<Arc<str>, ResourceList> = HashMap::new();
         let mut in_flight = Vec::new();
         let mut waiting: BTreeMap<GangKey, WaitingGang> = BTreeMap::new();
         let mut facts: HashMap<GangKey, GangFacts> = HashMap::new();
@@ -313,20 +351,26 @@ impl ClusterState {
                 continue;
             }
             if let Some(node) = &p.node_name {
-                bound.push((node.clone(), p.shape.requests.clone()));
+                // Summed per node: 5,000 entries for the simulation, not 100,000.
+                let used = bound.entry(node.clone()).or_default();
+                for (name, q) in &p.requests {
+                    let slot = used.entry(name.to_string()).or_default();
+                    *slot = slot.saturating_add(*q);
+                }
                 continue;
             }
             let Some(g) = &p.gang else { continue };
-            let key = GangKey { namespace: p.namespace.clone(), name: g.name.clone() };
+            let key = GangKey { namespace: p.namespace.to_string(), name: g.name.clone() };
             let gf = facts.entry(key.clone()).or_default();
             if p.gate_index.is_some() && !p.foreign_gates {
                 gf.gated.push(MemberRef {
-                    name: p.name.clone(),
+                    name: p.name.to_string(),
                     gate_index: p.gate_index.unwrap_or(0),
                     has_annotations: p.has_annotations,
                 });
                 let policy = policies.gang_policy(&p.namespace, None);
-                let size = g.size.or_else(|| inner.owner_sizes.get(&(p.namespace.clone(), g.name.clone())).copied());
+                let size =
+                    g.size.or_else(|| inner.owner_sizes.get(&(p.namespace.to_string(), g.name.clone())).copied());
                 let entry = waiting.entry(key.clone()).or_insert_with(|| WaitingGang {
                     key: key.clone(),
                     expected: size,
@@ -335,14 +379,14 @@ impl ClusterState {
                     created: p.created,
                     starvation_after: Some(policy.starvation_after.as_secs() as i64),
                 });
-                entry.members.push(Member { name: p.name.clone(), shape: p.shape.clone() });
+                entry.members.push(Member { name: p.name.to_string(), shape: p.shape() });
                 entry.priority = entry.priority.max(p.priority);
                 entry.created = entry.created.min(p.created);
                 gf.assembly_timeout = policy.assembly_timeout.as_secs() as i64;
                 gf.on_timeout = policy.on_timeout;
             } else if p.gate_index.is_none() && p.released {
                 // Released, not yet bound: the reservation ledger.
-                in_flight.push(p.shape.clone());
+                in_flight.push(p.shape());
                 gf.released += 1;
             }
         }
@@ -353,7 +397,7 @@ impl ClusterState {
                 && p.node_name.is_some()
                 && p.gate_index.is_none()
                 && let Some(g) = &p.gang
-                && let Some(gf) = facts.get_mut(&GangKey { namespace: p.namespace.clone(), name: g.name.clone() })
+                && let Some(gf) = facts.get_mut(&GangKey { namespace: p.namespace.to_string(), name: g.name.clone() })
             {
                 gf.released += 1;
             }
@@ -368,6 +412,7 @@ impl ClusterState {
                 g
             })
             .collect();
+        let mut bound: Vec<(String, ResourceList)> = bound.into_iter().map(|(n, r)| (n.to_string(), r)).collect();
         bound.sort_by(|a, b| a.0.cmp(&b.0));
         let snapshot = Snapshot {
             now,
@@ -384,13 +429,13 @@ impl ClusterState {
 impl GangDirectory for ClusterState {
     fn peers(&self, namespace: &str, name: &str) -> Vec<Peer> {
         let inner = read(&self.inner);
-        let Some(members) = inner.gangs.get(&(namespace.to_string(), name.to_string())) else { return Vec::new() };
+        let Some(members) = inner.gangs.get(&(Arc::from(namespace), name.to_string())) else { return Vec::new() };
         members
             .iter()
-            .filter_map(|m| inner.pods.get(&(namespace.to_string(), m.clone())))
+            .filter_map(|m| inner.pods.get(&(Arc::from(namespace), m.clone())))
             .filter(|p| !p.finished)
             .map(|p| Peer {
-                pod: p.name.clone(),
+                pod: p.name.to_string(),
                 size: p.gang.as_ref().and_then(|g| g.size),
                 priority_class: p.priority_class.clone(),
                 scheduler_name: p.scheduler_name.clone(),

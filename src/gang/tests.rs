@@ -462,3 +462,44 @@ mod controller_state {
         assert!(state.peers("ml", "nope").is_empty());
     }
 }
+
+/// 100k Pods must fit in the controller well under 200 MB (the records, not whole objects).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_hundred_thousand_pods_fit_in_memory() {
+    use crate::gang::state::{ClusterState, PodRecord};
+
+    fn rss_kib() -> u64 {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            })
+            .unwrap_or(0)
+    }
+    let p = crate::policy::compile(&[]).unwrap();
+    let template: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "x", "namespace": "ns", "uid": "0123456789abcdef0123456789abcdef",
+            "labels": {"allot.dev/gang-name": "g", "app": "train"}, "annotations": {"allot.dev/gang-size": "4"},
+            "creationTimestamp": "2026-11-22T01:00:00Z"},
+        "spec": {"nodeName": "node-00001", "priorityClassName": "low-priority", "schedulerName": "default-scheduler",
+            "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"nvidia.com/gpu": "1"}}}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}
+    }))
+    .unwrap();
+    let base = PodRecord::from_pod(&template, &p).unwrap();
+    let before = rss_kib();
+    let state = ClusterState::default();
+    // One at a time, as watch events arrive.
+    for i in 0..100_000 {
+        let mut r = base.clone();
+        r.name = format!("pod-{i:06}").into();
+        r.namespace = format!("team-{}", i % 50).into();
+        r.node_name = Some(format!("node-{:05}", i % 5000).into());
+        state.upsert_pod(r);
+    }
+    let grown_mib = rss_kib().saturating_sub(before) / 1024;
+    eprintln!("100k pod records: +{grown_mib} MiB RSS");
+    assert_eq!(state.counts().0, 100_000);
+    assert!(grown_mib < 120, "{grown_mib} MiB: the records have grown");
+}
