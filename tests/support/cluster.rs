@@ -199,37 +199,32 @@ impl Cluster {
         let kc = cluster.kubeconfig.display().to_string();
         let d = cluster.dir.path().to_path_buf();
         let d = d.as_path();
-        cluster.procs.push(spawn(
-            "kube-scheduler",
-            d,
-            &assets.scheduler,
-            &[
+        // What the scheduler and the controller-manager share: the admin kubeconfig, no leader
+        // election, their own serving port.
+        let component = |extra: &[String]| {
+            let mut args = vec![
                 format!("--kubeconfig={kc}"),
                 format!("--authentication-kubeconfig={kc}"),
                 format!("--authorization-kubeconfig={kc}"),
-                "--authentication-skip-lookup=true".into(),
-                "--leader-elect=false".into(),
-                "--bind-address=127.0.0.1".into(),
+                "--authentication-skip-lookup=true".to_string(),
+                "--leader-elect=false".to_string(),
+                "--bind-address=127.0.0.1".to_string(),
                 format!("--secure-port={}", free_port()),
-            ],
-        ));
+            ];
+            args.extend_from_slice(extra);
+            args
+        };
+        cluster.procs.push(spawn("kube-scheduler", d, &assets.scheduler, &component(&[])));
         cluster.procs.push(spawn(
             "kube-controller-manager",
             d,
             &assets.controller_manager,
-            &[
-                format!("--kubeconfig={kc}"),
-                format!("--authentication-kubeconfig={kc}"),
-                format!("--authorization-kubeconfig={kc}"),
-                "--authentication-skip-lookup=true".into(),
-                "--leader-elect=false".into(),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={}", free_port()),
+            &component(&[
                 "--controllers=*,-nodelifecycle,-nodeipam,-cloud-node-lifecycle,-service,-route".into(),
                 format!("--service-account-private-key-file={}", sa_key.display()),
                 format!("--root-ca-file={}", cert_dir.join("apiserver.crt").display()),
                 "--use-service-account-credentials=false".into(),
-            ],
+            ]),
         ));
         cluster.start_allot();
         cluster.register_webhooks().await;
