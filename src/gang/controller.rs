@@ -170,13 +170,14 @@ async fn resolve_owner_sizes(client: &kube::Client, state: &ClusterState) {
             InferredKind::JobSet => ("jobset.x-k8s.io", "v1alpha2"),
             InferredKind::MPIJob => ("kubeflow.org", "v2beta1"),
             InferredKind::KubeflowJob => ("kubeflow.org", "v1"),
+            InferredKind::LeaderWorkerSet => ("leaderworkerset.x-k8s.io", "v1"),
         };
         let gvk = GroupVersionKind::gvk(group, version, &owner.api_kind);
         let resource = ApiResource::from_gvk_with_plural(&gvk, &format!("{}s", owner.api_kind.to_lowercase()));
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
         match api.get_opt(&owner.name).await {
-            Ok(Some(obj)) => match super::membership::owner_size(owner.kind, &obj.data) {
-                Some(size) => state.set_owner_size(&namespace, &gang, size),
+            Ok(Some(obj)) => match super::membership::owner_gang(owner.kind, &obj.data) {
+                Some(info) => state.set_owner_gang(&namespace, &gang, info),
                 None => tracing::warn!(%namespace, %gang, owner = %owner.name, "owner declares no usable size"),
             },
             Ok(None) => tracing::debug!(%namespace, %gang, owner = %owner.name, "owner not found (yet)"),

@@ -33,6 +33,9 @@ const JOB_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
 const KUBEFLOW_JOB: &str = "training.kubeflow.org/job-name";
 const KUBEFLOW_ROLE: &str = "training.kubeflow.org/replica-type";
+pub const LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
+const LWS_GROUP: &str = "leaderworkerset.sigs.k8s.io/group-index";
+const LWS_WORKER: &str = "leaderworkerset.sigs.k8s.io/worker-index";
 
 /// Owner kinds whose gangs can be inferred (opt-in in a GangPolicy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize, serde::Serialize)]
@@ -45,6 +48,9 @@ pub enum InferredKind {
     KubeflowJob,
     /// Kubeflow MPIJob: the workers (the launcher starts after them and is not a member).
     MPIJob,
+    /// LeaderWorkerSet: one gang per group, size = `leaderWorkerTemplate.size`. Under
+    /// `startupPolicy: LeaderReady` the leader goes first, once the whole group would fit.
+    LeaderWorkerSet,
 }
 
 /// What membership needs to know about a Pod.
@@ -198,6 +204,13 @@ pub fn membership(
 
 fn infer_from_owner(facts: &PodFacts, infer: &[InferredKind]) -> Option<Membership> {
     let inferred = |kind, name: String| Some(Membership { name, size: None, source: Source::Inferred(kind) });
+    if let (Some(lws), Some(group)) = (facts.labels.get(LWS_NAME), facts.labels.get(LWS_GROUP)) {
+        return if infer.contains(&InferredKind::LeaderWorkerSet) {
+            inferred(InferredKind::LeaderWorkerSet, format!("lws-{lws}-{group}"))
+        } else {
+            None
+        };
+    }
     // JobSet pods are Job pods too: JobSet first.
     if let Some(js) = facts.labels.get(JOBSET_NAME) {
         return if infer.contains(&InferredKind::JobSet) {
@@ -231,10 +244,38 @@ fn infer_from_owner(facts: &PodFacts, infer: &[InferredKind]) -> Option<Membersh
     None
 }
 
+/// True for the leader of a LeaderWorkerSet group (worker index 0).
+pub fn is_group_leader(facts: &PodFacts) -> bool {
+    facts.labels.get(LWS_WORKER).is_some_and(|i| i == "0")
+}
+
+/// What an owner object says about its gang.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnerGang {
+    pub size: u32,
+    /// LeaderWorkerSet `startupPolicy: LeaderReady`: workers are created only once the leader
+    /// runs, so the leader is released alone when the whole group would fit.
+    pub leader_first: bool,
+    /// The workers' Pod template (LeaderWorkerSet), to reserve room for workers not created yet.
+    pub worker_template: Option<Value>,
+}
+
+/// Reads an owner object's gang: see [`owner_size`].
+pub fn owner_gang(kind: InferredKind, owner: &Value) -> Option<OwnerGang> {
+    let size = owner_size(kind, owner)?;
+    let lws = kind == InferredKind::LeaderWorkerSet;
+    Some(OwnerGang {
+        size,
+        leader_first: lws && owner.pointer("/spec/startupPolicy").and_then(Value::as_str) == Some("LeaderReady"),
+        worker_template: lws.then(|| owner.pointer("/spec/leaderWorkerTemplate/workerTemplate").cloned()).flatten(),
+    })
+}
+
 /// The number of Pods an owner object runs at once: its gang size.
 ///
 /// Job: `parallelism`. JobSet: Σ `replicas` × `parallelism`. Kubeflow jobs: Σ replica counts of
 /// every `*ReplicaSpecs` entry. MPIJob: the Worker replicas (the launcher is not a member).
+/// LeaderWorkerSet: `leaderWorkerTemplate.size` (one gang per group).
 pub fn owner_size(kind: InferredKind, owner: &Value) -> Option<u32> {
     let int = |v: Option<&Value>, default: u64| v.and_then(Value::as_u64).unwrap_or(default);
     let spec = owner.get("spec")?;
@@ -247,6 +288,7 @@ pub fn owner_size(kind: InferredKind, owner: &Value) -> Option<u32> {
             .map(|rj| int(rj.get("replicas"), 1) * int(rj.pointer("/template/spec/parallelism"), 1))
             .sum(),
         InferredKind::MPIJob => int(spec.pointer("/mpiReplicaSpecs/Worker/replicas"), 1),
+        InferredKind::LeaderWorkerSet => int(spec.pointer("/leaderWorkerTemplate/size"), 1),
         InferredKind::KubeflowJob => spec
             .as_object()?
             .iter()
@@ -338,6 +380,24 @@ mod tests {
         assert_eq!(owner_size(InferredKind::KubeflowJob, &pt), Some(4));
         let mpi = json!({"spec": {"mpiReplicaSpecs": {"Launcher": {"replicas": 1}, "Worker": {"replicas": 8}}}});
         assert_eq!(owner_size(InferredKind::MPIJob, &mpi), Some(8));
+    }
+
+    #[test]
+    fn leader_worker_sets_are_one_gang_per_group() {
+        let leader = facts(json!({"labels": {LWS_NAME: "llm", LWS_GROUP: "2", LWS_WORKER: "0"}}), json!({}));
+        let worker = facts(json!({"labels": {LWS_NAME: "llm", LWS_GROUP: "2", LWS_WORKER: "3"}}), json!({}));
+        assert_eq!(membership(&leader, &[], None).unwrap(), None, "opt-in");
+        let infer = [InferredKind::LeaderWorkerSet];
+        assert_eq!(membership(&leader, &infer, None).unwrap().unwrap().name, "lws-llm-2");
+        assert_eq!(membership(&worker, &infer, None).unwrap().unwrap().name, "lws-llm-2");
+        assert!(is_group_leader(&leader) && !is_group_leader(&worker));
+        let lws = json!({"spec": {"startupPolicy": "LeaderReady", "leaderWorkerTemplate": {"size": 4,
+            "workerTemplate": {"spec": {"containers": [{"name": "w"}]}}}}});
+        let g = owner_gang(InferredKind::LeaderWorkerSet, &lws).unwrap();
+        assert_eq!((g.size, g.leader_first), (4, true));
+        assert!(g.worker_template.is_some());
+        let created = json!({"spec": {"leaderWorkerTemplate": {"size": 4}}});
+        assert!(!owner_gang(InferredKind::LeaderWorkerSet, &created).unwrap().leader_first);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use super::decision::{GangKey, Member, Snapshot, Verdict, WaitingGang, decide};
 use super::directory::{GangDirectory, Peer};
 use super::fit::{NodeInfo, PodShape};
-use super::membership::{GATE, InferredKind, PodFacts, RELEASED_ANNOTATION, Source, membership};
+use super::membership::{GATE, InferredKind, OwnerGang, PodFacts, RELEASED_ANNOTATION, Source, membership};
 use crate::policy::{OnTimeout, PolicySet};
 use crate::quantity::Quantity;
 use crate::resources::{self, ResourceList};
@@ -27,6 +27,8 @@ pub struct GangRef {
     pub size: Option<u32>,
     /// For inferred gangs: the owner to read the size from.
     pub owner: Option<Owner>,
+    /// The leader of a LeaderWorkerSet group.
+    pub leader: bool,
 }
 
 /// What the controller keeps of one Pod.
@@ -89,6 +91,7 @@ impl PodRecord {
                 },
                 name: m.name,
                 size: m.size,
+                leader: super::membership::is_group_leader(&facts),
             }),
             _ => None,
         };
@@ -169,6 +172,11 @@ fn owner_of(facts: &PodFacts, kind: InferredKind) -> Option<Owner> {
         let name = facts.labels.get("jobset.sigs.k8s.io/jobset-name")?.clone();
         return Some(Owner { kind, api_kind: "JobSet".into(), name });
     }
+    if kind == InferredKind::LeaderWorkerSet {
+        // Group pods are owned by StatefulSets; the LeaderWorkerSet names itself in a label.
+        let name = facts.labels.get(super::membership::LWS_NAME)?.clone();
+        return Some(Owner { kind, api_kind: "LeaderWorkerSet".into(), name });
+    }
     let (api_kind, name) = facts.owners.first()?.clone();
     Some(Owner { kind, api_kind, name })
 }
@@ -204,8 +212,8 @@ struct Inner {
     /// (namespace, gang) → member pod names
     gangs: HashMap<(Arc<str>, String), BTreeSet<Arc<str>>>,
     nodes: BTreeMap<String, NodeInfo>,
-    /// Sizes of inferred gangs, read from their owners.
-    owner_sizes: HashMap<(String, String), u32>,
+    /// What the owners of inferred gangs say about them.
+    owner_gangs: HashMap<(String, String), OwnerGang>,
     /// Bumped on every change, so the loop knows when to look again.
     generation: u64,
 }
@@ -290,10 +298,11 @@ impl ClusterState {
         inner.generation += 1;
     }
 
-    /// Records the size an inferred gang's owner declares.
-    pub fn set_owner_size(&self, namespace: &str, gang: &str, size: u32) {
+    /// Records what an inferred gang's owner declares.
+    pub fn set_owner_gang(&self, namespace: &str, gang: &str, owner: OwnerGang) {
         let mut inner = write(&self.inner);
-        if inner.owner_sizes.insert((namespace.to_string(), gang.to_string()), size) != Some(size) {
+        let previous = inner.owner_gangs.insert((namespace.to_string(), gang.to_string()), owner.clone());
+        if previous.as_ref() != Some(&owner) {
             inner.generation += 1;
         }
     }
@@ -369,8 +378,8 @@ impl ClusterState {
                     has_annotations: p.has_annotations,
                 });
                 let policy = policies.gang_policy(&p.namespace, None);
-                let size =
-                    g.size.or_else(|| inner.owner_sizes.get(&(p.namespace.to_string(), g.name.clone())).copied());
+                let owner = inner.owner_gangs.get(&(p.namespace.to_string(), g.name.clone()));
+                let size = g.size.or_else(|| owner.map(|o| o.size));
                 let entry = waiting.entry(key.clone()).or_insert_with(|| WaitingGang {
                     key: key.clone(),
                     expected: size,
@@ -380,6 +389,10 @@ impl ClusterState {
                     starvation_after: Some(policy.starvation_after.as_secs() as i64),
                 });
                 entry.members.push(Member { name: p.name.to_string(), shape: p.shape() });
+                if g.leader {
+                    gf.leader_first_workers =
+                        owner.filter(|o| o.leader_first).map(|o| (o.size.saturating_sub(1), worker_requests(o)));
+                }
                 entry.priority = entry.priority.max(p.priority);
                 entry.created = entry.created.min(p.created);
                 gf.assembly_timeout = policy.assembly_timeout.as_secs() as i64;
@@ -405,9 +418,23 @@ impl ClusterState {
         let gangs = waiting
             .into_values()
             .map(|mut g| {
-                let released = facts.get(&g.key).map_or(0, |f| f.released);
+                let gf = facts.get(&g.key);
+                let released = gf.map_or(0, |f| f.released);
                 // The decision counts gated members; lower the bar by what already runs.
                 g.expected = g.expected.map(|n| n.saturating_sub(released));
+                // LeaderReady: the leader alone is gated, its workers do not exist yet. It goes
+                // when the whole group would fit: its workers are placed as phantoms (names no
+                // gated pod has, so only the leader is released).
+                if let Some((workers, Some(requests))) = gf.and_then(|f| f.leader_first_workers.clone())
+                    && released == 0
+                    && g.members.len() == 1
+                {
+                    let leader = g.members[0].shape.clone();
+                    for i in 0..workers {
+                        let shape = PodShape { requests: requests.clone(), ..leader.clone() };
+                        g.members.push(Member { name: format!("{}/worker-{}-not-created", g.key.name, i + 1), shape });
+                    }
+                }
                 g.members.sort_by(|a, b| a.name.cmp(&b.name));
                 g
             })
@@ -452,9 +479,19 @@ pub struct MemberRef {
     pub has_annotations: bool,
 }
 
+/// Effective requests (+ `pods: 1`) of a LeaderWorkerSet's worker template.
+fn worker_requests(owner: &OwnerGang) -> Option<ResourceList> {
+    let spec = owner.worker_template.as_ref()?.get("spec")?;
+    let mut requests = resources::pod_requests(spec);
+    requests.insert("pods".into(), Quantity::from_units(1));
+    Some(requests)
+}
+
 /// Per gang: its gated members and what its policy says.
 #[derive(Debug, Clone, Default)]
 pub struct GangFacts {
+    /// LeaderReady groups: how many workers are still to come, and what each will request.
+    pub leader_first_workers: Option<(u32, Option<ResourceList>)>,
     pub gated: Vec<MemberRef>,
     /// Members already released (running or about to).
     pub released: u32,

@@ -451,6 +451,38 @@ mod controller_state {
     }
 
     #[test]
+    fn a_leader_ready_group_releases_its_leader_when_the_whole_group_would_fit() {
+        let p = policies(
+            "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  infer: [LeaderWorkerSet]\n",
+        );
+        let mut leader = member("llm-0", "unused", 1, "2026-11-22T01:00:00Z", json!({}));
+        leader["metadata"]["labels"] = json!({
+            "leaderworkerset.sigs.k8s.io/name": "llm",
+            "leaderworkerset.sigs.k8s.io/group-index": "0",
+            "leaderworkerset.sigs.k8s.io/worker-index": "0"
+        });
+        leader["metadata"]["annotations"] = json!({});
+        let owner = crate::gang::membership::owner_gang(
+            crate::gang::membership::InferredKind::LeaderWorkerSet,
+            &json!({"spec": {"startupPolicy": "LeaderReady", "leaderWorkerTemplate": {"size": 4, "workerTemplate": {"spec": {
+                "containers": [{"name": "w", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}}),
+        )
+        .unwrap();
+        // 4 GPUs free: leader + 3 workers fit, the leader goes (alone: the workers do not exist).
+        let state = cluster(&p, std::slice::from_ref(&leader));
+        state.set_owner_gang("ml", "lws-llm-0", owner.clone());
+        let (snapshot, facts) = state.snapshot(&p, NOW);
+        assert_eq!(releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new())), ["llm-0"]);
+        // Only 3 GPUs free: the group would not fit, the leader waits.
+        let small = ClusterState::default();
+        small.replace_nodes(vec![node("n1", 3)]);
+        small.replace_pods(vec![record(&leader, &p)]);
+        small.set_owner_gang("ml", "lws-llm-0", owner);
+        let (snapshot, facts) = small.snapshot(&p, NOW);
+        assert!(releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new())).is_empty());
+    }
+
+    #[test]
     fn the_directory_serves_admission_from_the_watch() {
         let p = policies("");
         let state = cluster(&p, &two_gangs());
