@@ -120,6 +120,7 @@ pub fn review(body: &[u8], phase: Phase, engine: &Engine<'_>) -> Result<Answer, 
     let outcome = match req.object.as_ref().filter(|o| o.is_object()) {
         Some(object) => {
             let request = Request {
+                uid: &req.uid,
                 operation,
                 group: &req.kind.group,
                 kind: &req.kind.kind,

@@ -165,6 +165,7 @@ fn gang_directory(engine: &Engine<'_>, manifests: &[Manifest]) -> crate::gang::d
 
 fn create_request<'m>(m: &'m Manifest, group: &'m str, kind: &'m str, namespace: &'m str) -> Request<'m> {
     Request {
+        uid: "",
         operation: RequestOperation::Create,
         group,
         kind,

@@ -12,6 +12,7 @@ use crate::mutate::{self, PodContext};
 use crate::namespaces::{NamespaceLabels, TeamLookup, team_of};
 use crate::patch::{self, PatchOp};
 use crate::policy::{Operation, PolicySet};
+use crate::quota::{NoUsage, QuotaBook};
 use crate::validate::{self, Target};
 use crate::workload::{self, PodView};
 
@@ -49,6 +50,8 @@ impl RequestOperation {
 /// One object under review, as the engine needs it.
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
+    /// The AdmissionRequest uid (quota reservations are keyed by it: retries are idempotent).
+    pub uid: &'a str,
     pub operation: RequestOperation,
     /// API group of the object's kind (`""` for core).
     pub group: &'a str,
@@ -103,12 +106,21 @@ pub struct Engine<'a> {
     pub policies: &'a PolicySet,
     pub namespaces: &'a dyn NamespaceLabels,
     pub gangs: &'a dyn GangDirectory,
+    pub quota: &'a dyn QuotaBook,
 }
 
 impl<'a> Engine<'a> {
     /// Creates an engine over a policy set, knowing no other gang members.
     pub fn new(policies: &'a PolicySet, namespaces: &'a dyn NamespaceLabels) -> Self {
-        Engine { policies, namespaces, gangs: &NoGangs }
+        Engine { policies, namespaces, gangs: &NoGangs, quota: &NoUsage }
+    }
+
+    /// The same engine, charging deny-mode quotas against `quota`.
+    pub fn with_quota<'g>(self, quota: &'g dyn QuotaBook) -> Engine<'g>
+    where
+        'a: 'g,
+    {
+        Engine { quota, ..self }
     }
 
     /// The same engine, checking gang members against `gangs`.
@@ -180,6 +192,7 @@ impl<'a> Engine<'a> {
         let team = self.team(req.namespace, &mut out.notes);
         let team_name = team.team.map(|t| t.name.as_str());
 
+        let mut quota_views = Vec::new();
         for view in views {
             let view = if view.path.is_empty() { view } else { self.as_created(req, view, &team, &mut out) };
             // Pod specs are immutable after CREATE: re-checking them on UPDATE would only block
@@ -187,6 +200,7 @@ impl<'a> Engine<'a> {
             if !(is_pod && operation == Operation::Update) {
                 out.findings.extend(validate::check_pod(self.policies, &view, &team));
                 out.findings.extend(validate::check_gang(self.policies, &view, req.namespace, &team, self.gangs));
+                quota_views.push(view.clone());
             }
             let target = Target {
                 operation,
@@ -215,6 +229,14 @@ impl<'a> Engine<'a> {
             if validate::any_rule_matches(self.policies, &target) {
                 let bindings = self.bindings(req, req.object, &team);
                 out.findings.extend(validate::run_rules(self.policies, &target, &bindings));
+            }
+        }
+        // Quota last, and only for what is otherwise admitted: a denied pod reserves nothing.
+        if out.allowed() {
+            for view in &quota_views {
+                let live = view.path.is_empty() && operation == Operation::Create;
+                let book: &dyn QuotaBook = if live { self.quota } else { &NoUsage };
+                out.findings.extend(validate::check_quota(self.policies, view, req, &team, book));
             }
         }
         out

@@ -17,6 +17,7 @@ pub mod namespaces;
 pub mod patch;
 pub mod policy;
 pub mod quantity;
+pub mod quota;
 pub mod resources;
 pub mod server;
 pub mod validate;

@@ -11,6 +11,7 @@ use allot::check;
 use allot::engine::Engine;
 use allot::gang::controller::ControllerConfig;
 use allot::namespaces::{self, NamespaceLabels, NoNamespaces};
+use allot::quota::StaticUsage;
 use allot::server::{self, ServeConfig};
 use allot::webhooks::{self, Endpoint, WebhookOptions};
 
@@ -92,6 +93,9 @@ enum Command {
         /// Namespace manifests whose labels Team selectors are evaluated against.
         #[arg(long)]
         namespaces: Option<PathBuf>,
+        /// Current usage per team (`teams: {vision: {nvidia.com/gpu: 6}}`), for deny-mode quotas.
+        #[arg(long)]
+        state: Option<PathBuf>,
         #[arg(long, value_enum, default_value = "text")]
         output: Output,
         /// Manifests: files, directories, or - for stdin.
@@ -203,7 +207,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             runtime.block_on(server::run(config))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check { policies, namespaces: namespaces_file, output, paths } => {
+        Command::Check { policies, namespaces: namespaces_file, state, output, paths } => {
             let policies = allot::policy::load_dir(&policies)?;
             let labels: Box<dyn NamespaceLabels> = match namespaces_file {
                 Some(path) => {
@@ -216,7 +220,16 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 None => Box::new(NoNamespaces),
             };
             let manifests = check::read_manifests(&paths)?;
-            let engine = Engine::new(&policies, labels.as_ref());
+            // Usage from --state, plus what the run's own manifests take, in order.
+            let usage = match state {
+                Some(path) => {
+                    let text =
+                        std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                    StaticUsage::parse(&path.display().to_string(), &text).map_err(anyhow::Error::msg)?
+                }
+                None => StaticUsage::default(),
+            };
+            let engine = Engine::new(&policies, labels.as_ref()).with_quota(&usage);
             let report = check::run(&engine, &manifests);
             let text = match output {
                 Output::Text => check::render_text(&report),

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::expression::Bindings;
 use crate::finding::Finding;
-use crate::gang::membership::{GATE, PodFacts, membership, never_gate};
+use crate::gang::membership::{GATE, PodFacts, QUOTA_GATE, membership, never_gate};
 use crate::namespaces::TeamLookup;
 use crate::patch::{Builder, PatchOp};
 use crate::policy::{Action, AppliesTo, OnConflict, Placement, PolicySet, TaintEffect, Toleration, TolerationOperator};
@@ -66,6 +66,7 @@ pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_
     }
     apply_default_priority(policies, ctx, &mut builder, &mut out);
     apply_gang_gate(policies, pod, ctx, &mut builder, &mut out);
+    apply_quota_gate(pod, ctx, &mut builder, &mut out);
     out.ops = builder.into_ops();
     out
 }
@@ -291,6 +292,26 @@ fn apply_gang_gate(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, buil
     builder.push(&["schedulingGates"], serde_json::json!({ "name": GATE }));
     let size = gang.size.map_or_else(|| "size from its owner".to_string(), |n| format!("{n} members"));
     out.changes.push(format!("gang {} ({size}): scheduling gate {GATE}", gang.name));
+}
+
+/// Queue-mode quota: a pod that counts against its team's quota is admitted behind the
+/// `allot.dev/quota` gate; the controller lifts it when the team has room.
+fn apply_quota_gate(pod: &Value, ctx: &PodContext<'_>, builder: &mut Builder, out: &mut Mutation) {
+    let Some(team) = ctx.team.team else { return };
+    let Some(quota) = team.quota.as_ref().filter(|q| q.mode == crate::policy::QuotaMode::Queue) else { return };
+    let Some(spec) = pod.get("spec") else { return };
+    if quota.charge(&crate::resources::pod_requests(spec)).is_empty() || never_gate(&PodFacts::from_json(pod)).is_some()
+    {
+        return;
+    }
+    let gated = builder
+        .get(&["schedulingGates"])
+        .and_then(Value::as_array)
+        .is_some_and(|gates| gates.iter().any(|g| g.get("name").and_then(Value::as_str) == Some(QUOTA_GATE)));
+    if !gated {
+        builder.push(&["schedulingGates"], serde_json::json!({ "name": QUOTA_GATE }));
+        out.changes.push(format!("team {} quota (queue): scheduling gate {QUOTA_GATE}", team.name));
+    }
 }
 
 /// The class a pod in this team gets when it asks for none.

@@ -10,7 +10,8 @@ use crate::finding::Finding;
 use crate::gang::directory::{GangDirectory, Peer, disagreement};
 use crate::gang::membership::{PodFacts, membership};
 use crate::namespaces::TeamLookup;
-use crate::policy::{Action, KindMatch, Operation, PolicySet, Rule};
+use crate::policy::{Action, KindMatch, Operation, PolicySet, QuotaMode, Rule};
+use crate::quota::{self, QuotaBook, QuotaRequest};
 use crate::resources::{self, ContainerResources, accelerators_only};
 use crate::workload::PodView;
 
@@ -162,6 +163,45 @@ pub fn check_gang(
         }
         Ok(_) => None,
     }
+}
+
+/// Deny-mode team quota. A Pod at CREATE is charged against live usage (`book`); a workload's
+/// templates — and UPDATEs — only against the quota itself: a template that alone exceeds it
+/// can never run.
+pub fn check_quota(
+    policies: &PolicySet,
+    view: &PodView,
+    req: &crate::engine::Request<'_>,
+    team: &TeamLookup<'_>,
+    book: &dyn QuotaBook,
+) -> Option<Finding> {
+    let t = team.team?;
+    let quota = t.quota.as_ref().filter(|q| q.mode == QuotaMode::Deny)?;
+    let spec = view.pod.get("spec")?;
+    let charge = quota.charge(&resources::pod_requests(spec));
+    if charge.is_empty() {
+        return None;
+    }
+    let policy = policies.gang_policy(req.namespace, Some(&t.name));
+    let gang = membership(&PodFacts::from_json(&view.pod), &policy.infer, policy.coscheduling_size).ok().flatten();
+    let gang = gang.as_ref().and_then(|g| g.size.map(|n| (g.name.as_str(), n)));
+    let pod = view.pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let request =
+        QuotaRequest { uid: req.uid, team: &t.name, namespace: req.namespace, pod, charge, gang, dry_run: req.dry_run };
+    let (exceeded, namespaces) = book.admit(quota, &request).err()?;
+    let asking = match gang {
+        Some((name, size)) => format!(
+            "gang {name} of {size} asks {} in all",
+            quota.show(quota::times(&request.charge, size).get(&exceeded.resource).copied().unwrap_or(0))
+        ),
+        None => format!("this pod asks {}", exceeded.asked),
+    };
+    Some(Finding {
+        rule: "team/quota".into(),
+        action: Action::Deny,
+        path: view.spec_path(),
+        message: format!("team {} {} in namespaces {}; {asking}", t.name, exceeded, namespaces.join(", ")),
+    })
 }
 
 fn check_priority_class(policies: &PolicySet, view: &PodView, team: &TeamLookup<'_>) -> Option<Finding> {

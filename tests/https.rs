@@ -1111,3 +1111,86 @@ fn run_to_exit(mut cmd: Command) -> (ExitStatus, String) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Issue 4: 200 reviews for one team in flight at once over HTTP/2, against a deny-mode quota
+/// of 8 GPUs: exactly 8 are admitted; the API server's retries (same uid) are not charged twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_200_concurrent_reviews_never_exceeds_the_quota() {
+    allot::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let policies = dir.path().join("policies");
+    copy_dir(&repo_path("policies"), &policies);
+    std::fs::write(
+        policies.join("zz-burst.yaml"),
+        "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: burst}\nspec:\n  namespaces: {names: [burst]}\n  quota:\n    mode: Deny\n    limits: {nvidia.com/gpu: 8}\n",
+    )
+    .unwrap();
+    make_certs(&dir.path().join("certs"));
+    let server = Server::start_in(dir, &[]);
+    let ca = server.dir.path().join("certs/ca.crt");
+    let base = fixture("011-validate-create-pod-my-gpu-pod.json");
+    let review = |i: usize| {
+        let mut r = base.clone();
+        r["request"]["uid"] = json!(format!("burst-uid-{i}"));
+        r["request"]["namespace"] = json!("burst");
+        r["request"]["object"]["metadata"]["namespace"] = json!("burst");
+        r["request"]["object"]["metadata"]["name"] = json!(format!("burst-{i}"));
+        serde_json::to_vec(&r).unwrap()
+    };
+    let mut senders = Vec::new();
+    for _ in 0..4 {
+        let client = Client::connect(server.https, &ca, "localhost", Alpn::H2).await;
+        client.assert_alpn(Alpn::H2);
+        let Sender::H2(sender) = &client.sender else { panic!("expected HTTP/2") };
+        senders.push((sender.clone(), client));
+    }
+    let authority = format!("localhost:{}", server.https.port());
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let mut sender = senders[i % 4].0.clone();
+        let body = review(i);
+        let uri = format!("https://{authority}/validate");
+        tasks.push(tokio::spawn(async move {
+            let request =
+                Request::post(uri).header(CONTENT_TYPE, "application/json").body(Full::new(Bytes::from(body))).unwrap();
+            sender.ready().await.expect("h2 ready");
+            let response = sender.send_request(request).await.expect("response");
+            assert_eq!(response.status(), StatusCode::OK);
+            let bytes = response.into_body().collect().await.expect("body").to_bytes();
+            let review: Value = serde_json::from_slice(&bytes).expect("JSON");
+            review["response"].clone()
+        }));
+    }
+    let mut admitted = 0;
+    let mut denial = None;
+    for t in tasks {
+        let response = t.await.expect("task");
+        if response["allowed"] == true {
+            admitted += 1;
+        } else {
+            denial = Some(response["status"]["message"].as_str().unwrap_or_default().to_string());
+        }
+    }
+    assert_eq!(admitted, 8, "exactly the quota is admitted");
+    let denial = denial.expect("the rest are denied");
+    assert!(
+        denial.contains("[team/quota]")
+            && denial.contains("team burst uses 8 of 8 nvidia.com/gpu in namespaces burst; this pod asks 1"),
+        "{denial}"
+    );
+    // A retry of an admitted request (same uid) is admitted again, and charges nothing more.
+    let (mut sender, _) = (senders[0].0.clone(), ());
+    for i in 0..200 {
+        let request = Request::post(format!("https://{authority}/validate"))
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(review(i))))
+            .unwrap();
+        sender.ready().await.unwrap();
+        let bytes = sender.send_request(request).await.unwrap().into_body().collect().await.unwrap().to_bytes();
+        let review: Value = serde_json::from_slice(&bytes).unwrap();
+        if review["response"]["allowed"] == true {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 16, "the same 8 uids are admitted again on retry, no others");
+}

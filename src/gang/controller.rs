@@ -19,8 +19,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use super::decision::GangKey;
-use super::membership::{GATE, InferredKind, RELEASED_ANNOTATION};
+use super::membership::{GATE, InferredKind, QUOTA_GATE, RELEASED_ANNOTATION};
 use super::state::{Action, CONDITION, ClusterState, PodRecord, node_info, plan};
+use crate::namespaces::NamespaceLabels;
 use crate::patch::escape;
 use crate::policy::PolicySet;
 
@@ -39,11 +40,12 @@ pub fn spawn(
     client: kube::Client,
     state: Arc<ClusterState>,
     policies: Arc<ArcSwap<PolicySet>>,
+    namespaces: Arc<dyn NamespaceLabels>,
     config: ControllerConfig,
 ) {
     tokio::spawn(watch_pods(client.clone(), state.clone(), policies.clone()));
     tokio::spawn(watch_nodes(client.clone(), state.clone()));
-    tokio::spawn(control_loop(client, state, policies, config));
+    tokio::spawn(control_loop(client, state, policies, namespaces, config));
 }
 
 async fn watch_pods(client: kube::Client, state: Arc<ClusterState>, policies: Arc<ArcSwap<PolicySet>>) {
@@ -99,6 +101,7 @@ async fn control_loop(
     client: kube::Client,
     state: Arc<ClusterState>,
     policies: Arc<ArcSwap<PolicySet>>,
+    namespaces: Arc<dyn NamespaceLabels>,
     config: ControllerConfig,
 ) {
     let leader = match kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &config.lease_name)
@@ -151,6 +154,10 @@ async fn control_loop(
         seen_generation = state.generation();
         let p = policies.load();
         let now = unix_now();
+        // Quota first: a gang member is released by the gang controller only once its quota
+        // gate is gone.
+        let quota_actions = state.quota_plan(&p, namespaces.as_ref());
+        execute(&client, &recorder, &state, quota_actions).await;
         let (snapshot, facts) = state.snapshot(&p, now);
         let actions = plan(&snapshot, &facts, &mut explained);
         execute(&client, &recorder, &state, actions).await;
@@ -190,13 +197,18 @@ fn is_status(e: &kube::Error, codes: &[u16]) -> bool {
     matches!(e, kube::Error::Api(s) if codes.contains(&s.code))
 }
 
-/// The JSON Patch that lifts Allot's gate and only Allot's gate: `test` guards the index, so a
-/// concurrent change of the gate list makes the patch fail instead of removing another gate.
-pub fn release_patch(gate_index: usize, has_annotations: bool, released_at: &str) -> Value {
-    let mut ops = vec![
-        json!({"op": "test", "path": format!("/spec/schedulingGates/{gate_index}/name"), "value": GATE}),
+/// Test-and-remove of one gate: `test` guards the index, so a concurrent change of the gate
+/// list makes the patch fail instead of removing another gate.
+pub fn lift_gate_ops(gate: &str, gate_index: usize) -> Vec<Value> {
+    vec![
+        json!({"op": "test", "path": format!("/spec/schedulingGates/{gate_index}/name"), "value": gate}),
         json!({"op": "remove", "path": format!("/spec/schedulingGates/{gate_index}")}),
-    ];
+    ]
+}
+
+/// The JSON Patch that lifts Allot's gang gate and only it, and marks the member released.
+pub fn release_patch(gate_index: usize, has_annotations: bool, released_at: &str) -> Value {
+    let mut ops = lift_gate_ops(GATE, gate_index);
     ops.push(if has_annotations {
         json!({"op": "add", "path": format!("/metadata/annotations/{}", escape(RELEASED_ANNOTATION)), "value": released_at})
     } else {
@@ -246,6 +258,35 @@ async fn execute(client: &kube::Client, recorder: &Recorder, state: &ClusterStat
                     tracing::warn!(%namespace, %pod, error = %e, "cannot set the gang condition");
                 }
                 publish(recorder, &namespace, &pod, warning, reason, &message).await;
+            }
+            Action::ReleaseQuota { namespace, pod, gate_index } => {
+                let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+                let Ok(patch) =
+                    serde_json::from_value::<json_patch::Patch>(Value::Array(lift_gate_ops(QUOTA_GATE, gate_index)))
+                else {
+                    continue;
+                };
+                match api.patch(&pod, &PatchParams::default(), &Patch::Json::<()>(patch)).await {
+                    Ok(_) => {
+                        state.mark_quota_released(&namespace, &pod);
+                        tracing::info!(%namespace, %pod, "released from the quota queue");
+                        publish(
+                            recorder,
+                            &namespace,
+                            &pod,
+                            false,
+                            "QuotaAdmitted",
+                            "the team's quota has room; released from the queue",
+                        )
+                        .await;
+                    }
+                    Err(e) if is_status(&e, &[404, 409, 422]) => {
+                        tracing::debug!(%namespace, %pod, error = %e, "quota release skipped; retrying on the next pass")
+                    }
+                    Err(e) => {
+                        tracing::warn!(%namespace, %pod, error = %e, "quota release failed; retrying on the next pass")
+                    }
+                }
             }
             Action::Delete { namespace, pod, reason } => {
                 publish(recorder, &namespace, &pod, true, "AssemblyTimeout", &reason).await;

@@ -14,8 +14,10 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-/// The scheduling gate Allot owns.
+/// The scheduling gate Allot owns for gangs.
 pub const GATE: &str = "allot.dev/gang";
+/// The scheduling gate Allot owns for queue-mode quotas.
+pub const QUOTA_GATE: &str = "allot.dev/quota";
 pub const NAME_LABEL: &str = "allot.dev/gang-name";
 pub const SIZE_ANNOTATION: &str = "allot.dev/gang-size";
 /// Set by the controller in the patch that lifts the gate: marks a member as released (its

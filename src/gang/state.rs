@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use super::decision::{GangKey, Member, Snapshot, Verdict, WaitingGang, decide};
 use super::directory::{GangDirectory, Peer};
 use super::fit::{NodeInfo, PodShape};
-use super::membership::{GATE, InferredKind, OwnerGang, PodFacts, RELEASED_ANNOTATION, Source, membership};
+use super::membership::{GATE, InferredKind, OwnerGang, PodFacts, QUOTA_GATE, RELEASED_ANNOTATION, Source, membership};
 use crate::policy::{OnTimeout, PolicySet};
 use crate::quantity::Quantity;
 use crate::resources::{self, ResourceList};
@@ -46,7 +46,10 @@ pub struct PodRecord {
     pub gang: Option<GangRef>,
     /// Index of Allot's gate in `spec.schedulingGates`, if present.
     pub gate_index: Option<usize>,
-    /// Other gates (Kueue's, …): a member that still has them is not ours to release yet.
+    /// Index of Allot's quota gate, if present.
+    pub quota_gate_index: Option<usize>,
+    /// Other gates (Kueue's, Allot's quota gate, …): a member that still has them is not ready
+    /// for its gang to be released.
     pub foreign_gates: bool,
     pub released: bool,
     pub has_annotations: bool,
@@ -109,6 +112,7 @@ impl PodRecord {
             requests,
             placement,
             gate_index: facts.gates.iter().position(|g| g == GATE),
+            quota_gate_index: facts.gates.iter().position(|g| g == QUOTA_GATE),
             foreign_gates: facts.gates.iter().any(|g| g != GATE),
             released: facts.annotations.contains_key(RELEASED_ANNOTATION),
             has_annotations: pod.metadata.annotations.is_some(),
@@ -214,12 +218,28 @@ struct Inner {
     nodes: BTreeMap<String, NodeInfo>,
     /// What the owners of inferred gangs say about them.
     owner_gangs: HashMap<(String, String), OwnerGang>,
+    /// Requests of the non-finished pods of each namespace (gated ones included).
+    ns_usage: HashMap<Arc<str>, ResourceList>,
     /// Bumped on every change, so the loop knows when to look again.
     generation: u64,
 }
 
 impl Inner {
+    fn usage_delta(&mut self, record: &PodRecord, sign: i128) {
+        if record.finished {
+            return;
+        }
+        let usage = self.ns_usage.entry(record.namespace.clone()).or_default();
+        for (name, q) in &record.requests {
+            let slot = usage.entry(name.to_string()).or_default();
+            *slot = Quantity::from_nanos(slot.nanos() + sign * q.nanos());
+        }
+    }
+
     fn unindex(&mut self, key: &Key) {
+        if let Some(old) = self.pods.get(key).cloned() {
+            self.usage_delta(&old, -1);
+        }
         if let Some(old) = self.pods.remove(key)
             && let Some(g) = &old.gang
         {
@@ -239,6 +259,7 @@ impl Inner {
         if let Some(g) = &record.gang {
             self.gangs.entry((record.namespace.clone(), g.name.clone())).or_default().insert(record.name.clone());
         }
+        self.usage_delta(&record, 1);
         self.pods.insert(key, record);
     }
 }
@@ -271,6 +292,7 @@ impl ClusterState {
         let mut inner = write(&self.inner);
         inner.pods.clear();
         inner.gangs.clear();
+        inner.ns_usage.clear();
         for r in records {
             inner.index(r);
         }
@@ -316,6 +338,52 @@ impl ClusterState {
                 p.gate_index = None;
                 p.released = true;
             }
+        }
+        inner.generation += 1;
+    }
+
+    /// Requests of every namespace's non-finished pods, and for each gang of explicit size that
+    /// is not complete yet, what its missing members will ask (a gang is charged whole).
+    pub fn namespace_usage(&self) -> Vec<(Arc<str>, ResourceList)> {
+        let inner = read(&self.inner);
+        let mut out: HashMap<Arc<str>, ResourceList> = inner.ns_usage.clone();
+        for ((ns, _), members) in &inner.gangs {
+            let live: Vec<&PodRecord> = members
+                .iter()
+                .filter_map(|m| inner.pods.get(&(ns.clone(), m.clone())))
+                .filter(|p| !p.finished)
+                .collect();
+            let Some(first) = live.first() else { continue };
+            let Some(size) = first.gang.as_ref().and_then(|g| g.size) else { continue };
+            let missing = i128::from(size.saturating_sub(live.len() as u32));
+            let usage = out.entry(ns.clone()).or_default();
+            for (name, q) in &first.requests {
+                let slot = usage.entry(name.to_string()).or_default();
+                *slot = Quantity::from_nanos(slot.nanos() + missing * q.nanos());
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// True when the watch has seen this pod.
+    pub fn has_pod(&self, namespace: &str, name: &str) -> bool {
+        read(&self.inner).pods.contains_key(&key(namespace, name))
+    }
+
+    /// True when some non-finished member of the gang exists.
+    pub fn gang_exists(&self, namespace: &str, gang: &str) -> bool {
+        let inner = read(&self.inner);
+        inner.gangs.get(&(Arc::from(namespace), gang.to_string())).is_some_and(|m| {
+            m.iter().any(|n| inner.pods.get(&(Arc::from(namespace), n.clone())).is_some_and(|p| !p.finished))
+        })
+    }
+
+    /// Marks a pod's quota gate lifted locally, before the watch confirms it.
+    pub fn mark_quota_released(&self, namespace: &str, name: &str) {
+        let mut inner = write(&self.inner);
+        if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
+            p.quota_gate_index = None;
+            p.foreign_gates = false;
         }
         inner.generation += 1;
     }
@@ -471,6 +539,77 @@ impl GangDirectory for ClusterState {
     }
 }
 
+impl ClusterState {
+    /// Queue-mode quotas: which quota-gated pods to release now. Per team, queued units (a
+    /// gang whole, once all its members exist, or a single pod) in order — priority, then age —
+    /// while the team's usage (every non-finished pod not behind the quota gate) leaves room. The
+    /// order is strict: a unit that does not fit stops the team's queue, so a large job is never
+    /// starved by smaller ones behind it.
+    pub fn quota_plan(&self, policies: &PolicySet, labels: &dyn crate::namespaces::NamespaceLabels) -> Vec<Action> {
+        let inner = read(&self.inner);
+        let mut actions = Vec::new();
+        // namespace → team (only teams with a queue-mode quota)
+        let mut team_of_ns: HashMap<Arc<str>, Option<&crate::policy::Team>> = HashMap::new();
+        let mut used: HashMap<&str, crate::quota::Charge> = HashMap::new();
+        // team → unit key → (priority, created, members, charge)
+        type Unit = (i32, i64, Vec<(String, String, usize)>, crate::quota::Charge, Option<u32>);
+        let mut queued: HashMap<&str, BTreeMap<String, Unit>> = HashMap::new();
+        for p in inner.pods.values().filter(|p| !p.finished) {
+            let team = *team_of_ns.entry(p.namespace.clone()).or_insert_with(|| {
+                crate::namespaces::team_of(policies, &p.namespace, labels)
+                    .team
+                    .filter(|t| t.quota.as_ref().is_some_and(|q| q.mode == crate::policy::QuotaMode::Queue))
+            });
+            let Some(team) = team else { continue };
+            let Some(quota) = &team.quota else { continue };
+            let requests: ResourceList = p.requests.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+            let charge = quota.charge(&requests);
+            if charge.is_empty() {
+                continue;
+            }
+            match p.quota_gate_index {
+                None => crate::quota::add(used.entry(team.name.as_str()).or_default(), &charge),
+                Some(index) => {
+                    let (key, size) = match &p.gang {
+                        Some(g) => (format!("gang/{}/{}", p.namespace, g.name), g.size),
+                        None => (format!("pod/{}/{}", p.namespace, p.name), None),
+                    };
+                    let unit = queued
+                        .entry(team.name.as_str())
+                        .or_default()
+                        .entry(key)
+                        .or_insert_with(|| (p.priority, p.created, Vec::new(), crate::quota::Charge::new(), size));
+                    unit.0 = unit.0.max(p.priority);
+                    unit.1 = unit.1.min(p.created);
+                    unit.2.push((p.namespace.to_string(), p.name.to_string(), index));
+                    crate::quota::add(&mut unit.3, &charge);
+                }
+            }
+        }
+        for (team_name, units) in queued {
+            let Some(quota) = policies.teams.iter().find(|t| t.name == team_name).and_then(|t| t.quota.as_ref()) else {
+                continue;
+            };
+            let mut units: Vec<(String, Unit)> = units.into_iter().collect();
+            units.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.1.1.cmp(&b.1.1)).then_with(|| a.0.cmp(&b.0)));
+            let team_used = used.entry(team_name).or_default();
+            for (_, (_, _, members, charge, size)) in units {
+                if size.is_some_and(|n| (members.len() as u32) < n) {
+                    break; // a gang is charged whole: wait for all its members, in order
+                }
+                if quota.exceeded(team_used, &charge).is_some() {
+                    break;
+                }
+                crate::quota::add(team_used, &charge);
+                for (namespace, pod, gate_index) in members {
+                    actions.push(Action::ReleaseQuota { namespace, pod, gate_index });
+                }
+            }
+        }
+        actions
+    }
+}
+
 /// A gated member, as needed to release it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberRef {
@@ -510,6 +649,8 @@ pub enum Action {
     /// Set the `allot.dev/GangReady` condition and publish an Event, because the explanation
     /// changed.
     Explain { namespace: String, pod: String, ready: bool, reason: &'static str, message: String, warning: bool },
+    /// Lift the quota gate (test + remove at `gate_index`): the team has room.
+    ReleaseQuota { namespace: String, pod: String, gate_index: usize },
     /// Delete a member (assembly timeout with `onTimeout: Fail`).
     Delete { namespace: String, pod: String, reason: String },
 }

@@ -69,6 +69,7 @@ pub struct Team {
     pub names: NameGlobs,
     pub selector: Option<LabelSelector>,
     pub priority: TeamPrioritySpec,
+    pub quota: Option<crate::quota::Quota>,
 }
 
 /// A compiled `Placement`.
@@ -372,8 +373,17 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
                 "{location}: spec.priority.default: {default:?} is not in spec.priority.allowed {allowed:?}"
             ));
         }
+        let quota = match spec.quota.as_ref().map(crate::quota::Quota::compile).transpose() {
+            Ok(q) => q,
+            Err(e) => {
+                errors.push(format!("{location}: spec.{e}"));
+                None
+            }
+        };
         match NameGlobs::compile(&spec.namespaces.names) {
-            Ok(names) => teams.push(Team { name, names, selector: spec.namespaces.selector, priority: spec.priority }),
+            Ok(names) => {
+                teams.push(Team { name, names, selector: spec.namespaces.selector, priority: spec.priority, quota })
+            }
             Err(e) => errors.push(format!("{location}: spec.namespaces.names: {e}")),
         }
     }

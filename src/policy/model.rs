@@ -140,6 +140,38 @@ pub struct TeamSpec {
     pub namespaces: NamespaceSelection,
     #[serde(default)]
     pub priority: TeamPrioritySpec,
+    /// Accelerator quota; omitted: none.
+    pub quota: Option<QuotaSpec>,
+}
+
+/// What a team may use at once, and what happens past it.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct QuotaSpec {
+    #[serde(default)]
+    pub mode: QuotaMode,
+    /// Resource name → amount (`nvidia.com/gpu: 8`).
+    pub limits: BTreeMap<String, serde_json::Value>,
+    /// Other resource names counted against a limited one, with a weight
+    /// (`nvidia.com/mig-1g.10gb: {countsAs: nvidia.com/gpu, weight: 1/7}`).
+    #[serde(default)]
+    pub equivalents: BTreeMap<String, Equivalent>,
+}
+
+/// Deny at admission, or admit and queue behind the `allot.dev/quota` gate.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, Default, PartialEq, Eq)]
+pub enum QuotaMode {
+    #[default]
+    Deny,
+    Queue,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Equivalent {
+    pub counts_as: String,
+    /// `1/7`, `0.5`, `2`.
+    pub weight: serde_json::Value,
 }
 
 /// Namespaces by name (globs such as `vision-*`) and/or by label selector; a namespace matches

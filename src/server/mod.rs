@@ -31,10 +31,11 @@ use tower_http::timeout::TimeoutLayer;
 use crate::admission::{self, Phase};
 use crate::engine::Engine;
 use crate::error::Error;
-use crate::gang::directory::{GangDirectory, NoGangs};
+use crate::gang::directory::GangDirectory;
 use crate::gang::state::ClusterState;
 use crate::namespaces::{NamespaceLabels, NoNamespaces};
 use crate::policy::{self, Action, PolicySet};
+use crate::quota::{LiveQuota, QuotaBook};
 use metrics::{DecisionLabels, Metrics, RequestLabels, WebhookLabels};
 
 /// Settings of `allot serve`.
@@ -64,6 +65,8 @@ pub struct AppState {
     pub namespaces: Arc<dyn NamespaceLabels>,
     /// Existing gang members, from the controller's Pod watch.
     pub gangs: Arc<dyn GangDirectory>,
+    /// Deny-mode quota usage and reservations.
+    pub quota: Arc<dyn QuotaBook>,
     pub metrics: Metrics,
     /// The last reload error, shown on `/readyz` while the last good set stays in force.
     pub last_reload_error: ArcSwap<Option<String>>,
@@ -73,21 +76,24 @@ pub struct AppState {
 impl AppState {
     /// State over a loaded policy set.
     pub fn new(policies: PolicySet, namespaces: Arc<dyn NamespaceLabels>) -> Arc<AppState> {
-        AppState::with_gangs(policies, namespaces, Arc::new(NoGangs))
+        AppState::with_cluster(policies, namespaces, Arc::new(ClusterState::default()))
     }
 
-    /// State whose admission checks gang members against `gangs`.
-    pub fn with_gangs(
+    /// State whose admission checks gang members and quotas against `cluster` (the
+    /// controller's watch; empty without a Kubernetes API).
+    pub fn with_cluster(
         policies: PolicySet,
         namespaces: Arc<dyn NamespaceLabels>,
-        gangs: Arc<dyn GangDirectory>,
+        cluster: Arc<ClusterState>,
     ) -> Arc<AppState> {
         let metrics = Metrics::new();
         metrics.set_policy_version(&policies.version);
+        let policies = Arc::new(ArcSwap::from_pointee(policies));
         Arc::new(AppState {
-            policies: Arc::new(ArcSwap::from_pointee(policies)),
+            quota: Arc::new(LiveQuota::new(cluster.clone(), policies.clone(), namespaces.clone())),
+            policies,
             namespaces,
-            gangs,
+            gangs: cluster,
             metrics,
             last_reload_error: ArcSwap::from_pointee(None),
             shutting_down: AtomicBool::new(false),
@@ -129,7 +135,9 @@ fn answer(state: &AppState, phase: Phase, body: &[u8]) -> Response {
     let started = Instant::now();
     let webhook = phase.label();
     let policies = state.policies.load();
-    let engine = Engine::new(&policies, state.namespaces.as_ref()).with_gangs(state.gangs.as_ref());
+    let engine = Engine::new(&policies, state.namespaces.as_ref())
+        .with_gangs(state.gangs.as_ref())
+        .with_quota(state.quota.as_ref());
     let response = match admission::review(body, phase, &engine) {
         Ok(answer) => {
             let result = match (answer.allowed, answer.mutated) {
@@ -208,11 +216,17 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
         None => Arc::new(NoNamespaces),
     };
     let cluster = Arc::new(ClusterState::default());
-    let state = AppState::with_gangs(policies, namespaces, cluster.clone());
+    let state = AppState::with_cluster(policies, namespaces, cluster.clone());
     match (&client, &config.gang_controller) {
         (Some(c), Some(controller)) => {
             tracing::info!(lease = %controller.lease_name, namespace = %controller.lease_namespace, identity = %controller.identity, "starting the gang controller");
-            crate::gang::controller::spawn(c.clone(), cluster, state.policies.clone(), controller.clone());
+            crate::gang::controller::spawn(
+                c.clone(),
+                cluster,
+                state.policies.clone(),
+                state.namespaces.clone(),
+                controller.clone(),
+            );
         }
         (None, Some(_)) => {
             tracing::warn!("no Kubernetes API: the gang controller is not running; gated pods stay gated")

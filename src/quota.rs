@@ -1,0 +1,411 @@
+//! Per-team accelerator quotas: exact accounting with GPU-equivalent weights.
+//!
+//! A charge is kept as an integer number of `1 / (1e9 × D)` units, where `D` is the least common
+//! multiple of the quota's weight denominators, so seven `1/7` MIG slices are exactly one GPU —
+//! no rounding lets the eighth slip through or the seventh be refused.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::policy::{QuotaMode, QuotaSpec};
+use crate::quantity::Quantity;
+use crate::resources::ResourceList;
+
+/// A compiled team quota.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quota {
+    pub mode: QuotaMode,
+    /// Limited name → limit, in charge units.
+    pub limits: BTreeMap<String, i128>,
+    /// Other name → (limited name, numerator, denominator).
+    pub equivalents: BTreeMap<String, (String, i128, i128)>,
+    /// Common denominator of all weights.
+    pub denominator: i128,
+}
+
+/// Amounts per limited resource, in charge units of one [`Quota`].
+pub type Charge = BTreeMap<String, i128>;
+
+fn parse_weight(raw: &serde_json::Value) -> Result<(i128, i128), String> {
+    let text = match raw {
+        serde_json::Value::String(s) => s.trim().to_string(),
+        serde_json::Value::Number(n) => n.to_string(),
+        other => return Err(format!("weight must be a number or a fraction like 1/7, got {other}")),
+    };
+    let bad = || format!("weight must be a positive number or a fraction like 1/7, got {text:?}");
+    let (num, den) = match text.split_once('/') {
+        Some((n, d)) => (n.trim().parse::<i128>().map_err(|_| bad())?, d.trim().parse::<i128>().map_err(|_| bad())?),
+        None => {
+            // A decimal: scale by its digits after the point.
+            let q = Quantity::parse(&text).map_err(|_| bad())?;
+            (q.nanos(), 1_000_000_000)
+        }
+    };
+    if num <= 0 || den <= 0 || den > 1_000_000_000 {
+        return Err(bad());
+    }
+    let g = gcd(num, den);
+    Ok((num / g, den / g))
+}
+
+fn gcd(a: i128, b: i128) -> i128 {
+    if b == 0 { a.abs() } else { gcd(b, a % b) }
+}
+
+impl Quota {
+    /// Compiles a `quota:` block; errors name the field.
+    pub fn compile(spec: &QuotaSpec) -> Result<Quota, String> {
+        if spec.limits.is_empty() {
+            return Err("quota.limits: name at least one resource".into());
+        }
+        let mut equivalents = BTreeMap::new();
+        let mut denominator: i128 = 1;
+        for (name, eq) in &spec.equivalents {
+            if !spec.limits.contains_key(&eq.counts_as) {
+                return Err(format!("quota.equivalents.{name}.countsAs: {:?} has no limit", eq.counts_as));
+            }
+            let (num, den) = parse_weight(&eq.weight).map_err(|e| format!("quota.equivalents.{name}.weight: {e}"))?;
+            denominator = denominator / gcd(denominator, den) * den;
+            equivalents.insert(name.clone(), (eq.counts_as.clone(), num, den));
+        }
+        let mut limits = BTreeMap::new();
+        for (name, raw) in &spec.limits {
+            let q = Quantity::from_json(raw).map_err(|e| format!("quota.limits.{name}: {e}"))?;
+            limits.insert(name.clone(), q.nanos() * denominator);
+        }
+        Ok(Quota { mode: spec.mode, limits, equivalents, denominator })
+    }
+
+    /// What `requests` count against each limit. Empty when nothing limited is requested.
+    pub fn charge(&self, requests: &ResourceList) -> Charge {
+        let mut out = Charge::new();
+        for (name, q) in requests {
+            if self.limits.contains_key(name) {
+                *out.entry(name.clone()).or_default() += q.nanos() * self.denominator;
+            } else if let Some((target, num, den)) = self.equivalents.get(name) {
+                *out.entry(target.clone()).or_default() += q.nanos() * num * (self.denominator / den);
+            }
+        }
+        out.retain(|_, v| *v != 0);
+        out
+    }
+
+    /// Renders an amount of charge units as a resource quantity (`6`, `1.5`, `0.142857`).
+    pub fn show(&self, units: i128) -> String {
+        let nanos = units / self.denominator;
+        let exact = units % self.denominator == 0;
+        let q = Quantity::from_nanos(nanos);
+        if q.is_whole() {
+            format!("{}{}", q.nanos() / 1_000_000_000, if exact { "" } else { "+" })
+        } else {
+            format!("{:.3}", nanos as f64 / 1e9)
+        }
+    }
+
+    /// The first limit that `used + charge` would exceed, as (resource, used, limit, asked).
+    pub fn exceeded(&self, used: &Charge, charge: &Charge) -> Option<Exceeded> {
+        for (name, asked) in charge {
+            let limit = self.limits.get(name).copied().unwrap_or(0);
+            let now = used.get(name).copied().unwrap_or(0);
+            if now + asked > limit {
+                return Some(Exceeded {
+                    resource: name.clone(),
+                    used: self.show(now),
+                    limit: self.show(limit),
+                    asked: self.show(*asked),
+                });
+            }
+        }
+        None
+    }
+}
+
+/// A limit a request would exceed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exceeded {
+    pub resource: String,
+    pub used: String,
+    pub limit: String,
+    pub asked: String,
+}
+
+impl fmt::Display for Exceeded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "uses {} of {} {}", self.used, self.limit, self.resource)
+    }
+}
+
+/// Adds `b` into `a`.
+pub fn add(a: &mut Charge, b: &Charge) {
+    for (k, v) in b {
+        *a.entry(k.clone()).or_default() += v;
+    }
+}
+
+/// Multiplies a charge (a gang charged as `size` members).
+pub fn times(c: &Charge, n: u32) -> Charge {
+    c.iter().map(|(k, v)| (k.clone(), v * i128::from(n))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn quota(limits: serde_json::Value, equivalents: serde_json::Value) -> Quota {
+        let spec: QuotaSpec = serde_json::from_value(json!({"limits": limits, "equivalents": equivalents})).unwrap();
+        Quota::compile(&spec).unwrap()
+    }
+
+    fn req(pairs: &[(&str, &str)]) -> ResourceList {
+        pairs.iter().map(|(k, v)| (k.to_string(), Quantity::parse(v).unwrap())).collect()
+    }
+
+    #[test]
+    fn mig_slices_are_exact_fractions_of_a_gpu() {
+        let q = quota(
+            json!({"nvidia.com/gpu": 1}),
+            json!({"nvidia.com/mig-1g.10gb": {"countsAs": "nvidia.com/gpu", "weight": "1/7"}}),
+        );
+        let slice = q.charge(&req(&[("nvidia.com/mig-1g.10gb", "1")]));
+        let mut used = Charge::new();
+        for _ in 0..7 {
+            assert_eq!(q.exceeded(&used, &slice), None);
+            add(&mut used, &slice);
+        }
+        let e = q.exceeded(&used, &slice).expect("the eighth slice exceeds");
+        assert_eq!((e.used.as_str(), e.limit.as_str()), ("1", "1"));
+    }
+
+    #[test]
+    fn charges_ignore_unlimited_resources_and_weights_parse() {
+        let q = quota(
+            json!({"nvidia.com/gpu": "8"}),
+            json!({"amd.com/gpu": {"countsAs": "nvidia.com/gpu", "weight": 0.5}}),
+        );
+        assert!(q.charge(&req(&[("cpu", "4"), ("memory", "1Gi")])).is_empty());
+        let c = q.charge(&req(&[("nvidia.com/gpu", "2"), ("amd.com/gpu", "4")]));
+        assert_eq!(q.show(c["nvidia.com/gpu"]), "4");
+        let e = q.exceeded(&times(&c, 2), &c).unwrap();
+        assert_eq!(e.to_string(), "uses 8 of 8 nvidia.com/gpu");
+        assert_eq!(e.asked, "4");
+    }
+
+    #[test]
+    fn bad_quotas_are_errors() {
+        for (limits, eq, field) in [
+            (json!({}), json!({}), "quota.limits"),
+            (json!({"nvidia.com/gpu": "x"}), json!({}), "quota.limits.nvidia.com/gpu"),
+            (
+                json!({"nvidia.com/gpu": 1}),
+                json!({"a": {"countsAs": "b", "weight": 1}}),
+                "quota.equivalents.a.countsAs",
+            ),
+            (json!({"nvidia.com/gpu": 1}), json!({"a": {"countsAs": "nvidia.com/gpu", "weight": "0/7"}}), "weight"),
+        ] {
+            let spec: QuotaSpec = serde_json::from_value(json!({"limits": limits, "equivalents": eq})).unwrap();
+            let err = Quota::compile(&spec).unwrap_err();
+            assert!(err.contains(field), "{err}");
+        }
+    }
+}
+
+/// One admission asking for quota.
+#[derive(Debug, Clone)]
+pub struct QuotaRequest<'a> {
+    /// The AdmissionRequest uid: the API server retries with the same one.
+    pub uid: &'a str,
+    pub team: &'a str,
+    pub namespace: &'a str,
+    pub pod: &'a str,
+    /// What this pod counts.
+    pub charge: Charge,
+    /// A gang is charged whole, once: `(gang name, size)`.
+    pub gang: Option<(&'a str, u32)>,
+    /// Evaluated, never reserved.
+    pub dry_run: bool,
+}
+
+/// Where deny-mode admission gets current usage and keeps its reservations.
+pub trait QuotaBook: Send + Sync {
+    /// Admits (and, unless dry run, reserves) or says which limit would be exceeded and the
+    /// namespaces counted.
+    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), (Exceeded, Vec<String>)>;
+}
+
+/// The charge of a request as the book must count it: a gang's first member charges the whole
+/// gang; later members are already covered (`gang_known`).
+pub fn effective_charge(request: &QuotaRequest<'_>, gang_known: bool) -> Charge {
+    match request.gang {
+        Some(_) if gang_known => Charge::new(),
+        Some((_, size)) => times(&request.charge, size),
+        None => request.charge.clone(),
+    }
+}
+
+/// No usage known (the CLI without `--state`, templates): a request is checked on its own.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoUsage;
+
+impl QuotaBook for NoUsage {
+    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), (Exceeded, Vec<String>)> {
+        match quota.exceeded(&Charge::new(), &effective_charge(request, false)) {
+            Some(e) => Err((e, vec![request.namespace.to_string()])),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Usage per team from `allot check --state FILE`, plus what the run's own manifests take.
+#[derive(Debug, Default)]
+pub struct StaticUsage {
+    /// Team → resource amounts in use.
+    pub teams: BTreeMap<String, ResourceList>,
+    taken: std::sync::Mutex<(BTreeMap<String, ResourceList>, std::collections::BTreeSet<(String, String)>)>,
+}
+
+impl StaticUsage {
+    /// Parses `{teams: {vision: {nvidia.com/gpu: 6}}}` (YAML or JSON).
+    pub fn parse(name: &str, text: &str) -> Result<StaticUsage, String> {
+        let docs = crate::policy::parse_documents(name, text)?;
+        let mut teams = BTreeMap::new();
+        for (index, doc) in docs {
+            let Some(map) = doc.get("teams").and_then(|t| t.as_object()) else {
+                return Err(format!("{name}: document {index}: expected `teams: {{TEAM: {{RESOURCE: AMOUNT}}}}`"));
+            };
+            for (team, resources) in map {
+                let mut list = ResourceList::new();
+                for (resource, raw) in resources.as_object().into_iter().flatten() {
+                    let q = Quantity::from_json(raw).map_err(|e| format!("{name}: teams.{team}.{resource}: {e}"))?;
+                    list.insert(resource.clone(), q);
+                }
+                teams.insert(team.clone(), list);
+            }
+        }
+        Ok(StaticUsage { teams, taken: Default::default() })
+    }
+}
+
+impl QuotaBook for StaticUsage {
+    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), (Exceeded, Vec<String>)> {
+        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        let (by_team, gangs) = &mut *taken;
+        let mut used = self.teams.get(request.team).map(|l| quota.charge(l)).unwrap_or_default();
+        if let Some(t) = by_team.get(request.team) {
+            add(&mut used, &quota.charge(t));
+        }
+        let gang_key = request.gang.map(|(g, _)| (request.namespace.to_string(), g.to_string()));
+        let known = gang_key.as_ref().is_some_and(|k| gangs.contains(k));
+        let charge = effective_charge(request, known);
+        if let Some(e) = quota.exceeded(&used, &charge) {
+            return Err((e, vec![request.namespace.to_string()]));
+        }
+        // Record what this manifest takes, in resource terms (charge units are per quota).
+        let entry = by_team.entry(request.team.to_string()).or_default();
+        for (name, units) in &charge {
+            let slot = entry.entry(name.clone()).or_default();
+            *slot = slot.saturating_add(Quantity::from_nanos(units / quota.denominator));
+        }
+        if let Some(k) = gang_key {
+            gangs.insert(k);
+        }
+        Ok(())
+    }
+}
+
+/// Deny-mode quota in `allot serve`: usage from the controller's Pod watch plus an in-process
+/// ledger of pods admitted but not yet seen in the watch, keyed by the AdmissionRequest uid (the
+/// API server retries with the same uid, so a retry is not charged twice). Check-and-reserve is
+/// one critical section: concurrent admissions cannot race past a limit. The ledger is per
+/// replica (see README, "Quotas").
+pub struct LiveQuota {
+    pub state: std::sync::Arc<crate::gang::state::ClusterState>,
+    pub policies: std::sync::Arc<arc_swap::ArcSwap<crate::policy::PolicySet>>,
+    pub namespaces: std::sync::Arc<dyn crate::namespaces::NamespaceLabels>,
+    ledger: std::sync::Mutex<BTreeMap<String, Pending>>,
+}
+
+#[derive(Debug, Clone)]
+struct Pending {
+    team: String,
+    namespace: String,
+    pod: String,
+    /// In resource terms (charge units depend on the quota, which a reload may change).
+    resources: ResourceList,
+    gang: Option<(String, String)>,
+    at: std::time::Instant,
+}
+
+/// How long a reservation waits for its pod to show up in the watch (a later webhook or the API
+/// server may still have refused the pod).
+const PENDING_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl LiveQuota {
+    /// A book over the controller's state.
+    pub fn new(
+        state: std::sync::Arc<crate::gang::state::ClusterState>,
+        policies: std::sync::Arc<arc_swap::ArcSwap<crate::policy::PolicySet>>,
+        namespaces: std::sync::Arc<dyn crate::namespaces::NamespaceLabels>,
+    ) -> LiveQuota {
+        LiveQuota { state, policies, namespaces, ledger: Default::default() }
+    }
+
+    /// Reservations not yet seen in the watch (for metrics and tests).
+    pub fn pending(&self) -> usize {
+        self.ledger.lock().map_or(0, |l| l.len())
+    }
+}
+
+fn to_resources(quota: &Quota, charge: &Charge) -> ResourceList {
+    charge.iter().map(|(k, v)| (k.clone(), Quantity::from_nanos(v / quota.denominator))).collect()
+}
+
+impl QuotaBook for LiveQuota {
+    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), (Exceeded, Vec<String>)> {
+        let mut ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
+        if !request.uid.is_empty() && ledger.contains_key(request.uid) {
+            return Ok(()); // a retry of an admitted request
+        }
+        let now = std::time::Instant::now();
+        ledger.retain(|_, p| now.duration_since(p.at) < PENDING_TTL && !self.state.has_pod(&p.namespace, &p.pod));
+        let policies = self.policies.load();
+        let mut used = Charge::new();
+        let mut namespaces = std::collections::BTreeSet::from([request.namespace.to_string()]);
+        for (ns, usage) in self.state.namespace_usage() {
+            let team =
+                crate::namespaces::team_of(&policies, &ns, self.namespaces.as_ref()).team.map(|t| t.name.as_str());
+            if team == Some(request.team) {
+                let c = quota.charge(&usage);
+                if !c.is_empty() {
+                    namespaces.insert(ns.to_string());
+                }
+                add(&mut used, &c);
+            }
+        }
+        for p in ledger.values().filter(|p| p.team == request.team) {
+            add(&mut used, &quota.charge(&p.resources));
+        }
+        let gang_key = request.gang.map(|(g, _)| (request.namespace.to_string(), g.to_string()));
+        let known = gang_key.as_ref().is_some_and(|(ns, g)| {
+            self.state.gang_exists(ns, g) || ledger.values().any(|p| p.gang.as_ref() == Some(&(ns.clone(), g.clone())))
+        });
+        let charge = effective_charge(request, known);
+        if let Some(e) = quota.exceeded(&used, &charge) {
+            return Err((e, namespaces.into_iter().collect()));
+        }
+        if !request.dry_run && !request.uid.is_empty() {
+            ledger.insert(
+                request.uid.to_string(),
+                Pending {
+                    team: request.team.to_string(),
+                    namespace: request.namespace.to_string(),
+                    pod: request.pod.to_string(),
+                    resources: to_resources(quota, &charge),
+                    gang: gang_key,
+                    at: now,
+                },
+            );
+        }
+        Ok(())
+    }
+}
