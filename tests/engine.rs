@@ -214,6 +214,7 @@ fn engine_mutate(policies: &PolicySet, pod: &Value) -> allot::engine::Outcome {
     let engine = Engine::new(policies, &NoNamespaces);
     let (group, kind) = group_kind(pod);
     engine.mutate(&Request {
+        uid: "test",
         operation: RequestOperation::Create,
         group,
         kind,
@@ -601,6 +602,7 @@ fn team_label_selectors_use_namespace_labels() {
     let mut pod = gpu_pod(json!({"priorityClassName": "high-priority"}));
     pod["metadata"]["namespace"] = json!("ml-east");
     let outcome = engine.validate(&Request {
+        uid: "test",
         operation: RequestOperation::Create,
         group: "",
         kind: "Pod",

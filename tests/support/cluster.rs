@@ -116,9 +116,18 @@ impl Drop for Cluster {
 
 const TOKEN: &str = "allot-e2e-admin-token";
 
+/// Namespaces every test cluster has.
+const NAMESPACES: [&str; 5] = ["vision", "nlp", "quota-deny", "quota-queue", "quota-gang"];
+
 impl Cluster {
     /// Starts everything and waits until the API answers and Allot's webhooks are registered.
     pub async fn start(assets: &Assets) -> Cluster {
+        Cluster::start_with(assets, &[]).await
+    }
+
+    /// Starts everything with extra policy files (name, YAML) next to the shipped ones, and the
+    /// namespaces they need.
+    pub async fn start_with(assets: &Assets, extra_policies: &[(&str, &str)]) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
         let etcd_port = free_port();
@@ -180,6 +189,11 @@ impl Cluster {
         .expect("kubeconfig");
         let client = client_for(&kubeconfig).await;
         // From here on a failure prints the components' logs (Drop).
+        for (name, text) in extra_policies {
+            let policies = dir.path().join("policies");
+            std::fs::create_dir_all(&policies).expect("policies dir");
+            std::fs::write(policies.join(name), text).expect("extra policy");
+        }
         let mut cluster = Cluster { dir, client, kubeconfig, procs, allot: None, allot_addr: String::new() };
         let client = cluster.client.clone();
         let deadline = Instant::now() + Duration::from_secs(90);
@@ -238,6 +252,7 @@ impl Cluster {
         let allot = env!("CARGO_BIN_EXE_allot");
         let certs = d.join("allot-certs");
         if !certs.join("ca.crt").exists() {
+            // (Extra policy files may already be in `policies/`; the shipped ones join them.)
             let out = Command::new(allot)
                 .args(["certs", "--out", certs.to_str().unwrap(), "--dns-name", "127.0.0.1", "--dns-name", "localhost"])
                 .output()
@@ -347,7 +362,7 @@ impl Cluster {
             pcs.create(&PostParams::default(), &pc).await.expect("priority class");
         }
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
-        for ns in ["vision", "nlp"] {
+        for ns in NAMESPACES {
             namespaces
                 .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
                 .await
@@ -357,7 +372,7 @@ impl Cluster {
             self.add_gpu_node(name, 2).await;
         }
         // Pods need their namespace's default ServiceAccount (made by the controller-manager).
-        for ns in ["vision", "nlp"] {
+        for ns in NAMESPACES {
             let sas: Api<ServiceAccount> = Api::namespaced(self.client.clone(), ns);
             wait_for("the default service account", Duration::from_secs(60), || async {
                 sas.get_opt("default").await.ok().flatten().is_some()
