@@ -5,7 +5,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::expression::{Bindings, json_to_cel};
+use crate::expression::{Bindings, VarSet, json_to_cel, var_bit};
 use crate::finding::{Finding, any_denied};
 use crate::gang::directory::{GangDirectory, NoGangs};
 use crate::mutate::{self, PodContext};
@@ -143,12 +143,19 @@ impl<'a> Engine<'a> {
         lookup
     }
 
-    fn bindings(&self, req: &Request<'_>, object: &Value, team: &TeamLookup<'_>) -> Bindings {
-        let object_cel = json_to_cel(object);
-        let workload = if std::ptr::eq(object, req.object) { object_cel.clone() } else { json_to_cel(req.object) };
+    fn bindings(&self, req: &Request<'_>, object: &Value, team: &TeamLookup<'_>, vars: VarSet) -> Bindings {
+        use kube::core::cel::cel::Value as Cel;
+        let wants = |name: &str| vars & var_bit(name) != 0;
+        let object_cel = if wants("object") { json_to_cel(object) } else { Cel::Null };
+        let workload = match (wants("workload"), std::ptr::eq(object, req.object)) {
+            (false, _) => Cel::Null,
+            (true, true) if wants("object") => object_cel.clone(),
+            (true, _) => json_to_cel(req.object),
+        };
         Bindings {
+            vars,
             object: object_cel,
-            old_object: req.old_object.map_or(kube::core::cel::cel::Value::Null, json_to_cel),
+            old_object: if wants("oldObject") { req.old_object.map_or(Cel::Null, json_to_cel) } else { Cel::Null },
             workload,
             namespace: req.namespace.to_string(),
             team: team.team.map(|t| t.name.clone()).unwrap_or_default(),
@@ -167,7 +174,7 @@ impl<'a> Engine<'a> {
             return out;
         }
         let team = self.team(req.namespace, &mut out.notes);
-        let make_bindings = || self.bindings(req, req.object, &team);
+        let make_bindings = |vars| self.bindings(req, req.object, &team, vars);
         let ctx = PodContext { namespace: req.namespace, team, bindings: &make_bindings };
         let m = mutate::mutate_pod(self.policies, req.object, &ctx, "");
         out.patch = m.ops;
@@ -211,8 +218,9 @@ impl<'a> Engine<'a> {
                 is_pod: true,
                 path: &view.path,
             };
-            if validate::any_rule_matches(self.policies, &target) {
-                let bindings = self.bindings(req, &view.pod, &team);
+            let vars = validate::rule_vars(self.policies, &target);
+            if vars != 0 {
+                let bindings = self.bindings(req, &view.pod, &team, vars);
                 out.findings.extend(validate::run_rules(self.policies, &target, &bindings));
             }
         }
@@ -226,8 +234,9 @@ impl<'a> Engine<'a> {
                 is_pod: false,
                 path: "",
             };
-            if validate::any_rule_matches(self.policies, &target) {
-                let bindings = self.bindings(req, req.object, &team);
+            let vars = validate::rule_vars(self.policies, &target);
+            if vars != 0 {
+                let bindings = self.bindings(req, req.object, &team, vars);
                 out.findings.extend(validate::run_rules(self.policies, &target, &bindings));
             }
         }
@@ -245,7 +254,7 @@ impl<'a> Engine<'a> {
     /// A template as the Pods made from it will arrive at validation: mutated by the same
     /// placement and priority policies. Conflicts found on the way are reported at its path.
     fn as_created(&self, req: &Request<'_>, view: PodView, team: &TeamLookup<'a>, out: &mut Outcome) -> PodView {
-        let make_bindings = || self.bindings(req, &view.pod, team);
+        let make_bindings = |vars| self.bindings(req, &view.pod, team, vars);
         let ctx = PodContext { namespace: req.namespace, team: *team, bindings: &make_bindings };
         let m = mutate::mutate_pod(self.policies, &view.pod, &ctx, &view.path);
         out.findings.extend(m.findings.into_iter().map(|mut f| {

@@ -28,8 +28,8 @@ pub struct Mutation {
 pub struct PodContext<'a> {
     pub namespace: &'a str,
     pub team: TeamLookup<'a>,
-    /// Lazily built CEL bindings for `when` conditions.
-    pub bindings: &'a dyn Fn() -> Bindings,
+    /// Lazily built CEL bindings (of the given variables) for `when` conditions.
+    pub bindings: &'a dyn Fn(crate::expression::VarSet) -> Bindings,
 }
 
 const SPEC_FIELDS: &[&str] = &[
@@ -104,7 +104,7 @@ fn placement_applies(
     let Some(when) = &placement.when else {
         return true;
     };
-    let bindings = (ctx.bindings)();
+    let bindings = (ctx.bindings)(when.vars());
     match when.eval_bool(&policies.env.scope(&bindings)) {
         Ok(b) => b,
         Err(e) => {

@@ -257,9 +257,15 @@ pub fn rules_for_kind(policies: &PolicySet, group: &str, kind: &str) -> bool {
     })
 }
 
-/// True when some rule would look at this target (so bindings are only built when needed).
-pub fn any_rule_matches(policies: &PolicySet, target: &Target<'_>) -> bool {
-    policies.rules.iter().any(|r| rule_matches(r, target))
+/// The variables the rules that match this target read; 0 when no rule matches (then no
+/// bindings are built at all). A matching rule always gets at least one bit, so it is evaluated.
+pub fn rule_vars(policies: &PolicySet, target: &Target<'_>) -> crate::expression::VarSet {
+    policies
+        .rules
+        .iter()
+        .filter(|r| rule_matches(r, target))
+        .map(|r| r.expression.vars() | r.message_expression.as_ref().map_or(0, |m| m.vars()) | 0x80)
+        .fold(0, |a, b| a | b)
 }
 
 /// Evaluates every matching CEL rule. An expression that errors counts as failed: a rule that

@@ -1,0 +1,76 @@
+//! Admission latency with deny-mode quota checks vs without, in the same run: the validating
+//! review of fixture 011 (a 1-GPU pod in `vision`) against the shipped policies, whose `vision`
+//! team has a deny-mode quota, and against the same policies with the quota removed. The live
+//! book watches 10,000 pods in 50 other namespaces. Dry-run reviews, so nothing is reserved.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use allot::admission::{self, Phase};
+use allot::engine::Engine;
+use allot::gang::state::{ClusterState, PodRecord};
+use allot::namespaces::{NamespaceLabels, NoNamespaces};
+use allot::policy::{self, PolicySet};
+use allot::quota::LiveQuota;
+use arc_swap::ArcSwap;
+use criterion::{Criterion, criterion_group, criterion_main};
+
+fn policies(with_quota: bool) -> PolicySet {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    let mut sources = policy::read_sources(&dir).expect("policies");
+    if !with_quota {
+        for s in &mut sources {
+            if let Some(i) = s.text.find("  quota:") {
+                let end = s.text[i..].find("\n---").map_or(s.text.len(), |e| i + e);
+                s.text.replace_range(i..end, "");
+            }
+        }
+    }
+    let set = policy::compile(&sources).expect("compile");
+    assert_eq!(set.teams.iter().any(|t| t.quota.is_some()), with_quota);
+    set
+}
+
+fn cluster(p: &PolicySet) -> Arc<ClusterState> {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "x", "namespace": "vision", "creationTimestamp": "2026-11-22T01:00:00Z"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    }))
+    .unwrap();
+    let base = PodRecord::from_pod(&pod, p).unwrap();
+    let state = ClusterState::default();
+    for i in 0..10_000 {
+        let mut r = base.clone();
+        r.name = format!("pod-{i}").into();
+        r.namespace = format!("ns-{}", i % 50).into();
+        state.upsert_pod(r);
+    }
+    Arc::new(state)
+}
+
+fn bench(c: &mut Criterion) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/admission-reviews/011-validate-create-pod-my-gpu-pod.json");
+    let mut review: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    review["request"]["dryRun"] = serde_json::json!(true);
+    let body = serde_json::to_vec(&review).unwrap();
+    let labels: Arc<dyn NamespaceLabels> = Arc::new(NoNamespaces);
+
+    let mut group = c.benchmark_group("quota");
+    for with_quota in [false, true] {
+        let p = policies(with_quota);
+        let state = cluster(&p);
+        let book = LiveQuota::new(state.clone(), Arc::new(ArcSwap::from_pointee(policies(with_quota))), labels.clone());
+        let engine = Engine::new(&p, labels.as_ref()).with_gangs(state.as_ref()).with_quota(&book);
+        let answer = admission::review(&body, Phase::Validate, &engine).unwrap();
+        assert!(answer.allowed);
+        let name = if with_quota { "validate_with_deny_quota" } else { "validate_without_quota" };
+        group.bench_function(name, |b| {
+            b.iter(|| admission::review(std::hint::black_box(&body), Phase::Validate, &engine))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
