@@ -64,6 +64,24 @@ fn bench(c: &mut Criterion) {
         let engine = Engine::new(&p, labels.as_ref()).with_gangs(state.as_ref()).with_quota(&book);
         let answer = admission::review(&body, Phase::Validate, &engine).unwrap();
         assert!(answer.allowed);
+        if with_quota {
+            let quota = p.teams.iter().find_map(|t| t.quota.clone()).unwrap();
+            let charge = quota.charge(&std::collections::BTreeMap::from([(
+                "nvidia.com/gpu".to_string(),
+                allot::quantity::Quantity::from_units(1),
+            )]));
+            let request = allot::quota::QuotaRequest {
+                uid: "u",
+                team: "vision",
+                namespace: "vision",
+                pod: "p",
+                charge,
+                gang: None,
+                dry_run: true,
+            };
+            use allot::quota::QuotaBook as _;
+            group.bench_function("live_book_admit", |b| b.iter(|| book.admit(&quota, std::hint::black_box(&request))));
+        }
         let name = if with_quota { "validate_with_deny_quota" } else { "validate_without_quota" };
         group.bench_function(name, |b| {
             b.iter(|| admission::review(std::hint::black_box(&body), Phase::Validate, &engine))

@@ -323,7 +323,19 @@ pub struct LiveQuota {
     pub policies: std::sync::Arc<arc_swap::ArcSwap<crate::policy::PolicySet>>,
     pub namespaces: std::sync::Arc<dyn crate::namespaces::NamespaceLabels>,
     ledger: std::sync::Mutex<BTreeMap<String, Pending>>,
+    /// namespace → team, for one policy version, refreshed every few seconds (namespace labels
+    /// change): resolving every namespace's team on every admission costs more than the rest.
+    teams: std::sync::Mutex<TeamCache>,
 }
+
+#[derive(Default)]
+struct TeamCache {
+    version: String,
+    at: Option<std::time::Instant>,
+    team_of: std::collections::HashMap<String, Option<String>>,
+}
+
+const TEAM_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(Debug, Clone)]
 struct Pending {
@@ -347,7 +359,7 @@ impl LiveQuota {
         policies: std::sync::Arc<arc_swap::ArcSwap<crate::policy::PolicySet>>,
         namespaces: std::sync::Arc<dyn crate::namespaces::NamespaceLabels>,
     ) -> LiveQuota {
-        LiveQuota { state, policies, namespaces, ledger: Default::default() }
+        LiveQuota { state, policies, namespaces, ledger: Default::default(), teams: Default::default() }
     }
 
     /// Reservations not yet seen in the watch (for metrics and tests).
@@ -369,19 +381,20 @@ impl QuotaBook for LiveQuota {
         let now = std::time::Instant::now();
         ledger.retain(|_, p| now.duration_since(p.at) < PENDING_TTL && !self.state.has_pod(&p.namespace, &p.pod));
         let policies = self.policies.load();
-        let mut used = Charge::new();
-        let mut namespaces = std::collections::BTreeSet::from([request.namespace.to_string()]);
-        for (ns, usage) in self.state.namespace_usage() {
-            let team =
-                crate::namespaces::team_of(&policies, &ns, self.namespaces.as_ref()).team.map(|t| t.name.as_str());
-            if team == Some(request.team) {
-                let c = quota.charge(&usage);
-                if !c.is_empty() {
-                    namespaces.insert(ns.to_string());
-                }
-                add(&mut used, &c);
-            }
+        let mut cache = self.teams.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.version != policies.version || cache.at.is_none_or(|t| now.duration_since(t) > TEAM_CACHE_TTL) {
+            *cache = TeamCache { version: policies.version.clone(), at: Some(now), team_of: Default::default() };
         }
+        let (usage, seen) = self.state.usage_where(&mut |ns| {
+            let team = cache.team_of.entry(ns.to_string()).or_insert_with(|| {
+                crate::namespaces::team_of(&policies, ns, self.namespaces.as_ref()).team.map(|t| t.name.clone())
+            });
+            team.as_deref() == Some(request.team)
+        });
+        drop(cache);
+        let mut used = quota.charge(&usage);
+        let mut namespaces: std::collections::BTreeSet<String> = seen.into_iter().collect();
+        namespaces.insert(request.namespace.to_string());
         for p in ledger.values().filter(|p| p.team == request.team) {
             add(&mut used, &quota.charge(&p.resources));
         }

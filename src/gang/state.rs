@@ -342,12 +342,33 @@ impl ClusterState {
         inner.generation += 1;
     }
 
-    /// Requests of every namespace's non-finished pods, and for each gang of explicit size that
-    /// is not complete yet, what its missing members will ask (a gang is charged whole).
-    pub fn namespace_usage(&self) -> Vec<(Arc<str>, ResourceList)> {
+    /// Summed requests of the non-finished pods of the namespaces `include` accepts, plus, for
+    /// each gang of explicit size there that is not complete yet, what its missing members will
+    /// ask (a gang is charged whole). Also returns the namespaces that use anything.
+    pub fn usage_where(&self, include: &mut dyn FnMut(&str) -> bool) -> (ResourceList, Vec<String>) {
         let inner = read(&self.inner);
-        let mut out: HashMap<Arc<str>, ResourceList> = inner.ns_usage.clone();
+        let mut total = ResourceList::new();
+        let mut namespaces = Vec::new();
+        let mut accepted: HashMap<&str, bool> = HashMap::new();
+        let add = |total: &mut ResourceList, name: &str, nanos: i128| {
+            let slot = total.entry(name.to_string()).or_default();
+            *slot = Quantity::from_nanos(slot.nanos() + nanos);
+        };
+        for (ns, usage) in &inner.ns_usage {
+            if !*accepted.entry(ns).or_insert_with(|| include(ns)) {
+                continue;
+            }
+            if usage.values().any(|q| q.nanos() != 0) {
+                namespaces.push(ns.to_string());
+            }
+            for (name, q) in usage {
+                add(&mut total, name, q.nanos());
+            }
+        }
         for ((ns, _), members) in &inner.gangs {
+            if !*accepted.entry(ns).or_insert_with(|| include(ns)) {
+                continue;
+            }
             let live: Vec<&PodRecord> = members
                 .iter()
                 .filter_map(|m| inner.pods.get(&(ns.clone(), m.clone())))
@@ -356,13 +377,12 @@ impl ClusterState {
             let Some(first) = live.first() else { continue };
             let Some(size) = first.gang.as_ref().and_then(|g| g.size) else { continue };
             let missing = i128::from(size.saturating_sub(live.len() as u32));
-            let usage = out.entry(ns.clone()).or_default();
             for (name, q) in &first.requests {
-                let slot = usage.entry(name.to_string()).or_default();
-                *slot = Quantity::from_nanos(slot.nanos() + missing * q.nanos());
+                add(&mut total, name, missing * q.nanos());
             }
         }
-        out.into_iter().collect()
+        namespaces.sort();
+        (total, namespaces)
     }
 
     /// True when the watch has seen this pod.
