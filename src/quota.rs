@@ -261,8 +261,11 @@ impl QuotaBook for NoUsage {
 pub struct StaticUsage {
     /// Team → resource amounts in use.
     pub teams: BTreeMap<String, ResourceList>,
-    taken: std::sync::Mutex<(BTreeMap<String, ResourceList>, std::collections::BTreeSet<(String, String)>)>,
+    taken: std::sync::Mutex<Taken>,
 }
+
+/// What the manifests of one run took so far: per team, and the gangs already charged.
+type Taken = (BTreeMap<String, ResourceList>, std::collections::BTreeSet<(String, String)>);
 
 impl StaticUsage {
     /// Parses `{teams: {vision: {nvidia.com/gpu: 6}}}` (YAML or JSON).
