@@ -236,8 +236,12 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
 
     let app = router(state.clone(), config.max_body_bytes, config.request_timeout);
     let handle = axum_server::Handle::new();
+    // TCP_NODELAY on every accepted connection: axum-server's default acceptor leaves Nagle on,
+    // and Nagle + delayed ACK adds ~40 ms to responses that leave in two segments.
+    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(rustls.clone())
+        .acceptor(axum_server::accept::NoDelayAcceptor::new());
     let server =
-        axum_server::bind_rustls(config.addr, rustls.clone()).handle(handle.clone()).serve(app.into_make_service());
+        axum_server::bind(config.addr).acceptor(acceptor).handle(handle.clone()).serve(app.into_make_service());
     let server = tokio::spawn(server);
 
     let metrics_listener = tokio::net::TcpListener::bind(config.metrics_addr)
