@@ -204,6 +204,7 @@ async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
 
 /// Runs the server until SIGTERM or SIGINT.
 pub async fn run(config: ServeConfig) -> Result<(), Error> {
+    let shutdown = ShutdownSignal::install();
     let policies = policy::load_dir(&config.policies)
         .map_err(|e| Error::Policy { location: config.policies.display().to_string(), message: e.to_string() })?;
     tracing::info!(version = %policies.version, summary = ?policies.summary(), "policies loaded");
@@ -269,7 +270,7 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     tracing::info!(%addr, %metrics_addr, "serving");
 
     let reloader = reload::spawn(state.clone(), rustls, config.clone());
-    shutdown_signal().await;
+    shutdown.wait().await;
     tracing::info!("shutting down: refusing new connections, closing idle ones");
     state.shutting_down.store(true, Ordering::Relaxed);
     let deadline = tokio::time::Instant::now() + config.shutdown_grace;
@@ -286,23 +287,51 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Listens for SIGTERM and SIGINT from the moment it is created (before the serving line is
+/// printed, so a supervisor that signals right after start-up is never met by the default
+/// action); `.wait()` returns on the first.
+struct ShutdownSignal {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+    terminate: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    interrupt: Option<tokio::signal::unix::Signal>,
+}
+
+#[cfg(unix)]
+async fn recv(signal: Option<&mut tokio::signal::unix::Signal>) {
+    match signal {
+        Some(s) => {
+            s.recv().await;
         }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
+        None => std::future::pending::<()>().await,
+    }
+}
+
+impl ShutdownSignal {
+    fn install() -> ShutdownSignal {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            ShutdownSignal {
+                terminate: signal(SignalKind::terminate()).ok(),
+                interrupt: signal(SignalKind::interrupt()).ok(),
+            }
+        }
+        #[cfg(not(unix))]
+        ShutdownSignal {}
+    }
+
+    async fn wait(mut self) {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = recv(self.terminate.as_mut()) => {},
+                _ = recv(self.interrupt.as_mut()) => {},
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
