@@ -1,6 +1,7 @@
 //! The least a webhook can do, on the same stack as `allot serve`, for load comparisons
 //! (`scripts/load.sh`): axum on axum-server, rustls with the ring provider and ALPN
-//! `h2, http/1.1` (`allot::server::tls::server_config`), a multi-threaded tokio runtime.
+//! `h2, http/1.1` (`allot::server::tls::server_config`), TCP_NODELAY on accepted connections, a
+//! multi-threaded tokio runtime.
 //! `POST /mutate` (and `/validate`) parse the body only to read `request.uid` and allow
 //! everything. What `allot serve` costs beyond this is the engine, metrics, logging and the
 //! timeout layer.
@@ -15,6 +16,8 @@ use axum::body::Bytes;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum_server::accept::NoDelayAcceptor;
+use axum_server::tls_rustls::RustlsAcceptor;
 use clap::Parser;
 use serde::Deserialize;
 
@@ -30,6 +33,11 @@ struct Args {
     tls_key: PathBuf,
     #[arg(long, default_value = "127.0.0.1:8444")]
     addr: SocketAddr,
+    /// Leave Nagle's algorithm on (axum-server's default acceptor) instead of setting
+    /// TCP_NODELAY on accepted connections as `allot serve` does; Nagle meeting delayed ACKs
+    /// shows up as a ~40 ms HTTP/2 tail (`scripts/load.sh` with `BASELINE_NAGLE=1`).
+    #[arg(long)]
+    no_tcp_nodelay: bool,
 }
 
 #[derive(Deserialize)]
@@ -69,8 +77,14 @@ async fn main() -> anyhow::Result<()> {
     let app =
         Router::new().route("/mutate", post(allow)).route("/validate", post(allow)).route("/healthz", get(healthz));
     let handle = axum_server::Handle::new();
-    let server =
-        tokio::spawn(axum_server::bind_rustls(args.addr, rustls).handle(handle.clone()).serve(app.into_make_service()));
+    let server = if !args.no_tcp_nodelay {
+        let acceptor = RustlsAcceptor::new(rustls).acceptor(NoDelayAcceptor::new());
+        tokio::spawn(
+            axum_server::bind(args.addr).acceptor(acceptor).handle(handle.clone()).serve(app.into_make_service()),
+        )
+    } else {
+        tokio::spawn(axum_server::bind_rustls(args.addr, rustls).handle(handle.clone()).serve(app.into_make_service()))
+    };
     let Some(addr) = handle.listening().await else {
         server.await??;
         anyhow::bail!("could not listen on {}", args.addr);

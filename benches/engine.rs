@@ -16,7 +16,7 @@
 //! - `policy/load-dir`: reading and compiling `policies/` (what a reload costs).
 
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use allot::admission::{self, Phase};
@@ -45,8 +45,7 @@ fn namespaces() -> StaticNamespaces {
 }
 
 fn manifest(path: &str) -> Manifest {
-    let mut manifests =
-        check::read_manifests(&[PathBuf::from(repo().join(path))]).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut manifests = check::read_manifests(&[repo().join(path)]).unwrap_or_else(|e| panic!("{path}: {e}"));
     assert_eq!(manifests.len(), 1, "{path}: expected one object");
     manifests.remove(0)
 }
@@ -55,6 +54,7 @@ fn manifest(path: &str) -> Manifest {
 fn create_request<'a>(object: &'a Value, groups: &'a [String]) -> Request<'a> {
     let (group, kind) = group_kind(object);
     Request {
+        uid: "test",
         operation: RequestOperation::Create,
         group,
         kind,

@@ -22,7 +22,61 @@ use allot::namespaces::StaticNamespaces;
 use allot::policy::PolicySet;
 use base64::Engine as _;
 use libfuzzer_sys::fuzz_target;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+/// The fields of an AdmissionReview that `admission::review` reads, to rebuild the review around
+/// a patched object. Typed like the server's own decoding down to the values it reads, because
+/// serde_json skips unread fields without validating them (a lone surrogate escape or a byte
+/// that is not UTF-8 in an unknown key's string is accepted there, and must be here). Absent and
+/// `null` mean the same to the server.
+#[derive(Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Mirror {
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    api_version: Value,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    kind: Value,
+    request: MirrorRequest,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MirrorRequest {
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    uid: Value,
+    kind: MirrorKind,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    namespace: Value,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    name: Value,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    operation: Value,
+    #[serde(default)]
+    user_info: MirrorUser,
+    #[serde(default)]
+    object: Value,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    old_object: Value,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    dry_run: Value,
+}
+
+#[derive(Deserialize, Serialize)]
+struct MirrorKind {
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    group: Value,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    kind: Value,
+}
+
+#[derive(Deserialize, Serialize, Default)]
+struct MirrorUser {
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    username: Value,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    groups: Value,
+}
 
 struct Setup {
     policies: PolicySet,
@@ -46,8 +100,9 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn check(input: &[u8], phase: Phase, answer: &Answer, engine: &Engine<'_>) {
-    let body: Value = serde_json::from_slice(&answer.body)
-        .unwrap_or_else(|e| panic!("{phase:?}: response body is not JSON ({e}): {:?}", String::from_utf8_lossy(&answer.body)));
+    let body: Value = serde_json::from_slice(&answer.body).unwrap_or_else(|e| {
+        panic!("{phase:?}: response body is not JSON ({e}): {:?}", String::from_utf8_lossy(&answer.body))
+    });
     assert_eq!(body["apiVersion"], "admission.k8s.io/v1", "{phase:?}: {body}");
     assert_eq!(body["kind"], "AdmissionReview", "{phase:?}: {body}");
     let response = &body["response"];
@@ -72,11 +127,14 @@ fn check(input: &[u8], phase: Phase, answer: &Answer, engine: &Engine<'_>) {
         serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("patch is not an RFC 6902 patch ({e}): {body}"));
 
     // The object the patch is for, as the server decoded it.
-    let mut review: Value = serde_json::from_slice(input).expect("review() accepted input that is not JSON");
-    let object = review.pointer_mut("/request/object").expect("a patch for a review without request.object");
+    let mut review: Mirror = serde_json::from_slice(input).expect("review() accepted a review the mirror rejects");
+    let object = &mut review.request.object;
     let mut patched = object.clone();
     if let Err(e) = json_patch::patch(&mut patched, &ops) {
-        panic!("patch does not apply to request.object: {e}\npatch: {}\nobject: {object}", String::from_utf8_lossy(&bytes));
+        panic!(
+            "patch does not apply to request.object: {e}\npatch: {}\nobject: {object}",
+            String::from_utf8_lossy(&bytes)
+        );
     }
 
     // Reinvocation: the API server may call the mutating webhook again on its own output.
