@@ -483,6 +483,28 @@ mod controller_state {
     }
 
     #[test]
+    fn quota_usage_counts_live_pods_and_whole_gangs_but_not_finished_ones() {
+        let p = policies("");
+        let mut running = member("r", "g1", 1, "2026-11-22T01:00:00Z", json!({"spec": {"nodeName": "n1"}}));
+        running["metadata"]["labels"] = json!({});
+        let mut done = running.clone();
+        done["metadata"]["name"] = json!("done");
+        done["status"]["phase"] = json!("Succeeded");
+        let mut terminating = running.clone();
+        terminating["metadata"]["name"] = json!("terminating");
+        terminating["metadata"]["deletionTimestamp"] = json!("2026-11-22T01:05:00Z");
+        // One member present of a gang of 3 (2 GPUs each): the gang is charged whole.
+        let mut gang_member = member("m-0", "big", 3, "2026-11-22T01:00:00Z", json!({}));
+        gang_member["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!("2");
+        let state = cluster(&p, &[running, done, terminating, gang_member]);
+        let (usage, namespaces) = state.usage_where(&mut |ns| ns == "ml");
+        assert_eq!(usage["nvidia.com/gpu"], Quantity::from_units(1 + 3 * 2));
+        assert_eq!(namespaces, ["ml"]);
+        let (usage, _) = state.usage_where(&mut |_| false);
+        assert!(usage.is_empty());
+    }
+
+    #[test]
     fn the_directory_serves_admission_from_the_watch() {
         let p = policies("");
         let state = cluster(&p, &two_gangs());
