@@ -38,10 +38,19 @@ impl Assets {
             vars.iter().map(|v| std::env::var_os(v).map(PathBuf::from).filter(|p| p.is_file())).collect();
         let missing: Vec<&str> = vars.iter().zip(&found).filter(|(_, f)| f.is_none()).map(|(v, _)| *v).collect();
         if !missing.is_empty() {
-            println!(
-                "SKIPPED {test}: needs a real control plane; set {} to the binaries (envtest convention)",
+            // The test harness captures print!, eprint! and io::stderr(); a fresh handle on the
+            // process's stderr is not captured, so CI logs show the line.
+            let line = format!(
+                "SKIPPED {test}: needs a real control plane; set {} to the binaries (envtest convention)\n",
                 missing.join(", ")
             );
+            use std::io::Write as _;
+            match std::fs::OpenOptions::new().write(true).open("/dev/stderr") {
+                Ok(mut stderr) => {
+                    let _ = stderr.write_all(line.as_bytes());
+                }
+                Err(_) => eprint!("{line}"),
+            }
             return None;
         }
         let mut it = found.into_iter().flatten();
