@@ -65,13 +65,19 @@ impl Quota {
                 return Err(format!("quota.equivalents.{name}.countsAs: {:?} has no limit", eq.counts_as));
             }
             let (num, den) = parse_weight(&eq.weight).map_err(|e| format!("quota.equivalents.{name}.weight: {e}"))?;
-            denominator = denominator / gcd(denominator, den) * den;
+            denominator =
+                (denominator / gcd(denominator, den)).checked_mul(den).filter(|d| *d <= 1_000_000_000_000).ok_or_else(
+                    || format!("quota.equivalents.{name}.weight: the weights' denominators are too large together"),
+                )?;
             equivalents.insert(name.clone(), (eq.counts_as.clone(), num, den));
         }
         let mut limits = BTreeMap::new();
         for (name, raw) in &spec.limits {
             let q = Quantity::from_json(raw).map_err(|e| format!("quota.limits.{name}: {e}"))?;
-            limits.insert(name.clone(), q.nanos() * denominator);
+            if q.nanos() < 0 {
+                return Err(format!("quota.limits.{name}: must not be negative"));
+            }
+            limits.insert(name.clone(), q.nanos().saturating_mul(denominator));
         }
         Ok(Quota { mode: spec.mode, limits, equivalents, denominator })
     }
@@ -81,9 +87,11 @@ impl Quota {
         let mut out = Charge::new();
         for (name, q) in requests {
             if self.limits.contains_key(name) {
-                *out.entry(name.clone()).or_default() += q.nanos() * self.denominator;
+                let slot = out.entry(name.clone()).or_default();
+                *slot = slot.saturating_add(q.nanos().saturating_mul(self.denominator));
             } else if let Some((target, num, den)) = self.equivalents.get(name) {
-                *out.entry(target.clone()).or_default() += q.nanos() * num * (self.denominator / den);
+                let slot = out.entry(target.clone()).or_default();
+                *slot = slot.saturating_add(q.nanos().saturating_mul(*num).saturating_mul(self.denominator / den));
             }
         }
         out.retain(|_, v| *v != 0);
@@ -107,7 +115,7 @@ impl Quota {
         for (name, asked) in charge {
             let limit = self.limits.get(name).copied().unwrap_or(0);
             let now = used.get(name).copied().unwrap_or(0);
-            if now + asked > limit {
+            if now.saturating_add(*asked) > limit {
                 return Some(Exceeded {
                     resource: name.clone(),
                     used: self.show(now),
@@ -135,16 +143,17 @@ impl fmt::Display for Exceeded {
     }
 }
 
-/// Adds `b` into `a`.
+/// Adds `b` into `a` (saturating: absurd quantities must not wrap around below a limit).
 pub fn add(a: &mut Charge, b: &Charge) {
     for (k, v) in b {
-        *a.entry(k.clone()).or_default() += v;
+        let slot = a.entry(k.clone()).or_default();
+        *slot = slot.saturating_add(*v);
     }
 }
 
 /// Multiplies a charge (a gang charged as `size` members).
 pub fn times(c: &Charge, n: u32) -> Charge {
-    c.iter().map(|(k, v)| (k.clone(), v * i128::from(n))).collect()
+    c.iter().map(|(k, v)| (k.clone(), v.saturating_mul(i128::from(n)))).collect()
 }
 
 #[cfg(test)]
@@ -202,10 +211,39 @@ mod tests {
                 "quota.equivalents.a.countsAs",
             ),
             (json!({"nvidia.com/gpu": 1}), json!({"a": {"countsAs": "nvidia.com/gpu", "weight": "0/7"}}), "weight"),
+            (json!({"nvidia.com/gpu": -1}), json!({}), "must not be negative"),
+            (
+                json!({"nvidia.com/gpu": 1}),
+                json!({
+                    "a": {"countsAs": "nvidia.com/gpu", "weight": "1/999999937"},
+                    "b": {"countsAs": "nvidia.com/gpu", "weight": "1/999999929"},
+                }),
+                "too large",
+            ),
         ] {
             let spec: QuotaSpec = serde_json::from_value(json!({"limits": limits, "equivalents": eq})).unwrap();
             let err = Quota::compile(&spec).unwrap_err();
             assert!(err.contains(field), "{err}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn accounting_never_panics(limit in ".{0,12}", weight in ".{0,12}", amount in ".{0,14}", n in 0u32..100_000) {
+            let spec: Result<QuotaSpec, _> = serde_json::from_value(json!({
+                "limits": {"nvidia.com/gpu": limit},
+                "equivalents": {"x/y": {"countsAs": "nvidia.com/gpu", "weight": weight}}
+            }));
+            if let Ok(Ok(q)) = spec.map(|s| Quota::compile(&s)) {
+                if let Ok(a) = Quantity::parse(&amount) {
+                    let c = q.charge(&BTreeMap::from([("x/y".to_string(), a), ("nvidia.com/gpu".to_string(), a)]));
+                    let big = times(&c, n);
+                    let _ = q.exceeded(&big, &c);
+                    for v in big.values() {
+                        let _ = q.show(*v);
+                    }
+                }
+            }
         }
     }
 }
