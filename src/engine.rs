@@ -159,11 +159,15 @@ impl<'a> Engine<'a> {
             workload,
             namespace: req.namespace.to_string(),
             team: team.team.map(|t| t.name.clone()).unwrap_or_default(),
-            request: json_to_cel(&serde_json::json!({
-                "operation": req.operation,
-                "dryRun": req.dry_run,
-                "userInfo": {"username": req.username, "groups": req.groups},
-            })),
+            request: if wants("request") {
+                json_to_cel(&serde_json::json!({
+                    "operation": req.operation,
+                    "dryRun": req.dry_run,
+                    "userInfo": {"username": req.username, "groups": req.groups},
+                }))
+            } else {
+                Cel::Null
+            },
         }
     }
 
@@ -206,8 +210,9 @@ impl<'a> Engine<'a> {
             // label edits and our own gate removal on pods admitted under older policies.
             if !(is_pod && operation == Operation::Update) {
                 out.findings.extend(validate::check_pod(self.policies, &view, &team));
-                out.findings.extend(validate::check_gang(self.policies, &view, req.namespace, &team, self.gangs));
-                quota_views.push(view.clone());
+                let gang = validate::pod_gang(self.policies, &view, req.namespace, &team);
+                out.findings.extend(validate::check_gang(&view, req.namespace, &gang, self.gangs));
+                quota_views.push((view.clone(), gang.ok().flatten()));
             }
             let target = Target {
                 operation,
@@ -242,10 +247,10 @@ impl<'a> Engine<'a> {
         }
         // Quota last, and only for what is otherwise admitted: a denied pod reserves nothing.
         if out.allowed() {
-            for view in &quota_views {
+            for (view, gang) in &quota_views {
                 let live = view.path.is_empty() && operation == Operation::Create;
                 let book: &dyn QuotaBook = if live { self.quota } else { &NoUsage };
-                out.findings.extend(validate::check_quota(self.policies, view, req, &team, book));
+                out.findings.extend(validate::check_quota(view, gang.as_ref(), req, &team, book));
             }
         }
         out

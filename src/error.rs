@@ -19,25 +19,9 @@ pub enum Error {
     /// A manifest given to `allot check` could not be parsed.
     #[error("{location}: {message}")]
     Manifest { location: String, message: String },
-    /// An AdmissionReview was malformed.
-    #[error("malformed AdmissionReview: {0}")]
-    Review(String),
     /// Certificates could not be generated, read or used.
     #[error("certificates: {0}")]
     Certificates(String),
-}
-
-impl Error {
-    /// A short, stable label for metrics (`allot_errors_total{kind=...}`).
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Io { .. } => "io",
-            Error::Policy { .. } => "policy",
-            Error::Manifest { .. } => "manifest",
-            Error::Review(_) => "review",
-            Error::Certificates(_) => "certificates",
-        }
-    }
 }
 
 /// The library's result type.

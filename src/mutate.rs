@@ -65,8 +65,9 @@ pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_
         apply_placement(placement, &mut builder, &spec_path, &mut out);
     }
     apply_default_priority(policies, ctx, &mut builder, &mut out);
-    apply_gang_gate(policies, pod, ctx, &mut builder, &mut out);
-    apply_quota_gate(pod, ctx, &mut builder, &mut out);
+    let facts = PodFacts::from_json(pod);
+    apply_gang_gate(policies, &facts, ctx, &mut builder, &mut out);
+    apply_quota_gate(pod, &facts, ctx, &mut builder, &mut out);
     out.ops = builder.into_ops();
     out
 }
@@ -263,10 +264,15 @@ fn effect_name(effect: TaintEffect) -> &'static str {
 
 /// Gang members get Allot's scheduling gate at CREATE (gates can only be set then); the
 /// controller lifts it when the whole gang fits.
-fn apply_gang_gate(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, builder: &mut Builder, out: &mut Mutation) {
-    let facts = PodFacts::from_json(pod);
+fn apply_gang_gate(
+    policies: &PolicySet,
+    facts: &PodFacts,
+    ctx: &PodContext<'_>,
+    builder: &mut Builder,
+    out: &mut Mutation,
+) {
     let policy = policies.gang_policy(ctx.namespace, ctx.team.team.map(|t| t.name.as_str()));
-    let gang = match membership(&facts, &policy.infer, policy.coscheduling_size) {
+    let gang = match membership(facts, &policy.infer, policy.coscheduling_size) {
         Ok(Some(gang)) => gang,
         Ok(None) => return,
         Err(message) => {
@@ -279,7 +285,7 @@ fn apply_gang_gate(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, buil
             return;
         }
     };
-    if never_gate(&facts).is_some() {
+    if never_gate(facts).is_some() {
         return;
     }
     let gated = builder
@@ -296,12 +302,11 @@ fn apply_gang_gate(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, buil
 
 /// Queue-mode quota: a pod that counts against its team's quota is admitted behind the
 /// `allot.dev/quota` gate; the controller lifts it when the team has room.
-fn apply_quota_gate(pod: &Value, ctx: &PodContext<'_>, builder: &mut Builder, out: &mut Mutation) {
+fn apply_quota_gate(pod: &Value, facts: &PodFacts, ctx: &PodContext<'_>, builder: &mut Builder, out: &mut Mutation) {
     let Some(team) = ctx.team.team else { return };
     let Some(quota) = team.quota.as_ref().filter(|q| q.mode == crate::policy::QuotaMode::Queue) else { return };
     let Some(spec) = pod.get("spec") else { return };
-    if quota.charge(&crate::resources::pod_requests(spec)).is_empty() || never_gate(&PodFacts::from_json(pod)).is_some()
-    {
+    if quota.charge(&crate::resources::pod_requests(spec)).is_empty() || never_gate(facts).is_some() {
         return;
     }
     let gated = builder

@@ -234,14 +234,14 @@ mod tests {
                 "limits": {"nvidia.com/gpu": limit},
                 "equivalents": {"x/y": {"countsAs": "nvidia.com/gpu", "weight": weight}}
             }));
-            if let Ok(Ok(q)) = spec.map(|s| Quota::compile(&s)) {
-                if let Ok(a) = Quantity::parse(&amount) {
-                    let c = q.charge(&BTreeMap::from([("x/y".to_string(), a), ("nvidia.com/gpu".to_string(), a)]));
-                    let big = times(&c, n);
-                    let _ = q.exceeded(&big, &c);
-                    for v in big.values() {
-                        let _ = q.show(*v);
-                    }
+            if let Ok(Ok(q)) = spec.map(|s| Quota::compile(&s))
+                && let Ok(a) = Quantity::parse(&amount)
+            {
+                let c = q.charge(&BTreeMap::from([("x/y".to_string(), a), ("nvidia.com/gpu".to_string(), a)]));
+                let big = times(&c, n);
+                let _ = q.exceeded(&big, &c);
+                for v in big.values() {
+                    let _ = q.show(*v);
                 }
             }
         }
@@ -401,11 +401,6 @@ impl LiveQuota {
         namespaces: std::sync::Arc<dyn crate::namespaces::NamespaceLabels>,
     ) -> LiveQuota {
         LiveQuota { state, policies, namespaces, ledger: Default::default(), teams: Default::default() }
-    }
-
-    /// Reservations not yet seen in the watch (for metrics and tests).
-    pub fn pending(&self) -> usize {
-        self.ledger.lock().map_or(0, |l| l.len())
     }
 }
 

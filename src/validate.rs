@@ -8,7 +8,7 @@ use serde_json::Value;
 use crate::expression::Bindings;
 use crate::finding::Finding;
 use crate::gang::directory::{GangDirectory, Peer, disagreement};
-use crate::gang::membership::{PodFacts, membership};
+use crate::gang::membership::{Membership, PodFacts, membership};
 use crate::namespaces::TeamLookup;
 use crate::policy::{Action, KindMatch, Operation, PolicySet, QuotaMode, Rule};
 use crate::quota::{self, QuotaBook, QuotaRequest};
@@ -142,22 +142,31 @@ fn accel_path(path: &str, accel: &resources::ResourceMatcher) -> bool {
     path.rsplit_once('[').and_then(|(_, n)| n.strip_suffix(']')).is_some_and(|n| accel.matches(n))
 }
 
-/// Gang metadata: a valid size, and (for Pods) agreement with the members that exist.
-pub fn check_gang(
+/// The gang of a Pod view, computed once per view and shared by the gang and quota checks.
+pub fn pod_gang(
     policies: &PolicySet,
     view: &PodView,
     namespace: &str,
     team: &TeamLookup<'_>,
+) -> Result<Option<Membership>, String> {
+    let policy = policies.gang_policy(namespace, team.team.map(|t| t.name.as_str()));
+    membership(&PodFacts::from_json(&view.pod), &policy.infer, policy.coscheduling_size)
+}
+
+/// Gang metadata: a valid size, and (for Pods) agreement with the members that exist.
+pub fn check_gang(
+    view: &PodView,
+    namespace: &str,
+    gang: &Result<Option<Membership>, String>,
     directory: &dyn GangDirectory,
 ) -> Option<Finding> {
-    let policy = policies.gang_policy(namespace, team.team.map(|t| t.name.as_str()));
     let path = if view.path.is_empty() { "metadata".to_string() } else { format!("{}.metadata", view.path) };
     let deny =
         |rule: &str, message: String| Finding { rule: rule.into(), action: Action::Deny, path: path.clone(), message };
-    match membership(&PodFacts::from_json(&view.pod), &policy.infer, policy.coscheduling_size) {
-        Err(message) => Some(deny("gang/metadata", message)),
+    match gang {
+        Err(message) => Some(deny("gang/metadata", message.clone())),
         Ok(Some(gang)) if view.path.is_empty() => {
-            let me = Peer::of(&view.pod, &gang);
+            let me = Peer::of(&view.pod, gang);
             disagreement(&format!("{namespace}/{}", gang.name), &me, &directory.peers(namespace, &gang.name))
                 .map(|m| deny("gang/consistency", m))
         }
@@ -169,8 +178,8 @@ pub fn check_gang(
 /// templates — and UPDATEs — only against the quota itself: a template that alone exceeds it
 /// can never run.
 pub fn check_quota(
-    policies: &PolicySet,
     view: &PodView,
+    gang: Option<&Membership>,
     req: &crate::engine::Request<'_>,
     team: &TeamLookup<'_>,
     book: &dyn QuotaBook,
@@ -182,9 +191,7 @@ pub fn check_quota(
     if charge.is_empty() {
         return None;
     }
-    let policy = policies.gang_policy(req.namespace, Some(&t.name));
-    let gang = membership(&PodFacts::from_json(&view.pod), &policy.infer, policy.coscheduling_size).ok().flatten();
-    let gang = gang.as_ref().and_then(|g| g.size.map(|n| (g.name.as_str(), n)));
+    let gang = gang.and_then(|g| g.size.map(|n| (g.name.as_str(), n)));
     let pod = view.pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
     let request =
         QuotaRequest { uid: req.uid, team: &t.name, namespace: req.namespace, pod, charge, gang, dry_run: req.dry_run };
