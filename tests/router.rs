@@ -169,6 +169,41 @@ async fn metrics_count_requests_decisions_and_latency() {
 }
 
 #[tokio::test]
+async fn metrics_report_team_accelerators_and_quota_from_the_watch_at_scrape_time() {
+    use allot::gang::state::{ClusterState, PodRecord};
+    let policies = allot::policy::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
+    let cluster = Arc::new(ClusterState::default());
+    let state = AppState::with_cluster(policies, Arc::new(NoNamespaces), cluster.clone());
+    let pod = |name: &str, limits: Value, node: Option<&str>| -> PodRecord {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "vision", "creationTimestamp": "2026-11-22T01:00:00Z"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i", "resources": {"limits": limits}}]},
+        }))
+        .unwrap();
+        PodRecord::from_pod(&pod, &state.policies.load()).unwrap()
+    };
+    cluster.upsert_pod(pod("a", json!({"nvidia.com/gpu": "4"}), Some("n1")));
+    cluster.upsert_pod(pod("b", json!({"nvidia.com/mig-1g.10gb": "1"}), None));
+    let (_, text) = call(metrics_router(state.clone()), "GET", "/metrics", vec![]).await;
+    for expected in [
+        r#"allot_team_accelerators{team="vision",resource="nvidia.com/gpu",state="bound"} 4.0"#,
+        r#"allot_team_accelerators{team="vision",resource="nvidia.com/mig-1g.10gb",state="pending"} 1.0"#,
+        r#"allot_quota_limit{team="vision",resource="nvidia.com/gpu"} 16.0"#,
+        // 4 GPUs + one 1/7 MIG slice.
+        r#"allot_quota_used{team="vision",resource="nvidia.com/gpu"} 4.142857142857143"#,
+        "allot_gang_controller_leader 0",
+        "allot_gang_releases_total 0",
+    ] {
+        assert!(text.contains(expected), "missing {expected} in\n{text}");
+    }
+    // A pod that is gone disappears from the next scrape.
+    cluster.remove_pod("vision", "b");
+    let (_, text) = call(metrics_router(state.clone()), "GET", "/metrics", vec![]).await;
+    assert!(!text.contains("mig-1g.10gb"), "{text}");
+    assert!(text.contains(r#"allot_quota_used{team="vision",resource="nvidia.com/gpu"} 4.0"#), "{text}");
+}
+
+#[tokio::test]
 async fn a_stalled_body_is_cut_off_at_the_deadline() {
     // Headers promise a body that never finishes arriving (a slow or stuck client).
     let stalled =

@@ -20,7 +20,8 @@ use serde_json::{Value, json};
 
 use super::decision::GangKey;
 use super::membership::{GATE, InferredKind, QUOTA_GATE, RELEASED_ANNOTATION};
-use super::state::{Action, CONDITION, ClusterState, PodRecord, node_info, plan};
+use super::metrics::ControllerMetrics;
+use super::state::{Action, CONDITION, ClusterState, PodRecord, QUOTA_CONDITION, node_info, plan};
 use crate::namespaces::NamespaceLabels;
 use crate::patch::escape;
 use crate::policy::PolicySet;
@@ -42,10 +43,11 @@ pub fn spawn(
     policies: Arc<ArcSwap<PolicySet>>,
     namespaces: Arc<dyn NamespaceLabels>,
     config: ControllerConfig,
+    metrics: ControllerMetrics,
 ) {
     tokio::spawn(watch_pods(client.clone(), state.clone(), policies.clone()));
     tokio::spawn(watch_nodes(client.clone(), state.clone()));
-    tokio::spawn(control_loop(client, state, policies, namespaces, config));
+    tokio::spawn(control_loop(client, state, policies, namespaces, config, metrics));
 }
 
 async fn watch_pods(client: kube::Client, state: Arc<ClusterState>, policies: Arc<ArcSwap<PolicySet>>) {
@@ -103,6 +105,7 @@ async fn control_loop(
     policies: Arc<ArcSwap<PolicySet>>,
     namespaces: Arc<dyn NamespaceLabels>,
     config: ControllerConfig,
+    metrics: ControllerMetrics,
 ) {
     let leader = match kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &config.lease_name)
         .with_namespace(&config.lease_namespace)
@@ -126,6 +129,7 @@ async fn control_loop(
     let recorder =
         Recorder::new(client.clone(), Reporter { controller: "allot".into(), instance: Some(config.identity.clone()) });
     let mut explained: HashMap<GangKey, String> = HashMap::new();
+    let mut queued: HashMap<(String, String), String> = HashMap::new();
     let mut seen_generation = u64::MAX;
     let mut last_full = tokio::time::Instant::now();
     let mut was_leader = false;
@@ -136,7 +140,10 @@ async fn control_loop(
             tracing::info!(leader = is_leader, identity = %config.identity, "gang controller leadership changed");
             was_leader = is_leader;
             explained.clear();
+            queued.clear();
             seen_generation = u64::MAX;
+            metrics.leader.set(i64::from(is_leader));
+            metrics.set_waiting(&std::collections::BTreeMap::new());
         }
         if !is_leader {
             continue;
@@ -149,6 +156,7 @@ async fn control_loop(
         if resync {
             last_full = tokio::time::Instant::now();
             explained.clear();
+            queued.clear();
         }
         resolve_owner_sizes(&client, &state).await;
         seen_generation = state.generation();
@@ -156,11 +164,24 @@ async fn control_loop(
         let now = unix_now();
         // Quota first: a gang member is released by the gang controller only once its quota
         // gate is gone.
-        let quota_actions = state.quota_plan(&p, namespaces.as_ref());
-        execute(&client, &recorder, &state, quota_actions).await;
+        let quota_actions = state.quota_plan(&p, namespaces.as_ref(), &mut queued);
+        execute(&client, &recorder, &state, &metrics, quota_actions).await;
         let (snapshot, facts) = state.snapshot(&p, now);
-        let actions = plan(&snapshot, &facts, &mut explained);
-        execute(&client, &recorder, &state, actions).await;
+        let pass = plan(&snapshot, &facts, &mut explained);
+        metrics.set_waiting(&pass.waiting);
+        for gang in &pass.released {
+            metrics.gang_releases.inc();
+            metrics.gang_wait_seconds.observe(gang.waited_secs as f64);
+            tracing::info!(
+                namespace = %gang.gang.namespace,
+                gang = %gang.gang.name,
+                members = gang.members,
+                waited_secs = gang.waited_secs,
+                decision = %gang.message,
+                "releasing gang"
+            );
+        }
+        execute(&client, &recorder, &state, &metrics, pass.actions).await;
     }
 }
 
@@ -168,19 +189,60 @@ fn unix_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
+/// Where the owners of one kind of inferred gang live: the API group and version the controller
+/// reads them from, and the Kubernetes kinds it accepts as owners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnerApi {
+    pub kind: InferredKind,
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kinds: &'static [&'static str],
+}
+
+impl OwnerApi {
+    /// The resource name of an owner kind (`PyTorchJob` → `pytorchjobs`).
+    pub fn plural(&self, api_kind: &str) -> String {
+        format!("{}s", api_kind.to_lowercase())
+    }
+}
+
+/// The owners the controller GETs to size inferred gangs: the one table behind
+/// [`resolve_owner_sizes`] and the `get` rules of the RBAC in `deploy/` (`tests/deploy.rs`
+/// checks that each entry is granted and that nothing else is).
+pub const OWNER_APIS: &[OwnerApi] = &[
+    OwnerApi { kind: InferredKind::Job, group: "batch", version: "v1", kinds: &["Job"] },
+    OwnerApi { kind: InferredKind::JobSet, group: "jobset.x-k8s.io", version: "v1alpha2", kinds: &["JobSet"] },
+    OwnerApi { kind: InferredKind::MPIJob, group: "kubeflow.org", version: "v2beta1", kinds: &["MPIJob"] },
+    OwnerApi {
+        kind: InferredKind::KubeflowJob,
+        group: "kubeflow.org",
+        version: "v1",
+        kinds: &["PyTorchJob", "TFJob", "XGBoostJob", "JAXJob", "PaddleJob"],
+    },
+    OwnerApi {
+        kind: InferredKind::LeaderWorkerSet,
+        group: "leaderworkerset.x-k8s.io",
+        version: "v1",
+        kinds: &["LeaderWorkerSet"],
+    },
+];
+
+/// The table entry for an inferred gang's owner, if its kind is one the controller reads.
+pub fn owner_api(kind: InferredKind, api_kind: &str) -> Option<&'static OwnerApi> {
+    OWNER_APIS.iter().find(|a| a.kind == kind && a.kinds.contains(&api_kind))
+}
+
 /// Reads the size of inferred gangs from their owners (elastic owners are re-read on every
 /// pass, so a changed `parallelism` is followed, never a stale size).
 async fn resolve_owner_sizes(client: &kube::Client, state: &ClusterState) {
     for (namespace, gang, owner) in state.owners_to_resolve() {
-        let (group, version) = match owner.kind {
-            InferredKind::Job => ("batch", "v1"),
-            InferredKind::JobSet => ("jobset.x-k8s.io", "v1alpha2"),
-            InferredKind::MPIJob => ("kubeflow.org", "v2beta1"),
-            InferredKind::KubeflowJob => ("kubeflow.org", "v1"),
-            InferredKind::LeaderWorkerSet => ("leaderworkerset.x-k8s.io", "v1"),
+        let Some(api) = owner_api(owner.kind, &owner.api_kind) else {
+            // Only the kinds of the table are read (and granted by deploy/'s RBAC).
+            tracing::warn!(%namespace, %gang, owner = %owner.name, kind = %owner.api_kind, "not a known owner kind for inferred gangs");
+            continue;
         };
-        let gvk = GroupVersionKind::gvk(group, version, &owner.api_kind);
-        let resource = ApiResource::from_gvk_with_plural(&gvk, &format!("{}s", owner.api_kind.to_lowercase()));
+        let gvk = GroupVersionKind::gvk(api.group, api.version, &owner.api_kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, &api.plural(&owner.api_kind));
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
         match api.get_opt(&owner.name).await {
             Ok(Some(obj)) => match super::membership::owner_gang(owner.kind, &obj.data) {
@@ -217,7 +279,13 @@ pub fn release_patch(gate_index: usize, has_annotations: bool, released_at: &str
     Value::Array(ops)
 }
 
-async fn execute(client: &kube::Client, recorder: &Recorder, state: &ClusterState, actions: Vec<Action>) {
+async fn execute(
+    client: &kube::Client,
+    recorder: &Recorder,
+    state: &ClusterState,
+    metrics: &ControllerMetrics,
+    actions: Vec<Action>,
+) {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     for action in actions {
         match action {
@@ -244,20 +312,12 @@ async fn execute(client: &kube::Client, recorder: &Recorder, state: &ClusterStat
                 }
             }
             Action::Explain { namespace, pod, ready, reason, message, warning } => {
-                let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-                let condition = json!({"status": {"conditions": [{
-                    "type": CONDITION,
-                    "status": if ready { "True" } else { "False" },
-                    "reason": reason,
-                    "message": message,
-                    "lastTransitionTime": now,
-                }]}});
-                if let Err(e) = api.patch_status(&pod, &PatchParams::default(), &Patch::Strategic(condition)).await
-                    && !is_status(&e, &[404])
-                {
-                    tracing::warn!(%namespace, %pod, error = %e, "cannot set the gang condition");
-                }
+                set_condition(client, &namespace, &pod, CONDITION, ready, reason, &message, &now).await;
                 publish(recorder, &namespace, &pod, warning, reason, &message).await;
+            }
+            Action::Queued { namespace, pod, message } => {
+                set_condition(client, &namespace, &pod, QUOTA_CONDITION, false, "QuotaQueued", &message, &now).await;
+                publish(recorder, &namespace, &pod, false, "QuotaQueued", &message).await;
             }
             Action::ReleaseQuota { namespace, pod, gate_index } => {
                 let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
@@ -269,16 +329,12 @@ async fn execute(client: &kube::Client, recorder: &Recorder, state: &ClusterStat
                 match api.patch(&pod, &PatchParams::default(), &Patch::Json::<()>(patch)).await {
                     Ok(_) => {
                         state.mark_quota_released(&namespace, &pod);
+                        metrics.quota_releases.inc();
                         tracing::info!(%namespace, %pod, "released from the quota queue");
-                        publish(
-                            recorder,
-                            &namespace,
-                            &pod,
-                            false,
-                            "QuotaAdmitted",
-                            "the team's quota has room; released from the queue",
-                        )
-                        .await;
+                        let message = "the team's quota has room; released from the queue";
+                        set_condition(client, &namespace, &pod, QUOTA_CONDITION, true, "QuotaAdmitted", message, &now)
+                            .await;
+                        publish(recorder, &namespace, &pod, false, "QuotaAdmitted", message).await;
                     }
                     Err(e) if is_status(&e, &[404, 409, 422]) => {
                         tracing::debug!(%namespace, %pod, error = %e, "quota release skipped; retrying on the next pass")
@@ -301,6 +357,33 @@ async fn execute(client: &kube::Client, recorder: &Recorder, state: &ClusterStat
     }
 }
 
+/// Sets one of Allot's pod conditions (strategic merge on `type`, so other conditions stay).
+#[allow(clippy::too_many_arguments)]
+async fn set_condition(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &str,
+    condition: &str,
+    ready: bool,
+    reason: &str,
+    message: &str,
+    now: &str,
+) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let patch = json!({"status": {"conditions": [{
+        "type": condition,
+        "status": if ready { "True" } else { "False" },
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+    }]}});
+    if let Err(e) = api.patch_status(pod, &PatchParams::default(), &Patch::Strategic(patch)).await
+        && !is_status(&e, &[404])
+    {
+        tracing::warn!(%namespace, %pod, %condition, error = %e, "cannot set the pod condition");
+    }
+}
+
 async fn publish(recorder: &Recorder, namespace: &str, pod: &str, warning: bool, reason: &str, message: &str) {
     let reference = ObjectReference {
         api_version: Some("v1".into()),
@@ -313,7 +396,7 @@ async fn publish(recorder: &Recorder, namespace: &str, pod: &str, warning: bool,
         type_: if warning { EventType::Warning } else { EventType::Normal },
         reason: reason.into(),
         note: Some(message.chars().take(1000).collect()),
-        action: "GangScheduling".into(),
+        action: if reason.starts_with("Quota") { "QuotaQueueing" } else { "GangScheduling" }.into(),
         secondary: None,
     };
     if let Err(e) = recorder.publish(&event, &reference).await {

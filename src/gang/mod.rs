@@ -6,6 +6,7 @@ pub mod decision;
 pub mod directory;
 pub mod fit;
 pub mod membership;
+pub mod metrics;
 pub mod state;
 
 #[cfg(test)]

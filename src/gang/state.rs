@@ -565,7 +565,16 @@ impl ClusterState {
     /// while the team's usage (every non-finished pod not behind the quota gate) leaves room. The
     /// order is strict: a unit that does not fit stops the team's queue, so a large job is never
     /// starved by smaller ones behind it.
-    pub fn quota_plan(&self, policies: &PolicySet, labels: &dyn crate::namespaces::NamespaceLabels) -> Vec<Action> {
+    ///
+    /// Every pod left in the queue gets an explanation (`Action::Queued`) whenever it changes:
+    /// `previous` holds the last one per pod (and is updated), so `kubectl describe` says why a
+    /// pod waits without an Event on every pass.
+    pub fn quota_plan(
+        &self,
+        policies: &PolicySet,
+        labels: &dyn crate::namespaces::NamespaceLabels,
+        previous: &mut HashMap<(String, String), String>,
+    ) -> Vec<Action> {
         let inner = read(&self.inner);
         let mut actions = Vec::new();
         // namespace → team (only teams with a queue-mode quota)
@@ -613,21 +622,162 @@ impl ClusterState {
             let mut units: Vec<(String, Unit)> = units.into_iter().collect();
             units.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.1.1.cmp(&b.1.1)).then_with(|| a.0.cmp(&b.0)));
             let team_used = used.entry(team_name).or_default();
-            for (_, (_, _, members, charge, size)) in units {
-                if size.is_some_and(|n| (members.len() as u32) < n) {
-                    break; // a gang is charged whole: wait for all its members, in order
-                }
-                if quota.exceeded(team_used, &charge).is_some() {
-                    break;
-                }
-                crate::quota::add(team_used, &charge);
-                for (namespace, pod, gate_index) in members {
-                    actions.push(Action::ReleaseQuota { namespace, pod, gate_index });
+            // Set once a unit cannot go: everything behind it waits (strict order).
+            let mut blocked_by: Option<String> = None;
+            for (position, (_, (_, _, members, charge, size))) in units.into_iter().enumerate() {
+                let why = if let Some(first) = &blocked_by {
+                    Some(format!("queued behind {position} earlier pod(s) or gang(s) of team {team_name}: {first}"))
+                } else if let Some(n) = size.filter(|n| (members.len() as u32) < *n) {
+                    // A gang is charged whole: wait for all its members, in order.
+                    Some(format!("gang has {}/{n} members; charged whole once all exist", members.len()))
+                } else if let Some(exceeded) = quota.exceeded(team_used, &charge) {
+                    Some(format!("team {team_name} {exceeded}; this asks {}", exceeded.asked))
+                } else {
+                    None
+                };
+                match why {
+                    Some(message) => {
+                        blocked_by.get_or_insert_with(|| message.clone());
+                        for (namespace, pod, _) in members {
+                            let key = (namespace, pod);
+                            if previous.get(&key) != Some(&message) {
+                                previous.insert(key.clone(), message.clone());
+                                actions.push(Action::Queued { namespace: key.0, pod: key.1, message: message.clone() });
+                            }
+                        }
+                    }
+                    None => {
+                        crate::quota::add(team_used, &charge);
+                        for (namespace, pod, gate_index) in members {
+                            previous.remove(&(namespace.clone(), pod.clone()));
+                            actions.push(Action::ReleaseQuota { namespace, pod, gate_index });
+                        }
+                    }
                 }
             }
         }
+        // Forget pods that left the queue some other way (deleted, gate removed by hand).
+        previous.retain(|(ns, pod), _| inner.pods.get(&key(ns, pod)).is_some_and(|p| p.quota_gate_index.is_some()));
         actions
     }
+
+    /// The per-team accelerator gauges: for every team (`""` for namespaces of no team) and
+    /// accelerator resource, what its non-finished pods request, by where they stand; and for
+    /// every team with a quota, its limit and what counts against it now (queued pods excluded),
+    /// in the quota's own units (GPU-equivalents where weights apply).
+    pub fn accelerator_usage(
+        &self,
+        policies: &PolicySet,
+        labels: &dyn crate::namespaces::NamespaceLabels,
+    ) -> AcceleratorUsage {
+        let inner = read(&self.inner);
+        let mut by_state: BTreeMap<(String, String, UsageState), i128> = BTreeMap::new();
+        let mut quota_used: BTreeMap<&str, crate::quota::Charge> = BTreeMap::new();
+        let mut team_of_ns: HashMap<Arc<str>, Option<&crate::policy::Team>> = HashMap::new();
+        for p in inner.pods.values().filter(|p| !p.finished) {
+            let team = *team_of_ns
+                .entry(p.namespace.clone())
+                .or_insert_with(|| crate::namespaces::team_of(policies, &p.namespace, labels).team);
+            let team_name = team.map_or("", |t| t.name.as_str());
+            let state = UsageState::of(p);
+            for (name, q) in p.requests.iter().filter(|(name, _)| policies.accelerators.matches(name)) {
+                let slot = by_state.entry((team_name.to_string(), name.to_string(), state)).or_default();
+                *slot = slot.saturating_add(q.nanos());
+            }
+            if let Some(quota) = team.and_then(|t| t.quota.as_ref())
+                && state != UsageState::QuotaQueued
+            {
+                let requests: ResourceList = p.requests.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+                crate::quota::add(quota_used.entry(team_name).or_default(), &quota.charge(&requests));
+            }
+        }
+        let in_units = |quota: &crate::quota::Quota, units: i128| units as f64 / quota.denominator as f64 / 1e9;
+        let mut quotas = Vec::new();
+        for team in &policies.teams {
+            let Some(quota) = &team.quota else { continue };
+            for (resource, limit) in &quota.limits {
+                let used = quota_used.get(team.name.as_str()).and_then(|c| c.get(resource)).copied().unwrap_or(0);
+                quotas.push(QuotaGauge {
+                    team: team.name.clone(),
+                    resource: resource.clone(),
+                    used: in_units(quota, used),
+                    limit: in_units(quota, *limit),
+                });
+            }
+        }
+        let requested = by_state
+            .into_iter()
+            .map(|((team, resource, state), nanos)| AcceleratorGauge {
+                team,
+                resource,
+                state,
+                amount: nanos as f64 / 1e9,
+            })
+            .collect();
+        AcceleratorUsage { requested, quotas }
+    }
+}
+
+/// Where a pod's requests stand, for the per-team gauges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum UsageState {
+    /// On a node.
+    Bound,
+    /// Admitted and ungated (released, or never gated), waiting for the scheduler: reserved.
+    Pending,
+    /// Behind Allot's gang gate.
+    GangGated,
+    /// Behind Allot's quota gate.
+    QuotaQueued,
+}
+
+impl UsageState {
+    fn of(p: &PodRecord) -> UsageState {
+        if p.quota_gate_index.is_some() {
+            UsageState::QuotaQueued
+        } else if p.gate_index.is_some() {
+            UsageState::GangGated
+        } else if p.node_name.is_some() {
+            UsageState::Bound
+        } else {
+            UsageState::Pending
+        }
+    }
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UsageState::Bound => "bound",
+            UsageState::Pending => "pending",
+            UsageState::GangGated => "gang_gated",
+            UsageState::QuotaQueued => "quota_queued",
+        }
+    }
+}
+
+/// Accelerators requested by one team's pods in one state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AcceleratorGauge {
+    pub team: String,
+    pub resource: String,
+    pub state: UsageState,
+    pub amount: f64,
+}
+
+/// One limit of a team's quota and what counts against it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuotaGauge {
+    pub team: String,
+    pub resource: String,
+    pub used: f64,
+    pub limit: f64,
+}
+
+/// Everything [`ClusterState::accelerator_usage`] reports.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AcceleratorUsage {
+    pub requested: Vec<AcceleratorGauge>,
+    pub quotas: Vec<QuotaGauge>,
 }
 
 /// A gated member, as needed to release it.
@@ -661,6 +811,10 @@ pub struct GangFacts {
 /// The condition type Allot sets on gang members.
 pub const CONDITION: &str = "allot.dev/GangReady";
 
+/// The condition type Allot sets on pods in a team's quota queue (False while queued, True once
+/// released).
+pub const QUOTA_CONDITION: &str = "allot.dev/QuotaReady";
+
 /// Something the controller does to the API.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
@@ -671,18 +825,40 @@ pub enum Action {
     Explain { namespace: String, pod: String, ready: bool, reason: &'static str, message: String, warning: bool },
     /// Lift the quota gate (test + remove at `gate_index`): the team has room.
     ReleaseQuota { namespace: String, pod: String, gate_index: usize },
+    /// Say why a pod stays in its team's queue (condition + Event), because the reason changed.
+    Queued { namespace: String, pod: String, message: String },
     /// Delete a member (assembly timeout with `onTimeout: Fail`).
     Delete { namespace: String, pod: String, reason: String },
 }
 
+/// What one pass of the controller decided: the API calls to make, and what the metrics and
+/// logs report about it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    /// Gangs still waiting, by the reason on their members' condition.
+    pub waiting: BTreeMap<&'static str, u64>,
+    /// Gangs released in this pass.
+    pub released: Vec<ReleasedGang>,
+}
+
+/// A gang the plan releases, for its log line and the wait-time histogram.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReleasedGang {
+    pub gang: GangKey,
+    pub members: usize,
+    /// Seconds since its oldest member was created.
+    pub waited_secs: i64,
+    /// The decision, e.g. "4/4 members present; fits: 8 nvidia.com/gpu on 2 nodes".
+    pub message: String,
+}
+
 /// Turns decisions into actions. `previous` holds the last explanation per gang, so unchanged
 /// explanations are not written again (and is updated).
-pub fn plan(
-    snapshot: &Snapshot,
-    facts: &HashMap<GangKey, GangFacts>,
-    previous: &mut HashMap<GangKey, String>,
-) -> Vec<Action> {
+pub fn plan(snapshot: &Snapshot, facts: &HashMap<GangKey, GangFacts>, previous: &mut HashMap<GangKey, String>) -> Plan {
     let mut actions = Vec::new();
+    let mut waiting: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut released = Vec::new();
     let decisions = decide(snapshot);
     let created: HashMap<&GangKey, i64> = snapshot.gangs.iter().map(|g| (&g.key, g.created)).collect();
     for d in decisions {
@@ -701,6 +877,12 @@ pub fn plan(
                         });
                     }
                 }
+                released.push(ReleasedGang {
+                    gang: d.gang.clone(),
+                    members: placements.len(),
+                    waited_secs: created.get(&d.gang).map_or(0, |c| (snapshot.now - c).max(0)),
+                    message: d.message.clone(),
+                });
                 ("Released", true, false, d.message.clone())
             }
             Verdict::Incomplete => ("WaitingForMembers", false, false, d.message.clone()),
@@ -727,6 +909,9 @@ pub fn plan(
                 }
             }
         }
+        if !ready {
+            *waiting.entry(reason).or_default() += 1;
+        }
         let changed = previous.get(&d.gang) != Some(&message);
         if changed {
             previous.insert(d.gang.clone(), message.clone());
@@ -744,5 +929,5 @@ pub fn plan(
     }
     // Forget explanations of gangs that are gone.
     previous.retain(|k, _| facts.contains_key(k));
-    actions
+    Plan { actions, waiting, released }
 }

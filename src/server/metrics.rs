@@ -9,8 +9,19 @@
 //! | `allot_policy_set_info` | `version` | 1 for the loaded policy set's hash |
 //! | `allot_policy_load_errors` | | errors in the last failed reload, 0 once a reload succeeds |
 //! | `allot_certificate_reloads_total` | `result` | certificate reload attempts |
+//! | `allot_gang_controller_leader` | | 1 on the replica holding the Lease |
+//! | `allot_gangs_waiting` | `reason` | waiting gangs (leader only) |
+//! | `allot_gang_releases_total` | | gangs released |
+//! | `allot_gang_wait_seconds` | | oldest member created → gang released |
+//! | `allot_quota_queue_releases_total` | | pods released from a quota queue |
+//! | `allot_team_accelerators` | `team`, `resource`, `state` | accelerators requested by non-finished pods |
+//! | `allot_quota_limit`, `allot_quota_used` | `team`, `resource` | a quota's limit and what counts against it |
+//!
+//! The team and quota gauges are computed from the Pod watch at scrape time, so every replica
+//! reports the same cluster-wide values: aggregate them with `max`, not `sum`.
 
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -18,6 +29,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use crate::gang::metrics::ControllerMetrics;
+use crate::gang::state::AcceleratorUsage;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -43,6 +57,21 @@ pub struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TeamAcceleratorLabels {
+    pub team: String,
+    pub resource: String,
+    pub state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TeamResourceLabels {
+    pub team: String,
+    pub resource: String,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VersionLabels {
     pub version: String,
 }
@@ -62,6 +91,11 @@ pub struct Metrics {
     pub policy_set_info: Family<VersionLabels, Gauge>,
     pub policy_load_errors: Gauge,
     pub certificate_reloads: Family<ResultLabels, Counter>,
+    /// Updated by the gang controller.
+    pub controller: ControllerMetrics,
+    pub team_accelerators: Family<TeamAcceleratorLabels, FloatGauge>,
+    pub quota_limit: Family<TeamResourceLabels, FloatGauge>,
+    pub quota_used: Family<TeamResourceLabels, FloatGauge>,
     current_version: Mutex<Option<String>>,
 }
 
@@ -89,6 +123,34 @@ impl Metrics {
         registry.register("policy_set_info", "Hash of the policy set in force", policy_set_info.clone());
         registry.register("policy_load_errors", "Errors in the last failed policy reload", policy_load_errors.clone());
         registry.register("certificate_reloads", "Serving certificate reload attempts", certificate_reloads.clone());
+        let controller = ControllerMetrics::default();
+        registry.register("gang_controller_leader", "1 on the replica holding the Lease", controller.leader.clone());
+        registry.register("gangs_waiting", "Waiting gangs by reason (leader only)", controller.gangs_waiting.clone());
+        registry.register("gang_releases", "Gangs released", controller.gang_releases.clone());
+        registry.register(
+            "gang_wait_seconds",
+            "From a gang's oldest member's creation to its release",
+            controller.gang_wait_seconds.clone(),
+        );
+        registry.register(
+            "quota_queue_releases",
+            "Pods released from a quota queue",
+            controller.quota_releases.clone(),
+        );
+        let team_accelerators = Family::<TeamAcceleratorLabels, FloatGauge>::default();
+        let quota_limit = Family::<TeamResourceLabels, FloatGauge>::default();
+        let quota_used = Family::<TeamResourceLabels, FloatGauge>::default();
+        registry.register(
+            "team_accelerators",
+            "Accelerators requested by non-finished pods, per team and state",
+            team_accelerators.clone(),
+        );
+        registry.register("quota_limit", "A team quota's limit, in the quota's units", quota_limit.clone());
+        registry.register(
+            "quota_used",
+            "What counts against a team quota now (queued pods excluded)",
+            quota_used.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -98,6 +160,10 @@ impl Metrics {
             policy_set_info,
             policy_load_errors,
             certificate_reloads,
+            controller,
+            team_accelerators,
+            quota_limit,
+            quota_used,
             current_version: Mutex::new(None),
         }
     }
@@ -110,6 +176,24 @@ impl Metrics {
         }
         self.policy_set_info.get_or_create(&VersionLabels { version: version.to_string() }).set(1);
         *current = Some(version.to_string());
+    }
+
+    /// Replaces the team and quota gauges with a fresh reading (series of teams or resources
+    /// that are gone disappear).
+    pub fn set_usage(&self, usage: &AcceleratorUsage) {
+        self.team_accelerators.clear();
+        self.quota_limit.clear();
+        self.quota_used.clear();
+        for g in &usage.requested {
+            let labels =
+                TeamAcceleratorLabels { team: g.team.clone(), resource: g.resource.clone(), state: g.state.as_str() };
+            self.team_accelerators.get_or_create(&labels).set(g.amount);
+        }
+        for q in &usage.quotas {
+            let labels = TeamResourceLabels { team: q.team.clone(), resource: q.resource.clone() };
+            self.quota_limit.get_or_create(&labels).set(q.limit);
+            self.quota_used.get_or_create(&labels).set(q.used);
+        }
     }
 
     /// The text exposition format.

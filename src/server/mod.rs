@@ -65,6 +65,8 @@ pub struct AppState {
     pub namespaces: Arc<dyn NamespaceLabels>,
     /// Existing gang members, from the controller's Pod watch.
     pub gangs: Arc<dyn GangDirectory>,
+    /// The Pod and Node watch itself, for the team and quota gauges.
+    pub cluster: Arc<ClusterState>,
     /// Deny-mode quota usage and reservations.
     pub quota: Arc<dyn QuotaBook>,
     pub metrics: Metrics,
@@ -93,7 +95,8 @@ impl AppState {
             quota: Arc::new(LiveQuota::new(cluster.clone(), policies.clone(), namespaces.clone())),
             policies,
             namespaces,
-            gangs: cluster,
+            gangs: cluster.clone(),
+            cluster,
             metrics,
             last_reload_error: ArcSwap::from_pointee(None),
             shutting_down: AtomicBool::new(false),
@@ -198,6 +201,8 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
+    // Read from the watch at scrape time: one pass over the pod records per scrape.
+    state.metrics.set_usage(&state.cluster.accelerator_usage(&state.policies.load(), state.namespaces.as_ref()));
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.encode())
         .into_response()
 }
@@ -227,6 +232,7 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
                 state.policies.clone(),
                 state.namespaces.clone(),
                 controller.clone(),
+                state.metrics.controller.clone(),
             );
         }
         (None, Some(_)) => {
