@@ -50,6 +50,13 @@ fn gates(pod: &Pod) -> Vec<String> {
     pod.spec.as_ref().and_then(|s| s.scheduling_gates.clone()).unwrap_or_default().into_iter().map(|g| g.name).collect()
 }
 
+/// The `allot.dev/QuotaReady` condition: (status, message).
+fn quota_condition(pod: &Pod) -> Option<(String, String)> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    let c = conditions.iter().find(|c| c.type_ == "allot.dev/QuotaReady")?;
+    Some((c.status.clone(), c.message.clone().unwrap_or_default()))
+}
+
 async fn get(pods: &Api<Pod>, name: &str) -> Pod {
     pods.get(name).await.expect("get pod")
 }
@@ -103,6 +110,15 @@ async fn quotas_on_a_real_control_plane() {
         }
     }
     assert_eq!(released, ["q-0", "q-1"], "oldest first");
+    // `kubectl describe` says why the third waits, and that the others were let go.
+    wait_for("the held pod to say why it waits", Duration::from_secs(20), || async {
+        quota_condition(&get(&queue, "q-2").await).is_some_and(|(status, message)| {
+            status == "False" && message == "team queue-team uses 2 of 2 nvidia.com/gpu; this asks 1"
+        })
+    })
+    .await;
+    let (status, _) = quota_condition(&get(&queue, "q-0").await).expect("released pods carry the condition");
+    assert_eq!(status, "True");
     queue.delete("q-0", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.expect("delete");
     wait_for("the held pod released when a running pod goes", Duration::from_secs(30), || async {
         gates(&get(&queue, "q-2").await).is_empty()
