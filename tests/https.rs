@@ -986,6 +986,89 @@ async fn serving_certificate_rotates_without_restart() {
     );
 }
 
+/// Lays `files` out the way the kubelet's AtomicWriter projects a ConfigMap or Secret volume:
+/// the data in a hidden timestamped directory, `..data` a symlink to it, and each visible name a
+/// symlink through `..data`. A later call swaps `..data` atomically (rename of a new symlink)
+/// and removes the old directory: the visible paths never change, only what they resolve to.
+fn project_volume(dir: &Path, generation: u32, files: &[(&str, Vec<u8>)]) {
+    std::fs::create_dir_all(dir).expect("volume directory");
+    let data = format!("..2026_11_22_00_00_{generation:02}.000000001");
+    std::fs::create_dir(dir.join(&data)).expect("data directory");
+    for (name, contents) in files {
+        std::fs::write(dir.join(&data).join(name), contents).expect("write projected file");
+    }
+    let old = std::fs::read_link(dir.join("..data")).ok();
+    std::os::unix::fs::symlink(&data, dir.join("..data_tmp")).expect("symlink ..data_tmp");
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).expect("swap ..data");
+    for (name, _) in files {
+        let visible = dir.join(name);
+        if std::fs::symlink_metadata(&visible).is_err() {
+            std::os::unix::fs::symlink(Path::new("..data").join(name), &visible).expect("visible symlink");
+        }
+    }
+    if let Some(old) = old {
+        std::fs::remove_dir_all(dir.join(old)).expect("remove the old data directory");
+    }
+}
+
+/// In a cluster, policies come from a ConfigMap volume and certificates from a Secret volume
+/// (cert-manager or `allot certs` rotating them): both reach the server through a `..data`
+/// symlink swap, which must be picked up without a restart, like a plain file replacement.
+#[tokio::test]
+async fn configmap_and_secret_volume_updates_are_picked_up() {
+    allot::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let staging = dir.path().join("staging");
+    make_certs(&staging);
+    let read = |name: &str| std::fs::read(staging.join(name)).expect("generated certificate file");
+    let policy_files = |extra: &str| -> Vec<(&'static str, Vec<u8>)> {
+        let mut files: Vec<(&'static str, Vec<u8>)> =
+            ["cluster.yaml", "placement.yaml", "teams.yaml", "rules.yaml", "gangs.yaml"]
+                .into_iter()
+                .map(|f| (f, std::fs::read(repo_path("policies").join(f)).expect("shipped policy")))
+                .collect();
+        if !extra.is_empty() {
+            files.push(("extra.yaml", extra.as_bytes().to_vec()));
+        }
+        files
+    };
+    project_volume(&dir.path().join("policies"), 1, &policy_files(""));
+    // Like a cert-manager Secret: ca.crt, tls.crt, tls.key.
+    let secret = || [("ca.crt", read("ca.crt")), ("tls.crt", read("tls.crt")), ("tls.key", read("tls.key"))];
+    project_volume(&dir.path().join("certs"), 1, &secret());
+    let server = Server::start_in(dir, &[]);
+    let version_before = server.metrics_text().await;
+    let version_before = version_before.lines().find(|l| l.starts_with("allot_policy_set_info{")).map(String::from);
+    let old_leaf = server.connect(Alpn::H1).await.leaf;
+
+    // A new ConfigMap version adds a rule that denies every Pod in namespace "frozen".
+    let rule = "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: frozen-namespace}\nspec:\n  match: {kinds: [Pod], namespaces: [frozen]}\n  expression: 'false'\n  message: namespace frozen takes no new pods\n";
+    project_volume(&server.policies(), 2, &policy_files(rule));
+    let (srv, version_before) = (&server, &version_before);
+    eventually("the projected policy update to be served", RELOAD_DEADLINE, || async move {
+        let text = srv.metrics_text().await;
+        let now = text.lines().find(|l| l.starts_with("allot_policy_set_info{")).map(String::from);
+        if now.is_some() && &now != version_before { Ok(()) } else { Err(format!("still {now:?}")) }
+    })
+    .await;
+    let mut review = fixture("015-validate-create-pod-tolerated-gpu-pod.json");
+    review["request"]["namespace"] = json!("frozen");
+    review["request"]["object"]["metadata"]["namespace"] = json!("frozen");
+    let response = server.connect(Alpn::H1).await.review("/validate", &review).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    assert!(response["status"]["message"].as_str().unwrap_or("").contains("frozen-namespace"), "{response}");
+
+    // cert-manager renews the Secret: a new serving certificate from the same CA.
+    make_certs(&staging);
+    project_volume(&server.certs(), 2, &secret());
+    let fresh = eventually("a new connection sees the renewed certificate", RELOAD_DEADLINE, || async {
+        let client = server.connect(Alpn::H1).await;
+        if client.leaf != old_leaf { Ok(client) } else { Err("still the old certificate".to_string()) }
+    })
+    .await;
+    assert_eq!(fresh.leaf, CertificateDer::from_pem_file(server.certs().join("tls.crt")).expect("tls.crt").as_ref());
+}
+
 /// SIGTERM: the process exits successfully and promptly, closing idle keep-alive connections
 /// instead of waiting out the grace period (kubernetes#127335).
 #[tokio::test]
