@@ -37,7 +37,7 @@ fn cluster(p: &PolicySet) -> Arc<ClusterState> {
         "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
     }))
     .unwrap();
-    let base = PodRecord::from_pod(&pod, p).unwrap();
+    let base = PodRecord::from_pod(&pod, p, &allot::namespaces::NoNamespaces).unwrap();
     let state = ClusterState::default();
     for i in 0..10_000 {
         let mut r = base.clone();

@@ -180,7 +180,7 @@ async fn metrics_report_team_accelerators_and_quota_from_the_watch_at_scrape_tim
             "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i", "resources": {"limits": limits}}]},
         }))
         .unwrap();
-        PodRecord::from_pod(&pod, &state.policies.load()).unwrap()
+        PodRecord::from_pod(&pod, &state.policies.load(), &NoNamespaces).unwrap()
     };
     cluster.upsert_pod(pod("a", json!({"nvidia.com/gpu": "4"}), Some("n1")));
     cluster.upsert_pod(pod("b", json!({"nvidia.com/mig-1g.10gb": "1"}), None));

@@ -45,12 +45,17 @@ pub fn spawn(
     config: ControllerConfig,
     metrics: ControllerMetrics,
 ) {
-    tokio::spawn(watch_pods(client.clone(), state.clone(), policies.clone()));
+    tokio::spawn(watch_pods(client.clone(), state.clone(), policies.clone(), namespaces.clone()));
     tokio::spawn(watch_nodes(client.clone(), state.clone()));
     tokio::spawn(control_loop(client, state, policies, namespaces, config, metrics));
 }
 
-async fn watch_pods(client: kube::Client, state: Arc<ClusterState>, policies: Arc<ArcSwap<PolicySet>>) {
+async fn watch_pods(
+    client: kube::Client,
+    state: Arc<ClusterState>,
+    policies: Arc<ArcSwap<PolicySet>>,
+    namespaces: Arc<dyn NamespaceLabels>,
+) {
     let api: Api<Pod> = Api::all(client);
     let mut buffer: Vec<PodRecord> = Vec::new();
     let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
@@ -58,10 +63,10 @@ async fn watch_pods(client: kube::Client, state: Arc<ClusterState>, policies: Ar
         let p = policies.load();
         match event {
             Ok(watcher::Event::Init) => buffer.clear(),
-            Ok(watcher::Event::InitApply(pod)) => buffer.extend(PodRecord::from_pod(&pod, &p)),
+            Ok(watcher::Event::InitApply(pod)) => buffer.extend(PodRecord::from_pod(&pod, &p, namespaces.as_ref())),
             Ok(watcher::Event::InitDone) => state.replace_pods(std::mem::take(&mut buffer)),
             Ok(watcher::Event::Apply(pod)) => {
-                if let Some(r) = PodRecord::from_pod(&pod, &p) {
+                if let Some(r) = PodRecord::from_pod(&pod, &p, namespaces.as_ref()) {
                     state.upsert_pod(r);
                 }
             }
@@ -166,7 +171,7 @@ async fn control_loop(
         // gate is gone.
         let quota_actions = state.quota_plan(&p, namespaces.as_ref(), &mut queued);
         execute(&client, &recorder, &state, &metrics, quota_actions).await;
-        let (snapshot, facts) = state.snapshot(&p, now);
+        let (snapshot, facts) = state.snapshot(&p, namespaces.as_ref(), now);
         let pass = plan(&snapshot, &facts, &mut explained);
         metrics.set_waiting(&pass.waiting);
         for gang in &pass.released {

@@ -15,6 +15,7 @@ use super::decision::{GangKey, Member, Snapshot, Verdict, WaitingGang, decide};
 use super::directory::{GangDirectory, Peer};
 use super::fit::{NodeInfo, PodShape};
 use super::membership::{GATE, InferredKind, OwnerGang, PodFacts, QUOTA_GATE, RELEASED_ANNOTATION, Source, membership};
+use crate::namespaces::NamespaceLabels;
 use crate::policy::{OnTimeout, PolicySet};
 use crate::quantity::Quantity;
 use crate::resources::{self, ResourceList};
@@ -79,12 +80,13 @@ pub fn shape_of(pod: &Pod) -> PodShape {
 }
 
 impl PodRecord {
-    /// Extracts a record; `policies` decide inference and coscheduling sizes.
-    pub fn from_pod(pod: &Pod, policies: &PolicySet) -> Option<PodRecord> {
+    /// Extracts a record; `policies` decide inference and coscheduling sizes (the GangPolicy of
+    /// the pod's namespace and team, team from `labels`, as at admission).
+    pub fn from_pod(pod: &Pod, policies: &PolicySet, labels: &dyn NamespaceLabels) -> Option<PodRecord> {
         let namespace = pod.metadata.namespace.clone()?;
         let name = pod.metadata.name.clone()?;
         let facts = PodFacts::from_pod(pod);
-        let policy = policies.gang_policy(&namespace, None);
+        let policy = policies.gang_policy_in(&namespace, labels);
         let gang = match membership(&facts, &policy.infer, policy.coscheduling_size) {
             // Bound and foreign-managed members keep their gang: they count towards its quorum.
             Ok(Some(m)) => Some(GangRef {
@@ -437,7 +439,12 @@ impl ClusterState {
     }
 
     /// The snapshot the decision runs on, plus what actions need to know of each gang.
-    pub fn snapshot(&self, policies: &PolicySet, now: i64) -> (Snapshot, HashMap<GangKey, GangFacts>) {
+    pub fn snapshot(
+        &self,
+        policies: &PolicySet,
+        labels: &dyn NamespaceLabels,
+        now: i64,
+    ) -> (Snapshot, HashMap<GangKey, GangFacts>) {
         let inner = read(&self.inner);
         let mut bound: HashMap<Arc<str>, ResourceList> = HashMap::new();
         let mut in_flight = Vec::new();
@@ -465,7 +472,7 @@ impl ClusterState {
                     gate_index: p.gate_index.unwrap_or(0),
                     has_annotations: p.has_annotations,
                 });
-                let policy = policies.gang_policy(&p.namespace, None);
+                let policy = policies.gang_policy_in(&p.namespace, labels);
                 let owner = inner.owner_gangs.get(&(p.namespace.to_string(), g.name.clone()));
                 let size = g.size.or_else(|| owner.map(|o| o.size));
                 let entry = waiting.entry(key.clone()).or_insert_with(|| WaitingGang {

@@ -287,7 +287,7 @@ mod controller_state {
 
     fn record(pod: &Value, p: &PolicySet) -> PodRecord {
         let pod: Pod = serde_json::from_value(pod.clone()).unwrap();
-        PodRecord::from_pod(&pod, p).unwrap()
+        PodRecord::from_pod(&pod, p, &crate::namespaces::NoNamespaces).unwrap()
     }
 
     fn cluster(p: &PolicySet, pods: &[Value]) -> ClusterState {
@@ -322,7 +322,7 @@ mod controller_state {
         let p = policies("");
         let state = cluster(&p, &two_gangs());
         let mut explained = HashMap::new();
-        let (snapshot, facts) = state.snapshot(&p, NOW);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         let actions = crate::gang::state::plan(&snapshot, &facts, &mut explained).actions;
         assert_eq!(releases(&actions), ["a-0", "a-1", "a-2", "a-3"]);
         let b_explained: Vec<_> = actions
@@ -341,7 +341,7 @@ mod controller_state {
         // Released locally: a's reservation holds until bound; b is not released onto it, and
         // an unchanged explanation is not written again.
         state.mark_released("ml", &["a-0".into(), "a-1".into(), "a-2".into(), "a-3".into()]);
-        let (snapshot, facts) = state.snapshot(&p, NOW);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         let actions = crate::gang::state::plan(&snapshot, &facts, &mut explained).actions;
         assert!(releases(&actions).is_empty());
         assert!(actions.is_empty(), "{actions:?}");
@@ -353,7 +353,7 @@ mod controller_state {
             pod["metadata"]["annotations"]["allot.dev/gang-released"] = json!("2026-11-22T01:00:10Z");
         }
         let restarted = cluster(&p, &pods);
-        let (snapshot, facts) = restarted.snapshot(&p, NOW);
+        let (snapshot, facts) = restarted.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         assert_eq!(snapshot.in_flight.len(), 4);
         assert!(releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions).is_empty());
 
@@ -361,7 +361,7 @@ mod controller_state {
         let remaining: Vec<Value> =
             pods.into_iter().filter(|p| p["metadata"]["name"].as_str().unwrap().starts_with("b-")).collect();
         let after = cluster(&p, &remaining);
-        let (snapshot, facts) = after.snapshot(&p, NOW);
+        let (snapshot, facts) = after.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         assert_eq!(
             releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions),
             ["b-0", "b-1", "b-2", "b-3"]
@@ -386,7 +386,7 @@ mod controller_state {
         let state = ClusterState::default();
         state.replace_nodes(vec![n1]);
         state.replace_pods(pods.iter().map(|pod| record(pod, &p)).collect());
-        let (snapshot, facts) = state.snapshot(&p, NOW);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         assert_eq!(
             releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions),
             ["w-3-replacement"]
@@ -403,13 +403,15 @@ mod controller_state {
         let state = cluster(&p, &incomplete);
         let created = 1_795_000_000 - 10_000;
         let _ = created;
-        let (snapshot, facts) = state.snapshot(&p, snapshot_time("2026-11-22T01:04:00Z"));
+        let (snapshot, facts) =
+            state.snapshot(&p, &crate::namespaces::NoNamespaces, snapshot_time("2026-11-22T01:04:00Z"));
         let actions = crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions;
         assert!(
             actions.iter().all(|a| matches!(a, Action::Explain { reason: "WaitingForMembers", warning: false, .. })),
             "{actions:?}"
         );
-        let (snapshot, facts) = state.snapshot(&p, snapshot_time("2026-11-22T01:06:00Z"));
+        let (snapshot, facts) =
+            state.snapshot(&p, &crate::namespaces::NoNamespaces, snapshot_time("2026-11-22T01:06:00Z"));
         let actions = crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions;
         let Action::Explain { reason, message, warning, .. } = &actions[0] else { panic!("{actions:?}") };
         assert_eq!((*reason, *warning), ("AssemblyTimeout", true));
@@ -423,7 +425,8 @@ mod controller_state {
             "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  assemblyTimeout: 5m\n  onTimeout: Fail\n",
         );
         let state = cluster(&p, &incomplete);
-        let (snapshot, facts) = state.snapshot(&p, snapshot_time("2026-11-22T01:06:00Z"));
+        let (snapshot, facts) =
+            state.snapshot(&p, &crate::namespaces::NoNamespaces, snapshot_time("2026-11-22T01:06:00Z"));
         let actions = crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions;
         assert_eq!(actions.iter().filter(|a| matches!(a, Action::Delete { .. })).count(), 3);
     }
@@ -474,14 +477,14 @@ mod controller_state {
         // 4 GPUs free: leader + 3 workers fit, the leader goes (alone: the workers do not exist).
         let state = cluster(&p, std::slice::from_ref(&leader));
         state.set_owner_gang("ml", "lws-llm-0", owner.clone());
-        let (snapshot, facts) = state.snapshot(&p, NOW);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         assert_eq!(releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions), ["llm-0"]);
         // Only 3 GPUs free: the group would not fit, the leader waits.
         let small = ClusterState::default();
         small.replace_nodes(vec![node("n1", 3)]);
         small.replace_pods(vec![record(&leader, &p)]);
         small.set_owner_gang("ml", "lws-llm-0", owner);
-        let (snapshot, facts) = small.snapshot(&p, NOW);
+        let (snapshot, facts) = small.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         assert!(releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions).is_empty());
     }
 
@@ -514,7 +517,7 @@ mod controller_state {
         pods.push(member("c-0", "c", 3, "2026-11-22T01:00:09Z", json!({})));
         let state = cluster(&p, &pods);
         let now = snapshot_time("2026-11-22T01:10:00Z");
-        let (snapshot, facts) = state.snapshot(&p, now);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, now);
         let pass = crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new());
         assert_eq!(
             pass.waiting,
@@ -640,6 +643,37 @@ mod controller_state {
         );
     }
 
+    /// Regression: the controller once resolved GangPolicies without the pod's team, so pods a
+    /// team-scoped policy had gated at admission were never recognised as gang members and
+    /// stayed gated for ever.
+    #[test]
+    fn the_controller_uses_a_team_scoped_gang_policy_like_admission_does() {
+        let p = policies(
+            "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: research}\nspec:\n  namespaces: {selector: {matchLabels: {team: research}}}\n---\napiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: research-jobs}\nspec:\n  match: {teams: [research]}\n  infer: [Job]\n  assemblyTimeout: 7m\n",
+        );
+        let mut pod = member("train-0", "-", 2, "2026-11-22T01:00:00Z", json!({}));
+        pod["metadata"]["labels"] =
+            json!({"batch.kubernetes.io/job-name": "train", "batch.kubernetes.io/job-completion-index": "0"});
+        pod["metadata"]["annotations"] = json!({});
+        pod["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u", "controller": true}]);
+        let pod: Pod = serde_json::from_value(pod).unwrap();
+        let labelled = crate::namespaces::StaticNamespaces(HashMap::from([(
+            "ml".to_string(),
+            std::collections::BTreeMap::from([("team".to_string(), "research".to_string())]),
+        )]));
+        let record = PodRecord::from_pod(&pod, &p, &labelled).unwrap();
+        assert_eq!(record.gang.as_ref().map(|g| g.name.as_str()), Some("job-train"), "{record:?}");
+        let state = ClusterState::default();
+        state.upsert_pod(record);
+        let (_, facts) = state.snapshot(&p, &labelled, NOW);
+        let gf = facts.values().next().expect("the gang is tracked");
+        assert_eq!(gf.assembly_timeout, 7 * 60, "the team's policy, not the default");
+        // Outside the team, the default policy infers nothing: not a gang.
+        let plain = PodRecord::from_pod(&pod, &p, &crate::namespaces::NoNamespaces).unwrap();
+        assert!(plain.gang.is_none());
+    }
+
     #[test]
     fn the_directory_serves_admission_from_the_watch() {
         let p = policies("");
@@ -704,7 +738,7 @@ fn measure_a_hundred_thousand_pods() {
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}
     }))
     .unwrap();
-    let base = PodRecord::from_pod(&template, &p).unwrap();
+    let base = PodRecord::from_pod(&template, &p, &crate::namespaces::NoNamespaces).unwrap();
     let before = rss_kib();
     let state = ClusterState::default();
     // One at a time, as watch events arrive.
