@@ -90,5 +90,31 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// The per-scrape cost of the team and quota gauges over 100,000 watched pods, next to the
+/// controller's snapshot of the same state (what every decision pass already pays).
+fn gauges(c: &mut Criterion) {
+    let p = policies(true);
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "x", "namespace": "vision", "creationTimestamp": "2026-11-22T01:00:00Z"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    }))
+    .unwrap();
+    let base = PodRecord::from_pod(&pod, &p, &NoNamespaces).unwrap();
+    let state = ClusterState::default();
+    for i in 0..100_000 {
+        let mut r = base.clone();
+        r.name = format!("pod-{i}").into();
+        r.namespace = if i % 2 == 0 { "vision".into() } else { format!("ns-{}", i % 50).into() };
+        state.upsert_pod(r);
+    }
+    let usage = state.accelerator_usage(&p, &NoNamespaces);
+    assert!(usage.quotas.iter().any(|q| q.team == "vision" && q.used == 50_000.0), "{:?}", usage.quotas);
+    let mut group = c.benchmark_group("gauges_100k_pods");
+    group.sample_size(20);
+    group.bench_function("accelerator_usage", |b| b.iter(|| state.accelerator_usage(&p, &NoNamespaces)));
+    group.bench_function("baseline_controller_snapshot", |b| b.iter(|| state.snapshot(&p, &NoNamespaces, 0)));
+    group.finish();
+}
+
+criterion_group!(benches, bench, gauges);
 criterion_main!(benches);

@@ -678,26 +678,43 @@ impl ClusterState {
         labels: &dyn crate::namespaces::NamespaceLabels,
     ) -> AcceleratorUsage {
         let inner = read(&self.inner);
-        let mut by_state: BTreeMap<(String, String, UsageState), i128> = BTreeMap::new();
-        let mut quota_used: BTreeMap<&str, crate::quota::Charge> = BTreeMap::new();
-        let mut team_of_ns: HashMap<Arc<str>, Option<&crate::policy::Team>> = HashMap::new();
+        // Summed per (namespace, state, resource) first: no allocation per pod (the names are
+        // interned), and a quota's charge is linear, so charging the sums is exact.
+        let mut sums: HashMap<(Arc<str>, UsageState, Arc<str>), i128> = HashMap::new();
         for p in inner.pods.values().filter(|p| !p.finished) {
-            let team = *team_of_ns
-                .entry(p.namespace.clone())
-                .or_insert_with(|| crate::namespaces::team_of(policies, &p.namespace, labels).team);
-            let team_name = team.map_or("", |t| t.name.as_str());
             let state = UsageState::of(p);
-            for (name, q) in p.requests.iter().filter(|(name, _)| policies.accelerators.matches(name)) {
-                let slot = by_state.entry((team_name.to_string(), name.to_string(), state)).or_default();
+            for (name, q) in &p.requests {
+                if name.as_ref() == "pods" {
+                    continue;
+                }
+                let slot = sums.entry((p.namespace.clone(), state, name.clone())).or_default();
                 *slot = slot.saturating_add(q.nanos());
             }
-            if let Some(quota) = team.and_then(|t| t.quota.as_ref())
-                && state != UsageState::QuotaQueued
-            {
-                let requests: ResourceList = p.requests.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-                crate::quota::add(quota_used.entry(team_name).or_default(), &quota.charge(&requests));
+        }
+        let mut by_state: BTreeMap<(String, String, UsageState), i128> = BTreeMap::new();
+        let mut quota_requests: BTreeMap<&str, ResourceList> = BTreeMap::new();
+        let mut team_of_ns: HashMap<Arc<str>, Option<&crate::policy::Team>> = HashMap::new();
+        for ((namespace, state, name), nanos) in sums {
+            let team = *team_of_ns
+                .entry(namespace.clone())
+                .or_insert_with(|| crate::namespaces::team_of(policies, &namespace, labels).team);
+            let team_name = team.map_or("", |t| t.name.as_str());
+            if policies.accelerators.matches(&name) {
+                let slot = by_state.entry((team_name.to_string(), name.to_string(), state)).or_default();
+                *slot = slot.saturating_add(nanos);
+            }
+            if team.is_some_and(|t| t.quota.is_some()) && state != UsageState::QuotaQueued {
+                let slot = quota_requests.entry(team_name).or_default().entry(name.to_string()).or_default();
+                *slot = Quantity::from_nanos(slot.nanos().saturating_add(nanos));
             }
         }
+        let quota_used: BTreeMap<&str, crate::quota::Charge> = quota_requests
+            .into_iter()
+            .filter_map(|(team, requests)| {
+                let quota = policies.teams.iter().find(|t| t.name == team)?.quota.as_ref()?;
+                Some((team, quota.charge(&requests)))
+            })
+            .collect();
         let in_units = |quota: &crate::quota::Quota, units: i128| units as f64 / quota.denominator as f64 / 1e9;
         let mut quotas = Vec::new();
         for team in &policies.teams {
