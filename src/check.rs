@@ -148,7 +148,7 @@ const CLUSTER_SCOPED_CORE_KINDS: &[&str] = &["Namespace", "Node", "PersistentVol
 
 /// The gang members among the manifests — as the mutating webhook will have left them — so
 /// members that disagree are caught in one run, as the server catches them from its Pod watch.
-fn gang_directory(engine: &Engine<'_>, manifests: &[Manifest]) -> crate::gang::directory::StaticGangs {
+pub fn gang_directory(engine: &Engine<'_>, manifests: &[Manifest]) -> crate::gang::directory::StaticGangs {
     let mutated: Vec<(&str, Value)> = manifests
         .iter()
         .filter(|m| group_kind(&m.object) == ("", "Pod"))
@@ -185,15 +185,7 @@ pub fn run(engine: &Engine<'_>, manifests: &[Manifest]) -> Report {
     let mut results = Vec::with_capacity(manifests.len());
     let mut summary = Summary::default();
     for m in manifests {
-        let (group, kind) = group_kind(&m.object);
-        let namespace = if group.is_empty() && CLUSTER_SCOPED_CORE_KINDS.contains(&kind) {
-            ""
-        } else {
-            m.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(DEFAULT_NAMESPACE)
-        };
-        let request = create_request(m, group, kind, namespace);
-        let admission = engine.admit(&request);
-        let report = object_report(m, &admission, namespace);
+        let report = admit_manifest(&engine, m).report;
         summary.objects += 1;
         if report.allowed {
             summary.admitted += 1;
@@ -206,6 +198,30 @@ pub fn run(engine: &Engine<'_>, manifests: &[Manifest]) -> Report {
         results.push(report);
     }
     Report { policy_version: engine.policies.version.clone(), results, summary }
+}
+
+/// One manifest after [`admit_manifest`].
+#[derive(Debug, Clone)]
+pub struct Admitted {
+    pub report: ObjectReport,
+    /// The object as the mutating webhook leaves it (the input when there is no patch).
+    pub mutated: Value,
+}
+
+/// One manifest through [`Engine::admit`] as a dry-run CREATE — the request `allot check` makes
+/// for each object, and `allot test` for each case. `engine` should already know the run's gang
+/// members ([`gang_directory`]) and quota usage.
+pub fn admit_manifest(engine: &Engine<'_>, m: &Manifest) -> Admitted {
+    let (group, kind) = group_kind(&m.object);
+    let namespace = if group.is_empty() && CLUSTER_SCOPED_CORE_KINDS.contains(&kind) {
+        ""
+    } else {
+        m.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(DEFAULT_NAMESPACE)
+    };
+    let request = create_request(m, group, kind, namespace);
+    let admission = engine.admit(&request);
+    let report = object_report(m, &admission, namespace);
+    Admitted { report, mutated: admission.mutated }
 }
 
 fn object_report(m: &Manifest, a: &Admission, namespace: &str) -> ObjectReport {
@@ -249,27 +265,7 @@ fn object_report(m: &Manifest, a: &Admission, namespace: &str) -> ObjectReport {
 pub fn render_text(report: &Report) -> String {
     let mut out = String::new();
     for r in &report.results {
-        let verdict = match (r.allowed, r.mutated) {
-            (false, _) => "DENIED",
-            (true, true) => "admitted, mutated",
-            (true, false) => "admitted",
-        };
-        out.push_str(&format!("{}#{} {}: {verdict}\n", r.source, r.document, r.label()));
-        for c in &r.changes {
-            out.push_str(&format!("    ~ {c}\n"));
-        }
-        if !r.patch.is_empty() {
-            out.push_str("    patch:\n");
-            for op in &r.patch {
-                out.push_str(&format!("      {}\n", describe_op(op)));
-            }
-        }
-        for f in &r.findings {
-            out.push_str(&format!("    {:<5} [{}] {}\n", f.action.label(), f.rule, f.describe()));
-        }
-        for n in &r.notes {
-            out.push_str(&format!("    note  {n}\n"));
-        }
+        out.push_str(&render_object(r));
     }
     let s = &report.summary;
     out.push_str(&format!(
@@ -279,7 +275,34 @@ pub fn render_text(report: &Report) -> String {
     out
 }
 
-fn describe_op(op: &PatchOp) -> String {
+/// One object's verdict, changes, patch, findings and notes, as `allot check` prints them.
+pub fn render_object(r: &ObjectReport) -> String {
+    let verdict = match (r.allowed, r.mutated) {
+        (false, _) => "DENIED",
+        (true, true) => "admitted, mutated",
+        (true, false) => "admitted",
+    };
+    let mut out = format!("{}#{} {}: {verdict}\n", r.source, r.document, r.label());
+    for c in &r.changes {
+        out.push_str(&format!("    ~ {c}\n"));
+    }
+    if !r.patch.is_empty() {
+        out.push_str("    patch:\n");
+        for op in &r.patch {
+            out.push_str(&format!("      {}\n", describe_op(op)));
+        }
+    }
+    for f in &r.findings {
+        out.push_str(&format!("    {:<5} [{}] {}\n", f.action.label(), f.rule, f.describe()));
+    }
+    for n in &r.notes {
+        out.push_str(&format!("    note  {n}\n"));
+    }
+    out
+}
+
+/// A patch operation on one line: `add     /spec/priorityClassName "low-priority"`.
+pub fn describe_op(op: &PatchOp) -> String {
     let compact = |v: &Value| serde_json::to_string(v).unwrap_or_default();
     match op {
         PatchOp::Add { path, value } => format!("add     {path} {}", compact(value)),
@@ -294,7 +317,8 @@ pub fn render_json(report: &Report) -> String {
     serde_json::to_string_pretty(report).unwrap_or_default() + "\n"
 }
 
-fn xml_escape(s: &str) -> String {
+/// Escapes text for XML attributes and content (control characters become spaces).
+pub fn xml_escape(s: &str) -> String {
     s.chars()
         .map(|c| match c {
             '&' => "&amp;".to_string(),

@@ -20,6 +20,7 @@ pub mod quantity;
 pub mod quota;
 pub mod resources;
 pub mod server;
+pub mod suite;
 pub mod validate;
 pub mod webhooks;
 pub mod workload;

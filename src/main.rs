@@ -13,6 +13,7 @@ use allot::gang::controller::ControllerConfig;
 use allot::namespaces::{self, NamespaceLabels, NoNamespaces};
 use allot::quota::StaticUsage;
 use allot::server::{self, ServeConfig};
+use allot::suite;
 use allot::webhooks::{self, Endpoint, WebhookOptions};
 
 /// Admission policies for Kubernetes clusters with scarce, shared accelerators.
@@ -99,6 +100,18 @@ enum Command {
         #[arg(long, value_enum, default_value = "text")]
         output: Output,
         /// Manifests: files, directories, or - for stdin.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Run test files: expected outcomes per resource (exit 0 all pass, 1 a case failed, 2 bad tests).
+    Test {
+        /// Policy directory (or file) for every test, instead of the `policies` each names.
+        #[arg(long)]
+        policies: Option<PathBuf>,
+        /// Also write a JUnit XML report: one test case per case, a failure per mismatch.
+        #[arg(long)]
+        junit: Option<PathBuf>,
+        /// Test files, or directories searched recursively for them.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
@@ -238,6 +251,15 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             };
             print!("{text}");
             Ok(if report.all_admitted() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Test { policies, junit, paths } => {
+            let suite = suite::load(&paths, policies.as_deref())?;
+            let report = suite.run();
+            print!("{}", report.render_text());
+            if let Some(path) = junit {
+                report.write_junit(&path)?;
+            }
+            Ok(if report.all_passed() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Command::Certs { out, dns_names, days } => {
             let written = allot::certs::generate(&out, &dns_names, days)?;
