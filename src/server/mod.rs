@@ -223,23 +223,24 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     };
     let cluster = Arc::new(ClusterState::default());
     let state = AppState::with_cluster(policies, namespaces, cluster.clone());
-    match (&client, &config.gang_controller) {
+    let controller = match (&client, &config.gang_controller) {
         (Some(c), Some(controller)) => {
             tracing::info!(lease = %controller.lease_name, namespace = %controller.lease_namespace, identity = %controller.identity, "starting the gang controller");
-            crate::gang::controller::spawn(
+            Some(crate::gang::controller::spawn(
                 c.clone(),
                 cluster,
                 state.policies.clone(),
                 state.namespaces.clone(),
                 controller.clone(),
                 state.metrics.controller.clone(),
-            );
+            ))
         }
         (None, Some(_)) => {
-            tracing::warn!("no Kubernetes API: the gang controller is not running; gated pods stay gated")
+            tracing::warn!("no Kubernetes API: the gang controller is not running; gated pods stay gated");
+            None
         }
-        _ => {}
-    }
+        _ => None,
+    };
 
     let app = router(state.clone(), config.max_body_bytes, config.request_timeout);
     let handle = axum_server::Handle::new();
@@ -283,6 +284,10 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     // Graceful shutdown closes idle keep-alive connections at once (kubernetes#127335) and
     // lets in-flight requests finish within the grace period.
     handle.graceful_shutdown(Some(config.shutdown_grace));
+    // Hand the Lease over now, while requests drain: the next leader starts at once.
+    if let Some(controller) = controller {
+        controller.shutdown(config.shutdown_grace.min(Duration::from_secs(5))).await;
+    }
     let _ = stop_metrics.send(());
     reloader.abort();
     let _ = server.await;

@@ -96,6 +96,55 @@ pub struct Cluster {
     procs: Vec<Proc>,
     allot: Option<Child>,
     pub allot_addr: String,
+    /// The metrics address of the Allot the webhooks point at.
+    pub allot_metrics: String,
+}
+
+/// A further `allot serve` replica (the webhooks do not point at it; its gang controller
+/// competes for the Lease). Killed on drop.
+pub struct Replica {
+    child: Child,
+    pub metrics: String,
+    pub log: PathBuf,
+}
+
+impl Replica {
+    /// Stops the replica with SIGTERM, as a rolling update does.
+    pub fn stop(&mut self) {
+        stop_child(&mut self.child);
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// SIGTERM, then SIGKILL after 15 s.
+fn stop_child(child: &mut Child) {
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Reads one gauge or counter (no labels) from a metrics address; `None` when unreachable.
+pub fn metric(addr: &str, name: &str) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 impl Drop for Cluster {
@@ -203,7 +252,15 @@ impl Cluster {
             std::fs::create_dir_all(&policies).expect("policies dir");
             std::fs::write(policies.join(name), text).expect("extra policy");
         }
-        let mut cluster = Cluster { dir, client, kubeconfig, procs, allot: None, allot_addr: String::new() };
+        let mut cluster = Cluster {
+            dir,
+            client,
+            kubeconfig,
+            procs,
+            allot: None,
+            allot_addr: String::new(),
+            allot_metrics: String::new(),
+        };
         let client = cluster.client.clone();
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
@@ -279,12 +336,30 @@ impl Cluster {
             )
             .unwrap();
         }
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(d.join("allot.log")).unwrap();
         let port = if self.allot_addr.is_empty() {
             "0".to_string()
         } else {
             self.allot_addr.rsplit(':').next().unwrap().to_string()
         };
+        let (child, addr, metrics) = self.spawn_allot(&port, &format!("e2e-{}", std::process::id()), "allot.log");
+        self.allot_addr = addr;
+        self.allot_metrics = metrics;
+        self.allot = Some(child);
+    }
+
+    /// Starts another replica under `identity`, logging to `allot-IDENTITY.log`.
+    pub fn start_replica(&self, identity: &str) -> Replica {
+        let log = format!("allot-{identity}.log");
+        let (child, _, metrics) = self.spawn_allot("0", identity, &log);
+        Replica { child, metrics, log: self.dir.path().join(log) }
+    }
+
+    /// Spawns `allot serve` and waits for its serving line: (child, https address, metrics address).
+    fn spawn_allot(&self, port: &str, identity: &str, log: &str) -> (Child, String, String) {
+        let d = self.dir.path().to_path_buf();
+        let allot = env!("CARGO_BIN_EXE_allot");
+        let certs = d.join("allot-certs");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(d.join(log)).unwrap();
         let mut child = Command::new(allot)
             .args([
                 "serve",
@@ -301,7 +376,7 @@ impl Cluster {
                 "--lease-namespace",
                 "default",
                 "--identity",
-                &format!("e2e-{}", std::process::id()),
+                identity,
                 "--resync-secs",
                 "5",
             ])
@@ -319,25 +394,17 @@ impl Cluster {
             let _ = tx.send(line);
         });
         let line = rx.recv_timeout(Duration::from_secs(30)).expect("allot serve did not start");
+        // "allot serving webhooks on https://ADDR and metrics on http://ADDR2"
         let addr =
             line.split("https://").nth(1).and_then(|r| r.split_whitespace().next()).expect("address line").to_string();
-        self.allot_addr = addr;
-        self.allot = Some(child);
+        let metrics = line.split("http://").nth(1).map(|r| r.trim().to_string()).expect("metrics address");
+        (child, addr, metrics)
     }
 
     /// Stops `allot serve` (a controller restart, or the end of the test).
     pub fn stop_allot(&mut self) {
         if let Some(mut child) = self.allot.take() {
-            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-            let deadline = Instant::now() + Duration::from_secs(15);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+            stop_child(&mut child);
         }
     }
 
