@@ -81,14 +81,13 @@ fn namespace_selector(opts: &WebhookOptions) -> LabelSelector {
     }
 }
 
-fn match_conditions(opts: &WebhookOptions, skip_nodes: bool) -> Vec<MatchCondition> {
-    let mut out = Vec::new();
-    if skip_nodes {
-        out.push(MatchCondition {
-            name: "not-kubelet".into(),
-            expression: "!request.userInfo.username.startsWith('system:node:')".into(),
-        });
-    }
+/// Both webhooks skip the kubelet: its only pod writes here are mirror pods of static pods,
+/// which run whatever the API says — denying one only hides a running pod from the API.
+fn match_conditions(opts: &WebhookOptions) -> Vec<MatchCondition> {
+    let mut out = vec![MatchCondition {
+        name: "not-kubelet".into(),
+        expression: "!request.userInfo.username.startsWith('system:node:')".into(),
+    }];
     if let Some(sa) = &opts.service_account {
         out.push(MatchCondition {
             name: "not-allot-itself".into(),
@@ -123,7 +122,7 @@ pub fn render(opts: &WebhookOptions) -> (MutatingWebhookConfiguration, Validatin
             failure_policy: Some(opts.failure_policy.clone()),
             match_policy: Some("Equivalent".into()),
             namespace_selector: Some(namespace_selector(opts)),
-            match_conditions: Some(match_conditions(opts, true)),
+            match_conditions: Some(match_conditions(opts)),
             reinvocation_policy: Some("IfNeeded".into()),
             side_effects: "None".into(),
             timeout_seconds: Some(opts.timeout_seconds),
@@ -156,7 +155,7 @@ pub fn render(opts: &WebhookOptions) -> (MutatingWebhookConfiguration, Validatin
             failure_policy: Some(opts.failure_policy.clone()),
             match_policy: Some("Equivalent".into()),
             namespace_selector: Some(namespace_selector(opts)),
-            match_conditions: Some(match_conditions(opts, false)),
+            match_conditions: Some(match_conditions(opts)),
             side_effects: "None".into(),
             timeout_seconds: Some(opts.timeout_seconds),
             rules: Some(rules),

@@ -158,7 +158,8 @@ async fn control_loop(
     loop {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(250)) => {}
-            _ = stopped.changed() => break,
+            // Err (the handle was dropped, not used to stop) disables this branch: keep running.
+            Ok(()) = stopped.changed() => break,
         }
         let is_leader = *leader.borrow();
         if is_leader != was_leader {

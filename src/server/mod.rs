@@ -213,6 +213,9 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     let policies = policy::load_dir(&config.policies)
         .map_err(|e| Error::Policy { location: config.policies.display().to_string(), message: e.to_string() })?;
     tracing::info!(version = %policies.version, summary = ?policies.summary(), "policies loaded");
+    // Hashed before loading: a rotation that lands in between is then seen as a change and
+    // loaded again, never mistaken for the pair already in force.
+    let cert_baseline = reload::cert_hash(&config.tls_cert, &config.tls_key);
     let tls = tls::server_config(&config.tls_cert, &config.tls_key)?;
     let rustls = axum_server::tls_rustls::RustlsConfig::from_config(tls);
 
@@ -276,7 +279,7 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     println!("allot serving webhooks on https://{addr} and metrics on http://{metrics_addr}");
     tracing::info!(%addr, %metrics_addr, "serving");
 
-    let reloader = reload::spawn(state.clone(), rustls, config.clone());
+    let reloader = reload::spawn(state.clone(), rustls, config.clone(), cert_baseline);
     shutdown.wait().await;
     tracing::info!("shutting down: refusing new connections, closing idle ones");
     state.shutting_down.store(true, Ordering::Relaxed);

@@ -24,6 +24,7 @@ pub fn spawn(
     state: Arc<AppState>,
     rustls: axum_server::tls_rustls::RustlsConfig,
     config: ServeConfig,
+    cert_baseline: Option<Vec<u8>>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let (tx, mut rx) = mpsc::channel::<()>(1);
@@ -31,7 +32,7 @@ pub fn spawn(
         let _watcher = start_watcher(&config, tx);
         let mut poll = tokio::time::interval(config.reload_interval);
         poll.tick().await;
-        let mut reloader = Reloader::new(&state, &config);
+        let mut reloader = Reloader::new(&state, &config, cert_baseline);
         loop {
             tokio::select! {
                 Some(()) = rx.recv() => {
@@ -83,13 +84,15 @@ struct Reloader {
 }
 
 impl Reloader {
-    fn new(state: &AppState, config: &ServeConfig) -> Reloader {
+    /// `cert_baseline`: the hash of the certificate files taken when the pair in force was
+    /// loaded (not now: a rotation since then must count as a change).
+    fn new(state: &AppState, config: &ServeConfig, cert_baseline: Option<Vec<u8>>) -> Reloader {
         Reloader {
             policies_dir: config.policies.clone(),
             cert: config.tls_cert.clone(),
             key: config.tls_key.clone(),
             last_policy_version: state.policies.load().version.clone(),
-            last_cert_hash: cert_hash(&config.tls_cert, &config.tls_key),
+            last_cert_hash: cert_baseline,
         }
     }
 
@@ -148,7 +151,8 @@ impl Reloader {
     }
 }
 
-fn cert_hash(cert: &Path, key: &Path) -> Option<Vec<u8>> {
+/// Hash of the certificate and key files, to notice a rotation.
+pub fn cert_hash(cert: &Path, key: &Path) -> Option<Vec<u8>> {
     let mut hasher = Sha256::new();
     hasher.update(std::fs::read(cert).ok()?);
     hasher.update(std::fs::read(key).ok()?);

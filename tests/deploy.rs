@@ -1,0 +1,1880 @@
+//! `deploy/` (kustomize) and the Containerfile, checked against the code they deploy.
+//!
+//! - `kubectl kustomize deploy/` (certificates from cert-manager) and
+//!   `deploy/overlays/allot-certs` (after its `certs.sh`, in a copy of the tree) render; every
+//!   object parses as its Kubernetes type without losing a field (a misspelt field fails), and
+//!   an unexpected kind fails.
+//! - The Deployment meets the restricted Pod Security profile, runs `allot serve` with the
+//!   paths its volumes provide, and its probes and Services name the ports `allot serve` listens
+//!   on by default.
+//! - The policies ConfigMap is exactly `policies/` and loads; the webhook configurations are
+//!   exactly what `allot webhooks` prints (modulo caBundle and cert-manager's annotation).
+//! - RBAC both ways: the real controller code (gang controller, Namespace watch) runs against a
+//!   fake API server that records every request; each request must be granted by the rendered
+//!   roles, and each granted (verb, resource) must have been requested.
+//! - With the envtest binaries: the rendered objects apply to a real kube-apiserver without a
+//!   warning, and its RBAC authorizer grants every recorded request.
+//! - A certificate and policy update delivered the way the kubelet updates Secret and ConfigMap
+//!   volumes (the `..data` symlink swap) reaches a running `allot serve` without a restart.
+//!
+//! The kustomize binary is `$KUBECTL` (a kubectl with built-in kustomize) or `kubectl` on PATH;
+//! without one the rendering tests print SKIPPED. `.ci/run` installs one.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use allot::gang::controller::{ControllerConfig, OWNER_APIS};
+use allot::gang::membership::InferredKind;
+use http_body_util::BodyExt;
+use hyper::body::{Bytes, Frame};
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Namespace, PodSpec, Secret, Service, ServiceAccount, ServicePort,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+const NAMESPACE: &str = "allot-system";
+const SERVICE_ACCOUNT: &str = "allot";
+const LEASE: &str = "allot-gang-controller";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn allot_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_allot")
+}
+
+/// A line on the process's real stderr (the harness captures `eprint!`), so CI logs show it.
+fn skipped(test: &str, why: &str) {
+    let line = format!("SKIPPED {test}: {why}\n");
+    match std::fs::OpenOptions::new().write(true).open("/dev/stderr") {
+        Ok(mut stderr) => {
+            let _ = stderr.write_all(line.as_bytes());
+        }
+        Err(_) => eprint!("{line}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rendering
+
+/// `$KUBECTL`, or `kubectl` on PATH. A `KUBECTL` that does not run is an error, not a skip.
+fn kubectl() -> Option<PathBuf> {
+    static KUBECTL: OnceLock<Option<PathBuf>> = OnceLock::new();
+    KUBECTL
+        .get_or_init(|| {
+            let runs =
+                |p: &Path| Command::new(p).args(["version", "--client"]).output().is_ok_and(|o| o.status.success());
+            if let Some(p) = std::env::var_os("KUBECTL").filter(|p| !p.is_empty()) {
+                let p = PathBuf::from(p);
+                assert!(runs(&p), "KUBECTL={} does not run `kubectl version --client`", p.display());
+                return Some(p);
+            }
+            let path = std::env::var_os("PATH")?;
+            std::env::split_paths(&path).map(|d| d.join("kubectl")).find(|p| p.is_file() && runs(p))
+        })
+        .clone()
+}
+
+fn kubectl_or_skip(test: &str) -> Option<PathBuf> {
+    let k = kubectl();
+    if k.is_none() {
+        skipped(
+            test,
+            "needs kubectl with built-in kustomize: set KUBECTL or put kubectl on PATH (.ci/run installs one)",
+        );
+    }
+    k
+}
+
+fn kustomize(kubectl: &Path, dir: &Path) -> String {
+    let out = Command::new(kubectl).arg("kustomize").arg(dir).output().expect("run kubectl kustomize");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {} failed:\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+/// Copies `deploy/` into a temporary directory without anything certs.sh writes, runs the
+/// overlay's certs.sh there with the allot binary under test, and returns the copy's root.
+fn allot_certs_tree() -> tempfile::TempDir {
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name();
+            if from.ends_with("overlays/allot-certs") && (name == "certs" || name == "webhooks-ca.yaml") {
+                continue;
+            }
+            let ty = entry.file_type().unwrap();
+            if ty.is_dir() {
+                copy(&entry.path(), &to.join(&name));
+            } else if ty.is_file() {
+                std::fs::copy(entry.path(), to.join(&name)).unwrap();
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    copy(&root().join("deploy"), &dir.path().join("deploy"));
+    let script = dir.path().join("deploy/overlays/allot-certs/certs.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .env("ALLOT", allot_bin())
+        .current_dir(dir.path())
+        .output()
+        .expect("run certs.sh");
+    assert!(
+        out.status.success(),
+        "certs.sh failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir
+}
+
+/// `kubectl kustomize deploy/`, parsed (once per test binary).
+fn root_render(kubectl: &Path) -> &'static Rendered {
+    static R: OnceLock<Rendered> = OnceLock::new();
+    R.get_or_init(|| Rendered::parse(&kustomize(kubectl, &root().join("deploy")), "deploy/"))
+}
+
+/// The allot-certs overlay rendered in a copy of the tree after its certs.sh, with the CA.
+struct OverlayRender {
+    rendered: Rendered,
+    text: String,
+    ca_crt: Vec<u8>,
+    tls_crt: Vec<u8>,
+    tls_key: Vec<u8>,
+}
+
+fn overlay_render(kubectl: &Path) -> &'static OverlayRender {
+    static R: OnceLock<OverlayRender> = OnceLock::new();
+    R.get_or_init(|| {
+        let tree = allot_certs_tree();
+        let overlay = tree.path().join("deploy/overlays/allot-certs");
+        let text = kustomize(kubectl, &overlay);
+        let read = |f: &str| std::fs::read(overlay.join("certs").join(f)).unwrap();
+        OverlayRender {
+            rendered: Rendered::parse(&text, "deploy/overlays/allot-certs"),
+            text,
+            ca_crt: read("ca.crt"),
+            tls_crt: read("tls.crt"),
+            tls_key: read("tls.key"),
+        }
+    })
+}
+
+/// The objects of one rendering, each already checked against its Kubernetes type.
+struct Rendered {
+    what: String,
+    objects: Vec<Value>,
+}
+
+impl Rendered {
+    fn parse(text: &str, what: &str) -> Rendered {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(text).unwrap_or_else(|e| panic!("{what}: YAML: {e}"));
+        let objects: Vec<Value> = docs.into_iter().filter(|d| !d.is_null()).collect();
+        assert!(!objects.is_empty(), "{what} rendered nothing");
+        for o in &objects {
+            check_typed(o, what);
+        }
+        Rendered { what: what.to_string(), objects }
+    }
+
+    fn raw(&self, api_version: &str, kind: &str) -> Vec<&Value> {
+        self.objects.iter().filter(|o| o["apiVersion"] == api_version && o["kind"] == kind).collect()
+    }
+
+    fn all<T: k8s_openapi::Resource + DeserializeOwned>(&self) -> Vec<T> {
+        self.raw(T::API_VERSION, T::KIND).into_iter().map(|o| from_value(o)).collect()
+    }
+
+    fn one<T: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta> + DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> T {
+        let mut found: Vec<T> =
+            self.all::<T>().into_iter().filter(|o| o.metadata().name.as_deref() == Some(name)).collect();
+        assert_eq!(found.len(), 1, "{}: expected one {} {name}", self.what, T::KIND);
+        found.remove(0)
+    }
+
+    /// (kind, namespace, name) of every object.
+    fn inventory(&self) -> BTreeSet<(String, String, String)> {
+        self.objects
+            .iter()
+            .map(|o| {
+                (
+                    o["kind"].as_str().unwrap_or_default().to_string(),
+                    o["metadata"]["namespace"].as_str().unwrap_or_default().to_string(),
+                    o["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Kustomize wraps long base64 values over several lines (the API server's decoder skips the
+/// newlines, k8s-openapi's does not).
+fn normalize(o: &Value) -> Value {
+    let mut o = o.clone();
+    if o["kind"] == "Secret"
+        && let Some(data) = o.get_mut("data").and_then(Value::as_object_mut)
+    {
+        for v in data.values_mut() {
+            if let Some(s) = v.as_str() {
+                *v = Value::String(s.split_whitespace().collect());
+            }
+        }
+    }
+    o
+}
+
+fn from_value<T: DeserializeOwned>(o: &Value) -> T {
+    serde_json::from_value(normalize(o)).unwrap_or_else(|e| panic!("{}: {e}", describe(o)))
+}
+
+fn describe(o: &Value) -> String {
+    format!(
+        "{} {}/{}",
+        o["kind"].as_str().unwrap_or("?"),
+        o["metadata"]["namespace"].as_str().unwrap_or(""),
+        o["metadata"]["name"].as_str().unwrap_or("?")
+    )
+}
+
+/// Parses `o` as `T` and back: a field `T` does not know (a typo, a field of another version)
+/// would be dropped on the way, and fails the test.
+fn round_trip<T: DeserializeOwned + Serialize>(o: &Value, what: &str) {
+    let o = normalize(o);
+    let typed: T = serde_json::from_value(o.clone()).unwrap_or_else(|e| panic!("{what}: {}: {e}", describe(&o)));
+    let back = serde_json::to_value(&typed).unwrap();
+    let mut lost = Vec::new();
+    lost_fields(&o, &back, String::new(), &mut lost);
+    assert!(lost.is_empty(), "{what}: {}: fields its Kubernetes type does not have: {lost:?}", describe(&o));
+}
+
+fn lost_fields(original: &Value, back: &Value, path: String, out: &mut Vec<String>) {
+    match (original, back) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, va) in a {
+                match b.get(k) {
+                    Some(vb) => lost_fields(va, vb, format!("{path}.{k}"), out),
+                    None if va.is_null() => {}
+                    None => out.push(format!("{path}.{k}")),
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (i, (va, vb)) in a.iter().zip(b).enumerate() {
+                lost_fields(va, vb, format!("{path}[{i}]"), out);
+            }
+        }
+        (a, b) if a == b => {}
+        (Value::Number(a), Value::Number(b)) if a.as_f64() == b.as_f64() => {}
+        _ => out.push(format!("{path} ({original} became {back})")),
+    }
+}
+
+/// Every rendered object is one of the kinds Allot ships, and parses as its type.
+fn check_typed(o: &Value, what: &str) {
+    let api_version = o["apiVersion"].as_str().unwrap_or_default();
+    let kind = o["kind"].as_str().unwrap_or_default();
+    match (api_version, kind) {
+        ("v1", "Namespace") => round_trip::<Namespace>(o, what),
+        ("v1", "ServiceAccount") => round_trip::<ServiceAccount>(o, what),
+        ("v1", "ConfigMap") => round_trip::<ConfigMap>(o, what),
+        ("v1", "Secret") => round_trip::<Secret>(o, what),
+        ("v1", "Service") => round_trip::<Service>(o, what),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => round_trip::<ClusterRole>(o, what),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => round_trip::<ClusterRoleBinding>(o, what),
+        ("rbac.authorization.k8s.io/v1", "Role") => round_trip::<Role>(o, what),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding") => round_trip::<RoleBinding>(o, what),
+        ("apps/v1", "Deployment") => round_trip::<Deployment>(o, what),
+        ("policy/v1", "PodDisruptionBudget") => round_trip::<PodDisruptionBudget>(o, what),
+        ("scheduling.k8s.io/v1", "PriorityClass") => round_trip::<PriorityClass>(o, what),
+        ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => {
+            round_trip::<MutatingWebhookConfiguration>(o, what)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
+            round_trip::<ValidatingWebhookConfiguration>(o, what)
+        }
+        ("cert-manager.io/v1", "Issuer" | "Certificate") => {
+            let d: kube::api::DynamicObject =
+                serde_json::from_value(o.clone()).unwrap_or_else(|e| panic!("{what}: {}: {e}", describe(o)));
+            assert!(d.metadata.name.is_some(), "{what}: {} has no name", describe(o));
+            check_cert_manager_fields(o, what);
+        }
+        _ => panic!("{what}: unexpected object {api_version} {kind} ({})", describe(o)),
+    }
+}
+
+/// cert-manager has no Rust types here: its fields are checked against the v1 API by name.
+fn check_cert_manager_fields(o: &Value, what: &str) {
+    let spec = o["spec"].as_object().unwrap_or_else(|| panic!("{what}: {} has no spec", describe(o)));
+    let allowed: &[&str] = match o["kind"].as_str() {
+        Some("Issuer") => &["selfSigned", "ca", "acme", "vault", "venafi"],
+        _ => &[
+            "secretName",
+            "secretTemplate",
+            "commonName",
+            "literalSubject",
+            "subject",
+            "dnsNames",
+            "ipAddresses",
+            "uris",
+            "emailAddresses",
+            "otherNames",
+            "duration",
+            "renewBefore",
+            "renewBeforePercentage",
+            "isCA",
+            "usages",
+            "privateKey",
+            "issuerRef",
+            "keystores",
+            "encodeUsagesInRequest",
+            "revisionHistoryLimit",
+            "additionalOutputFormats",
+            "nameConstraints",
+        ],
+    };
+    for key in spec.keys() {
+        assert!(allowed.contains(&key.as_str()), "{what}: {}: unknown field spec.{key}", describe(o));
+    }
+    if let Some(pk) = spec.get("privateKey").and_then(Value::as_object) {
+        for key in pk.keys() {
+            assert!(
+                ["algorithm", "size", "encoding", "rotationPolicy"].contains(&key.as_str()),
+                "{what}: {}: unknown field spec.privateKey.{key}",
+                describe(o)
+            );
+        }
+    }
+    if let Some(usages) = spec.get("usages").and_then(Value::as_array) {
+        for u in usages {
+            assert!(
+                ["digital signature", "key encipherment", "server auth", "client auth", "cert sign"]
+                    .contains(&u.as_str().unwrap_or_default()),
+                "{what}: {}: unknown usage {u}",
+                describe(o)
+            );
+        }
+    }
+}
+
+fn labels_match(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+    !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The install: objects, Deployment, Services
+
+/// The default of one `allot serve` flag, as `allot serve --help` prints it.
+fn serve_default(flag: &str) -> String {
+    let out = Command::new(allot_bin()).args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let at = help.find(flag).unwrap_or_else(|| panic!("no {flag} in allot serve --help:\n{help}"));
+    let rest = &help[at..];
+    let start = rest.find("[default: ").unwrap_or_else(|| panic!("no default for {flag}")) + "[default: ".len();
+    rest[start..start + rest[start..].find(']').unwrap()].to_string()
+}
+
+fn port_of(addr: &str) -> i32 {
+    addr.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// A probe's or Service's port, resolved against the container's ports.
+fn container_port(container: &Container, port: &IntOrString) -> i32 {
+    let ports = container.ports.clone().unwrap_or_default();
+    match port {
+        IntOrString::Int(n) => {
+            assert!(ports.iter().any(|p| p.container_port == *n), "port {n} is not a container port");
+            *n
+        }
+        IntOrString::String(name) => {
+            ports
+                .iter()
+                .find(|p| p.name.as_deref() == Some(name.as_str()))
+                .unwrap_or_else(|| panic!("no container port named {name}"))
+                .container_port
+        }
+    }
+}
+
+fn check_install(r: &Rendered) {
+    let what = &r.what;
+    // What is shipped, and nothing else (cert-manager objects and the Secret vary by variant).
+    for (kind, ns, name) in [
+        ("Namespace", "", NAMESPACE),
+        ("ServiceAccount", NAMESPACE, SERVICE_ACCOUNT),
+        ("ClusterRole", "", "allot"),
+        ("ClusterRoleBinding", "", "allot"),
+        ("Role", NAMESPACE, "allot"),
+        ("RoleBinding", NAMESPACE, "allot"),
+        ("Deployment", NAMESPACE, "allot"),
+        ("PodDisruptionBudget", NAMESPACE, "allot"),
+        ("Service", NAMESPACE, "allot"),
+        ("Service", NAMESPACE, "allot-metrics"),
+        ("PriorityClass", "", "low-priority"),
+        ("PriorityClass", "", "high-priority"),
+        ("MutatingWebhookConfiguration", "", "allot"),
+        ("ValidatingWebhookConfiguration", "", "allot"),
+    ] {
+        assert!(
+            r.inventory().contains(&(kind.to_string(), ns.to_string(), name.to_string())),
+            "{what}: no {kind} {ns}/{name}"
+        );
+    }
+    // Every namespaced object is in Allot's namespace, and everything but the two webhook
+    // configurations (which are `allot webhooks` verbatim) carries part-of=allot, so that
+    // `kubectl apply -k … -l app.kubernetes.io/part-of=allot` installs Allot before its webhooks.
+    for o in &r.objects {
+        let kind = o["kind"].as_str().unwrap();
+        let cluster_scoped = matches!(
+            kind,
+            "Namespace"
+                | "ClusterRole"
+                | "ClusterRoleBinding"
+                | "PriorityClass"
+                | "MutatingWebhookConfiguration"
+                | "ValidatingWebhookConfiguration"
+        );
+        if cluster_scoped {
+            assert!(o["metadata"]["namespace"].is_null(), "{what}: {} has a namespace", describe(o));
+        } else {
+            assert_eq!(o["metadata"]["namespace"], NAMESPACE, "{what}: {}", describe(o));
+        }
+        let part_of = &o["metadata"]["labels"]["app.kubernetes.io/part-of"];
+        if kind.ends_with("WebhookConfiguration") {
+            assert!(part_of.is_null(), "{what}: {} must stay as `allot webhooks` prints it", describe(o));
+        } else {
+            assert_eq!(part_of, "allot", "{what}: {} lacks app.kubernetes.io/part-of=allot", describe(o));
+        }
+    }
+    let ns: Namespace = r.one(NAMESPACE);
+    let ns_labels = ns.metadata.labels.unwrap_or_default();
+    assert_eq!(ns_labels.get("pod-security.kubernetes.io/enforce").map(String::as_str), Some("restricted"));
+
+    let deployment: Deployment = r.one("allot");
+    let spec = deployment.spec.clone();
+    assert_eq!(spec.replicas, Some(2), "{what}: two replicas: both webhooks fail closed");
+    let rolling = spec.strategy.as_ref().and_then(|s| s.rolling_update.clone()).expect("a rolling update strategy");
+    assert_eq!(rolling.max_unavailable, Some(IntOrString::Int(0)), "{what}: never fewer replicas during an upgrade");
+    let template_labels = spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
+    assert!(labels_match(&spec.selector.match_labels.clone().unwrap_or_default(), &template_labels));
+    let pod = spec.template.spec.clone().unwrap();
+    check_pod_security(&pod, what);
+    assert_eq!(pod.service_account_name.as_deref(), Some(SERVICE_ACCOUNT));
+    assert_eq!(pod.automount_service_account_token, Some(true), "{what}: the controller needs its token");
+    let sa: ServiceAccount = r.one(SERVICE_ACCOUNT);
+    assert_ne!(sa.automount_service_account_token, Some(false));
+    assert_eq!(pod.priority_class_name.as_deref(), Some("system-cluster-critical"));
+    let spread = pod.topology_spread_constraints.clone().unwrap_or_default();
+    let keys: BTreeSet<&str> = spread.iter().map(|c| c.topology_key.as_str()).collect();
+    assert_eq!(keys, BTreeSet::from(["kubernetes.io/hostname", "topology.kubernetes.io/zone"]), "{what}");
+    for c in &spread {
+        let sel = c.label_selector.as_ref().and_then(|s| s.match_labels.clone()).unwrap_or_default();
+        assert!(labels_match(&sel, &template_labels), "{what}: spread selector {sel:?} selects no replica");
+        if c.topology_key == "topology.kubernetes.io/zone" {
+            assert_eq!(c.when_unsatisfiable, "ScheduleAnyway", "{what}: single-zone clusters must still schedule");
+        }
+    }
+
+    let [container] = pod.containers.as_slice() else { panic!("{what}: one container") };
+    let image = container.image.clone().unwrap_or_default();
+    assert_eq!(image, format!("allot:{}", env!("CARGO_PKG_VERSION")), "{what}: image tag = crate version");
+    let args = container.args.clone().unwrap_or_default();
+    assert!(container.command.is_none(), "{what}: the image's ENTRYPOINT is allot");
+    assert_eq!(
+        args,
+        [
+            "serve",
+            "--policies",
+            "/etc/allot/policies",
+            "--tls-cert",
+            "/etc/allot/tls/tls.crt",
+            "--tls-key",
+            "/etc/allot/tls/tls.key"
+        ],
+        "{what}"
+    );
+    let env: BTreeMap<String, String> = container
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| Some((e.name, e.value_from?.field_ref?.field_path)))
+        .collect();
+    assert_eq!(env.get("POD_NAMESPACE").map(String::as_str), Some("metadata.namespace"), "{what}");
+    assert_eq!(env.get("POD_NAME").map(String::as_str), Some("metadata.name"), "{what}");
+
+    // Ports and probes against what `allot serve` listens on.
+    let https = port_of(&serve_default("--addr"));
+    let metrics = port_of(&serve_default("--metrics-addr"));
+    assert_eq!((https, metrics), (8443, 9090));
+    assert_eq!(container_port(container, &IntOrString::String("https".into())), https);
+    assert_eq!(container_port(container, &IntOrString::String("metrics".into())), metrics);
+    for (probe, path) in [(&container.readiness_probe, "/readyz"), (&container.liveness_probe, "/healthz")] {
+        let get = probe.as_ref().and_then(|p| p.http_get.clone()).unwrap_or_else(|| panic!("{what}: {path} probe"));
+        assert_eq!(get.path.as_deref(), Some(path), "{what}");
+        assert_eq!(container_port(container, &get.port), metrics, "{what}: {path} is served on the metrics port");
+        assert!(get.scheme.is_none() || get.scheme.as_deref() == Some("HTTP"), "{what}: the metrics port is HTTP");
+    }
+    let resources = container.resources.clone().unwrap_or_default();
+    for name in ["cpu", "memory"] {
+        let request = resources.requests.as_ref().and_then(|r| r.get(name)).map(|q| q.0.clone());
+        let limit = resources.limits.as_ref().and_then(|r| r.get(name)).map(|q| q.0.clone());
+        assert!(request.is_some() && limit.is_some(), "{what}: {name} request and limit");
+    }
+
+    // Volumes: the paths in the arguments come from the ConfigMap and the Secret.
+    let mounts: BTreeMap<String, String> =
+        container.volume_mounts.clone().unwrap_or_default().into_iter().map(|m| (m.name, m.mount_path)).collect();
+    assert_eq!(mounts.get("policies").map(String::as_str), Some("/etc/allot/policies"), "{what}");
+    assert_eq!(mounts.get("tls").map(String::as_str), Some("/etc/allot/tls"), "{what}");
+    let volumes = pod.volumes.clone().unwrap_or_default();
+    let policies = volumes.iter().find(|v| v.name == "policies").and_then(|v| v.config_map.clone()).unwrap();
+    let config_maps: Vec<ConfigMap> = r.all();
+    assert_eq!(config_maps.len(), 1, "{what}: one ConfigMap");
+    assert_eq!(config_maps[0].metadata.name, Some(policies.name.clone()), "{what}: the volume names the ConfigMap");
+    assert!(policies.name.starts_with("allot-policies-"), "{what}: the generated name carries a content hash");
+    let tls = volumes.iter().find(|v| v.name == "tls").and_then(|v| v.secret.clone()).unwrap();
+    assert_eq!(tls.secret_name.as_deref(), Some("allot-tls"), "{what}");
+
+    // Services and the PDB select the replicas; the webhook Service reaches the HTTPS port.
+    let svc: Service = r.one("allot");
+    let svc_spec = svc.spec.unwrap();
+    assert!(labels_match(&svc_spec.selector.clone().unwrap_or_default(), &template_labels), "{what}");
+    let ports: Vec<ServicePort> = svc_spec.ports.unwrap_or_default();
+    let p443 = ports.iter().find(|p| p.port == 443).expect("Service allot port 443");
+    assert_eq!(container_port(container, p443.target_port.as_ref().unwrap()), https, "{what}");
+    let metrics_svc: Service = r.one("allot-metrics");
+    let metrics_spec = metrics_svc.spec.unwrap();
+    assert!(labels_match(&metrics_spec.selector.clone().unwrap_or_default(), &template_labels), "{what}");
+    let ports = metrics_spec.ports.unwrap_or_default();
+    assert!(
+        ports.iter().any(|p| p.target_port.as_ref().is_some_and(|t| container_port(container, t) == metrics)),
+        "{what}: allot-metrics reaches the metrics port"
+    );
+    let pdb: PodDisruptionBudget = r.one("allot");
+    let pdb_spec = pdb.spec.unwrap();
+    assert_eq!(pdb_spec.min_available, Some(IntOrString::Int(1)), "{what}");
+    let pdb_sel = pdb_spec.selector.and_then(|s| s.match_labels).unwrap_or_default();
+    assert!(labels_match(&pdb_sel, &template_labels), "{what}: the PDB selects the replicas");
+
+    // The webhooks call that Service on port 443.
+    let m: MutatingWebhookConfiguration = r.one("allot");
+    let v: ValidatingWebhookConfiguration = r.one("allot");
+    let services = m
+        .webhooks
+        .unwrap_or_default()
+        .into_iter()
+        .map(|w| w.client_config.service)
+        .chain(v.webhooks.unwrap_or_default().into_iter().map(|w| w.client_config.service));
+    for s in services {
+        let s = s.expect("an in-cluster service reference");
+        assert_eq!((s.namespace.as_str(), s.name.as_str(), s.port), (NAMESPACE, "allot", Some(443)), "{what}");
+    }
+
+    // The PriorityClasses the shipped policies name exist.
+    let classes: BTreeMap<String, PriorityClass> =
+        r.all::<PriorityClass>().into_iter().map(|p| (p.metadata.name.clone().unwrap(), p)).collect();
+    assert_eq!(classes["low-priority"].value, Some(0));
+    assert_eq!(classes["low-priority"].global_default, Some(true));
+    assert_eq!(classes["high-priority"].value, Some(1_000_000));
+    assert_ne!(classes["high-priority"].global_default, Some(true));
+    for class in priority_classes_in_policies() {
+        assert!(classes.contains_key(&class), "{what}: policies/ name PriorityClass {class}, which deploy/ lacks");
+    }
+}
+
+/// Every PriorityClass name the shipped policies mention (`priority:` blocks).
+fn priority_classes_in_policies() -> BTreeSet<String> {
+    fn walk(v: &Value, in_priority: bool, out: &mut BTreeSet<String>) {
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    if in_priority && matches!(k.as_str(), "default" | "globalDefault") {
+                        out.extend(v.as_str().map(String::from));
+                    } else if in_priority && k == "allowed" {
+                        out.extend(v.as_array().into_iter().flatten().filter_map(|x| x.as_str().map(String::from)));
+                    } else {
+                        walk(v, k == "priority", out);
+                    }
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|x| walk(x, false, out)),
+            _ => {}
+        }
+    }
+    let mut out = BTreeSet::new();
+    for (_, text) in policy_files() {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+        docs.iter().for_each(|d| walk(d, false, &mut out));
+    }
+    assert!(out.contains("low-priority"), "the shipped policies use low-priority: {out:?}");
+    out
+}
+
+/// The restricted Pod Security Standard, and the fixed non-root uid of the image.
+fn check_pod_security(pod: &PodSpec, what: &str) {
+    let psc = pod.security_context.clone().unwrap_or_default();
+    assert_eq!(psc.run_as_non_root, Some(true), "{what}: pod runAsNonRoot");
+    assert_eq!(psc.run_as_user, Some(65532), "{what}: pod runAsUser (the image's USER)");
+    let pod_seccomp = psc.seccomp_profile.as_ref().map(|s| s.type_.clone());
+    assert_eq!(pod_seccomp.as_deref(), Some("RuntimeDefault"), "{what}: pod seccompProfile");
+    assert!(pod.host_network.is_none() && pod.host_pid.is_none() && pod.host_ipc.is_none(), "{what}");
+    let containers = pod.containers.iter().chain(pod.init_containers.iter().flatten());
+    for c in containers {
+        let sc = c.security_context.clone().unwrap_or_else(|| panic!("{what}: container {} securityContext", c.name));
+        assert_ne!(sc.run_as_non_root, Some(false), "{what}: {}", c.name);
+        assert!(sc.run_as_user.is_none_or(|u| u == 65532), "{what}: {} runAsUser", c.name);
+        assert_eq!(sc.read_only_root_filesystem, Some(true), "{what}: {} readOnlyRootFilesystem", c.name);
+        assert_eq!(sc.allow_privilege_escalation, Some(false), "{what}: {} allowPrivilegeEscalation", c.name);
+        assert_ne!(sc.privileged, Some(true), "{what}: {} privileged", c.name);
+        let caps = sc.capabilities.clone().unwrap_or_default();
+        assert_eq!(caps.drop, Some(vec!["ALL".to_string()]), "{what}: {} drops ALL capabilities", c.name);
+        assert!(caps.add.unwrap_or_default().is_empty(), "{what}: {} adds no capability", c.name);
+        let seccomp = sc.seccomp_profile.map(|s| s.type_).or(pod_seccomp.clone());
+        assert_eq!(seccomp.as_deref(), Some("RuntimeDefault"), "{what}: {} seccompProfile", c.name);
+        for p in c.ports.iter().flatten() {
+            assert!(p.host_port.is_none(), "{what}: {} hostPort", c.name);
+        }
+    }
+    for v in pod.volumes.iter().flatten() {
+        assert!(v.host_path.is_none(), "{what}: hostPath volume {}", v.name);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Policies and webhooks: one source of truth
+
+/// (file name, content) of the shipped policies/.
+fn policy_files() -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(root().join("policies")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        assert!(path.is_file(), "policies/{name}: a ConfigMap holds no directories (see deploy/sync.sh)");
+        if matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")) {
+            files.push((name, std::fs::read_to_string(&path).unwrap()));
+        }
+    }
+    files.sort();
+    files
+}
+
+fn check_policies_config_map(r: &Rendered) {
+    let cms: Vec<ConfigMap> = r.all();
+    let data = cms[0].data.clone().unwrap_or_default();
+    assert!(cms[0].binary_data.is_none());
+    let shipped: BTreeMap<String, String> = policy_files().into_iter().collect();
+    let keys: BTreeSet<&String> = data.keys().collect();
+    assert_eq!(
+        keys,
+        shipped.keys().collect(),
+        "{}: the policies ConfigMap holds other files than policies/; run deploy/sync.sh",
+        r.what
+    );
+    for (name, text) in &shipped {
+        assert!(
+            data[name] == *text,
+            "{}: {name} in the policies ConfigMap differs from policies/{name}; run deploy/sync.sh",
+            r.what
+        );
+    }
+    // What the pods will mount loads as a policy set.
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in &data {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let set =
+        allot::policy::load_dir(dir.path()).unwrap_or_else(|e| panic!("{}: the ConfigMap's policies: {e}", r.what));
+    assert_eq!(set.summary(), allot::policy::load_dir(&root().join("policies")).unwrap().summary(), "{}", r.what);
+}
+
+/// `allot webhooks --service allot-system/allot` with `ca` as the bundle.
+fn allot_webhooks(ca: &Path) -> (MutatingWebhookConfiguration, ValidatingWebhookConfiguration) {
+    let out = Command::new(allot_bin())
+        .args(["webhooks", "--service", &format!("{NAMESPACE}/allot"), "--ca-bundle"])
+        .arg(ca)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    assert_eq!(docs.len(), 2);
+    (from_value(&docs[0]), from_value(&docs[1]))
+}
+
+/// The configurations with caBundle and annotations cleared.
+fn without_ca(mut m: MutatingWebhookConfiguration, mut v: ValidatingWebhookConfiguration) -> (Value, Value) {
+    m.metadata.annotations = None;
+    v.metadata.annotations = None;
+    for w in m.webhooks.iter_mut().flatten() {
+        w.client_config.ca_bundle = None;
+    }
+    for w in v.webhooks.iter_mut().flatten() {
+        w.client_config.ca_bundle = None;
+    }
+    (serde_json::to_value(m).unwrap(), serde_json::to_value(v).unwrap())
+}
+
+fn check_webhooks_match_allot_webhooks(r: &Rendered, ca: &Path) {
+    let rendered = without_ca(r.one("allot"), r.one("allot"));
+    let (m, v) = allot_webhooks(ca);
+    let expected = without_ca(m, v);
+    assert!(
+        rendered == expected,
+        "{}: the webhook configurations differ from `allot webhooks`; run deploy/sync.sh\nrendered: {:#}\nexpected: {:#}",
+        r.what,
+        json!([rendered.0, rendered.1]),
+        json!([expected.0, expected.1])
+    );
+    for (name, fp) in [
+        ("mutating", r.one::<MutatingWebhookConfiguration>("allot").webhooks.unwrap()[0].failure_policy.clone()),
+        ("validating", r.one::<ValidatingWebhookConfiguration>("allot").webhooks.unwrap()[0].failure_policy.clone()),
+    ] {
+        assert_eq!(fp.as_deref(), Some("Fail"), "{}: the {name} webhook fails closed", r.what);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tests that render
+
+#[test]
+fn root_renders_with_cert_manager() {
+    let Some(kubectl) = kubectl_or_skip("root_renders_with_cert_manager") else { return };
+    let r = root_render(&kubectl);
+    check_install(r);
+    assert!(r.raw("v1", "Secret").is_empty(), "deploy/: cert-manager writes allot-tls; the root ships no Secret");
+
+    // cert-manager: self-signed Issuer → CA Certificate → CA Issuer → serving Certificate into
+    // the Secret the Deployment mounts, for the name the API server calls.
+    let by_name = |kind: &str, name: &str| -> Value {
+        let found: Vec<&Value> =
+            r.raw("cert-manager.io/v1", kind).into_iter().filter(|o| o["metadata"]["name"] == name).collect();
+        assert_eq!(found.len(), 1, "deploy/: one {kind} {name}");
+        assert_eq!(found[0]["metadata"]["namespace"], NAMESPACE);
+        found[0].clone()
+    };
+    let certificates = r.raw("cert-manager.io/v1", "Certificate");
+    let issuers = r.raw("cert-manager.io/v1", "Issuer");
+    assert_eq!((certificates.len(), issuers.len()), (2, 2), "deploy/: two Certificates and two Issuers");
+    let selfsigned = by_name("Issuer", "allot-selfsigned");
+    assert_eq!(selfsigned["spec"], json!({"selfSigned": {}}));
+    let ca = by_name("Certificate", "allot-ca");
+    assert_eq!(ca["spec"]["isCA"], true);
+    assert_eq!(ca["spec"]["issuerRef"]["name"], "allot-selfsigned");
+    assert_eq!(ca["spec"]["issuerRef"]["kind"], "Issuer");
+    let ca_issuer = by_name("Issuer", "allot-ca");
+    assert_eq!(ca_issuer["spec"]["ca"]["secretName"], ca["spec"]["secretName"], "the CA Issuer signs with the CA");
+    let serving = by_name("Certificate", "allot-serving");
+    assert_eq!(serving["spec"]["secretName"], "allot-tls");
+    assert_eq!(serving["spec"]["issuerRef"]["name"], "allot-ca");
+    assert_eq!(serving["spec"]["issuerRef"]["kind"], "Issuer");
+    assert_ne!(serving["spec"]["isCA"], true);
+    let dns: Vec<&str> = serving["spec"]["dnsNames"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(dns.contains(&"allot.allot-system.svc"), "the API server calls allot.allot-system.svc: {dns:?}");
+    assert!(serving["spec"]["usages"].as_array().unwrap().contains(&json!("server auth")));
+    let hours = |v: &Value| v.as_str().and_then(|s| s.strip_suffix('h')).and_then(|s| s.parse::<u64>().ok()).unwrap();
+    for cert in [&ca, &serving] {
+        assert!(hours(&cert["spec"]["renewBefore"]) < hours(&cert["spec"]["duration"]));
+    }
+    let annotation = format!("{NAMESPACE}/allot-serving");
+    let m: MutatingWebhookConfiguration = r.one("allot");
+    let v: ValidatingWebhookConfiguration = r.one("allot");
+    for annotations in [m.metadata.annotations, v.metadata.annotations] {
+        let annotations = annotations.unwrap_or_default();
+        assert_eq!(annotations.get("cert-manager.io/inject-ca-from"), Some(&annotation));
+    }
+    for w in m.webhooks.unwrap() {
+        assert!(w.client_config.ca_bundle.is_none(), "cainjector fills the caBundle");
+    }
+}
+
+#[test]
+fn allot_certs_overlay_renders_with_its_own_certificates() {
+    let Some(kubectl) = kubectl_or_skip("allot_certs_overlay_renders_with_its_own_certificates") else { return };
+    let o = overlay_render(&kubectl);
+    let r = &o.rendered;
+    check_install(r);
+    assert!(r.raw("cert-manager.io/v1", "Certificate").is_empty() && r.raw("cert-manager.io/v1", "Issuer").is_empty());
+    let secret: Secret = r.one("allot-tls");
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+    let data = secret.data.unwrap_or_default();
+    assert_eq!(data.keys().map(String::as_str).collect::<Vec<_>>(), ["tls.crt", "tls.key"]);
+    assert_eq!(data["tls.crt"].0, o.tls_crt);
+    assert_eq!(data["tls.key"].0, o.tls_key);
+    // The caBundle is the CA that signed the serving certificate, in both configurations.
+    let m: MutatingWebhookConfiguration = r.one("allot");
+    let v: ValidatingWebhookConfiguration = r.one("allot");
+    let bundles = m
+        .webhooks
+        .unwrap()
+        .into_iter()
+        .map(|w| w.client_config.ca_bundle)
+        .chain(v.webhooks.unwrap().into_iter().map(|w| w.client_config.ca_bundle));
+    for b in bundles {
+        assert_eq!(b.map(|b| b.0), Some(o.ca_crt.clone()), "the caBundle is certs/ca.crt");
+    }
+    assert!(!o.text.contains("cert-manager.io"), "no cert-manager annotation without cert-manager");
+}
+
+#[test]
+fn the_policies_config_map_is_the_shipped_policies() {
+    let Some(kubectl) = kubectl_or_skip("the_policies_config_map_is_the_shipped_policies") else { return };
+    check_policies_config_map(root_render(&kubectl));
+    check_policies_config_map(&overlay_render(&kubectl).rendered);
+}
+
+#[test]
+fn the_webhook_configurations_are_allot_webhooks_output() {
+    let Some(kubectl) = kubectl_or_skip("the_webhook_configurations_are_allot_webhooks_output") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let dummy = dir.path().join("ca.crt");
+    std::fs::write(&dummy, "not a certificate").unwrap();
+    check_webhooks_match_allot_webhooks(root_render(&kubectl), &dummy);
+    let o = overlay_render(&kubectl);
+    std::fs::write(&dummy, &o.ca_crt).unwrap();
+    check_webhooks_match_allot_webhooks(&o.rendered, &dummy);
+    // In the overlay the caBundle is part of what `allot webhooks --ca-bundle` printed.
+    let (m, v) = allot_webhooks(&dummy);
+    assert_eq!(o.rendered.one::<MutatingWebhookConfiguration>("allot"), m);
+    assert_eq!(o.rendered.one::<ValidatingWebhookConfiguration>("allot"), v);
+}
+
+/// The two copies deploy/sync.sh maintains are up to date (checked on the files, so this runs
+/// without kubectl too).
+#[test]
+fn deploy_copies_are_in_sync() {
+    let base = root().join("deploy/base");
+    let copied: BTreeMap<String, String> = std::fs::read_dir(base.join("policies"))
+        .unwrap()
+        .map(|e| {
+            let path = e.unwrap().path();
+            (path.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&path).unwrap())
+        })
+        .collect();
+    let shipped: BTreeMap<String, String> = policy_files().into_iter().collect();
+    assert!(copied == shipped, "deploy/base/policies/ is not a copy of policies/: run deploy/sync.sh");
+    let generator: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(base.join("policies.yaml")).unwrap()).unwrap();
+    let listed: Vec<&str> = generator["files"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    let expected: Vec<String> = shipped.keys().map(|f| format!("policies/{f}")).collect();
+    assert_eq!(listed, expected, "deploy/base/policies.yaml does not list policies/: run deploy/sync.sh");
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&std::fs::read_to_string(base.join("webhooks.yaml")).unwrap()).unwrap();
+    let docs: Vec<&Value> = docs.iter().filter(|d| !d.is_null()).collect();
+    assert_eq!(docs.len(), 2);
+    let in_base = without_ca(from_value(docs[0]), from_value(docs[1]));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca.crt"), "").unwrap();
+    let (m, v) = allot_webhooks(&dir.path().join("ca.crt"));
+    assert!(
+        in_base == without_ca(m, v),
+        "deploy/base/webhooks.yaml is not `allot webhooks --service allot-system/allot`: run deploy/sync.sh"
+    );
+    for d in docs {
+        let text = serde_json::to_string(d).unwrap();
+        assert!(!text.contains("caBundle"), "deploy/base/webhooks.yaml carries a caBundle");
+    }
+}
+
+/// The image's user is the Deployment's, and the build context cannot carry keys.
+#[test]
+fn the_containerfile_matches_the_deployment() {
+    let containerfile = std::fs::read_to_string(root().join("Containerfile")).unwrap();
+    let lines: Vec<&str> = containerfile.lines().map(str::trim).filter(|l| !l.starts_with('#')).collect();
+    let last_from = lines.iter().rposition(|l| l.starts_with("FROM ")).unwrap();
+    let final_stage = &lines[last_from..];
+    assert!(
+        final_stage[0].contains("distroless/static") || final_stage[0].contains("scratch"),
+        "a static base: {}",
+        final_stage[0]
+    );
+    assert!(final_stage.contains(&"USER 65532:65532"), "{final_stage:?}");
+    assert!(final_stage.iter().any(|l| l.starts_with("ENTRYPOINT [") && l.contains("/allot\"]")));
+    assert!(containerfile.contains("linux-musl"), "a static musl build");
+    // The Deployment runs as that user (read from the file: no kustomize needed).
+    let deployment: Vec<Value> =
+        serde_saphyr::from_multiple(&std::fs::read_to_string(root().join("deploy/base/deployment.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(deployment[0]["spec"]["template"]["spec"]["securityContext"]["runAsUser"], 65532);
+    let ignore = std::fs::read_to_string(root().join(".dockerignore")).unwrap();
+    let rules: Vec<&str> = ignore.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
+    assert_eq!(rules.first(), Some(&"*"), ".dockerignore is an allowlist");
+    for allowed in &rules[1..] {
+        assert!(allowed.starts_with('!'), "{allowed}");
+        assert!(!allowed.contains("certs") && !allowed.contains("deploy") && !allowed.contains("target"), "{allowed}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RBAC: record the calls the real code makes
+
+/// One request, as the API server's RBAC sees it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Call {
+    verb: String,
+    group: String,
+    /// `resource` or `resource/subresource`.
+    resource: String,
+    namespace: Option<String>,
+    name: Option<String>,
+    /// The raw request, for messages.
+    request: String,
+}
+
+/// Maps a request to RBAC's attributes the way the API server's RequestInfoResolver does.
+fn classify(method: &str, path: &str, query: &str) -> Call {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", _version, rest @ ..] => ("", rest),
+        ["apis", group, _version, rest @ ..] => (*group, rest),
+        _ => panic!("not a resource path: {path}"),
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
+        _ => (None, rest),
+    };
+    let resource = rest.first().copied().unwrap_or_default();
+    let name = rest.get(1).map(|s| s.to_string());
+    let resource = match rest.get(2) {
+        Some(sub) => format!("{resource}/{sub}"),
+        None => resource.to_string(),
+    };
+    let watch = query.split('&').any(|kv| kv == "watch=true" || kv == "watch=1");
+    let verb = match (method, &name) {
+        ("GET", _) if watch => "watch",
+        ("GET", Some(_)) => "get",
+        ("GET", None) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", Some(_)) => "delete",
+        ("DELETE", None) => "deletecollection",
+        _ => panic!("unexpected method {method} {path}"),
+    };
+    Call {
+        verb: verb.into(),
+        group: group.into(),
+        resource,
+        namespace,
+        name,
+        request: format!("{method} {path}{}{query}", if query.is_empty() { "" } else { "?" }),
+    }
+}
+
+type FakeBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+fn respond(code: u16, body: &Value) -> hyper::Response<FakeBody> {
+    let bytes = Bytes::from(serde_json::to_vec(body).unwrap());
+    hyper::Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes).boxed())
+        .unwrap()
+}
+
+fn not_found(what: &str) -> hyper::Response<FakeBody> {
+    respond(
+        404,
+        &json!({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+                "message": format!("{what} not found"), "reason": "NotFound", "code": 404}),
+    )
+}
+
+/// A watch that never sends an event (and never ends, so the watcher does not re-list).
+fn silent_watch() -> hyper::Response<FakeBody> {
+    let stream = futures::stream::pending::<Result<Frame<Bytes>, Infallible>>();
+    hyper::Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .body(http_body_util::StreamBody::new(stream).boxed())
+        .unwrap()
+}
+
+fn list(kind: &str, items: &[Value]) -> hyper::Response<FakeBody> {
+    respond(200, &json!({"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": "100"}, "items": items}))
+}
+
+/// Merges `patch` into `target` (JSON merge patch semantics; strategic and apply patches of a
+/// Lease's scalar fields merge the same way).
+fn merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+/// What the fake API server holds.
+struct World {
+    namespaces: Vec<Value>,
+    nodes: Vec<Value>,
+    pods: Vec<Value>,
+    lease: Mutex<Option<Value>>,
+    calls: Mutex<Vec<Call>>,
+}
+
+async fn serve(world: Arc<World>, req: hyper::Request<kube::client::Body>) -> hyper::Response<FakeBody> {
+    let method = req.method().as_str().to_string();
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or_default().to_string();
+    let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let call = classify(&method, &path, &query);
+    world.calls.lock().unwrap().push(call.clone());
+    let name = call.name.clone().unwrap_or_default();
+    let namespace = call.namespace.clone().unwrap_or_default();
+    let stub_pod = || json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}});
+    match (call.verb.as_str(), call.group.as_str(), call.resource.as_str()) {
+        ("watch", _, _) => silent_watch(),
+        ("list", "", "namespaces") => list("NamespaceList", &world.namespaces),
+        ("list", "", "nodes") => list("NodeList", &world.nodes),
+        ("list", "", "pods") => list("PodList", &world.pods),
+        ("patch" | "delete", "", "pods" | "pods/status") => respond(200, &stub_pod()),
+        ("create", "events.k8s.io", "events") => respond(201, &body),
+        ("patch", "events.k8s.io", "events") => respond(200, &body),
+        (verb, "coordination.k8s.io", "leases") => {
+            let mut lease = world.lease.lock().unwrap();
+            match (verb, lease.as_mut()) {
+                ("get", Some(l)) => respond(200, l),
+                ("create", None) => {
+                    let mut l = body.clone();
+                    merge(&mut l, &json!({"metadata": {"namespace": namespace, "resourceVersion": "1"}}));
+                    *lease = Some(l.clone());
+                    respond(201, &l)
+                }
+                ("patch", Some(l)) => {
+                    let mut patch = body.clone();
+                    if let Some(p) = patch.as_object_mut() {
+                        p.remove("apiVersion");
+                        p.remove("kind");
+                    }
+                    merge(l, &patch);
+                    respond(200, l)
+                }
+                _ => not_found("lease"),
+            }
+        }
+        // Owners of inferred gangs: not there (the controller asks again on the next pass).
+        _ => not_found(&call.request),
+    }
+}
+
+fn gated_pod(
+    ns: &str,
+    name: &str,
+    gate: &str,
+    created: &str,
+    labels: Value,
+    annotations: Value,
+    owner: Option<(&str, &str, &str)>,
+) -> Value {
+    let owners: Vec<Value> = owner
+        .into_iter()
+        .map(|(api_version, kind, name)| {
+            json!({"apiVersion": api_version, "kind": kind, "name": name, "uid": format!("uid-{name}"), "controller": true})
+        })
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{ns}-{name}"), "creationTimestamp": created,
+                     "labels": labels, "annotations": annotations, "ownerReferences": owners},
+        "spec": {
+            "schedulingGates": [{"name": gate}],
+            "containers": [{"name": "train", "image": "trainer:1",
+                            "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]
+        },
+        "status": {"phase": "Pending"}
+    })
+}
+
+/// The cluster the controller sees: one 8-GPU node and pods that make it do everything it can.
+fn world() -> World {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let long_ago = "2020-01-01T00:00:00Z";
+    let namespaces = ["ml", "ml-timeout", "ml-infer", "ml-queue", NAMESPACE]
+        .iter()
+        .map(|n| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n, "labels": {"kubernetes.io/metadata.name": n}}}))
+        .collect();
+    let nodes = vec![json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "gpu-1", "labels": {"kubernetes.io/hostname": "gpu-1"}},
+        "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}}
+    })];
+    let mut pods = Vec::new();
+    // A complete gang that fits: released (pod JSON Patch), explained (pods/status, Event).
+    for i in 0..2 {
+        pods.push(gated_pod(
+            "ml",
+            &format!("train-{i}"),
+            "allot.dev/gang",
+            &now,
+            json!({"allot.dev/gang-name": "train"}),
+            json!({"allot.dev/gang-size": "2"}),
+            None,
+        ));
+    }
+    // A gang that never assembled, under `onTimeout: Fail`: its member is deleted, and the
+    // repeated Warning Event is a patch of the first.
+    pods.push(gated_pod(
+        "ml-timeout",
+        "lonely-0",
+        "allot.dev/gang",
+        long_ago,
+        json!({"allot.dev/gang-name": "lonely"}),
+        json!({"allot.dev/gang-size": "3"}),
+        None,
+    ));
+    // A pod queued behind its team's quota, which has room: its quota gate is lifted.
+    pods.push(gated_pod("ml-queue", "queued-0", "allot.dev/quota", &now, json!({}), json!({}), None));
+    // One inferred gang per owner kind the controller reads: each makes it GET its owner.
+    for api in OWNER_APIS {
+        for kind in api.kinds {
+            let owner = format!("{}-1", kind.to_lowercase());
+            let pod = format!("{owner}-worker-0");
+            let api_version = format!("{}/{}", api.group, api.version);
+            // Exhaustive on purpose: a new InferredKind needs its pods here.
+            let (labels, owner_ref) = match api.kind {
+                InferredKind::Job => (
+                    json!({"batch.kubernetes.io/job-name": owner, "batch.kubernetes.io/job-completion-index": "0"}),
+                    Some(("batch/v1", *kind, owner.as_str())),
+                ),
+                InferredKind::JobSet => {
+                    (json!({"jobset.sigs.k8s.io/jobset-name": owner}), Some(("batch/v1", "Job", "child")))
+                }
+                InferredKind::KubeflowJob => (
+                    json!({"training.kubeflow.org/job-name": owner, "training.kubeflow.org/replica-type": "worker"}),
+                    Some((api_version.as_str(), *kind, owner.as_str())),
+                ),
+                InferredKind::MPIJob => (
+                    json!({"training.kubeflow.org/job-name": owner, "training.kubeflow.org/replica-type": "worker"}),
+                    Some((api_version.as_str(), *kind, owner.as_str())),
+                ),
+                InferredKind::LeaderWorkerSet => (
+                    json!({"leaderworkerset.sigs.k8s.io/name": owner, "leaderworkerset.sigs.k8s.io/group-index": "0",
+                           "leaderworkerset.sigs.k8s.io/worker-index": "1"}),
+                    Some(("apps/v1", "StatefulSet", "group-0")),
+                ),
+            };
+            pods.push(gated_pod("ml-infer", &pod, "allot.dev/gang", &now, labels, json!({}), owner_ref));
+        }
+    }
+    World { namespaces, nodes, pods, lease: Mutex::new(None), calls: Mutex::new(Vec::new()) }
+}
+
+/// The policies of the run: a timeout that fails, inference of every kind, a queue-mode quota.
+fn recording_policies() -> allot::policy::PolicySet {
+    let infer: Vec<Value> = OWNER_APIS.iter().map(|a| serde_json::to_value(a.kind).unwrap()).collect();
+    let text = format!(
+        "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {{name: timeout}}\nspec:\n  match: {{namespaces: [ml-timeout]}}\n  assemblyTimeout: 1m\n  onTimeout: Fail\n---\n\
+         apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {{name: infer}}\nspec:\n  match: {{namespaces: [ml-infer]}}\n  infer: {}\n---\n\
+         apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: queue}}\nspec:\n  namespaces: {{names: [ml-queue]}}\n  quota: {{mode: Queue, limits: {{nvidia.com/gpu: 4}}}}\n",
+        Value::Array(infer)
+    );
+    allot::policy::compile(&[allot::policy::Source { name: "recording.yaml".into(), text }])
+        .unwrap_or_else(|e| panic!("recording policies: {e}"))
+}
+
+/// What the scenario makes the code do, as (verb, group, resource): the run lasts until all of
+/// it has been seen (or 30 s).
+fn scenario() -> BTreeSet<(String, String, String)> {
+    let mut s: BTreeSet<(String, String, String)> = [
+        ("list", "", "namespaces"),
+        ("watch", "", "namespaces"),
+        ("list", "", "nodes"),
+        ("watch", "", "nodes"),
+        ("list", "", "pods"),
+        ("watch", "", "pods"),
+        ("patch", "", "pods"),
+        ("delete", "", "pods"),
+        ("patch", "", "pods/status"),
+        ("create", "events.k8s.io", "events"),
+        ("patch", "events.k8s.io", "events"),
+        ("get", "coordination.k8s.io", "leases"),
+        ("create", "coordination.k8s.io", "leases"),
+        ("patch", "coordination.k8s.io", "leases"),
+    ]
+    .iter()
+    .map(|(v, g, r)| (v.to_string(), g.to_string(), r.to_string()))
+    .collect();
+    for api in OWNER_APIS {
+        for kind in api.kinds {
+            s.insert(("get".into(), api.group.into(), api.plural(kind)));
+        }
+    }
+    s
+}
+
+/// Runs the gang controller and the Namespace watch against the fake API server and returns
+/// every request they made (once per test binary).
+fn recorded_calls() -> &'static Vec<Call> {
+    static CALLS: OnceLock<Vec<Call>> = OnceLock::new();
+    CALLS.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let calls = runtime.block_on(async {
+            let world = Arc::new(world());
+            let w = world.clone();
+            let service = tower::service_fn(move |req| {
+                let w = w.clone();
+                async move { Ok::<_, Infallible>(serve(w, req).await) }
+            });
+            let client = kube::Client::new(service, "default");
+            let namespaces = allot::server::reload::watch_namespaces(client.clone());
+            let policies = Arc::new(arc_swap::ArcSwap::from_pointee(recording_policies()));
+            let controller = allot::gang::controller::spawn(
+                client,
+                Arc::new(allot::gang::state::ClusterState::default()),
+                policies,
+                namespaces,
+                ControllerConfig {
+                    lease_namespace: NAMESPACE.into(),
+                    lease_name: LEASE.into(),
+                    identity: "allot-0".into(),
+                    resync: Duration::from_secs(1),
+                },
+                allot::gang::metrics::ControllerMetrics::default(),
+            );
+            let want = scenario();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let seen: BTreeSet<(String, String, String)> = world
+                    .calls
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .map(|c| (c.verb.clone(), c.group.clone(), c.resource.clone()))
+                    .collect();
+                if want.is_subset(&seen) || Instant::now() > deadline {
+                    break;
+                }
+            }
+            // Shutdown gives the Lease up: its calls must be granted too.
+            controller.shutdown(Duration::from_secs(5)).await;
+            world.calls.lock().unwrap().clone()
+        });
+        runtime.shutdown_timeout(Duration::from_millis(100));
+        calls
+    })
+}
+
+/// A rule of the rendered RBAC, with where it applies (`None`: every namespace).
+#[derive(Debug, Clone)]
+struct Grant {
+    namespace: Option<String>,
+    rule: PolicyRule,
+    from: String,
+}
+
+fn is_our_subject(subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>) -> bool {
+    subjects
+        .iter()
+        .flatten()
+        .any(|s| s.kind == "ServiceAccount" && s.name == SERVICE_ACCOUNT && s.namespace.as_deref() == Some(NAMESPACE))
+}
+
+/// The rules bound to Allot's ServiceAccount.
+fn grants(r: &Rendered) -> Vec<Grant> {
+    let cluster_roles: BTreeMap<String, ClusterRole> =
+        r.all::<ClusterRole>().into_iter().map(|c| (c.metadata.name.clone().unwrap(), c)).collect();
+    let roles: BTreeMap<(String, String), Role> = r
+        .all::<Role>()
+        .into_iter()
+        .map(|c| ((c.metadata.namespace.clone().unwrap(), c.metadata.name.clone().unwrap()), c))
+        .collect();
+    let mut out = Vec::new();
+    for b in r.all::<ClusterRoleBinding>().into_iter().filter(|b| is_our_subject(&b.subjects)) {
+        assert_eq!(b.role_ref.kind, "ClusterRole");
+        let role = &cluster_roles[&b.role_ref.name];
+        for rule in role.rules.iter().flatten() {
+            out.push(Grant { namespace: None, rule: rule.clone(), from: format!("ClusterRole {}", b.role_ref.name) });
+        }
+    }
+    for b in r.all::<RoleBinding>().into_iter().filter(|b| is_our_subject(&b.subjects)) {
+        let ns = b.metadata.namespace.clone().unwrap();
+        let rules = match b.role_ref.kind.as_str() {
+            "Role" => roles[&(ns.clone(), b.role_ref.name.clone())].rules.clone(),
+            _ => cluster_roles[&b.role_ref.name].rules.clone(),
+        };
+        for rule in rules.into_iter().flatten() {
+            out.push(Grant {
+                namespace: Some(ns.clone()),
+                rule,
+                from: format!("{} {} in {ns}", b.role_ref.kind, b.role_ref.name),
+            });
+        }
+    }
+    out
+}
+
+fn allows(g: &Grant, c: &Call) -> bool {
+    let has = |list: &Option<Vec<String>>, x: &str| list.iter().flatten().any(|v| v == x);
+    (g.namespace.is_none() || g.namespace == c.namespace)
+        && g.rule.verbs.contains(&c.verb)
+        && has(&g.rule.api_groups, &c.group)
+        && has(&g.rule.resources, &c.resource)
+        && match &g.rule.resource_names {
+            Some(names) if !names.is_empty() => c.name.as_ref().is_some_and(|n| names.contains(n)),
+            _ => true,
+        }
+}
+
+/// The rendered RBAC, or (without kubectl) the base's rbac.yaml as written.
+fn rbac_objects() -> Rendered {
+    match kubectl() {
+        Some(k) => Rendered { what: "deploy/".into(), objects: root_render(&k).objects.clone() },
+        None => Rendered::parse(
+            &std::fs::read_to_string(root().join("deploy/base/rbac.yaml")).unwrap(),
+            "deploy/base/rbac.yaml",
+        ),
+    }
+}
+
+#[test]
+fn rbac_grants_exactly_the_calls_the_code_makes() {
+    let r = rbac_objects();
+    let grants = grants(&r);
+    assert!(!grants.is_empty(), "no rules bound to the allot ServiceAccount");
+    for g in &grants {
+        let wild =
+            g.rule.verbs.iter().chain(g.rule.api_groups.iter().flatten()).chain(g.rule.resources.iter().flatten());
+        for w in wild {
+            assert!(!w.contains('*'), "{}: wildcard {w:?} in {:?}", g.from, g.rule);
+        }
+        assert!(g.rule.non_resource_urls.is_none(), "{}: nonResourceURLs", g.from);
+    }
+    let calls = recorded_calls();
+
+    // Everything the scenario was built to trigger happened (else the run proves little).
+    let seen: BTreeSet<(String, String, String)> =
+        calls.iter().map(|c| (c.verb.clone(), c.group.clone(), c.resource.clone())).collect();
+    let missing: Vec<_> = scenario().difference(&seen).cloned().collect();
+    assert!(missing.is_empty(), "the recorded run never made {missing:?}; recorded: {seen:?}");
+    // The leader election lease is the one the binary uses, in the Role's namespace.
+    assert!(std::fs::read_to_string(root().join("src/main.rs")).unwrap().contains(&format!("\"{LEASE}\"")));
+    for c in calls.iter().filter(|c| c.resource == "leases") {
+        assert_eq!(c.namespace.as_deref(), Some(NAMESPACE), "{}", c.request);
+    }
+
+    // 1. Every call is granted.
+    let denied: Vec<&Call> = calls.iter().filter(|c| !grants.iter().any(|g| allows(g, c))).collect();
+    assert!(
+        denied.is_empty(),
+        "the RBAC in deploy/ denies calls the code makes:\n{}",
+        denied
+            .iter()
+            .map(|c| format!("  {} {} {} ({})", c.verb, c.group, c.resource, c.request))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    // 2. Every grant is used: each (verb, group, resource[, name]) of each rule by some call.
+    let mut unused = Vec::new();
+    for g in &grants {
+        for verb in &g.rule.verbs {
+            for group in g.rule.api_groups.iter().flatten() {
+                for resource in g.rule.resources.iter().flatten() {
+                    let names = g.rule.resource_names.clone().filter(|n| !n.is_empty());
+                    let used = calls.iter().any(|c| {
+                        c.verb == *verb
+                            && c.group == *group
+                            && c.resource == *resource
+                            && (g.namespace.is_none() || g.namespace == c.namespace)
+                            && names.as_ref().is_none_or(|n| c.name.as_ref().is_some_and(|x| n.contains(x)))
+                    });
+                    if !used {
+                        unused.push(format!("{}: {verb} {group}/{resource} {names:?}", g.from));
+                    }
+                }
+            }
+        }
+    }
+    assert!(unused.is_empty(), "RBAC grants that no call uses (least privilege):\n  {}", unused.join("\n  "));
+
+    // 3. Where the recorded run could have missed a kind: every owner the controller can read
+    // (its own table) was read.
+    for api in OWNER_APIS {
+        for kind in api.kinds {
+            assert!(
+                calls.iter().any(|c| c.verb == "get" && c.group == api.group && c.resource == api.plural(kind)),
+                "no GET of a {kind} owner was recorded"
+            );
+        }
+    }
+    // The evaluator is not vacuous: what the code never does is denied.
+    for (verb, group, resource, ns) in [
+        ("get", "", "pods", "ml"),
+        ("list", "", "secrets", "ml"),
+        ("update", "", "pods", "ml"),
+        ("patch", "coordination.k8s.io", "leases", "ml"),
+    ] {
+        let c = Call {
+            verb: verb.into(),
+            group: group.into(),
+            resource: resource.into(),
+            namespace: Some(ns.into()),
+            name: Some("x".into()),
+            request: String::new(),
+        };
+        assert!(!grants.iter().any(|g| allows(g, &c)), "{verb} {resource} should be denied");
+    }
+}
+
+#[test]
+fn classify_matches_the_api_servers_request_info() {
+    let c = classify("GET", "/api/v1/pods", "limit=500");
+    assert_eq!((c.verb.as_str(), c.resource.as_str(), c.namespace), ("list", "pods", None));
+    let c = classify("GET", "/api/v1/pods", "watch=true&resourceVersion=1");
+    assert_eq!(c.verb, "watch");
+    let c = classify("GET", "/api/v1/namespaces", "");
+    assert_eq!((c.verb.as_str(), c.resource.as_str()), ("list", "namespaces"));
+    let c = classify("GET", "/api/v1/namespaces/ml", "");
+    assert_eq!((c.verb.as_str(), c.resource.as_str(), c.name.as_deref()), ("get", "namespaces", Some("ml")));
+    let c = classify("PATCH", "/api/v1/namespaces/ml/pods/p/status", "");
+    assert_eq!((c.verb.as_str(), c.resource.as_str(), c.namespace.as_deref()), ("patch", "pods/status", Some("ml")));
+    let c = classify("POST", "/apis/events.k8s.io/v1/namespaces/ml/events", "");
+    assert_eq!((c.verb.as_str(), c.group.as_str(), c.resource.as_str()), ("create", "events.k8s.io", "events"));
+    let c = classify("DELETE", "/api/v1/namespaces/ml/pods/p", "");
+    assert_eq!(c.verb, "delete");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A real kube-apiserver (envtest binaries)
+
+struct ApiServer {
+    dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+    procs: Vec<Child>,
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        // The API server before etcd (it hangs on SIGTERM when etcd is gone).
+        while let Some(mut p) = self.procs.pop() {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// etcd and kube-apiserver on loopback (no scheduler, no controllers: nothing runs).
+fn start_apiserver(etcd: &Path, apiserver: &Path) -> ApiServer {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let spawn = |name: &str, program: &Path, args: Vec<String>| {
+        let log = std::fs::File::create(d.join(format!("{name}.log"))).unwrap();
+        Command::new(program)
+            .args(args)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {name}: {e}"))
+    };
+    let (etcd_port, peer_port, api_port) = (free_port(), free_port(), free_port());
+    let mut procs = vec![spawn(
+        "etcd",
+        etcd,
+        vec![
+            format!("--data-dir={}", d.join("etcd").display()),
+            format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"),
+            format!("--advertise-client-urls=http://127.0.0.1:{etcd_port}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+            format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
+            "--log-level=warn".into(),
+        ],
+    )];
+    let key = rcgen::KeyPair::generate().unwrap();
+    std::fs::write(d.join("sa.key"), key.serialize_pem()).unwrap();
+    std::fs::write(d.join("sa.pub"), key.public_key_pem()).unwrap();
+    let token = "allot-deploy-test-token";
+    std::fs::write(d.join("tokens.csv"), format!("{token},admin,admin,system:masters\n")).unwrap();
+    procs.push(spawn(
+        "kube-apiserver",
+        apiserver,
+        vec![
+            format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={api_port}"),
+            format!("--cert-dir={}", d.join("certs").display()),
+            format!("--token-auth-file={}", d.join("tokens.csv").display()),
+            "--authorization-mode=RBAC".into(),
+            "--service-account-issuer=https://kubernetes.default.svc".into(),
+            format!("--service-account-key-file={}", d.join("sa.pub").display()),
+            format!("--service-account-signing-key-file={}", d.join("sa.key").display()),
+            "--service-cluster-ip-range=10.96.0.0/16".into(),
+            "--enable-priority-and-fairness=false".into(),
+            "--endpoint-reconciler-type=none".into(),
+            "--profiling=false".into(),
+        ],
+    ));
+    let kubeconfig = d.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: https://127.0.0.1:{api_port}\n    insecure-skip-tls-verify: true\nusers:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: t\n  context: {{cluster: t, user: admin}}\ncurrent-context: t\n"
+        ),
+    )
+    .unwrap();
+    ApiServer { dir, kubeconfig, procs }
+}
+
+async fn ready_client(server: &ApiServer) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(&server.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let ready = client.request_text(hyper::Request::get("/readyz").body(Vec::new()).unwrap()).await;
+        if ready.is_ok_and(|t| t.contains("ok")) {
+            return client;
+        }
+        if Instant::now() > deadline {
+            let log = std::fs::read_to_string(server.dir.path().join("kube-apiserver.log")).unwrap_or_default();
+            panic!("kube-apiserver not ready in 90 s:\n{}", log.lines().rev().take(30).collect::<Vec<_>>().join("\n"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Server-side applies `objects` in order, with strict field validation (an unknown or
+/// duplicate field is an error, not a silent drop).
+async fn apply(client: &kube::Client, objects: &[Value], dry_run: bool) -> Vec<String> {
+    use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
+    let discovery = kube::discovery::Discovery::new(client.clone()).run().await.expect("discovery");
+    let mut failures = Vec::new();
+    for o in objects {
+        let api_version = o["apiVersion"].as_str().unwrap();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, o["kind"].as_str().unwrap());
+        let (resource, caps) = discovery.resolve_gvk(&gvk).unwrap_or_else(|| panic!("the API server has no {gvk:?}"));
+        let api: Api<DynamicObject> = match caps.scope {
+            kube::discovery::Scope::Namespaced => {
+                Api::namespaced_with(client.clone(), o["metadata"]["namespace"].as_str().unwrap(), &resource)
+            }
+            kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &resource),
+        };
+        let mut params = PatchParams::apply("allot-deploy-test").validation_strict();
+        if dry_run {
+            params = params.dry_run();
+        }
+        let name = o["metadata"]["name"].as_str().unwrap();
+        if let Err(e) = api.patch(name, &params, &Patch::Apply(&normalize(o))).await {
+            failures.push(format!("{}: {e}", describe(o)));
+        }
+    }
+    failures
+}
+
+#[test]
+fn the_rendered_install_applies_to_a_real_apiserver_whose_rbac_agrees() {
+    const TEST: &str = "the_rendered_install_applies_to_a_real_apiserver_whose_rbac_agrees";
+    let Some(kubectl) = kubectl_or_skip(TEST) else { return };
+    let assets = ["TEST_ASSET_ETCD", "TEST_ASSET_KUBE_APISERVER"]
+        .map(|v| std::env::var_os(v).map(PathBuf::from).filter(|p| p.is_file()));
+    let [Some(etcd), Some(apiserver)] = assets else {
+        skipped(
+            TEST,
+            "needs a real kube-apiserver; set TEST_ASSET_ETCD and TEST_ASSET_KUBE_APISERVER (envtest convention)",
+        );
+        return;
+    };
+    // (Before this test's own runtime: the recording runs on one of its own.)
+    let calls = recorded_calls().clone();
+    let overlay = overlay_render(&kubectl);
+    let root = root_render(&kubectl);
+    allot::install_crypto_provider();
+    let server = start_apiserver(&etcd, &apiserver);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+        use k8s_openapi::api::core::v1::Pod;
+        use kube::api::{Api, PostParams};
+
+        let client = ready_client(&server).await;
+        // The allot-certs install, for real (it needs no CRD).
+        let failures = apply(&client, &overlay.rendered.objects, false).await;
+        assert!(failures.is_empty(), "the allot-certs install does not apply:\n  {}", failures.join("\n  "));
+        // The cert-manager variant, dry-run, without the cert-manager objects (no CRDs here).
+        let without_cert_manager: Vec<Value> =
+            root.objects.iter().filter(|o| o["apiVersion"] != "cert-manager.io/v1").cloned().collect();
+        let failures = apply(&client, &without_cert_manager, true).await;
+        assert!(failures.is_empty(), "deploy/ does not apply:\n  {}", failures.join("\n  "));
+
+        // A replica as the API server admits it: Pod Security `restricted` (enforced on
+        // allot-system), the system-cluster-critical class outside kube-system, the
+        // ServiceAccount, and no call to its own fail-closed webhooks (allot-system is
+        // excluded; no replica runs here to answer them).
+        let deployment: Deployment = overlay.rendered.one("allot");
+        let template = deployment.spec.template.clone();
+        let mut pod = Pod { metadata: template.metadata.unwrap_or_default(), spec: template.spec, ..Default::default() };
+        pod.metadata.name = Some("allot-replica".into());
+        pod.metadata.namespace = Some(NAMESPACE.into());
+        let dry_run = PostParams { dry_run: true, ..Default::default() };
+        if let Err(e) = Api::<Pod>::namespaced(client.clone(), NAMESPACE).create(&dry_run, &pod).await {
+            panic!("the API server refuses a replica of the Deployment: {e}");
+        }
+        // Elsewhere the webhooks are live and fail closed.
+        let mut other = pod.clone();
+        other.metadata.namespace = Some("default".into());
+        other.spec.as_mut().unwrap().service_account_name = Some("default".into());
+        // (No controller-manager here makes the namespace's default ServiceAccount.)
+        let default_sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap();
+        Api::<ServiceAccount>::namespaced(client.clone(), "default")
+            .create(&PostParams::default(), &default_sa)
+            .await
+            .expect("default ServiceAccount");
+        let err = Api::<Pod>::namespaced(client.clone(), "default").create(&dry_run, &other).await.unwrap_err();
+        assert!(err.to_string().contains("allot.dev"), "{err}");
+
+        // The real RBAC authorizer grants every recorded call to Allot's ServiceAccount, and
+        // not what the code never does.
+        let mut reviews: Vec<(Call, bool)> = Vec::new();
+        let mut seen = BTreeSet::new();
+        for c in &calls {
+            if seen.insert((c.verb.clone(), c.group.clone(), c.resource.clone(), c.namespace.clone(), c.name.clone())) {
+                reviews.push((c.clone(), true));
+            }
+        }
+        for (verb, resource, ns, name) in [
+            ("get", "pods", "ml", "p"),
+            ("list", "secrets", NAMESPACE, ""),
+            ("update", "pods", "ml", "p"),
+            ("create", "pods", "ml", ""),
+        ] {
+            let c = Call {
+                verb: verb.into(),
+                group: String::new(),
+                resource: resource.into(),
+                namespace: Some(ns.into()),
+                name: Some(name.to_string()).filter(|n| !n.is_empty()),
+                request: format!("{verb} {resource} (never made)"),
+            };
+            reviews.push((c, false));
+        }
+        let lease_elsewhere = Call {
+            verb: "patch".into(),
+            group: "coordination.k8s.io".into(),
+            resource: "leases".into(),
+            namespace: Some(NAMESPACE.into()),
+            name: Some("someone-elses-lease".into()),
+            request: "patch another lease (never made)".into(),
+        };
+        reviews.push((lease_elsewhere, false));
+        let sars: Api<SubjectAccessReview> = Api::all(client.clone());
+        let mut disagreements = Vec::new();
+        for (c, expected) in &reviews {
+            let (resource, subresource) = c.resource.split_once('/').unwrap_or((c.resource.as_str(), ""));
+            let review: SubjectAccessReview = serde_json::from_value(json!({
+                "spec": {
+                    "user": format!("system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"),
+                    "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{NAMESPACE}"), "system:authenticated"],
+                    "resourceAttributes": {
+                        "verb": c.verb, "group": c.group, "resource": resource, "subresource": subresource,
+                        "namespace": c.namespace.clone().unwrap_or_default(), "name": c.name.clone().unwrap_or_default()
+                    }
+                }
+            }))
+            .unwrap();
+            let answer = sars.create(&PostParams::default(), &review).await.expect("SubjectAccessReview");
+            let allowed = answer.status.is_some_and(|s| s.allowed);
+            if allowed != *expected {
+                disagreements.push(format!("{}: allowed={allowed}, expected {expected}", c.request));
+            }
+        }
+        assert!(disagreements.is_empty(), "the API server's RBAC disagrees:\n  {}", disagreements.join("\n  "));
+    });
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    drop(server);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Volume updates reach a running server
+
+/// Lays out `files` the way the kubelet's AtomicWriter does for Secret and ConfigMap volumes
+/// (`..<timestamp>/` with the files, `..data` → it, and `name` → `..data/name`), or swaps in a
+/// new version: a new timestamped directory, `..data_tmp` renamed over `..data`, the old
+/// directory removed, symlinks for new names added.
+fn kubelet_write(dir: &Path, version: &str, files: &[(String, Vec<u8>)]) {
+    use std::os::unix::fs::symlink;
+    std::fs::create_dir_all(dir).unwrap();
+    let ts = format!("..2026_01_01_00_00_0{version}.000000001");
+    std::fs::create_dir(dir.join(&ts)).unwrap();
+    for (name, content) in files {
+        std::fs::write(dir.join(&ts).join(name), content).unwrap();
+    }
+    let old = std::fs::read_link(dir.join("..data")).ok();
+    symlink(&ts, dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    for (name, _) in files {
+        if std::fs::symlink_metadata(dir.join(name)).is_err() {
+            symlink(Path::new("..data").join(name), dir.join(name)).unwrap();
+        }
+    }
+    if let Some(old) = old {
+        std::fs::remove_dir_all(dir.join(old)).unwrap();
+    }
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// Whether the server at `addr` presents a certificate signed by `ca` (PEM).
+fn trusted_by(addr: &str, ca: &[u8]) -> bool {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut conn = rustls::ClientConnection::new(Arc::new(config), "localhost".try_into().unwrap()).unwrap();
+    let mut sock = std::net::TcpStream::connect(addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    while conn.is_handshaking() {
+        if conn.complete_io(&mut sock).is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+fn metric(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn secret_and_config_map_volume_updates_reload_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let certs = |out: &str| {
+        let o = Command::new(allot_bin())
+            .args(["certs", "--out"])
+            .arg(d.join(out))
+            .args(["--dns-name", "localhost"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let read = |f: &str| std::fs::read(d.join(out).join(f)).unwrap();
+        (read("ca.crt"), vec![("tls.crt".to_string(), read("tls.crt")), ("tls.key".to_string(), read("tls.key"))])
+    };
+    let (ca1, pair1) = certs("one");
+    let (ca2, pair2) = certs("two");
+    let tls = d.join("tls");
+    kubelet_write(&tls, "1", &pair1);
+    let policies = d.join("policies");
+    let shipped: Vec<(String, Vec<u8>)> = policy_files().into_iter().map(|(n, t)| (n, t.into_bytes())).collect();
+    kubelet_write(&policies, "1", &shipped);
+
+    // The poll interval is long: only the file events can make the reload happen in time.
+    let mut child = Command::new(allot_bin())
+        .args(["serve", "--no-kube", "--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"])
+        .args(["--reload-interval-secs", "3600", "--policies"])
+        .arg(&policies)
+        .arg("--tls-cert")
+        .arg(tls.join("tls.crt"))
+        .arg("--tls-key")
+        .arg(tls.join("tls.key"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill(Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let child = Kill(child);
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    let addr = line.split("https://").nth(1).and_then(|s| s.split_whitespace().next()).expect(&line).to_string();
+    let metrics_addr = line.split("http://").nth(1).map(str::trim).expect(&line).to_string();
+
+    // The probes the Deployment uses answer on the metrics port.
+    assert!(http_get(&metrics_addr, "/healthz").starts_with("HTTP/1.1 200"));
+    assert!(http_get(&metrics_addr, "/readyz").starts_with("HTTP/1.1 200"));
+    assert!(trusted_by(&addr, &ca1) && !trusted_by(&addr, &ca2));
+    let version =
+        |m: &str| m.lines().find(|l| l.starts_with("allot_policy_set_info{")).map(str::to_string).unwrap_or_default();
+    let before = version(&http_get(&metrics_addr, "/metrics"));
+
+    // The reloader starts after the serving line is printed and takes its certificate baseline
+    // from the files then (src/server/reload.rs): give it a moment, or an update landing in
+    // between would be taken for the baseline and never served.
+    std::thread::sleep(Duration::from_secs(1));
+    // The update: a new certificate (another CA) and one more policy file.
+    kubelet_write(&tls, "2", &pair2);
+    let mut updated = shipped.clone();
+    updated.push((
+        "zz-extra.yaml".into(),
+        b"apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: extra}\nspec:\n  expression: 'true'\n  message: m\n"
+            .to_vec(),
+    ));
+    kubelet_write(&policies, "2", &updated);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let m = http_get(&metrics_addr, "/metrics");
+        let certs_ok = metric(&m, "allot_certificate_reloads_total{result=\"success\"}") == Some(1.0);
+        let policies_ok = metric(&m, "allot_policy_reloads_total{result=\"success\"}") == Some(1.0);
+        if certs_ok && policies_ok && trusted_by(&addr, &ca2) {
+            assert_ne!(version(&m), before, "a new policy set is in force");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a kubelet-style volume update was not reloaded within 15 s (certificates: {certs_ok}, policies: {policies_ok})\n{m}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(child);
+}
