@@ -182,7 +182,8 @@ async fn control_loop(
         if resync {
             last_full = tokio::time::Instant::now();
             explained.clear();
-            queued.clear();
+            // Queue explanations are not rewritten on resync: a team's queue can hold hundreds
+            // of pods, and their conditions persist on the pods.
         }
         resolve_owner_sizes(&client, &state).await;
         seen_generation = state.generation();
