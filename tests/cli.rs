@@ -1,27 +1,14 @@
 //! The `allot` binary's offline commands: `check`, `certs`, `webhooks`.
 
+mod support;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use serde_json::Value;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn allot(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_allot")).args(args).current_dir(root()).output().expect("run allot")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use support::{allot, root, stderr, stdout};
 
 #[test]
 fn check_on_the_examples_reports_mutations_and_denials() {

@@ -20,6 +20,8 @@
 //! The kustomize binary is `$KUBECTL` (a kubectl with built-in kustomize) or `kubectl` on PATH;
 //! without one the rendering tests print SKIPPED. `.ci/run` installs one.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::io::{Read, Write};
@@ -45,6 +47,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use support::cluster::{ControlPlane, binaries_from_env};
+use support::skipped;
 
 const NAMESPACE: &str = "allot-system";
 const SERVICE_ACCOUNT: &str = "allot";
@@ -56,17 +60,6 @@ fn root() -> PathBuf {
 
 fn allot_bin() -> &'static str {
     env!("CARGO_BIN_EXE_allot")
-}
-
-/// A line on the process's real stderr (the harness captures `eprint!`), so CI logs show it.
-fn skipped(test: &str, why: &str) {
-    let line = format!("SKIPPED {test}: {why}\n");
-    match std::fs::OpenOptions::new().write(true).open("/dev/stderr") {
-        Ok(mut stderr) => {
-            let _ = stderr.write_all(line.as_bytes());
-        }
-        Err(_) => eprint!("{line}"),
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1472,107 +1465,6 @@ fn classify_matches_the_api_servers_request_info() {
 // ---------------------------------------------------------------------------------------------
 // A real kube-apiserver (envtest binaries)
 
-struct ApiServer {
-    dir: tempfile::TempDir,
-    kubeconfig: PathBuf,
-    procs: Vec<Child>,
-}
-
-impl Drop for ApiServer {
-    fn drop(&mut self) {
-        // The API server before etcd (it hangs on SIGTERM when etcd is gone).
-        while let Some(mut p) = self.procs.pop() {
-            let _ = p.kill();
-            let _ = p.wait();
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// etcd and kube-apiserver on loopback (no scheduler, no controllers: nothing runs).
-fn start_apiserver(etcd: &Path, apiserver: &Path) -> ApiServer {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let spawn = |name: &str, program: &Path, args: Vec<String>| {
-        let log = std::fs::File::create(d.join(format!("{name}.log"))).unwrap();
-        Command::new(program)
-            .args(args)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {name}: {e}"))
-    };
-    let (etcd_port, peer_port, api_port) = (free_port(), free_port(), free_port());
-    let mut procs = vec![spawn(
-        "etcd",
-        etcd,
-        vec![
-            format!("--data-dir={}", d.join("etcd").display()),
-            format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"),
-            format!("--advertise-client-urls=http://127.0.0.1:{etcd_port}"),
-            format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
-            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
-            format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
-            "--log-level=warn".into(),
-        ],
-    )];
-    let key = rcgen::KeyPair::generate().unwrap();
-    std::fs::write(d.join("sa.key"), key.serialize_pem()).unwrap();
-    std::fs::write(d.join("sa.pub"), key.public_key_pem()).unwrap();
-    let token = "allot-deploy-test-token";
-    std::fs::write(d.join("tokens.csv"), format!("{token},admin,admin,system:masters\n")).unwrap();
-    procs.push(spawn(
-        "kube-apiserver",
-        apiserver,
-        vec![
-            format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
-            format!("--secure-port={api_port}"),
-            format!("--cert-dir={}", d.join("certs").display()),
-            format!("--token-auth-file={}", d.join("tokens.csv").display()),
-            "--authorization-mode=RBAC".into(),
-            "--service-account-issuer=https://kubernetes.default.svc".into(),
-            format!("--service-account-key-file={}", d.join("sa.pub").display()),
-            format!("--service-account-signing-key-file={}", d.join("sa.key").display()),
-            "--service-cluster-ip-range=10.96.0.0/16".into(),
-            "--enable-priority-and-fairness=false".into(),
-            "--endpoint-reconciler-type=none".into(),
-            "--profiling=false".into(),
-        ],
-    ));
-    let kubeconfig = d.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: https://127.0.0.1:{api_port}\n    insecure-skip-tls-verify: true\nusers:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: t\n  context: {{cluster: t, user: admin}}\ncurrent-context: t\n"
-        ),
-    )
-    .unwrap();
-    ApiServer { dir, kubeconfig, procs }
-}
-
-async fn ready_client(server: &ApiServer) -> kube::Client {
-    let kc = kube::config::Kubeconfig::read_from(&server.kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.unwrap();
-    let client = kube::Client::try_from(config).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let ready = client.request_text(hyper::Request::get("/readyz").body(Vec::new()).unwrap()).await;
-        if ready.is_ok_and(|t| t.contains("ok")) {
-            return client;
-        }
-        if Instant::now() > deadline {
-            let log = std::fs::read_to_string(server.dir.path().join("kube-apiserver.log")).unwrap_or_default();
-            panic!("kube-apiserver not ready in 90 s:\n{}", log.lines().rev().take(30).collect::<Vec<_>>().join("\n"));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// Server-side applies `objects` in order, with strict field validation (an unknown or
 /// duplicate field is an error, not a silent drop).
 async fn apply(client: &kube::Client, objects: &[Value], dry_run: bool) -> Vec<String> {
@@ -1606,13 +1498,7 @@ async fn apply(client: &kube::Client, objects: &[Value], dry_run: bool) -> Vec<S
 fn the_rendered_install_applies_to_a_real_apiserver_whose_rbac_agrees() {
     const TEST: &str = "the_rendered_install_applies_to_a_real_apiserver_whose_rbac_agrees";
     let Some(kubectl) = kubectl_or_skip(TEST) else { return };
-    let assets = ["TEST_ASSET_ETCD", "TEST_ASSET_KUBE_APISERVER"]
-        .map(|v| std::env::var_os(v).map(PathBuf::from).filter(|p| p.is_file()));
-    let [Some(etcd), Some(apiserver)] = assets else {
-        skipped(
-            TEST,
-            "needs a real kube-apiserver; set TEST_ASSET_ETCD and TEST_ASSET_KUBE_APISERVER (envtest convention)",
-        );
+    let Some([etcd, apiserver]) = binaries_from_env(TEST, ["TEST_ASSET_ETCD", "TEST_ASSET_KUBE_APISERVER"]) else {
         return;
     };
     // (Before this test's own runtime: the recording runs on one of its own.)
@@ -1620,14 +1506,14 @@ fn the_rendered_install_applies_to_a_real_apiserver_whose_rbac_agrees() {
     let overlay = overlay_render(&kubectl);
     let root = root_render(&kubectl);
     allot::install_crypto_provider();
-    let server = start_apiserver(&etcd, &apiserver);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         use k8s_openapi::api::authorization::v1::SubjectAccessReview;
         use k8s_openapi::api::core::v1::Pod;
         use kube::api::{Api, PostParams};
 
-        let client = ready_client(&server).await;
+        let server = ControlPlane::start(&etcd, &apiserver).await;
+        let client = server.client.clone();
         // The allot-certs install, for real (it needs no CRD).
         let failures = apply(&client, &overlay.rendered.objects, false).await;
         assert!(failures.is_empty(), "the allot-certs install does not apply:\n  {}", failures.join("\n  "));
@@ -1721,7 +1607,6 @@ fn the_rendered_install_applies_to_a_real_apiserver_whose_rbac_agrees() {
         assert!(disagreements.is_empty(), "the API server's RBAC disagrees:\n  {}", disagreements.join("\n  "));
     });
     runtime.shutdown_timeout(Duration::from_millis(100));
-    drop(server);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,27 +2,13 @@
 //! differed, a broken test file is an error, `--junit` writes one test case per case. Also: the
 //! shipped suites cover every policy in policies/, and the CI examples run the documented commands.
 
+mod support;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use serde_json::Value;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn allot(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_allot")).args(args).current_dir(root()).output().expect("run allot")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use support::{allot, root, stderr, stdout};
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);

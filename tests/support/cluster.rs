@@ -28,34 +28,32 @@ pub struct Assets {
 impl Assets {
     /// Reads the envtest variables; prints a SKIPPED line naming what is missing.
     pub fn from_env(test: &str) -> Option<Assets> {
-        let vars = [
-            "TEST_ASSET_ETCD",
-            "TEST_ASSET_KUBE_APISERVER",
-            "TEST_ASSET_KUBE_SCHEDULER",
-            "TEST_ASSET_KUBE_CONTROLLER_MANAGER",
-        ];
-        let found: Vec<Option<PathBuf>> =
-            vars.iter().map(|v| std::env::var_os(v).map(PathBuf::from).filter(|p| p.is_file())).collect();
-        let missing: Vec<&str> = vars.iter().zip(&found).filter(|(_, f)| f.is_none()).map(|(v, _)| *v).collect();
-        if !missing.is_empty() {
-            // The test harness captures print!, eprint! and io::stderr(); a fresh handle on the
-            // process's stderr is not captured, so CI logs show the line.
-            let line = format!(
-                "SKIPPED {test}: needs a real control plane; set {} to the binaries (envtest convention)\n",
-                missing.join(", ")
-            );
-            use std::io::Write as _;
-            match std::fs::OpenOptions::new().write(true).open("/dev/stderr") {
-                Ok(mut stderr) => {
-                    let _ = stderr.write_all(line.as_bytes());
-                }
-                Err(_) => eprint!("{line}"),
-            }
-            return None;
-        }
-        let mut it = found.into_iter().flatten();
-        Some(Assets { etcd: it.next()?, apiserver: it.next()?, scheduler: it.next()?, controller_manager: it.next()? })
+        let [etcd, apiserver, scheduler, controller_manager] = binaries_from_env(
+            test,
+            [
+                "TEST_ASSET_ETCD",
+                "TEST_ASSET_KUBE_APISERVER",
+                "TEST_ASSET_KUBE_SCHEDULER",
+                "TEST_ASSET_KUBE_CONTROLLER_MANAGER",
+            ],
+        )?;
+        Some(Assets { etcd, apiserver, scheduler, controller_manager })
     }
+}
+
+/// The binaries the envtest variables `vars` name, or `None` after a SKIPPED line naming the
+/// missing ones.
+pub fn binaries_from_env<const N: usize>(test: &str, vars: [&str; N]) -> Option<[PathBuf; N]> {
+    let found = vars.map(|v| std::env::var_os(v).map(PathBuf::from).filter(|p| p.is_file()));
+    let missing: Vec<&str> = vars.iter().zip(&found).filter(|(_, f)| f.is_none()).map(|(v, _)| *v).collect();
+    if !missing.is_empty() {
+        super::skipped(
+            test,
+            &format!("needs a real control plane; set {} to the binaries (envtest convention)", missing.join(", ")),
+        );
+        return None;
+    }
+    Some(found.map(|f| f.unwrap_or_default()))
 }
 
 fn free_port() -> u16 {
@@ -86,6 +84,107 @@ fn spawn(name: &'static str, dir: &Path, program: &Path, args: &[String]) -> Pro
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {name} ({}): {e}", program.display()));
     Proc { name, child, log }
+}
+
+/// etcd and kube-apiserver on loopback (RBAC on, an admin token), ready to answer: what every
+/// real-API test starts from. Processes are killed on drop.
+pub struct ControlPlane {
+    pub dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+    pub client: kube::Client,
+    procs: Vec<Proc>,
+}
+
+impl ControlPlane {
+    /// Starts both and waits (up to 90 s) for the API server's `/readyz`.
+    pub async fn start(etcd: &Path, apiserver: &Path) -> ControlPlane {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let etcd_port = free_port();
+        let peer_port = free_port();
+        let api_port = free_port();
+        let mut procs = Vec::new();
+        procs.push(spawn(
+            "etcd",
+            d,
+            etcd,
+            &[
+                format!("--data-dir={}", d.join("etcd").display()),
+                format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"),
+                format!("--advertise-client-urls=http://127.0.0.1:{etcd_port}"),
+                format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+                format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+                format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
+                "--log-level=warn".into(),
+            ],
+        ));
+        // Service-account signing key (EC P-256, PKCS#8), also the verification key.
+        let sa_key = d.join("sa.key");
+        let sa_pub = d.join("sa.pub");
+        let key = rcgen::KeyPair::generate().expect("key");
+        std::fs::write(&sa_key, key.serialize_pem()).expect("sa key");
+        std::fs::write(&sa_pub, key.public_key_pem()).expect("sa public key");
+        std::fs::write(d.join("tokens.csv"), format!("{TOKEN},admin,admin,system:masters\n")).expect("tokens");
+        let cert_dir = d.join("apiserver-certs");
+        procs.push(spawn(
+            "kube-apiserver",
+            d,
+            apiserver,
+            &[
+                format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={api_port}"),
+                format!("--cert-dir={}", cert_dir.display()),
+                format!("--token-auth-file={}", d.join("tokens.csv").display()),
+                "--authorization-mode=RBAC".into(),
+                "--service-account-issuer=https://kubernetes.default.svc".into(),
+                format!("--service-account-key-file={}", sa_pub.display()),
+                format!("--service-account-signing-key-file={}", sa_key.display()),
+                "--service-cluster-ip-range=10.96.0.0/16".into(),
+                "--enable-priority-and-fairness=false".into(),
+                // Loopback cannot be the `kubernetes` Service's endpoint: don't try every 10 s.
+                "--endpoint-reconciler-type=none".into(),
+                "--allow-privileged=true".into(),
+                "--profiling=false".into(),
+            ],
+        ));
+        let kubeconfig = d.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: https://127.0.0.1:{api_port}\n    insecure-skip-tls-verify: true\nusers:\n- name: admin\n  user:\n    token: {TOKEN}\ncontexts:\n- name: e2e\n  context: {{cluster: e2e, user: admin}}\ncurrent-context: e2e\n"
+            ),
+        )
+        .expect("kubeconfig");
+        let client = client_for(&kubeconfig).await;
+        let mut plane = ControlPlane { dir, kubeconfig, client, procs };
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let ready = plane.client.request_text(axum::http::Request::get("/readyz").body(Vec::new()).unwrap()).await;
+            if ready.is_ok_and(|t| t.contains("ok")) {
+                return plane;
+            }
+            for p in &mut plane.procs {
+                if let Ok(Some(status)) = p.child.try_wait() {
+                    panic!("{} exited with {status} during start-up:\n{}", p.name, tail(&p.log, 30));
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for the API server to be ready:\n{}",
+                tail(&plane.dir.path().join("kube-apiserver.log"), 30)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// The last `n` lines of a log file.
+fn tail(log: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().rev().take(n).collect();
+    lines.into_iter().rev().collect::<Vec<_>>().join("\n")
 }
 
 /// The running control plane and Allot.
@@ -186,66 +285,8 @@ impl Cluster {
     /// Starts everything with extra policy files (name, YAML) next to the shipped ones, and the
     /// namespaces they need.
     pub async fn start_with(assets: &Assets, extra_policies: &[(&str, &str)]) -> Cluster {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let d = dir.path();
-        let etcd_port = free_port();
-        let peer_port = free_port();
-        let api_port = free_port();
-        let mut procs = Vec::new();
-        procs.push(spawn(
-            "etcd",
-            d,
-            &assets.etcd,
-            &[
-                format!("--data-dir={}", d.join("etcd").display()),
-                format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"),
-                format!("--advertise-client-urls=http://127.0.0.1:{etcd_port}"),
-                format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
-                format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
-                format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
-                "--log-level=warn".into(),
-            ],
-        ));
-        // Service-account signing key (EC P-256, PKCS#8), also the verification key.
-        let sa_key = d.join("sa.key");
-        let sa_pub = d.join("sa.pub");
-        let key = rcgen::KeyPair::generate().expect("key");
-        std::fs::write(&sa_key, key.serialize_pem()).expect("sa key");
-        std::fs::write(&sa_pub, key.public_key_pem()).expect("sa public key");
-        std::fs::write(d.join("tokens.csv"), format!("{TOKEN},admin,admin,system:masters\n")).expect("tokens");
-        let cert_dir = d.join("apiserver-certs");
-        procs.push(spawn(
-            "kube-apiserver",
-            d,
-            &assets.apiserver,
-            &[
-                format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={api_port}"),
-                format!("--cert-dir={}", cert_dir.display()),
-                format!("--token-auth-file={}", d.join("tokens.csv").display()),
-                "--authorization-mode=RBAC".into(),
-                "--service-account-issuer=https://kubernetes.default.svc".into(),
-                format!("--service-account-key-file={}", sa_pub.display()),
-                format!("--service-account-signing-key-file={}", sa_key.display()),
-                "--service-cluster-ip-range=10.96.0.0/16".into(),
-                "--enable-priority-and-fairness=false".into(),
-                // Loopback cannot be the `kubernetes` Service's endpoint: don't try every 10 s.
-                "--endpoint-reconciler-type=none".into(),
-                "--allow-privileged=true".into(),
-                "--profiling=false".into(),
-            ],
-        ));
-        let kubeconfig = d.join("kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: https://127.0.0.1:{api_port}\n    insecure-skip-tls-verify: true\nusers:\n- name: admin\n  user:\n    token: {TOKEN}\ncontexts:\n- name: e2e\n  context: {{cluster: e2e, user: admin}}\ncurrent-context: e2e\n"
-            ),
-        )
-        .expect("kubeconfig");
-        let client = client_for(&kubeconfig).await;
+        let ControlPlane { dir, kubeconfig, client, procs } =
+            ControlPlane::start(&assets.etcd, &assets.apiserver).await;
         // From here on a failure prints the components' logs (Drop).
         for (name, text) in extra_policies {
             let policies = dir.path().join("policies");
@@ -261,24 +302,11 @@ impl Cluster {
             allot_addr: String::new(),
             allot_metrics: String::new(),
         };
-        let client = cluster.client.clone();
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let ready = client.request_text(axum::http::Request::get("/readyz").body(Vec::new()).unwrap()).await;
-            if ready.is_ok_and(|t| t.contains("ok")) {
-                break;
-            }
-            for p in &mut cluster.procs {
-                if let Ok(Some(status)) = p.child.try_wait() {
-                    panic!("{} exited with {status} during start-up", p.name);
-                }
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for the API server to be ready");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
         let kc = cluster.kubeconfig.display().to_string();
         let d = cluster.dir.path().to_path_buf();
         let d = d.as_path();
+        // Written by ControlPlane::start: the service-account key and the API server's certificates.
+        let (sa_key, cert_dir) = (d.join("sa.key"), d.join("apiserver-certs"));
         // What the scheduler and the controller-manager share: the admin kubeconfig, no leader
         // election, their own serving port.
         let component = |extra: &[String]| {

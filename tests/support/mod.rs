@@ -2,3 +2,38 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod cluster;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The repository root (where `policies/`, `examples/` and `policy-tests/` live).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs the `allot` binary in the repository root.
+pub fn allot(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_allot")).args(args).current_dir(root()).output().expect("run allot")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Says on the process's real stderr that a test is skipped and why. The test harness captures
+/// `eprint!` and `io::stderr()`; a fresh handle on /dev/stderr is not captured, so CI logs show
+/// the line.
+pub fn skipped(test: &str, why: &str) {
+    use std::io::Write as _;
+    let line = format!("SKIPPED {test}: {why}\n");
+    match std::fs::OpenOptions::new().write(true).open("/dev/stderr") {
+        Ok(mut stderr) => {
+            let _ = stderr.write_all(line.as_bytes());
+        }
+        Err(_) => eprint!("{line}"),
+    }
+}
