@@ -2,7 +2,7 @@
 //! the same mutate-then-validate sequence the API server drives — and reports per object.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -35,31 +35,17 @@ pub fn read_manifests(paths: &[PathBuf]) -> Result<Vec<Manifest>, Error> {
             continue;
         }
         let meta = std::fs::metadata(path).map_err(|source| Error::Io { path: path.clone(), source })?;
-        let mut files = Vec::new();
-        if meta.is_dir() {
-            collect(path, &mut files).map_err(|source| Error::Io { path: path.clone(), source })?;
-            files.sort();
+        let files = if meta.is_dir() {
+            crate::files::yaml_files(path).map_err(|source| Error::Io { path: path.clone(), source })?
         } else {
-            files.push(path.clone());
-        }
+            vec![path.clone()]
+        };
         for file in files {
             let text = std::fs::read_to_string(&file).map_err(|source| Error::Io { path: file.clone(), source })?;
             parse_into(&file.display().to_string(), &text, &mut out)?;
         }
     }
     Ok(out)
-}
-
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.is_dir() {
-            collect(&path, out)?;
-        } else if matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")) {
-            out.push(path);
-        }
-    }
-    Ok(())
 }
 
 fn parse_into(source: &str, text: &str, out: &mut Vec<Manifest>) -> Result<(), Error> {

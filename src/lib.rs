@@ -10,6 +10,7 @@ pub mod check;
 pub mod engine;
 pub mod error;
 pub mod expression;
+pub mod files;
 pub mod finding;
 pub mod gang;
 pub mod mutate;

@@ -619,22 +619,6 @@ fn read_test_file(file: &Path, explicit: bool, problems: &mut Vec<String>) -> Ve
     tests
 }
 
-fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        if entry.file_name().to_string_lossy().starts_with('.') {
-            continue;
-        }
-        let path = entry.path();
-        if std::fs::metadata(&path)?.is_dir() {
-            collect_files(&path, out)?;
-        } else if matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")) {
-            out.push(path);
-        }
-    }
-    Ok(())
-}
-
 /// Finds the Test documents under `paths` (files and directories).
 fn find_tests(paths: &[PathBuf], problems: &mut Vec<String>) -> Vec<TestDocument> {
     let mut tests = Vec::new();
@@ -644,12 +628,13 @@ fn find_tests(paths: &[PathBuf], problems: &mut Vec<String>) -> Vec<TestDocument
         match std::fs::metadata(&path) {
             Err(e) => problems.push(format!("{}: {e}", path.display())),
             Ok(meta) if meta.is_dir() => {
-                let mut files = Vec::new();
-                if let Err(e) = collect_files(&path, &mut files) {
-                    problems.push(format!("{}: {e}", path.display()));
-                    continue;
-                }
-                files.sort();
+                let files = match crate::files::yaml_files(&path) {
+                    Ok(files) => files,
+                    Err(e) => {
+                        problems.push(format!("{}: {e}", path.display()));
+                        continue;
+                    }
+                };
                 let (tests_before, problems_before) = (tests.len(), problems.len());
                 for file in files.into_iter().filter(|f| seen.insert(f.clone())) {
                     tests.extend(read_test_file(&file, false, problems));

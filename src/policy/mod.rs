@@ -182,32 +182,11 @@ pub struct Source {
 /// Lists the policy files of a directory (recursively, `.yaml`/`.yml`/`.json`, sorted, hidden
 /// entries such as Kubernetes' `..data` symlink farm skipped).
 pub fn policy_files(dir: &Path) -> Result<Vec<PathBuf>, LoadErrors> {
-    let mut files = Vec::new();
-    collect_files(dir, &mut files).map_err(|e| LoadErrors(vec![format!("{}: {e}", dir.display())]))?;
-    files.sort();
+    let files = crate::files::yaml_files(dir).map_err(|e| LoadErrors(vec![format!("{}: {e}", dir.display())]))?;
     if files.is_empty() {
         return Err(LoadErrors(vec![format!("{}: no policy files (*.yaml, *.yml, *.json) found", dir.display())]));
     }
     Ok(files)
-}
-
-fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        if name.to_string_lossy().starts_with('.') {
-            continue;
-        }
-        let path = entry.path();
-        // Follows symlinks, as ConfigMap volumes are symlinks into `..data/`.
-        let meta = std::fs::metadata(&path)?;
-        if meta.is_dir() {
-            collect_files(&path, out)?;
-        } else if matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")) {
-            out.push(path);
-        }
-    }
-    Ok(())
 }
 
 /// Reads every policy file under `dir`.
