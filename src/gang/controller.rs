@@ -48,8 +48,19 @@ pub fn spawn(
     tokio::spawn(watch_pods(client.clone(), state.clone(), policies.clone(), namespaces.clone()));
     tokio::spawn(watch_nodes(client.clone(), state.clone()));
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let done = tokio::spawn(control_loop(client, state, policies, namespaces, config, metrics, stopped));
+    let context = Context { client, state, policies, namespaces, config, metrics };
+    let done = tokio::spawn(control_loop(context, stopped));
     ControllerHandle { stop, done }
+}
+
+/// What the control loop works with.
+struct Context {
+    client: kube::Client,
+    state: Arc<ClusterState>,
+    policies: Arc<ArcSwap<PolicySet>>,
+    namespaces: Arc<dyn NamespaceLabels>,
+    config: ControllerConfig,
+    metrics: ControllerMetrics,
 }
 
 /// Stops the control loop on shutdown.
@@ -124,15 +135,8 @@ async fn watch_nodes(client: kube::Client, state: Arc<ClusterState>) {
     }
 }
 
-async fn control_loop(
-    client: kube::Client,
-    state: Arc<ClusterState>,
-    policies: Arc<ArcSwap<PolicySet>>,
-    namespaces: Arc<dyn NamespaceLabels>,
-    config: ControllerConfig,
-    metrics: ControllerMetrics,
-    mut stopped: tokio::sync::watch::Receiver<bool>,
-) {
+async fn control_loop(context: Context, mut stopped: tokio::sync::watch::Receiver<bool>) {
+    let Context { client, state, policies, namespaces, config, metrics } = context;
     let (leader, lease_task) = match kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &config.lease_name)
         .with_namespace(&config.lease_namespace)
         .with_identity(&config.identity)
