@@ -146,7 +146,11 @@ pub fn gang_directory(engine: &Engine<'_>, manifests: &[Manifest]) -> crate::gan
             (namespace, crate::patch::apply(&m.object, &patch).unwrap_or_else(|_| m.object.clone()))
         })
         .collect();
-    crate::gang::directory::StaticGangs::from_pods(mutated.iter().map(|(ns, pod)| (*ns, pod)))
+    crate::gang::directory::StaticGangs::from_pods(
+        mutated.iter().map(|(ns, pod)| (*ns, pod)),
+        engine.policies,
+        engine.namespaces,
+    )
 }
 
 fn create_request<'m>(m: &'m Manifest, group: &'m str, kind: &'m str, namespace: &'m str) -> Request<'m> {

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::expression::Bindings;
 use crate::finding::Finding;
-use crate::gang::membership::{GATE, PodFacts, QUOTA_GATE, membership, never_gate};
+use crate::gang::membership::{GATE, PodFacts, QUOTA_GATE, never_gate};
 use crate::namespaces::TeamLookup;
 use crate::patch::{Builder, PatchOp};
 use crate::policy::{Action, AppliesTo, OnConflict, Placement, PolicySet, TaintEffect, Toleration, TolerationOperator};
@@ -271,8 +271,7 @@ fn apply_gang_gate(
     builder: &mut Builder,
     out: &mut Mutation,
 ) {
-    let policy = policies.gang_policy(ctx.namespace, ctx.team.team.map(|t| t.name.as_str()));
-    let gang = match membership(facts, &policy.infer, policy.coscheduling_size) {
+    let gang = match policies.gang_of(facts, ctx.namespace, ctx.team.team.map(|t| t.name.as_str())) {
         Ok(Some(gang)) => gang,
         Ok(None) => return,
         Err(message) => {

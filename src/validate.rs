@@ -8,7 +8,7 @@ use serde_json::Value;
 use crate::expression::Bindings;
 use crate::finding::Finding;
 use crate::gang::directory::{GangDirectory, Peer, disagreement};
-use crate::gang::membership::{Membership, PodFacts, membership};
+use crate::gang::membership::{Membership, PodFacts};
 use crate::namespaces::TeamLookup;
 use crate::policy::{Action, KindMatch, Operation, PolicySet, QuotaMode, Rule};
 use crate::quota::{self, QuotaBook, QuotaRequest};
@@ -149,8 +149,7 @@ pub fn pod_gang(
     namespace: &str,
     team: &TeamLookup<'_>,
 ) -> Result<Option<Membership>, String> {
-    let policy = policies.gang_policy(namespace, team.team.map(|t| t.name.as_str()));
-    membership(&PodFacts::from_json(&view.pod), &policy.infer, policy.coscheduling_size)
+    policies.gang_of(&PodFacts::from_json(&view.pod), namespace, team.team.map(|t| t.name.as_str()))
 }
 
 /// Gang metadata: a valid size, and (for Pods) agreement with the members that exist.

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::membership::{Membership, PodFacts, membership};
+use super::membership::{Membership, PodFacts};
+use crate::namespaces::NamespaceLabels;
+use crate::policy::PolicySet;
 
 /// One existing member, as far as consistency checks care.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,11 +53,19 @@ impl GangDirectory for NoGangs {
 pub struct StaticGangs(pub HashMap<(String, String), Vec<Peer>>);
 
 impl StaticGangs {
-    /// Indexes the explicit, Kueue and coscheduling members among `pods` (namespace, Pod JSON).
-    pub fn from_pods<'a>(pods: impl IntoIterator<Item = (&'a str, &'a Value)>) -> StaticGangs {
+    /// Indexes the gang members among `pods` (namespace, Pod JSON), under each namespace's
+    /// GangPolicy as admission applies it (teams resolved from `labels`).
+    pub fn from_pods<'a>(
+        pods: impl IntoIterator<Item = (&'a str, &'a Value)>,
+        policies: &PolicySet,
+        labels: &dyn NamespaceLabels,
+    ) -> StaticGangs {
         let mut map: HashMap<(String, String), Vec<Peer>> = HashMap::new();
         for (namespace, pod) in pods {
-            if let Ok(Some(gang)) = membership(&PodFacts::from_json(pod), &[], None) {
+            let team = crate::namespaces::team_of(policies, namespace, labels).team;
+            if let Ok(Some(gang)) =
+                policies.gang_of(&PodFacts::from_json(pod), namespace, team.map(|t| t.name.as_str()))
+            {
                 map.entry((namespace.to_string(), gang.name.clone())).or_default().push(Peer::of(pod, &gang));
             }
         }

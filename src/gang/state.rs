@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use super::decision::{GangKey, Member, Snapshot, Verdict, WaitingGang, decide};
 use super::directory::{GangDirectory, Peer};
 use super::fit::{NodeInfo, PodShape};
-use super::membership::{GATE, InferredKind, OwnerGang, PodFacts, QUOTA_GATE, RELEASED_ANNOTATION, Source, membership};
+use super::membership::{GATE, InferredKind, OwnerGang, PodFacts, QUOTA_GATE, RELEASED_ANNOTATION, Source};
 use crate::namespaces::NamespaceLabels;
 use crate::policy::{OnTimeout, PolicySet};
 use crate::quantity::Quantity;
@@ -86,8 +86,8 @@ impl PodRecord {
         let namespace = pod.metadata.namespace.clone()?;
         let name = pod.metadata.name.clone()?;
         let facts = PodFacts::from_pod(pod);
-        let policy = policies.gang_policy_in(&namespace, labels);
-        let gang = match membership(&facts, &policy.infer, policy.coscheduling_size) {
+        let team = crate::namespaces::team_of(policies, &namespace, labels).team;
+        let gang = match policies.gang_of(&facts, &namespace, team.map(|t| t.name.as_str())) {
             // Bound and foreign-managed members keep their gang: they count towards its quorum.
             Ok(Some(m)) => Some(GangRef {
                 owner: match m.source {

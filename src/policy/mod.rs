@@ -522,6 +522,19 @@ impl PolicySet {
             .map_or_else(|| std::borrow::Cow::Owned(GangPolicy::default()), std::borrow::Cow::Borrowed)
     }
 
+    /// The gang of a Pod under the GangPolicy of its namespace and team (`infer`,
+    /// `coschedulingSize`): the one place admission, the controller and `allot check` find
+    /// gangs, so they always agree on who is a member.
+    pub fn gang_of(
+        &self,
+        facts: &crate::gang::membership::PodFacts,
+        namespace: &str,
+        team: Option<&str>,
+    ) -> Result<Option<crate::gang::membership::Membership>, String> {
+        let policy = self.gang_policy(namespace, team);
+        crate::gang::membership::membership(facts, &policy.infer, policy.coscheduling_size)
+    }
+
     /// The GangPolicy of a namespace, its team resolved from `labels` — what the controller
     /// uses, so it finds the same gangs admission gated (a team-scoped policy included).
     pub fn gang_policy_in(
