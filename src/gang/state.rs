@@ -596,13 +596,23 @@ impl ClusterState {
                     .team
                     .filter(|t| t.quota.as_ref().is_some_and(|q| q.mode == crate::policy::QuotaMode::Queue))
             });
-            let Some(team) = team else { continue };
-            let Some(quota) = &team.quota else { continue };
-            let requests: ResourceList = p.requests.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-            let charge = quota.charge(&requests);
-            if charge.is_empty() {
+            let team_and_charge = team.and_then(|team| {
+                let quota = team.quota.as_ref()?;
+                let requests: ResourceList = p.requests.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+                Some((team, quota.charge(&requests))).filter(|(_, charge)| !charge.is_empty())
+            });
+            let Some((team, charge)) = team_and_charge else {
+                // Nothing queues this pod any more (its team left queue mode, or its namespace
+                // changed team, since it was gated): a gate nobody would lift goes now.
+                if let Some(gate_index) = p.quota_gate_index {
+                    actions.push(Action::ReleaseQuota {
+                        namespace: p.namespace.to_string(),
+                        pod: p.name.to_string(),
+                        gate_index,
+                    });
+                }
                 continue;
-            }
+            };
             match p.quota_gate_index {
                 None => crate::quota::add(used.entry(team.name.as_str()).or_default(), &charge),
                 Some(index) => {

@@ -603,6 +603,24 @@ mod controller_state {
         assert!(!previous.contains_key(&("ml".to_string(), "big".to_string())));
     }
 
+    /// Regression: a pod gated while its team was in queue mode kept its gate for ever once
+    /// the team left queue mode (or had no quota), because only queue-mode teams were looked at.
+    #[test]
+    fn a_quota_gate_nothing_queues_any_more_is_lifted() {
+        let queued = [team_pod("waiting", 1, true, "2026-11-22T01:00:01Z")];
+        let deny = policies(
+            "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: ml}\nspec:\n  namespaces: {names: [ml]}\n  quota:\n    mode: Deny\n    limits: {nvidia.com/gpu: 2}\n",
+        );
+        for p in [deny, policies("")] {
+            let state = cluster(&p, &queued);
+            let actions = state.quota_plan(&p, &crate::namespaces::NoNamespaces, &mut HashMap::new());
+            assert_eq!(
+                actions,
+                [Action::ReleaseQuota { namespace: "ml".into(), pod: "waiting".into(), gate_index: 0 }]
+            );
+        }
+    }
+
     #[test]
     fn accelerator_gauges_split_each_team_by_state_and_quota_units_count_mig_slices() {
         use crate::gang::state::{QuotaGauge, UsageState};
