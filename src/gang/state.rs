@@ -446,6 +446,7 @@ impl ClusterState {
         now: i64,
     ) -> (Snapshot, HashMap<GangKey, GangFacts>) {
         let inner = read(&self.inner);
+        let mut teams = TeamsByNamespace::new(policies, labels);
         let mut bound: HashMap<Arc<str>, ResourceList> = HashMap::new();
         let mut in_flight = Vec::new();
         let mut waiting: BTreeMap<GangKey, WaitingGang> = BTreeMap::new();
@@ -472,7 +473,8 @@ impl ClusterState {
                     gate_index: p.gate_index.unwrap_or(0),
                     has_annotations: p.has_annotations,
                 });
-                let policy = policies.gang_policy_in(&p.namespace, labels);
+                let team = teams.get(&p.namespace).map(|t| t.name.as_str());
+                let policy = policies.gang_policy(&p.namespace, team);
                 let owner = inner.owner_gangs.get(&(p.namespace.to_string(), g.name.clone()));
                 let size = g.size.or_else(|| owner.map(|o| o.size));
                 let entry = waiting.entry(key.clone()).or_insert_with(|| WaitingGang {
@@ -584,18 +586,16 @@ impl ClusterState {
     ) -> Vec<Action> {
         let inner = read(&self.inner);
         let mut actions = Vec::new();
-        // namespace → team (only teams with a queue-mode quota)
-        let mut team_of_ns: HashMap<Arc<str>, Option<&crate::policy::Team>> = HashMap::new();
-        let mut used: HashMap<&str, crate::quota::Charge> = HashMap::new();
+        let mut teams = TeamsByNamespace::new(policies, labels);
+        let mut used = admitted_by_team(&inner.requests_by_state(), &mut teams);
         // team → unit key → (priority, created, members, charge)
         type Unit = (i32, i64, Vec<(String, String, usize)>, crate::quota::Charge, Option<u32>);
         let mut queued: HashMap<&str, BTreeMap<String, Unit>> = HashMap::new();
         for p in inner.pods.values().filter(|p| !p.finished) {
-            let team = *team_of_ns.entry(p.namespace.clone()).or_insert_with(|| {
-                crate::namespaces::team_of(policies, &p.namespace, labels)
-                    .team
-                    .filter(|t| t.quota.as_ref().is_some_and(|q| q.mode == crate::policy::QuotaMode::Queue))
-            });
+            let Some(gate_index) = p.quota_gate_index else { continue };
+            let team = teams
+                .get(&p.namespace)
+                .filter(|t| t.quota.as_ref().is_some_and(|q| q.mode == crate::policy::QuotaMode::Queue));
             let team_and_charge = team.and_then(|team| {
                 let quota = team.quota.as_ref()?;
                 let requests: ResourceList = p.requests.iter().map(|(k, v)| (k.to_string(), *v)).collect();
@@ -604,33 +604,26 @@ impl ClusterState {
             let Some((team, charge)) = team_and_charge else {
                 // Nothing queues this pod any more (its team left queue mode, or its namespace
                 // changed team, since it was gated): a gate nobody would lift goes now.
-                if let Some(gate_index) = p.quota_gate_index {
-                    actions.push(Action::ReleaseQuota {
-                        namespace: p.namespace.to_string(),
-                        pod: p.name.to_string(),
-                        gate_index,
-                    });
-                }
+                actions.push(Action::ReleaseQuota {
+                    namespace: p.namespace.to_string(),
+                    pod: p.name.to_string(),
+                    gate_index,
+                });
                 continue;
             };
-            match p.quota_gate_index {
-                None => crate::quota::add(used.entry(team.name.as_str()).or_default(), &charge),
-                Some(index) => {
-                    let (key, size) = match &p.gang {
-                        Some(g) => (format!("gang/{}/{}", p.namespace, g.name), g.size),
-                        None => (format!("pod/{}/{}", p.namespace, p.name), None),
-                    };
-                    let unit = queued
-                        .entry(team.name.as_str())
-                        .or_default()
-                        .entry(key)
-                        .or_insert_with(|| (p.priority, p.created, Vec::new(), crate::quota::Charge::new(), size));
-                    unit.0 = unit.0.max(p.priority);
-                    unit.1 = unit.1.min(p.created);
-                    unit.2.push((p.namespace.to_string(), p.name.to_string(), index));
-                    crate::quota::add(&mut unit.3, &charge);
-                }
-            }
+            let (key, size) = match &p.gang {
+                Some(g) => (format!("gang/{}/{}", p.namespace, g.name), g.size),
+                None => (format!("pod/{}/{}", p.namespace, p.name), None),
+            };
+            let unit = queued
+                .entry(team.name.as_str())
+                .or_default()
+                .entry(key)
+                .or_insert_with(|| (p.priority, p.created, Vec::new(), crate::quota::Charge::new(), size));
+            unit.0 = unit.0.max(p.priority);
+            unit.1 = unit.1.min(p.created);
+            unit.2.push((p.namespace.to_string(), p.name.to_string(), gate_index));
+            crate::quota::add(&mut unit.3, &charge);
         }
         for (team_name, units) in queued {
             let Some(quota) = policies.teams.iter().find(|t| t.name == team_name).and_then(|t| t.quota.as_ref()) else {
@@ -688,43 +681,17 @@ impl ClusterState {
         labels: &dyn crate::namespaces::NamespaceLabels,
     ) -> AcceleratorUsage {
         let inner = read(&self.inner);
-        // Summed per (namespace, state, resource) first: no allocation per pod (the names are
-        // interned), and a quota's charge is linear, so charging the sums is exact.
-        let mut sums: HashMap<(Arc<str>, UsageState, Arc<str>), i128> = HashMap::new();
-        for p in inner.pods.values().filter(|p| !p.finished) {
-            let state = UsageState::of(p);
-            for (name, q) in &p.requests {
-                if name.as_ref() == "pods" {
-                    continue;
-                }
-                let slot = sums.entry((p.namespace.clone(), state, name.clone())).or_default();
-                *slot = slot.saturating_add(q.nanos());
-            }
-        }
+        let sums = inner.requests_by_state();
+        let mut teams = TeamsByNamespace::new(policies, labels);
         let mut by_state: BTreeMap<(String, String, UsageState), i128> = BTreeMap::new();
-        let mut quota_requests: BTreeMap<&str, ResourceList> = BTreeMap::new();
-        let mut team_of_ns: HashMap<Arc<str>, Option<&crate::policy::Team>> = HashMap::new();
-        for ((namespace, state, name), nanos) in sums {
-            let team = *team_of_ns
-                .entry(namespace.clone())
-                .or_insert_with(|| crate::namespaces::team_of(policies, &namespace, labels).team);
-            let team_name = team.map_or("", |t| t.name.as_str());
-            if policies.accelerators.matches(&name) {
-                let slot = by_state.entry((team_name.to_string(), name.to_string(), state)).or_default();
-                *slot = slot.saturating_add(nanos);
-            }
-            if team.is_some_and(|t| t.quota.is_some()) && state != UsageState::QuotaQueued {
-                let slot = quota_requests.entry(team_name).or_default().entry(name.to_string()).or_default();
-                *slot = Quantity::from_nanos(slot.nanos().saturating_add(nanos));
+        for ((namespace, state, name), nanos) in &sums {
+            if policies.accelerators.matches(name) {
+                let team_name = teams.get(namespace).map_or("", |t| t.name.as_str());
+                let slot = by_state.entry((team_name.to_string(), name.to_string(), *state)).or_default();
+                *slot = slot.saturating_add(*nanos);
             }
         }
-        let quota_used: BTreeMap<&str, crate::quota::Charge> = quota_requests
-            .into_iter()
-            .filter_map(|(team, requests)| {
-                let quota = policies.teams.iter().find(|t| t.name == team)?.quota.as_ref()?;
-                Some((team, quota.charge(&requests)))
-            })
-            .collect();
+        let quota_used = admitted_by_team(&sums, &mut teams);
         let in_units = |quota: &crate::quota::Quota, units: i128| units as f64 / quota.denominator as f64 / 1e9;
         let mut quotas = Vec::new();
         for team in &policies.teams {
@@ -750,6 +717,65 @@ impl ClusterState {
             .collect();
         AcceleratorUsage { requested, quotas }
     }
+}
+
+/// The team of each namespace, resolved once per pass (a lookup may clone the namespace's
+/// labels and walk every Team's selector).
+struct TeamsByNamespace<'p> {
+    policies: &'p PolicySet,
+    labels: &'p dyn NamespaceLabels,
+    cache: HashMap<Arc<str>, Option<&'p crate::policy::Team>>,
+}
+
+impl<'p> TeamsByNamespace<'p> {
+    fn new(policies: &'p PolicySet, labels: &'p dyn NamespaceLabels) -> Self {
+        TeamsByNamespace { policies, labels, cache: HashMap::new() }
+    }
+
+    fn get(&mut self, namespace: &Arc<str>) -> Option<&'p crate::policy::Team> {
+        let (policies, labels) = (self.policies, self.labels);
+        *self
+            .cache
+            .entry(namespace.clone())
+            .or_insert_with(|| crate::namespaces::team_of(policies, namespace, labels).team)
+    }
+}
+
+impl Inner {
+    /// Requests of the non-finished pods, summed per (namespace, state, resource): one pass,
+    /// no allocation per pod (names are interned).
+    fn requests_by_state(&self) -> HashMap<(Arc<str>, UsageState, Arc<str>), i128> {
+        let mut sums: HashMap<(Arc<str>, UsageState, Arc<str>), i128> = HashMap::new();
+        for p in self.pods.values().filter(|p| !p.finished) {
+            let state = UsageState::of(p);
+            for (name, q) in &p.requests {
+                let slot = sums.entry((p.namespace.clone(), state, name.clone())).or_default();
+                *slot = slot.saturating_add(q.nanos());
+            }
+        }
+        sums
+    }
+}
+
+/// What counts against each team's quota now: the requests of its pods that are not queued
+/// behind the quota gate (teams with a quota only). A quota's charge is linear, so charging
+/// these sums equals charging each pod.
+fn admitted_by_team<'p>(
+    sums: &HashMap<(Arc<str>, UsageState, Arc<str>), i128>,
+    teams: &mut TeamsByNamespace<'p>,
+) -> HashMap<&'p str, crate::quota::Charge> {
+    let mut requests: HashMap<&'p str, (&'p crate::quota::Quota, ResourceList)> = HashMap::new();
+    for ((namespace, state, name), nanos) in sums {
+        if *state == UsageState::QuotaQueued {
+            continue;
+        }
+        let Some(team) = teams.get(namespace) else { continue };
+        let Some(quota) = &team.quota else { continue };
+        let slot = requests.entry(team.name.as_str()).or_insert_with(|| (quota, ResourceList::new()));
+        let q = slot.1.entry(name.to_string()).or_default();
+        *q = Quantity::from_nanos(q.nanos().saturating_add(*nanos));
+    }
+    requests.into_iter().map(|(team, (quota, requests))| (team, quota.charge(&requests))).collect()
 }
 
 /// Where a pod's requests stand, for the per-team gauges.

@@ -535,17 +535,6 @@ impl PolicySet {
         crate::gang::membership::membership(facts, &policy.infer, policy.coscheduling_size)
     }
 
-    /// The GangPolicy of a namespace, its team resolved from `labels` — what the controller
-    /// uses, so it finds the same gangs admission gated (a team-scoped policy included).
-    pub fn gang_policy_in(
-        &self,
-        namespace: &str,
-        labels: &dyn crate::namespaces::NamespaceLabels,
-    ) -> std::borrow::Cow<'_, GangPolicy> {
-        let team = crate::namespaces::team_of(self, namespace, labels).team;
-        self.gang_policy(namespace, team.map(|t| t.name.as_str()))
-    }
-
     /// Counts of each kind, for logs and `/readyz`.
     pub fn summary(&self) -> BTreeMap<&'static str, usize> {
         BTreeMap::from([
