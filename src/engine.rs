@@ -208,11 +208,13 @@ impl<'a> Engine<'a> {
             let view = if view.path.is_empty() { view } else { self.as_created(req, view, &team, &mut out) };
             // Pod specs are immutable after CREATE: re-checking them on UPDATE would only block
             // label edits and our own gate removal on pods admitted under older policies.
-            if !(is_pod && operation == Operation::Update) {
+            let checked = !(is_pod && operation == Operation::Update);
+            let mut gang = None;
+            if checked {
                 out.findings.extend(validate::check_pod(self.policies, &view, &team));
-                let gang = validate::pod_gang(self.policies, &view, req.namespace, &team);
-                out.findings.extend(validate::check_gang(&view, req.namespace, &gang, self.gangs));
-                quota_views.push((view.clone(), gang.ok().flatten()));
+                let membership = validate::pod_gang(self.policies, &view, req.namespace, &team);
+                out.findings.extend(validate::check_gang(&view, req.namespace, &membership, self.gangs));
+                gang = membership.ok().flatten();
             }
             let target = Target {
                 operation,
@@ -227,6 +229,9 @@ impl<'a> Engine<'a> {
             if vars != 0 {
                 let bindings = self.bindings(req, &view.pod, &team, vars);
                 out.findings.extend(validate::run_rules(self.policies, &target, &bindings));
+            }
+            if checked {
+                quota_views.push((view, gang));
             }
         }
         if !is_pod {
@@ -258,7 +263,13 @@ impl<'a> Engine<'a> {
 
     /// A template as the Pods made from it will arrive at validation: mutated by the same
     /// placement and priority policies. Conflicts found on the way are reported at its path.
-    fn as_created(&self, req: &Request<'_>, view: PodView, team: &TeamLookup<'a>, out: &mut Outcome) -> PodView {
+    fn as_created<'v>(
+        &self,
+        req: &Request<'_>,
+        view: PodView<'v>,
+        team: &TeamLookup<'a>,
+        out: &mut Outcome,
+    ) -> PodView<'v> {
         let make_bindings = |vars| self.bindings(req, &view.pod, team, vars);
         let ctx = PodContext { namespace: req.namespace, team: *team, bindings: &make_bindings };
         let m = mutate::mutate_pod(self.policies, &view.pod, &ctx, &view.path);
@@ -272,7 +283,7 @@ impl<'a> Engine<'a> {
             return view;
         }
         match patch::apply(&view.pod, &m.ops) {
-            Ok(pod) => PodView { path: view.path.clone(), pod },
+            Ok(pod) => PodView { path: view.path.clone(), pod: std::borrow::Cow::Owned(pod) },
             Err(e) => {
                 out.notes.push(format!("{}: could not preview mutation: {e}", view.path));
                 view

@@ -16,7 +16,7 @@ use crate::resources::{self, ContainerResources, accelerators_only};
 use crate::workload::PodView;
 
 /// Runs the built-in accelerator checks and the team priority check on one Pod view.
-pub fn check_pod(policies: &PolicySet, view: &PodView, team: &TeamLookup<'_>) -> Vec<Finding> {
+pub fn check_pod(policies: &PolicySet, view: &PodView<'_>, team: &TeamLookup<'_>) -> Vec<Finding> {
     let mut findings = Vec::new();
     let Some(spec) = view.pod.get("spec") else {
         return findings;
@@ -145,7 +145,7 @@ fn accel_path(path: &str, accel: &resources::ResourceMatcher) -> bool {
 /// The gang of a Pod view, computed once per view and shared by the gang and quota checks.
 pub fn pod_gang(
     policies: &PolicySet,
-    view: &PodView,
+    view: &PodView<'_>,
     namespace: &str,
     team: &TeamLookup<'_>,
 ) -> Result<Option<Membership>, String> {
@@ -154,7 +154,7 @@ pub fn pod_gang(
 
 /// Gang metadata: a valid size, and (for Pods) agreement with the members that exist.
 pub fn check_gang(
-    view: &PodView,
+    view: &PodView<'_>,
     namespace: &str,
     gang: &Result<Option<Membership>, String>,
     directory: &dyn GangDirectory,
@@ -177,7 +177,7 @@ pub fn check_gang(
 /// templates — and UPDATEs — only against the quota itself: a template that alone exceeds it
 /// can never run.
 pub fn check_quota(
-    view: &PodView,
+    view: &PodView<'_>,
     gang: Option<&Membership>,
     req: &crate::engine::Request<'_>,
     team: &TeamLookup<'_>,
@@ -210,7 +210,7 @@ pub fn check_quota(
     })
 }
 
-fn check_priority_class(policies: &PolicySet, view: &PodView, team: &TeamLookup<'_>) -> Option<Finding> {
+fn check_priority_class(policies: &PolicySet, view: &PodView<'_>, team: &TeamLookup<'_>) -> Option<Finding> {
     let t = team.team?;
     let allowed = t.priority.allowed.as_ref()?;
     let class = view.pod.pointer("/spec/priorityClassName").and_then(Value::as_str).filter(|c| !c.is_empty());

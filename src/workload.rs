@@ -6,6 +6,8 @@
 //! map (Kubeflow's `pytorchReplicaSpecs: {Master: …, Worker: …}`). Paths are printed the way
 //! users read them: `spec.replicatedJobs[1].template.spec.template`.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 /// One step of a template path.
@@ -108,14 +110,15 @@ pub fn group_of(api_version: &str) -> &str {
 
 /// A Pod as it is, or as a workload's template will make it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PodView {
+pub struct PodView<'a> {
     /// Where it sits in the object (`""` for a Pod; `spec.template` for a Job).
     pub path: String,
-    /// A Pod-shaped object: `{apiVersion: v1, kind: Pod, metadata, spec}`.
-    pub pod: Value,
+    /// A Pod-shaped object: `{apiVersion: v1, kind: Pod, metadata, spec}`. A Pod under review
+    /// is borrowed, not copied: it is the largest object on the hot path.
+    pub pod: Cow<'a, Value>,
 }
 
-impl PodView {
+impl PodView<'_> {
     /// Prefix for paths inside this pod (`spec.template.spec` or `spec`).
     pub fn spec_path(&self) -> String {
         if self.path.is_empty() { "spec".to_string() } else { format!("{}.spec", self.path) }
@@ -124,18 +127,18 @@ impl PodView {
 
 /// The Pods an object describes: itself for a Pod, one per template for a workload, none for a
 /// kind not in the table.
-pub fn pods_of(object: &Value, group: &str, kind_name: &str) -> Vec<PodView> {
+pub fn pods_of<'a>(object: &'a Value, group: &str, kind_name: &str) -> Vec<PodView<'a>> {
     let Some(row) = lookup(group, kind_name) else {
         return Vec::new();
     };
     if row.kind == "Pod" && row.group.is_empty() {
-        return vec![PodView { path: String::new(), pod: object.clone() }];
+        return vec![PodView { path: String::new(), pod: Cow::Borrowed(object) }];
     }
     let namespace = object.pointer("/metadata/namespace").cloned();
     let mut out = Vec::new();
     for steps in row.templates {
         walk(object, steps, String::new(), &mut |path, template| {
-            out.push(PodView { path, pod: template_as_pod(template, namespace.clone()) });
+            out.push(PodView { path, pod: Cow::Owned(template_as_pod(template, namespace.clone())) });
         });
     }
     if let Some((steps, field)) = row.container_resources {
@@ -151,7 +154,7 @@ pub fn pods_of(object: &Value, group: &str, kind_name: &str) -> Vec<PodView> {
                 "metadata": {"namespace": namespace.clone().unwrap_or(Value::Null)},
                 "spec": {"containers": [Value::Object(container)]},
             });
-            out.push(PodView { path, pod });
+            out.push(PodView { path, pod: Cow::Owned(pod) });
         });
     }
     out
