@@ -184,6 +184,7 @@ impl<'a> Engine<'a> {
         out.patch = m.ops;
         out.changes = m.changes;
         out.findings = m.findings;
+        out.findings.extend(m.gang_error.map(|message| validate::gang_metadata_finding("", message)));
         out
     }
 
@@ -272,13 +273,9 @@ impl<'a> Engine<'a> {
     ) -> PodView<'v> {
         let make_bindings = |vars| self.bindings(req, &view.pod, team, vars);
         let ctx = PodContext { namespace: req.namespace, team: *team, bindings: &make_bindings };
+        // (A gang metadata error is left to validation's own gang check of this view.)
         let m = mutate::mutate_pod(self.policies, &view.pod, &ctx, &view.path);
-        out.findings.extend(m.findings.into_iter().map(|mut f| {
-            if f.path.is_empty() {
-                f.path = view.path.clone();
-            }
-            f
-        }));
+        out.findings.extend(m.findings);
         if m.ops.is_empty() {
             return view;
         }

@@ -22,6 +22,9 @@ pub struct Mutation {
     /// Human-readable changes, one per decision ("placement gpu: toleration nvidia.com/gpu…").
     pub changes: Vec<String>,
     pub findings: Vec<Finding>,
+    /// The Pod's gang metadata is invalid (so it got no gate). Reported by the caller: a real
+    /// Pod is denied at /mutate, a template by validation's own gang check, once.
+    pub gang_error: Option<String>,
 }
 
 /// Everything mutation needs besides the policies.
@@ -59,7 +62,7 @@ pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_
     let spec_path = if path_prefix.is_empty() { "spec".to_string() } else { format!("{path_prefix}.spec") };
 
     for placement in &policies.placements {
-        if !placement_applies(policies, placement, spec_value, ctx, &mut out) {
+        if !placement_applies(policies, placement, spec_value, ctx, path_prefix, &mut out) {
             continue;
         }
         apply_placement(placement, &mut builder, &spec_path, &mut out);
@@ -83,6 +86,7 @@ fn placement_applies(
     placement: &Placement,
     spec: &Value,
     ctx: &PodContext<'_>,
+    path_prefix: &str,
     out: &mut Mutation,
 ) -> bool {
     if !placement.namespaces.matches_or_empty(ctx.namespace) {
@@ -113,7 +117,7 @@ fn placement_applies(
             out.findings.push(Finding {
                 rule: format!("placement/{}", placement.name),
                 action: Action::Deny,
-                path: String::new(),
+                path: path_prefix.to_string(),
                 message: format!("spec.when could not be evaluated: {e}"),
             });
             false
@@ -275,12 +279,7 @@ fn apply_gang_gate(
         Ok(Some(gang)) => gang,
         Ok(None) => return,
         Err(message) => {
-            out.findings.push(Finding {
-                rule: "gang/metadata".into(),
-                action: Action::Deny,
-                path: "metadata".into(),
-                message,
-            });
+            out.gang_error = Some(message);
             return;
         }
     };

@@ -152,6 +152,16 @@ pub fn pod_gang(
     policies.gang_of(&PodFacts::from_json(&view.pod), namespace, team.team.map(|t| t.name.as_str()))
 }
 
+/// Where a Pod view's metadata is (`metadata`, `spec.template.metadata`).
+fn metadata_path(view_path: &str) -> String {
+    if view_path.is_empty() { "metadata".to_string() } else { format!("{view_path}.metadata") }
+}
+
+/// The denial of invalid gang metadata (`allot.dev/gang-size: zero`).
+pub fn gang_metadata_finding(view_path: &str, message: String) -> Finding {
+    Finding { rule: "gang/metadata".into(), action: Action::Deny, path: metadata_path(view_path), message }
+}
+
 /// Gang metadata: a valid size, and (for Pods) agreement with the members that exist.
 pub fn check_gang(
     view: &PodView<'_>,
@@ -159,15 +169,18 @@ pub fn check_gang(
     gang: &Result<Option<Membership>, String>,
     directory: &dyn GangDirectory,
 ) -> Option<Finding> {
-    let path = if view.path.is_empty() { "metadata".to_string() } else { format!("{}.metadata", view.path) };
-    let deny =
-        |rule: &str, message: String| Finding { rule: rule.into(), action: Action::Deny, path: path.clone(), message };
     match gang {
-        Err(message) => Some(deny("gang/metadata", message.clone())),
+        Err(message) => Some(gang_metadata_finding(&view.path, message.clone())),
         Ok(Some(gang)) if view.path.is_empty() => {
             let me = Peer::of(&view.pod, gang);
-            disagreement(&format!("{namespace}/{}", gang.name), &me, &directory.peers(namespace, &gang.name))
-                .map(|m| deny("gang/consistency", m))
+            disagreement(&format!("{namespace}/{}", gang.name), &me, &directory.peers(namespace, &gang.name)).map(
+                |message| Finding {
+                    rule: "gang/consistency".into(),
+                    action: Action::Deny,
+                    path: metadata_path(""),
+                    message,
+                },
+            )
         }
         Ok(_) => None,
     }

@@ -699,9 +699,10 @@ mod gangs {
         review["request"]["object"]["spec"]["template"]["metadata"]["annotations"]["allot.dev/gang-size"] = json!("-4");
         let response = answer(&policies, &review, Phase::Validate);
         assert_eq!(response["allowed"], false);
-        assert!(
-            response["status"]["message"].as_str().unwrap().contains("spec.template.metadata: allot.dev/gang-size")
-        );
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(message.contains("spec.template.metadata: allot.dev/gang-size"));
+        // Once, at the template's path (the mutation preview used to add a copy at `metadata`).
+        assert_eq!(message.matches("[gang/metadata]").count(), 1, "{message}");
     }
 
     #[test]
