@@ -35,11 +35,25 @@ pub fn escape(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")
 }
 
+impl PatchOp {
+    /// The same operation as the json-patch crate's type (no round trip through JSON text).
+    fn to_json_patch(&self) -> Result<json_patch::PatchOperation, String> {
+        use json_patch::jsonptr::PointerBuf;
+        use json_patch::{AddOperation, PatchOperation, RemoveOperation, ReplaceOperation, TestOperation};
+        let path = PointerBuf::parse(self.path()).map_err(|e| format!("{}: {e}", self.path()))?;
+        Ok(match self {
+            PatchOp::Add { value, .. } => PatchOperation::Add(AddOperation { path, value: value.clone() }),
+            PatchOp::Replace { value, .. } => PatchOperation::Replace(ReplaceOperation { path, value: value.clone() }),
+            PatchOp::Remove { .. } => PatchOperation::Remove(RemoveOperation { path }),
+            PatchOp::Test { value, .. } => PatchOperation::Test(TestOperation { path, value: value.clone() }),
+        })
+    }
+}
+
 /// Applies operations to a document with the json-patch crate (the same semantics the API
 /// server applies), returning the patched copy.
 pub fn apply(document: &Value, ops: &[PatchOp]) -> Result<Value, String> {
-    let patch: json_patch::Patch =
-        serde_json::from_value(serde_json::to_value(ops).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    let patch = json_patch::Patch(ops.iter().map(PatchOp::to_json_patch).collect::<Result<_, _>>()?);
     let mut out = document.clone();
     json_patch::patch(&mut out, &patch).map_err(|e| e.to_string())?;
     Ok(out)

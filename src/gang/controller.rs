@@ -173,7 +173,7 @@ async fn control_loop(context: Context, mut stopped: tokio::sync::watch::Receive
             queued.clear();
             seen_generation = u64::MAX;
             metrics.leader.set(i64::from(is_leader));
-            metrics.set_waiting(&std::collections::BTreeMap::new());
+            metrics.gangs_waiting.clear();
         }
         if !is_leader {
             continue;

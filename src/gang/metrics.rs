@@ -43,7 +43,7 @@ impl Default for ControllerMetrics {
 
 impl ControllerMetrics {
     /// Replaces the waiting-gang gauges with one pass's counts.
-    pub fn set_waiting<'a>(&self, waiting: impl IntoIterator<Item = (&'a &'static str, &'a u64)>) {
+    pub fn set_waiting(&self, waiting: &std::collections::BTreeMap<&'static str, u64>) {
         self.gangs_waiting.clear();
         for (reason, n) in waiting {
             self.gangs_waiting.get_or_create(&ReasonLabels { reason }).set(i64::try_from(*n).unwrap_or(i64::MAX));

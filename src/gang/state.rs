@@ -239,12 +239,9 @@ impl Inner {
     }
 
     fn unindex(&mut self, key: &Key) {
-        if let Some(old) = self.pods.get(key).cloned() {
-            self.usage_delta(&old, -1);
-        }
-        if let Some(old) = self.pods.remove(key)
-            && let Some(g) = &old.gang
-        {
+        let Some(old) = self.pods.remove(key) else { return };
+        self.usage_delta(&old, -1);
+        if let Some(g) = &old.gang {
             let gk = (old.namespace.clone(), g.name.clone());
             if let Some(set) = self.gangs.get_mut(&gk) {
                 set.remove(&old.name);

@@ -31,7 +31,6 @@ use tower_http::timeout::TimeoutLayer;
 use crate::admission::{self, Phase};
 use crate::engine::Engine;
 use crate::error::Error;
-use crate::gang::directory::GangDirectory;
 use crate::gang::state::ClusterState;
 use crate::namespaces::{NamespaceLabels, NoNamespaces};
 use crate::policy::{self, Action, PolicySet};
@@ -63,9 +62,8 @@ pub struct ServeConfig {
 pub struct AppState {
     pub policies: Arc<ArcSwap<PolicySet>>,
     pub namespaces: Arc<dyn NamespaceLabels>,
-    /// Existing gang members, from the controller's Pod watch.
-    pub gangs: Arc<dyn GangDirectory>,
-    /// The Pod and Node watch itself, for the team and quota gauges.
+    /// The controller's Pod and Node watch: existing gang members for admission, and the team
+    /// and quota gauges.
     pub cluster: Arc<ClusterState>,
     /// Deny-mode quota usage and reservations.
     pub quota: Arc<dyn QuotaBook>,
@@ -95,7 +93,6 @@ impl AppState {
             quota: Arc::new(LiveQuota::new(cluster.clone(), policies.clone(), namespaces.clone())),
             policies,
             namespaces,
-            gangs: cluster.clone(),
             cluster,
             metrics,
             last_reload_error: ArcSwap::from_pointee(None),
@@ -139,7 +136,7 @@ fn answer(state: &AppState, phase: Phase, body: &[u8]) -> Response {
     let webhook = phase.label();
     let policies = state.policies.load();
     let engine = Engine::new(&policies, state.namespaces.as_ref())
-        .with_gangs(state.gangs.as_ref())
+        .with_gangs(state.cluster.as_ref())
         .with_quota(state.quota.as_ref());
     let response = match admission::review(body, phase, &engine) {
         Ok(answer) => {

@@ -97,14 +97,23 @@ impl Reloader {
     }
 
     fn reload_policies(&mut self, state: &AppState) {
-        let result = policy::read_sources(&self.policies_dir).and_then(|sources| {
-            let version = policy::version_of(&sources);
-            if version == self.last_policy_version {
-                return Ok(None);
+        let result = match policy::read_sources(&self.policies_dir) {
+            // An unreadable directory has no version: forget the last one so the next readable
+            // state is tried, whatever it is.
+            Err(errors) => {
+                self.last_policy_version.clear();
+                Err(errors)
             }
-            self.last_policy_version = version;
-            policy::compile(&sources).map(Some)
-        });
+            Ok(sources) => {
+                let version = policy::version_of(&sources);
+                if version == self.last_policy_version {
+                    Ok(None)
+                } else {
+                    self.last_policy_version = version;
+                    policy::compile(&sources).map(Some)
+                }
+            }
+        };
         match result {
             Ok(None) => {}
             Ok(Some(set)) => {
@@ -116,11 +125,6 @@ impl Reloader {
                 state.last_reload_error.store(Arc::new(None));
             }
             Err(errors) => {
-                // An unreadable directory has no version: forget the last one so the next
-                // readable state is tried.
-                if errors.0.iter().any(|e| e.contains("no policy files") || e.contains("No such file")) {
-                    self.last_policy_version.clear();
-                }
                 tracing::error!(errors = %errors, serving = %state.policies.load().version, "policy reload failed; keeping the last good policy set");
                 state.metrics.policy_reloads.get_or_create(&ResultLabels { result: "failure" }).inc();
                 state.metrics.policy_load_errors.set(errors.0.len() as i64);
