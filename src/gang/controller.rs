@@ -328,16 +328,7 @@ async fn execute(
     for action in actions {
         match action {
             Action::Release { namespace, pod, gate_index, has_annotations, node } => {
-                let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-                let patch: json_patch::Patch =
-                    match serde_json::from_value(release_patch(gate_index, has_annotations, &now)) {
-                        Ok(p) => p,
-                        Err(e) => {
-                            tracing::error!(error = %e, "internal: release patch does not parse");
-                            continue;
-                        }
-                    };
-                match api.patch(&pod, &PatchParams::default(), &Patch::Json::<()>(patch)).await {
+                match patch_pod(client, &namespace, &pod, release_patch(gate_index, has_annotations, &now)).await {
                     Ok(_) => {
                         state.mark_released(&namespace, std::slice::from_ref(&pod));
                         tracing::info!(%namespace, %pod, simulated_node = %node, "released gang member");
@@ -358,13 +349,7 @@ async fn execute(
                 publish(recorder, &namespace, &pod, false, "QuotaQueued", &message).await;
             }
             Action::ReleaseQuota { namespace, pod, gate_index } => {
-                let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-                let Ok(patch) =
-                    serde_json::from_value::<json_patch::Patch>(Value::Array(lift_gate_ops(QUOTA_GATE, gate_index)))
-                else {
-                    continue;
-                };
-                match api.patch(&pod, &PatchParams::default(), &Patch::Json::<()>(patch)).await {
+                match patch_pod(client, &namespace, &pod, Value::Array(lift_gate_ops(QUOTA_GATE, gate_index))).await {
                     Ok(_) => {
                         state.mark_quota_released(&namespace, &pod);
                         metrics.quota_releases.inc();
@@ -393,6 +378,13 @@ async fn execute(
             }
         }
     }
+}
+
+/// Sends one of this module's JSON Patches (gate removals) to a Pod.
+async fn patch_pod(client: &kube::Client, namespace: &str, pod: &str, ops: Value) -> Result<(), kube::Error> {
+    let patch: json_patch::Patch = serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    api.patch(pod, &PatchParams::default(), &Patch::Json::<()>(patch)).await.map(|_| ())
 }
 
 /// Sets one of Allot's pod conditions (strategic merge on `type`, so other conditions stay).
