@@ -202,7 +202,16 @@ impl<'a> Engine<'a> {
             return out;
         }
         let team = self.team(req.namespace, &mut out.notes);
-        let team_name = team.team.map(|t| t.name.as_str());
+        // The object itself; each Pod view is matched as a Pod at its path.
+        let object_target = Target {
+            operation,
+            namespace: req.namespace,
+            team: team.team.map(|t| t.name.as_str()),
+            group: req.group,
+            kind: req.kind,
+            is_pod: false,
+            path: "",
+        };
 
         let mut quota_views = Vec::new();
         for view in views {
@@ -217,39 +226,19 @@ impl<'a> Engine<'a> {
                 out.findings.extend(validate::check_gang(&view, req.namespace, &membership, self.gangs));
                 gang = membership.ok().flatten();
             }
-            let target = Target {
-                operation,
-                namespace: req.namespace,
-                team: team_name,
-                group: req.group,
-                kind: req.kind,
-                is_pod: true,
-                path: &view.path,
-            };
-            let vars = validate::rule_vars(self.policies, &target);
-            if vars != 0 {
-                let bindings = self.bindings(req, &view.pod, &team, vars);
-                out.findings.extend(validate::run_rules(self.policies, &target, &bindings));
-            }
+            self.run_rules(
+                req,
+                &view.pod,
+                &team,
+                &Target { is_pod: true, path: &view.path, ..object_target },
+                &mut out,
+            );
             if checked {
                 quota_views.push((view, gang));
             }
         }
         if !is_pod {
-            let target = Target {
-                operation,
-                namespace: req.namespace,
-                team: team_name,
-                group: req.group,
-                kind: req.kind,
-                is_pod: false,
-                path: "",
-            };
-            let vars = validate::rule_vars(self.policies, &target);
-            if vars != 0 {
-                let bindings = self.bindings(req, req.object, &team, vars);
-                out.findings.extend(validate::run_rules(self.policies, &target, &bindings));
-            }
+            self.run_rules(req, req.object, &team, &object_target, &mut out);
         }
         // Quota last, and only for what is otherwise admitted: a denied pod reserves nothing.
         if out.allowed() {
@@ -260,6 +249,24 @@ impl<'a> Engine<'a> {
             }
         }
         out
+    }
+
+    /// Runs the rules that match `target` on `object`, binding only the variables they read
+    /// (nothing at all when no rule matches).
+    fn run_rules(
+        &self,
+        req: &Request<'_>,
+        object: &Value,
+        team: &TeamLookup<'_>,
+        target: &Target<'_>,
+        out: &mut Outcome,
+    ) {
+        let rules = validate::matching_rules(self.policies, target);
+        if rules.is_empty() {
+            return;
+        }
+        let bindings = self.bindings(req, object, team, validate::rule_vars(&rules));
+        out.findings.extend(validate::run_rules(self.policies, &rules, target, &bindings));
     }
 
     /// A template as the Pods made from it will arrive at validation: mutated by the same

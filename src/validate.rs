@@ -10,7 +10,7 @@ use crate::finding::Finding;
 use crate::gang::directory::{GangDirectory, Peer, disagreement};
 use crate::gang::membership::{Membership, PodFacts};
 use crate::namespaces::TeamLookup;
-use crate::policy::{Action, KindMatch, Operation, PolicySet, QuotaMode, Rule};
+use crate::policy::{Action, Operation, PolicySet, QuotaMode, Rule};
 use crate::quota::{self, QuotaBook, QuotaRequest};
 use crate::resources::{self, ContainerResources, accelerators_only};
 use crate::workload::PodView;
@@ -258,41 +258,33 @@ fn rule_matches(rule: &Rule, target: &Target<'_>) -> bool {
         && rule.namespaces.matches_or_empty(target.namespace)
         && (rule.spec.rule_match.teams.is_empty()
             || target.team.is_some_and(|t| rule.spec.rule_match.teams.iter().any(|r| r == t)))
-        && rule.kinds.iter().any(|k| match k {
-            KindMatch::Any => true,
-            KindMatch::Pods => target.is_pod,
-            KindMatch::Kind { group, kind } => {
-                !target.is_pod && kind == target.kind && group.as_deref().is_none_or(|g| g == target.group)
-            }
-        })
+        && rule.kinds.iter().any(|k| k.matches(target.group, target.kind, target.is_pod))
 }
 
 /// True when some rule could look at objects of this kind itself (not at Pod templates).
 pub fn rules_for_kind(policies: &PolicySet, group: &str, kind: &str) -> bool {
-    policies.rules.iter().flat_map(|r| &r.kinds).any(|k| match k {
-        KindMatch::Any => true,
-        KindMatch::Pods => false,
-        KindMatch::Kind { group: g, kind: k } => k == kind && g.as_deref().is_none_or(|g| g == group),
-    })
+    policies.rules.iter().flat_map(|r| &r.kinds).any(|k| k.matches(group, kind, false))
 }
 
-/// The variables the rules that match this target read; 0 when no rule matches (then no
-/// bindings are built at all). A matching rule always gets at least one bit, so it is evaluated.
-pub fn rule_vars(policies: &PolicySet, target: &Target<'_>) -> crate::expression::VarSet {
-    policies
-        .rules
+/// The rules that apply to this target, in policy order.
+pub fn matching_rules<'p>(policies: &'p PolicySet, target: &Target<'_>) -> Vec<&'p Rule> {
+    policies.rules.iter().filter(|r| rule_matches(r, target)).collect()
+}
+
+/// The variables these rules read (only those are bound).
+pub fn rule_vars(rules: &[&Rule]) -> crate::expression::VarSet {
+    rules
         .iter()
-        .filter(|r| rule_matches(r, target))
-        .map(|r| r.expression.vars() | r.message_expression.as_ref().map_or(0, |m| m.vars()) | 0x80)
+        .map(|r| r.expression.vars() | r.message_expression.as_ref().map_or(0, |m| m.vars()))
         .fold(0, |a, b| a | b)
 }
 
-/// Evaluates every matching CEL rule. An expression that errors counts as failed: a rule that
+/// Evaluates the matching CEL rules. An expression that errors counts as failed: a rule that
 /// cannot be evaluated must never let an object through silently.
-pub fn run_rules(policies: &PolicySet, target: &Target<'_>, bindings: &Bindings) -> Vec<Finding> {
+pub fn run_rules(policies: &PolicySet, rules: &[&Rule], target: &Target<'_>, bindings: &Bindings) -> Vec<Finding> {
     let mut findings = Vec::new();
     let mut scope = None;
-    for rule in policies.rules.iter().filter(|r| rule_matches(r, target)) {
+    for rule in rules {
         let ctx = scope.get_or_insert_with(|| policies.env.scope(bindings));
         let message = match rule.expression.eval_bool(ctx) {
             Ok(true) => continue,

@@ -131,6 +131,16 @@ pub enum KindMatch {
 }
 
 impl KindMatch {
+    /// Whether a rule of this kind sees an object of `group`/`kind`, or (`is_pod`) a Pod or a
+    /// Pod template seen as a Pod.
+    pub fn matches(&self, group: &str, kind: &str, is_pod: bool) -> bool {
+        match self {
+            KindMatch::Any => true,
+            KindMatch::Pods => is_pod,
+            KindMatch::Kind { group: g, kind: k } => !is_pod && k == kind && g.as_deref().is_none_or(|g| g == group),
+        }
+    }
+
     fn parse(s: &str) -> KindMatch {
         match s {
             "*" => KindMatch::Any,
