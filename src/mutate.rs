@@ -128,8 +128,11 @@ fn placement_applies(
 fn apply_placement(placement: &Placement, builder: &mut Builder, spec_path: &str, out: &mut Mutation) {
     let rule = format!("placement/{}", placement.name);
     for toleration in &placement.spec.tolerations {
-        let existing = builder.get(&["tolerations"]).and_then(Value::as_array).cloned().unwrap_or_default();
-        if existing.iter().any(|e| covers(e, toleration)) {
+        let covered = builder
+            .get(&["tolerations"])
+            .and_then(Value::as_array)
+            .is_some_and(|existing| existing.iter().any(|e| covers(e, toleration)));
+        if covered {
             continue;
         }
         let value = serde_json::to_value(toleration).unwrap_or(Value::Null);
