@@ -266,10 +266,14 @@ fn cel_to_json(v: &CelValue) -> Option<Value> {
 }
 
 fn requests_of(v: &CelValue, matcher: &ResourceMatcher, function: &str) -> Result<ResourceList, ExecutionError> {
+    // A Pod: only its spec matters, so only the spec is converted back (not the metadata).
+    if let CelValue::Map(m) = v
+        && let Some(spec) = m.map.get(&Key::String(Arc::new("spec".to_string())))
+    {
+        return Ok(accelerators_only(&resources::pod_requests(&to_json(spec, function)?), matcher));
+    }
     let json = to_json(v, function)?;
-    let all = if let Some(spec) = json.get("spec") {
-        resources::pod_requests(spec)
-    } else if json.get("containers").is_some() {
+    let all = if json.get("containers").is_some() {
         resources::pod_requests(&json)
     } else if json.is_object() {
         ContainerResources::from_container(&json, "", &mut Vec::new()).effective_requests()
