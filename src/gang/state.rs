@@ -49,9 +49,8 @@ pub struct PodRecord {
     pub gate_index: Option<usize>,
     /// Index of Allot's quota gate, if present.
     pub quota_gate_index: Option<usize>,
-    /// Other gates (Kueue's, Allot's quota gate, …): a member that still has them is not ready
-    /// for its gang to be released.
-    pub foreign_gates: bool,
+    /// Gates that are neither of Allot's (Kueue's, Volcano's, …).
+    pub other_gates: bool,
     pub released: bool,
     pub has_annotations: bool,
     pub priority: i32,
@@ -115,7 +114,7 @@ impl PodRecord {
             placement,
             gate_index: facts.gates.iter().position(|g| g == GATE),
             quota_gate_index: facts.gates.iter().position(|g| g == QUOTA_GATE),
-            foreign_gates: facts.gates.iter().any(|g| g != GATE),
+            other_gates: facts.gates.iter().any(|g| g != GATE && g != QUOTA_GATE),
             released: facts.annotations.contains_key(RELEASED_ANNOTATION),
             has_annotations: pod.metadata.annotations.is_some(),
             priority: spec.and_then(|s| s.priority).unwrap_or(0),
@@ -126,6 +125,12 @@ impl PodRecord {
             namespace: intern(&namespace),
             name: Arc::from(name),
         })
+    }
+
+    /// A gate besides Allot's gang gate (the quota gate included): a member that still has one
+    /// is not ready for its gang to be released.
+    pub fn foreign_gates(&self) -> bool {
+        self.other_gates || self.quota_gate_index.is_some()
     }
 
     fn key(&self) -> Key {
@@ -402,7 +407,6 @@ impl ClusterState {
         let mut inner = write(&self.inner);
         if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
             p.quota_gate_index = None;
-            p.foreign_gates = false;
         }
         inner.generation += 1;
     }
@@ -464,7 +468,7 @@ impl ClusterState {
             let Some(g) = &p.gang else { continue };
             let key = GangKey { namespace: p.namespace.to_string(), name: g.name.clone() };
             let gf = facts.entry(key.clone()).or_default();
-            if p.gate_index.is_some() && !p.foreign_gates {
+            if p.gate_index.is_some() && !p.foreign_gates() {
                 gf.gated.push(MemberRef {
                     name: p.name.to_string(),
                     gate_index: p.gate_index.unwrap_or(0),

@@ -692,6 +692,20 @@ mod controller_state {
         assert!(plain.gang.is_none());
     }
 
+    /// Regression: lifting the quota gate locally used to forget any third-party gate the
+    /// member still had, so its gang could be released past Kueue's gate.
+    #[test]
+    fn a_member_keeps_waiting_for_a_foreign_gate_after_its_quota_gate_goes() {
+        let p = policies("");
+        let gates = json!({"spec": {"schedulingGates": [
+            {"name": "allot.dev/gang"}, {"name": "allot.dev/quota"}, {"name": "example.com/hold"}
+        ]}});
+        let state = cluster(&p, &[member("solo-0", "solo", 1, "2026-11-22T01:00:00Z", gates)]);
+        state.mark_quota_released("ml", "solo-0");
+        let (snapshot, _) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        assert!(snapshot.gangs.is_empty(), "still held by example.com/hold: {:?}", snapshot.gangs);
+    }
+
     #[test]
     fn the_directory_serves_admission_from_the_watch() {
         let p = policies("");
