@@ -89,12 +89,11 @@ fn placement_applies(
     path_prefix: &str,
     out: &mut Mutation,
 ) -> bool {
-    if !placement.namespaces.matches_or_empty(ctx.namespace) {
-        return false;
-    }
-    if !placement.spec.scope.teams.is_empty()
-        && !ctx.team.team.is_some_and(|t| placement.spec.scope.teams.contains(&t.name))
-    {
+    if !placement.namespaces.in_scope(
+        &placement.spec.scope.teams,
+        ctx.namespace,
+        ctx.team.team.map(|t| t.name.as_str()),
+    ) {
         return false;
     }
     let requests = resources::requests_any(spec, &placement.resources);

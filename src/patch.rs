@@ -198,11 +198,6 @@ impl Builder {
         }
     }
 
-    /// True when no operation was recorded.
-    pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
-    }
-
     /// The operations, in order.
     pub fn into_ops(self) -> Vec<PatchOp> {
         self.ops

@@ -44,11 +44,6 @@ impl ResourceMatcher {
     pub fn matches(&self, name: &str) -> bool {
         self.exact.iter().any(|e| e == name) || self.prefixes.iter().any(|p| name.starts_with(p.as_str()))
     }
-
-    /// True when no pattern is configured.
-    pub fn is_empty(&self) -> bool {
-        self.exact.is_empty() && self.prefixes.is_empty()
-    }
 }
 
 /// The accelerator resource names Allot knows without configuration.

@@ -255,9 +255,7 @@ pub struct Target<'a> {
 
 fn rule_matches(rule: &Rule, target: &Target<'_>) -> bool {
     rule.spec.rule_match.operations.contains(&target.operation)
-        && rule.namespaces.matches_or_empty(target.namespace)
-        && (rule.spec.rule_match.teams.is_empty()
-            || target.team.is_some_and(|t| rule.spec.rule_match.teams.iter().any(|r| r == t)))
+        && rule.namespaces.in_scope(&rule.spec.rule_match.teams, target.namespace, target.team)
         && rule.kinds.iter().any(|k| k.matches(target.group, target.kind, target.is_pod))
 }
 

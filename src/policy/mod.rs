@@ -51,6 +51,12 @@ impl NameGlobs {
             .map(NameGlobs)
     }
 
+    /// The scope every policy kind has: these namespace globs (none: all) and these teams
+    /// (none: any, else the namespace's team must be one of them).
+    pub fn in_scope(&self, teams: &[String], namespace: &str, team: Option<&str>) -> bool {
+        self.matches_or_empty(namespace) && (teams.is_empty() || team.is_some_and(|t| teams.iter().any(|x| x == t)))
+    }
+
     /// True when a pattern matches (or there are none).
     pub fn matches_or_empty(&self, name: &str) -> bool {
         self.0.is_empty() || self.matches(name)
@@ -525,10 +531,7 @@ impl PolicySet {
     pub fn gang_policy(&self, namespace: &str, team: Option<&str>) -> std::borrow::Cow<'_, GangPolicy> {
         self.gang_policies
             .iter()
-            .find(|g| {
-                g.namespaces.matches_or_empty(namespace)
-                    && (g.teams.is_empty() || team.is_some_and(|t| g.teams.iter().any(|x| x == t)))
-            })
+            .find(|g| g.namespaces.in_scope(&g.teams, namespace, team))
             .map_or_else(|| std::borrow::Cow::Owned(GangPolicy::default()), std::borrow::Cow::Borrowed)
     }
 

@@ -169,7 +169,7 @@ struct WatchedNamespaces(kube::runtime::reflector::Store<k8s_openapi::api::core:
 impl NamespaceLabels for WatchedNamespaces {
     fn labels(&self, namespace: &str) -> Option<Labels> {
         let ns = self.0.get(&kube::runtime::reflector::ObjectRef::new(namespace))?;
-        Some(ns.metadata.labels.clone().unwrap_or_default().into_iter().collect())
+        Some(ns.metadata.labels.clone().unwrap_or_default())
     }
 }
 
