@@ -305,7 +305,25 @@ pub struct StaticUsage {
 /// What the manifests of one run took so far: per team, and the gangs already charged.
 type Taken = (BTreeMap<String, ResourceList>, std::collections::BTreeSet<(String, String)>);
 
+/// Parses one team's amounts (`{nvidia.com/gpu: 6}`); errors name `field.RESOURCE`.
+pub fn parse_amounts<'a>(
+    field: &str,
+    amounts: impl IntoIterator<Item = (&'a String, &'a serde_json::Value)>,
+) -> Result<ResourceList, String> {
+    amounts
+        .into_iter()
+        .map(|(resource, raw)| {
+            Quantity::from_json(raw).map(|q| (resource.clone(), q)).map_err(|e| format!("{field}.{resource}: {e}"))
+        })
+        .collect()
+}
+
 impl StaticUsage {
+    /// Usage per team, nothing taken yet.
+    pub fn new(teams: BTreeMap<String, ResourceList>) -> StaticUsage {
+        StaticUsage { teams, taken: Default::default() }
+    }
+
     /// Parses `{teams: {vision: {nvidia.com/gpu: 6}}}` (YAML or JSON).
     pub fn parse(name: &str, text: &str) -> Result<StaticUsage, String> {
         let docs = crate::policy::parse_documents(name, text)?;
@@ -315,15 +333,12 @@ impl StaticUsage {
                 return Err(format!("{name}: document {index}: expected `teams: {{TEAM: {{RESOURCE: AMOUNT}}}}`"));
             };
             for (team, resources) in map {
-                let mut list = ResourceList::new();
-                for (resource, raw) in resources.as_object().into_iter().flatten() {
-                    let q = Quantity::from_json(raw).map_err(|e| format!("{name}: teams.{team}.{resource}: {e}"))?;
-                    list.insert(resource.clone(), q);
-                }
+                let list =
+                    parse_amounts(&format!("{name}: teams.{team}"), resources.as_object().into_iter().flatten())?;
                 teams.insert(team.clone(), list);
             }
         }
-        Ok(StaticUsage { teams, taken: Default::default() })
+        Ok(StaticUsage::new(teams))
     }
 }
 

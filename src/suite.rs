@@ -37,7 +37,6 @@ use crate::engine::Engine;
 use crate::namespaces::{self, Labels, NamespaceLabels, NoNamespaces, StaticNamespaces};
 use crate::patch::PatchOp;
 use crate::policy::{self, API_VERSION, Action, PolicySet};
-use crate::quantity::Quantity;
 use crate::quota::StaticUsage;
 use crate::resources::ResourceList;
 
@@ -821,12 +820,7 @@ fn parse_usage(
                 known.iter().copied().collect::<Vec<_>>().join(", ")
             ));
         }
-        let mut list = ResourceList::new();
-        for (resource, raw) in amounts {
-            let q = Quantity::from_json(raw).map_err(|e| format!("{field}.teams.{team}.{resource}: {e}"))?;
-            list.insert(resource.clone(), q);
-        }
-        out.insert(team.clone(), list);
+        out.insert(team.clone(), crate::quota::parse_amounts(&format!("{field}.teams.{team}"), amounts)?);
     }
     Ok(out)
 }
@@ -962,8 +956,7 @@ fn run_test(test: &LoadedTest) -> TestReport {
         .cases
         .iter()
         .map(|case| {
-            let mut usage = StaticUsage::default();
-            usage.teams = case.usage.clone();
+            let usage = StaticUsage::new(case.usage.clone());
             let engine = engine.with_gangs(&gangs).with_quota(&usage);
             let admitted = check::admit_manifest(&engine, &case.manifest);
             CaseReport {
