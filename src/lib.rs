@@ -5,6 +5,7 @@
 #![deny(rust_2018_idioms)]
 
 pub mod admission;
+pub mod apivalidation;
 pub mod certs;
 pub mod check;
 pub mod engine;
