@@ -7,6 +7,7 @@
 //! drops to an empty or half policy set because one file is broken.
 
 pub mod model;
+mod values;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -330,6 +331,9 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
             Doc::GangPolicy(spec) => gang_specs.push((location, meta.name, spec)),
         }
     }
+    if let Some((location, spec)) = &cluster {
+        errors.extend(values::cluster_priority(&spec.priority).into_iter().map(|e| format!("{location}: {e}")));
+    }
     let cluster = cluster.map(|(_, spec)| spec).unwrap_or_default();
     let accelerators = Arc::new(match &cluster.accelerators.resources {
         Some(list) => ResourceMatcher::new(list),
@@ -368,6 +372,7 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
                 "{location}: spec.priority.default: {default:?} is not in spec.priority.allowed {allowed:?}"
             ));
         }
+        errors.extend(values::team_priority(&spec.priority).into_iter().map(|e| format!("{location}: {e}")));
         let quota = match spec.quota.as_ref().map(crate::quota::Quota::compile).transpose() {
             Ok(q) => q,
             Err(e) => {
@@ -400,6 +405,7 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
                 ));
             }
         }
+        errors.extend(values::placement(&spec).into_iter().map(|e| format!("{location}: {e}")));
         let when = match spec.when.as_deref().map(Expression::compile).transpose() {
             Ok(w) => w,
             Err(e) => {

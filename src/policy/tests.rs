@@ -124,3 +124,100 @@ proptest::proptest! {
         let _ = compile(&src(&text));
     }
 }
+
+/// Issue #11: values the API server refuses in every Pod they would be written into are refused
+/// at load, with file, document and field.
+#[test]
+fn values_the_api_server_refuses_are_load_errors() {
+    let placement = |spec: &str| {
+        format!("{TEAM}---\napiVersion: allot.dev/v1alpha1\nkind: Placement\nmetadata: {{name: gpu}}\nspec:\n{spec}")
+    };
+    let e = errors(&placement("  nodeSelector: {example.com/pool~x: a100}\n"));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].starts_with(
+            "p.yaml: document 2 (Placement gpu): spec.nodeSelector: Invalid value: \"example.com/pool~x\": name part must consist of alphanumeric characters"
+        ),
+        "{e:?}"
+    );
+    let long = "a".repeat(70);
+    let e = errors(&placement(&format!("  nodeSelector: {{pool: {long}}}\n")));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(
+        e[0],
+        format!(
+            "p.yaml: document 2 (Placement gpu): spec.nodeSelector[pool]: Invalid value: \"{long}\": must be no more than 63 characters"
+        )
+    );
+    let e = errors(&format!(
+        "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: vision}}\nspec:\n  namespaces: {{names: [vision]}}\n  priority: {{default: Low_Priority, allowed: [Low_Priority, high]}}\n"
+    ));
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(
+        e[0].starts_with(
+            "p.yaml: document 1 (Team vision): spec.priority.default: Invalid value: \"Low_Priority\": a lowercase RFC 1123 subdomain"
+        ),
+        "{e:?}"
+    );
+    assert!(e[1].contains("(Team vision): spec.priority.allowed[0]: Invalid value: \"Low_Priority\""), "{e:?}");
+}
+
+#[test]
+fn placement_tolerations_and_affinity_are_checked_like_the_pods_they_go_into() {
+    let placement =
+        |spec: &str| format!("apiVersion: allot.dev/v1alpha1\nkind: Placement\nmetadata: {{name: gpu}}\nspec:\n{spec}");
+    let cases = [
+        ("  tolerations: [{key: nvidia.com/gpu~x, operator: Exists}]\n", "spec.tolerations[0].key: Invalid value"),
+        (
+            "  tolerations: [{operator: Equal, value: x}]\n",
+            "spec.tolerations[0].operator: Invalid value: \"Equal\": operator must be Exists when `key` is empty",
+        ),
+        (
+            "  tolerations: [{key: a, operator: Exists, value: b}]\n",
+            "spec.tolerations[0].operator: Invalid value: value must be empty",
+        ),
+        (
+            "  tolerations: [{key: a, operator: Exists, effect: NoSchedule, tolerationSeconds: 30}]\n",
+            "spec.tolerations[0].effect: Invalid value: \"NoSchedule\": effect must be 'NoExecute'",
+        ),
+        (
+            "  tolerations: [{key: a, value: not a label}]\n",
+            "spec.tolerations[0].operator: Invalid value: \"not a label\"",
+        ),
+        (
+            "  nodeAffinity: [{key: 'bad key', operator: Exists}]\n",
+            "spec.nodeAffinity[0].key: Invalid value: \"bad key\"",
+        ),
+        (
+            "  nodeAffinity: [{key: pool, operator: In, values: [ok, 'not ok']}]\n",
+            "spec.nodeAffinity[0].values[1]: Invalid value: \"not ok\"",
+        ),
+        (
+            "  nodeAffinity: [{key: mem, operator: Gt, values: [lots]}]\n",
+            "spec.nodeAffinity[0].values[0]: Invalid value: \"lots\": must be an integer",
+        ),
+    ];
+    for (spec, want) in cases {
+        let e = errors(&placement(spec));
+        assert_eq!(e.len(), 1, "{spec}: {e:?}");
+        assert!(e[0].starts_with(&format!("p.yaml: document 1 (Placement gpu): {want}")), "{spec}: {e:?}");
+    }
+    let fine = placement(
+        "  tolerations: [{operator: Exists}, {key: a, value: b, effect: NoExecute, tolerationSeconds: 30}]\n  nodeSelector: {node-type: my-precious}\n  nodeAffinity: [{key: mem, operator: Gt, values: ['80']}]\n",
+    );
+    compile(&src(&fine)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn cluster_priority_names_are_dns_subdomains() {
+    let e = errors(
+        "apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  priority: {default: ok, globalDefault: Low_Priority}\n",
+    );
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].starts_with(
+            "p.yaml: document 1 (Cluster c): spec.priority.globalDefault: Invalid value: \"Low_Priority\""
+        ),
+        "{e:?}"
+    );
+}
