@@ -210,8 +210,40 @@ pub fn admit_manifest(engine: &Engine<'_>, m: &Manifest) -> Admitted {
     };
     let request = create_request(m, group, kind, namespace);
     let admission = engine.admit(&request);
-    let report = object_report(m, &admission, namespace);
+    let mut report = object_report(m, &admission, namespace);
+    let refused = api_server_findings(engine, &Request { object: &admission.mutated, ..request });
+    if !refused.is_empty() {
+        report.allowed = false;
+        report.findings.extend(refused);
+    }
     Admitted { report, mutated: admission.mutated }
+}
+
+/// Rule id of what the API server's own validation would refuse.
+pub const API_SERVER_RULE: &str = "api-server/validation";
+
+/// What the API server's own validation refuses in the object as the webhooks leave it (its
+/// metadata; a Pod's fields Allot writes or trusts; each Pod template as its Pods will be), so
+/// that a dry run never says "admitted" for an object `kubectl apply` would fail on.
+fn api_server_findings(engine: &Engine<'_>, request: &Request<'_>) -> Vec<Finding> {
+    let is_pod = request.group.is_empty() && request.kind == "Pod";
+    let mut errors = Vec::new();
+    if !is_pod {
+        let metadata = request.object.get("metadata").unwrap_or(&Value::Null);
+        errors.extend(crate::apivalidation::object_meta(metadata, "metadata"));
+    }
+    for view in engine.pods_as_created(request) {
+        errors.extend(crate::apivalidation::pod(&view.pod, &view.path, is_pod));
+    }
+    errors
+        .into_iter()
+        .map(|e| Finding {
+            rule: API_SERVER_RULE.to_string(),
+            action: Action::Deny,
+            path: e.path,
+            message: format!("{}; the API server would refuse this object", e.message),
+        })
+        .collect()
 }
 
 fn object_report(m: &Manifest, a: &Admission, namespace: &str) -> ObjectReport {

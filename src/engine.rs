@@ -295,6 +295,18 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// The Pods an object makes as they reach the API server: a Pod as given, each template as
+    /// mutated by the same preview [`Engine::validate`] checks. `allot check` validates these
+    /// with the API server's own rules ([`crate::apivalidation`]).
+    pub fn pods_as_created<'v>(&self, req: &Request<'v>) -> Vec<PodView<'v>> {
+        let mut scratch = Outcome::default();
+        let team = self.team(req.namespace, &mut scratch.notes);
+        workload::pods_of(req.object, req.group, req.kind)
+            .into_iter()
+            .map(|view| if view.path.is_empty() { view } else { self.as_created(req, view, &team, &mut scratch) })
+            .collect()
+    }
+
     /// Mutation, the patch applied, then validation of the result: the API server's sequence,
     /// used by `allot check`.
     pub fn admit(&self, req: &Request<'_>) -> Admission {

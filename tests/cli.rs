@@ -248,3 +248,93 @@ fn webhooks_render_valid_configurations() {
         assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     }
 }
+
+/// Issue #11: a policy value the API server would refuse in every Pod it is written into is a
+/// policy error (exit 2, with file, document and field) for `allot check` and `allot test`, not
+/// a dry run that says "admitted, mutated".
+#[test]
+fn policy_values_the_api_server_refuses_exit_two_with_the_location() {
+    let dir = tempfile::tempdir().unwrap();
+    let pod = write(
+        dir.path(),
+        "pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: vision}\nspec: {containers: [{name: c, image: i, resources: {limits: {nvidia.com/gpu: 1}}}]}\n",
+    );
+    let team = "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: vision}\nspec:\n  namespaces: {names: [vision]}\n";
+    let placement = |selector: &str| {
+        format!(
+            "{team}---\napiVersion: allot.dev/v1alpha1\nkind: Placement\nmetadata: {{name: gpu}}\nspec:\n  nodeSelector: {{{selector}}}\n"
+        )
+    };
+    let long = "a".repeat(70);
+    let cases = [
+        (
+            placement("example.com/pool~x: a100"),
+            "policy.yaml: document 2 (Placement gpu): spec.nodeSelector: Invalid value: \"example.com/pool~x\": name part must consist of alphanumeric characters".to_string(),
+        ),
+        (
+            placement(&format!("pool: {long}")),
+            format!("policy.yaml: document 2 (Placement gpu): spec.nodeSelector[pool]: Invalid value: \"{long}\": must be no more than 63 characters"),
+        ),
+        (
+            format!("{team}  priority: {{default: Low_Priority}}\n"),
+            "policy.yaml: document 1 (Team vision): spec.priority.default: Invalid value: \"Low_Priority\": a lowercase RFC 1123 subdomain".to_string(),
+        ),
+    ];
+    for (i, (policy, want)) in cases.iter().enumerate() {
+        let policies = dir.path().join(format!("policies-{i}"));
+        std::fs::create_dir(&policies).unwrap();
+        write(&policies, "policy.yaml", policy);
+        let out = allot(&["check", "--policies", policies.to_str().unwrap(), pod.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{policy}\n{}", stdout(&out));
+        assert!(stderr(&out).contains(want.as_str()), "{}", stderr(&out));
+        assert!(stdout(&out).is_empty(), "nothing is evaluated under a refused policy: {}", stdout(&out));
+
+        let test = write(
+            dir.path(),
+            &format!("test-{i}.yaml"),
+            &format!(
+                "apiVersion: allot.dev/v1alpha1\nkind: Test\nmetadata: {{name: t}}\npolicies: {}\ncases:\n  - name: a GPU pod\n    path: {}\n    expect: {{allowed: true}}\n",
+                policies.display(),
+                pod.display()
+            ),
+        );
+        let out = allot(&["test", test.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+        assert!(stderr(&out).contains(want.as_str()), "{}", stderr(&out));
+    }
+}
+
+/// The dry run validates the object as the webhooks leave it with the API server's own rules:
+/// what `kubectl apply` would fail on is a denial (exit 1) by `api-server/validation`.
+#[test]
+fn check_denies_what_the_api_server_would_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let pods = write(
+        dir.path(),
+        "pods.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: typo, namespace: vision}\nspec:\n  priorityClassName: Low_Priority\n  containers: [{name: c, image: 'i:1', resources: {limits: {nvidia.com/gpu: 1}}}]\n\
+---\napiVersion: v1\nkind: Pod\nmetadata: {name: pinned, namespace: vision}\n\
+spec:\n  nodeName: node-1\n  schedulingGates: [{name: example.com/wait}]\n  containers: [{name: c, image: 'i:1'}]\n",
+    );
+    let out = allot(&[
+        "check",
+        "--policies",
+        "policies",
+        "--namespaces",
+        "examples/cluster/namespaces.yaml",
+        pods.to_str().unwrap(),
+    ]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}\n{}", stderr(&out));
+    for expected in [
+        "pods.yaml#1 Pod vision/typo: DENIED",
+        "deny  [api-server/validation] spec.priorityClassName: Invalid value: \"Low_Priority\": a lowercase RFC 1123 subdomain",
+        "pods.yaml#2 Pod vision/pinned: DENIED",
+        // A gated Pod that names its node: the API server refuses the pair at CREATE.
+        "deny  [api-server/validation] spec.nodeName: Forbidden: cannot be set until all schedulingGates have been cleared",
+        "0 admitted",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}
