@@ -880,15 +880,26 @@ async fn policies_hot_reload_and_broken_files_keep_the_last_good_set() {
     let good_ready = server.metrics_get("/readyz").await.text();
     assert!(!good_ready.contains("failed"), "{good_ready}");
 
-    // An unknown field, then a YAML syntax error: both rejected, the edited set stays.
+    // An unknown field, a YAML syntax error, then a nodeSelector key the API server would refuse
+    // in every Pod: all rejected, the edited set stays. Each names what /readyz must report.
     let broken_files = [
         (
             "unknown field",
             pinned.replacen("  onConflict: Deny\n", "  onConflict: Deny\n  tolerateEverything: true\n", 1),
+            "tolerateEverything",
         ),
-        ("invalid YAML", format!("{pinned}\n---\napiVersion: allot.dev/v1alpha1\nkind: Placement\nspec: [unclosed\n")),
+        (
+            "invalid YAML",
+            format!("{pinned}\n---\napiVersion: allot.dev/v1alpha1\nkind: Placement\nspec: [unclosed\n"),
+            "invalid YAML",
+        ),
+        (
+            "a nodeSelector key the API server refuses",
+            pinned.replacen("    node-type: my-precious\n", "    example.com/pool~x: my-precious\n", 1),
+            "spec.nodeSelector: Invalid value: \"example.com/pool~x\"",
+        ),
     ];
-    for (i, (what, broken)) in broken_files.iter().enumerate() {
+    for (i, (what, broken, marker)) in broken_files.iter().enumerate() {
         assert_ne!(broken, &pinned, "{what}: the edit must change the file");
         replace_file(&placement, broken);
         let ready = eventually(&format!("{what}: /readyz reports the failure"), RELOAD_DEADLINE, || async move {
@@ -899,7 +910,7 @@ async fn policies_hot_reload_and_broken_files_keep_the_last_good_set() {
             }
             let failures = metric(&srv.metrics_text().await, "allot_policy_reloads_total", &[r#"result="failure""#]);
             // Each broken version is reported in turn (the unknown field only by the first).
-            let this_one = (i == 0) == text.contains("tolerateEverything");
+            let this_one = (i == 0) == text.contains("tolerateEverything") && text.contains(*marker);
             if text.contains("last reload failed") && this_one && failures >= Some((i + 1) as f64) {
                 Ok(text)
             } else {
@@ -924,7 +935,7 @@ async fn policies_hot_reload_and_broken_files_keep_the_last_good_set() {
     }
     let metrics = server.metrics_text().await;
     let failures = metric(&metrics, "allot_policy_reloads_total", &[r#"result="failure""#]);
-    assert!(failures >= Some(2.0), "two failed reloads counted: {metrics}");
+    assert!(failures >= Some(3.0), "three failed reloads counted: {metrics}");
     assert!(metric(&metrics, "allot_policy_load_errors", &[]) >= Some(1.0), "{metrics}");
 
     // Fixed: the report goes away.
