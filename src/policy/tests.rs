@@ -149,9 +149,9 @@ fn values_the_api_server_refuses_are_load_errors() {
             "p.yaml: document 2 (Placement gpu): spec.nodeSelector[pool]: Invalid value: \"{long}\": must be no more than 63 characters"
         )
     );
-    let e = errors(&format!(
-        "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: vision}}\nspec:\n  namespaces: {{names: [vision]}}\n  priority: {{default: Low_Priority, allowed: [Low_Priority, high]}}\n"
-    ));
+    let e = errors(
+        "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: vision}\nspec:\n  namespaces: {names: [vision]}\n  priority: {default: Low_Priority, allowed: [Low_Priority, high]}\n",
+    );
     assert_eq!(e.len(), 2, "{e:?}");
     assert!(
         e[0].starts_with(
