@@ -43,8 +43,10 @@ fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
     format!("{msg} (e.g. {examples}regex used for validation is '{fmt}')")
 }
 
-fn max_len_error(n: usize) -> String {
-    format!("must be no more than {n} characters")
+/// Go's `MaxLenError`. The newer `validate/content` package (label keys and values, the DNS
+/// prefix of a key) counts bytes; `util/validation` (object names) still says characters.
+fn max_len_error(n: usize, unit: &str) -> String {
+    format!("must be no more than {n} {unit}")
 }
 
 /// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`: a label key's name part, or a non-empty label value.
@@ -75,9 +77,13 @@ fn is_dns1123_subdomain(s: &str) -> bool {
 
 /// Go's `IsDNS1123Subdomain`: problems with `value`, none when valid.
 pub fn dns1123_subdomain(value: &str) -> Vec<String> {
+    dns1123_subdomain_in(value, "characters")
+}
+
+fn dns1123_subdomain_in(value: &str, unit: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if value.len() > DNS1123_SUBDOMAIN_MAX {
-        errs.push(max_len_error(DNS1123_SUBDOMAIN_MAX));
+        errs.push(max_len_error(DNS1123_SUBDOMAIN_MAX, unit));
     }
     if !is_dns1123_subdomain(value) {
         errs.push(regex_error(DNS1123_SUBDOMAIN_MSG, DNS1123_SUBDOMAIN_FMT, &["example.com"]));
@@ -97,7 +103,7 @@ pub fn qualified_name(value: &str) -> Vec<String> {
             if prefix.is_empty() {
                 errs.push("prefix part must be non-empty".to_string());
             } else {
-                errs.extend(dns1123_subdomain(prefix).into_iter().map(|m| format!("prefix part {m}")));
+                errs.extend(dns1123_subdomain_in(prefix, "bytes").into_iter().map(|m| format!("prefix part {m}")));
             }
             *name
         }
@@ -112,7 +118,7 @@ pub fn qualified_name(value: &str) -> Vec<String> {
     if name.is_empty() {
         errs.push("name part must be non-empty".to_string());
     } else if name.len() > LABEL_MAX {
-        errs.push(format!("name part {}", max_len_error(LABEL_MAX)));
+        errs.push(format!("name part {}", max_len_error(LABEL_MAX, "bytes")));
     }
     if !is_label_token(name) {
         errs.push(format!(
@@ -127,7 +133,7 @@ pub fn qualified_name(value: &str) -> Vec<String> {
 pub fn label_value(value: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if value.len() > LABEL_MAX {
-        errs.push(max_len_error(LABEL_MAX));
+        errs.push(max_len_error(LABEL_MAX, "bytes"));
     }
     if !value.is_empty() && !is_label_token(value) {
         errs.push(regex_error(LABEL_VALUE_MSG, LABEL_VALUE_FMT, &["MyValue", "my_value", "12345"]));
@@ -167,14 +173,15 @@ fn wrong_type(path: String, want: &str) -> FieldError {
 }
 
 /// Go's `ValidateLabels`: every key a qualified name, every value a label value. `map` is the
-/// JSON object at `path` (`metadata.labels`, `spec.nodeSelector`).
+/// JSON object at `path` (`metadata.labels`, `spec.nodeSelector`); like the API server, errors
+/// of keys and of values are both reported at `path`, the message quoting the offender.
 pub fn labels(map: &Value, path: &str) -> Vec<FieldError> {
     let mut out = Vec::new();
     let Some(map) = object_or_report(map, path, &mut out) else { return out };
     for (key, value) in map {
         invalid_each(&mut out, path, key, qualified_name(key));
         match value.as_str() {
-            Some(v) => invalid_each(&mut out, &format!("{path}[{key}]"), v, label_value(v)),
+            Some(v) => invalid_each(&mut out, path, v, label_value(v)),
             None => out.push(wrong_type(format!("{path}[{key}]"), "a string")),
         }
     }
@@ -197,7 +204,7 @@ pub fn annotations(map: &Value, path: &str) -> Vec<FieldError> {
     if total > TOTAL_ANNOTATION_SIZE_LIMIT {
         out.push(FieldError {
             path: path.to_string(),
-            message: format!("Too long: must have at most {TOTAL_ANNOTATION_SIZE_LIMIT} bytes (these have {total})"),
+            message: format!("Too long: may not be more than {TOTAL_ANNOTATION_SIZE_LIMIT} bytes"),
         });
     }
     out
@@ -274,10 +281,7 @@ pub fn toleration(t: &Value, path: &str) -> Vec<FieldError> {
             }
         }
         "Exists" if !value.is_empty() => {
-            out.push(FieldError {
-                path: operator_path,
-                message: "Invalid value: value must be empty when `operator` is 'Exists'".to_string(),
-            });
+            out.push(invalid(operator_path, value, "value must be empty when `operator` is 'Exists'"));
         }
         "Exists" => {}
         // Comparison operators (TaintTolerationComparisonOperators, alpha): the API server
@@ -460,7 +464,9 @@ pub fn object_meta(metadata: &Value, path: &str) -> Vec<FieldError> {
 /// as one) whose `metadata` and `spec` sit under `path` (`""` for a Pod, `spec.template`).
 /// `create`: a real Pod at CREATE, where `nodeName` and scheduling gates exclude each other.
 pub fn pod(pod: &Value, path: &str, create: bool) -> Vec<FieldError> {
-    let mut out = object_meta(pod.get("metadata").unwrap_or(&Value::Null), &join(path, "metadata"));
+    // A template's labels are `spec.template.labels` to the API server (ObjectMeta inlined).
+    let meta_path = if path.is_empty() { "metadata" } else { path };
+    let mut out = object_meta(pod.get("metadata").unwrap_or(&Value::Null), meta_path);
     let spec_path = join(path, "spec");
     let Some(spec) = pod.get("spec").filter(|s| s.is_object()) else { return out };
     let field = |name: &str| spec.get(name).unwrap_or(&Value::Null);

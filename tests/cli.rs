@@ -274,7 +274,7 @@ fn policy_values_the_api_server_refuses_exit_two_with_the_location() {
         ),
         (
             placement(&format!("pool: {long}")),
-            format!("policy.yaml: document 2 (Placement gpu): spec.nodeSelector[pool]: Invalid value: \"{long}\": must be no more than 63 characters"),
+            format!("policy.yaml: document 2 (Placement gpu): spec.nodeSelector: Invalid value: \"{long}\": must be no more than 63 bytes"),
         ),
         (
             format!("{team}  priority: {{default: Low_Priority}}\n"),

@@ -146,7 +146,7 @@ fn values_the_api_server_refuses_are_load_errors() {
     assert_eq!(
         e[0],
         format!(
-            "p.yaml: document 2 (Placement gpu): spec.nodeSelector[pool]: Invalid value: \"{long}\": must be no more than 63 characters"
+            "p.yaml: document 2 (Placement gpu): spec.nodeSelector: Invalid value: \"{long}\": must be no more than 63 bytes"
         )
     );
     let e = errors(
@@ -174,7 +174,7 @@ fn placement_tolerations_and_affinity_are_checked_like_the_pods_they_go_into() {
         ),
         (
             "  tolerations: [{key: a, operator: Exists, value: b}]\n",
-            "spec.tolerations[0].operator: Invalid value: value must be empty",
+            "spec.tolerations[0].operator: Invalid value: \"b\": value must be empty",
         ),
         (
             "  tolerations: [{key: a, operator: Exists, effect: NoSchedule, tolerationSeconds: 30}]\n",
