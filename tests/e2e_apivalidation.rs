@@ -147,6 +147,22 @@ fn the_api_server_refuses_exactly_what_apivalidation_reports() {
         }
         assert!(disagreements.is_empty(), "disagreements:\n  {}", disagreements.join("\n  "));
 
+        // Priority class names: the Priority plugin refuses a Pod's unknown class before
+        // validation, so the words are compared where the same rule names PriorityClasses.
+        for name in ["Low_Priority".to_string(), "p".repeat(254)] {
+            let ours = allot::apivalidation::dns1123_subdomain(&name);
+            assert!(!ours.is_empty(), "{name}");
+            let class = serde_json::from_value(json!({"metadata": {"name": name}, "value": 1})).unwrap();
+            match classes.create(&dry_run, &class).await {
+                Err(kube::Error::Api(status)) => {
+                    for msg in &ours {
+                        assert!(status.message.contains(msg.as_str()), "{msg} vs {}", status.message);
+                    }
+                }
+                other => panic!("the API server should refuse PriorityClass {name}: {other:?}"),
+            }
+        }
+
         // A Pod template: the API server refuses the Job; Allot names the same field.
         let jobs: Api<Job> = Api::namespaced(server.client.clone(), "default");
         let job = json!({
