@@ -19,6 +19,7 @@ pub mod patch;
 pub mod policy;
 pub mod quantity;
 pub mod quota;
+pub mod request;
 pub mod resources;
 pub mod server;
 pub mod suite;

@@ -196,7 +196,8 @@ fn graph() -> BTreeMap<String, BTreeMap<String, String>> {
         })
         .collect();
     let nodes: BTreeSet<String> = located.iter().map(|(_, n)| n.clone()).collect();
-    let mut edges: BTreeMap<String, BTreeMap<String, String>> = nodes.iter().map(|n| (n.clone(), BTreeMap::new())).collect();
+    let mut edges: BTreeMap<String, BTreeMap<String, String>> =
+        nodes.iter().map(|n| (n.clone(), BTreeMap::new())).collect();
     for (relative, node) in &located {
         let code = code_only(&std::fs::read_to_string(src.join(relative)).unwrap());
         let mut paths = heads(&code, "crate");
@@ -302,7 +303,8 @@ fn modules_have_no_import_cycles() {
     let shown: Vec<String> = found
         .iter()
         .map(|cycle| {
-            let steps: Vec<String> = cycle.windows(2).map(|w| format!("  {} -> {}  ({})", w[0], w[1], edges[&w[0]][&w[1]])).collect();
+            let steps: Vec<String> =
+                cycle.windows(2).map(|w| format!("  {} -> {}  ({})", w[0], w[1], edges[&w[0]][&w[1]])).collect();
             format!("{}\n{}", cycle.join(" -> "), steps.join("\n"))
         })
         .collect();
@@ -313,7 +315,9 @@ fn modules_have_no_import_cycles() {
 /// string is not an edge, and grouped imports count.
 #[test]
 fn the_reader_finds_edges_and_cycles() {
-    let code = code_only("use crate::{engine::Request, policy};\n// crate::server\nlet s = \"crate::quota\";\nlet c = '\"'; crate::files::x();");
+    let code = code_only(
+        "use crate::{engine::Request, policy};\n// crate::server\nlet s = \"crate::quota\";\nlet c = '\"'; crate::files::x();",
+    );
     let nodes: BTreeSet<String> = ["engine", "policy", "server", "quota", "files"].map(String::from).into();
     let found: BTreeSet<String> = heads(&code, "crate").iter().filter_map(|p| target(p, &nodes)).collect();
     assert_eq!(found, ["engine", "files", "policy"].map(String::from).into());
