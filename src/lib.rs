@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod certs;
 pub mod check;
+pub mod cluster;
 pub mod engine;
 pub mod error;
 pub mod expression;

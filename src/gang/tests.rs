@@ -4,7 +4,8 @@ use k8s_openapi::api::core::v1::{Taint, Toleration};
 use proptest::prelude::*;
 
 use super::decision::*;
-use super::fit::{NodeInfo, PodShape, node_admits};
+use super::fit::node_admits;
+use crate::cluster::{NodeInfo, PodShape};
 use crate::quantity::Quantity;
 use crate::resources::{ResourceList, ResourceMatcher};
 
@@ -262,10 +263,13 @@ mod controller_state {
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::cluster::{Action, ClusterState, PodRecord};
     use crate::gang::controller::release_patch;
     use crate::gang::directory::GangDirectory;
-    use crate::gang::state::{Action, ClusterState, PodRecord};
+    use crate::gang::plan::plan;
+    use crate::gang::snapshot::GangSnapshot;
     use crate::policy::{PolicySet, Source, compile};
+    use crate::quota::QuotaQueue;
 
     fn policies(extra: &str) -> PolicySet {
         compile(&[Source { name: "p.yaml".into(), text: extra.into() }]).unwrap()
@@ -323,7 +327,7 @@ mod controller_state {
         let state = cluster(&p, &two_gangs());
         let mut explained = HashMap::new();
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
-        let actions = crate::gang::state::plan(&snapshot, &facts, &mut explained).actions;
+        let actions = plan(&snapshot, &facts, &mut explained).actions;
         assert_eq!(releases(&actions), ["a-0", "a-1", "a-2", "a-3"]);
         let b_explained: Vec<_> = actions
             .iter()
@@ -342,7 +346,7 @@ mod controller_state {
         // an unchanged explanation is not written again.
         state.mark_released("ml", &["a-0".into(), "a-1".into(), "a-2".into(), "a-3".into()]);
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
-        let actions = crate::gang::state::plan(&snapshot, &facts, &mut explained).actions;
+        let actions = plan(&snapshot, &facts, &mut explained).actions;
         assert!(releases(&actions).is_empty());
         assert!(actions.is_empty(), "{actions:?}");
 
@@ -355,17 +359,14 @@ mod controller_state {
         let restarted = cluster(&p, &pods);
         let (snapshot, facts) = restarted.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         assert_eq!(snapshot.in_flight.len(), 4);
-        assert!(releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions).is_empty());
+        assert!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions).is_empty());
 
         // a finished (its pods are gone): b goes, whole.
         let remaining: Vec<Value> =
             pods.into_iter().filter(|p| p["metadata"]["name"].as_str().unwrap().starts_with("b-")).collect();
         let after = cluster(&p, &remaining);
         let (snapshot, facts) = after.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
-        assert_eq!(
-            releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions),
-            ["b-0", "b-1", "b-2", "b-3"]
-        );
+        assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions), ["b-0", "b-1", "b-2", "b-3"]);
     }
 
     #[test]
@@ -387,10 +388,7 @@ mod controller_state {
         state.replace_nodes(vec![n1]);
         state.replace_pods(pods.iter().map(|pod| record(pod, &p)).collect());
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
-        assert_eq!(
-            releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions),
-            ["w-3-replacement"]
-        );
+        assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions), ["w-3-replacement"]);
     }
 
     #[test]
@@ -405,14 +403,14 @@ mod controller_state {
         let _ = created;
         let (snapshot, facts) =
             state.snapshot(&p, &crate::namespaces::NoNamespaces, snapshot_time("2026-11-22T01:04:00Z"));
-        let actions = crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions;
+        let actions = plan(&snapshot, &facts, &mut HashMap::new()).actions;
         assert!(
             actions.iter().all(|a| matches!(a, Action::Explain { reason: "WaitingForMembers", warning: false, .. })),
             "{actions:?}"
         );
         let (snapshot, facts) =
             state.snapshot(&p, &crate::namespaces::NoNamespaces, snapshot_time("2026-11-22T01:06:00Z"));
-        let actions = crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions;
+        let actions = plan(&snapshot, &facts, &mut HashMap::new()).actions;
         let Action::Explain { reason, message, warning, .. } = &actions[0] else { panic!("{actions:?}") };
         assert_eq!((*reason, *warning), ("AssemblyTimeout", true));
         assert!(
@@ -427,7 +425,7 @@ mod controller_state {
         let state = cluster(&p, &incomplete);
         let (snapshot, facts) =
             state.snapshot(&p, &crate::namespaces::NoNamespaces, snapshot_time("2026-11-22T01:06:00Z"));
-        let actions = crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions;
+        let actions = plan(&snapshot, &facts, &mut HashMap::new()).actions;
         assert_eq!(actions.iter().filter(|a| matches!(a, Action::Delete { .. })).count(), 3);
     }
 
@@ -478,14 +476,14 @@ mod controller_state {
         let state = cluster(&p, std::slice::from_ref(&leader));
         state.set_owner_gang("ml", "lws-llm-0", owner.clone());
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
-        assert_eq!(releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions), ["llm-0"]);
+        assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions), ["llm-0"]);
         // Only 3 GPUs free: the group would not fit, the leader waits.
         let small = ClusterState::default();
         small.replace_nodes(vec![node("n1", 3)]);
         small.replace_pods(vec![record(&leader, &p)]);
         small.set_owner_gang("ml", "lws-llm-0", owner);
         let (snapshot, facts) = small.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
-        assert!(releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions).is_empty());
+        assert!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions).is_empty());
     }
 
     #[test]
@@ -518,7 +516,7 @@ mod controller_state {
         let state = cluster(&p, &pods);
         let now = snapshot_time("2026-11-22T01:10:00Z");
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, now);
-        let pass = crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new());
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
         assert_eq!(
             pass.waiting,
             std::collections::BTreeMap::from([("InsufficientResources", 1), ("WaitingForMembers", 1)])
@@ -623,7 +621,7 @@ mod controller_state {
 
     #[test]
     fn accelerator_gauges_split_each_team_by_state_and_quota_units_count_mig_slices() {
-        use crate::gang::state::{QuotaGauge, UsageState};
+        use crate::cluster::{QuotaGauge, UsageState};
         let p = queue_policies();
         let mut mig = team_pod("mig", 0, false, "2026-11-22T01:00:00Z");
         mig["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/mig-1g.10gb": "7"});
@@ -750,7 +748,7 @@ fn a_hundred_thousand_pods_fit_in_memory() {
 
 #[cfg(target_os = "linux")]
 fn measure_a_hundred_thousand_pods() {
-    use crate::gang::state::{ClusterState, PodRecord};
+    use crate::cluster::{ClusterState, PodRecord};
 
     fn rss_kib() -> u64 {
         std::fs::read_to_string("/proc/self/status")

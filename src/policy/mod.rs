@@ -7,6 +7,7 @@
 //! drops to an empty or half policy set because one file is broken.
 
 pub mod model;
+pub mod quota;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -75,7 +76,7 @@ pub struct Team {
     pub names: NameGlobs,
     pub selector: Option<LabelSelector>,
     pub priority: TeamPrioritySpec,
-    pub quota: Option<crate::quota::Quota>,
+    pub quota: Option<quota::Quota>,
 }
 
 /// A compiled `Placement`.
@@ -368,7 +369,7 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
                 "{location}: spec.priority.default: {default:?} is not in spec.priority.allowed {allowed:?}"
             ));
         }
-        let quota = match spec.quota.as_ref().map(crate::quota::Quota::compile).transpose() {
+        let quota = match spec.quota.as_ref().map(quota::Quota::compile).transpose() {
             Ok(q) => q,
             Err(e) => {
                 errors.push(format!("{location}: spec.{e}"));
