@@ -14,6 +14,7 @@ pub mod expression;
 pub mod files;
 pub mod finding;
 pub mod gang;
+pub mod junit;
 pub mod mutate;
 pub mod namespaces;
 pub mod patch;

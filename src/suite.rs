@@ -34,6 +34,7 @@ use serde_json::Value;
 
 use crate::check::{self, Manifest, ObjectReport};
 use crate::engine::Engine;
+use crate::junit;
 use crate::namespaces::{self, Labels, NamespaceLabels, NoNamespaces, StaticNamespaces};
 use crate::patch::PatchOp;
 use crate::policy::{self, API_VERSION, Action, PolicySet};
@@ -1036,43 +1037,29 @@ impl SuiteReport {
     /// JUnit XML: a test suite per Test document, a test case per case, a failure per failed
     /// case with every mismatch and the engine's decision.
     pub fn render_junit(&self) -> String {
-        let esc = check::xml_escape;
-        let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-        out.push_str(&format!(
-            "<testsuites name=\"allot test\" tests=\"{}\" failures=\"{}\">\n",
-            self.passed() + self.failed(),
-            self.failed()
-        ));
-        for t in &self.tests {
-            let failures = t.cases.iter().filter(|c| !c.passed()).count();
-            out.push_str(&format!(
-                "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failures}\">\n",
-                esc(&format!("{}#{} {}", t.file, t.document, t.name)),
-                t.cases.len()
-            ));
-            for c in &t.cases {
-                out.push_str(&format!(
-                    "    <testcase classname=\"{}\" name=\"{}\" file=\"{}\"",
-                    esc(&t.name),
-                    esc(&c.name),
-                    esc(&t.file)
-                ));
-                if c.passed() {
-                    out.push_str(" />\n");
-                    continue;
-                }
-                let first = c.mismatches.first().and_then(|m| m.lines().next()).unwrap_or("");
-                let body = format!("{}\n\nthe engine decided:\n{}", c.mismatches.join("\n"), c.engine);
-                out.push_str(&format!(
-                    ">\n      <failure message=\"{}\" type=\"mismatch\">{}</failure>\n    </testcase>\n",
-                    esc(first),
-                    esc(&body)
-                ));
-            }
-            out.push_str("  </testsuite>\n");
-        }
-        out.push_str("</testsuites>\n");
-        out
+        let suites: Vec<junit::Suite> = self
+            .tests
+            .iter()
+            .map(|t| junit::Suite {
+                name: format!("{}#{} {}", t.file, t.document, t.name),
+                cases: t
+                    .cases
+                    .iter()
+                    .map(|c| junit::Case {
+                        classname: t.name.clone(),
+                        name: c.name.clone(),
+                        file: Some(t.file.clone()),
+                        failure: (!c.passed()).then(|| junit::Failure {
+                            message: c.mismatches.first().and_then(|m| m.lines().next()).unwrap_or("").to_string(),
+                            kind: "mismatch",
+                            body: format!("{}\n\nthe engine decided:\n{}", c.mismatches.join("\n"), c.engine),
+                        }),
+                        output: None,
+                    })
+                    .collect(),
+            })
+            .collect();
+        junit::render("allot test", &suites)
     }
 
     /// Writes [`SuiteReport::render_junit`] to `path`.
