@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::decision::{GangKey, Member, Snapshot, WaitingGang};
 use super::membership::OwnerGang;
-use crate::cluster::{ClusterState, PodShape};
+use crate::cluster::{ClusterState, ClusterView, PodShape};
 use crate::namespaces::{NamespaceLabels, TeamsByNamespace};
 use crate::policy::{OnTimeout, PolicySet};
 use crate::quantity::Quantity;
@@ -114,40 +114,12 @@ impl GangSnapshot for ClusterState {
                 gf.released += 1;
             }
         }
-        // Members already running (released and bound) count towards the quorum of their
-        // gang, so a replacement or a member whose release failed can still go.
-        for p in view.pods() {
-            if !p.finished
-                && p.node_name.is_some()
-                && p.gate_index.is_none()
-                && let Some(g) = &p.gang
-                && let Some(gf) = facts.get_mut(&GangKey { namespace: p.namespace.to_string(), name: g.name.clone() })
-            {
-                gf.released += 1;
-            }
-        }
+        count_running(&view, &mut facts);
         let gangs = waiting
             .into_values()
-            .map(|mut g| {
+            .map(|g| {
                 let gf = facts.get(&g.key);
-                let released = gf.map_or(0, |f| f.released);
-                // The decision counts gated members; lower the bar by what already runs.
-                g.expected = g.expected.map(|n| n.saturating_sub(released));
-                // LeaderReady: the leader alone is gated, its workers do not exist yet. It goes
-                // when the whole group would fit: its workers are placed as phantoms (names no
-                // gated pod has, so only the leader is released).
-                if let Some((workers, Some(requests))) = gf.and_then(|f| f.leader_first_workers.clone())
-                    && released == 0
-                    && g.members.len() == 1
-                {
-                    let leader = g.members[0].shape.clone();
-                    for i in 0..workers {
-                        let shape = PodShape { requests: requests.clone(), ..leader.clone() };
-                        g.members.push(Member { name: format!("{}/worker-{}-not-created", g.key.name, i + 1), shape });
-                    }
-                }
-                g.members.sort_by(|a, b| a.name.cmp(&b.name));
-                g
+                finish(g, gf)
             })
             .collect();
         let mut bound: Vec<(String, ResourceList)> = bound.into_iter().map(|(n, r)| (n.to_string(), r)).collect();
@@ -162,4 +134,42 @@ impl GangSnapshot for ClusterState {
         };
         (snapshot, facts)
     }
+}
+
+/// Members already running (released and bound) count towards the quorum of their gang, so a
+/// replacement or a member whose release failed can still go.
+fn count_running(view: &ClusterView<'_>, facts: &mut HashMap<GangKey, GangFacts>) {
+    for p in view.pods() {
+        if !p.finished
+            && p.node_name.is_some()
+            && p.gate_index.is_none()
+            && let Some(g) = &p.gang
+            && let Some(gf) = facts.get_mut(&GangKey { namespace: p.namespace.to_string(), name: g.name.clone() })
+        {
+            gf.released += 1;
+        }
+    }
+}
+
+/// A waiting gang as the decision takes it: the bar lowered by what already runs, phantom
+/// workers for a LeaderReady leader, members in name order.
+fn finish(mut g: WaitingGang, gf: Option<&GangFacts>) -> WaitingGang {
+    let released = gf.map_or(0, |f| f.released);
+    // The decision counts gated members; lower the bar by what already runs.
+    g.expected = g.expected.map(|n| n.saturating_sub(released));
+    // LeaderReady: the leader alone is gated, its workers do not exist yet. It goes when the
+    // whole group would fit: its workers are placed as phantoms (names no gated pod has, so only
+    // the leader is released).
+    if let Some((workers, Some(requests))) = gf.and_then(|f| f.leader_first_workers.clone())
+        && released == 0
+        && g.members.len() == 1
+    {
+        let leader = g.members[0].shape.clone();
+        for i in 0..workers {
+            let shape = PodShape { requests: requests.clone(), ..leader.clone() };
+            g.members.push(Member { name: format!("{}/worker-{}-not-created", g.key.name, i + 1), shape });
+        }
+    }
+    g.members.sort_by(|a, b| a.name.cmp(&b.name));
+    g
 }
