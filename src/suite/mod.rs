@@ -5,8 +5,8 @@
 //! what the engine must decide about it — admitted or denied, by which rules, which warnings and
 //! audit findings, the exact patch, fields of the mutated object, words of a message.
 //!
-//! Cases run through the very path `allot check` uses ([`check::admit_manifest`] on an engine
-//! that knows the gang members among the test's resources, [`check::gang_directory`]), so a
+//! Cases run through the very path `allot check` uses ([`crate::check::admit_manifest`] on an engine
+//! that knows the gang members among the test's resources, [`crate::check::gang_directory`]), so a
 //! passing suite says exactly what `allot check` and the webhooks would do. Quota usage is the
 //! test's (or case's) `usage`, fresh for every case: unlike one `allot check` run, cases do not
 //! charge each other, so their order never matters.
