@@ -5,9 +5,14 @@
 //! queue (`quota::queue`) are built on it, not in it.
 
 pub mod action;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod records;
 pub mod store;
 pub mod usage;
+
+#[cfg(test)]
+mod tests;
 
 pub use action::{Action, CONDITION, QUOTA_CONDITION};
 pub use records::{GangRef, NodeInfo, Owner, PodRecord, PodShape, node_info, shape_of};

@@ -145,3 +145,81 @@ fn queued_units<'p>(
     }
     queued
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::cluster::fixtures::{cluster, policies, queue_policies, team_pod};
+
+    fn queued_messages(actions: &[Action]) -> Vec<(String, String)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Queued { pod, message, .. } => Some((pod.clone(), message.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn queued_pods_are_told_why_once_and_in_order() {
+        let p = queue_policies();
+        let labels = crate::namespaces::NoNamespaces;
+        let pods = [
+            team_pod("running", 1, false, "2026-11-22T01:00:00Z"),
+            team_pod("big", 2, true, "2026-11-22T01:00:01Z"),
+            team_pod("small", 1, true, "2026-11-22T01:00:02Z"),
+        ];
+        let state = cluster(&p, &pods);
+        let mut previous = HashMap::new();
+        let actions = state.quota_plan(&p, &labels, &mut previous);
+        assert!(!actions.iter().any(|a| matches!(a, Action::ReleaseQuota { .. })), "{actions:?}");
+        // Strict order: "small" would fit, but waits behind "big".
+        assert_eq!(
+            queued_messages(&actions),
+            [
+                ("big".to_string(), "team ml uses 1 of 2 nvidia.com/gpu; this asks 2".to_string()),
+                (
+                    "small".to_string(),
+                    "queued behind 1 earlier pod(s) or gang(s) of team ml: team ml uses 1 of 2 nvidia.com/gpu; this asks 2"
+                        .to_string()
+                ),
+            ]
+        );
+        // Nothing changed: nothing is written again.
+        assert!(state.quota_plan(&p, &labels, &mut previous).is_empty());
+        // The running pod finishes: both fit in order (2, then... no: 2 + 1 > 2, so only big).
+        state.remove_pod("ml", "running");
+        let actions = state.quota_plan(&p, &labels, &mut previous);
+        let released: Vec<_> = actions
+            .iter()
+            .filter_map(|a| if let Action::ReleaseQuota { pod, .. } = a { Some(pod.as_str()) } else { None })
+            .collect();
+        assert_eq!(released, ["big"]);
+        assert_eq!(
+            queued_messages(&actions),
+            [("small".to_string(), "team ml uses 2 of 2 nvidia.com/gpu; this asks 1".to_string())]
+        );
+        assert!(!previous.contains_key(&("ml".to_string(), "big".to_string())));
+    }
+
+    /// Regression: a pod gated while its team was in queue mode kept its gate for ever once
+    /// the team left queue mode (or had no quota), because only queue-mode teams were looked at.
+    #[test]
+    fn a_quota_gate_nothing_queues_any_more_is_lifted() {
+        let queued = [team_pod("waiting", 1, true, "2026-11-22T01:00:01Z")];
+        let deny = policies(
+            "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: ml}\nspec:\n  namespaces: {names: [ml]}\n  quota:\n    mode: Deny\n    limits: {nvidia.com/gpu: 2}\n",
+        );
+        for p in [deny, policies("")] {
+            let state = cluster(&p, &queued);
+            let actions = state.quota_plan(&p, &crate::namespaces::NoNamespaces, &mut HashMap::new());
+            assert_eq!(
+                actions,
+                [Action::ReleaseQuota { namespace: "ml".into(), pod: "waiting".into(), gate_index: 0 }]
+            );
+        }
+    }
+}
