@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use allot::cluster::{NodeInfo, PodShape};
 use allot::gang::decision::{GangKey, Member, Snapshot, WaitingGang, decide};
-use allot::gang::fit::{NodeInfo, PodShape};
 use allot::quantity::Quantity;
 use allot::resources::ResourceMatcher;
 use criterion::{Criterion, criterion_group, criterion_main};

@@ -7,8 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use allot::admission::{self, Phase};
+use allot::cluster::{ClusterState, PodRecord};
 use allot::engine::Engine;
-use allot::gang::state::{ClusterState, PodRecord};
+use allot::gang::snapshot::GangSnapshot;
 use allot::namespaces::{NamespaceLabels, NoNamespaces};
 use allot::policy::{self, PolicySet};
 use allot::quota::LiveQuota;

@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::engine::{Admission, Engine, Request, RequestOperation, group_kind};
 use crate::error::Error;
 use crate::finding::Finding;
+use crate::junit;
 use crate::patch::PatchOp;
 use crate::policy::{Action, parse_documents};
 
@@ -339,64 +340,42 @@ pub fn render_json(report: &Report) -> String {
     serde_json::to_string_pretty(report).unwrap_or_default() + "\n"
 }
 
-/// Escapes text for XML attributes and content (control characters become spaces).
-pub fn xml_escape(s: &str) -> String {
-    s.chars()
-        .map(|c| match c {
-            '&' => "&amp;".to_string(),
-            '<' => "&lt;".to_string(),
-            '>' => "&gt;".to_string(),
-            '"' => "&quot;".to_string(),
-            '\'' => "&apos;".to_string(),
-            c if (c as u32) < 0x20 && c != '\n' && c != '\t' => " ".to_string(),
-            c => c.to_string(),
-        })
-        .collect()
-}
-
 /// JUnit XML: one test case per object, a failure per denied object.
 pub fn render_junit(report: &Report) -> String {
-    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    out.push_str(&format!(
-        "<testsuites tests=\"{0}\" failures=\"{1}\">\n  <testsuite name=\"allot check\" tests=\"{0}\" failures=\"{1}\">\n",
-        report.summary.objects, report.summary.denied
-    ));
-    for r in &report.results {
-        out.push_str(&format!(
-            "    <testcase classname=\"{}\" name=\"{}\">\n",
-            xml_escape(&format!("{}#{}", r.source, r.document)),
-            xml_escape(&r.label())
-        ));
-        let denials: Vec<String> = r
-            .findings
-            .iter()
-            .filter(|f| f.action == Action::Deny)
-            .map(|f| format!("[{}] {}", f.rule, f.describe()))
-            .collect();
-        if !denials.is_empty() {
-            out.push_str(&format!(
-                "      <failure message=\"{}\" type=\"denied\">{}</failure>\n",
-                xml_escape(&denials[0]),
-                xml_escape(&denials.join("\n"))
-            ));
-        }
-        let other: Vec<String> = r
-            .changes
-            .iter()
-            .cloned()
-            .chain(
-                r.findings
-                    .iter()
-                    .filter(|f| f.action != Action::Deny)
-                    .map(|f| format!("{} [{}] {}", f.action.label(), f.rule, f.describe())),
-            )
-            .chain(r.notes.iter().map(|n| format!("note {n}")))
-            .collect();
-        if !other.is_empty() {
-            out.push_str(&format!("      <system-out>{}</system-out>\n", xml_escape(&other.join("\n"))));
-        }
-        out.push_str("    </testcase>\n");
-    }
-    out.push_str("  </testsuite>\n</testsuites>\n");
-    out
+    let cases = report
+        .results
+        .iter()
+        .map(|r| {
+            let denials: Vec<String> = r
+                .findings
+                .iter()
+                .filter(|f| f.action == Action::Deny)
+                .map(|f| format!("[{}] {}", f.rule, f.describe()))
+                .collect();
+            let other: Vec<String> = r
+                .changes
+                .iter()
+                .cloned()
+                .chain(
+                    r.findings
+                        .iter()
+                        .filter(|f| f.action != Action::Deny)
+                        .map(|f| format!("{} [{}] {}", f.action.label(), f.rule, f.describe())),
+                )
+                .chain(r.notes.iter().map(|n| format!("note {n}")))
+                .collect();
+            junit::Case {
+                classname: format!("{}#{}", r.source, r.document),
+                name: r.label(),
+                file: None,
+                failure: denials.first().map(|first| junit::Failure {
+                    message: first.clone(),
+                    kind: "denied",
+                    body: denials.join("\n"),
+                }),
+                output: (!other.is_empty()).then(|| other.join("\n")),
+            }
+        })
+        .collect();
+    junit::render("allot check", &[junit::Suite { name: "allot check".into(), cases }])
 }

@@ -13,56 +13,9 @@ use crate::namespaces::{NamespaceLabels, TeamLookup, team_of};
 use crate::patch::{self, PatchOp};
 use crate::policy::{Operation, PolicySet};
 use crate::quota::{NoUsage, QuotaBook};
+pub use crate::request::{Request, RequestOperation};
 use crate::validate::{self, Target};
 use crate::workload::{self, PodView};
-
-/// The admission operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum RequestOperation {
-    Create,
-    Update,
-    Delete,
-    Connect,
-}
-
-impl RequestOperation {
-    /// Parses the AdmissionRequest's `operation`.
-    pub fn parse(s: &str) -> Option<RequestOperation> {
-        Some(match s {
-            "CREATE" => RequestOperation::Create,
-            "UPDATE" => RequestOperation::Update,
-            "DELETE" => RequestOperation::Delete,
-            "CONNECT" => RequestOperation::Connect,
-            _ => return None,
-        })
-    }
-
-    fn as_rule_operation(self) -> Option<Operation> {
-        match self {
-            RequestOperation::Create => Some(Operation::Create),
-            RequestOperation::Update => Some(Operation::Update),
-            _ => None,
-        }
-    }
-}
-
-/// One object under review, as the engine needs it.
-#[derive(Debug, Clone, Copy)]
-pub struct Request<'a> {
-    /// The AdmissionRequest uid (quota reservations are keyed by it: retries are idempotent).
-    pub uid: &'a str,
-    pub operation: RequestOperation,
-    /// API group of the object's kind (`""` for core).
-    pub group: &'a str,
-    pub kind: &'a str,
-    pub namespace: &'a str,
-    pub object: &'a Value,
-    pub old_object: Option<&'a Value>,
-    pub dry_run: bool,
-    pub username: &'a str,
-    pub groups: &'a [String],
-}
 
 /// What one phase decided.
 #[derive(Debug, Clone, Default, Serialize)]

@@ -4,6 +4,7 @@
 //! evaluate).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use crate::policy::{LabelSelector, PolicySet, SelectorOperator, Team};
 
@@ -43,6 +44,26 @@ pub struct TeamLookup<'a> {
     /// A team with a label selector came before the match (or there was no match) and the
     /// namespace's labels were unknown: the answer may be wrong.
     pub undecided: Option<&'a Team>,
+}
+
+/// The team of each namespace, resolved once per pass over many pods (a lookup may clone the
+/// namespace's labels and walk every Team's selector).
+pub struct TeamsByNamespace<'p> {
+    policies: &'p PolicySet,
+    labels: &'p dyn NamespaceLabels,
+    cache: HashMap<Arc<str>, Option<&'p Team>>,
+}
+
+impl<'p> TeamsByNamespace<'p> {
+    pub fn new(policies: &'p PolicySet, labels: &'p dyn NamespaceLabels) -> Self {
+        TeamsByNamespace { policies, labels, cache: HashMap::new() }
+    }
+
+    /// The namespace's team, if any (looked up once).
+    pub fn get(&mut self, namespace: &Arc<str>) -> Option<&'p Team> {
+        let (policies, labels) = (self.policies, self.labels);
+        *self.cache.entry(namespace.clone()).or_insert_with(|| team_of(policies, namespace, labels).team)
+    }
 }
 
 /// Finds the first team (in policy load order) that owns `namespace`.

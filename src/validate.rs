@@ -12,6 +12,7 @@ use crate::gang::membership::{Membership, PodFacts};
 use crate::namespaces::TeamLookup;
 use crate::policy::{Action, Operation, PolicySet, QuotaMode, Rule};
 use crate::quota::{self, QuotaBook, QuotaRequest};
+use crate::request::Request;
 use crate::resources::{self, ContainerResources, accelerators_only};
 use crate::workload::PodView;
 
@@ -192,7 +193,7 @@ pub fn check_gang(
 pub fn check_quota(
     view: &PodView<'_>,
     gang: Option<&Membership>,
-    req: &crate::engine::Request<'_>,
+    req: &Request<'_>,
     team: &TeamLookup<'_>,
     book: &dyn QuotaBook,
 ) -> Option<Finding> {

@@ -1247,7 +1247,7 @@ fn recorded_calls() -> &'static Vec<Call> {
             let policies = Arc::new(arc_swap::ArcSwap::from_pointee(recording_policies()));
             let controller = allot::gang::controller::spawn(
                 client,
-                Arc::new(allot::gang::state::ClusterState::default()),
+                Arc::new(allot::cluster::ClusterState::default()),
                 policies,
                 namespaces,
                 ControllerConfig {

@@ -170,7 +170,7 @@ async fn metrics_count_requests_decisions_and_latency() {
 
 #[tokio::test]
 async fn metrics_report_team_accelerators_and_quota_from_the_watch_at_scrape_time() {
-    use allot::gang::state::{ClusterState, PodRecord};
+    use allot::cluster::{ClusterState, PodRecord};
     let policies = allot::policy::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
     let cluster = Arc::new(ClusterState::default());
     let state = AppState::with_cluster(policies, Arc::new(NoNamespaces), cluster.clone());

@@ -21,10 +21,13 @@ use serde_json::{Value, json};
 use super::decision::GangKey;
 use super::membership::{GATE, InferredKind, QUOTA_GATE, RELEASED_ANNOTATION};
 use super::metrics::ControllerMetrics;
-use super::state::{Action, CONDITION, ClusterState, PodRecord, QUOTA_CONDITION, node_info, plan};
+use super::plan::plan;
+use super::snapshot::GangSnapshot;
+use crate::cluster::{Action, CONDITION, ClusterState, PodRecord, QUOTA_CONDITION, node_info};
 use crate::namespaces::NamespaceLabels;
 use crate::patch::escape;
 use crate::policy::PolicySet;
+use crate::quota::QuotaQueue;
 
 /// Settings of the controller.
 #[derive(Debug, Clone)]

@@ -19,7 +19,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::fit::{NodeInfo, PodShape, fits, node_admits, take};
+use super::fit::{fits, node_admits, take};
+use crate::cluster::{NodeInfo, PodShape};
 use crate::quantity::Quantity;
 use crate::resources::{ResourceList, ResourceMatcher};
 

@@ -2,57 +2,15 @@
 //! gang fits: resources (effective requests, incl. accelerators and the pod count), nodeSelector,
 //! required node affinity, taints vs tolerations, cordoned nodes.
 //!
-//! Pure data in, answers out; the controller builds these from its watches.
+//! Pure data in, answers out: [`NodeInfo`] and [`PodShape`] come from the cluster view.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, Taint, Toleration};
 
+use crate::cluster::records::{NodeInfo, PodShape};
 use crate::quantity::Quantity;
 use crate::resources::ResourceList;
-
-/// What the simulation keeps of a Node.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NodeInfo {
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
-    pub taints: Vec<Taint>,
-    pub unschedulable: bool,
-    pub allocatable: ResourceList,
-}
-
-/// The scheduling-relevant part of a Pod.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PodShape {
-    /// Effective requests, `pods: 1` included.
-    pub requests: ResourceList,
-    pub node_selector: BTreeMap<String, String>,
-    /// Required node-affinity terms (ORed); `None` = no affinity.
-    pub affinity: Option<Vec<NodeSelectorTerm>>,
-    pub tolerations: Vec<Toleration>,
-}
-
-impl PodShape {
-    /// A stable key for pods that land on the same nodes (same selector, affinity, tolerations):
-    /// feasibility is computed once per key.
-    pub fn placement_key(&self) -> String {
-        format!(
-            "{}|{}|{}",
-            serde_json::to_string(&self.node_selector).unwrap_or_default(),
-            serde_json::to_string(&self.affinity).unwrap_or_default(),
-            serde_json::to_string(&self.tolerations).unwrap_or_default()
-        )
-    }
-
-    /// Where this shape may go, for messages (`node-type=my-precious`, `any node`).
-    pub fn describe_nodes(&self) -> String {
-        let mut parts: Vec<String> = self.node_selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        if self.affinity.is_some() {
-            parts.push("required node affinity".into());
-        }
-        if parts.is_empty() { "any node".into() } else { format!("nodes matching {}", parts.join(",")) }
-    }
-}
 
 fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
     tolerations.iter().any(|t| {

@@ -1,5 +1,7 @@
-//! Gangs: Pods that must start together. Membership at admission ([`membership`]), the
-//! placement simulation ([`fit`]) and the controller's pure decision ([`decision`]).
+//! Gangs: Pods that must start together. Membership at admission ([`membership`], checked
+//! against peers through [`directory`]), the placement simulation ([`fit`]), the pure decision
+//! ([`decision`]) over a [`snapshot`] of the cluster view, the [`plan`] that turns decisions into
+//! actions, and the [`controller`] that watches, plans and calls the API.
 
 pub mod controller;
 pub mod decision;
@@ -7,6 +9,8 @@ pub mod directory;
 pub mod fit;
 pub mod membership;
 pub mod metrics;
+pub mod plan;
+pub mod snapshot;
 pub mod state;
 
 #[cfg(test)]

@@ -1,29 +1,17 @@
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Taint, Toleration};
+use k8s_openapi::api::core::v1::Toleration;
 use proptest::prelude::*;
 
 use super::decision::*;
-use super::fit::{NodeInfo, PodShape, node_admits};
+use super::fit::node_admits;
+use crate::cluster::fixtures::node;
+use crate::cluster::{NodeInfo, PodShape};
 use crate::quantity::Quantity;
 use crate::resources::{ResourceList, ResourceMatcher};
 
 fn q(n: i64) -> Quantity {
     Quantity::from_units(n)
-}
-
-fn node(name: &str, gpus: i64) -> NodeInfo {
-    NodeInfo {
-        name: name.into(),
-        labels: BTreeMap::from([("node-type".into(), "my-precious".into())]),
-        taints: vec![Taint { key: "nvidia.com/gpu".into(), effect: "NoSchedule".into(), ..Default::default() }],
-        unschedulable: false,
-        allocatable: BTreeMap::from([
-            ("nvidia.com/gpu".into(), q(gpus)),
-            ("cpu".into(), q(64)),
-            ("pods".into(), q(110)),
-        ]),
-    }
 }
 
 fn shape(gpus: i64) -> PodShape {
@@ -262,49 +250,11 @@ mod controller_state {
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::cluster::fixtures::{cluster, member, policies, record, two_gangs};
+    use crate::cluster::{Action, ClusterState, PodRecord};
     use crate::gang::controller::release_patch;
-    use crate::gang::directory::GangDirectory;
-    use crate::gang::state::{Action, ClusterState, PodRecord};
-    use crate::policy::{PolicySet, Source, compile};
-
-    fn policies(extra: &str) -> PolicySet {
-        compile(&[Source { name: "p.yaml".into(), text: extra.into() }]).unwrap()
-    }
-
-    fn member(name: &str, gang: &str, size: u32, created: &str, extra: Value) -> Value {
-        let mut pod = json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"), "creationTimestamp": created,
-                "labels": {"allot.dev/gang-name": gang}, "annotations": {"allot.dev/gang-size": size.to_string()}},
-            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
-                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
-                "schedulingGates": [{"name": "allot.dev/gang"}]},
-            "status": {"phase": "Pending"}
-        });
-        json_patch::merge(&mut pod, &extra);
-        pod
-    }
-
-    fn record(pod: &Value, p: &PolicySet) -> PodRecord {
-        let pod: Pod = serde_json::from_value(pod.clone()).unwrap();
-        PodRecord::from_pod(&pod, p, &crate::namespaces::NoNamespaces).unwrap()
-    }
-
-    fn cluster(p: &PolicySet, pods: &[Value]) -> ClusterState {
-        let state = ClusterState::default();
-        state.replace_nodes(vec![node("n1", 2), node("n2", 2)]);
-        state.replace_pods(pods.iter().map(|pod| record(pod, p)).collect());
-        state
-    }
-
-    fn two_gangs() -> Vec<Value> {
-        let mut pods = Vec::new();
-        for i in 0..4 {
-            pods.push(member(&format!("a-{i}"), "a", 4, "2026-11-22T01:00:00Z", json!({})));
-            pods.push(member(&format!("b-{i}"), "b", 4, "2026-11-22T01:00:05Z", json!({})));
-        }
-        pods
-    }
+    use crate::gang::plan::plan;
+    use crate::gang::snapshot::GangSnapshot;
 
     fn releases(actions: &[Action]) -> Vec<String> {
         let mut out: Vec<String> = actions
@@ -323,7 +273,7 @@ mod controller_state {
         let state = cluster(&p, &two_gangs());
         let mut explained = HashMap::new();
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
-        let actions = crate::gang::state::plan(&snapshot, &facts, &mut explained).actions;
+        let actions = plan(&snapshot, &facts, &mut explained).actions;
         assert_eq!(releases(&actions), ["a-0", "a-1", "a-2", "a-3"]);
         let b_explained: Vec<_> = actions
             .iter()
@@ -342,7 +292,7 @@ mod controller_state {
         // an unchanged explanation is not written again.
         state.mark_released("ml", &["a-0".into(), "a-1".into(), "a-2".into(), "a-3".into()]);
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
-        let actions = crate::gang::state::plan(&snapshot, &facts, &mut explained).actions;
+        let actions = plan(&snapshot, &facts, &mut explained).actions;
         assert!(releases(&actions).is_empty());
         assert!(actions.is_empty(), "{actions:?}");
 
@@ -355,17 +305,14 @@ mod controller_state {
         let restarted = cluster(&p, &pods);
         let (snapshot, facts) = restarted.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         assert_eq!(snapshot.in_flight.len(), 4);
-        assert!(releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions).is_empty());
+        assert!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions).is_empty());
 
         // a finished (its pods are gone): b goes, whole.
         let remaining: Vec<Value> =
             pods.into_iter().filter(|p| p["metadata"]["name"].as_str().unwrap().starts_with("b-")).collect();
         let after = cluster(&p, &remaining);
         let (snapshot, facts) = after.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
-        assert_eq!(
-            releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions),
-            ["b-0", "b-1", "b-2", "b-3"]
-        );
+        assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions), ["b-0", "b-1", "b-2", "b-3"]);
     }
 
     #[test]
@@ -387,10 +334,7 @@ mod controller_state {
         state.replace_nodes(vec![n1]);
         state.replace_pods(pods.iter().map(|pod| record(pod, &p)).collect());
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
-        assert_eq!(
-            releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions),
-            ["w-3-replacement"]
-        );
+        assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions), ["w-3-replacement"]);
     }
 
     #[test]
@@ -405,14 +349,14 @@ mod controller_state {
         let _ = created;
         let (snapshot, facts) =
             state.snapshot(&p, &crate::namespaces::NoNamespaces, snapshot_time("2026-11-22T01:04:00Z"));
-        let actions = crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions;
+        let actions = plan(&snapshot, &facts, &mut HashMap::new()).actions;
         assert!(
             actions.iter().all(|a| matches!(a, Action::Explain { reason: "WaitingForMembers", warning: false, .. })),
             "{actions:?}"
         );
         let (snapshot, facts) =
             state.snapshot(&p, &crate::namespaces::NoNamespaces, snapshot_time("2026-11-22T01:06:00Z"));
-        let actions = crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions;
+        let actions = plan(&snapshot, &facts, &mut HashMap::new()).actions;
         let Action::Explain { reason, message, warning, .. } = &actions[0] else { panic!("{actions:?}") };
         assert_eq!((*reason, *warning), ("AssemblyTimeout", true));
         assert!(
@@ -427,7 +371,7 @@ mod controller_state {
         let state = cluster(&p, &incomplete);
         let (snapshot, facts) =
             state.snapshot(&p, &crate::namespaces::NoNamespaces, snapshot_time("2026-11-22T01:06:00Z"));
-        let actions = crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions;
+        let actions = plan(&snapshot, &facts, &mut HashMap::new()).actions;
         assert_eq!(actions.iter().filter(|a| matches!(a, Action::Delete { .. })).count(), 3);
     }
 
@@ -478,36 +422,14 @@ mod controller_state {
         let state = cluster(&p, std::slice::from_ref(&leader));
         state.set_owner_gang("ml", "lws-llm-0", owner.clone());
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
-        assert_eq!(releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions), ["llm-0"]);
+        assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions), ["llm-0"]);
         // Only 3 GPUs free: the group would not fit, the leader waits.
         let small = ClusterState::default();
         small.replace_nodes(vec![node("n1", 3)]);
         small.replace_pods(vec![record(&leader, &p)]);
         small.set_owner_gang("ml", "lws-llm-0", owner);
         let (snapshot, facts) = small.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
-        assert!(releases(&crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new()).actions).is_empty());
-    }
-
-    #[test]
-    fn quota_usage_counts_live_pods_and_whole_gangs_but_not_finished_ones() {
-        let p = policies("");
-        let mut running = member("r", "g1", 1, "2026-11-22T01:00:00Z", json!({"spec": {"nodeName": "n1"}}));
-        running["metadata"]["labels"] = json!({});
-        let mut done = running.clone();
-        done["metadata"]["name"] = json!("done");
-        done["status"]["phase"] = json!("Succeeded");
-        let mut terminating = running.clone();
-        terminating["metadata"]["name"] = json!("terminating");
-        terminating["metadata"]["deletionTimestamp"] = json!("2026-11-22T01:05:00Z");
-        // One member present of a gang of 3 (2 GPUs each): the gang is charged whole.
-        let mut gang_member = member("m-0", "big", 3, "2026-11-22T01:00:00Z", json!({}));
-        gang_member["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!("2");
-        let state = cluster(&p, &[running, done, terminating, gang_member]);
-        let (usage, namespaces) = state.usage_where(&mut |ns| ns == "ml");
-        assert_eq!(usage["nvidia.com/gpu"], Quantity::from_units(1 + 3 * 2));
-        assert_eq!(namespaces, ["ml"]);
-        let (usage, _) = state.usage_where(&mut |_| false);
-        assert!(usage.is_empty());
+        assert!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions).is_empty());
     }
 
     #[test]
@@ -518,7 +440,7 @@ mod controller_state {
         let state = cluster(&p, &pods);
         let now = snapshot_time("2026-11-22T01:10:00Z");
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, now);
-        let pass = crate::gang::state::plan(&snapshot, &facts, &mut HashMap::new());
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
         assert_eq!(
             pass.waiting,
             std::collections::BTreeMap::from([("InsufficientResources", 1), ("WaitingForMembers", 1)])
@@ -528,137 +450,6 @@ mod controller_state {
         assert_eq!((a.gang.name.as_str(), a.members), ("a", 4));
         assert_eq!(a.waited_secs, 600);
         assert!(a.message.starts_with("4/4 members present"), "{}", a.message);
-    }
-
-    fn queue_policies() -> PolicySet {
-        policies(
-            "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: ml}\nspec:\n  namespaces: {names: [ml]}\n  quota:\n    mode: Queue\n    limits: {nvidia.com/gpu: 2}\n    equivalents:\n      nvidia.com/mig-1g.10gb: {countsAs: nvidia.com/gpu, weight: 1/7}\n",
-        )
-    }
-
-    /// A plain pod (no gang) asking `gpus`, behind the quota gate or running on n1.
-    fn team_pod(name: &str, gpus: u32, queued: bool, created: &str) -> Value {
-        let mut pod = member(name, "-", 1, created, json!({}));
-        pod["metadata"]["labels"] = json!({});
-        pod["metadata"]["annotations"] = json!({});
-        pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!(gpus.to_string());
-        if queued {
-            pod["spec"]["schedulingGates"] = json!([{"name": "allot.dev/quota"}]);
-        } else {
-            pod["spec"].as_object_mut().unwrap().remove("schedulingGates");
-            pod["spec"]["nodeName"] = json!("n1");
-        }
-        pod
-    }
-
-    fn queued_messages(actions: &[Action]) -> Vec<(String, String)> {
-        actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Queued { pod, message, .. } => Some((pod.clone(), message.clone())),
-                _ => None,
-            })
-            .collect()
-    }
-
-    #[test]
-    fn queued_pods_are_told_why_once_and_in_order() {
-        let p = queue_policies();
-        let labels = crate::namespaces::NoNamespaces;
-        let pods = [
-            team_pod("running", 1, false, "2026-11-22T01:00:00Z"),
-            team_pod("big", 2, true, "2026-11-22T01:00:01Z"),
-            team_pod("small", 1, true, "2026-11-22T01:00:02Z"),
-        ];
-        let state = cluster(&p, &pods);
-        let mut previous = HashMap::new();
-        let actions = state.quota_plan(&p, &labels, &mut previous);
-        assert!(!actions.iter().any(|a| matches!(a, Action::ReleaseQuota { .. })), "{actions:?}");
-        // Strict order: "small" would fit, but waits behind "big".
-        assert_eq!(
-            queued_messages(&actions),
-            [
-                ("big".to_string(), "team ml uses 1 of 2 nvidia.com/gpu; this asks 2".to_string()),
-                (
-                    "small".to_string(),
-                    "queued behind 1 earlier pod(s) or gang(s) of team ml: team ml uses 1 of 2 nvidia.com/gpu; this asks 2"
-                        .to_string()
-                ),
-            ]
-        );
-        // Nothing changed: nothing is written again.
-        assert!(state.quota_plan(&p, &labels, &mut previous).is_empty());
-        // The running pod finishes: both fit in order (2, then... no: 2 + 1 > 2, so only big).
-        state.remove_pod("ml", "running");
-        let actions = state.quota_plan(&p, &labels, &mut previous);
-        let released: Vec<_> = actions
-            .iter()
-            .filter_map(|a| if let Action::ReleaseQuota { pod, .. } = a { Some(pod.as_str()) } else { None })
-            .collect();
-        assert_eq!(released, ["big"]);
-        assert_eq!(
-            queued_messages(&actions),
-            [("small".to_string(), "team ml uses 2 of 2 nvidia.com/gpu; this asks 1".to_string())]
-        );
-        assert!(!previous.contains_key(&("ml".to_string(), "big".to_string())));
-    }
-
-    /// Regression: a pod gated while its team was in queue mode kept its gate for ever once
-    /// the team left queue mode (or had no quota), because only queue-mode teams were looked at.
-    #[test]
-    fn a_quota_gate_nothing_queues_any_more_is_lifted() {
-        let queued = [team_pod("waiting", 1, true, "2026-11-22T01:00:01Z")];
-        let deny = policies(
-            "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: ml}\nspec:\n  namespaces: {names: [ml]}\n  quota:\n    mode: Deny\n    limits: {nvidia.com/gpu: 2}\n",
-        );
-        for p in [deny, policies("")] {
-            let state = cluster(&p, &queued);
-            let actions = state.quota_plan(&p, &crate::namespaces::NoNamespaces, &mut HashMap::new());
-            assert_eq!(
-                actions,
-                [Action::ReleaseQuota { namespace: "ml".into(), pod: "waiting".into(), gate_index: 0 }]
-            );
-        }
-    }
-
-    #[test]
-    fn accelerator_gauges_split_each_team_by_state_and_quota_units_count_mig_slices() {
-        use crate::gang::state::{QuotaGauge, UsageState};
-        let p = queue_policies();
-        let mut mig = team_pod("mig", 0, false, "2026-11-22T01:00:00Z");
-        mig["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/mig-1g.10gb": "7"});
-        let mut pending = team_pod("pending", 1, false, "2026-11-22T01:00:00Z");
-        pending["spec"].as_object_mut().unwrap().remove("nodeName");
-        let mut elsewhere = team_pod("elsewhere", 4, false, "2026-11-22T01:00:00Z");
-        elsewhere["metadata"]["namespace"] = json!("scratch");
-        let mut done = team_pod("done", 8, false, "2026-11-22T01:00:00Z");
-        done["status"]["phase"] = json!("Failed");
-        let pods = [
-            team_pod("running", 1, false, "2026-11-22T01:00:00Z"),
-            team_pod("queued", 2, true, "2026-11-22T01:00:01Z"),
-            member("g-0", "g", 2, "2026-11-22T01:00:00Z", json!({})),
-            mig,
-            pending,
-            elsewhere,
-            done,
-        ];
-        let state = cluster(&p, &pods);
-        let usage = state.accelerator_usage(&p, &crate::namespaces::NoNamespaces);
-        let get = |team: &str, resource: &str, s: UsageState| {
-            usage.requested.iter().find(|g| g.team == team && g.resource == resource && g.state == s).map(|g| g.amount)
-        };
-        assert_eq!(get("ml", "nvidia.com/gpu", UsageState::Bound), Some(1.0));
-        assert_eq!(get("ml", "nvidia.com/gpu", UsageState::QuotaQueued), Some(2.0));
-        assert_eq!(get("ml", "nvidia.com/gpu", UsageState::GangGated), Some(1.0));
-        assert_eq!(get("ml", "nvidia.com/gpu", UsageState::Pending), Some(1.0));
-        assert_eq!(get("ml", "nvidia.com/mig-1g.10gb", UsageState::Bound), Some(7.0));
-        assert_eq!(get("", "nvidia.com/gpu", UsageState::Bound), Some(4.0), "namespaces of no team");
-        assert_eq!(usage.requested.len(), 6, "no cpu, no pods, nothing finished: {:?}", usage.requested);
-        // Quota: 1 running + 1 gang-gated + 1 pending + 7/7 MIG = 4 GPU-equivalents; queued excluded.
-        assert_eq!(
-            usage.quotas,
-            [QuotaGauge { team: "ml".into(), resource: "nvidia.com/gpu".into(), used: 4.0, limit: 2.0 }]
-        );
     }
 
     /// Regression: the controller once resolved GangPolicies without the pod's team, so pods a
@@ -705,18 +496,6 @@ mod controller_state {
         let (snapshot, _) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         assert!(snapshot.gangs.is_empty(), "still held by example.com/hold: {:?}", snapshot.gangs);
     }
-
-    #[test]
-    fn the_directory_serves_admission_from_the_watch() {
-        let p = policies("");
-        let state = cluster(&p, &two_gangs());
-        let peers = state.peers("ml", "a");
-        assert_eq!(peers.len(), 4);
-        assert_eq!(peers[0].size, Some(4));
-        state.remove_pod("ml", "a-0");
-        assert_eq!(state.peers("ml", "a").len(), 3);
-        assert!(state.peers("ml", "nope").is_empty());
-    }
 }
 
 /// 100k Pods must fit in the controller well under 200 MB (the records, not whole objects).
@@ -750,7 +529,7 @@ fn a_hundred_thousand_pods_fit_in_memory() {
 
 #[cfg(target_os = "linux")]
 fn measure_a_hundred_thousand_pods() {
-    use crate::gang::state::{ClusterState, PodRecord};
+    use crate::cluster::{ClusterState, PodRecord};
 
     fn rss_kib() -> u64 {
         std::fs::read_to_string("/proc/self/status")

@@ -7,6 +7,7 @@
 //! drops to an empty or half policy set because one file is broken.
 
 pub mod model;
+pub mod quota;
 mod values;
 
 use std::collections::{BTreeMap, HashSet};
@@ -76,7 +77,7 @@ pub struct Team {
     pub names: NameGlobs,
     pub selector: Option<LabelSelector>,
     pub priority: TeamPrioritySpec,
-    pub quota: Option<crate::quota::Quota>,
+    pub quota: Option<quota::Quota>,
 }
 
 /// A compiled `Placement`.
@@ -373,7 +374,7 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
             ));
         }
         errors.extend(values::team_priority(&spec.priority).into_iter().map(|e| format!("{location}: {e}")));
-        let quota = match spec.quota.as_ref().map(crate::quota::Quota::compile).transpose() {
+        let quota = match spec.quota.as_ref().map(quota::Quota::compile).transpose() {
             Ok(q) => q,
             Err(e) => {
                 errors.push(format!("{location}: spec.{e}"));

@@ -1,0 +1,26 @@
+//! The writes the controller makes to Pods: one vocabulary for the gang plan
+//! ([`crate::gang::plan`]) and the quota queue ([`crate::quota::queue`]), carried out by the
+//! controller. Pure data: deciding is the plans' job, calling the API the controller's.
+
+/// The condition type Allot sets on gang members.
+pub const CONDITION: &str = "allot.dev/GangReady";
+
+/// The condition type Allot sets on pods in a team's quota queue (False while queued, True once
+/// released).
+pub const QUOTA_CONDITION: &str = "allot.dev/QuotaReady";
+
+/// Something the controller does to the API.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Lift Allot's gate (test + remove at `gate_index`) and mark the member released.
+    Release { namespace: String, pod: String, gate_index: usize, has_annotations: bool, node: String },
+    /// Set the `allot.dev/GangReady` condition and publish an Event, because the explanation
+    /// changed.
+    Explain { namespace: String, pod: String, ready: bool, reason: &'static str, message: String, warning: bool },
+    /// Lift the quota gate (test + remove at `gate_index`): the team has room.
+    ReleaseQuota { namespace: String, pod: String, gate_index: usize },
+    /// Say why a pod stays in its team's queue (condition + Event), because the reason changed.
+    Queued { namespace: String, pod: String, message: String },
+    /// Delete a member (assembly timeout with `onTimeout: Fail`).
+    Delete { namespace: String, pod: String, reason: String },
+}

@@ -1,0 +1,86 @@
+//! Test fixtures for the cluster view: policies from YAML, Pods as JSON, records and a store
+//! over two 2-GPU nodes. Shared by the tests of `cluster`, `gang` and `quota`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Pod, Taint};
+use serde_json::{Value, json};
+
+use super::{ClusterState, NodeInfo, PodRecord};
+use crate::policy::{PolicySet, Source, compile};
+use crate::quantity::Quantity;
+
+pub(crate) fn node(name: &str, gpus: i64) -> NodeInfo {
+    NodeInfo {
+        name: name.into(),
+        labels: BTreeMap::from([("node-type".into(), "my-precious".into())]),
+        taints: vec![Taint { key: "nvidia.com/gpu".into(), effect: "NoSchedule".into(), ..Default::default() }],
+        unschedulable: false,
+        allocatable: BTreeMap::from([
+            ("nvidia.com/gpu".into(), Quantity::from_units(gpus)),
+            ("cpu".into(), Quantity::from_units(64)),
+            ("pods".into(), Quantity::from_units(110)),
+        ]),
+    }
+}
+
+pub(crate) fn policies(extra: &str) -> PolicySet {
+    compile(&[Source { name: "p.yaml".into(), text: extra.into() }]).unwrap()
+}
+
+pub(crate) fn member(name: &str, gang: &str, size: u32, created: &str, extra: Value) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"), "creationTimestamp": created,
+            "labels": {"allot.dev/gang-name": gang}, "annotations": {"allot.dev/gang-size": size.to_string()}},
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            "schedulingGates": [{"name": "allot.dev/gang"}]},
+        "status": {"phase": "Pending"}
+    });
+    json_patch::merge(&mut pod, &extra);
+    pod
+}
+
+pub(crate) fn record(pod: &Value, p: &PolicySet) -> PodRecord {
+    let pod: Pod = serde_json::from_value(pod.clone()).unwrap();
+    PodRecord::from_pod(&pod, p, &crate::namespaces::NoNamespaces).unwrap()
+}
+
+pub(crate) fn cluster(p: &PolicySet, pods: &[Value]) -> ClusterState {
+    let state = ClusterState::default();
+    state.replace_nodes(vec![node("n1", 2), node("n2", 2)]);
+    state.replace_pods(pods.iter().map(|pod| record(pod, p)).collect());
+    state
+}
+
+pub(crate) fn queue_policies() -> PolicySet {
+    policies(
+        "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: ml}\nspec:\n  namespaces: {names: [ml]}\n  quota:\n    mode: Queue\n    limits: {nvidia.com/gpu: 2}\n    equivalents:\n      nvidia.com/mig-1g.10gb: {countsAs: nvidia.com/gpu, weight: 1/7}\n",
+    )
+}
+
+/// A plain pod (no gang) asking `gpus`, behind the quota gate or running on n1.
+pub(crate) fn team_pod(name: &str, gpus: u32, queued: bool, created: &str) -> Value {
+    let mut pod = member(name, "-", 1, created, json!({}));
+    pod["metadata"]["labels"] = json!({});
+    pod["metadata"]["annotations"] = json!({});
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!(gpus.to_string());
+    if queued {
+        pod["spec"]["schedulingGates"] = json!([{"name": "allot.dev/quota"}]);
+    } else {
+        pod["spec"].as_object_mut().unwrap().remove("schedulingGates");
+        pod["spec"]["nodeName"] = json!("n1");
+    }
+    pod
+}
+
+/// Two gangs of four 1-GPU members, `a` older than `b`.
+pub(crate) fn two_gangs() -> Vec<Value> {
+    let mut pods = Vec::new();
+    for i in 0..4 {
+        pods.push(member(&format!("a-{i}"), "a", 4, "2026-11-22T01:00:00Z", json!({})));
+        pods.push(member(&format!("b-{i}"), "b", 4, "2026-11-22T01:00:05Z", json!({})));
+    }
+    pods
+}

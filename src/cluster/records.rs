@@ -1,0 +1,250 @@
+//! What the cluster view keeps of each Pod and Node: only what scheduling, gangs and quotas
+//! need (a [`PodRecord`] of a few hundred bytes, not the whole object), so 100k Pods stay far
+//! under 200 MB. Built from watched k8s-openapi objects; the few distinct strings (namespaces,
+//! nodes, resource names) are interned and shared by all records.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, NodeSelectorTerm, Pod, Taint, Toleration};
+
+use crate::gang::membership::{self, GATE, InferredKind, LWS_NAME, PodFacts, QUOTA_GATE, RELEASED_ANNOTATION, Source};
+use crate::namespaces::NamespaceLabels;
+use crate::policy::PolicySet;
+use crate::quantity::Quantity;
+use crate::resources::{self, ResourceList};
+
+/// What the simulation keeps of a Node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeInfo {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub unschedulable: bool,
+    pub allocatable: ResourceList,
+}
+
+/// The scheduling-relevant part of a Pod.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodShape {
+    /// Effective requests, `pods: 1` included.
+    pub requests: ResourceList,
+    pub node_selector: BTreeMap<String, String>,
+    /// Required node-affinity terms (ORed); `None` = no affinity.
+    pub affinity: Option<Vec<NodeSelectorTerm>>,
+    pub tolerations: Vec<Toleration>,
+}
+
+impl PodShape {
+    /// A stable key for pods that land on the same nodes (same selector, affinity, tolerations):
+    /// feasibility is computed once per key.
+    pub fn placement_key(&self) -> String {
+        format!(
+            "{}|{}|{}",
+            serde_json::to_string(&self.node_selector).unwrap_or_default(),
+            serde_json::to_string(&self.affinity).unwrap_or_default(),
+            serde_json::to_string(&self.tolerations).unwrap_or_default()
+        )
+    }
+
+    /// Where this shape may go, for messages (`node-type=my-precious`, `any node`).
+    pub fn describe_nodes(&self) -> String {
+        let mut parts: Vec<String> = self.node_selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if self.affinity.is_some() {
+            parts.push("required node affinity".into());
+        }
+        if parts.is_empty() { "any node".into() } else { format!("nodes matching {}", parts.join(",")) }
+    }
+}
+
+/// A Pod's gang, as the controller tracks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GangRef {
+    pub name: String,
+    /// From the Pod's own metadata; inferred gangs get theirs from the owner.
+    pub size: Option<u32>,
+    /// For inferred gangs: the owner to read the size from.
+    pub owner: Option<Owner>,
+    /// The leader of a LeaderWorkerSet group.
+    pub leader: bool,
+}
+
+/// What the controller keeps of one Pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodRecord {
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+    pub node_name: Option<Arc<str>>,
+    /// Succeeded, Failed, or being deleted: holds nothing for the future.
+    pub finished: bool,
+    /// Effective requests (with `pods: 1`), compact: most pods are bound and need nothing else.
+    pub requests: Vec<(Arc<str>, Quantity)>,
+    /// Where it may go: kept only while the pod is not bound.
+    pub placement: Option<Box<PodShape>>,
+    pub gang: Option<GangRef>,
+    /// Index of Allot's gate in `spec.schedulingGates`, if present.
+    pub gate_index: Option<usize>,
+    /// Index of Allot's quota gate, if present.
+    pub quota_gate_index: Option<usize>,
+    /// Gates that are neither of Allot's (Kueue's, Volcano's, …).
+    pub other_gates: bool,
+    pub released: bool,
+    pub has_annotations: bool,
+    pub priority: i32,
+    pub priority_class: Option<String>,
+    pub scheduler_name: Option<String>,
+    /// Creation time, seconds since the epoch.
+    pub created: i64,
+}
+
+/// The shape of a Pod (effective requests + `pods: 1`, selector, required affinity, tolerations).
+pub fn shape_of(pod: &Pod) -> PodShape {
+    let Some(spec) = pod.spec.as_ref() else { return PodShape::default() };
+    let mut requests = serde_json::to_value(spec).map(|v| resources::pod_requests(&v)).unwrap_or_default();
+    requests.insert("pods".into(), Quantity::from_units(1));
+    PodShape {
+        requests,
+        node_selector: spec.node_selector.clone().unwrap_or_default(),
+        affinity: spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+            .map(|r| r.node_selector_terms.clone()),
+        tolerations: spec.tolerations.clone().unwrap_or_default(),
+    }
+}
+
+impl PodRecord {
+    /// Extracts a record; `policies` decide inference and coscheduling sizes (the GangPolicy of
+    /// the pod's namespace and team, team from `labels`, as at admission).
+    pub fn from_pod(pod: &Pod, policies: &PolicySet, labels: &dyn NamespaceLabels) -> Option<PodRecord> {
+        let namespace = pod.metadata.namespace.clone()?;
+        let name = pod.metadata.name.clone()?;
+        let facts = PodFacts::from_pod(pod);
+        let team = crate::namespaces::team_of(policies, &namespace, labels).team;
+        let gang = match policies.gang_of(&facts, &namespace, team.map(|t| t.name.as_str())) {
+            // Bound and foreign-managed members keep their gang: they count towards its quorum.
+            Ok(Some(m)) => Some(GangRef {
+                owner: match m.source {
+                    Source::Inferred(kind) => owner_of(&facts, kind),
+                    _ => None,
+                },
+                name: m.name,
+                size: m.size,
+                leader: membership::is_group_leader(&facts),
+            }),
+            _ => None,
+        };
+        let spec = pod.spec.as_ref();
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let shape = shape_of(pod);
+        let requests = shape.requests.iter().map(|(k, v)| (intern(k), *v)).collect();
+        // A bound pod only takes capacity: where it may go no longer matters.
+        let placement = facts.node_name.is_none().then(|| Box::new(shape));
+        // Only gang members need what admission compares members on.
+        let in_gang = gang.is_some();
+        Some(PodRecord {
+            node_name: facts.node_name.as_deref().map(intern),
+            finished: matches!(phase, Some("Succeeded" | "Failed")) || pod.metadata.deletion_timestamp.is_some(),
+            requests,
+            placement,
+            gate_index: facts.gates.iter().position(|g| g == GATE),
+            quota_gate_index: facts.gates.iter().position(|g| g == QUOTA_GATE),
+            other_gates: facts.gates.iter().any(|g| g != GATE && g != QUOTA_GATE),
+            released: facts.annotations.contains_key(RELEASED_ANNOTATION),
+            has_annotations: pod.metadata.annotations.is_some(),
+            priority: spec.and_then(|s| s.priority).unwrap_or(0),
+            priority_class: spec.and_then(|s| s.priority_class_name.clone()).filter(|_| in_gang),
+            scheduler_name: spec.and_then(|s| s.scheduler_name.clone()).filter(|_| in_gang),
+            created: pod.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),
+            gang,
+            namespace: intern(&namespace),
+            name: Arc::from(name),
+        })
+    }
+
+    /// A gate besides Allot's gang gate (the quota gate included): a member that still has one
+    /// is not ready for its gang to be released.
+    pub fn foreign_gates(&self) -> bool {
+        self.other_gates || self.quota_gate_index.is_some()
+    }
+
+    pub(super) fn key(&self) -> Key {
+        (self.namespace.clone(), self.name.clone())
+    }
+
+    /// The pod's shape for the simulation (requests only, for a bound pod).
+    pub fn shape(&self) -> PodShape {
+        match &self.placement {
+            Some(p) => (**p).clone(),
+            None => PodShape {
+                requests: self.requests.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                ..PodShape::default()
+            },
+        }
+    }
+}
+
+/// (namespace, name) of a Pod.
+pub(super) type Key = (Arc<str>, Arc<str>);
+
+pub(super) fn key(namespace: &str, name: &str) -> Key {
+    (Arc::from(namespace), Arc::from(name))
+}
+
+/// Shares the few distinct strings (namespaces, nodes, resource names) among all records.
+fn intern(s: &str) -> Arc<str> {
+    static TABLE: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<Arc<str>>>> =
+        std::sync::LazyLock::new(Default::default);
+    let mut table = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = table.get(s) {
+        return found.clone();
+    }
+    let new: Arc<str> = Arc::from(s);
+    table.insert(new.clone());
+    new
+}
+
+/// The object an inferred gang takes its size from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Owner {
+    pub kind: InferredKind,
+    /// The owner's Kubernetes kind (`Job`, `JobSet`, `PyTorchJob`, …).
+    pub api_kind: String,
+    pub name: String,
+}
+
+/// The JobSet for JobSet pods (their direct owner is a Job), otherwise the direct owner.
+fn owner_of(facts: &PodFacts, kind: InferredKind) -> Option<Owner> {
+    if kind == InferredKind::JobSet {
+        let name = facts.labels.get("jobset.sigs.k8s.io/jobset-name")?.clone();
+        return Some(Owner { kind, api_kind: "JobSet".into(), name });
+    }
+    if kind == InferredKind::LeaderWorkerSet {
+        // Group pods are owned by StatefulSets; the LeaderWorkerSet names itself in a label.
+        let name = facts.labels.get(LWS_NAME)?.clone();
+        return Some(Owner { kind, api_kind: "LeaderWorkerSet".into(), name });
+    }
+    let (api_kind, name) = facts.owners.first()?.clone();
+    Some(Owner { kind, api_kind, name })
+}
+
+/// What the cluster view knows of a Node.
+pub fn node_info(node: &Node) -> Option<NodeInfo> {
+    let name = node.metadata.name.clone()?;
+    let spec = node.spec.as_ref();
+    let allocatable = node
+        .status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .map(|a| a.iter().filter_map(|(k, v)| Quantity::parse(&v.0).ok().map(|q| (k.clone(), q))).collect())
+        .unwrap_or_default();
+    Some(NodeInfo {
+        name,
+        labels: node.metadata.labels.clone().unwrap_or_default(),
+        taints: spec.and_then(|s| s.taints.clone()).unwrap_or_default(),
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        allocatable,
+    })
+}

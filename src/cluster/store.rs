@@ -1,0 +1,297 @@
+//! The cluster view's store: every [`PodRecord`] and [`NodeInfo`] the watches saw, indexed by
+//! gang and with per-namespace usage kept up to date, behind one lock. Writers are the
+//! controller's watches (and its local marks before the API confirms); readers are admission
+//! (gang peers, deny-mode quota usage), the gang snapshot, the quota queue and the gauges.
+//!
+//! Everything here can be rebuilt from the API at any time: gates, gang labels and the
+//! `allot.dev/gang-released` annotation are the only state, and they live on the Pods.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use super::records::{Key, NodeInfo, Owner, PodRecord, key};
+use crate::gang::directory::{GangDirectory, Peer};
+use crate::gang::membership::OwnerGang;
+use crate::quantity::Quantity;
+use crate::resources::ResourceList;
+
+/// The cluster view: written by the controller's watches, read by admission (as a
+/// [`GangDirectory`] and for quota usage), the gang and quota passes and the gauges.
+#[derive(Debug, Default)]
+pub struct ClusterState {
+    inner: RwLock<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    pods: HashMap<Key, PodRecord>,
+    /// (namespace, gang) → member pod names
+    gangs: HashMap<(Arc<str>, String), BTreeSet<Arc<str>>>,
+    nodes: BTreeMap<String, NodeInfo>,
+    /// What the owners of inferred gangs say about them.
+    owner_gangs: HashMap<(String, String), OwnerGang>,
+    /// Requests of the non-finished pods of each namespace (gated ones included).
+    ns_usage: HashMap<Arc<str>, ResourceList>,
+    /// Bumped on every change, so the loop knows when to look again.
+    generation: u64,
+}
+
+impl Inner {
+    fn usage_delta(&mut self, record: &PodRecord, sign: i128) {
+        if record.finished {
+            return;
+        }
+        let usage = self.ns_usage.entry(record.namespace.clone()).or_default();
+        for (name, q) in &record.requests {
+            let slot = usage.entry(name.to_string()).or_default();
+            *slot = Quantity::from_nanos(slot.nanos() + sign * q.nanos());
+        }
+    }
+
+    fn unindex(&mut self, key: &Key) {
+        let Some(old) = self.pods.remove(key) else { return };
+        self.usage_delta(&old, -1);
+        if let Some(g) = &old.gang {
+            let gk = (old.namespace.clone(), g.name.clone());
+            if let Some(set) = self.gangs.get_mut(&gk) {
+                set.remove(&old.name);
+                if set.is_empty() {
+                    self.gangs.remove(&gk);
+                }
+            }
+        }
+    }
+
+    fn index(&mut self, record: PodRecord) {
+        let key = record.key();
+        self.unindex(&key);
+        if let Some(g) = &record.gang {
+            self.gangs.entry((record.namespace.clone(), g.name.clone())).or_default().insert(record.name.clone());
+        }
+        self.usage_delta(&record, 1);
+        self.pods.insert(key, record);
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One consistent read of the whole store, for the passes that walk it (the gang snapshot, the
+/// quota queue, the gauges). Holds the read lock: keep it for one pass, not across awaits.
+pub struct ClusterView<'a> {
+    inner: RwLockReadGuard<'a, Inner>,
+}
+
+impl ClusterView<'_> {
+    /// Every Pod the watch has seen (finished ones included), in no particular order.
+    pub fn pods(&self) -> impl Iterator<Item = &PodRecord> {
+        self.inner.pods.values()
+    }
+
+    /// One Pod, if the watch has seen it.
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<&PodRecord> {
+        self.inner.pods.get(&key(namespace, name))
+    }
+
+    /// Every Node, by name.
+    pub fn nodes(&self) -> impl Iterator<Item = &NodeInfo> {
+        self.inner.nodes.values()
+    }
+
+    /// What the owner of an inferred gang declares, once resolved.
+    pub fn owner_gang(&self, namespace: &str, gang: &str) -> Option<&OwnerGang> {
+        self.inner.owner_gangs.get(&(namespace.to_string(), gang.to_string()))
+    }
+}
+
+impl ClusterState {
+    /// A consistent read of everything, for one pass.
+    pub fn view(&self) -> ClusterView<'_> {
+        ClusterView { inner: read(&self.inner) }
+    }
+
+    /// Adds or replaces a Pod.
+    pub fn upsert_pod(&self, record: PodRecord) {
+        let mut inner = write(&self.inner);
+        inner.index(record);
+        inner.generation += 1;
+    }
+
+    /// Forgets a Pod.
+    pub fn remove_pod(&self, namespace: &str, name: &str) {
+        let mut inner = write(&self.inner);
+        inner.unindex(&key(namespace, name));
+        inner.generation += 1;
+    }
+
+    /// Replaces every Pod (after a watch (re)list).
+    pub fn replace_pods(&self, records: Vec<PodRecord>) {
+        let mut inner = write(&self.inner);
+        inner.pods.clear();
+        inner.gangs.clear();
+        inner.ns_usage.clear();
+        for r in records {
+            inner.index(r);
+        }
+        inner.generation += 1;
+    }
+
+    /// Adds or replaces a Node.
+    pub fn upsert_node(&self, node: NodeInfo) {
+        let mut inner = write(&self.inner);
+        inner.nodes.insert(node.name.clone(), node);
+        inner.generation += 1;
+    }
+
+    /// Forgets a Node.
+    pub fn remove_node(&self, name: &str) {
+        let mut inner = write(&self.inner);
+        inner.nodes.remove(name);
+        inner.generation += 1;
+    }
+
+    /// Replaces every Node.
+    pub fn replace_nodes(&self, nodes: Vec<NodeInfo>) {
+        let mut inner = write(&self.inner);
+        inner.nodes = nodes.into_iter().map(|n| (n.name.clone(), n)).collect();
+        inner.generation += 1;
+    }
+
+    /// Records what an inferred gang's owner declares.
+    pub fn set_owner_gang(&self, namespace: &str, gang: &str, owner: OwnerGang) {
+        let mut inner = write(&self.inner);
+        let previous = inner.owner_gangs.insert((namespace.to_string(), gang.to_string()), owner.clone());
+        if previous.as_ref() != Some(&owner) {
+            inner.generation += 1;
+        }
+    }
+
+    /// Marks members released locally, before the API confirms, so the next pass already counts
+    /// their reservation.
+    pub fn mark_released(&self, namespace: &str, names: &[String]) {
+        let mut inner = write(&self.inner);
+        for n in names {
+            if let Some(p) = inner.pods.get_mut(&key(namespace, n)) {
+                p.gate_index = None;
+                p.released = true;
+            }
+        }
+        inner.generation += 1;
+    }
+
+    /// Summed requests of the non-finished pods of the namespaces `include` accepts, plus, for
+    /// each gang of explicit size there that is not complete yet, what its missing members will
+    /// ask (a gang is charged whole). Also returns the namespaces that use anything.
+    pub fn usage_where(&self, include: &mut dyn FnMut(&str) -> bool) -> (ResourceList, Vec<String>) {
+        let inner = read(&self.inner);
+        let mut total = ResourceList::new();
+        let mut namespaces = Vec::new();
+        let mut accepted: HashMap<&str, bool> = HashMap::new();
+        let add = |total: &mut ResourceList, name: &str, nanos: i128| {
+            let slot = total.entry(name.to_string()).or_default();
+            *slot = Quantity::from_nanos(slot.nanos() + nanos);
+        };
+        for (ns, usage) in &inner.ns_usage {
+            if !*accepted.entry(ns).or_insert_with(|| include(ns)) {
+                continue;
+            }
+            if usage.values().any(|q| q.nanos() != 0) {
+                namespaces.push(ns.to_string());
+            }
+            for (name, q) in usage {
+                add(&mut total, name, q.nanos());
+            }
+        }
+        for ((ns, _), members) in &inner.gangs {
+            if !*accepted.entry(ns).or_insert_with(|| include(ns)) {
+                continue;
+            }
+            let live: Vec<&PodRecord> = members
+                .iter()
+                .filter_map(|m| inner.pods.get(&(ns.clone(), m.clone())))
+                .filter(|p| !p.finished)
+                .collect();
+            let Some(first) = live.first() else { continue };
+            let Some(size) = first.gang.as_ref().and_then(|g| g.size) else { continue };
+            let missing = i128::from(size.saturating_sub(live.len() as u32));
+            for (name, q) in &first.requests {
+                add(&mut total, name, missing * q.nanos());
+            }
+        }
+        namespaces.sort();
+        (total, namespaces)
+    }
+
+    /// True when the watch has seen this pod.
+    pub fn has_pod(&self, namespace: &str, name: &str) -> bool {
+        read(&self.inner).pods.contains_key(&key(namespace, name))
+    }
+
+    /// True when some non-finished member of the gang exists.
+    pub fn gang_exists(&self, namespace: &str, gang: &str) -> bool {
+        let inner = read(&self.inner);
+        inner.gangs.get(&(Arc::from(namespace), gang.to_string())).is_some_and(|m| {
+            m.iter().any(|n| inner.pods.get(&(Arc::from(namespace), n.clone())).is_some_and(|p| !p.finished))
+        })
+    }
+
+    /// Marks a pod's quota gate lifted locally, before the watch confirms it.
+    pub fn mark_quota_released(&self, namespace: &str, name: &str) {
+        let mut inner = write(&self.inner);
+        if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
+            p.quota_gate_index = None;
+        }
+        inner.generation += 1;
+    }
+
+    /// A counter that changes whenever the state does.
+    pub fn generation(&self) -> u64 {
+        read(&self.inner).generation
+    }
+
+    /// Counts for logs and metrics: (pods, nodes, gated members).
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let inner = read(&self.inner);
+        (inner.pods.len(), inner.nodes.len(), inner.pods.values().filter(|p| p.gate_index.is_some()).count())
+    }
+
+    /// Inferred gangs whose owner size is needed: (namespace, gang, owner).
+    pub fn owners_to_resolve(&self) -> Vec<(String, String, Owner)> {
+        let inner = read(&self.inner);
+        let mut out: Vec<_> = inner
+            .pods
+            .values()
+            .filter(|p| p.gate_index.is_some())
+            .filter_map(|p| {
+                let g = p.gang.as_ref()?;
+                Some((p.namespace.to_string(), g.name.clone(), g.owner.clone()?))
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+impl GangDirectory for ClusterState {
+    fn peers(&self, namespace: &str, name: &str) -> Vec<Peer> {
+        let inner = read(&self.inner);
+        let Some(members) = inner.gangs.get(&(Arc::from(namespace), name.to_string())) else { return Vec::new() };
+        members
+            .iter()
+            .filter_map(|m| inner.pods.get(&(Arc::from(namespace), m.clone())))
+            .filter(|p| !p.finished)
+            .map(|p| Peer {
+                pod: p.name.to_string(),
+                size: p.gang.as_ref().and_then(|g| g.size),
+                priority_class: p.priority_class.clone(),
+                scheduler_name: p.scheduler_name.clone(),
+            })
+            .collect()
+    }
+}

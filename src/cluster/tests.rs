@@ -1,0 +1,81 @@
+//! The cluster view's own tests: usage sums, gauges, and the gang directory admission reads.
+
+use serde_json::json;
+
+use super::fixtures::{cluster, member, policies, queue_policies, team_pod, two_gangs};
+use super::{QuotaGauge, UsageState};
+use crate::gang::directory::GangDirectory;
+use crate::quantity::Quantity;
+
+#[test]
+fn quota_usage_counts_live_pods_and_whole_gangs_but_not_finished_ones() {
+    let p = policies("");
+    let mut running = member("r", "g1", 1, "2026-11-22T01:00:00Z", json!({"spec": {"nodeName": "n1"}}));
+    running["metadata"]["labels"] = json!({});
+    let mut done = running.clone();
+    done["metadata"]["name"] = json!("done");
+    done["status"]["phase"] = json!("Succeeded");
+    let mut terminating = running.clone();
+    terminating["metadata"]["name"] = json!("terminating");
+    terminating["metadata"]["deletionTimestamp"] = json!("2026-11-22T01:05:00Z");
+    // One member present of a gang of 3 (2 GPUs each): the gang is charged whole.
+    let mut gang_member = member("m-0", "big", 3, "2026-11-22T01:00:00Z", json!({}));
+    gang_member["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!("2");
+    let state = cluster(&p, &[running, done, terminating, gang_member]);
+    let (usage, namespaces) = state.usage_where(&mut |ns| ns == "ml");
+    assert_eq!(usage["nvidia.com/gpu"], Quantity::from_units(1 + 3 * 2));
+    assert_eq!(namespaces, ["ml"]);
+    let (usage, _) = state.usage_where(&mut |_| false);
+    assert!(usage.is_empty());
+}
+
+#[test]
+fn accelerator_gauges_split_each_team_by_state_and_quota_units_count_mig_slices() {
+    let p = queue_policies();
+    let mut mig = team_pod("mig", 0, false, "2026-11-22T01:00:00Z");
+    mig["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/mig-1g.10gb": "7"});
+    let mut pending = team_pod("pending", 1, false, "2026-11-22T01:00:00Z");
+    pending["spec"].as_object_mut().unwrap().remove("nodeName");
+    let mut elsewhere = team_pod("elsewhere", 4, false, "2026-11-22T01:00:00Z");
+    elsewhere["metadata"]["namespace"] = json!("scratch");
+    let mut done = team_pod("done", 8, false, "2026-11-22T01:00:00Z");
+    done["status"]["phase"] = json!("Failed");
+    let pods = [
+        team_pod("running", 1, false, "2026-11-22T01:00:00Z"),
+        team_pod("queued", 2, true, "2026-11-22T01:00:01Z"),
+        member("g-0", "g", 2, "2026-11-22T01:00:00Z", json!({})),
+        mig,
+        pending,
+        elsewhere,
+        done,
+    ];
+    let state = cluster(&p, &pods);
+    let usage = state.accelerator_usage(&p, &crate::namespaces::NoNamespaces);
+    let get = |team: &str, resource: &str, s: UsageState| {
+        usage.requested.iter().find(|g| g.team == team && g.resource == resource && g.state == s).map(|g| g.amount)
+    };
+    assert_eq!(get("ml", "nvidia.com/gpu", UsageState::Bound), Some(1.0));
+    assert_eq!(get("ml", "nvidia.com/gpu", UsageState::QuotaQueued), Some(2.0));
+    assert_eq!(get("ml", "nvidia.com/gpu", UsageState::GangGated), Some(1.0));
+    assert_eq!(get("ml", "nvidia.com/gpu", UsageState::Pending), Some(1.0));
+    assert_eq!(get("ml", "nvidia.com/mig-1g.10gb", UsageState::Bound), Some(7.0));
+    assert_eq!(get("", "nvidia.com/gpu", UsageState::Bound), Some(4.0), "namespaces of no team");
+    assert_eq!(usage.requested.len(), 6, "no cpu, no pods, nothing finished: {:?}", usage.requested);
+    // Quota: 1 running + 1 gang-gated + 1 pending + 7/7 MIG = 4 GPU-equivalents; queued excluded.
+    assert_eq!(
+        usage.quotas,
+        [QuotaGauge { team: "ml".into(), resource: "nvidia.com/gpu".into(), used: 4.0, limit: 2.0 }]
+    );
+}
+
+#[test]
+fn the_directory_serves_admission_from_the_watch() {
+    let p = policies("");
+    let state = cluster(&p, &two_gangs());
+    let peers = state.peers("ml", "a");
+    assert_eq!(peers.len(), 4);
+    assert_eq!(peers[0].size, Some(4));
+    state.remove_pod("ml", "a-0");
+    assert_eq!(state.peers("ml", "a").len(), 3);
+    assert!(state.peers("ml", "nope").is_empty());
+}

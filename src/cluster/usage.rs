@@ -1,0 +1,155 @@
+//! Who uses what, from the cluster view: requests summed by namespace and by where the pods
+//! stand ([`UsageState`]), what counts against each team's quota, and the per-team gauges that
+//! `/metrics` publishes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use super::records::PodRecord;
+use super::store::{ClusterState, ClusterView};
+use crate::namespaces::{NamespaceLabels, TeamsByNamespace};
+use crate::policy::PolicySet;
+use crate::policy::quota::{Charge, Quota};
+use crate::quantity::Quantity;
+use crate::resources::ResourceList;
+
+impl ClusterState {
+    /// The per-team accelerator gauges: for every team (`""` for namespaces of no team) and
+    /// accelerator resource, what its non-finished pods request, by where they stand; and for
+    /// every team with a quota, its limit and what counts against it now (queued pods excluded),
+    /// in the quota's own units (GPU-equivalents where weights apply).
+    pub fn accelerator_usage(&self, policies: &PolicySet, labels: &dyn NamespaceLabels) -> AcceleratorUsage {
+        let sums = requests_by_state(&self.view());
+        let mut teams = TeamsByNamespace::new(policies, labels);
+        let mut by_state: BTreeMap<(String, String, UsageState), i128> = BTreeMap::new();
+        for ((namespace, state, name), nanos) in &sums {
+            if policies.accelerators.matches(name) {
+                let team_name = teams.get(namespace).map_or("", |t| t.name.as_str());
+                let slot = by_state.entry((team_name.to_string(), name.to_string(), *state)).or_default();
+                *slot = slot.saturating_add(*nanos);
+            }
+        }
+        let quota_used = admitted_by_team(&sums, &mut teams);
+        let in_units = |quota: &Quota, units: i128| units as f64 / quota.denominator as f64 / 1e9;
+        let mut quotas = Vec::new();
+        for team in &policies.teams {
+            let Some(quota) = &team.quota else { continue };
+            for (resource, limit) in &quota.limits {
+                let used = quota_used.get(team.name.as_str()).and_then(|c| c.get(resource)).copied().unwrap_or(0);
+                quotas.push(QuotaGauge {
+                    team: team.name.clone(),
+                    resource: resource.clone(),
+                    used: in_units(quota, used),
+                    limit: in_units(quota, *limit),
+                });
+            }
+        }
+        let requested = by_state
+            .into_iter()
+            .map(|((team, resource, state), nanos)| AcceleratorGauge {
+                team,
+                resource,
+                state,
+                amount: nanos as f64 / 1e9,
+            })
+            .collect();
+        AcceleratorUsage { requested, quotas }
+    }
+}
+
+/// Requests of the non-finished pods, summed per (namespace, state, resource): one pass,
+/// no allocation per pod (names are interned).
+pub fn requests_by_state(view: &ClusterView<'_>) -> RequestsByState {
+    let mut sums = RequestsByState::new();
+    for p in view.pods().filter(|p| !p.finished) {
+        let state = UsageState::of(p);
+        for (name, q) in &p.requests {
+            let slot = sums.entry((p.namespace.clone(), state, name.clone())).or_default();
+            *slot = slot.saturating_add(q.nanos());
+        }
+    }
+    sums
+}
+
+/// Nano-units requested per (namespace, state, resource).
+pub type RequestsByState = HashMap<(Arc<str>, UsageState, Arc<str>), i128>;
+
+/// What counts against each team's quota now: the requests of its pods that are not queued
+/// behind the quota gate (teams with a quota only). A quota's charge is linear, so charging
+/// these sums equals charging each pod.
+pub fn admitted_by_team<'p>(sums: &RequestsByState, teams: &mut TeamsByNamespace<'p>) -> HashMap<&'p str, Charge> {
+    let mut requests: HashMap<&'p str, (&'p Quota, ResourceList)> = HashMap::new();
+    for ((namespace, state, name), nanos) in sums {
+        if *state == UsageState::QuotaQueued {
+            continue;
+        }
+        let Some(team) = teams.get(namespace) else { continue };
+        let Some(quota) = &team.quota else { continue };
+        let slot = requests.entry(team.name.as_str()).or_insert_with(|| (quota, ResourceList::new()));
+        let q = slot.1.entry(name.to_string()).or_default();
+        *q = Quantity::from_nanos(q.nanos().saturating_add(*nanos));
+    }
+    requests.into_iter().map(|(team, (quota, requests))| (team, quota.charge(&requests))).collect()
+}
+
+/// Where a pod's requests stand, for the per-team gauges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum UsageState {
+    /// On a node.
+    Bound,
+    /// Admitted and ungated (released, or never gated), waiting for the scheduler: reserved.
+    Pending,
+    /// Behind Allot's gang gate.
+    GangGated,
+    /// Behind Allot's quota gate.
+    QuotaQueued,
+}
+
+impl UsageState {
+    fn of(p: &PodRecord) -> UsageState {
+        if p.quota_gate_index.is_some() {
+            UsageState::QuotaQueued
+        } else if p.gate_index.is_some() {
+            UsageState::GangGated
+        } else if p.node_name.is_some() {
+            UsageState::Bound
+        } else {
+            UsageState::Pending
+        }
+    }
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UsageState::Bound => "bound",
+            UsageState::Pending => "pending",
+            UsageState::GangGated => "gang_gated",
+            UsageState::QuotaQueued => "quota_queued",
+        }
+    }
+}
+
+/// Accelerators requested by one team's pods in one state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AcceleratorGauge {
+    pub team: String,
+    pub resource: String,
+    pub state: UsageState,
+    pub amount: f64,
+}
+
+/// One limit of a team's quota and what counts against it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuotaGauge {
+    pub team: String,
+    pub resource: String,
+    pub used: f64,
+    pub limit: f64,
+}
+
+/// Everything [`ClusterState::accelerator_usage`] reports.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AcceleratorUsage {
+    pub requested: Vec<AcceleratorGauge>,
+    pub quotas: Vec<QuotaGauge>,
+}

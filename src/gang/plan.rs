@@ -1,0 +1,111 @@
+//! The gang action plan: turns the decision over a [`Snapshot`] into the [`Action`]s the
+//! controller carries out (lift gates, explain, delete on timeout), and what metrics and logs
+//! report about the pass.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::decision::{GangKey, Snapshot, Verdict, decide};
+use super::snapshot::GangFacts;
+use crate::cluster::action::Action;
+use crate::policy::OnTimeout;
+
+/// What one pass of the controller decided: the API calls to make, and what the metrics and
+/// logs report about it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    /// Gangs still waiting, by the reason on their members' condition.
+    pub waiting: BTreeMap<&'static str, u64>,
+    /// Gangs released in this pass.
+    pub released: Vec<ReleasedGang>,
+}
+
+/// A gang the plan releases, for its log line and the wait-time histogram.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReleasedGang {
+    pub gang: GangKey,
+    pub members: usize,
+    /// Seconds since its oldest member was created.
+    pub waited_secs: i64,
+    /// The decision, e.g. "4/4 members present; fits: 8 nvidia.com/gpu on 2 nodes".
+    pub message: String,
+}
+
+/// Turns decisions into actions. `previous` holds the last explanation per gang, so unchanged
+/// explanations are not written again (and is updated).
+pub fn plan(snapshot: &Snapshot, facts: &HashMap<GangKey, GangFacts>, previous: &mut HashMap<GangKey, String>) -> Plan {
+    let mut actions = Vec::new();
+    let mut waiting: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut released = Vec::new();
+    let decisions = decide(snapshot);
+    let created: HashMap<&GangKey, i64> = snapshot.gangs.iter().map(|g| (&g.key, g.created)).collect();
+    for d in decisions {
+        let Some(gf) = facts.get(&d.gang) else { continue };
+        let ns = d.gang.namespace.clone();
+        let (reason, ready, warning, mut message) = match &d.verdict {
+            Verdict::Release { placements } => {
+                for (pod, node) in placements {
+                    if let Some(m) = gf.gated.iter().find(|m| &m.name == pod) {
+                        actions.push(Action::Release {
+                            namespace: ns.clone(),
+                            pod: pod.clone(),
+                            gate_index: m.gate_index,
+                            has_annotations: m.has_annotations,
+                            node: node.clone(),
+                        });
+                    }
+                }
+                released.push(ReleasedGang {
+                    gang: d.gang.clone(),
+                    members: placements.len(),
+                    waited_secs: created.get(&d.gang).map_or(0, |c| (snapshot.now - c).max(0)),
+                    message: d.message.clone(),
+                });
+                ("Released", true, false, d.message.clone())
+            }
+            Verdict::Incomplete => ("WaitingForMembers", false, false, d.message.clone()),
+            Verdict::DoesNotFit => ("InsufficientResources", false, false, d.message.clone()),
+            Verdict::Blocked { .. } => ("WaitingForHigherPriority", false, false, d.message.clone()),
+        };
+        let mut reason = reason;
+        let mut warning = warning;
+        if d.verdict == Verdict::Incomplete
+            && gf.assembly_timeout > 0
+            && created.get(&d.gang).is_some_and(|c| snapshot.now - c >= gf.assembly_timeout)
+        {
+            reason = "AssemblyTimeout";
+            warning = true;
+            message = format!("{message}; not assembled within {}s", gf.assembly_timeout);
+            if gf.on_timeout == OnTimeout::Fail {
+                message.push_str("; deleting the members (bare pods are not recreated)");
+                for m in &gf.gated {
+                    actions.push(Action::Delete {
+                        namespace: ns.clone(),
+                        pod: m.name.clone(),
+                        reason: message.clone(),
+                    });
+                }
+            }
+        }
+        if !ready {
+            *waiting.entry(reason).or_default() += 1;
+        }
+        let changed = previous.get(&d.gang) != Some(&message);
+        if changed {
+            previous.insert(d.gang.clone(), message.clone());
+            for m in &gf.gated {
+                actions.push(Action::Explain {
+                    namespace: ns.clone(),
+                    pod: m.name.clone(),
+                    ready,
+                    reason,
+                    message: message.clone(),
+                    warning,
+                });
+            }
+        }
+    }
+    // Forget explanations of gangs that are gone.
+    previous.retain(|k, _| facts.contains_key(k));
+    Plan { actions, waiting, released }
+}

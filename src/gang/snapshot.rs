@@ -1,0 +1,175 @@
+//! The gang snapshot: the pure [`Snapshot`] the decision runs on, built from the cluster view
+//! in one pass, plus what the plan needs to know of each gang ([`GangFacts`]): its gated
+//! members, what already runs, its timeout.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use super::decision::{GangKey, Member, Snapshot, WaitingGang};
+use super::membership::OwnerGang;
+use crate::cluster::{ClusterState, ClusterView, PodShape};
+use crate::namespaces::{NamespaceLabels, TeamsByNamespace};
+use crate::policy::{OnTimeout, PolicySet};
+use crate::quantity::Quantity;
+use crate::resources::{self, ResourceList};
+
+/// A gated member, as needed to release it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberRef {
+    pub name: String,
+    pub gate_index: usize,
+    pub has_annotations: bool,
+}
+
+/// Effective requests (+ `pods: 1`) of a LeaderWorkerSet's worker template.
+fn worker_requests(owner: &OwnerGang) -> Option<ResourceList> {
+    let spec = owner.worker_template.as_ref()?.get("spec")?;
+    let mut requests = resources::pod_requests(spec);
+    requests.insert("pods".into(), Quantity::from_units(1));
+    Some(requests)
+}
+
+/// Per gang: its gated members and what its policy says.
+#[derive(Debug, Clone, Default)]
+pub struct GangFacts {
+    /// LeaderReady groups: how many workers are still to come, and what each will request.
+    pub leader_first_workers: Option<(u32, Option<ResourceList>)>,
+    pub gated: Vec<MemberRef>,
+    /// Members already released (running or about to).
+    pub released: u32,
+    pub assembly_timeout: i64,
+    pub on_timeout: OnTimeout,
+}
+
+/// Builds the gang snapshot from a cluster view.
+pub trait GangSnapshot {
+    /// The snapshot the decision runs on at `now`, plus what actions need to know of each gang.
+    fn snapshot(
+        &self,
+        policies: &PolicySet,
+        labels: &dyn NamespaceLabels,
+        now: i64,
+    ) -> (Snapshot, HashMap<GangKey, GangFacts>);
+}
+
+impl GangSnapshot for ClusterState {
+    fn snapshot(
+        &self,
+        policies: &PolicySet,
+        labels: &dyn NamespaceLabels,
+        now: i64,
+    ) -> (Snapshot, HashMap<GangKey, GangFacts>) {
+        let view = self.view();
+        let mut teams = TeamsByNamespace::new(policies, labels);
+        let mut bound: HashMap<Arc<str>, ResourceList> = HashMap::new();
+        let mut in_flight = Vec::new();
+        let mut waiting: BTreeMap<GangKey, WaitingGang> = BTreeMap::new();
+        let mut facts: HashMap<GangKey, GangFacts> = HashMap::new();
+        for p in view.pods() {
+            if p.finished {
+                continue;
+            }
+            if let Some(node) = &p.node_name {
+                // Summed per node: 5,000 entries for the simulation, not 100,000.
+                let used = bound.entry(node.clone()).or_default();
+                for (name, q) in &p.requests {
+                    let slot = used.entry(name.to_string()).or_default();
+                    *slot = slot.saturating_add(*q);
+                }
+                continue;
+            }
+            let Some(g) = &p.gang else { continue };
+            let key = GangKey { namespace: p.namespace.to_string(), name: g.name.clone() };
+            let gf = facts.entry(key.clone()).or_default();
+            if p.gate_index.is_some() && !p.foreign_gates() {
+                gf.gated.push(MemberRef {
+                    name: p.name.to_string(),
+                    gate_index: p.gate_index.unwrap_or(0),
+                    has_annotations: p.has_annotations,
+                });
+                let team = teams.get(&p.namespace).map(|t| t.name.as_str());
+                let policy = policies.gang_policy(&p.namespace, team);
+                let owner = view.owner_gang(&p.namespace, &g.name);
+                let size = g.size.or_else(|| owner.map(|o| o.size));
+                let entry = waiting.entry(key.clone()).or_insert_with(|| WaitingGang {
+                    key: key.clone(),
+                    expected: size,
+                    members: Vec::new(),
+                    priority: p.priority,
+                    created: p.created,
+                    starvation_after: Some(policy.starvation_after.as_secs() as i64),
+                });
+                entry.members.push(Member { name: p.name.to_string(), shape: p.shape() });
+                if g.leader {
+                    gf.leader_first_workers =
+                        owner.filter(|o| o.leader_first).map(|o| (o.size.saturating_sub(1), worker_requests(o)));
+                }
+                entry.priority = entry.priority.max(p.priority);
+                entry.created = entry.created.min(p.created);
+                gf.assembly_timeout = policy.assembly_timeout.as_secs() as i64;
+                gf.on_timeout = policy.on_timeout;
+            } else if p.gate_index.is_none() && p.released {
+                // Released, not yet bound: the reservation ledger.
+                in_flight.push(p.shape());
+                gf.released += 1;
+            }
+        }
+        count_running(&view, &mut facts);
+        let gangs = waiting
+            .into_values()
+            .map(|g| {
+                let gf = facts.get(&g.key);
+                finish(g, gf)
+            })
+            .collect();
+        let mut bound: Vec<(String, ResourceList)> = bound.into_iter().map(|(n, r)| (n.to_string(), r)).collect();
+        bound.sort_by(|a, b| a.0.cmp(&b.0));
+        let snapshot = Snapshot {
+            now,
+            nodes: view.nodes().cloned().collect(),
+            bound,
+            in_flight,
+            gangs,
+            accelerators: (*policies.accelerators).clone(),
+        };
+        (snapshot, facts)
+    }
+}
+
+/// Members already running (released and bound) count towards the quorum of their gang, so a
+/// replacement or a member whose release failed can still go.
+fn count_running(view: &ClusterView<'_>, facts: &mut HashMap<GangKey, GangFacts>) {
+    for p in view.pods() {
+        if !p.finished
+            && p.node_name.is_some()
+            && p.gate_index.is_none()
+            && let Some(g) = &p.gang
+            && let Some(gf) = facts.get_mut(&GangKey { namespace: p.namespace.to_string(), name: g.name.clone() })
+        {
+            gf.released += 1;
+        }
+    }
+}
+
+/// A waiting gang as the decision takes it: the bar lowered by what already runs, phantom
+/// workers for a LeaderReady leader, members in name order.
+fn finish(mut g: WaitingGang, gf: Option<&GangFacts>) -> WaitingGang {
+    let released = gf.map_or(0, |f| f.released);
+    // The decision counts gated members; lower the bar by what already runs.
+    g.expected = g.expected.map(|n| n.saturating_sub(released));
+    // LeaderReady: the leader alone is gated, its workers do not exist yet. It goes when the
+    // whole group would fit: its workers are placed as phantoms (names no gated pod has, so only
+    // the leader is released).
+    if let Some((workers, Some(requests))) = gf.and_then(|f| f.leader_first_workers.clone())
+        && released == 0
+        && g.members.len() == 1
+    {
+        let leader = g.members[0].shape.clone();
+        for i in 0..workers {
+            let shape = PodShape { requests: requests.clone(), ..leader.clone() };
+            g.members.push(Member { name: format!("{}/worker-{}-not-created", g.key.name, i + 1), shape });
+        }
+    }
+    g.members.sort_by(|a, b| a.name.cmp(&b.name));
+    g
+}

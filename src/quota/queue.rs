@@ -1,0 +1,225 @@
+//! Queue-mode quotas: which quota-gated pods to release now, from the cluster view. Per team,
+//! queued units (a gang whole, once all its members exist, or a single pod) go in order —
+//! priority, then age — while the team's usage (every non-finished pod not behind the quota
+//! gate) leaves room. The order is strict: a unit that does not fit stops the team's queue, so a
+//! large job is never starved by smaller ones behind it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{Charge, add};
+use crate::cluster::action::Action;
+use crate::cluster::usage::{admitted_by_team, requests_by_state};
+use crate::cluster::{ClusterState, ClusterView};
+use crate::namespaces::{NamespaceLabels, TeamsByNamespace};
+use crate::policy::{PolicySet, QuotaMode};
+use crate::resources::ResourceList;
+
+/// Plans the quota queue over a cluster view.
+pub trait QuotaQueue {
+    /// The gates to lift now (`Action::ReleaseQuota`), and for every pod left in the queue an
+    /// explanation (`Action::Queued`) whenever it changes: `previous` holds the last one per pod
+    /// (and is updated), so `kubectl describe` says why a pod waits without an Event on every
+    /// pass.
+    fn quota_plan(
+        &self,
+        policies: &PolicySet,
+        labels: &dyn NamespaceLabels,
+        previous: &mut HashMap<(String, String), String>,
+    ) -> Vec<Action>;
+}
+
+impl QuotaQueue for ClusterState {
+    fn quota_plan(
+        &self,
+        policies: &PolicySet,
+        labels: &dyn NamespaceLabels,
+        previous: &mut HashMap<(String, String), String>,
+    ) -> Vec<Action> {
+        let view = self.view();
+        let mut actions = Vec::new();
+        let mut teams = TeamsByNamespace::new(policies, labels);
+        let mut used = admitted_by_team(&requests_by_state(&view), &mut teams);
+        let queued = queued_units(&view, &mut teams, &mut actions);
+        for (team_name, units) in queued {
+            let Some(quota) = policies.teams.iter().find(|t| t.name == team_name).and_then(|t| t.quota.as_ref()) else {
+                continue;
+            };
+            let mut units: Vec<(String, Unit)> = units.into_iter().collect();
+            units.sort_by(|a, b| {
+                b.1.priority.cmp(&a.1.priority).then(a.1.created.cmp(&b.1.created)).then_with(|| a.0.cmp(&b.0))
+            });
+            let team_used = used.entry(team_name).or_default();
+            // Set once a unit cannot go: everything behind it waits (strict order).
+            let mut blocked_by: Option<String> = None;
+            for (position, (_, Unit { members, charge, size, .. })) in units.into_iter().enumerate() {
+                let why = if let Some(first) = &blocked_by {
+                    Some(format!("queued behind {position} earlier pod(s) or gang(s) of team {team_name}: {first}"))
+                } else if let Some(n) = size.filter(|n| (members.len() as u32) < *n) {
+                    // A gang is charged whole: wait for all its members, in order.
+                    Some(format!("gang has {}/{n} members; charged whole once all exist", members.len()))
+                } else if let Some(exceeded) = quota.exceeded(team_used, &charge) {
+                    Some(format!("team {team_name} {exceeded}; this asks {}", exceeded.asked))
+                } else {
+                    None
+                };
+                match why {
+                    Some(message) => {
+                        blocked_by.get_or_insert_with(|| message.clone());
+                        for (namespace, pod, _) in members {
+                            let key = (namespace, pod);
+                            if previous.get(&key) != Some(&message) {
+                                previous.insert(key.clone(), message.clone());
+                                actions.push(Action::Queued { namespace: key.0, pod: key.1, message: message.clone() });
+                            }
+                        }
+                    }
+                    None => {
+                        add(team_used, &charge);
+                        for (namespace, pod, gate_index) in members {
+                            previous.remove(&(namespace.clone(), pod.clone()));
+                            actions.push(Action::ReleaseQuota { namespace, pod, gate_index });
+                        }
+                    }
+                }
+            }
+        }
+        // Forget pods that left the queue some other way (deleted, gate removed by hand).
+        previous.retain(|(ns, pod), _| view.pod(ns, pod).is_some_and(|p| p.quota_gate_index.is_some()));
+        actions
+    }
+}
+
+/// What goes through a team's queue at once: a gang (all its quota-gated members) or one pod.
+struct Unit {
+    /// The highest priority among the members.
+    priority: i32,
+    /// The oldest member's creation time.
+    created: i64,
+    /// (namespace, pod, index of the quota gate).
+    members: Vec<(String, String, usize)>,
+    charge: Charge,
+    /// The gang's size, if it has one: the unit waits until all members exist.
+    size: Option<u32>,
+}
+
+/// The quota-gated pods grouped into units per team (by unit key). A pod that nothing queues any
+/// more (its team left queue mode, or its namespace changed team, since it was gated) is not
+/// kept: its gate goes now (`actions`), since nobody else would lift it.
+fn queued_units<'p>(
+    view: &ClusterView<'_>,
+    teams: &mut TeamsByNamespace<'p>,
+    actions: &mut Vec<Action>,
+) -> HashMap<&'p str, BTreeMap<String, Unit>> {
+    let mut queued: HashMap<&'p str, BTreeMap<String, Unit>> = HashMap::new();
+    for p in view.pods().filter(|p| !p.finished) {
+        let Some(gate_index) = p.quota_gate_index else { continue };
+        let team = teams.get(&p.namespace).filter(|t| t.quota.as_ref().is_some_and(|q| q.mode == QuotaMode::Queue));
+        let team_and_charge = team.and_then(|team| {
+            let quota = team.quota.as_ref()?;
+            let requests: ResourceList = p.requests.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+            Some((team, quota.charge(&requests))).filter(|(_, charge)| !charge.is_empty())
+        });
+        let Some((team, charge)) = team_and_charge else {
+            actions.push(Action::ReleaseQuota {
+                namespace: p.namespace.to_string(),
+                pod: p.name.to_string(),
+                gate_index,
+            });
+            continue;
+        };
+        let (key, size) = match &p.gang {
+            Some(g) => (format!("gang/{}/{}", p.namespace, g.name), g.size),
+            None => (format!("pod/{}/{}", p.namespace, p.name), None),
+        };
+        let unit = queued.entry(team.name.as_str()).or_default().entry(key).or_insert_with(|| Unit {
+            priority: p.priority,
+            created: p.created,
+            members: Vec::new(),
+            charge: Charge::new(),
+            size,
+        });
+        unit.priority = unit.priority.max(p.priority);
+        unit.created = unit.created.min(p.created);
+        unit.members.push((p.namespace.to_string(), p.name.to_string(), gate_index));
+        add(&mut unit.charge, &charge);
+    }
+    queued
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::cluster::fixtures::{cluster, policies, queue_policies, team_pod};
+
+    fn queued_messages(actions: &[Action]) -> Vec<(String, String)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Queued { pod, message, .. } => Some((pod.clone(), message.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn queued_pods_are_told_why_once_and_in_order() {
+        let p = queue_policies();
+        let labels = crate::namespaces::NoNamespaces;
+        let pods = [
+            team_pod("running", 1, false, "2026-11-22T01:00:00Z"),
+            team_pod("big", 2, true, "2026-11-22T01:00:01Z"),
+            team_pod("small", 1, true, "2026-11-22T01:00:02Z"),
+        ];
+        let state = cluster(&p, &pods);
+        let mut previous = HashMap::new();
+        let actions = state.quota_plan(&p, &labels, &mut previous);
+        assert!(!actions.iter().any(|a| matches!(a, Action::ReleaseQuota { .. })), "{actions:?}");
+        // Strict order: "small" would fit, but waits behind "big".
+        assert_eq!(
+            queued_messages(&actions),
+            [
+                ("big".to_string(), "team ml uses 1 of 2 nvidia.com/gpu; this asks 2".to_string()),
+                (
+                    "small".to_string(),
+                    "queued behind 1 earlier pod(s) or gang(s) of team ml: team ml uses 1 of 2 nvidia.com/gpu; this asks 2"
+                        .to_string()
+                ),
+            ]
+        );
+        // Nothing changed: nothing is written again.
+        assert!(state.quota_plan(&p, &labels, &mut previous).is_empty());
+        // The running pod finishes: both fit in order (2, then... no: 2 + 1 > 2, so only big).
+        state.remove_pod("ml", "running");
+        let actions = state.quota_plan(&p, &labels, &mut previous);
+        let released: Vec<_> = actions
+            .iter()
+            .filter_map(|a| if let Action::ReleaseQuota { pod, .. } = a { Some(pod.as_str()) } else { None })
+            .collect();
+        assert_eq!(released, ["big"]);
+        assert_eq!(
+            queued_messages(&actions),
+            [("small".to_string(), "team ml uses 2 of 2 nvidia.com/gpu; this asks 1".to_string())]
+        );
+        assert!(!previous.contains_key(&("ml".to_string(), "big".to_string())));
+    }
+
+    /// Regression: a pod gated while its team was in queue mode kept its gate for ever once
+    /// the team left queue mode (or had no quota), because only queue-mode teams were looked at.
+    #[test]
+    fn a_quota_gate_nothing_queues_any_more_is_lifted() {
+        let queued = [team_pod("waiting", 1, true, "2026-11-22T01:00:01Z")];
+        let deny = policies(
+            "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: ml}\nspec:\n  namespaces: {names: [ml]}\n  quota:\n    mode: Deny\n    limits: {nvidia.com/gpu: 2}\n",
+        );
+        for p in [deny, policies("")] {
+            let state = cluster(&p, &queued);
+            let actions = state.quota_plan(&p, &crate::namespaces::NoNamespaces, &mut HashMap::new());
+            assert_eq!(
+                actions,
+                [Action::ReleaseQuota { namespace: "ml".into(), pod: "waiting".into(), gate_index: 0 }]
+            );
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! Running: every case through `allot check`'s own path, with fresh usage per case.
+
+use super::load::{LoadedTest, Suite};
+use super::report::{CaseReport, SuiteReport, TestReport};
+use crate::check::{self, Manifest};
+use crate::engine::Engine;
+use crate::namespaces::{NamespaceLabels, NoNamespaces};
+use crate::quota::StaticUsage;
+
+impl Suite {
+    /// Runs every case.
+    pub fn run(&self) -> SuiteReport {
+        SuiteReport { tests: self.tests.iter().map(run_test).collect() }
+    }
+
+    /// Number of cases.
+    pub fn cases(&self) -> usize {
+        self.tests.iter().map(|t| t.cases.len()).sum()
+    }
+}
+
+pub(super) fn run_test(test: &LoadedTest) -> TestReport {
+    let labels: &dyn NamespaceLabels = match &test.labels {
+        Some(l) => l,
+        None => &NoNamespaces,
+    };
+    let engine = Engine::new(&test.policies, labels);
+    // The test's resources are one run's manifests: gang members see each other, as in `allot check`.
+    let manifests: Vec<Manifest> = test.cases.iter().map(|c| c.manifest.clone()).collect();
+    let gangs = check::gang_directory(&engine, &manifests);
+    let cases = test
+        .cases
+        .iter()
+        .map(|case| {
+            let usage = StaticUsage::new(case.usage.clone());
+            let engine = engine.with_gangs(&gangs).with_quota(&usage);
+            let admitted = check::admit_manifest(&engine, &case.manifest);
+            CaseReport {
+                name: case.name.clone(),
+                mismatches: case.expectations.compare(&admitted.report, &admitted.mutated),
+                engine: check::render_object(&admitted.report),
+            }
+        })
+        .collect();
+    TestReport {
+        file: test.file.clone(),
+        document: test.document,
+        name: test.name.clone(),
+        policies: format!("{}, version {}", test.policy_label, test.policies.version),
+        cases,
+    }
+}
