@@ -923,6 +923,25 @@ fn the_containerfile_matches_the_deployment() {
     }
 }
 
+/// The shipped (release) binary keeps overflow checks: a sum over tenant-written numbers must
+/// panic rather than wrap around and admit a pod past its quota.
+#[test]
+fn release_builds_keep_overflow_checks() {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let release: Vec<&str> = manifest
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| *l != "[profile.release]")
+        .skip(1)
+        .take_while(|l| !l.starts_with('['))
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert!(
+        release.iter().any(|l| l.replace(' ', "") == "overflow-checks=true"),
+        "[profile.release] must set overflow-checks = true: {release:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // RBAC: record the calls the real code makes
 
