@@ -218,3 +218,64 @@ async fn a_stalled_body_is_cut_off_at_the_deadline() {
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(started.elapsed() >= TIMEOUT && started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
 }
+
+/// A Rule whose cost grows with the square of a list in the object: thousands of env entries
+/// make one evaluation take seconds.
+const EXPENSIVE_RULE: &str = r#"apiVersion: allot.dev/v1alpha1
+kind: Rule
+metadata:
+  name: env-names-are-consistent
+spec:
+  match:
+    kinds: [Pod]
+  expression: >-
+    object.spec.containers.all(c, !has(c.env) ||
+      c.env.all(a, c.env.all(b, a.name != b.name || a.value == b.value)))
+  message: duplicate env names with different values
+  action: Deny
+"#;
+
+fn state_with(extra: &[(&str, &str)]) -> Arc<AppState> {
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    for entry in std::fs::read_dir(&shipped).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    for (name, text) in extra {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let policies = allot::policy::load_dir(dir.path()).unwrap();
+    AppState::new(policies, Arc::new(NoNamespaces))
+}
+
+/// The GPU pod of fixture 011 with `entries` env entries on its first container.
+fn review_with_env(entries: usize) -> Vec<u8> {
+    let mut review: Value = serde_json::from_slice(&fixture("011-validate-create-pod-my-gpu-pod.json")).unwrap();
+    let env: Vec<Value> = (0..entries).map(|i| json!({"name": format!("VAR_{i}"), "value": "x"})).collect();
+    review["request"]["object"]["spec"]["containers"][0]["env"] = Value::Array(env);
+    serde_json::to_vec(&review).unwrap()
+}
+
+/// Evaluation runs off the async workers: on a single-threaded runtime, a Rule that takes
+/// seconds neither delays /healthz nor outlives the request deadline (503 at the deadline).
+#[tokio::test(flavor = "current_thread")]
+async fn an_expensive_rule_cannot_outlive_the_deadline_or_stall_other_requests() {
+    let app = router(state_with(&[("expensive.yaml", EXPENSIVE_RULE)]), 8 * 1024 * 1024, TIMEOUT);
+    // The rule really is expensive here: small objects pass it quickly.
+    let (status, body) = call(app.clone(), "POST", "/validate", review_with_env(10)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    let started = Instant::now();
+    let slow = tokio::spawn(call(app.clone(), "POST", "/validate", review_with_env(700)));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let probe = Instant::now();
+    let (status, _) = call(app.clone(), "GET", "/healthz", Vec::new()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(probe.elapsed() < Duration::from_millis(200), "/healthz took {:?} during an evaluation", probe.elapsed());
+
+    let (status, text) = slow.await.unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
+    assert!(elapsed < TIMEOUT + Duration::from_millis(400), "answered after {elapsed:?}, deadline {TIMEOUT:?}");
+}

@@ -104,9 +104,21 @@ impl AppState {
 /// The webhook router with its limits (no TLS): what in-process tests call with `oneshot`.
 /// The deadline covers reading the body too, so a client that stalls mid-body is cut off.
 pub fn router(state: Arc<AppState>, max_body_bytes: usize, request_timeout: Duration) -> Router {
+    let evaluations = Evaluations::new(request_timeout);
+    let validations = evaluations.clone();
     Router::new()
-        .route("/mutate", post(mutate))
-        .route("/validate", post(validate))
+        .route(
+            "/mutate",
+            post(move |State(state): State<Arc<AppState>>, body: Bytes| {
+                evaluations.clone().run(state, Phase::Mutate, body)
+            }),
+        )
+        .route(
+            "/validate",
+            post(move |State(state): State<Arc<AppState>>, body: Bytes| {
+                validations.clone().run(state, Phase::Validate, body)
+            }),
+        )
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(max_body_bytes))
@@ -123,12 +135,56 @@ pub fn metrics_router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-async fn mutate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    answer(&state, Phase::Mutate, &body)
+/// Runs evaluations off the async workers, a bounded number at a time, each within the request
+/// deadline.
+///
+/// CEL cannot be interrupted once it runs, and a rule over a large object can take seconds. On
+/// an async worker that would stall every other request on the worker (probes included) and the
+/// deadline could not fire until it returned. On the blocking pool a runaway evaluation costs
+/// one thread; the caller gets 503 at the deadline (the API server then applies the webhook's
+/// failurePolicy) while the evaluation finishes in the background, and at most `permits`
+/// evaluations run at once, so a burst of them cannot take every core either.
+#[derive(Clone)]
+struct Evaluations {
+    permits: Arc<tokio::sync::Semaphore>,
+    deadline: Duration,
 }
 
-async fn validate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    answer(&state, Phase::Validate, &body)
+impl Evaluations {
+    fn new(deadline: Duration) -> Evaluations {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Evaluations { permits: Arc::new(tokio::sync::Semaphore::new(cores * 2)), deadline }
+    }
+
+    async fn run(self, state: Arc<AppState>, phase: Phase, body: Bytes) -> Response {
+        let webhook = phase.label();
+        let deadline = self.deadline;
+        let evaluation = async move {
+            // Waiting for a permit counts against the deadline: a queue behind runaway
+            // evaluations ends in 503, not in a late answer.
+            let permit = self.permits.acquire_owned().await;
+            tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                answer(&state, phase, &body)
+            })
+            .await
+        };
+        match tokio::time::timeout(deadline, evaluation).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => {
+                tracing::error!(webhook, error = %e, "evaluation failed");
+                (StatusCode::INTERNAL_SERVER_ERROR, "allot: evaluation failed; see the server log\n").into_response()
+            }
+            Err(_) => {
+                tracing::warn!(webhook, ?deadline, "evaluation did not finish within the request deadline");
+                let message = format!(
+                    "allot: {webhook} evaluation did not finish within the {deadline:?} request deadline (a Rule is \
+                     too expensive for this object, or the server is overloaded)\n"
+                );
+                (StatusCode::SERVICE_UNAVAILABLE, message).into_response()
+            }
+        }
+    }
 }
 
 fn answer(state: &AppState, phase: Phase, body: &[u8]) -> Response {
