@@ -1262,7 +1262,8 @@ fn recorded_calls() -> &'static Vec<Call> {
                 async move { Ok::<_, Infallible>(serve(w, req).await) }
             });
             let client = kube::Client::new(service, "default");
-            let namespaces = allot::server::reload::watch_namespaces(client.clone());
+            let caches = Arc::new(allot::server::startup::Caches::default());
+            let namespaces = allot::server::reload::watch_namespaces(client.clone(), caches.clone());
             let policies = Arc::new(arc_swap::ArcSwap::from_pointee(recording_policies()));
             let controller = allot::gang::controller::spawn(
                 client,
@@ -1276,6 +1277,7 @@ fn recorded_calls() -> &'static Vec<Call> {
                     resync: Duration::from_secs(1),
                 },
                 allot::gang::metrics::ControllerMetrics::default(),
+                Box::new(|| {}),
             );
             let want = scenario();
             let deadline = Instant::now() + Duration::from_secs(30);

@@ -279,3 +279,40 @@ async fn an_expensive_rule_cannot_outlive_the_deadline_or_stall_other_requests()
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
     assert!(elapsed < TIMEOUT + Duration::from_millis(400), "answered after {elapsed:?}, deadline {TIMEOUT:?}");
 }
+
+/// Until the Pod and Namespace caches have synced, deny-mode quota fails closed with
+/// "Allot is starting" and /readyz is not ready (saying why); after, the same review is admitted.
+#[tokio::test]
+async fn quota_fails_closed_and_readyz_waits_until_the_caches_have_synced() {
+    let state = state();
+    state.caches.pods.expect();
+    state.caches.namespaces.expect();
+    let review = fixture("011-validate-create-pod-my-gpu-pod.json");
+
+    let (status, body) = call(router(state.clone(), LIMIT, TIMEOUT), "POST", "/validate", review.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let out: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(out["response"]["allowed"], false, "{body}");
+    let message = out["response"]["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("Allot is starting"), "{message}");
+    assert!(message.contains("Pod and Namespace cache"), "{message}");
+    for app in [router(state.clone(), LIMIT, TIMEOUT), metrics_router(state.clone())] {
+        let (status, body) = call(app, "GET", "/readyz", vec![]).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert!(body.contains("not ready: Allot is starting") && body.contains("Pod and Namespace"), "{body}");
+    }
+
+    // One synced is not enough.
+    state.caches.namespaces.mark_synced();
+    let (_, body) = call(router(state.clone(), LIMIT, TIMEOUT), "POST", "/validate", review.clone()).await;
+    assert!(body.contains("Allot is starting") && body.contains("its Pod cache"), "{body}");
+    let (status, body) = call(router(state.clone(), LIMIT, TIMEOUT), "GET", "/readyz", vec![]).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+
+    state.caches.pods.mark_synced();
+    let (_, body) = call(router(state.clone(), LIMIT, TIMEOUT), "POST", "/validate", review).await;
+    let out: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(out["response"]["allowed"], true, "{body}");
+    let (status, body) = call(router(state.clone(), LIMIT, TIMEOUT), "GET", "/readyz", vec![]).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}

@@ -36,6 +36,9 @@ pub struct ControllerConfig {
     pub resync: Duration,
 }
 
+/// Called once the Pod watch's first list is in `state` (quota answers wait for it).
+pub type OnSynced = Box<dyn Fn() + Send + Sync>;
+
 /// Starts the watches and the control loop; returns at once.
 pub fn spawn(
     client: kube::Client,
@@ -44,8 +47,9 @@ pub fn spawn(
     namespaces: Arc<dyn NamespaceLabels>,
     config: ControllerConfig,
     metrics: ControllerMetrics,
+    pods_synced: OnSynced,
 ) -> ControllerHandle {
-    tokio::spawn(watch_pods(client.clone(), state.clone(), policies.clone(), namespaces.clone()));
+    tokio::spawn(watch_pods(client.clone(), state.clone(), policies.clone(), namespaces.clone(), pods_synced));
     tokio::spawn(watch_nodes(client.clone(), state.clone()));
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let context = Context { client, state, policies, namespaces, config, metrics };
@@ -86,6 +90,7 @@ async fn watch_pods(
     state: Arc<ClusterState>,
     policies: Arc<ArcSwap<PolicySet>>,
     namespaces: Arc<dyn NamespaceLabels>,
+    synced: OnSynced,
 ) {
     let api: Api<Pod> = Api::all(client);
     let mut buffer: Vec<PodRecord> = Vec::new();
@@ -95,7 +100,10 @@ async fn watch_pods(
         match event {
             Ok(watcher::Event::Init) => buffer.clear(),
             Ok(watcher::Event::InitApply(pod)) => buffer.extend(PodRecord::from_pod(&pod, &p, namespaces.as_ref())),
-            Ok(watcher::Event::InitDone) => state.replace_pods(std::mem::take(&mut buffer)),
+            Ok(watcher::Event::InitDone) => {
+                state.replace_pods(std::mem::take(&mut buffer));
+                synced();
+            }
             Ok(watcher::Event::Apply(pod)) => {
                 if let Some(r) = PodRecord::from_pod(&pod, &p, namespaces.as_ref()) {
                     state.upsert_pod(r);

@@ -11,6 +11,7 @@
 
 pub mod metrics;
 pub mod reload;
+pub mod startup;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -36,6 +37,7 @@ use crate::namespaces::{NamespaceLabels, NoNamespaces};
 use crate::policy::{self, Action, PolicySet};
 use crate::quota::{LiveQuota, QuotaBook};
 use metrics::{DecisionLabels, Metrics, RequestLabels, WebhookLabels};
+use startup::{Caches, StartingQuota};
 
 /// Settings of `allot serve`.
 #[derive(Debug, Clone)]
@@ -67,6 +69,9 @@ pub struct AppState {
     pub cluster: Arc<ClusterState>,
     /// Deny-mode quota usage and reservations.
     pub quota: Arc<dyn QuotaBook>,
+    /// The watches quota depends on; until they have synced, quota fails closed and `/readyz`
+    /// says not ready. Nothing is required unless marked (no Kubernetes API: nothing to wait for).
+    pub caches: Arc<Caches>,
     pub metrics: Metrics,
     /// The last reload error, shown on `/readyz` while the last good set stays in force.
     pub last_reload_error: ArcSwap<Option<String>>,
@@ -86,11 +91,24 @@ impl AppState {
         namespaces: Arc<dyn NamespaceLabels>,
         cluster: Arc<ClusterState>,
     ) -> Arc<AppState> {
+        AppState::with_caches(policies, namespaces, cluster, Arc::new(Caches::default()))
+    }
+
+    /// State whose quota answers wait for `caches` (the watches that fill `cluster` and
+    /// `namespaces` report to it).
+    pub fn with_caches(
+        policies: PolicySet,
+        namespaces: Arc<dyn NamespaceLabels>,
+        cluster: Arc<ClusterState>,
+        caches: Arc<Caches>,
+    ) -> Arc<AppState> {
         let metrics = Metrics::new();
         metrics.set_policy_version(&policies.version);
         let policies = Arc::new(ArcSwap::from_pointee(policies));
+        let live = LiveQuota::new(cluster.clone(), policies.clone(), namespaces.clone());
         Arc::new(AppState {
-            quota: Arc::new(LiveQuota::new(cluster.clone(), policies.clone(), namespaces.clone())),
+            quota: Arc::new(StartingQuota { inner: live, caches: caches.clone() }),
+            caches,
             policies,
             namespaces,
             cluster,
@@ -244,6 +262,9 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if state.shutting_down.load(Ordering::Relaxed) {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
+    if let Some(reason) = state.caches.starting_reason() {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {reason}\n")).into_response();
+    }
     let policies = state.policies.load();
     let counts: Vec<String> = policies.summary().iter().map(|(k, v)| format!("{v} {k}")).collect();
     let mut body = format!("ok: policy set {} ({})\n", policies.version, counts.join(", "));
@@ -273,15 +294,21 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     let rustls = axum_server::tls_rustls::RustlsConfig::from_config(tls);
 
     let client = if config.use_kube { reload::kube_client().await } else { None };
+    let caches = Arc::new(Caches::default());
     let namespaces: Arc<dyn NamespaceLabels> = match &client {
-        Some(c) => reload::watch_namespaces(c.clone()),
+        Some(c) => {
+            caches.namespaces.expect();
+            reload::watch_namespaces(c.clone(), caches.clone())
+        }
         None => Arc::new(NoNamespaces),
     };
     let cluster = Arc::new(ClusterState::default());
-    let state = AppState::with_cluster(policies, namespaces, cluster.clone());
+    let state = AppState::with_caches(policies, namespaces, cluster.clone(), caches.clone());
     let controller = match (&client, &config.gang_controller) {
         (Some(c), Some(controller)) => {
             tracing::info!(lease = %controller.lease_name, namespace = %controller.lease_namespace, identity = %controller.identity, "starting the gang controller");
+            caches.pods.expect();
+            let synced = caches.clone();
             Some(crate::gang::controller::spawn(
                 c.clone(),
                 cluster,
@@ -289,6 +316,7 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
                 state.namespaces.clone(),
                 controller.clone(),
                 state.metrics.controller.clone(),
+                Box::new(move || synced.pods.mark_synced()),
             ))
         }
         (None, Some(_)) => {

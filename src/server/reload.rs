@@ -190,13 +190,20 @@ pub async fn kube_client() -> Option<kube::Client> {
     }
 }
 
-/// Starts a Namespace watch; its labels are what Team selectors match.
-pub fn watch_namespaces(client: kube::Client) -> Arc<dyn NamespaceLabels> {
+/// Starts a Namespace watch; its labels are what Team selectors match. Marks
+/// `caches.namespaces` synced once the first list is in.
+pub fn watch_namespaces(client: kube::Client, caches: Arc<super::startup::Caches>) -> Arc<dyn NamespaceLabels> {
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
 
     let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
     let (reader, writer) = reflector::store();
+    let ready = reader.clone();
+    tokio::spawn(async move {
+        if ready.wait_until_ready().await.is_ok() {
+            caches.namespaces.mark_synced();
+        }
+    });
     let stream = reflector(writer, watcher(api, watcher::Config::default())).default_backoff().applied_objects();
     tokio::spawn(async move {
         stream
