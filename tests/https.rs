@@ -1277,3 +1277,113 @@ async fn a_burst_of_200_concurrent_reviews_never_exceeds_the_quota() {
     }
     assert_eq!(admitted, 16, "the same 8 uids are admitted again on retry, no others");
 }
+
+/// Reads from `tls` until the server closes the connection (EOF or error); `None` if it is
+/// still open after `within`.
+async fn closed_within(tls: &mut TlsStream<TcpStream>, within: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    let closed = tokio::time::timeout(within, async {
+        let mut chunk = [0u8; 1024];
+        loop {
+            match tls.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    closed.ok().map(|()| started.elapsed())
+}
+
+/// A slowloris client (request head sent a piece at a time, never finished) is disconnected at
+/// the header-read timeout, while other clients are served.
+#[tokio::test]
+async fn slow_request_heads_are_cut_off_at_the_header_read_timeout() {
+    allot::install_crypto_provider();
+    let server = Server::start(&["--header-read-timeout-ms", "500"]);
+    let mut tls = tls_connect(server.https, &server.certs().join("ca.crt"), "localhost", Alpn::H1).await;
+    tls.write_all(b"POST /mutate HTTP/1.1\r\nhost: localhost\r\n").await.expect("write a partial head");
+    tls.flush().await.expect("flush");
+    let sent = Instant::now();
+    // Keep dripping header lines, as slowloris does, well past the timeout.
+    let mut drip = tls;
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        for i in 0..50 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if drip.write_all(format!("x-slow-{i}: y\r\n").as_bytes()).await.is_err() || drip.flush().await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    let elapsed = sent.elapsed();
+    assert!(closed.is_ok(), "a slow head kept the connection open for {elapsed:?}");
+    assert!(elapsed >= Duration::from_millis(400), "closed before the timeout: {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(3), "the header-read timeout is 500 ms, took {elapsed:?}");
+
+    let mut client = server.connect(Alpn::H1).await;
+    assert_eq!(client.get("/healthz").await.status, StatusCode::OK);
+}
+
+/// Over `--max-connections`, a new connection is closed at once while the open ones keep
+/// being served; the probes on the metrics address still answer; a freed slot is usable again.
+#[tokio::test]
+async fn connections_over_the_cap_are_closed_at_once_and_probes_still_answer() {
+    allot::install_crypto_provider();
+    let server = Server::start(&["--max-connections", "2", "--header-read-timeout-ms", "20000"]);
+    let mut first = server.connect(Alpn::H1).await;
+    let mut second = server.connect(Alpn::H2).await;
+    assert_eq!(first.get("/healthz").await.status, StatusCode::OK);
+
+    // The third: TCP is accepted by the kernel, then closed before (or during) the handshake.
+    let tcp = TcpStream::connect(server.https).await.expect("connect");
+    let name = ServerName::try_from("localhost".to_string()).expect("server name");
+    let started = Instant::now();
+    let handshake = tokio::time::timeout(
+        Duration::from_secs(5),
+        TlsConnector::from(client_config(&server.certs().join("ca.crt"), Alpn::H1)).connect(name, tcp),
+    )
+    .await;
+    match handshake {
+        Err(_) => panic!("a connection over the cap was left hanging"),
+        Ok(Ok(mut tls)) => {
+            // TLS 1.3 may finish the client side first; the server closes right after.
+            let closed = closed_within(&mut tls, Duration::from_secs(2)).await;
+            assert!(closed.is_some(), "a connection over the cap stayed open");
+        }
+        Ok(Err(_)) => {}
+    }
+    assert!(started.elapsed() < Duration::from_secs(2), "refusal took {:?}", started.elapsed());
+
+    // Open connections are still served, and the probes (metrics address) answer.
+    assert_eq!(first.get("/readyz").await.status, StatusCode::OK);
+    assert_eq!(second.get("/healthz").await.status, StatusCode::OK);
+    assert_eq!(server.metrics_get("/healthz").await.status, StatusCode::OK);
+    assert_eq!(server.metrics_get("/readyz").await.status, StatusCode::OK);
+    let metrics = server.metrics_text().await;
+    assert!(metric(&metrics, "allot_connections_refused_total", &[]).is_some_and(|v| v >= 1.0), "{metrics}");
+
+    // Closing one frees its slot.
+    drop(first);
+    let mut third = eventually("a freed slot is usable", Duration::from_secs(5), || async {
+        let tcp = TcpStream::connect(server.https).await.map_err(|e| e.to_string())?;
+        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+        let name = ServerName::try_from("localhost".to_string()).map_err(|e| e.to_string())?;
+        let tls = TlsConnector::from(client_config(&server.certs().join("ca.crt"), Alpn::H1))
+            .connect(name, tcp)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut sender, conn) = http1::handshake(TokioIo::new(tls)).await.map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let request = Request::get("/healthz")
+            .header(HOST, "localhost")
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+        Ok((response.status(), sender))
+    })
+    .await;
+    assert_eq!(third.0, StatusCode::OK);
+    assert!(!third.1.is_closed());
+    let _ = &mut third;
+}

@@ -9,6 +9,7 @@
 //! Bounded: request bodies over `--max-body-bytes` get 413; a request not answered within
 //! `--request-timeout` gets 503, well before the API server's `timeoutSeconds`.
 
+pub mod connections;
 pub mod metrics;
 pub mod reload;
 pub mod startup;
@@ -49,6 +50,11 @@ pub struct ServeConfig {
     pub metrics_addr: SocketAddr,
     pub max_body_bytes: usize,
     pub request_timeout: Duration,
+    /// A connection must send a complete request head within this; on HTTP/1.1 keep-alive the
+    /// timer also runs while the connection waits for its next request (hyper starts it then).
+    pub header_read_timeout: Duration,
+    /// Most webhook connections open at once; more are closed at accept.
+    pub max_connections: usize,
     /// Fallback poll for changed policy and certificate files (file events are the fast path).
     pub reload_interval: Duration,
     /// How long in-flight requests may take to finish on SIGTERM.
@@ -331,9 +337,19 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     // TCP_NODELAY on every accepted connection: axum-server's default acceptor leaves Nagle on,
     // and Nagle + delayed ACK adds ~40 ms to responses that leave in two segments.
     let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(rustls.clone())
+        .handshake_timeout(config.header_read_timeout)
         .acceptor(axum_server::accept::NoDelayAcceptor::new());
-    let server =
-        axum_server::bind(config.addr).acceptor(acceptor).handle(handle.clone()).serve(app.into_make_service());
+    let acceptor =
+        connections::CappedAcceptor::new(acceptor, config.max_connections, state.metrics.connections_refused.clone());
+    let mut server = axum_server::bind(config.addr).acceptor(acceptor).handle(handle.clone());
+    // A slow client (slowloris) cannot hold a connection open by sending its head a byte at a
+    // time; hyper needs a timer for that.
+    server
+        .http_builder()
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(config.header_read_timeout);
+    let server = server.serve(app.into_make_service());
     let server = tokio::spawn(server);
 
     let metrics_listener = tokio::net::TcpListener::bind(config.metrics_addr)
