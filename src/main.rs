@@ -53,6 +53,10 @@ enum Command {
         /// Serving private key (PEM).
         #[arg(long)]
         tls_key: PathBuf,
+        /// Require a client certificate signed by this CA (PEM; reloaded with the serving
+        /// certificate): only the API server, configured to present one, can call the webhooks.
+        #[arg(long)]
+        client_ca: Option<PathBuf>,
         #[arg(long, default_value = "0.0.0.0:8443")]
         addr: SocketAddr,
         /// Plain-HTTP address for /metrics, /healthz and /readyz.
@@ -192,6 +196,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             policies,
             tls_cert,
             tls_key,
+            client_ca,
             addr,
             metrics_addr,
             max_body_bytes,
@@ -220,6 +225,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 policies,
                 tls_cert,
                 tls_key,
+                client_ca,
                 addr,
                 metrics_addr,
                 max_body_bytes,

@@ -1387,3 +1387,102 @@ async fn connections_over_the_cap_are_closed_at_once_and_probes_still_answer() {
     assert!(!third.1.is_closed());
     let _ = &mut third;
 }
+
+/// A CA for client certificates and a client certificate it signed, as PEM.
+struct ClientPki {
+    ca_pem: String,
+    cert_pem: String,
+    key_pem: String,
+}
+
+fn client_pki(name: &str) -> ClientPki {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.distinguished_name.push(DnType::CommonName, format!("{name} CA"));
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::from_ca_cert_pem(&ca.pem(), ca_key).unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    ClientPki { ca_pem: ca.pem(), cert_pem: cert.pem(), key_pem: key.serialize_pem() }
+}
+
+/// GET /healthz over a fresh TLS connection that presents `identity` (or none).
+async fn healthz_as(server: &Server, identity: Option<&ClientPki>) -> Result<StatusCode, String> {
+    use tokio_rustls::rustls::pki_types::PrivateKeyDer;
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(server.certs().join("ca.crt")).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = match identity {
+        None => builder.with_no_client_auth(),
+        Some(pki) => {
+            let chain = vec![CertificateDer::from_pem_slice(pki.cert_pem.as_bytes()).unwrap()];
+            let key = PrivateKeyDer::from_pem_slice(pki.key_pem.as_bytes()).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let get = async {
+        let tcp = TcpStream::connect(server.https).await.map_err(|e| e.to_string())?;
+        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+        let name = ServerName::try_from("localhost".to_string()).map_err(|e| e.to_string())?;
+        let tls = TlsConnector::from(Arc::new(config)).connect(name, tcp).await.map_err(|e| e.to_string())?;
+        let (mut sender, conn) = http1::handshake(TokioIo::new(tls)).await.map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let request =
+            Request::get("/healthz").header(HOST, "localhost").body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
+        let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+        Ok(response.status())
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, get).await.map_err(|_| "no answer".to_string())?
+}
+
+/// With --client-ca only clients whose certificate that CA signed are served; a new CA written
+/// to the file is picked up like a rotated serving certificate.
+#[tokio::test]
+async fn client_ca_admits_only_clients_with_a_certificate_from_it() {
+    allot::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    copy_dir(&repo_path("policies"), &dir.path().join("policies"));
+    make_certs(&dir.path().join("certs"));
+    let apiserver = client_pki("apiserver");
+    let stranger = client_pki("stranger");
+    let ca_file = dir.path().join("certs/client-ca.crt");
+    std::fs::write(&ca_file, &apiserver.ca_pem).unwrap();
+    let ca_arg = ca_file.display().to_string();
+    let server = Server::start_in(dir, &["--client-ca", &ca_arg]);
+
+    assert_eq!(healthz_as(&server, Some(&apiserver)).await, Ok(StatusCode::OK));
+    let anonymous = healthz_as(&server, None).await;
+    assert!(anonymous.is_err(), "a client without a certificate was served: {anonymous:?}");
+    let wrong = healthz_as(&server, Some(&stranger)).await;
+    assert!(wrong.is_err(), "a certificate from another CA was accepted: {wrong:?}");
+
+    // Rotation: the file now names the other CA.
+    replace_file(&ca_file, &stranger.ca_pem);
+    eventually("the new client CA is in force", RELOAD_DEADLINE, || async {
+        match (healthz_as(&server, Some(&stranger)).await, healthz_as(&server, Some(&apiserver)).await) {
+            (Ok(StatusCode::OK), Err(_)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}
+
+/// Without --client-ca nothing changes: a client without a certificate is served.
+#[tokio::test]
+async fn without_client_ca_no_client_certificate_is_needed() {
+    allot::install_crypto_provider();
+    let server = Server::start(&[]);
+    assert_eq!(healthz_as(&server, None).await, Ok(StatusCode::OK));
+}

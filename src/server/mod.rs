@@ -46,6 +46,8 @@ pub struct ServeConfig {
     pub policies: PathBuf,
     pub tls_cert: PathBuf,
     pub tls_key: PathBuf,
+    /// When set, clients must present a certificate from this CA (PEM): the API server's.
+    pub client_ca: Option<PathBuf>,
     pub addr: SocketAddr,
     pub metrics_addr: SocketAddr,
     pub max_body_bytes: usize,
@@ -295,8 +297,8 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     tracing::info!(version = %policies.version, summary = ?policies.summary(), "policies loaded");
     // Hashed before loading: a rotation that lands in between is then seen as a change and
     // loaded again, never mistaken for the pair already in force.
-    let cert_baseline = reload::cert_hash(&config.tls_cert, &config.tls_key);
-    let tls = tls::server_config(&config.tls_cert, &config.tls_key)?;
+    let cert_baseline = reload::cert_hash(&config.tls_cert, &config.tls_key, config.client_ca.as_deref());
+    let tls = tls::server_config_with_client_ca(&config.tls_cert, &config.tls_key, config.client_ca.as_deref())?;
     let rustls = axum_server::tls_rustls::RustlsConfig::from_config(tls);
 
     let client = if config.use_kube { reload::kube_client().await } else { None };
