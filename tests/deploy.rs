@@ -39,6 +39,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Namespace, PodSpec, Secret, Service, ServiceAccount, ServicePort,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -286,6 +287,54 @@ fn lost_fields(original: &Value, back: &Value, path: String, out: &mut Vec<Strin
     }
 }
 
+/// The NetworkPolicy selects Allot's pods, admits exactly the webhook and metrics container
+/// ports (an address block on the webhook port: the API server is not a pod; Prometheus by
+/// namespace and pod labels on the metrics port), and nothing else.
+fn check_network_policy(r: &Rendered, deployment: &Deployment) {
+    let what = &r.what;
+    let policy: NetworkPolicy = r.one("allot");
+    let spec = policy.spec.expect("NetworkPolicy spec");
+    let pod_labels = deployment.spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
+    let selector = spec.pod_selector.as_ref().and_then(|s| s.match_labels.clone()).unwrap_or_default();
+    assert!(
+        !selector.is_empty() && labels_match(&selector, &pod_labels),
+        "{what}: selects {selector:?}, pods have {pod_labels:?}"
+    );
+    assert_eq!(spec.policy_types.as_deref(), Some(&["Ingress".to_string()][..]), "{what}");
+    let container = &deployment.spec.template.spec.as_ref().unwrap().containers[0];
+    let port_named = |name: &str| {
+        container.ports.iter().flatten().find(|p| p.name.as_deref() == Some(name)).map(|p| p.container_port)
+    };
+    let (https, metrics) = (port_named("https").unwrap(), port_named("metrics").unwrap());
+    let rules = spec.ingress.unwrap_or_default();
+    assert_eq!(rules.len(), 2, "{what}: one rule for the API server, one for Prometheus");
+    let mut seen = Vec::new();
+    for rule in &rules {
+        let ports: Vec<i32> =
+            rule.ports.iter().flatten().map(|p| container_port(container, p.port.as_ref().unwrap())).collect();
+        let from = rule.from.clone().unwrap_or_default();
+        assert_eq!(from.len(), 1, "{what}: {rule:?}");
+        if ports == [https] {
+            assert!(
+                from[0].ip_block.is_some() && from[0].pod_selector.is_none(),
+                "{what}: the API server is matched by address"
+            );
+        } else if ports == [metrics] {
+            assert!(
+                from[0].namespace_selector.is_some() && from[0].pod_selector.is_some() && from[0].ip_block.is_none(),
+                "{what}: Prometheus is matched by namespace and pod labels"
+            );
+        } else {
+            panic!("{what}: a rule for ports {ports:?}; the container listens on {https} and {metrics}");
+        }
+        seen.extend(ports);
+    }
+    seen.sort();
+    let mut want = vec![https, metrics];
+    want.sort();
+    assert_eq!(seen, want, "{what}");
+}
+
 /// Every rendered object is one of the kinds Allot ships, and parses as its type.
 fn check_typed(o: &Value, what: &str) {
     let api_version = o["apiVersion"].as_str().unwrap_or_default();
@@ -302,6 +351,7 @@ fn check_typed(o: &Value, what: &str) {
         ("rbac.authorization.k8s.io/v1", "RoleBinding") => round_trip::<RoleBinding>(o, what),
         ("apps/v1", "Deployment") => round_trip::<Deployment>(o, what),
         ("policy/v1", "PodDisruptionBudget") => round_trip::<PodDisruptionBudget>(o, what),
+        ("networking.k8s.io/v1", "NetworkPolicy") => round_trip::<NetworkPolicy>(o, what),
         ("scheduling.k8s.io/v1", "PriorityClass") => round_trip::<PriorityClass>(o, what),
         ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => {
             round_trip::<MutatingWebhookConfiguration>(o, what)
@@ -426,6 +476,7 @@ fn check_install(r: &Rendered) {
         ("PodDisruptionBudget", NAMESPACE, "allot"),
         ("Service", NAMESPACE, "allot"),
         ("Service", NAMESPACE, "allot-metrics"),
+        ("NetworkPolicy", NAMESPACE, "allot"),
         ("PriorityClass", "", "low-priority"),
         ("PriorityClass", "", "high-priority"),
         ("MutatingWebhookConfiguration", "", "allot"),
@@ -467,6 +518,7 @@ fn check_install(r: &Rendered) {
     assert_eq!(ns_labels.get("pod-security.kubernetes.io/enforce").map(String::as_str), Some("restricted"));
 
     let deployment: Deployment = r.one("allot");
+    check_network_policy(r, &deployment);
     let spec = deployment.spec.clone();
     assert_eq!(spec.replicas, Some(2), "{what}: two replicas: both webhooks fail closed");
     let rolling = spec.strategy.as_ref().and_then(|s| s.rolling_update.clone()).expect("a rolling update strategy");

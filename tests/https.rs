@@ -1439,8 +1439,10 @@ async fn healthz_as(server: &Server, identity: Option<&ClientPki>) -> Result<Sta
         let tls = TlsConnector::from(Arc::new(config)).connect(name, tcp).await.map_err(|e| e.to_string())?;
         let (mut sender, conn) = http1::handshake(TokioIo::new(tls)).await.map_err(|e| e.to_string())?;
         tokio::spawn(conn);
-        let request =
-            Request::get("/healthz").header(HOST, "localhost").body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
+        let request = Request::get("/healthz")
+            .header(HOST, "localhost")
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| e.to_string())?;
         let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
         Ok(response.status())
     };
