@@ -1010,6 +1010,50 @@ struct Call {
     request: String,
 }
 
+/// Leader election that cannot start (the Lease namespace is not there yet: creating the Lease
+/// fails) is retried with backoff until it works; this replica then leads.
+#[test]
+fn leader_election_is_retried_until_the_lease_can_be_created() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let world = Arc::new(world());
+        world.lease_creates_to_refuse.store(3, std::sync::atomic::Ordering::SeqCst);
+        let w = world.clone();
+        let service = tower::service_fn(move |req| {
+            let w = w.clone();
+            async move { Ok::<_, Infallible>(serve(w, req).await) }
+        });
+        let client = kube::Client::new(service, "default");
+        let metrics = allot::gang::metrics::ControllerMetrics::default();
+        let controller = allot::gang::controller::spawn(
+            client,
+            Arc::new(allot::gang::state::ClusterState::default()),
+            Arc::new(arc_swap::ArcSwap::from_pointee(recording_policies())),
+            Arc::new(allot::namespaces::NoNamespaces),
+            ControllerConfig {
+                lease_namespace: NAMESPACE.into(),
+                lease_name: LEASE.into(),
+                identity: "allot-late".into(),
+                resync: Duration::from_secs(1),
+            },
+            metrics.clone(),
+            Box::new(|| {}),
+        );
+        // 0.5 + 1 + 2 s of backoff before the fourth attempt.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let holder = world.lease.lock().unwrap().as_ref().map(|l| l["spec"]["holderIdentity"].clone());
+            if holder == Some(json!("allot-late")) && metrics.leader.get() == 1 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no leader after refused Lease creates; lease: {holder:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(world.lease_creates_to_refuse.load(std::sync::atomic::Ordering::SeqCst), 0);
+        controller.shutdown(Duration::from_secs(5)).await;
+    });
+}
+
 /// Maps a request to RBAC's attributes the way the API server's RequestInfoResolver does.
 fn classify(method: &str, path: &str, query: &str) -> Call {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -1106,6 +1150,8 @@ struct World {
     nodes: Vec<Value>,
     pods: Vec<Value>,
     lease: Mutex<Option<Value>>,
+    /// Lease creates still to refuse as if the Lease namespace did not exist yet.
+    lease_creates_to_refuse: std::sync::atomic::AtomicUsize,
     calls: Mutex<Vec<Call>>,
 }
 
@@ -1130,6 +1176,16 @@ async fn serve(world: Arc<World>, req: hyper::Request<kube::client::Body>) -> hy
         ("patch", "events.k8s.io", "events") => respond(200, &body),
         (verb, "coordination.k8s.io", "leases") => {
             let mut lease = world.lease.lock().unwrap();
+            let refuse = verb == "create"
+                && world
+                    .lease_creates_to_refuse
+                    .fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, |n| {
+                        n.checked_sub(1)
+                    })
+                    .is_ok();
+            if refuse {
+                return not_found(&format!("namespaces \"{namespace}\""));
+            }
             match (verb, lease.as_mut()) {
                 ("get", Some(l)) => respond(200, l),
                 ("create", None) => {
@@ -1254,7 +1310,14 @@ fn world() -> World {
             pods.push(gated_pod("ml-infer", &pod, "allot.dev/gang", &now, labels, json!({}), owner_ref));
         }
     }
-    World { namespaces, nodes, pods, lease: Mutex::new(None), calls: Mutex::new(Vec::new()) }
+    World {
+        namespaces,
+        nodes,
+        pods,
+        lease: Mutex::new(None),
+        lease_creates_to_refuse: Default::default(),
+        calls: Mutex::new(Vec::new()),
+    }
 }
 
 /// The policies of the run: a timeout that fails, inference of every kind, a queue-mode quota.
