@@ -261,13 +261,14 @@ fn review_with_env(entries: usize) -> Vec<u8> {
 /// seconds neither delays /healthz nor outlives the request deadline (503 at the deadline).
 #[tokio::test(flavor = "current_thread")]
 async fn an_expensive_rule_cannot_outlive_the_deadline_or_stall_other_requests() {
-    let app = router(state_with(&[("expensive.yaml", EXPENSIVE_RULE)]), 8 * 1024 * 1024, TIMEOUT);
+    let state = state_with(&[("expensive.yaml", EXPENSIVE_RULE)]);
+    let app = router(state.clone(), 8 * 1024 * 1024, TIMEOUT);
     // The rule really is expensive here: small objects pass it quickly.
     let (status, body) = call(app.clone(), "POST", "/validate", review_with_env(10)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
 
     let started = Instant::now();
-    let slow = tokio::spawn(call(app.clone(), "POST", "/validate", review_with_env(700)));
+    let slow = tokio::spawn(call(app.clone(), "POST", "/validate", review_with_env(400)));
     tokio::time::sleep(Duration::from_millis(50)).await;
     let probe = Instant::now();
     let (status, _) = call(app.clone(), "GET", "/healthz", Vec::new()).await;
@@ -278,6 +279,9 @@ async fn an_expensive_rule_cannot_outlive_the_deadline_or_stall_other_requests()
     let elapsed = started.elapsed();
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
     assert!(elapsed < TIMEOUT + Duration::from_millis(400), "answered after {elapsed:?}, deadline {TIMEOUT:?}");
+    assert!(text.contains("did not finish within"), "{text}");
+    let (_, metrics) = call(metrics_router(state), "GET", "/metrics", vec![]).await;
+    assert!(metrics.contains(r#"allot_admission_requests_total{webhook="validate",result="error"} 1"#), "{metrics}");
 }
 
 /// Until the Pod and Namespace caches have synced, deny-mode quota fails closed with

@@ -177,14 +177,18 @@ struct Evaluations {
 }
 
 impl Evaluations {
-    fn new(deadline: Duration) -> Evaluations {
+    /// `request_timeout` also covers reading the body (the outer layer, which answers a bare
+    /// 503): evaluation gets 90% of it, so that when the body came quickly a slow evaluation
+    /// is answered here, with the reason and counted, rather than by the outer layer.
+    fn new(request_timeout: Duration) -> Evaluations {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        Evaluations { permits: Arc::new(tokio::sync::Semaphore::new(cores * 2)), deadline }
+        Evaluations { permits: Arc::new(tokio::sync::Semaphore::new(cores * 2)), deadline: request_timeout * 9 / 10 }
     }
 
     async fn run(self, state: Arc<AppState>, phase: Phase, body: Bytes) -> Response {
         let webhook = phase.label();
         let deadline = self.deadline;
+        let metrics = state.clone();
         let evaluation = async move {
             // Waiting for a permit counts against the deadline: a queue behind runaway
             // evaluations ends in 503, not in a late answer.
@@ -202,6 +206,7 @@ impl Evaluations {
                 (StatusCode::INTERNAL_SERVER_ERROR, "allot: evaluation failed; see the server log\n").into_response()
             }
             Err(_) => {
+                metrics.metrics.requests.get_or_create(&RequestLabels { webhook, result: "error" }).inc();
                 tracing::warn!(webhook, ?deadline, "evaluation did not finish within the request deadline");
                 let message = format!(
                     "allot: {webhook} evaluation did not finish within the {deadline:?} request deadline (a Rule is \
