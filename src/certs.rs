@@ -32,15 +32,39 @@ fn cert_error(context: &str) -> impl Fn(rcgen::Error) -> Error + '_ {
 
 fn write(path: &Path, contents: &str, private: bool) -> Result<(), Error> {
     let io = |source| Error::Io { path: path.to_path_buf(), source };
-    std::fs::write(path, contents).map_err(io)?;
-    #[cfg(unix)]
-    if private {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+    if !private {
+        return std::fs::write(path, contents).map_err(io);
     }
-    #[cfg(not(unix))]
-    let _ = private;
+    // A private key is never readable by anyone else, not even for a moment: it goes into a
+    // fresh file created 0600, which then replaces `path` in one rename (also what a watching
+    // `allot serve` wants: it never sees a half-written key).
+    let temporary = path.with_file_name(format!(
+        ".{}.{}.tmp",
+        path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+        std::process::id()
+    ));
+    let written = create_private(&temporary).and_then(|mut file| {
+        use std::io::Write;
+        file.write_all(contents.as_bytes())?;
+        file.sync_all()
+    });
+    if let Err(source) = written.and_then(|()| std::fs::rename(&temporary, path)) {
+        let _ = std::fs::remove_file(&temporary);
+        return Err(io(source));
+    }
     Ok(())
+}
+
+/// A new file that only its owner can read and write, from the moment it exists.
+fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path)
 }
 
 /// Writes `ca.crt`, `ca.key`, `tls.crt` and `tls.key` under `out`; the serving certificate is
@@ -117,6 +141,41 @@ mod tests {
         assert!(second.reused_ca);
         assert_eq!(std::fs::read(&second.ca_cert).unwrap(), ca, "the CA must not change on rotation");
         crate::server::tls::server_config(&second.cert, &second.key).unwrap();
+    }
+
+    #[cfg(unix)]
+    fn mode(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    /// Keys are 0600 from creation on, whatever the umask, and a rotation over an existing
+    /// world-readable key file leaves a 0600 file too.
+    #[cfg(unix)]
+    #[test]
+    fn key_files_are_private_from_the_start() {
+        use std::os::unix::fs::PermissionsExt;
+        crate::install_crypto_provider();
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = dir.path().join("fresh.key");
+        let file = create_private(&fresh).unwrap();
+        assert_eq!(mode(&fresh), 0o600, "before anything is written");
+        drop(file);
+        assert!(create_private(&fresh).is_err(), "never reuses (and so never keeps the mode of) an existing file");
+
+        let names = vec!["allot.test".to_string()];
+        let written = generate(dir.path(), &names, 30).unwrap();
+        assert_eq!(mode(&written.key), 0o600);
+        assert_eq!(mode(&written.ca_key), 0o600);
+        std::fs::set_permissions(&written.key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let rotated = generate(dir.path(), &names, 30).unwrap();
+        assert_eq!(mode(&rotated.key), 0o600);
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
     }
 
     #[test]

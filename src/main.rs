@@ -53,6 +53,10 @@ enum Command {
         /// Serving private key (PEM).
         #[arg(long)]
         tls_key: PathBuf,
+        /// Require a client certificate signed by this CA (PEM; reloaded with the serving
+        /// certificate): only the API server, configured to present one, can call the webhooks.
+        #[arg(long)]
+        client_ca: Option<PathBuf>,
         #[arg(long, default_value = "0.0.0.0:8443")]
         addr: SocketAddr,
         /// Plain-HTTP address for /metrics, /healthz and /readyz.
@@ -64,6 +68,15 @@ enum Command {
         /// Per-request deadline in milliseconds; keep it well under the webhook's timeoutSeconds.
         #[arg(long, default_value_t = 2000)]
         request_timeout_ms: u64,
+        /// Time a connection has to send a complete request head (and to finish the TLS
+        /// handshake), in milliseconds; on HTTP/1.1 also how long an idle keep-alive
+        /// connection stays open. Cuts off slow-header (slowloris) clients.
+        #[arg(long, default_value_t = 15_000)]
+        header_read_timeout_ms: u64,
+        /// Most webhook connections open at once; more are closed at accept, so a flood of
+        /// connections cannot exhaust the server. The metrics address is not counted.
+        #[arg(long, default_value_t = 1024)]
+        max_connections: usize,
         /// Fallback poll for changed policy and certificate files, in seconds.
         #[arg(long, default_value_t = 10)]
         reload_interval_secs: u64,
@@ -183,10 +196,13 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             policies,
             tls_cert,
             tls_key,
+            client_ca,
             addr,
             metrics_addr,
             max_body_bytes,
             request_timeout_ms,
+            header_read_timeout_ms,
+            max_connections,
             reload_interval_secs,
             shutdown_grace_secs,
             no_kube,
@@ -209,10 +225,13 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 policies,
                 tls_cert,
                 tls_key,
+                client_ca,
                 addr,
                 metrics_addr,
                 max_body_bytes,
                 request_timeout: Duration::from_millis(request_timeout_ms),
+                header_read_timeout: Duration::from_millis(header_read_timeout_ms.max(1)),
+                max_connections: max_connections.max(1),
                 reload_interval: Duration::from_secs(reload_interval_secs.max(1)),
                 shutdown_grace: Duration::from_secs(shutdown_grace_secs),
                 use_kube: !no_kube,

@@ -39,6 +39,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Namespace, PodSpec, Secret, Service, ServiceAccount, ServicePort,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -286,6 +287,54 @@ fn lost_fields(original: &Value, back: &Value, path: String, out: &mut Vec<Strin
     }
 }
 
+/// The NetworkPolicy selects Allot's pods, admits exactly the webhook and metrics container
+/// ports (an address block on the webhook port: the API server is not a pod; Prometheus by
+/// namespace and pod labels on the metrics port), and nothing else.
+fn check_network_policy(r: &Rendered, deployment: &Deployment) {
+    let what = &r.what;
+    let policy: NetworkPolicy = r.one("allot");
+    let spec = policy.spec.expect("NetworkPolicy spec");
+    let pod_labels = deployment.spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
+    let selector = spec.pod_selector.as_ref().and_then(|s| s.match_labels.clone()).unwrap_or_default();
+    assert!(
+        !selector.is_empty() && labels_match(&selector, &pod_labels),
+        "{what}: selects {selector:?}, pods have {pod_labels:?}"
+    );
+    assert_eq!(spec.policy_types.as_deref(), Some(&["Ingress".to_string()][..]), "{what}");
+    let container = &deployment.spec.template.spec.as_ref().unwrap().containers[0];
+    let port_named = |name: &str| {
+        container.ports.iter().flatten().find(|p| p.name.as_deref() == Some(name)).map(|p| p.container_port)
+    };
+    let (https, metrics) = (port_named("https").unwrap(), port_named("metrics").unwrap());
+    let rules = spec.ingress.unwrap_or_default();
+    assert_eq!(rules.len(), 2, "{what}: one rule for the API server, one for Prometheus");
+    let mut seen = Vec::new();
+    for rule in &rules {
+        let ports: Vec<i32> =
+            rule.ports.iter().flatten().map(|p| container_port(container, p.port.as_ref().unwrap())).collect();
+        let from = rule.from.clone().unwrap_or_default();
+        assert_eq!(from.len(), 1, "{what}: {rule:?}");
+        if ports == [https] {
+            assert!(
+                from[0].ip_block.is_some() && from[0].pod_selector.is_none(),
+                "{what}: the API server is matched by address"
+            );
+        } else if ports == [metrics] {
+            assert!(
+                from[0].namespace_selector.is_some() && from[0].pod_selector.is_some() && from[0].ip_block.is_none(),
+                "{what}: Prometheus is matched by namespace and pod labels"
+            );
+        } else {
+            panic!("{what}: a rule for ports {ports:?}; the container listens on {https} and {metrics}");
+        }
+        seen.extend(ports);
+    }
+    seen.sort();
+    let mut want = vec![https, metrics];
+    want.sort();
+    assert_eq!(seen, want, "{what}");
+}
+
 /// Every rendered object is one of the kinds Allot ships, and parses as its type.
 fn check_typed(o: &Value, what: &str) {
     let api_version = o["apiVersion"].as_str().unwrap_or_default();
@@ -302,6 +351,7 @@ fn check_typed(o: &Value, what: &str) {
         ("rbac.authorization.k8s.io/v1", "RoleBinding") => round_trip::<RoleBinding>(o, what),
         ("apps/v1", "Deployment") => round_trip::<Deployment>(o, what),
         ("policy/v1", "PodDisruptionBudget") => round_trip::<PodDisruptionBudget>(o, what),
+        ("networking.k8s.io/v1", "NetworkPolicy") => round_trip::<NetworkPolicy>(o, what),
         ("scheduling.k8s.io/v1", "PriorityClass") => round_trip::<PriorityClass>(o, what),
         ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => {
             round_trip::<MutatingWebhookConfiguration>(o, what)
@@ -426,6 +476,7 @@ fn check_install(r: &Rendered) {
         ("PodDisruptionBudget", NAMESPACE, "allot"),
         ("Service", NAMESPACE, "allot"),
         ("Service", NAMESPACE, "allot-metrics"),
+        ("NetworkPolicy", NAMESPACE, "allot"),
         ("PriorityClass", "", "low-priority"),
         ("PriorityClass", "", "high-priority"),
         ("MutatingWebhookConfiguration", "", "allot"),
@@ -467,6 +518,7 @@ fn check_install(r: &Rendered) {
     assert_eq!(ns_labels.get("pod-security.kubernetes.io/enforce").map(String::as_str), Some("restricted"));
 
     let deployment: Deployment = r.one("allot");
+    check_network_policy(r, &deployment);
     let spec = deployment.spec.clone();
     assert_eq!(spec.replicas, Some(2), "{what}: two replicas: both webhooks fail closed");
     let rolling = spec.strategy.as_ref().and_then(|s| s.rolling_update.clone()).expect("a rolling update strategy");
@@ -923,6 +975,25 @@ fn the_containerfile_matches_the_deployment() {
     }
 }
 
+/// The shipped (release) binary keeps overflow checks: a sum over tenant-written numbers must
+/// panic rather than wrap around and admit a pod past its quota.
+#[test]
+fn release_builds_keep_overflow_checks() {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let release: Vec<&str> = manifest
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| *l != "[profile.release]")
+        .skip(1)
+        .take_while(|l| !l.starts_with('['))
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert!(
+        release.iter().any(|l| l.replace(' ', "") == "overflow-checks=true"),
+        "[profile.release] must set overflow-checks = true: {release:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // RBAC: record the calls the real code makes
 
@@ -937,6 +1008,50 @@ struct Call {
     name: Option<String>,
     /// The raw request, for messages.
     request: String,
+}
+
+/// Leader election that cannot start (the Lease namespace is not there yet: creating the Lease
+/// fails) is retried with backoff until it works; this replica then leads.
+#[test]
+fn leader_election_is_retried_until_the_lease_can_be_created() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let world = Arc::new(world());
+        world.lease_creates_to_refuse.store(3, std::sync::atomic::Ordering::SeqCst);
+        let w = world.clone();
+        let service = tower::service_fn(move |req| {
+            let w = w.clone();
+            async move { Ok::<_, Infallible>(serve(w, req).await) }
+        });
+        let client = kube::Client::new(service, "default");
+        let metrics = allot::gang::metrics::ControllerMetrics::default();
+        let controller = allot::gang::controller::spawn(
+            client,
+            Arc::new(allot::gang::state::ClusterState::default()),
+            Arc::new(arc_swap::ArcSwap::from_pointee(recording_policies())),
+            Arc::new(allot::namespaces::NoNamespaces),
+            ControllerConfig {
+                lease_namespace: NAMESPACE.into(),
+                lease_name: LEASE.into(),
+                identity: "allot-late".into(),
+                resync: Duration::from_secs(1),
+            },
+            metrics.clone(),
+            Box::new(|| {}),
+        );
+        // 0.5 + 1 + 2 s of backoff before the fourth attempt.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let holder = world.lease.lock().unwrap().as_ref().map(|l| l["spec"]["holderIdentity"].clone());
+            if holder == Some(json!("allot-late")) && metrics.leader.get() == 1 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no leader after refused Lease creates; lease: {holder:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(world.lease_creates_to_refuse.load(std::sync::atomic::Ordering::SeqCst), 0);
+        controller.shutdown(Duration::from_secs(5)).await;
+    });
 }
 
 /// Maps a request to RBAC's attributes the way the API server's RequestInfoResolver does.
@@ -1035,6 +1150,8 @@ struct World {
     nodes: Vec<Value>,
     pods: Vec<Value>,
     lease: Mutex<Option<Value>>,
+    /// Lease creates still to refuse as if the Lease namespace did not exist yet.
+    lease_creates_to_refuse: std::sync::atomic::AtomicUsize,
     calls: Mutex<Vec<Call>>,
 }
 
@@ -1059,6 +1176,16 @@ async fn serve(world: Arc<World>, req: hyper::Request<kube::client::Body>) -> hy
         ("patch", "events.k8s.io", "events") => respond(200, &body),
         (verb, "coordination.k8s.io", "leases") => {
             let mut lease = world.lease.lock().unwrap();
+            let refuse = verb == "create"
+                && world
+                    .lease_creates_to_refuse
+                    .fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, |n| {
+                        n.checked_sub(1)
+                    })
+                    .is_ok();
+            if refuse {
+                return not_found(&format!("namespaces \"{namespace}\""));
+            }
             match (verb, lease.as_mut()) {
                 ("get", Some(l)) => respond(200, l),
                 ("create", None) => {
@@ -1183,7 +1310,14 @@ fn world() -> World {
             pods.push(gated_pod("ml-infer", &pod, "allot.dev/gang", &now, labels, json!({}), owner_ref));
         }
     }
-    World { namespaces, nodes, pods, lease: Mutex::new(None), calls: Mutex::new(Vec::new()) }
+    World {
+        namespaces,
+        nodes,
+        pods,
+        lease: Mutex::new(None),
+        lease_creates_to_refuse: Default::default(),
+        calls: Mutex::new(Vec::new()),
+    }
 }
 
 /// The policies of the run: a timeout that fails, inference of every kind, a queue-mode quota.
@@ -1243,7 +1377,8 @@ fn recorded_calls() -> &'static Vec<Call> {
                 async move { Ok::<_, Infallible>(serve(w, req).await) }
             });
             let client = kube::Client::new(service, "default");
-            let namespaces = allot::server::reload::watch_namespaces(client.clone());
+            let caches = Arc::new(allot::server::startup::Caches::default());
+            let namespaces = allot::server::reload::watch_namespaces(client.clone(), caches.clone());
             let policies = Arc::new(arc_swap::ArcSwap::from_pointee(recording_policies()));
             let controller = allot::gang::controller::spawn(
                 client,
@@ -1257,6 +1392,7 @@ fn recorded_calls() -> &'static Vec<Call> {
                     resync: Duration::from_secs(1),
                 },
                 allot::gang::metrics::ControllerMetrics::default(),
+                Box::new(|| {}),
             );
             let want = scenario();
             let deadline = Instant::now() + Duration::from_secs(30);

@@ -1288,3 +1288,214 @@ async fn a_burst_of_200_concurrent_reviews_never_exceeds_the_quota() {
     }
     assert_eq!(admitted, 16, "the same 8 uids are admitted again on retry, no others");
 }
+
+/// Reads from `tls` until the server closes the connection (EOF or error); `None` if it is
+/// still open after `within`.
+async fn closed_within(tls: &mut TlsStream<TcpStream>, within: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    let closed = tokio::time::timeout(within, async {
+        let mut chunk = [0u8; 1024];
+        loop {
+            match tls.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    closed.ok().map(|()| started.elapsed())
+}
+
+/// A slowloris client (request head sent a piece at a time, never finished) is disconnected at
+/// the header-read timeout, while other clients are served.
+#[tokio::test]
+async fn slow_request_heads_are_cut_off_at_the_header_read_timeout() {
+    allot::install_crypto_provider();
+    let server = Server::start(&["--header-read-timeout-ms", "500"]);
+    let mut tls = tls_connect(server.https, &server.certs().join("ca.crt"), "localhost", Alpn::H1).await;
+    tls.write_all(b"POST /mutate HTTP/1.1\r\nhost: localhost\r\n").await.expect("write a partial head");
+    tls.flush().await.expect("flush");
+    let sent = Instant::now();
+    // Keep dripping header lines, as slowloris does, well past the timeout.
+    let mut drip = tls;
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        for i in 0..50 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if drip.write_all(format!("x-slow-{i}: y\r\n").as_bytes()).await.is_err() || drip.flush().await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    let elapsed = sent.elapsed();
+    assert!(closed.is_ok(), "a slow head kept the connection open for {elapsed:?}");
+    assert!(elapsed >= Duration::from_millis(400), "closed before the timeout: {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(3), "the header-read timeout is 500 ms, took {elapsed:?}");
+
+    let mut client = server.connect(Alpn::H1).await;
+    assert_eq!(client.get("/healthz").await.status, StatusCode::OK);
+}
+
+/// Over `--max-connections`, a new connection is closed at once while the open ones keep
+/// being served; the probes on the metrics address still answer; a freed slot is usable again.
+#[tokio::test]
+async fn connections_over_the_cap_are_closed_at_once_and_probes_still_answer() {
+    allot::install_crypto_provider();
+    let server = Server::start(&["--max-connections", "2", "--header-read-timeout-ms", "20000"]);
+    let mut first = server.connect(Alpn::H1).await;
+    let mut second = server.connect(Alpn::H2).await;
+    assert_eq!(first.get("/healthz").await.status, StatusCode::OK);
+
+    // The third: TCP is accepted by the kernel, then closed before (or during) the handshake.
+    let tcp = TcpStream::connect(server.https).await.expect("connect");
+    let name = ServerName::try_from("localhost".to_string()).expect("server name");
+    let started = Instant::now();
+    let handshake = tokio::time::timeout(
+        Duration::from_secs(5),
+        TlsConnector::from(client_config(&server.certs().join("ca.crt"), Alpn::H1)).connect(name, tcp),
+    )
+    .await;
+    match handshake {
+        Err(_) => panic!("a connection over the cap was left hanging"),
+        Ok(Ok(mut tls)) => {
+            // TLS 1.3 may finish the client side first; the server closes right after.
+            let closed = closed_within(&mut tls, Duration::from_secs(2)).await;
+            assert!(closed.is_some(), "a connection over the cap stayed open");
+        }
+        Ok(Err(_)) => {}
+    }
+    assert!(started.elapsed() < Duration::from_secs(2), "refusal took {:?}", started.elapsed());
+
+    // Open connections are still served, and the probes (metrics address) answer.
+    assert_eq!(first.get("/readyz").await.status, StatusCode::OK);
+    assert_eq!(second.get("/healthz").await.status, StatusCode::OK);
+    assert_eq!(server.metrics_get("/healthz").await.status, StatusCode::OK);
+    assert_eq!(server.metrics_get("/readyz").await.status, StatusCode::OK);
+    let metrics = server.metrics_text().await;
+    assert!(metric(&metrics, "allot_connections_refused_total", &[]).is_some_and(|v| v >= 1.0), "{metrics}");
+
+    // Closing one frees its slot.
+    drop(first);
+    let mut third = eventually("a freed slot is usable", Duration::from_secs(5), || async {
+        let tcp = TcpStream::connect(server.https).await.map_err(|e| e.to_string())?;
+        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+        let name = ServerName::try_from("localhost".to_string()).map_err(|e| e.to_string())?;
+        let tls = TlsConnector::from(client_config(&server.certs().join("ca.crt"), Alpn::H1))
+            .connect(name, tcp)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut sender, conn) = http1::handshake(TokioIo::new(tls)).await.map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let request = Request::get("/healthz")
+            .header(HOST, "localhost")
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+        Ok((response.status(), sender))
+    })
+    .await;
+    assert_eq!(third.0, StatusCode::OK);
+    assert!(!third.1.is_closed());
+    let _ = &mut third;
+}
+
+/// A CA for client certificates and a client certificate it signed, as PEM.
+struct ClientPki {
+    ca_pem: String,
+    cert_pem: String,
+    key_pem: String,
+}
+
+fn client_pki(name: &str) -> ClientPki {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.distinguished_name.push(DnType::CommonName, format!("{name} CA"));
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::from_ca_cert_pem(&ca.pem(), ca_key).unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    ClientPki { ca_pem: ca.pem(), cert_pem: cert.pem(), key_pem: key.serialize_pem() }
+}
+
+/// GET /healthz over a fresh TLS connection that presents `identity` (or none).
+async fn healthz_as(server: &Server, identity: Option<&ClientPki>) -> Result<StatusCode, String> {
+    use tokio_rustls::rustls::pki_types::PrivateKeyDer;
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(server.certs().join("ca.crt")).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = match identity {
+        None => builder.with_no_client_auth(),
+        Some(pki) => {
+            let chain = vec![CertificateDer::from_pem_slice(pki.cert_pem.as_bytes()).unwrap()];
+            let key = PrivateKeyDer::from_pem_slice(pki.key_pem.as_bytes()).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let get = async {
+        let tcp = TcpStream::connect(server.https).await.map_err(|e| e.to_string())?;
+        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+        let name = ServerName::try_from("localhost".to_string()).map_err(|e| e.to_string())?;
+        let tls = TlsConnector::from(Arc::new(config)).connect(name, tcp).await.map_err(|e| e.to_string())?;
+        let (mut sender, conn) = http1::handshake(TokioIo::new(tls)).await.map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let request = Request::get("/healthz")
+            .header(HOST, "localhost")
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+        Ok(response.status())
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, get).await.map_err(|_| "no answer".to_string())?
+}
+
+/// With --client-ca only clients whose certificate that CA signed are served; a new CA written
+/// to the file is picked up like a rotated serving certificate.
+#[tokio::test]
+async fn client_ca_admits_only_clients_with_a_certificate_from_it() {
+    allot::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    copy_dir(&repo_path("policies"), &dir.path().join("policies"));
+    make_certs(&dir.path().join("certs"));
+    let apiserver = client_pki("apiserver");
+    let stranger = client_pki("stranger");
+    let ca_file = dir.path().join("certs/client-ca.crt");
+    std::fs::write(&ca_file, &apiserver.ca_pem).unwrap();
+    let ca_arg = ca_file.display().to_string();
+    let server = Server::start_in(dir, &["--client-ca", &ca_arg]);
+
+    assert_eq!(healthz_as(&server, Some(&apiserver)).await, Ok(StatusCode::OK));
+    let anonymous = healthz_as(&server, None).await;
+    assert!(anonymous.is_err(), "a client without a certificate was served: {anonymous:?}");
+    let wrong = healthz_as(&server, Some(&stranger)).await;
+    assert!(wrong.is_err(), "a certificate from another CA was accepted: {wrong:?}");
+
+    // Rotation: the file now names the other CA.
+    replace_file(&ca_file, &stranger.ca_pem);
+    eventually("the new client CA is in force", RELOAD_DEADLINE, || async {
+        match (healthz_as(&server, Some(&stranger)).await, healthz_as(&server, Some(&apiserver)).await) {
+            (Ok(StatusCode::OK), Err(_)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}
+
+/// Without --client-ca nothing changes: a client without a certificate is served.
+#[tokio::test]
+async fn without_client_ca_no_client_certificate_is_needed() {
+    allot::install_crypto_provider();
+    let server = Server::start(&[]);
+    assert_eq!(healthz_as(&server, None).await, Ok(StatusCode::OK));
+}

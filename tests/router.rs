@@ -218,3 +218,203 @@ async fn a_stalled_body_is_cut_off_at_the_deadline() {
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(started.elapsed() >= TIMEOUT && started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
 }
+
+/// A Rule whose cost grows with the square of a list in the object: thousands of env entries
+/// make one evaluation take seconds.
+const EXPENSIVE_RULE: &str = r#"apiVersion: allot.dev/v1alpha1
+kind: Rule
+metadata:
+  name: env-names-are-consistent
+spec:
+  match:
+    kinds: [Pod]
+  expression: >-
+    object.spec.containers.all(c, !has(c.env) ||
+      c.env.all(a, c.env.all(b, a.name != b.name || a.value == b.value)))
+  message: duplicate env names with different values
+  action: Deny
+"#;
+
+fn state_with(extra: &[(&str, &str)]) -> Arc<AppState> {
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    for entry in std::fs::read_dir(&shipped).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    for (name, text) in extra {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let policies = allot::policy::load_dir(dir.path()).unwrap();
+    AppState::new(policies, Arc::new(NoNamespaces))
+}
+
+/// The GPU pod of fixture 011 with `entries` env entries on its first container.
+fn review_with_env(entries: usize) -> Vec<u8> {
+    let mut review: Value = serde_json::from_slice(&fixture("011-validate-create-pod-my-gpu-pod.json")).unwrap();
+    let env: Vec<Value> = (0..entries).map(|i| json!({"name": format!("VAR_{i}"), "value": "x"})).collect();
+    review["request"]["object"]["spec"]["containers"][0]["env"] = Value::Array(env);
+    serde_json::to_vec(&review).unwrap()
+}
+
+/// Evaluation runs off the async workers: on a single-threaded runtime, a Rule that takes
+/// seconds neither delays /healthz nor outlives the request deadline (503 at the deadline).
+#[tokio::test(flavor = "current_thread")]
+async fn an_expensive_rule_cannot_outlive_the_deadline_or_stall_other_requests() {
+    let state = state_with(&[("expensive.yaml", EXPENSIVE_RULE)]);
+    let app = router(state.clone(), 8 * 1024 * 1024, TIMEOUT);
+    // The rule really is expensive here: small objects pass it quickly.
+    let (status, body) = call(app.clone(), "POST", "/validate", review_with_env(10)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    let started = Instant::now();
+    let slow = tokio::spawn(call(app.clone(), "POST", "/validate", review_with_env(400)));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let probe = Instant::now();
+    let (status, _) = call(app.clone(), "GET", "/healthz", Vec::new()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(probe.elapsed() < Duration::from_millis(200), "/healthz took {:?} during an evaluation", probe.elapsed());
+
+    let (status, text) = slow.await.unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
+    assert!(elapsed < TIMEOUT + Duration::from_millis(400), "answered after {elapsed:?}, deadline {TIMEOUT:?}");
+    assert!(text.contains("did not finish within"), "{text}");
+    let (_, metrics) = call(metrics_router(state), "GET", "/metrics", vec![]).await;
+    assert!(metrics.contains(r#"allot_admission_requests_total{webhook="validate",result="error"} 1"#), "{metrics}");
+}
+
+/// Until the Pod and Namespace caches have synced, deny-mode quota fails closed with
+/// "Allot is starting" and /readyz is not ready (saying why); after, the same review is admitted.
+#[tokio::test]
+async fn quota_fails_closed_and_readyz_waits_until_the_caches_have_synced() {
+    let state = state();
+    state.caches.pods.expect();
+    state.caches.namespaces.expect();
+    let review = fixture("011-validate-create-pod-my-gpu-pod.json");
+
+    let (status, body) = call(router(state.clone(), LIMIT, TIMEOUT), "POST", "/validate", review.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let out: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(out["response"]["allowed"], false, "{body}");
+    let message = out["response"]["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("Allot is starting"), "{message}");
+    assert!(message.contains("Pod and Namespace cache"), "{message}");
+    for app in [router(state.clone(), LIMIT, TIMEOUT), metrics_router(state.clone())] {
+        let (status, body) = call(app, "GET", "/readyz", vec![]).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert!(body.contains("not ready: Allot is starting") && body.contains("Pod and Namespace"), "{body}");
+    }
+
+    // One synced is not enough.
+    state.caches.namespaces.mark_synced();
+    let (_, body) = call(router(state.clone(), LIMIT, TIMEOUT), "POST", "/validate", review.clone()).await;
+    assert!(body.contains("Allot is starting") && body.contains("its Pod cache"), "{body}");
+    let (status, body) = call(router(state.clone(), LIMIT, TIMEOUT), "GET", "/readyz", vec![]).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+
+    state.caches.pods.mark_synced();
+    let (_, body) = call(router(state.clone(), LIMIT, TIMEOUT), "POST", "/validate", review).await;
+    let out: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(out["response"]["allowed"], true, "{body}");
+    let (status, body) = call(router(state.clone(), LIMIT, TIMEOUT), "GET", "/readyz", vec![]).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+/// A team with a deny quota of 2 GPUs in namespace `alpha`, and another team (`beta`) whose
+/// usage must never appear in alpha's denials.
+const TWO_TEAMS: &str = r#"apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata:
+  name: alpha
+spec:
+  namespaces:
+    names: [alpha]
+  quota:
+    mode: Deny
+    limits:
+      nvidia.com/gpu: 2
+---
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata:
+  name: beta
+spec:
+  namespaces:
+    names: [beta-secret-project]
+  quota:
+    mode: Deny
+    limits:
+      nvidia.com/gpu: 64
+"#;
+
+/// A Pod CREATE review for `validate` in `namespace` asking `gpus` GPUs.
+fn gpu_review(uid: &str, namespace: &str, name: &str, gpus: u32, dry_run: bool) -> Vec<u8> {
+    let mut review: Value = serde_json::from_slice(&fixture("011-validate-create-pod-my-gpu-pod.json")).unwrap();
+    review["request"]["uid"] = json!(uid);
+    review["request"]["namespace"] = json!(namespace);
+    review["request"]["name"] = json!(name);
+    review["request"]["dryRun"] = json!(dry_run);
+    review["request"]["object"]["metadata"]["namespace"] = json!(namespace);
+    review["request"]["object"]["metadata"]["name"] = json!(name);
+    let resources = json!({"nvidia.com/gpu": gpus.to_string()});
+    review["request"]["object"]["spec"]["containers"] =
+        json!([{"name": "c", "image": "i@sha256:0", "resources": {"requests": resources, "limits": resources}}]);
+    serde_json::to_vec(&review).unwrap()
+}
+
+async fn validate_review(state: &Arc<AppState>, body: Vec<u8>) -> Value {
+    let (status, text) = call(router(state.clone(), LIMIT, TIMEOUT), "POST", "/validate", body).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    serde_json::from_str::<Value>(&text).unwrap()["response"].clone()
+}
+
+/// A dryRun review that would fill the quota reserves nothing: the real one after it is
+/// admitted. Without dryRun the same pair is one admission and one denial.
+#[tokio::test]
+async fn dry_run_reviews_reserve_no_quota() {
+    let state = state_with(&[("teams.yaml", TWO_TEAMS)]);
+    let dry = validate_review(&state, gpu_review("dry-1", "alpha", "a", 2, true)).await;
+    assert_eq!(dry["allowed"], true, "{dry}");
+    let real = validate_review(&state, gpu_review("real-1", "alpha", "b", 2, false)).await;
+    assert_eq!(real["allowed"], true, "a dry run reserved quota: {real}");
+    // The real one did reserve: a third is over the limit.
+    let over = validate_review(&state, gpu_review("real-2", "alpha", "c", 1, false)).await;
+    assert_eq!(over["allowed"], false, "{over}");
+}
+
+/// A quota denial names the requesting team's usage, limit and namespaces only: nothing of
+/// another team, even when that team has pods running.
+#[tokio::test]
+async fn quota_denials_name_only_the_requesting_teams_usage() {
+    use allot::gang::state::{ClusterState, PodRecord};
+    let policies = {
+        let dir = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+        }
+        std::fs::write(dir.path().join("teams.yaml"), TWO_TEAMS).unwrap();
+        allot::policy::load_dir(dir.path()).unwrap()
+    };
+    let cluster = Arc::new(ClusterState::default());
+    let state = AppState::with_cluster(policies, Arc::new(NoNamespaces), cluster.clone());
+    let pod = |namespace: &str, name: &str, gpus: &str| -> PodRecord {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": namespace, "creationTimestamp": "2026-11-22T01:00:00Z"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]},
+        }))
+        .unwrap();
+        PodRecord::from_pod(&pod, &state.policies.load(), &NoNamespaces).unwrap()
+    };
+    cluster.upsert_pod(pod("beta-secret-project", "big", "37"));
+    cluster.upsert_pod(pod("alpha", "running", "2"));
+
+    let denied = validate_review(&state, gpu_review("u-1", "alpha", "more", 1, false)).await;
+    assert_eq!(denied["allowed"], false, "{denied}");
+    let message = denied["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("team alpha uses 2 of 2 nvidia.com/gpu"), "{message}");
+    for secret in ["beta", "37", "64"] {
+        assert!(!message.contains(secret), "the denial reveals {secret:?}: {message}");
+    }
+}

@@ -39,6 +39,9 @@ pub struct ControllerConfig {
     pub resync: Duration,
 }
 
+/// Called once the Pod watch's first list is in `state` (quota answers wait for it).
+pub type OnSynced = Box<dyn Fn() + Send + Sync>;
+
 /// Starts the watches and the control loop; returns at once.
 pub fn spawn(
     client: kube::Client,
@@ -47,8 +50,9 @@ pub fn spawn(
     namespaces: Arc<dyn NamespaceLabels>,
     config: ControllerConfig,
     metrics: ControllerMetrics,
+    pods_synced: OnSynced,
 ) -> ControllerHandle {
-    tokio::spawn(watch_pods(client.clone(), state.clone(), policies.clone(), namespaces.clone()));
+    tokio::spawn(watch_pods(client.clone(), state.clone(), policies.clone(), namespaces.clone(), pods_synced));
     tokio::spawn(watch_nodes(client.clone(), state.clone()));
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let context = Context { client, state, policies, namespaces, config, metrics };
@@ -89,6 +93,7 @@ async fn watch_pods(
     state: Arc<ClusterState>,
     policies: Arc<ArcSwap<PolicySet>>,
     namespaces: Arc<dyn NamespaceLabels>,
+    synced: OnSynced,
 ) {
     let api: Api<Pod> = Api::all(client);
     let mut buffer: Vec<PodRecord> = Vec::new();
@@ -98,7 +103,10 @@ async fn watch_pods(
         match event {
             Ok(watcher::Event::Init) => buffer.clear(),
             Ok(watcher::Event::InitApply(pod)) => buffer.extend(PodRecord::from_pod(&pod, &p, namespaces.as_ref())),
-            Ok(watcher::Event::InitDone) => state.replace_pods(std::mem::take(&mut buffer)),
+            Ok(watcher::Event::InitDone) => {
+                state.replace_pods(std::mem::take(&mut buffer));
+                synced();
+            }
             Ok(watcher::Event::Apply(pod)) => {
                 if let Some(r) = PodRecord::from_pod(&pod, &p, namespaces.as_ref()) {
                     state.upsert_pod(r);
@@ -138,22 +146,50 @@ async fn watch_nodes(client: kube::Client, state: Arc<ClusterState>) {
     }
 }
 
+/// First retry of a failed leader-election setup; doubled up to [`ELECTION_RETRY_MAX`].
+pub const ELECTION_RETRY_MIN: Duration = Duration::from_millis(500);
+pub const ELECTION_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Sets up leader election, retrying with backoff until it works or the controller is stopped
+/// (`None`). Setting up creates the Lease; that fails while, say, the Lease namespace does not
+/// exist yet or RBAC is still being applied, and giving up would leave this replica without a
+/// gang controller for its whole life. Once set up, the lease task retries errors by itself.
+async fn join_election(
+    client: &kube::Client,
+    config: &ControllerConfig,
+    stopped: &mut tokio::sync::watch::Receiver<bool>,
+) -> Option<(
+    tokio::sync::watch::Receiver<bool>,
+    tokio::task::JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>,
+)> {
+    let mut delay = ELECTION_RETRY_MIN;
+    loop {
+        match kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &config.lease_name)
+            .with_namespace(&config.lease_namespace)
+            .with_identity(&config.identity)
+            .with_duration(15)
+            .with_grace(5)
+            .build()
+            .await
+        {
+            // The lease task runs while the channel lives; dropping the channel releases the Lease.
+            Ok(manager) => return Some(manager.watch().await),
+            Err(e) => {
+                tracing::warn!(error = %e, lease = %config.lease_name, namespace = %config.lease_namespace, retry_in = ?delay, "cannot set up leader election yet; retrying");
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            Ok(()) = stopped.changed() => return None,
+        }
+        delay = (delay * 2).min(ELECTION_RETRY_MAX);
+    }
+}
+
 async fn control_loop(context: Context, mut stopped: tokio::sync::watch::Receiver<bool>) {
     let Context { client, state, policies, namespaces, config, metrics } = context;
-    let (leader, lease_task) = match kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &config.lease_name)
-        .with_namespace(&config.lease_namespace)
-        .with_identity(&config.identity)
-        .with_duration(15)
-        .with_grace(5)
-        .build()
-        .await
-    {
-        // The lease task runs while the channel lives; dropping the channel releases the Lease.
-        Ok(manager) => manager.watch().await,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot set up leader election; the gang controller does not run on this replica");
-            return;
-        }
+    let Some((leader, lease_task)) = join_election(&client, &config, &mut stopped).await else {
+        return;
     };
     let recorder =
         Recorder::new(client.clone(), Reporter { controller: "allot".into(), instance: Some(config.identity.clone()) });

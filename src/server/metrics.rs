@@ -9,6 +9,7 @@
 //! | `allot_policy_set_info` | `version` | 1 for the loaded policy set's hash |
 //! | `allot_policy_load_errors` | | errors in the last failed reload, 0 once a reload succeeds |
 //! | `allot_certificate_reloads_total` | `result` | certificate reload attempts |
+//! | `allot_connections_refused_total` | | webhook connections closed at once: `--max-connections` reached |
 //! | `allot_gang_controller_leader` | | 1 on the replica holding the Lease |
 //! | `allot_gangs_waiting` | `reason` | waiting gangs (leader only) |
 //! | `allot_gang_releases_total` | | gangs released |
@@ -91,6 +92,7 @@ pub struct Metrics {
     pub policy_set_info: Family<VersionLabels, Gauge>,
     pub policy_load_errors: Gauge,
     pub certificate_reloads: Family<ResultLabels, Counter>,
+    pub connections_refused: Counter,
     /// Updated by the gang controller.
     pub controller: ControllerMetrics,
     pub team_accelerators: Family<TeamAcceleratorLabels, FloatGauge>,
@@ -123,6 +125,12 @@ impl Metrics {
         registry.register("policy_set_info", "Hash of the policy set in force", policy_set_info.clone());
         registry.register("policy_load_errors", "Errors in the last failed policy reload", policy_load_errors.clone());
         registry.register("certificate_reloads", "Serving certificate reload attempts", certificate_reloads.clone());
+        let connections_refused = Counter::default();
+        registry.register(
+            "connections_refused",
+            "Webhook connections closed at once because --max-connections were open",
+            connections_refused.clone(),
+        );
         let controller = ControllerMetrics::default();
         registry.register("gang_controller_leader", "1 on the replica holding the Lease", controller.leader.clone());
         registry.register("gangs_waiting", "Waiting gangs by reason (leader only)", controller.gangs_waiting.clone());
@@ -160,6 +168,7 @@ impl Metrics {
             policy_set_info,
             policy_load_errors,
             certificate_reloads,
+            connections_refused,
             controller,
             team_accelerators,
             quota_limit,

@@ -9,8 +9,10 @@
 //! Bounded: request bodies over `--max-body-bytes` get 413; a request not answered within
 //! `--request-timeout` gets 503, well before the API server's `timeoutSeconds`.
 
+pub mod connections;
 pub mod metrics;
 pub mod reload;
+pub mod startup;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -36,6 +38,7 @@ use crate::namespaces::{NamespaceLabels, NoNamespaces};
 use crate::policy::{self, Action, PolicySet};
 use crate::quota::{LiveQuota, QuotaBook};
 use metrics::{DecisionLabels, Metrics, RequestLabels, WebhookLabels};
+use startup::{Caches, StartingQuota};
 
 /// Settings of `allot serve`.
 #[derive(Debug, Clone)]
@@ -43,10 +46,17 @@ pub struct ServeConfig {
     pub policies: PathBuf,
     pub tls_cert: PathBuf,
     pub tls_key: PathBuf,
+    /// When set, clients must present a certificate from this CA (PEM): the API server's.
+    pub client_ca: Option<PathBuf>,
     pub addr: SocketAddr,
     pub metrics_addr: SocketAddr,
     pub max_body_bytes: usize,
     pub request_timeout: Duration,
+    /// A connection must send a complete request head within this; on HTTP/1.1 keep-alive the
+    /// timer also runs while the connection waits for its next request (hyper starts it then).
+    pub header_read_timeout: Duration,
+    /// Most webhook connections open at once; more are closed at accept.
+    pub max_connections: usize,
     /// Fallback poll for changed policy and certificate files (file events are the fast path).
     pub reload_interval: Duration,
     /// How long in-flight requests may take to finish on SIGTERM.
@@ -67,6 +77,9 @@ pub struct AppState {
     pub cluster: Arc<ClusterState>,
     /// Deny-mode quota usage and reservations.
     pub quota: Arc<dyn QuotaBook>,
+    /// The watches quota depends on; until they have synced, quota fails closed and `/readyz`
+    /// says not ready. Nothing is required unless marked (no Kubernetes API: nothing to wait for).
+    pub caches: Arc<Caches>,
     pub metrics: Metrics,
     /// The last reload error, shown on `/readyz` while the last good set stays in force.
     pub last_reload_error: ArcSwap<Option<String>>,
@@ -86,11 +99,24 @@ impl AppState {
         namespaces: Arc<dyn NamespaceLabels>,
         cluster: Arc<ClusterState>,
     ) -> Arc<AppState> {
+        AppState::with_caches(policies, namespaces, cluster, Arc::new(Caches::default()))
+    }
+
+    /// State whose quota answers wait for `caches` (the watches that fill `cluster` and
+    /// `namespaces` report to it).
+    pub fn with_caches(
+        policies: PolicySet,
+        namespaces: Arc<dyn NamespaceLabels>,
+        cluster: Arc<ClusterState>,
+        caches: Arc<Caches>,
+    ) -> Arc<AppState> {
         let metrics = Metrics::new();
         metrics.set_policy_version(&policies.version);
         let policies = Arc::new(ArcSwap::from_pointee(policies));
+        let live = LiveQuota::new(cluster.clone(), policies.clone(), namespaces.clone());
         Arc::new(AppState {
-            quota: Arc::new(LiveQuota::new(cluster.clone(), policies.clone(), namespaces.clone())),
+            quota: Arc::new(StartingQuota { inner: live, caches: caches.clone() }),
+            caches,
             policies,
             namespaces,
             cluster,
@@ -104,9 +130,21 @@ impl AppState {
 /// The webhook router with its limits (no TLS): what in-process tests call with `oneshot`.
 /// The deadline covers reading the body too, so a client that stalls mid-body is cut off.
 pub fn router(state: Arc<AppState>, max_body_bytes: usize, request_timeout: Duration) -> Router {
+    let evaluations = Evaluations::new(request_timeout);
+    let validations = evaluations.clone();
     Router::new()
-        .route("/mutate", post(mutate))
-        .route("/validate", post(validate))
+        .route(
+            "/mutate",
+            post(move |State(state): State<Arc<AppState>>, body: Bytes| {
+                evaluations.clone().run(state, Phase::Mutate, body)
+            }),
+        )
+        .route(
+            "/validate",
+            post(move |State(state): State<Arc<AppState>>, body: Bytes| {
+                validations.clone().run(state, Phase::Validate, body)
+            }),
+        )
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(max_body_bytes))
@@ -123,12 +161,61 @@ pub fn metrics_router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-async fn mutate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    answer(&state, Phase::Mutate, &body)
+/// Runs evaluations off the async workers, a bounded number at a time, each within the request
+/// deadline.
+///
+/// CEL cannot be interrupted once it runs, and a rule over a large object can take seconds. On
+/// an async worker that would stall every other request on the worker (probes included) and the
+/// deadline could not fire until it returned. On the blocking pool a runaway evaluation costs
+/// one thread; the caller gets 503 at the deadline (the API server then applies the webhook's
+/// failurePolicy) while the evaluation finishes in the background, and at most `permits`
+/// evaluations run at once, so a burst of them cannot take every core either.
+#[derive(Clone)]
+struct Evaluations {
+    permits: Arc<tokio::sync::Semaphore>,
+    deadline: Duration,
 }
 
-async fn validate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    answer(&state, Phase::Validate, &body)
+impl Evaluations {
+    /// `request_timeout` also covers reading the body (the outer layer, which answers a bare
+    /// 503): evaluation gets 90% of it, so that when the body came quickly a slow evaluation
+    /// is answered here, with the reason and counted, rather than by the outer layer.
+    fn new(request_timeout: Duration) -> Evaluations {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Evaluations { permits: Arc::new(tokio::sync::Semaphore::new(cores * 2)), deadline: request_timeout * 9 / 10 }
+    }
+
+    async fn run(self, state: Arc<AppState>, phase: Phase, body: Bytes) -> Response {
+        let webhook = phase.label();
+        let deadline = self.deadline;
+        let metrics = state.clone();
+        let evaluation = async move {
+            // Waiting for a permit counts against the deadline: a queue behind runaway
+            // evaluations ends in 503, not in a late answer.
+            let permit = self.permits.acquire_owned().await;
+            tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                answer(&state, phase, &body)
+            })
+            .await
+        };
+        match tokio::time::timeout(deadline, evaluation).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => {
+                tracing::error!(webhook, error = %e, "evaluation failed");
+                (StatusCode::INTERNAL_SERVER_ERROR, "allot: evaluation failed; see the server log\n").into_response()
+            }
+            Err(_) => {
+                metrics.metrics.requests.get_or_create(&RequestLabels { webhook, result: "error" }).inc();
+                tracing::warn!(webhook, ?deadline, "evaluation did not finish within the request deadline");
+                let message = format!(
+                    "allot: {webhook} evaluation did not finish within the {deadline:?} request deadline (a Rule is \
+                     too expensive for this object, or the server is overloaded)\n"
+                );
+                (StatusCode::SERVICE_UNAVAILABLE, message).into_response()
+            }
+        }
+    }
 }
 
 fn answer(state: &AppState, phase: Phase, body: &[u8]) -> Response {
@@ -188,6 +275,9 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if state.shutting_down.load(Ordering::Relaxed) {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
+    if let Some(reason) = state.caches.starting_reason() {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {reason}\n")).into_response();
+    }
     let policies = state.policies.load();
     let counts: Vec<String> = policies.summary().iter().map(|(k, v)| format!("{v} {k}")).collect();
     let mut body = format!("ok: policy set {} ({})\n", policies.version, counts.join(", "));
@@ -212,20 +302,26 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     tracing::info!(version = %policies.version, summary = ?policies.summary(), "policies loaded");
     // Hashed before loading: a rotation that lands in between is then seen as a change and
     // loaded again, never mistaken for the pair already in force.
-    let cert_baseline = reload::cert_hash(&config.tls_cert, &config.tls_key);
-    let tls = tls::server_config(&config.tls_cert, &config.tls_key)?;
+    let cert_baseline = reload::cert_hash(&config.tls_cert, &config.tls_key, config.client_ca.as_deref());
+    let tls = tls::server_config_with_client_ca(&config.tls_cert, &config.tls_key, config.client_ca.as_deref())?;
     let rustls = axum_server::tls_rustls::RustlsConfig::from_config(tls);
 
     let client = if config.use_kube { reload::kube_client().await } else { None };
+    let caches = Arc::new(Caches::default());
     let namespaces: Arc<dyn NamespaceLabels> = match &client {
-        Some(c) => reload::watch_namespaces(c.clone()),
+        Some(c) => {
+            caches.namespaces.expect();
+            reload::watch_namespaces(c.clone(), caches.clone())
+        }
         None => Arc::new(NoNamespaces),
     };
     let cluster = Arc::new(ClusterState::default());
-    let state = AppState::with_cluster(policies, namespaces, cluster.clone());
+    let state = AppState::with_caches(policies, namespaces, cluster.clone(), caches.clone());
     let controller = match (&client, &config.gang_controller) {
         (Some(c), Some(controller)) => {
             tracing::info!(lease = %controller.lease_name, namespace = %controller.lease_namespace, identity = %controller.identity, "starting the gang controller");
+            caches.pods.expect();
+            let synced = caches.clone();
             Some(crate::gang::controller::spawn(
                 c.clone(),
                 cluster,
@@ -233,6 +329,7 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
                 state.namespaces.clone(),
                 controller.clone(),
                 state.metrics.controller.clone(),
+                Box::new(move || synced.pods.mark_synced()),
             ))
         }
         (None, Some(_)) => {
@@ -247,9 +344,19 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     // TCP_NODELAY on every accepted connection: axum-server's default acceptor leaves Nagle on,
     // and Nagle + delayed ACK adds ~40 ms to responses that leave in two segments.
     let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(rustls.clone())
+        .handshake_timeout(config.header_read_timeout)
         .acceptor(axum_server::accept::NoDelayAcceptor::new());
-    let server =
-        axum_server::bind(config.addr).acceptor(acceptor).handle(handle.clone()).serve(app.into_make_service());
+    let acceptor =
+        connections::CappedAcceptor::new(acceptor, config.max_connections, state.metrics.connections_refused.clone());
+    let mut server = axum_server::bind(config.addr).acceptor(acceptor).handle(handle.clone());
+    // A slow client (slowloris) cannot hold a connection open by sending its head a byte at a
+    // time; hyper needs a timer for that.
+    server
+        .http_builder()
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(config.header_read_timeout);
+    let server = server.serve(app.into_make_service());
     let server = tokio::spawn(server);
 
     let metrics_listener = tokio::net::TcpListener::bind(config.metrics_addr)

@@ -66,7 +66,7 @@ fn start_watcher(config: &ServeConfig, tx: mpsc::Sender<()>) -> Option<notify::R
         }
     };
     watch(&config.policies, RecursiveMode::Recursive);
-    for file in [&config.tls_cert, &config.tls_key] {
+    for file in [&config.tls_cert, &config.tls_key].into_iter().chain(config.client_ca.as_ref()) {
         // Watch the directory: Secret volumes replace files through symlink swaps.
         let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         watch(dir, RecursiveMode::NonRecursive);
@@ -78,6 +78,7 @@ struct Reloader {
     policies_dir: PathBuf,
     cert: PathBuf,
     key: PathBuf,
+    client_ca: Option<PathBuf>,
     /// Version of the sources last tried (good or bad): unchanged files are not recompiled.
     last_policy_version: String,
     last_cert_hash: Option<Vec<u8>>,
@@ -91,6 +92,7 @@ impl Reloader {
             policies_dir: config.policies.clone(),
             cert: config.tls_cert.clone(),
             key: config.tls_key.clone(),
+            client_ca: config.client_ca.clone(),
             last_policy_version: state.policies.load().version.clone(),
             last_cert_hash: cert_baseline,
         }
@@ -134,11 +136,11 @@ impl Reloader {
     }
 
     fn reload_certificates(&mut self, state: &AppState, rustls: &axum_server::tls_rustls::RustlsConfig) {
-        let hash = cert_hash(&self.cert, &self.key);
+        let hash = cert_hash(&self.cert, &self.key, self.client_ca.as_deref());
         if hash.is_none() || hash == self.last_cert_hash {
             return;
         }
-        match tls::server_config(&self.cert, &self.key) {
+        match tls::server_config_with_client_ca(&self.cert, &self.key, self.client_ca.as_deref()) {
             Ok(config) => {
                 rustls.reload_from_config(config);
                 self.last_cert_hash = hash;
@@ -155,11 +157,14 @@ impl Reloader {
     }
 }
 
-/// Hash of the certificate and key files, to notice a rotation.
-pub fn cert_hash(cert: &Path, key: &Path) -> Option<Vec<u8>> {
+/// Hash of the certificate, key and client CA files, to notice a rotation.
+pub fn cert_hash(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Option<Vec<u8>> {
     let mut hasher = Sha256::new();
     hasher.update(std::fs::read(cert).ok()?);
     hasher.update(std::fs::read(key).ok()?);
+    if let Some(ca) = client_ca {
+        hasher.update(std::fs::read(ca).ok()?);
+    }
     Some(hasher.finalize().to_vec())
 }
 
@@ -190,13 +195,20 @@ pub async fn kube_client() -> Option<kube::Client> {
     }
 }
 
-/// Starts a Namespace watch; its labels are what Team selectors match.
-pub fn watch_namespaces(client: kube::Client) -> Arc<dyn NamespaceLabels> {
+/// Starts a Namespace watch; its labels are what Team selectors match. Marks
+/// `caches.namespaces` synced once the first list is in.
+pub fn watch_namespaces(client: kube::Client, caches: Arc<super::startup::Caches>) -> Arc<dyn NamespaceLabels> {
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
 
     let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
     let (reader, writer) = reflector::store();
+    let ready = reader.clone();
+    tokio::spawn(async move {
+        if ready.wait_until_ready().await.is_ok() {
+            caches.namespaces.mark_synced();
+        }
+    });
     let stream = reflector(writer, watcher(api, watcher::Config::default())).default_backoff().applied_objects();
     tokio::spawn(async move {
         stream

@@ -14,6 +14,17 @@ use crate::error::Error;
 /// ALPN is set explicitly: `RustlsConfig::from_config` leaves it as given, and without it a
 /// client cannot negotiate HTTP/2.
 pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, Error> {
+    server_config_with_client_ca(cert, key, None)
+}
+
+/// Like [`server_config`]; with `client_ca`, every client must present a certificate signed by
+/// a CA in that PEM file (the API server's, set in its AdmissionConfiguration kubeconfig), or
+/// the handshake fails: only the API server can then reach the webhooks.
+pub fn server_config_with_client_ca(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+) -> Result<Arc<ServerConfig>, Error> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .map_err(|e| Error::Certificates(format!("{}: {e}", cert.display())))?
         .collect::<Result<_, _>>()
@@ -23,12 +34,34 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, Error
     }
     let key = PrivateKeyDer::from_pem_file(key).map_err(|e| Error::Certificates(format!("{}: {e}", key.display())))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = ServerConfig::builder_with_provider(provider)
+    let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Certificates(e.to_string()))?
-        .with_no_client_auth()
+        .map_err(|e| Error::Certificates(e.to_string()))?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(path) => builder.with_client_cert_verifier(client_verifier(path, provider)?),
+    };
+    let mut config = builder
         .with_single_cert(certs, key)
         .map_err(|e| Error::Certificates(format!("certificate and key do not form a usable pair: {e}")))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// Verifies client certificates against the CAs in `path` (ring, like the rest of the stack).
+fn client_verifier(
+    path: &Path,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, Error> {
+    let context = |e: &dyn std::fmt::Display| Error::Certificates(format!("--client-ca {}: {e}", path.display()));
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(path).map_err(|e| context(&e))? {
+        roots.add(cert.map_err(|e| context(&e))?).map_err(|e| context(&e))?;
+    }
+    if roots.is_empty() {
+        return Err(context(&"no CA certificate found"));
+    }
+    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| context(&e))
 }

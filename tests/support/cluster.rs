@@ -236,6 +236,19 @@ fn stop_child(child: &mut Child) {
 }
 
 /// Reads one gauge or counter (no labels) from a metrics address; `None` when unreachable.
+/// `GET /readyz` on the metrics address answers 200.
+fn ready(addr: &str) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else { return false };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    if stream.write_all(format!("GET /readyz HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).is_err() {
+        return false;
+    }
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text.starts_with("HTTP/1.0 200") || text.starts_with("HTTP/1.1 200")
+}
+
 pub fn metric(addr: &str, name: &str) -> Option<f64> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).ok()?;
@@ -426,6 +439,13 @@ impl Cluster {
         let addr =
             line.split("https://").nth(1).and_then(|r| r.split_whitespace().next()).expect("address line").to_string();
         let metrics = line.split("http://").nth(1).map(|r| r.trim().to_string()).expect("metrics address");
+        // As a rollout does: wait for /readyz (the watches have synced; before that, quota
+        // checks fail closed with "Allot is starting").
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !ready(&metrics) {
+            assert!(std::time::Instant::now() < deadline, "allot serve at {metrics} not ready within 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
         (child, addr, metrics)
     }
 
