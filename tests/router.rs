@@ -387,7 +387,7 @@ async fn dry_run_reviews_reserve_no_quota() {
 /// another team, even when that team has pods running.
 #[tokio::test]
 async fn quota_denials_name_only_the_requesting_teams_usage() {
-    use allot::gang::state::{ClusterState, PodRecord};
+    use allot::cluster::{ClusterState, PodRecord};
     let policies = {
         let dir = tempfile::tempdir().unwrap();
         for entry in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap() {
