@@ -164,7 +164,10 @@ fn free_identifiers<'e>(expr: &'e IdedExpr, bound: &mut Vec<&'e str>, out: &mut 
             }
         }
         Expr::Call(call) => {
-            if let Some(target) = &call.target {
+            // `math.abs(x)` is a call of `abs` on the identifier `math`: a namespace, not a variable.
+            let namespace = matches!(&call.target.as_deref(), Some(IdedExpr { expr: Expr::Ident(prefix), .. })
+                if check::is_known_function(&format!("{prefix}.{}", call.func_name)));
+            if let Some(target) = call.target.as_ref().filter(|_| !namespace) {
                 free_identifiers(target, bound, out);
             }
             for arg in &call.args {
@@ -439,7 +442,13 @@ mod tests {
         // Comprehension variables are bound only inside their macro.
         assert!(Expression::compile("object.spec.containers.all(c, c.name != '')").is_ok());
         assert!(Expression::compile("object.spec.containers.exists(c, true) && c.name == ''").is_err());
-        assert!(Expression::compile("type(object) == map").is_ok());
+        // Type names are not unknown variables; but `type()` itself is not in cel 0.13's
+        // environment (it fails on every evaluation), so the load-time check now refuses it.
+        let err = Expression::compile("type(object) == map").unwrap_err();
+        assert!(err.contains("unknown function type()") && !err.contains("variable"), "{err}");
+        let program = Program::compile("type(object) == map").unwrap();
+        let root = Context::default();
+        assert!(matches!(program.execute(&root), Err(ExecutionError::UndeclaredReference(_))));
     }
 
     #[test]
@@ -448,3 +457,6 @@ mod tests {
         assert!(eval("object.spec.missing.field", json!({"spec": {}})).is_err());
     }
 }
+
+#[cfg(test)]
+mod load_tests;
