@@ -298,12 +298,7 @@ pub fn run_rules(policies: &PolicySet, rules: &[&Rule], target: &Target<'_>, bin
                 format!("rule could not be evaluated ({e}); expression: {}", rule.expression.source())
             }
         };
-        findings.push(Finding {
-            rule: rule.name.clone(),
-            action,
-            path: target.path.to_string(),
-            message,
-        });
+        findings.push(Finding { rule: rule.name.clone(), action, path: target.path.to_string(), message });
     }
     findings
 }

@@ -863,7 +863,9 @@ async fn a_panicking_rule_is_contained_counted_and_logged_once() {
         if text.contains("failed") {
             panic!("the test-hooks build must accept allotTestPanic: {text}");
         }
-        if text.contains("panics-deny") || srv.metrics_text().await.contains("allot_policy_reloads_total{result=\"success\"} 1") {
+        if text.contains("panics-deny")
+            || srv.metrics_text().await.contains("allot_policy_reloads_total{result=\"success\"} 1")
+        {
             Ok(())
         } else {
             Err(text)

@@ -35,10 +35,8 @@ const KINDS: &[(&str, &str, &str, &str)] = &[
 ];
 
 fuzz_target!(|data: &[u8]| {
-    let setup = SETUP.get_or_init(|| Setup {
-        policies: common::shipped_policies(),
-        namespaces: common::example_namespaces(),
-    });
+    let setup =
+        SETUP.get_or_init(|| Setup { policies: common::shipped_policies(), namespaces: common::example_namespaces() });
     let Some((&pick, rest)) = data.split_first() else { return };
     let (old, new) = match rest.iter().position(|b| *b == 0) {
         Some(at) => (&rest[..at], &rest[at + 1..]),

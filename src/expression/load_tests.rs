@@ -60,7 +60,10 @@ fn unknown_functions_and_helper_misuse_are_refused_at_load() {
         ("sizee(object.spec.containers) > 0", "unknown function sizee() with 1 argument(s)"),
         ("object.metadata.name.startswith('a')", "unknown function .startswith()"),
         ("accelerators() == 0", "accelerators() takes exactly one argument"),
-        ("accelerators(object, object) == 0", "accelerators() takes exactly one argument (a Pod, a pod spec or a container), got 2"),
+        (
+            "accelerators(object, object) == 0",
+            "accelerators() takes exactly one argument (a Pod, a pod spec or a container), got 2",
+        ),
         ("object.accelerators() == 0", "write accelerators(x), not x.accelerators()"),
         ("size(acceleratorLimits()) == 0", "acceleratorLimits() takes exactly one argument"),
         ("object.spec.containers.all(c) ", "all is a macro"),
@@ -86,7 +89,8 @@ fn unknown_functions_and_helper_misuse_are_refused_at_load() {
 /// environment (calling it may fail for its arguments, never as an undeclared reference).
 #[test]
 fn every_listed_function_is_registered() {
-    let env = Environment::new(Arc::new(crate::resources::ResourceMatcher::new(crate::resources::DEFAULT_ACCELERATORS)));
+    let env =
+        Environment::new(Arc::new(crate::resources::ResourceMatcher::new(crate::resources::DEFAULT_ACCELERATORS)));
     let ctx = env.scope(&Bindings {
         vars: 0,
         object: CelValue::Null,
@@ -109,7 +113,8 @@ fn every_listed_function_is_registered() {
 
 #[test]
 fn integer_overflow_stays_an_evaluation_error() {
-    let env = Environment::new(Arc::new(crate::resources::ResourceMatcher::new(crate::resources::DEFAULT_ACCELERATORS)));
+    let env =
+        Environment::new(Arc::new(crate::resources::ResourceMatcher::new(crate::resources::DEFAULT_ACCELERATORS)));
     let ctx = env.scope(&Bindings {
         vars: 0,
         object: CelValue::Null,
