@@ -15,6 +15,9 @@
 //! - `engine/validate-pytorchjob`, `engine/validate-jobset`: `Engine::validate` of the workloads
 //!   in `examples/workloads/` (each Pod template mutated as it will be, then checked).
 //! - `policy/load-dir`: reading and compiling `policies/` (what a reload costs).
+//! - `cel/rules-contained`, `cel/rules-uncontained`: every shipped Rule's expression evaluated on
+//!   pod 010, through `Expression::eval_bool` (under the panic boundary, `catch_unwind`) and
+//!   through the same program run directly; their ratio is what containing panics costs.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -23,9 +26,11 @@ use std::time::Duration;
 use allot::admission::{self, Phase};
 use allot::check::{self, Manifest};
 use allot::engine::{Engine, Request, RequestOperation, group_kind};
+use allot::expression::{Bindings, json_to_cel};
 use allot::namespaces::{self, StaticNamespaces};
 use allot::policy::{self, PolicySet};
 use criterion::{Criterion, criterion_group, criterion_main};
+use kube::core::cel::cel::{Program, Value as CelValue};
 use serde_json::Value;
 
 const FIXTURE_010: &str = "tests/fixtures/admission-reviews/010-mutate-create-pod-my-gpu-pod.json";
@@ -108,6 +113,35 @@ fn benches(c: &mut Criterion) {
     c.bench_function("engine/admit-pod-010", |b| b.iter(|| engine.admit(black_box(&pod_request))));
     c.bench_function("engine/validate-pytorchjob", |b| b.iter(|| engine.validate(black_box(&pytorch_request))));
     c.bench_function("engine/validate-jobset", |b| b.iter(|| engine.validate(black_box(&jobset_request))));
+    // The panic boundary's cost: the same programs, contained and not, on the same scope.
+    let bindings = Bindings {
+        vars: u8::MAX,
+        object: json_to_cel(&pod),
+        old_object: CelValue::Null,
+        workload: json_to_cel(&pod),
+        namespace: "vision".into(),
+        team: "vision".into(),
+        request: json_to_cel(&serde_json::json!({"operation": "CREATE", "dryRun": false})),
+    };
+    let scope = policies.env.scope(&bindings);
+    let programs: Vec<Program> = policies
+        .rules
+        .iter()
+        .map(|r| Program::compile(r.expression.source()).expect("a shipped rule compiles"))
+        .collect();
+    assert!(!programs.is_empty(), "policies/ should hold Rules");
+    c.bench_function("cel/rules-contained", |b| {
+        b.iter(|| {
+            policies
+                .rules
+                .iter()
+                .filter(|r| matches!(r.expression.eval_bool(black_box(&scope), &r.name), Ok(true)))
+                .count()
+        })
+    });
+    c.bench_function("cel/rules-uncontained", |b| {
+        b.iter(|| programs.iter().filter(|p| matches!(p.execute(black_box(&scope)), Ok(CelValue::Bool(true)))).count())
+    });
     c.bench_function("policy/load-dir", |b| {
         b.iter(|| policy::load_dir(black_box(&repo().join("policies"))).expect("policies"))
     });

@@ -257,3 +257,23 @@ pub fn encode_response(uid: &str, kind: &str, namespace: &str, name: &str, outco
     };
     serde_json::to_vec(&review).unwrap_or_else(|_| b"{}".to_vec())
 }
+
+/// The AdmissionReview sent when answering failed inside Allot (a contained panic): a
+/// well-formed denial with status 500, echoing the request's uid when it can be read, so the
+/// API server applies the webhook's answer instead of failing the call on a dropped connection.
+pub fn internal_error_response(body: &[u8], message: &str) -> Vec<u8> {
+    let uid = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.pointer("/request/uid").and_then(serde_json::Value::as_str).map(str::to_string))
+        .unwrap_or_default();
+    let review = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": uid,
+            "allowed": false,
+            "status": {"code": 500, "reason": "InternalError", "message": format!("allot: internal error: {message}")},
+        },
+    });
+    serde_json::to_vec(&review).unwrap_or_else(|_| b"{}".to_vec())
+}

@@ -22,6 +22,9 @@
 //! so a rule reading `nvidia.com/gpu` errors there). `metadata.managedFields` is not bound: no
 //! policy needs it and it is the largest part of most objects.
 
+pub mod check;
+pub mod panics;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -35,6 +38,33 @@ use crate::resources::{self, ContainerResources, ResourceList, ResourceMatcher, 
 
 /// The variable names a policy expression may use.
 pub const VARIABLES: &[&str] = &["object", "oldObject", "workload", "namespace", "team", "request"];
+
+pub use panics::{RULE_PANICS, RuleLabels, install_hook as install_panic_hook};
+
+/// Why an evaluation gave no value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EvalError {
+    /// CEL reported an error (a missing field, a type mismatch, an overflow…).
+    #[error("{0}")]
+    Cel(String),
+    /// The interpreter panicked; contained at the evaluation boundary (see [`panics`]).
+    #[error("CEL evaluation panicked: {0}")]
+    Panic(String),
+}
+
+impl EvalError {
+    /// The action a finding about this error takes, for a rule whose action is `action`.
+    /// Ordinary errors keep the rule's action. A panic is an engine defect, not a verdict on
+    /// the object: Deny rules still deny (never let an object through unchecked), while Warn
+    /// and Audit rules warn, so the person applying the object sees it.
+    pub fn action_for(&self, action: crate::policy::Action) -> crate::policy::Action {
+        use crate::policy::Action;
+        match (self, action) {
+            (EvalError::Panic(_), Action::Audit) => Action::Warn,
+            (_, action) => action,
+        }
+    }
+}
 
 /// A compiled CEL expression with its source, for messages.
 #[derive(Debug)]
@@ -55,9 +85,14 @@ pub fn var_bit(name: &str) -> VarSet {
 }
 
 impl Expression {
-    /// Compiles `source`, rejecting syntax errors and unknown variables.
+    /// Compiles `source`, rejecting syntax errors, unknown variables and everything
+    /// [`check::unsupported`] finds the engine cannot evaluate.
     pub fn compile(source: &str) -> Result<Expression, String> {
         let program = Program::compile(source).map_err(|e| format!("CEL syntax error: {e}"))?;
+        let unsupported = check::unsupported(program.expression(), source);
+        if !unsupported.is_empty() {
+            return Err(unsupported.join("; "));
+        }
         let mut unknown = Vec::new();
         free_identifiers(program.expression(), &mut Vec::new(), &mut unknown);
         unknown.sort_unstable();
@@ -83,21 +118,29 @@ impl Expression {
         &self.source
     }
 
+    /// Runs the program under the panic boundary; `owner` (the `Rule` name or
+    /// `placement/<name>`) labels a contained panic's metric and log line.
+    fn execute(&self, ctx: &Context<'_>, owner: &dyn std::fmt::Display) -> Result<CelValue, EvalError> {
+        match panics::contain(owner, || self.program.execute(ctx)) {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(EvalError::Cel(describe(&e))),
+            Err(panic) => Err(EvalError::Panic(panic)),
+        }
+    }
+
     /// Evaluates to a boolean; anything else is an error.
-    pub fn eval_bool(&self, ctx: &Context<'_>) -> Result<bool, String> {
-        match self.program.execute(ctx) {
-            Ok(CelValue::Bool(b)) => Ok(b),
-            Ok(other) => Err(format!("expression returned {other:?}, not a bool")),
-            Err(e) => Err(describe(&e)),
+    pub fn eval_bool(&self, ctx: &Context<'_>, owner: &dyn std::fmt::Display) -> Result<bool, EvalError> {
+        match self.execute(ctx, owner)? {
+            CelValue::Bool(b) => Ok(b),
+            other => Err(EvalError::Cel(format!("expression returned {other:?}, not a bool"))),
         }
     }
 
     /// Evaluates to a string; anything else is an error.
-    pub fn eval_string(&self, ctx: &Context<'_>) -> Result<String, String> {
-        match self.program.execute(ctx) {
-            Ok(CelValue::String(s)) => Ok(s.as_str().to_string()),
-            Ok(other) => Err(format!("messageExpression returned {other:?}, not a string")),
-            Err(e) => Err(describe(&e)),
+    pub fn eval_string(&self, ctx: &Context<'_>, owner: &dyn std::fmt::Display) -> Result<String, EvalError> {
+        match self.execute(ctx, owner)? {
+            CelValue::String(s) => Ok(s.as_str().to_string()),
+            other => Err(EvalError::Cel(format!("messageExpression returned {other:?}, not a string"))),
         }
     }
 }
@@ -121,7 +164,10 @@ fn free_identifiers<'e>(expr: &'e IdedExpr, bound: &mut Vec<&'e str>, out: &mut 
             }
         }
         Expr::Call(call) => {
-            if let Some(target) = &call.target {
+            // `math.abs(x)` is a call of `abs` on the identifier `math`: a namespace, not a variable.
+            let namespace = matches!(&call.target.as_deref(), Some(IdedExpr { expr: Expr::Ident(prefix), .. })
+                if check::is_known_function(&format!("{prefix}.{}", call.func_name)));
+            if let Some(target) = call.target.as_ref().filter(|_| !namespace) {
                 free_identifiers(target, bound, out);
             }
             for arg in &call.args {
@@ -195,6 +241,10 @@ impl Environment {
             let json = to_json(&v, "acceleratorLimits")?;
             let resources = ContainerResources::from_container(&json, "", &mut Vec::new());
             Ok(units_map(&accelerators_only(&resources.limits, &m)))
+        });
+        #[cfg(feature = "test-hooks")]
+        root.add_function(check::TEST_PANIC, |v: CelValue| -> Result<CelValue, ExecutionError> {
+            panic!("allotTestPanic called on {v:?} (test-hooks build)")
         });
         Environment { root }
     }
@@ -347,7 +397,7 @@ mod tests {
     fn eval(source: &str, object: Value) -> Result<bool, String> {
         let env = env();
         let b = bindings(object);
-        Expression::compile(source)?.eval_bool(&env.scope(&b))
+        Expression::compile(source)?.eval_bool(&env.scope(&b), &"test").map_err(|e| e.to_string())
     }
 
     fn gpu_pod(n: u32) -> Value {
@@ -392,7 +442,13 @@ mod tests {
         // Comprehension variables are bound only inside their macro.
         assert!(Expression::compile("object.spec.containers.all(c, c.name != '')").is_ok());
         assert!(Expression::compile("object.spec.containers.exists(c, true) && c.name == ''").is_err());
-        assert!(Expression::compile("type(object) == map").is_ok());
+        // Type names are not unknown variables; but `type()` itself is not in cel 0.13's
+        // environment (it fails on every evaluation), so the load-time check now refuses it.
+        let err = Expression::compile("type(object) == map").unwrap_err();
+        assert!(err.contains("unknown function type()") && !err.contains("variable"), "{err}");
+        let program = Program::compile("type(object) == map").unwrap();
+        let root = Context::default();
+        assert!(matches!(program.execute(&root), Err(ExecutionError::UndeclaredReference(_))));
     }
 
     #[test]
@@ -401,3 +457,6 @@ mod tests {
         assert!(eval("object.spec.missing.field", json!({"spec": {}})).is_err());
     }
 }
+
+#[cfg(test)]
+mod load_tests;

@@ -181,6 +181,8 @@ fn main() -> ExitCode {
     allot::install_crypto_provider();
     let cli = Cli::parse();
     init_logging(cli.log_format);
+    // After logging: a panic is then one log line, not a message and backtrace on stderr.
+    allot::expression::install_panic_hook();
     match run(cli.command) {
         Ok(code) => code,
         Err(e) => {

@@ -109,7 +109,7 @@ fn placement_applies(
         return true;
     };
     let bindings = (ctx.bindings)(when.vars());
-    match when.eval_bool(&policies.env.scope(&bindings)) {
+    match when.eval_bool(&policies.env.scope(&bindings), &format_args!("placement/{}", placement.name)) {
         Ok(b) => b,
         Err(e) => {
             // A condition that cannot be evaluated must not silently skip a placement.

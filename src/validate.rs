@@ -285,22 +285,21 @@ pub fn run_rules(policies: &PolicySet, rules: &[&Rule], target: &Target<'_>, bin
     let mut scope = None;
     for rule in rules {
         let ctx = scope.get_or_insert_with(|| policies.env.scope(bindings));
-        let message = match rule.expression.eval_bool(ctx) {
+        let mut action = rule.spec.action;
+        let message = match rule.expression.eval_bool(ctx, &rule.name) {
             Ok(true) => continue,
             Ok(false) => rule
                 .message_expression
                 .as_ref()
-                .and_then(|m| m.eval_string(ctx).ok())
+                .and_then(|m| m.eval_string(ctx, &rule.name).ok())
                 .or_else(|| rule.spec.message.clone())
                 .unwrap_or_else(|| format!("failed {}", rule.expression.source())),
-            Err(e) => format!("rule could not be evaluated ({e}); expression: {}", rule.expression.source()),
+            Err(e) => {
+                action = e.action_for(action);
+                format!("rule could not be evaluated ({e}); expression: {}", rule.expression.source())
+            }
         };
-        findings.push(Finding {
-            rule: rule.name.clone(),
-            action: rule.spec.action,
-            path: target.path.to_string(),
-            message,
-        });
+        findings.push(Finding { rule: rule.name.clone(), action, path: target.path.to_string(), message });
     }
     findings
 }

@@ -139,6 +139,23 @@ fn bad_input_and_bad_policies_exit_two_with_the_location() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("spec.expression: CEL syntax error"), "{}", stderr(&out));
 
+    // A message literal (one stray pair of braces): refused at load, naming the rule, not a
+    // crash with exit 101.
+    let typo = tempfile::tempdir().unwrap();
+    write(
+        typo.path(),
+        "typo.yaml",
+        "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: typo}\nspec:\n  expression: object.spec.containers.all(c, c.image{}.contains(':'))\n  message: pin your images\n  action: Warn\n",
+    );
+    let out = allot(&["check", "--policies", typo.path().to_str().unwrap(), good.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("typo.yaml: document 1 (Rule typo): spec.expression: `c.image{}` (column 31)"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let out = allot(&["test", "--policies", typo.path().to_str().unwrap(), "policy-tests"]);
+    assert_eq!(out.status.code(), Some(2), "allot test: {}", stderr(&out));
+    assert!(stderr(&out).contains("(Rule typo): spec.expression: `c.image{}`"), "{}", stderr(&out));
+
     // Empty policy directory.
     let empty = tempfile::tempdir().unwrap();
     let out = allot(&["check", "--policies", empty.path().to_str().unwrap(), good.to_str().unwrap()]);

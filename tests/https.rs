@@ -844,6 +844,57 @@ async fn probes_and_metrics() {
     assert!(after.trim_end().ends_with("# EOF"), "OpenMetrics text ends with # EOF");
 }
 
+/// A rule whose evaluation panics (the `allotTestPanic` hook of the test-hooks build) costs that
+/// rule's verdict only: the real binary answers well-formed AdmissionReviews over HTTPS on the
+/// same connection, denies for a Deny rule, warns for a Warn rule, counts the panics in
+/// `allot_rule_evaluation_panics_total{rule}` and logs each rule's panic once, as one line.
+#[tokio::test]
+async fn a_panicking_rule_is_contained_counted_and_logged_once() {
+    allot::install_crypto_provider();
+    let server = Server::start(&[]);
+    std::fs::write(
+        server.policies().join("panics.yaml"),
+        "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: panics-deny}\nspec:\n  expression: allotTestPanic(object)\n  message: m\n  action: Deny\n---\napiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: panics-warn}\nspec:\n  expression: allotTestPanic(object)\n  message: m\n  action: Warn\n",
+    )
+    .expect("write panics.yaml");
+    let srv = &server;
+    eventually("the panicking rules are loaded", RELOAD_DEADLINE, || async move {
+        let text = srv.metrics_get("/readyz").await.text();
+        if text.contains("failed") {
+            panic!("the test-hooks build must accept allotTestPanic: {text}");
+        }
+        if text.contains("panics-deny")
+            || srv.metrics_text().await.contains("allot_policy_reloads_total{result=\"success\"} 1")
+        {
+            Ok(())
+        } else {
+            Err(text)
+        }
+    })
+    .await;
+    let review = fixture("011-validate-create-pod-my-gpu-pod.json");
+    let mut client = server.connect(Alpn::H1).await;
+    for _ in 0..3 {
+        let response = client.review("/validate", &review).await;
+        assert_eq!(response["allowed"], false, "a Deny rule that panics denies: {response}");
+        let message = response["status"]["message"].as_str().expect("a status message");
+        assert!(message.contains("panics-deny") && message.contains("panicked"), "{message}");
+        let warnings = response["warnings"].to_string();
+        assert!(warnings.contains("panics-warn") && warnings.contains("panicked"), "{warnings}");
+    }
+    assert!(!client.is_closed(), "a panic does not drop the connection");
+    let metrics = server.metrics_text().await;
+    for rule in ["panics-deny", "panics-warn"] {
+        let count = metric(&metrics, "allot_rule_evaluation_panics_total", &[&format!("rule=\"{rule}\"")]);
+        assert_eq!(count, Some(3.0), "{rule}: {metrics}");
+    }
+    let stderr = server.stderr();
+    let logged: Vec<&str> = stderr.lines().filter(|l| l.contains("rule evaluation panicked")).collect();
+    assert_eq!(logged.len(), 2, "one line per rule, not per request: {stderr}");
+    assert!(logged.iter().any(|l| l.contains("panics-deny")) && logged.iter().any(|l| l.contains("panics-warn")));
+    assert!(!stderr.contains("stack backtrace") && !stderr.contains("thread '"), "no raw panic output: {stderr}");
+}
+
 /// Policies reload when their files change; a broken file keeps the last good set in force and
 /// is reported until fixed.
 #[tokio::test]
@@ -898,6 +949,14 @@ async fn policies_hot_reload_and_broken_files_keep_the_last_good_set() {
             pinned.replacen("    node-type: my-precious\n", "    example.com/pool~x: my-precious\n", 1),
             "spec.nodeSelector: Invalid value: \"example.com/pool~x\"",
         ),
+        // A stray pair of braces makes a message literal the CEL engine cannot evaluate.
+        (
+            "message literal",
+            format!(
+                "{pinned}\n---\napiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {{name: typo}}\nspec:\n  expression: \"object.spec.containers.all(c, c.image{{}}.contains(':'))\"\n  message: pin your images\n  action: Warn\n"
+            ),
+            "(Rule typo)",
+        ),
     ];
     for (i, (what, broken, marker)) in broken_files.iter().enumerate() {
         assert_ne!(broken, &pinned, "{what}: the edit must change the file");
@@ -919,6 +978,9 @@ async fn policies_hot_reload_and_broken_files_keep_the_last_good_set() {
         })
         .await;
         assert!(ready.contains("placement.yaml"), "the report names the file: {ready}");
+        if *what == "message literal" {
+            assert!(ready.contains("(Rule typo): spec.expression: `c.image{}`"), "{ready}");
+        }
         assert!(ready.starts_with(good_ready.lines().next().expect("first line")), "still the edited set: {ready}");
         let https_ready = client.get("/readyz").await;
         assert_eq!(https_ready.status, StatusCode::OK);

@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | `allot_admission_requests_total` | `webhook`, `result` (allowed/denied/mutated/error) | reviews answered |
 //! | `allot_admission_decisions_total` | `webhook`, `rule`, `action` | findings per rule (deny/warn/audit) |
+//! | `allot_rule_evaluation_panics_total` | `rule` | rule (or `placement/<name>` condition) evaluations that panicked and were contained |
 //! | `allot_admission_duration_seconds` | `webhook` | time to answer, body read to response |
 //! | `allot_policy_reloads_total` | `result` (success/failure) | policy reload attempts |
 //! | `allot_policy_set_info` | `version` | 1 for the loaded policy set's hash |
@@ -120,6 +121,11 @@ impl Metrics {
         let certificate_reloads = Family::<ResultLabels, Counter>::default();
         registry.register("admission_requests", "AdmissionReviews answered", requests.clone());
         registry.register("admission_decisions", "Findings per rule and action", decisions.clone());
+        registry.register(
+            "rule_evaluation_panics",
+            "Rule evaluations that panicked (contained: the rule's error handling applied)",
+            crate::expression::RULE_PANICS.clone(),
+        );
         registry.register("admission_duration_seconds", "Time to answer an AdmissionReview", duration.clone());
         registry.register("policy_reloads", "Policy reload attempts", policy_reloads.clone());
         registry.register("policy_set_info", "Hash of the policy set in force", policy_set_info.clone());

@@ -195,7 +195,7 @@ impl Evaluations {
             let permit = self.permits.acquire_owned().await;
             tokio::task::spawn_blocking(move || {
                 let _permit = permit;
-                answer(&state, phase, &body)
+                answer_contained(&state, phase, &body)
             })
             .await
         };
@@ -216,6 +216,20 @@ impl Evaluations {
             }
         }
     }
+}
+
+/// [`answer`], with any panic turned into a well-formed AdmissionReview error (HTTP 200,
+/// `allowed: false`, status 500, the request's uid) instead of a dropped connection. Rule
+/// evaluations contain their own panics; this is the last line for everything else.
+fn answer_contained(state: &AppState, phase: Phase, body: &[u8]) -> Response {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| answer(state, phase, body))).unwrap_or_else(|payload| {
+        let webhook = phase.label();
+        let message = crate::expression::panics::payload_text(payload.as_ref());
+        state.metrics.requests.get_or_create(&RequestLabels { webhook, result: "error" }).inc();
+        tracing::error!(webhook, panic = %message, "answering an AdmissionReview panicked; answered with an error");
+        let body = admission::internal_error_response(body, &message);
+        ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    })
 }
 
 fn answer(state: &AppState, phase: Phase, body: &[u8]) -> Response {

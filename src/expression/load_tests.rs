@@ -1,0 +1,205 @@
+//! The load-time check and the panic boundary, through the same entry points the policy loader
+//! and the engine use.
+
+use serde_json::json;
+
+use super::*;
+use crate::admission::{self, Phase};
+use crate::engine::Engine;
+use crate::namespaces::NoNamespaces;
+use crate::policy::{self, Action, Source};
+
+fn rule_doc(name: &str, expression: &str, action: &str) -> String {
+    format!(
+        "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {{name: {name}}}\nspec:\n  expression: {expression:?}\n  message: m\n  action: {action}\n"
+    )
+}
+
+fn load(text: &str) -> Result<policy::PolicySet, policy::LoadErrors> {
+    policy::compile(&[Source { name: "rules.yaml".into(), text: text.into() }])
+}
+
+fn load_error(text: &str) -> String {
+    load(text).map(|_| ()).expect_err("must be refused at load").to_string()
+}
+
+#[test]
+fn message_literals_are_refused_at_load_with_their_location() {
+    for (expression, part) in [
+        ("object.spec.containers.all(c, c.image{}.contains(':'))", "`c.image{}` (column 31)"),
+        ("Foo{} == null", "`Foo{}` (column 1)"),
+        ("google.protobuf.Int64Value{value: 1} == 1", "`google.protobuf.Int64Value{value: 1}` (column 1)"),
+    ] {
+        let err = load_error(&rule_doc("typo", expression, "Warn"));
+        assert!(err.contains("rules.yaml: document 1 (Rule typo): spec.expression:"), "{err}");
+        assert!(err.contains(part), "{err}");
+        assert!(err.contains("message literal"), "{err}");
+    }
+}
+
+#[test]
+fn the_fuzz_crash_input_is_refused_at_load() {
+    let text = include_str!("../../fuzz/regressions/policy_parse/struct-literal-rule.yaml");
+    let err = load_error(text);
+    assert!(err.contains("(Rule typo): spec.expression: `c.image{}`"), "{err}");
+}
+
+#[test]
+fn message_literals_in_message_expressions_and_placement_conditions_are_refused() {
+    let rule = "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: msg}\nspec:\n  expression: 'false'\n  messageExpression: \"Msg{text: 'x'}\"\n  action: Deny\n";
+    let err = load_error(rule);
+    assert!(err.contains("(Rule msg): spec.messageExpression: `Msg{text: 'x'}`"), "{err}");
+    let placement = "apiVersion: allot.dev/v1alpha1\nkind: Placement\nmetadata: {name: gpu}\nspec:\n  nodeSelector: {a: b}\n  when: 'Cond{}'\n";
+    let err = load_error(placement);
+    assert!(err.contains("(Placement gpu): spec.when: `Cond{}`"), "{err}");
+}
+
+#[test]
+fn unknown_functions_and_helper_misuse_are_refused_at_load() {
+    for (expression, says) in [
+        ("sizee(object.spec.containers) > 0", "unknown function sizee() with 1 argument(s)"),
+        ("object.metadata.name.startswith('a')", "unknown function .startswith()"),
+        ("accelerators() == 0", "accelerators() takes exactly one argument"),
+        (
+            "accelerators(object, object) == 0",
+            "accelerators() takes exactly one argument (a Pod, a pod spec or a container), got 2",
+        ),
+        ("object.accelerators() == 0", "write accelerators(x), not x.accelerators()"),
+        ("size(acceleratorLimits()) == 0", "acceleratorLimits() takes exactly one argument"),
+        ("object.spec.containers.all(c) ", "all is a macro"),
+        ("math.nosuch(1) == 1", "unknown function .nosuch()"),
+    ] {
+        let err = Expression::compile(expression).expect_err(expression);
+        assert!(err.contains(says), "{expression}: {err}");
+    }
+    for fine in [
+        "math.abs(-1) == 1",
+        "quantity('1').isInteger()",
+        "size(object.spec.containers) > 0 && object.spec.containers.all(c, accelerators(c) <= 8)",
+        "acceleratorRequests(object.spec).size() >= 0",
+        "object.metadata.name.matches('^a') || {'a': 1}.size() == 1",
+        "optional.of(1).hasValue()",
+        "base64.encode(b'x') != ''",
+    ] {
+        assert!(Expression::compile(fine).is_ok(), "{fine}: {:?}", Expression::compile(fine).err());
+    }
+}
+
+/// Keeps [`check`]'s list of known functions honest: each is registered in the real
+/// environment (calling it may fail for its arguments, never as an undeclared reference).
+#[test]
+fn every_listed_function_is_registered() {
+    let env =
+        Environment::new(Arc::new(crate::resources::ResourceMatcher::new(crate::resources::DEFAULT_ACCELERATORS)));
+    let ctx = env.scope(&Bindings {
+        vars: 0,
+        object: CelValue::Null,
+        old_object: CelValue::Null,
+        workload: CelValue::Null,
+        namespace: String::new(),
+        team: String::new(),
+        request: CelValue::Null,
+    });
+    let undeclared = |call: &str| {
+        let program = Program::compile(call).unwrap_or_else(|e| panic!("{call}: {e}"));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| program.execute(&ctx)));
+        matches!(result, Ok(Err(ExecutionError::UndeclaredReference(_))))
+    };
+    for name in check::known_functions() {
+        assert!(!undeclared(&format!("{name}(1)")), "{name} is listed but not registered");
+    }
+    assert!(undeclared("notAFunction(1)"), "the probe must be able to fail");
+}
+
+#[test]
+fn integer_overflow_stays_an_evaluation_error() {
+    let env =
+        Environment::new(Arc::new(crate::resources::ResourceMatcher::new(crate::resources::DEFAULT_ACCELERATORS)));
+    let ctx = env.scope(&Bindings {
+        vars: 0,
+        object: CelValue::Null,
+        old_object: CelValue::Null,
+        workload: CelValue::Null,
+        namespace: String::new(),
+        team: String::new(),
+        request: CelValue::Null,
+    });
+    for source in ["9223372036854775807 + 1 > 0", "-9223372036854775807 - 2 < 0", "9223372036854775807 * 2 > 0"] {
+        let err = Expression::compile(source).unwrap().eval_bool(&ctx, &"overflow").unwrap_err();
+        assert!(matches!(&err, EvalError::Cel(m) if m.contains("Overflow")), "{source}: {err:?}");
+    }
+}
+
+fn panic_count(rule: &str) -> u64 {
+    RULE_PANICS.get_or_create(&RuleLabels { rule: rule.to_string() }).get()
+}
+
+fn validate_pod(policies: &policy::PolicySet) -> serde_json::Value {
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "resource": {"group": "", "version": "v1", "resource": "pods"},
+                    "namespace": "default", "operation": "CREATE", "userInfo": {"username": "u"},
+                    "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                               "spec": {"containers": [{"name": "c", "image": "i"}]}}}
+    });
+    let engine = Engine::new(policies, &NoNamespaces);
+    let answer = admission::review(&serde_json::to_vec(&review).unwrap(), Phase::Validate, &engine).unwrap();
+    serde_json::from_slice(&answer.body).unwrap()
+}
+
+#[cfg(feature = "test-hooks")]
+#[test]
+fn a_panicking_rule_yields_its_error_handling_and_is_counted() {
+    let text = [
+        rule_doc("panics-deny", "allotTestPanic(object)", "Deny"),
+        rule_doc("panics-warn", "allotTestPanic(object)", "Warn"),
+        rule_doc("panics-audit", "allotTestPanic(object)", "Audit"),
+    ]
+    .join("---\n");
+    let policies = load(&text).unwrap_or_else(|e| panic!("{e}"));
+    let before: Vec<u64> = ["panics-deny", "panics-warn", "panics-audit"].iter().map(|r| panic_count(r)).collect();
+    let out = validate_pod(&policies);
+    let response = &out["response"];
+    assert_eq!(response["uid"], "u-1");
+    assert_eq!(response["allowed"], false, "a Deny rule that panics denies: {out}");
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.contains("panics-deny") && message.contains("CEL evaluation panicked"), "{message}");
+    let warnings: Vec<&str> = response["warnings"].as_array().unwrap().iter().filter_map(|w| w.as_str()).collect();
+    assert!(warnings.iter().any(|w| w.contains("panics-warn") && w.contains("panicked")), "{warnings:?}");
+    assert!(warnings.iter().any(|w| w.contains("panics-audit") && w.contains("panicked")), "Audit warns: {warnings:?}");
+    let after: Vec<u64> = ["panics-deny", "panics-warn", "panics-audit"].iter().map(|r| panic_count(r)).collect();
+    assert_eq!(after, before.iter().map(|b| b + 1).collect::<Vec<_>>());
+    // The ordinary error of an Audit rule keeps its action.
+    assert_eq!(EvalError::Cel("x".into()).action_for(Action::Audit), Action::Audit);
+    assert_eq!(EvalError::Panic("x".into()).action_for(Action::Audit), Action::Warn);
+    assert_eq!(EvalError::Panic("x".into()).action_for(Action::Deny), Action::Deny);
+}
+
+#[cfg(feature = "test-hooks")]
+#[test]
+fn a_panicking_placement_condition_denies() {
+    let text = "apiVersion: allot.dev/v1alpha1\nkind: Placement\nmetadata: {name: boom}\nspec:\n  appliesTo: AllPods\n  nodeSelector: {a: b}\n  when: allotTestPanic(object)\n";
+    let policies = load(text).unwrap_or_else(|e| panic!("{e}"));
+    let before = panic_count("placement/boom");
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u-2", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "resource": {"group": "", "version": "v1", "resource": "pods"},
+                    "namespace": "default", "operation": "CREATE", "userInfo": {"username": "u"},
+                    "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                               "spec": {"containers": [{"name": "c", "image": "i"}]}}}
+    });
+    let engine = Engine::new(&policies, &NoNamespaces);
+    let answer = admission::review(&serde_json::to_vec(&review).unwrap(), Phase::Mutate, &engine).unwrap();
+    let out: serde_json::Value = serde_json::from_slice(&answer.body).unwrap();
+    assert_eq!(out["response"]["allowed"], false, "{out}");
+    assert!(out["response"]["status"]["message"].as_str().unwrap().contains("placement/boom"), "{out}");
+    assert_eq!(panic_count("placement/boom"), before + 1);
+}
+
+#[test]
+fn the_test_hook_exists_only_in_test_builds() {
+    // `cargo test` turns test-hooks on (self dev-dependency); a release build never has it.
+    assert_eq!(Expression::compile("allotTestPanic(object)").is_ok(), cfg!(feature = "test-hooks"));
+}
