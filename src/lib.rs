@@ -22,6 +22,7 @@ pub mod quota;
 pub mod resources;
 pub mod server;
 pub mod suite;
+pub mod tenant;
 pub mod validate;
 pub mod webhooks;
 pub mod workload;
