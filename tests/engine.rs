@@ -27,11 +27,12 @@ fn with_extra(extra: &str) -> PolicySet {
     policy::compile(&sources).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The shipped policies with `line` added to the Cluster document's spec.
+/// The shipped policies with `externalSchedulers: []` of the Cluster document replaced by `line`.
 fn with_cluster_spec(line: &str) -> PolicySet {
     let mut sources = policy::read_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
     let cluster = sources.iter_mut().find(|s| s.text.contains("kind: Cluster")).expect("a Cluster document");
-    cluster.text = cluster.text.replacen("\nspec:\n", &format!("\nspec:\n  {line}\n"), 1);
+    assert!(cluster.text.contains("\n  externalSchedulers: []\n"));
+    cluster.text = cluster.text.replacen("\n  externalSchedulers: []\n", &format!("\n  {line}\n"), 1);
     policy::compile(&sources).unwrap_or_else(|e| panic!("{e}"))
 }
 

@@ -22,11 +22,12 @@ fn shipped() -> PolicySet {
     policy::compile(&sources()).unwrap()
 }
 
-/// The shipped policies with `line` added to the spec of the document of `kind`.
-fn with_spec(kind: &str, line: &str) -> PolicySet {
+/// The shipped policies with `old` replaced by `new` in the document of `kind`.
+fn with_spec(kind: &str, old: &str, new: &str) -> PolicySet {
     let mut sources = sources();
     let doc = sources.iter_mut().find(|s| s.text.contains(&format!("kind: {kind}"))).expect("document");
-    doc.text = doc.text.replacen("\nspec:\n", &format!("\nspec:\n  {line}\n"), 1);
+    assert!(doc.text.contains(old), "{old:?} not in the shipped {kind}");
+    doc.text = doc.text.replacen(old, new, 1);
     policy::compile(&sources).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -229,7 +230,7 @@ mod creates {
             let mut marked = pod.clone();
             marked["metadata"][field][key] = json!(value);
             assert!(gated(&create(&shipped, &marked, "alice").0), "{key} alone must not exempt");
-            let runs = with_spec("Cluster", &format!("externalSchedulers: [{scheduler}]"));
+            let runs = with_spec("Cluster", "externalSchedulers: []", &format!("externalSchedulers: [{scheduler}]"));
             assert!(!gated(&create(&runs, &marked, "alice").0), "{scheduler} runs here");
         }
         let mut volcano = pod.clone();
@@ -246,7 +247,11 @@ mod creates {
             json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "x", "controller": true}]);
         assert!(gated(&create(&policies, &pod, "alice").0), "an ownerReference alone is not trust");
         assert!(!gated(&create(&policies, &pod, DS_CONTROLLER).0));
-        let custom = with_spec("Cluster", "trust: {daemonSetControllers: [system:serviceaccount:kube-system:ds]}");
+        let custom = with_spec(
+            "Cluster",
+            "    daemonSetControllers:\n      - system:serviceaccount:kube-system:daemon-set-controller\n      - system:kube-controller-manager\n",
+            "    daemonSetControllers: [system:serviceaccount:kube-system:ds]\n",
+        );
         assert!(gated(&create(&custom, &pod, DS_CONTROLLER).0));
         assert!(!gated(&create(&custom, &pod, "system:serviceaccount:kube-system:ds").0));
     }
@@ -300,7 +305,7 @@ mod creates {
         pod["metadata"]["annotations"]["allot.dev/gang-size"] = json!("1024");
         let (mutation, validation) = create(&policies, &pod, "alice");
         assert!(mutation.allowed() && denials(&validation, "gang/metadata").is_empty(), "{:?}", validation.findings);
-        let small = with_spec("GangPolicy", "maxGangSize: 8");
+        let small = with_spec("GangPolicy", "maxGangSize: 1024", "maxGangSize: 8");
         pod["metadata"]["annotations"]["allot.dev/gang-size"] = json!("9");
         assert!(!create(&small, &pod, "alice").1.allowed());
 
@@ -308,7 +313,7 @@ mod creates {
         let jobs = {
             let mut s = sources();
             let doc = s.iter_mut().find(|s| s.text.contains("kind: GangPolicy")).unwrap();
-            doc.text = doc.text.replace("infer: []", "infer: [Job]\n  maxGangSize: 8");
+            doc.text = doc.text.replace("infer: []", "infer: [Job]").replace("maxGangSize: 1024", "maxGangSize: 8");
             policy::compile(&s).unwrap()
         };
         let mut job = fixture("002-validate-create-job-mnist-demo.json")["request"]["object"].clone();
@@ -356,12 +361,7 @@ mod creates {
             denied.findings
         );
         // The bound is policy-settable.
-        let big = {
-            let mut s = sources();
-            let doc = s.iter_mut().find(|s| s.text.contains("kind: Cluster")).unwrap();
-            doc.text = doc.text.replacen("  accelerators:\n", "  accelerators:\n    maxAmount: 2048\n", 1);
-            policy::compile(&s).unwrap()
-        };
+        let big = with_spec("Cluster", "maxAmount: 1024", "maxAmount: 2048");
         assert!(denials(&create(&big, &gpu_pod(json!("1025")), "alice").1, "tenant/amount").is_empty());
         assert!(!denials(&create(&big, &gpu_pod(json!("2049")), "alice").1, "tenant/amount").is_empty());
     }
