@@ -263,7 +263,6 @@ fn describe(value: Option<&&Value>) -> String {
 /// Per container name, its accelerator requests and limits.
 fn accelerator_amounts(spec: &Value, matcher: &ResourceMatcher) -> BTreeMap<String, ContainerResources> {
     resources::containers(spec, "spec")
-        .into_iter()
         .map(|(path, container, _)| {
             let name = container.get("name").and_then(Value::as_str).unwrap_or(&path).to_string();
             let res = ContainerResources::from_container(container, &path, &mut Vec::new());

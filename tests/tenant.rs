@@ -453,7 +453,9 @@ mod property {
                 pod["metadata"]["annotations"].as_object_mut().map(|m| m.remove(KEYS[*k]));
             }
             Edit::RemoveGate(g) => {
-                pod["spec"]["schedulingGates"].as_array_mut().map(|a| a.retain(|x| x["name"] != GATES[*g]));
+                if let Some(gates) = pod["spec"]["schedulingGates"].as_array_mut() {
+                    gates.retain(|x| x["name"] != GATES[*g]);
+                }
             }
         }
     }
