@@ -219,6 +219,19 @@ impl<'a> Engine<'a> {
             return out;
         };
         let is_pod = req.group.is_empty() && req.kind == "Pod";
+        // Before anything else: only Allot moves its gates and keys, whatever the rest holds.
+        if is_pod && operation == Operation::Update {
+            match req.old_object {
+                Some(old) => out.findings.extend(tenant::check_pod_update(
+                    self.policies,
+                    old,
+                    req.object,
+                    req.username,
+                    self.allot_username,
+                )),
+                None => out.notes.push("a Pod UPDATE without oldObject: Allot's gates could not be checked".into()),
+            }
+        }
         let views = workload::pods_of(req.object, req.group, req.kind);
         if views.is_empty() && !validate::rules_for_kind(self.policies, req.group, req.kind) {
             // Nothing Allot knows how to check: no team lookup, no notes.
@@ -236,17 +249,14 @@ impl<'a> Engine<'a> {
             path: "",
         };
 
-        if is_pod && operation == Operation::Update {
-            match req.old_object {
-                Some(old) => out.findings.extend(tenant::check_pod_update(
-                    self.policies,
-                    old,
-                    req.object,
-                    req.username,
-                    self.allot_username,
-                )),
-                None => out.notes.push("a Pod UPDATE without oldObject: Allot's gates could not be checked".into()),
-            }
+        if is_pod
+            && operation == Operation::Update
+            && req.username != self.allot_username
+            && let (Some(old), Some(quota)) = (req.old_object, team.team.and_then(|t| t.quota.as_ref()))
+            // (A changed accelerator amount is reported once, above.)
+            && !out.findings.iter().any(|f| f.rule == "tenant/resize")
+        {
+            out.findings.extend(tenant::check_charge_change(quota, old, req.object));
         }
         if !is_pod {
             out.findings.extend(tenant::check_owner_size(self.policies, req, team.team.map(|t| t.name.as_str())));

@@ -403,3 +403,24 @@ pub fn check_owner_size(policies: &PolicySet, req: &crate::engine::Request<'_>, 
         )
     })
 }
+
+/// An in-place resize must not change what a Pod is charged against its team's quota (the
+/// quota was checked, or the Pod queued, on the amounts it was created with).
+pub fn check_charge_change(quota: &crate::quota::Quota, old: &Value, new: &Value) -> Option<Finding> {
+    let charge = |pod: &Value| pod.get("spec").map(|s| quota.charge(&resources::pod_requests(s))).unwrap_or_default();
+    let (before, after) = (charge(old), charge(new));
+    (before != after).then(|| {
+        let names: std::collections::BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+        let names: Vec<&str> =
+            names.into_iter().filter(|n| before.get(*n) != after.get(*n)).map(String::as_str).collect();
+        deny(
+            "resize",
+            "spec.containers".into(),
+            format!(
+                "this change alters what the pod is charged against its team's quota ({}); quota-limited \
+                 resources may not be resized in place — recreate the pod",
+                names.join(", ")
+            ),
+        )
+    })
+}

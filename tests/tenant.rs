@@ -175,6 +175,16 @@ mod updates {
         cpu["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!("2");
         cpu["spec"]["containers"][0]["resources"]["limits"]["cpu"] = json!("2");
         assert!(update(&policies, &old, &cpu, "alice").allowed());
+        // Unless the team's quota counts CPU: then the resize would change its charge.
+        let cpu_quota = with_spec("Team", "      nvidia.com/gpu: 16\n", "      nvidia.com/gpu: 16\n      cpu: 64\n");
+        let out = update(&cpu_quota, &old, &cpu, "alice");
+        let denied = denials(&out, "tenant/resize");
+        assert_eq!(denied.len(), 1, "{:?}", out.findings);
+        assert!(denied[0].message.contains("charged against its team's quota (cpu)"), "{}", denied[0].message);
+        let mut memory = old.clone();
+        memory["spec"]["containers"][0]["resources"]["limits"]["memory"] = json!("1Gi");
+        assert!(update(&cpu_quota, &old, &memory, "alice").allowed());
+        assert!(update(&cpu_quota, &old, &cpu, ALLOT).allowed());
 
         let mut debug = old.clone();
         debug["spec"]["ephemeralContainers"] =
