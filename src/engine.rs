@@ -14,6 +14,7 @@ use crate::patch::{self, PatchOp};
 use crate::policy::{Operation, PolicySet};
 use crate::quota::{NoUsage, QuotaBook};
 pub use crate::request::{Request, RequestOperation};
+use crate::tenant::{self, Requester};
 use crate::validate::{self, Target};
 use crate::workload::{self, PodView};
 
@@ -60,12 +61,29 @@ pub struct Engine<'a> {
     pub namespaces: &'a dyn NamespaceLabels,
     pub gangs: &'a dyn GangDirectory,
     pub quota: &'a dyn QuotaBook,
+    /// Allot's own user name (`userInfo.username`): the only one that may move Allot's gates
+    /// and reserved keys on Pod UPDATE.
+    pub allot_username: &'a str,
 }
 
 impl<'a> Engine<'a> {
     /// Creates an engine over a policy set, knowing no other gang members.
     pub fn new(policies: &'a PolicySet, namespaces: &'a dyn NamespaceLabels) -> Self {
-        Engine { policies, namespaces, gangs: &NoGangs, quota: &NoUsage }
+        Engine {
+            policies,
+            namespaces,
+            gangs: &NoGangs,
+            quota: &NoUsage,
+            allot_username: crate::tenant::DEFAULT_ALLOT_USERNAME,
+        }
+    }
+
+    /// The same engine, trusting `username` as Allot's own identity.
+    pub fn with_allot_username<'g>(self, allot_username: &'g str) -> Engine<'g>
+    where
+        'a: 'g,
+    {
+        Engine { allot_username, ..self }
     }
 
     /// The same engine, charging deny-mode quotas against `quota`.
@@ -132,7 +150,12 @@ impl<'a> Engine<'a> {
         }
         let team = self.team(req.namespace, &mut out.notes);
         let make_bindings = |vars| self.bindings(req, req.object, &team, vars);
-        let ctx = PodContext { namespace: req.namespace, team, bindings: &make_bindings };
+        let ctx = PodContext {
+            namespace: req.namespace,
+            team,
+            bindings: &make_bindings,
+            requester: Requester::User(req.username),
+        };
         let m = mutate::mutate_pod(self.policies, req.object, &ctx, "");
         out.patch = m.ops;
         out.changes = m.changes;
@@ -149,6 +172,19 @@ impl<'a> Engine<'a> {
             return out;
         };
         let is_pod = req.group.is_empty() && req.kind == "Pod";
+        // Before anything else: only Allot moves its gates and keys, whatever the rest holds.
+        if is_pod && operation == Operation::Update {
+            match req.old_object {
+                Some(old) => out.findings.extend(tenant::check_pod_update(
+                    self.policies,
+                    old,
+                    req.object,
+                    req.username,
+                    self.allot_username,
+                )),
+                None => out.notes.push("a Pod UPDATE without oldObject: Allot's gates could not be checked".into()),
+            }
+        }
         let views = workload::pods_of(req.object, req.group, req.kind);
         if views.is_empty() && !validate::rules_for_kind(self.policies, req.group, req.kind) {
             // Nothing Allot knows how to check: no team lookup, no notes.
@@ -166,6 +202,18 @@ impl<'a> Engine<'a> {
             path: "",
         };
 
+        if is_pod
+            && operation == Operation::Update
+            && req.username != self.allot_username
+            && let (Some(old), Some(quota)) = (req.old_object, team.team.and_then(|t| t.quota.as_ref()))
+            // (A changed accelerator amount is reported once, above.)
+            && !out.findings.iter().any(|f| f.rule == "tenant/resize")
+        {
+            out.findings.extend(tenant::check_charge_change(quota, old, req.object));
+        }
+        if !is_pod {
+            out.findings.extend(tenant::check_owner_size(self.policies, req, team.team.map(|t| t.name.as_str())));
+        }
         let mut quota_views = Vec::new();
         for view in views {
             let view = if view.path.is_empty() { view } else { self.as_created(req, view, &team, &mut out) };
@@ -175,8 +223,25 @@ impl<'a> Engine<'a> {
             let mut gang = None;
             if checked {
                 out.findings.extend(validate::check_pod(self.policies, &view, &team));
+                out.findings.extend(tenant::check_reserved_keys(&view));
+                out.findings.extend(tenant::check_amounts(self.policies, &view));
                 let membership = validate::pod_gang(self.policies, &view, req.namespace, &team);
                 out.findings.extend(validate::check_gang(&view, req.namespace, &membership, self.gangs));
+                let bypassed = tenant::Bypassed {
+                    accelerators: crate::resources::requests_any(
+                        view.pod.get("spec").unwrap_or(&Value::Null),
+                        &self.policies.accelerators,
+                    ),
+                    gang: matches!(membership, Ok(Some(_))),
+                    queued: team.team.and_then(|t| t.quota.as_ref()).is_some_and(|q| {
+                        q.mode == crate::policy::QuotaMode::Queue
+                            && !q
+                                .charge(&crate::resources::pod_requests(view.pod.get("spec").unwrap_or(&Value::Null)))
+                                .is_empty()
+                    }),
+                };
+                let requester = Requester::User(req.username);
+                out.findings.extend(tenant::check_bound_pod(self.policies, &view, requester, bypassed));
                 gang = membership.ok().flatten();
             }
             self.run_rules(
@@ -232,7 +297,14 @@ impl<'a> Engine<'a> {
         out: &mut Outcome,
     ) -> PodView<'v> {
         let make_bindings = |vars| self.bindings(req, &view.pod, team, vars);
-        let ctx = PodContext { namespace: req.namespace, team: *team, bindings: &make_bindings };
+        // The Pods of a template are created by its workload's controller, whose identity
+        // is not known here: no identity-based exemption.
+        let ctx = PodContext {
+            namespace: req.namespace,
+            team: *team,
+            bindings: &make_bindings,
+            requester: Requester::Unknown,
+        };
         // (A gang metadata error is left to validation's own gang check of this view.)
         let m = mutate::mutate_pod(self.policies, &view.pod, &ctx, &view.path);
         out.findings.extend(m.findings);

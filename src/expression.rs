@@ -52,20 +52,6 @@ pub enum EvalError {
     Panic(String),
 }
 
-impl EvalError {
-    /// The action a finding about this error takes, for a rule whose action is `action`.
-    /// Ordinary errors keep the rule's action. A panic is an engine defect, not a verdict on
-    /// the object: Deny rules still deny (never let an object through unchecked), while Warn
-    /// and Audit rules warn, so the person applying the object sees it.
-    pub fn action_for(&self, action: crate::policy::Action) -> crate::policy::Action {
-        use crate::policy::Action;
-        match (self, action) {
-            (EvalError::Panic(_), Action::Audit) => Action::Warn,
-            (_, action) => action,
-        }
-    }
-}
-
 /// A compiled CEL expression with its source, for messages.
 #[derive(Debug)]
 pub struct Expression {
@@ -457,6 +443,3 @@ mod tests {
         assert!(eval("object.spec.missing.field", json!({"spec": {}})).is_err());
     }
 }
-
-#[cfg(test)]
-mod load_tests;

@@ -26,6 +26,7 @@ pub mod request;
 pub mod resources;
 pub mod server;
 pub mod suite;
+pub mod tenant;
 pub mod validate;
 pub mod webhooks;
 pub mod workload;

@@ -99,6 +99,10 @@ enum Command {
         /// Full re-evaluation of waiting gangs even without events, in seconds.
         #[arg(long, default_value_t = 30)]
         resync_secs: u64,
+        /// Allot's own user name as the API server reports it (its service account): the only
+        /// identity allowed to remove Allot's scheduling gates and change its reserved keys.
+        #[arg(long, env = "ALLOT_USERNAME", default_value = allot::tenant::DEFAULT_ALLOT_USERNAME)]
+        allot_username: String,
     },
     /// Dry-run manifests against policies, as the webhooks would (exit 0 admitted, 1 denied, 2 error).
     Check {
@@ -212,6 +216,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             lease_namespace,
             identity,
             resync_secs,
+            allot_username,
         } => {
             let identity = identity
                 .or_else(|| std::env::var("HOSTNAME").ok())
@@ -238,6 +243,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 shutdown_grace: Duration::from_secs(shutdown_grace_secs),
                 use_kube: !no_kube,
                 gang_controller,
+                allot_username,
             };
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             runtime.block_on(server::run(config))?;

@@ -9,11 +9,12 @@ use serde_json::{Map, Value};
 
 use crate::expression::Bindings;
 use crate::finding::Finding;
-use crate::gang::membership::{GATE, PodFacts, QUOTA_GATE, never_gate};
+use crate::gang::membership::{GATE, PodFacts, QUOTA_GATE};
 use crate::namespaces::TeamLookup;
 use crate::patch::{Builder, PatchOp};
 use crate::policy::{Action, AppliesTo, OnConflict, Placement, PolicySet, TaintEffect, Toleration, TolerationOperator};
 use crate::resources;
+use crate::tenant::never_gate;
 
 /// Result of mutating one Pod.
 #[derive(Debug, Default, Clone)]
@@ -33,6 +34,8 @@ pub struct PodContext<'a> {
     pub team: TeamLookup<'a>,
     /// Lazily built CEL bindings (of the given variables) for `when` conditions.
     pub bindings: &'a dyn Fn(crate::expression::VarSet) -> Bindings,
+    /// Who creates the Pod: exemptions from Allot's gates go by identity, not by label.
+    pub requester: crate::tenant::Requester<'a>,
 }
 
 const SPEC_FIELDS: &[&str] = &[
@@ -70,7 +73,7 @@ pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_
     apply_default_priority(policies, ctx, &mut builder, &mut out);
     let facts = PodFacts::from_json(pod);
     apply_gang_gate(policies, &facts, ctx, &mut builder, &mut out);
-    apply_quota_gate(pod, &facts, ctx, &mut builder, &mut out);
+    apply_quota_gate(policies, pod, &facts, ctx, &mut builder, &mut out);
     out.ops = builder.into_ops();
     out
 }
@@ -285,7 +288,7 @@ fn apply_gang_gate(
             return;
         }
     };
-    if never_gate(facts).is_some() {
+    if never_gate(facts, &policies.tenancy, ctx.requester).is_some() {
         return;
     }
     let gated = builder
@@ -302,11 +305,20 @@ fn apply_gang_gate(
 
 /// Queue-mode quota: a pod that counts against its team's quota is admitted behind the
 /// `allot.dev/quota` gate; the controller lifts it when the team has room.
-fn apply_quota_gate(pod: &Value, facts: &PodFacts, ctx: &PodContext<'_>, builder: &mut Builder, out: &mut Mutation) {
+fn apply_quota_gate(
+    policies: &PolicySet,
+    pod: &Value,
+    facts: &PodFacts,
+    ctx: &PodContext<'_>,
+    builder: &mut Builder,
+    out: &mut Mutation,
+) {
     let Some(team) = ctx.team.team else { return };
     let Some(quota) = team.quota.as_ref().filter(|q| q.mode == crate::policy::QuotaMode::Queue) else { return };
     let Some(spec) = pod.get("spec") else { return };
-    if quota.charge(&crate::resources::pod_requests(spec)).is_empty() || never_gate(facts).is_some() {
+    if quota.charge(&crate::resources::pod_requests(spec)).is_empty()
+        || never_gate(facts, &policies.tenancy, ctx.requester).is_some()
+    {
         return;
     }
     let gated = builder

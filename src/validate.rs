@@ -295,11 +295,22 @@ pub fn run_rules(policies: &PolicySet, rules: &[&Rule], target: &Target<'_>, bin
                 .or_else(|| rule.spec.message.clone())
                 .unwrap_or_else(|| format!("failed {}", rule.expression.source())),
             Err(e) => {
-                action = e.action_for(action);
+                action = action_on_error(&e, action);
                 format!("rule could not be evaluated ({e}); expression: {}", rule.expression.source())
             }
         };
         findings.push(Finding { rule: rule.name.clone(), action, path: target.path.to_string(), message });
     }
     findings
+}
+
+/// The action a finding about an evaluation error takes, for a rule whose action is `action`.
+/// Ordinary errors keep the rule's action. A panic is an engine defect, not a verdict on the
+/// object: Deny rules still deny (never let an object through unchecked), while Warn and Audit
+/// rules warn, so the person applying the object sees it.
+pub fn action_on_error(error: &crate::expression::EvalError, action: Action) -> Action {
+    match (error, action) {
+        (crate::expression::EvalError::Panic(_), Action::Audit) => Action::Warn,
+        (_, action) => action,
+    }
 }

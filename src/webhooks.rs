@@ -82,7 +82,11 @@ fn namespace_selector(opts: &WebhookOptions) -> LabelSelector {
 }
 
 /// Both webhooks skip the kubelet: its only pod writes here are mirror pods of static pods,
-/// which run whatever the API says — denying one only hides a running pod from the API.
+/// which run whatever the API says — denying one only hides a running pod from the API (and
+/// NodeRestriction already stops a kubelet from changing other pods' gates, labels or
+/// annotations). Skipping Allot itself loses nothing: the engine allows its identity anyway.
+/// No condition looks at the object, so no tenant UPDATE of Allot's gates or keys can skip
+/// the validating webhook.
 fn match_conditions(opts: &WebhookOptions) -> Vec<MatchCondition> {
     let mut out = vec![MatchCondition {
         name: "not-kubelet".into(),
@@ -97,12 +101,18 @@ fn match_conditions(opts: &WebhookOptions) -> Vec<MatchCondition> {
     out
 }
 
-/// `(group, plural)` for every kind in the workload table.
+/// Pod subresources whose UPDATE changes what Allot guards: an in-place resize could change
+/// accelerator requests, and ephemeral containers are containers too. (Their objects are the
+/// whole Pod, so the engine checks them as Pod UPDATEs: only Allot may move its gates and keys.)
+pub const POD_SUBRESOURCES: &[&str] = &["pods/resize", "pods/ephemeralcontainers"];
+
+/// `(group, plural)` for every kind in the workload table, and the guarded Pod subresources.
 fn workload_resources() -> BTreeMap<&'static str, Vec<String>> {
     let mut by_group: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
     for w in WORKLOAD_KINDS {
         by_group.entry(w.group).or_default().push(format!("{}s", w.kind.to_lowercase()));
     }
+    by_group.entry("").or_default().extend(POD_SUBRESOURCES.iter().map(|s| s.to_string()));
     by_group
 }
 

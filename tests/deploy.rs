@@ -557,10 +557,16 @@ fn check_install(r: &Rendered) {
             "--tls-cert",
             "/etc/allot/tls/tls.crt",
             "--tls-key",
-            "/etc/allot/tls/tls.key"
+            "/etc/allot/tls/tls.key",
+            "--allot-username",
+            "system:serviceaccount:allot-system:allot"
         ],
         "{what}"
     );
+    // The identity allowed to lift gates is the one this Deployment runs as, and the default.
+    let sa = pod.service_account_name.clone().unwrap_or_default();
+    assert_eq!(args[8], format!("system:serviceaccount:allot-system:{sa}"), "{what}");
+    assert_eq!(args[8], serve_default("--allot-username"), "{what}");
     let env: BTreeMap<String, String> = container
         .env
         .clone()

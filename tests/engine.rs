@@ -27,6 +27,15 @@ fn with_extra(extra: &str) -> PolicySet {
     policy::compile(&sources).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The shipped policies with `externalSchedulers: []` of the Cluster document replaced by `line`.
+fn with_cluster_spec(line: &str) -> PolicySet {
+    let mut sources = policy::read_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
+    let cluster = sources.iter_mut().find(|s| s.text.contains("kind: Cluster")).expect("a Cluster document");
+    assert!(cluster.text.contains("\n  externalSchedulers: []\n"));
+    cluster.text = cluster.text.replacen("\n  externalSchedulers: []\n", &format!("\n  {line}\n"), 1);
+    policy::compile(&sources).unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// Sends a review through `admission::review` and returns the response object.
 fn answer(policies: &PolicySet, review: &Value, phase: Phase) -> Value {
     let engine = Engine::new(policies, &NoNamespaces);
@@ -158,7 +167,10 @@ fn updates_are_not_mutated_and_pod_specs_are_not_rechecked() {
     }
     // A pod admitted under older policies (request != limit here) can still be updated.
     let mut review = fixture("017-validate-update-pod-my-gpu-pod.json");
+    // (The API server forbids changing resources on UPDATE outside pods/resize: the old object
+    // has the same request.)
     review["request"]["object"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = json!("2");
+    review["request"]["oldObject"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = json!("2");
     let response = answer(&policies, &review, Phase::Validate);
     assert_eq!(response["allowed"], true, "{response}");
 }
@@ -665,7 +677,10 @@ mod gangs {
         assert_eq!(gate_ops(&answer(&policies, &review, Phase::Mutate)).len(), 1);
         object["spec"]["schedulingGates"] = json!([{"name": "kueue.x-k8s.io/admission"}]);
         let review = with_object(&review, object);
-        assert!(gate_ops(&answer(&policies, &review, Phase::Mutate)).is_empty(), "Kueue owns this pod");
+        let kueue = with_cluster_spec("externalSchedulers: [Kueue]");
+        assert!(gate_ops(&answer(&kueue, &review, Phase::Mutate)).is_empty(), "Kueue owns this pod");
+        // Where the cluster does not say it runs Kueue, its gate alone exempts nothing.
+        assert_eq!(gate_ops(&answer(&policies, &review, Phase::Mutate)).len(), 1);
     }
 
     #[test]

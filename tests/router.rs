@@ -418,3 +418,43 @@ async fn quota_denials_name_only_the_requesting_teams_usage() {
         assert!(!message.contains(secret), "the denial reveals {secret:?}: {message}");
     }
 }
+
+/// Fixture 021 (a gated gang worker whose `allot.dev/gang` gate is removed), sent as `username`
+/// to a server that knows Allot as `allot_username`.
+async fn remove_gate_as(username: &str, allot_username: &str) -> Value {
+    let policies = allot::policy::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
+    let state = AppState::with_identity(
+        policies,
+        Arc::new(NoNamespaces),
+        Arc::new(allot::cluster::ClusterState::default()),
+        allot_username.to_string(),
+    );
+    let mut review: Value = serde_json::from_slice(&fixture("021-validate-update-pod-gated-worker-0.json")).unwrap();
+    assert_eq!(review["request"]["oldObject"]["spec"]["schedulingGates"], json!([{"name": "allot.dev/gang"}]));
+    assert!(review["request"]["object"]["spec"].get("schedulingGates").is_none());
+    review["request"]["userInfo"] = json!({"username": username, "groups": ["system:authenticated"]});
+    let (status, body) =
+        call(router(state, LIMIT, TIMEOUT), "POST", "/validate", review.to_string().into_bytes()).await;
+    assert_eq!(status, StatusCode::OK);
+    serde_json::from_str::<Value>(&body).unwrap()["response"].clone()
+}
+
+#[tokio::test]
+async fn only_allots_identity_may_remove_its_gate() {
+    const ALLOT: &str = "system:serviceaccount:allot-system:allot";
+    let denied = remove_gate_as("alice", ALLOT).await;
+    assert_eq!(denied["allowed"], false, "{denied}");
+    let message = denied["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!(
+            "[tenant/allot-gates] spec.schedulingGates: only Allot ({ALLOT}) may remove or change the scheduling gate \
+             allot.dev/gang, not alice"
+        )),
+        "{message}"
+    );
+    assert_eq!(remove_gate_as(ALLOT, ALLOT).await["allowed"], true);
+    // The identity is configurable: another install's service account, and only that one.
+    let other = "system:serviceaccount:gpu-admission:allot";
+    assert_eq!(remove_gate_as(other, other).await["allowed"], true);
+    assert_eq!(remove_gate_as(ALLOT, other).await["allowed"], false);
+}

@@ -27,9 +27,9 @@ pub const KUEUE_GROUP: &str = "kueue.x-k8s.io/pod-group-name";
 pub const KUEUE_TOTAL: &str = "kueue.x-k8s.io/pod-group-total-count";
 pub const COSCHEDULING_LABEL: &str = "scheduling.x-k8s.io/pod-group";
 
-const KUEUE_GATE: &str = "kueue.x-k8s.io/admission";
-const KUEUE_MANAGED: &str = "kueue.x-k8s.io/managed";
-const VOLCANO_GROUP: &str = "scheduling.k8s.io/group-name";
+pub const KUEUE_GATE: &str = "kueue.x-k8s.io/admission";
+pub const KUEUE_MANAGED: &str = "kueue.x-k8s.io/managed";
+pub const VOLCANO_GROUP: &str = "scheduling.k8s.io/group-name";
 const JOB_NAME: &str = "batch.kubernetes.io/job-name";
 const JOB_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
@@ -141,31 +141,56 @@ pub struct Membership {
     pub source: Source,
 }
 
-/// Why a Pod must never carry Allot's gate.
-pub fn never_gate(facts: &PodFacts) -> Option<&'static str> {
-    if facts.node_name.is_some() {
-        return Some("spec.nodeName is set (the pod is bound already)");
+/// Every label or annotation key membership reads: changing one after CREATE moves a Pod into
+/// or out of a gang, so only Allot may (see [`crate::tenant`]).
+pub const MEMBERSHIP_KEYS: &[&str] = &[
+    NAME_LABEL,
+    SIZE_ANNOTATION,
+    KUEUE_GROUP,
+    KUEUE_TOTAL,
+    COSCHEDULING_LABEL,
+    KUEUE_MANAGED,
+    VOLCANO_GROUP,
+    JOB_NAME,
+    JOB_INDEX,
+    JOBSET_NAME,
+    KUBEFLOW_JOB,
+    KUBEFLOW_ROLE,
+    LWS_NAME,
+    LWS_GROUP,
+    LWS_WORKER,
+];
+
+/// The largest gang size allowed when no GangPolicy says otherwise: far above any real
+/// training job on one cluster, and small enough that per-member work stays cheap.
+pub const DEFAULT_MAX_GANG_SIZE: u32 = 1024;
+
+/// Parses a gang size: a positive integer no larger than `max`.
+pub fn parse_size(key: &str, raw: &str, max: u32) -> Result<u32, String> {
+    let trimmed = raw.trim();
+    match trimmed.parse::<u32>() {
+        Ok(n) if n > 0 && n <= max => Ok(n),
+        Ok(n) if n > 0 => Err(too_big(key, &n.to_string(), max)),
+        // A long run of digits is a size too, just one that does not fit in a u32.
+        _ if !trimmed.is_empty()
+            && trimmed.bytes().all(|b| b.is_ascii_digit())
+            && !trimmed.trim_start_matches('0').is_empty() =>
+        {
+            Err(too_big(key, &shorten(trimmed), max))
+        }
+        _ => Err(format!("{key} must be a positive integer, got {:?}", shorten(raw))),
     }
-    if facts.annotations.contains_key("kubernetes.io/config.mirror") {
-        return Some("mirror pod");
-    }
-    if facts.owners.iter().any(|(kind, _)| kind == "DaemonSet") {
-        return Some("DaemonSet pod");
-    }
-    if facts.gates.iter().any(|g| g == KUEUE_GATE) || facts.labels.get(KUEUE_MANAGED).is_some_and(|v| v == "true") {
-        return Some("managed by Kueue");
-    }
-    if facts.scheduler_name.as_deref() == Some("volcano") || facts.annotations.contains_key(VOLCANO_GROUP) {
-        return Some("managed by Volcano");
-    }
-    None
 }
 
-/// Parses a gang size: a positive integer.
-pub fn parse_size(key: &str, raw: &str) -> Result<u32, String> {
-    match raw.trim().parse::<u32>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err(format!("{key} must be a positive integer, got {raw:?}")),
+fn too_big(key: &str, size: &str, max: u32) -> String {
+    format!("{key} is {size}; gangs here have at most {max} members (GangPolicy maxGangSize)")
+}
+
+/// A user-written value, cut short for a message.
+fn shorten(raw: &str) -> String {
+    match raw.char_indices().nth(40) {
+        Some((end, _)) => format!("{}…", &raw[..end]),
+        None => raw.to_string(),
     }
 }
 
@@ -175,6 +200,7 @@ pub fn membership(
     facts: &PodFacts,
     infer: &[InferredKind],
     coscheduling_size: Option<u32>,
+    max_size: u32,
 ) -> Result<Option<Membership>, String> {
     if let Some(name) = facts.labels.get(NAME_LABEL).filter(|n| !n.is_empty()) {
         let raw = facts
@@ -183,7 +209,7 @@ pub fn membership(
             .ok_or_else(|| format!("label {NAME_LABEL}={name} needs the annotation {SIZE_ANNOTATION}"))?;
         return Ok(Some(Membership {
             name: name.clone(),
-            size: Some(parse_size(SIZE_ANNOTATION, raw)?),
+            size: Some(parse_size(SIZE_ANNOTATION, raw, max_size)?),
             source: Source::Explicit,
         }));
     }
@@ -194,7 +220,7 @@ pub fn membership(
             .ok_or_else(|| format!("{KUEUE_GROUP}={name} needs the annotation {KUEUE_TOTAL}"))?;
         return Ok(Some(Membership {
             name: name.to_string(),
-            size: Some(parse_size(KUEUE_TOTAL, raw)?),
+            size: Some(parse_size(KUEUE_TOTAL, raw, max_size)?),
             source: Source::KueuePodGroup,
         }));
     }
@@ -279,6 +305,11 @@ pub fn owner_gang(kind: InferredKind, owner: &Value) -> Option<OwnerGang> {
 /// every `*ReplicaSpecs` entry. MPIJob: the Worker replicas (the launcher is not a member).
 /// LeaderWorkerSet: `leaderWorkerTemplate.size` (one gang per group).
 pub fn owner_size(kind: InferredKind, owner: &Value) -> Option<u32> {
+    owner_total(kind, owner).and_then(|total| u32::try_from(total).ok()).filter(|n| *n > 0)
+}
+
+/// [`owner_size`] before the conversion: saturating, so absurd replica counts cannot overflow.
+pub fn owner_total(kind: InferredKind, owner: &Value) -> Option<u64> {
     let int = |v: Option<&Value>, default: u64| v.and_then(Value::as_u64).unwrap_or(default);
     let spec = owner.get("spec")?;
     let total = match kind {
@@ -287,8 +318,8 @@ pub fn owner_size(kind: InferredKind, owner: &Value) -> Option<u32> {
             .get("replicatedJobs")?
             .as_array()?
             .iter()
-            .map(|rj| int(rj.get("replicas"), 1) * int(rj.pointer("/template/spec/parallelism"), 1))
-            .sum(),
+            .map(|rj| int(rj.get("replicas"), 1).saturating_mul(int(rj.pointer("/template/spec/parallelism"), 1)))
+            .fold(0u64, u64::saturating_add),
         InferredKind::MPIJob => int(spec.pointer("/mpiReplicaSpecs/Worker/replicas"), 1),
         InferredKind::LeaderWorkerSet => int(spec.pointer("/leaderWorkerTemplate/size"), 1),
         InferredKind::KubeflowJob => spec
@@ -297,15 +328,17 @@ pub fn owner_size(kind: InferredKind, owner: &Value) -> Option<u32> {
             .filter(|(k, _)| k.ends_with("ReplicaSpecs"))
             .flat_map(|(_, specs)| specs.as_object().into_iter().flatten())
             .map(|(_, rs)| int(rs.get("replicas"), 1))
-            .sum(),
+            .fold(0u64, u64::saturating_add),
     };
-    u32::try_from(total).ok().filter(|n| *n > 0)
+    Some(total)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    const MAX: u32 = DEFAULT_MAX_GANG_SIZE;
 
     fn facts(meta: Value, spec: Value) -> PodFacts {
         PodFacts::from_json(&json!({"metadata": meta, "spec": spec}))
@@ -318,27 +351,27 @@ mod tests {
             json!({}),
         );
         assert_eq!(
-            membership(&f, &[], None).unwrap(),
+            membership(&f, &[], None, MAX).unwrap(),
             Some(Membership { name: "a".into(), size: Some(4), source: Source::Explicit })
         );
         let f = facts(
             json!({"annotations": {KUEUE_GROUP: "c", KUEUE_TOTAL: "2"}, "labels": {COSCHEDULING_LABEL: "b"}}),
             json!({}),
         );
-        assert_eq!(membership(&f, &[], None).unwrap().unwrap().source, Source::KueuePodGroup);
+        assert_eq!(membership(&f, &[], None, MAX).unwrap().unwrap().source, Source::KueuePodGroup);
         let f = facts(json!({"labels": {COSCHEDULING_LABEL: "b"}}), json!({}));
-        assert_eq!(membership(&f, &[], Some(3)).unwrap().unwrap().size, Some(3));
+        assert_eq!(membership(&f, &[], Some(3), MAX).unwrap().unwrap().size, Some(3));
     }
 
     #[test]
     fn invalid_sizes_are_errors() {
         for size in ["0", "-1", "two", "1.5", ""] {
             let f = facts(json!({"labels": {NAME_LABEL: "a"}, "annotations": {SIZE_ANNOTATION: size}}), json!({}));
-            let err = membership(&f, &[], None).unwrap_err();
+            let err = membership(&f, &[], None, MAX).unwrap_err();
             assert!(err.contains("positive integer"), "{size}: {err}");
         }
         let f = facts(json!({"labels": {NAME_LABEL: "a"}}), json!({}));
-        assert!(membership(&f, &[], None).unwrap_err().contains("needs the annotation"));
+        assert!(membership(&f, &[], None, MAX).unwrap_err().contains("needs the annotation"));
     }
 
     #[test]
@@ -347,23 +380,23 @@ mod tests {
             json!({"labels": {JOB_NAME: "train", JOB_INDEX: "0"}, "ownerReferences": [{"kind": "Job", "name": "train"}]}),
             json!({}),
         );
-        assert_eq!(membership(&job_pod, &[], None).unwrap(), None);
-        assert_eq!(membership(&job_pod, &[InferredKind::Job], None).unwrap().unwrap().name, "job-train");
+        assert_eq!(membership(&job_pod, &[], None, MAX).unwrap(), None);
+        assert_eq!(membership(&job_pod, &[InferredKind::Job], None, MAX).unwrap().unwrap().name, "job-train");
         let mpi_launcher = facts(
             json!({"labels": {KUBEFLOW_JOB: "m", KUBEFLOW_ROLE: "launcher"}, "ownerReferences": [{"kind": "MPIJob", "name": "m"}]}),
             json!({}),
         );
-        assert_eq!(membership(&mpi_launcher, &[InferredKind::MPIJob], None).unwrap(), None);
+        assert_eq!(membership(&mpi_launcher, &[InferredKind::MPIJob], None, MAX).unwrap(), None);
         let jobset_pod = facts(
             json!({"labels": {JOBSET_NAME: "js", JOB_NAME: "js-w-0", JOB_INDEX: "0"}, "ownerReferences": [{"kind": "Job", "name": "js-w-0"}]}),
             json!({}),
         );
         assert_eq!(
-            membership(&jobset_pod, &[InferredKind::Job, InferredKind::JobSet], None).unwrap().unwrap().name,
+            membership(&jobset_pod, &[InferredKind::Job, InferredKind::JobSet], None, MAX).unwrap().unwrap().name,
             "jobset-js"
         );
         assert_eq!(
-            membership(&jobset_pod, &[InferredKind::Job], None).unwrap(),
+            membership(&jobset_pod, &[InferredKind::Job], None, MAX).unwrap(),
             None,
             "a JobSet pod is not its Job's gang"
         );
@@ -388,10 +421,10 @@ mod tests {
     fn leader_worker_sets_are_one_gang_per_group() {
         let leader = facts(json!({"labels": {LWS_NAME: "llm", LWS_GROUP: "2", LWS_WORKER: "0"}}), json!({}));
         let worker = facts(json!({"labels": {LWS_NAME: "llm", LWS_GROUP: "2", LWS_WORKER: "3"}}), json!({}));
-        assert_eq!(membership(&leader, &[], None).unwrap(), None, "opt-in");
+        assert_eq!(membership(&leader, &[], None, MAX).unwrap(), None, "opt-in");
         let infer = [InferredKind::LeaderWorkerSet];
-        assert_eq!(membership(&leader, &infer, None).unwrap().unwrap().name, "lws-llm-2");
-        assert_eq!(membership(&worker, &infer, None).unwrap().unwrap().name, "lws-llm-2");
+        assert_eq!(membership(&leader, &infer, None, MAX).unwrap().unwrap().name, "lws-llm-2");
+        assert_eq!(membership(&worker, &infer, None, MAX).unwrap().unwrap().name, "lws-llm-2");
         assert!(is_group_leader(&leader) && !is_group_leader(&worker));
         let lws = json!({"spec": {"startupPolicy": "LeaderReady", "leaderWorkerTemplate": {"size": 4,
             "workerTemplate": {"spec": {"containers": [{"name": "w"}]}}}}});
@@ -403,14 +436,24 @@ mod tests {
     }
 
     #[test]
-    fn pods_that_are_never_gated() {
-        assert!(never_gate(&facts(json!({}), json!({"nodeName": "n1"}))).is_some());
-        assert!(never_gate(&facts(json!({"annotations": {"kubernetes.io/config.mirror": "x"}}), json!({}))).is_some());
+    fn gang_sizes_are_bounded_without_overflow() {
+        let sized =
+            |size: &str| facts(json!({"labels": {NAME_LABEL: "g"}, "annotations": {SIZE_ANNOTATION: size}}), json!({}));
+        assert_eq!(membership(&sized("1024"), &[], None, 1024).unwrap().unwrap().size, Some(1024));
+        for huge in ["1025", "4294967295", "4294967296", "99999999999999999999999999999999999999999999"] {
+            let err = membership(&sized(huge), &[], None, 1024).unwrap_err();
+            assert!(err.contains("at most 1024 members (GangPolicy maxGangSize)"), "{huge}: {err}");
+        }
+        let kueue = facts(json!({"labels": {KUEUE_GROUP: "pg"}, "annotations": {KUEUE_TOTAL: "5000"}}), json!({}));
         assert!(
-            never_gate(&facts(json!({"ownerReferences": [{"kind": "DaemonSet", "name": "d"}]}), json!({}))).is_some()
+            membership(&kueue, &[], None, 1024).unwrap_err().contains("kueue.x-k8s.io/pod-group-total-count is 5000")
         );
-        assert!(never_gate(&facts(json!({}), json!({"schedulingGates": [{"name": KUEUE_GATE}]}))).is_some());
-        assert!(never_gate(&facts(json!({}), json!({"schedulerName": "volcano"}))).is_some());
-        assert!(never_gate(&facts(json!({}), json!({"schedulerName": "default-scheduler"}))).is_none());
+        // Owner sizes saturate instead of overflowing (then fail the u32 conversion).
+        let js = json!({"spec": {"replicatedJobs": [
+            {"replicas": u64::MAX, "template": {"spec": {"parallelism": u64::MAX}}},
+            {"replicas": u64::MAX}]}});
+        assert_eq!(owner_size(InferredKind::JobSet, &js), None);
+        let pt = json!({"spec": {"pytorchReplicaSpecs": {"Master": {"replicas": u64::MAX}, "Worker": {"replicas": u64::MAX}}}});
+        assert_eq!(owner_size(InferredKind::KubeflowJob, &pt), None);
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod model;
 pub mod quota;
+pub mod tenancy;
 mod values;
 
 use std::collections::{BTreeMap, HashSet};
@@ -101,6 +102,8 @@ pub struct GangPolicy {
     pub assembly_timeout: std::time::Duration,
     pub on_timeout: OnTimeout,
     pub starvation_after: std::time::Duration,
+    /// The largest gang a Pod may declare or an owner imply.
+    pub max_size: u32,
 }
 
 impl Default for GangPolicy {
@@ -114,6 +117,7 @@ impl Default for GangPolicy {
             assembly_timeout: DEFAULT_ASSEMBLY_TIMEOUT,
             on_timeout: OnTimeout::Warn,
             starvation_after: DEFAULT_STARVATION,
+            max_size: crate::gang::membership::DEFAULT_MAX_GANG_SIZE,
         }
     }
 }
@@ -183,6 +187,9 @@ pub struct PolicySet {
     pub placements: Vec<Placement>,
     pub rules: Vec<Rule>,
     pub gang_policies: Vec<GangPolicy>,
+    /// Trust and bounds for what tenants write (Cluster `externalSchedulers`, `trust`,
+    /// `accelerators.maxAmount`).
+    pub tenancy: tenancy::TenantPolicy,
     pub env: Environment,
     /// Short hash of every file's path and content: equal on replicas serving the same policies.
     pub version: String,
@@ -458,6 +465,9 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
     let mut gang_policies = Vec::new();
     for (location, name, spec) in gang_specs {
         check_teams(&location, &spec.scope.teams, &mut errors);
+        if spec.max_gang_size == Some(0) {
+            errors.push(format!("{location}: spec.maxGangSize: must be a positive integer"));
+        }
         if spec.coscheduling_size == Some(0) {
             errors.push(format!("{location}: spec.coschedulingSize: must be a positive integer"));
         }
@@ -481,6 +491,7 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
                 assembly_timeout,
                 on_timeout: spec.on_timeout,
                 starvation_after,
+                max_size: spec.max_gang_size.unwrap_or(crate::gang::membership::DEFAULT_MAX_GANG_SIZE),
             }),
             Err(e) => errors.push(format!("{location}: spec.match.namespaces: {e}")),
         }
@@ -492,6 +503,7 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
     let allowed_accelerators =
         cluster.accelerators.checks.allowed_resources.as_ref().map(|a| ResourceMatcher::new(&a.names));
     Ok(PolicySet {
+        tenancy: tenancy::TenantPolicy::from_cluster(&cluster),
         env: Environment::new(accelerators.clone()),
         accelerators,
         checks: cluster.accelerators.checks,
@@ -552,7 +564,7 @@ impl PolicySet {
         team: Option<&str>,
     ) -> Result<Option<crate::gang::membership::Membership>, String> {
         let policy = self.gang_policy(namespace, team);
-        crate::gang::membership::membership(facts, &policy.infer, policy.coscheduling_size)
+        crate::gang::membership::membership(facts, &policy.infer, policy.coscheduling_size, policy.max_size)
     }
 
     /// Counts of each kind, for logs and `/readyz`.

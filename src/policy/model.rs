@@ -73,6 +73,55 @@ pub struct ClusterSpec {
     pub accelerators: AcceleratorsSpec,
     #[serde(default)]
     pub priority: ClusterPrioritySpec,
+    /// Gang and queue managers this cluster runs. Their labels exempt a Pod from Allot's gates
+    /// only when listed here (default: none, so a label alone changes nothing).
+    #[serde(default)]
+    pub external_schedulers: Vec<ExternalScheduler>,
+    /// Identities trusted for what a tenant may not do.
+    #[serde(default)]
+    pub trust: TrustSpec,
+}
+
+/// A gang or queue manager besides Allot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+pub enum ExternalScheduler {
+    /// Kueue: pods with its `kueue.x-k8s.io/admission` gate or `kueue.x-k8s.io/managed: "true"`.
+    Kueue,
+    /// Volcano: `schedulerName: volcano` or the `scheduling.k8s.io/group-name` annotation.
+    Volcano,
+    /// The scheduler-plugins coscheduling PodGroup: label `scheduling.x-k8s.io/pod-group`.
+    Coscheduling,
+}
+
+/// Identities (AdmissionReview `userInfo.username`) trusted for what tenants may not do.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TrustSpec {
+    /// Whose Pods owned by a DaemonSet are never gated. Default: the DaemonSet controller's
+    /// service account, and `system:kube-controller-manager` (controllers without
+    /// `--use-service-account-credentials`).
+    #[serde(default = "default_daemon_set_controllers")]
+    pub daemon_set_controllers: Vec<String>,
+    /// Who may create accelerator Pods with `spec.nodeName` set (they skip the scheduler and
+    /// every gate). Default: the same identities as `daemonSetControllers`.
+    #[serde(default = "default_daemon_set_controllers")]
+    pub bound_pod_creators: Vec<String>,
+}
+
+impl Default for TrustSpec {
+    fn default() -> Self {
+        TrustSpec {
+            daemon_set_controllers: default_daemon_set_controllers(),
+            bound_pod_creators: default_daemon_set_controllers(),
+        }
+    }
+}
+
+fn default_daemon_set_controllers() -> Vec<String> {
+    vec![
+        "system:serviceaccount:kube-system:daemon-set-controller".to_string(),
+        "system:kube-controller-manager".to_string(),
+    ]
 }
 
 /// Which resource names are accelerators, and the built-in checks on them.
@@ -84,6 +133,9 @@ pub struct AcceleratorsSpec {
     pub resources: Option<Vec<String>>,
     #[serde(default)]
     pub checks: ChecksSpec,
+    /// The most of any one accelerator resource a Pod (or one of its containers) may ask for,
+    /// always enforced: a guard against absurd numbers (`nvidia.com/gpu: 1e18`). Default 1024.
+    pub max_amount: Option<u32>,
 }
 
 /// The built-in accelerator checks. Each is off unless set.
@@ -354,6 +406,9 @@ pub struct GangPolicySpec {
     /// After waiting this long without fitting, a gang stops later gangs from backfilling past
     /// it (e.g. `30m`; `0s` = strict order).
     pub starvation_timeout: Option<String>,
+    /// The largest gang size a Pod may declare (`allot.dev/gang-size`, Kueue's total count) or
+    /// an owner may imply. Default 1024.
+    pub max_gang_size: Option<u32>,
 }
 
 /// Operations a Rule runs on.

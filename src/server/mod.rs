@@ -66,6 +66,9 @@ pub struct ServeConfig {
     pub use_kube: bool,
     /// Run the gang controller (leader-elected) when the API is available.
     pub gang_controller: Option<crate::gang::controller::ControllerConfig>,
+    /// Allot's own user name in AdmissionReviews: the only one that may move its gates and
+    /// reserved keys on Pod UPDATE.
+    pub allot_username: String,
 }
 
 /// The state requests read: swapped whole on reload, never locked on the hot path.
@@ -84,6 +87,8 @@ pub struct AppState {
     /// The last reload error, shown on `/readyz` while the last good set stays in force.
     pub last_reload_error: ArcSwap<Option<String>>,
     pub shutting_down: AtomicBool,
+    /// Allot's own user name (see [`ServeConfig::allot_username`]).
+    pub allot_username: String,
 }
 
 impl AppState {
@@ -99,7 +104,17 @@ impl AppState {
         namespaces: Arc<dyn NamespaceLabels>,
         cluster: Arc<ClusterState>,
     ) -> Arc<AppState> {
-        AppState::with_caches(policies, namespaces, cluster, Arc::new(Caches::default()))
+        AppState::with_identity(policies, namespaces, cluster, crate::tenant::DEFAULT_ALLOT_USERNAME.to_string())
+    }
+
+    /// [`AppState::with_cluster`], with Allot's own user name.
+    pub fn with_identity(
+        policies: PolicySet,
+        namespaces: Arc<dyn NamespaceLabels>,
+        cluster: Arc<ClusterState>,
+        allot_username: String,
+    ) -> Arc<AppState> {
+        AppState::with_caches(policies, namespaces, cluster, Arc::new(Caches::default()), allot_username)
     }
 
     /// State whose quota answers wait for `caches` (the watches that fill `cluster` and
@@ -109,6 +124,7 @@ impl AppState {
         namespaces: Arc<dyn NamespaceLabels>,
         cluster: Arc<ClusterState>,
         caches: Arc<Caches>,
+        allot_username: String,
     ) -> Arc<AppState> {
         let metrics = Metrics::new();
         metrics.set_policy_version(&policies.version);
@@ -123,6 +139,7 @@ impl AppState {
             metrics,
             last_reload_error: ArcSwap::from_pointee(None),
             shutting_down: AtomicBool::new(false),
+            allot_username,
         })
     }
 }
@@ -238,7 +255,8 @@ fn answer(state: &AppState, phase: Phase, body: &[u8]) -> Response {
     let policies = state.policies.load();
     let engine = Engine::new(&policies, state.namespaces.as_ref())
         .with_gangs(state.cluster.as_ref())
-        .with_quota(state.quota.as_ref());
+        .with_quota(state.quota.as_ref())
+        .with_allot_username(&state.allot_username);
     let response = match admission::review(body, phase, &engine) {
         Ok(answer) => {
             let result = match (answer.allowed, answer.mutated) {
@@ -330,7 +348,8 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
         None => Arc::new(NoNamespaces),
     };
     let cluster = Arc::new(ClusterState::default());
-    let state = AppState::with_caches(policies, namespaces, cluster.clone(), caches.clone());
+    let state =
+        AppState::with_caches(policies, namespaces, cluster.clone(), caches.clone(), config.allot_username.clone());
     let controller = match (&client, &config.gang_controller) {
         (Some(c), Some(controller)) => {
             tracing::info!(lease = %controller.lease_name, namespace = %controller.lease_namespace, identity = %controller.identity, "starting the gang controller");

@@ -420,6 +420,10 @@ impl Cluster {
                 identity,
                 "--resync-secs",
                 "5",
+                // Allot talks to the API server with the admin token here: that is its identity,
+                // the only one its validating webhook lets lift gates. (Tenants are impersonated.)
+                "--allot-username",
+                "admin",
             ])
             .env("KUBECONFIG", &self.kubeconfig)
             .env("RUST_LOG", "info,kube=warn")

@@ -1,13 +1,19 @@
-//! The load-time check and the panic boundary, through the same entry points the policy loader
-//! and the engine use.
+//! The load-time CEL check and the panic boundary, through the same entry points the policy
+//! loader, the engine and the admission layer use (an integration test: it crosses modules that
+//! `expression` itself must not import).
 
 use serde_json::json;
 
-use super::*;
-use crate::admission::{self, Phase};
-use crate::engine::Engine;
-use crate::namespaces::NoNamespaces;
-use crate::policy::{self, Action, Source};
+use allot::admission::{self, Phase};
+use allot::engine::Engine;
+use allot::expression::{Bindings, Environment, EvalError, Expression, RULE_PANICS, RuleLabels};
+use allot::namespaces::NoNamespaces;
+use allot::policy::{self, Action, Source};
+use allot::validate::action_on_error;
+use std::sync::Arc;
+
+use allot::expression::check;
+use kube::core::cel::cel::{ExecutionError, Program, Value as CelValue};
 
 fn rule_doc(name: &str, expression: &str, action: &str) -> String {
     format!(
@@ -39,7 +45,7 @@ fn message_literals_are_refused_at_load_with_their_location() {
 
 #[test]
 fn the_fuzz_crash_input_is_refused_at_load() {
-    let text = include_str!("../../fuzz/regressions/policy_parse/struct-literal-rule.yaml");
+    let text = include_str!("../fuzz/regressions/policy_parse/struct-literal-rule.yaml");
     let err = load_error(text);
     assert!(err.contains("(Rule typo): spec.expression: `c.image{}`"), "{err}");
 }
@@ -90,7 +96,7 @@ fn unknown_functions_and_helper_misuse_are_refused_at_load() {
 #[test]
 fn every_listed_function_is_registered() {
     let env =
-        Environment::new(Arc::new(crate::resources::ResourceMatcher::new(crate::resources::DEFAULT_ACCELERATORS)));
+        Environment::new(Arc::new(allot::resources::ResourceMatcher::new(allot::resources::DEFAULT_ACCELERATORS)));
     let ctx = env.scope(&Bindings {
         vars: 0,
         object: CelValue::Null,
@@ -114,7 +120,7 @@ fn every_listed_function_is_registered() {
 #[test]
 fn integer_overflow_stays_an_evaluation_error() {
     let env =
-        Environment::new(Arc::new(crate::resources::ResourceMatcher::new(crate::resources::DEFAULT_ACCELERATORS)));
+        Environment::new(Arc::new(allot::resources::ResourceMatcher::new(allot::resources::DEFAULT_ACCELERATORS)));
     let ctx = env.scope(&Bindings {
         vars: 0,
         object: CelValue::Null,
@@ -171,9 +177,9 @@ fn a_panicking_rule_yields_its_error_handling_and_is_counted() {
     let after: Vec<u64> = ["panics-deny", "panics-warn", "panics-audit"].iter().map(|r| panic_count(r)).collect();
     assert_eq!(after, before.iter().map(|b| b + 1).collect::<Vec<_>>());
     // The ordinary error of an Audit rule keeps its action.
-    assert_eq!(EvalError::Cel("x".into()).action_for(Action::Audit), Action::Audit);
-    assert_eq!(EvalError::Panic("x".into()).action_for(Action::Audit), Action::Warn);
-    assert_eq!(EvalError::Panic("x".into()).action_for(Action::Deny), Action::Deny);
+    assert_eq!(action_on_error(&EvalError::Cel("x".into()), Action::Audit), Action::Audit);
+    assert_eq!(action_on_error(&EvalError::Panic("x".into()), Action::Audit), Action::Warn);
+    assert_eq!(action_on_error(&EvalError::Panic("x".into()), Action::Deny), Action::Deny);
 }
 
 #[cfg(feature = "test-hooks")]

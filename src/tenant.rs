@@ -1,0 +1,500 @@
+//! Tenants are adversaries: every field a namespace user can write is checked before Allot
+//! trusts it. This module holds who is trusted for what ([`TenantPolicy`], [`Requester`]) and
+//! the admission checks that follow from it:
+//!
+//! - only Allot's own identity moves Allot's gates (`allot.dev/gang`, `allot.dev/quota`) and the
+//!   keys that drive its controller (every `allot.dev/` key, and every key gang membership reads)
+//!   after CREATE ([`check_pod_update`]);
+//! - `allot.dev/` keys other than the two users declare gangs with are Allot's alone, and are
+//!   denied at CREATE rather than stripped: silently dropping them would hide a tenant's mistake
+//!   (or attack) and make the same manifest behave differently under `allot check` and
+//!   `kubectl apply --dry-run=server` ([`check_reserved_keys`]);
+//! - Pods created with `spec.nodeName` skip the scheduler and every gate, so accelerator Pods,
+//!   gang members and queued Pods may set it only from a trusted identity ([`check_bound_pod`]);
+//! - every accelerator amount is bounded ([`check_amounts`]), as gang sizes are in
+//!   [`crate::gang::membership::parse_size`];
+//! - in-place resizes and ephemeral containers never change what a Pod holds of accelerators.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::finding::Finding;
+use crate::gang::membership::{self, GATE, MEMBERSHIP_KEYS, NAME_LABEL, QUOTA_GATE, SIZE_ANNOTATION};
+pub use crate::policy::tenancy::{DEFAULT_MAX_AMOUNT, TenantPolicy};
+use crate::policy::{Action, ExternalScheduler, PolicySet};
+use crate::quantity::Quantity;
+use crate::resources::{self, ContainerResources, ResourceMatcher, accelerators_only};
+use crate::workload::PodView;
+
+/// The user name Allot runs as in the shipped `deploy/` (service account `allot` in
+/// `allot-system`); `allot serve --allot-username` sets another.
+pub const DEFAULT_ALLOT_USERNAME: &str = "system:serviceaccount:allot-system:allot";
+/// The prefix of every key Allot owns.
+pub const RESERVED_PREFIX: &str = "allot.dev/";
+
+/// Who is making a request, as far as the caller knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requester<'a> {
+    /// The AdmissionReview's `userInfo.username`.
+    User(&'a str),
+    /// No userInfo (the gang controller reading watched Pods): no identity-based trust.
+    Unknown,
+}
+
+impl Requester<'_> {
+    /// A kubelet (`system:node:NAME`): the only writer of mirror pods.
+    pub fn is_node(self) -> bool {
+        matches!(self, Requester::User(u) if u.starts_with("system:node:"))
+    }
+
+    /// True when the requester is one of `identities`.
+    pub fn is_one_of(self, identities: &[String]) -> bool {
+        matches!(self, Requester::User(u) if identities.iter().any(|i| i == u))
+    }
+}
+
+fn deny(rule: &str, path: String, message: String) -> Finding {
+    Finding { rule: format!("tenant/{rule}"), action: Action::Deny, path, message }
+}
+
+fn metadata_path(view_path: &str) -> String {
+    if view_path.is_empty() { "metadata".to_string() } else { format!("{view_path}.metadata") }
+}
+
+/// A user-written value, cut short for a message.
+fn shorten(raw: &str) -> String {
+    match raw.char_indices().nth(60) {
+        Some((end, _)) => format!("{}…", &raw[..end]),
+        None => raw.to_string(),
+    }
+}
+
+fn string_map<'v>(pod: &'v Value, field: &str) -> BTreeMap<&'v str, &'v Value> {
+    pod.get("metadata")
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| (k.as_str(), v)).collect())
+        .unwrap_or_default()
+}
+
+/// True for a key users may write at CREATE to declare a gang (label or annotation as given).
+fn user_declared(field: &str, key: &str) -> bool {
+    (field == "labels" && key == NAME_LABEL) || (field == "annotations" && key == SIZE_ANNOTATION)
+}
+
+/// `allot.dev/` labels and annotations a user wrote, other than the gang-name label and the
+/// gang-size annotation: they are Allot's (e.g. `allot.dev/gang-released` would make the
+/// controller reserve capacity for a Pod it never released).
+pub fn check_reserved_keys(view: &PodView<'_>) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    for (field, what) in [("labels", "label"), ("annotations", "annotation")] {
+        for key in string_map(&view.pod, field).keys().filter(|k| k.starts_with(RESERVED_PREFIX)) {
+            if user_declared(field, key) {
+                continue;
+            }
+            findings.push(deny(
+                "reserved-keys",
+                format!("{}.{field}", metadata_path(&view.path)),
+                format!(
+                    "{what} {} is reserved for Allot and may not be set by users; remove it (the only allot.dev/ \
+                     keys you may write are the label {NAME_LABEL} and the annotation {SIZE_ANNOTATION})",
+                    shorten(key)
+                ),
+            ));
+        }
+    }
+    findings
+}
+
+/// Accelerator amounts are bounded: no container and no Pod asks more than `max_amount` of one
+/// accelerator resource, and none asks a negative amount.
+pub fn check_amounts(policies: &PolicySet, view: &PodView<'_>) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let Some(spec) = view.pod.get("spec") else {
+        return findings;
+    };
+    let max = policies.tenancy.max_amount;
+    let limit = Quantity::from_units(i64::from(max));
+    let too_much = |q: &Quantity| *q > limit || *q < Quantity::ZERO;
+    let spec_path = view.spec_path();
+    for (path, container, _) in all_containers(spec, &spec_path) {
+        let res = ContainerResources::from_container(container, &path, &mut Vec::new());
+        let name = container.get("name").and_then(Value::as_str).unwrap_or("?");
+        for (kind, list) in [("request", &res.requests), ("limit", &res.limits)] {
+            for (resource, q) in accelerators_only(list, &policies.accelerators).iter().filter(|(_, q)| too_much(q)) {
+                findings.push(deny(
+                    "amount",
+                    path.clone(),
+                    format!(
+                        "container {name}: {resource} {kind} {q} is out of range; a pod may ask between 0 and {max} \
+                         (Cluster spec.accelerators.maxAmount)"
+                    ),
+                ));
+            }
+        }
+    }
+    if findings.is_empty() {
+        let total = resources::pod_requests(spec);
+        for (resource, q) in accelerators_only(&total, &policies.accelerators).iter().filter(|(_, q)| too_much(q)) {
+            findings.push(deny(
+                "amount",
+                view.spec_path(),
+                format!(
+                    "pod asks {q} {resource} in all; at most {max} of one accelerator per pod \
+                     (Cluster spec.accelerators.maxAmount)"
+                ),
+            ));
+        }
+    }
+    findings
+}
+
+/// Containers, init containers and ephemeral containers with their paths.
+fn all_containers<'v>(spec: &'v Value, spec_path: &'v str) -> Vec<(String, &'v Value, bool)> {
+    let mut out: Vec<_> = resources::containers(spec, spec_path).collect();
+    if let Some(list) = spec.get("ephemeralContainers").and_then(Value::as_array) {
+        out.extend(list.iter().enumerate().map(|(i, c)| (format!("{spec_path}.ephemeralContainers[{i}]"), c, false)));
+    }
+    out
+}
+
+/// What a Pod created with `spec.nodeName` would skip, if anything Allot guards.
+pub struct Bypassed {
+    pub accelerators: bool,
+    pub gang: bool,
+    pub queued: bool,
+}
+
+/// A Pod created with `spec.nodeName` goes to its node without the scheduler, Allot's gates or
+/// its placement: only trusted identities may do that with an accelerator Pod, a gang member
+/// or a Pod queued behind a quota. (Its quota is charged like any other Pod's.)
+pub fn check_bound_pod(
+    policies: &PolicySet,
+    view: &PodView<'_>,
+    requester: Requester<'_>,
+    bypassed: Bypassed,
+) -> Option<Finding> {
+    let node = view.pod.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty())?;
+    if requester.is_node() || requester.is_one_of(&policies.tenancy.bound_pod_creators) {
+        return None;
+    }
+    let what = if bypassed.accelerators {
+        "requests accelerators"
+    } else if bypassed.gang {
+        "belongs to a gang"
+    } else if bypassed.queued {
+        "is queued behind its team's quota"
+    } else {
+        return None;
+    };
+    let who = match requester {
+        Requester::User(u) => u,
+        Requester::Unknown => "an unknown user",
+    };
+    Some(deny(
+        "bound-pod",
+        format!("{}.nodeName", view.spec_path()),
+        format!(
+            "this pod {what} and sets spec.nodeName {node:?}, which would skip the scheduler and Allot's gates; \
+             remove spec.nodeName (use a nodeSelector) — only {} may create such pods, not {who}",
+            policies.tenancy.bound_pod_creators.join(", ")
+        ),
+    ))
+}
+
+/// Allot's gates of a Pod, in order.
+fn allot_gates(pod: &Value) -> Vec<&str> {
+    pod.pointer("/spec/schedulingGates")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g.get("name").and_then(Value::as_str))
+        .filter(|g| *g == GATE || *g == QUOTA_GATE)
+        .collect()
+}
+
+/// True for a label or annotation key only Allot may change after CREATE.
+pub fn is_guarded_key(key: &str) -> bool {
+    key.starts_with(RESERVED_PREFIX) || MEMBERSHIP_KEYS.contains(&key)
+}
+
+fn describe(value: Option<&&Value>) -> String {
+    match value {
+        None => "absent".to_string(),
+        Some(Value::String(s)) => format!("{:?}", shorten(s)),
+        Some(other) => shorten(&other.to_string()),
+    }
+}
+
+/// Per container name, its accelerator requests and limits.
+fn accelerator_amounts(spec: &Value, matcher: &ResourceMatcher) -> BTreeMap<String, ContainerResources> {
+    resources::containers(spec, "spec")
+        .map(|(path, container, _)| {
+            let name = container.get("name").and_then(Value::as_str).unwrap_or(&path).to_string();
+            let res = ContainerResources::from_container(container, &path, &mut Vec::new());
+            let res = ContainerResources {
+                requests: accelerators_only(&res.requests, matcher),
+                limits: accelerators_only(&res.limits, matcher),
+            };
+            (name, res)
+        })
+        .collect()
+}
+
+/// A Pod UPDATE (any subresource: the object is the whole Pod) by `username`. Allot's own
+/// identity (`allot`) may do anything here; everyone else may change neither Allot's gates nor
+/// guarded keys ([`is_guarded_key`]), nor what the Pod holds of accelerators (an in-place resize
+/// of CPU and memory stays allowed), nor add accelerators in ephemeral containers.
+pub fn check_pod_update(policies: &PolicySet, old: &Value, new: &Value, username: &str, allot: &str) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    if username == allot {
+        return findings;
+    }
+    let who = if username.is_empty() { "an anonymous user" } else { username };
+    let (old_gates, new_gates) = (allot_gates(old), allot_gates(new));
+    if old_gates != new_gates {
+        let removed: Vec<&str> = old_gates.iter().filter(|g| !new_gates.contains(g)).copied().collect();
+        let changed = if removed.is_empty() { old_gates.join(", ") } else { removed.join(", ") };
+        let changed = if changed.is_empty() { new_gates.join(", ") } else { changed };
+        findings.push(deny(
+            "allot-gates",
+            "spec.schedulingGates".into(),
+            format!(
+                "only Allot ({allot}) may remove or change the scheduling gate {changed}, not {who}; Allot lifts it \
+                 when the whole gang fits and the team's quota has room (delete the pod to give up its place)"
+            ),
+        ));
+    }
+    for (field, what) in [("labels", "label"), ("annotations", "annotation")] {
+        let (before, after) = (string_map(old, field), string_map(new, field));
+        let keys: std::collections::BTreeSet<&str> =
+            before.keys().chain(after.keys()).copied().filter(|k| is_guarded_key(k)).collect();
+        for key in keys.into_iter().filter(|k| before.get(k) != after.get(k)) {
+            findings.push(deny(
+                "reserved-keys",
+                format!("metadata.{field}"),
+                format!(
+                    "{what} {} decides how Allot gates and counts this pod; after creation only Allot ({allot}) may \
+                     change it, not {who} (from {} to {}); delete and recreate the pod instead",
+                    shorten(key),
+                    describe(before.get(key)),
+                    describe(after.get(key))
+                ),
+            ));
+        }
+    }
+    let (Some(old_spec), Some(new_spec)) = (old.get("spec"), new.get("spec")) else {
+        return findings;
+    };
+    let (before, after) =
+        (accelerator_amounts(old_spec, &policies.accelerators), accelerator_amounts(new_spec, &policies.accelerators));
+    for (name, res) in &after {
+        let was = before.get(name).cloned().unwrap_or_default();
+        if was != *res {
+            findings.push(deny(
+                "resize",
+                "spec.containers".into(),
+                format!(
+                    "container {name}: accelerator requests/limits may not change after creation ({} -> {}); \
+                     resize CPU and memory only, or recreate the pod",
+                    show(&was),
+                    show(res)
+                ),
+            ));
+        }
+    }
+    let view = PodView { path: String::new(), pod: std::borrow::Cow::Borrowed(new) };
+    if let Some(list) = new_spec.get("ephemeralContainers").and_then(Value::as_array) {
+        for (i, container) in list.iter().enumerate() {
+            let path = format!("{}.ephemeralContainers[{i}]", view.spec_path());
+            let res = ContainerResources::from_container(container, &path, &mut Vec::new());
+            let names: std::collections::BTreeSet<String> = accelerators_only(&res.requests, &policies.accelerators)
+                .into_keys()
+                .chain(accelerators_only(&res.limits, &policies.accelerators).into_keys())
+                .collect();
+            if !names.is_empty() {
+                let cname = container.get("name").and_then(Value::as_str).unwrap_or("?");
+                findings.push(deny(
+                    "ephemeral-containers",
+                    path,
+                    format!(
+                        "ephemeral container {cname} asks for {}; ephemeral containers may not use accelerators",
+                        names.into_iter().collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    findings
+}
+
+fn show(res: &ContainerResources) -> String {
+    let part =
+        |list: &resources::ResourceList| list.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ");
+    format!("requests {{{}}} limits {{{}}}", part(&res.requests), part(&res.limits))
+}
+
+/// The owner kind whose Pods form an inferred gang, for a workload's group and kind.
+pub fn inferred_kind(group: &str, kind: &str) -> Option<membership::InferredKind> {
+    use membership::InferredKind as K;
+    Some(match (group, kind) {
+        ("batch", "Job") => K::Job,
+        ("jobset.x-k8s.io", "JobSet") => K::JobSet,
+        ("kubeflow.org", "MPIJob") => K::MPIJob,
+        ("kubeflow.org", "PyTorchJob" | "TFJob" | "XGBoostJob" | "JAXJob" | "PaddleJob") => K::KubeflowJob,
+        ("leaderworkerset.x-k8s.io", "LeaderWorkerSet") => K::LeaderWorkerSet,
+        _ => return None,
+    })
+}
+
+/// The gang size a workload implies (Job parallelism, Σ JobSet replicas…) when its GangPolicy
+/// infers gangs of its kind, checked against that policy's `maxGangSize`.
+pub fn check_owner_size(
+    policies: &PolicySet,
+    req: &crate::request::Request<'_>,
+    team: Option<&str>,
+) -> Option<Finding> {
+    let kind = inferred_kind(req.group, req.kind)?;
+    let policy = policies.gang_policy(req.namespace, team);
+    if !policy.infer.contains(&kind) {
+        return None;
+    }
+    let size = membership::owner_total(kind, req.object)?;
+    let max = policy.max_size;
+    (size > u64::from(max)).then(|| {
+        deny(
+            "gang-size",
+            "spec".into(),
+            format!(
+                "this {} makes a gang of {size} pods; gangs here have at most {max} members (GangPolicy \
+                 maxGangSize); lower its parallelism or replicas",
+                req.kind
+            ),
+        )
+    })
+}
+
+/// An in-place resize must not change what a Pod is charged against its team's quota (the
+/// quota was checked, or the Pod queued, on the amounts it was created with).
+pub fn check_charge_change(quota: &crate::quota::Quota, old: &Value, new: &Value) -> Option<Finding> {
+    let charge = |pod: &Value| pod.get("spec").map(|s| quota.charge(&resources::pod_requests(s))).unwrap_or_default();
+    let (before, after) = (charge(old), charge(new));
+    (before != after).then(|| {
+        let names: std::collections::BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+        let names: Vec<&str> =
+            names.into_iter().filter(|n| before.get(*n) != after.get(*n)).map(String::as_str).collect();
+        deny(
+            "resize",
+            "spec.containers".into(),
+            format!(
+                "this change alters what the pod is charged against its team's quota ({}); quota-limited \
+                 resources may not be resized in place — recreate the pod",
+                names.join(", ")
+            ),
+        )
+    })
+}
+
+/// Why a Pod must never carry Allot's gate, or `None`.
+///
+/// Exemptions go by trust, not by label: a DaemonSet ownerReference counts only when the
+/// DaemonSet controller created the Pod, a mirror annotation only from a kubelet, and Kueue's,
+/// Volcano's or coscheduling's markers only when the Cluster policy says the cluster runs them.
+/// With [`Requester::Unknown`] (the controller, which sees no userInfo) no identity-based
+/// exemption is granted.
+pub fn never_gate(
+    facts: &membership::PodFacts,
+    tenancy: &TenantPolicy,
+    requester: Requester<'_>,
+) -> Option<&'static str> {
+    if facts.node_name.is_some() {
+        // The API server refuses scheduling gates on a Pod created with nodeName; whether such
+        // a Pod is admitted at all is validation's call (`tenant/bound-pod`).
+        return Some("spec.nodeName is set (the pod is bound already)");
+    }
+    if facts.annotations.contains_key("kubernetes.io/config.mirror") && requester.is_node() {
+        return Some("mirror pod");
+    }
+    if facts.owners.iter().any(|(kind, _)| kind == "DaemonSet") && requester.is_one_of(&tenancy.daemon_set_controllers)
+    {
+        return Some("DaemonSet pod");
+    }
+    let runs = |s| tenancy.external_schedulers.contains(&s);
+    if runs(ExternalScheduler::Kueue)
+        && (facts.gates.iter().any(|g| g == membership::KUEUE_GATE)
+            || facts.labels.get(membership::KUEUE_MANAGED).is_some_and(|v| v == "true"))
+    {
+        return Some("managed by Kueue");
+    }
+    if runs(ExternalScheduler::Volcano)
+        && (facts.scheduler_name.as_deref() == Some("volcano")
+            || facts.annotations.contains_key(membership::VOLCANO_GROUP))
+    {
+        return Some("managed by Volcano");
+    }
+    if runs(ExternalScheduler::Coscheduling)
+        && facts.labels.get(membership::COSCHEDULING_LABEL).is_some_and(|v| !v.is_empty())
+    {
+        return Some("managed by the coscheduling plugin");
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::gang::membership::{COSCHEDULING_LABEL, KUEUE_GATE, KUEUE_MANAGED, PodFacts, VOLCANO_GROUP};
+
+    fn facts(meta: Value, spec: Value) -> PodFacts {
+        PodFacts::from_json(&json!({"metadata": meta, "spec": spec}))
+    }
+
+    #[test]
+    fn pods_that_are_never_gated() {
+        let tenant = Requester::User("alice");
+        let none = TenantPolicy::default();
+        let gate = |meta: Value, spec: Value, tenancy: &TenantPolicy, who| never_gate(&facts(meta, spec), tenancy, who);
+        assert!(gate(json!({}), json!({"nodeName": "n1"}), &none, tenant).is_some());
+        let mirror = json!({"annotations": {"kubernetes.io/config.mirror": "x"}});
+        assert!(gate(mirror.clone(), json!({}), &none, Requester::User("system:node:n1")).is_some());
+        assert!(gate(mirror, json!({}), &none, tenant).is_none(), "a tenant cannot claim to be a mirror pod");
+        let daemon = json!({"ownerReferences": [{"kind": "DaemonSet", "name": "d"}]});
+        let ds_controller = Requester::User("system:serviceaccount:kube-system:daemon-set-controller");
+        assert!(gate(daemon.clone(), json!({}), &none, ds_controller).is_some());
+        assert!(gate(daemon.clone(), json!({}), &none, tenant).is_none(), "an ownerReference alone is not trust");
+        assert!(gate(daemon, json!({}), &none, Requester::Unknown).is_none());
+
+        // Foreign managers count only where the cluster runs them.
+        let kueue_gate = json!({"schedulingGates": [{"name": KUEUE_GATE}]});
+        let kueue_label = json!({"labels": {KUEUE_MANAGED: "true"}});
+        let volcano = json!({"schedulerName": "volcano"});
+        let volcano_group = json!({"annotations": {VOLCANO_GROUP: "pg"}});
+        let cosched = json!({"labels": {COSCHEDULING_LABEL: "pg"}});
+        for (meta, spec) in [
+            (json!({}), kueue_gate.clone()),
+            (kueue_label.clone(), json!({})),
+            (json!({}), volcano.clone()),
+            (volcano_group.clone(), json!({})),
+            (cosched.clone(), json!({})),
+        ] {
+            assert!(gate(meta.clone(), spec.clone(), &none, tenant).is_none(), "{meta} {spec}");
+        }
+        let all = TenantPolicy {
+            external_schedulers: vec![
+                ExternalScheduler::Kueue,
+                ExternalScheduler::Volcano,
+                ExternalScheduler::Coscheduling,
+            ],
+            ..TenantPolicy::default()
+        };
+        assert!(gate(json!({}), kueue_gate, &all, tenant).is_some());
+        assert!(gate(kueue_label, json!({}), &all, tenant).is_some());
+        assert!(gate(json!({}), volcano, &all, tenant).is_some());
+        assert!(gate(volcano_group, json!({}), &all, tenant).is_some());
+        assert!(gate(cosched, json!({}), &all, tenant).is_some());
+        assert!(gate(json!({}), json!({"schedulerName": "default-scheduler"}), &all, tenant).is_none());
+    }
+}

@@ -1,0 +1,519 @@
+//! Tenants are adversaries: engine tests with the AdmissionReview's userInfo for every rule of
+//! `allot::tenant` — who may move Allot's gates and keys, exemptions by trust, bound pods,
+//! bounded numbers, resizes and ephemeral containers — and a property test over random edits.
+
+use std::path::Path;
+
+use allot::engine::{Engine, Outcome, Request, RequestOperation, group_kind};
+use allot::finding::Finding;
+use allot::namespaces::NoNamespaces;
+use allot::policy::Action;
+use allot::policy::{self, PolicySet, Source};
+use serde_json::{Value, json};
+
+const ALLOT: &str = "system:serviceaccount:allot-system:allot";
+const DS_CONTROLLER: &str = "system:serviceaccount:kube-system:daemon-set-controller";
+
+fn sources() -> Vec<Source> {
+    policy::read_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap()
+}
+
+fn shipped() -> PolicySet {
+    policy::compile(&sources()).unwrap()
+}
+
+/// The shipped policies with `old` replaced by `new` in the document of `kind`.
+fn with_spec(kind: &str, old: &str, new: &str) -> PolicySet {
+    let mut sources = sources();
+    let doc = sources.iter_mut().find(|s| s.text.contains(&format!("kind: {kind}"))).expect("document");
+    assert!(doc.text.contains(old), "{old:?} not in the shipped {kind}");
+    doc.text = doc.text.replacen(old, new, 1);
+    policy::compile(&sources).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn fixture(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission-reviews").join(name);
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// The gated gang worker of fixture 021 as it was before the UPDATE (gate present).
+fn gated_worker() -> Value {
+    fixture("021-validate-update-pod-gated-worker-0.json")["request"]["oldObject"].clone()
+}
+
+fn gpu_pod(gpus: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "vision"},
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}})
+}
+
+fn request<'a>(
+    operation: RequestOperation,
+    object: &'a Value,
+    old: Option<&'a Value>,
+    username: &'a str,
+) -> Request<'a> {
+    let (group, kind) = group_kind(object);
+    Request {
+        uid: "u1",
+        operation,
+        group,
+        kind,
+        namespace: "vision",
+        object,
+        old_object: old,
+        dry_run: false,
+        username,
+        groups: &[],
+    }
+}
+
+fn update(policies: &PolicySet, old: &Value, new: &Value, username: &str) -> Outcome {
+    Engine::new(policies, &NoNamespaces).validate(&request(RequestOperation::Update, new, Some(old), username))
+}
+
+fn create(policies: &PolicySet, object: &Value, username: &str) -> (Outcome, Outcome) {
+    let engine = Engine::new(policies, &NoNamespaces);
+    let admission = engine.admit(&request(RequestOperation::Create, object, None, username));
+    (admission.mutation, admission.validation)
+}
+
+fn denials<'o>(outcome: &'o Outcome, rule: &str) -> Vec<&'o Finding> {
+    outcome.findings.iter().filter(|f| f.action == Action::Deny && f.rule == rule).collect()
+}
+
+fn gated(mutation: &Outcome) -> bool {
+    mutation.patch.iter().any(|op| serde_json::to_string(op).unwrap().contains("allot.dev/gang"))
+}
+
+mod updates {
+    use super::*;
+
+    #[test]
+    fn removing_either_gate_is_for_allot_alone() {
+        let policies = shipped();
+        let old = gated_worker();
+        {
+            let mut old = old.clone();
+            old["spec"]["schedulingGates"] = json!([{"name": "allot.dev/gang"}, {"name": "allot.dev/quota"}]);
+            for keep in [json!([]), json!([{"name": "allot.dev/gang"}]), json!([{"name": "allot.dev/quota"}])] {
+                let mut new = old.clone();
+                new["spec"]["schedulingGates"] = keep.clone();
+                let out = update(&policies, &old, &new, "alice");
+                let denied = denials(&out, "tenant/allot-gates");
+                assert_eq!(denied.len(), 1, "{keep}: {:?}", out.findings);
+                assert!(
+                    denied[0].message.contains(&format!("only Allot ({ALLOT}) may remove")),
+                    "{}",
+                    denied[0].message
+                );
+                assert!(denied[0].message.contains("not alice"), "{}", denied[0].message);
+                assert!(update(&policies, &old, &new, ALLOT).allowed(), "{keep}");
+            }
+        }
+        // Cluster admins too: the gate is Allot's bookkeeping, not an access control.
+        let mut new = old.clone();
+        new["spec"].as_object_mut().unwrap().remove("schedulingGates");
+        assert!(!update(&policies, &old, &new, "kubernetes-admin").allowed());
+        // Someone else's gate is not Allot's business.
+        let mut old2 = old.clone();
+        old2["spec"]["schedulingGates"] = json!([{"name": "example.com/hold"}, {"name": "allot.dev/gang"}]);
+        let mut new2 = old2.clone();
+        new2["spec"]["schedulingGates"] = json!([{"name": "allot.dev/gang"}]);
+        assert!(update(&policies, &old2, &new2, "alice").allowed());
+    }
+
+    #[test]
+    fn reserved_and_membership_keys_are_frozen_for_tenants() {
+        let policies = shipped();
+        let old = gated_worker();
+        let edits: [(&str, &str, Option<&str>); 8] = [
+            ("annotations", "allot.dev/gang-released", Some("2026-11-22T01:00:00Z")),
+            ("labels", "allot.dev/gang-name", Some("other")),
+            ("labels", "allot.dev/gang-name", None),
+            ("annotations", "allot.dev/gang-size", Some("1")),
+            ("labels", "kueue.x-k8s.io/pod-group-name", Some("pg")),
+            ("annotations", "kueue.x-k8s.io/pod-group-total-count", Some("1")),
+            ("labels", "scheduling.x-k8s.io/pod-group", Some("pg")),
+            ("labels", "kueue.x-k8s.io/managed", Some("true")),
+        ];
+        for (field, key, value) in edits {
+            let mut new = old.clone();
+            match value {
+                Some(v) => new["metadata"][field][key] = json!(v),
+                None => {
+                    new["metadata"][field].as_object_mut().unwrap().remove(key);
+                }
+            }
+            let out = update(&policies, &old, &new, "alice");
+            let denied = denials(&out, "tenant/reserved-keys");
+            assert_eq!(denied.len(), 1, "{key}: {:?}", out.findings);
+            assert!(denied[0].message.contains(key), "{}", denied[0].message);
+            assert!(denied[0].message.contains(&format!("only Allot ({ALLOT})")), "{}", denied[0].message);
+            assert!(update(&policies, &old, &new, ALLOT).allowed(), "{key} by Allot");
+        }
+        // Unrelated labels and annotations stay the tenant's.
+        let mut new = old.clone();
+        new["metadata"]["labels"]["app"] = json!("train");
+        new["metadata"]["annotations"]["note"] = json!("hello");
+        let out = update(&policies, &old, &new, "alice");
+        assert!(out.findings.iter().all(|f| !f.rule.starts_with("tenant/")) && out.allowed(), "{:?}", out.findings);
+    }
+
+    #[test]
+    fn resizes_keep_accelerators_and_ephemeral_containers_get_none() {
+        let policies = shipped();
+        let old = gated_worker();
+        let mut more = old.clone();
+        more["spec"]["containers"][0]["resources"] =
+            json!({"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}});
+        let out = update(&policies, &old, &more, "alice");
+        let denied = denials(&out, "tenant/resize");
+        assert_eq!(denied.len(), 1, "{:?}", out.findings);
+        assert!(denied[0].message.contains("accelerator requests/limits may not change"), "{}", denied[0].message);
+        // CPU and memory may be resized in place.
+        let mut cpu = old.clone();
+        cpu["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!("2");
+        cpu["spec"]["containers"][0]["resources"]["limits"]["cpu"] = json!("2");
+        assert!(update(&policies, &old, &cpu, "alice").allowed());
+        // Unless the team's quota counts CPU: then the resize would change its charge.
+        let cpu_quota = with_spec("Team", "      nvidia.com/gpu: 16\n", "      nvidia.com/gpu: 16\n      cpu: 64\n");
+        let out = update(&cpu_quota, &old, &cpu, "alice");
+        let denied = denials(&out, "tenant/resize");
+        assert_eq!(denied.len(), 1, "{:?}", out.findings);
+        assert!(denied[0].message.contains("charged against its team's quota (cpu)"), "{}", denied[0].message);
+        let mut memory = old.clone();
+        memory["spec"]["containers"][0]["resources"]["limits"]["memory"] = json!("1Gi");
+        assert!(update(&cpu_quota, &old, &memory, "alice").allowed());
+        assert!(update(&cpu_quota, &old, &cpu, ALLOT).allowed());
+
+        let mut debug = old.clone();
+        debug["spec"]["ephemeralContainers"] =
+            json!([{"name": "dbg", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]);
+        let out = update(&policies, &old, &debug, "alice");
+        let denied = denials(&out, "tenant/ephemeral-containers");
+        assert_eq!(denied.len(), 1, "{:?}", out.findings);
+        assert!(denied[0].message.contains("ephemeral container dbg asks for nvidia.com/gpu"), "{}", denied[0].message);
+        debug["spec"]["ephemeralContainers"] = json!([{"name": "dbg", "image": "busybox"}]);
+        assert!(update(&policies, &old, &debug, "alice").allowed());
+    }
+}
+
+mod creates {
+    use super::*;
+
+    #[test]
+    fn reserved_keys_written_by_users_are_denied_on_pods_and_templates() {
+        let policies = shipped();
+        let mut pod = gpu_pod(json!(1));
+        pod["metadata"]["annotations"] = json!({"allot.dev/gang-released": "now"});
+        let (_, validation) = create(&policies, &pod, "alice");
+        let denied = denials(&validation, "tenant/reserved-keys");
+        assert_eq!(denied.len(), 1, "{:?}", validation.findings);
+        assert!(denied[0].message.contains("annotation allot.dev/gang-released is reserved for Allot"));
+        // The two keys users declare gangs with stay theirs.
+        pod["metadata"]["annotations"] = json!({"allot.dev/gang-size": "2"});
+        pod["metadata"]["labels"] = json!({"allot.dev/gang-name": "g"});
+        assert!(create(&policies, &pod, "alice").1.allowed());
+        // Under the wrong kind of metadata they are reserved too.
+        pod["metadata"]["labels"] = json!({"allot.dev/gang-name": "g", "allot.dev/gang-size": "2"});
+        assert!(!create(&policies, &pod, "alice").1.allowed());
+
+        let mut job = fixture("009-validate-create-job-gang-a.json")["request"]["object"].clone();
+        job["spec"]["template"]["metadata"]["annotations"]["allot.dev/gang-released"] = json!("now");
+        let out =
+            Engine::new(&policies, &NoNamespaces).validate(&request(RequestOperation::Create, &job, None, "alice"));
+        let denied = denials(&out, "tenant/reserved-keys");
+        assert_eq!(denied.len(), 1, "{:?}", out.findings);
+        assert_eq!(denied[0].path, "spec.template.metadata.annotations");
+    }
+
+    #[test]
+    fn foreign_markers_exempt_nothing_unless_the_cluster_runs_that_scheduler() {
+        let shipped = shipped();
+        let mut pod = gated_worker();
+        pod["spec"].as_object_mut().unwrap().remove("schedulingGates");
+        let markers = [
+            ("labels", "kueue.x-k8s.io/managed", "true", "Kueue"),
+            ("annotations", "scheduling.k8s.io/group-name", "pg", "Volcano"),
+        ];
+        for (field, key, value, scheduler) in markers {
+            let mut marked = pod.clone();
+            marked["metadata"][field][key] = json!(value);
+            assert!(gated(&create(&shipped, &marked, "alice").0), "{key} alone must not exempt");
+            let runs = with_spec("Cluster", "externalSchedulers: []", &format!("externalSchedulers: [{scheduler}]"));
+            assert!(!gated(&create(&runs, &marked, "alice").0), "{scheduler} runs here");
+        }
+        let mut volcano = pod.clone();
+        volcano["spec"]["schedulerName"] = json!("volcano");
+        assert!(gated(&create(&shipped, &volcano, "alice").0));
+    }
+
+    #[test]
+    fn daemon_set_pods_are_exempt_only_from_the_daemon_set_controller() {
+        let policies = shipped();
+        let mut pod = gated_worker();
+        pod["spec"].as_object_mut().unwrap().remove("schedulingGates");
+        pod["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "x", "controller": true}]);
+        assert!(gated(&create(&policies, &pod, "alice").0), "an ownerReference alone is not trust");
+        assert!(!gated(&create(&policies, &pod, DS_CONTROLLER).0));
+        let custom = with_spec(
+            "Cluster",
+            "    daemonSetControllers:\n      - system:serviceaccount:kube-system:daemon-set-controller\n      - system:kube-controller-manager\n",
+            "    daemonSetControllers: [system:serviceaccount:kube-system:ds]\n",
+        );
+        assert!(gated(&create(&custom, &pod, DS_CONTROLLER).0));
+        assert!(!gated(&create(&custom, &pod, "system:serviceaccount:kube-system:ds").0));
+    }
+
+    #[test]
+    fn bound_accelerator_pods_and_gang_members_need_a_trusted_creator() {
+        let policies = shipped();
+        let mut pod = gpu_pod(json!(1));
+        pod["spec"]["nodeName"] = json!("gpu-node-1");
+        let (_, validation) = create(&policies, &pod, "alice");
+        let denied = denials(&validation, "tenant/bound-pod");
+        assert_eq!(denied.len(), 1, "{:?}", validation.findings);
+        assert!(denied[0].message.contains("requests accelerators and sets spec.nodeName"), "{}", denied[0].message);
+        assert!(denied[0].message.contains(DS_CONTROLLER) && denied[0].message.contains("not alice"));
+        assert!(create(&policies, &pod, DS_CONTROLLER).1.allowed());
+        // The kubelet's mirror pods stay its own.
+        assert!(create(&policies, &pod, "system:node:gpu-node-1").1.allowed());
+        // A gang member that binds itself would skip the gang gate.
+        let mut member = gated_worker();
+        member["spec"]["containers"][0]["resources"] = json!({});
+        member["spec"].as_object_mut().unwrap().remove("schedulingGates");
+        member["spec"]["nodeName"] = json!("n1");
+        assert_eq!(denials(&create(&policies, &member, "alice").1, "tenant/bound-pod").len(), 1);
+        // A plain CPU pod may still pick its node.
+        let mut cpu = gpu_pod(json!(1));
+        cpu["spec"]["containers"][0]["resources"] = json!({"limits": {"cpu": "1"}});
+        cpu["spec"]["nodeName"] = json!("n1");
+        assert!(create(&policies, &cpu, "alice").1.allowed());
+        // Bound pods are checked like any other: a bad amount is still denied.
+        pod["spec"]["containers"][0]["resources"] = json!({"limits": {"nvidia.com/gpu": "500m"}});
+        assert!(!create(&policies, &pod, DS_CONTROLLER).1.allowed());
+    }
+
+    #[test]
+    fn gang_sizes_are_bounded_at_admission() {
+        let policies = shipped();
+        let mut pod = gated_worker();
+        pod["spec"].as_object_mut().unwrap().remove("schedulingGates");
+        for size in ["4294967295", "1025", "100000000000000000000000"] {
+            pod["metadata"]["annotations"]["allot.dev/gang-size"] = json!(size);
+            let (mutation, validation) = create(&policies, &pod, "alice");
+            assert!(!mutation.allowed(), "{size}");
+            let denied = denials(&validation, "gang/metadata");
+            assert_eq!(denied.len(), 1, "{size}: {:?}", validation.findings);
+            assert!(
+                denied[0].message.contains("at most 1024 members (GangPolicy maxGangSize)"),
+                "{}",
+                denied[0].message
+            );
+        }
+        pod["metadata"]["annotations"]["allot.dev/gang-size"] = json!("1024");
+        let (mutation, validation) = create(&policies, &pod, "alice");
+        assert!(mutation.allowed() && denials(&validation, "gang/metadata").is_empty(), "{:?}", validation.findings);
+        let small = with_spec("GangPolicy", "maxGangSize: 1024", "maxGangSize: 8");
+        pod["metadata"]["annotations"]["allot.dev/gang-size"] = json!("9");
+        assert!(!create(&small, &pod, "alice").1.allowed());
+
+        // An inferred gang's size comes from its owner: a Job's parallelism.
+        let jobs = {
+            let mut s = sources();
+            let doc = s.iter_mut().find(|s| s.text.contains("kind: GangPolicy")).unwrap();
+            doc.text = doc.text.replace("infer: []", "infer: [Job]").replace("maxGangSize: 1024", "maxGangSize: 8");
+            policy::compile(&s).unwrap()
+        };
+        let mut job = fixture("002-validate-create-job-mnist-demo.json")["request"]["object"].clone();
+        job["spec"]["parallelism"] = json!(9);
+        job["spec"]["completionMode"] = json!("Indexed");
+        let out = Engine::new(&jobs, &NoNamespaces).validate(&request(RequestOperation::Create, &job, None, "alice"));
+        let denied = denials(&out, "tenant/gang-size");
+        assert_eq!(denied.len(), 1, "{:?}", out.findings);
+        assert!(
+            denied[0].message.contains("makes a gang of 9 pods; gangs here have at most 8"),
+            "{}",
+            denied[0].message
+        );
+        job["spec"]["parallelism"] = json!(8);
+        assert!(
+            denials(
+                &Engine::new(&jobs, &NoNamespaces).validate(&request(RequestOperation::Create, &job, None, "alice")),
+                "tenant/gang-size"
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn absurd_accelerator_amounts_are_denied_without_overflow() {
+        let policies = shipped();
+        for (amount, rule) in [
+            (json!("1e18"), "tenant/amount"),
+            (json!(1_000_000_000_000_000_000u64), "tenant/amount"),
+            (json!("8Ei"), "accelerators/quantity"),
+            (json!("1Ei"), "tenant/amount"),
+            (json!("1025"), "tenant/amount"),
+            (json!("-1"), "tenant/amount"),
+            (json!("1e30"), "accelerators/quantity"),
+            (json!("1000000000000000000000000000000"), "accelerators/quantity"),
+        ] {
+            let pod = gpu_pod(amount.clone());
+            let (_, validation) = create(&policies, &pod, "alice");
+            assert!(!denials(&validation, rule).is_empty(), "{amount}: {:?}", validation.findings);
+        }
+        let denied = create(&policies, &gpu_pod(json!("1e18")), "alice").1;
+        assert!(
+            denials(&denied, "tenant/amount")[0].message.contains("a pod may ask between 0 and 1024"),
+            "{:?}",
+            denied.findings
+        );
+        // The bound is policy-settable.
+        let big = with_spec("Cluster", "maxAmount: 1024", "maxAmount: 2048");
+        assert!(denials(&create(&big, &gpu_pod(json!("1025")), "alice").1, "tenant/amount").is_empty());
+        assert!(!denials(&create(&big, &gpu_pod(json!("2049")), "alice").1, "tenant/amount").is_empty());
+    }
+}
+
+mod webhooks {
+    #[test]
+    fn pod_updates_and_guarded_subresources_reach_the_validating_webhook() {
+        let opts = allot::webhooks::WebhookOptions {
+            endpoint: allot::webhooks::Endpoint::Service { namespace: "allot-system".into(), name: "allot".into() },
+            ca_bundle: b"ca".to_vec(),
+            name: "allot".into(),
+            failure_policy: "Fail".into(),
+            timeout_seconds: 5,
+            exclude_namespaces: vec![],
+            service_account: Some(super::ALLOT.into()),
+        };
+        let (_, validating) = allot::webhooks::render(&opts);
+        let webhook = &validating.webhooks.unwrap()[0];
+        let core = webhook
+            .rules
+            .iter()
+            .flatten()
+            .find(|r| r.api_groups.as_deref() == Some(&["".to_string()]))
+            .expect("a core rule");
+        let resources = core.resources.clone().unwrap();
+        for r in ["pods", "pods/resize", "pods/ephemeralcontainers"] {
+            assert!(resources.iter().any(|x| x == r), "{r} not in {resources:?}");
+        }
+        assert!(core.operations.as_ref().unwrap().iter().any(|o| o == "UPDATE"));
+        // Only the kubelet and Allot itself skip it; no condition looks at the object.
+        for c in webhook.match_conditions.iter().flatten() {
+            assert!(!c.expression.contains("object"), "{}", c.expression);
+        }
+    }
+}
+
+mod property {
+    use super::*;
+    use proptest::prelude::*;
+
+    const KEYS: &[&str] = &[
+        "allot.dev/gang-name",
+        "allot.dev/gang-size",
+        "allot.dev/gang-released",
+        "allot.dev/anything",
+        "kueue.x-k8s.io/pod-group-name",
+        "kueue.x-k8s.io/pod-group-total-count",
+        "kueue.x-k8s.io/managed",
+        "scheduling.x-k8s.io/pod-group",
+        "scheduling.k8s.io/group-name",
+        "batch.kubernetes.io/job-name",
+        "app",
+        "team",
+        "example.com/note",
+    ];
+    const GATES: &[&str] = &["allot.dev/gang", "allot.dev/quota", "example.com/hold", "kueue.x-k8s.io/admission"];
+
+    /// One edit of a Pod's metadata or gates.
+    #[derive(Debug, Clone)]
+    enum Edit {
+        SetLabel(usize, String),
+        RemoveLabel(usize),
+        SetAnnotation(usize, String),
+        RemoveAnnotation(usize),
+        RemoveGate(usize),
+    }
+
+    fn edit() -> impl Strategy<Value = Edit> {
+        let key = 0..KEYS.len();
+        let value = "[a-z0-9]{0,3}";
+        prop_oneof![
+            (key.clone(), value).prop_map(|(k, v)| Edit::SetLabel(k, v)),
+            key.clone().prop_map(Edit::RemoveLabel),
+            (key.clone(), value).prop_map(|(k, v)| Edit::SetAnnotation(k, v)),
+            key.prop_map(Edit::RemoveAnnotation),
+            (0..GATES.len()).prop_map(Edit::RemoveGate),
+        ]
+    }
+
+    fn apply(pod: &mut Value, edit: &Edit) {
+        match edit {
+            Edit::SetLabel(k, v) => pod["metadata"]["labels"][KEYS[*k]] = json!(v),
+            Edit::RemoveLabel(k) => {
+                pod["metadata"]["labels"].as_object_mut().map(|m| m.remove(KEYS[*k]));
+            }
+            Edit::SetAnnotation(k, v) => pod["metadata"]["annotations"][KEYS[*k]] = json!(v),
+            Edit::RemoveAnnotation(k) => {
+                pod["metadata"]["annotations"].as_object_mut().map(|m| m.remove(KEYS[*k]));
+            }
+            Edit::RemoveGate(g) => {
+                if let Some(gates) = pod["spec"]["schedulingGates"].as_array_mut() {
+                    gates.retain(|x| x["name"] != GATES[*g]);
+                }
+            }
+        }
+    }
+
+    /// What only Allot may change: its gates, and every guarded label and annotation.
+    fn guarded(pod: &Value) -> Value {
+        let pick = |field: &str| -> serde_json::Map<String, Value> {
+            pod["metadata"][field]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter(|(k, _)| allot::tenant::is_guarded_key(k))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let gates: Vec<Value> = pod["spec"]["schedulingGates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|g| g["name"].as_str().is_some_and(|n| n.starts_with("allot.dev/")))
+            .cloned()
+            .collect();
+        json!({"labels": pick("labels"), "annotations": pick("annotations"), "gates": gates})
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn no_tenant_update_changes_allots_gates_or_keys(
+            edits in proptest::collection::vec(edit(), 1..6),
+            user in prop_oneof![Just("alice"), Just("kubernetes-admin"), Just(""), Just(DS_CONTROLLER)],
+        ) {
+            let policies = shipped();
+            let mut old = gated_worker();
+            old["spec"]["schedulingGates"] = json!(GATES.iter().map(|g| json!({"name": g})).collect::<Vec<_>>());
+            old["metadata"]["annotations"]["allot.dev/gang-released"] = json!("t");
+            let mut new = old.clone();
+            for e in &edits {
+                apply(&mut new, e);
+            }
+            let changed = guarded(&old) != guarded(&new);
+            let admitted = update(&policies, &old, &new, user).allowed();
+            prop_assert_eq!(admitted, !changed, "edits {:?} by {:?}", edits, user);
+            // Allot itself may make any of these edits.
+            prop_assert!(update(&policies, &old, &new, ALLOT).allowed());
+        }
+    }
+}
