@@ -342,6 +342,12 @@ impl FakeApi {
         store.put(key, object, "MODIFIED");
     }
 
+    /// Deletes a stored object the way another client would (a DELETED watch event).
+    pub fn delete(&self, resource: &str, namespace: &str, name: &str) {
+        let key = (resource.to_string(), namespace.to_string(), name.to_string());
+        self.lock().remove(&key).unwrap_or_else(|| panic!("no {resource} {namespace}/{name}"));
+    }
+
     /// Another replica takes the Lease: it holds it from now, renewed now.
     pub fn take_lease(&self, namespace: &str, name: &str, holder: &str) {
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
