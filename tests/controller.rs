@@ -487,8 +487,10 @@ async fn each_resync_rewrites_the_explanations_of_waiting_gangs() {
 
 const QUEUE_TEAM: &str = "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: queue}\nspec:\n  namespaces: {names: [ml]}\n  quota: {mode: Queue, limits: {nvidia.com/gpu: 4}}\n";
 
-/// A gang queued behind its team's quota, its gates in the order `gates`: the quota gate is
+/// A gang queued behind its team's quota, its gates in the order `order`: the quota gate is
 /// lifted first (test + remove at its index), then the gang gate at the index it has *then*.
+/// The watch is slow (events held until both kinds of patch were tried), so the controller
+/// works from what it knows itself, not from the echo of its own patches.
 async fn quota_then_gang(order: [&str; 2]) -> Vec<Request> {
     let fake = world(&["ml"], &[("gpu-1", 8)]);
     let created = now();
@@ -497,7 +499,15 @@ async fn quota_then_gang(order: [&str; 2]) -> Vec<Request> {
         pod["spec"]["schedulingGates"] = json!([{"name": order[0]}, {"name": order[1]}]);
         pod
     }));
+    fake.hold_watches();
     let (handle, _) = start(&fake, "allot-0", Duration::from_secs(3600), QUEUE_TEAM);
+    fake.wait_for("both kinds of patch tried on both members", PATIENCE, |r| {
+        let patches = gate_patches(r, "allot-0");
+        let tried = |gate: &str| patches.iter().filter(|p| p.body[0]["value"] == gate).count() >= 2;
+        tried("allot.dev/quota") && tried("allot.dev/gang")
+    })
+    .await;
+    fake.release_watches();
     let requests = fake
         .wait_for("both gates lifted on both members", PATIENCE, |r| {
             gate_patches(r, "allot-0").iter().filter(|p| p.status == 200).count() >= 4

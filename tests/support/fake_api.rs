@@ -242,6 +242,8 @@ struct Store {
     /// Every watch event so far, as (resourceVersion, resource, line): a watch that starts at
     /// a resourceVersion gets what happened after it, as from a real API server.
     history: Vec<(u64, String, Bytes)>,
+    /// Watch events held back (see [`FakeApi::hold_watches`]), in order.
+    held: Option<Vec<(String, Bytes)>>,
 }
 
 impl Store {
@@ -272,6 +274,14 @@ impl Store {
         line.push(b'\n');
         let line = Bytes::from(line);
         self.history.push((self.resource_version, resource.to_string(), line.clone()));
+        if let Some(held) = self.held.as_mut() {
+            held.push((resource.to_string(), line));
+            return;
+        }
+        self.deliver(resource, line);
+    }
+
+    fn deliver(&mut self, resource: &str, line: Bytes) {
         self.watches.retain(|w| w.resource != resource || w.sender.send(line.clone()).is_ok());
     }
 }
@@ -340,6 +350,23 @@ impl FakeApi {
         let mut object = store.objects.get(&key).cloned().unwrap_or_else(|| panic!("no {resource} {namespace}/{name}"));
         change(&mut object);
         store.put(key, object, "MODIFIED");
+    }
+
+    /// Holds back watch events from now on (a slow watch): the code under test works from what
+    /// it saw last until [`FakeApi::release_watches`].
+    pub fn hold_watches(&self) {
+        let mut store = self.lock();
+        if store.held.is_none() {
+            store.held = Some(Vec::new());
+        }
+    }
+
+    /// Delivers the held watch events, in order, and stops holding.
+    pub fn release_watches(&self) {
+        let mut store = self.lock();
+        for (resource, line) in store.held.take().unwrap_or_default() {
+            store.deliver(&resource, line);
+        }
     }
 
     /// Deletes a stored object the way another client would (a DELETED watch event).
