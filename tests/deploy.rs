@@ -23,17 +23,14 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::convert::Infallible;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use allot::gang::controller::{ControllerConfig, OWNER_APIS};
 use allot::gang::membership::InferredKind;
-use http_body_util::BodyExt;
-use hyper::body::{Bytes, Frame};
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
@@ -49,6 +46,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use support::cluster::{ControlPlane, binaries_from_env};
+use support::fake_api::{self, Call, FakeApi, classify, gated_pod};
 use support::skipped;
 
 const NAMESPACE: &str = "allot-system";
@@ -1003,37 +1001,21 @@ fn release_builds_keep_overflow_checks() {
 // ---------------------------------------------------------------------------------------------
 // RBAC: record the calls the real code makes
 
-/// One request, as the API server's RBAC sees it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Call {
-    verb: String,
-    group: String,
-    /// `resource` or `resource/subresource`.
-    resource: String,
-    namespace: Option<String>,
-    name: Option<String>,
-    /// The raw request, for messages.
-    request: String,
-}
-
-/// Leader election that cannot start (the Lease namespace is not there yet: creating the Lease
-/// fails) is retried with backoff until it works; this replica then leads.
+/// A replica whose Lease cannot be created at first (e.g. its namespace is not there yet) keeps
+/// trying with backoff and becomes leader once it can.
 #[test]
 fn leader_election_is_retried_until_the_lease_can_be_created() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
-        let world = Arc::new(world());
-        world.lease_creates_to_refuse.store(3, std::sync::atomic::Ordering::SeqCst);
-        let w = world.clone();
-        let service = tower::service_fn(move |req| {
-            let w = w.clone();
-            async move { Ok::<_, Infallible>(serve(w, req).await) }
-        });
-        let client = kube::Client::new(service, "default");
+        let fake = world();
+        let refused = |r: &support::fake_api::Request| {
+            r.method == "POST" && r.call.group == "coordination.k8s.io" && r.call.resource == "leases"
+        };
+        fake.fail(3, 404, refused);
         let metrics = allot::gang::metrics::ControllerMetrics::default();
         let controller = allot::gang::controller::spawn(
-            client,
-            Arc::new(allot::gang::state::ClusterState::default()),
+            fake.client("allot-late"),
+            Arc::new(allot::cluster::ClusterState::default()),
             Arc::new(arc_swap::ArcSwap::from_pointee(recording_policies())),
             Arc::new(allot::namespaces::NoNamespaces),
             ControllerConfig {
@@ -1048,216 +1030,27 @@ fn leader_election_is_retried_until_the_lease_can_be_created() {
         // 0.5 + 1 + 2 s of backoff before the fourth attempt.
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let holder = world.lease.lock().unwrap().as_ref().map(|l| l["spec"]["holderIdentity"].clone());
-            if holder == Some(json!("allot-late")) && metrics.leader.get() == 1 {
+            let holder = fake.lease_holder(NAMESPACE, LEASE);
+            if holder.as_deref() == Some("allot-late") && metrics.leader.get() == 1 {
                 break;
             }
             assert!(Instant::now() < deadline, "no leader after refused Lease creates; lease: {holder:?}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        assert_eq!(world.lease_creates_to_refuse.load(std::sync::atomic::Ordering::SeqCst), 0);
+        let creates = fake.requests().into_iter().filter(|r| refused(r)).map(|r| r.status).collect::<Vec<_>>();
+        assert_eq!(&creates[..3], &[404, 404, 404], "the first three Lease creates were refused: {creates:?}");
+        assert!(creates[3..].contains(&201), "a later create went through: {creates:?}");
         controller.shutdown(Duration::from_secs(5)).await;
     });
 }
 
-/// Maps a request to RBAC's attributes the way the API server's RequestInfoResolver does.
-fn classify(method: &str, path: &str, query: &str) -> Call {
-    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (group, rest) = match parts.as_slice() {
-        ["api", _version, rest @ ..] => ("", rest),
-        ["apis", group, _version, rest @ ..] => (*group, rest),
-        _ => panic!("not a resource path: {path}"),
-    };
-    let (namespace, rest) = match rest {
-        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
-        _ => (None, rest),
-    };
-    let resource = rest.first().copied().unwrap_or_default();
-    let name = rest.get(1).map(|s| s.to_string());
-    let resource = match rest.get(2) {
-        Some(sub) => format!("{resource}/{sub}"),
-        None => resource.to_string(),
-    };
-    let watch = query.split('&').any(|kv| kv == "watch=true" || kv == "watch=1");
-    let verb = match (method, &name) {
-        ("GET", _) if watch => "watch",
-        ("GET", Some(_)) => "get",
-        ("GET", None) => "list",
-        ("POST", _) => "create",
-        ("PUT", _) => "update",
-        ("PATCH", _) => "patch",
-        ("DELETE", Some(_)) => "delete",
-        ("DELETE", None) => "deletecollection",
-        _ => panic!("unexpected method {method} {path}"),
-    };
-    Call {
-        verb: verb.into(),
-        group: group.into(),
-        resource,
-        namespace,
-        name,
-        request: format!("{method} {path}{}{query}", if query.is_empty() { "" } else { "?" }),
-    }
-}
-
-type FakeBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
-
-fn respond(code: u16, body: &Value) -> hyper::Response<FakeBody> {
-    let bytes = Bytes::from(serde_json::to_vec(body).unwrap());
-    hyper::Response::builder()
-        .status(code)
-        .header("content-type", "application/json")
-        .body(http_body_util::Full::new(bytes).boxed())
-        .unwrap()
-}
-
-fn not_found(what: &str) -> hyper::Response<FakeBody> {
-    respond(
-        404,
-        &json!({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
-                "message": format!("{what} not found"), "reason": "NotFound", "code": 404}),
-    )
-}
-
-/// A watch that never sends an event (and never ends, so the watcher does not re-list).
-fn silent_watch() -> hyper::Response<FakeBody> {
-    let stream = futures::stream::pending::<Result<Frame<Bytes>, Infallible>>();
-    hyper::Response::builder()
-        .status(200)
-        .header("content-type", "application/json")
-        .body(http_body_util::StreamBody::new(stream).boxed())
-        .unwrap()
-}
-
-fn list(kind: &str, items: &[Value]) -> hyper::Response<FakeBody> {
-    respond(200, &json!({"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": "100"}, "items": items}))
-}
-
-/// Merges `patch` into `target` (JSON merge patch semantics; strategic and apply patches of a
-/// Lease's scalar fields merge the same way).
-fn merge(target: &mut Value, patch: &Value) {
-    match (target, patch) {
-        (Value::Object(t), Value::Object(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        (t, p) => *t = p.clone(),
-    }
-}
-
-/// What the fake API server holds.
-struct World {
-    namespaces: Vec<Value>,
-    nodes: Vec<Value>,
-    pods: Vec<Value>,
-    lease: Mutex<Option<Value>>,
-    /// Lease creates still to refuse as if the Lease namespace did not exist yet.
-    lease_creates_to_refuse: std::sync::atomic::AtomicUsize,
-    calls: Mutex<Vec<Call>>,
-}
-
-async fn serve(world: Arc<World>, req: hyper::Request<kube::client::Body>) -> hyper::Response<FakeBody> {
-    let method = req.method().as_str().to_string();
-    let path = req.uri().path().to_string();
-    let query = req.uri().query().unwrap_or_default().to_string();
-    let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let call = classify(&method, &path, &query);
-    world.calls.lock().unwrap().push(call.clone());
-    let name = call.name.clone().unwrap_or_default();
-    let namespace = call.namespace.clone().unwrap_or_default();
-    let stub_pod = || json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}});
-    match (call.verb.as_str(), call.group.as_str(), call.resource.as_str()) {
-        ("watch", _, _) => silent_watch(),
-        ("list", "", "namespaces") => list("NamespaceList", &world.namespaces),
-        ("list", "", "nodes") => list("NodeList", &world.nodes),
-        ("list", "", "pods") => list("PodList", &world.pods),
-        ("patch" | "delete", "", "pods" | "pods/status") => respond(200, &stub_pod()),
-        ("create", "events.k8s.io", "events") => respond(201, &body),
-        ("patch", "events.k8s.io", "events") => respond(200, &body),
-        (verb, "coordination.k8s.io", "leases") => {
-            let mut lease = world.lease.lock().unwrap();
-            let refuse = verb == "create"
-                && world
-                    .lease_creates_to_refuse
-                    .fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, |n| {
-                        n.checked_sub(1)
-                    })
-                    .is_ok();
-            if refuse {
-                return not_found(&format!("namespaces \"{namespace}\""));
-            }
-            match (verb, lease.as_mut()) {
-                ("get", Some(l)) => respond(200, l),
-                ("create", None) => {
-                    let mut l = body.clone();
-                    merge(&mut l, &json!({"metadata": {"namespace": namespace, "resourceVersion": "1"}}));
-                    *lease = Some(l.clone());
-                    respond(201, &l)
-                }
-                ("patch", Some(l)) => {
-                    let mut patch = body.clone();
-                    if let Some(p) = patch.as_object_mut() {
-                        p.remove("apiVersion");
-                        p.remove("kind");
-                    }
-                    merge(l, &patch);
-                    respond(200, l)
-                }
-                _ => not_found("lease"),
-            }
-        }
-        // Owners of inferred gangs: not there (the controller asks again on the next pass).
-        _ => not_found(&call.request),
-    }
-}
-
-fn gated_pod(
-    ns: &str,
-    name: &str,
-    gate: &str,
-    created: &str,
-    labels: Value,
-    annotations: Value,
-    owner: Option<(&str, &str, &str)>,
-) -> Value {
-    let owners: Vec<Value> = owner
-        .into_iter()
-        .map(|(api_version, kind, name)| {
-            json!({"apiVersion": api_version, "kind": kind, "name": name, "uid": format!("uid-{name}"), "controller": true})
-        })
-        .collect();
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{ns}-{name}"), "creationTimestamp": created,
-                     "labels": labels, "annotations": annotations, "ownerReferences": owners},
-        "spec": {
-            "schedulingGates": [{"name": gate}],
-            "containers": [{"name": "train", "image": "trainer:1",
-                            "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]
-        },
-        "status": {"phase": "Pending"}
-    })
-}
-
 /// The cluster the controller sees: one 8-GPU node and pods that make it do everything it can.
-fn world() -> World {
+fn world() -> FakeApi {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     let long_ago = "2020-01-01T00:00:00Z";
-    let namespaces = ["ml", "ml-timeout", "ml-infer", "ml-queue", NAMESPACE]
-        .iter()
-        .map(|n| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n, "labels": {"kubernetes.io/metadata.name": n}}}))
-        .collect();
-    let nodes = vec![json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": "gpu-1", "labels": {"kubernetes.io/hostname": "gpu-1"}},
-        "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}}
-    })];
+    let namespaces: Vec<Value> =
+        ["ml", "ml-timeout", "ml-infer", "ml-queue", NAMESPACE].iter().map(|n| fake_api::namespace(n)).collect();
+    let nodes = vec![fake_api::gpu_node("gpu-1", 8)];
     let mut pods = Vec::new();
     // A complete gang that fits: released (pod JSON Patch), explained (pods/status, Event).
     for i in 0..2 {
@@ -1316,14 +1109,11 @@ fn world() -> World {
             pods.push(gated_pod("ml-infer", &pod, "allot.dev/gang", &now, labels, json!({}), owner_ref));
         }
     }
-    World {
-        namespaces,
-        nodes,
-        pods,
-        lease: Mutex::new(None),
-        lease_creates_to_refuse: Default::default(),
-        calls: Mutex::new(Vec::new()),
-    }
+    let fake = FakeApi::new();
+    fake.add(namespaces);
+    fake.add(nodes);
+    fake.add(pods);
+    fake
 }
 
 /// The policies of the run: a timeout that fails, inference of every kind, a queue-mode quota.
@@ -1376,13 +1166,8 @@ fn recorded_calls() -> &'static Vec<Call> {
     CALLS.get_or_init(|| {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let calls = runtime.block_on(async {
-            let world = Arc::new(world());
-            let w = world.clone();
-            let service = tower::service_fn(move |req| {
-                let w = w.clone();
-                async move { Ok::<_, Infallible>(serve(w, req).await) }
-            });
-            let client = kube::Client::new(service, "default");
+            let world = world();
+            let client = world.client("allot-0");
             let caches = Arc::new(allot::server::startup::Caches::default());
             let namespaces = allot::server::reload::watch_namespaces(client.clone(), caches.clone());
             let policies = Arc::new(arc_swap::ArcSwap::from_pointee(recording_policies()));
@@ -1404,20 +1189,15 @@ fn recorded_calls() -> &'static Vec<Call> {
             let deadline = Instant::now() + Duration::from_secs(30);
             loop {
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                let seen: BTreeSet<(String, String, String)> = world
-                    .calls
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .map(|c| (c.verb.clone(), c.group.clone(), c.resource.clone()))
-                    .collect();
+                let seen: BTreeSet<(String, String, String)> =
+                    world.calls().iter().map(|c| (c.verb.clone(), c.group.clone(), c.resource.clone())).collect();
                 if want.is_subset(&seen) || Instant::now() > deadline {
                     break;
                 }
             }
             // Shutdown gives the Lease up: its calls must be granted too.
             controller.shutdown(Duration::from_secs(5)).await;
-            world.calls.lock().unwrap().clone()
+            world.calls()
         });
         runtime.shutdown_timeout(Duration::from_millis(100));
         calls

@@ -240,10 +240,16 @@ impl ClusterState {
         })
     }
 
-    /// Marks a pod's quota gate lifted locally, before the watch confirms it.
+    /// Marks a pod's quota gate lifted locally, before the watch confirms it. A gang gate after
+    /// it moves up one place, so a release in the same pass tests and removes the right index.
     pub fn mark_quota_released(&self, namespace: &str, name: &str) {
         let mut inner = write(&self.inner);
         if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
+            if let (Some(quota), Some(gang)) = (p.quota_gate_index, p.gate_index)
+                && gang > quota
+            {
+                p.gate_index = Some(gang - 1);
+            }
             p.quota_gate_index = None;
         }
         inner.generation += 1;

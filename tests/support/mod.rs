@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod cluster;
+pub mod fake_api;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
