@@ -287,8 +287,9 @@ pub fn owner_size(kind: InferredKind, owner: &Value) -> Option<u32> {
             .get("replicatedJobs")?
             .as_array()?
             .iter()
-            .map(|rj| int(rj.get("replicas"), 1) * int(rj.pointer("/template/spec/parallelism"), 1))
-            .sum(),
+            // Saturating: the numbers are the tenant's, and an overflow must not panic the controller.
+            .map(|rj| int(rj.get("replicas"), 1).saturating_mul(int(rj.pointer("/template/spec/parallelism"), 1)))
+            .fold(0u64, u64::saturating_add),
         InferredKind::MPIJob => int(spec.pointer("/mpiReplicaSpecs/Worker/replicas"), 1),
         InferredKind::LeaderWorkerSet => int(spec.pointer("/leaderWorkerTemplate/size"), 1),
         InferredKind::KubeflowJob => spec
@@ -297,7 +298,7 @@ pub fn owner_size(kind: InferredKind, owner: &Value) -> Option<u32> {
             .filter(|(k, _)| k.ends_with("ReplicaSpecs"))
             .flat_map(|(_, specs)| specs.as_object().into_iter().flatten())
             .map(|(_, rs)| int(rs.get("replicas"), 1))
-            .sum(),
+            .fold(0u64, u64::saturating_add),
     };
     u32::try_from(total).ok().filter(|n| *n > 0)
 }

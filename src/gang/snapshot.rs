@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use super::decision::{GangKey, Member, Snapshot, WaitingGang};
+use super::decision::{GangKey, Member, Phantoms, Snapshot, WaitingGang};
 use super::membership::OwnerGang;
 use crate::cluster::{ClusterState, PodShape};
 use crate::namespaces::{NamespaceLabels, TeamsByNamespace};
@@ -98,6 +98,7 @@ impl GangSnapshot for ClusterState {
                     priority: p.priority,
                     created: p.created,
                     starvation_after: Some(policy.starvation_after.as_secs() as i64),
+                    phantoms: None,
                 });
                 entry.members.push(Member { name: p.name.to_string(), shape: p.shape() });
                 if g.leader {
@@ -139,12 +140,10 @@ impl GangSnapshot for ClusterState {
                 if let Some((workers, Some(requests))) = gf.and_then(|f| f.leader_first_workers.clone())
                     && released == 0
                     && g.members.len() == 1
+                    && workers > 0
                 {
-                    let leader = g.members[0].shape.clone();
-                    for i in 0..workers {
-                        let shape = PodShape { requests: requests.clone(), ..leader.clone() };
-                        g.members.push(Member { name: format!("{}/worker-{}-not-created", g.key.name, i + 1), shape });
-                    }
+                    let shape = PodShape { requests, ..g.members[0].shape.clone() };
+                    g.phantoms = Some(Phantoms { count: workers, shape });
                 }
                 g.members.sort_by(|a, b| a.name.cmp(&b.name));
                 g

@@ -47,6 +47,7 @@ fn gang(name: &str, expected: u32, present: u32, gpus: i64, priority: i32, creat
         priority,
         created,
         starvation_after: None,
+        phantoms: None,
     }
 }
 
@@ -484,6 +485,68 @@ mod controller_state {
         small.set_owner_gang("ml", "lws-llm-0", owner);
         let (snapshot, facts) = small.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         assert!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions).is_empty());
+    }
+
+    /// A declared size is a number a tenant writes: the controller's pass must cost what exists
+    /// (members, nodes), not what is declared. Today's loop over missing members took minutes
+    /// for `gang-size: "4294967295"`; the bound is generous, it catches hangs, not slowness.
+    #[test]
+    fn a_gang_declaring_u32_max_members_costs_what_exists() {
+        let p = policies(
+            "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  infer: [LeaderWorkerSet]\n",
+        );
+        let huge = member("huge-0", "huge", u32::MAX, "2026-11-22T01:00:00Z", json!({}));
+        let small = member("small-0", "small", 1, "2026-11-22T01:00:05Z", json!({}));
+        let mut leader = member("llm-0", "unused", 1, "2026-11-22T01:00:00Z", json!({}));
+        leader["metadata"]["labels"] = json!({
+            "leaderworkerset.sigs.k8s.io/name": "llm",
+            "leaderworkerset.sigs.k8s.io/group-index": "0",
+            "leaderworkerset.sigs.k8s.io/worker-index": "0"
+        });
+        leader["metadata"]["annotations"] = json!({});
+        let state = cluster(&p, &[huge, small, leader]);
+        // A LeaderWorkerSet whose group size is u32::MAX, tiny workers: every copy would fit a
+        // node on its own, so only the bound by capacity stops the phantom loop.
+        let owner = crate::gang::membership::owner_gang(
+            crate::gang::membership::InferredKind::LeaderWorkerSet,
+            &json!({"spec": {"startupPolicy": "LeaderReady", "leaderWorkerTemplate": {"size": u32::MAX, "workerTemplate": {"spec": {
+                "containers": [{"name": "w", "resources": {"requests": {"cpu": "1m"}}}]}}}}}),
+        )
+        .unwrap();
+        state.set_owner_gang("ml", "lws-llm-0", owner);
+        let started = std::time::Instant::now();
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        let (usage, _) = state.usage_where(&mut |_| true);
+        let elapsed = started.elapsed();
+        assert!(elapsed < std::time::Duration::from_secs(1), "one pass took {elapsed:?}");
+        // The small gang is not held up by the huge one; the huge one says what it needs.
+        assert_eq!(releases(&pass.actions), ["small-0"]);
+        let explained = |pod: &str| {
+            pass.actions.iter().find_map(|a| match a {
+                Action::Explain { pod: p, message, .. } if p == pod => Some(message.clone()),
+                _ => None,
+            })
+        };
+        assert_eq!(
+            explained("huge-0").as_deref(),
+            Some("1/4294967295 members present; needs 4294967295 nvidia.com/gpu on any node, 4 free")
+        );
+        assert!(explained("llm-0").is_some_and(|m| m.starts_with("4294967295/4294967295 members present")));
+        assert_eq!(usage["nvidia.com/gpu"], Quantity::from_units(i64::from(u32::MAX) + 2));
+    }
+
+    /// JobSet and Kubeflow sizes are sums and products of the tenant's numbers: they saturate
+    /// (and are then refused as too large for a gang size) instead of overflowing.
+    #[test]
+    fn owner_sizes_that_overflow_are_refused_without_panicking() {
+        use crate::gang::membership::{InferredKind, owner_size};
+        let jobset = json!({"spec": {"replicatedJobs": [
+            {"replicas": u64::MAX, "template": {"spec": {"parallelism": u64::MAX}}},
+            {"replicas": u64::MAX}]}});
+        assert_eq!(owner_size(InferredKind::JobSet, &jobset), None);
+        let pytorch = json!({"spec": {"pytorchReplicaSpecs": {"Master": {"replicas": u64::MAX}, "Worker": {"replicas": u64::MAX}}}});
+        assert_eq!(owner_size(InferredKind::KubeflowJob, &pytorch), None);
     }
 
     #[test]
