@@ -67,16 +67,18 @@ fn bench(c: &mut Criterion) {
         assert!(answer.allowed);
         if with_quota {
             let quota = p.teams.iter().find_map(|t| t.quota.clone()).unwrap();
-            let charge = quota.charge(&std::collections::BTreeMap::from([(
+            let requests = std::collections::BTreeMap::from([(
                 "nvidia.com/gpu".to_string(),
                 allot::quantity::Quantity::from_units(1),
-            )]));
+            )]);
+            let charge = quota.charge(&requests);
             let request = allot::quota::QuotaRequest {
                 uid: "u",
                 team: "vision",
                 namespace: "vision",
                 pod: "p",
                 charge,
+                requests,
                 gang: None,
                 dry_run: true,
             };

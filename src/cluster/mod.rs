@@ -12,4 +12,4 @@ pub mod usage;
 pub use action::{Action, CONDITION, QUOTA_CONDITION};
 pub use records::{GangRef, NodeInfo, Owner, PodRecord, PodShape, node_info, shape_of};
 pub use store::{ClusterState, ClusterView};
-pub use usage::{AcceleratorGauge, AcceleratorUsage, QuotaGauge, UsageState};
+pub use usage::{AcceleratorGauge, AcceleratorUsage, GangTally, QuotaGauge, UsageState};

@@ -75,8 +75,12 @@ pub struct PodRecord {
     pub namespace: Arc<str>,
     pub name: Arc<str>,
     pub node_name: Option<Arc<str>>,
-    /// Succeeded, Failed, or being deleted: holds nothing for the future.
+    /// Succeeded or Failed: holds nothing any more.
     pub finished: bool,
+    /// Being deleted (deletionTimestamp set) but not finished: still holds its devices until it
+    /// is gone, so it counts in quota usage and node usage, but it is no member of its gang's
+    /// quorum any more (it will not run again).
+    pub terminating: bool,
     /// Effective requests (with `pods: 1`), compact: most pods are bound and need nothing else.
     pub requests: Vec<(Arc<str>, Quantity)>,
     /// Where it may go: kept only while the pod is not bound.
@@ -138,6 +142,7 @@ impl PodRecord {
         };
         let spec = pod.spec.as_ref();
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let finished = matches!(phase, Some("Succeeded" | "Failed"));
         let shape = shape_of(pod);
         let requests = shape.requests.iter().map(|(k, v)| (intern(k), *v)).collect();
         // A bound pod only takes capacity: where it may go no longer matters.
@@ -146,7 +151,8 @@ impl PodRecord {
         let in_gang = gang.is_some();
         Some(PodRecord {
             node_name: facts.node_name.as_deref().map(intern),
-            finished: matches!(phase, Some("Succeeded" | "Failed")) || pod.metadata.deletion_timestamp.is_some(),
+            finished,
+            terminating: !finished && pod.metadata.deletion_timestamp.is_some(),
             requests,
             placement,
             gate_index: facts.gates.iter().position(|g| g == GATE),
@@ -168,6 +174,16 @@ impl PodRecord {
     /// is not ready for its gang to be released.
     pub fn foreign_gates(&self) -> bool {
         self.other_gates || self.quota_gate_index.is_some()
+    }
+
+    /// Counts for its gang's quorum: neither finished nor being deleted.
+    pub fn present(&self) -> bool {
+        !self.finished && !self.terminating
+    }
+
+    /// The requests as `(name, amount)` pairs.
+    pub fn request_pairs(&self) -> impl Iterator<Item = (&str, Quantity)> {
+        self.requests.iter().map(|(k, v)| (&**k, *v))
     }
 
     pub(super) fn key(&self) -> Key {

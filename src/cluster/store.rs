@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use super::records::{Key, NodeInfo, Owner, PodRecord, key};
+use super::usage::{GangTally, add_to};
 use crate::gang::directory::{GangDirectory, Peer};
 use crate::gang::membership::OwnerGang;
 use crate::quantity::Quantity;
@@ -30,8 +31,12 @@ struct Inner {
     nodes: BTreeMap<String, NodeInfo>,
     /// What the owners of inferred gangs say about them.
     owner_gangs: HashMap<(String, String), OwnerGang>,
-    /// Requests of the non-finished pods of each namespace (gated ones included).
+    /// Requests of the non-finished pods of each namespace (gated and terminating ones
+    /// included).
     ns_usage: HashMap<Arc<str>, ResourceList>,
+    /// namespace → gang → what the gang counts against its team's quota, kept up to date on
+    /// every change so that admission reads it in O(gangs of the team), never O(members).
+    tallies: HashMap<Arc<str>, HashMap<String, GangTally>>,
     /// Bumped on every change, so the loop knows when to look again.
     generation: u64,
 }
@@ -40,6 +45,21 @@ impl Inner {
     fn usage_delta(&mut self, record: &PodRecord, sign: i128) {
         if record.finished {
             return;
+        }
+        if let Some(g) = &record.gang {
+            let gangs = self.tallies.entry(record.namespace.clone()).or_default();
+            let tally = gangs.entry(g.name.clone()).or_default();
+            if sign > 0 {
+                tally.add(record.request_pairs(), g.size, record.terminating);
+            } else {
+                tally.remove(record.request_pairs(), g.size, record.terminating);
+            }
+            if tally.members == 0 {
+                gangs.remove(&g.name);
+                if gangs.is_empty() {
+                    self.tallies.remove(&record.namespace);
+                }
+            }
         }
         let usage = self.ns_usage.entry(record.namespace.clone()).or_default();
         for (name, q) in &record.requests {
@@ -135,6 +155,7 @@ impl ClusterState {
         inner.pods.clear();
         inner.gangs.clear();
         inner.ns_usage.clear();
+        inner.tallies.clear();
         for r in records {
             inner.index(r);
         }
@@ -184,60 +205,40 @@ impl ClusterState {
         inner.generation += 1;
     }
 
-    /// Summed requests of the non-finished pods of the namespaces `include` accepts, plus, for
-    /// each gang of explicit size there that is not complete yet, what its missing members will
-    /// ask (a gang is charged whole). Also returns the namespaces that use anything.
+    /// What the non-finished pods of the namespaces `include` accepts count against a quota,
+    /// in resource terms: their requests (terminating pods included: they hold their devices
+    /// until they are gone), plus, for each gang that has fewer members than it declares, its
+    /// placeholders (see [`GangTally`]: a gang is charged whole). Also returns the namespaces
+    /// that use anything. Costs O(namespaces + gangs), never O(members or declared sizes).
     pub fn usage_where(&self, include: &mut dyn FnMut(&str) -> bool) -> (ResourceList, Vec<String>) {
         let inner = read(&self.inner);
         let mut total = ResourceList::new();
         let mut namespaces = Vec::new();
-        let mut accepted: HashMap<&str, bool> = HashMap::new();
-        let add = |total: &mut ResourceList, name: &str, nanos: i128| {
-            let slot = total.entry(name.to_string()).or_default();
-            *slot = Quantity::from_nanos(slot.nanos() + nanos);
-        };
         for (ns, usage) in &inner.ns_usage {
-            if !*accepted.entry(ns).or_insert_with(|| include(ns)) {
+            if !include(ns) {
                 continue;
             }
             if usage.values().any(|q| q.nanos() != 0) {
                 namespaces.push(ns.to_string());
             }
-            for (name, q) in usage {
-                add(&mut total, name, q.nanos());
-            }
-        }
-        for ((ns, _), members) in &inner.gangs {
-            if !*accepted.entry(ns).or_insert_with(|| include(ns)) {
-                continue;
-            }
-            let live: Vec<&PodRecord> = members
-                .iter()
-                .filter_map(|m| inner.pods.get(&(ns.clone(), m.clone())))
-                .filter(|p| !p.finished)
-                .collect();
-            let Some(first) = live.first() else { continue };
-            let Some(size) = first.gang.as_ref().and_then(|g| g.size) else { continue };
-            let missing = i128::from(size.saturating_sub(live.len() as u32));
-            for (name, q) in &first.requests {
-                add(&mut total, name, missing * q.nanos());
+            add_to(&mut total, usage, 1);
+            for tally in inner.tallies.get(ns).into_iter().flat_map(HashMap::values) {
+                add_to(&mut total, &tally.placeholders(), 1);
             }
         }
         namespaces.sort();
         (total, namespaces)
     }
 
+    /// What one gang counts against its team's quota, from the watch (empty when no member
+    /// is known).
+    pub fn gang_tally(&self, namespace: &str, gang: &str) -> GangTally {
+        read(&self.inner).tallies.get(namespace).and_then(|g| g.get(gang)).cloned().unwrap_or_default()
+    }
+
     /// True when the watch has seen this pod.
     pub fn has_pod(&self, namespace: &str, name: &str) -> bool {
         read(&self.inner).pods.contains_key(&key(namespace, name))
-    }
-
-    /// True when some non-finished member of the gang exists.
-    pub fn gang_exists(&self, namespace: &str, gang: &str) -> bool {
-        let inner = read(&self.inner);
-        inner.gangs.get(&(Arc::from(namespace), gang.to_string())).is_some_and(|m| {
-            m.iter().any(|n| inner.pods.get(&(Arc::from(namespace), n.clone())).is_some_and(|p| !p.finished))
-        })
     }
 
     /// Marks a pod's quota gate lifted locally, before the watch confirms it.
@@ -285,7 +286,7 @@ impl GangDirectory for ClusterState {
         members
             .iter()
             .filter_map(|m| inner.pods.get(&(Arc::from(namespace), m.clone())))
-            .filter(|p| !p.finished)
+            .filter(|p| p.present())
             .map(|p| Peer {
                 pod: p.name.to_string(),
                 size: p.gang.as_ref().and_then(|g| g.size),

@@ -70,12 +70,18 @@ impl GangSnapshot for ClusterState {
                 continue;
             }
             if let Some(node) = &p.node_name {
+                // A terminating pod still holds its devices until it is gone: it counts here.
                 // Summed per node: 5,000 entries for the simulation, not 100,000.
                 let used = bound.entry(node.clone()).or_default();
                 for (name, q) in &p.requests {
                     let slot = used.entry(name.to_string()).or_default();
                     *slot = slot.saturating_add(*q);
                 }
+                continue;
+            }
+            // An unbound pod being deleted will not be scheduled: it reserves nothing on a node,
+            // and it is no member of its gang's quorum any more.
+            if p.terminating {
                 continue;
             }
             let Some(g) = &p.gang else { continue };
@@ -118,7 +124,7 @@ impl GangSnapshot for ClusterState {
         // Members already running (released and bound) count towards the quorum of their
         // gang, so a replacement or a member whose release failed can still go.
         for p in view.pods() {
-            if !p.finished
+            if p.present()
                 && p.node_name.is_some()
                 && p.gate_index.is_none()
                 && let Some(g) = &p.gang

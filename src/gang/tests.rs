@@ -550,7 +550,7 @@ mod controller_state {
     }
 
     #[test]
-    fn quota_usage_counts_live_pods_and_whole_gangs_but_not_finished_ones() {
+    fn quota_usage_counts_live_and_terminating_pods_and_whole_gangs_but_not_finished_ones() {
         let p = policies("");
         let mut running = member("r", "g1", 1, "2026-11-22T01:00:00Z", json!({"spec": {"nodeName": "n1"}}));
         running["metadata"]["labels"] = json!({});
@@ -565,10 +565,52 @@ mod controller_state {
         gang_member["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!("2");
         let state = cluster(&p, &[running, done, terminating, gang_member]);
         let (usage, namespaces) = state.usage_where(&mut |ns| ns == "ml");
-        assert_eq!(usage["nvidia.com/gpu"], Quantity::from_units(1 + 3 * 2));
+        // The terminating pod holds its GPU until it is gone.
+        assert_eq!(usage["nvidia.com/gpu"], Quantity::from_units(1 + 1 + 3 * 2));
         assert_eq!(namespaces, ["ml"]);
         let (usage, _) = state.usage_where(&mut |_| false);
         assert!(usage.is_empty());
+    }
+
+    #[test]
+    fn a_bound_terminating_pod_still_takes_its_node_and_a_terminating_member_is_no_member() {
+        let p = policies("");
+        // 4 GPUs on n1 + n2; a terminating pod still holds one on n1 until it is gone.
+        let mut leaving = member("leaving", "x", 1, "2026-11-22T01:00:00Z", json!({"spec": {"nodeName": "n1"}}));
+        leaving["metadata"]["labels"] = json!({});
+        leaving["spec"]["schedulingGates"] = json!([]);
+        leaving["metadata"]["deletionTimestamp"] = json!("2026-11-22T01:05:00Z");
+        let gang: Vec<Value> =
+            (0..4).map(|i| member(&format!("a-{i}"), "a", 4, "2026-11-22T01:00:00Z", json!({}))).collect();
+        let state = cluster(&p, &[gang.clone(), vec![leaving.clone()]].concat());
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert!(releases(&pass.actions).is_empty(), "3 GPUs free for a gang of 4: {:?}", pass.actions);
+        // Gone: the gang fits.
+        state.remove_pod("ml", "leaving");
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions).len(), 4);
+
+        // A gated member being deleted is no member: 3/4 present, nothing released.
+        let mut members = gang;
+        members[3]["metadata"]["deletionTimestamp"] = json!("2026-11-22T01:05:00Z");
+        let state = cluster(&p, &members);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert!(releases(&pass.actions).is_empty());
+        assert!(
+            pass.actions
+                .iter()
+                .any(|a| matches!(a, Action::Explain { message, .. } if message.starts_with("3/4 members present"))),
+            "{:?}",
+            pass.actions
+        );
+        // ... but it still counts for its team's quota, and the gang is not charged a
+        // placeholder for it on top (4 members hold or will hold 1 GPU each).
+        let (usage, _) = state.usage_where(&mut |_| true);
+        assert_eq!(usage["nvidia.com/gpu"], Quantity::from_units(4));
+        let peers = state.peers("ml", "a");
+        assert_eq!(peers.len(), 3, "admission's directory lists present members only: {peers:?}");
     }
 
     #[test]
