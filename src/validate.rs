@@ -202,10 +202,12 @@ pub fn check_quota(
     let spec = view.pod.get("spec")?;
     let requests = resources::pod_requests(spec);
     let charge = quota.charge(&requests);
-    if charge.is_empty() {
+    let gang = gang.and_then(|g| g.size.map(|n| (g.name.as_str(), n)));
+    // A gang member asking nothing still takes one of its gang's declared places (and so
+    // changes what the others are charged): the book must count it.
+    if charge.is_empty() && gang.is_none() {
         return None;
     }
-    let gang = gang.and_then(|g| g.size.map(|n| (g.name.as_str(), n)));
     let pod = view.pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
     let (uid, namespace, dry_run) = (req.uid, req.namespace, req.dry_run);
     let request = QuotaRequest { uid, team: &t.name, namespace, pod, charge, requests, gang, dry_run };

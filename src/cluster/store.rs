@@ -37,9 +37,18 @@ struct Inner {
     /// namespace → gang → what the gang counts against its team's quota, kept up to date on
     /// every change so that admission reads it in O(gangs of the team), never O(members).
     tallies: HashMap<Arc<str>, HashMap<String, GangTally>>,
+    /// Pods the watch saw deleted recently, oldest first, and when: the deny-mode ledger drops
+    /// a reservation whose pod came and went between two admissions (without this it would
+    /// count a pod that no longer exists until the reservation expires).
+    removed: std::collections::VecDeque<(std::time::Instant, Key)>,
+    /// The same, by pod: the last time each was seen deleted.
+    removed_at: HashMap<Key, std::time::Instant>,
     /// Bumped on every change, so the loop knows when to look again.
     generation: u64,
 }
+
+/// How long a deletion is remembered: as long as a reservation waits for its pod.
+pub const REMOVED_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Inner {
     fn usage_delta(&mut self, record: &PodRecord, sign: i128) {
@@ -145,7 +154,19 @@ impl ClusterState {
     /// Forgets a Pod.
     pub fn remove_pod(&self, namespace: &str, name: &str) {
         let mut inner = write(&self.inner);
-        inner.unindex(&key(namespace, name));
+        let key = key(namespace, name);
+        inner.unindex(&key);
+        let now = std::time::Instant::now();
+        while let Some((at, old)) = inner.removed.front().cloned()
+            && now.duration_since(at) >= REMOVED_TTL
+        {
+            inner.removed.pop_front();
+            if inner.removed_at.get(&old) == Some(&at) {
+                inner.removed_at.remove(&old);
+            }
+        }
+        inner.removed.push_back((now, key.clone()));
+        inner.removed_at.insert(key, now);
         inner.generation += 1;
     }
 
@@ -239,6 +260,14 @@ impl ClusterState {
     /// True when the watch has seen this pod.
     pub fn has_pod(&self, namespace: &str, name: &str) -> bool {
         read(&self.inner).pods.contains_key(&key(namespace, name))
+    }
+
+    /// True when the watch has seen this pod, or seen a pod of this name deleted at or after
+    /// `since` (a pod admitted at `since` that came and went before anyone looked).
+    pub fn seen_since(&self, namespace: &str, name: &str, since: std::time::Instant) -> bool {
+        let inner = read(&self.inner);
+        let key = key(namespace, name);
+        inner.pods.contains_key(&key) || inner.removed_at.get(&key).is_some_and(|at| *at >= since)
     }
 
     /// Marks a pod's quota gate lifted locally, before the watch confirms it.

@@ -66,7 +66,9 @@ impl QuotaBook for LiveQuota {
             return Ok(()); // a retry of an admitted request
         }
         let now = std::time::Instant::now();
-        ledger.retain(|_, p| now.duration_since(p.at) < PENDING_TTL && !self.state.has_pod(&p.namespace, &p.pod));
+        ledger.retain(|_, p| {
+            now.duration_since(p.at) < PENDING_TTL && !self.state.seen_since(&p.namespace, &p.pod, p.at)
+        });
         let policies = self.policies.load();
         let mut cache = self.teams.lock().unwrap_or_else(|e| e.into_inner());
         if cache.version != policies.version || cache.at.is_none_or(|t| now.duration_since(t) > TEAM_CACHE_TTL) {

@@ -41,7 +41,7 @@ pub struct QuotaRequest<'a> {
 pub enum Refusal {
     /// A limit would be exceeded: which one, the namespaces counted, and what the pod asks
     /// ("this pod asks 4", "gang ddp of 2 asks 8 in all").
-    Exceeded { exceeded: Exceeded, namespaces: Vec<String>, asking: String },
+    Exceeded { exceeded: Box<Exceeded>, namespaces: Vec<String>, asking: String },
     /// The gang already has every member it declares.
     GangFull { gang: String, declared: u32, existing: u32 },
 }
@@ -105,7 +105,13 @@ fn check(
     asks: &Asks,
     namespaces: impl FnOnce() -> Vec<String>,
 ) -> Result<(), Refusal> {
-    let charge = quota.charge(&asks.delta);
+    let mut charge = quota.charge(&asks.delta);
+    // Every resource the pod itself asks for is checked, even where its gang's charge does not
+    // grow (it fills a placeholder): a deletion can leave a gang's placeholders above the
+    // limit, and a member filling one then would take real devices past it.
+    for resource in request.charge.keys() {
+        charge.entry(resource.clone()).or_insert(0);
+    }
     let Some(exceeded) = quota.exceeded(used, &charge) else { return Ok(()) };
     let asking = match (request.gang, &asks.after) {
         (Some((gang, declared)), Some(after)) => {
@@ -123,7 +129,7 @@ fn check(
         }
         _ => format!("this pod asks {}", exceeded.asked),
     };
-    Err(Refusal::Exceeded { exceeded, namespaces: namespaces(), asking })
+    Err(Refusal::Exceeded { exceeded: Box::new(exceeded), namespaces: namespaces(), asking })
 }
 
 /// No usage known (the CLI without `--state`, templates): a request is checked on its own
@@ -216,3 +222,6 @@ impl QuotaBook for StaticUsage {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
