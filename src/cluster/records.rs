@@ -92,7 +92,10 @@ pub struct PodRecord {
     pub quota_gate_index: Option<usize>,
     /// Gates that are neither of Allot's (Kueue's, Volcano's, …).
     pub other_gates: bool,
-    pub released: bool,
+    /// When Allot released it (the `allot.dev/gang-released` annotation, seconds since the
+    /// epoch); `None` when absent or not a time. What it reserves is bounded: see
+    /// [`PodRecord::reserves_release`].
+    pub released_at: Option<i64>,
     pub has_annotations: bool,
     pub priority: i32,
     pub priority_class: Option<String>,
@@ -158,7 +161,7 @@ impl PodRecord {
             gate_index: facts.gates.iter().position(|g| g == GATE),
             quota_gate_index: facts.gates.iter().position(|g| g == QUOTA_GATE),
             other_gates: facts.gates.iter().any(|g| g != GATE && g != QUOTA_GATE),
-            released: facts.annotations.contains_key(RELEASED_ANNOTATION),
+            released_at: facts.annotations.get(RELEASED_ANNOTATION).and_then(|v| parse_time(v)),
             has_annotations: pod.metadata.annotations.is_some(),
             priority: spec.and_then(|s| s.priority).unwrap_or(0),
             priority_class: spec.and_then(|s| s.priority_class_name.clone()).filter(|_| in_gang),
@@ -174,6 +177,19 @@ impl PodRecord {
     /// is not ready for its gang to be released.
     pub fn foreign_gates(&self) -> bool {
         self.other_gates || self.quota_gate_index.is_some()
+    }
+
+    /// True when the pod's release still reserves capacity at `now`: a gang member, ungated,
+    /// not bound, released at most [`RELEASE_RESERVATION`] ago. The annotation is a pod field:
+    /// one that a user wrote (admission denies that now, but not for pods admitted before, or
+    /// while the webhook was down) must not hold capacity for long, nor from the future.
+    pub fn reserves_release(&self, now: i64) -> bool {
+        self.gang.is_some()
+            && self.gate_index.is_none()
+            && self.node_name.is_none()
+            && self.released_at.is_some_and(|at| {
+                at <= now.saturating_add(CLOCK_SKEW) && now.saturating_sub(at) < RELEASE_RESERVATION
+            })
     }
 
     /// Counts for its gang's quorum: neither finished nor being deleted.
@@ -200,6 +216,19 @@ impl PodRecord {
             },
         }
     }
+}
+
+/// How long a released member holds its reservation while it waits for the scheduler
+/// (seconds): the scheduler binds a pod that fits within seconds; one it cannot place is its
+/// problem, and keeping the reservation longer would only hold other gangs back.
+pub const RELEASE_RESERVATION: i64 = 120;
+
+/// How far in the future a release time may lie (seconds of clock skew between replicas).
+const CLOCK_SKEW: i64 = 60;
+
+/// An RFC 3339 time (what the controller writes), in seconds since the epoch.
+fn parse_time(value: &str) -> Option<i64> {
+    value.trim().parse::<k8s_openapi::jiff::Timestamp>().ok().map(|t| t.as_second())
 }
 
 /// (namespace, name) of a Pod.

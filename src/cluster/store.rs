@@ -213,14 +213,14 @@ impl ClusterState {
         }
     }
 
-    /// Marks members released locally, before the API confirms, so the next pass already counts
-    /// their reservation.
-    pub fn mark_released(&self, namespace: &str, names: &[String]) {
+    /// Marks members released locally at `at` (seconds since the epoch), before the API
+    /// confirms, so the next pass already counts their reservation.
+    pub fn mark_released(&self, namespace: &str, names: &[String], at: i64) {
         let mut inner = write(&self.inner);
         for n in names {
             if let Some(p) = inner.pods.get_mut(&key(namespace, n)) {
                 p.gate_index = None;
-                p.released = true;
+                p.released_at = Some(at);
             }
         }
         inner.generation += 1;

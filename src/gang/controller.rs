@@ -364,7 +364,7 @@ async fn execute(
             Action::Release { namespace, pod, gate_index, has_annotations, node } => {
                 match patch_pod(client, &namespace, &pod, release_patch(gate_index, has_annotations, &now)).await {
                     Ok(_) => {
-                        state.mark_released(&namespace, std::slice::from_ref(&pod));
+                        state.mark_released(&namespace, std::slice::from_ref(&pod), unix_now());
                         tracing::info!(%namespace, %pod, simulated_node = %node, "released gang member");
                     }
                     Err(e) if is_status(&e, &[404]) => tracing::debug!(%namespace, %pod, "member gone before release"),

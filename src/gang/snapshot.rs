@@ -115,7 +115,7 @@ impl GangSnapshot for ClusterState {
                 entry.created = entry.created.min(p.created);
                 gf.assembly_timeout = policy.assembly_timeout.as_secs() as i64;
                 gf.on_timeout = policy.on_timeout;
-            } else if p.gate_index.is_none() && p.released {
+            } else if p.reserves_release(now) {
                 // Released, not yet bound: the reservation ledger.
                 in_flight.push(p.shape());
                 gf.released += 1;

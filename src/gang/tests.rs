@@ -322,6 +322,43 @@ mod controller_state {
 
     const NOW: i64 = 1_795_000_000; // after the pods' creation times
 
+    /// A time as the controller writes it into `allot.dev/gang-released`.
+    fn rfc3339(seconds: i64) -> String {
+        k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap().to_string()
+    }
+
+    /// The `allot.dev/gang-released` annotation reserves capacity only as the controller
+    /// writes it: on an ungated, unbound gang member, for a limited time after the release.
+    /// One a user wrote (any value, an old or a future time) cannot hold nodes for long.
+    #[test]
+    fn a_release_reserves_capacity_only_briefly_and_only_for_a_gang_member() {
+        let p = policies("");
+        let released = |name: &str, value: &str, gang: bool| {
+            let mut pod = member(name, "a", 4, "2026-11-22T01:00:00Z", json!({}));
+            pod["spec"].as_object_mut().unwrap().remove("schedulingGates");
+            pod["metadata"]["annotations"]["allot.dev/gang-released"] = json!(value);
+            if !gang {
+                pod["metadata"]["labels"] = json!({});
+            }
+            pod
+        };
+        let in_flight = |pods: &[Value]| {
+            let state = cluster(&p, pods);
+            state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW).0.in_flight.len()
+        };
+        assert_eq!(in_flight(&[released("fresh", &rfc3339(NOW - 10), true)]), 1);
+        let limit = crate::cluster::records::RELEASE_RESERVATION;
+        assert_eq!(in_flight(&[released("expired", &rfc3339(NOW - limit), true)]), 0);
+        assert_eq!(in_flight(&[released("future", &rfc3339(NOW + 86_400), true)]), 0);
+        assert_eq!(in_flight(&[released("no-time", "true", true)]), 0);
+        assert_eq!(in_flight(&[released("not-a-member", &rfc3339(NOW - 10), false)]), 0);
+        // The controller's own mark counts from the moment it releases.
+        let state = cluster(&p, &[member("m", "a", 1, "2026-11-22T01:00:00Z", json!({}))]);
+        state.mark_released("ml", &["m".into()], NOW - 5);
+        assert_eq!(state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW).0.in_flight.len(), 1);
+        assert_eq!(state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW + limit).0.in_flight.len(), 0);
+    }
+
     #[test]
     fn one_gang_goes_whole_the_other_waits_whole_then_follows() {
         let p = policies("");
@@ -345,7 +382,7 @@ mod controller_state {
 
         // Released locally: a's reservation holds until bound; b is not released onto it, and
         // an unchanged explanation is not written again.
-        state.mark_released("ml", &["a-0".into(), "a-1".into(), "a-2".into(), "a-3".into()]);
+        state.mark_released("ml", &["a-0".into(), "a-1".into(), "a-2".into(), "a-3".into()], NOW);
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         let actions = plan(&snapshot, &facts, &mut explained).actions;
         assert!(releases(&actions).is_empty());
@@ -355,7 +392,7 @@ mod controller_state {
         let mut pods = two_gangs();
         for pod in pods.iter_mut().filter(|p| p["metadata"]["name"].as_str().unwrap().starts_with("a-")) {
             pod["spec"].as_object_mut().unwrap().remove("schedulingGates");
-            pod["metadata"]["annotations"]["allot.dev/gang-released"] = json!("2026-11-22T01:00:10Z");
+            pod["metadata"]["annotations"]["allot.dev/gang-released"] = json!(rfc3339(NOW - 10));
         }
         let restarted = cluster(&p, &pods);
         let (snapshot, facts) = restarted.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
