@@ -125,6 +125,12 @@ pub fn shape_of(pod: &Pod) -> PodShape {
 impl PodRecord {
     /// Extracts a record; `policies` decide inference and coscheduling sizes (the GangPolicy of
     /// the pod's namespace and team, team from `labels`, as at admission).
+    ///
+    /// Nothing here exempts a pod. Exemptions (external gang managers, DaemonSet pods) are
+    /// decided at admission, with trust taken from the request's userInfo; the watch carries
+    /// no userInfo, so labels, annotations and owner references a tenant may have written
+    /// (`kueue.x-k8s.io/managed`, Volcano's group annotation, a DaemonSet owner) change nothing:
+    /// a pod that carries Allot's gate is a member like any other.
     pub fn from_pod(pod: &Pod, policies: &PolicySet, labels: &dyn NamespaceLabels) -> Option<PodRecord> {
         let namespace = pod.metadata.namespace.clone()?;
         let name = pod.metadata.name.clone()?;
@@ -187,9 +193,9 @@ impl PodRecord {
         self.gang.is_some()
             && self.gate_index.is_none()
             && self.node_name.is_none()
-            && self.released_at.is_some_and(|at| {
-                at <= now.saturating_add(CLOCK_SKEW) && now.saturating_sub(at) < RELEASE_RESERVATION
-            })
+            && self
+                .released_at
+                .is_some_and(|at| at <= now.saturating_add(CLOCK_SKEW) && now.saturating_sub(at) < RELEASE_RESERVATION)
     }
 
     /// Counts for its gang's quorum: neither finished nor being deleted.

@@ -407,6 +407,51 @@ mod controller_state {
         assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions), ["b-0", "b-1", "b-2", "b-3"]);
     }
 
+    /// The controller reads pods without knowing who wrote them: labels, annotations and owner
+    /// references that admission once took for exemptions (Kueue, Volcano, DaemonSet) change
+    /// nothing here. A member carrying Allot's gate is a member like any other: counted, held
+    /// until its whole gang fits, released with it.
+    #[test]
+    fn labels_alone_exempt_nothing_in_the_controller() {
+        let p = policies("");
+        let disguises = [
+            json!({"metadata": {"labels": {"kueue.x-k8s.io/managed": "true"}}}),
+            json!({"metadata": {"annotations": {"scheduling.k8s.io/group-name": "pg"}}}),
+            json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]}}),
+            json!({"spec": {"schedulerName": "volcano"}}),
+        ];
+        let pods: Vec<Value> = disguises
+            .iter()
+            .enumerate()
+            .map(|(i, extra)| member(&format!("d-{i}"), "d", 5, "2026-11-22T01:00:00Z", extra.clone()))
+            .collect();
+        for pod in &pods {
+            let r = record(pod, &p);
+            assert!(r.gate_index.is_some() && r.gang.is_some() && !r.foreign_gates(), "{r:?}");
+        }
+        // 4 of 5 members: all wait, none is released or skipped.
+        let state = cluster(&p, &pods);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        assert_eq!(snapshot.gangs.len(), 1);
+        assert_eq!(snapshot.gangs[0].members.len(), 4);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert!(releases(&pass.actions).is_empty(), "{:?}", pass.actions);
+        // The fifth arrives and the gang fits: all five go together.
+        let mut all = pods.clone();
+        all.push(member("d-4", "d", 5, "2026-11-22T01:00:00Z", json!({})));
+        let state = ClusterState::default();
+        state.replace_nodes(vec![node("n1", 8)]);
+        state.replace_pods(all.iter().map(|pod| record(pod, &p)).collect());
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        assert_eq!(
+            releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions),
+            ["d-0", "d-1", "d-2", "d-3", "d-4"]
+        );
+        // And in deny mode they are charged like any member.
+        let (usage, _) = state.usage_where(&mut |_| true);
+        assert_eq!(usage["nvidia.com/gpu"], Quantity::from_units(5));
+    }
+
     #[test]
     fn running_members_count_towards_the_quorum_of_a_replacement() {
         let p = policies("");
