@@ -140,7 +140,9 @@ fn with_pending_gang(state: &ClusterState, p: &PolicySet, members: usize) {
     }))
     .unwrap();
     let template = allot::cluster::node_info(&node).unwrap();
-    state.replace_nodes((0..100).map(|i| allot::cluster::NodeInfo { name: format!("n{i}"), ..template.clone() }).collect());
+    state.replace_nodes(
+        (0..100).map(|i| allot::cluster::NodeInfo { name: format!("n{i}"), ..template.clone() }).collect(),
+    );
 }
 
 /// Per-request latencies of `n` validating reviews: (mean, p99) in microseconds.
@@ -200,7 +202,9 @@ fn pending_gang(c: &mut Criterion) {
             })
         });
         let name = if with_gang { "validate_with_pending_10k_gang" } else { "validate_baseline" };
-        group.bench_function(name, |b| b.iter(|| admission::review(std::hint::black_box(&body), Phase::Validate, &engine)));
+        group.bench_function(name, |b| {
+            b.iter(|| admission::review(std::hint::black_box(&body), Phase::Validate, &engine))
+        });
         let (mean, p99) = latencies(20_000, || {
             std::hint::black_box(admission::review(&body, Phase::Validate, &engine).unwrap());
         });
@@ -212,7 +216,9 @@ fn pending_gang(c: &mut Criterion) {
     }
     group.finish();
     for (name, mean, p99, passes) in &measured {
-        println!("pending_gang/{name}: mean {mean:.1} µs, p99 {p99:.1} µs per review ({passes} controller passes meanwhile)");
+        println!(
+            "pending_gang/{name}: mean {mean:.1} µs, p99 {p99:.1} µs per review ({passes} controller passes meanwhile)"
+        );
     }
     let (_, base_mean, base_p99, _) = measured[0];
     let (_, gang_mean, gang_p99, _) = measured[1];
