@@ -175,7 +175,9 @@ fn pending_gang(c: &mut Criterion) {
     let p = policies(true);
     let mut group = c.benchmark_group("pending_gang");
     let mut measured = Vec::new();
-    for with_gang in [false, true] {
+    // (pending gang, controller pass running): the pass alone separates the cost of sharing
+    // the CPU with the controller from the cost of the gang.
+    for (with_gang, with_pass) in [(false, false), (true, false), (false, true), (true, true)] {
         let state = cluster(&p);
         if with_gang {
             with_pending_gang(&state, &p, 10_000);
@@ -185,7 +187,7 @@ fn pending_gang(c: &mut Criterion) {
         assert!(admission::review(&body, Phase::Validate, &engine).unwrap().allowed);
         let stop = Arc::new(AtomicBool::new(false));
         let passes = Arc::new(AtomicU64::new(0));
-        let controller = with_gang.then(|| {
+        let controller = with_pass.then(|| {
             let (state, stop, passes) = (state.clone(), stop.clone(), passes.clone());
             std::thread::spawn(move || {
                 use allot::gang::plan::plan;
@@ -196,12 +198,17 @@ fn pending_gang(c: &mut Criterion) {
                     let _ = state.quota_plan(&p, &NoNamespaces, &mut queued);
                     let (snapshot, facts) = state.snapshot(&p, &NoNamespaces, 1_795_000_000);
                     let pass = plan(&snapshot, &facts, &mut explained);
-                    assert!(pass.released.is_empty());
+                    assert!(!with_gang || pass.released.is_empty());
                     passes.fetch_add(1, Ordering::Relaxed);
                 }
             })
         });
-        let name = if with_gang { "validate_with_pending_10k_gang" } else { "validate_baseline" };
+        let name = match (with_gang, with_pass) {
+            (false, false) => "validate_baseline",
+            (true, false) => "validate_with_pending_10k_gang",
+            (false, true) => "validate_while_the_controller_passes",
+            (true, true) => "validate_with_pending_10k_gang_while_the_controller_passes",
+        };
         group.bench_function(name, |b| {
             b.iter(|| admission::review(std::hint::black_box(&body), Phase::Validate, &engine))
         });
@@ -220,13 +227,13 @@ fn pending_gang(c: &mut Criterion) {
             "pending_gang/{name}: mean {mean:.1} µs, p99 {p99:.1} µs per review ({passes} controller passes meanwhile)"
         );
     }
-    let (_, base_mean, base_p99, _) = measured[0];
-    let (_, gang_mean, gang_p99, _) = measured[1];
-    println!(
-        "pending_gang: with / without a pending 10,000-member gang: mean {:.2}×, p99 {:.2}×",
-        gang_mean / base_mean,
-        gang_p99 / base_p99
-    );
+    let ratio = |with: usize, without: usize| {
+        let ((_, with_mean, with_p99, _), (_, base_mean, base_p99, _)) = (measured[with], measured[without]);
+        format!("mean {:.2}×, p99 {:.2}×", with_mean / base_mean, with_p99 / base_p99)
+    };
+    println!("pending_gang: with / without a pending 10,000-member gang, no pass running: {}", ratio(1, 0));
+    println!("pending_gang: with / without a pending 10,000-member gang, pass running: {}", ratio(3, 2));
+    println!("pending_gang: gang and pass / neither: {}", ratio(3, 0));
 }
 
 criterion_group!(benches, bench, gauges, pending_gang);
