@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use super::records::{Key, NodeInfo, Owner, PodRecord, key};
-use super::usage::{GangTally, add_to};
+use super::tally::{GangTally, add_to};
 use crate::gang::directory::{GangDirectory, Peer};
 use crate::gang::membership::OwnerGang;
 use crate::quantity::Quantity;

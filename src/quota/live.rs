@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::{Quota, QuotaBook, QuotaRequest, Refusal, asks, check};
-use crate::cluster::usage::add_to;
+use crate::cluster::tally::add_to;
 use crate::cluster::{ClusterState, GangTally};
 use crate::resources::ResourceList;
 

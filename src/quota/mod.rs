@@ -9,7 +9,7 @@ pub mod queue;
 use std::collections::BTreeMap;
 
 use crate::cluster::GangTally;
-use crate::cluster::usage::add_to;
+use crate::cluster::tally::add_to;
 pub use crate::policy::quota::{Charge, Exceeded, Quota, add, times};
 use crate::quantity::Quantity;
 use crate::resources::ResourceList;
