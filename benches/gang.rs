@@ -73,6 +73,7 @@ fn snapshot() -> Snapshot {
                 priority: (g % 3) as i32,
                 created: g as i64,
                 starvation_after: Some(1800),
+                phantoms: None,
             }
         })
         .collect();

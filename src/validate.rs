@@ -11,7 +11,7 @@ use crate::gang::directory::{GangDirectory, Peer, disagreement};
 use crate::gang::membership::{Membership, PodFacts};
 use crate::namespaces::TeamLookup;
 use crate::policy::{Action, Operation, PolicySet, QuotaMode, Rule};
-use crate::quota::{self, QuotaBook, QuotaRequest};
+use crate::quota::{QuotaBook, QuotaRequest};
 use crate::request::Request;
 use crate::resources::{self, ContainerResources, accelerators_only};
 use crate::workload::PodView;
@@ -200,27 +200,23 @@ pub fn check_quota(
     let t = team.team?;
     let quota = t.quota.as_ref().filter(|q| q.mode == QuotaMode::Deny)?;
     let spec = view.pod.get("spec")?;
-    let charge = quota.charge(&resources::pod_requests(spec));
-    if charge.is_empty() {
+    let requests = resources::pod_requests(spec);
+    let charge = quota.charge(&requests);
+    let gang = gang.and_then(|g| g.size.map(|n| (g.name.as_str(), n)));
+    // A gang member asking nothing still takes one of its gang's declared places (and so
+    // changes what the others are charged): the book must count it.
+    if charge.is_empty() && gang.is_none() {
         return None;
     }
-    let gang = gang.and_then(|g| g.size.map(|n| (g.name.as_str(), n)));
     let pod = view.pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
-    let request =
-        QuotaRequest { uid: req.uid, team: &t.name, namespace: req.namespace, pod, charge, gang, dry_run: req.dry_run };
-    let (exceeded, namespaces) = book.admit(quota, &request).err()?;
-    let asking = match gang {
-        Some((name, size)) => format!(
-            "gang {name} of {size} asks {} in all",
-            quota.show(quota::times(&request.charge, size).get(&exceeded.resource).copied().unwrap_or(0))
-        ),
-        None => format!("this pod asks {}", exceeded.asked),
-    };
+    let (uid, namespace, dry_run) = (req.uid, req.namespace, req.dry_run);
+    let request = QuotaRequest { uid, team: &t.name, namespace, pod, charge, requests, gang, dry_run };
+    let refusal = book.admit(quota, &request).err()?;
     Some(Finding {
         rule: "team/quota".into(),
         action: Action::Deny,
         path: view.spec_path(),
-        message: format!("team {} {} in namespaces {}; {asking}", t.name, exceeded, namespaces.join(", ")),
+        message: refusal.message(&t.name),
     })
 }
 

@@ -1,5 +1,6 @@
 //! Team quotas end to end on a real control plane (skipped without the envtest binaries): deny
-//! mode rejects the 9th GPU with the numbers; queue mode holds a pod behind `allot.dev/quota`
+//! mode rejects the 9th GPU with the numbers, charges every gang member and refuses members
+//! beyond the declared size; queue mode holds a pod behind `allot.dev/quota`
 //! and releases it when a running pod goes; a gang of 4 with 3 GPUs of quota left stays whole.
 
 mod support;
@@ -86,6 +87,34 @@ async fn quotas_on_a_real_control_plane() {
     .await;
     deny.create(&PostParams::default(), &gpu_pod("d-4", 2, None)).await.expect("room again");
     assert!(deny.create(&PostParams::default(), &gpu_pod("d-5", 1, None)).await.is_err());
+
+    // --- Deny through gangs: every member is charged, none beyond the declared size. ---
+    for name in ["d-1", "d-2", "d-3", "d-4"] {
+        deny.delete(name, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.expect("delete");
+    }
+    wait_for("the deleted pods to leave the usage", Duration::from_secs(20), || async {
+        deny.create(&PostParams { dry_run: true, ..Default::default() }, &gpu_pod("d-dry", 8, None)).await.is_ok()
+    })
+    .await;
+    // The attempt: one-GPU members of a gang declared 2; the third is refused.
+    for i in 0..2 {
+        deny.create(&PostParams::default(), &gpu_pod(&format!("g-{i}"), 1, Some(("g", 2)))).await.expect("member");
+    }
+    let message =
+        deny.create(&PostParams::default(), &gpu_pod("g-2", 1, Some(("g", 2)))).await.expect_err("beyond").to_string();
+    assert!(message.contains("gang g declares 2 members; 2 exist already"), "{message}");
+    // A first member of 1 GPU charges the gang 2; a second of 8 would make it 9.
+    deny.create(&PostParams::default(), &gpu_pod("h-0", 1, Some(("h", 2)))).await.expect("first member");
+    let message =
+        deny.create(&PostParams::default(), &gpu_pod("h-1", 8, Some(("h", 2)))).await.expect_err("larger").to_string();
+    assert!(
+        message.contains("team deny-team uses 4 of 8 nvidia.com/gpu in namespaces quota-deny; gang h of 2 asks 9 in all, 7 more with this member"),
+        "{message}"
+    );
+    deny.create(&PostParams::default(), &gpu_pod("h-1", 4, Some(("h", 2)))).await.expect("room for 4");
+    // Gang g: 2; gang h: 1 + 4. Seven of eight: a 2-GPU pod is refused.
+    let message = deny.create(&PostParams::default(), &gpu_pod("d-6", 2, None)).await.expect_err("over").to_string();
+    assert!(message.contains("team deny-team uses 7 of 8 nvidia.com/gpu"), "{message}");
 
     // --- Queue: 2 GPUs of quota, three 1-GPU pods: two run, the third waits behind the gate. ---
     let queue: Api<Pod> = Api::namespaced(cluster.client.clone(), "quota-queue");

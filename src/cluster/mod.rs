@@ -1,7 +1,7 @@
 //! The cluster view that gangs, quotas and metrics read: what the watches saw of Pods and
 //! Nodes ([`records`]), kept and indexed in one store ([`store`]), with usage sums and the
-//! per-team gauges on top ([`usage`]); and the vocabulary of writes the controller makes back
-//! ([`action`]). It belongs to no feature: the gang snapshot (`gang::snapshot`) and the quota
+//! per-team gauges on top ([`usage`]) and what each gang counts against a quota ([`tally`]);
+//! and the vocabulary of writes the controller makes back ([`action`]). It belongs to no feature: the gang snapshot (`gang::snapshot`) and the quota
 //! queue (`quota::queue`) are built on it, not in it.
 
 pub mod action;
@@ -9,6 +9,7 @@ pub mod action;
 pub(crate) mod fixtures;
 pub mod records;
 pub mod store;
+pub mod tally;
 pub mod usage;
 
 #[cfg(test)]
@@ -17,4 +18,5 @@ mod tests;
 pub use action::{Action, CONDITION, QUOTA_CONDITION};
 pub use records::{GangRef, NodeInfo, Owner, PodRecord, PodShape, node_info, shape_of};
 pub use store::{ClusterState, ClusterView};
+pub use tally::GangTally;
 pub use usage::{AcceleratorGauge, AcceleratorUsage, QuotaGauge, UsageState};

@@ -75,8 +75,12 @@ pub struct PodRecord {
     pub namespace: Arc<str>,
     pub name: Arc<str>,
     pub node_name: Option<Arc<str>>,
-    /// Succeeded, Failed, or being deleted: holds nothing for the future.
+    /// Succeeded or Failed: holds nothing any more.
     pub finished: bool,
+    /// Being deleted (deletionTimestamp set) but not finished: still holds its devices until it
+    /// is gone, so it counts in quota usage and node usage, but it is no member of its gang's
+    /// quorum any more (it will not run again).
+    pub terminating: bool,
     /// Effective requests (with `pods: 1`), compact: most pods are bound and need nothing else.
     pub requests: Vec<(Arc<str>, Quantity)>,
     /// Where it may go: kept only while the pod is not bound.
@@ -88,7 +92,10 @@ pub struct PodRecord {
     pub quota_gate_index: Option<usize>,
     /// Gates that are neither of Allot's (Kueue's, Volcano's, …).
     pub other_gates: bool,
-    pub released: bool,
+    /// When Allot released it (the `allot.dev/gang-released` annotation, seconds since the
+    /// epoch); `None` when absent or not a time. What it reserves is bounded: see
+    /// [`PodRecord::reserves_release`].
+    pub released_at: Option<i64>,
     pub has_annotations: bool,
     pub priority: i32,
     pub priority_class: Option<String>,
@@ -118,6 +125,12 @@ pub fn shape_of(pod: &Pod) -> PodShape {
 impl PodRecord {
     /// Extracts a record; `policies` decide inference and coscheduling sizes (the GangPolicy of
     /// the pod's namespace and team, team from `labels`, as at admission).
+    ///
+    /// Nothing here exempts a pod. Exemptions (external gang managers, DaemonSet pods) are
+    /// decided at admission, with trust taken from the request's userInfo; the watch carries
+    /// no userInfo, so labels, annotations and owner references a tenant may have written
+    /// (`kueue.x-k8s.io/managed`, Volcano's group annotation, a DaemonSet owner) change nothing:
+    /// a pod that carries Allot's gate is a member like any other.
     pub fn from_pod(pod: &Pod, policies: &PolicySet, labels: &dyn NamespaceLabels) -> Option<PodRecord> {
         let namespace = pod.metadata.namespace.clone()?;
         let name = pod.metadata.name.clone()?;
@@ -138,6 +151,7 @@ impl PodRecord {
         };
         let spec = pod.spec.as_ref();
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let finished = matches!(phase, Some("Succeeded" | "Failed"));
         let shape = shape_of(pod);
         let requests = shape.requests.iter().map(|(k, v)| (intern(k), *v)).collect();
         // A bound pod only takes capacity: where it may go no longer matters.
@@ -146,13 +160,14 @@ impl PodRecord {
         let in_gang = gang.is_some();
         Some(PodRecord {
             node_name: facts.node_name.as_deref().map(intern),
-            finished: matches!(phase, Some("Succeeded" | "Failed")) || pod.metadata.deletion_timestamp.is_some(),
+            finished,
+            terminating: !finished && pod.metadata.deletion_timestamp.is_some(),
             requests,
             placement,
             gate_index: facts.gates.iter().position(|g| g == GATE),
             quota_gate_index: facts.gates.iter().position(|g| g == QUOTA_GATE),
             other_gates: facts.gates.iter().any(|g| g != GATE && g != QUOTA_GATE),
-            released: facts.annotations.contains_key(RELEASED_ANNOTATION),
+            released_at: facts.annotations.get(RELEASED_ANNOTATION).and_then(|v| parse_time(v)),
             has_annotations: pod.metadata.annotations.is_some(),
             priority: spec.and_then(|s| s.priority).unwrap_or(0),
             priority_class: spec.and_then(|s| s.priority_class_name.clone()).filter(|_| in_gang),
@@ -170,6 +185,29 @@ impl PodRecord {
         self.other_gates || self.quota_gate_index.is_some()
     }
 
+    /// True when the pod's release still reserves capacity at `now`: a gang member, ungated,
+    /// not bound, released at most [`RELEASE_RESERVATION`] ago. The annotation is a pod field:
+    /// one that a user wrote (admission denies that now, but not for pods admitted before, or
+    /// while the webhook was down) must not hold capacity for long, nor from the future.
+    pub fn reserves_release(&self, now: i64) -> bool {
+        self.gang.is_some()
+            && self.gate_index.is_none()
+            && self.node_name.is_none()
+            && self
+                .released_at
+                .is_some_and(|at| at <= now.saturating_add(CLOCK_SKEW) && now.saturating_sub(at) < RELEASE_RESERVATION)
+    }
+
+    /// Counts for its gang's quorum: neither finished nor being deleted.
+    pub fn present(&self) -> bool {
+        !self.finished && !self.terminating
+    }
+
+    /// The requests as `(name, amount)` pairs.
+    pub fn request_pairs(&self) -> impl Iterator<Item = (&str, Quantity)> {
+        self.requests.iter().map(|(k, v)| (&**k, *v))
+    }
+
     pub(super) fn key(&self) -> Key {
         (self.namespace.clone(), self.name.clone())
     }
@@ -184,6 +222,19 @@ impl PodRecord {
             },
         }
     }
+}
+
+/// How long a released member holds its reservation while it waits for the scheduler
+/// (seconds): the scheduler binds a pod that fits within seconds; one it cannot place is its
+/// problem, and keeping the reservation longer would only hold other gangs back.
+pub const RELEASE_RESERVATION: i64 = 120;
+
+/// How far in the future a release time may lie (seconds of clock skew between replicas).
+const CLOCK_SKEW: i64 = 60;
+
+/// An RFC 3339 time (what the controller writes), in seconds since the epoch.
+fn parse_time(value: &str) -> Option<i64> {
+    value.trim().parse::<k8s_openapi::jiff::Timestamp>().ok().map(|t| t.as_second())
 }
 
 /// (namespace, name) of a Pod.

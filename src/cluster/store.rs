@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use super::records::{Key, NodeInfo, Owner, PodRecord, key};
+use super::tally::{GangTally, add_to};
 use crate::gang::directory::{GangDirectory, Peer};
 use crate::gang::membership::OwnerGang;
 use crate::quantity::Quantity;
@@ -30,16 +31,44 @@ struct Inner {
     nodes: BTreeMap<String, NodeInfo>,
     /// What the owners of inferred gangs say about them.
     owner_gangs: HashMap<(String, String), OwnerGang>,
-    /// Requests of the non-finished pods of each namespace (gated ones included).
+    /// Requests of the non-finished pods of each namespace (gated and terminating ones
+    /// included).
     ns_usage: HashMap<Arc<str>, ResourceList>,
+    /// namespace → gang → what the gang counts against its team's quota, kept up to date on
+    /// every change so that admission reads it in O(gangs of the team), never O(members).
+    tallies: HashMap<Arc<str>, HashMap<String, GangTally>>,
+    /// Pods the watch saw deleted recently, oldest first, and when: the deny-mode ledger drops
+    /// a reservation whose pod came and went between two admissions (without this it would
+    /// count a pod that no longer exists until the reservation expires).
+    removed: std::collections::VecDeque<(std::time::Instant, Key)>,
+    /// The same, by pod: the last time each was seen deleted.
+    removed_at: HashMap<Key, std::time::Instant>,
     /// Bumped on every change, so the loop knows when to look again.
     generation: u64,
 }
+
+/// How long a deletion is remembered: as long as a reservation waits for its pod.
+pub const REMOVED_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Inner {
     fn usage_delta(&mut self, record: &PodRecord, sign: i128) {
         if record.finished {
             return;
+        }
+        if let Some(g) = &record.gang {
+            let gangs = self.tallies.entry(record.namespace.clone()).or_default();
+            let tally = gangs.entry(g.name.clone()).or_default();
+            if sign > 0 {
+                tally.add(record.request_pairs(), g.size, record.terminating);
+            } else {
+                tally.remove(record.request_pairs(), g.size, record.terminating);
+            }
+            if tally.members == 0 {
+                gangs.remove(&g.name);
+                if gangs.is_empty() {
+                    self.tallies.remove(&record.namespace);
+                }
+            }
         }
         let usage = self.ns_usage.entry(record.namespace.clone()).or_default();
         for (name, q) in &record.requests {
@@ -125,7 +154,19 @@ impl ClusterState {
     /// Forgets a Pod.
     pub fn remove_pod(&self, namespace: &str, name: &str) {
         let mut inner = write(&self.inner);
-        inner.unindex(&key(namespace, name));
+        let key = key(namespace, name);
+        inner.unindex(&key);
+        let now = std::time::Instant::now();
+        while let Some((at, old)) = inner.removed.front().cloned()
+            && now.duration_since(at) >= REMOVED_TTL
+        {
+            inner.removed.pop_front();
+            if inner.removed_at.get(&old) == Some(&at) {
+                inner.removed_at.remove(&old);
+            }
+        }
+        inner.removed.push_back((now, key.clone()));
+        inner.removed_at.insert(key, now);
         inner.generation += 1;
     }
 
@@ -135,6 +176,7 @@ impl ClusterState {
         inner.pods.clear();
         inner.gangs.clear();
         inner.ns_usage.clear();
+        inner.tallies.clear();
         for r in records {
             inner.index(r);
         }
@@ -171,60 +213,48 @@ impl ClusterState {
         }
     }
 
-    /// Marks members released locally, before the API confirms, so the next pass already counts
-    /// their reservation.
-    pub fn mark_released(&self, namespace: &str, names: &[String]) {
+    /// Marks members released locally at `at` (seconds since the epoch), before the API
+    /// confirms, so the next pass already counts their reservation.
+    pub fn mark_released(&self, namespace: &str, names: &[String], at: i64) {
         let mut inner = write(&self.inner);
         for n in names {
             if let Some(p) = inner.pods.get_mut(&key(namespace, n)) {
                 p.gate_index = None;
-                p.released = true;
+                p.released_at = Some(at);
             }
         }
         inner.generation += 1;
     }
 
-    /// Summed requests of the non-finished pods of the namespaces `include` accepts, plus, for
-    /// each gang of explicit size there that is not complete yet, what its missing members will
-    /// ask (a gang is charged whole). Also returns the namespaces that use anything.
+    /// What the non-finished pods of the namespaces `include` accepts count against a quota,
+    /// in resource terms: their requests (terminating pods included: they hold their devices
+    /// until they are gone), plus, for each gang that has fewer members than it declares, its
+    /// placeholders (see [`GangTally`]: a gang is charged whole). Also returns the namespaces
+    /// that use anything. Costs O(namespaces + gangs), never O(members or declared sizes).
     pub fn usage_where(&self, include: &mut dyn FnMut(&str) -> bool) -> (ResourceList, Vec<String>) {
         let inner = read(&self.inner);
         let mut total = ResourceList::new();
         let mut namespaces = Vec::new();
-        let mut accepted: HashMap<&str, bool> = HashMap::new();
-        let add = |total: &mut ResourceList, name: &str, nanos: i128| {
-            let slot = total.entry(name.to_string()).or_default();
-            *slot = Quantity::from_nanos(slot.nanos() + nanos);
-        };
         for (ns, usage) in &inner.ns_usage {
-            if !*accepted.entry(ns).or_insert_with(|| include(ns)) {
+            if !include(ns) {
                 continue;
             }
             if usage.values().any(|q| q.nanos() != 0) {
                 namespaces.push(ns.to_string());
             }
-            for (name, q) in usage {
-                add(&mut total, name, q.nanos());
-            }
-        }
-        for ((ns, _), members) in &inner.gangs {
-            if !*accepted.entry(ns).or_insert_with(|| include(ns)) {
-                continue;
-            }
-            let live: Vec<&PodRecord> = members
-                .iter()
-                .filter_map(|m| inner.pods.get(&(ns.clone(), m.clone())))
-                .filter(|p| !p.finished)
-                .collect();
-            let Some(first) = live.first() else { continue };
-            let Some(size) = first.gang.as_ref().and_then(|g| g.size) else { continue };
-            let missing = i128::from(size.saturating_sub(live.len() as u32));
-            for (name, q) in &first.requests {
-                add(&mut total, name, missing * q.nanos());
+            add_to(&mut total, usage, 1);
+            for tally in inner.tallies.get(ns).into_iter().flat_map(HashMap::values) {
+                add_to(&mut total, &tally.placeholders(), 1);
             }
         }
         namespaces.sort();
         (total, namespaces)
+    }
+
+    /// What one gang counts against its team's quota, from the watch (empty when no member
+    /// is known).
+    pub fn gang_tally(&self, namespace: &str, gang: &str) -> GangTally {
+        read(&self.inner).tallies.get(namespace).and_then(|g| g.get(gang)).cloned().unwrap_or_default()
     }
 
     /// True when the watch has seen this pod.
@@ -232,12 +262,12 @@ impl ClusterState {
         read(&self.inner).pods.contains_key(&key(namespace, name))
     }
 
-    /// True when some non-finished member of the gang exists.
-    pub fn gang_exists(&self, namespace: &str, gang: &str) -> bool {
+    /// True when the watch has seen this pod, or seen a pod of this name deleted at or after
+    /// `since` (a pod admitted at `since` that came and went before anyone looked).
+    pub fn seen_since(&self, namespace: &str, name: &str, since: std::time::Instant) -> bool {
         let inner = read(&self.inner);
-        inner.gangs.get(&(Arc::from(namespace), gang.to_string())).is_some_and(|m| {
-            m.iter().any(|n| inner.pods.get(&(Arc::from(namespace), n.clone())).is_some_and(|p| !p.finished))
-        })
+        let key = key(namespace, name);
+        inner.pods.contains_key(&key) || inner.removed_at.get(&key).is_some_and(|at| *at >= since)
     }
 
     /// Marks a pod's quota gate lifted locally, before the watch confirms it. A gang gate after
@@ -291,7 +321,7 @@ impl GangDirectory for ClusterState {
         members
             .iter()
             .filter_map(|m| inner.pods.get(&(Arc::from(namespace), m.clone())))
-            .filter(|p| !p.finished)
+            .filter(|p| p.present())
             .map(|p| Peer {
                 pod: p.name.to_string(),
                 size: p.gang.as_ref().and_then(|g| g.size),

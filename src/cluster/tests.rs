@@ -8,7 +8,7 @@ use crate::gang::directory::GangDirectory;
 use crate::quantity::Quantity;
 
 #[test]
-fn quota_usage_counts_live_pods_and_whole_gangs_but_not_finished_ones() {
+fn quota_usage_counts_live_and_terminating_pods_and_whole_gangs_but_not_finished_ones() {
     let p = policies("");
     let mut running = member("r", "g1", 1, "2026-11-22T01:00:00Z", json!({"spec": {"nodeName": "n1"}}));
     running["metadata"]["labels"] = json!({});
@@ -23,7 +23,8 @@ fn quota_usage_counts_live_pods_and_whole_gangs_but_not_finished_ones() {
     gang_member["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!("2");
     let state = cluster(&p, &[running, done, terminating, gang_member]);
     let (usage, namespaces) = state.usage_where(&mut |ns| ns == "ml");
-    assert_eq!(usage["nvidia.com/gpu"], Quantity::from_units(1 + 3 * 2));
+    // The terminating pod holds its GPU until it is gone.
+    assert_eq!(usage["nvidia.com/gpu"], Quantity::from_units(1 + 1 + 3 * 2));
     assert_eq!(namespaces, ["ml"]);
     let (usage, _) = state.usage_where(&mut |_| false);
     assert!(usage.is_empty());

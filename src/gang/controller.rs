@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use super::decision::GangKey;
 use super::membership::{GATE, InferredKind, QUOTA_GATE, RELEASED_ANNOTATION};
 use super::metrics::ControllerMetrics;
-use super::plan::plan;
+use super::plan::{Plan, plan};
 use super::snapshot::GangSnapshot;
 use crate::cluster::{Action, CONDITION, ClusterState, PodRecord, QUOTA_CONDITION, node_info};
 use crate::namespaces::NamespaceLabels;
@@ -230,14 +230,45 @@ async fn control_loop(context: Context, mut stopped: tokio::sync::watch::Receive
         }
         resolve_owner_sizes(&client, &state).await;
         seen_generation = state.generation();
-        let p = policies.load();
         let now = unix_now();
+        // The pure work of a pass (quota queue, snapshot, decision) runs on a blocking thread:
+        // however large the cluster view, it never occupies the async workers that answer
+        // /mutate, /validate and /readyz.
+        let (quota_actions, back) = {
+            let (state, p, namespaces) = (state.clone(), policies.load_full(), namespaces.clone());
+            match tokio::task::spawn_blocking(move || {
+                let actions = state.quota_plan(&p, namespaces.as_ref(), &mut queued);
+                (actions, queued)
+            })
+            .await
+            {
+                Ok(done) => done,
+                Err(e) => {
+                    tracing::error!(error = %e, "the quota pass failed; retrying on the next change");
+                    (Vec::new(), HashMap::new())
+                }
+            }
+        };
+        queued = back;
         // Quota first: a gang member is released by the gang controller only once its quota
         // gate is gone.
-        let quota_actions = state.quota_plan(&p, namespaces.as_ref(), &mut queued);
         execute(&client, &recorder, &state, &metrics, quota_actions).await;
-        let (snapshot, facts) = state.snapshot(&p, namespaces.as_ref(), now);
-        let pass = plan(&snapshot, &facts, &mut explained);
+        let (pass, back) = {
+            let (state, p, namespaces) = (state.clone(), policies.load_full(), namespaces.clone());
+            match tokio::task::spawn_blocking(move || {
+                let (snapshot, facts) = state.snapshot(&p, namespaces.as_ref(), now);
+                (plan(&snapshot, &facts, &mut explained), explained)
+            })
+            .await
+            {
+                Ok(done) => done,
+                Err(e) => {
+                    tracing::error!(error = %e, "the gang pass failed; retrying on the next change");
+                    (Plan::default(), HashMap::new())
+                }
+            }
+        };
+        explained = back;
         metrics.set_waiting(&pass.waiting);
         for gang in &pass.released {
             metrics.gang_releases.inc();
@@ -369,7 +400,7 @@ async fn execute(
             Action::Release { namespace, pod, gate_index, has_annotations, node } => {
                 match patch_pod(client, &namespace, &pod, release_patch(gate_index, has_annotations, &now)).await {
                     Ok(_) => {
-                        state.mark_released(&namespace, std::slice::from_ref(&pod));
+                        state.mark_released(&namespace, std::slice::from_ref(&pod), unix_now());
                         tracing::info!(%namespace, %pod, simulated_node = %node, "released gang member");
                     }
                     Err(e) if is_status(&e, &[404]) => tracing::debug!(%namespace, %pod, "member gone before release"),

@@ -58,6 +58,24 @@ pub struct WaitingGang {
     /// After this many seconds of waiting while not fitting, no later gang may pass it;
     /// `None`: never blocks.
     pub starvation_after: Option<i64>,
+    /// Members that do not exist yet but must fit with the gang (a LeaderReady group's
+    /// workers): one shape and a count, never one entry per member, since the count comes
+    /// from an object a tenant writes.
+    pub phantoms: Option<Phantoms>,
+}
+
+/// `count` members of one shape that are not created yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Phantoms {
+    pub count: u32,
+    pub shape: PodShape,
+}
+
+impl WaitingGang {
+    /// Members the decision counts as present: the gated ones and the phantoms.
+    fn present(&self) -> u64 {
+        self.members.len() as u64 + u64::from(self.phantoms.as_ref().map_or(0, |p| p.count))
+    }
 }
 
 /// Everything the decision looks at.
@@ -122,14 +140,14 @@ pub fn decide(snapshot: &Snapshot) -> Vec<Decision> {
     let mut out = Vec::with_capacity(gangs.len());
     let mut blocker: Option<GangKey> = None;
     for gang in &gangs {
-        let present = gang.members.len();
+        let present = gang.present();
         if let Some(by) = &blocker {
             let message =
                 format!("{}; waiting behind higher-priority gang {by}", sim.need_message(gang, &snapshot.accelerators));
             out.push(Decision { gang: gang.key.clone(), verdict: Verdict::Blocked { by: by.clone() }, message });
             continue;
         }
-        let complete = gang.expected.is_some_and(|n| present >= n as usize);
+        let complete = gang.expected.is_some_and(|n| present >= u64::from(n));
         if !complete {
             out.push(Decision {
                 gang: gang.key.clone(),
@@ -292,35 +310,82 @@ impl<'a> Simulation<'a> {
                 }
             }
         }
+        if let Some(phantoms) = &gang.phantoms
+            && !self.place_copies(phantoms)
+        {
+            for (node, m) in done {
+                self.adjust(node, &m.shape.requests, -1);
+            }
+            return None;
+        }
         let mut placements: Vec<(String, String)> =
             done.into_iter().map(|(node, m)| (m.name.clone(), self.nodes[node].name.clone())).collect();
         placements.sort();
         Some(placements)
     }
 
+    /// Tries to place `count` copies of one shape, then gives everything back (phantoms are not
+    /// released, they only have to fit). The work is bounded by what the nodes can hold, not by
+    /// the count: a count beyond the class's total free of any resource it asks (`pods: 1`
+    /// always among them) is refused before a single copy is placed, and otherwise each copy
+    /// placed takes a pod slot that exists.
+    fn place_copies(&mut self, phantoms: &Phantoms) -> bool {
+        let class = self.class_of(&phantoms.shape);
+        let count = i128::from(phantoms.count);
+        for (resource, need) in phantoms.shape.requests.iter().filter(|(_, q)| **q > Quantity::ZERO) {
+            self.ensure_index(class, resource);
+            let total = self.index[&(class, resource.clone())].1;
+            if need.nanos().saturating_mul(count) > total.nanos() {
+                return false;
+            }
+        }
+        let mut placed: Vec<usize> = Vec::new();
+        let mut fits_all = true;
+        for _ in 0..phantoms.count {
+            match self.place(&phantoms.shape) {
+                Some(node) => {
+                    self.commit(node, &phantoms.shape.requests);
+                    placed.push(node);
+                }
+                None => {
+                    fits_all = false;
+                    break;
+                }
+            }
+        }
+        for node in placed {
+            self.adjust(node, &phantoms.shape.requests, -1);
+        }
+        fits_all
+    }
+
     /// "3/4 members present; needs 4 nvidia.com/gpu on nodes matching node-type=x, 2 free".
+    ///
+    /// Costs O(members present × resources): what missing members will ask is one
+    /// multiplication, whatever size the gang declares.
     fn need_message(&mut self, gang: &WaitingGang, accelerators: &ResourceMatcher) -> String {
-        let present = gang.members.len();
+        let present = gang.present();
         let head = match gang.expected {
             Some(n) => format!("{present}/{n} members present"),
             None => format!("{present} members present, gang size not known yet"),
         };
         let Some(first) = gang.members.first() else { return head };
-        let expected = gang.expected.map_or(present, |n| (n as usize).max(present));
+        let expected = gang.expected.map_or(present, |n| u64::from(n).max(present));
         let mut totals: ResourceList = ResourceList::new();
-        for m in &gang.members {
-            for (name, q) in m.shape.requests.iter().filter(|(n, _)| accelerators.matches(n)) {
+        let mut add = |requests: &ResourceList, times: u64| {
+            for (name, q) in requests.iter().filter(|(n, _)| accelerators.matches(n)) {
                 let slot = totals.entry(name.clone()).or_default();
-                *slot = slot.saturating_add(*q);
+                *slot = slot.saturating_add(Quantity::from_nanos(q.nanos().saturating_mul(i128::from(times))));
             }
+        };
+        for m in &gang.members {
+            add(&m.shape.requests, 1);
+        }
+        if let Some(p) = &gang.phantoms {
+            add(&p.shape.requests, u64::from(p.count));
         }
         // Members not created yet are assumed to look like the first one.
-        for _ in present..expected {
-            for (name, q) in first.shape.requests.iter().filter(|(n, _)| accelerators.matches(n)) {
-                let slot = totals.entry(name.clone()).or_default();
-                *slot = slot.saturating_add(*q);
-            }
-        }
+        add(&first.shape.requests, expected - present);
         let class = self.class_of(&first.shape);
         let mut parts = Vec::new();
         for (name, need) in &totals {

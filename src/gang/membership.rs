@@ -318,6 +318,7 @@ pub fn owner_total(kind: InferredKind, owner: &Value) -> Option<u64> {
             .get("replicatedJobs")?
             .as_array()?
             .iter()
+            // Saturating: the numbers are the tenant's, and an overflow must not panic the controller.
             .map(|rj| int(rj.get("replicas"), 1).saturating_mul(int(rj.pointer("/template/spec/parallelism"), 1)))
             .fold(0u64, u64::saturating_add),
         InferredKind::MPIJob => int(spec.pointer("/mpiReplicaSpecs/Worker/replicas"), 1),

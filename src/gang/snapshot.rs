@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use super::decision::{GangKey, Member, Snapshot, WaitingGang};
+use super::decision::{GangKey, Member, Phantoms, Snapshot, WaitingGang};
 use super::membership::OwnerGang;
 use crate::cluster::{ClusterState, ClusterView, PodShape};
 use crate::namespaces::{NamespaceLabels, TeamsByNamespace};
@@ -70,12 +70,18 @@ impl GangSnapshot for ClusterState {
                 continue;
             }
             if let Some(node) = &p.node_name {
+                // A terminating pod still holds its devices until it is gone: it counts here.
                 // Summed per node: 5,000 entries for the simulation, not 100,000.
                 let used = bound.entry(node.clone()).or_default();
                 for (name, q) in &p.requests {
                     let slot = used.entry(name.to_string()).or_default();
                     *slot = slot.saturating_add(*q);
                 }
+                continue;
+            }
+            // An unbound pod being deleted will not be scheduled: it reserves nothing on a node,
+            // and it is no member of its gang's quorum any more.
+            if p.terminating {
                 continue;
             }
             let Some(g) = &p.gang else { continue };
@@ -98,6 +104,7 @@ impl GangSnapshot for ClusterState {
                     priority: p.priority,
                     created: p.created,
                     starvation_after: Some(policy.starvation_after.as_secs() as i64),
+                    phantoms: None,
                 });
                 entry.members.push(Member { name: p.name.to_string(), shape: p.shape() });
                 if g.leader {
@@ -108,7 +115,7 @@ impl GangSnapshot for ClusterState {
                 entry.created = entry.created.min(p.created);
                 gf.assembly_timeout = policy.assembly_timeout.as_secs() as i64;
                 gf.on_timeout = policy.on_timeout;
-            } else if p.gate_index.is_none() && p.released {
+            } else if p.reserves_release(now) {
                 // Released, not yet bound: the reservation ledger.
                 in_flight.push(p.shape());
                 gf.released += 1;
@@ -140,7 +147,7 @@ impl GangSnapshot for ClusterState {
 /// replacement or a member whose release failed can still go.
 fn count_running(view: &ClusterView<'_>, facts: &mut HashMap<GangKey, GangFacts>) {
     for p in view.pods() {
-        if !p.finished
+        if p.present()
             && p.node_name.is_some()
             && p.gate_index.is_none()
             && let Some(g) = &p.gang
@@ -158,17 +165,15 @@ fn finish(mut g: WaitingGang, gf: Option<&GangFacts>) -> WaitingGang {
     // The decision counts gated members; lower the bar by what already runs.
     g.expected = g.expected.map(|n| n.saturating_sub(released));
     // LeaderReady: the leader alone is gated, its workers do not exist yet. It goes when the
-    // whole group would fit: its workers are placed as phantoms (names no gated pod has, so only
-    // the leader is released).
+    // whole group would fit: its workers are placed as phantoms (one shape and a count, never one
+    // entry per declared worker: the count is the tenant's number), so only the leader is released.
     if let Some((workers, Some(requests))) = gf.and_then(|f| f.leader_first_workers.clone())
         && released == 0
         && g.members.len() == 1
+        && workers > 0
     {
-        let leader = g.members[0].shape.clone();
-        for i in 0..workers {
-            let shape = PodShape { requests: requests.clone(), ..leader.clone() };
-            g.members.push(Member { name: format!("{}/worker-{}-not-created", g.key.name, i + 1), shape });
-        }
+        let shape = PodShape { requests, ..g.members[0].shape.clone() };
+        g.phantoms = Some(Phantoms { count: workers, shape });
     }
     g.members.sort_by(|a, b| a.name.cmp(&b.name));
     g

@@ -34,6 +34,7 @@ fn gang(name: &str, expected: u32, present: u32, gpus: i64, priority: i32, creat
         priority,
         created,
         starvation_after: None,
+        phantoms: None,
     }
 }
 
@@ -267,6 +268,43 @@ mod controller_state {
 
     const NOW: i64 = 1_795_000_000; // after the pods' creation times
 
+    /// A time as the controller writes it into `allot.dev/gang-released`.
+    fn rfc3339(seconds: i64) -> String {
+        k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap().to_string()
+    }
+
+    /// The `allot.dev/gang-released` annotation reserves capacity only as the controller
+    /// writes it: on an ungated, unbound gang member, for a limited time after the release.
+    /// One a user wrote (any value, an old or a future time) cannot hold nodes for long.
+    #[test]
+    fn a_release_reserves_capacity_only_briefly_and_only_for_a_gang_member() {
+        let p = policies("");
+        let released = |name: &str, value: &str, gang: bool| {
+            let mut pod = member(name, "a", 4, "2026-11-22T01:00:00Z", json!({}));
+            pod["spec"].as_object_mut().unwrap().remove("schedulingGates");
+            pod["metadata"]["annotations"]["allot.dev/gang-released"] = json!(value);
+            if !gang {
+                pod["metadata"]["labels"] = json!({});
+            }
+            pod
+        };
+        let in_flight = |pods: &[Value]| {
+            let state = cluster(&p, pods);
+            state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW).0.in_flight.len()
+        };
+        assert_eq!(in_flight(&[released("fresh", &rfc3339(NOW - 10), true)]), 1);
+        let limit = crate::cluster::records::RELEASE_RESERVATION;
+        assert_eq!(in_flight(&[released("expired", &rfc3339(NOW - limit), true)]), 0);
+        assert_eq!(in_flight(&[released("future", &rfc3339(NOW + 86_400), true)]), 0);
+        assert_eq!(in_flight(&[released("no-time", "true", true)]), 0);
+        assert_eq!(in_flight(&[released("not-a-member", &rfc3339(NOW - 10), false)]), 0);
+        // The controller's own mark counts from the moment it releases.
+        let state = cluster(&p, &[member("m", "a", 1, "2026-11-22T01:00:00Z", json!({}))]);
+        state.mark_released("ml", &["m".into()], NOW - 5);
+        assert_eq!(state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW).0.in_flight.len(), 1);
+        assert_eq!(state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW + limit).0.in_flight.len(), 0);
+    }
+
     #[test]
     fn one_gang_goes_whole_the_other_waits_whole_then_follows() {
         let p = policies("");
@@ -290,7 +328,7 @@ mod controller_state {
 
         // Released locally: a's reservation holds until bound; b is not released onto it, and
         // an unchanged explanation is not written again.
-        state.mark_released("ml", &["a-0".into(), "a-1".into(), "a-2".into(), "a-3".into()]);
+        state.mark_released("ml", &["a-0".into(), "a-1".into(), "a-2".into(), "a-3".into()], NOW);
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         let actions = plan(&snapshot, &facts, &mut explained).actions;
         assert!(releases(&actions).is_empty());
@@ -300,7 +338,7 @@ mod controller_state {
         let mut pods = two_gangs();
         for pod in pods.iter_mut().filter(|p| p["metadata"]["name"].as_str().unwrap().starts_with("a-")) {
             pod["spec"].as_object_mut().unwrap().remove("schedulingGates");
-            pod["metadata"]["annotations"]["allot.dev/gang-released"] = json!("2026-11-22T01:00:10Z");
+            pod["metadata"]["annotations"]["allot.dev/gang-released"] = json!(rfc3339(NOW - 10));
         }
         let restarted = cluster(&p, &pods);
         let (snapshot, facts) = restarted.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
@@ -313,6 +351,51 @@ mod controller_state {
         let after = cluster(&p, &remaining);
         let (snapshot, facts) = after.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions), ["b-0", "b-1", "b-2", "b-3"]);
+    }
+
+    /// The controller reads pods without knowing who wrote them: labels, annotations and owner
+    /// references that admission once took for exemptions (Kueue, Volcano, DaemonSet) change
+    /// nothing here. A member carrying Allot's gate is a member like any other: counted, held
+    /// until its whole gang fits, released with it.
+    #[test]
+    fn labels_alone_exempt_nothing_in_the_controller() {
+        let p = policies("");
+        let disguises = [
+            json!({"metadata": {"labels": {"kueue.x-k8s.io/managed": "true"}}}),
+            json!({"metadata": {"annotations": {"scheduling.k8s.io/group-name": "pg"}}}),
+            json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]}}),
+            json!({"spec": {"schedulerName": "volcano"}}),
+        ];
+        let pods: Vec<Value> = disguises
+            .iter()
+            .enumerate()
+            .map(|(i, extra)| member(&format!("d-{i}"), "d", 5, "2026-11-22T01:00:00Z", extra.clone()))
+            .collect();
+        for pod in &pods {
+            let r = record(pod, &p);
+            assert!(r.gate_index.is_some() && r.gang.is_some() && !r.foreign_gates(), "{r:?}");
+        }
+        // 4 of 5 members: all wait, none is released or skipped.
+        let state = cluster(&p, &pods);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        assert_eq!(snapshot.gangs.len(), 1);
+        assert_eq!(snapshot.gangs[0].members.len(), 4);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert!(releases(&pass.actions).is_empty(), "{:?}", pass.actions);
+        // The fifth arrives and the gang fits: all five go together.
+        let mut all = pods.clone();
+        all.push(member("d-4", "d", 5, "2026-11-22T01:00:00Z", json!({})));
+        let state = ClusterState::default();
+        state.replace_nodes(vec![node("n1", 8)]);
+        state.replace_pods(all.iter().map(|pod| record(pod, &p)).collect());
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        assert_eq!(
+            releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions),
+            ["d-0", "d-1", "d-2", "d-3", "d-4"]
+        );
+        // And in deny mode they are charged like any member.
+        let (usage, _) = state.usage_where(&mut |_| true);
+        assert_eq!(usage["nvidia.com/gpu"], Quantity::from_units(5));
     }
 
     #[test]
@@ -430,6 +513,109 @@ mod controller_state {
         small.set_owner_gang("ml", "lws-llm-0", owner);
         let (snapshot, facts) = small.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         assert!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions).is_empty());
+    }
+
+    /// A declared size is a number a tenant writes: the controller's pass must cost what exists
+    /// (members, nodes), not what is declared. Today's loop over missing members took minutes
+    /// for `gang-size: "4294967295"`; the bound is generous, it catches hangs, not slowness.
+    #[test]
+    fn a_gang_declaring_u32_max_members_costs_what_exists() {
+        let p = policies(
+            "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  infer: [LeaderWorkerSet]\n",
+        );
+        let huge = member("huge-0", "huge", u32::MAX, "2026-11-22T01:00:00Z", json!({}));
+        let small = member("small-0", "small", 1, "2026-11-22T01:00:05Z", json!({}));
+        let mut leader = member("llm-0", "unused", 1, "2026-11-22T01:00:00Z", json!({}));
+        leader["metadata"]["labels"] = json!({
+            "leaderworkerset.sigs.k8s.io/name": "llm",
+            "leaderworkerset.sigs.k8s.io/group-index": "0",
+            "leaderworkerset.sigs.k8s.io/worker-index": "0"
+        });
+        leader["metadata"]["annotations"] = json!({});
+        let state = cluster(&p, &[huge, small, leader]);
+        // A LeaderWorkerSet whose group size is u32::MAX, tiny workers: every copy would fit a
+        // node on its own, so only the bound by capacity stops the phantom loop.
+        let owner = crate::gang::membership::owner_gang(
+            crate::gang::membership::InferredKind::LeaderWorkerSet,
+            &json!({"spec": {"startupPolicy": "LeaderReady", "leaderWorkerTemplate": {"size": u32::MAX, "workerTemplate": {"spec": {
+                "containers": [{"name": "w", "resources": {"requests": {"cpu": "1m"}}}]}}}}}),
+        )
+        .unwrap();
+        state.set_owner_gang("ml", "lws-llm-0", owner);
+        let started = std::time::Instant::now();
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        let (usage, _) = state.usage_where(&mut |_| true);
+        let elapsed = started.elapsed();
+        assert!(elapsed < std::time::Duration::from_secs(1), "one pass took {elapsed:?}");
+        // The small gang is not held up by the huge one; the huge one says what it needs.
+        assert_eq!(releases(&pass.actions), ["small-0"]);
+        let explained = |pod: &str| {
+            pass.actions.iter().find_map(|a| match a {
+                Action::Explain { pod: p, message, .. } if p == pod => Some(message.clone()),
+                _ => None,
+            })
+        };
+        assert_eq!(
+            explained("huge-0").as_deref(),
+            Some("1/4294967295 members present; needs 4294967295 nvidia.com/gpu on any node, 4 free")
+        );
+        assert!(explained("llm-0").is_some_and(|m| m.starts_with("4294967295/4294967295 members present")));
+        assert_eq!(usage["nvidia.com/gpu"], Quantity::from_units(i64::from(u32::MAX) + 2));
+    }
+
+    /// JobSet and Kubeflow sizes are sums and products of the tenant's numbers: they saturate
+    /// (and are then refused as too large for a gang size) instead of overflowing.
+    #[test]
+    fn owner_sizes_that_overflow_are_refused_without_panicking() {
+        use crate::gang::membership::{InferredKind, owner_size};
+        let jobset = json!({"spec": {"replicatedJobs": [
+            {"replicas": u64::MAX, "template": {"spec": {"parallelism": u64::MAX}}},
+            {"replicas": u64::MAX}]}});
+        assert_eq!(owner_size(InferredKind::JobSet, &jobset), None);
+        let pytorch = json!({"spec": {"pytorchReplicaSpecs": {"Master": {"replicas": u64::MAX}, "Worker": {"replicas": u64::MAX}}}});
+        assert_eq!(owner_size(InferredKind::KubeflowJob, &pytorch), None);
+    }
+
+    #[test]
+    fn a_bound_terminating_pod_still_takes_its_node_and_a_terminating_member_is_no_member() {
+        let p = policies("");
+        // 4 GPUs on n1 + n2; a terminating pod still holds one on n1 until it is gone.
+        let mut leaving = member("leaving", "x", 1, "2026-11-22T01:00:00Z", json!({"spec": {"nodeName": "n1"}}));
+        leaving["metadata"]["labels"] = json!({});
+        leaving["spec"]["schedulingGates"] = json!([]);
+        leaving["metadata"]["deletionTimestamp"] = json!("2026-11-22T01:05:00Z");
+        let gang: Vec<Value> =
+            (0..4).map(|i| member(&format!("a-{i}"), "a", 4, "2026-11-22T01:00:00Z", json!({}))).collect();
+        let state = cluster(&p, &[gang.clone(), vec![leaving.clone()]].concat());
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert!(releases(&pass.actions).is_empty(), "3 GPUs free for a gang of 4: {:?}", pass.actions);
+        // Gone: the gang fits.
+        state.remove_pod("ml", "leaving");
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions).len(), 4);
+
+        // A gated member being deleted is no member: 3/4 present, nothing released.
+        let mut members = gang;
+        members[3]["metadata"]["deletionTimestamp"] = json!("2026-11-22T01:05:00Z");
+        let state = cluster(&p, &members);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert!(releases(&pass.actions).is_empty());
+        assert!(
+            pass.actions
+                .iter()
+                .any(|a| matches!(a, Action::Explain { message, .. } if message.starts_with("3/4 members present"))),
+            "{:?}",
+            pass.actions
+        );
+        // ... but it still counts for its team's quota, and the gang is not charged a
+        // placeholder for it on top (4 members hold or will hold 1 GPU each).
+        let (usage, _) = state.usage_where(&mut |_| true);
+        assert_eq!(usage["nvidia.com/gpu"], Quantity::from_units(4));
+        let peers = crate::gang::directory::GangDirectory::peers(&state, "ml", "a");
+        assert_eq!(peers.len(), 3, "admission's directory lists present members only: {peers:?}");
     }
 
     #[test]

@@ -2,9 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{Charge, Exceeded, Quota, QuotaBook, QuotaRequest, add, effective_charge};
-use crate::cluster::ClusterState;
-use crate::quantity::Quantity;
+use super::{Quota, QuotaBook, QuotaRequest, Refusal, asks, check};
+use crate::cluster::tally::add_to;
+use crate::cluster::{ClusterState, GangTally};
 use crate::resources::ResourceList;
 
 /// Deny-mode quota in `allot serve`: usage from the controller's Pod watch plus an in-process
@@ -36,9 +36,11 @@ struct Pending {
     team: String,
     namespace: String,
     pod: String,
-    /// In resource terms (charge units depend on the quota, which a reload may change).
+    /// The pod's own requests, in resource terms (charge units depend on the quota, which a
+    /// reload may change; a gang member's share depends on the other members).
     resources: ResourceList,
-    gang: Option<(String, String)>,
+    /// (namespace, gang, declared size) of a gang member.
+    gang: Option<(String, String, u32)>,
     at: std::time::Instant,
 }
 
@@ -57,44 +59,62 @@ impl LiveQuota {
     }
 }
 
-fn to_resources(quota: &Quota, charge: &Charge) -> ResourceList {
-    charge.iter().map(|(k, v)| (k.clone(), Quantity::from_nanos(v / quota.denominator))).collect()
-}
-
 impl QuotaBook for LiveQuota {
-    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), (Exceeded, Vec<String>)> {
+    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), Refusal> {
         let mut ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
         if !request.uid.is_empty() && ledger.contains_key(request.uid) {
             return Ok(()); // a retry of an admitted request
         }
         let now = std::time::Instant::now();
-        ledger.retain(|_, p| now.duration_since(p.at) < PENDING_TTL && !self.state.has_pod(&p.namespace, &p.pod));
+        ledger.retain(|_, p| {
+            now.duration_since(p.at) < PENDING_TTL && !self.state.seen_since(&p.namespace, &p.pod, p.at)
+        });
         let policies = self.policies.load();
         let mut cache = self.teams.lock().unwrap_or_else(|e| e.into_inner());
         if cache.version != policies.version || cache.at.is_none_or(|t| now.duration_since(t) > TEAM_CACHE_TTL) {
             *cache = TeamCache { version: policies.version.clone(), at: Some(now), team_of: Default::default() };
         }
-        let (usage, seen) = self.state.usage_where(&mut |ns| {
+        let (mut usage, seen) = self.state.usage_where(&mut |ns| {
             let team = cache.team_of.entry(ns.to_string()).or_insert_with(|| {
                 crate::namespaces::team_of(&policies, ns, self.namespaces.as_ref()).team.map(|t| t.name.clone())
             });
             team.as_deref() == Some(request.team)
         });
         drop(cache);
-        let mut used = quota.charge(&usage);
-        let mut namespaces: std::collections::BTreeSet<String> = seen.into_iter().collect();
-        namespaces.insert(request.namespace.to_string());
+        // Reservations not seen in the watch yet: a plain pod adds its requests; a gang member
+        // joins its gang's tally, which then replaces the watch's tally of that gang (the same
+        // formula over more members, so the ledger and the watch agree once the pods show up).
+        let mut gangs: BTreeMap<(String, String), (GangTally, GangTally)> = BTreeMap::new();
         for p in ledger.values().filter(|p| p.team == request.team) {
-            add(&mut used, &quota.charge(&p.resources));
+            match &p.gang {
+                None => add_to(&mut usage, &p.resources, 1),
+                Some((ns, g, declared)) => {
+                    let (_, merged) = gangs.entry((ns.clone(), g.clone())).or_insert_with(|| {
+                        let watch = self.state.gang_tally(ns, g);
+                        (watch.clone(), watch)
+                    });
+                    merged.add(p.resources.iter().map(|(k, v)| (k.as_str(), *v)), Some(*declared), false);
+                }
+            }
         }
-        let gang_key = request.gang.map(|(g, _)| (request.namespace.to_string(), g.to_string()));
-        let known = gang_key.as_ref().is_some_and(|(ns, g)| {
-            self.state.gang_exists(ns, g) || ledger.values().any(|p| p.gang.as_ref() == Some(&(ns.clone(), g.clone())))
-        });
-        let charge = effective_charge(request, known);
-        if let Some(e) = quota.exceeded(&used, &charge) {
-            return Err((e, namespaces.into_iter().collect()));
+        for (watch, merged) in gangs.values() {
+            add_to(&mut usage, &merged.total(), 1);
+            add_to(&mut usage, &watch.total(), -1);
         }
+        let gang_key = request.gang.map(|(g, n)| (request.namespace.to_string(), g.to_string(), n));
+        let before = match &gang_key {
+            Some((ns, g, _)) => match gangs.get(&(ns.clone(), g.clone())) {
+                Some((_, merged)) => merged.clone(),
+                None => self.state.gang_tally(ns, g),
+            },
+            None => GangTally::default(),
+        };
+        let asks = asks(request, &before)?;
+        check(quota, request, &quota.charge(&usage), &asks, || {
+            let mut namespaces: std::collections::BTreeSet<String> = seen.into_iter().collect();
+            namespaces.insert(request.namespace.to_string());
+            namespaces.into_iter().collect()
+        })?;
         if !request.dry_run && !request.uid.is_empty() {
             ledger.insert(
                 request.uid.to_string(),
@@ -102,7 +122,7 @@ impl QuotaBook for LiveQuota {
                     team: request.team.to_string(),
                     namespace: request.namespace.to_string(),
                     pod: request.pod.to_string(),
-                    resources: to_resources(quota, &charge),
+                    resources: request.requests.clone(),
                     gang: gang_key,
                     at: now,
                 },

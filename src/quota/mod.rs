@@ -8,6 +8,8 @@ pub mod queue;
 
 use std::collections::BTreeMap;
 
+use crate::cluster::GangTally;
+use crate::cluster::tally::add_to;
 pub use crate::policy::quota::{Charge, Exceeded, Quota, add, times};
 use crate::quantity::Quantity;
 use crate::resources::ResourceList;
@@ -25,39 +27,123 @@ pub struct QuotaRequest<'a> {
     pub pod: &'a str,
     /// What this pod counts.
     pub charge: Charge,
-    /// A gang is charged whole, once: `(gang name, size)`.
+    /// The pod's effective requests, in resource terms (a gang's placeholders are computed
+    /// from these, like the watch computes them from the pods it sees).
+    pub requests: ResourceList,
+    /// The gang it joins: `(gang name, declared size)`.
     pub gang: Option<(&'a str, u32)>,
     /// Evaluated, never reserved.
     pub dry_run: bool,
 }
 
-/// Where deny-mode admission gets current usage and keeps its reservations.
-pub trait QuotaBook: Send + Sync {
-    /// Admits (and, unless dry run, reserves) or says which limit would be exceeded and the
-    /// namespaces counted.
-    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), (Exceeded, Vec<String>)>;
+/// Why a quota book refuses a pod.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// A limit would be exceeded: which one, the namespaces counted, and what the pod asks
+    /// ("this pod asks 4", "gang ddp of 2 asks 8 in all").
+    Exceeded { exceeded: Box<Exceeded>, namespaces: Vec<String>, asking: String },
+    /// The gang already has every member it declares.
+    GangFull { gang: String, declared: u32, existing: u32 },
+    /// Usage is not known yet (Allot is starting and its caches have not synced): fail closed.
+    Unknown { reason: String },
 }
 
-/// The charge of a request as the book must count it: a gang's first member charges the whole
-/// gang; later members are already covered (`gang_known`).
-pub fn effective_charge(request: &QuotaRequest<'_>, gang_known: bool) -> Charge {
-    match request.gang {
-        Some(_) if gang_known => Charge::new(),
-        Some((_, size)) => times(&request.charge, size),
-        None => request.charge.clone(),
+impl Refusal {
+    /// The denial text for the person who ran `kubectl apply`.
+    pub fn message(&self, team: &str) -> String {
+        match self {
+            Refusal::Exceeded { exceeded, namespaces, asking } => {
+                format!("team {team} {exceeded} in namespaces {}; {asking}", namespaces.join(", "))
+            }
+            Refusal::GangFull { gang, declared, existing } => format!(
+                "gang {gang} declares {declared} members; {existing} exist already. A member beyond the declared \
+                 size is refused (it would run outside the gang and uncharged): delete a member first, or start a \
+                 new gang with a larger allot.dev/gang-size"
+            ),
+            Refusal::Unknown { reason } => format!("team {team}: {reason}"),
+        }
     }
 }
 
-/// No usage known (the CLI without `--state`, templates): a request is checked on its own.
+/// Where deny-mode admission gets current usage and keeps its reservations.
+pub trait QuotaBook: Send + Sync {
+    /// Admits (and, unless dry run, reserves) or says why not.
+    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), Refusal>;
+}
+
+/// What admitting a request adds to its team's usage.
+struct Asks {
+    /// In resource terms; negative entries where a gang's placeholders shrink.
+    delta: ResourceList,
+    /// The request's gang with the request counted in.
+    after: Option<GangTally>,
+}
+
+/// What `request` adds to its team's usage, given its gang as counted so far (`before`: the
+/// watch's members plus reservations not yet seen), or why a gang member is refused outright.
+/// A plain pod adds its requests; a gang member adds the difference it makes to its gang's
+/// total ([`GangTally`]): at the first member, the whole declared gang.
+fn asks(request: &QuotaRequest<'_>, before: &GangTally) -> Result<Asks, Refusal> {
+    let Some((gang, declared)) = request.gang else {
+        return Ok(Asks { delta: request.requests.clone(), after: None });
+    };
+    // Members disagreeing on the size are denied by the consistency check; the smaller size
+    // is the one that refuses a member too many.
+    let limit = before.declared().map_or(declared, |d| d.min(declared));
+    if before.live >= limit {
+        return Err(Refusal::GangFull { gang: gang.to_string(), declared: limit, existing: before.live });
+    }
+    let mut after = before.clone();
+    after.add(request.requests.iter().map(|(k, v)| (k.as_str(), *v)), Some(declared), false);
+    let mut delta = after.total();
+    add_to(&mut delta, &before.total(), -1);
+    Ok(Asks { delta, after: Some(after) })
+}
+
+/// Checks `asks` against `used` (charge units): the refusal says what the pod asks.
+fn check(
+    quota: &Quota,
+    request: &QuotaRequest<'_>,
+    used: &Charge,
+    asks: &Asks,
+    namespaces: impl FnOnce() -> Vec<String>,
+) -> Result<(), Refusal> {
+    let mut charge = quota.charge(&asks.delta);
+    // Every resource the pod itself asks for is checked, even where its gang's charge does not
+    // grow (it fills a placeholder): a deletion can leave a gang's placeholders above the
+    // limit, and a member filling one then would take real devices past it.
+    for resource in request.charge.keys() {
+        charge.entry(resource.clone()).or_insert(0);
+    }
+    let Some(exceeded) = quota.exceeded(used, &charge) else { return Ok(()) };
+    let asking = match (request.gang, &asks.after) {
+        (Some((gang, declared)), Some(after)) => {
+            let total = quota.charge(&after.total()).get(&exceeded.resource).copied().unwrap_or(0);
+            let added = charge.get(&exceeded.resource).copied().unwrap_or(0);
+            if added == total {
+                format!("gang {gang} of {declared} asks {} in all", quota.show(total))
+            } else {
+                format!(
+                    "gang {gang} of {declared} asks {} in all, {} more with this member",
+                    quota.show(total),
+                    exceeded.asked
+                )
+            }
+        }
+        _ => format!("this pod asks {}", exceeded.asked),
+    };
+    Err(Refusal::Exceeded { exceeded: Box::new(exceeded), namespaces: namespaces(), asking })
+}
+
+/// No usage known (the CLI without `--state`, templates): a request is checked on its own
+/// (a gang member as its whole gang).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoUsage;
 
 impl QuotaBook for NoUsage {
-    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), (Exceeded, Vec<String>)> {
-        match quota.exceeded(&Charge::new(), &effective_charge(request, false)) {
-            Some(e) => Err((e, vec![request.namespace.to_string()])),
-            None => Ok(()),
-        }
+    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), Refusal> {
+        let asks = asks(request, &GangTally::default())?;
+        check(quota, request, &Charge::new(), &asks, || vec![request.namespace.to_string()])
     }
 }
 
@@ -69,8 +155,13 @@ pub struct StaticUsage {
     taken: std::sync::Mutex<Taken>,
 }
 
-/// What the manifests of one run took so far: per team, and the gangs already charged.
-type Taken = (BTreeMap<String, ResourceList>, std::collections::BTreeSet<(String, String)>);
+/// What the manifests of one run took so far: per team, the plain pods' requests; per gang
+/// (namespace, name), its team and tally.
+#[derive(Debug, Default)]
+struct Taken {
+    plain: BTreeMap<String, ResourceList>,
+    gangs: BTreeMap<(String, String), (String, GangTally)>,
+}
 
 /// Parses one team's amounts (`{nvidia.com/gpu: 6}`); errors name `field.RESOURCE`.
 pub fn parse_amounts<'a>(
@@ -110,28 +201,30 @@ impl StaticUsage {
 }
 
 impl QuotaBook for StaticUsage {
-    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), (Exceeded, Vec<String>)> {
+    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), Refusal> {
         let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
-        let (by_team, gangs) = &mut *taken;
-        let mut used = self.teams.get(request.team).map(|l| quota.charge(l)).unwrap_or_default();
-        if let Some(t) = by_team.get(request.team) {
-            add(&mut used, &quota.charge(t));
+        let mut used = self.teams.get(request.team).cloned().unwrap_or_default();
+        if let Some(t) = taken.plain.get(request.team) {
+            add_to(&mut used, t, 1);
+        }
+        for (team, tally) in taken.gangs.values() {
+            if team == request.team {
+                add_to(&mut used, &tally.total(), 1);
+            }
         }
         let gang_key = request.gang.map(|(g, _)| (request.namespace.to_string(), g.to_string()));
-        let known = gang_key.as_ref().is_some_and(|k| gangs.contains(k));
-        let charge = effective_charge(request, known);
-        if let Some(e) = quota.exceeded(&used, &charge) {
-            return Err((e, vec![request.namespace.to_string()]));
-        }
-        // Record what this manifest takes, in resource terms (charge units are per quota).
-        let entry = by_team.entry(request.team.to_string()).or_default();
-        for (name, units) in &charge {
-            let slot = entry.entry(name.clone()).or_default();
-            *slot = slot.saturating_add(Quantity::from_nanos(units / quota.denominator));
-        }
-        if let Some(k) = gang_key {
-            gangs.insert(k);
+        let before = gang_key.as_ref().and_then(|k| taken.gangs.get(k)).map(|(_, t)| t.clone()).unwrap_or_default();
+        let asks = asks(request, &before)?;
+        check(quota, request, &quota.charge(&used), &asks, || vec![request.namespace.to_string()])?;
+        match (gang_key, asks.after) {
+            (Some(key), Some(after)) => {
+                taken.gangs.insert(key, (request.team.to_string(), after));
+            }
+            _ => add_to(taken.plain.entry(request.team.to_string()).or_default(), &request.requests, 1),
         }
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

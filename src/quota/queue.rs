@@ -111,7 +111,8 @@ fn queued_units<'p>(
     actions: &mut Vec<Action>,
 ) -> HashMap<&'p str, BTreeMap<String, Unit>> {
     let mut queued: HashMap<&'p str, BTreeMap<String, Unit>> = HashMap::new();
-    for p in view.pods().filter(|p| !p.finished) {
+    // A pod being deleted leaves the queue: it will not run, and it is no member of its gang.
+    for p in view.pods().filter(|p| p.present()) {
         let Some(gate_index) = p.quota_gate_index else { continue };
         let team = teams.get(&p.namespace).filter(|t| t.quota.as_ref().is_some_and(|q| q.mode == QuotaMode::Queue));
         let team_and_charge = team.and_then(|team| {

@@ -10,7 +10,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::quota::{Exceeded, Quota, QuotaBook, QuotaRequest};
+use crate::quota::{Quota, QuotaBook, QuotaRequest, Refusal};
 
 /// One cache filled by a watch: whether it runs at all, and whether its first list is in.
 #[derive(Debug, Default)]
@@ -74,22 +74,11 @@ pub struct StartingQuota<B> {
 }
 
 impl<B: QuotaBook> QuotaBook for StartingQuota<B> {
-    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), (Exceeded, Vec<String>)> {
-        let Some(reason) = self.caches.starting_reason() else {
-            return self.inner.admit(quota, request);
-        };
-        // The denial reads "team T uses <reason> of <limit> <resource> in namespaces N; ...":
-        // the reason stands where the usage would be, because the usage is what is not known.
-        let resource = request.charge.keys().next().cloned().unwrap_or_default();
-        let limit = quota.limits.get(&resource).copied().unwrap_or(0);
-        let asked = request.charge.get(&resource).copied().unwrap_or(0);
-        let exceeded = Exceeded {
-            used: format!("an unknown amount ({reason})"),
-            limit: quota.show(limit),
-            asked: quota.show(asked),
-            resource,
-        };
-        Err((exceeded, vec![request.namespace.to_string()]))
+    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), Refusal> {
+        match self.caches.starting_reason() {
+            None => self.inner.admit(quota, request),
+            Some(reason) => Err(Refusal::Unknown { reason }),
+        }
     }
 }
 

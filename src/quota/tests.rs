@@ -1,0 +1,307 @@
+//! Deny-mode quota through gangs, on the real [`LiveQuota`] over the real cluster store.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use k8s_openapi::api::core::v1::Pod;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::cluster::{ClusterState, PodRecord};
+use crate::namespaces::NoNamespaces;
+use crate::policy::{PolicySet, Source, compile};
+
+fn policies(limit: u32) -> PolicySet {
+    let text = format!(
+        "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: vision}}\nspec:\n  namespaces: {{names: [vision]}}\n  \
+         quota: {{mode: Deny, limits: {{nvidia.com/gpu: {limit}}}}}\n"
+    );
+    compile(&[Source { name: "teams.yaml".into(), text }]).unwrap()
+}
+
+fn quota_of(p: &PolicySet) -> Quota {
+    p.teams.iter().find_map(|t| t.quota.clone()).unwrap()
+}
+
+/// A pod of team vision asking `gpus`, in gang `(name, declared)` if any.
+fn pod(name: &str, gpus: u32, gang: Option<(&str, u32)>) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "vision", "creationTimestamp": "2026-11-22T01:00:00Z"},
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]},
+        "status": {"phase": "Pending"}
+    });
+    if let Some((g, n)) = gang {
+        pod["metadata"]["labels"] = json!({"allot.dev/gang-name": g});
+        pod["metadata"]["annotations"] = json!({"allot.dev/gang-size": n.to_string()});
+    }
+    pod
+}
+
+fn record(pod: &Value, p: &PolicySet) -> PodRecord {
+    let pod: Pod = serde_json::from_value(pod.clone()).unwrap();
+    PodRecord::from_pod(&pod, p, &NoNamespaces).unwrap()
+}
+
+/// What the validating webhook does for one pod (`validate::check_quota`): CPU-only pods reach
+/// the book only as gang members.
+fn admit(book: &dyn QuotaBook, quota: &Quota, pod: &Value, uid: &str) -> Result<(), String> {
+    let requests = crate::resources::pod_requests(&pod["spec"]);
+    let charge = quota.charge(&requests);
+    let name = pod["metadata"]["name"].as_str().unwrap_or("");
+    let gang_name = pod.pointer("/metadata/labels/allot.dev~1gang-name").and_then(Value::as_str);
+    let size = pod.pointer("/metadata/annotations/allot.dev~1gang-size").and_then(Value::as_str);
+    let gang = gang_name.zip(size.and_then(|s| s.parse().ok()));
+    if charge.is_empty() && gang.is_none() {
+        return Ok(());
+    }
+    let request =
+        QuotaRequest { uid, team: "vision", namespace: "vision", pod: name, charge, requests, gang, dry_run: false };
+    book.admit(quota, &request).map_err(|r| r.message("vision"))
+}
+
+fn live(p: &PolicySet) -> (Arc<ClusterState>, LiveQuota) {
+    let state = Arc::new(ClusterState::default());
+    let limit = quota_of(p).limits["nvidia.com/gpu"] / 1_000_000_000 / quota_of(p).denominator;
+    let policies = Arc::new(ArcSwap::from_pointee(policies(limit as u32)));
+    let book = LiveQuota::new(state.clone(), policies, Arc::new(NoNamespaces));
+    (state, book)
+}
+
+fn gpus_used(state: &ClusterState) -> i128 {
+    state.usage_where(&mut |ns| ns == "vision").0.get("nvidia.com/gpu").map_or(0, |q| q.nanos() / 1_000_000_000)
+}
+
+/// The issue's measurement: 8 one-GPU members of a gang declared 2, quota 4. Today all 8 were
+/// admitted (later members were free); now the third is refused with the numbers.
+#[test]
+fn members_beyond_the_declared_size_are_refused() {
+    let p = policies(4);
+    let quota = quota_of(&p);
+    let (_, book) = live(&p);
+    for i in 0..2 {
+        admit(&book, &quota, &pod(&format!("w-{i}"), 1, Some(("g", 2))), &format!("u{i}")).unwrap();
+    }
+    let denied = admit(&book, &quota, &pod("w-2", 1, Some(("g", 2))), "u2").unwrap_err();
+    assert!(denied.starts_with("gang g declares 2 members; 2 exist already"), "{denied}");
+    // Every member was charged: 2 of 4 used, so a 3-GPU pod does not fit.
+    let denied = admit(&book, &quota, &pod("big", 3, None), "u3").unwrap_err();
+    assert!(denied.contains("team vision uses 2 of 4 nvidia.com/gpu"), "{denied}");
+}
+
+/// A first member with 1 GPU and a second with 8: the gang is charged 9, not 2 × 1.
+#[test]
+fn every_member_is_charged_in_full() {
+    let p = policies(16);
+    let quota = quota_of(&p);
+    let (state, book) = live(&p);
+    let first = pod("w-0", 1, Some(("g", 2)));
+    let second = pod("w-1", 8, Some(("g", 2)));
+    admit(&book, &quota, &first, "u0").unwrap();
+    admit(&book, &quota, &second, "u1").unwrap();
+    let denied = admit(&book, &quota, &pod("p", 8, None), "u2").unwrap_err();
+    assert!(denied.contains("team vision uses 9 of 16 nvidia.com/gpu"), "{denied}");
+    // The watch counts the same once the pods show up.
+    state.upsert_pod(record(&first, &p));
+    assert_eq!(gpus_used(&state), 2, "one member of 2 seen: 1 + a placeholder of 1");
+    state.upsert_pod(record(&second, &p));
+    assert_eq!(gpus_used(&state), 9);
+    let denied = admit(&book, &quota, &pod("p", 8, None), "u3").unwrap_err();
+    assert!(denied.contains("team vision uses 9 of 16 nvidia.com/gpu"), "{denied}");
+    // With a quota of 4, the 8-GPU member does not fit the gang's charge.
+    let p = policies(4);
+    let quota = quota_of(&p);
+    let (_, book) = live(&p);
+    admit(&book, &quota, &first, "u0").unwrap();
+    let denied = admit(&book, &quota, &second, "u1").unwrap_err();
+    assert!(denied.contains("team vision uses 2 of 4 nvidia.com/gpu"), "{denied}");
+    assert!(denied.contains("gang g of 2 asks 9 in all, 7 more with this member"), "{denied}");
+}
+
+/// The first member of a gang is charged for the whole declared gang.
+#[test]
+fn a_gang_is_charged_whole_at_its_first_member() {
+    let p = policies(8);
+    let quota = quota_of(&p);
+    let (_, book) = live(&p);
+    let denied = admit(&book, &quota, &pod("w-0", 3, Some(("g", 3))), "u0").unwrap_err();
+    assert!(denied.contains("uses 0 of 8 nvidia.com/gpu in namespaces vision; gang g of 3 asks 9 in all"), "{denied}");
+    let denied = admit(&NoUsage, &quota, &pod("w-0", 3, Some(("g", 3))), "u0").unwrap_err();
+    assert!(denied.contains("gang g of 3 asks 9 in all"), "{denied}");
+}
+
+/// A terminating pod holds its devices until it is gone: it still counts for deny mode.
+#[test]
+fn a_terminating_pod_counts_until_it_is_gone() {
+    let p = policies(4);
+    let quota = quota_of(&p);
+    let (state, book) = live(&p);
+    let mut leaving = pod("leaving", 4, None);
+    leaving["spec"]["nodeName"] = json!("n1");
+    leaving["metadata"]["deletionTimestamp"] = json!("2026-11-22T01:05:00Z");
+    state.upsert_pod(record(&leaving, &p));
+    let denied = admit(&book, &quota, &pod("next", 1, None), "u0").unwrap_err();
+    assert!(denied.contains("team vision uses 4 of 4"), "{denied}");
+    state.remove_pod("vision", "leaving");
+    admit(&book, &quota, &pod("next", 1, None), "u1").unwrap();
+}
+
+/// A reservation whose pod came and went before the next admission is dropped, not kept
+/// until it expires.
+#[test]
+fn a_pod_that_came_and_went_releases_its_reservation() {
+    let p = policies(4);
+    let quota = quota_of(&p);
+    let (state, book) = live(&p);
+    let short = pod("short", 4, None);
+    admit(&book, &quota, &short, "u0").unwrap();
+    state.upsert_pod(record(&short, &p));
+    state.remove_pod("vision", "short");
+    admit(&book, &quota, &pod("next", 4, None), "u1").unwrap();
+}
+
+/// One step of a tenant's interleaving.
+#[derive(Debug, Clone)]
+enum Step {
+    /// Create a pod asking `gpus`, in gang `gang` (index into the case's gangs) if any.
+    Create { gpus: u32, gang: Option<usize> },
+    /// The watch delivers the current state of the n-th pod the API server holds.
+    Deliver(usize),
+    /// The n-th pod gets its deletionTimestamp.
+    Terminate(usize),
+    /// The n-th pod is gone from the API server; the watch hears of it now or later.
+    Gone { pod: usize, delivered: bool },
+    /// The watch delivers the n-th deletion it has not delivered yet.
+    DeliverGone(usize),
+}
+
+fn arb_step(gangs: usize) -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (0u32..4, prop::option::of(0..gangs)).prop_map(|(gpus, gang)| Step::Create { gpus, gang }),
+        3 => any::<usize>().prop_map(Step::Deliver),
+        1 => any::<usize>().prop_map(Step::Terminate),
+        2 => (any::<usize>(), any::<bool>()).prop_map(|(pod, delivered)| Step::Gone { pod, delivered }),
+        1 => any::<usize>().prop_map(Step::DeliverGone),
+    ]
+}
+
+fn arb_case() -> impl Strategy<Value = (u32, Vec<u32>, Vec<Step>)> {
+    (1u32..8, prop::collection::vec(1u32..5, 1..4)).prop_flat_map(|(limit, sizes)| {
+        let steps = prop::collection::vec(arb_step(sizes.len()), 1..60);
+        (Just(limit), Just(sizes), steps)
+    })
+}
+
+/// The team's usage as a watch that has seen everything would count it: the same store,
+/// filled with every pod the API server holds.
+fn eventual_usage(api: &BTreeMap<String, Value>, p: &PolicySet) -> i128 {
+    let state = ClusterState::default();
+    state.replace_pods(api.values().map(|pod| record(pod, p)).collect());
+    gpus_used(&state)
+}
+
+/// GPUs the team's pods hold or will hold: every pod that exists (terminating ones too).
+fn held(api: &BTreeMap<String, Value>) -> i128 {
+    api.values()
+        .map(|pod| {
+            crate::resources::pod_requests(&pod["spec"]).get("nvidia.com/gpu").map_or(0, |q| q.nanos() / 1_000_000_000)
+        })
+        .sum()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Over any interleaving of creates (plain pods and gang members of various sizes and
+    /// requests), terminations, deletions and watch deliveries, driven through the real
+    /// LiveQuota over the real store:
+    /// - what the team's pods request (terminating ones included), as the watch will count
+    ///   them once it has seen everything, never exceeds the deny limit, after any step;
+    /// - no create the book admits takes the team's charge as the watch will eventually count
+    ///   it (gang placeholders included) past the limit, or raises it while it is past the
+    ///   limit, whenever the watch has delivered every deletion. (A deleted member of an incomplete gang is replaced by a
+    ///   placeholder of the gang's largest request, so a deletion may raise the charge of the
+    ///   placeholders — never what pods request — and while the watch still shows the deleted
+    ///   member the book counts that gang's placeholders at the old, lower value; further
+    ///   admissions of the team then wait for the gang's replacement member or its end.)
+    /// - once the watch has delivered everything, the book and the watch agree.
+    #[test]
+    fn a_team_never_exceeds_its_deny_limit((limit, sizes, steps) in arb_case()) {
+        let p = policies(limit);
+        let quota = quota_of(&p);
+        let (state, book) = live(&p);
+        let mut api: BTreeMap<String, Value> = BTreeMap::new();
+        let mut gone_undelivered: Vec<String> = Vec::new();
+        for (n, step) in steps.into_iter().enumerate() {
+            match step {
+                Step::Create { gpus, gang } => {
+                    let gang = gang.map(|g| (format!("g{g}"), sizes[g]));
+                    let name = format!("p{n}");
+                    let new = pod(&name, gpus, gang.as_ref().map(|(g, s)| (g.as_str(), *s)));
+                    let before = eventual_usage(&api, &p);
+                    if admit(&book, &quota, &new, &format!("uid-{n}")).is_ok() {
+                        api.insert(name, new);
+                        // CPU-only plain pods never reach the book: they take no GPU.
+                        if (gpus > 0 || gang.is_some()) && gone_undelivered.is_empty() {
+                            let eventual = eventual_usage(&api, &p);
+                            prop_assert!(
+                                eventual <= i128::from(limit).max(before),
+                                "admitting p{n} took the charge from {before} to {eventual}, limit {limit}"
+                            );
+                        }
+                    }
+                }
+                Step::Deliver(i) => {
+                    if let Some(pod) = api.values().nth(i % api.len().max(1)) {
+                        state.upsert_pod(record(pod, &p));
+                    }
+                }
+                Step::Terminate(i) => {
+                    let len = api.len().max(1);
+                    if let Some(pod) = api.values_mut().nth(i % len) {
+                        pod["metadata"]["deletionTimestamp"] = json!("2026-11-22T01:05:00Z");
+                    }
+                }
+                Step::Gone { pod, delivered } => {
+                    if let Some(name) = api.keys().nth(pod % api.len().max(1)).cloned() {
+                        api.remove(&name);
+                        if delivered {
+                            state.remove_pod("vision", &name);
+                        } else {
+                            gone_undelivered.push(name);
+                        }
+                    }
+                }
+                Step::DeliverGone(i) => {
+                    if !gone_undelivered.is_empty() {
+                        let name = gone_undelivered.remove(i % gone_undelivered.len());
+                        state.remove_pod("vision", &name);
+                    }
+                }
+            }
+            let held = held(&api);
+            prop_assert!(held <= i128::from(limit), "the team holds {held} GPUs, limit {limit}");
+        }
+        // Everything delivered: the book's view is the watch's.
+        for name in gone_undelivered.drain(..) {
+            state.remove_pod("vision", &name);
+        }
+        state.replace_pods(api.values().map(|pod| record(pod, &p)).collect());
+        let watch = gpus_used(&state);
+        prop_assert_eq!(watch, eventual_usage(&api, &p));
+        let room = i128::from(limit) - watch;
+        if room >= 0 {
+            // Exactly the room left is admitted, one more GPU is not (dry run: nothing kept).
+            let probe = |gpus: i128| {
+                let requests = BTreeMap::from([("nvidia.com/gpu".to_string(), crate::quantity::Quantity::from_units(gpus as i64))]);
+                let charge = quota.charge(&requests);
+                let request = QuotaRequest { uid: "probe", team: "vision", namespace: "vision", pod: "probe", charge, requests, gang: None, dry_run: true };
+                book.admit(&quota, &request).is_ok()
+            };
+            prop_assert!(probe(room), "the book refuses the {room} GPUs the watch says are free");
+            prop_assert!(!probe(room + 1), "the book admits more than the watch says is free");
+        }
+    }
+}
