@@ -83,6 +83,13 @@ spec:
 ---
 apiVersion: allot.dev/v1alpha1
 kind: Team
+metadata: {name: deny-job}
+spec:
+  namespaces: {names: [t-job-quota]}
+  quota: {mode: Deny, limits: {nvidia.com/gpu: 4}}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Team
 metadata: {name: queue-gate}
 spec:
   namespaces: {names: [t-quota-gate]}
@@ -1153,6 +1160,74 @@ fn a_recreated_member_arrives_gated() {
         let again = create(&ctx, member("w-1", "pair", "2", 1)).await.expect("recreated");
         assert!(gates(&again).contains(&GANG_GATE.to_string()), "a new pod is gated: {:?}", gates(&again));
         assert_eq!(annotation(&again, "allot.dev/gang-released"), None);
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn tenant_cannot_remove_gang_released_from_a_released_member() {
+    attempt("tenant_cannot_remove_gang_released_from_a_released_member", "t-unrelease", |ctx| async move {
+        // Without the mark the controller forgets the reservation it holds for the member.
+        for i in 0..2 {
+            create(&ctx, member(&format!("w-{i}"), "pair", "2", 1)).await.expect("member");
+        }
+        wait_for("the pair released", Duration::from_secs(30), || async {
+            annotation(&ctx.get("w-0").await, "allot.dev/gang-released").is_some()
+        })
+        .await;
+        let before = annotation(&ctx.get("w-0").await, "allot.dev/gang-released");
+        let patch = json!({"metadata": {"annotations": {"allot.dev/gang-released": null}}});
+        let message = denial(
+            "remove allot.dev/gang-released",
+            ctx.pods().patch("w-0", &PatchParams::default(), &Patch::Merge(&patch)).await,
+        );
+        assert_names("remove allot.dev/gang-released", &message, &["allot.dev/gang-released"]);
+        assert_eq!(annotation(&ctx.get("w-0").await, "allot.dev/gang-released"), before);
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn ephemeral_containers_cannot_take_gpus() {
+    attempt("ephemeral_containers_cannot_take_gpus", "t-ephemeral", |ctx| async move {
+        // pods/ephemeralcontainers adds containers to a pod that has passed admission.
+        gated_member(&ctx, "w-0", "ring").await;
+        let patch = json!({"spec": {"ephemeralContainers": [{
+            "name": "debug", "image": "busybox:1.36", "targetContainerName": "w",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}});
+        let message = denial(
+            "an ephemeral container with a GPU",
+            ctx.pods()
+                .patch_subresource("ephemeralcontainers", "w-0", &PatchParams::default(), &Patch::Strategic(&patch))
+                .await,
+        );
+        assert_names("an ephemeral container with a GPU", &message, &["resources"]);
+        let w = ctx.get("w-0").await;
+        assert!(w.spec.as_ref().and_then(|s| s.ephemeral_containers.as_ref()).is_none_or(Vec::is_empty));
+        assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(1)).await;
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn a_job_cannot_run_past_a_deny_quota() {
+    attempt("a_job_cannot_run_past_a_deny_quota", "t-job-quota", |ctx| async move {
+        // The pods come from the Job controller, not alice: still the team's, still charged.
+        let job: Job = serde_json::from_value(json!({
+            "metadata": {"name": "wide"},
+            "spec": {"parallelism": 8, "completions": 8, "template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "w", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}
+        }))
+        .unwrap();
+        ctx.jobs().create(&PostParams::default(), &job).await.expect("the Job itself is admitted");
+        wait_for("the Job's first pods", Duration::from_secs(30), || async { gpus_in_use(&ctx).await >= 1 }).await;
+        let deadline = Instant::now() + Duration::from_secs(6);
+        while Instant::now() < deadline {
+            let used = gpus_in_use(&ctx).await;
+            assert!(used <= 4, "the team holds {used} GPUs, its deny limit is 4");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        assert_eq!(gpus_in_use(&ctx).await, 4, "the Job got the quota's 4 GPUs, no more");
         assert_webhook_answers(&ctx).await;
     });
 }
