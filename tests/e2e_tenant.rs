@@ -794,7 +794,13 @@ fn kueue_label_does_not_exempt_a_gang() {
         p["metadata"]["labels"]["kueue.x-k8s.io/managed"] = json!("true");
         let created = create(&ctx, p).await.expect("admitted");
         assert!(gates(&created).contains(&GANG_GATE.to_string()), "not gated: {:?}", gates(&created));
+        // Kueue's own gate, written by alice: she may lift it herself, so it exempts nothing.
+        let mut p = member("w-1", "ring", "4", 1);
+        p["spec"]["schedulingGates"] = json!([{"name": "kueue.x-k8s.io/admission"}]);
+        let created = create(&ctx, p).await.expect("admitted");
+        assert!(gates(&created).contains(&GANG_GATE.to_string()), "not gated: {:?}", gates(&created));
         assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(2)).await;
+        assert_still_gated(&ctx, "w-1", GANG_GATE, Duration::ZERO).await;
         assert_webhook_answers(&ctx).await;
     });
 }
@@ -804,6 +810,11 @@ fn volcano_annotation_does_not_exempt_a_gang() {
     attempt("volcano_annotation_does_not_exempt_a_gang", "t-volcano-annotation", |ctx| async move {
         let mut p = member("w-0", "ring", "4", 1);
         p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = json!("pg");
+        let created = create(&ctx, p).await.expect("admitted");
+        assert!(gates(&created).contains(&GANG_GATE.to_string()), "not gated: {:?}", gates(&created));
+        // Volcano's scheduler name: no Volcano is declared in the Cluster policy either.
+        let mut p = member("w-1", "ring", "4", 1);
+        p["spec"]["schedulerName"] = json!("volcano");
         let created = create(&ctx, p).await.expect("admitted");
         assert!(gates(&created).contains(&GANG_GATE.to_string()), "not gated: {:?}", gates(&created));
         assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(2)).await;
@@ -1239,6 +1250,32 @@ fn a_job_cannot_run_past_a_deny_quota() {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         assert_eq!(gpus_in_use(&ctx).await, 4, "the Job got the quota's 4 GPUs, no more");
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn terminating_pods_still_hold_their_gpus_for_gang_fit() {
+    attempt("terminating_pods_still_hold_their_gpus_for_gang_fit", "t-terminating-fit", |ctx| async move {
+        // Fill all 4 GPUs of the two nodes, then delete the pods gracefully: with no kubelet they
+        // stay terminating, holding their devices, as real pods do while their containers stop.
+        for i in 0..4 {
+            create(&ctx, pod(&format!("busy-{i}"), 1)).await.expect("a plain GPU pod");
+        }
+        wait_for("all 4 GPUs bound", Duration::from_secs(30), || async {
+            let pods = ctx.admin_pods().list(&ListParams::default()).await.expect("list").items;
+            pods.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()).count() == 4
+        })
+        .await;
+        for i in 0..4 {
+            ctx.pods().delete(&format!("busy-{i}"), &DeleteParams::default()).await.expect("delete");
+        }
+        // A gang of 2 that fits only if terminating pods are counted as free.
+        for i in 0..2 {
+            create(&ctx, member(&format!("w-{i}"), "pair", "2", 1)).await.expect("member");
+        }
+        assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(6)).await;
+        assert_still_gated(&ctx, "w-1", GANG_GATE, Duration::ZERO).await;
         assert_webhook_answers(&ctx).await;
     });
 }
