@@ -772,7 +772,11 @@ fn reserved_keys_cannot_be_written_through_pods_status() {
             ("allot.dev/gang-size", json!({"metadata": {"annotations": {"allot.dev/gang-size": "1"}}})),
         ] {
             let what = format!("pods/status {patch}");
-            let message = denial(&what, ctx.pods().patch_status("w-0", &pp, &Patch::Merge(&patch)).await);
+            let result = ctx.pods().patch_status("w-0", &pp, &Patch::Merge(&patch)).await;
+            if let Ok(p) = &result {
+                panic!("{what}: admitted; the pod now has {key}={:?}", annotation(p, key));
+            }
+            let message = denial(&what, result);
             assert_names(&what, &message, &[key]);
         }
         let w = ctx.get("w-0").await;
