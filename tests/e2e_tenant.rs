@@ -1,0 +1,1285 @@
+//! Tenants are adversaries (issue #11): an end-to-end suite on a real control plane (skipped
+//! without the envtest binaries) in which `alice`, whose only rights are a namespaced Role with
+//! `*` on pods (and their subresources) and Jobs, tries to stall Allot, lift or dodge its gates,
+//! forge its reserved keys and overshoot a deny quota. Each test is one attempt; each asserts the
+//! denial (a 4xx that names the problem) and that nothing changed: the gates are still there,
+//! the usage is what it was, and the webhook still answers within its deadline.
+//!
+//! One control plane serves the whole file (starting one costs more than all the attempts
+//! together): the first test starts it, every test runs alone in its own namespace (the tests
+//! take turns on one lock, so an attempt that stalls Allot cannot fail the others), and a test
+//! that leaves Allot unresponsive gets it restarted before the next one. The processes are
+//! stopped when the test binary exits.
+//!
+//! Allot runs as `system:serviceaccount:allot-system:allot` (its deploy/ identity, through
+//! impersonation) and the webhooks skip that user, as the shipped configurations do, so Allot's
+//! own writes are never mistaken for a tenant's.
+
+mod support;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use support::cluster::{Assets, Cluster, wait_for};
+
+/// Allot's identity in deploy/ (its ServiceAccount).
+const ALLOT_USER: &str = "system:serviceaccount:allot-system:allot";
+const TENANT: &str = "alice";
+const GANG_GATE: &str = "allot.dev/gang";
+const QUOTA_GATE: &str = "allot.dev/quota";
+
+/// Teams for the attempts' namespaces: each quota attempt has a team of its own, everything else
+/// belongs to `tenant`, which may only use `low-priority`.
+const TEAMS: &str = r#"
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: deny-oversized-gang}
+spec:
+  namespaces: {names: [t-oversized-gang]}
+  quota: {mode: Deny, limits: {nvidia.com/gpu: 4}}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: deny-declared-size}
+spec:
+  namespaces: {names: [t-declared-size]}
+  quota: {mode: Deny, limits: {nvidia.com/gpu: 4}}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: deny-mixed-sizes}
+spec:
+  namespaces: {names: [t-mixed-sizes]}
+  quota: {mode: Deny, limits: {nvidia.com/gpu: 4}}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: deny-terminating}
+spec:
+  namespaces: {names: [t-terminating]}
+  quota: {mode: Deny, limits: {nvidia.com/gpu: 2}}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: deny-dry-run}
+spec:
+  namespaces: {names: [t-dry-run]}
+  quota: {mode: Deny, limits: {nvidia.com/gpu: 2}}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: deny-resize}
+spec:
+  namespaces: {names: [t-resize]}
+  quota: {mode: Deny, limits: {nvidia.com/gpu: 4, cpu: 2}}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: deny-job}
+spec:
+  namespaces: {names: [t-job-quota]}
+  quota: {mode: Deny, limits: {nvidia.com/gpu: 4}}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: queue-gate}
+spec:
+  namespaces: {names: [t-quota-gate]}
+  quota: {mode: Queue, limits: {nvidia.com/gpu: 1}}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: tenant}
+spec:
+  namespaces: {names: ["t-*"]}
+  priority:
+    default: low-priority
+    allowed: [low-priority]
+"#;
+
+// ---------------------------------------------------------------------------------------------
+// The shared cluster
+// ---------------------------------------------------------------------------------------------
+
+/// The control plane, Allot, and a client that acts as alice.
+struct Shared {
+    cluster: Cluster,
+    alice: kube::Client,
+}
+
+/// Taken by each test for its whole run: the tests take turns.
+static SHARED: tokio::sync::Mutex<Option<Shared>> = tokio::sync::Mutex::const_new(None);
+
+/// One runtime for every test: kube clients live on the runtime that made them.
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
+    })
+}
+
+unsafe extern "C" {
+    /// libc's `atexit`: statics are never dropped, so the processes are stopped from here.
+    fn atexit(callback: extern "C" fn()) -> std::os::raw::c_int;
+}
+
+extern "C" fn stop_shared_cluster() {
+    if let Ok(mut shared) = SHARED.try_lock() {
+        drop(shared.take());
+    }
+}
+
+/// What a test works with: its namespace, alice's and the admin's clients, Allot's addresses.
+#[derive(Clone)]
+struct Ctx {
+    ns: String,
+    alice: kube::Client,
+    admin: kube::Client,
+    allot_metrics: String,
+}
+
+impl Ctx {
+    /// Pods in the test's namespace, as alice.
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.alice.clone(), &self.ns)
+    }
+
+    /// Pods in the test's namespace, as the cluster admin (to look, never to attack).
+    fn admin_pods(&self) -> Api<Pod> {
+        Api::namespaced(self.admin.clone(), &self.ns)
+    }
+
+    fn jobs(&self) -> Api<Job> {
+        Api::namespaced(self.alice.clone(), &self.ns)
+    }
+
+    async fn get(&self, name: &str) -> Pod {
+        self.admin_pods().get(name).await.unwrap_or_else(|e| panic!("get pod {name}: {e}"))
+    }
+}
+
+/// Runs one attempt in namespace `ns` on the shared cluster; afterwards deletes what it made and
+/// restarts Allot if the attempt left it unresponsive (then re-raises the attempt's failure).
+fn attempt<F, Fut>(test: &str, ns: &str, body: F)
+where
+    F: FnOnce(Ctx) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    allot::install_crypto_provider();
+    let Some(assets) = Assets::from_env(test) else { return };
+    runtime().block_on(async move {
+        let mut guard = SHARED.lock().await;
+        if guard.is_none() {
+            let started = Instant::now();
+            *guard = Some(start_shared(&assets).await);
+            // SAFETY: registers a plain function with no arguments; it runs once, at exit.
+            unsafe {
+                atexit(stop_shared_cluster);
+            }
+            println!("shared control plane and Allot ready in {:?}", started.elapsed());
+        }
+        let Some(shared) = guard.as_mut() else { unreachable!("started above") };
+        let admin = shared.cluster.client.clone();
+        prepare_namespace(&admin, ns).await;
+        let ctx = Ctx {
+            ns: ns.to_string(),
+            alice: shared.alice.clone(),
+            admin: admin.clone(),
+            allot_metrics: shared.cluster.allot_metrics.clone(),
+        };
+        let started = Instant::now();
+        let outcome = tokio::spawn(body(ctx.clone())).await;
+        println!("{test}: {:?}", started.elapsed());
+        if outcome.is_err() {
+            let log = std::fs::read_to_string(shared.cluster.dir.path().join("allot.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(25).collect();
+            eprintln!("--- allot.log (last 25 lines) ---");
+            for l in tail.into_iter().rev() {
+                eprintln!("{l}");
+            }
+        }
+        clean_namespace(&ctx).await;
+        if probe_webhook(&ctx).await.is_err() {
+            eprintln!("{test}: Allot did not answer after the attempt; restarting it for the next test");
+            shared.cluster.stop_allot();
+            shared.cluster.start_allot();
+            wait_until_ready(&shared.cluster.allot_metrics).await;
+        }
+        if let Err(e) = outcome {
+            match e.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(e) => panic!("{test}: {e}"),
+            }
+        }
+    });
+}
+
+/// The cluster of tests/support, then Allot restarted as its deploy/ identity and the webhooks
+/// told to skip that identity, as deploy/ does.
+async fn start_shared(assets: &Assets) -> Shared {
+    let mut cluster = Cluster::start_with(assets, &[("teams-tenant-e2e.yaml", TEAMS)]).await;
+    let admin_kubeconfig = std::fs::read_to_string(&cluster.kubeconfig).expect("admin kubeconfig");
+    let mut allot_kubeconfig = String::new();
+    for line in admin_kubeconfig.lines() {
+        allot_kubeconfig.push_str(line);
+        allot_kubeconfig.push('\n');
+        if line.trim_start().starts_with("token:") {
+            let indent = &line[..line.len() - line.trim_start().len()];
+            allot_kubeconfig.push_str(&format!("{indent}as: {ALLOT_USER}\n{indent}as-groups: [system:masters]\n"));
+        }
+    }
+    assert!(allot_kubeconfig.contains("as-groups"), "the admin kubeconfig has no token line:\n{admin_kubeconfig}");
+    let path = cluster.dir.path().join("allot.kubeconfig");
+    std::fs::write(&path, allot_kubeconfig).expect("allot kubeconfig");
+    cluster.stop_allot();
+    cluster.kubeconfig = path;
+    cluster.start_allot();
+    wait_until_ready(&cluster.allot_metrics).await;
+    skip_allot_in_webhooks(&cluster.client).await;
+    let alice = alice_client(&cluster).await;
+    Shared { cluster, alice }
+}
+
+/// Waits for Allot's `/readyz` (policies loaded and, where Allot says so, its caches synced).
+async fn wait_until_ready(metrics: &str) {
+    wait_for("Allot's /readyz", Duration::from_secs(60), || async {
+        let answer = tokio::time::timeout(Duration::from_secs(2), http_get(metrics, "/readyz")).await;
+        matches!(answer, Ok(Ok(text)) if text.starts_with("HTTP/1.1 200") || text.starts_with("HTTP/1.0 200"))
+    })
+    .await;
+}
+
+/// Adds deploy/'s `not-allot-itself` match condition where the generated configuration lacks it.
+async fn skip_allot_in_webhooks(admin: &kube::Client) {
+    let condition = MatchCondition {
+        name: "not-allot-itself".into(),
+        expression: format!("request.userInfo.username != '{ALLOT_USER}'"),
+    };
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(admin.clone());
+    for name in
+        mutating.list(&ListParams::default()).await.expect("list").items.iter().filter_map(|c| c.metadata.name.clone())
+    {
+        let mut config = mutating.get(&name).await.expect("get");
+        for w in config.webhooks.iter_mut().flatten() {
+            let conditions = w.match_conditions.get_or_insert_with(Vec::new);
+            if !conditions.iter().any(|c| c.name == condition.name) {
+                conditions.push(condition.clone());
+            }
+        }
+        mutating.replace(&name, &PostParams::default(), &config).await.expect("mutating webhook");
+    }
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(admin.clone());
+    for name in validating
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+    {
+        let mut config = validating.get(&name).await.expect("get");
+        for w in config.webhooks.iter_mut().flatten() {
+            let conditions = w.match_conditions.get_or_insert_with(Vec::new);
+            if !conditions.iter().any(|c| c.name == condition.name) {
+                conditions.push(condition.clone());
+            }
+        }
+        validating.replace(&name, &PostParams::default(), &config).await.expect("validating webhook");
+    }
+}
+
+/// The admin's kubeconfig, impersonating alice (`kubectl --as=alice`).
+async fn alice_client(cluster: &Cluster) -> kube::Client {
+    let kubeconfig = cluster.dir.path().join("kubeconfig");
+    let kc = kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig");
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.expect("config");
+    config.auth_info.impersonate = Some(TENANT.into());
+    kube::Client::try_from(config).expect("alice's client")
+}
+
+/// The namespace, alice's Role (`*` on pods, their subresources and Jobs) and RoleBinding, and
+/// the default ServiceAccount pods need.
+async fn prepare_namespace(admin: &kube::Client, ns: &str) {
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    if namespaces.get_opt(ns).await.expect("get namespace").is_none() {
+        namespaces
+            .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+            .await
+            .expect("namespace");
+    }
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "tenant"},
+        "rules": [
+            {"apiGroups": [""], "verbs": ["*"], "resources": [
+                "pods", "pods/binding", "pods/ephemeralcontainers", "pods/resize", "pods/status",
+                "pods/eviction", "pods/log", "pods/exec"]},
+            {"apiGroups": ["batch"], "verbs": ["*"], "resources": ["jobs", "jobs/status"]}
+        ]
+    }))
+    .unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "tenant"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}]
+    }))
+    .unwrap();
+    let apply = PatchParams::apply("e2e-tenant").force();
+    Api::<Role>::namespaced(admin.clone(), ns).patch("tenant", &apply, &Patch::Apply(&role)).await.expect("role");
+    Api::<RoleBinding>::namespaced(admin.clone(), ns)
+        .patch("tenant", &apply, &Patch::Apply(&binding))
+        .await
+        .expect("role binding");
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
+    wait_for("the default service account", Duration::from_secs(60), || async {
+        sas.get_opt("default").await.ok().flatten().is_some()
+    })
+    .await;
+}
+
+/// Force-deletes every Job and Pod the attempt left, and waits until they are gone (they hold
+/// GPUs of the two shared nodes).
+async fn clean_namespace(ctx: &Ctx) {
+    let jobs: Api<Job> = Api::namespaced(ctx.admin.clone(), &ctx.ns);
+    let _ = jobs.delete_collection(&DeleteParams::background(), &ListParams::default()).await;
+    let pods = ctx.admin_pods();
+    let now = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let left = pods.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+        if left.is_empty() {
+            return;
+        }
+        for p in left.iter().filter_map(|p| p.metadata.name.clone()) {
+            let _ = pods.delete(&p, &now).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("pods of {} still there after 30 s", ctx.ns);
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the attempts use
+// ---------------------------------------------------------------------------------------------
+
+/// A one-container pod asking `gpus` (0: none).
+fn pod(name: &str, gpus: u32) -> Value {
+    let resources = if gpus == 0 { json!({}) } else { json!({"limits": {"nvidia.com/gpu": gpus.to_string()}}) };
+    json!({
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "w", "image": "busybox:1.36", "resources": resources}]}
+    })
+}
+
+/// A member of gang `gang` declaring `size` (written as given), asking `gpus`.
+fn member(name: &str, gang: &str, size: &str, gpus: u32) -> Value {
+    let mut p = pod(name, gpus);
+    p["metadata"]["labels"] = json!({"allot.dev/gang-name": gang});
+    p["metadata"]["annotations"] = json!({"allot.dev/gang-size": size});
+    p
+}
+
+fn typed(pod: Value) -> Pod {
+    serde_json::from_value(pod).expect("a pod")
+}
+
+async fn create(ctx: &Ctx, pod: Value) -> Result<Pod, kube::Error> {
+    ctx.pods().create(&PostParams::default(), &typed(pod)).await
+}
+
+fn gates(pod: &Pod) -> Vec<String> {
+    pod.spec.as_ref().and_then(|s| s.scheduling_gates.clone()).unwrap_or_default().into_iter().map(|g| g.name).collect()
+}
+
+fn annotation(pod: &Pod, key: &str) -> Option<String> {
+    pod.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+fn label(pod: &Pod, key: &str) -> Option<String> {
+    pod.metadata.labels.as_ref()?.get(key).cloned()
+}
+
+fn gpus_of(pod: &Pod) -> u64 {
+    let Some(spec) = &pod.spec else { return 0 };
+    spec.containers
+        .iter()
+        .filter_map(|c| c.resources.as_ref()?.limits.as_ref()?.get("nvidia.com/gpu")?.0.parse::<u64>().ok())
+        .sum()
+}
+
+/// GPUs held by the namespace's pods that have not finished, terminating ones included (they
+/// hold their devices until they are gone).
+async fn gpus_in_use(ctx: &Ctx) -> u64 {
+    let pods = ctx.admin_pods().list(&ListParams::default()).await.expect("list pods").items;
+    pods.iter()
+        .filter(|p| {
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            !matches!(phase, Some("Succeeded") | Some("Failed"))
+        })
+        .map(gpus_of)
+        .sum()
+}
+
+/// A JSON patch from JSON.
+fn json_patch(ops: Value) -> Patch<()> {
+    Patch::Json(serde_json::from_value(ops).expect("a JSON patch"))
+}
+
+/// The message of a denial: the request must have been refused with a 4xx, which is what an
+/// admission denial or an API validation error is (a webhook that times out or fails is a 500).
+fn denial<T>(what: &str, result: Result<T, kube::Error>) -> String {
+    match result {
+        Ok(_) => panic!("{what}: admitted, expected a denial"),
+        Err(kube::Error::Api(status)) => {
+            assert!(
+                (400..500).contains(&status.code),
+                "{what}: expected a 4xx denial, got {} {}: {}",
+                status.code,
+                status.reason,
+                status.message
+            );
+            println!("  denied ({}) {what}: {}", status.code, status.message);
+            status.message
+        }
+        Err(e) => panic!("{what}: expected a denial, got {e}"),
+    }
+}
+
+/// Asserts that `message` names every one of `words` (case-insensitive).
+fn assert_names(what: &str, message: &str, words: &[&str]) {
+    let lower = message.to_lowercase();
+    for w in words {
+        assert!(lower.contains(&w.to_lowercase()), "{what}: the message should name {w:?}: {message}");
+    }
+}
+
+/// Asserts that the webhooks still answer within their deadline (a dry-run pod create as alice
+/// in under 4 s, under the 5 s `timeoutSeconds`) and that `/readyz` answers.
+async fn assert_webhook_answers(ctx: &Ctx) {
+    if let Err(e) = probe_webhook(ctx).await {
+        panic!("Allot no longer answers: {e}");
+    }
+}
+
+async fn probe_webhook(ctx: &Ctx) -> Result<(), String> {
+    let started = Instant::now();
+    let dry = PostParams { dry_run: true, ..Default::default() };
+    let created = tokio::time::timeout(Duration::from_secs(10), ctx.pods().create(&dry, &typed(pod("probe", 0))))
+        .await
+        .map_err(|_| "a dry-run pod create took over 10 s".to_string())?;
+    created.map_err(|e| format!("a dry-run pod create failed: {e}"))?;
+    let took = started.elapsed();
+    if took > Duration::from_secs(4) {
+        return Err(format!("a dry-run pod create took {took:?}"));
+    }
+    let readyz = tokio::time::timeout(Duration::from_secs(3), http_get(&ctx.allot_metrics, "/readyz"))
+        .await
+        .map_err(|_| "/readyz did not answer within 3 s".to_string())?;
+    match readyz {
+        Ok(text) if text.starts_with("HTTP/1.1 200") || text.starts_with("HTTP/1.0 200") => Ok(()),
+        Ok(text) => Err(format!("/readyz: {}", text.lines().next().unwrap_or_default())),
+        Err(e) => Err(format!("/readyz: {e}")),
+    }
+}
+
+async fn http_get(addr: &str, path: &str) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await?;
+    Ok(text)
+}
+
+/// Asserts that `name` still carries `gate` after `settle` (the controller had time to act).
+async fn assert_still_gated(ctx: &Ctx, name: &str, gate: &str, settle: Duration) {
+    tokio::time::sleep(settle).await;
+    let p = ctx.get(name).await;
+    assert!(gates(&p).iter().any(|g| g == gate), "{name} lost {gate}: gates {:?}", gates(&p));
+    assert!(p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none(), "{name} was bound");
+}
+
+/// Creates a member of an incomplete gang (it can never be released) and returns it, gated.
+async fn gated_member(ctx: &Ctx, name: &str, gang: &str) -> Pod {
+    let p = create(ctx, member(name, gang, "4", 1)).await.expect("a gang member is admitted");
+    assert!(gates(&p).contains(&GANG_GATE.to_string()), "a gang member is gated at creation: {:?}", gates(&p));
+    p
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Stalling the webhook with a declared size
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn huge_gang_size_is_denied_and_does_not_stall_the_webhook() {
+    attempt("huge_gang_size_is_denied_and_does_not_stall_the_webhook", "t-huge-size", |ctx| async move {
+        for (i, size) in ["4294967295", "10000"].into_iter().enumerate() {
+            let started = Instant::now();
+            let message = denial(
+                &format!("gang-size {size}"),
+                create(&ctx, member(&format!("huge-{i}"), &format!("huge-{i}"), size, 1)).await,
+            );
+            assert_names(&format!("gang-size {size}"), &message, &["allot.dev/gang-size", size]);
+            assert!(started.elapsed() < Duration::from_secs(4), "the denial took {:?}", started.elapsed());
+            assert!(ctx.admin_pods().get_opt(&format!("huge-{i}")).await.expect("get").is_none());
+        }
+        // Not stalled: a normal member is admitted and gated at once, and the webhook answers.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let started = Instant::now();
+        gated_member(&ctx, "normal-0", "normal").await;
+        assert!(started.elapsed() < Duration::from_secs(4), "a normal create took {:?}", started.elapsed());
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn huge_kueue_group_total_does_not_stall_the_webhook() {
+    attempt("huge_kueue_group_total_does_not_stall_the_webhook", "t-huge-kueue", |ctx| async move {
+        // Kueue's pod-group keys are another size a user writes. Either Allot ignores them (no
+        // Kueue declared in the Cluster policy) or it bounds them; either way it keeps answering.
+        let mut p = pod("kueue-huge", 1);
+        p["metadata"]["labels"] = json!({"kueue.x-k8s.io/pod-group-name": "huge"});
+        p["metadata"]["annotations"] = json!({"kueue.x-k8s.io/pod-group-total-count": "4294967295"});
+        match create(&ctx, p).await {
+            Ok(_) => {}
+            Err(e) => {
+                let message = denial("kueue total 4294967295", Err::<(), _>(e));
+                assert_names("kueue total 4294967295", &message, &["kueue.x-k8s.io/pod-group-total-count"]);
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_webhook_answers(&ctx).await;
+        gated_member(&ctx, "normal-0", "normal").await;
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Removing Allot's gates
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn tenant_cannot_remove_the_gang_gate() {
+    attempt("tenant_cannot_remove_the_gang_gate", "t-gang-gate", |ctx| async move {
+        let mut p = member("w-0", "ring", "4", 1);
+        p["spec"]["schedulingGates"] = json!([{"name": "example.com/hold"}]);
+        let created = create(&ctx, p).await.expect("a gang member with a gate of alice's own");
+        let before = gates(&created);
+        assert!(
+            before.contains(&GANG_GATE.to_string()) && before.contains(&"example.com/hold".to_string()),
+            "{before:?}"
+        );
+        let pods = ctx.pods();
+        let pp = PatchParams::default();
+
+        let message = denial(
+            "remove /spec/schedulingGates",
+            pods.patch("w-0", &pp, &json_patch(json!([{"op": "remove", "path": "/spec/schedulingGates"}]))).await,
+        );
+        assert_names("remove all gates", &message, &[GANG_GATE]);
+        assert_eq!(gates(&ctx.get("w-0").await), before);
+
+        let index = before.iter().position(|g| g == GANG_GATE).unwrap();
+        let message = denial(
+            "remove Allot's gate alone",
+            pods.patch(
+                "w-0",
+                &pp,
+                &json_patch(json!([{"op": "remove", "path": format!("/spec/schedulingGates/{index}")}])),
+            )
+            .await,
+        );
+        assert_names("remove Allot's gate alone", &message, &[GANG_GATE]);
+
+        let message = denial(
+            "replace the gates with alice's own",
+            pods.patch(
+                "w-0",
+                &pp,
+                &json_patch(
+                    json!([{"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": "example.com/hold"}]}]),
+                ),
+            )
+            .await,
+        );
+        assert_names("replace the gates with alice's own", &message, &[GANG_GATE]);
+
+        // A gate that was not there: the API server itself only allows removals.
+        denial(
+            "replace the gates with another",
+            pods.patch(
+                "w-0",
+                &pp,
+                &json_patch(
+                    json!([{"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": "example.com/other"}]}]),
+                ),
+            )
+            .await,
+        );
+        assert_eq!(gates(&ctx.get("w-0").await), before, "nothing changed");
+
+        // Alice's own gate is hers to remove; Allot's stays.
+        pods.patch(
+            "w-0",
+            &pp,
+            &json_patch(json!([
+                {"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": GANG_GATE}]}
+            ])),
+        )
+        .await
+        .expect("alice may remove her own gate");
+        assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(2)).await;
+        assert_eq!(gates(&ctx.get("w-0").await), [GANG_GATE]);
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn tenant_cannot_remove_the_quota_gate() {
+    attempt("tenant_cannot_remove_the_quota_gate", "t-quota-gate", |ctx| async move {
+        // Queue quota of 1 GPU: the first pod is let go, the second waits behind allot.dev/quota.
+        create(&ctx, pod("q-0", 1)).await.expect("queued");
+        create(&ctx, pod("q-1", 1)).await.expect("queued");
+        wait_for("q-0 released by the quota queue, q-1 held", Duration::from_secs(30), || async {
+            gates(&ctx.get("q-0").await).is_empty() && gates(&ctx.get("q-1").await).contains(&QUOTA_GATE.to_string())
+        })
+        .await;
+        let message = denial(
+            "remove the quota gate",
+            ctx.pods()
+                .patch(
+                    "q-1",
+                    &PatchParams::default(),
+                    &json_patch(json!([{"op": "remove", "path": "/spec/schedulingGates"}])),
+                )
+                .await,
+        );
+        assert_names("remove the quota gate", &message, &[QUOTA_GATE]);
+        assert_still_gated(&ctx, "q-1", QUOTA_GATE, Duration::from_secs(2)).await;
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn binding_a_gated_pod_directly_is_refused() {
+    attempt("binding_a_gated_pod_directly_is_refused", "t-binding", |ctx| async move {
+        gated_member(&ctx, "w-0", "ring").await;
+        let binding = json!({
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": "w-0"},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-node-1"}
+        });
+        let result: Result<Value, _> =
+            ctx.pods().create_subresource("binding", "w-0", &PostParams::default(), &binding).await;
+        let message = denial("pods/binding of a gated pod", result);
+        // Refused by the API server itself (kube-apiserver refuses to bind a pod with gates).
+        assert_names("pods/binding", &message, &["schedulingGates"]);
+        assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(1)).await;
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Allot's reserved keys
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn tenant_cannot_write_reserved_gang_keys_on_update() {
+    attempt("tenant_cannot_write_reserved_gang_keys_on_update", "t-reserved-update", |ctx| async move {
+        gated_member(&ctx, "w-0", "ring").await;
+        create(&ctx, pod("solo", 1)).await.expect("a plain GPU pod");
+        let pods = ctx.pods();
+        let pp = PatchParams::default();
+        let attempts = [
+            (
+                "w-0",
+                "allot.dev/gang-released",
+                json!({"metadata": {"annotations": {"allot.dev/gang-released": "true"}}}),
+            ),
+            ("w-0", "allot.dev/gang-size", json!({"metadata": {"annotations": {"allot.dev/gang-size": "1"}}})),
+            ("w-0", "allot.dev/gang-name", json!({"metadata": {"labels": {"allot.dev/gang-name": "other"}}})),
+            ("w-0", "allot.dev/gang-name", json!({"metadata": {"labels": {"allot.dev/gang-name": null}}})),
+            (
+                "solo",
+                "allot.dev/gang-",
+                json!({"metadata": {"labels": {"allot.dev/gang-name": "late"}, "annotations": {"allot.dev/gang-size": "2"}}}),
+            ),
+            (
+                "solo",
+                "allot.dev/gang-released",
+                json!({"metadata": {"annotations": {"allot.dev/gang-released": "true"}}}),
+            ),
+        ];
+        for (name, key, patch) in attempts {
+            let what = format!("{name}: {patch}");
+            let message = denial(&what, pods.patch(name, &pp, &Patch::Merge(&patch)).await);
+            assert_names(&what, &message, &[key]);
+        }
+        let w = ctx.get("w-0").await;
+        assert_eq!(label(&w, "allot.dev/gang-name").as_deref(), Some("ring"));
+        assert_eq!(annotation(&w, "allot.dev/gang-size").as_deref(), Some("4"));
+        assert_eq!(annotation(&w, "allot.dev/gang-released"), None);
+        let solo = ctx.get("solo").await;
+        assert_eq!(label(&solo, "allot.dev/gang-name"), None);
+        assert_eq!(annotation(&solo, "allot.dev/gang-released"), None);
+        assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(2)).await;
+        // Keys that are not Allot's stay alice's to change.
+        pods.patch("w-0", &pp, &Patch::Merge(json!({"metadata": {"labels": {"team-note": "mine"}}})))
+            .await
+            .expect("alice may change her own labels");
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn tenant_cannot_write_gang_released_at_create() {
+    attempt("tenant_cannot_write_gang_released_at_create", "t-reserved-create", |ctx| async move {
+        // Denied, or (the issue allows it) stripped: never a pod that says it was released.
+        for (name, mut p) in [("w-0", member("w-0", "ring", "2", 1)), ("solo", pod("solo", 1))] {
+            p["metadata"]["annotations"]["allot.dev/gang-released"] = json!("true");
+            match create(&ctx, p).await {
+                Ok(created) => {
+                    assert_eq!(annotation(&created, "allot.dev/gang-released"), None, "{name}: kept the annotation");
+                }
+                Err(e) => {
+                    let message = denial(name, Err::<(), _>(e));
+                    assert_names(name, &message, &["allot.dev/gang-released"]);
+                }
+            }
+        }
+        if ctx.admin_pods().get_opt("w-0").await.expect("get").is_some() {
+            assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(2)).await;
+        }
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn reserved_keys_cannot_be_written_through_pods_status() {
+    attempt("reserved_keys_cannot_be_written_through_pods_status", "t-reserved-status", |ctx| async move {
+        // pods/status keeps the spec but lets metadata through: another way to the same keys.
+        gated_member(&ctx, "w-0", "ring").await;
+        let pp = PatchParams::default();
+        for (key, patch) in [
+            ("allot.dev/gang-released", json!({"metadata": {"annotations": {"allot.dev/gang-released": "true"}}})),
+            ("allot.dev/gang-size", json!({"metadata": {"annotations": {"allot.dev/gang-size": "1"}}})),
+        ] {
+            let what = format!("pods/status {patch}");
+            let result = ctx.pods().patch_status("w-0", &pp, &Patch::Merge(&patch)).await;
+            if let Ok(p) = &result {
+                panic!("{what}: admitted; the pod now has {key}={:?}", annotation(p, key));
+            }
+            let message = denial(&what, result);
+            assert_names(&what, &message, &[key]);
+        }
+        let w = ctx.get("w-0").await;
+        assert_eq!(annotation(&w, "allot.dev/gang-released"), None);
+        assert_eq!(annotation(&w, "allot.dev/gang-size").as_deref(), Some("4"));
+        assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(2)).await;
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Exemptions a tenant can write
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn kueue_label_does_not_exempt_a_gang() {
+    attempt("kueue_label_does_not_exempt_a_gang", "t-kueue-label", |ctx| async move {
+        let mut p = member("w-0", "ring", "4", 1);
+        p["metadata"]["labels"]["kueue.x-k8s.io/managed"] = json!("true");
+        let created = create(&ctx, p).await.expect("admitted");
+        assert!(gates(&created).contains(&GANG_GATE.to_string()), "not gated: {:?}", gates(&created));
+        // Kueue's own gate, written by alice: she may lift it herself, so it exempts nothing.
+        let mut p = member("w-1", "ring", "4", 1);
+        p["spec"]["schedulingGates"] = json!([{"name": "kueue.x-k8s.io/admission"}]);
+        let created = create(&ctx, p).await.expect("admitted");
+        assert!(gates(&created).contains(&GANG_GATE.to_string()), "not gated: {:?}", gates(&created));
+        assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(2)).await;
+        assert_still_gated(&ctx, "w-1", GANG_GATE, Duration::ZERO).await;
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn volcano_annotation_does_not_exempt_a_gang() {
+    attempt("volcano_annotation_does_not_exempt_a_gang", "t-volcano-annotation", |ctx| async move {
+        let mut p = member("w-0", "ring", "4", 1);
+        p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = json!("pg");
+        let created = create(&ctx, p).await.expect("admitted");
+        assert!(gates(&created).contains(&GANG_GATE.to_string()), "not gated: {:?}", gates(&created));
+        // Volcano's scheduler name: no Volcano is declared in the Cluster policy either.
+        let mut p = member("w-1", "ring", "4", 1);
+        p["spec"]["schedulerName"] = json!("volcano");
+        let created = create(&ctx, p).await.expect("admitted");
+        assert!(gates(&created).contains(&GANG_GATE.to_string()), "not gated: {:?}", gates(&created));
+        assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(2)).await;
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn gpu_pod_with_node_name_is_denied() {
+    attempt("gpu_pod_with_node_name_is_denied", "t-node-name", |ctx| async move {
+        for (name, mut p) in [("direct", pod("direct", 1)), ("w-0", member("w-0", "ring", "4", 1))] {
+            p["spec"]["nodeName"] = json!("gpu-node-1");
+            let message = denial(name, create(&ctx, p).await);
+            assert_names(name, &message, &["nodeName"]);
+            assert!(ctx.admin_pods().get_opt(name).await.expect("get").is_none(), "{name} exists");
+        }
+        assert_eq!(gpus_in_use(&ctx).await, 0);
+        // A CPU pod may still name its node (only accelerators are guarded).
+        let mut cpu = pod("cpu", 0);
+        cpu["spec"]["nodeName"] = json!("gpu-node-1");
+        create(&ctx, cpu).await.expect("a CPU pod with nodeName");
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn job_template_with_node_name_does_not_bypass_the_gates() {
+    attempt("job_template_with_node_name_does_not_bypass_the_gates", "t-job-node-name", |ctx| async move {
+        // The pods are created by the Job controller, not alice: her nodeName must not ride along.
+        let job: Job = serde_json::from_value(json!({
+            "metadata": {"name": "pinned"},
+            "spec": {"parallelism": 2, "completions": 2, "template": {
+                "metadata": {"labels": {"allot.dev/gang-name": "pinned"}, "annotations": {"allot.dev/gang-size": "4"}},
+                "spec": {"restartPolicy": "Never", "nodeName": "gpu-node-1", "containers": [
+                    {"name": "w", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}
+        }))
+        .unwrap();
+        match ctx.jobs().create(&PostParams::default(), &job).await {
+            Err(e) => {
+                let message = denial("a Job pinned to a node", Err::<(), _>(e));
+                assert_names("a Job pinned to a node", &message, &["nodeName"]);
+            }
+            Ok(_) => {
+                // Admitted as a template: no pod of it may be on the node, past the gang gate.
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                let pods = ctx.admin_pods().list(&ListParams::default().labels("job-name=pinned")).await.expect("list");
+                for p in &pods.items {
+                    assert!(
+                        p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none(),
+                        "{:?} is on a node with gates {:?}",
+                        p.metadata.name,
+                        gates(p)
+                    );
+                }
+            }
+        }
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn job_template_with_reserved_keys_does_not_release_its_pods() {
+    attempt("job_template_with_reserved_keys_does_not_release_its_pods", "t-job-reserved", |ctx| async move {
+        // The Job controller writes what alice put in the template: the reserved keys with it.
+        let job: Job = serde_json::from_value(json!({
+            "metadata": {"name": "forged"},
+            "spec": {"parallelism": 1, "completions": 1, "template": {
+                "metadata": {
+                    "labels": {"allot.dev/gang-name": "forged"},
+                    "annotations": {"allot.dev/gang-size": "4", "allot.dev/gang-released": "true"}},
+                "spec": {"restartPolicy": "Never", "containers": [
+                    {"name": "w", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}
+        }))
+        .unwrap();
+        match ctx.jobs().create(&PostParams::default(), &job).await {
+            Err(e) => {
+                let message = denial("a Job with allot.dev/gang-released", Err::<(), _>(e));
+                assert_names("a Job with allot.dev/gang-released", &message, &["allot.dev/gang-released"]);
+            }
+            Ok(_) => {
+                // Admitted as a template: its pods are refused, or stripped and gated.
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                let pods = ctx.admin_pods().list(&ListParams::default().labels("job-name=forged")).await.expect("list");
+                for p in &pods.items {
+                    assert_eq!(annotation(p, "allot.dev/gang-released"), None, "{:?}", p.metadata.name);
+                    assert!(gates(p).contains(&GANG_GATE.to_string()), "{:?}: gates {:?}", p.metadata.name, gates(p));
+                }
+            }
+        }
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn fake_daemonset_owner_does_not_exempt_a_gang() {
+    attempt("fake_daemonset_owner_does_not_exempt_a_gang", "t-fake-owner", |ctx| async move {
+        let mut p = member("w-0", "ring", "4", 1);
+        p["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "fake",
+            "uid": "00000000-0000-0000-0000-000000000001", "controller": true
+        }]);
+        // The owner does not exist, so the garbage collector may delete the pod soon: judge the
+        // object the create returned.
+        match create(&ctx, p).await {
+            Ok(created) => {
+                assert!(gates(&created).contains(&GANG_GATE.to_string()), "not gated: {:?}", gates(&created))
+            }
+            Err(e) => {
+                denial("a pod with a forged DaemonSet owner", Err::<(), _>(e));
+            }
+        }
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Deny quotas through gangs
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn deny_quota_holds_against_an_oversized_gang() {
+    attempt("deny_quota_holds_against_an_oversized_gang", "t-oversized-gang", |ctx| async move {
+        // Quota 4 GPUs; 8 one-GPU members of a gang that declares 2.
+        let mut admitted = Vec::new();
+        for i in 0..8 {
+            let name = format!("m-{i}");
+            match create(&ctx, member(&name, "big", "2", 1)).await {
+                Ok(_) => admitted.push(name.clone()),
+                Err(e) => {
+                    let message = denial(&name, Err::<(), _>(e));
+                    assert_names(&name, &message, &["big", "2"]);
+                }
+            }
+            let used = gpus_in_use(&ctx).await;
+            assert!(used <= 4, "after {name}: the team holds {used} GPUs, its deny limit is 4");
+        }
+        assert_eq!(admitted, ["m-0", "m-1"], "members beyond the declared size are denied");
+        // The gang is charged 2: exactly 2 more GPUs fit, then the limit says so.
+        create(&ctx, pod("p-0", 1)).await.expect("3 of 4");
+        create(&ctx, pod("p-1", 1)).await.expect("4 of 4");
+        let message = denial("p-2", create(&ctx, pod("p-2", 1)).await);
+        assert_names("p-2", &message, &["4 of 4"]);
+        assert_eq!(gpus_in_use(&ctx).await, 4);
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn a_gang_is_charged_its_declared_size() {
+    attempt("a_gang_is_charged_its_declared_size", "t-declared-size", |ctx| async move {
+        // One member present of a gang of 3: the team is charged 3, not 1, also once the pod is
+        // in the watch (not only while the admission ledger remembers it).
+        create(&ctx, member("m-0", "trio", "3", 1)).await.expect("member");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let message = denial("2 more GPUs", create(&ctx, pod("p-0", 2)).await);
+        assert_names("2 more GPUs", &message, &["of 4", "asks 2"]);
+        create(&ctx, pod("p-1", 1)).await.expect("3 + 1 of 4");
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn gang_sizes_that_disagree_do_not_grow_past_the_quota() {
+    attempt("gang_sizes_that_disagree_do_not_grow_past_the_quota", "t-mixed-sizes", |ctx| async move {
+        // Each member declares a larger gang than the one before: whatever Allot makes of that,
+        // the team never holds more than its 4 GPUs.
+        for i in 0..6u32 {
+            let name = format!("m-{i}");
+            if let Err(e) = create(&ctx, member(&name, "grow", &(i + 1).to_string(), 1)).await {
+                denial(&name, Err::<(), _>(e));
+            }
+            let used = gpus_in_use(&ctx).await;
+            assert!(used <= 4, "after {name}: the team holds {used} GPUs, its deny limit is 4");
+        }
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn terminating_pods_still_count_against_a_deny_quota() {
+    attempt("terminating_pods_still_count_against_a_deny_quota", "t-terminating", |ctx| async move {
+        create(&ctx, pod("p-0", 1)).await.expect("1 of 2");
+        create(&ctx, pod("p-1", 1)).await.expect("2 of 2");
+        wait_for("both pods bound", Duration::from_secs(30), || async {
+            let mut bound = 0;
+            for n in ["p-0", "p-1"] {
+                bound += usize::from(ctx.get(n).await.spec.and_then(|s| s.node_name).is_some());
+            }
+            bound == 2
+        })
+        .await;
+        // A graceful delete: with no kubelet to confirm it, the pod stays terminating and keeps
+        // its GPU, as a real pod does until its containers are gone.
+        ctx.pods().delete("p-0", &DeleteParams::default()).await.expect("delete");
+        assert!(ctx.get("p-0").await.metadata.deletion_timestamp.is_some(), "p-0 is terminating");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let message = denial("a pod in place of a terminating one", create(&ctx, pod("p-2", 1)).await);
+        assert_names("terminating", &message, &["2 of 2"]);
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn dry_run_creates_reserve_no_quota() {
+    attempt("dry_run_creates_reserve_no_quota", "t-dry-run", |ctx| async move {
+        let dry = PostParams { dry_run: true, ..Default::default() };
+        for i in 0..3 {
+            ctx.pods().create(&dry, &typed(pod(&format!("dry-{i}"), 2))).await.expect("a dry run that fits");
+        }
+        ctx.pods().create(&PostParams::default(), &typed(pod("real", 2))).await.expect("the real pod still fits");
+        // Dry runs are still checked: a third GPU is over the limit.
+        let message = denial("a dry run over the limit", ctx.pods().create(&dry, &typed(pod("dry-over", 1))).await);
+        assert_names("a dry run over the limit", &message, &["2 of 2"]);
+        assert_eq!(gpus_in_use(&ctx).await, 2);
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn resize_cannot_grow_past_a_deny_quota() {
+    attempt("resize_cannot_grow_past_a_deny_quota", "t-resize", |ctx| async move {
+        // Team quota cpu: 2, enforced at create. In-place resize (pods/resize) is another way
+        // to grow a pod.
+        let with_cpu = |name: &str, cpu: &str| {
+            let mut p = pod(name, 1);
+            p["spec"]["containers"][0]["resources"]["requests"] = json!({"cpu": cpu});
+            p
+        };
+        let message = denial("a 3-CPU pod", create(&ctx, with_cpu("big", "3")).await);
+        assert_names("a 3-CPU pod", &message, &["cpu"]);
+        create(&ctx, with_cpu("r-0", "1")).await.expect("1 of 2 CPUs");
+        let message = denial(
+            "resize to 8 CPUs",
+            ctx.pods()
+                .patch_subresource(
+                    "resize",
+                    "r-0",
+                    &PatchParams::default(),
+                    &Patch::Strategic(
+                        json!({"spec": {"containers": [{"name": "w", "resources": {"requests": {"cpu": "8"}}}]}}),
+                    ),
+                )
+                .await,
+        );
+        assert_names("resize to 8 CPUs", &message, &["cpu"]);
+        let r = ctx.get("r-0").await;
+        let cpu =
+            r.spec.unwrap().containers[0].resources.as_ref().and_then(|r| r.requests.as_ref()?.get("cpu").cloned());
+        assert_eq!(cpu.map(|q| q.0).as_deref(), Some("1"));
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. More that a tenant can write
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn malformed_gang_sizes_are_denied() {
+    attempt("malformed_gang_sizes_are_denied", "t-malformed-size", |ctx| async move {
+        let long = "9".repeat(200_000);
+        for (i, size) in
+            ["two", "-1", "0", "1.5", "", "0x10", "1e3", "4294967296", long.as_str()].into_iter().enumerate()
+        {
+            let shown: String = size.chars().take(12).collect();
+            let what = format!("gang-size {shown:?}");
+            let started = Instant::now();
+            let message = denial(&what, create(&ctx, member(&format!("m-{i}"), "bad", size, 1)).await);
+            assert_names(&what, &message, &["allot.dev/gang-size"]);
+            assert!(started.elapsed() < Duration::from_secs(4), "{what}: the denial took {:?}", started.elapsed());
+        }
+        assert_eq!(gpus_in_use(&ctx).await, 0);
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn ten_thousand_containers_do_not_stall_the_webhook() {
+    attempt("ten_thousand_containers_do_not_stall_the_webhook", "t-many-containers", |ctx| async move {
+        let containers: Vec<Value> = (0..10_000)
+            .map(|i| json!({"name": format!("c{i}"), "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}))
+            .collect();
+        let mut p = member("many", "many", "2", 0);
+        p["spec"]["containers"] = Value::Array(containers);
+        let started = Instant::now();
+        let refused = create(&ctx, p).await;
+        let took = started.elapsed();
+        println!("10,000 containers answered in {took:?}");
+        match refused {
+            // The AdmissionReview of this pod is over Allot's body limit: Allot answers 413 and
+            // the API server (failurePolicy Fail) refuses the pod. Refused, promptly, is what
+            // this attempt needs; the message is the API server's.
+            Err(kube::Error::Api(status)) if status.code == 500 && status.message.contains("413") => {
+                println!("  refused (500, Allot's 413): {}", status.message);
+            }
+            other => {
+                let message = denial("10,000 GPU containers", other);
+                assert_names("10,000 GPU containers", &message, &["nvidia.com/gpu"]);
+            }
+        }
+        // Allot answered within the webhook's timeout (a timeout is a 500 without 413); the
+        // bound only catches a hang of the API server itself.
+        assert!(took < Duration::from_secs(10), "the answer took {took:?}");
+        assert!(ctx.admin_pods().get_opt("many").await.expect("get").is_none());
+        assert_webhook_answers(&ctx).await;
+        // 2,000 containers stay under the body limit: Allot reads them all and says why not.
+        let containers: Vec<Value> = (0..2_000)
+            .map(|i| json!({"name": format!("c{i}"), "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}))
+            .collect();
+        let mut p = member("wide", "wide", "2", 0);
+        p["spec"]["containers"] = Value::Array(containers);
+        let started = Instant::now();
+        let message = denial("2,000 GPU containers", create(&ctx, p).await);
+        let took = started.elapsed();
+        println!("2,000 containers denied in {took:?}");
+        assert_names("2,000 GPU containers", &message, &["nvidia.com/gpu"]);
+        assert!(took < Duration::from_secs(10), "the denial took {took:?}");
+        // A huge annotation that is not Allot's: admitted and gated as usual, promptly.
+        let mut p = member("annotated", "annotated", "2", 1);
+        p["metadata"]["annotations"]["example.com/blob"] = json!("x".repeat(200_000));
+        let started = Instant::now();
+        let created = create(&ctx, p).await.expect("a pod with a 200 kB annotation");
+        assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
+        assert!(gates(&created).contains(&GANG_GATE.to_string()));
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn priority_class_outside_the_team_is_denied() {
+    attempt("priority_class_outside_the_team_is_denied", "t-priority", |ctx| async move {
+        let mut p = member("w-0", "ring", "4", 1);
+        p["spec"]["priorityClassName"] = json!("high-priority");
+        let message = denial("high-priority for team tenant", create(&ctx, p).await);
+        assert_names("high-priority", &message, &["high-priority"]);
+        // The class the team allows is fine, and the member is gated as usual.
+        let mut p = member("w-1", "ring", "4", 1);
+        p["spec"]["priorityClassName"] = json!("low-priority");
+        let created = create(&ctx, p).await.expect("low-priority is allowed");
+        assert!(gates(&created).contains(&GANG_GATE.to_string()));
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn a_recreated_member_arrives_gated() {
+    attempt("a_recreated_member_arrives_gated", "t-recreate", |ctx| async move {
+        // A gang of 2 is released; one member is deleted and made again under the same name.
+        for i in 0..2 {
+            create(&ctx, member(&format!("w-{i}"), "pair", "2", 1)).await.expect("member");
+        }
+        wait_for("the pair released", Duration::from_secs(30), || async {
+            let (a, b) = (ctx.get("w-0").await, ctx.get("w-1").await);
+            gates(&a).is_empty() && gates(&b).is_empty()
+        })
+        .await;
+        ctx.pods()
+            .delete("w-1", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() })
+            .await
+            .expect("delete");
+        wait_for("w-1 gone", Duration::from_secs(20), || async {
+            ctx.admin_pods().get_opt("w-1").await.ok().flatten().is_none()
+        })
+        .await;
+        let again = create(&ctx, member("w-1", "pair", "2", 1)).await.expect("recreated");
+        assert!(gates(&again).contains(&GANG_GATE.to_string()), "a new pod is gated: {:?}", gates(&again));
+        assert_eq!(annotation(&again, "allot.dev/gang-released"), None);
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn tenant_cannot_remove_gang_released_from_a_released_member() {
+    attempt("tenant_cannot_remove_gang_released_from_a_released_member", "t-unrelease", |ctx| async move {
+        // Without the mark the controller forgets the reservation it holds for the member.
+        for i in 0..2 {
+            create(&ctx, member(&format!("w-{i}"), "pair", "2", 1)).await.expect("member");
+        }
+        wait_for("the pair released", Duration::from_secs(30), || async {
+            annotation(&ctx.get("w-0").await, "allot.dev/gang-released").is_some()
+        })
+        .await;
+        let before = annotation(&ctx.get("w-0").await, "allot.dev/gang-released");
+        let patch = json!({"metadata": {"annotations": {"allot.dev/gang-released": null}}});
+        let message = denial(
+            "remove allot.dev/gang-released",
+            ctx.pods().patch("w-0", &PatchParams::default(), &Patch::Merge(&patch)).await,
+        );
+        assert_names("remove allot.dev/gang-released", &message, &["allot.dev/gang-released"]);
+        assert_eq!(annotation(&ctx.get("w-0").await, "allot.dev/gang-released"), before);
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn ephemeral_containers_cannot_take_gpus() {
+    attempt("ephemeral_containers_cannot_take_gpus", "t-ephemeral", |ctx| async move {
+        // pods/ephemeralcontainers adds containers to a pod that has passed admission.
+        gated_member(&ctx, "w-0", "ring").await;
+        let patch = json!({"spec": {"ephemeralContainers": [{
+            "name": "debug", "image": "busybox:1.36", "targetContainerName": "w",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}});
+        let message = denial(
+            "an ephemeral container with a GPU",
+            ctx.pods()
+                .patch_subresource("ephemeralcontainers", "w-0", &PatchParams::default(), &Patch::Strategic(&patch))
+                .await,
+        );
+        assert_names("an ephemeral container with a GPU", &message, &["resources"]);
+        let w = ctx.get("w-0").await;
+        assert!(w.spec.as_ref().and_then(|s| s.ephemeral_containers.as_ref()).is_none_or(Vec::is_empty));
+        assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(1)).await;
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn a_job_cannot_run_past_a_deny_quota() {
+    attempt("a_job_cannot_run_past_a_deny_quota", "t-job-quota", |ctx| async move {
+        // The pods come from the Job controller, not alice: still the team's, still charged.
+        let job: Job = serde_json::from_value(json!({
+            "metadata": {"name": "wide"},
+            "spec": {"parallelism": 8, "completions": 8, "template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "w", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}
+        }))
+        .unwrap();
+        ctx.jobs().create(&PostParams::default(), &job).await.expect("the Job itself is admitted");
+        wait_for("the Job's first pods", Duration::from_secs(30), || async { gpus_in_use(&ctx).await >= 1 }).await;
+        let deadline = Instant::now() + Duration::from_secs(6);
+        while Instant::now() < deadline {
+            let used = gpus_in_use(&ctx).await;
+            assert!(used <= 4, "the team holds {used} GPUs, its deny limit is 4");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        assert_eq!(gpus_in_use(&ctx).await, 4, "the Job got the quota's 4 GPUs, no more");
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn terminating_pods_still_hold_their_gpus_for_gang_fit() {
+    attempt("terminating_pods_still_hold_their_gpus_for_gang_fit", "t-terminating-fit", |ctx| async move {
+        // Fill all 4 GPUs of the two nodes, then delete the pods gracefully: with no kubelet they
+        // stay terminating, holding their devices, as real pods do while their containers stop.
+        for i in 0..4 {
+            create(&ctx, pod(&format!("busy-{i}"), 1)).await.expect("a plain GPU pod");
+        }
+        wait_for("all 4 GPUs bound", Duration::from_secs(30), || async {
+            let pods = ctx.admin_pods().list(&ListParams::default()).await.expect("list").items;
+            pods.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()).count() == 4
+        })
+        .await;
+        for i in 0..4 {
+            ctx.pods().delete(&format!("busy-{i}"), &DeleteParams::default()).await.expect("delete");
+        }
+        // A gang of 2 that fits only if terminating pods are counted as free.
+        for i in 0..2 {
+            create(&ctx, member(&format!("w-{i}"), "pair", "2", 1)).await.expect("member");
+        }
+        assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(6)).await;
+        assert_still_gated(&ctx, "w-1", GANG_GATE, Duration::ZERO).await;
+        assert_webhook_answers(&ctx).await;
+    });
+}
