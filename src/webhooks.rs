@@ -85,8 +85,9 @@ fn namespace_selector(opts: &WebhookOptions) -> LabelSelector {
 /// which run whatever the API says — denying one only hides a running pod from the API (and
 /// NodeRestriction already stops a kubelet from changing other pods' gates, labels or
 /// annotations). Skipping Allot itself loses nothing: the engine allows its identity anyway.
-/// No condition looks at the object, so no tenant UPDATE of Allot's gates or keys can skip
-/// the validating webhook.
+/// No condition of the main webhooks looks at the object, so no tenant UPDATE of Allot's gates
+/// or keys can skip the validating webhook (the status webhook's extra condition only skips
+/// status writes that leave labels and annotations alone).
 fn match_conditions(opts: &WebhookOptions) -> Vec<MatchCondition> {
     let mut out = vec![MatchCondition {
         name: "not-kubelet".into(),
@@ -100,6 +101,14 @@ fn match_conditions(opts: &WebhookOptions) -> Vec<MatchCondition> {
     }
     out
 }
+
+/// The status subresource keeps a Pod's spec but takes its labels and annotations from the
+/// request, so a tenant with `pods/status` could write Allot's reserved keys through it. Every
+/// kubelet and controller status write would pay a fail-closed webhook call if it were
+/// registered like the other subresources; this condition lets the API server send only the
+/// status writes that change metadata (rare, and exactly the ones that can touch Allot's keys).
+pub const METADATA_CHANGED: &str = "object.metadata.?labels.orValue({}) != oldObject.metadata.?labels.orValue({}) \
+     || object.metadata.?annotations.orValue({}) != oldObject.metadata.?annotations.orValue({})";
 
 /// Pod subresources whose UPDATE changes what Allot guards: an in-place resize could change
 /// accelerator requests, and ephemeral containers are containers too. (Their objects are the
@@ -158,19 +167,45 @@ pub fn render(opts: &WebhookOptions) -> (MutatingWebhookConfiguration, Validatin
         .collect();
     let validating = ValidatingWebhookConfiguration {
         metadata: meta,
-        webhooks: Some(vec![ValidatingWebhook {
-            name: "validate.allot.dev".into(),
-            admission_review_versions: vec!["v1".into()],
-            client_config: client_config(opts, "/validate"),
-            failure_policy: Some(opts.failure_policy.clone()),
-            match_policy: Some("Equivalent".into()),
-            namespace_selector: Some(namespace_selector(opts)),
-            match_conditions: Some(match_conditions(opts)),
-            side_effects: "None".into(),
-            timeout_seconds: Some(opts.timeout_seconds),
-            rules: Some(rules),
-            object_selector: None,
-        }]),
+        webhooks: Some(vec![
+            ValidatingWebhook {
+                name: "validate.allot.dev".into(),
+                admission_review_versions: vec!["v1".into()],
+                client_config: client_config(opts, "/validate"),
+                failure_policy: Some(opts.failure_policy.clone()),
+                match_policy: Some("Equivalent".into()),
+                namespace_selector: Some(namespace_selector(opts)),
+                match_conditions: Some(match_conditions(opts)),
+                side_effects: "None".into(),
+                timeout_seconds: Some(opts.timeout_seconds),
+                rules: Some(rules),
+                object_selector: None,
+            },
+            ValidatingWebhook {
+                name: "validate-metadata.allot.dev".into(),
+                admission_review_versions: vec!["v1".into()],
+                client_config: client_config(opts, "/validate"),
+                failure_policy: Some(opts.failure_policy.clone()),
+                match_policy: Some("Equivalent".into()),
+                namespace_selector: Some(namespace_selector(opts)),
+                match_conditions: Some({
+                    let mut conditions = match_conditions(opts);
+                    conditions
+                        .push(MatchCondition { name: "metadata-changed".into(), expression: METADATA_CHANGED.into() });
+                    conditions
+                }),
+                side_effects: "None".into(),
+                timeout_seconds: Some(opts.timeout_seconds),
+                rules: Some(vec![RuleWithOperations {
+                    api_groups: Some(vec!["".into()]),
+                    api_versions: Some(vec!["v1".into()]),
+                    operations: Some(vec!["UPDATE".into()]),
+                    resources: Some(vec!["pods/status".into()]),
+                    scope: Some("Namespaced".into()),
+                }]),
+                object_selector: None,
+            },
+        ]),
     };
     (mutating, validating)
 }

@@ -816,8 +816,9 @@ fn volcano_annotation_does_not_exempt_a_gang() {
         p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = json!("pg");
         let created = create(&ctx, p).await.expect("admitted");
         assert!(gates(&created).contains(&GANG_GATE.to_string()), "not gated: {:?}", gates(&created));
-        // Volcano's scheduler name: no Volcano is declared in the Cluster policy either.
-        let mut p = member("w-1", "ring", "4", 1);
+        // Volcano's scheduler name: no Volcano is declared in the Cluster policy either. (Its own
+        // gang: members of one gang must agree on their scheduler, which gang/consistency checks.)
+        let mut p = member("v-0", "vring", "4", 1);
         p["spec"]["schedulerName"] = json!("volcano");
         let created = create(&ctx, p).await.expect("admitted");
         assert!(gates(&created).contains(&GANG_GATE.to_string()), "not gated: {:?}", gates(&created));

@@ -390,7 +390,8 @@ mod webhooks {
             service_account: Some(super::ALLOT.into()),
         };
         let (_, validating) = allot::webhooks::render(&opts);
-        let webhook = &validating.webhooks.unwrap()[0];
+        let webhooks = validating.webhooks.unwrap();
+        let webhook = &webhooks[0];
         let core = webhook
             .rules
             .iter()
@@ -406,6 +407,15 @@ mod webhooks {
         for c in webhook.match_conditions.iter().flatten() {
             assert!(!c.expression.contains("object"), "{}", c.expression);
         }
+        // pods/status can carry labels and annotations: its writes that change them reach Allot
+        // too (the others, every kubelet status write among them, do not).
+        let status = &webhooks[1];
+        let rule = &status.rules.as_ref().unwrap()[0];
+        assert_eq!(rule.resources.as_deref(), Some(&["pods/status".to_string()][..]));
+        assert_eq!(rule.operations.as_deref(), Some(&["UPDATE".to_string()][..]));
+        assert_eq!(status.client_config.service.as_ref().unwrap().path.as_deref(), Some("/validate"));
+        let conditions: Vec<&str> = status.match_conditions.iter().flatten().map(|c| c.name.as_str()).collect();
+        assert_eq!(conditions, ["not-kubelet", "not-allot-itself", "metadata-changed"]);
     }
 }
 

@@ -520,8 +520,11 @@ mod controller_state {
     /// for `gang-size: "4294967295"`; the bound is generous, it catches hangs, not slowness.
     #[test]
     fn a_gang_declaring_u32_max_members_costs_what_exists() {
+        // Admission refuses such sizes (maxGangSize, default 1024), but pods admitted under an
+        // older or looser policy, or while the webhook was bypassed, reach the controller: lift
+        // the bound here so the controller's own safety is what is tested.
         let p = policies(
-            "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  infer: [LeaderWorkerSet]\n",
+            "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  infer: [LeaderWorkerSet]\n  maxGangSize: 4294967295\n",
         );
         let huge = member("huge-0", "huge", u32::MAX, "2026-11-22T01:00:00Z", json!({}));
         let small = member("small-0", "small", 1, "2026-11-22T01:00:05Z", json!({}));
