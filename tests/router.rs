@@ -86,9 +86,21 @@ async fn malformed_input_is_a_400_with_a_reason() {
 async fn oversized_bodies_are_refused() {
     let mut review: Value = serde_json::from_slice(&fixture("010-mutate-create-pod-my-gpu-pod.json")).unwrap();
     review["request"]["object"]["metadata"]["annotations"]["padding"] = json!("x".repeat(LIMIT));
-    let (status, _) =
-        call(router(state(), LIMIT, TIMEOUT), "POST", "/mutate", serde_json::to_vec(&review).unwrap()).await;
-    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    for path in ["/mutate", "/validate"] {
+        let (status, body) =
+            call(router(state(), LIMIT, TIMEOUT), "POST", path, serde_json::to_vec(&review).unwrap()).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+        // A metav1.Status the API server decodes and shows, not a bare status code.
+        let status: k8s_openapi::apimachinery::pkg::apis::meta::v1::Status =
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: not a Status ({e}): {body}"));
+        assert_eq!(status.code, Some(413));
+        assert_eq!(status.reason.as_deref(), Some("RequestEntityTooLarge"));
+        let message = status.message.unwrap_or_default();
+        assert!(
+            message.contains(&format!("larger than the {LIMIT} bytes")) && message.contains("--max-body-bytes"),
+            "{message}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -152,14 +153,20 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize, request_timeout: Dura
     Router::new()
         .route(
             "/mutate",
-            post(move |State(state): State<Arc<AppState>>, body: Bytes| {
-                evaluations.clone().run(state, Phase::Mutate, body)
+            post(move |State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>| async move {
+                match body {
+                    Ok(body) => evaluations.clone().run(state, Phase::Mutate, body).await,
+                    Err(rejection) => unreadable_body(&rejection, max_body_bytes),
+                }
             }),
         )
         .route(
             "/validate",
-            post(move |State(state): State<Arc<AppState>>, body: Bytes| {
-                validations.clone().run(state, Phase::Validate, body)
+            post(move |State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>| async move {
+                match body {
+                    Ok(body) => validations.clone().run(state, Phase::Validate, body).await,
+                    Err(rejection) => unreadable_body(&rejection, max_body_bytes),
+                }
             }),
         )
         .route("/healthz", get(healthz))
@@ -176,6 +183,31 @@ pub fn metrics_router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(state)
+}
+
+/// The answer to a body that could not be read (over `--max-body-bytes`, or broken off): the
+/// HTTP status of the rejection with a `metav1.Status` body. The uid is unknown, so no
+/// AdmissionReview can be answered; the API server's client decodes a Status, so the person who
+/// ran `kubectl apply` reads why instead of "responded with the status code 413 but did not
+/// return more information".
+fn unreadable_body(rejection: &BytesRejection, max_body_bytes: usize) -> Response {
+    let code = rejection.status();
+    let (reason, message) = if code == StatusCode::PAYLOAD_TOO_LARGE {
+        (
+            "RequestEntityTooLarge",
+            format!(
+                "allot: this AdmissionReview is larger than the {max_body_bytes} bytes Allot reads \
+                 (allot serve --max-body-bytes); the object is too large to be reviewed"
+            ),
+        )
+    } else {
+        ("BadRequest", format!("allot: the AdmissionReview body could not be read: {}", rejection.body_text()))
+    };
+    let status = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message, "reason": reason, "code": code.as_u16(),
+    });
+    (code, [(header::CONTENT_TYPE, "application/json")], status.to_string()).into_response()
 }
 
 /// Runs evaluations off the async workers, a bounded number at a time, each within the request
