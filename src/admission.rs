@@ -11,7 +11,8 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::engine::{Engine, Outcome, Request, RequestOperation};
+use crate::engine::{Engine, Outcome};
+use crate::request::{Request, RequestOperation};
 use crate::finding::Finding;
 use crate::policy::Action;
 

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::engine::{Admission, Engine, Request, RequestOperation, group_kind};
+use crate::engine::{Admission, Engine, group_kind};
+use crate::request::{Request, RequestOperation};
 use crate::error::Error;
 use crate::finding::Finding;
 use crate::junit;

@@ -13,6 +13,8 @@ use crate::namespaces::{NamespaceLabels, TeamLookup, team_of};
 use crate::patch::{self, PatchOp};
 use crate::policy::{Operation, PolicySet};
 use crate::quota::{NoUsage, QuotaBook};
+/// The engine's input, re-exported because it is part of the engine's public API (tests,
+/// benches and fuzz targets build requests through `allot::engine`).
 pub use crate::request::{Request, RequestOperation};
 use crate::tenant::{self, Requester};
 use crate::validate::{self, Target};

@@ -377,7 +377,7 @@ pub fn check_owner_size(
 
 /// An in-place resize must not change what a Pod is charged against its team's quota (the
 /// quota was checked, or the Pod queued, on the amounts it was created with).
-pub fn check_charge_change(quota: &crate::quota::Quota, old: &Value, new: &Value) -> Option<Finding> {
+pub fn check_charge_change(quota: &crate::policy::quota::Quota, old: &Value, new: &Value) -> Option<Finding> {
     let charge = |pod: &Value| pod.get("spec").map(|s| quota.charge(&resources::pod_requests(s))).unwrap_or_default();
     let (before, after) = (charge(old), charge(new));
     (before != after).then(|| {

@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Quota, QuotaBook, QuotaRequest, Refusal, asks, check};
+use super::{QuotaBook, QuotaRequest, Refusal, asks, check};
+use crate::policy::quota::Quota;
 use crate::cluster::tally::add_to;
 use crate::cluster::{ClusterState, GangTally};
 use crate::resources::ResourceList;

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{Charge, add};
+use crate::policy::quota::{Charge, add};
 use crate::cluster::action::Action;
 use crate::cluster::usage::{admitted_by_team, requests_by_state};
 use crate::cluster::{ClusterState, ClusterView};

@@ -33,7 +33,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::gang::metrics::ControllerMetrics;
-use crate::gang::state::AcceleratorUsage;
+use crate::cluster::AcceleratorUsage;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {

@@ -33,7 +33,7 @@ use tower_http::timeout::TimeoutLayer;
 use crate::admission::{self, Phase};
 use crate::engine::Engine;
 use crate::error::Error;
-use crate::gang::state::ClusterState;
+use crate::cluster::ClusterState;
 use crate::namespaces::{NamespaceLabels, NoNamespaces};
 use crate::policy::{self, Action, PolicySet};
 use crate::quota::{LiveQuota, QuotaBook};
