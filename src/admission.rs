@@ -12,9 +12,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::engine::{Engine, Outcome};
-use crate::request::{Request, RequestOperation};
 use crate::finding::Finding;
 use crate::policy::Action;
+use crate::request::{Request, RequestOperation};
 
 /// Which webhook is answering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

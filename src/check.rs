@@ -8,12 +8,12 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::engine::{Admission, Engine, group_kind};
-use crate::request::{Request, RequestOperation};
 use crate::error::Error;
 use crate::finding::Finding;
 use crate::junit;
 use crate::patch::PatchOp;
 use crate::policy::{Action, parse_documents};
+use crate::request::{Request, RequestOperation};
 
 /// One object read from the input.
 #[derive(Debug, Clone)]

@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 
 use super::{QuotaBook, QuotaRequest, Refusal, asks, check};
-use crate::policy::quota::Quota;
 use crate::cluster::tally::add_to;
 use crate::cluster::{ClusterState, GangTally};
+use crate::policy::quota::Quota;
 use crate::resources::ResourceList;
 
 /// Deny-mode quota in `allot serve`: usage from the controller's Pod watch plus an in-process

@@ -6,11 +6,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::policy::quota::{Charge, add};
 use crate::cluster::action::Action;
 use crate::cluster::usage::{admitted_by_team, requests_by_state};
 use crate::cluster::{ClusterState, ClusterView};
 use crate::namespaces::{NamespaceLabels, TeamsByNamespace};
+use crate::policy::quota::{Charge, add};
 use crate::policy::{PolicySet, QuotaMode};
 use crate::resources::ResourceList;
 

@@ -31,9 +31,9 @@ use axum::routing::{get, post};
 use tower_http::timeout::TimeoutLayer;
 
 use crate::admission::{self, Phase};
+use crate::cluster::ClusterState;
 use crate::engine::Engine;
 use crate::error::Error;
-use crate::cluster::ClusterState;
 use crate::namespaces::{NamespaceLabels, NoNamespaces};
 use crate::policy::{self, Action, PolicySet};
 use crate::quota::{LiveQuota, QuotaBook};
