@@ -2,7 +2,7 @@
 //!
 //! A policy directory holds YAML (or JSON) files, each with one or more documents of
 //! `apiVersion: allot.dev/v1alpha1` and a kind: `Cluster`, `Team`, `Placement`, `Rule` or
-//! `GangPolicy`; each kind compiles in its own [`compile::Compile`] impl.
+//! `GangPolicy`; each kind compiles in its own `Compile` impl (`policy::compile`).
 //! Loading is all-or-nothing: every error of every file is collected and reported with file,
 //! document number and field path, and no partial set is ever produced — so a server never
 //! drops to an empty or half policy set because one file is broken.
