@@ -236,7 +236,7 @@ pub fn encode_response(uid: &str, kind: &str, namespace: &str, name: &str, outco
     let mut audit_annotations = BTreeMap::new();
     for f in outcome.findings.iter().filter(|f| f.action == Action::Audit) {
         audit_annotations
-            .entry(audit_key(&f.rule))
+            .entry(audit_key(f.rule.as_str()))
             .and_modify(|v: &mut String| {
                 v.push_str("; ");
                 v.push_str(&f.describe());

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use crate::expression::Bindings;
-use crate::finding::Finding;
+use crate::finding::{Check, Finding, RuleId};
 use crate::gang::directory::{GangDirectory, Peer, disagreement};
 use crate::gang::membership::{Membership, PodFacts};
 use crate::namespaces::TeamLookup;
@@ -33,8 +33,8 @@ pub fn check_pod(policies: &PolicySet, view: &PodView<'_>, team: &TeamLookup<'_>
 }
 
 /// A finding of one of the `accelerators/<check>` checks.
-fn accelerator_finding(check: &str, action: Action, path: &str, message: String) -> Finding {
-    Finding { rule: format!("accelerators/{check}"), action, path: path.to_string(), message }
+fn accelerator_finding(check: Check, action: Action, path: &str, message: String) -> Finding {
+    Finding { rule: check.into(), action, path: path.to_string(), message }
 }
 
 /// One container's accelerator requests and limits, as the per-container checks read them.
@@ -58,7 +58,7 @@ fn check_container(policies: &PolicySet, path: &str, container: &Value, is_init:
     let mut bad = Vec::new();
     let res = ContainerResources::from_container(container, path, &mut bad);
     for b in bad.iter().filter(|b| accel_path(&b.path, accel)) {
-        findings.push(accelerator_finding("quantity", Action::Deny, &b.path, b.error.to_string()));
+        findings.push(accelerator_finding(Check::AcceleratorQuantity, Action::Deny, &b.path, b.error.to_string()));
     }
     let requests = accelerators_only(&res.requests, accel);
     let limits = accelerators_only(&res.limits, accel);
@@ -98,13 +98,13 @@ fn requests_equal_limits(c: &ContainerAccelerators<'_>, action: Action, findings
     for name in &c.names {
         match (c.requests.get(name), c.limits.get(name)) {
             (Some(r), Some(l)) if r != l => findings.push(accelerator_finding(
-                "requests-equal-limits",
+                Check::RequestsEqualLimits,
                 action,
                 c.path,
                 format!("container {cname}: {name} request {r} must equal its limit {l}"),
             )),
             (Some(r), None) => findings.push(accelerator_finding(
-                "requests-equal-limits",
+                Check::RequestsEqualLimits,
                 action,
                 c.path,
                 format!("container {cname}: {name} is requested ({r}) without a limit; set limits.{name}: {r}"),
@@ -121,7 +121,7 @@ fn whole_numbers(c: &ContainerAccelerators<'_>, action: Action, findings: &mut V
     for (kind, list) in [("request", &c.requests), ("limit", &c.limits)] {
         for (name, q) in list.iter().filter(|(_, q)| !q.is_whole()) {
             findings.push(accelerator_finding(
-                "whole-numbers",
+                Check::WholeNumbers,
                 action,
                 c.path,
                 format!("container {cname}: {name} {kind} {q} is not a whole number of devices"),
@@ -135,7 +135,7 @@ fn whole_numbers(c: &ContainerAccelerators<'_>, action: Action, findings: &mut V
 fn init_container(c: &ContainerAccelerators<'_>, action: Action) -> Finding {
     let list: Vec<&str> = c.names.iter().map(String::as_str).collect();
     accelerator_finding(
-        "init-containers",
+        Check::InitContainers,
         action,
         c.path,
         format!(
@@ -154,7 +154,7 @@ fn allowed_resources(policies: &PolicySet, c: &ContainerAccelerators<'_>, findin
     };
     for name in c.names.iter().filter(|n| !allowed.matches(n)) {
         findings.push(accelerator_finding(
-            "allowed-resources",
+            Check::AllowedResources,
             check.action,
             c.path,
             format!("container {}: {name} is not an allowed accelerator (allowed: {})", c.name, check.names.join(", ")),
@@ -173,7 +173,7 @@ fn max_per_container(policies: &PolicySet, c: &ContainerAccelerators<'_>, findin
         let asked = effective.get(name).map_or(0, |q| q.ceil_units());
         if asked > i64::from(*limit) {
             findings.push(accelerator_finding(
-                "max-per-container",
+                Check::MaxPerContainer,
                 max.action,
                 c.path,
                 format!("container {} asks {asked} {name}; at most {limit} per container", c.name),
@@ -193,7 +193,7 @@ fn max_per_pod(policies: &PolicySet, spec: &Value, spec_path: &str, findings: &m
         let asked = total.get(name).map_or(0, |q| q.ceil_units());
         if asked > i64::from(*limit) {
             findings.push(accelerator_finding(
-                "max-per-pod",
+                Check::MaxPerPod,
                 max.action,
                 spec_path,
                 format!("pod asks {asked} {name} in all; at most {limit} per pod"),
@@ -223,7 +223,7 @@ fn metadata_path(view_path: &str) -> String {
 
 /// The denial of invalid gang metadata (`allot.dev/gang-size: zero`).
 pub fn gang_metadata_finding(view_path: &str, message: String) -> Finding {
-    Finding { rule: "gang/metadata".into(), action: Action::Deny, path: metadata_path(view_path), message }
+    Finding { rule: Check::GangMetadata.into(), action: Action::Deny, path: metadata_path(view_path), message }
 }
 
 /// Gang metadata: a valid size, and (for Pods) agreement with the members that exist.
@@ -239,7 +239,7 @@ pub fn check_gang(
             let me = Peer::of(&view.pod, gang);
             disagreement(&format!("{namespace}/{}", gang.name), &me, &directory.peers(namespace, &gang.name)).map(
                 |message| Finding {
-                    rule: "gang/consistency".into(),
+                    rule: Check::GangConsistency.into(),
                     action: Action::Deny,
                     path: metadata_path(""),
                     message,
@@ -276,7 +276,7 @@ pub fn check_quota(
     let request = QuotaRequest { uid, team: &t.name, namespace, pod, charge, requests, gang, dry_run };
     let refusal = book.admit(quota, &request).err()?;
     Some(Finding {
-        rule: "team/quota".into(),
+        rule: Check::TeamQuota.into(),
         action: Action::Deny,
         path: view.spec_path(),
         message: refusal.message(&t.name),
@@ -292,7 +292,7 @@ fn check_priority_class(policies: &PolicySet, view: &PodView<'_>, team: &TeamLoo
         return None;
     }
     Some(Finding {
-        rule: "team/priority-class".into(),
+        rule: Check::TeamPriorityClass.into(),
         action: Action::Deny,
         path: format!("{}.priorityClassName", view.spec_path()),
         message: format!("team {} may use priority classes {}; this pod asks {class}", t.name, allowed.join(", ")),
@@ -358,7 +358,12 @@ pub fn run_rules(policies: &PolicySet, rules: &[&Rule], target: &Target<'_>, bin
                 format!("rule could not be evaluated ({e}); expression: {}", rule.expression.source())
             }
         };
-        findings.push(Finding { rule: rule.name.clone(), action, path: target.path.to_string(), message });
+        findings.push(Finding {
+            rule: RuleId::Rule(rule.name.clone()),
+            action,
+            path: target.path.to_string(),
+            message,
+        });
     }
     findings
 }

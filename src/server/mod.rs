@@ -269,7 +269,7 @@ fn answer(state: &AppState, phase: Phase, body: &[u8]) -> Response {
                 state
                     .metrics
                     .decisions
-                    .get_or_create(&DecisionLabels { webhook, rule: f.rule.clone(), action: f.action.label() })
+                    .get_or_create(&DecisionLabels { webhook, rule: f.rule.to_string(), action: f.action.label() })
                     .inc();
                 let message = f.describe();
                 match f.action {
