@@ -309,7 +309,7 @@ fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let labels: Box<dyn NamespaceLabels> = match args.namespaces {
         Some(path) => {
             let text = read_named(&path)?;
-            Box::new(namespaces::from_manifests(&path.display().to_string(), &text).map_err(anyhow::Error::msg)?)
+            Box::new(namespaces::from_manifests(&path.display().to_string(), &text)?)
         }
         None => Box::new(NoNamespaces),
     };
