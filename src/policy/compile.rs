@@ -90,7 +90,7 @@ impl Compile for TeamSpec {
                 if needs_values == req.values.is_empty() {
                     problems.push(format_args!(
                         "spec.namespaces.selector.matchExpressions[{i}]: {}",
-                        operator_values(&req.operator, needs_values)
+                        operator_values(req.operator, needs_values)
                     ));
                 }
             }
@@ -128,7 +128,7 @@ impl Compile for PlacementSpec {
             let needs_values =
                 !matches!(req.operator, NodeSelectorOperator::Exists | NodeSelectorOperator::DoesNotExist);
             if needs_values == req.values.is_empty() {
-                problems.push(format_args!("spec.nodeAffinity[{i}]: {}", operator_values(&req.operator, needs_values)));
+                problems.push(format_args!("spec.nodeAffinity[{i}]: {}", operator_values(req.operator, needs_values)));
             }
         }
         problems.extend(values::placement(&spec));
