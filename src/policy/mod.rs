@@ -290,26 +290,7 @@ enum Doc {
 /// Compiles policy sources into a set, or returns every error found.
 pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
     let mut errors = Vec::new();
-    let mut docs: Vec<(String, Metadata, Doc)> = Vec::new();
-    for source in sources {
-        let parsed = match parse_documents(&source.name, &source.text) {
-            Ok(p) => p,
-            Err(e) => {
-                errors.push(e);
-                continue;
-            }
-        };
-        for (index, value) in parsed {
-            let kind_hint = value.get("kind").and_then(Value::as_str).unwrap_or("?").to_string();
-            let location = format!("{}: document {index} ({kind_hint})", source.name);
-            match decode_doc(value) {
-                Ok((meta, doc)) => {
-                    docs.push((format!("{}: document {index} ({kind_hint} {})", source.name, meta.name), meta, doc))
-                }
-                Err(e) => errors.push(format!("{location}: {e}")),
-            }
-        }
-    }
+    let docs = decode_sources(sources, &mut errors);
 
     let mut cluster: Option<(String, ClusterSpec)> = None;
     let mut team_specs = Vec::new();
@@ -383,6 +364,32 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
         version: version_of(sources),
         files: sources.iter().map(|s| PathBuf::from(&s.name)).collect(),
     })
+}
+
+/// Every document of every source, decoded and named by its location
+/// (`FILE: document N (KIND NAME)`); what does not parse or decode goes to `errors`.
+fn decode_sources(sources: &[Source], errors: &mut Vec<String>) -> Vec<(String, Metadata, Doc)> {
+    let mut docs = Vec::new();
+    for source in sources {
+        let parsed = match parse_documents(&source.name, &source.text) {
+            Ok(p) => p,
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
+        };
+        for (index, value) in parsed {
+            let kind_hint = value.get("kind").and_then(Value::as_str).unwrap_or("?").to_string();
+            let location = format!("{}: document {index} ({kind_hint})", source.name);
+            match decode_doc(value) {
+                Ok((meta, doc)) => {
+                    docs.push((format!("{}: document {index} ({kind_hint} {})", source.name, meta.name), meta, doc))
+                }
+                Err(e) => errors.push(format!("{location}: {e}")),
+            }
+        }
+    }
+    docs
 }
 
 /// Compiles every document of one kind, in order, keeping those that compiled.
