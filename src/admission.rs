@@ -11,9 +11,10 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::engine::{Engine, Outcome, Request, RequestOperation};
+use crate::engine::{Engine, Outcome};
 use crate::finding::Finding;
 use crate::policy::Action;
+use crate::request::{Request, RequestOperation};
 
 /// Which webhook is answering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -235,7 +236,7 @@ pub fn encode_response(uid: &str, kind: &str, namespace: &str, name: &str, outco
     let mut audit_annotations = BTreeMap::new();
     for f in outcome.findings.iter().filter(|f| f.action == Action::Audit) {
         audit_annotations
-            .entry(audit_key(&f.rule))
+            .entry(audit_key(f.rule.as_str()))
             .and_modify(|v: &mut String| {
                 v.push_str("; ");
                 v.push_str(&f.describe());

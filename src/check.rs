@@ -7,12 +7,13 @@ use std::path::PathBuf;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::engine::{Admission, Engine, Request, RequestOperation, group_kind};
+use crate::engine::{Admission, Engine, group_kind};
 use crate::error::Error;
-use crate::finding::Finding;
+use crate::finding::{Check, Finding};
 use crate::junit;
 use crate::patch::PatchOp;
 use crate::policy::{Action, parse_documents};
+use crate::request::{Request, RequestOperation};
 
 /// One object read from the input.
 #[derive(Debug, Clone)]
@@ -221,7 +222,7 @@ pub fn admit_manifest(engine: &Engine<'_>, m: &Manifest) -> Admitted {
 }
 
 /// Rule id of what the API server's own validation would refuse.
-pub const API_SERVER_RULE: &str = "api-server/validation";
+pub const API_SERVER_RULE: &str = Check::ApiServerValidation.id();
 
 /// What the API server's own validation refuses in the object as the webhooks leave it (its
 /// metadata; a Pod's fields Allot writes or trusts; each Pod template as its Pods will be), so
@@ -239,7 +240,7 @@ fn api_server_findings(engine: &Engine<'_>, request: &Request<'_>) -> Vec<Findin
     errors
         .into_iter()
         .map(|e| Finding {
-            rule: API_SERVER_RULE.to_string(),
+            rule: Check::ApiServerValidation.into(),
             action: Action::Deny,
             path: e.path,
             message: format!("{}; the API server would refuse this object", e.message),

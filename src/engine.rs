@@ -6,13 +6,15 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::expression::{Bindings, VarSet, json_to_cel, var_bit};
-use crate::finding::{Finding, any_denied};
+use crate::finding::{Check, Finding, RuleId, any_denied};
 use crate::gang::directory::{GangDirectory, NoGangs};
 use crate::mutate::{self, PodContext};
 use crate::namespaces::{NamespaceLabels, TeamLookup, team_of};
 use crate::patch::{self, PatchOp};
 use crate::policy::{Operation, PolicySet};
 use crate::quota::{NoUsage, QuotaBook};
+/// The engine's input, re-exported because it is part of the engine's public API (tests,
+/// benches and fuzz targets build requests through `allot::engine`).
 pub use crate::request::{Request, RequestOperation};
 use crate::tenant::{self, Requester};
 use crate::validate::{self, Target};
@@ -207,7 +209,7 @@ impl<'a> Engine<'a> {
             && req.username != self.allot_username
             && let (Some(old), Some(quota)) = (req.old_object, team.team.and_then(|t| t.quota.as_ref()))
             // (A changed accelerator amount is reported once, above.)
-            && !out.findings.iter().any(|f| f.rule == "tenant/resize")
+            && !out.findings.iter().any(|f| f.rule == RuleId::Check(Check::TenantResize))
         {
             out.findings.extend(tenant::check_charge_change(quota, old, req.object));
         }

@@ -8,6 +8,7 @@ pub mod admission;
 pub mod apivalidation;
 pub mod certs;
 pub mod check;
+pub mod cli;
 pub mod cluster;
 pub mod engine;
 pub mod error;

@@ -8,7 +8,7 @@
 use serde_json::{Map, Value};
 
 use crate::expression::Bindings;
-use crate::finding::Finding;
+use crate::finding::{Finding, RuleId};
 use crate::gang::membership::{GATE, PodFacts, QUOTA_GATE};
 use crate::namespaces::TeamLookup;
 use crate::patch::{Builder, PatchOp};
@@ -117,7 +117,7 @@ fn placement_applies(
         Err(e) => {
             // A condition that cannot be evaluated must not silently skip a placement.
             out.findings.push(Finding {
-                rule: format!("placement/{}", placement.name),
+                rule: RuleId::placement(&placement.name),
                 action: Action::Deny,
                 path: path_prefix.to_string(),
                 message: format!("spec.when could not be evaluated: {e}"),
@@ -128,7 +128,7 @@ fn placement_applies(
 }
 
 fn apply_placement(placement: &Placement, builder: &mut Builder, spec_path: &str, out: &mut Mutation) {
-    let rule = format!("placement/{}", placement.name);
+    let rule = RuleId::placement(&placement.name);
     for toleration in &placement.spec.tolerations {
         let covered = builder
             .get(&["tolerations"])
@@ -174,7 +174,7 @@ fn apply_placement(placement: &Placement, builder: &mut Builder, spec_path: &str
         }
     }
     if !placement.spec.node_affinity.is_empty() {
-        add_node_affinity(placement, builder, &rule, out);
+        add_node_affinity(placement, builder, rule.as_str(), out);
     }
 }
 

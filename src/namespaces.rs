@@ -104,20 +104,33 @@ pub fn selector_matches(selector: &LabelSelector, labels: &Labels) -> bool {
         })
 }
 
+/// Why a file of Namespace manifests (`allot check --namespaces`, a test's `namespaces`) cannot
+/// be read; each names the file and document.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NamespacesError {
+    /// Not YAML or JSON (the message names the file).
+    #[error("{0}")]
+    Parse(String),
+    #[error("{file}: document {index}: expected kind Namespace")]
+    NotANamespace { file: String, index: usize },
+    #[error("{file}: document {index}: metadata.name is missing")]
+    MissingName { file: String, index: usize },
+}
+
 /// Reads Namespace manifests (YAML/JSON, multi-document, or a `List`) into a label table.
-pub fn from_manifests(name: &str, text: &str) -> Result<StaticNamespaces, String> {
+pub fn from_manifests(name: &str, text: &str) -> Result<StaticNamespaces, NamespacesError> {
     let mut table = HashMap::new();
-    for (index, doc) in crate::policy::parse_documents(name, text)? {
+    for (index, doc) in crate::policy::parse_documents(name, text).map_err(NamespacesError::Parse)? {
         let items = match doc.get("kind").and_then(|k| k.as_str()) {
             Some("List" | "NamespaceList") => doc.get("items").and_then(|i| i.as_array()).cloned().unwrap_or_default(),
             _ => vec![doc],
         };
         for item in items {
             if item.get("kind").and_then(|k| k.as_str()) != Some("Namespace") {
-                return Err(format!("{name}: document {index}: expected kind Namespace"));
+                return Err(NamespacesError::NotANamespace { file: name.to_string(), index });
             }
             let Some(ns) = item.pointer("/metadata/name").and_then(|n| n.as_str()) else {
-                return Err(format!("{name}: document {index}: metadata.name is missing"));
+                return Err(NamespacesError::MissingName { file: name.to_string(), index });
             };
             let labels: Labels = item
                 .pointer("/metadata/labels")

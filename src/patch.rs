@@ -37,10 +37,11 @@ pub fn escape(token: &str) -> String {
 
 impl PatchOp {
     /// The same operation as the json-patch crate's type (no round trip through JSON text).
-    fn to_json_patch(&self) -> Result<json_patch::PatchOperation, String> {
+    fn to_json_patch(&self) -> Result<json_patch::PatchOperation, PatchError> {
         use json_patch::jsonptr::PointerBuf;
         use json_patch::{AddOperation, PatchOperation, RemoveOperation, ReplaceOperation, TestOperation};
-        let path = PointerBuf::parse(self.path()).map_err(|e| format!("{}: {e}", self.path()))?;
+        let path = PointerBuf::parse(self.path())
+            .map_err(|e| PatchError::Pointer { path: self.path().to_string(), message: e.to_string() })?;
         Ok(match self {
             PatchOp::Add { value, .. } => PatchOperation::Add(AddOperation { path, value: value.clone() }),
             PatchOp::Replace { value, .. } => PatchOperation::Replace(ReplaceOperation { path, value: value.clone() }),
@@ -50,12 +51,25 @@ impl PatchOp {
     }
 }
 
+/// Why a patch does not apply. Allot's own patches always should; seeing one of these means the
+/// object changed under a patch computed for another version (or a bug), and callers report it
+/// as a note rather than failing the request.
+#[derive(Debug, thiserror::Error)]
+pub enum PatchError {
+    /// An operation's path is not a JSON Pointer.
+    #[error("{path}: {message}")]
+    Pointer { path: String, message: String },
+    /// An operation failed on the document (a missing parent, a failed `test`).
+    #[error(transparent)]
+    Apply(#[from] json_patch::PatchError),
+}
+
 /// Applies operations to a document with the json-patch crate (the same semantics the API
 /// server applies), returning the patched copy.
-pub fn apply(document: &Value, ops: &[PatchOp]) -> Result<Value, String> {
+pub fn apply(document: &Value, ops: &[PatchOp]) -> Result<Value, PatchError> {
     let patch = json_patch::Patch(ops.iter().map(PatchOp::to_json_patch).collect::<Result<_, _>>()?);
     let mut out = document.clone();
-    json_patch::patch(&mut out, &patch).map_err(|e| e.to_string())?;
+    json_patch::patch(&mut out, &patch)?;
     Ok(out)
 }
 

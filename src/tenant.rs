@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::finding::Finding;
+use crate::finding::{Check, Finding};
 use crate::gang::membership::{self, GATE, MEMBERSHIP_KEYS, NAME_LABEL, QUOTA_GATE, SIZE_ANNOTATION};
 pub use crate::policy::tenancy::{DEFAULT_MAX_AMOUNT, TenantPolicy};
 use crate::policy::{Action, ExternalScheduler, PolicySet};
@@ -54,8 +54,8 @@ impl Requester<'_> {
     }
 }
 
-fn deny(rule: &str, path: String, message: String) -> Finding {
-    Finding { rule: format!("tenant/{rule}"), action: Action::Deny, path, message }
+fn deny(check: Check, path: String, message: String) -> Finding {
+    Finding { rule: check.into(), action: Action::Deny, path, message }
 }
 
 fn metadata_path(view_path: &str) -> String {
@@ -94,7 +94,7 @@ pub fn check_reserved_keys(view: &PodView<'_>) -> Vec<Finding> {
                 continue;
             }
             findings.push(deny(
-                "reserved-keys",
+                Check::TenantReservedKeys,
                 format!("{}.{field}", metadata_path(&view.path)),
                 format!(
                     "{what} {} is reserved for Allot and may not be set by users; remove it (the only allot.dev/ \
@@ -124,7 +124,7 @@ pub fn check_amounts(policies: &PolicySet, view: &PodView<'_>) -> Vec<Finding> {
         for (kind, list) in [("request", &res.requests), ("limit", &res.limits)] {
             for (resource, q) in accelerators_only(list, &policies.accelerators).iter().filter(|(_, q)| too_much(q)) {
                 findings.push(deny(
-                    "amount",
+                    Check::TenantAmount,
                     path.clone(),
                     format!(
                         "container {name}: {resource} {kind} {q} is out of range; a pod may ask between 0 and {max} \
@@ -138,7 +138,7 @@ pub fn check_amounts(policies: &PolicySet, view: &PodView<'_>) -> Vec<Finding> {
         let total = resources::pod_requests(spec);
         for (resource, q) in accelerators_only(&total, &policies.accelerators).iter().filter(|(_, q)| too_much(q)) {
             findings.push(deny(
-                "amount",
+                Check::TenantAmount,
                 view.spec_path(),
                 format!(
                     "pod asks {q} {resource} in all; at most {max} of one accelerator per pod \
@@ -193,7 +193,7 @@ pub fn check_bound_pod(
         Requester::Unknown => "an unknown user",
     };
     Some(deny(
-        "bound-pod",
+        Check::TenantBoundPod,
         format!("{}.nodeName", view.spec_path()),
         format!(
             "this pod {what} and sets spec.nodeName {node:?}, which would skip the scheduler and Allot's gates; \
@@ -258,7 +258,7 @@ pub fn check_pod_update(policies: &PolicySet, old: &Value, new: &Value, username
         let changed = if removed.is_empty() { old_gates.join(", ") } else { removed.join(", ") };
         let changed = if changed.is_empty() { new_gates.join(", ") } else { changed };
         findings.push(deny(
-            "allot-gates",
+            Check::TenantAllotGates,
             "spec.schedulingGates".into(),
             format!(
                 "only Allot ({allot}) may remove or change the scheduling gate {changed}, not {who}; Allot lifts it \
@@ -272,7 +272,7 @@ pub fn check_pod_update(policies: &PolicySet, old: &Value, new: &Value, username
             before.keys().chain(after.keys()).copied().filter(|k| is_guarded_key(k)).collect();
         for key in keys.into_iter().filter(|k| before.get(k) != after.get(k)) {
             findings.push(deny(
-                "reserved-keys",
+                Check::TenantReservedKeys,
                 format!("metadata.{field}"),
                 format!(
                     "{what} {} decides how Allot gates and counts this pod; after creation only Allot ({allot}) may \
@@ -293,7 +293,7 @@ pub fn check_pod_update(policies: &PolicySet, old: &Value, new: &Value, username
         let was = before.get(name).cloned().unwrap_or_default();
         if was != *res {
             findings.push(deny(
-                "resize",
+                Check::TenantResize,
                 "spec.containers".into(),
                 format!(
                     "container {name}: accelerator requests/limits may not change after creation ({} -> {}); \
@@ -316,7 +316,7 @@ pub fn check_pod_update(policies: &PolicySet, old: &Value, new: &Value, username
             if !names.is_empty() {
                 let cname = container.get("name").and_then(Value::as_str).unwrap_or("?");
                 findings.push(deny(
-                    "ephemeral-containers",
+                    Check::TenantEphemeralContainers,
                     path,
                     format!(
                         "ephemeral container {cname} asks for {}; ephemeral containers may not use accelerators",
@@ -364,7 +364,7 @@ pub fn check_owner_size(
     let max = policy.max_size;
     (size > u64::from(max)).then(|| {
         deny(
-            "gang-size",
+            Check::TenantGangSize,
             "spec".into(),
             format!(
                 "this {} makes a gang of {size} pods; gangs here have at most {max} members (GangPolicy \
@@ -377,7 +377,7 @@ pub fn check_owner_size(
 
 /// An in-place resize must not change what a Pod is charged against its team's quota (the
 /// quota was checked, or the Pod queued, on the amounts it was created with).
-pub fn check_charge_change(quota: &crate::quota::Quota, old: &Value, new: &Value) -> Option<Finding> {
+pub fn check_charge_change(quota: &crate::policy::quota::Quota, old: &Value, new: &Value) -> Option<Finding> {
     let charge = |pod: &Value| pod.get("spec").map(|s| quota.charge(&resources::pod_requests(s))).unwrap_or_default();
     let (before, after) = (charge(old), charge(new));
     (before != after).then(|| {
@@ -385,7 +385,7 @@ pub fn check_charge_change(quota: &crate::quota::Quota, old: &Value, new: &Value
         let names: Vec<&str> =
             names.into_iter().filter(|n| before.get(*n) != after.get(*n)).map(String::as_str).collect();
         deny(
-            "resize",
+            Check::TenantResize,
             "spec.containers".into(),
             format!(
                 "this change alters what the pod is charged against its team's quota ({}); quota-limited \

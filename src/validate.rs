@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use crate::expression::Bindings;
-use crate::finding::Finding;
+use crate::finding::{Check, Finding, RuleId};
 use crate::gang::directory::{GangDirectory, Peer, disagreement};
 use crate::gang::membership::{Membership, PodFacts};
 use crate::namespaces::TeamLookup;
@@ -16,127 +16,190 @@ use crate::request::Request;
 use crate::resources::{self, ContainerResources, accelerators_only};
 use crate::workload::PodView;
 
-/// Runs the built-in accelerator checks and the team priority check on one Pod view.
+/// Runs the built-in accelerator checks and the team priority check on one Pod view: each
+/// container's accelerator requests, then the Pod's total, then its priority class.
 pub fn check_pod(policies: &PolicySet, view: &PodView<'_>, team: &TeamLookup<'_>) -> Vec<Finding> {
     let mut findings = Vec::new();
     let Some(spec) = view.pod.get("spec") else {
         return findings;
     };
     let spec_path = view.spec_path();
-    let accel = &policies.accelerators;
-    let checks = &policies.checks;
-    let finding = |rule: &str, action: Action, path: String, message: String| Finding {
-        rule: format!("accelerators/{rule}"),
-        action,
-        path,
-        message,
-    };
-
     for (path, container, is_init) in resources::containers(spec, &spec_path) {
-        let mut bad = Vec::new();
-        let res = ContainerResources::from_container(container, &path, &mut bad);
-        for b in bad.iter().filter(|b| accel_path(&b.path, accel)) {
-            findings.push(finding("quantity", Action::Deny, b.path.clone(), b.error.to_string()));
-        }
-        let requests = accelerators_only(&res.requests, accel);
-        let limits = accelerators_only(&res.limits, accel);
-        let names: BTreeSet<&String> = requests.keys().chain(limits.keys()).collect();
-        if names.is_empty() {
-            continue;
-        }
-        let cname = container.get("name").and_then(Value::as_str).unwrap_or("?");
-
-        if let Some(action) = checks.requests_equal_limits.and_then(|c| c.action()) {
-            for name in &names {
-                match (requests.get(*name), limits.get(*name)) {
-                    (Some(r), Some(l)) if r != l => findings.push(finding(
-                        "requests-equal-limits",
-                        action,
-                        path.clone(),
-                        format!("container {cname}: {name} request {r} must equal its limit {l}"),
-                    )),
-                    (Some(r), None) => findings.push(finding(
-                        "requests-equal-limits",
-                        action,
-                        path.clone(),
-                        format!("container {cname}: {name} is requested ({r}) without a limit; set limits.{name}: {r}"),
-                    )),
-                    // A limit alone is fine: the API server defaults the request to it.
-                    _ => {}
-                }
-            }
-        }
-        if let Some(action) = checks.whole_numbers.and_then(|c| c.action()) {
-            for (kind, list) in [("request", &requests), ("limit", &limits)] {
-                for (name, q) in list.iter().filter(|(_, q)| !q.is_whole()) {
-                    findings.push(finding(
-                        "whole-numbers",
-                        action,
-                        path.clone(),
-                        format!("container {cname}: {name} {kind} {q} is not a whole number of devices"),
-                    ));
-                }
-            }
-        }
-        if is_init
-            && !resources::is_sidecar(container)
-            && let Some(action) = checks.init_containers.and_then(|c| c.action())
-        {
-            let list: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
-            findings.push(finding(
-                "init-containers",
-                action,
-                path.clone(),
-                format!(
-                    "init container {cname} requests {}; accelerators are not allowed in init containers",
-                    list.join(", ")
-                ),
-            ));
-        }
-        if let (Some(check), Some(allowed)) = (&checks.allowed_resources, &policies.allowed_accelerators) {
-            for name in names.iter().filter(|n| !allowed.matches(n)) {
-                findings.push(finding(
-                    "allowed-resources",
-                    check.action,
-                    path.clone(),
-                    format!(
-                        "container {cname}: {name} is not an allowed accelerator (allowed: {})",
-                        check.names.join(", ")
-                    ),
-                ));
-            }
-        }
-        if let Some(max) = &checks.max_per_container {
-            let effective = res.effective_requests();
-            for (name, limit) in &max.limits {
-                let asked = effective.get(name).map_or(0, |q| q.ceil_units());
-                if asked > i64::from(*limit) {
-                    findings.push(finding(
-                        "max-per-container",
-                        max.action,
-                        path.clone(),
-                        format!("container {cname} asks {asked} {name}; at most {limit} per container"),
-                    ));
-                }
-            }
-        }
+        check_container(policies, &path, container, is_init, &mut findings);
     }
-    if let Some(max) = &checks.max_per_pod {
-        let total = resources::pod_requests(spec);
-        for (name, limit) in &max.limits {
-            let asked = total.get(name).map_or(0, |q| q.ceil_units());
-            if asked > i64::from(*limit) {
-                findings.push(finding(
-                    "max-per-pod",
-                    max.action,
-                    spec_path.clone(),
-                    format!("pod asks {asked} {name} in all; at most {limit} per pod"),
-                ));
-            }
-        }
-    }
+    max_per_pod(policies, spec, &spec_path, &mut findings);
     findings.extend(check_priority_class(policies, view, team));
     findings
+}
+
+/// A finding of one of the `accelerators/<check>` checks.
+fn accelerator_finding(check: Check, action: Action, path: &str, message: String) -> Finding {
+    Finding { rule: check.into(), action, path: path.to_string(), message }
+}
+
+/// One container's accelerator requests and limits, as the per-container checks read them.
+struct ContainerAccelerators<'a> {
+    /// Where the container is (`spec.containers[0]`): every finding points there.
+    path: &'a str,
+    name: &'a str,
+    requests: resources::ResourceList,
+    limits: resources::ResourceList,
+    /// Every accelerator named in requests or limits.
+    names: BTreeSet<String>,
+    resources: ContainerResources,
+}
+
+/// The per-container checks. Unparsable accelerator quantities are findings of their own
+/// (`accelerators/quantity`): the API server would refuse them, and the other checks cannot
+/// compare what they cannot read. A container without accelerators is left alone.
+fn check_container(policies: &PolicySet, path: &str, container: &Value, is_init: bool, findings: &mut Vec<Finding>) {
+    let accel = &policies.accelerators;
+    let checks = &policies.checks;
+    let mut bad = Vec::new();
+    let res = ContainerResources::from_container(container, path, &mut bad);
+    for b in bad.iter().filter(|b| accel_path(&b.path, accel)) {
+        findings.push(accelerator_finding(Check::AcceleratorQuantity, Action::Deny, &b.path, b.error.to_string()));
+    }
+    let requests = accelerators_only(&res.requests, accel);
+    let limits = accelerators_only(&res.limits, accel);
+    let names: BTreeSet<String> = requests.keys().chain(limits.keys()).cloned().collect();
+    if names.is_empty() {
+        return;
+    }
+    let c = ContainerAccelerators {
+        path,
+        name: container.get("name").and_then(Value::as_str).unwrap_or("?"),
+        requests,
+        limits,
+        names,
+        resources: res,
+    };
+    if let Some(action) = checks.requests_equal_limits.and_then(|c| c.action()) {
+        requests_equal_limits(&c, action, findings);
+    }
+    if let Some(action) = checks.whole_numbers.and_then(|c| c.action()) {
+        whole_numbers(&c, action, findings);
+    }
+    if is_init
+        && !resources::is_sidecar(container)
+        && let Some(action) = checks.init_containers.and_then(|c| c.action())
+    {
+        findings.push(init_container(&c, action));
+    }
+    allowed_resources(policies, &c, findings);
+    max_per_container(policies, &c, findings);
+}
+
+/// Accelerators cannot be overcommitted: the API server refuses an extended resource whose
+/// request differs from its limit. Said here, at `kubectl apply` (and for templates, before a
+/// controller meets it), the message names the container and the fix.
+fn requests_equal_limits(c: &ContainerAccelerators<'_>, action: Action, findings: &mut Vec<Finding>) {
+    let cname = c.name;
+    for name in &c.names {
+        match (c.requests.get(name), c.limits.get(name)) {
+            (Some(r), Some(l)) if r != l => findings.push(accelerator_finding(
+                Check::RequestsEqualLimits,
+                action,
+                c.path,
+                format!("container {cname}: {name} request {r} must equal its limit {l}"),
+            )),
+            (Some(r), None) => findings.push(accelerator_finding(
+                Check::RequestsEqualLimits,
+                action,
+                c.path,
+                format!("container {cname}: {name} is requested ({r}) without a limit; set limits.{name}: {r}"),
+            )),
+            // A limit alone is fine: the API server defaults the request to it.
+            _ => {}
+        }
+    }
+}
+
+/// Devices are not divisible: a fractional request (`0.5`) cannot be scheduled as asked.
+fn whole_numbers(c: &ContainerAccelerators<'_>, action: Action, findings: &mut Vec<Finding>) {
+    let cname = c.name;
+    for (kind, list) in [("request", &c.requests), ("limit", &c.limits)] {
+        for (name, q) in list.iter().filter(|(_, q)| !q.is_whole()) {
+            findings.push(accelerator_finding(
+                Check::WholeNumbers,
+                action,
+                c.path,
+                format!("container {cname}: {name} {kind} {q} is not a whole number of devices"),
+            ));
+        }
+    }
+}
+
+/// An init container holding accelerators keeps them idle while it runs (sidecars excepted:
+/// they run alongside the app containers and are checked like them).
+fn init_container(c: &ContainerAccelerators<'_>, action: Action) -> Finding {
+    let list: Vec<&str> = c.names.iter().map(String::as_str).collect();
+    accelerator_finding(
+        Check::InitContainers,
+        action,
+        c.path,
+        format!(
+            "init container {} requests {}; accelerators are not allowed in init containers",
+            c.name,
+            list.join(", ")
+        ),
+    )
+}
+
+/// Only the accelerator names the Cluster allows: a cluster may carry device kinds (or MIG
+/// profiles) it does not want workloads to ask for.
+fn allowed_resources(policies: &PolicySet, c: &ContainerAccelerators<'_>, findings: &mut Vec<Finding>) {
+    let (Some(check), Some(allowed)) = (&policies.checks.allowed_resources, &policies.allowed_accelerators) else {
+        return;
+    };
+    for name in c.names.iter().filter(|n| !allowed.matches(n)) {
+        findings.push(accelerator_finding(
+            Check::AllowedResources,
+            check.action,
+            c.path,
+            format!("container {}: {name} is not an allowed accelerator (allowed: {})", c.name, check.names.join(", ")),
+        ));
+    }
+}
+
+/// The Cluster's per-container cap, over the container's effective requests: bounds what one
+/// container may hold, whatever the Pod's total.
+fn max_per_container(policies: &PolicySet, c: &ContainerAccelerators<'_>, findings: &mut Vec<Finding>) {
+    let Some(max) = &policies.checks.max_per_container else {
+        return;
+    };
+    let effective = c.resources.effective_requests();
+    for (name, limit) in &max.limits {
+        let asked = effective.get(name).map_or(0, |q| q.ceil_units());
+        if asked > i64::from(*limit) {
+            findings.push(accelerator_finding(
+                Check::MaxPerContainer,
+                max.action,
+                c.path,
+                format!("container {} asks {asked} {name}; at most {limit} per container", c.name),
+            ));
+        }
+    }
+}
+
+/// A per-Pod cap over the Pod's effective requests (the scheduler's formula): a Pod larger
+/// than any node would wait forever.
+fn max_per_pod(policies: &PolicySet, spec: &Value, spec_path: &str, findings: &mut Vec<Finding>) {
+    let Some(max) = &policies.checks.max_per_pod else {
+        return;
+    };
+    let total = resources::pod_requests(spec);
+    for (name, limit) in &max.limits {
+        let asked = total.get(name).map_or(0, |q| q.ceil_units());
+        if asked > i64::from(*limit) {
+            findings.push(accelerator_finding(
+                Check::MaxPerPod,
+                max.action,
+                spec_path,
+                format!("pod asks {asked} {name} in all; at most {limit} per pod"),
+            ));
+        }
+    }
 }
 
 fn accel_path(path: &str, accel: &resources::ResourceMatcher) -> bool {
@@ -160,7 +223,7 @@ fn metadata_path(view_path: &str) -> String {
 
 /// The denial of invalid gang metadata (`allot.dev/gang-size: zero`).
 pub fn gang_metadata_finding(view_path: &str, message: String) -> Finding {
-    Finding { rule: "gang/metadata".into(), action: Action::Deny, path: metadata_path(view_path), message }
+    Finding { rule: Check::GangMetadata.into(), action: Action::Deny, path: metadata_path(view_path), message }
 }
 
 /// Gang metadata: a valid size, and (for Pods) agreement with the members that exist.
@@ -176,7 +239,7 @@ pub fn check_gang(
             let me = Peer::of(&view.pod, gang);
             disagreement(&format!("{namespace}/{}", gang.name), &me, &directory.peers(namespace, &gang.name)).map(
                 |message| Finding {
-                    rule: "gang/consistency".into(),
+                    rule: Check::GangConsistency.into(),
                     action: Action::Deny,
                     path: metadata_path(""),
                     message,
@@ -213,7 +276,7 @@ pub fn check_quota(
     let request = QuotaRequest { uid, team: &t.name, namespace, pod, charge, requests, gang, dry_run };
     let refusal = book.admit(quota, &request).err()?;
     Some(Finding {
-        rule: "team/quota".into(),
+        rule: Check::TeamQuota.into(),
         action: Action::Deny,
         path: view.spec_path(),
         message: refusal.message(&t.name),
@@ -229,7 +292,7 @@ fn check_priority_class(policies: &PolicySet, view: &PodView<'_>, team: &TeamLoo
         return None;
     }
     Some(Finding {
-        rule: "team/priority-class".into(),
+        rule: Check::TeamPriorityClass.into(),
         action: Action::Deny,
         path: format!("{}.priorityClassName", view.spec_path()),
         message: format!("team {} may use priority classes {}; this pod asks {class}", t.name, allowed.join(", ")),
@@ -295,7 +358,12 @@ pub fn run_rules(policies: &PolicySet, rules: &[&Rule], target: &Target<'_>, bin
                 format!("rule could not be evaluated ({e}); expression: {}", rule.expression.source())
             }
         };
-        findings.push(Finding { rule: rule.name.clone(), action, path: target.path.to_string(), message });
+        findings.push(Finding {
+            rule: RuleId::Rule(rule.name.clone()),
+            action,
+            path: target.path.to_string(),
+            message,
+        });
     }
     findings
 }

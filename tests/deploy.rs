@@ -1297,7 +1297,7 @@ fn rbac_grants_exactly_the_calls_the_code_makes() {
     let missing: Vec<_> = scenario().difference(&seen).cloned().collect();
     assert!(missing.is_empty(), "the recorded run never made {missing:?}; recorded: {seen:?}");
     // The leader election lease is the one the binary uses, in the Role's namespace.
-    assert!(std::fs::read_to_string(root().join("src/main.rs")).unwrap().contains(&format!("\"{LEASE}\"")));
+    assert!(std::fs::read_to_string(root().join("src/cli.rs")).unwrap().contains(&format!("\"{LEASE}\"")));
     for c in calls.iter().filter(|c| c.resource == "leases") {
         assert_eq!(c.namespace.as_deref(), Some(NAMESPACE), "{}", c.request);
     }

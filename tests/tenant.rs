@@ -156,7 +156,11 @@ mod updates {
         new["metadata"]["labels"]["app"] = json!("train");
         new["metadata"]["annotations"]["note"] = json!("hello");
         let out = update(&policies, &old, &new, "alice");
-        assert!(out.findings.iter().all(|f| !f.rule.starts_with("tenant/")) && out.allowed(), "{:?}", out.findings);
+        assert!(
+            out.findings.iter().all(|f| !f.rule.as_str().starts_with("tenant/")) && out.allowed(),
+            "{:?}",
+            out.findings
+        );
     }
 
     #[test]

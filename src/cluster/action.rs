@@ -11,7 +11,7 @@ pub const QUOTA_CONDITION: &str = "allot.dev/QuotaReady";
 
 /// Something the controller does to the API.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Action {
+pub enum ControllerAction {
     /// Lift Allot's gate (test + remove at `gate_index`) and mark the member released.
     Release { namespace: String, pod: String, gate_index: usize, has_annotations: bool, node: String },
     /// Set the `allot.dev/GangReady` condition and publish an Event, because the explanation

@@ -15,7 +15,7 @@ pub mod usage;
 #[cfg(test)]
 mod tests;
 
-pub use action::{Action, CONDITION, QUOTA_CONDITION};
+pub use action::{CONDITION, ControllerAction, QUOTA_CONDITION};
 pub use records::{GangRef, NodeInfo, Owner, PodRecord, PodShape, node_info, shape_of};
 pub use store::{ClusterState, ClusterView};
 pub use tally::GangTally;

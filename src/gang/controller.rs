@@ -23,7 +23,7 @@ use super::membership::{GATE, InferredKind, QUOTA_GATE, RELEASED_ANNOTATION};
 use super::metrics::ControllerMetrics;
 use super::plan::{Plan, plan};
 use super::snapshot::GangSnapshot;
-use crate::cluster::{Action, CONDITION, ClusterState, PodRecord, QUOTA_CONDITION, node_info};
+use crate::cluster::{CONDITION, ClusterState, ControllerAction, PodRecord, QUOTA_CONDITION, node_info};
 use crate::namespaces::NamespaceLabels;
 use crate::patch::escape;
 use crate::policy::PolicySet;
@@ -392,12 +392,12 @@ async fn execute(
     recorder: &Recorder,
     state: &ClusterState,
     metrics: &ControllerMetrics,
-    actions: Vec<Action>,
+    actions: Vec<ControllerAction>,
 ) {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     for action in actions {
         match action {
-            Action::Release { namespace, pod, gate_index, has_annotations, node } => {
+            ControllerAction::Release { namespace, pod, gate_index, has_annotations, node } => {
                 match patch_pod(client, &namespace, &pod, release_patch(gate_index, has_annotations, &now)).await {
                     Ok(_) => {
                         state.mark_released(&namespace, std::slice::from_ref(&pod), unix_now());
@@ -410,15 +410,15 @@ async fn execute(
                     Err(e) => tracing::warn!(%namespace, %pod, error = %e, "release failed; retrying on the next pass"),
                 }
             }
-            Action::Explain { namespace, pod, ready, reason, message, warning } => {
+            ControllerAction::Explain { namespace, pod, ready, reason, message, warning } => {
                 set_condition(client, &namespace, &pod, CONDITION, ready, reason, &message, &now).await;
-                publish(recorder, &namespace, &pod, warning, reason, &message).await;
+                publish(recorder, &namespace, &pod, EventAction::GangScheduling, warning, reason, &message).await;
             }
-            Action::Queued { namespace, pod, message } => {
+            ControllerAction::Queued { namespace, pod, message } => {
                 set_condition(client, &namespace, &pod, QUOTA_CONDITION, false, "QuotaQueued", &message, &now).await;
-                publish(recorder, &namespace, &pod, false, "QuotaQueued", &message).await;
+                publish(recorder, &namespace, &pod, EventAction::QuotaQueueing, false, "QuotaQueued", &message).await;
             }
-            Action::ReleaseQuota { namespace, pod, gate_index } => {
+            ControllerAction::ReleaseQuota { namespace, pod, gate_index } => {
                 match patch_pod(client, &namespace, &pod, Value::Array(lift_gate_ops(QUOTA_GATE, gate_index))).await {
                     Ok(_) => {
                         state.mark_quota_released(&namespace, &pod);
@@ -427,7 +427,16 @@ async fn execute(
                         let message = "the team's quota has room; released from the queue";
                         set_condition(client, &namespace, &pod, QUOTA_CONDITION, true, "QuotaAdmitted", message, &now)
                             .await;
-                        publish(recorder, &namespace, &pod, false, "QuotaAdmitted", message).await;
+                        publish(
+                            recorder,
+                            &namespace,
+                            &pod,
+                            EventAction::QuotaQueueing,
+                            false,
+                            "QuotaAdmitted",
+                            message,
+                        )
+                        .await;
                     }
                     Err(e) if is_status(&e, &[404, 409, 422]) => {
                         tracing::debug!(%namespace, %pod, error = %e, "quota release skipped; retrying on the next pass")
@@ -437,8 +446,9 @@ async fn execute(
                     }
                 }
             }
-            Action::Delete { namespace, pod, reason } => {
-                publish(recorder, &namespace, &pod, true, "AssemblyTimeout", &reason).await;
+            ControllerAction::Delete { namespace, pod, reason } => {
+                publish(recorder, &namespace, &pod, EventAction::GangScheduling, true, "AssemblyTimeout", &reason)
+                    .await;
                 let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
                 match api.delete(&pod, &DeleteParams::default()).await {
                     Ok(_) => tracing::warn!(%namespace, %pod, %reason, "deleted gang member after assembly timeout"),
@@ -484,7 +494,33 @@ async fn set_condition(
     }
 }
 
-async fn publish(recorder: &Recorder, namespace: &str, pod: &str, warning: bool, reason: &str, message: &str) {
+/// An Event's `action`: which of the controller's two jobs the Event is about.
+#[derive(Debug, Clone, Copy)]
+enum EventAction {
+    /// Releasing, explaining or timing out a gang.
+    GangScheduling,
+    /// Holding or releasing a pod in its team's quota queue.
+    QuotaQueueing,
+}
+
+impl EventAction {
+    fn as_str(self) -> &'static str {
+        match self {
+            EventAction::GangScheduling => "GangScheduling",
+            EventAction::QuotaQueueing => "QuotaQueueing",
+        }
+    }
+}
+
+async fn publish(
+    recorder: &Recorder,
+    namespace: &str,
+    pod: &str,
+    action: EventAction,
+    warning: bool,
+    reason: &str,
+    message: &str,
+) {
     let reference = ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Pod".into()),
@@ -496,7 +532,7 @@ async fn publish(recorder: &Recorder, namespace: &str, pod: &str, warning: bool,
         type_: if warning { EventType::Warning } else { EventType::Normal },
         reason: reason.into(),
         note: Some(message.chars().take(1000).collect()),
-        action: if reason.starts_with("Quota") { "QuotaQueueing" } else { "GangScheduling" }.into(),
+        action: action.as_str().into(),
         secondary: None,
     };
     if let Err(e) = recorder.publish(&event, &reference).await {

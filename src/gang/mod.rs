@@ -11,7 +11,6 @@ pub mod membership;
 pub mod metrics;
 pub mod plan;
 pub mod snapshot;
-pub mod state;
 
 #[cfg(test)]
 mod tests;

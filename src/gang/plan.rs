@@ -1,4 +1,4 @@
-//! The gang action plan: turns the decision over a [`Snapshot`] into the [`Action`]s the
+//! The gang action plan: turns the decision over a [`Snapshot`] into the [`ControllerAction`]s the
 //! controller carries out (lift gates, explain, delete on timeout), and what metrics and logs
 //! report about the pass.
 
@@ -6,14 +6,14 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::decision::{GangKey, Snapshot, Verdict, decide};
 use super::snapshot::GangFacts;
-use crate::cluster::action::Action;
+use crate::cluster::action::ControllerAction;
 use crate::policy::OnTimeout;
 
 /// What one pass of the controller decided: the API calls to make, and what the metrics and
 /// logs report about it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
-    pub actions: Vec<Action>,
+    pub actions: Vec<ControllerAction>,
     /// Gangs still waiting, by the reason on their members' condition.
     pub waiting: BTreeMap<&'static str, u64>,
     /// Gangs released in this pass.
@@ -46,7 +46,7 @@ pub fn plan(snapshot: &Snapshot, facts: &HashMap<GangKey, GangFacts>, previous: 
             Verdict::Release { placements } => {
                 for (pod, node) in placements {
                     if let Some(m) = gf.gated.iter().find(|m| &m.name == pod) {
-                        actions.push(Action::Release {
+                        actions.push(ControllerAction::Release {
                             namespace: ns.clone(),
                             pod: pod.clone(),
                             gate_index: m.gate_index,
@@ -79,7 +79,7 @@ pub fn plan(snapshot: &Snapshot, facts: &HashMap<GangKey, GangFacts>, previous: 
             if gf.on_timeout == OnTimeout::Fail {
                 message.push_str("; deleting the members (bare pods are not recreated)");
                 for m in &gf.gated {
-                    actions.push(Action::Delete {
+                    actions.push(ControllerAction::Delete {
                         namespace: ns.clone(),
                         pod: m.name.clone(),
                         reason: message.clone(),
@@ -94,7 +94,7 @@ pub fn plan(snapshot: &Snapshot, facts: &HashMap<GangKey, GangFacts>, previous: 
         if changed {
             previous.insert(d.gang.clone(), message.clone());
             for m in &gf.gated {
-                actions.push(Action::Explain {
+                actions.push(ControllerAction::Explain {
                     namespace: ns.clone(),
                     pod: m.name.clone(),
                     ready,

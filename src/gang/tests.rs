@@ -252,15 +252,15 @@ mod controller_state {
 
     use super::*;
     use crate::cluster::fixtures::{cluster, member, policies, record, two_gangs};
-    use crate::cluster::{Action, ClusterState, PodRecord};
+    use crate::cluster::{ClusterState, ControllerAction, PodRecord};
     use crate::gang::controller::release_patch;
     use crate::gang::plan::plan;
     use crate::gang::snapshot::GangSnapshot;
 
-    fn releases(actions: &[Action]) -> Vec<String> {
+    fn releases(actions: &[ControllerAction]) -> Vec<String> {
         let mut out: Vec<String> = actions
             .iter()
-            .filter_map(|a| if let Action::Release { pod, .. } = a { Some(pod.clone()) } else { None })
+            .filter_map(|a| if let ControllerAction::Release { pod, .. } = a { Some(pod.clone()) } else { None })
             .collect();
         out.sort();
         out
@@ -316,7 +316,7 @@ mod controller_state {
         let b_explained: Vec<_> = actions
             .iter()
             .filter_map(|a| match a {
-                Action::Explain { pod, reason, message, ready: false, .. } if pod.starts_with("b-") => {
+                ControllerAction::Explain { pod, reason, message, ready: false, .. } if pod.starts_with("b-") => {
                     Some((*reason, message.clone()))
                 }
                 _ => None,
@@ -434,19 +434,21 @@ mod controller_state {
             state.snapshot(&p, &crate::namespaces::NoNamespaces, snapshot_time("2026-11-22T01:04:00Z"));
         let actions = plan(&snapshot, &facts, &mut HashMap::new()).actions;
         assert!(
-            actions.iter().all(|a| matches!(a, Action::Explain { reason: "WaitingForMembers", warning: false, .. })),
+            actions
+                .iter()
+                .all(|a| matches!(a, ControllerAction::Explain { reason: "WaitingForMembers", warning: false, .. })),
             "{actions:?}"
         );
         let (snapshot, facts) =
             state.snapshot(&p, &crate::namespaces::NoNamespaces, snapshot_time("2026-11-22T01:06:00Z"));
         let actions = plan(&snapshot, &facts, &mut HashMap::new()).actions;
-        let Action::Explain { reason, message, warning, .. } = &actions[0] else { panic!("{actions:?}") };
+        let ControllerAction::Explain { reason, message, warning, .. } = &actions[0] else { panic!("{actions:?}") };
         assert_eq!((*reason, *warning), ("AssemblyTimeout", true));
         assert!(
             message.starts_with("3/4 members present;") && message.ends_with("not assembled within 300s"),
             "{message}"
         );
-        assert!(!actions.iter().any(|a| matches!(a, Action::Delete { .. })));
+        assert!(!actions.iter().any(|a| matches!(a, ControllerAction::Delete { .. })));
 
         let p = policies(
             "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  assemblyTimeout: 5m\n  onTimeout: Fail\n",
@@ -455,7 +457,7 @@ mod controller_state {
         let (snapshot, facts) =
             state.snapshot(&p, &crate::namespaces::NoNamespaces, snapshot_time("2026-11-22T01:06:00Z"));
         let actions = plan(&snapshot, &facts, &mut HashMap::new()).actions;
-        assert_eq!(actions.iter().filter(|a| matches!(a, Action::Delete { .. })).count(), 3);
+        assert_eq!(actions.iter().filter(|a| matches!(a, ControllerAction::Delete { .. })).count(), 3);
     }
 
     fn snapshot_time(t: &str) -> i64 {
@@ -555,7 +557,7 @@ mod controller_state {
         assert_eq!(releases(&pass.actions), ["small-0"]);
         let explained = |pod: &str| {
             pass.actions.iter().find_map(|a| match a {
-                Action::Explain { pod: p, message, .. } if p == pod => Some(message.clone()),
+                ControllerAction::Explain { pod: p, message, .. } if p == pod => Some(message.clone()),
                 _ => None,
             })
         };
@@ -607,9 +609,9 @@ mod controller_state {
         let pass = plan(&snapshot, &facts, &mut HashMap::new());
         assert!(releases(&pass.actions).is_empty());
         assert!(
-            pass.actions
-                .iter()
-                .any(|a| matches!(a, Action::Explain { message, .. } if message.starts_with("3/4 members present"))),
+            pass.actions.iter().any(
+                |a| matches!(a, ControllerAction::Explain { message, .. } if message.starts_with("3/4 members present"))
+            ),
             "{:?}",
             pass.actions
         );

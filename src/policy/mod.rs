@@ -1,11 +1,13 @@
 //! Policy files: loading, strict parsing and compilation into an immutable [`PolicySet`].
 //!
 //! A policy directory holds YAML (or JSON) files, each with one or more documents of
-//! `apiVersion: allot.dev/v1alpha1` and a kind: `Cluster`, `Team`, `Placement` or `Rule`.
+//! `apiVersion: allot.dev/v1alpha1` and a kind: `Cluster`, `Team`, `Placement`, `Rule` or
+//! `GangPolicy`; each kind compiles in its own `Compile` impl (`policy::compile`).
 //! Loading is all-or-nothing: every error of every file is collected and reported with file,
 //! document number and field path, and no partial set is ever produced — so a server never
 //! drops to an empty or half policy set because one file is broken.
 
+mod compile;
 pub mod model;
 pub mod quota;
 pub mod tenancy;
@@ -23,6 +25,7 @@ use sha2::{Digest, Sha256};
 
 use crate::expression::{Environment, Expression};
 use crate::resources::{DEFAULT_ACCELERATORS, ResourceMatcher};
+use compile::{Compile, Context, Problems};
 pub use model::*;
 
 /// Every problem found while loading a policy directory.
@@ -287,26 +290,7 @@ enum Doc {
 /// Compiles policy sources into a set, or returns every error found.
 pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
     let mut errors = Vec::new();
-    let mut docs: Vec<(String, Metadata, Doc)> = Vec::new();
-    for source in sources {
-        let parsed = match parse_documents(&source.name, &source.text) {
-            Ok(p) => p,
-            Err(e) => {
-                errors.push(e);
-                continue;
-            }
-        };
-        for (index, value) in parsed {
-            let kind_hint = value.get("kind").and_then(Value::as_str).unwrap_or("?").to_string();
-            let location = format!("{}: document {index} ({kind_hint})", source.name);
-            match decode_doc(value) {
-                Ok((meta, doc)) => {
-                    docs.push((format!("{}: document {index} ({kind_hint} {})", source.name, meta.name), meta, doc))
-                }
-                Err(e) => errors.push(format!("{location}: {e}")),
-            }
-        }
-    }
+    let docs = decode_sources(sources, &mut errors);
 
     let mut cluster: Option<(String, ClusterSpec)> = None;
     let mut team_specs = Vec::new();
@@ -339,163 +323,27 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
             Doc::GangPolicy(spec) => gang_specs.push((location, meta.name, spec)),
         }
     }
-    if let Some((location, spec)) = &cluster {
-        errors.extend(values::cluster_priority(&spec.priority).into_iter().map(|e| format!("{location}: {e}")));
-    }
-    let cluster = cluster.map(|(_, spec)| spec).unwrap_or_default();
+    let cluster = match cluster {
+        // Compiled first: the other kinds read its accelerator names. It consults no other
+        // document, so its context is empty.
+        Some((location, spec)) => {
+            let none = HashSet::new();
+            let placeholder = Arc::new(ResourceMatcher::new(DEFAULT_ACCELERATORS));
+            let cx = Context { team_names: &none, accelerators: &placeholder };
+            spec.compile(String::new(), &cx, &mut Problems::new(&location, &mut errors)).unwrap_or_default()
+        }
+        None => ClusterSpec::default(),
+    };
     let accelerators = Arc::new(match &cluster.accelerators.resources {
         Some(list) => ResourceMatcher::new(list),
         None => ResourceMatcher::new(DEFAULT_ACCELERATORS),
     });
     let team_names: HashSet<String> = team_specs.iter().map(|(_, n, _)| n.clone()).collect();
-    let check_teams = |location: &str, teams: &[String], errors: &mut Vec<String>| {
-        for t in teams {
-            if !team_names.contains(t) {
-                errors.push(format!("{location}: spec.match.teams: no Team named {t:?}"));
-            }
-        }
-    };
-
-    let mut teams = Vec::new();
-    for (location, name, spec) in team_specs {
-        if spec.namespaces.names.is_empty() && spec.namespaces.selector.is_none() {
-            errors.push(format!("{location}: spec.namespaces: give names, a selector, or both"));
-        }
-        if let Some(sel) = &spec.namespaces.selector {
-            for (i, req) in sel.match_expressions.iter().enumerate() {
-                let needs_values = matches!(req.operator, SelectorOperator::In | SelectorOperator::NotIn);
-                if needs_values == req.values.is_empty() {
-                    errors.push(format!(
-                        "{location}: spec.namespaces.selector.matchExpressions[{i}]: operator {:?} {} values",
-                        req.operator,
-                        if needs_values { "needs" } else { "takes no" }
-                    ));
-                }
-            }
-        }
-        if let (Some(default), Some(allowed)) = (&spec.priority.default, &spec.priority.allowed)
-            && !allowed.contains(default)
-        {
-            errors.push(format!(
-                "{location}: spec.priority.default: {default:?} is not in spec.priority.allowed {allowed:?}"
-            ));
-        }
-        errors.extend(values::team_priority(&spec.priority).into_iter().map(|e| format!("{location}: {e}")));
-        let quota = match spec.quota.as_ref().map(quota::Quota::compile).transpose() {
-            Ok(q) => q,
-            Err(e) => {
-                errors.push(format!("{location}: spec.{e}"));
-                None
-            }
-        };
-        match NameGlobs::compile(&spec.namespaces.names) {
-            Ok(names) => {
-                teams.push(Team { name, names, selector: spec.namespaces.selector, priority: spec.priority, quota })
-            }
-            Err(e) => errors.push(format!("{location}: spec.namespaces.names: {e}")),
-        }
-    }
-
-    let mut placements = Vec::new();
-    for (location, name, spec) in placement_specs {
-        check_teams(&location, &spec.scope.teams, &mut errors);
-        if spec.tolerations.is_empty() && spec.node_selector.is_empty() && spec.node_affinity.is_empty() {
-            errors.push(format!("{location}: spec: a Placement needs tolerations, nodeSelector or nodeAffinity"));
-        }
-        for (i, req) in spec.node_affinity.iter().enumerate() {
-            let needs_values =
-                !matches!(req.operator, NodeSelectorOperator::Exists | NodeSelectorOperator::DoesNotExist);
-            if needs_values == req.values.is_empty() {
-                errors.push(format!(
-                    "{location}: spec.nodeAffinity[{i}]: operator {:?} {} values",
-                    req.operator,
-                    if needs_values { "needs" } else { "takes no" }
-                ));
-            }
-        }
-        errors.extend(values::placement(&spec).into_iter().map(|e| format!("{location}: {e}")));
-        let when = match spec.when.as_deref().map(Expression::compile).transpose() {
-            Ok(w) => w,
-            Err(e) => {
-                errors.push(format!("{location}: spec.when: {e}"));
-                continue;
-            }
-        };
-        let namespaces = match NameGlobs::compile(&spec.scope.namespaces) {
-            Ok(n) => n,
-            Err(e) => {
-                errors.push(format!("{location}: spec.match.namespaces: {e}"));
-                continue;
-            }
-        };
-        let resources = match &spec.resources {
-            Some(list) => Arc::new(ResourceMatcher::new(list)),
-            None => accelerators.clone(),
-        };
-        placements.push(Placement { name, spec, resources, namespaces, when });
-    }
-
-    let mut rules = Vec::new();
-    for (location, name, spec) in rule_specs {
-        check_teams(&location, &spec.rule_match.teams, &mut errors);
-        if spec.message.is_none() && spec.message_expression.is_none() {
-            errors.push(format!("{location}: spec: a Rule needs message or messageExpression"));
-        }
-        if spec.rule_match.kinds.is_empty() {
-            errors.push(format!("{location}: spec.match.kinds: must not be empty"));
-        }
-        let expression = Expression::compile(&spec.expression).map_err(|e| format!("{location}: spec.expression: {e}"));
-        let message_expression = spec
-            .message_expression
-            .as_deref()
-            .map(Expression::compile)
-            .transpose()
-            .map_err(|e| format!("{location}: spec.messageExpression: {e}"));
-        let namespaces = NameGlobs::compile(&spec.rule_match.namespaces)
-            .map_err(|e| format!("{location}: spec.match.namespaces: {e}"));
-        match (expression, message_expression, namespaces) {
-            (Ok(expression), Ok(message_expression), Ok(namespaces)) => {
-                let kinds = spec.rule_match.kinds.iter().map(|k| KindMatch::parse(k)).collect();
-                rules.push(Rule { name, spec, kinds, namespaces, expression, message_expression });
-            }
-            (e1, e2, e3) => errors.extend([e1.err(), e2.err(), e3.err()].into_iter().flatten()),
-        }
-    }
-
-    let mut gang_policies = Vec::new();
-    for (location, name, spec) in gang_specs {
-        check_teams(&location, &spec.scope.teams, &mut errors);
-        if spec.max_gang_size == Some(0) {
-            errors.push(format!("{location}: spec.maxGangSize: must be a positive integer"));
-        }
-        if spec.coscheduling_size == Some(0) {
-            errors.push(format!("{location}: spec.coschedulingSize: must be a positive integer"));
-        }
-        let duration = |field: &str, raw: &Option<String>, default, errors: &mut Vec<String>| match raw {
-            None => default,
-            Some(r) => parse_duration(r).unwrap_or_else(|e| {
-                errors.push(format!("{location}: spec.{field}: {e}"));
-                default
-            }),
-        };
-        let assembly_timeout =
-            duration("assemblyTimeout", &spec.assembly_timeout, DEFAULT_ASSEMBLY_TIMEOUT, &mut errors);
-        let starvation_after = duration("starvationTimeout", &spec.starvation_timeout, DEFAULT_STARVATION, &mut errors);
-        match NameGlobs::compile(&spec.scope.namespaces) {
-            Ok(namespaces) => gang_policies.push(GangPolicy {
-                name,
-                namespaces,
-                teams: spec.scope.teams,
-                infer: spec.infer,
-                coscheduling_size: spec.coscheduling_size,
-                assembly_timeout,
-                on_timeout: spec.on_timeout,
-                starvation_after,
-                max_size: spec.max_gang_size.unwrap_or(crate::gang::membership::DEFAULT_MAX_GANG_SIZE),
-            }),
-            Err(e) => errors.push(format!("{location}: spec.match.namespaces: {e}")),
-        }
-    }
+    let cx = Context { team_names: &team_names, accelerators: &accelerators };
+    let teams = compile_all(team_specs, &cx, &mut errors);
+    let placements = compile_all(placement_specs, &cx, &mut errors);
+    let rules = compile_all(rule_specs, &cx, &mut errors);
+    let gang_policies = compile_all(gang_specs, &cx, &mut errors);
 
     if !errors.is_empty() {
         return Err(LoadErrors(errors));
@@ -516,6 +364,44 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
         version: version_of(sources),
         files: sources.iter().map(|s| PathBuf::from(&s.name)).collect(),
     })
+}
+
+/// Every document of every source, decoded and named by its location
+/// (`FILE: document N (KIND NAME)`); what does not parse or decode goes to `errors`.
+fn decode_sources(sources: &[Source], errors: &mut Vec<String>) -> Vec<(String, Metadata, Doc)> {
+    let mut docs = Vec::new();
+    for source in sources {
+        let parsed = match parse_documents(&source.name, &source.text) {
+            Ok(p) => p,
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
+        };
+        for (index, value) in parsed {
+            let kind_hint = value.get("kind").and_then(Value::as_str).unwrap_or("?").to_string();
+            let location = format!("{}: document {index} ({kind_hint})", source.name);
+            match decode_doc(value) {
+                Ok((meta, doc)) => {
+                    docs.push((format!("{}: document {index} ({kind_hint} {})", source.name, meta.name), meta, doc))
+                }
+                Err(e) => errors.push(format!("{location}: {e}")),
+            }
+        }
+    }
+    docs
+}
+
+/// Compiles every document of one kind, in order, keeping those that compiled.
+fn compile_all<S: Compile>(
+    specs: Vec<(String, String, S)>,
+    cx: &Context<'_>,
+    errors: &mut Vec<String>,
+) -> Vec<S::Output> {
+    specs
+        .into_iter()
+        .filter_map(|(location, name, spec)| spec.compile(name, cx, &mut Problems::new(&location, errors)))
+        .collect()
 }
 
 fn decode_doc(value: Value) -> Result<(Metadata, Doc), String> {

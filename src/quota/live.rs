@@ -2,9 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use super::{Quota, QuotaBook, QuotaRequest, Refusal, asks, check};
+use super::{QuotaBook, QuotaRequest, Refusal, asks, check};
 use crate::cluster::tally::add_to;
 use crate::cluster::{ClusterState, GangTally};
+use crate::policy::quota::Quota;
 use crate::resources::ResourceList;
 
 /// Deny-mode quota in `allot serve`: usage from the controller's Pod watch plus an in-process

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use crate::cluster::GangTally;
 use crate::cluster::tally::add_to;
-pub use crate::policy::quota::{Charge, Exceeded, Quota, add, times};
+use crate::policy::quota::{Charge, Exceeded, Quota};
 use crate::quantity::Quantity;
 use crate::resources::ResourceList;
 

@@ -6,18 +6,18 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{Charge, add};
-use crate::cluster::action::Action;
+use crate::cluster::action::ControllerAction;
 use crate::cluster::usage::{admitted_by_team, requests_by_state};
 use crate::cluster::{ClusterState, ClusterView};
 use crate::namespaces::{NamespaceLabels, TeamsByNamespace};
+use crate::policy::quota::{Charge, add};
 use crate::policy::{PolicySet, QuotaMode};
 use crate::resources::ResourceList;
 
 /// Plans the quota queue over a cluster view.
 pub trait QuotaQueue {
-    /// The gates to lift now (`Action::ReleaseQuota`), and for every pod left in the queue an
-    /// explanation (`Action::Queued`) whenever it changes: `previous` holds the last one per pod
+    /// The gates to lift now (`ControllerAction::ReleaseQuota`), and for every pod left in the queue an
+    /// explanation (`ControllerAction::Queued`) whenever it changes: `previous` holds the last one per pod
     /// (and is updated), so `kubectl describe` says why a pod waits without an Event on every
     /// pass.
     fn quota_plan(
@@ -25,7 +25,7 @@ pub trait QuotaQueue {
         policies: &PolicySet,
         labels: &dyn NamespaceLabels,
         previous: &mut HashMap<(String, String), String>,
-    ) -> Vec<Action>;
+    ) -> Vec<ControllerAction>;
 }
 
 impl QuotaQueue for ClusterState {
@@ -34,7 +34,7 @@ impl QuotaQueue for ClusterState {
         policies: &PolicySet,
         labels: &dyn NamespaceLabels,
         previous: &mut HashMap<(String, String), String>,
-    ) -> Vec<Action> {
+    ) -> Vec<ControllerAction> {
         let view = self.view();
         let mut actions = Vec::new();
         let mut teams = TeamsByNamespace::new(policies, labels);
@@ -69,7 +69,11 @@ impl QuotaQueue for ClusterState {
                             let key = (namespace, pod);
                             if previous.get(&key) != Some(&message) {
                                 previous.insert(key.clone(), message.clone());
-                                actions.push(Action::Queued { namespace: key.0, pod: key.1, message: message.clone() });
+                                actions.push(ControllerAction::Queued {
+                                    namespace: key.0,
+                                    pod: key.1,
+                                    message: message.clone(),
+                                });
                             }
                         }
                     }
@@ -77,7 +81,7 @@ impl QuotaQueue for ClusterState {
                         add(team_used, &charge);
                         for (namespace, pod, gate_index) in members {
                             previous.remove(&(namespace.clone(), pod.clone()));
-                            actions.push(Action::ReleaseQuota { namespace, pod, gate_index });
+                            actions.push(ControllerAction::ReleaseQuota { namespace, pod, gate_index });
                         }
                     }
                 }
@@ -108,7 +112,7 @@ struct Unit {
 fn queued_units<'p>(
     view: &ClusterView<'_>,
     teams: &mut TeamsByNamespace<'p>,
-    actions: &mut Vec<Action>,
+    actions: &mut Vec<ControllerAction>,
 ) -> HashMap<&'p str, BTreeMap<String, Unit>> {
     let mut queued: HashMap<&'p str, BTreeMap<String, Unit>> = HashMap::new();
     // A pod being deleted leaves the queue: it will not run, and it is no member of its gang.
@@ -121,7 +125,7 @@ fn queued_units<'p>(
             Some((team, quota.charge(&requests))).filter(|(_, charge)| !charge.is_empty())
         });
         let Some((team, charge)) = team_and_charge else {
-            actions.push(Action::ReleaseQuota {
+            actions.push(ControllerAction::ReleaseQuota {
                 namespace: p.namespace.to_string(),
                 pod: p.name.to_string(),
                 gate_index,
@@ -154,11 +158,11 @@ mod tests {
     use super::*;
     use crate::cluster::fixtures::{cluster, policies, queue_policies, team_pod};
 
-    fn queued_messages(actions: &[Action]) -> Vec<(String, String)> {
+    fn queued_messages(actions: &[ControllerAction]) -> Vec<(String, String)> {
         actions
             .iter()
             .filter_map(|a| match a {
-                Action::Queued { pod, message, .. } => Some((pod.clone(), message.clone())),
+                ControllerAction::Queued { pod, message, .. } => Some((pod.clone(), message.clone())),
                 _ => None,
             })
             .collect()
@@ -176,7 +180,7 @@ mod tests {
         let state = cluster(&p, &pods);
         let mut previous = HashMap::new();
         let actions = state.quota_plan(&p, &labels, &mut previous);
-        assert!(!actions.iter().any(|a| matches!(a, Action::ReleaseQuota { .. })), "{actions:?}");
+        assert!(!actions.iter().any(|a| matches!(a, ControllerAction::ReleaseQuota { .. })), "{actions:?}");
         // Strict order: "small" would fit, but waits behind "big".
         assert_eq!(
             queued_messages(&actions),
@@ -196,7 +200,7 @@ mod tests {
         let actions = state.quota_plan(&p, &labels, &mut previous);
         let released: Vec<_> = actions
             .iter()
-            .filter_map(|a| if let Action::ReleaseQuota { pod, .. } = a { Some(pod.as_str()) } else { None })
+            .filter_map(|a| if let ControllerAction::ReleaseQuota { pod, .. } = a { Some(pod.as_str()) } else { None })
             .collect();
         assert_eq!(released, ["big"]);
         assert_eq!(
@@ -219,7 +223,7 @@ mod tests {
             let actions = state.quota_plan(&p, &crate::namespaces::NoNamespaces, &mut HashMap::new());
             assert_eq!(
                 actions,
-                [Action::ReleaseQuota { namespace: "ml".into(), pod: "waiting".into(), gate_index: 0 }]
+                [ControllerAction::ReleaseQuota { namespace: "ml".into(), pod: "waiting".into(), gate_index: 0 }]
             );
         }
     }

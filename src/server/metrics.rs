@@ -32,8 +32,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::cluster::AcceleratorUsage;
 use crate::gang::metrics::ControllerMetrics;
-use crate::gang::state::AcceleratorUsage;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {

@@ -32,9 +32,9 @@ use axum::routing::{get, post};
 use tower_http::timeout::TimeoutLayer;
 
 use crate::admission::{self, Phase};
+use crate::cluster::ClusterState;
 use crate::engine::Engine;
 use crate::error::Error;
-use crate::gang::state::ClusterState;
 use crate::namespaces::{NamespaceLabels, NoNamespaces};
 use crate::policy::{self, Action, PolicySet};
 use crate::quota::{LiveQuota, QuotaBook};
@@ -301,7 +301,7 @@ fn answer(state: &AppState, phase: Phase, body: &[u8]) -> Response {
                 state
                     .metrics
                     .decisions
-                    .get_or_create(&DecisionLabels { webhook, rule: f.rule.clone(), action: f.action.label() })
+                    .get_or_create(&DecisionLabels { webhook, rule: f.rule.to_string(), action: f.action.label() })
                     .inc();
                 let message = f.describe();
                 match f.action {

@@ -10,7 +10,8 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::quota::{Quota, QuotaBook, QuotaRequest, Refusal};
+use crate::policy::quota::Quota;
+use crate::quota::{QuotaBook, QuotaRequest, Refusal};
 
 /// One cache filled by a watch: whether it runs at all, and whether its first list is in.
 #[derive(Debug, Default)]

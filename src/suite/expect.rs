@@ -241,7 +241,7 @@ impl Expectations {
 }
 
 pub(super) fn rules_with(report: &ObjectReport, action: Action) -> BTreeSet<String> {
-    report.findings.iter().filter(|f| f.action == action).map(|f| f.rule.clone()).collect()
+    report.findings.iter().filter(|f| f.action == action).map(|f| f.rule.to_string()).collect()
 }
 
 pub(super) fn join<'a>(items: impl IntoIterator<Item = &'a String>) -> String {
@@ -265,7 +265,7 @@ pub(super) fn compare_rules(field: &str, action: Action, expected: &[String], re
         text.push_str(&format!("\n  missing: {}", join(missing)));
     }
     for rule in got.difference(&want) {
-        for f in report.findings.iter().filter(|f| f.action == action && &f.rule == rule) {
+        for f in report.findings.iter().filter(|f| f.action == action && f.rule == rule.as_str()) {
             text.push_str(&format!("\n  unexpected: [{rule}] {}", f.describe()));
         }
     }

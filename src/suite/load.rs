@@ -444,7 +444,7 @@ pub(super) fn read_namespaces(
         let name = path.display().to_string();
         let read = std::fs::read_to_string(&path)
             .map_err(|e| format!("{name}: {e}"))
-            .and_then(|text| namespaces::from_manifests(&name, &text));
+            .and_then(|text| namespaces::from_manifests(&name, &text).map_err(|e| e.to_string()));
         match read {
             Ok(ns) => table.extend(ns.0),
             Err(e) => problems.push(format!("{location}: namespaces[{i}]: {e}")),

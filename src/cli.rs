@@ -1,0 +1,358 @@
+//! The command line: clap argument structs, one per command, each converted into the config its
+//! command takes (`From`/`TryFrom`), and [`run`], which dispatches. Kept out of `main.rs` so the
+//! binary stays a few lines of process set-up, and so the flags and the configs they fill can be
+//! read side by side. Flag names, environment variables and defaults are public surface:
+//! `tests/deploy.rs` compares the Deployment with `allot serve --help`, `tests/cli.rs` runs them.
+//!
+//! `anyhow` lives here (an edge); the library below returns typed errors.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::check;
+use crate::engine::Engine;
+use crate::gang::controller::ControllerConfig;
+use crate::namespaces::{self, NamespaceLabels, NoNamespaces};
+use crate::quota::StaticUsage;
+use crate::server::{self, ServeConfig};
+use crate::suite;
+use crate::webhooks::{self, Endpoint, WebhookOptions};
+
+/// Admission policies for Kubernetes clusters with scarce, shared accelerators.
+#[derive(Parser)]
+#[command(name = "allot", version, about)]
+pub struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value = "text", env = "ALLOT_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+    Junit,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Serve the mutating and validating webhooks over HTTPS.
+    Serve(ServeArgs),
+    /// Dry-run manifests against policies, as the webhooks would (exit 0 admitted, 1 denied, 2 error).
+    Check(CheckArgs),
+    /// Run test files: expected outcomes per resource (exit 0 all pass, 1 a case failed, 2 bad tests).
+    Test(TestArgs),
+    /// Write a CA and a serving certificate (reuses an existing CA in --out).
+    Certs(CertsArgs),
+    /// Print the MutatingWebhookConfiguration and ValidatingWebhookConfiguration to apply.
+    Webhooks(WebhooksArgs),
+}
+
+// `allot serve`'s flags; they become a [`ServeConfig`].
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Directory of policy files (reloaded when they change).
+    #[arg(long)]
+    pub policies: PathBuf,
+    /// Serving certificate chain (PEM; reloaded when it changes).
+    #[arg(long)]
+    pub tls_cert: PathBuf,
+    /// Serving private key (PEM).
+    #[arg(long)]
+    pub tls_key: PathBuf,
+    /// Require a client certificate signed by this CA (PEM; reloaded with the serving
+    /// certificate): only the API server, configured to present one, can call the webhooks.
+    #[arg(long)]
+    pub client_ca: Option<PathBuf>,
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    pub addr: SocketAddr,
+    /// Plain-HTTP address for /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    pub metrics_addr: SocketAddr,
+    /// Largest AdmissionReview accepted (bytes); the API server's own object limit is 3 MiB.
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Per-request deadline in milliseconds; keep it well under the webhook's timeoutSeconds.
+    #[arg(long, default_value_t = 2000)]
+    pub request_timeout_ms: u64,
+    /// Time a connection has to send a complete request head (and to finish the TLS
+    /// handshake), in milliseconds; on HTTP/1.1 also how long an idle keep-alive
+    /// connection stays open. Cuts off slow-header (slowloris) clients.
+    #[arg(long, default_value_t = 15_000)]
+    pub header_read_timeout_ms: u64,
+    /// Most webhook connections open at once; more are closed at accept, so a flood of
+    /// connections cannot exhaust the server. The metrics address is not counted.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Fallback poll for changed policy and certificate files, in seconds.
+    #[arg(long, default_value_t = 10)]
+    pub reload_interval_secs: u64,
+    /// Grace period for in-flight requests on SIGTERM, in seconds.
+    #[arg(long, default_value_t = 10)]
+    pub shutdown_grace_secs: u64,
+    /// Do not use the Kubernetes API: no Namespace watch (Team label selectors cannot
+    /// match) and no gang controller.
+    #[arg(long, alias = "no-namespace-watch")]
+    pub no_kube: bool,
+    /// Do not run the gang controller on this replica.
+    #[arg(long)]
+    pub no_gang_controller: bool,
+    /// Namespace of the gang controller's leader-election Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "allot-system")]
+    pub lease_namespace: String,
+    /// This replica's name in the Lease (default: the host name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Full re-evaluation of waiting gangs even without events, in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub resync_secs: u64,
+    /// Allot's own user name as the API server reports it (its service account): the only
+    /// identity allowed to remove Allot's scheduling gates and change its reserved keys.
+    #[arg(long, env = "ALLOT_USERNAME", default_value = crate::tenant::DEFAULT_ALLOT_USERNAME)]
+    pub allot_username: String,
+}
+
+/// The Lease name every replica competes for; not a flag, since replicas must agree on it.
+const GANG_LEASE_NAME: &str = "allot-gang-controller";
+
+/// This replica's Lease identity when `--identity`/`POD_NAME` is not given: the host name
+/// (unique per Pod), else one made from the process id.
+fn default_identity() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()))
+        .unwrap_or_else(|| format!("allot-{}", std::process::id()))
+}
+
+/// Durations from their flag units; zero is raised to the least that makes sense where a zero
+/// would spin (poll and resync intervals) or refuse every connection (caps and header timeout).
+impl From<ServeArgs> for ServeConfig {
+    fn from(args: ServeArgs) -> Self {
+        let gang_controller = (!args.no_gang_controller).then(|| ControllerConfig {
+            lease_namespace: args.lease_namespace,
+            lease_name: GANG_LEASE_NAME.into(),
+            identity: args.identity.unwrap_or_else(default_identity),
+            resync: Duration::from_secs(args.resync_secs.max(1)),
+        });
+        ServeConfig {
+            policies: args.policies,
+            tls_cert: args.tls_cert,
+            tls_key: args.tls_key,
+            client_ca: args.client_ca,
+            addr: args.addr,
+            metrics_addr: args.metrics_addr,
+            max_body_bytes: args.max_body_bytes,
+            request_timeout: Duration::from_millis(args.request_timeout_ms),
+            header_read_timeout: Duration::from_millis(args.header_read_timeout_ms.max(1)),
+            max_connections: args.max_connections.max(1),
+            reload_interval: Duration::from_secs(args.reload_interval_secs.max(1)),
+            shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
+            use_kube: !args.no_kube,
+            gang_controller,
+            allot_username: args.allot_username,
+        }
+    }
+}
+
+// `allot check`'s flags.
+#[derive(Args)]
+pub struct CheckArgs {
+    #[arg(long)]
+    pub policies: PathBuf,
+    /// Namespace manifests whose labels Team selectors are evaluated against.
+    #[arg(long)]
+    pub namespaces: Option<PathBuf>,
+    /// Current usage per team (`teams: {vision: {nvidia.com/gpu: 6}}`), for deny-mode quotas.
+    #[arg(long)]
+    pub state: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "text")]
+    pub output: Output,
+    /// Manifests: files, directories, or - for stdin.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+}
+
+// `allot test`'s flags.
+#[derive(Args)]
+pub struct TestArgs {
+    /// Policy directory (or file) for every test, instead of the `policies` each names.
+    #[arg(long)]
+    pub policies: Option<PathBuf>,
+    /// Also write a JUnit XML report: one test case per case, a failure per mismatch.
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
+    /// Test files, or directories searched recursively for them.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+}
+
+// `allot certs`'s flags.
+#[derive(Args)]
+pub struct CertsArgs {
+    #[arg(long)]
+    pub out: PathBuf,
+    /// DNS names (or IP addresses) of the serving certificate.
+    #[arg(long = "dns-name", required = true)]
+    pub dns_names: Vec<String>,
+    /// Validity of the serving certificate.
+    #[arg(long, default_value_t = 365)]
+    pub days: u32,
+}
+
+// `allot webhooks`'s flags; they become [`WebhookOptions`] (reading the CA file, hence `TryFrom`).
+#[derive(Args)]
+pub struct WebhooksArgs {
+    /// CA certificate (PEM) the API server uses to verify Allot.
+    #[arg(long)]
+    pub ca_bundle: PathBuf,
+    /// In-cluster Service as NAMESPACE/NAME.
+    #[arg(long, conflicts_with = "url", required_unless_present = "url")]
+    pub service: Option<String>,
+    /// URL of an Allot outside the cluster (https://host:port).
+    #[arg(long)]
+    pub url: Option<String>,
+    #[arg(long, default_value = "allot")]
+    pub name: String,
+    #[arg(long, value_parser = ["Fail", "Ignore"], default_value = "Fail")]
+    pub failure_policy: String,
+    #[arg(long, default_value_t = 5)]
+    pub timeout_seconds: i32,
+    /// More namespaces to leave alone (kube-system and Allot's own always are).
+    #[arg(long = "exclude-namespace")]
+    pub exclude_namespaces: Vec<String>,
+    /// Allot's service account name; its own requests skip the webhooks.
+    #[arg(long, default_value = "allot")]
+    pub service_account: String,
+}
+
+/// The endpoint from `--service NAMESPACE/NAME` or `--url`, and the namespace of Allot's service
+/// account (known only for an in-cluster Service).
+fn endpoint_of(service: Option<String>, url: Option<String>) -> anyhow::Result<(Endpoint, Option<String>)> {
+    match (service, url) {
+        (Some(s), _) => {
+            let (namespace, name) = s
+                .split_once('/')
+                .filter(|(n, s)| !n.is_empty() && !s.is_empty())
+                .ok_or_else(|| anyhow::anyhow!("--service must be NAMESPACE/NAME, got {s:?}"))?;
+            Ok((Endpoint::Service { namespace: namespace.into(), name: name.into() }, Some(namespace.to_string())))
+        }
+        (None, Some(u)) => {
+            anyhow::ensure!(u.starts_with("https://"), "--url must start with https://, got {u:?}");
+            Ok((Endpoint::Url(u), None))
+        }
+        (None, None) => anyhow::bail!("give --service NAMESPACE/NAME or --url URL"),
+    }
+}
+
+impl TryFrom<WebhooksArgs> for WebhookOptions {
+    type Error = anyhow::Error;
+
+    fn try_from(args: WebhooksArgs) -> anyhow::Result<Self> {
+        let ca_bundle =
+            std::fs::read(&args.ca_bundle).map_err(|e| anyhow::anyhow!("{}: {e}", args.ca_bundle.display()))?;
+        let (endpoint, sa_namespace) = endpoint_of(args.service, args.url)?;
+        let service_account = args.service_account;
+        Ok(WebhookOptions {
+            endpoint,
+            ca_bundle,
+            name: args.name,
+            failure_policy: args.failure_policy,
+            timeout_seconds: args.timeout_seconds,
+            exclude_namespaces: args.exclude_namespaces,
+            service_account: sa_namespace.map(|ns| format!("system:serviceaccount:{ns}:{service_account}")),
+        })
+    }
+}
+
+/// Runs one command; the exit code says how it went (errors are the caller's to print, exit 2).
+pub fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Serve(args) => serve(args.into()),
+        Command::Check(args) => run_check(args),
+        Command::Test(args) => run_test(args),
+        Command::Certs(args) => run_certs(args),
+        Command::Webhooks(args) => {
+            let options = WebhookOptions::try_from(args)?;
+            print!("{}", webhooks::render_yaml(&options).map_err(anyhow::Error::msg)?);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// `allot serve`: the only command that needs an async runtime, so it builds one here.
+fn serve(config: ServeConfig) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(server::run(config))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Reads a file named on the command line, naming it in the error.
+fn read_named(path: &std::path::Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// `allot check`: exit 0 when every manifest is admitted, 1 when one is denied.
+fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let policies = crate::policy::load_dir(&args.policies)?;
+    let labels: Box<dyn NamespaceLabels> = match args.namespaces {
+        Some(path) => {
+            let text = read_named(&path)?;
+            Box::new(namespaces::from_manifests(&path.display().to_string(), &text)?)
+        }
+        None => Box::new(NoNamespaces),
+    };
+    let manifests = check::read_manifests(&args.paths)?;
+    // Usage from --state, plus what the run's own manifests take, in order.
+    let usage = match args.state {
+        Some(path) => {
+            StaticUsage::parse(&path.display().to_string(), &read_named(&path)?).map_err(anyhow::Error::msg)?
+        }
+        None => StaticUsage::default(),
+    };
+    let engine = Engine::new(&policies, labels.as_ref()).with_quota(&usage);
+    let report = check::run(&engine, &manifests);
+    let text = match args.output {
+        Output::Text => check::render_text(&report),
+        Output::Json => check::render_json(&report),
+        Output::Junit => check::render_junit(&report),
+    };
+    print!("{text}");
+    Ok(if report.all_admitted() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// `allot test`: exit 0 when every case passes, 1 when one fails.
+fn run_test(args: TestArgs) -> anyhow::Result<ExitCode> {
+    let suite = suite::load(&args.paths, args.policies.as_deref())?;
+    let report = suite.run();
+    print!("{}", report.render_text());
+    if let Some(path) = args.junit {
+        report.write_junit(&path)?;
+    }
+    Ok(if report.all_passed() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// `allot certs`: says which files it wrote and whether it reused the CA.
+fn run_certs(args: CertsArgs) -> anyhow::Result<ExitCode> {
+    let written = crate::certs::generate(&args.out, &args.dns_names, args.days)?;
+    println!(
+        "{} CA {}; serving certificate {} and key {} for {}",
+        if written.reused_ca { "reused" } else { "created" },
+        written.ca_cert.display(),
+        written.cert.display(),
+        written.key.display(),
+        args.dns_names.join(", ")
+    );
+    Ok(ExitCode::SUCCESS)
+}
