@@ -165,46 +165,33 @@ pub fn render(opts: &WebhookOptions) -> (MutatingWebhookConfiguration, Validatin
             scope: Some("Namespaced".into()),
         })
         .collect();
+    let validate = |name: &str, conditions: Vec<MatchCondition>, rules: Vec<RuleWithOperations>| ValidatingWebhook {
+        name: name.into(),
+        admission_review_versions: vec!["v1".into()],
+        client_config: client_config(opts, "/validate"),
+        failure_policy: Some(opts.failure_policy.clone()),
+        match_policy: Some("Equivalent".into()),
+        namespace_selector: Some(namespace_selector(opts)),
+        match_conditions: Some(conditions),
+        side_effects: "None".into(),
+        timeout_seconds: Some(opts.timeout_seconds),
+        rules: Some(rules),
+        object_selector: None,
+    };
+    let mut status_conditions = match_conditions(opts);
+    status_conditions.push(MatchCondition { name: "metadata-changed".into(), expression: METADATA_CHANGED.into() });
+    let status_rule = RuleWithOperations {
+        api_groups: Some(vec!["".into()]),
+        api_versions: Some(vec!["v1".into()]),
+        operations: Some(vec!["UPDATE".into()]),
+        resources: Some(vec!["pods/status".into()]),
+        scope: Some("Namespaced".into()),
+    };
     let validating = ValidatingWebhookConfiguration {
         metadata: meta,
         webhooks: Some(vec![
-            ValidatingWebhook {
-                name: "validate.allot.dev".into(),
-                admission_review_versions: vec!["v1".into()],
-                client_config: client_config(opts, "/validate"),
-                failure_policy: Some(opts.failure_policy.clone()),
-                match_policy: Some("Equivalent".into()),
-                namespace_selector: Some(namespace_selector(opts)),
-                match_conditions: Some(match_conditions(opts)),
-                side_effects: "None".into(),
-                timeout_seconds: Some(opts.timeout_seconds),
-                rules: Some(rules),
-                object_selector: None,
-            },
-            ValidatingWebhook {
-                name: "validate-metadata.allot.dev".into(),
-                admission_review_versions: vec!["v1".into()],
-                client_config: client_config(opts, "/validate"),
-                failure_policy: Some(opts.failure_policy.clone()),
-                match_policy: Some("Equivalent".into()),
-                namespace_selector: Some(namespace_selector(opts)),
-                match_conditions: Some({
-                    let mut conditions = match_conditions(opts);
-                    conditions
-                        .push(MatchCondition { name: "metadata-changed".into(), expression: METADATA_CHANGED.into() });
-                    conditions
-                }),
-                side_effects: "None".into(),
-                timeout_seconds: Some(opts.timeout_seconds),
-                rules: Some(vec![RuleWithOperations {
-                    api_groups: Some(vec!["".into()]),
-                    api_versions: Some(vec!["v1".into()]),
-                    operations: Some(vec!["UPDATE".into()]),
-                    resources: Some(vec!["pods/status".into()]),
-                    scope: Some("Namespaced".into()),
-                }]),
-                object_selector: None,
-            },
+            validate("validate.allot.dev", match_conditions(opts), rules),
+            validate("validate-metadata.allot.dev", status_conditions, vec![status_rule]),
         ]),
     };
     (mutating, validating)
