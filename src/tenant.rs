@@ -20,7 +20,9 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::finding::{Check, Finding};
-use crate::gang::membership::{self, GATE, MEMBERSHIP_KEYS, NAME_LABEL, QUOTA_GATE, SIZE_ANNOTATION};
+use crate::gang::membership::{
+    self, GATE, MEMBERSHIP_KEYS, NAME_LABEL, QUOTA_GATE, RELEASED_ANNOTATION, SIZE_ANNOTATION,
+};
 pub use crate::policy::tenancy::{DEFAULT_MAX_AMOUNT, TenantPolicy};
 use crate::policy::{Action, ExternalScheduler, PolicySet};
 use crate::quantity::Quantity;
@@ -284,6 +286,9 @@ pub fn check_pod_update(policies: &PolicySet, old: &Value, new: &Value, username
             ));
         }
     }
+    if let Some(finding) = check_owner_change(old, new, username, allot, who) {
+        findings.push(finding);
+    }
     let (Some(old_spec), Some(new_spec)) = (old.get("spec"), new.get("spec")) else {
         return findings;
     };
@@ -327,6 +332,31 @@ pub fn check_pod_update(policies: &PolicySet, old: &Value, new: &Value, username
         }
     }
     findings
+}
+
+/// A Pod's owners decide which inferred gang it belongs to and how large that gang is (the
+/// owner's parallelism or replicas): repointing a gated member at a smaller Job of one's own
+/// would shrink the gang Allot waits for and the quota it charges. While Allot still holds the
+/// pod (one of its gates, or a release reservation), only Allot and the control plane's own
+/// controllers (garbage collector, Job and ReplicaSet adoption run as kube-system service
+/// accounts or `system:kube-controller-manager`) may change them; other pods are left alone, so
+/// operators that adopt ordinary pods keep working.
+fn check_owner_change(old: &Value, new: &Value, username: &str, allot: &str, who: &str) -> Option<Finding> {
+    let held = !allot_gates(old).is_empty() || string_map(old, "annotations").contains_key(RELEASED_ANNOTATION);
+    let control_plane =
+        username == "system:kube-controller-manager" || username.starts_with("system:serviceaccount:kube-system:");
+    let changed = old.pointer("/metadata/ownerReferences") != new.pointer("/metadata/ownerReferences");
+    (held && changed && !control_plane).then(|| {
+        deny(
+            Check::TenantReservedKeys,
+            "metadata.ownerReferences".into(),
+            format!(
+                "the owners of a pod Allot is holding decide which gang it counts in and how large that gang is; \
+                 only Allot ({allot}) or the cluster's controllers (kube-system) may change them, not {who}; \
+                 delete and recreate the pod instead"
+            ),
+        )
+    })
 }
 
 fn show(res: &ContainerResources) -> String {

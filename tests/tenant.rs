@@ -88,6 +88,42 @@ fn gated(mutation: &Outcome) -> bool {
 mod updates {
     use super::*;
 
+    /// An inferred gang's size comes from the owner: repointing a held member at a smaller Job
+    /// of one's own would shrink the gang Allot waits for and charges.
+    #[test]
+    fn owners_of_a_held_pod_are_for_allot_and_the_control_plane() {
+        let policies = shipped();
+        let mut old = gated_worker();
+        old["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-1", "controller": true}]);
+        let mut new = old.clone();
+        new["metadata"]["ownerReferences"][0]["name"] = json!("tiny");
+        let out = update(&policies, &old, &new, "alice");
+        let denied = denials(&out, "tenant/reserved-keys");
+        assert_eq!(denied.len(), 1, "{:?}", out.findings);
+        assert_eq!(denied[0].path, "metadata.ownerReferences");
+        assert!(denied[0].message.contains("not alice"), "{}", denied[0].message);
+        let mut orphaned = old.clone();
+        orphaned["metadata"].as_object_mut().unwrap().remove("ownerReferences");
+        assert!(!update(&policies, &old, &orphaned, "alice").allowed(), "removing the owners is a change too");
+        // Allot and the control plane's controllers (garbage collector orphaning, adoption).
+        for who in
+            [ALLOT, "system:serviceaccount:kube-system:generic-garbage-collector", "system:kube-controller-manager"]
+        {
+            assert!(update(&policies, &old, &orphaned, who).allowed(), "{who}");
+        }
+        // A pod Allot no longer holds (released and bound, no reservation) is the user's business.
+        let mut free = old.clone();
+        free["spec"].as_object_mut().unwrap().remove("schedulingGates");
+        let mut free_new = free.clone();
+        free_new["metadata"]["ownerReferences"][0]["name"] = json!("tiny");
+        assert!(update(&policies, &free, &free_new, "alice").allowed());
+        // ... but while its release reservation stands, it is still held.
+        free["metadata"]["annotations"]["allot.dev/gang-released"] = json!("2026-11-23T12:00:00Z");
+        free_new["metadata"]["annotations"]["allot.dev/gang-released"] = json!("2026-11-23T12:00:00Z");
+        assert!(!update(&policies, &free, &free_new, "alice").allowed());
+    }
+
     #[test]
     fn removing_either_gate_is_for_allot_alone() {
         let policies = shipped();

@@ -231,7 +231,10 @@ impl Evaluations {
     /// is answered here, with the reason and counted, rather than by the outer layer.
     fn new(request_timeout: Duration) -> Evaluations {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        Evaluations { permits: Arc::new(tokio::sync::Semaphore::new(cores * 2)), deadline: request_timeout * 9 / 10 }
+        Evaluations {
+            permits: Arc::new(tokio::sync::Semaphore::new(cores * 2)),
+            deadline: request_timeout - request_timeout / 10,
+        }
     }
 
     async fn run(self, state: Arc<AppState>, phase: Phase, body: Bytes) -> Response {
