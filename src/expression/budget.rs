@@ -10,11 +10,12 @@
 //! - every `+` and every function call that can build a value (`join`, `split`, `replace`,
 //!   `base64.encode`, …) passes its result through `@allotSized`, which measures it: one value
 //!   larger than [`MAX_VALUE_BYTES`], or more than [`MAX_EVALUATION_BYTES`] built by one
-//!   evaluation, is an evaluation error. `map`/`filter` accumulate through `+`, so a comprehension
-//!   building a large list or string stops there too;
+//!   evaluation, is an evaluation error. `map`/`filter` accumulate through `@result + [element]`;
+//!   there the new element is measured, so a comprehension building a large list stops too;
 //! - every comprehension iteration passes through `@allotIteration`: more than
 //!   [`MAX_ITERATIONS`] per evaluation is an evaluation error (nested macros over a tenant's
-//!   lists, or over `lists.range`, multiply);
+//!   lists, or over `lists.range`, multiply), and `map`/`filter`, which copy their accumulated
+//!   list on every step (quadratic), may copy at most [`MAX_COPIED_ELEMENTS`] elements;
 //! - the functions whose output is not linear in their input are replaced by size-checked
 //!   versions that refuse *before* allocating: `lists.range(n)` ([`MAX_RANGE`]), `replace`
 //!   (`s.replace('', s)` squares `s`), `join` (a large separator times many items), and a
