@@ -117,6 +117,32 @@ fn every_listed_function_is_registered() {
     assert!(undeclared("notAFunction(1)"), "the probe must be able to fail");
 }
 
+/// fuzz/regressions/cel_expression/sum-uint-overflow: kube-cel's `sum()` added with `+`, which
+/// panicked (overflow checks) or wrapped silently (release builds). Now an overflow error, as for
+/// CEL's own `+`.
+#[test]
+fn sum_overflow_is_an_evaluation_error() {
+    for source in [
+        // The sum the cel_expression target rendered (inside `workload.map(y, …)`).
+        "sum([[[[[1374463283923456787u, 1374463283923456787u, 1374463283923456787u, \
+         1374463283923456787u, 16131858542891098079u], 'J', (0)]]]][(0)][(0)][(0)][(0)]) > 0u",
+        "[18446744073709551615u, 1u].sum() > 0u",
+        "[9223372036854775807, 1].sum() > 0",
+        "[-9223372036854775807, -2].sum() < 0",
+    ] {
+        let err = eval_on_tenant_pod(source, 0, 1).unwrap_err();
+        assert!(matches!(&err, EvalError::Cel(m) if m.contains("Overflow")), "{source}: {err:?}");
+    }
+    assert_eq!(
+        eval_on_tenant_pod(
+            "[1, 2, 3].sum() == 6 && [1u, 2u].sum() == 3u && [0.5, 0.25].sum() == 0.75 && [].sum() == 0",
+            0,
+            1
+        ),
+        Ok(true)
+    );
+}
+
 #[test]
 fn integer_overflow_stays_an_evaluation_error() {
     let env =

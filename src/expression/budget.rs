@@ -204,6 +204,7 @@ pub fn register(ctx: &mut Context<'_>) {
         Ok(Value::List(Arc::new((0..n).map(Value::Int).collect())))
     });
     ctx.add_function("replace", replace);
+    ctx.add_function("sum", sum);
     ctx.add_function("join", join);
 }
 
@@ -247,6 +248,27 @@ fn replace(This(this): This<Arc<String>>, Arguments(args): Arguments) -> Result<
         None => this.replace(from.as_str(), to.as_str()),
     };
     Ok(Value::String(Arc::new(result)))
+}
+
+/// kube-cel's `sum`, with checked arithmetic: kube-cel adds with `+`, which panics on overflow
+/// in a build with overflow checks and wraps silently in one without (fuzz finding
+/// `cel_expression/sum-uint-overflow`); CEL's own `+` reports an overflow error.
+fn sum(This(this): This<Arc<Vec<Value>>>) -> Result<Value, ExecutionError> {
+    let Some((first, rest)) = this.split_first() else {
+        return Ok(Value::Int(0));
+    };
+    rest.iter().try_fold(first.clone(), |total, item| match (&total, item) {
+        (Value::Int(a), Value::Int(b)) => a
+            .checked_add(*b)
+            .map(Value::Int)
+            .ok_or_else(|| ExecutionError::Overflow("sum", total.clone(), item.clone())),
+        (Value::UInt(a), Value::UInt(b)) => a
+            .checked_add(*b)
+            .map(Value::UInt)
+            .ok_or_else(|| ExecutionError::Overflow("sum", total.clone(), item.clone())),
+        (Value::Float(a), Value::Float(b)) => Ok(Value::Float(a + b)),
+        _ => Err(ExecutionError::function_error("sum", "cannot sum values of this type")),
+    })
 }
 
 /// kube-cel's `join`, sized before it allocates: a large separator times many items.
