@@ -21,6 +21,8 @@
 //!   (`s.replace('', s)` squares `s`), `join` (a large separator times many items), and a
 //!   `format` string's `%.Nf` precision ([`MAX_FORMAT_PRECISION`]).
 //!
+//! `sum` is replaced too, for another reason: kube-cel's adds without checking for overflow.
+//!
 //! What stays bounded only by the expression's own size times the object's: literals that copy
 //! a value (`[s, s, s]` copies `s` three times; the interpreter clones values into lists) and
 //! value-linear functions between two checks. Both are bounded (policy size × body limit), and
