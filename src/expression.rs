@@ -22,6 +22,7 @@
 //! so a rule reading `nvidia.com/gpu` errors there). `metadata.managedFields` is not bound: no
 //! policy needs it and it is the largest part of most objects.
 
+pub mod budget;
 pub mod check;
 pub mod panics;
 
@@ -56,7 +57,8 @@ pub enum EvalError {
 #[derive(Debug)]
 pub struct Expression {
     source: String,
-    program: Program,
+    /// The checked tree with the evaluation budget's guards in it ([`budget::instrument`]).
+    instrumented: IdedExpr,
     vars: u8,
 }
 
@@ -91,7 +93,8 @@ impl Expression {
             ));
         }
         let vars = program.references().variables().iter().fold(0, |acc, v| acc | var_bit(v));
-        Ok(Expression { source: source.to_string(), program, vars })
+        let instrumented = budget::instrument(program.expression());
+        Ok(Expression { source: source.to_string(), instrumented, vars })
     }
 
     /// The variables the expression reads.
@@ -107,7 +110,8 @@ impl Expression {
     /// Runs the program under the panic boundary; `owner` (the `Rule` name or
     /// `placement/<name>`) labels a contained panic's metric and log line.
     fn execute(&self, ctx: &Context<'_>, owner: &dyn std::fmt::Display) -> Result<CelValue, EvalError> {
-        match panics::contain(owner, || self.program.execute(ctx)) {
+        budget::start();
+        match panics::contain(owner, || CelValue::resolve(&self.instrumented, ctx)) {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(EvalError::Cel(describe(&e))),
             Err(panic) => Err(EvalError::Panic(panic)),
@@ -213,6 +217,7 @@ impl Environment {
     pub fn new(accelerators: Arc<ResourceMatcher>) -> Environment {
         let mut root = Context::default();
         root.register_all();
+        budget::register(&mut root);
         let m = accelerators.clone();
         root.add_function("accelerators", move |v: CelValue| -> Result<CelValue, ExecutionError> {
             let list = requests_of(&v, &m, "accelerators")?;

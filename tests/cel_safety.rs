@@ -117,6 +117,32 @@ fn every_listed_function_is_registered() {
     assert!(undeclared("notAFunction(1)"), "the probe must be able to fail");
 }
 
+/// fuzz/regressions/cel_expression/sum-uint-overflow: kube-cel's `sum()` added with `+`, which
+/// panicked (overflow checks) or wrapped silently (release builds). Now an overflow error, as for
+/// CEL's own `+`.
+#[test]
+fn sum_overflow_is_an_evaluation_error() {
+    for source in [
+        // The sum the cel_expression target rendered (inside `workload.map(y, …)`).
+        "sum([[[[[1374463283923456787u, 1374463283923456787u, 1374463283923456787u, \
+         1374463283923456787u, 16131858542891098079u], 'J', (0)]]]][(0)][(0)][(0)][(0)]) > 0u",
+        "[18446744073709551615u, 1u].sum() > 0u",
+        "[9223372036854775807, 1].sum() > 0",
+        "[-9223372036854775807, -2].sum() < 0",
+    ] {
+        let err = eval_on_tenant_pod(source, 0, 1).unwrap_err();
+        assert!(matches!(&err, EvalError::Cel(m) if m.contains("Overflow")), "{source}: {err:?}");
+    }
+    assert_eq!(
+        eval_on_tenant_pod(
+            "[1, 2, 3].sum() == 6 && [1u, 2u].sum() == 3u && [0.5, 0.25].sum() == 0.75 && [].sum() == 0",
+            0,
+            1
+        ),
+        Ok(true)
+    );
+}
+
 #[test]
 fn integer_overflow_stays_an_evaluation_error() {
     let env =
@@ -208,4 +234,111 @@ fn a_panicking_placement_condition_denies() {
 fn the_test_hook_exists_only_in_test_builds() {
     // `cargo test` turns test-hooks on (self dev-dependency); a release build never has it.
     assert_eq!(Expression::compile("allotTestPanic(object)").is_ok(), cfg!(feature = "test-hooks"));
+}
+
+/// An environment and bindings with a Pod whose annotation `big` holds `big_bytes` bytes and
+/// that has `containers` containers: what a tenant controls, up to the body limit.
+fn eval_on_tenant_pod(source: &str, big_bytes: usize, containers: usize) -> Result<bool, EvalError> {
+    let env =
+        Environment::new(Arc::new(allot::resources::ResourceMatcher::new(allot::resources::DEFAULT_ACCELERATORS)));
+    let containers: Vec<_> = (0..containers).map(|i| json!({"name": format!("c{i}")})).collect();
+    let pod = json!({"metadata": {"name": "p", "annotations": {"big": "x".repeat(big_bytes)}},
+                     "spec": {"containers": containers}});
+    let ctx = env.scope(&Bindings {
+        vars: u8::MAX,
+        object: allot::expression::json_to_cel(&pod),
+        old_object: CelValue::Null,
+        workload: CelValue::Null,
+        namespace: "vision".into(),
+        team: String::new(),
+        request: CelValue::Null,
+    });
+    let expression = Expression::compile(source).unwrap_or_else(|e| panic!("{source}: {e}"));
+    expression.eval_bool(&ctx, &"budget")
+}
+
+fn budget_error(source: &str, big_bytes: usize, containers: usize) -> String {
+    match eval_on_tenant_pod(source, big_bytes, containers) {
+        Err(EvalError::Cel(message)) => message,
+        other => panic!("{source}: expected an evaluation error, got {other:?}"),
+    }
+}
+
+/// fuzz/regressions/cel_expression/oom-0589b2cd…: the cel_expression target rendered it as
+/// `lists.range((151059314))`, which compiled and then allocated ~4.8 GB (151 million list
+/// items) when evaluated: an out-of-memory abort, which no panic boundary contains.
+#[test]
+fn the_cel_expression_oom_input_is_refused_at_load() {
+    let err = Expression::compile("lists.range((151059314))").unwrap_err();
+    assert!(err.contains("lists.range(151059314) is larger than Allot allows (100000 items)"), "{err}");
+    // Computed, it is an evaluation error before anything is allocated.
+    let computed = budget_error("lists.range(size(object.metadata.name) * 151059314).size() > 0", 0, 1);
+    assert!(computed.contains("lists.range(151059314) is larger than Allot allows"), "{computed}");
+}
+
+#[test]
+fn constant_sizes_beyond_the_budget_are_refused_at_load() {
+    for (expression, part) in [
+        ("lists.range(1000000000).size() > 0", "lists.range(1000000000) is larger than Allot allows (100000 items)"),
+        ("'%.99999999999f'.format([1.0]) != ''", "format precision %.99999999999 is larger than Allot allows"),
+    ] {
+        let err = load_error(&rule_doc("huge", expression, "Deny"));
+        assert!(err.contains("(Rule huge): spec.expression:") && err.contains(part), "{err}");
+    }
+    // Within the limits they load.
+    assert!(load(&rule_doc("ok", "lists.range(3).size() == 3 && '%.2f'.format([1.0]) == '1.00'", "Deny")).is_ok());
+}
+
+#[test]
+fn value_dependent_sizes_stop_with_an_evaluation_error() {
+    // Each of these would allocate gigabytes (or try to at once and abort the process).
+    let range = budget_error("lists.range(size(object.metadata.name) * 1000000000).size() > 0", 0, 1);
+    assert!(range.contains("lists.range(1000000000) is larger than Allot allows"), "{range}");
+    let squared = budget_error(
+        "object.metadata.name.replace('', object.metadata.annotations.big).replace('', object.metadata.annotations.big).size() > 0",
+        3000,
+        1,
+    );
+    assert!(squared.contains("replace") && squared.contains("larger than 16 MiB"), "{squared}");
+    let join = budget_error("lists.range(5000).map(x, 'a').join(object.metadata.annotations.big) != ''", 4000, 1);
+    assert!(join.contains("join"), "{join}");
+    let precision =
+        budget_error("('%.' + string(size(object.metadata.name)) + '0000000000f').format([1.0]) != ''", 0, 1);
+    assert!(precision.contains("format precision %.10000000000"), "{precision}");
+}
+
+#[test]
+fn comprehensions_over_tenant_data_cannot_build_without_bound() {
+    // 200 containers × a 1 MiB annotation: 200 MiB of strings built by one map().
+    let map = budget_error(
+        "object.spec.containers.map(c, object.metadata.annotations.big + c.name).size() > 0",
+        1 << 20,
+        200,
+    );
+    assert!(map.contains("more than 64 MiB of values in one evaluation"), "{map}");
+    // Nested macros multiply: 2,000 × 2,000 iterations.
+    let nested = budget_error("object.spec.containers.all(c, object.spec.containers.all(d, c.name != ''))", 0, 2000);
+    assert!(nested.contains("more than 1000000 macro iterations"), "{nested}");
+    let ranges = budget_error("lists.range(100000).all(x, lists.range(100000).all(y, y >= 0))", 0, 1);
+    assert!(ranges.contains("Allot stops it there"), "{ranges}");
+    // map/filter copy their list on every step: 20,000 steps would copy 2·10⁸ elements.
+    let quadratic = budget_error("lists.range(20000).map(x, x).size() > 0", 0, 1);
+    assert!(quadratic.contains("copied more than 50000000 list elements"), "{quadratic}");
+}
+
+#[test]
+fn ordinary_expressions_are_unaffected_by_the_budget() {
+    for source in [
+        "object.spec.containers.map(c, c.name).join(',') == 'c0,c1,c2'",
+        "object.spec.containers.filter(c, c.name != 'c1').size() == 2",
+        "object.metadata.name.replace('p', 'q') == 'q' && 'a-b-c'.replace('-', '', 1) == 'ab-c'",
+        "'ab'.replace('', '-') == '-a-b-' && ['a', 'b'].join() == 'ab'",
+        "lists.range(3) == [0, 1, 2] && lists.range(3).map(i, object.spec.containers[i].name)[2] == 'c2'",
+        "'%.3f %s'.format([1.5, object.metadata.name]) == '1.500 p'",
+        "object.metadata.name + '/' + object.spec.containers[0].name == 'p/c0'",
+        "object.spec.containers.all(c, object.spec.containers.exists(d, d.name == c.name))",
+        "size(object.metadata.annotations.big + 'y') == 1048577",
+    ] {
+        assert_eq!(eval_on_tenant_pod(source, 1 << 20, 3), Ok(true), "{source}");
+    }
 }

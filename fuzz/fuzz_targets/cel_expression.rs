@@ -296,6 +296,9 @@ fn setup() -> &'static Setup {
 fuzz_target!(|node: Node| {
     let mut source = String::new();
     render(&node, &mut source, 0);
+    if std::env::var_os("ALLOT_FUZZ_PRINT").is_some() {
+        eprintln!("{source}");
+    }
     let Ok(expression) = Expression::compile(&source) else { return };
     let setup = setup();
     let scope = setup.env.scope(&setup.bindings);

@@ -10,10 +10,15 @@
 //!   would fail on every request;
 //! - Allot's helpers (`accelerators`, `acceleratorRequests`, `acceleratorLimits`) called with
 //!   other than one argument, or as a method (`c.accelerators()`);
+//! - a constant `lists.range(n)` or `format` precision beyond the evaluation budget's limits
+//!   ([`budget`]): it would fail on every request (evaluated unguarded, it would allocate
+//!   without bound);
 //! - parts of the tree the interpreter does not evaluate (unspecified nodes, struct fields in
 //!   a map literal, two-variable comprehensions).
 
-use kube::core::cel::cel::common::ast::{EntryExpr, Expr, IdedEntryExpr, IdedExpr};
+use kube::core::cel::cel::common::ast::{CallExpr, EntryExpr, Expr, IdedEntryExpr, IdedExpr, LiteralValue};
+
+use super::budget;
 
 /// Allot's own functions, each called as `name(x)` with exactly one argument.
 pub const HELPERS: &[&str] = &["accelerators", "acceleratorRequests", "acceleratorLimits"];
@@ -170,7 +175,7 @@ const KUBERNETES: &[&str] = &[
 
 /// Operators the parser emits (`_+_`, `_[_]`, `@in`…): always well-formed, handled by the
 /// interpreter itself.
-fn is_operator(name: &str) -> bool {
+pub(crate) fn is_operator(name: &str) -> bool {
     name.starts_with('@') || name.contains(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
 }
 
@@ -217,6 +222,7 @@ fn walk(expr: &IdedExpr, source: &str, out: &mut Vec<String>) {
         }
         Expr::Call(call) => {
             check_call(&call.func_name, call.target.as_deref(), call.args.len(), out);
+            check_constant_sizes(call, out);
             if let Some(target) = &call.target {
                 walk(target, source, out);
             }
@@ -280,6 +286,24 @@ fn check_call(name: &str, target: Option<&IdedExpr>, args: usize, out: &mut Vec<
     };
     let shown = if target.is_some() { format!(".{name}()") } else { format!("{name}()") };
     out.push(format!("unknown function {shown} with {args} argument(s){hint}"));
+}
+
+/// `lists.range(n)` and `'%.Nf'.format(…)` with constants beyond [`budget`]'s limits.
+fn check_constant_sizes(call: &CallExpr, out: &mut Vec<String>) {
+    let target = call.target.as_deref().map(|t| &t.expr);
+    let namespaced_range = call.func_name == "range" && matches!(target, Some(Expr::Ident(ns)) if ns == "lists");
+    if (namespaced_range || (call.func_name == "lists.range" && target.is_none()))
+        && let [IdedExpr { expr: Expr::Literal(LiteralValue::Int(n)), .. }] = call.args.as_slice()
+        && *n.inner() > budget::MAX_RANGE
+    {
+        out.push(budget::range_message(*n.inner()));
+    }
+    if call.func_name == "format"
+        && let Some(Expr::Literal(LiteralValue::String(format))) = target
+        && let Some(precision) = budget::excessive_precision(format.inner())
+    {
+        out.push(budget::precision_message(precision));
+    }
 }
 
 /// `c.image{…}` as written, with its column (1-based) when the source shows it.
