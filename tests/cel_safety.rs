@@ -29,6 +29,24 @@ fn load_error(text: &str) -> String {
     load(text).map(|_| ()).expect_err("must be refused at load").to_string()
 }
 
+/// The environment `allot serve` builds for the default accelerator names.
+fn default_env() -> Environment {
+    Environment::new(Arc::new(allot::resources::ResourceMatcher::new(allot::resources::DEFAULT_ACCELERATORS)))
+}
+
+/// Bindings of nothing: for expressions that read no variable.
+fn no_bindings() -> Bindings {
+    Bindings {
+        vars: 0,
+        object: CelValue::Null,
+        old_object: CelValue::Null,
+        workload: CelValue::Null,
+        namespace: String::new(),
+        team: String::new(),
+        request: CelValue::Null,
+    }
+}
+
 #[test]
 fn message_literals_are_refused_at_load_with_their_location() {
     for (expression, part) in [
@@ -95,17 +113,8 @@ fn unknown_functions_and_helper_misuse_are_refused_at_load() {
 /// environment (calling it may fail for its arguments, never as an undeclared reference).
 #[test]
 fn every_listed_function_is_registered() {
-    let env =
-        Environment::new(Arc::new(allot::resources::ResourceMatcher::new(allot::resources::DEFAULT_ACCELERATORS)));
-    let ctx = env.scope(&Bindings {
-        vars: 0,
-        object: CelValue::Null,
-        old_object: CelValue::Null,
-        workload: CelValue::Null,
-        namespace: String::new(),
-        team: String::new(),
-        request: CelValue::Null,
-    });
+    let env = default_env();
+    let ctx = env.scope(&no_bindings());
     let undeclared = |call: &str| {
         let program = Program::compile(call).unwrap_or_else(|e| panic!("{call}: {e}"));
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| program.execute(&ctx)));
@@ -145,17 +154,8 @@ fn sum_overflow_is_an_evaluation_error() {
 
 #[test]
 fn integer_overflow_stays_an_evaluation_error() {
-    let env =
-        Environment::new(Arc::new(allot::resources::ResourceMatcher::new(allot::resources::DEFAULT_ACCELERATORS)));
-    let ctx = env.scope(&Bindings {
-        vars: 0,
-        object: CelValue::Null,
-        old_object: CelValue::Null,
-        workload: CelValue::Null,
-        namespace: String::new(),
-        team: String::new(),
-        request: CelValue::Null,
-    });
+    let env = default_env();
+    let ctx = env.scope(&no_bindings());
     for source in ["9223372036854775807 + 1 > 0", "-9223372036854775807 - 2 < 0", "9223372036854775807 * 2 > 0"] {
         let err = Expression::compile(source).unwrap().eval_bool(&ctx, &"overflow").unwrap_err();
         assert!(matches!(&err, EvalError::Cel(m) if m.contains("Overflow")), "{source}: {err:?}");

@@ -485,11 +485,8 @@ mod controller_state {
         assert_eq!(bare["metadata"]["annotations"], json!({"allot.dev/gang-released": "now"}));
     }
 
-    #[test]
-    fn a_leader_ready_group_releases_its_leader_when_the_whole_group_would_fit() {
-        let p = policies(
-            "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  infer: [LeaderWorkerSet]\n",
-        );
+    /// The leader (worker index 0) of LeaderWorkerSet `llm`'s group 0, gated, asking 1 GPU.
+    fn lws_leader() -> Value {
         let mut leader = member("llm-0", "unused", 1, "2026-11-22T01:00:00Z", json!({}));
         leader["metadata"]["labels"] = json!({
             "leaderworkerset.sigs.k8s.io/name": "llm",
@@ -497,6 +494,15 @@ mod controller_state {
             "leaderworkerset.sigs.k8s.io/worker-index": "0"
         });
         leader["metadata"]["annotations"] = json!({});
+        leader
+    }
+
+    #[test]
+    fn a_leader_ready_group_releases_its_leader_when_the_whole_group_would_fit() {
+        let p = policies(
+            "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  infer: [LeaderWorkerSet]\n",
+        );
+        let leader = lws_leader();
         let owner = crate::gang::membership::owner_gang(
             crate::gang::membership::InferredKind::LeaderWorkerSet,
             &json!({"spec": {"startupPolicy": "LeaderReady", "leaderWorkerTemplate": {"size": 4, "workerTemplate": {"spec": {
@@ -530,13 +536,7 @@ mod controller_state {
         );
         let huge = member("huge-0", "huge", u32::MAX, "2026-11-22T01:00:00Z", json!({}));
         let small = member("small-0", "small", 1, "2026-11-22T01:00:05Z", json!({}));
-        let mut leader = member("llm-0", "unused", 1, "2026-11-22T01:00:00Z", json!({}));
-        leader["metadata"]["labels"] = json!({
-            "leaderworkerset.sigs.k8s.io/name": "llm",
-            "leaderworkerset.sigs.k8s.io/group-index": "0",
-            "leaderworkerset.sigs.k8s.io/worker-index": "0"
-        });
-        leader["metadata"]["annotations"] = json!({});
+        let leader = lws_leader();
         let state = cluster(&p, &[huge, small, leader]);
         // A LeaderWorkerSet whose group size is u32::MAX, tiny workers: every copy would fit a
         // node on its own, so only the bound by capacity stops the phantom loop.
