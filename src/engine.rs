@@ -229,7 +229,7 @@ impl<'a> Engine<'a> {
                 out.findings.extend(tenant::check_amounts(self.policies, &view));
                 let membership = validate::pod_gang(self.policies, &view, req.namespace, &team);
                 out.findings.extend(validate::check_gang(&view, req.namespace, &membership, self.gangs));
-                let bypassed = tenant::Bypassed {
+                let bypassed = || tenant::Bypassed {
                     accelerators: crate::resources::requests_any(
                         view.pod.get("spec").unwrap_or(&Value::Null),
                         &self.policies.accelerators,

@@ -170,17 +170,20 @@ pub struct Bypassed {
 
 /// A Pod created with `spec.nodeName` goes to its node without the scheduler, Allot's gates or
 /// its placement: only trusted identities may do that with an accelerator Pod, a gang member
-/// or a Pod queued behind a quota. (Its quota is charged like any other Pod's.)
+/// or a Pod queued behind a quota. (Its quota is charged like any other Pod's.) `bypassed` is
+/// called only for such a Pod, so ordinary admissions do not pay for it.
 pub fn check_bound_pod(
     policies: &PolicySet,
     view: &PodView<'_>,
     requester: Requester<'_>,
-    bypassed: Bypassed,
+    bypassed: impl FnOnce() -> Bypassed,
 ) -> Option<Finding> {
     let node = view.pod.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty())?;
     if requester.is_node() || requester.is_one_of(&policies.tenancy.bound_pod_creators) {
         return None;
     }
+    // Only now, for a bound pod from an untrusted creator: what it would skip.
+    let bypassed = bypassed();
     let what = if bypassed.accelerators {
         "requests accelerators"
     } else if bypassed.gang {

@@ -257,11 +257,6 @@ impl ClusterState {
         read(&self.inner).tallies.get(namespace).and_then(|g| g.get(gang)).cloned().unwrap_or_default()
     }
 
-    /// True when the watch has seen this pod.
-    pub fn has_pod(&self, namespace: &str, name: &str) -> bool {
-        read(&self.inner).pods.contains_key(&key(namespace, name))
-    }
-
     /// True when the watch has seen this pod, or seen a pod of this name deleted at or after
     /// `since` (a pod admitted at `since` that came and went before anyone looked).
     pub fn seen_since(&self, namespace: &str, name: &str, since: std::time::Instant) -> bool {
