@@ -11,8 +11,7 @@ use std::sync::Arc;
 
 use super::{
     ClusterSpec, DEFAULT_ASSEMBLY_TIMEOUT, DEFAULT_STARVATION, GangPolicy, GangPolicySpec, KindMatch, NameGlobs,
-    NodeSelectorOperator, Placement, PlacementSpec, Rule, RuleSpec, SelectorOperator, Team, TeamSpec, parse_duration,
-    quota, values,
+    Placement, PlacementSpec, Rule, RuleSpec, SelectorOperator, Team, TeamSpec, parse_duration, quota, values,
 };
 use crate::expression::Expression;
 use crate::resources::ResourceMatcher;
@@ -70,12 +69,6 @@ pub(super) trait Compile {
     fn compile(self, name: String, cx: &Context<'_>, problems: &mut Problems<'_>) -> Option<Self::Output>;
 }
 
-/// `operator {op:?} needs values` / `takes no values`, for selectors whose operators differ in
-/// whether they take values.
-fn operator_values(op: impl std::fmt::Debug, needs_values: bool) -> String {
-    format!("operator {op:?} {} values", if needs_values { "needs" } else { "takes no" })
-}
-
 impl Compile for TeamSpec {
     type Output = Team;
 
@@ -89,8 +82,9 @@ impl Compile for TeamSpec {
                 let needs_values = matches!(req.operator, SelectorOperator::In | SelectorOperator::NotIn);
                 if needs_values == req.values.is_empty() {
                     problems.push(format_args!(
-                        "spec.namespaces.selector.matchExpressions[{i}]: {}",
-                        operator_values(req.operator, needs_values)
+                        "spec.namespaces.selector.matchExpressions[{i}]: operator {:?} {} values",
+                        req.operator,
+                        if needs_values { "needs" } else { "takes no" }
                     ));
                 }
             }
@@ -123,13 +117,6 @@ impl Compile for PlacementSpec {
         cx.check_teams(&spec.scope.teams, problems);
         if spec.tolerations.is_empty() && spec.node_selector.is_empty() && spec.node_affinity.is_empty() {
             problems.push("spec: a Placement needs tolerations, nodeSelector or nodeAffinity");
-        }
-        for (i, req) in spec.node_affinity.iter().enumerate() {
-            let needs_values =
-                !matches!(req.operator, NodeSelectorOperator::Exists | NodeSelectorOperator::DoesNotExist);
-            if needs_values == req.values.is_empty() {
-                problems.push(format_args!("spec.nodeAffinity[{i}]: {}", operator_values(req.operator, needs_values)));
-            }
         }
         problems.extend(values::placement(&spec));
         let when = problems.ok("spec.when", spec.when.as_deref().map(Expression::compile).transpose())?;

@@ -88,7 +88,12 @@ fn semantic_checks() {
     let e = errors(
         "apiVersion: allot.dev/v1alpha1\nkind: Placement\nmetadata: {name: p}\nspec:\n  nodeAffinity: [{key: k, operator: In}]\n",
     );
-    assert!(e[0].contains("spec.nodeAffinity[0]: operator In needs values"), "{e:?}");
+    assert!(
+        e[0].contains(
+            "spec.nodeAffinity[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'"
+        ),
+        "{e:?}"
+    );
     let e = errors(
         "apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: a}\n---\napiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: b}\n",
     );
@@ -191,6 +196,14 @@ fn placement_tolerations_and_affinity_are_checked_like_the_pods_they_go_into() {
         (
             "  nodeAffinity: [{key: pool, operator: In, values: [ok, 'not ok']}]\n",
             "spec.nodeAffinity[0].values[1]: Invalid value: \"not ok\"",
+        ),
+        (
+            "  nodeAffinity: [{key: mem, operator: Gt, values: ['1', '2']}]\n",
+            "spec.nodeAffinity[0].values: Required value: must be specified single value when `operator` is 'Lt' or 'Gt'",
+        ),
+        (
+            "  nodeAffinity: [{key: mem, operator: Exists, values: ['1']}]\n",
+            "spec.nodeAffinity[0].values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
         ),
         (
             "  nodeAffinity: [{key: mem, operator: Gt, values: [lots]}]\n",

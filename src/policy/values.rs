@@ -12,8 +12,7 @@ fn render(errors: Vec<FieldError>) -> impl Iterator<Item = String> {
     errors.into_iter().map(|e| e.to_string())
 }
 
-/// Tolerations, nodeSelector and node-affinity requirements of a Placement. (Operator/values
-/// counts of node affinity are checked by the loader itself.)
+/// Tolerations, nodeSelector and node-affinity requirements of a Placement.
 pub fn placement(spec: &PlacementSpec) -> Vec<String> {
     let mut out = Vec::new();
     for (i, toleration) in spec.tolerations.iter().enumerate() {
@@ -24,7 +23,11 @@ pub fn placement(spec: &PlacementSpec) -> Vec<String> {
     out.extend(render(apivalidation::labels(&selector, "spec.nodeSelector")));
     for (i, req) in spec.node_affinity.iter().enumerate() {
         let path = format!("spec.nodeAffinity[{i}]");
-        // Placements add required terms, whose values the API server checks as label values.
+        // Placements add required terms, whose values the API server checks as label values;
+        // operator and value count exactly as the API server checks them (`Gt`/`Lt`: one value).
+        let operator = serde_json::to_value(req.operator).unwrap_or_default();
+        let count = apivalidation::requirement_operator(operator.as_str().unwrap_or_default(), req.values.len(), &path);
+        out.extend(count.map(|e| e.to_string()));
         let values = req.values.iter().map(String::as_str);
         out.extend(render(apivalidation::requirement_key_and_values(&req.key, values, true, &path)));
         // The API server takes any single value; the scheduler compares integers only, so
