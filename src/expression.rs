@@ -1,7 +1,8 @@
 //! CEL for policies: compile once at load, evaluate per request.
 //!
 //! The environment is the `cel` crate's standard library plus the Kubernetes CEL libraries from
-//! kube-cel (`quantity()`, strings, lists, regex, format, url…), plus Allot's accelerator helpers:
+//! kube-cel (strings, lists, regex, format, url…; `quantity()` on Allot's exact quantities, see
+//! [`quantity`]), plus Allot's accelerator helpers:
 //!
 //! | function | on | returns |
 //! |---|---|---|
@@ -25,6 +26,7 @@
 pub mod budget;
 pub mod check;
 pub mod panics;
+pub mod quantity;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -217,6 +219,7 @@ impl Environment {
     pub fn new(accelerators: Arc<ResourceMatcher>) -> Environment {
         let mut root = Context::default();
         root.register_all();
+        quantity::register(&mut root);
         budget::register(&mut root);
         let m = accelerators.clone();
         root.add_function("accelerators", move |v: CelValue| -> Result<CelValue, ExecutionError> {
