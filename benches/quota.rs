@@ -77,6 +77,8 @@ fn bench(c: &mut Criterion) {
                 team: "vision",
                 namespace: "vision",
                 pod: "p",
+                pod_uid: "",
+                created: 0,
                 charge,
                 requests,
                 gang: None,

@@ -272,8 +272,16 @@ pub fn check_quota(
         return None;
     }
     let pod = view.pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let pod_uid = view.pod.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("");
+    let created = view
+        .pod
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str)
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .map_or(0, |t| t.as_second());
     let (uid, namespace, dry_run) = (req.uid, req.namespace, req.dry_run);
-    let request = QuotaRequest { uid, team: &t.name, namespace, pod, charge, requests, gang, dry_run };
+    let request =
+        QuotaRequest { uid, team: &t.name, namespace, pod, pod_uid, created, charge, requests, gang, dry_run };
     let refusal = book.admit(quota, &request).err()?;
     Some(Finding {
         rule: Check::TeamQuota.into(),

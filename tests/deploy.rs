@@ -1147,6 +1147,9 @@ fn scenario() -> BTreeSet<(String, String, String)> {
         ("get", "coordination.k8s.io", "leases"),
         ("create", "coordination.k8s.io", "leases"),
         ("patch", "coordination.k8s.io", "leases"),
+        ("get", "", "configmaps"),
+        ("create", "", "configmaps"),
+        ("update", "", "configmaps"),
     ]
     .iter()
     .map(|(v, g, r)| (v.to_string(), g.to_string(), r.to_string()))
@@ -1195,6 +1198,8 @@ fn recorded_calls() -> &'static Vec<Call> {
                     break;
                 }
             }
+            // The deny-mode ledger: the leader creates and reconciles it, admission charges it.
+            record_ledger_calls(&world).await;
             // Shutdown gives the Lease up: its calls must be granted too.
             controller.shutdown(Duration::from_secs(5)).await;
             world.calls()
@@ -1202,6 +1207,44 @@ fn recorded_calls() -> &'static Vec<Call> {
         runtime.shutdown_timeout(Duration::from_millis(100));
         calls
     })
+}
+
+/// What the deny-mode ledger asks of the API server: the reconciler creates a team's ledger
+/// (get, create) and brings it up to date (get, update); an admission reads it and commits its
+/// charge (get, update).
+async fn record_ledger_calls(world: &FakeApi) {
+    let text = "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: deny}\nspec:\n  namespaces: {names: [ml]}\n  quota: {mode: Deny, limits: {nvidia.com/gpu: 4}}\n";
+    let policies = allot::policy::compile(&[allot::policy::Source { name: "deny.yaml".into(), text: text.into() }])
+        .unwrap_or_else(|e| panic!("deny policies: {e}"));
+    let quota = policies.teams[0].quota.clone().unwrap();
+    let leader = allot::quota::SharedLedger::new(world.client("allot-0"), NAMESPACE, Duration::from_secs(5));
+    leader.reconcile("deny", &[]).await.expect("ledger created");
+    let running = allot::quota::ledger::SeenPod {
+        namespace: "ml".into(),
+        name: "running".into(),
+        created: 1,
+        finished: false,
+        terminating: false,
+        requests: [("nvidia.com/gpu".to_string(), allot::quantity::Quantity::from_units(1))].into(),
+        gang: None,
+    };
+    leader.reconcile("deny", &[running]).await.expect("ledger reconciled");
+    let requests: allot::resources::ResourceList =
+        [("nvidia.com/gpu".to_string(), allot::quantity::Quantity::from_units(1))].into();
+    let request = allot::quota::QuotaRequest {
+        uid: "review",
+        team: "deny",
+        namespace: "ml",
+        pod: "new",
+        pod_uid: "uid-new",
+        created: 2,
+        charge: quota.charge(&requests),
+        requests,
+        gang: None,
+        dry_run: false,
+    };
+    let replica = allot::quota::SharedLedger::new(world.client("allot-1"), NAMESPACE, Duration::from_secs(5));
+    replica.admit_async(&quota, &request).await.expect("charged");
 }
 
 /// A rule of the rendered RBAC, with where it applies (`None`: every namespace).

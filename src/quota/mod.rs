@@ -3,8 +3,10 @@
 //! The quota itself — limits, weights, exact charges — is compiled with the policy
 //! ([`crate::policy::quota`]).
 
+pub mod ledger;
 pub mod live;
 pub mod queue;
+pub mod shared;
 
 use std::collections::BTreeMap;
 
@@ -15,6 +17,7 @@ use crate::quantity::Quantity;
 use crate::resources::ResourceList;
 
 pub use live::LiveQuota;
+pub use shared::SharedLedger;
 pub use queue::QuotaQueue;
 
 /// One admission asking for quota.
@@ -25,6 +28,11 @@ pub struct QuotaRequest<'a> {
     pub team: &'a str,
     pub namespace: &'a str,
     pub pod: &'a str,
+    /// The pod's UID (`metadata.uid`; set by the API server before validating webhooks run,
+    /// empty before that): the key of its charge in the shared ledger.
+    pub pod_uid: &'a str,
+    /// The pod's creationTimestamp in unix seconds (0 when not set yet).
+    pub created: i64,
     /// What this pod counts.
     pub charge: Charge,
     /// The pod's effective requests, in resource terms (a gang's placeholders are computed
@@ -69,6 +77,12 @@ impl Refusal {
 pub trait QuotaBook: Send + Sync {
     /// Admits (and, unless dry run, reserves) or says why not.
     fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), Refusal>;
+}
+
+impl<B: QuotaBook + ?Sized> QuotaBook for std::sync::Arc<B> {
+    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), Refusal> {
+        (**self).admit(quota, request)
+    }
 }
 
 /// What admitting a request adds to its team's usage.

@@ -58,7 +58,7 @@ fn admit(book: &dyn QuotaBook, quota: &Quota, pod: &Value, uid: &str) -> Result<
         return Ok(());
     }
     let request =
-        QuotaRequest { uid, team: "vision", namespace: "vision", pod: name, charge, requests, gang, dry_run: false };
+        QuotaRequest { uid, team: "vision", namespace: "vision", pod: name, pod_uid: "", created: 0, charge, requests, gang, dry_run: false };
     book.admit(quota, &request).map_err(|r| r.message("vision"))
 }
 
@@ -297,7 +297,7 @@ proptest! {
             let probe = |gpus: i128| {
                 let requests = BTreeMap::from([("nvidia.com/gpu".to_string(), crate::quantity::Quantity::from_units(gpus as i64))]);
                 let charge = quota.charge(&requests);
-                let request = QuotaRequest { uid: "probe", team: "vision", namespace: "vision", pod: "probe", charge, requests, gang: None, dry_run: true };
+                let request = QuotaRequest { uid: "probe", team: "vision", namespace: "vision", pod: "probe", pod_uid: "", created: 0, charge, requests, gang: None, dry_run: true };
                 book.admit(&quota, &request).is_ok()
             };
             prop_assert!(probe(room), "the book refuses the {room} GPUs the watch says are free");

@@ -37,7 +37,7 @@ use crate::engine::Engine;
 use crate::error::Error;
 use crate::namespaces::{NamespaceLabels, NoNamespaces};
 use crate::policy::{self, Action, PolicySet};
-use crate::quota::{LiveQuota, QuotaBook};
+use crate::quota::{LiveQuota, QuotaBook, SharedLedger};
 use metrics::{DecisionLabels, Metrics, RequestLabels, WebhookLabels};
 use startup::{Caches, StartingQuota};
 
@@ -127,12 +127,28 @@ impl AppState {
         caches: Arc<Caches>,
         allot_username: String,
     ) -> Arc<AppState> {
+        AppState::with_ledger(policies, namespaces, cluster, caches, allot_username, None)
+    }
+
+    /// [`AppState::with_caches`], with deny-mode quota decided on `ledger` (the API server's
+    /// shared ledger) instead of this replica's own view when given.
+    pub fn with_ledger(
+        policies: PolicySet,
+        namespaces: Arc<dyn NamespaceLabels>,
+        cluster: Arc<ClusterState>,
+        caches: Arc<Caches>,
+        allot_username: String,
+        ledger: Option<Arc<SharedLedger>>,
+    ) -> Arc<AppState> {
         let metrics = Metrics::new();
         metrics.set_policy_version(&policies.version);
         let policies = Arc::new(ArcSwap::from_pointee(policies));
-        let live = LiveQuota::new(cluster.clone(), policies.clone(), namespaces.clone());
+        let book: Arc<dyn QuotaBook> = match ledger {
+            Some(ledger) => ledger,
+            None => Arc::new(LiveQuota::new(cluster.clone(), policies.clone(), namespaces.clone())),
+        };
         Arc::new(AppState {
-            quota: Arc::new(StartingQuota { inner: live, caches: caches.clone() }),
+            quota: Arc::new(StartingQuota { inner: book, caches: caches.clone() }),
             caches,
             policies,
             namespaces,
@@ -383,8 +399,22 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
         None => Arc::new(NoNamespaces),
     };
     let cluster = Arc::new(ClusterState::default());
-    let state =
-        AppState::with_caches(policies, namespaces, cluster.clone(), caches.clone(), config.allot_username.clone());
+    // Deny-mode quota on the API server's shared ledger wherever a leader (the gang controller's
+    // Lease holder) reconciles it; each admission may spend 60% of the request deadline on it.
+    let ledger = match (&client, &config.gang_controller) {
+        (Some(c), Some(controller)) => {
+            Some(Arc::new(SharedLedger::new(c.clone(), &controller.lease_namespace, config.request_timeout * 6 / 10)))
+        }
+        _ => None,
+    };
+    let state = AppState::with_ledger(
+        policies,
+        namespaces,
+        cluster.clone(),
+        caches.clone(),
+        config.allot_username.clone(),
+        ledger.clone(),
+    );
     let controller = match (&client, &config.gang_controller) {
         (Some(c), Some(controller)) => {
             tracing::info!(lease = %controller.lease_name, namespace = %controller.lease_namespace, identity = %controller.identity, "starting the gang controller");
@@ -392,7 +422,7 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
             let synced = caches.clone();
             Some(crate::gang::controller::spawn(
                 c.clone(),
-                cluster,
+                cluster.clone(),
                 state.policies.clone(),
                 state.namespaces.clone(),
                 controller.clone(),
@@ -406,6 +436,19 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
         }
         _ => None,
     };
+
+    let reconciler = ledger.map(|ledger| {
+        let leader = state.metrics.controller.leader.clone();
+        let synced = caches.clone();
+        crate::quota::shared::spawn_reconciler(
+            ledger,
+            cluster,
+            state.policies.clone(),
+            state.namespaces.clone(),
+            Box::new(move || leader.get() == 1),
+            Box::new(move || synced.starting_reason().is_none()),
+        )
+    });
 
     let app = router(state.clone(), config.max_body_bytes, config.request_timeout);
     let handle = axum_server::Handle::new();
@@ -465,6 +508,9 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     }
     let _ = stop_metrics.send(());
     reloader.abort();
+    if let Some(reconciler) = reconciler {
+        reconciler.abort();
+    }
     let _ = server.await;
     // axum's graceful shutdown has no deadline of its own: a metrics client stuck mid-request
     // would keep the process alive until SIGKILL. It gets the same grace period.

@@ -203,6 +203,8 @@ pub struct Cluster {
 /// competes for the Lease). Killed on drop.
 pub struct Replica {
     child: Child,
+    /// Its webhook address (`127.0.0.1:PORT`).
+    pub addr: String,
     pub metrics: String,
     pub log: PathBuf,
 }
@@ -391,8 +393,8 @@ impl Cluster {
     /// Starts another replica under `identity`, logging to `allot-IDENTITY.log`.
     pub fn start_replica(&self, identity: &str) -> Replica {
         let log = format!("allot-{identity}.log");
-        let (child, _, metrics) = self.spawn_allot("0", identity, &log);
-        Replica { child, metrics, log: self.dir.path().join(log) }
+        let (child, addr, metrics) = self.spawn_allot("0", identity, &log);
+        Replica { child, addr, metrics, log: self.dir.path().join(log) }
     }
 
     /// Spawns `allot serve` and waits for its serving line: (child, https address, metrics address).
@@ -451,6 +453,14 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(50));
         }
         (child, addr, metrics)
+    }
+
+    /// Kills `allot serve` with SIGKILL (a crash: no Lease handover, requests cut off).
+    pub fn kill_allot(&mut self) {
+        if let Some(mut child) = self.allot.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 
     /// Stops `allot serve` (a controller restart, or the end of the test).

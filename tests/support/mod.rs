@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod fake_api;
+pub mod proxy;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -1,0 +1,420 @@
+//! The deny-mode book of `allot serve` with the Kubernetes API: each team's [`Ledger`] lives in a
+//! ConfigMap in Allot's namespace, and every admission that adds usage commits its charge there
+//! (a resourceVersion-guarded update) before it answers, so every replica decides from the same
+//! numbers. The leader's reconciler ([`SharedLedger::reconcile`]) keeps the ledgers in line
+//! with the pods its watch sees.
+//!
+//! Group commit: admissions of one team on one replica queue up; whoever takes the team's write
+//! slot decides the whole queue in order against one copy of the ledger and writes it once. On
+//! 409 (another replica wrote first) it reads the ledger again and decides everything again.
+//! A refusal is only ever given from a ledger read in the same round (a cached copy may be
+//! stale, and a stale copy must not refuse a pod that fits). The round trip is paid only by
+//! deny-mode admissions that reach the book (those that count something, and gang members);
+//! nothing on the request path looks at the pod cache.
+//!
+//! Fails closed: an API server that cannot be read or written within the request's budget, a
+//! missing or not-yet-reconciled ledger, or a full one, refuse the pod with the reason.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ObjectMeta, PostParams};
+
+use super::ledger::{self, Charged, Ledger, Reconciled, SeenPod};
+use super::{QuotaBook, QuotaRequest, Refusal};
+use crate::policy::quota::{Charge, Quota};
+use crate::resources::ResourceList;
+
+/// The API-server-backed deny-mode book.
+pub struct SharedLedger {
+    api: Api<ConfigMap>,
+    /// How long one admission may spend on the ledger (reads, writes, retries) before it is
+    /// refused; well inside the request deadline.
+    budget: Duration,
+    teams: Mutex<HashMap<String, Arc<TeamBook>>>,
+}
+
+/// One team's queue and write slot on this replica.
+#[derive(Default)]
+struct TeamBook {
+    waiting: Mutex<Vec<Waiting>>,
+    slot: tokio::sync::Mutex<Cached>,
+}
+
+/// The last copy of the ledger this replica read or wrote: where an optimistic write starts.
+#[derive(Default)]
+struct Cached {
+    object: Option<ConfigMap>,
+    ledger: Ledger,
+}
+
+struct Waiting {
+    quota: Quota,
+    request: OwnedRequest,
+    key: String,
+    deadline: Instant,
+    answer: tokio::sync::oneshot::Sender<Result<(), Refusal>>,
+}
+
+/// A [`QuotaRequest`] that can wait in a queue.
+struct OwnedRequest {
+    uid: String,
+    team: String,
+    namespace: String,
+    pod: String,
+    pod_uid: String,
+    created: i64,
+    charge: Charge,
+    requests: ResourceList,
+    gang: Option<(String, u32)>,
+    dry_run: bool,
+}
+
+impl OwnedRequest {
+    fn of(r: &QuotaRequest<'_>) -> OwnedRequest {
+        OwnedRequest {
+            uid: r.uid.into(),
+            team: r.team.into(),
+            namespace: r.namespace.into(),
+            pod: r.pod.into(),
+            pod_uid: r.pod_uid.into(),
+            created: r.created,
+            charge: r.charge.clone(),
+            requests: r.requests.clone(),
+            gang: r.gang.map(|(g, n)| (g.to_string(), n)),
+            dry_run: r.dry_run,
+        }
+    }
+
+    fn borrow(&self) -> QuotaRequest<'_> {
+        QuotaRequest {
+            uid: &self.uid,
+            team: &self.team,
+            namespace: &self.namespace,
+            pod: &self.pod,
+            pod_uid: &self.pod_uid,
+            created: self.created,
+            charge: self.charge.clone(),
+            requests: self.requests.clone(),
+            gang: self.gang.as_ref().map(|(g, n)| (g.as_str(), *n)),
+            dry_run: self.dry_run,
+        }
+    }
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+/// Why the ledger could not be used: the refusal's text.
+fn unavailable(what: &str) -> Refusal {
+    Refusal::Unknown {
+        reason: format!(
+            "the quota ledger in the API server could not be used ({what}); deny-mode quota fails closed, so the pod \
+             is refused: retry when the API server answers"
+        ),
+    }
+}
+
+impl SharedLedger {
+    /// A book over the ConfigMaps in `namespace`; `budget` bounds each admission's time on it.
+    pub fn new(client: kube::Client, namespace: &str, budget: Duration) -> SharedLedger {
+        SharedLedger { api: Api::namespaced(client, namespace), budget, teams: Default::default() }
+    }
+
+    fn book(&self, team: &str) -> Arc<TeamBook> {
+        let mut teams = self.teams.lock().unwrap_or_else(|e| e.into_inner());
+        teams.entry(team.to_string()).or_default().clone()
+    }
+
+    /// Reads the team's ledger into `cached` (a missing object leaves an empty, unreconciled
+    /// ledger: admission then refuses until the reconciler creates it).
+    async fn read(&self, team: &str, cached: &mut Cached) -> Result<(), kube::Error> {
+        match self.api.get_opt(&ledger::object_name(team)).await? {
+            Some(object) => {
+                cached.ledger = parse(&object);
+                cached.object = Some(object);
+            }
+            None => {
+                cached.ledger = Ledger::default();
+                cached.object = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Decides `batch` in order and commits what it charges; answers every waiter.
+    async fn commit(&self, team: &str, cached: &mut Cached, batch: Vec<Waiting>) {
+        let now_instant = Instant::now();
+        let (late, batch): (Vec<Waiting>, Vec<Waiting>) = batch.into_iter().partition(|w| w.deadline <= now_instant);
+        for w in late {
+            let _ = w.answer.send(Err(unavailable("the request deadline passed while it waited")));
+        }
+        let Some(deadline) = batch.iter().map(|w| w.deadline).min() else { return };
+        let deadline = tokio::time::Instant::from_std(deadline);
+        let name = ledger::object_name(team);
+        let mut fresh = false;
+        let answers = loop {
+            if !fresh && cached.object.is_none() {
+                match tokio::time::timeout_at(deadline, self.read(team, cached)).await {
+                    Ok(Ok(())) => fresh = true,
+                    Ok(Err(e)) => break Err(unavailable(&format!("reading {name}: {e}"))),
+                    Err(_) => break Err(unavailable("no answer from the API server within the request deadline")),
+                }
+            }
+            let now = unix_now();
+            let mut next = cached.ledger.clone();
+            let decided: Vec<Result<Charged, Refusal>> =
+                batch.iter().map(|w| next.charge(&w.quota, &w.request.borrow(), &w.key, now)).collect();
+            if !fresh && (cached.object.is_none() || decided.iter().any(Result::is_err)) {
+                // Refuse only from what the API server says now, not from a copy.
+                cached.object = None;
+                continue;
+            }
+            if !decided.iter().any(|d| matches!(d, Ok(Charged::New))) {
+                break Ok(decided);
+            }
+            let Some(mut object) = cached.object.clone() else {
+                break Err(unavailable(&format!("{name} does not exist")));
+            };
+            object.data = Some(next.to_data());
+            match tokio::time::timeout_at(deadline, self.api.replace(&name, &PostParams::default(), &object)).await {
+                Ok(Ok(written)) => {
+                    cached.object = Some(written);
+                    cached.ledger = next;
+                    break Ok(decided);
+                }
+                Ok(Err(e)) if is_conflict(&e) => {
+                    // Another replica (or the reconciler) wrote first: read, decide again.
+                    cached.object = None;
+                    fresh = false;
+                }
+                Ok(Err(e)) => {
+                    cached.object = None;
+                    break Err(unavailable(&format!("updating {name}: {e}")));
+                }
+                Err(_) => {
+                    cached.object = None;
+                    break Err(unavailable("no answer from the API server within the request deadline"));
+                }
+            }
+        };
+        match answers {
+            Ok(decided) => {
+                for (w, d) in batch.into_iter().zip(decided) {
+                    let _ = w.answer.send(d.map(|_| ()));
+                }
+            }
+            Err(refusal) => {
+                for w in batch {
+                    let _ = w.answer.send(Err(refusal.clone()));
+                }
+            }
+        }
+    }
+
+    /// Admits or refuses `request` through the team's queue (async: what [`QuotaBook::admit`]
+    /// runs on the runtime).
+    pub async fn admit_async(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), Refusal> {
+        let deadline = Instant::now() + self.budget;
+        let book = self.book(request.team);
+        let (answer, mut receiver) = tokio::sync::oneshot::channel();
+        book.waiting.lock().unwrap_or_else(|e| e.into_inner()).push(Waiting {
+            quota: quota.clone(),
+            request: OwnedRequest::of(request),
+            key: ledger::admission_key(request),
+            deadline,
+            answer,
+        });
+        let decided = async {
+            let mut cached = book.slot.lock().await;
+            // A round that ran while this one waited for the slot may have answered it.
+            if let Ok(answer) = receiver.try_recv() {
+                return answer;
+            }
+            let batch = std::mem::take(&mut *book.waiting.lock().unwrap_or_else(|e| e.into_inner()));
+            self.commit(request.team, &mut cached, batch).await;
+            drop(cached);
+            (&mut receiver).await.unwrap_or_else(|_| Err(unavailable("the round deciding it was cut off")))
+        };
+        match tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), decided).await {
+            Ok(answer) => answer,
+            Err(_) => Err(unavailable("no decision within the request deadline")),
+        }
+    }
+
+    /// Brings `team`'s ledger in line with its pods as the leader sees them (creating the
+    /// object when missing); writes only when something changed. Retries conflicts a few times.
+    pub async fn reconcile(&self, team: &str, pods: &[SeenPod]) -> Result<Reconciled, kube::Error> {
+        let book = self.book(team);
+        let mut cached = book.slot.lock().await;
+        let name = ledger::object_name(team);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            self.read(team, &mut cached).await?;
+            let was = cached.ledger.clone();
+            let mut next = cached.ledger.clone();
+            let report = next.reconcile(pods, unix_now());
+            let exists = cached.object.is_some();
+            if exists && was.reconciled && !report.changed() {
+                return Ok(report);
+            }
+            let mut object = cached.object.clone().unwrap_or_else(|| ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    labels: Some(BTreeMap::from([
+                        ("app.kubernetes.io/name".to_string(), "allot".to_string()),
+                        (ledger::TEAM_LABEL.to_string(), label_value(team)),
+                    ])),
+                    ..ObjectMeta::default()
+                },
+                ..ConfigMap::default()
+            });
+            object.data = Some(next.to_data());
+            object
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(ledger::RECONCILED_ANNOTATION.to_string(), k8s_openapi::jiff::Timestamp::now().to_string());
+            let written = if exists {
+                self.api.replace(&name, &PostParams::default(), &object).await
+            } else {
+                self.api.create(&PostParams::default(), &object).await
+            };
+            match written {
+                Ok(o) => {
+                    cached.ledger = next;
+                    cached.object = Some(o);
+                    return Ok(report);
+                }
+                Err(e) if is_conflict(&e) && attempt < 5 => cached.object = None,
+                Err(e) => {
+                    cached.object = None;
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+/// A label value naming the team (63 characters of `[-._a-zA-Z0-9]`; others become `-`).
+fn label_value(team: &str) -> String {
+    let value: String =
+        team.chars().take(63).map(|c| if c.is_ascii_alphanumeric() || "-._".contains(c) { c } else { '-' }).collect();
+    value.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_string()
+}
+
+fn parse(object: &ConfigMap) -> Ledger {
+    let reconciled =
+        object.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(ledger::RECONCILED_ANNOTATION));
+    Ledger::from_data(object.data.as_ref().unwrap_or(&BTreeMap::new()), reconciled)
+}
+
+impl QuotaBook for SharedLedger {
+    /// Runs [`SharedLedger::admit_async`] to completion. Call it off the async workers (the
+    /// server evaluates admissions on the blocking pool); without a runtime it refuses.
+    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), Refusal> {
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => handle.block_on(self.admit_async(quota, request)),
+            Err(_) => Err(unavailable("no async runtime to reach the API server from")),
+        }
+    }
+}
+
+/// The pods of each deny-mode team in `view`, as the reconciler matches them: those the
+/// admission book charges (they request something the quota counts, or belong to a gang).
+pub fn pods_by_team(
+    view: &crate::cluster::ClusterView<'_>,
+    policies: &crate::policy::PolicySet,
+    labels: &dyn crate::namespaces::NamespaceLabels,
+) -> BTreeMap<String, Vec<SeenPod>> {
+    let mut out: BTreeMap<String, Vec<SeenPod>> = policies
+        .teams
+        .iter()
+        .filter(|t| t.quota.as_ref().is_some_and(|q| q.mode == crate::policy::QuotaMode::Deny))
+        .map(|t| (t.name.clone(), Vec::new()))
+        .collect();
+    let mut team_of: HashMap<String, Option<(String, Quota)>> = HashMap::new();
+    for pod in view.pods() {
+        let team = team_of.entry(pod.namespace.to_string()).or_insert_with(|| {
+            let t = crate::namespaces::team_of(policies, &pod.namespace, labels).team?;
+            let q = t.quota.as_ref().filter(|q| q.mode == crate::policy::QuotaMode::Deny)?;
+            Some((t.name.clone(), q.clone()))
+        });
+        let Some((team, quota)) = team else { continue };
+        let requests: ResourceList = pod.request_pairs().map(|(k, v)| (k.to_string(), v)).collect();
+        let requests = ledger::counted(quota, &requests);
+        if requests.is_empty() && pod.gang.is_none() {
+            continue;
+        }
+        if let Some(list) = out.get_mut(team.as_str()) {
+            list.push(SeenPod {
+                namespace: pod.namespace.to_string(),
+                name: pod.name.to_string(),
+                created: pod.created,
+                finished: pod.finished,
+                terminating: pod.terminating,
+                requests,
+                gang: pod.gang.as_ref().map(|g| (g.name.clone(), g.size)),
+            });
+        }
+    }
+    out
+}
+
+/// How often the leader looks at its watch for changes to reconcile.
+pub const RECONCILE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Reconciles every deny-mode team's ledger while `leading()` says this replica leads and
+/// `ready()` says its pod cache has synced: at once when the watch or the policies changed,
+/// else every 10 s (pending charges expire with time alone).
+pub fn spawn_reconciler(
+    ledger: Arc<SharedLedger>,
+    state: Arc<crate::cluster::ClusterState>,
+    policies: Arc<arc_swap::ArcSwap<crate::policy::PolicySet>>,
+    labels: Arc<dyn crate::namespaces::NamespaceLabels>,
+    leading: Box<dyn Fn() -> bool + Send + Sync>,
+    ready: Box<dyn Fn() -> bool + Send + Sync>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut last: Option<(u64, String, Instant)> = None;
+        loop {
+            tokio::time::sleep(RECONCILE_INTERVAL).await;
+            if !leading() || !ready() {
+                last = None;
+                continue;
+            }
+            let current = policies.load_full();
+            let generation = state.generation();
+            if let Some((g, v, at)) = &last
+                && *g == generation
+                && *v == current.version
+                && at.elapsed() < Duration::from_secs(10)
+            {
+                continue;
+            }
+            let teams = pods_by_team(&state.view(), &current, labels.as_ref());
+            let mut clean = true;
+            for (team, pods) in &teams {
+                match ledger.reconcile(team, pods).await {
+                    Ok(report) if report.changed() => {
+                        tracing::info!(%team, charges = pods.len(), ?report, "quota ledger reconciled");
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        clean = false;
+                        tracing::warn!(%team, error = %e, "quota ledger reconcile failed; retrying");
+                    }
+                }
+            }
+            last = clean.then(|| (generation, current.version.clone(), Instant::now()));
+        }
+    })
+}

@@ -1,0 +1,332 @@
+//! Deny-mode quota with three `allot serve` replicas on a real control plane (skipped without the
+//! envtest binaries), behind a round-robin HTTP/1.1 proxy registered as the webhooks, as a
+//! Service spreads reviews over its endpoints (issue 12). Eight clients create 200 one-GPU pods
+//! at once against a deny limit of 50: exactly 50 are admitted and 150 denied with the numbers,
+//! repeated; the same with gangs of 5 (each charged whole at its first member); and with the
+//! leader killed mid-burst, never more than 50. Then the price: GPU-pod creates per second with
+//! the deny quota against a namespace without one, in the same run.
+//!
+//! `ALLOT_LEDGER_REPS` sets the repetitions of each burst (default 2).
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use support::cluster::{Assets, Cluster, metric, wait_for};
+use support::proxy::Proxy;
+
+const LIMIT: usize = 50;
+const PODS: usize = 200;
+const CLIENTS: usize = 8;
+const LEADER: &str = "allot_gang_controller_leader";
+
+const TEAMS: &str = r#"
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: burst}
+spec:
+  namespaces: {names: [quota-deny]}
+  quota: {mode: Deny, limits: {nvidia.com/gpu: 50}}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: bench}
+spec:
+  namespaces: {names: [bench-deny]}
+  quota: {mode: Deny, limits: {nvidia.com/gpu: 1000000}}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: free}
+spec:
+  namespaces: {names: [bench-free]}
+"#;
+
+fn gpu_pod(name: &str, gang: Option<(&str, u32)>) -> Pod {
+    let mut pod = json!({
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "w", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    });
+    if let Some((g, size)) = gang {
+        pod["metadata"]["labels"] = json!({"allot.dev/gang-name": g});
+        pod["metadata"]["annotations"] = json!({"allot.dev/gang-size": size.to_string()});
+    }
+    serde_json::from_value(pod).unwrap()
+}
+
+/// What a burst of creates came to.
+#[derive(Debug, Default)]
+struct Burst {
+    admitted: Vec<String>,
+    /// Denials that name a team (quota): the messages.
+    denied: Vec<String>,
+    /// Anything else (e.g. a review cut off when its replica was killed).
+    failed: Vec<String>,
+    elapsed: Duration,
+}
+
+/// `CLIENTS` clients create pods `0..count` (made by `make`) at once; `after` runs once `at`
+/// creates have been sent.
+async fn burst(
+    pods: &Api<Pod>,
+    count: usize,
+    make: impl Fn(usize) -> Pod + Send + Sync + 'static,
+    at: usize,
+    after: impl FnOnce(),
+) -> Burst {
+    let next = Arc::new(AtomicUsize::new(0));
+    let make = Arc::new(make);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let (pods, next, make) = (pods.clone(), next.clone(), make.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= count {
+                    return out;
+                }
+                let pod = make(i);
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                out.push((name, pods.create(&PostParams::default(), &pod).await.map(|_| ())));
+            }
+        }));
+    }
+    let mut after = Some(after);
+    while after.is_some() && next.load(Ordering::SeqCst) < at.min(count) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if let Some(f) = after.take() {
+        f();
+    }
+    let mut out = Burst::default();
+    for t in tasks {
+        for (name, result) in t.await.unwrap() {
+            match result {
+                Ok(()) => out.admitted.push(name),
+                Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains("team ") => {
+                    out.denied.push(s.message)
+                }
+                Err(e) => out.failed.push(format!("{name}: {e}")),
+            }
+        }
+    }
+    out.elapsed = started.elapsed();
+    out
+}
+
+/// The charges in a team's ledger, and how many of them the leader has seen.
+async fn ledger(client: &kube::Client, team: &str) -> Option<(usize, usize, bool)> {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let cm = cms.get_opt(&format!("allot-quota-{team}")).await.ok()??;
+    let data = cm.data.unwrap_or_default();
+    let seen = data.values().filter(|v| v.contains("\"seen\":true")).count();
+    let reconciled = cm.metadata.annotations.unwrap_or_default().contains_key("allot.dev/reconciled-at");
+    Some((data.len(), seen, reconciled))
+}
+
+/// Deletes every pod of the namespace at once and waits until the ledger has released them.
+async fn clear(client: &kube::Client, pods: &Api<Pod>, team: &str) {
+    pods.delete_collection(&DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }, &ListParams::default())
+        .await
+        .expect("delete pods");
+    wait_for("the namespace to be empty", Duration::from_secs(60), || async {
+        pods.list(&ListParams::default()).await.is_ok_and(|l| l.items.is_empty())
+    })
+    .await;
+    wait_for("the leader to release every charge", Duration::from_secs(60), || async {
+        ledger(client, team).await.is_some_and(|(n, _, _)| n == 0)
+    })
+    .await;
+}
+
+/// JSON Patch operations that move each webhook's URL from host `from` to host `to`.
+fn moved(urls: impl Iterator<Item = Option<String>>, from: &str, to: &str) -> Vec<serde_json::Value> {
+    urls.enumerate()
+        .map(|(i, url)| {
+            let url = url.expect("a URL webhook").replace(from, to);
+            json!({"op": "replace", "path": format!("/webhooks/{i}/clientConfig/url"), "value": url})
+        })
+        .collect()
+}
+
+/// Points both webhook configurations' URLs at host `to` instead of `from` (paths kept).
+async fn point_webhooks_at(client: &kube::Client, from: &str, to: &str) {
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    for m in mutating.list(&ListParams::default()).await.unwrap().items {
+        let ops = moved(m.webhooks.iter().flatten().map(|w| w.client_config.url.clone()), from, to);
+        let patch: json_patch::Patch = serde_json::from_value(json!(ops)).unwrap();
+        mutating.patch(m.metadata.name.as_deref().unwrap(), &PatchParams::default(), &Patch::Json::<()>(patch)).await.unwrap();
+    }
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    for v in validating.list(&ListParams::default()).await.unwrap().items {
+        let ops = moved(v.webhooks.iter().flatten().map(|w| w.client_config.url.clone()), from, to);
+        let patch: json_patch::Patch = serde_json::from_value(json!(ops)).unwrap();
+        validating
+            .patch(v.metadata.name.as_deref().unwrap(), &PatchParams::default(), &Patch::Json::<()>(patch))
+            .await
+            .unwrap();
+    }
+}
+
+/// Runs bursts of plain pods and gangs, each `reps` times, asserting exactly `LIMIT` admitted.
+async fn exact_bursts(client: &kube::Client, pods: &Api<Pod>, reps: usize) {
+    for rep in 0..reps {
+        let b = burst(pods, PODS, move |i| gpu_pod(&format!("p{rep}-{i}"), None), 0, || {}).await;
+        eprintln!(
+            "burst {rep} (plain): {} admitted, {} denied, {} failed in {:?}",
+            b.admitted.len(),
+            b.denied.len(),
+            b.failed.len(),
+            b.elapsed
+        );
+        assert!(b.failed.is_empty(), "every create is answered by the quota: {:?}", b.failed);
+        let expected = "team burst uses 50 of 50 nvidia.com/gpu in namespaces quota-deny; this pod asks 1";
+        for m in &b.denied {
+            assert!(m.contains(expected), "denied with the numbers: {m}");
+        }
+        assert_eq!((b.admitted.len(), b.denied.len()), (LIMIT, PODS - LIMIT), "exactly the limit is admitted");
+        assert_eq!(pods.list(&ListParams::default()).await.unwrap().items.len(), LIMIT, "0 overshoot");
+        wait_for("the leader to see every charged pod", Duration::from_secs(30), || async {
+            ledger(client, "burst").await == Some((LIMIT, LIMIT, true))
+        })
+        .await;
+        clear(client, pods, "burst").await;
+
+        // Gangs of 5: a gang is charged whole at its first member, so 10 gangs fit and no
+        // gang is admitted in part.
+        let b = burst(pods, PODS, move |i| gpu_pod(&format!("g{rep}-{i}"), Some((&format!("g{rep}-{}", i / 5), 5))), 0, || {})
+            .await;
+        eprintln!(
+            "burst {rep} (gangs of 5): {} admitted, {} denied, {} failed in {:?}",
+            b.admitted.len(),
+            b.denied.len(),
+            b.failed.len(),
+            b.elapsed
+        );
+        assert!(b.failed.is_empty(), "every create is answered by the quota: {:?}", b.failed);
+        for m in &b.denied {
+            let used: usize = m
+                .split("team burst uses ")
+                .nth(1)
+                .and_then(|r| r.split(' ').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("denied with the numbers: {m}"));
+            assert!(used + 5 > LIMIT && used <= LIMIT, "{m}");
+            assert!(m.contains("of 50 nvidia.com/gpu in namespaces quota-deny; gang g"), "{m}");
+            assert!(m.contains(" of 5 asks 5 in all"), "{m}");
+        }
+        assert_eq!((b.admitted.len(), b.denied.len()), (LIMIT, PODS - LIMIT), "10 whole gangs");
+        let mut per_gang = std::collections::BTreeMap::<String, usize>::new();
+        for name in &b.admitted {
+            let i: usize = name.rsplit('-').next().unwrap().parse().unwrap();
+            *per_gang.entry(format!("g{rep}-{}", i / 5)).or_default() += 1;
+        }
+        assert!(per_gang.values().all(|n| *n == 5), "no gang admitted in part: {per_gang:?}");
+        wait_for("the leader to see every charged member", Duration::from_secs(30), || async {
+            ledger(client, "burst").await == Some((LIMIT, LIMIT, true))
+        })
+        .await;
+        clear(client, pods, "burst").await;
+    }
+}
+
+/// GPU-pod creates per second into `namespace` (`rounds` rounds of `per_round`).
+async fn create_rate(client: &kube::Client, namespace: &str, round: usize, per_round: usize) -> (usize, Duration) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let b = burst(&pods, per_round, move |i| gpu_pod(&format!("b{round}-{i}"), None), 0, || {}).await;
+    assert!(b.denied.is_empty() && b.failed.is_empty(), "{namespace}: {:?} {:?}", b.denied.first(), b.failed.first());
+    (b.admitted.len(), b.elapsed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_quota_holds_with_three_replicas() {
+    allot::install_crypto_provider();
+    let Some(assets) = Assets::from_env("deny_quota_holds_with_three_replicas") else { return };
+    let reps: usize = std::env::var("ALLOT_LEDGER_REPS").ok().and_then(|r| r.parse().ok()).unwrap_or(2);
+    let mut cluster = Cluster::start_with(&assets, &[("teams-ledger.yaml", TEAMS)]).await;
+    let client = cluster.client.clone();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for ns in ["bench-free", "bench-deny"] {
+        namespaces.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap()).await.unwrap();
+    }
+    wait_for("the first replica to lead", Duration::from_secs(30), || async {
+        metric(&cluster.allot_metrics, LEADER) == Some(1.0)
+    })
+    .await;
+    let second = cluster.start_replica("e2e-second");
+    let third = cluster.start_replica("e2e-third");
+    let certs = cluster.dir.path().join("allot-certs");
+    let proxy = Proxy::start(
+        &certs.join("tls.crt"),
+        &certs.join("tls.key"),
+        &certs.join("ca.crt"),
+        vec![cluster.allot_addr.clone(), second.addr.clone(), third.addr.clone()],
+    )
+    .await;
+    point_webhooks_at(&client, &cluster.allot_addr, &proxy.addr.to_string()).await;
+    for ns in ["quota-deny", "bench-free", "bench-deny"] {
+        let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), ns);
+        wait_for("the default service account", Duration::from_secs(60), || async {
+            sas.get_opt("default").await.ok().flatten().is_some()
+        })
+        .await;
+    }
+    wait_for("the leader to create and reconcile the ledgers", Duration::from_secs(30), || async {
+        ledger(&client, "burst").await == Some((0, 0, true)) && ledger(&client, "bench").await == Some((0, 0, true))
+    })
+    .await;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "quota-deny");
+    exact_bursts(&client, &pods, reps).await;
+    let forwarded: Vec<usize> = proxy.forwarded.iter().map(|n| n.load(Ordering::Relaxed)).collect();
+    eprintln!("reviews per replica: {forwarded:?}");
+    assert!(forwarded.iter().all(|n| *n > 100), "the proxy spreads reviews over all three replicas: {forwarded:?}");
+
+    // The price of the round trip: creates/s with the deny quota vs without, alternating.
+    let (mut with, mut without) = ((0, Duration::ZERO), (0, Duration::ZERO));
+    for round in 0..3 {
+        let (n, t) = create_rate(&client, "bench-free", round, 100).await;
+        without = (without.0 + n, without.1 + t);
+        let (n, t) = create_rate(&client, "bench-deny", round, 100).await;
+        with = (with.0 + n, with.1 + t);
+    }
+    let rate = |(n, t): (usize, Duration)| n as f64 / t.as_secs_f64();
+    eprintln!(
+        "GPU-pod creates/s: {:.1} with the deny quota, {:.1} without; ratio {:.2}",
+        rate(with),
+        rate(without),
+        rate(with) / rate(without)
+    );
+
+    // The leader is killed mid-burst: the others keep deciding on the same ledger.
+    let b = burst(&pods, PODS, |i| gpu_pod(&format!("k-{i}"), None), 60, || cluster.kill_allot()).await;
+    eprintln!(
+        "burst with the leader killed: {} admitted, {} denied, {} failed in {:?}",
+        b.admitted.len(),
+        b.denied.len(),
+        b.failed.len(),
+        b.elapsed
+    );
+    let existing = pods.list(&ListParams::default()).await.unwrap().items.len();
+    assert!(b.admitted.len() <= LIMIT && existing <= LIMIT, "0 overshoot: {} admitted, {existing} exist", b.admitted.len());
+    assert!(
+        b.admitted.len() + b.failed.len() >= LIMIT,
+        "only reviews cut off by the kill may leave charges without pods: {} admitted, {} failed",
+        b.admitted.len(),
+        b.failed.len()
+    );
+    for m in &b.denied {
+        assert!(m.contains("team burst uses 50 of 50 nvidia.com/gpu in namespaces quota-deny; this pod asks 1"), "{m}");
+    }
+    drop(proxy);
+    drop(second);
+    drop(third);
+}

@@ -1,0 +1,210 @@
+//! The shared deny-mode ledger ([`allot::quota::SharedLedger`]) against a fake API server that
+//! enforces resourceVersion preconditions: two replicas admitting at once never pass the limit
+//! together, a 409 is re-read and re-decided, a re-sent admission is not charged twice, and an
+//! API server that errs, refuses connections or stays silent makes admission fail closed within
+//! its budget.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use allot::policy::quota::Quota;
+use allot::quantity::Quantity;
+use allot::quota::ledger::SeenPod;
+use allot::quota::{QuotaRequest, Refusal, SharedLedger};
+use allot::resources::ResourceList;
+use support::fake_api::FakeApi;
+
+const NS: &str = "allot-system";
+
+fn quota(limit: u32) -> Quota {
+    let text = format!(
+        "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: vision}}\nspec:\n  namespaces: {{names: [vision]}}\n  \
+         quota: {{mode: Deny, limits: {{nvidia.com/gpu: {limit}}}}}\n"
+    );
+    let p = allot::policy::compile(&[allot::policy::Source { name: "teams.yaml".into(), text }]).unwrap();
+    p.teams.iter().find_map(|t| t.quota.clone()).unwrap()
+}
+
+/// What the validating webhook hands the book for pod `name` (UID `uid-NAME`) asking one GPU.
+struct Pod {
+    name: String,
+    uid: String,
+    requests: ResourceList,
+}
+
+impl Pod {
+    fn new(name: &str) -> Pod {
+        Pod {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            requests: ResourceList::from([("nvidia.com/gpu".to_string(), Quantity::from_units(1))]),
+        }
+    }
+
+    fn request<'a>(&'a self, q: &Quota) -> QuotaRequest<'a> {
+        QuotaRequest {
+            uid: "review",
+            team: "vision",
+            namespace: "vision",
+            pod: &self.name,
+            pod_uid: &self.uid,
+            created: 1_000,
+            charge: q.charge(&self.requests),
+            requests: self.requests.clone(),
+            gang: None,
+            dry_run: false,
+        }
+    }
+}
+
+async fn admit(book: &SharedLedger, q: &Quota, name: &str) -> Result<(), Refusal> {
+    let pod = Pod::new(name);
+    book.admit_async(q, &pod.request(q)).await
+}
+
+fn charges(fake: &FakeApi) -> usize {
+    fake.get("configmaps", NS, "allot-quota-vision")
+        .and_then(|cm| cm["data"].as_object().map(|d| d.len()))
+        .unwrap_or(0)
+}
+
+fn updates(fake: &FakeApi) -> usize {
+    fake.calls().iter().filter(|c| c.verb == "update" && c.resource == "configmaps").count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_never_pass_the_limit_together() {
+    let fake = FakeApi::new();
+    let q = quota(3);
+    let a = Arc::new(SharedLedger::new(fake.client("replica-a"), NS, Duration::from_secs(5)));
+    let b = Arc::new(SharedLedger::new(fake.client("replica-b"), NS, Duration::from_secs(5)));
+
+    // No ledger yet: usage is unknown, so the pod is refused and nothing is written.
+    let refusal = admit(&a, &q, "early").await.unwrap_err();
+    assert!(refusal.message("vision").contains("has not been reconciled"), "{refusal:?}");
+    assert!(fake.get("configmaps", NS, "allot-quota-vision").is_none());
+
+    // The leader creates it, counting a pod admitted while Allot was down.
+    let running = SeenPod {
+        namespace: "vision".into(),
+        name: "running".into(),
+        created: 900,
+        finished: false,
+        terminating: false,
+        requests: Pod::new("running").requests,
+        gang: None,
+    };
+    let report = a.reconcile("vision", std::slice::from_ref(&running)).await.unwrap();
+    assert_eq!(report.added, 1);
+    assert_eq!(charges(&fake), 1);
+
+    // Twelve admissions at once, spread over both replicas: 2 GPUs are left, 2 are admitted.
+    let mut tasks = Vec::new();
+    for i in 0..12 {
+        let (book, q) = (if i % 2 == 0 { a.clone() } else { b.clone() }, q.clone());
+        tasks.push(tokio::spawn(async move { admit(&book, &q, &format!("p{i}")).await }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(()) => admitted += 1,
+            Err(r) => assert_eq!(
+                r.message("vision"),
+                "team vision uses 3 of 3 nvidia.com/gpu in namespaces vision; this pod asks 1"
+            ),
+        }
+    }
+    assert_eq!(admitted, 2);
+    assert_eq!(charges(&fake), 3);
+
+    // A re-sent admission of a charged pod is admitted without a write.
+    let admitted_name = fake.get("configmaps", NS, "allot-quota-vision").unwrap()["data"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .find_map(|k| k.strip_prefix("u.uid-").map(str::to_string))
+        .unwrap();
+    let before = updates(&fake);
+    admit(&b, &q, &admitted_name).await.expect("a re-sent admission");
+    assert_eq!(updates(&fake), before, "nothing written for a re-sent admission");
+    assert_eq!(charges(&fake), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_is_read_again_and_decided_again() {
+    let fake = FakeApi::new();
+    let q = quota(2);
+    let book = SharedLedger::new(fake.client("replica-a"), NS, Duration::from_secs(5));
+    let other = SharedLedger::new(fake.client("replica-b"), NS, Duration::from_secs(5));
+    book.reconcile("vision", &[]).await.unwrap();
+    admit(&book, &q, "a").await.unwrap();
+    // The other replica takes the last GPU; this replica's cached copy does not know.
+    admit(&other, &q, "b").await.unwrap();
+    let before = updates(&fake);
+    let refusal = admit(&book, &q, "c").await.unwrap_err();
+    assert_eq!(refusal.message("vision"), "team vision uses 2 of 2 nvidia.com/gpu in namespaces vision; this pod asks 1");
+    assert_eq!(charges(&fake), 2);
+    assert_eq!(updates(&fake), before, "a refusal writes nothing");
+
+    // A scripted 409 on the write: read again, decide again, write again.
+    let fake = FakeApi::new();
+    let book = SharedLedger::new(fake.client("replica-a"), NS, Duration::from_secs(5));
+    book.reconcile("vision", &[]).await.unwrap();
+    fake.fail(1, 409, |r| r.call.verb == "update" && r.call.resource == "configmaps");
+    admit(&book, &q, "a").await.expect("admitted after the conflict");
+    let statuses: Vec<u16> =
+        fake.requests().iter().filter(|r| r.call.verb == "update").map(|r| r.status).collect();
+    assert_eq!(statuses, vec![409, 200]);
+    assert_eq!(charges(&fake), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_that_errs_refuses_or_stays_silent_fails_closed() {
+    let q = quota(2);
+    // Errors.
+    let fake = FakeApi::new();
+    let book = SharedLedger::new(fake.client("replica-a"), NS, Duration::from_secs(2));
+    book.reconcile("vision", &[]).await.unwrap();
+    let fresh = SharedLedger::new(fake.client("replica-b"), NS, Duration::from_secs(2));
+    fake.fail(1, 500, |r| r.call.verb == "get" && r.call.resource == "configmaps");
+    let refusal = admit(&fresh, &q, "a").await.unwrap_err();
+    let message = refusal.message("vision");
+    assert!(message.contains("quota ledger in the API server could not be used"), "{message}");
+    assert!(message.contains("fails closed"), "{message}");
+    fake.fail(1, 503, |r| r.call.verb == "update" && r.call.resource == "configmaps");
+    assert!(admit(&book, &q, "b").await.is_err());
+    assert_eq!(charges(&fake), 0);
+
+    // Nothing listens.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let book = SharedLedger::new(client_for(closed), NS, Duration::from_secs(2));
+    let started = Instant::now();
+    let refusal = admit(&book, &q, "c").await.unwrap_err();
+    assert!(refusal.message("vision").contains("could not be used"), "{refusal:?}");
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+
+    // Something accepts and never answers: refused at the budget.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            open.push(s);
+        }
+    });
+    let book = SharedLedger::new(client_for(addr), NS, Duration::from_millis(800));
+    let started = Instant::now();
+    let refusal = admit(&book, &q, "d").await.unwrap_err();
+    assert!(refusal.message("vision").contains("within the request deadline"), "{refusal:?}");
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(700) && took < Duration::from_secs(2), "{took:?}");
+    held.abort();
+}
+
+fn client_for(addr: std::net::SocketAddr) -> kube::Client {
+    allot::install_crypto_provider();
+    let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+    kube::Client::try_from(config).unwrap()
+}
