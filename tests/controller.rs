@@ -302,15 +302,11 @@ async fn an_assembly_timeout_under_fail_deletes_every_member() {
     for r in &events {
         assert_event(r, r.body["regarding"]["name"].as_str().unwrap(), "Warning", "AssemblyTimeout", message);
     }
-    // Pinned: the explanation of the same pass follows the deletions, so each deleted member
-    // also gets a condition patch (answered 404) and a second, identical Event.
-    let conditions = condition_patches(&requests, "allot-0");
-    assert_eq!(names(&conditions), ["lonely-0", "lonely-1"], "{log}");
-    assert!(conditions.iter().all(|r| r.status == 404), "{log}");
-    assert_eq!(regarding(&events), ["lonely-0", "lonely-0", "lonely-1", "lonely-1"], "{log}");
-    // The repeat is a patch of the first Event (kube's Recorder counts a series).
-    assert_eq!(events.iter().filter(|r| r.call.verb == "create").count(), 2, "{log}");
-    assert_eq!(writes(&requests, "allot-0").len(), 8, "{log}");
+    // A member being deleted gets its Warning Event and nothing more: no condition patch on a
+    // pod about to go, no second Event.
+    assert!(condition_patches(&requests, "allot-0").is_empty(), "{log}");
+    assert_eq!(regarding(&events), ["lonely-0", "lonely-1"], "{log}");
+    assert_eq!(writes(&requests, "allot-0").len(), 4, "{log}");
 }
 
 /// Two gangs that each fit alone but not together: the first (older) is released and its
@@ -435,10 +431,12 @@ async fn a_gang_half_released_by_a_lost_leader_is_finished_by_the_next_without_d
         .filter(|r| pod_name(r) == "train-1" && condition(r)["reason"] == "Released")
         .collect();
     assert!(!misleading.is_empty(), "{log}");
-    // The new leader's explanation: the released member counts as present (the bar is lowered).
-    let conditions = condition_patches(&requests, "allot-1");
-    assert_eq!(names(&conditions), ["train-1"], "{log}");
-    assert_condition(conditions[0], "True", "Released", "1/1 members present; the whole gang fits, releasing");
+    // The new leader's explanation (the released member counts as present, the bar is
+    // lowered) is the one train-1 carries already: the new leader starts from the pods, not from
+    // an empty memory, and writes no condition.
+    assert!(condition_patches(&requests, "allot-1").is_empty(), "{log}");
+    let carried = &fake.get("pods", "ml", "train-1").unwrap()["status"]["conditions"][0];
+    assert_eq!(carried["message"], "1/1 members present; the whole gang fits, releasing", "{log}");
     let after_loss: Vec<Request> = writes(&requests, "allot-0").into_iter().filter(|r| r.at > lost).cloned().collect();
     assert!(after_loss.is_empty(), "the old leader wrote after seeing the loss:\n{}", dump(&after_loss));
     // Its renewal after the takeover did not take the Lease back (a renewTime-only patch).
@@ -467,31 +465,85 @@ async fn nothing_is_written_when_nothing_changes() {
     assert_eq!(writes(&requests, "allot-0").len(), 6, "{log}");
 }
 
-/// The same with a 1 s resync: pinned, the resync rewrites the explanation of every waiting
-/// member (a condition patch and an Event each) once per resync period — the cost the issue
-/// names, measured here rather than hidden.
+/// The same with a 1 s resync: the resync re-decides (its passes are counted) but writes
+/// nothing, because every member already carries its explanation. Before issue 12 each resync
+/// rewrote every waiting member's condition and Event: 10,000 gated pods and a 30 s resync were
+/// 333 writes/s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_resync_rewrites_the_explanations_of_waiting_gangs() {
+async fn a_resync_rewrites_nothing_the_pods_already_say() {
     let fake = world(&["ml"], &[("gpu-1", 2)]);
     fake.add((0..3).map(|i| member("ml", "big", 3, i, &now())));
     let resync = Duration::from_secs(1);
-    let started = std::time::Instant::now();
-    let (handle, _) = start(&fake, "allot-0", resync, "");
-    let requests = fake.wait_for("a Lease renewal", PATIENCE, |r| renewals(r, "allot-0") >= 1).await;
+    let (handle, metrics) = start(&fake, "allot-0", resync, "");
+    let deadline = std::time::Instant::now() + PATIENCE;
+    // The witness that resyncs ran: at least four passes (the first, then resyncs).
+    while metrics.passes.get() < 4 {
+        assert!(std::time::Instant::now() < deadline, "no resync passes:\n{}", dump(&fake.requests()));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let requests = fake.requests();
     handle.shutdown(Duration::from_secs(5)).await;
-    let elapsed = started.elapsed();
     let log = dump(&requests);
     let conditions = condition_patches(&requests, "allot-0");
-    let rounds = conditions.len() / 3;
-    assert_eq!(conditions.len() % 3, 0, "{log}");
-    // At least the first explanation and a few resyncs; never more than one round a period.
-    assert!(rounds >= 2, "{rounds} rounds in {elapsed:?}:\n{log}");
-    assert!(rounds as u128 <= elapsed.as_millis() / resync.as_millis() + 1, "{rounds} rounds in {elapsed:?}:\n{log}");
+    assert_eq!(names(&conditions), ["big-0", "big-1", "big-2"], "{log}");
     let events = event_writes(&requests, "allot-0");
-    assert_eq!(events.len(), conditions.len(), "{log}");
-    // The repeats of an Event are patches of the first (kube's Recorder counts a series).
-    assert_eq!(events.iter().filter(|r| r.call.verb == "create").count(), 3, "{log}");
-    assert_eq!(writes(&requests, "allot-0").len(), 6 * rounds, "{log}");
+    assert_eq!(events.len(), 3, "{log}");
+    assert_eq!(writes(&requests, "allot-0").len(), 6, "{log}");
+}
+
+/// A new leader starts from the pods: members that already carry their explanation (written
+/// by the previous leader) get no condition patch and no Event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_does_not_rewrite_what_the_pods_say() {
+    let fake = world(&["ml"], &[("gpu-1", 2)]);
+    let message = "3/3 members present; needs 3 nvidia.com/gpu on any node, 2 free";
+    fake.add((0..3).map(|i| {
+        let mut pod = member("ml", "big", 3, i, &now());
+        pod["status"]["conditions"] = json!([{"type": "allot.dev/GangReady", "status": "False",
+            "reason": "InsufficientResources", "message": message}]);
+        pod
+    }));
+    let (handle, metrics) = start(&fake, "allot-0", Duration::from_secs(1), "");
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while metrics.passes.get() < 3 {
+        assert!(std::time::Instant::now() < deadline, "no passes:\n{}", dump(&fake.requests()));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let requests = fake.requests();
+    handle.shutdown(Duration::from_secs(5)).await;
+    assert!(writes(&requests, "allot-0").is_empty(), "{}", dump(&requests));
+}
+
+/// Handover on SIGTERM: the leader gives the Lease up and the follower, which reads the Lease
+/// twice a second, leads within about a second (kube-lease-manager's follower slept until the
+/// old Lease's expiry: ~14 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_lease_is_taken_over_within_seconds() {
+    let fake = world(&["ml"], &[("gpu-1", 2)]);
+    let (first, first_metrics) = start(&fake, "allot-0", Duration::from_secs(3600), "");
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while first_metrics.leader.get() != 1 {
+        assert!(std::time::Instant::now() < deadline, "no leader:\n{}", dump(&fake.requests()));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (second, second_metrics) = start(&fake, "allot-1", Duration::from_secs(3600), "");
+    fake.wait_for("the follower to read the Lease", PATIENCE, |r| is_lease_read(r, "allot-1")).await;
+    assert_eq!(second_metrics.leader.get(), 0);
+    let stopped = std::time::Instant::now();
+    first.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(fake.lease_holder(LEASE_NAMESPACE, LEASE), None, "the leader gave the Lease up");
+    while second_metrics.leader.get() != 1 {
+        assert!(stopped.elapsed() < Duration::from_secs(5), "no takeover:\n{}", dump(&fake.requests()));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let handover = stopped.elapsed();
+    eprintln!("handover after the leader's shutdown: {handover:?}");
+    assert_eq!(fake.lease_holder(LEASE_NAMESPACE, LEASE).as_deref(), Some("allot-1"));
+    second.shutdown(Duration::from_secs(5)).await;
+}
+
+fn is_lease_read(requests: &[Request], client: &str) -> bool {
+    requests.iter().any(|r| is(r, client, "get", "leases"))
 }
 
 const QUEUE_TEAM: &str = "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: queue}\nspec:\n  namespaces: {names: [ml]}\n  quota: {mode: Queue, limits: {nvidia.com/gpu: 4}}\n";

@@ -1002,7 +1002,7 @@ fn release_builds_keep_overflow_checks() {
 // RBAC: record the calls the real code makes
 
 /// A replica whose Lease cannot be created at first (e.g. its namespace is not there yet) keeps
-/// trying with backoff and becomes leader once it can.
+/// trying (it reads the Lease again every 0.5 s) and becomes leader once it can.
 #[test]
 fn leader_election_is_retried_until_the_lease_can_be_created() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -1027,7 +1027,7 @@ fn leader_election_is_retried_until_the_lease_can_be_created() {
             metrics.clone(),
             Box::new(|| {}),
         );
-        // 0.5 + 1 + 2 s of backoff before the fourth attempt.
+        // Three refusals, 0.5 s apart, before the fourth attempt.
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let holder = fake.lease_holder(NAMESPACE, LEASE);

@@ -71,16 +71,21 @@ async fn two_replicas_one_leader_and_a_handover() {
     assert_eq!(metric(&cluster.allot_metrics, "allot_gang_releases_total"), Some(1.0));
     assert_eq!(metric(&replica.metrics, "allot_gang_releases_total"), Some(0.0));
 
-    // Rolling update: the leader gets SIGTERM; the follower takes the Lease.
+    // Rolling update: the leader gets SIGTERM; the follower takes the Lease. Timed from the
+    // signal: the leader gives the Lease up and the follower reads it twice a second.
+    let signalled = Instant::now();
     cluster.stop_allot();
-    let stopped = Instant::now();
+    let exited = signalled.elapsed();
     let log = std::fs::read_to_string(&main_log).unwrap_or_default();
     assert!(log.contains("Lease released"), "the leader gives the Lease up on SIGTERM:\n{log}");
     wait_for("the second replica to take the Lease", Duration::from_secs(45), || async {
         metric(&replica.metrics, LEADER) == Some(1.0)
     })
     .await;
-    eprintln!("leader handover after SIGTERM took {:?}", stopped.elapsed());
+    let handover = signalled.elapsed();
+    eprintln!("leader handover after SIGTERM took {handover:?} (the old leader exited after {exited:?})");
+    // Generous for a loaded machine (the target is 2 s); kube-lease-manager's follower took ~14 s.
+    assert!(handover < Duration::from_secs(5), "handover took {handover:?}");
     // The first comes back (the webhooks point at it) as a follower: still one leader.
     cluster.start_allot();
     wait_for("the restarted replica to follow", Duration::from_secs(30), || async {

@@ -19,6 +19,8 @@ pub enum ControllerAction {
     Explain { namespace: String, pod: String, ready: bool, reason: &'static str, message: String, warning: bool },
     /// Lift the quota gate (test + remove at `gate_index`): the team has room.
     ReleaseQuota { namespace: String, pod: String, gate_index: usize },
+    /// Say that a pod left its team's queue (condition + Event), after its quota gate was lifted.
+    QuotaAdmitted { namespace: String, pod: String },
     /// Say why a pod stays in its team's queue (condition + Event), because the reason changed.
     Queued { namespace: String, pod: String, message: String },
     /// Delete a member (assembly timeout with `onTimeout: Fail`).

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, NodeSelectorTerm, Pod, Taint, Toleration};
 
-use crate::gang::membership::{self, GATE, InferredKind, LWS_NAME, PodFacts, QUOTA_GATE, RELEASED_ANNOTATION, Source};
+use crate::gang::membership::{
+    self, ARRIVAL_ANNOTATION, GATE, InferredKind, LWS_NAME, PodFacts, QUOTA_GATE, RELEASED_ANNOTATION, Source,
+};
 use crate::namespaces::NamespaceLabels;
 use crate::policy::PolicySet;
 use crate::quantity::Quantity;
@@ -102,6 +104,38 @@ pub struct PodRecord {
     pub scheduler_name: Option<String>,
     /// Creation time, seconds since the epoch.
     pub created: i64,
+    /// When Allot first saw the pod (nanoseconds since the epoch): from the
+    /// `allot.dev/arrival` annotation, or assigned by the store on first sight (watch order).
+    /// Orders pods created in the same second; see [`PodRecord::order_key`].
+    pub arrival: Option<i64>,
+    /// True when `arrival` comes from the annotation (nothing to write back).
+    pub arrival_stamped: bool,
+    /// Fingerprints of Allot's two conditions as the pod carries them (0: absent), so the
+    /// controller writes a condition only when its text changes, also after a leader change.
+    pub gang_condition: u64,
+    pub quota_condition: u64,
+}
+
+/// A fingerprint of a condition's status, reason and message (never 0).
+pub fn condition_fingerprint(ready: bool, reason: &str, message: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (ready, reason, message).hash(&mut h);
+    h.finish().max(1)
+}
+
+/// The fingerprint of condition `type_` on `pod` (0 when absent).
+fn condition_of(pod: &Pod, type_: &str) -> u64 {
+    pod.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|c| c.iter().find(|c| c.type_ == type_)).map_or(
+        0,
+        |c| {
+            condition_fingerprint(
+                c.status == "True",
+                c.reason.as_deref().unwrap_or_default(),
+                c.message.as_deref().unwrap_or_default(),
+            )
+        },
+    )
 }
 
 /// The shape of a Pod (effective requests + `pods: 1`, selector, required affinity, tolerations).
@@ -173,6 +207,10 @@ impl PodRecord {
             priority_class: spec.and_then(|s| s.priority_class_name.clone()).filter(|_| in_gang),
             scheduler_name: spec.and_then(|s| s.scheduler_name.clone()).filter(|_| in_gang),
             created: pod.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),
+            arrival: facts.annotations.get(ARRIVAL_ANNOTATION).and_then(|v| parse_nanos(v)),
+            arrival_stamped: facts.annotations.get(ARRIVAL_ANNOTATION).and_then(|v| parse_nanos(v)).is_some(),
+            gang_condition: condition_of(pod, super::action::CONDITION),
+            quota_condition: condition_of(pod, super::action::QUOTA_CONDITION),
             gang,
             namespace: intern(&namespace),
             name: Arc::from(name),
@@ -201,6 +239,22 @@ impl PodRecord {
     /// Counts for its gang's quorum: neither finished nor being deleted.
     pub fn present(&self) -> bool {
         !self.finished && !self.terminating
+    }
+
+    /// Where the pod stands in queue and gang order (earliest first, after priority): its
+    /// creation second, then its arrival within it. The creation second comes first, so an
+    /// arrival stamp (written after creation, perhaps late after a leader change) only ever
+    /// orders pods created in the same second.
+    pub fn order_key(&self) -> (i64, i64) {
+        (self.created, self.arrival.unwrap_or(i64::MAX))
+    }
+
+    /// True when the leader should write the pod's arrival: it waits in a team's quota queue
+    /// (where order is the contract) and has no stamp. Gang order between gangs of one creation
+    /// second uses the arrival each replica's own watch saw (both replicas watch all along), so
+    /// gang members cost no extra write.
+    pub fn needs_arrival_stamp(&self) -> bool {
+        !self.arrival_stamped && self.arrival.is_some() && self.present() && self.quota_gate_index.is_some()
     }
 
     /// The requests as `(name, amount)` pairs.
@@ -235,6 +289,17 @@ const CLOCK_SKEW: i64 = 60;
 /// An RFC 3339 time (what the controller writes), in seconds since the epoch.
 fn parse_time(value: &str) -> Option<i64> {
     value.trim().parse::<k8s_openapi::jiff::Timestamp>().ok().map(|t| t.as_second())
+}
+
+/// An RFC 3339 time, in nanoseconds since the epoch (what `allot.dev/arrival` holds).
+fn parse_nanos(value: &str) -> Option<i64> {
+    let t = value.trim().parse::<k8s_openapi::jiff::Timestamp>().ok()?;
+    i64::try_from(t.as_nanosecond()).ok()
+}
+
+/// Nanoseconds since the epoch as RFC 3339 (what the controller writes in `allot.dev/arrival`).
+pub fn format_nanos(nanos: i64) -> String {
+    k8s_openapi::jiff::Timestamp::from_nanosecond(i128::from(nanos)).map(|t| t.to_string()).unwrap_or_default()
 }
 
 /// (namespace, name) of a Pod.

@@ -21,6 +21,9 @@ use crate::resources::ResourceList;
 #[derive(Debug, Default)]
 pub struct ClusterState {
     inner: RwLock<Inner>,
+    /// Signalled on every change: wakes the controller's decision loop (one stored permit, so
+    /// a burst of changes coalesces into one pass).
+    wake: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -45,12 +48,24 @@ struct Inner {
     removed_at: HashMap<Key, std::time::Instant>,
     /// Bumped on every change, so the loop knows when to look again.
     generation: u64,
+    /// The last arrival assigned to a pod without an `allot.dev/arrival` stamp (nanoseconds):
+    /// arrivals assigned here strictly increase, in the order the watch delivers pods.
+    last_arrival: i64,
 }
 
 /// How long a deletion is remembered: as long as a reservation waits for its pod.
 pub const REMOVED_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Inner {
+    /// Now (nanoseconds since the epoch), but always after the last arrival assigned.
+    fn next_arrival(&mut self) -> i64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        self.last_arrival = now.max(self.last_arrival.saturating_add(1));
+        self.last_arrival
+    }
+
     fn usage_delta(&mut self, record: &PodRecord, sign: i128) {
         if record.finished {
             return;
@@ -91,8 +106,19 @@ impl Inner {
         }
     }
 
-    fn index(&mut self, record: PodRecord) {
+    fn index(&mut self, mut record: PodRecord) {
         let key = record.key();
+        if record.arrival.is_none() {
+            // Kept across updates; a pod seen for the first time arrives now.
+            // (Also whether it was stamped: an event older than the stamp may still arrive.)
+            match self.pods.get(&key).and_then(|old| old.arrival.map(|a| (a, old.arrival_stamped))) {
+                Some((seen, stamped)) => {
+                    record.arrival = Some(seen);
+                    record.arrival_stamped = stamped;
+                }
+                None => record.arrival = Some(self.next_arrival()),
+            }
+        }
         self.unindex(&key);
         if let Some(g) = &record.gang {
             self.gangs.entry((record.namespace.clone(), g.name.clone())).or_default().insert(record.name.clone());
@@ -149,6 +175,7 @@ impl ClusterState {
         let mut inner = write(&self.inner);
         inner.index(record);
         inner.generation += 1;
+        self.wake.notify_one();
     }
 
     /// Forgets a Pod.
@@ -168,11 +195,24 @@ impl ClusterState {
         inner.removed.push_back((now, key.clone()));
         inner.removed_at.insert(key, now);
         inner.generation += 1;
+        self.wake.notify_one();
     }
 
     /// Replaces every Pod (after a watch (re)list).
     pub fn replace_pods(&self, records: Vec<PodRecord>) {
         let mut inner = write(&self.inner);
+        // A relist keeps what was seen of the pods that are still there.
+        let arrivals: HashMap<Key, i64> = inner
+            .pods
+            .iter()
+            .filter_map(|(k, p)| p.arrival.filter(|_| !p.arrival_stamped).map(|a| (k.clone(), a)))
+            .collect();
+        let records = records.into_iter().map(|mut r| {
+            if r.arrival.is_none() {
+                r.arrival = arrivals.get(&r.key()).copied();
+            }
+            r
+        });
         inner.pods.clear();
         inner.gangs.clear();
         inner.ns_usage.clear();
@@ -181,6 +221,7 @@ impl ClusterState {
             inner.index(r);
         }
         inner.generation += 1;
+        self.wake.notify_one();
     }
 
     /// Adds or replaces a Node.
@@ -188,6 +229,7 @@ impl ClusterState {
         let mut inner = write(&self.inner);
         inner.nodes.insert(node.name.clone(), node);
         inner.generation += 1;
+        self.wake.notify_one();
     }
 
     /// Forgets a Node.
@@ -195,6 +237,7 @@ impl ClusterState {
         let mut inner = write(&self.inner);
         inner.nodes.remove(name);
         inner.generation += 1;
+        self.wake.notify_one();
     }
 
     /// Replaces every Node.
@@ -202,6 +245,7 @@ impl ClusterState {
         let mut inner = write(&self.inner);
         inner.nodes = nodes.into_iter().map(|n| (n.name.clone(), n)).collect();
         inner.generation += 1;
+        self.wake.notify_one();
     }
 
     /// Records what an inferred gang's owner declares.
@@ -210,6 +254,7 @@ impl ClusterState {
         let previous = inner.owner_gangs.insert((namespace.to_string(), gang.to_string()), owner.clone());
         if previous.as_ref() != Some(&owner) {
             inner.generation += 1;
+            self.wake.notify_one();
         }
     }
 
@@ -224,6 +269,7 @@ impl ClusterState {
             }
         }
         inner.generation += 1;
+        self.wake.notify_one();
     }
 
     /// What the non-finished pods of the namespaces `include` accepts count against a quota,
@@ -278,6 +324,35 @@ impl ClusterState {
             p.quota_gate_index = None;
         }
         inner.generation += 1;
+        self.wake.notify_one();
+    }
+
+    /// Resolves after the next change (or at once if one happened since the last wait): the
+    /// controller's decision loop waits on it instead of polling.
+    pub async fn changed(&self) {
+        self.wake.notified().await
+    }
+
+    /// Records that the pod's arrival is now on the pod (`allot.dev/arrival`), so it is not
+    /// written again before the watch echoes it.
+    pub fn mark_arrival_stamped(&self, namespace: &str, name: &str) {
+        let mut inner = write(&self.inner);
+        if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
+            p.arrival_stamped = true;
+        }
+    }
+
+    /// Records the condition the controller just wrote on a pod (see
+    /// [`PodRecord::gang_condition`]), so it is not written again before the watch echoes it.
+    pub fn mark_condition(&self, namespace: &str, name: &str, quota: bool, fingerprint: u64) {
+        let mut inner = write(&self.inner);
+        if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
+            if quota {
+                p.quota_condition = fingerprint;
+            } else {
+                p.gang_condition = fingerprint;
+            }
+        }
     }
 
     /// A counter that changes whenever the state does.

@@ -19,15 +19,18 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use super::decision::GangKey;
-use super::membership::{GATE, InferredKind, QUOTA_GATE, RELEASED_ANNOTATION};
+use super::lease::{self, LeaseConfig, LeaseTiming};
+use super::membership::{ARRIVAL_ANNOTATION, GATE, InferredKind, QUOTA_GATE, RELEASED_ANNOTATION};
 use super::metrics::ControllerMetrics;
 use super::plan::{Plan, plan};
 use super::snapshot::GangSnapshot;
+use crate::cluster::records::{condition_fingerprint, format_nanos};
 use crate::cluster::{CONDITION, ClusterState, ControllerAction, PodRecord, QUOTA_CONDITION, node_info};
 use crate::namespaces::NamespaceLabels;
 use crate::patch::escape;
 use crate::policy::PolicySet;
 use crate::quota::QuotaQueue;
+use crate::quota::queue::QUEUED_REASON;
 
 /// Settings of the controller.
 #[derive(Debug, Clone)]
@@ -146,68 +149,57 @@ async fn watch_nodes(client: kube::Client, state: Arc<ClusterState>) {
     }
 }
 
-/// First retry of a failed leader-election setup; doubled up to [`ELECTION_RETRY_MAX`].
-pub const ELECTION_RETRY_MIN: Duration = Duration::from_millis(500);
-pub const ELECTION_RETRY_MAX: Duration = Duration::from_secs(30);
+/// How long the loop waits after a change before it looks: a burst of watch events (a gang's
+/// members created together, the echoes of its own patches) becomes one pass.
+pub const DEBOUNCE: Duration = Duration::from_millis(5);
 
-/// Sets up leader election, retrying with backoff until it works or the controller is stopped
-/// (`None`). Setting up creates the Lease; that fails while, say, the Lease namespace does not
-/// exist yet or RBAC is still being applied, and giving up would leave this replica without a
-/// gang controller for its whole life. Once set up, the lease task retries errors by itself.
-async fn join_election(
-    client: &kube::Client,
-    config: &ControllerConfig,
-    stopped: &mut tokio::sync::watch::Receiver<bool>,
-) -> Option<(
-    tokio::sync::watch::Receiver<bool>,
-    tokio::task::JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>,
-)> {
-    let mut delay = ELECTION_RETRY_MIN;
-    loop {
-        match kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &config.lease_name)
-            .with_namespace(&config.lease_namespace)
-            .with_identity(&config.identity)
-            .with_duration(15)
-            .with_grace(5)
-            .build()
-            .await
-        {
-            // The lease task runs while the channel lives; dropping the channel releases the Lease.
-            Ok(manager) => return Some(manager.watch().await),
-            Err(e) => {
-                tracing::warn!(error = %e, lease = %config.lease_name, namespace = %config.lease_namespace, retry_in = ?delay, "cannot set up leader election yet; retrying");
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            Ok(()) = stopped.changed() => return None,
-        }
-        delay = (delay * 2).min(ELECTION_RETRY_MAX);
-    }
+/// How many API calls of one kind (gate lifts; explanations and stamps) run at once.
+const CONCURRENT_WRITES: usize = 16;
+
+/// What the loop does at its next wake-up.
+fn next_wake(resync_at: tokio::time::Instant, deadline: Option<i64>) -> tokio::time::Instant {
+    let Some(deadline) = deadline else { return resync_at };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    // Just past the second the deadline falls in (the plan compares whole seconds).
+    let wait =
+        Duration::from_secs(u64::try_from(deadline).unwrap_or(0)).saturating_sub(now) + Duration::from_millis(20);
+    resync_at.min(tokio::time::Instant::now() + wait)
 }
 
-async fn control_loop(context: Context, mut stopped: tokio::sync::watch::Receiver<bool>) {
+async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bool>) {
     let Context { client, state, policies, namespaces, config, metrics } = context;
-    let Some((leader, lease_task)) = join_election(&client, &config, &mut stopped).await else {
-        return;
+    let (leader_tx, mut leader) = tokio::sync::watch::channel(false);
+    let lease_config = LeaseConfig {
+        namespace: config.lease_namespace.clone(),
+        name: config.lease_name.clone(),
+        identity: config.identity.clone(),
+        timing: LeaseTiming::default(),
     };
+    let election = tokio::spawn(lease::run(client.clone(), lease_config, leader_tx, stopped.clone()));
+    let mut stopped = stopped;
     let recorder =
         Recorder::new(client.clone(), Reporter { controller: "allot".into(), instance: Some(config.identity.clone()) });
     let mut explained: HashMap<GangKey, String> = HashMap::new();
     let mut queued: HashMap<(String, String), String> = HashMap::new();
     let mut seen_generation = u64::MAX;
-    let mut last_full = tokio::time::Instant::now();
+    let mut resync_at = tokio::time::Instant::now() + config.resync;
+    let mut deadline: Option<i64> = None;
     let mut was_leader = false;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            // Pod and Node events (and the controller's own local marks) wake the loop.
+            () = state.changed() => tokio::time::sleep(DEBOUNCE).await,
+            () = tokio::time::sleep_until(next_wake(resync_at, deadline)) => {}
+            Ok(()) = leader.changed() => {}
             // Err (the handle was dropped, not used to stop) disables this branch: keep running.
-            Ok(()) = stopped.changed() => break,
+            Ok(()) = stopped.changed() => if *stopped.borrow() { break },
         }
-        let is_leader = *leader.borrow();
+        let is_leader = *leader.borrow_and_update();
         if is_leader != was_leader {
             tracing::info!(leader = is_leader, identity = %config.identity, "gang controller leadership changed");
             was_leader = is_leader;
+            // A new leader starts from the pods: what they carry (gates, conditions, stamps),
+            // not from what this replica remembered while it led before.
             explained.clear();
             queued.clear();
             seen_generation = u64::MAX;
@@ -218,19 +210,22 @@ async fn control_loop(context: Context, mut stopped: tokio::sync::watch::Receive
             continue;
         }
         let generation = state.generation();
-        let resync = last_full.elapsed() >= config.resync;
-        if generation == seen_generation && !resync {
+        let now = unix_now();
+        let resync = tokio::time::Instant::now() >= resync_at;
+        let due = deadline.is_some_and(|d| now >= d);
+        if generation == seen_generation && !resync && !due {
             continue;
         }
         if resync {
-            last_full = tokio::time::Instant::now();
+            resync_at = tokio::time::Instant::now() + config.resync;
+            // The safety net: forget what was written; only pods whose conditions differ from
+            // the plan's (compared on the pods themselves) are written again.
             explained.clear();
-            // Queue explanations are not rewritten on resync: a team's queue can hold hundreds
-            // of pods, and their conditions persist on the pods.
+            queued.clear();
         }
         resolve_owner_sizes(&client, &state).await;
         seen_generation = state.generation();
-        let now = unix_now();
+        metrics.passes.inc();
         // The pure work of a pass (quota queue, snapshot, decision) runs on a blocking thread:
         // however large the cluster view, it never occupies the async workers that answer
         // /mutate, /validate and /readyz.
@@ -251,8 +246,8 @@ async fn control_loop(context: Context, mut stopped: tokio::sync::watch::Receive
         };
         queued = back;
         // Quota first: a gang member is released by the gang controller only once its quota
-        // gate is gone.
-        execute(&client, &recorder, &state, &metrics, quota_actions).await;
+        // gate is gone. Only the gate lifts wait; explanations go out after the gang's lifts.
+        let mut later = execute_lifts(&client, &state, &metrics, quota_actions).await;
         let (pass, back) = {
             let (state, p, namespaces) = (state.clone(), policies.load_full(), namespaces.clone());
             match tokio::task::spawn_blocking(move || {
@@ -269,6 +264,7 @@ async fn control_loop(context: Context, mut stopped: tokio::sync::watch::Receive
             }
         };
         explained = back;
+        deadline = pass.next_deadline;
         metrics.set_waiting(&pass.waiting);
         for gang in &pass.released {
             metrics.gang_releases.inc();
@@ -282,15 +278,63 @@ async fn control_loop(context: Context, mut stopped: tokio::sync::watch::Receive
                 "releasing gang"
             );
         }
-        execute(&client, &recorder, &state, &metrics, pass.actions).await;
+        later.extend(execute_lifts(&client, &state, &metrics, pass.actions).await);
+        let failed = execute_rest(&client, &recorder, &state, &metrics, later).await;
+        // After the lifts: a pod released in this pass needs no place in the queue.
+        let stamps = {
+            let state = state.clone();
+            tokio::task::spawn_blocking(move || arrivals_to_stamp(&state)).await.unwrap_or_default()
+        };
+        stamp_arrivals(&client, &state, &metrics, stamps).await;
+        if failed {
+            // A condition that could not be written is tried again at the next pass.
+            explained.clear();
+            queued.clear();
+        }
     }
     drop(leader);
     metrics.leader.set(0);
-    match lease_task.await {
-        Ok(Ok(_)) => tracing::info!(identity = %config.identity, "gang controller stopped; Lease released"),
-        Ok(Err(e)) => tracing::warn!(error = %e, "gang controller stopped; the Lease could not be released"),
-        Err(e) => tracing::warn!(error = %e, "gang controller stopped; the lease task failed"),
+    match election.await {
+        Ok(lease::Ended::Released) => {
+            tracing::info!(identity = %config.identity, "gang controller stopped; Lease released")
+        }
+        Ok(lease::Ended::Follower) => tracing::info!(identity = %config.identity, "gang controller stopped"),
+        Ok(lease::Ended::NotReleased(e)) => {
+            tracing::warn!(error = %e, "gang controller stopped; the Lease could not be released")
+        }
+        Err(e) => tracing::warn!(error = %e, "gang controller stopped; the election task failed"),
     }
+}
+
+/// Pods Allot holds whose arrival is not on them yet: `(namespace, name, arrival)`.
+fn arrivals_to_stamp(state: &ClusterState) -> Vec<(String, String, i64)> {
+    let view = state.view();
+    view.pods()
+        .filter(|p| p.needs_arrival_stamp())
+        .filter_map(|p| Some((p.namespace.to_string(), p.name.to_string(), p.arrival?)))
+        .collect()
+}
+
+/// Writes `allot.dev/arrival` on pods that lack it (once per pod), so a later leader orders them
+/// as this one did.
+async fn stamp_arrivals(
+    client: &kube::Client,
+    state: &ClusterState,
+    metrics: &ControllerMetrics,
+    stamps: Vec<(String, String, i64)>,
+) {
+    futures::stream::iter(stamps)
+        .for_each_concurrent(CONCURRENT_WRITES, |(namespace, pod, arrival)| async move {
+            let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+            let patch = json!({"metadata": {"annotations": {ARRIVAL_ANNOTATION: format_nanos(arrival)}}});
+            metrics.wrote("arrival");
+            match api.patch(&pod, &PatchParams::default(), &Patch::Merge(patch)).await {
+                Ok(_) => state.mark_arrival_stamped(&namespace, &pod),
+                Err(e) if is_status(&e, &[404]) => {}
+                Err(e) => tracing::debug!(%namespace, %pod, error = %e, "cannot stamp the arrival; retrying later"),
+            }
+        })
+        .await;
 }
 
 fn unix_now() -> i64 {
@@ -387,75 +431,179 @@ pub fn release_patch(gate_index: usize, has_annotations: bool, released_at: &str
     Value::Array(ops)
 }
 
-async fn execute(
+/// Lifts gates, all at once (a gang's members go out together, not one round trip after the
+/// other); returns the other actions, plus the explanation owed for each pod lifted from its
+/// quota queue, for [`execute_rest`].
+async fn execute_lifts(
+    client: &kube::Client,
+    state: &ClusterState,
+    metrics: &ControllerMetrics,
+    actions: Vec<ControllerAction>,
+) -> Vec<ControllerAction> {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let (lifts, mut rest): (Vec<_>, Vec<_>) = actions
+        .into_iter()
+        .partition(|a| matches!(a, ControllerAction::Release { .. } | ControllerAction::ReleaseQuota { .. }));
+    let now = &now;
+    let admitted: Vec<Option<ControllerAction>> = futures::stream::iter(lifts)
+        .map(|action| async move {
+            match action {
+                ControllerAction::Release { namespace, pod, gate_index, has_annotations, node } => {
+                    metrics.wrote("gate");
+                    match patch_pod(client, &namespace, &pod, release_patch(gate_index, has_annotations, now)).await {
+                        Ok(_) => {
+                            state.mark_released(&namespace, std::slice::from_ref(&pod), unix_now());
+                            tracing::info!(%namespace, %pod, simulated_node = %node, "released gang member");
+                        }
+                        Err(e) if is_status(&e, &[404]) => {
+                            tracing::debug!(%namespace, %pod, "member gone before release")
+                        }
+                        Err(e) if is_status(&e, &[409, 422]) => {
+                            tracing::info!(%namespace, %pod, error = %e, "gate list changed; retrying on the next pass")
+                        }
+                        Err(e) => {
+                            tracing::warn!(%namespace, %pod, error = %e, "release failed; retrying on the next pass")
+                        }
+                    }
+                    None
+                }
+                ControllerAction::ReleaseQuota { namespace, pod, gate_index } => {
+                    metrics.wrote("gate");
+                    match patch_pod(client, &namespace, &pod, Value::Array(lift_gate_ops(QUOTA_GATE, gate_index))).await {
+                        Ok(_) => {
+                            state.mark_quota_released(&namespace, &pod);
+                            metrics.quota_releases.inc();
+                            tracing::info!(%namespace, %pod, "released from the quota queue");
+                            Some(ControllerAction::QuotaAdmitted { namespace, pod })
+                        }
+                        Err(e) if is_status(&e, &[404, 409, 422]) => {
+                            tracing::debug!(%namespace, %pod, error = %e, "quota release skipped; retrying on the next pass");
+                            None
+                        }
+                        Err(e) => {
+                            tracing::warn!(%namespace, %pod, error = %e, "quota release failed; retrying on the next pass");
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            }
+        })
+        .buffered(CONCURRENT_WRITES)
+        .collect()
+        .await;
+    rest.extend(admitted.into_iter().flatten());
+    rest
+}
+
+/// Conditions, Events and deletions, concurrently. Returns true when a condition could not be
+/// written (the loop then forgets what it wrote, and the next pass tries again).
+async fn execute_rest(
     client: &kube::Client,
     recorder: &Recorder,
     state: &ClusterState,
     metrics: &ControllerMetrics,
     actions: Vec<ControllerAction>,
-) {
+) -> bool {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    for action in actions {
-        match action {
-            ControllerAction::Release { namespace, pod, gate_index, has_annotations, node } => {
-                match patch_pod(client, &namespace, &pod, release_patch(gate_index, has_annotations, &now)).await {
-                    Ok(_) => {
-                        state.mark_released(&namespace, std::slice::from_ref(&pod), unix_now());
-                        tracing::info!(%namespace, %pod, simulated_node = %node, "released gang member");
-                    }
-                    Err(e) if is_status(&e, &[404]) => tracing::debug!(%namespace, %pod, "member gone before release"),
-                    Err(e) if is_status(&e, &[409, 422]) => {
-                        tracing::info!(%namespace, %pod, error = %e, "gate list changed; retrying on the next pass")
-                    }
-                    Err(e) => tracing::warn!(%namespace, %pod, error = %e, "release failed; retrying on the next pass"),
+    let writer = Writer { client, recorder, metrics, now: &now };
+    let failures: Vec<bool> = futures::stream::iter(actions)
+        .map(|action| async move {
+            let (namespace, pod, quota, ready, reason, message, warning, action) = match action {
+                ControllerAction::Explain { namespace, pod, ready, reason, message, warning } => {
+                    (namespace, pod, false, ready, reason, message, warning, EventAction::GangScheduling)
                 }
-            }
-            ControllerAction::Explain { namespace, pod, ready, reason, message, warning } => {
-                set_condition(client, &namespace, &pod, CONDITION, ready, reason, &message, &now).await;
-                publish(recorder, &namespace, &pod, EventAction::GangScheduling, warning, reason, &message).await;
-            }
-            ControllerAction::Queued { namespace, pod, message } => {
-                set_condition(client, &namespace, &pod, QUOTA_CONDITION, false, "QuotaQueued", &message, &now).await;
-                publish(recorder, &namespace, &pod, EventAction::QuotaQueueing, false, "QuotaQueued", &message).await;
-            }
-            ControllerAction::ReleaseQuota { namespace, pod, gate_index } => {
-                match patch_pod(client, &namespace, &pod, Value::Array(lift_gate_ops(QUOTA_GATE, gate_index))).await {
-                    Ok(_) => {
-                        state.mark_quota_released(&namespace, &pod);
-                        metrics.quota_releases.inc();
-                        tracing::info!(%namespace, %pod, "released from the quota queue");
-                        let message = "the team's quota has room; released from the queue";
-                        set_condition(client, &namespace, &pod, QUOTA_CONDITION, true, "QuotaAdmitted", message, &now)
-                            .await;
-                        publish(
-                            recorder,
-                            &namespace,
-                            &pod,
-                            EventAction::QuotaQueueing,
-                            false,
-                            "QuotaAdmitted",
-                            message,
-                        )
-                        .await;
-                    }
-                    Err(e) if is_status(&e, &[404, 409, 422]) => {
-                        tracing::debug!(%namespace, %pod, error = %e, "quota release skipped; retrying on the next pass")
-                    }
-                    Err(e) => {
-                        tracing::warn!(%namespace, %pod, error = %e, "quota release failed; retrying on the next pass")
-                    }
+                ControllerAction::Queued { namespace, pod, message } => {
+                    (namespace, pod, true, false, QUEUED_REASON, message, false, EventAction::QuotaQueueing)
                 }
-            }
-            ControllerAction::Delete { namespace, pod, reason } => {
-                publish(recorder, &namespace, &pod, EventAction::GangScheduling, true, "AssemblyTimeout", &reason)
-                    .await;
-                let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-                match api.delete(&pod, &DeleteParams::default()).await {
-                    Ok(_) => tracing::warn!(%namespace, %pod, %reason, "deleted gang member after assembly timeout"),
-                    Err(e) if is_status(&e, &[404]) => {}
-                    Err(e) => tracing::warn!(%namespace, %pod, error = %e, "cannot delete gang member"),
+                ControllerAction::QuotaAdmitted { namespace, pod } => {
+                    let message = "the team's quota has room; released from the queue".to_string();
+                    (namespace, pod, true, true, "QuotaAdmitted", message, false, EventAction::QuotaQueueing)
                 }
+                ControllerAction::Delete { namespace, pod, reason } => {
+                    writer.delete_member(&namespace, &pod, &reason).await;
+                    return false;
+                }
+                ControllerAction::Release { .. } | ControllerAction::ReleaseQuota { .. } => return false,
+            };
+            let condition = if quota { QUOTA_CONDITION } else { CONDITION };
+            if !writer.set_condition(&namespace, &pod, condition, ready, reason, &message).await {
+                return true;
             }
+            state.mark_condition(&namespace, &pod, quota, condition_fingerprint(ready, reason, &message));
+            writer.publish(&namespace, &pod, action, warning, reason, &message).await;
+            false
+        })
+        .buffer_unordered(CONCURRENT_WRITES)
+        .collect()
+        .await;
+    failures.into_iter().any(|f| f)
+}
+
+/// What the explaining writes share: the client, the Event recorder, the write counter and
+/// the pass's time.
+#[derive(Clone, Copy)]
+struct Writer<'a> {
+    client: &'a kube::Client,
+    recorder: &'a Recorder,
+    metrics: &'a ControllerMetrics,
+    now: &'a str,
+}
+
+impl Writer<'_> {
+    /// Sets one of Allot's pod conditions (strategic merge on `type`, so other conditions
+    /// stay); false when it could not be written.
+    async fn set_condition(
+        &self,
+        namespace: &str,
+        pod: &str,
+        condition: &str,
+        ready: bool,
+        reason: &str,
+        message: &str,
+    ) -> bool {
+        self.metrics.wrote("condition");
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let patch = json!({"status": {"conditions": [{
+            "type": condition,
+            "status": if ready { "True" } else { "False" },
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": self.now,
+        }]}});
+        match api.patch_status(pod, &PatchParams::default(), &Patch::Strategic(patch)).await {
+            Ok(_) => true,
+            // Gone: nothing to say any more.
+            Err(e) if is_status(&e, &[404]) => true,
+            Err(e) => {
+                tracing::warn!(%namespace, %pod, %condition, error = %e, "cannot set the pod condition");
+                false
+            }
+        }
+    }
+
+    async fn publish(
+        &self,
+        namespace: &str,
+        pod: &str,
+        action: EventAction,
+        warning: bool,
+        reason: &str,
+        message: &str,
+    ) {
+        self.metrics.wrote("event");
+        publish(self.recorder, namespace, pod, action, warning, reason, message).await;
+    }
+
+    /// Assembly timeout under `onTimeout: Fail`: a Warning Event, then the deletion.
+    async fn delete_member(&self, namespace: &str, pod: &str, reason: &str) {
+        self.publish(namespace, pod, EventAction::GangScheduling, true, "AssemblyTimeout", reason).await;
+        self.metrics.wrote("delete");
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        match api.delete(pod, &DeleteParams::default()).await {
+            Ok(_) => tracing::warn!(%namespace, %pod, %reason, "deleted gang member after assembly timeout"),
+            Err(e) if is_status(&e, &[404]) => {}
+            Err(e) => tracing::warn!(%namespace, %pod, error = %e, "cannot delete gang member"),
         }
     }
 }
@@ -465,33 +613,6 @@ async fn patch_pod(client: &kube::Client, namespace: &str, pod: &str, ops: Value
     let patch: json_patch::Patch = serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     api.patch(pod, &PatchParams::default(), &Patch::Json::<()>(patch)).await.map(|_| ())
-}
-
-/// Sets one of Allot's pod conditions (strategic merge on `type`, so other conditions stay).
-#[allow(clippy::too_many_arguments)]
-async fn set_condition(
-    client: &kube::Client,
-    namespace: &str,
-    pod: &str,
-    condition: &str,
-    ready: bool,
-    reason: &str,
-    message: &str,
-    now: &str,
-) {
-    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let patch = json!({"status": {"conditions": [{
-        "type": condition,
-        "status": if ready { "True" } else { "False" },
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": now,
-    }]}});
-    if let Err(e) = api.patch_status(pod, &PatchParams::default(), &Patch::Strategic(patch)).await
-        && !is_status(&e, &[404])
-    {
-        tracing::warn!(%namespace, %pod, %condition, error = %e, "cannot set the pod condition");
-    }
 }
 
 /// An Event's `action`: which of the controller's two jobs the Event is about.

@@ -55,6 +55,13 @@ pub struct WaitingGang {
     pub priority: i32,
     /// Creation time of the oldest member (seconds).
     pub created: i64,
+    /// The earliest member's arrival within its creation second (nanoseconds; see
+    /// [`crate::cluster::PodRecord::order_key`]): orders gangs created in the same second.
+    pub arrival: i64,
+    /// Why some member is not Allot's to release yet: another gate it still carries (its
+    /// team's quota queue, a third party's). Such a gang is never placed and never blocks
+    /// anyone, but it is counted, explained and timed out like any waiting gang.
+    pub held_by: Option<String>,
     /// After this many seconds of waiting while not fitting, no later gang may pass it;
     /// `None`: never blocks.
     pub starvation_after: Option<i64>,
@@ -103,6 +110,8 @@ pub enum Verdict {
     DoesNotFit,
     /// Held behind a higher-priority gang that has waited past its starvation limit.
     Blocked { by: GangKey },
+    /// All members exist; another gate holds some of them ([`WaitingGang::held_by`]).
+    Held,
 }
 
 /// The verdict and its explanation for one gang.
@@ -115,9 +124,16 @@ pub struct Decision {
     pub message: String,
 }
 
-/// Orders gangs as they are considered: priority, then age, then name.
+/// Orders gangs as they are considered: priority, then arrival (creation second, then the
+/// order Allot saw them in); the name only where both are equal.
 pub fn order(gangs: &mut [WaitingGang]) {
-    gangs.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.created.cmp(&b.created)).then_with(|| a.key.cmp(&b.key)));
+    gangs.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.created.cmp(&b.created))
+            .then(a.arrival.cmp(&b.arrival))
+            .then_with(|| a.key.cmp(&b.key))
+    });
 }
 
 /// Decides which gangs to release, in consideration order.
@@ -141,18 +157,26 @@ pub fn decide(snapshot: &Snapshot) -> Vec<Decision> {
     let mut blocker: Option<GangKey> = None;
     for gang in &gangs {
         let present = gang.present();
-        if let Some(by) = &blocker {
+        let complete = gang.expected.is_some_and(|n| present >= u64::from(n));
+        if let Some(by) = blocker.as_ref().filter(|_| complete && gang.held_by.is_none()) {
             let message =
                 format!("{}; waiting behind higher-priority gang {by}", sim.need_message(gang, &snapshot.accelerators));
             out.push(Decision { gang: gang.key.clone(), verdict: Verdict::Blocked { by: by.clone() }, message });
             continue;
         }
-        let complete = gang.expected.is_some_and(|n| present >= u64::from(n));
         if !complete {
             out.push(Decision {
                 gang: gang.key.clone(),
                 verdict: Verdict::Incomplete,
                 message: sim.need_message(gang, &snapshot.accelerators),
+            });
+            continue;
+        }
+        if let Some(held_by) = &gang.held_by {
+            out.push(Decision {
+                gang: gang.key.clone(),
+                verdict: Verdict::Held,
+                message: format!("{present}/{present} members present; waiting for {held_by} before placement"),
             });
             continue;
         }

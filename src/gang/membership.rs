@@ -23,6 +23,11 @@ pub const SIZE_ANNOTATION: &str = "allot.dev/gang-size";
 /// Set by the controller in the patch that lifts the gate: marks a member as released (its
 /// resources are reserved until it is bound), and survives controller restarts.
 pub const RELEASED_ANNOTATION: &str = "allot.dev/gang-released";
+/// Set by the leading controller on a pod in a team's quota queue, once: when the watch first
+/// saw the pod (RFC 3339, nanoseconds). Breaks ties of `creationTimestamp` (one-second
+/// resolution) in queue order, so the order is arrival as Allot saw it, the same after a leader
+/// change, and never the pod's name. Tenants cannot write it (every `allot.dev/` key is Allot's).
+pub const ARRIVAL_ANNOTATION: &str = "allot.dev/arrival";
 pub const KUEUE_GROUP: &str = "kueue.x-k8s.io/pod-group-name";
 pub const KUEUE_TOTAL: &str = "kueue.x-k8s.io/pod-group-total-count";
 pub const COSCHEDULING_LABEL: &str = "scheduling.x-k8s.io/pod-group";

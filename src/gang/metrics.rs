@@ -26,6 +26,16 @@ pub struct ControllerMetrics {
     pub gang_wait_seconds: Histogram,
     /// Pods released from a team's quota queue.
     pub quota_releases: Counter,
+    /// Decision passes run (leader only): each change (coalesced), deadline or resync is one.
+    pub passes: Counter,
+    /// Writes to the API by kind (`gate`, `condition`, `event`, `delete`, `arrival`), Lease
+    /// renewals aside: with nothing changing, none.
+    pub writes: Family<WriteLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    pub kind: &'static str,
 }
 
 impl Default for ControllerMetrics {
@@ -37,11 +47,18 @@ impl Default for ControllerMetrics {
             // 1 s … ~9 h: gangs wait for members and for GPUs, not for microseconds.
             gang_wait_seconds: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             quota_releases: Counter::default(),
+            passes: Counter::default(),
+            writes: Family::default(),
         }
     }
 }
 
 impl ControllerMetrics {
+    /// Counts one write of `kind`.
+    pub fn wrote(&self, kind: &'static str) {
+        self.writes.get_or_create(&WriteLabels { kind }).inc();
+    }
+
     /// Replaces the waiting-gang gauges with one pass's counts.
     pub fn set_waiting(&self, waiting: &std::collections::BTreeMap<&'static str, u64>) {
         self.gangs_waiting.clear();

@@ -7,6 +7,7 @@ pub mod controller;
 pub mod decision;
 pub mod directory;
 pub mod fit;
+pub mod lease;
 pub mod membership;
 pub mod metrics;
 pub mod plan;

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::decision::{GangKey, Snapshot, Verdict, decide};
 use super::snapshot::GangFacts;
 use crate::cluster::action::ControllerAction;
+use crate::cluster::records::condition_fingerprint;
 use crate::policy::OnTimeout;
 
 /// What one pass of the controller decided: the API calls to make, and what the metrics and
@@ -18,6 +19,9 @@ pub struct Plan {
     pub waiting: BTreeMap<&'static str, u64>,
     /// Gangs released in this pass.
     pub released: Vec<ReleasedGang>,
+    /// The earliest time (seconds since the epoch) a waiting gang reaches its assembly timeout:
+    /// the controller looks again then, with or without events.
+    pub next_deadline: Option<i64>,
 }
 
 /// A gang the plan releases, for its log line and the wait-time histogram.
@@ -37,6 +41,7 @@ pub fn plan(snapshot: &Snapshot, facts: &HashMap<GangKey, GangFacts>, previous: 
     let mut actions = Vec::new();
     let mut waiting: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut released = Vec::new();
+    let mut next_deadline: Option<i64> = None;
     let decisions = decide(snapshot);
     let created: HashMap<&GangKey, i64> = snapshot.gangs.iter().map(|g| (&g.key, g.created)).collect();
     for d in decisions {
@@ -66,12 +71,22 @@ pub fn plan(snapshot: &Snapshot, facts: &HashMap<GangKey, GangFacts>, previous: 
             Verdict::Incomplete => ("WaitingForMembers", false, false, d.message.clone()),
             Verdict::DoesNotFit => ("InsufficientResources", false, false, d.message.clone()),
             Verdict::Blocked { .. } => ("WaitingForHigherPriority", false, false, d.message.clone()),
+            Verdict::Held => ("HeldByOtherGate", false, false, d.message.clone()),
         };
         let mut reason = reason;
         let mut warning = warning;
+        let deadline = created.get(&d.gang).map(|c| c.saturating_add(gf.assembly_timeout));
+        // Every gang that has not assembled gets its timeout, whatever gate holds its members.
         if d.verdict == Verdict::Incomplete
             && gf.assembly_timeout > 0
-            && created.get(&d.gang).is_some_and(|c| snapshot.now - c >= gf.assembly_timeout)
+            && let Some(deadline) = deadline
+            && snapshot.now < deadline
+        {
+            next_deadline = Some(next_deadline.map_or(deadline, |n: i64| n.min(deadline)));
+        }
+        if d.verdict == Verdict::Incomplete
+            && gf.assembly_timeout > 0
+            && deadline.is_some_and(|deadline| snapshot.now >= deadline)
         {
             reason = "AssemblyTimeout";
             warning = true;
@@ -90,10 +105,14 @@ pub fn plan(snapshot: &Snapshot, facts: &HashMap<GangKey, GangFacts>, previous: 
         if !ready {
             *waiting.entry(reason).or_default() += 1;
         }
+        // Members being deleted get the Warning Event of their deletion, not a condition too.
+        let deleting = reason == "AssemblyTimeout" && gf.on_timeout == OnTimeout::Fail;
         let changed = previous.get(&d.gang) != Some(&message);
-        if changed {
+        if changed && !deleting {
             previous.insert(d.gang.clone(), message.clone());
-            for m in &gf.gated {
+            let written = condition_fingerprint(ready, reason, &message);
+            // A member whose condition says so already (a new leader, a resync) is skipped.
+            for m in gf.gated.iter().filter(|m| m.condition != written) {
                 actions.push(ControllerAction::Explain {
                     namespace: ns.clone(),
                     pod: m.name.clone(),
@@ -107,5 +126,5 @@ pub fn plan(snapshot: &Snapshot, facts: &HashMap<GangKey, GangFacts>, previous: 
     }
     // Forget explanations of gangs that are gone.
     previous.retain(|k, _| facts.contains_key(k));
-    Plan { actions, waiting, released }
+    Plan { actions, waiting, released, next_deadline }
 }

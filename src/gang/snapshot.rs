@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::decision::{GangKey, Member, Phantoms, Snapshot, WaitingGang};
-use super::membership::OwnerGang;
+use super::membership::{OwnerGang, QUOTA_GATE};
 use crate::cluster::{ClusterState, ClusterView, PodShape};
 use crate::namespaces::{NamespaceLabels, TeamsByNamespace};
 use crate::policy::{OnTimeout, PolicySet};
@@ -19,6 +19,8 @@ pub struct MemberRef {
     pub name: String,
     pub gate_index: usize,
     pub has_annotations: bool,
+    /// Fingerprint of its `allot.dev/GangReady` condition as the pod carries it (0: none).
+    pub condition: u64,
 }
 
 /// Effective requests (+ `pods: 1`) of a LeaderWorkerSet's worker template.
@@ -87,11 +89,14 @@ impl GangSnapshot for ClusterState {
             let Some(g) = &p.gang else { continue };
             let key = GangKey { namespace: p.namespace.to_string(), name: g.name.clone() };
             let gf = facts.entry(key.clone()).or_default();
-            if p.gate_index.is_some() && !p.foreign_gates() {
+            // Members another gate still holds (the quota queue's, a third party's) are waiting
+            // members too: counted, explained and timed out, never released before it goes.
+            if let Some(gate_index) = p.gate_index {
                 gf.gated.push(MemberRef {
                     name: p.name.to_string(),
-                    gate_index: p.gate_index.unwrap_or(0),
+                    gate_index,
                     has_annotations: p.has_annotations,
+                    condition: p.gang_condition,
                 });
                 let team = teams.get(&p.namespace).map(|t| t.name.as_str());
                 let policy = policies.gang_policy(&p.namespace, team);
@@ -103,16 +108,23 @@ impl GangSnapshot for ClusterState {
                     members: Vec::new(),
                     priority: p.priority,
                     created: p.created,
+                    arrival: p.order_key().1,
+                    held_by: None,
                     starvation_after: Some(policy.starvation_after.as_secs() as i64),
                     phantoms: None,
                 });
+                if p.quota_gate_index.is_some() {
+                    entry.held_by = Some(format!("the team's quota queue ({QUOTA_GATE})"));
+                } else if p.other_gates && entry.held_by.is_none() {
+                    entry.held_by = Some("another scheduling gate".to_string());
+                }
                 entry.members.push(Member { name: p.name.to_string(), shape: p.shape() });
                 if g.leader {
                     gf.leader_first_workers =
                         owner.filter(|o| o.leader_first).map(|o| (o.size.saturating_sub(1), worker_requests(o)));
                 }
                 entry.priority = entry.priority.max(p.priority);
-                entry.created = entry.created.min(p.created);
+                (entry.created, entry.arrival) = (entry.created, entry.arrival).min(p.order_key());
                 gf.assembly_timeout = policy.assembly_timeout.as_secs() as i64;
                 gf.on_timeout = policy.on_timeout;
             } else if p.reserves_release(now) {

@@ -33,6 +33,8 @@ fn gang(name: &str, expected: u32, present: u32, gpus: i64, priority: i32, creat
         members: (0..present).map(|i| Member { name: format!("{name}-{i}"), shape: shape(gpus) }).collect(),
         priority,
         created,
+        arrival: 0,
+        held_by: None,
         starvation_after: None,
         phantoms: None,
     }
@@ -684,8 +686,110 @@ mod controller_state {
         ]}});
         let state = cluster(&p, &[member("solo-0", "solo", 1, "2026-11-22T01:00:00Z", gates)]);
         state.mark_quota_released("ml", "solo-0");
-        let (snapshot, _) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
-        assert!(snapshot.gangs.is_empty(), "still held by example.com/hold: {:?}", snapshot.gangs);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        assert_eq!(snapshot.gangs[0].held_by.as_deref(), Some("another scheduling gate"), "{:?}", snapshot.gangs);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert!(releases(&pass.actions).is_empty(), "still held by example.com/hold: {:?}", pass.actions);
+        assert_eq!(pass.waiting.get("HeldByOtherGate"), Some(&1));
+    }
+
+    const QUEUE_TIMEOUT: &str = "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: q}\nspec:\n  namespaces: {names: [ml]}\n  quota: {mode: Queue, limits: {nvidia.com/gpu: 2}}\n---\napiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  assemblyTimeout: 10s\n  onTimeout: Fail\n";
+
+    /// Issue 12, defect 2: a gang whose only member waits in its team's quota queue (both of
+    /// Allot's gates) never reached its assembly timeout — the gang plan looked only at gangs
+    /// no other gate held. Every waiting gang gets its timeout, whatever gate holds it.
+    #[test]
+    fn a_gang_waiting_in_its_team_queue_still_reaches_its_assembly_timeout() {
+        let p = policies(QUEUE_TIMEOUT);
+        let both = json!({"spec": {"schedulingGates": [{"name": "allot.dev/gang"}, {"name": "allot.dev/quota"}]}});
+        let state = cluster(&p, &[member("g-0", "g", 3, "2026-11-22T01:00:00Z", both)]);
+        let before = snapshot_time("2026-11-22T01:00:09Z");
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, before);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert!(!pass.actions.iter().any(|a| matches!(a, ControllerAction::Delete { .. })), "{:?}", pass.actions);
+        assert_eq!(pass.next_deadline, Some(snapshot_time("2026-11-22T01:00:10Z")), "the loop wakes at the timeout");
+        let (snapshot, facts) =
+            state.snapshot(&p, &crate::namespaces::NoNamespaces, snapshot_time("2026-11-22T01:00:10Z"));
+        let actions = plan(&snapshot, &facts, &mut HashMap::new()).actions;
+        let deleted: Vec<&str> = actions
+            .iter()
+            .filter_map(|a| if let ControllerAction::Delete { pod, .. } = a { Some(pod.as_str()) } else { None })
+            .collect();
+        assert_eq!(deleted, ["g-0"], "{actions:?}");
+        assert!(releases(&actions).is_empty());
+    }
+
+    /// A complete gang still in its team's queue is explained as held, is never released past
+    /// the quota gate, and holds up no other gang (a later gang that fits goes).
+    #[test]
+    fn a_complete_gang_held_by_the_quota_gate_waits_without_blocking() {
+        let p = policies(QUEUE_TIMEOUT);
+        let both = json!({"spec": {"schedulingGates": [{"name": "allot.dev/gang"}, {"name": "allot.dev/quota"}]}});
+        let mut pods: Vec<Value> =
+            (0..2).map(|i| member(&format!("held-{i}"), "held", 2, "2026-11-22T01:00:00Z", both.clone())).collect();
+        pods.extend((0..2).map(|i| member(&format!("free-{i}"), "free", 2, "2026-11-22T01:00:05Z", json!({}))));
+        let state = cluster(&p, &pods);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert_eq!(releases(&pass.actions), ["free-0", "free-1"]);
+        let held: Vec<&ControllerAction> = pass
+            .actions
+            .iter()
+            .filter(|a| matches!(a, ControllerAction::Explain { pod, .. } if pod.starts_with("held")))
+            .collect();
+        assert_eq!(held.len(), 2, "{:?}", pass.actions);
+        let ControllerAction::Explain { reason, message, ready, .. } = held[0] else { unreachable!() };
+        assert_eq!((*reason, *ready), ("HeldByOtherGate", false));
+        assert_eq!(
+            message,
+            "2/2 members present; waiting for the team's quota queue (allot.dev/quota) before placement"
+        );
+    }
+
+    /// A new leader (empty memory) or a resync does not rewrite an explanation the members
+    /// already carry: the condition on the pod is what is compared.
+    #[test]
+    fn an_explanation_the_members_already_carry_is_not_written_again() {
+        let p = policies("");
+        let message = "2/3 members present; needs 3 nvidia.com/gpu on any node, 4 free";
+        let condition = json!({"status": {"conditions": [{"type": "allot.dev/GangReady", "status": "False",
+            "reason": "WaitingForMembers", "message": message}]}});
+        let pods: Vec<Value> =
+            (0..2).map(|i| member(&format!("x-{i}"), "x", 3, "2026-11-22T01:00:00Z", condition.clone())).collect();
+        let state = cluster(&p, &pods);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        let actions = plan(&snapshot, &facts, &mut HashMap::new()).actions;
+        assert!(actions.is_empty(), "{actions:?}");
+        // A third member changes the text: both old members and the new one are told.
+        let mut third = member("x-2", "x", 3, "2026-11-22T01:00:01Z", json!({}));
+        third["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!("8");
+        state.upsert_pod(record(&third, &p));
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        let explained = plan(&snapshot, &facts, &mut HashMap::new())
+            .actions
+            .iter()
+            .filter(|a| matches!(a, ControllerAction::Explain { .. }))
+            .count();
+        assert_eq!(explained, 3);
+    }
+
+    /// Gangs created in the same second go in the order Allot saw them, not by name.
+    #[test]
+    fn gangs_created_in_the_same_second_go_in_arrival_order() {
+        let p = policies("");
+        let state = ClusterState::default();
+        state.replace_nodes(vec![crate::cluster::fixtures::node("n1", 2)]);
+        // "z" arrives first; "a" would win a tie broken by name.
+        for gang in ["z", "a"] {
+            for i in 0..2 {
+                state.upsert_pod(record(
+                    &member(&format!("{gang}-{i}"), gang, 2, "2026-11-22T01:00:00Z", json!({})),
+                    &p,
+                ));
+            }
+        }
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions), ["z-0", "z-1"]);
     }
 }
 

@@ -1,12 +1,15 @@
 //! Queue-mode quotas: which quota-gated pods to release now, from the cluster view. Per team,
 //! queued units (a gang whole, once all its members exist, or a single pod) go in order —
-//! priority, then age — while the team's usage (every non-finished pod not behind the quota
-//! gate) leaves room. The order is strict: a unit that does not fit stops the team's queue, so a
-//! large job is never starved by smaller ones behind it.
+//! priority, then arrival (creation second, then the order Allot saw the pods in: never the
+//! name) — while the team's usage (every non-finished pod not behind the quota gate) leaves
+//! room. The order is strict: a unit that does not fit stops the team's queue, so a large job is
+//! never starved by smaller ones behind it. A gang whose members do not all exist yet is not in
+//! that line: it waits without holding anyone up (its assembly timeout is the gang plan's).
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::cluster::action::ControllerAction;
+use crate::cluster::records::condition_fingerprint;
 use crate::cluster::usage::{admitted_by_team, requests_by_state};
 use crate::cluster::{ClusterState, ClusterView};
 use crate::namespaces::{NamespaceLabels, TeamsByNamespace};
@@ -46,17 +49,24 @@ impl QuotaQueue for ClusterState {
             };
             let mut units: Vec<(String, Unit)> = units.into_iter().collect();
             units.sort_by(|a, b| {
-                b.1.priority.cmp(&a.1.priority).then(a.1.created.cmp(&b.1.created)).then_with(|| a.0.cmp(&b.0))
+                b.1.priority.cmp(&a.1.priority).then(a.1.order.cmp(&b.1.order)).then_with(|| a.0.cmp(&b.0))
             });
             let team_used = used.entry(team_name).or_default();
             // Set once a unit cannot go: everything behind it waits (strict order).
             let mut blocked_by: Option<String> = None;
-            for (position, (_, Unit { members, charge, size, .. })) in units.into_iter().enumerate() {
-                let why = if let Some(first) = &blocked_by {
-                    Some(format!("queued behind {position} earlier pod(s) or gang(s) of team {team_name}: {first}"))
-                } else if let Some(n) = size.filter(|n| (members.len() as u32) < *n) {
-                    // A gang is charged whole: wait for all its members, in order.
-                    Some(format!("gang has {}/{n} members; charged whole once all exist", members.len()))
+            // Units ahead that hold the queue (an incomplete gang holds nothing).
+            let mut ahead = 0;
+            for (_, Unit { members, charge, size, .. }) in units {
+                let incomplete = size.filter(|n| (members.len() as u32) < *n);
+                let why = if let Some(n) = incomplete {
+                    // A gang is charged whole: it waits for all its members, and until then it
+                    // holds up no one (a gang that never assembles must not stall its team).
+                    Some(format!(
+                        "gang has {}/{n} members; charged whole once all exist (meanwhile it holds up no one)",
+                        members.len()
+                    ))
+                } else if let Some(first) = &blocked_by {
+                    Some(format!("queued behind {ahead} earlier pod(s) or gang(s) of team {team_name}: {first}"))
                 } else if let Some(exceeded) = quota.exceeded(team_used, &charge) {
                     Some(format!("team {team_name} {exceeded}; this asks {}", exceeded.asked))
                 } else {
@@ -64,11 +74,19 @@ impl QuotaQueue for ClusterState {
                 };
                 match why {
                     Some(message) => {
-                        blocked_by.get_or_insert_with(|| message.clone());
-                        for (namespace, pod, _) in members {
+                        if incomplete.is_none() {
+                            blocked_by.get_or_insert_with(|| message.clone());
+                            ahead += 1;
+                        }
+                        let written = condition_fingerprint(false, QUEUED_REASON, &message);
+                        for (namespace, pod, _, current) in members {
                             let key = (namespace, pod);
                             if previous.get(&key) != Some(&message) {
                                 previous.insert(key.clone(), message.clone());
+                                // The pod says so already (a new leader, or a resync).
+                                if current == written {
+                                    continue;
+                                }
                                 actions.push(ControllerAction::Queued {
                                     namespace: key.0,
                                     pod: key.1,
@@ -79,7 +97,7 @@ impl QuotaQueue for ClusterState {
                     }
                     None => {
                         add(team_used, &charge);
-                        for (namespace, pod, gate_index) in members {
+                        for (namespace, pod, gate_index, _) in members {
                             previous.remove(&(namespace.clone(), pod.clone()));
                             actions.push(ControllerAction::ReleaseQuota { namespace, pod, gate_index });
                         }
@@ -93,14 +111,17 @@ impl QuotaQueue for ClusterState {
     }
 }
 
+/// The reason of the `allot.dev/QuotaReady` condition on a queued pod.
+pub const QUEUED_REASON: &str = "QuotaQueued";
+
 /// What goes through a team's queue at once: a gang (all its quota-gated members) or one pod.
 struct Unit {
     /// The highest priority among the members.
     priority: i32,
-    /// The oldest member's creation time.
-    created: i64,
-    /// (namespace, pod, index of the quota gate).
-    members: Vec<(String, String, usize)>,
+    /// The earliest member's place in arrival order ([`crate::cluster::PodRecord::order_key`]).
+    order: (i64, i64),
+    /// (namespace, pod, index of the quota gate, fingerprint of its current quota condition).
+    members: Vec<(String, String, usize, u64)>,
     charge: Charge,
     /// The gang's size, if it has one: the unit waits until all members exist.
     size: Option<u32>,
@@ -138,14 +159,14 @@ fn queued_units<'p>(
         };
         let unit = queued.entry(team.name.as_str()).or_default().entry(key).or_insert_with(|| Unit {
             priority: p.priority,
-            created: p.created,
+            order: p.order_key(),
             members: Vec::new(),
             charge: Charge::new(),
             size,
         });
         unit.priority = unit.priority.max(p.priority);
-        unit.created = unit.created.min(p.created);
-        unit.members.push((p.namespace.to_string(), p.name.to_string(), gate_index));
+        unit.order = unit.order.min(p.order_key());
+        unit.members.push((p.namespace.to_string(), p.name.to_string(), gate_index, p.quota_condition));
         add(&mut unit.charge, &charge);
     }
     queued
@@ -154,6 +175,8 @@ fn queued_units<'p>(
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
+
+    use serde_json::{Value, json};
 
     use super::*;
     use crate::cluster::fixtures::{cluster, policies, queue_policies, team_pod};
@@ -208,6 +231,106 @@ mod tests {
             [("small".to_string(), "team ml uses 2 of 2 nvidia.com/gpu; this asks 1".to_string())]
         );
         assert!(!previous.contains_key(&("ml".to_string(), "big".to_string())));
+    }
+
+    fn released(actions: &[ControllerAction]) -> Vec<&str> {
+        actions
+            .iter()
+            .filter_map(|a| if let ControllerAction::ReleaseQuota { pod, .. } = a { Some(pod.as_str()) } else { None })
+            .collect()
+    }
+
+    /// Issue 12, defect 1, as seen on a real API server: p1 and p2 run, p3 waits, and a gang
+    /// with 1 of 3 members is created in the same second as p3 (ordered first by its name).
+    /// Once p1 goes, p3 must go: a gang that has not assembled holds up no one.
+    #[test]
+    fn an_incomplete_gang_ordered_first_holds_up_no_one() {
+        let p = queue_policies();
+        let labels = crate::namespaces::NoNamespaces;
+        let mut gang = crate::cluster::fixtures::member("a-0", "a", 3, "2026-11-22T01:00:02Z", json!({}));
+        gang["spec"]["schedulingGates"] = json!([{"name": "allot.dev/gang"}, {"name": "allot.dev/quota"}]);
+        let pods = [
+            team_pod("p1", 1, false, "2026-11-22T01:00:00Z"),
+            team_pod("p2", 1, false, "2026-11-22T01:00:01Z"),
+            gang,
+            team_pod("p3", 1, true, "2026-11-22T01:00:02Z"),
+        ];
+        let state = cluster(&p, &pods);
+        let mut previous = HashMap::new();
+        let actions = state.quota_plan(&p, &labels, &mut previous);
+        assert!(released(&actions).is_empty(), "{actions:?}");
+        assert_eq!(
+            queued_messages(&actions),
+            [
+                (
+                    "a-0".to_string(),
+                    "gang has 1/3 members; charged whole once all exist (meanwhile it holds up no one)".to_string()
+                ),
+                ("p3".to_string(), "team ml uses 2 of 2 nvidia.com/gpu; this asks 1".to_string()),
+            ]
+        );
+        state.remove_pod("ml", "p1");
+        let actions = state.quota_plan(&p, &labels, &mut previous);
+        assert_eq!(released(&actions), ["p3"], "{actions:?}");
+    }
+
+    /// Pods created in the same second (creationTimestamp has one-second resolution) go in the
+    /// order Allot saw them — the watch's order, or the `allot.dev/arrival` stamp a leader
+    /// wrote — never by name.
+    #[test]
+    fn pods_created_in_the_same_second_go_in_arrival_order_not_name_order() {
+        let p = queue_policies();
+        let labels = crate::namespaces::NoNamespaces;
+        let running = team_pod("running", 1, false, "2026-11-22T01:00:00Z");
+        let first = team_pod("zz-first", 1, true, "2026-11-22T01:00:01Z");
+        let second = team_pod("aa-second", 1, true, "2026-11-22T01:00:01Z");
+        // The watch delivers them in creation order.
+        let state = ClusterState::default();
+        for pod in [&running, &first, &second] {
+            state.upsert_pod(crate::cluster::fixtures::record(pod, &p));
+        }
+        assert_eq!(released(&state.quota_plan(&p, &labels, &mut HashMap::new())), ["zz-first"]);
+
+        // A new leader that lists them (in name order) reads the arrival the old one stamped.
+        let stamp = |mut pod: Value, at: &str| {
+            pod["metadata"]["annotations"] = json!({"allot.dev/arrival": at});
+            pod
+        };
+        let state = cluster(
+            &p,
+            &[running, stamp(second, "2026-11-22T01:00:01.700000000Z"), stamp(first, "2026-11-22T01:00:01.200000000Z")],
+        );
+        assert_eq!(released(&state.quota_plan(&p, &labels, &mut HashMap::new())), ["zz-first"]);
+    }
+
+    /// An arrival stamp orders pods only within their creation second: one that claims an
+    /// earlier time (however it got there) does not jump ahead of older pods.
+    #[test]
+    fn an_arrival_stamp_never_reorders_pods_of_different_seconds() {
+        let p = queue_policies();
+        let mut late = team_pod("late", 1, true, "2026-11-22T01:00:05Z");
+        late["metadata"]["annotations"] = json!({"allot.dev/arrival": "2020-01-01T00:00:00Z"});
+        let pods = [
+            team_pod("running", 1, false, "2026-11-22T01:00:00Z"),
+            late,
+            team_pod("older", 1, true, "2026-11-22T01:00:01Z"),
+        ];
+        let state = cluster(&p, &pods);
+        assert_eq!(released(&state.quota_plan(&p, &crate::namespaces::NoNamespaces, &mut HashMap::new())), ["older"]);
+    }
+
+    /// A queue explanation the pod already carries is not written again (a new leader starts
+    /// with empty memory: it must not rewrite every queued pod's condition).
+    #[test]
+    fn a_queue_explanation_the_pod_carries_is_not_written_again() {
+        let p = queue_policies();
+        let mut waiting = team_pod("waiting", 1, true, "2026-11-22T01:00:01Z");
+        waiting["status"]["conditions"] = json!([{"type": "allot.dev/QuotaReady", "status": "False",
+            "reason": "QuotaQueued", "message": "team ml uses 2 of 2 nvidia.com/gpu; this asks 1"}]);
+        let pods = [team_pod("running", 2, false, "2026-11-22T01:00:00Z"), waiting];
+        let state = cluster(&p, &pods);
+        let actions = state.quota_plan(&p, &crate::namespaces::NoNamespaces, &mut HashMap::new());
+        assert!(actions.is_empty(), "{actions:?}");
     }
 
     /// Regression: a pod gated while its team was in queue mode kept its gate for ever once

@@ -16,6 +16,8 @@
 //! | `allot_gang_releases_total` | | gangs released |
 //! | `allot_gang_wait_seconds` | | oldest member created → gang released |
 //! | `allot_quota_queue_releases_total` | | pods released from a quota queue |
+//! | `allot_gang_controller_passes_total` | | decision passes (leader only) |
+//! | `allot_gang_controller_writes_total` | `kind` (gate/condition/event/delete/arrival) | the controller's writes to the API, Lease aside |
 //! | `allot_team_accelerators` | `team`, `resource`, `state` | accelerators requested by non-finished pods |
 //! | `allot_quota_limit`, `allot_quota_used` | `team`, `resource` | a quota's limit and what counts against it |
 //!
@@ -150,6 +152,16 @@ impl Metrics {
             "quota_queue_releases",
             "Pods released from a quota queue",
             controller.quota_releases.clone(),
+        );
+        registry.register(
+            "gang_controller_passes",
+            "Decision passes of the gang controller (leader only)",
+            controller.passes.clone(),
+        );
+        registry.register(
+            "gang_controller_writes",
+            "Writes of the gang controller to the API by kind, Lease renewals aside",
+            controller.writes.clone(),
         );
         let team_accelerators = Family::<TeamAcceleratorLabels, FloatGauge>::default();
         let quota_limit = Family::<TeamResourceLabels, FloatGauge>::default();
