@@ -15,6 +15,13 @@
 //! - `engine/validate-pytorchjob`, `engine/validate-jobset`: `Engine::validate` of the workloads
 //!   in `examples/workloads/` (each Pod template mutated as it will be, then checked).
 //! - `policy/load-dir`: reading and compiling `policies/` (what a reload costs).
+//! - `baseline/decode-NNN`, `review/validate-NNN` (NNN = 011 GPU Pod, 002 MNIST Job, 019 gated
+//!   gang worker): the validating reviews of issue 13, each with its own decoding baseline
+//!   (`serde_json::from_slice::<Value>` of the same body).
+//! - `engine/validate-pod-011`: `Engine::validate` on the already decoded request of fixture 011
+//!   (issue 13's target: within 2× of `baseline/decode-011`).
+//! - `cel/bind-pod-011`: converting pod 011 for the shipped Rules and opening their scope (what
+//!   one rule set costs before any rule runs).
 //! - `cel/rules-contained`, `cel/rules-uncontained`: every shipped Rule's expression evaluated on
 //!   pod 010, through `Expression::eval_bool` (under the panic boundary, `catch_unwind`) and
 //!   through the same program run directly; their ratio is what containing panics costs.
@@ -34,6 +41,12 @@ use kube::core::cel::cel::{Program, Value as CelValue};
 use serde_json::Value;
 
 const FIXTURE_010: &str = "tests/fixtures/admission-reviews/010-mutate-create-pod-my-gpu-pod.json";
+/// The validating reviews of issue 13's load targets.
+const VALIDATE_FIXTURES: &[(&str, &str)] = &[
+    ("011", "tests/fixtures/admission-reviews/011-validate-create-pod-my-gpu-pod.json"),
+    ("002", "tests/fixtures/admission-reviews/002-validate-create-job-mnist-demo.json"),
+    ("019", "tests/fixtures/admission-reviews/019-validate-create-pod-gated-worker-0.json"),
+];
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -122,6 +135,7 @@ fn benches(c: &mut Criterion) {
         namespace: "vision".into(),
         team: "vision".into(),
         request: json_to_cel(&serde_json::json!({"operation": "CREATE", "dryRun": false})),
+        object_accelerators: None,
     };
     let scope = policies.env.scope(&bindings);
     let programs: Vec<Program> = policies
@@ -141,6 +155,35 @@ fn benches(c: &mut Criterion) {
     });
     c.bench_function("cel/rules-uncontained", |b| {
         b.iter(|| programs.iter().filter(|p| matches!(p.execute(black_box(&scope)), Ok(CelValue::Bool(true)))).count())
+    });
+    for (id, path) in VALIDATE_FIXTURES {
+        let body = std::fs::read(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let answer = admission::review(&body, Phase::Validate, &engine).expect("a valid review");
+        assert!(answer.allowed, "fixture {id} should pass validation: {:?}", answer.outcome.findings);
+        c.bench_function(&format!("baseline/decode-{id}"), |b| {
+            b.iter(|| serde_json::from_slice::<Value>(black_box(&body)).expect("JSON"))
+        });
+        c.bench_function(&format!("review/validate-{id}"), |b| {
+            b.iter(|| admission::review(black_box(&body), Phase::Validate, &engine).expect("valid review"))
+        });
+    }
+    // Issue 13: `Engine::validate` of pod 011 within 2× of decoding its review.
+    let body_011 = std::fs::read(repo().join(VALIDATE_FIXTURES[0].1)).expect("fixture 011");
+    let review_011: Value = serde_json::from_slice(&body_011).expect("fixture 011 is JSON");
+    let pod_011 = review_011.pointer("/request/object").expect("fixture 011 has request.object");
+    let request_011 = Request { namespace: "vision", ..create_request(pod_011, &groups) };
+    let validated_011 = engine.validate(&request_011);
+    assert!(
+        validated_011.allowed() && validated_011.findings.is_empty(),
+        "pod 011 should pass every check: {:?}",
+        validated_011.findings
+    );
+    c.bench_function("engine/validate-pod-011", |b| b.iter(|| engine.validate(black_box(&request_011))));
+    c.bench_function("cel/bind-pod-011", |b| {
+        b.iter(|| {
+            let bindings = Bindings { object: json_to_cel(black_box(pod_011)), ..bindings.clone() };
+            policies.env.scope(&bindings).get_variable("object").is_some()
+        })
     });
     c.bench_function("policy/load-dir", |b| {
         b.iter(|| policy::load_dir(black_box(&repo().join("policies"))).expect("policies"))

@@ -13,8 +13,13 @@ target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_d
 python3 - "$target_dir/criterion" <<'PY'
 import json, os, sys
 root = sys.argv[1]
-ids = ["baseline/parse-json-value", "review/mutate-010", "review/validate-010", "engine/admit-pod-010",
-       "engine/validate-pytorchjob", "engine/validate-jobset", "policy/load-dir"]
+ids = ["baseline/parse-json-value", "review/mutate-010", "review/validate-010", "engine/mutate-pod-010",
+       "engine/admit-pod-010", "engine/validate-pytorchjob", "engine/validate-jobset", "policy/load-dir",
+       "cel/rules-contained", "cel/rules-uncontained", "cel/bind-pod-011"]
+# Issue 13's validating reviews, each against its own decoding baseline.
+pairs = [("baseline/decode-011", ["review/validate-011", "engine/validate-pod-011"]),
+         ("baseline/decode-002", ["review/validate-002"]),
+         ("baseline/decode-019", ["review/validate-019"])]
 def median(bench_id):
     path = os.path.join(root, bench_id.replace("/", "_"), "new", "estimates.json")
     try:
@@ -35,6 +40,19 @@ for bench_id in ids:
         continue
     point, lo, hi = r
     print("%-28s %12s %25s %10.2f" % (bench_id, fmt(point), fmt(lo) + " .. " + fmt(hi), point / base[0]))
+for base_id, others in pairs:
+    b = median(base_id)
+    if b is None:
+        continue
+    print("\n%-28s %12s %25s %10s" % (base_id, fmt(b[0]), fmt(b[1]) + " .. " + fmt(b[2]), "1.00"))
+    for bench_id in others:
+        r = median(bench_id)
+        if r is not None:
+            print("%-28s %12s %25s %10.2f" % (bench_id, fmt(r[0]), fmt(r[1]) + " .. " + fmt(r[2]), r[0] / b[0]))
+r = median("engine/validate-pod-011")
+b = median("baseline/decode-011")
+if r is not None and b is not None:
+    print("\ntarget: engine/validate-pod-011 within 2x of baseline/decode-011: %s (%.2fx)" % ("PASS" if r[0] <= 2 * b[0] else "FAIL", r[0] / b[0]))
 r = median("review/mutate-010")
 if r is not None:
     print("\ntarget: review/mutate-010 < 20 µs: %s (%s)" % ("PASS" if r[0] < 20e3 else "FAIL", fmt(r[0])))

@@ -73,12 +73,100 @@ struct RequestIn {
     operation: String,
     #[serde(default)]
     user_info: UserInfo,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "trimmed_object")]
     object: Option<Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "trimmed_object")]
     old_object: Option<Value>,
     #[serde(default)]
     dry_run: Option<bool>,
+}
+
+/// `object` / `oldObject` as JSON without `metadata.managedFields`: nothing Allot decides reads
+/// them (CEL never binds them), and they are a quarter of a typical Pod's bytes and most of its
+/// small maps. Skipped while parsing, so they are never built.
+fn trimmed_object<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    struct Trimmed(Value);
+    impl<'de> Deserialize<'de> for Trimmed {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Trimmed, D::Error> {
+            d.deserialize_any(TrimmedVisitor(Level::Object)).map(Trimmed)
+        }
+    }
+    Option::<Trimmed>::deserialize(d).map(|o| o.map(|t| t.0))
+}
+
+/// Where [`TrimmedVisitor`] is: the object (its `metadata` is trimmed) or its `metadata`
+/// (`managedFields` is skipped).
+#[derive(Clone, Copy)]
+enum Level {
+    Object,
+    Metadata,
+}
+
+/// Builds a `Value` exactly as `Value`'s own `Deserialize` does, except for the one field.
+struct TrimmedVisitor(Level);
+
+impl<'de> serde::de::DeserializeSeed<'de> for TrimmedVisitor {
+    type Value = Value;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for TrimmedVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(item) = seq.next_element::<Value>()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = match (self.0, key.as_str()) {
+                (Level::Metadata, "managedFields") => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    continue;
+                }
+                (Level::Object, "metadata") => map.next_value_seed(TrimmedVisitor(Level::Metadata))?,
+                _ => map.next_value::<Value>()?,
+            };
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
 }
 
 /// A summary of one answered review, for logs and metrics.
@@ -277,4 +365,39 @@ pub fn internal_error_response(body: &[u8], message: &str) -> Vec<u8> {
         },
     });
     serde_json::to_vec(&review).unwrap_or_else(|_| b"{}".to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn decoded(object: Value) -> Option<Value> {
+        let review = json!({"request": {"uid": "u", "object": object.clone(), "oldObject": object}});
+        let body = serde_json::to_vec(&review).expect("JSON");
+        let review: ReviewIn = serde_json::from_slice(&body).expect("a review");
+        let request = review.request.expect("a request");
+        assert_eq!(request.object, request.old_object, "object and oldObject are decoded alike");
+        request.object
+    }
+
+    #[test]
+    fn objects_are_decoded_whole_except_top_level_managed_fields() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"a": "b"}, "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]},
+            "spec": {"containers": [{"name": "c", "managedFields": 1, "args": [1, -2, 2.5, true, null, "s"]}]},
+            "managedFields": "kept: not in metadata",
+        });
+        let mut expected = pod.clone();
+        expected["metadata"].as_object_mut().expect("metadata").remove("managedFields");
+        assert_eq!(decoded(pod), Some(expected));
+        // Anything else comes through as `Value` decodes it.
+        for other in
+            [json!(null), json!(5), json!("x"), json!([1, {"metadata": {"managedFields": 1}}]), json!({"metadata": 7})]
+        {
+            let want = if other.is_null() { None } else { Some(other.clone()) };
+            assert_eq!(decoded(other), want);
+        }
+    }
 }

@@ -5,7 +5,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::expression::{Bindings, VarSet, json_to_cel, var_bit};
+use crate::expression::{Bindings, Needs, json_to_cel, json_to_cel_projected, object_accelerators};
 use crate::finding::{Check, Finding, RuleId, any_denied};
 use crate::gang::directory::{GangDirectory, NoGangs};
 use crate::mutate::{self, PodContext};
@@ -116,23 +116,32 @@ impl<'a> Engine<'a> {
         lookup
     }
 
-    fn bindings(&self, req: &Request<'_>, object: &Value, team: &TeamLookup<'_>, vars: VarSet) -> Bindings {
+    /// The CEL bindings `needs` asks for: each object converted only as far as the expressions
+    /// read it.
+    fn bindings(&self, req: &Request<'_>, object: &Value, team: &TeamLookup<'_>, needs: &Needs) -> Bindings {
         use kube::core::cel::cel::Value as Cel;
-        let wants = |name: &str| vars & var_bit(name) != 0;
-        let object_cel = if wants("object") { json_to_cel(object) } else { Cel::Null };
-        let workload = match (wants("workload"), std::ptr::eq(object, req.object)) {
+        let object_cel = if needs.wants("object") { json_to_cel_projected(object, &needs.object) } else { Cel::Null };
+        let workload = match (needs.wants("workload"), std::ptr::eq(object, req.object)) {
             (false, _) => Cel::Null,
-            (true, true) if wants("object") => object_cel.clone(),
-            (true, _) => json_to_cel(req.object),
+            (true, true) if needs.wants("object") && needs.workload == needs.object => object_cel.clone(),
+            (true, _) => json_to_cel_projected(req.object, &needs.workload),
+        };
+        let old_object = match req.old_object {
+            Some(old) if needs.wants("oldObject") => json_to_cel_projected(old, &needs.old_object),
+            _ => Cel::Null,
         };
         Bindings {
-            vars,
+            vars: needs.vars,
             object: object_cel,
-            old_object: if wants("oldObject") { req.old_object.map_or(Cel::Null, json_to_cel) } else { Cel::Null },
+            old_object,
             workload,
-            namespace: req.namespace.to_string(),
-            team: team.team.map(|t| t.name.clone()).unwrap_or_default(),
-            request: if wants("request") {
+            namespace: if needs.wants("namespace") { req.namespace.to_string() } else { String::new() },
+            team: if needs.wants("team") {
+                team.team.map(|t| t.name.clone()).unwrap_or_default()
+            } else {
+                String::new()
+            },
+            request: if needs.wants("request") {
                 json_to_cel(&serde_json::json!({
                     "operation": req.operation,
                     "dryRun": req.dry_run,
@@ -140,6 +149,11 @@ impl<'a> Engine<'a> {
                 }))
             } else {
                 Cel::Null
+            },
+            object_accelerators: if needs.vars & crate::expression::OBJECT_ACCELERATORS_BIT != 0 {
+                object_accelerators(object, &self.policies.accelerators)
+            } else {
+                None
             },
         }
     }
@@ -151,7 +165,7 @@ impl<'a> Engine<'a> {
             return out;
         }
         let team = self.team(req.namespace, &mut out.notes);
-        let make_bindings = |vars| self.bindings(req, req.object, &team, vars);
+        let make_bindings = |needs: &Needs| self.bindings(req, req.object, &team, needs);
         let ctx = PodContext {
             namespace: req.namespace,
             team,
@@ -285,7 +299,7 @@ impl<'a> Engine<'a> {
         if rules.is_empty() {
             return;
         }
-        let bindings = self.bindings(req, object, team, validate::rule_vars(&rules));
+        let bindings = self.bindings(req, object, team, &validate::rule_needs(&rules));
         out.findings.extend(validate::run_rules(self.policies, &rules, target, &bindings));
     }
 
@@ -298,7 +312,7 @@ impl<'a> Engine<'a> {
         team: &TeamLookup<'a>,
         out: &mut Outcome,
     ) -> PodView<'v> {
-        let make_bindings = |vars| self.bindings(req, &view.pod, team, vars);
+        let make_bindings = |needs: &Needs| self.bindings(req, &view.pod, team, needs);
         // The Pods of a template are created by its workload's controller, whose identity
         // is not known here: no identity-based exemption.
         let ctx = PodContext {

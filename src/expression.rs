@@ -22,13 +22,20 @@
 //! `limits['nvidia.com/gpu']` read exactly what they say (kube-cel's `VapEvaluator` escapes keys,
 //! so a rule reading `nvidia.com/gpu` errors there). `metadata.managedFields` is not bound: no
 //! policy needs it and it is the largest part of most objects.
+//!
+//! Binding is most of an evaluation's cost (the `cel` crate copies a bound value into its own
+//! representation, and copies a map's field again on every select), so what is bound is cut to
+//! what the expressions read, decided at load time ([`Needs`]): an object is bound with only
+//! the fields its select chains reach (`object.spec.containers` binds `{spec: {containers}}`);
+//! a variable used any other way is bound whole. `accelerators(object)` is answered from the
+//! JSON before evaluation and bound as a number ([`OBJECT_ACCELERATORS`]).
 
 pub mod budget;
 pub mod check;
 pub mod panics;
 pub mod quantity;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use kube::core::cel::KubeCelExt;
@@ -59,19 +66,129 @@ pub enum EvalError {
 #[derive(Debug)]
 pub struct Expression {
     source: String,
-    /// The checked tree with the evaluation budget's guards in it ([`budget::instrument`]).
+    /// The checked tree, `accelerators(object)` made a variable, with the evaluation budget's
+    /// guards in it ([`budget::instrument`]).
     instrumented: IdedExpr,
-    vars: u8,
+    /// How many comprehensions the tree holds (the budget counts their steps by number).
+    comprehensions: usize,
+    needs: Needs,
 }
 
-/// A set of [`VARIABLES`] as a bit mask (bit *i* = `VARIABLES[i]`). Binding a variable converts
-/// a whole object into CEL's representation (~10 µs for a Pod), so only what an evaluation's
-/// expressions mention is bound.
+/// A set of [`VARIABLES`] as a bit mask (bit *i* = `VARIABLES[i]`), plus
+/// [`OBJECT_ACCELERATORS_BIT`]. Binding a variable converts an object into CEL's representation,
+/// so only what an evaluation's expressions mention is bound.
 pub type VarSet = u8;
 
-/// The bit of a variable name.
+/// The bit of a variable name (0 for a name that is not one of [`VARIABLES`]).
 pub fn var_bit(name: &str) -> VarSet {
     VARIABLES.iter().position(|v| *v == name).map_or(0, |i| 1 << i)
+}
+
+/// The variable `accelerators(object)` is rewritten to at load: the count is computed from the
+/// JSON once per evaluation scope instead of converting the object back and forth in CEL.
+pub const OBJECT_ACCELERATORS: &str = "@allotObjectAccelerators";
+/// The [`VarSet`] bit of [`OBJECT_ACCELERATORS`].
+pub const OBJECT_ACCELERATORS_BIT: VarSet = 1 << VARIABLES.len();
+
+/// What of a bound object expressions read: all of it, or some fields (each with what is read
+/// of it). Built at load from the select chains on the variable (`object.spec.containers`); any
+/// other use of a value (an index, a function argument, a comparison) reads it whole.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Projection {
+    whole: bool,
+    fields: BTreeMap<String, Projection>,
+}
+
+impl Projection {
+    /// Everything.
+    pub fn whole() -> Projection {
+        Projection { whole: true, fields: BTreeMap::new() }
+    }
+
+    /// True when the whole value is read.
+    pub fn is_whole(&self) -> bool {
+        self.whole
+    }
+
+    fn add_path(&mut self, path: &[&str]) {
+        if self.whole {
+            return;
+        }
+        match path.split_first() {
+            None => *self = Projection::whole(),
+            Some((first, rest)) => self.fields.entry((*first).to_string()).or_default().add_path(rest),
+        }
+    }
+
+    /// Adds what `other` reads.
+    pub fn merge(&mut self, other: &Projection) {
+        if self.whole {
+            return;
+        }
+        if other.whole {
+            *self = Projection::whole();
+            return;
+        }
+        for (name, sub) in &other.fields {
+            self.fields.entry(name.clone()).or_default().merge(sub);
+        }
+    }
+}
+
+/// What evaluating some expressions needs bound: the variables, and of each object variable the
+/// part read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Needs {
+    pub vars: VarSet,
+    pub object: Projection,
+    pub old_object: Projection,
+    pub workload: Projection,
+}
+
+impl Needs {
+    /// Everything: every variable, every object whole.
+    pub fn all() -> Needs {
+        Needs {
+            vars: VarSet::MAX,
+            object: Projection::whole(),
+            old_object: Projection::whole(),
+            workload: Projection::whole(),
+        }
+    }
+
+    /// True when `name` (one of [`VARIABLES`]) is needed.
+    pub fn wants(&self, name: &str) -> bool {
+        self.vars & var_bit(name) != 0
+    }
+
+    /// Adds what `other` needs.
+    pub fn merge(&mut self, other: &Needs) {
+        self.vars |= other.vars;
+        self.object.merge(&other.object);
+        self.old_object.merge(&other.old_object);
+        self.workload.merge(&other.workload);
+    }
+
+    fn projection_mut(&mut self, name: &str) -> Option<&mut Projection> {
+        match name {
+            "object" => Some(&mut self.object),
+            "oldObject" => Some(&mut self.old_object),
+            "workload" => Some(&mut self.workload),
+            _ => None,
+        }
+    }
+
+    /// Records one read of variable `name` through the field `path`.
+    fn read(&mut self, name: &str, path: &[&str]) {
+        if name == OBJECT_ACCELERATORS {
+            self.vars |= OBJECT_ACCELERATORS_BIT;
+            return;
+        }
+        self.vars |= var_bit(name);
+        if let Some(projection) = self.projection_mut(name) {
+            projection.add_path(path);
+        }
+    }
 }
 
 impl Expression {
@@ -94,14 +211,21 @@ impl Expression {
                 VARIABLES.join(", ")
             ));
         }
-        let vars = program.references().variables().iter().fold(0, |acc, v| acc | var_bit(v));
-        let instrumented = budget::instrument(program.expression());
-        Ok(Expression { source: source.to_string(), instrumented, vars })
+        let rewritten = precompute_object_accelerators(program.expression(), &mut Vec::new());
+        let mut needs = Needs::default();
+        collect_needs(&rewritten, &mut Vec::new(), &mut needs);
+        let (instrumented, comprehensions) = budget::instrument(&rewritten);
+        Ok(Expression { source: source.to_string(), instrumented, comprehensions, needs })
     }
 
     /// The variables the expression reads.
     pub fn vars(&self) -> VarSet {
-        self.vars
+        self.needs.vars
+    }
+
+    /// What the expression reads of its variables.
+    pub fn needs(&self) -> &Needs {
+        &self.needs
     }
 
     /// The expression as written.
@@ -112,7 +236,7 @@ impl Expression {
     /// Runs the program under the panic boundary; `owner` (the `Rule` name or
     /// `placement/<name>`) labels a contained panic's metric and log line.
     fn execute(&self, ctx: &Context<'_>, owner: &dyn std::fmt::Display) -> Result<CelValue, EvalError> {
-        budget::start();
+        budget::start(self.comprehensions);
         match panics::contain(owner, || CelValue::resolve(&self.instrumented, ctx)) {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(EvalError::Cel(describe(&e))),
@@ -198,6 +322,146 @@ fn entry_identifiers<'e>(entry: &'e IdedEntryExpr, bound: &mut Vec<&'e str>, out
     }
 }
 
+/// The tree with every `accelerators(object)` (where `object` is the policy variable, not a
+/// comprehension's) replaced by the variable [`OBJECT_ACCELERATORS`].
+fn precompute_object_accelerators(expr: &IdedExpr, bound: &mut Vec<String>) -> IdedExpr {
+    let id = expr.id;
+    let walk = |e: &IdedExpr, bound: &mut Vec<String>| precompute_object_accelerators(e, bound);
+    let rewritten = match &expr.expr {
+        Expr::Call(call)
+            if call.func_name == "accelerators"
+                && call.target.is_none()
+                && matches!(call.args.as_slice(), [IdedExpr { expr: Expr::Ident(name), .. }]
+                    if name == "object" && !bound.iter().any(|b| b == "object")) =>
+        {
+            Expr::Ident(OBJECT_ACCELERATORS.to_string())
+        }
+        Expr::Call(call) => {
+            let mut call = call.clone();
+            call.target = call.target.as_deref().map(|t| Box::new(walk(t, bound)));
+            call.args = call.args.iter().map(|a| walk(a, bound)).collect();
+            Expr::Call(call)
+        }
+        Expr::Comprehension(comp) => {
+            let mut comp = comp.as_ref().clone();
+            comp.iter_range = walk(&comp.iter_range, bound);
+            comp.accu_init = walk(&comp.accu_init, bound);
+            let depth = bound.len();
+            bound.push(comp.iter_var.clone());
+            bound.extend(comp.iter_var2.clone());
+            bound.push(comp.accu_var.clone());
+            comp.loop_cond = walk(&comp.loop_cond, bound);
+            comp.loop_step = walk(&comp.loop_step, bound);
+            comp.result = walk(&comp.result, bound);
+            bound.truncate(depth);
+            Expr::Comprehension(Box::new(comp))
+        }
+        Expr::List(list) => {
+            let mut list = list.clone();
+            list.elements = list.elements.iter().map(|e| walk(e, bound)).collect();
+            Expr::List(list)
+        }
+        Expr::Map(map) => {
+            let mut map = map.clone();
+            map.entries = map.entries.iter().map(|e| rewrite_entry(e, bound)).collect();
+            Expr::Map(map)
+        }
+        Expr::Struct(st) => {
+            let mut st = st.clone();
+            st.entries = st.entries.iter().map(|e| rewrite_entry(e, bound)).collect();
+            Expr::Struct(st)
+        }
+        Expr::Select(select) => {
+            let mut select = select.clone();
+            select.operand = Box::new(walk(&select.operand, bound));
+            Expr::Select(select)
+        }
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => expr.expr.clone(),
+    };
+    IdedExpr { id, expr: rewritten }
+}
+
+fn rewrite_entry(entry: &IdedEntryExpr, bound: &mut Vec<String>) -> IdedEntryExpr {
+    let expr = match &entry.expr {
+        EntryExpr::MapEntry(e) => {
+            let mut e = e.clone();
+            e.key = precompute_object_accelerators(&e.key, bound);
+            e.value = precompute_object_accelerators(&e.value, bound);
+            EntryExpr::MapEntry(e)
+        }
+        EntryExpr::StructField(f) => {
+            let mut f = f.clone();
+            f.value = precompute_object_accelerators(&f.value, bound);
+            EntryExpr::StructField(f)
+        }
+    };
+    IdedEntryExpr { id: entry.id, expr }
+}
+
+/// Collects what `expr` reads of the policy variables (see [`Projection`]): a chain of field
+/// selects on a variable reads that path; any other use of a variable reads it whole.
+fn collect_needs<'e>(expr: &'e IdedExpr, bound: &mut Vec<&'e str>, needs: &mut Needs) {
+    match &expr.expr {
+        Expr::Ident(name) => {
+            if !bound.contains(&name.as_str()) {
+                needs.read(name, &[]);
+            }
+        }
+        Expr::Select(_) => {
+            // Walk down the chain of selects to its root.
+            let mut path = Vec::new();
+            let mut node = expr;
+            while let Expr::Select(select) = &node.expr {
+                path.push(select.field.as_str());
+                node = &select.operand;
+            }
+            match &node.expr {
+                Expr::Ident(name) if !bound.contains(&name.as_str()) => {
+                    path.reverse();
+                    needs.read(name, &path);
+                }
+                _ => collect_needs(node, bound, needs),
+            }
+        }
+        Expr::Call(call) => {
+            if let Some(target) = &call.target {
+                collect_needs(target, bound, needs);
+            }
+            for arg in &call.args {
+                collect_needs(arg, bound, needs);
+            }
+        }
+        Expr::Comprehension(comp) => {
+            collect_needs(&comp.iter_range, bound, needs);
+            collect_needs(&comp.accu_init, bound, needs);
+            let depth = bound.len();
+            bound.push(comp.iter_var.as_str());
+            if let Some(v) = &comp.iter_var2 {
+                bound.push(v.as_str());
+            }
+            bound.push(comp.accu_var.as_str());
+            for part in [&comp.loop_cond, &comp.loop_step, &comp.result] {
+                collect_needs(part, bound, needs);
+            }
+            bound.truncate(depth);
+        }
+        Expr::List(list) => list.elements.iter().for_each(|e| collect_needs(e, bound, needs)),
+        Expr::Map(map) => map.entries.iter().for_each(|e| entry_needs(e, bound, needs)),
+        Expr::Struct(st) => st.entries.iter().for_each(|e| entry_needs(e, bound, needs)),
+        Expr::Literal(_) | Expr::Unspecified => {}
+    }
+}
+
+fn entry_needs<'e>(entry: &'e IdedEntryExpr, bound: &mut Vec<&'e str>, needs: &mut Needs) {
+    match &entry.expr {
+        EntryExpr::MapEntry(e) => {
+            collect_needs(&e.key, bound, needs);
+            collect_needs(&e.value, bound, needs);
+        }
+        EntryExpr::StructField(f) => collect_needs(&f.value, bound, needs),
+    }
+}
+
 fn describe(e: &ExecutionError) -> String {
     format!("CEL evaluation error: {e}")
 }
@@ -206,6 +470,8 @@ fn describe(e: &ExecutionError) -> String {
 /// all requests. Requests bind their variables in a child scope.
 pub struct Environment {
     root: Context<'static>,
+    /// What `accelerators(object)` counts, when it is computed at binding.
+    accelerators: Arc<ResourceMatcher>,
 }
 
 impl std::fmt::Debug for Environment {
@@ -224,13 +490,13 @@ impl Environment {
         let m = accelerators.clone();
         root.add_function("accelerators", move |v: CelValue| -> Result<CelValue, ExecutionError> {
             let list = requests_of(&v, &m, "accelerators")?;
-            Ok(CelValue::Int(list.values().map(|q| q.ceil_units()).sum()))
+            total_units(&list).map(CelValue::Int).ok_or_else(|| units_overflow("accelerators"))
         });
         let m = accelerators.clone();
         root.add_function("acceleratorRequests", move |v: CelValue| -> Result<CelValue, ExecutionError> {
             Ok(units_map(&requests_of(&v, &m, "acceleratorRequests")?))
         });
-        let m = accelerators;
+        let m = accelerators.clone();
         root.add_function("acceleratorLimits", move |v: CelValue| -> Result<CelValue, ExecutionError> {
             let json = to_json(&v, "acceleratorLimits")?;
             let resources = ContainerResources::from_container(&json, "", &mut Vec::new());
@@ -240,7 +506,7 @@ impl Environment {
         root.add_function(check::TEST_PANIC, |v: CelValue| -> Result<CelValue, ExecutionError> {
             panic!("allotTestPanic called on {v:?} (test-hooks build)")
         });
-        Environment { root }
+        Environment { root, accelerators }
     }
 
     /// A scope for one evaluation, with the variables in `bindings.vars` bound.
@@ -265,6 +531,18 @@ impl Environment {
         if has("request") {
             ctx.add_variable_from_value("request", bindings.request.clone());
         }
+        if bindings.vars & OBJECT_ACCELERATORS_BIT != 0 {
+            // Computed by the caller from the JSON, or here from the bound object. When it
+            // cannot be computed the variable stays unbound: the rule errors, as
+            // `accelerators(object)` would have.
+            let count = bindings.object_accelerators.or_else(|| {
+                let list = requests_of(&bindings.object, &self.accelerators, "accelerators").ok()?;
+                total_units(&list)
+            });
+            if let Some(count) = count {
+                ctx.add_variable_from_value(OBJECT_ACCELERATORS, CelValue::Int(count));
+            }
+        }
         ctx
     }
 }
@@ -280,6 +558,37 @@ pub struct Bindings {
     pub namespace: String,
     pub team: String,
     pub request: CelValue,
+    /// `accelerators(object)`, when the caller computed it from the JSON
+    /// ([`object_accelerators`]); else it is computed from `object` when needed.
+    pub object_accelerators: Option<i64>,
+}
+
+/// `accelerators(x)` of a JSON value (a Pod, a pod spec or a container), as the CEL function
+/// computes it; `None` when it is none of those or the total overflows.
+pub fn object_accelerators(value: &Value, matcher: &ResourceMatcher) -> Option<i64> {
+    total_units(&accelerators_only(&requests_of_json(value)?, matcher))
+}
+
+/// Whole devices in all, `None` past `i64`.
+fn total_units(list: &ResourceList) -> Option<i64> {
+    list.values().try_fold(0i64, |sum, q| sum.checked_add(q.ceil_units()))
+}
+
+fn units_overflow(function: &str) -> ExecutionError {
+    ExecutionError::function_error(function, "the total does not fit in an int")
+}
+
+/// Every resource a Pod, a pod spec or a container asks for.
+fn requests_of_json(json: &Value) -> Option<ResourceList> {
+    if let Some(spec) = json.get("spec") {
+        Some(resources::pod_requests(spec))
+    } else if json.get("containers").is_some() {
+        Some(resources::pod_requests(json))
+    } else if json.is_object() {
+        Some(ContainerResources::from_container(json, "", &mut Vec::new()).effective_requests())
+    } else {
+        None
+    }
 }
 
 fn to_json(v: &CelValue, function: &str) -> Result<Value, ExecutionError> {
@@ -310,20 +619,27 @@ fn cel_to_json(v: &CelValue) -> Option<Value> {
 }
 
 fn requests_of(v: &CelValue, matcher: &ResourceMatcher, function: &str) -> Result<ResourceList, ExecutionError> {
+    let key = |name: &str| Key::String(Arc::new(name.to_string()));
     // A Pod: only its spec matters, so only the spec is converted back (not the metadata).
     if let CelValue::Map(m) = v
-        && let Some(spec) = m.map.get(&Key::String(Arc::new("spec".to_string())))
+        && let Some(spec) = m.map.get(&key("spec"))
     {
         return Ok(accelerators_only(&resources::pod_requests(&to_json(spec, function)?), matcher));
     }
+    // A container: only its `resources` are read, so only they are converted back.
+    if let CelValue::Map(m) = v
+        && !m.map.contains_key(&key("containers"))
+    {
+        let mut container = serde_json::Map::new();
+        if let Some(resources) = m.map.get(&key("resources")) {
+            container.insert("resources".to_string(), to_json(resources, function)?);
+        }
+        let all = ContainerResources::from_container(&Value::Object(container), "", &mut Vec::new());
+        return Ok(accelerators_only(&all.effective_requests(), matcher));
+    }
     let json = to_json(v, function)?;
-    let all = if json.get("containers").is_some() {
-        resources::pod_requests(&json)
-    } else if json.is_object() {
-        ContainerResources::from_container(&json, "", &mut Vec::new()).effective_requests()
-    } else {
-        return Err(ExecutionError::function_error(function, "expects a Pod, a pod spec or a container"));
-    };
+    let all = requests_of_json(&json)
+        .ok_or_else(|| ExecutionError::function_error(function, "expects a Pod, a pod spec or a container"))?;
     Ok(accelerators_only(&all, matcher))
 }
 
@@ -336,6 +652,32 @@ fn units_map(list: &ResourceList) -> CelValue {
 /// Converts JSON to a CEL value. At the top level's `metadata`, `managedFields` is dropped.
 pub fn json_to_cel(value: &Value) -> CelValue {
     convert(value, 0, false)
+}
+
+/// Converts the part of `value` that `projection` reads (see [`Projection`]); a field it reads
+/// that the JSON lacks stays absent, so `has()` and a missing-field error answer as on the
+/// whole value.
+pub fn json_to_cel_projected(value: &Value, projection: &Projection) -> CelValue {
+    project(value, projection, 0, false)
+}
+
+fn project(value: &Value, projection: &Projection, depth: usize, in_metadata: bool) -> CelValue {
+    match value {
+        Value::Object(map) if !projection.whole => {
+            let mut out = HashMap::with_capacity(projection.fields.len());
+            for (k, sub) in &projection.fields {
+                if in_metadata && k == "managedFields" {
+                    continue;
+                }
+                if let Some(v) = map.get(k) {
+                    let child_is_metadata = depth == 0 && k == "metadata";
+                    out.insert(Key::String(Arc::new(k.clone())), project(v, sub, depth + 1, child_is_metadata));
+                }
+            }
+            CelValue::Map(Map { map: Arc::new(out) })
+        }
+        _ => convert(value, depth, in_metadata),
+    }
 }
 
 fn convert(value: &Value, depth: usize, in_metadata: bool) -> CelValue {
@@ -385,6 +727,7 @@ mod tests {
             namespace: "vision".into(),
             team: "vision".into(),
             request: json_to_cel(&json!({"operation": "CREATE", "dryRun": false})),
+            object_accelerators: None,
         }
     }
 
@@ -443,6 +786,83 @@ mod tests {
         let program = Program::compile("type(object) == map").unwrap();
         let root = Context::default();
         assert!(matches!(program.execute(&root), Err(ExecutionError::UndeclaredReference(_))));
+    }
+
+    /// Bindings of `object` cut to what `source` reads, as the engine binds them.
+    fn projected(source: &str, object: &Value) -> Bindings {
+        let expression = Expression::compile(source).unwrap_or_else(|e| panic!("{source}: {e}"));
+        let needs = expression.needs();
+        let matcher = ResourceMatcher::new(resources::DEFAULT_ACCELERATORS);
+        Bindings {
+            vars: needs.vars,
+            object: json_to_cel_projected(object, &needs.object),
+            workload: json_to_cel_projected(object, &needs.workload),
+            object_accelerators: object_accelerators(object, &matcher),
+            ..bindings(object.clone())
+        }
+    }
+
+    #[test]
+    fn select_chains_bind_only_the_fields_they_reach() {
+        let e = Expression::compile("object.spec.containers.size() > 0 && has(object.spec.priorityClassName)").unwrap();
+        let needs = e.needs();
+        assert!(!needs.object.is_whole());
+        assert_eq!(needs.object.fields.keys().collect::<Vec<_>>(), ["spec"]);
+        let spec = &needs.object.fields["spec"];
+        assert_eq!(spec.fields.keys().collect::<Vec<_>>(), ["containers", "priorityClassName"]);
+        assert!(spec.fields.values().all(Projection::is_whole));
+        // Any other use of the variable reads it whole: an index, an argument, a comparison.
+        for source in ["object['spec'] != null", "size(object) > 0", "object == {}", "object.exists(k, k == 'spec')"] {
+            assert!(Expression::compile(source).unwrap().needs().object.is_whole(), "{source}");
+        }
+        // A comprehension variable named like a policy variable is not that variable.
+        let e = Expression::compile("[{'a': 1}].all(object, object.a == 1) && team == ''").unwrap();
+        assert_eq!(e.vars(), var_bit("team"));
+        // accelerators(object) is computed before evaluation: the object is not bound for it.
+        let e = Expression::compile("accelerators(object) == 0 || team != ''").unwrap();
+        assert_eq!(e.vars(), OBJECT_ACCELERATORS_BIT | var_bit("team"));
+    }
+
+    #[test]
+    fn projected_bindings_evaluate_like_whole_ones() {
+        let mut pod = gpu_pod(3);
+        pod["spec"]["priorityClassName"] = json!("high-priority");
+        pod["spec"]["initContainers"] = json!([{"name": "i", "resources": {"requests": {"nvidia.com/gpu": "5"}}}]);
+        pod["metadata"]["annotations"] = json!({"a": "b"});
+        let sources = [
+            "accelerators(object) == 5",
+            "accelerators(object) == 0 || team != ''",
+            "object.spec.containers.all(c, accelerators(c) == 0 || c.name == 'c')",
+            "has(object.spec.priorityClassName) && object.spec.priorityClassName == 'high-priority'",
+            "!has(object.spec.nodeName)",
+            "object.spec.nodeName == 'x'",
+            "object.metadata.labels['allot.dev/gang-name'] == 'g'",
+            "object.metadata.annotations.a == 'b' && !has(object.metadata.managedFields)",
+            "object.spec.containers[0].resources.limits['nvidia.com/gpu'] == '3'",
+            "workload.spec.containers.size() == 1 && accelerators(workload) == 5",
+            "[{'spec': {'containers': [{'resources': {'limits': {'nvidia.com/gpu': '2'}}}]}}].all(object, accelerators(object) == 2)",
+            "object.status.phase == 'Pending'",
+            "object.spec.containers.exists(c, c.missing == 1)",
+        ];
+        let env = env();
+        for source in sources {
+            let e = Expression::compile(source).unwrap_or_else(|e| panic!("{source}: {e}"));
+            let whole = e.eval_bool(&env.scope(&bindings(pod.clone())), &"whole");
+            let cut = e.eval_bool(&env.scope(&projected(source, &pod)), &"projected");
+            assert_eq!(whole.is_ok(), cut.is_ok(), "{source}: {whole:?} / {cut:?}");
+            assert_eq!(whole.ok(), cut.ok(), "{source}");
+        }
+        assert_eq!(eval("accelerators(object) == 5", pod.clone()), Ok(true));
+    }
+
+    #[test]
+    fn accelerator_totals_that_overflow_are_errors_not_panics() {
+        let huge = json!({"spec": {"containers": [{"resources": {"limits": {
+            "nvidia.com/gpu": "9223372036854775807", "nvidia.com/mig-1g.10gb": "9223372036854775807"}}}]}});
+        let matcher = ResourceMatcher::new(resources::DEFAULT_ACCELERATORS);
+        assert_eq!(object_accelerators(&huge, &matcher), None);
+        assert!(eval("accelerators(object) > 0", huge.clone()).is_err());
+        assert!(eval("accelerators(object.spec.containers[0]) > 0", huge).is_err());
     }
 
     #[test]

@@ -32,8 +32,8 @@ pub struct Mutation {
 pub struct PodContext<'a> {
     pub namespace: &'a str,
     pub team: TeamLookup<'a>,
-    /// Lazily built CEL bindings (of the given variables) for `when` conditions.
-    pub bindings: &'a dyn Fn(crate::expression::VarSet) -> Bindings,
+    /// Lazily built CEL bindings (of what the expression needs) for `when` conditions.
+    pub bindings: &'a dyn Fn(&crate::expression::Needs) -> Bindings,
     /// Who creates the Pod: exemptions from Allot's gates go by identity, not by label.
     pub requester: crate::tenant::Requester<'a>,
 }
@@ -111,7 +111,7 @@ fn placement_applies(
     let Some(when) = &placement.when else {
         return true;
     };
-    let bindings = (ctx.bindings)(when.vars());
+    let bindings = (ctx.bindings)(when.needs());
     match when.eval_bool(&policies.env.scope(&bindings), &format_args!("placement/{}", placement.name)) {
         Ok(b) => b,
         Err(e) => {

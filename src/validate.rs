@@ -337,12 +337,16 @@ pub fn matching_rules<'p>(policies: &'p PolicySet, target: &Target<'_>) -> Vec<&
     policies.rules.iter().filter(|r| rule_matches(r, target)).collect()
 }
 
-/// The variables these rules read (only those are bound).
-pub fn rule_vars(rules: &[&Rule]) -> crate::expression::VarSet {
-    rules
-        .iter()
-        .map(|r| r.expression.vars() | r.message_expression.as_ref().map_or(0, |m| m.vars()))
-        .fold(0, |a, b| a | b)
+/// What these rules read of the variables (only that is bound).
+pub fn rule_needs(rules: &[&Rule]) -> crate::expression::Needs {
+    let mut needs = crate::expression::Needs::default();
+    for rule in rules {
+        needs.merge(rule.expression.needs());
+        if let Some(m) = &rule.message_expression {
+            needs.merge(m.needs());
+        }
+    }
+    needs
 }
 
 /// Evaluates the matching CEL rules. An expression that errors counts as failed: a rule that

@@ -44,6 +44,7 @@ fn no_bindings() -> Bindings {
         namespace: String::new(),
         team: String::new(),
         request: CelValue::Null,
+        object_accelerators: None,
     }
 }
 
@@ -252,6 +253,7 @@ fn eval_on_tenant_pod(source: &str, big_bytes: usize, containers: usize) -> Resu
         namespace: "vision".into(),
         team: String::new(),
         request: CelValue::Null,
+        object_accelerators: None,
     });
     let expression = Expression::compile(source).unwrap_or_else(|e| panic!("{source}: {e}"));
     expression.eval_bool(&ctx, &"budget")

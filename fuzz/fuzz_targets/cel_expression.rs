@@ -288,6 +288,7 @@ fn setup() -> &'static Setup {
                 team: "vision".into(),
                 request: json_to_cel(&json!({"operation": "UPDATE", "dryRun": false,
                                              "userInfo": {"username": "u", "groups": ["g"]}})),
+                object_accelerators: None,
             },
         }
     })

@@ -8,11 +8,13 @@
 //! *instrumented*: [`instrument`] rewrites the tree so that
 //!
 //! - every `+` and every function call that can build a value (`join`, `split`, `replace`,
-//!   `base64.encode`, …) passes its result through `@allotSized`, which measures it: one value
+//!   `base64.encode`, …; not those that return a number or a boolean, [`SCALAR_FUNCTIONS`])
+//!   passes its result through `@allotSized`, which measures it: one value
 //!   larger than [`MAX_VALUE_BYTES`], or more than [`MAX_EVALUATION_BYTES`] built by one
 //!   evaluation, is an evaluation error. `map`/`filter` accumulate through `@result + [element]`;
 //!   there the new element is measured, so a comprehension building a large list stops too;
-//! - every comprehension iteration passes through `@allotIteration`: more than
+//! - every comprehension iteration passes through `@allotIteration` (comprehensions are
+//!   numbered at load; their step counts are a per-evaluation vector): more than
 //!   [`MAX_ITERATIONS`] per evaluation is an evaluation error (nested macros over a tenant's
 //!   lists, or over `lists.range`, multiply), and `map`/`filter`, which copy their accumulated
 //!   list on every step (quadratic), may copy at most [`MAX_COPIED_ELEMENTS`] elements;
@@ -29,10 +31,8 @@
 //! the CPU they take is bounded by the request deadline (evaluation runs on a bounded blocking
 //! pool, `server::Evaluations`).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
-
-use std::collections::HashMap;
 
 use kube::core::cel::cel::common::ast::{CallExpr, EntryExpr, Expr, IdedEntryExpr, IdedExpr, LiteralValue};
 use kube::core::cel::cel::common::types::{CelBool, CelInt};
@@ -75,14 +75,32 @@ struct Spent {
 
 thread_local! {
     static SPENT: Cell<Spent> = const { Cell::new(Spent { bytes: 0, iterations: 0, copied: 0 }) };
-    /// Steps so far of each running comprehension instance, by its node id.
-    static STEPS: std::cell::RefCell<HashMap<i64, u64>> = std::cell::RefCell::new(HashMap::new());
+    /// Steps so far of each running comprehension, by its number ([`instrument`]).
+    static STEPS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Starts a new evaluation's budget on this thread (evaluations do not nest).
-pub fn start() {
+/// Starts a new evaluation's budget on this thread (evaluations do not nest), for an
+/// expression of `comprehensions` comprehensions.
+pub fn start(comprehensions: usize) {
     SPENT.with(|s| s.set(Spent::default()));
-    STEPS.with(|s| s.borrow_mut().clear());
+    STEPS.with(|s| {
+        let mut steps = s.borrow_mut();
+        steps.clear();
+        steps.resize(comprehensions, 0);
+    });
+}
+
+/// The step counter of comprehension `instance` (grown if an evaluation was not started for
+/// this expression: a counter is never skipped).
+fn with_steps<R>(instance: i64, f: impl FnOnce(&mut u64) -> R) -> R {
+    STEPS.with(|s| {
+        let mut steps = s.borrow_mut();
+        let index = usize::try_from(instance).unwrap_or(0);
+        if index >= steps.len() {
+            steps.resize(index + 1, 0);
+        }
+        f(&mut steps[index])
+    })
 }
 
 fn stopped(what: String) -> ExecutionError {
@@ -91,9 +109,7 @@ fn stopped(what: String) -> ExecutionError {
 
 /// One step of comprehension `instance`; `accumulates`: it copies its list on every step.
 fn iteration(instance: i64, accumulates: bool) -> Result<(), ExecutionError> {
-    let step = STEPS.with(|s| {
-        let mut steps = s.borrow_mut();
-        let step = steps.entry(instance).or_insert(0);
+    let step = with_steps(instance, |step| {
         *step += 1;
         *step
     });
@@ -180,7 +196,7 @@ pub fn register(ctx: &mut Context<'_>) {
         Ok(v)
     });
     ctx.add_function(START, |init: Value, instance: i64| -> Result<Value, ExecutionError> {
-        STEPS.with(|s| s.borrow_mut().insert(instance, 0));
+        with_steps(instance, |step| *step = 0);
         Ok(init)
     });
     ctx.add_function(ITERATION, |cond: Value, instance: i64, accumulates: bool| -> Result<Value, ExecutionError> {
@@ -291,20 +307,23 @@ fn join(This(this): This<Arc<Vec<Value>>>, Arguments(args): Arguments) -> Result
     Ok(Value::String(Arc::new(parts.join(&separator))))
 }
 
-/// The instrumented copy of a checked expression (see the module documentation).
-pub fn instrument(expr: &IdedExpr) -> IdedExpr {
-    instrument_in(expr, None)
+/// The instrumented copy of a checked expression (see the module documentation), and how many
+/// comprehensions it numbered (0, 1, …): pass that to [`start`].
+pub fn instrument(expr: &IdedExpr) -> (IdedExpr, usize) {
+    let mut comprehensions = 0;
+    let instrumented = instrument_in(expr, None, &mut comprehensions);
+    (instrumented, comprehensions)
 }
 
 /// `accumulator`: the accumulator of the comprehension whose step this is. A macro's step
 /// `@result + [element]` is not measured whole (that would cost the accumulator's length on
 /// every iteration); its new element is, so the accumulated list is charged once, linearly.
-fn instrument_in(expr: &IdedExpr, accumulator: Option<&str>) -> IdedExpr {
+/// `numbered`: comprehensions numbered so far.
+fn instrument_in(expr: &IdedExpr, accumulator: Option<&str>, numbered: &mut usize) -> IdedExpr {
     let id = expr.id;
-    let instrument = |e: &IdedExpr| instrument_in(e, accumulator);
     let rewritten = match &expr.expr {
         Expr::Call(call) => {
-            let mut target = call.target.as_deref().map(instrument);
+            let mut target = call.target.as_deref().map(|e| instrument_in(e, accumulator, numbered));
             if call.func_name == "format"
                 && let Some(t) = target.take()
             {
@@ -313,7 +332,7 @@ fn instrument_in(expr: &IdedExpr, accumulator: Option<&str>) -> IdedExpr {
             let call_expr = Expr::Call(CallExpr {
                 func_name: call.func_name.clone(),
                 target: target.map(Box::new),
-                args: call.args.iter().map(instrument).collect(),
+                args: call.args.iter().map(|e| instrument_in(e, accumulator, numbered)).collect(),
             });
             let mut node = IdedExpr { id, expr: call_expr };
             let appends_to_accumulator = call.func_name == "_+_"
@@ -330,39 +349,46 @@ fn instrument_in(expr: &IdedExpr, accumulator: Option<&str>) -> IdedExpr {
         }
         Expr::Comprehension(comp) => {
             let mut comp = comp.as_ref().clone();
-            comp.iter_range = instrument(&comp.iter_range);
+            let number = *numbered;
+            *numbered += 1;
+            comp.iter_range = instrument_in(&comp.iter_range, accumulator, numbered);
             // `map` and `filter` accumulate a list, which the interpreter copies on every step.
             let accumulates = matches!(comp.accu_init.expr, Expr::List(_));
             let literal = |value: LiteralValue| IdedExpr { id, expr: Expr::Literal(value) };
-            let instance = literal(LiteralValue::Int(CelInt::from(id as i64)));
-            comp.accu_init = call(START, vec![instrument(&comp.accu_init), instance.clone()], id);
+            let instance = literal(LiteralValue::Int(CelInt::from(number as i64)));
+            comp.accu_init =
+                call(START, vec![instrument_in(&comp.accu_init, accumulator, numbered), instance.clone()], id);
             comp.loop_cond = call(
                 ITERATION,
-                vec![instrument(&comp.loop_cond), instance, literal(LiteralValue::Boolean(CelBool::from(accumulates)))],
+                vec![
+                    instrument_in(&comp.loop_cond, accumulator, numbered),
+                    instance,
+                    literal(LiteralValue::Boolean(CelBool::from(accumulates))),
+                ],
                 id,
             );
-            comp.loop_step = instrument_in(&comp.loop_step, Some(comp.accu_var.as_str()));
-            comp.result = instrument(&comp.result);
+            comp.result = instrument_in(&comp.result, accumulator, numbered);
+            comp.loop_step = instrument_in(&comp.loop_step, Some(comp.accu_var.as_str()), numbered);
             Expr::Comprehension(Box::new(comp))
         }
         Expr::List(list) => {
             let mut list = list.clone();
-            list.elements = list.elements.iter().map(instrument).collect();
+            list.elements = list.elements.iter().map(|e| instrument_in(e, accumulator, numbered)).collect();
             Expr::List(list)
         }
         Expr::Map(map) => {
             let mut map = map.clone();
-            map.entries = map.entries.iter().map(|e| instrument_entry(e, accumulator)).collect();
+            map.entries = map.entries.iter().map(|e| instrument_entry(e, accumulator, numbered)).collect();
             Expr::Map(map)
         }
         Expr::Struct(st) => {
             let mut st = st.clone();
-            st.entries = st.entries.iter().map(|e| instrument_entry(e, accumulator)).collect();
+            st.entries = st.entries.iter().map(|e| instrument_entry(e, accumulator, numbered)).collect();
             Expr::Struct(st)
         }
         Expr::Select(select) => {
             let mut select = select.clone();
-            select.operand = Box::new(instrument(&select.operand));
+            select.operand = Box::new(instrument_in(&select.operand, accumulator, numbered));
             Expr::Select(select)
         }
         Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => expr.expr.clone(),
@@ -370,28 +396,64 @@ fn instrument_in(expr: &IdedExpr, accumulator: Option<&str>) -> IdedExpr {
     IdedExpr { id, expr: rewritten }
 }
 
-fn instrument_entry(entry: &IdedEntryExpr, accumulator: Option<&str>) -> IdedEntryExpr {
-    let instrument = |e: &IdedExpr| instrument_in(e, accumulator);
+fn instrument_entry(entry: &IdedEntryExpr, accumulator: Option<&str>, numbered: &mut usize) -> IdedEntryExpr {
     let expr = match &entry.expr {
         EntryExpr::MapEntry(e) => {
             let mut e = e.clone();
-            e.key = instrument(&e.key);
-            e.value = instrument(&e.value);
+            e.key = instrument_in(&e.key, accumulator, numbered);
+            e.value = instrument_in(&e.value, accumulator, numbered);
             EntryExpr::MapEntry(e)
         }
         EntryExpr::StructField(f) => {
             let mut f = f.clone();
-            f.value = instrument(&f.value);
+            f.value = instrument_in(&f.value, accumulator, numbered);
             EntryExpr::StructField(f)
         }
     };
     IdedEntryExpr { id: entry.id, expr }
 }
 
-/// `+`, and every named function (a function returning a scalar measures in O(1)); not the
-/// other operators, which return booleans or scalars, or select from what exists.
+/// Functions that return a number, a boolean or a time (never a string, list or map): their
+/// results need no measuring. Anything not listed is measured.
+pub const SCALAR_FUNCTIONS: &[&str] = &[
+    "accelerators",
+    "asApproximateFloat",
+    "asInteger",
+    "compareTo",
+    "contains",
+    "containsCIDR",
+    "containsIP",
+    "double",
+    "duration",
+    "endsWith",
+    "getDate",
+    "getDayOfMonth",
+    "getDayOfWeek",
+    "getDayOfYear",
+    "getFullYear",
+    "getHours",
+    "getMilliseconds",
+    "getMinutes",
+    "getMonth",
+    "getSeconds",
+    "hasValue",
+    "indexOf",
+    "int",
+    "isGreaterThan",
+    "isInteger",
+    "isLessThan",
+    "lastIndexOf",
+    "matches",
+    "size",
+    "startsWith",
+    "timestamp",
+    "uint",
+];
+
+/// `+`, and every named function except [`SCALAR_FUNCTIONS`]; not the other operators, which
+/// return booleans or scalars, or select from what exists.
 fn builds_value(func_name: &str) -> bool {
-    func_name == "_+_" || !super::check::is_operator(func_name)
+    func_name == "_+_" || !(super::check::is_operator(func_name) || SCALAR_FUNCTIONS.contains(&func_name))
 }
 
 fn wrap(function: &str, inner: IdedExpr) -> IdedExpr {

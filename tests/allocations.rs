@@ -1,0 +1,144 @@
+//! Heap allocations per admission review, counted by a global allocator in this test binary.
+//!
+//! On a shared, noisy machine time is not a stable measure, but the number of allocations a
+//! review makes is: it moves only when the code does. Each case runs `admission::review` (decode,
+//! engine, encode: what `POST /mutate` and `POST /validate` do) on a captured AdmissionReview
+//! against the shipped `policies/`, checks the answer is the real one (not an early exit), and
+//! asserts a ceiling on the allocations per review. A change that adds allocations to the
+//! request path fails here; one that removes many should lower the ceiling (numbers measured
+//! are printed with `--nocapture`, and recorded in benches/README.md).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::path::Path;
+
+use allot::admission::{self, Phase};
+use allot::engine::Engine;
+use allot::namespaces::{self, StaticNamespaces};
+use allot::policy::{self, PolicySet};
+
+/// Counts the allocations made on the current thread (tests run on threads of their own, so
+/// one test's count is not another's).
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count_one() {
+    // `try_with`: the allocator may be called while a thread's locals are being torn down.
+    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; counting touches only a
+// const-initialised thread-local `Cell`, which never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_one();
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn policies() -> PolicySet {
+    policy::load_dir(&repo().join("policies")).unwrap_or_else(|e| panic!("policies/: {e}"))
+}
+
+/// Namespace labels as a server with the Namespace watch would know them.
+fn namespaces() -> StaticNamespaces {
+    let path = repo().join("examples/cluster/namespaces.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    namespaces::from_manifests(&path.display().to_string(), &text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = repo().join("tests/fixtures/admission-reviews").join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+const ROUNDS: u64 = 50;
+
+/// Allocations per review of `body` (averaged over [`ROUNDS`], after one warm-up review that
+/// fills lazily built state), and the answer.
+fn per_review(engine: &Engine<'_>, body: &[u8], phase: Phase) -> (u64, admission::Answer) {
+    let warm = admission::review(body, phase, engine).expect("a valid review");
+    let before = allocations();
+    for _ in 0..ROUNDS {
+        let answer = admission::review(body, phase, engine).expect("a valid review");
+        assert_eq!(answer.allowed, warm.allowed, "the same review must get the same answer");
+    }
+    ((allocations() - before) / ROUNDS, warm)
+}
+
+#[test]
+fn the_counter_counts_this_threads_allocations() {
+    let before = allocations();
+    let boxed = std::hint::black_box(Box::new([0u8; 64]));
+    assert!(allocations() > before, "a Box must be counted");
+    drop(boxed);
+}
+
+#[test]
+fn mutate_010_allocations_per_review() {
+    let (policies, namespaces) = (policies(), namespaces());
+    let engine = Engine::new(&policies, &namespaces);
+    let (count, answer) = per_review(&engine, &fixture("010-mutate-create-pod-my-gpu-pod.json"), Phase::Mutate);
+    println!("/mutate 010: {count} allocations per review");
+    assert!(answer.allowed && answer.mutated, "pod 010 is admitted with a patch");
+    assert!(
+        count <= MUTATE_010_CEILING,
+        "/mutate 010 made {count} allocations per review; ceiling {MUTATE_010_CEILING}"
+    );
+}
+
+#[test]
+fn validate_allocations_per_review() {
+    let (policies, namespaces) = (policies(), namespaces());
+    let engine = Engine::new(&policies, &namespaces);
+    let mut over = Vec::new();
+    for (name, ceiling) in VALIDATE_CEILINGS {
+        let (count, answer) = per_review(&engine, &fixture(name), Phase::Validate);
+        println!("/validate {name}: {count} allocations per review (ceiling {ceiling})");
+        assert!(answer.allowed, "{name} passes validation: {:?}", answer.outcome.findings);
+        if count > *ceiling {
+            over.push(format!("{name}: {count} > {ceiling}"));
+        }
+    }
+    assert!(over.is_empty(), "allocations per /validate review over the ceiling: {over:?}");
+}
+
+/// Ceilings: the counts measured when they were set (benches/README.md), plus ~15 %.
+const MUTATE_010_CEILING: u64 = 10_000;
+const VALIDATE_CEILINGS: &[(&str, u64)] = &[
+    ("011-validate-create-pod-my-gpu-pod.json", 10_000),
+    ("002-validate-create-job-mnist-demo.json", 10_000),
+    ("019-validate-create-pod-gated-worker-0.json", 10_000),
+];
