@@ -53,6 +53,14 @@ struct Inner {
     last_arrival: i64,
 }
 
+/// How many objects the view holds (memory grows with pods above all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Tracked {
+    pub pods: usize,
+    pub gangs: usize,
+    pub nodes: usize,
+}
+
 /// How long a deletion is remembered: as long as a reservation waits for its pod.
 pub const REMOVED_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -364,6 +372,12 @@ impl ClusterState {
     pub fn counts(&self) -> (usize, usize, usize) {
         let inner = read(&self.inner);
         (inner.pods.len(), inner.nodes.len(), inner.pods.values().filter(|p| p.gate_index.is_some()).count())
+    }
+
+    /// How much the view holds, for the `allot_cluster_*` gauges: O(1).
+    pub fn tracked(&self) -> Tracked {
+        let inner = read(&self.inner);
+        Tracked { pods: inner.pods.len(), gangs: inner.gangs.len(), nodes: inner.nodes.len() }
     }
 
     /// Inferred gangs whose owner size is needed: (namespace, gang, owner).

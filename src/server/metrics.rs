@@ -20,6 +20,7 @@
 //! | `allot_gang_controller_writes_total` | `kind` (gate/condition/event/delete/arrival) | the controller's writes to the API, Lease aside |
 //! | `allot_team_accelerators` | `team`, `resource`, `state` | accelerators requested by non-finished pods |
 //! | `allot_quota_limit`, `allot_quota_used` | `team`, `resource` | a quota's limit and what counts against it |
+//! | `allot_cluster_pods`, `allot_cluster_gangs`, `allot_cluster_nodes` | | what the cluster view tracks: memory grows with these (alert well before the limit deploy/ sizes for) |
 //!
 //! The team and quota gauges are computed from the Pod watch at scrape time, so every replica
 //! reports the same cluster-wide values: aggregate them with `max`, not `sum`.
@@ -101,6 +102,10 @@ pub struct Metrics {
     pub team_accelerators: Family<TeamAcceleratorLabels, FloatGauge>,
     pub quota_limit: Family<TeamResourceLabels, FloatGauge>,
     pub quota_used: Family<TeamResourceLabels, FloatGauge>,
+    /// Pods, gangs and nodes the cluster view holds (set at scrape time).
+    pub cluster_pods: Gauge,
+    pub cluster_gangs: Gauge,
+    pub cluster_nodes: Gauge,
     current_version: Mutex<Option<String>>,
 }
 
@@ -177,6 +182,14 @@ impl Metrics {
             "What counts against a team quota now (queued pods excluded)",
             quota_used.clone(),
         );
+        let (cluster_pods, cluster_gangs, cluster_nodes) = (Gauge::default(), Gauge::default(), Gauge::default());
+        registry.register(
+            "cluster_pods",
+            "Pods the cluster view tracks (memory grows with them)",
+            cluster_pods.clone(),
+        );
+        registry.register("cluster_gangs", "Gangs the cluster view tracks", cluster_gangs.clone());
+        registry.register("cluster_nodes", "Nodes the cluster view tracks", cluster_nodes.clone());
         Metrics {
             registry,
             requests,
@@ -191,6 +204,9 @@ impl Metrics {
             team_accelerators,
             quota_limit,
             quota_used,
+            cluster_pods,
+            cluster_gangs,
+            cluster_nodes,
             current_version: Mutex::new(None),
         }
     }
@@ -221,6 +237,14 @@ impl Metrics {
             self.quota_limit.get_or_create(&labels).set(q.limit);
             self.quota_used.get_or_create(&labels).set(q.used);
         }
+    }
+
+    /// Sets the tracked-object gauges from the cluster view's counts.
+    pub fn set_tracked(&self, tracked: &crate::cluster::Tracked) {
+        let as_gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.cluster_pods.set(as_gauge(tracked.pods));
+        self.cluster_gangs.set(as_gauge(tracked.gangs));
+        self.cluster_nodes.set(as_gauge(tracked.nodes));
     }
 
     /// The text exposition format.

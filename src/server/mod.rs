@@ -373,6 +373,7 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
     // Read from the watch at scrape time: one pass over the pod records per scrape.
     state.metrics.set_usage(&state.cluster.accelerator_usage(&state.policies.load(), state.namespaces.as_ref()));
+    state.metrics.set_tracked(&state.cluster.tracked());
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.encode())
         .into_response()
 }

@@ -98,25 +98,35 @@ pub struct ControlPlane {
 impl ControlPlane {
     /// Starts both and waits (up to 90 s) for the API server's `/readyz`.
     pub async fn start(etcd: &Path, apiserver: &Path) -> ControlPlane {
+        ControlPlane::start_with(etcd, apiserver, &[]).await
+    }
+
+    /// The same, with extra etcd flags (the scale test raises `--quota-backend-bytes`).
+    pub async fn start_with(etcd: &Path, apiserver: &Path, etcd_args: &[String]) -> ControlPlane {
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
         let etcd_port = free_port();
         let peer_port = free_port();
         let api_port = free_port();
         let mut procs = Vec::new();
+        let mut etcd_flags = vec![format!("--data-dir={}", d.join("etcd").display())];
+        etcd_flags.extend_from_slice(etcd_args);
         procs.push(spawn(
             "etcd",
             d,
             etcd,
             &[
-                format!("--data-dir={}", d.join("etcd").display()),
-                format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"),
-                format!("--advertise-client-urls=http://127.0.0.1:{etcd_port}"),
-                format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
-                format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
-                format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
-                "--log-level=warn".into(),
-            ],
+                etcd_flags,
+                vec![
+                    format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"),
+                    format!("--advertise-client-urls=http://127.0.0.1:{etcd_port}"),
+                    format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+                    format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+                    format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
+                    "--log-level=warn".into(),
+                ],
+            ]
+            .concat(),
         ));
         // Service-account signing key (EC P-256, PKCS#8), also the verification key.
         let sa_key = d.join("sa.key");
@@ -239,7 +249,7 @@ fn stop_child(child: &mut Child) {
 
 /// Reads one gauge or counter (no labels) from a metrics address; `None` when unreachable.
 /// `GET /readyz` on the metrics address answers 200.
-fn ready(addr: &str) -> bool {
+pub fn ready(addr: &str) -> bool {
     use std::io::{Read, Write};
     let Ok(mut stream) = std::net::TcpStream::connect(addr) else { return false };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));

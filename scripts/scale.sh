@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Allot at cluster scale (issue 18): runs tests/scale.rs against a release build of `allot`
+# on a throwaway kube-apiserver + etcd from ../shared/k8s (or the TEST_ASSET_* binaries), and
+# prints RSS empty / grown / after a restart (peak, settled, time to settle) and creates/s with
+# Allot as a ratio to no webhook at 0 and at N pods (alternated in the same run).
+#
+# Usage: scripts/scale.sh [N]        (default N=100000; env: ALLOT_SCALE_CLIENTS=80,
+#        ALLOT_SCALE_BATCH, ALLOT_SCALE_ROUNDS=2, ALLOT_SCALE_OBSERVE_SECS=30,
+#        ALLOT_SCALE_BIN=path/to/allot to measure another build, SKIP_BUILD=1)
+# CI runs the same test at N=300 with a debug build (`cargo test --test scale`).
+# etcd's data lives in a temporary directory under ${TMPDIR:-/tmp}, removed at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export ALLOT_SCALE_PODS=${1:-100000}
+export ALLOT_SCALE_CLIENTS=${ALLOT_SCALE_CLIENTS:-80}
+export ALLOT_SCALE_OBSERVE_SECS=${ALLOT_SCALE_OBSERVE_SECS:-30}
+if [ -z "${TEST_ASSET_KUBE_APISERVER:-}" ]; then
+  eval "$(../shared/k8s/unpack.sh target/k8s-bin)"
+fi
+if [ -z "${ALLOT_SCALE_BIN:-}" ]; then
+  [ "${SKIP_BUILD:-0}" = 1 ] || cargo build --locked --release --bin allot
+  ALLOT_SCALE_BIN="$PWD/target/release/allot"
+  export ALLOT_SCALE_BIN
+fi
+cargo test --locked --test scale -- --nocapture --test-threads 1

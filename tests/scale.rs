@@ -1,0 +1,467 @@
+//! Allot at cluster scale (issue 18), on a real kube-apiserver + etcd (skipped without the
+//! envtest binaries): `allot serve` registered as both webhooks, one Team owning 20 namespaces
+//! with a large deny quota, N one-GPU pods created through it by concurrent clients (no
+//! scheduler: they stay Pending). Prints what Allot's memory does — RSS empty, grown at N, and
+//! after a restart at N (peak while its caches fill, settled, time to settle, /readyz not ready
+//! before the cache holds every pod) — and pod creates/s with Allot as a ratio to no webhook,
+//! at 0 and at N pods, alternated in the same run.
+//!
+//! CI runs it at a small N (`ALLOT_SCALE_PODS`, default 300). `scripts/scale.sh` runs it at
+//! 100,000 against a release build of `allot` (`ALLOT_SCALE_BIN`). The assertions are what must
+//! hold at any N: every create succeeds, Allot tracks every pod, /readyz waits for the fill, the
+//! restart settles; the figures themselves are printed, not asserted (the machine is shared).
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+use support::cluster::{ControlPlane, binaries_from_env, metric, ready};
+
+/// Namespaces the scale team owns.
+const NAMESPACES: usize = 20;
+/// A namespace of no team: a GPU pod there is denied by Allot, admitted without it (the probe
+/// that tells when the API server has picked up a webhook change).
+const PROBE_NAMESPACE: &str = "scale-probe";
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default)
+}
+
+/// What the run is asked to do (environment, with CI-sized defaults).
+struct Settings {
+    pods: usize,
+    clients: usize,
+    /// Pods per timed batch of the creates/s comparison.
+    batch: usize,
+    /// Alternations (with, without) per comparison point.
+    rounds: usize,
+    /// How long to watch RSS after a restart.
+    observe: Duration,
+    allot: PathBuf,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        let pods = env_usize("ALLOT_SCALE_PODS", 300);
+        Settings {
+            pods,
+            clients: env_usize("ALLOT_SCALE_CLIENTS", 32),
+            batch: env_usize("ALLOT_SCALE_BATCH", (pods / 50).clamp(50, 1500)),
+            rounds: env_usize("ALLOT_SCALE_ROUNDS", 2),
+            observe: Duration::from_secs(env_usize("ALLOT_SCALE_OBSERVE_SECS", 8) as u64),
+            allot: std::env::var_os("ALLOT_SCALE_BIN")
+                .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_allot")), PathBuf::from),
+        }
+    }
+}
+
+/// `allot serve`, killed on drop.
+struct Allot {
+    child: Child,
+    metrics: String,
+}
+
+impl Drop for Allot {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Allot {
+    /// Starts `allot serve` on `port` and returns once it prints its serving line (not once
+    /// ready: the restart measurement watches that).
+    fn spawn(bin: &Path, dir: &Path, kubeconfig: &Path, port: u16) -> Allot {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("allot.log")).expect("log");
+        let mut child = Command::new(bin)
+            .args(["serve", "--policies"])
+            .arg(dir.join("policies"))
+            .arg("--tls-cert")
+            .arg(dir.join("allot-certs/tls.crt"))
+            .arg("--tls-key")
+            .arg(dir.join("allot-certs/tls.key"))
+            .args(["--addr", &format!("127.0.0.1:{port}"), "--metrics-addr", "127.0.0.1:0"])
+            .args(["--lease-namespace", "default", "--identity", "scale", "--allot-username", "admin"])
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("allot serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(Duration::from_secs(30)).expect("allot serve did not start");
+        let metrics = line.split("http://").nth(1).map(|r| r.trim().to_string()).expect("metrics address");
+        Allot { child, metrics }
+    }
+
+    /// Resident set and its high-water mark, in bytes, from /proc.
+    fn memory(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .map_or(0, |kib| kib * 1024)
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+
+    fn rss(&self) -> u64 {
+        self.memory().0
+    }
+
+    fn tracked_pods(&self) -> Option<usize> {
+        metric(&self.metrics, "allot_cluster_pods").map(|v| v as usize)
+    }
+
+    fn stop(mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// Creates pods `from..from + count` (one GPU each, spread over the team's namespaces) with
+/// `clients` requests in flight; returns the seconds taken and the failures.
+async fn create_pods(client: &kube::Client, from: usize, count: usize, clients: usize) -> (f64, Vec<String>) {
+    let started = Instant::now();
+    let failures: Vec<String> = futures::stream::iter(from..from + count)
+        .map(|i| {
+            let client = client.clone();
+            async move {
+                let ns = format!("scale-{:02}", i % NAMESPACES);
+                let body = json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": format!("p-{i}")},
+                    "spec": {"containers": [{"name": "w", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+                });
+                let request = axum::http::Request::post(format!("/api/v1/namespaces/{ns}/pods"))
+                    .header("content-type", "application/json")
+                    .body(serde_json::to_vec(&body).unwrap_or_default());
+                match request {
+                    Ok(r) => client.request_text(r).await.err().map(|e| format!("{ns}/p-{i}: {e}")),
+                    Err(e) => Some(e.to_string()),
+                }
+            }
+        })
+        .buffer_unordered(clients)
+        .filter_map(|r| async move { r })
+        .collect()
+        .await;
+    (started.elapsed().as_secs_f64(), failures)
+}
+
+/// The webhook configurations `allot webhooks` prints for an Allot at `url`.
+fn webhook_configs(bin: &Path, ca: &Path, url: &str) -> (MutatingWebhookConfiguration, ValidatingWebhookConfiguration) {
+    let out =
+        Command::new(bin).arg("webhooks").arg("--ca-bundle").arg(ca).args(["--url", url]).output().expect("webhooks");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout)).expect("webhook yaml");
+    (
+        serde_json::from_value(docs[0].clone()).expect("mutating"),
+        serde_json::from_value(docs[1].clone()).expect("validating"),
+    )
+}
+
+/// Registers or removes Allot's webhooks and waits until the API server acts on the change
+/// (a team-less GPU pod in the probe namespace is denied with them, admitted without).
+async fn set_webhooks(
+    client: &kube::Client,
+    configs: &(MutatingWebhookConfiguration, ValidatingWebhookConfiguration),
+    on: bool,
+) {
+    let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let (m_name, v_name) =
+        (configs.0.metadata.name.clone().unwrap_or_default(), configs.1.metadata.name.clone().unwrap_or_default());
+    // Idempotent: already there (409) or already gone (404) is what was asked for.
+    let settled = |r: Result<(), kube::Error>, what: &str| match r {
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
+        other => other.unwrap_or_else(|e| panic!("{what}: {e}")),
+    };
+    if on {
+        settled(m.create(&PostParams::default(), &configs.0).await.map(drop), "mutating webhook");
+        settled(v.create(&PostParams::default(), &configs.1).await.map(drop), "validating webhook");
+    } else {
+        settled(m.delete(&m_name, &DeleteParams::default()).await.map(drop), "delete mutating webhook");
+        settled(v.delete(&v_name, &DeleteParams::default()).await.map(drop), "delete validating webhook");
+    }
+    let probes: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), PROBE_NAMESPACE);
+    let probe: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "probe"},
+        "spec": {"containers": [{"name": "w", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    }))
+    .expect("probe pod");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let admitted = probes.create(&PostParams::default(), &probe).await.is_ok();
+        if admitted {
+            let _ = probes.delete("probe", &DeleteParams::default().grace_period(0)).await;
+            // Wait for it to be gone, so the next probe's create does not collide.
+            while probes.get_opt("probe").await.ok().flatten().is_some() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        if admitted != on {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the API server did not pick up the webhook change (on = {on})");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Creates/s with Allot as a ratio to no webhook: `rounds` alternations of one batch each way.
+/// Leaves the webhooks registered. Returns (ratio, with/s, without/s) and advances `next`.
+async fn create_ratio(
+    client: &kube::Client,
+    configs: &(MutatingWebhookConfiguration, ValidatingWebhookConfiguration),
+    settings: &Settings,
+    next: &mut usize,
+) -> (f64, f64, f64) {
+    let (mut with, mut without) = ((0.0, 0usize), (0.0, 0usize));
+    for _ in 0..settings.rounds {
+        for on in [true, false] {
+            set_webhooks(client, configs, on).await;
+            let (secs, failures) = create_pods(client, *next, settings.batch, settings.clients).await;
+            assert!(failures.is_empty(), "{} creates failed, first: {}", failures.len(), failures[0]);
+            *next += settings.batch;
+            let slot = if on { &mut with } else { &mut without };
+            slot.0 += secs;
+            slot.1 += settings.batch;
+        }
+    }
+    set_webhooks(client, configs, true).await;
+    let rate = |(secs, n): (f64, usize)| n as f64 / secs.max(1e-9);
+    (rate(with) / rate(without), rate(with), rate(without))
+}
+
+/// Waits until Allot's cache holds `pods` pods (at most `timeout`).
+async fn wait_tracked(allot: &Allot, pods: usize, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while allot.tracked_pods() != Some(pods) {
+        assert!(
+            Instant::now() < deadline,
+            "allot tracks {:?} pods, expected {pods} within {timeout:?}",
+            allot.tracked_pods()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What a restart at N did.
+struct Restart {
+    ready_after: f64,
+    peak: u64,
+    settled: u64,
+    settled_after: f64,
+    /// Samples where /readyz answered 200 while the cache held fewer pods than exist.
+    ready_too_early: usize,
+}
+
+/// Restarts Allot and watches it: /readyz, the pods it tracks and RSS every 50 ms for
+/// `observe` after it is ready. Settled = the first sample after which RSS stays within 2% of
+/// the last sample.
+async fn restart(
+    old: Allot,
+    settings: &Settings,
+    dir: &Path,
+    kubeconfig: &Path,
+    port: u16,
+    pods: usize,
+) -> (Allot, Restart) {
+    old.stop();
+    let started = Instant::now();
+    let allot = Allot::spawn(&settings.allot, dir, kubeconfig, port);
+    let mut samples: Vec<(f64, u64)> = Vec::new();
+    let (mut ready_after, mut ready_too_early) = (None, 0);
+    loop {
+        let now = started.elapsed().as_secs_f64();
+        samples.push((now, allot.rss()));
+        if ready(&allot.metrics) {
+            if allot.tracked_pods().is_some_and(|n| n < pods) {
+                ready_too_early += 1;
+            }
+            ready_after.get_or_insert(now);
+        }
+        if let Some(at) = ready_after
+            && now > at + settings.observe.as_secs_f64()
+        {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(600), "allot did not get ready within 600 s of a restart");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ready_after = ready_after.unwrap_or_default();
+    let last = samples.last().map_or(0, |s| s.1);
+    let within = |rss: u64| (rss as f64 - last as f64).abs() <= last as f64 * 0.02;
+    let settled_index = samples.iter().rposition(|s| !within(s.1)).map_or(0, |i| i + 1);
+    let settled_after = samples.get(settled_index).map_or(ready_after, |s| s.0);
+    let peak = allot.memory().1;
+    (allot, Restart { ready_after, peak, settled: last, settled_after, ready_too_early })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allot_at_scale() {
+    allot::install_crypto_provider();
+    let Some([etcd, apiserver]) = binaries_from_env("allot_at_scale", ["TEST_ASSET_ETCD", "TEST_ASSET_KUBE_APISERVER"])
+    else {
+        return;
+    };
+    let settings = Settings::from_env();
+    let plane = ControlPlane::start_with(&etcd, &apiserver, &["--quota-backend-bytes=8589934592".to_string()]).await;
+    let client = plane.client.clone();
+    let dir = plane.dir.path().to_path_buf();
+
+    // Policies: the shipped ones plus a team owning the 20 namespaces with a quota no one reaches.
+    let policies = dir.join("policies");
+    std::fs::create_dir_all(&policies).expect("policies dir");
+    for entry in std::fs::read_dir(support::root().join("policies")).expect("policies") {
+        let entry = entry.expect("entry");
+        std::fs::copy(entry.path(), policies.join(entry.file_name())).expect("copy policy");
+    }
+    std::fs::write(
+        policies.join("scale-team.yaml"),
+        "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: scale}\nspec:\n  namespaces: {names: ['scale-[0-9]*']}\n  priority: {default: low-priority, allowed: [low-priority]}\n  quota: {mode: Deny, limits: {nvidia.com/gpu: 10000000}}\n",
+    )
+    .expect("team policy");
+    let certs = dir.join("allot-certs");
+    let out = Command::new(&settings.allot)
+        .args(["certs", "--out"])
+        .arg(&certs)
+        .args(["--dns-name", "127.0.0.1", "--dns-name", "localhost"])
+        .output()
+        .expect("allot certs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // Namespaces with their default ServiceAccount (no controller-manager runs), priority classes.
+    let pcs: Api<PriorityClass> = Api::all(client.clone());
+    for (name, value) in [("low-priority", 0), ("high-priority", 1_000_000)] {
+        let pc: PriorityClass =
+            serde_json::from_value(json!({"metadata": {"name": name}, "value": value})).expect("pc");
+        pcs.create(&PostParams::default(), &pc).await.expect("priority class");
+    }
+    let names: Vec<String> =
+        (0..NAMESPACES).map(|i| format!("scale-{i:02}")).chain([PROBE_NAMESPACE.to_string()]).collect();
+    for ns in &names {
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        namespaces
+            .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("ns"))
+            .await
+            .expect("namespace");
+        let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+        sas.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "default"}})).expect("sa"),
+        )
+        .await
+        .expect("service account");
+    }
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+    let mut allot = Allot::spawn(&settings.allot, &dir, &plane.kubeconfig, port);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready(&allot.metrics) {
+        assert!(Instant::now() < deadline, "allot not ready within 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss_empty = allot.rss();
+    let configs = webhook_configs(&settings.allot, &certs.join("ca.crt"), &format!("https://127.0.0.1:{port}"));
+
+    let mut next = 0;
+    let (ratio_0, with_0, without_0) = create_ratio(&client, &configs, &settings, &mut next).await;
+
+    // The fill: N pods through Allot.
+    let (secs, failures) = create_pods(&client, next, settings.pods, settings.clients).await;
+    assert!(failures.is_empty(), "{} of {} creates failed, first: {}", failures.len(), settings.pods, failures[0]);
+    next += settings.pods;
+    let fill_rate = settings.pods as f64 / secs;
+    wait_tracked(&allot, next, Duration::from_secs(120)).await;
+    let filled_pods = next;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_full = allot.rss();
+
+    let (ratio_n, with_n, without_n) = create_ratio(&client, &configs, &settings, &mut next).await;
+    wait_tracked(&allot, next, Duration::from_secs(120)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_grown = allot.rss();
+    let grown_pods = next;
+
+    let (allot_after, restart) = restart(allot, &settings, &dir, &plane.kubeconfig, port, next).await;
+    allot = allot_after;
+    let tracked_after = allot.tracked_pods();
+    let denied_probe_after = {
+        // Allot still answers after the restart (a team-less GPU pod is denied).
+        let probes: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), PROBE_NAMESPACE);
+        let probe: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": "probe-after"},
+            "spec": {"containers": [{"name": "w", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+        }))
+        .expect("probe");
+        probes.create(&PostParams::default(), &probe).await.is_err()
+    };
+    println!(
+        "== allot at scale: {grown_pods} pods ({} filled through Allot at {fill_rate:.0}/s, {} clients)",
+        settings.pods, settings.clients
+    );
+    println!("allot binary: {}", settings.allot.display());
+    println!("RSS empty:                          {:8.1} MiB", mib(rss_empty));
+    println!(
+        "RSS after the fill ({:>7} pods):   {:8.1} MiB",
+        settings.pods + 2 * settings.rounds * settings.batch,
+        mib(rss_full)
+    );
+    println!(
+        "RSS grown ({grown_pods:>7} pods):            {:8.1} MiB  ({:.0} bytes/pod over empty)",
+        mib(rss_grown),
+        (rss_grown.saturating_sub(rss_empty)) as f64 / grown_pods as f64
+    );
+    println!(
+        "restart: ready after                {:8.2} s (ready while under-filled: {} samples)",
+        restart.ready_after, restart.ready_too_early
+    );
+    println!("restart: peak RSS (VmHWM)           {:8.1} MiB", mib(restart.peak));
+    println!(
+        "restart: settled RSS                {:8.1} MiB after {:.2} s (peak/settled {:.2})",
+        mib(restart.settled),
+        restart.settled_after,
+        restart.peak as f64 / restart.settled.max(1) as f64
+    );
+    println!("creates/s at 0 pods:  with Allot {with_0:7.1}, without {without_0:7.1}, ratio {ratio_0:.3}");
+    println!("creates/s at N pods:  with Allot {with_n:7.1}, without {without_n:7.1}, ratio {ratio_n:.3}");
+    println!("ratio at N / ratio at 0: {:.3}", ratio_n / ratio_0);
+
+    assert_eq!(restart.ready_too_early, 0, "/readyz answered 200 before the pod cache held every pod");
+    assert_eq!(tracked_after, Some(grown_pods), "after the restart allot tracks every pod");
+    assert!(denied_probe_after, "allot answers after its restart (a team-less GPU pod is denied)");
+    assert!(rss_empty > 0 && rss_grown > 0 && restart.settled > 0, "RSS is read from /proc");
+    assert!(restart.peak >= restart.settled, "the high-water mark is at least the settled RSS");
+    assert!(ratio_0 > 0.0 && ratio_n > 0.0);
+    allot.stop();
+}
