@@ -34,6 +34,7 @@ fn bindings() -> Bindings {
         namespace: "default".into(),
         team: String::new(),
         request: CelValue::Null,
+        object_accelerators: None,
     }
 }
 
