@@ -162,8 +162,10 @@ mod updates {
     fn reserved_and_membership_keys_are_frozen_for_tenants() {
         let policies = shipped();
         let old = gated_worker();
-        let edits: [(&str, &str, Option<&str>); 8] = [
+        let edits: [(&str, &str, Option<&str>); 9] = [
             ("annotations", "allot.dev/gang-released", Some("2026-11-22T01:00:00Z")),
+            // An earlier arrival would move a queued pod ahead in its team's queue.
+            ("annotations", "allot.dev/arrival", Some("2020-01-01T00:00:00Z")),
             ("labels", "allot.dev/gang-name", Some("other")),
             ("labels", "allot.dev/gang-name", None),
             ("annotations", "allot.dev/gang-size", Some("1")),
@@ -250,6 +252,10 @@ mod creates {
         let denied = denials(&validation, "tenant/reserved-keys");
         assert_eq!(denied.len(), 1, "{:?}", validation.findings);
         assert!(denied[0].message.contains("annotation allot.dev/gang-released is reserved for Allot"));
+        // Nor may a pod claim an early place in its team's queue.
+        pod["metadata"]["annotations"] = json!({"allot.dev/arrival": "2020-01-01T00:00:00Z"});
+        let denied = denials(&create(&policies, &pod, "alice").1, "tenant/reserved-keys").len();
+        assert_eq!(denied, 1);
         // The two keys users declare gangs with stay theirs.
         pod["metadata"]["annotations"] = json!({"allot.dev/gang-size": "2"});
         pod["metadata"]["labels"] = json!({"allot.dev/gang-name": "g"});

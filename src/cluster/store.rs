@@ -341,12 +341,12 @@ impl ClusterState {
         self.wake.notified().await
     }
 
-    /// Records that the pod's arrival is now on the pod (`allot.dev/arrival`), so it is not
-    /// written again before the watch echoes it.
-    pub fn mark_arrival_stamped(&self, namespace: &str, name: &str) {
+    /// Records that the pod's arrival is being written (`allot.dev/arrival`), so it is not
+    /// written twice before the watch echoes it; `false` when the write failed (try again).
+    pub fn mark_arrival_stamped(&self, namespace: &str, name: &str, stamped: bool) {
         let mut inner = write(&self.inner);
         if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
-            p.arrival_stamped = true;
+            p.arrival_stamped = stamped;
         }
     }
 

@@ -2,9 +2,14 @@
 //! and — on the replica holding the `allot-gang-controller` Lease — runs the pure decision and
 //! carries out its actions: lift gates, explain on every member, enforce assembly timeouts.
 //!
+//! Event-driven: every change to the cluster view wakes the loop (coalesced over [`DEBOUNCE`]);
+//! it also wakes at the next assembly timeout and, as a safety net, every resync period. The
+//! gate lifts of a pass go out together, before its explanations.
+//!
 //! Restart-safe: all state comes from the API (gates, gang metadata, the
-//! `allot.dev/gang-released` annotation), so a new leader rebuilds it from a list and releases
-//! nothing twice; a periodic resync covers missed events.
+//! `allot.dev/gang-released` and `allot.dev/arrival` annotations, the conditions already
+//! written), so a new leader rebuilds it from a list, releases nothing twice and rewrites no
+//! explanation a pod already carries. Leadership: [`super::lease`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -179,6 +184,14 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
     let mut stopped = stopped;
     let recorder =
         Recorder::new(client.clone(), Reporter { controller: "allot".into(), instance: Some(config.identity.clone()) });
+    let (explain_tx, explain_rx) = tokio::sync::mpsc::unbounded_channel();
+    let write_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let explainer = tokio::spawn(explain(
+        Writers { client: client.clone(), recorder, state: state.clone(), metrics: metrics.clone() },
+        leader.clone(),
+        explain_rx,
+        write_failed.clone(),
+    ));
     let mut explained: HashMap<GangKey, String> = HashMap::new();
     let mut queued: HashMap<(String, String), String> = HashMap::new();
     let mut seen_generation = u64::MAX;
@@ -220,6 +233,11 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             resync_at = tokio::time::Instant::now() + config.resync;
             // The safety net: forget what was written; only pods whose conditions differ from
             // the plan's (compared on the pods themselves) are written again.
+            explained.clear();
+            queued.clear();
+        }
+        if write_failed.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            // A condition that could not be written is tried again in this pass.
             explained.clear();
             queued.clear();
         }
@@ -279,22 +297,27 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             );
         }
         later.extend(execute_lifts(&client, &state, &metrics, pass.actions).await);
-        let failed = execute_rest(&client, &recorder, &state, &metrics, later).await;
         // After the lifts: a pod released in this pass needs no place in the queue.
         let stamps = {
             let state = state.clone();
             tokio::task::spawn_blocking(move || arrivals_to_stamp(&state)).await.unwrap_or_default()
         };
-        stamp_arrivals(&client, &state, &metrics, stamps).await;
-        if failed {
-            // A condition that could not be written is tried again at the next pass.
-            explained.clear();
-            queued.clear();
+        for (namespace, pod, _) in &stamps {
+            state.mark_arrival_stamped(namespace, pod, true);
         }
+        // Explanations, deletions and stamps are written by the explainer, so the next pass's
+        // gate lifts never wait behind this pass's condition patches and Events.
+        let _ = explain_tx.send(Later { actions: later, stamps });
     }
+    drop(explain_tx);
     drop(leader);
     metrics.leader.set(0);
-    match election.await {
+    let ended = election.await;
+    // (The explainer writes nothing once this replica no longer leads.)
+    if tokio::time::timeout(Duration::from_secs(5), explainer).await.is_err() {
+        tracing::warn!("the explainer did not finish in time");
+    }
+    match ended {
         Ok(lease::Ended::Released) => {
             tracing::info!(identity = %config.identity, "gang controller stopped; Lease released")
         }
@@ -304,6 +327,79 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         }
         Err(e) => tracing::warn!(error = %e, "gang controller stopped; the election task failed"),
     }
+}
+
+/// What a pass leaves to the explainer.
+struct Later {
+    actions: Vec<ControllerAction>,
+    stamps: Vec<(String, String, i64)>,
+}
+
+/// What the explainer writes with.
+struct Writers {
+    client: kube::Client,
+    recorder: Recorder,
+    state: Arc<ClusterState>,
+    metrics: ControllerMetrics,
+}
+
+/// Writes what the passes leave (conditions, Events, deletions, arrival stamps) in pass order,
+/// off the decision loop. A backlog is coalesced: of several explanations for one pod's
+/// condition only the newest is written. Nothing is written while this replica does not lead.
+async fn explain(
+    writers: Writers,
+    leader: tokio::sync::watch::Receiver<bool>,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Later>,
+    failed: Arc<std::sync::atomic::AtomicBool>,
+) {
+    let Writers { client, recorder, state, metrics } = writers;
+    while let Some(first) = rx.recv().await {
+        let mut batches = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            batches.push(more);
+        }
+        if !*leader.borrow() {
+            for b in &batches {
+                for (namespace, pod, _) in &b.stamps {
+                    state.mark_arrival_stamped(namespace, pod, false);
+                }
+            }
+            continue;
+        }
+        let (actions, stamps) = coalesce(batches);
+        if execute_rest(&client, &recorder, &state, &metrics, actions).await {
+            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        stamp_arrivals(&client, &state, &metrics, stamps).await;
+    }
+}
+
+/// The actions of several passes, oldest first, with each pod's condition written once (the
+/// newest explanation wins); deletions are all kept.
+fn coalesce(batches: Vec<Later>) -> (Vec<ControllerAction>, Vec<(String, String, i64)>) {
+    let mut actions: Vec<Option<ControllerAction>> = Vec::new();
+    let mut latest: HashMap<(String, String, bool), usize> = HashMap::new();
+    let mut stamps = Vec::new();
+    for batch in batches {
+        stamps.extend(batch.stamps);
+        for action in batch.actions {
+            let key = match &action {
+                ControllerAction::Explain { namespace, pod, .. } => Some((namespace.clone(), pod.clone(), false)),
+                ControllerAction::Queued { namespace, pod, .. }
+                | ControllerAction::QuotaAdmitted { namespace, pod } => Some((namespace.clone(), pod.clone(), true)),
+                _ => None,
+            };
+            if let Some(key) = key
+                && let Some(older) = latest.insert(key, actions.len())
+            {
+                actions[older] = None;
+            }
+            actions.push(Some(action));
+        }
+    }
+    stamps.sort();
+    stamps.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+    (actions.into_iter().flatten().collect(), stamps)
 }
 
 /// Pods Allot holds whose arrival is not on them yet: `(namespace, name, arrival)`.
@@ -329,9 +425,12 @@ async fn stamp_arrivals(
             let patch = json!({"metadata": {"annotations": {ARRIVAL_ANNOTATION: format_nanos(arrival)}}});
             metrics.wrote("arrival");
             match api.patch(&pod, &PatchParams::default(), &Patch::Merge(patch)).await {
-                Ok(_) => state.mark_arrival_stamped(&namespace, &pod),
+                Ok(_) => {}
                 Err(e) if is_status(&e, &[404]) => {}
-                Err(e) => tracing::debug!(%namespace, %pod, error = %e, "cannot stamp the arrival; retrying later"),
+                Err(e) => {
+                    state.mark_arrival_stamped(&namespace, &pod, false);
+                    tracing::debug!(%namespace, %pod, error = %e, "cannot stamp the arrival; retrying later")
+                }
             }
         })
         .await;
