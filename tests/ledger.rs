@@ -65,13 +65,15 @@ async fn admit(book: &SharedLedger, q: &Quota, name: &str) -> Result<(), Refusal
 }
 
 fn charges(fake: &FakeApi) -> usize {
-    fake.get("configmaps", NS, "allot-quota-vision")
-        .and_then(|cm| cm["data"].as_object().map(|d| d.len()))
-        .unwrap_or(0)
+    fake.get("configmaps", NS, "allot-quota-vision").and_then(|cm| cm["data"].as_object().map(|d| d.len())).unwrap_or(0)
 }
 
+/// Updates of a ledger the fake API server accepted.
 fn updates(fake: &FakeApi) -> usize {
-    fake.calls().iter().filter(|c| c.verb == "update" && c.resource == "configmaps").count()
+    fake.requests()
+        .iter()
+        .filter(|r| r.call.verb == "update" && r.call.resource == "configmaps" && r.status == 200)
+        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,13 +142,19 @@ async fn a_conflict_is_read_again_and_decided_again() {
     let other = SharedLedger::new(fake.client("replica-b"), NS, Duration::from_secs(5));
     book.reconcile("vision", &[]).await.unwrap();
     admit(&book, &q, "a").await.unwrap();
-    // The other replica takes the last GPU; this replica's cached copy does not know.
+    // The other replica takes the last GPU; this replica's cached copy does not know: its
+    // optimistic write meets 409, it reads the ledger again and refuses.
     admit(&other, &q, "b").await.unwrap();
     let before = updates(&fake);
     let refusal = admit(&book, &q, "c").await.unwrap_err();
-    assert_eq!(refusal.message("vision"), "team vision uses 2 of 2 nvidia.com/gpu in namespaces vision; this pod asks 1");
+    assert_eq!(
+        refusal.message("vision"),
+        "team vision uses 2 of 2 nvidia.com/gpu in namespaces vision; this pod asks 1"
+    );
     assert_eq!(charges(&fake), 2);
-    assert_eq!(updates(&fake), before, "a refusal writes nothing");
+    assert_eq!(updates(&fake), before, "a refusal commits nothing");
+    let conflicts = fake.requests().iter().filter(|r| r.call.verb == "update" && r.status == 409).count();
+    assert_eq!(conflicts, 1, "the stale copy's write was refused by its resourceVersion");
 
     // A scripted 409 on the write: read again, decide again, write again.
     let fake = FakeApi::new();
@@ -154,8 +162,7 @@ async fn a_conflict_is_read_again_and_decided_again() {
     book.reconcile("vision", &[]).await.unwrap();
     fake.fail(1, 409, |r| r.call.verb == "update" && r.call.resource == "configmaps");
     admit(&book, &q, "a").await.expect("admitted after the conflict");
-    let statuses: Vec<u16> =
-        fake.requests().iter().filter(|r| r.call.verb == "update").map(|r| r.status).collect();
+    let statuses: Vec<u16> = fake.requests().iter().filter(|r| r.call.verb == "update").map(|r| r.status).collect();
     assert_eq!(statuses, vec![409, 200]);
     assert_eq!(charges(&fake), 1);
 }

@@ -288,7 +288,13 @@ impl Ledger {
 
     /// Decides `request` against this ledger and, when it fits (and is not a dry run), charges
     /// it under `key`. The same formula as the in-memory books ([`super::asks`], [`check`]).
-    pub fn charge(&mut self, quota: &Quota, request: &QuotaRequest<'_>, key: &str, now: i64) -> Result<Charged, Refusal> {
+    pub fn charge(
+        &mut self,
+        quota: &Quota,
+        request: &QuotaRequest<'_>,
+        key: &str,
+        now: i64,
+    ) -> Result<Charged, Refusal> {
         if self.contains(key) {
             return Ok(Charged::Already);
         }

@@ -17,8 +17,8 @@ use crate::quantity::Quantity;
 use crate::resources::ResourceList;
 
 pub use live::LiveQuota;
-pub use shared::SharedLedger;
 pub use queue::QuotaQueue;
+pub use shared::SharedLedger;
 
 /// One admission asking for quota.
 #[derive(Debug, Clone)]

@@ -27,8 +27,24 @@ use super::{QuotaBook, QuotaRequest, Refusal};
 use crate::policy::quota::{Charge, Quota};
 use crate::resources::ResourceList;
 
+/// What the ledger costs, for `/metrics` (registered by the server).
+#[derive(Debug, Clone, Default)]
+pub struct LedgerMetrics {
+    /// Ledger reads (a missing cached copy, a conflict, or a refusal to confirm).
+    pub reads: prometheus_client::metrics::counter::Counter,
+    /// Rounds whose charges were committed (one write for a whole queue).
+    pub commits: prometheus_client::metrics::counter::Counter,
+    /// Writes refused with 409: another writer came first.
+    pub conflicts: prometheus_client::metrics::counter::Counter,
+    /// Admissions answered by a round (charged, refused, or already charged).
+    pub decisions: prometheus_client::metrics::counter::Counter,
+    /// Rounds that ended in a fail-closed refusal (API errors, deadline).
+    pub failures: prometheus_client::metrics::counter::Counter,
+}
+
 /// The API-server-backed deny-mode book.
 pub struct SharedLedger {
+    pub metrics: LedgerMetrics,
     api: Api<ConfigMap>,
     /// How long one admission may spend on the ledger (reads, writes, retries) before it is
     /// refused; well inside the request deadline.
@@ -125,7 +141,12 @@ fn unavailable(what: &str) -> Refusal {
 impl SharedLedger {
     /// A book over the ConfigMaps in `namespace`; `budget` bounds each admission's time on it.
     pub fn new(client: kube::Client, namespace: &str, budget: Duration) -> SharedLedger {
-        SharedLedger { api: Api::namespaced(client, namespace), budget, teams: Default::default() }
+        SharedLedger {
+            metrics: LedgerMetrics::default(),
+            api: Api::namespaced(client, namespace),
+            budget,
+            teams: Default::default(),
+        }
     }
 
     fn book(&self, team: &str) -> Arc<TeamBook> {
@@ -136,6 +157,7 @@ impl SharedLedger {
     /// Reads the team's ledger into `cached` (a missing object leaves an empty, unreconciled
     /// ledger: admission then refuses until the reconciler creates it).
     async fn read(&self, team: &str, cached: &mut Cached) -> Result<(), kube::Error> {
+        self.metrics.reads.inc();
         match self.api.get_opt(&ledger::object_name(team)).await? {
             Some(object) => {
                 cached.ledger = parse(&object);
@@ -149,19 +171,19 @@ impl SharedLedger {
         Ok(())
     }
 
-    /// Decides `batch` in order and commits what it charges; answers every waiter.
-    async fn commit(&self, team: &str, cached: &mut Cached, batch: Vec<Waiting>) {
-        let now_instant = Instant::now();
-        let (late, batch): (Vec<Waiting>, Vec<Waiting>) = batch.into_iter().partition(|w| w.deadline <= now_instant);
-        for w in late {
-            let _ = w.answer.send(Err(unavailable("the request deadline passed while it waited")));
-        }
+    /// Decides the queue of `book` in order and commits what it charges; answers every waiter.
+    async fn commit(&self, team: &str, book: &TeamBook, cached: &mut Cached) {
+        let mut batch = Vec::new();
+        take_waiting(book, &mut batch);
         let Some(deadline) = batch.iter().map(|w| w.deadline).min() else { return };
         let deadline = tokio::time::Instant::from_std(deadline);
         let name = ledger::object_name(team);
         let mut fresh = false;
+        let started = Instant::now();
+        let (mut reads, mut writes) = (0u32, 0u32);
         let answers = loop {
             if !fresh && cached.object.is_none() {
+                reads += 1;
                 match tokio::time::timeout_at(deadline, self.read(team, cached)).await {
                     Ok(Ok(())) => fresh = true,
                     Ok(Err(e)) => break Err(unavailable(&format!("reading {name}: {e}"))),
@@ -184,16 +206,21 @@ impl SharedLedger {
                 break Err(unavailable(&format!("{name} does not exist")));
             };
             object.data = Some(next.to_data());
+            writes += 1;
             match tokio::time::timeout_at(deadline, self.api.replace(&name, &PostParams::default(), &object)).await {
                 Ok(Ok(written)) => {
+                    self.metrics.commits.inc();
                     cached.object = Some(written);
                     cached.ledger = next;
                     break Ok(decided);
                 }
                 Ok(Err(e)) if is_conflict(&e) => {
-                    // Another replica (or the reconciler) wrote first: read, decide again.
+                    // Another replica (or the reconciler) wrote first: read, decide again, with
+                    // whatever queued up meanwhile (under contention, rounds grow).
+                    self.metrics.conflicts.inc();
                     cached.object = None;
                     fresh = false;
+                    take_waiting(book, &mut batch);
                 }
                 Ok(Err(e)) => {
                     cached.object = None;
@@ -205,13 +232,19 @@ impl SharedLedger {
                 }
             }
         };
+        let took = started.elapsed();
+        if took > Duration::from_millis(250) {
+            tracing::info!(%team, ?took, reads, writes, admissions = batch.len(), ok = answers.is_ok(), "slow quota ledger round");
+        }
         match answers {
             Ok(decided) => {
+                self.metrics.decisions.inc_by(decided.len() as u64);
                 for (w, d) in batch.into_iter().zip(decided) {
                     let _ = w.answer.send(d.map(|_| ()));
                 }
             }
             Err(refusal) => {
+                self.metrics.failures.inc();
                 for w in batch {
                     let _ = w.answer.send(Err(refusal.clone()));
                 }
@@ -238,8 +271,7 @@ impl SharedLedger {
             if let Ok(answer) = receiver.try_recv() {
                 return answer;
             }
-            let batch = std::mem::take(&mut *book.waiting.lock().unwrap_or_else(|e| e.into_inner()));
-            self.commit(request.team, &mut cached, batch).await;
+            self.commit(request.team, &book, &mut cached).await;
             drop(cached);
             (&mut receiver).await.unwrap_or_else(|_| Err(unavailable("the round deciding it was cut off")))
         };
@@ -300,6 +332,20 @@ impl SharedLedger {
                     return Err(e);
                 }
             }
+        }
+    }
+}
+
+/// Moves the team's queued admissions into `batch`, answering at once those whose deadline has
+/// passed (their caller has given up: charging them would only over-count).
+fn take_waiting(book: &TeamBook, batch: &mut Vec<Waiting>) {
+    let now = Instant::now();
+    let queued = std::mem::take(&mut *book.waiting.lock().unwrap_or_else(|e| e.into_inner()));
+    for w in queued {
+        if w.deadline <= now {
+            let _ = w.answer.send(Err(unavailable("the request deadline passed while it waited")));
+        } else {
+            batch.push(w);
         }
     }
 }

@@ -57,8 +57,18 @@ fn admit(book: &dyn QuotaBook, quota: &Quota, pod: &Value, uid: &str) -> Result<
     if charge.is_empty() && gang.is_none() {
         return Ok(());
     }
-    let request =
-        QuotaRequest { uid, team: "vision", namespace: "vision", pod: name, pod_uid: "", created: 0, charge, requests, gang, dry_run: false };
+    let request = QuotaRequest {
+        uid,
+        team: "vision",
+        namespace: "vision",
+        pod: name,
+        pod_uid: "",
+        created: 0,
+        charge,
+        requests,
+        gang,
+        dry_run: false,
+    };
     book.admit(quota, &request).map_err(|r| r.message("vision"))
 }
 

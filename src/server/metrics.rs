@@ -211,6 +211,24 @@ impl Metrics {
         }
     }
 
+    /// Registers the deny-mode ledger's counters (only where the shared ledger is in use).
+    pub fn register_ledger(&mut self, ledger: &crate::quota::shared::LedgerMetrics) {
+        let r = &mut self.registry;
+        r.register("quota_ledger_reads", "Reads of a deny-mode quota ledger from the API server", ledger.reads.clone());
+        r.register("quota_ledger_commits", "Rounds of deny-mode charges committed to a ledger", ledger.commits.clone());
+        r.register(
+            "quota_ledger_conflicts",
+            "Ledger writes refused with 409 (another replica wrote first; read and decided again)",
+            ledger.conflicts.clone(),
+        );
+        r.register("quota_ledger_decisions", "Deny-mode admissions decided on a ledger", ledger.decisions.clone());
+        r.register(
+            "quota_ledger_failures",
+            "Ledger rounds that failed closed (API server errors or the request deadline)",
+            ledger.failures.clone(),
+        );
+    }
+
     /// Points `allot_policy_set_info` at a new version.
     pub fn set_policy_version(&self, version: &str) {
         let mut current = self.current_version.lock().unwrap_or_else(|e| e.into_inner());

@@ -140,8 +140,11 @@ impl AppState {
         allot_username: String,
         ledger: Option<Arc<SharedLedger>>,
     ) -> Arc<AppState> {
-        let metrics = Metrics::new();
+        let mut metrics = Metrics::new();
         metrics.set_policy_version(&policies.version);
+        if let Some(ledger) = &ledger {
+            metrics.register_ledger(&ledger.metrics);
+        }
         let policies = Arc::new(ArcSwap::from_pointee(policies));
         let book: Arc<dyn QuotaBook> = match ledger {
             Some(ledger) => ledger,
@@ -261,11 +264,7 @@ impl Evaluations {
             // Waiting for a permit counts against the deadline: a queue behind runaway
             // evaluations ends in 503, not in a late answer.
             let permit = self.permits.acquire_owned().await;
-            tokio::task::spawn_blocking(move || {
-                let _permit = permit;
-                answer_contained(&state, phase, &body)
-            })
-            .await
+            tokio::task::spawn_blocking(move || answer_contained(&state, phase, &body, permit.ok())).await
         };
         match tokio::time::timeout(deadline, evaluation).await {
             Ok(Ok(response)) => response,
@@ -289,24 +288,51 @@ impl Evaluations {
 /// [`answer`], with any panic turned into a well-formed AdmissionReview error (HTTP 200,
 /// `allowed: false`, status 500, the request's uid) instead of a dropped connection. Rule
 /// evaluations contain their own panics; this is the last line for everything else.
-fn answer_contained(state: &AppState, phase: Phase, body: &[u8]) -> Response {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| answer(state, phase, body))).unwrap_or_else(|payload| {
-        let webhook = phase.label();
-        let message = crate::expression::panics::payload_text(payload.as_ref());
-        state.metrics.requests.get_or_create(&RequestLabels { webhook, result: "error" }).inc();
-        tracing::error!(webhook, panic = %message, "answering an AdmissionReview panicked; answered with an error");
-        let body = admission::internal_error_response(body, &message);
-        ([(header::CONTENT_TYPE, "application/json")], body).into_response()
-    })
+fn answer_contained(
+    state: &AppState,
+    phase: Phase,
+    body: &[u8],
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+) -> Response {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| answer(state, phase, body, permit))).unwrap_or_else(
+        |payload| {
+            let webhook = phase.label();
+            let message = crate::expression::panics::payload_text(payload.as_ref());
+            state.metrics.requests.get_or_create(&RequestLabels { webhook, result: "error" }).inc();
+            tracing::error!(webhook, panic = %message, "answering an AdmissionReview panicked; answered with an error");
+            let body = admission::internal_error_response(body, &message);
+            ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+        },
+    )
 }
 
-fn answer(state: &AppState, phase: Phase, body: &[u8]) -> Response {
+/// A request's quota book: the evaluation permit is given back when the book is asked (quota is
+/// decided last, and a deny-mode decision may wait on the API server; waiting is not evaluating,
+/// and must not hold other reviews of this replica back).
+struct ReleasingBook<'a> {
+    inner: &'a dyn QuotaBook,
+    permit: std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
+}
+
+impl QuotaBook for ReleasingBook<'_> {
+    fn admit(
+        &self,
+        quota: &crate::policy::quota::Quota,
+        request: &crate::quota::QuotaRequest<'_>,
+    ) -> Result<(), crate::quota::Refusal> {
+        drop(self.permit.lock().unwrap_or_else(|e| e.into_inner()).take());
+        self.inner.admit(quota, request)
+    }
+}
+
+fn answer(state: &AppState, phase: Phase, body: &[u8], permit: Option<tokio::sync::OwnedSemaphorePermit>) -> Response {
     let started = Instant::now();
     let webhook = phase.label();
     let policies = state.policies.load();
+    let book = ReleasingBook { inner: state.quota.as_ref(), permit: std::sync::Mutex::new(permit) };
     let engine = Engine::new(&policies, state.namespaces.as_ref())
         .with_gangs(state.cluster.as_ref())
-        .with_quota(state.quota.as_ref())
+        .with_quota(&book)
         .with_allot_username(&state.allot_username);
     let response = match admission::review(body, phase, &engine) {
         Ok(answer) => {
@@ -401,10 +427,11 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     };
     let cluster = Arc::new(ClusterState::default());
     // Deny-mode quota on the API server's shared ledger wherever a leader (the gang controller's
-    // Lease holder) reconciles it; each admission may spend 60% of the request deadline on it.
+    // Lease holder) reconciles it; each admission may spend 70% of the request deadline on it
+    // (quota is decided last; evaluation as a whole gets 90%).
     let ledger = match (&client, &config.gang_controller) {
         (Some(c), Some(controller)) => {
-            Some(Arc::new(SharedLedger::new(c.clone(), &controller.lease_namespace, config.request_timeout * 6 / 10)))
+            Some(Arc::new(SharedLedger::new(c.clone(), &controller.lease_namespace, config.request_timeout * 7 / 10)))
         }
         _ => None,
     };

@@ -541,8 +541,11 @@ fn answer(store: &mut Store, request: &Request) -> (u16, Response) {
             let body = &request.body;
             // An update that names a resourceVersion is a precondition, as on the API server.
             let expected = body["metadata"]["resourceVersion"].as_str().filter(|v| !v.is_empty());
-            if call.verb == "update" && expected.is_some_and(|v| Some(v) != object["metadata"]["resourceVersion"].as_str()) {
-                let message = "the object has been modified; please apply your changes to the latest version and try again";
+            if call.verb == "update"
+                && expected.is_some_and(|v| Some(v) != object["metadata"]["resourceVersion"].as_str())
+            {
+                let message =
+                    "the object has been modified; please apply your changes to the latest version and try again";
                 return (409, Response::Json(status(409, "Conflict", message)));
             }
             let patched: Result<(), String> = if call.verb == "update" {

@@ -73,7 +73,10 @@ fn charges_up_to_the_limit_and_refuses_with_the_numbers() {
     assert_eq!(charge(&mut l, &q, "a", 2, None), Ok(Charged::New));
     assert_eq!(charge(&mut l, &q, "b", 1, None), Ok(Charged::New));
     let refusal = charge(&mut l, &q, "c", 1, None).unwrap_err();
-    assert_eq!(refusal.message("vision"), "team vision uses 3 of 3 nvidia.com/gpu in namespaces vision; this pod asks 1");
+    assert_eq!(
+        refusal.message("vision"),
+        "team vision uses 3 of 3 nvidia.com/gpu in namespaces vision; this pod asks 1"
+    );
     assert_eq!(l.len(), 2, "a refused pod is not charged");
     // Only what the quota counts is kept (no cpu).
     let (_, entry) = l.entries().next().unwrap();
@@ -236,7 +239,10 @@ fn a_conflict_re_decides_against_what_the_other_writer_committed() {
     // The API server took `first`; the second replica re-reads it and decides again.
     let mut reread = Ledger::from_data(&first.to_data(), true);
     let refusal = charge(&mut reread, &q, "y", 1, None).unwrap_err();
-    assert_eq!(refusal.message("vision"), "team vision uses 3 of 3 nvidia.com/gpu in namespaces vision; this pod asks 1");
+    assert_eq!(
+        refusal.message("vision"),
+        "team vision uses 3 of 3 nvidia.com/gpu in namespaces vision; this pod asks 1"
+    );
     // A re-sent x on the second replica finds x's charge there: admitted, not charged twice.
     assert_eq!(charge(&mut reread, &q, "x", 1, None), Ok(Charged::Already));
 }
