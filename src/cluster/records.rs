@@ -1,9 +1,9 @@
 //! What the cluster view keeps of each Pod and Node: only what scheduling, gangs and quotas
-//! need, compactly (issue 18: a [`PodRecord`] is about 150 bytes plus its name and a short
-//! request list; `records::tests` pins the figure). Built from watched k8s-openapi objects; the
-//! few distinct strings (namespaces, nodes, resource names, gang policy fields) are interned,
-//! and where an unbound pod may go ([`Placement`]: selector, affinity, tolerations) is shared
-//! by every pod of the same template instead of copied into each.
+//! need, compactly (issue 18: a [`PodRecord`] is 152 bytes plus its name and a short request
+//! list; `cluster::tests::a_typical_pod_record_stays_small` pins it). Built from watched
+//! k8s-openapi objects; the few distinct strings (namespaces, nodes, resource names, gang
+//! policy fields) are interned, and where an unbound pod may go ([`Placement`]: selector,
+//! affinity, tolerations) is shared by every pod of the same template instead of copied.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
