@@ -280,15 +280,16 @@ struct Restart {
     peak: u64,
     settled: u64,
     settled_after: f64,
-    /// Samples where /readyz answered 200 while the cache held fewer pods than exist.
+    /// 1 when /readyz first answered 200 while the cache held fewer pods than exist.
     ready_too_early: usize,
 }
 
-/// Restarts Allot and watches it: /readyz, the pods it tracks and RSS every 50 ms for
-/// `observe` after it is ready. Settled = the first sample after which RSS stays within 2% of
+/// Restarts Allot and watches it: RSS and /readyz every 50 ms, the pods it tracks when it is
+/// first ready, then RSS for `observe` more. Settled = the first sample after which RSS stays within 2% of
 /// the last sample.
 async fn restart(
     old: Allot,
+    bin: &Path,
     settings: &Settings,
     dir: &Path,
     kubeconfig: &Path,
@@ -297,17 +298,19 @@ async fn restart(
 ) -> (Allot, Restart) {
     old.stop();
     let started = Instant::now();
-    let allot = Allot::spawn(&settings.allot, dir, kubeconfig, port);
+    let allot = Allot::spawn(bin, dir, kubeconfig, port);
     let mut samples: Vec<(f64, u64)> = Vec::new();
     let (mut ready_after, mut ready_too_early) = (None, 0);
     loop {
         let now = started.elapsed().as_secs_f64();
         samples.push((now, allot.rss()));
-        if ready(&allot.metrics) {
+        // /metrics walks every pod (the team gauges): read it once when ready, not on every
+        // sample, or the scrapes themselves slow the fill they measure.
+        if ready_after.is_none() && ready(&allot.metrics) {
             if allot.tracked_pods().is_some_and(|n| n < pods) {
                 ready_too_early += 1;
             }
-            ready_after.get_or_insert(now);
+            ready_after = Some(now);
         }
         if let Some(at) = ready_after
             && now > at + settings.observe.as_secs_f64()
@@ -413,7 +416,20 @@ async fn allot_at_scale() {
     let rss_grown = allot.rss();
     let grown_pods = next;
 
-    let (allot_after, restart) = restart(allot, &settings, &dir, &plane.kubeconfig, port, next).await;
+    // Other builds (another allocator, the code before a change) restarted on the same cluster,
+    // for a same-run comparison: ALLOT_SCALE_COMPARE="label=path,label=path".
+    let mut compared = Vec::new();
+    for entry in std::env::var("ALLOT_SCALE_COMPARE").unwrap_or_default().split(',').filter(|e| !e.is_empty()) {
+        let (label, bin) = entry.split_once('=').unwrap_or((entry, entry));
+        if !Path::new(bin).is_file() {
+            println!("restart of {label}: skipped, {bin} does not exist");
+            continue;
+        }
+        let (after, figures) = restart(allot, Path::new(bin), &settings, &dir, &plane.kubeconfig, port, next).await;
+        allot = after;
+        compared.push((label.to_string(), figures));
+    }
+    let (allot_after, restart) = restart(allot, &settings.allot, &settings, &dir, &plane.kubeconfig, port, next).await;
     allot = allot_after;
     let tracked_after = allot.tracked_pods();
     let denied_probe_after = {
@@ -432,11 +448,7 @@ async fn allot_at_scale() {
     );
     println!("allot binary: {}", settings.allot.display());
     println!("RSS empty:                          {:8.1} MiB", mib(rss_empty));
-    println!(
-        "RSS after the fill ({:>7} pods):   {:8.1} MiB",
-        settings.pods + 2 * settings.rounds * settings.batch,
-        mib(rss_full)
-    );
+    println!("RSS after the fill ({:>7} pods):   {:8.1} MiB", filled_pods, mib(rss_full));
     println!(
         "RSS grown ({grown_pods:>7} pods):            {:8.1} MiB  ({:.0} bytes/pod over empty)",
         mib(rss_grown),
@@ -453,6 +465,16 @@ async fn allot_at_scale() {
         restart.settled_after,
         restart.peak as f64 / restart.settled.max(1) as f64
     );
+    for (label, r) in &compared {
+        println!(
+            "restart of {label}: ready after {:.2} s, peak {:.1} MiB, settled {:.1} MiB after {:.2} s (ready while under-filled: {})",
+            r.ready_after,
+            mib(r.peak),
+            mib(r.settled),
+            r.settled_after,
+            r.ready_too_early
+        );
+    }
     println!("creates/s at 0 pods:  with Allot {with_0:7.1}, without {without_0:7.1}, ratio {ratio_0:.3}");
     println!("creates/s at N pods:  with Allot {with_n:7.1}, without {without_n:7.1}, ratio {ratio_n:.3}");
     println!("ratio at N / ratio at 0: {:.3}", ratio_n / ratio_0);

@@ -1,10 +1,12 @@
 //! What the cluster view keeps of each Pod and Node: only what scheduling, gangs and quotas
-//! need (a [`PodRecord`] of a few hundred bytes, not the whole object), so 100k Pods stay far
-//! under 200 MB. Built from watched k8s-openapi objects; the few distinct strings (namespaces,
-//! nodes, resource names) are interned and shared by all records.
+//! need, compactly (issue 18: a [`PodRecord`] is 152 bytes plus its name and a short request
+//! list; `cluster::tests::a_typical_pod_record_stays_small` pins it). Built from watched
+//! k8s-openapi objects; the few distinct strings (namespaces, nodes, resource names, gang
+//! policy fields) are interned, and where an unbound pod may go ([`Placement`]: selector,
+//! affinity, tolerations) is shared by every pod of the same template instead of copied.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use k8s_openapi::api::core::v1::{Node, NodeSelectorTerm, Pod, Taint, Toleration};
 
@@ -69,6 +71,50 @@ pub struct GangRef {
     pub owner: Option<Owner>,
     /// The leader of a LeaderWorkerSet group.
     pub leader: bool,
+    /// What admission compares members on (interned).
+    pub priority_class: Option<Arc<str>>,
+    pub scheduler_name: Option<Arc<str>>,
+}
+
+/// Where an unbound pod may go (selector, required affinity, tolerations): the same for every
+/// pod of one template, so records share one copy ([`Placement::interned`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Placement {
+    pub node_selector: BTreeMap<String, String>,
+    pub affinity: Option<Vec<NodeSelectorTerm>>,
+    pub tolerations: Vec<Toleration>,
+}
+
+impl Placement {
+    /// The one shared copy of `self` (a weak table: placements no record holds any more are
+    /// dropped as the table grows).
+    fn interned(self) -> Arc<Placement> {
+        type Table = HashMap<String, Weak<Placement>>;
+        static TABLE: LazyLock<Mutex<(Table, usize)>> = LazyLock::new(Default::default);
+        let shape = PodShape {
+            requests: ResourceList::new(),
+            node_selector: self.node_selector,
+            affinity: self.affinity,
+            tolerations: self.tolerations,
+        };
+        let key = shape.placement_key();
+        let mut guard = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        let (table, sweep_at) = &mut *guard;
+        if let Some(found) = table.get(&key).and_then(Weak::upgrade) {
+            return found;
+        }
+        let new = Arc::new(Placement {
+            node_selector: shape.node_selector,
+            affinity: shape.affinity,
+            tolerations: shape.tolerations,
+        });
+        table.insert(key, Arc::downgrade(&new));
+        if table.len() > (*sweep_at).max(64) {
+            table.retain(|_, w| w.strong_count() > 0);
+            *sweep_at = table.len() * 2;
+        }
+        new
+    }
 }
 
 /// What the controller keeps of one Pod.
@@ -83,11 +129,13 @@ pub struct PodRecord {
     /// is gone, so it counts in quota usage and node usage, but it is no member of its gang's
     /// quorum any more (it will not run again).
     pub terminating: bool,
-    /// Effective requests (with `pods: 1`), compact: most pods are bound and need nothing else.
-    pub requests: Vec<(Arc<str>, Quantity)>,
-    /// Where it may go: kept only while the pod is not bound.
-    pub placement: Option<Box<PodShape>>,
-    pub gang: Option<GangRef>,
+    /// Effective requests (with `pods: 1`), names interned.
+    pub requests: Box<[(Arc<str>, Quantity)]>,
+    /// Where it may go: kept only while the pod is not bound, shared with every pod of the
+    /// same placement.
+    pub placement: Option<Arc<Placement>>,
+    /// Boxed: most pods are in no gang and pay 8 bytes for this, not a hundred.
+    pub gang: Option<Box<GangRef>>,
     /// Index of Allot's gate in `spec.schedulingGates`, if present.
     pub gate_index: Option<usize>,
     /// Index of Allot's quota gate, if present.
@@ -99,9 +147,9 @@ pub struct PodRecord {
     /// [`PodRecord::reserves_release`].
     pub released_at: Option<i64>,
     pub has_annotations: bool,
+    /// Which relist last saw it (see `ClusterState::begin_relist`).
+    pub(super) relist: u8,
     pub priority: i32,
-    pub priority_class: Option<String>,
-    pub scheduler_name: Option<String>,
     /// Creation time, seconds since the epoch.
     pub created: i64,
     /// When Allot first saw the pod (nanoseconds since the epoch): from the
@@ -169,10 +217,11 @@ impl PodRecord {
         let namespace = pod.metadata.namespace.clone()?;
         let name = pod.metadata.name.clone()?;
         let facts = PodFacts::from_pod(pod);
+        let spec = pod.spec.as_ref();
         let team = crate::namespaces::team_of(policies, &namespace, labels).team;
         let gang = match policies.gang_of(&facts, &namespace, team.map(|t| t.name.as_str())) {
             // Bound and foreign-managed members keep their gang: they count towards its quorum.
-            Ok(Some(m)) => Some(GangRef {
+            Ok(Some(m)) => Some(Box::new(GangRef {
                 owner: match m.source {
                     Source::Inferred(kind) => owner_of(&facts, kind),
                     _ => None,
@@ -180,18 +229,20 @@ impl PodRecord {
                 name: m.name,
                 size: m.size,
                 leader: membership::is_group_leader(&facts),
-            }),
+                priority_class: spec.and_then(|s| s.priority_class_name.as_deref()).map(intern),
+                scheduler_name: spec.and_then(|s| s.scheduler_name.as_deref()).map(intern),
+            })),
             _ => None,
         };
-        let spec = pod.spec.as_ref();
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let finished = matches!(phase, Some("Succeeded" | "Failed"));
         let shape = shape_of(pod);
         let requests = shape.requests.iter().map(|(k, v)| (intern(k), *v)).collect();
         // A bound pod only takes capacity: where it may go no longer matters.
-        let placement = facts.node_name.is_none().then(|| Box::new(shape));
-        // Only gang members need what admission compares members on.
-        let in_gang = gang.is_some();
+        let placement = facts.node_name.is_none().then(|| {
+            Placement { node_selector: shape.node_selector, affinity: shape.affinity, tolerations: shape.tolerations }
+                .interned()
+        });
         Some(PodRecord {
             node_name: facts.node_name.as_deref().map(intern),
             finished,
@@ -203,9 +254,8 @@ impl PodRecord {
             other_gates: facts.gates.iter().any(|g| g != GATE && g != QUOTA_GATE),
             released_at: facts.annotations.get(RELEASED_ANNOTATION).and_then(|v| parse_time(v)),
             has_annotations: pod.metadata.annotations.is_some(),
+            relist: 0,
             priority: spec.and_then(|s| s.priority).unwrap_or(0),
-            priority_class: spec.and_then(|s| s.priority_class_name.clone()).filter(|_| in_gang),
-            scheduler_name: spec.and_then(|s| s.scheduler_name.clone()).filter(|_| in_gang),
             created: pod.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),
             arrival: facts.annotations.get(ARRIVAL_ANNOTATION).and_then(|v| parse_nanos(v)),
             arrival_stamped: facts.annotations.get(ARRIVAL_ANNOTATION).and_then(|v| parse_nanos(v)).is_some(),
@@ -262,18 +312,35 @@ impl PodRecord {
         self.requests.iter().map(|(k, v)| (&**k, *v))
     }
 
+    /// Heap bytes this record owns alone (its name, its request list, its gang), not counting
+    /// what it shares with other records (interned strings, its placement): what each further
+    /// pod costs besides `size_of::<PodRecord>()` and its slot in the store's table.
+    pub fn owned_heap_bytes(&self) -> usize {
+        // An `Arc<str>` allocation: two counters and the bytes.
+        let arc_str = |s: &str| 2 * std::mem::size_of::<usize>() + s.len();
+        let gang = self.gang.as_ref().map_or(0, |g| {
+            std::mem::size_of::<GangRef>()
+                + g.name.len()
+                + g.owner.as_ref().map_or(0, |o| o.api_kind.len() + o.name.len())
+        });
+        arc_str(&self.name) + std::mem::size_of_val(&*self.requests) + gang
+    }
+
     pub(super) fn key(&self) -> Key {
         (self.namespace.clone(), self.name.clone())
     }
 
     /// The pod's shape for the simulation (requests only, for a bound pod).
     pub fn shape(&self) -> PodShape {
+        let requests = self.requests.iter().map(|(k, v)| (k.to_string(), *v)).collect();
         match &self.placement {
-            Some(p) => (**p).clone(),
-            None => PodShape {
-                requests: self.requests.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-                ..PodShape::default()
+            Some(p) => PodShape {
+                requests,
+                node_selector: p.node_selector.clone(),
+                affinity: p.affinity.clone(),
+                tolerations: p.tolerations.clone(),
             },
+            None => PodShape { requests, ..PodShape::default() },
         }
     }
 }
@@ -309,16 +376,22 @@ pub(super) fn key(namespace: &str, name: &str) -> Key {
     (Arc::from(namespace), Arc::from(name))
 }
 
-/// Shares the few distinct strings (namespaces, nodes, resource names) among all records.
+/// Shares the few distinct strings (namespaces, nodes, resource names, priority classes)
+/// among all records. Strings no record holds any more are dropped as the table grows, so
+/// namespaces and nodes that come and go do not pile up.
 fn intern(s: &str) -> Arc<str> {
-    static TABLE: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<Arc<str>>>> =
-        std::sync::LazyLock::new(Default::default);
-    let mut table = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    static TABLE: LazyLock<Mutex<(HashSet<Arc<str>>, usize)>> = LazyLock::new(Default::default);
+    let mut guard = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    let (table, sweep_at) = &mut *guard;
     if let Some(found) = table.get(s) {
         return found.clone();
     }
     let new: Arc<str> = Arc::from(s);
     table.insert(new.clone());
+    if table.len() > (*sweep_at).max(1024) {
+        table.retain(|a| Arc::strong_count(a) > 1);
+        *sweep_at = table.len() * 2;
+    }
     new
 }
 

@@ -28,7 +28,9 @@ pub struct ClusterState {
 
 #[derive(Debug, Default)]
 struct Inner {
-    pods: HashMap<Key, PodRecord>,
+    /// Boxed: the table then holds 40 bytes a pod, so growing it (doubling, with the old table
+    /// alive while it moves) costs little next to the records.
+    pods: HashMap<Key, Box<PodRecord>>,
     /// (namespace, gang) → member pod names
     gangs: HashMap<(Arc<str>, String), BTreeSet<Arc<str>>>,
     nodes: BTreeMap<String, NodeInfo>,
@@ -51,6 +53,12 @@ struct Inner {
     /// The last arrival assigned to a pod without an `allot.dev/arrival` stamp (nanoseconds):
     /// arrivals assigned here strictly increase, in the order the watch delivers pods.
     last_arrival: i64,
+    /// The relist under way (or last done): records it has not seen are dropped when it ends.
+    relist: u8,
+    /// Pods behind Allot's gang gate, and behind its quota gate: kept exact on every change, so
+    /// the controller skips its passes over every pod when nothing waits (issue 18).
+    gang_gated: usize,
+    quota_gated: usize,
 }
 
 /// How many objects the view holds (memory grows with pods above all).
@@ -100,8 +108,18 @@ impl Inner {
         }
     }
 
+    fn count_gates(&mut self, record: &PodRecord, sign: isize) {
+        if record.gate_index.is_some() {
+            self.gang_gated = self.gang_gated.saturating_add_signed(sign);
+        }
+        if record.quota_gate_index.is_some() {
+            self.quota_gated = self.quota_gated.saturating_add_signed(sign);
+        }
+    }
+
     fn unindex(&mut self, key: &Key) {
         let Some(old) = self.pods.remove(key) else { return };
+        self.count_gates(&old, -1);
         self.usage_delta(&old, -1);
         if let Some(g) = &old.gang {
             let gk = (old.namespace.clone(), g.name.clone());
@@ -115,6 +133,7 @@ impl Inner {
     }
 
     fn index(&mut self, mut record: PodRecord) {
+        record.relist = self.relist;
         let key = record.key();
         if record.arrival.is_none() {
             // Kept across updates; a pod seen for the first time arrives now.
@@ -132,7 +151,8 @@ impl Inner {
             self.gangs.entry((record.namespace.clone(), g.name.clone())).or_default().insert(record.name.clone());
         }
         self.usage_delta(&record, 1);
-        self.pods.insert(key, record);
+        self.count_gates(&record, 1);
+        self.pods.insert(key, Box::new(record));
     }
 }
 
@@ -153,12 +173,12 @@ pub struct ClusterView<'a> {
 impl ClusterView<'_> {
     /// Every Pod the watch has seen (finished ones included), in no particular order.
     pub fn pods(&self) -> impl Iterator<Item = &PodRecord> {
-        self.inner.pods.values()
+        self.inner.pods.values().map(|p| &**p)
     }
 
     /// One Pod, if the watch has seen it.
     pub fn pod(&self, namespace: &str, name: &str) -> Option<&PodRecord> {
-        self.inner.pods.get(&key(namespace, name))
+        self.inner.pods.get(&key(namespace, name)).map(|p| &**p)
     }
 
     /// Every Node, by name.
@@ -206,7 +226,30 @@ impl ClusterState {
         self.wake.notify_one();
     }
 
-    /// Replaces every Pod (after a watch (re)list).
+    /// A (re)list of Pods begins: its pods are applied one by one as they come
+    /// ([`ClusterState::upsert_pod`]), so the view never holds the old set and the new one at
+    /// once; [`ClusterState::finish_relist`] then drops what the list did not contain.
+    pub fn begin_relist(&self) {
+        let mut inner = write(&self.inner);
+        inner.relist = inner.relist.wrapping_add(1);
+    }
+
+    /// The (re)list is complete: forgets the pods it did not contain (deleted while the watch
+    /// was down). They are not remembered as removed: nobody saw them go.
+    pub fn finish_relist(&self) {
+        let mut inner = write(&self.inner);
+        let current = inner.relist;
+        let gone: Vec<Key> = inner.pods.iter().filter(|(_, p)| p.relist != current).map(|(k, _)| k.clone()).collect();
+        for key in &gone {
+            inner.unindex(key);
+        }
+        inner.pods.shrink_to_fit();
+        inner.generation += 1;
+        self.wake.notify_one();
+    }
+
+    /// Replaces every Pod at once (tests and tools; the watch uses
+    /// [`ClusterState::begin_relist`]).
     pub fn replace_pods(&self, records: Vec<PodRecord>) {
         let mut inner = write(&self.inner);
         // A relist keeps what was seen of the pods that are still there.
@@ -225,6 +268,8 @@ impl ClusterState {
         inner.gangs.clear();
         inner.ns_usage.clear();
         inner.tallies.clear();
+        inner.gang_gated = 0;
+        inner.quota_gated = 0;
         for r in records {
             inner.index(r);
         }
@@ -272,8 +317,11 @@ impl ClusterState {
         let mut inner = write(&self.inner);
         for n in names {
             if let Some(p) = inner.pods.get_mut(&key(namespace, n)) {
-                p.gate_index = None;
+                let was_gated = p.gate_index.take().is_some();
                 p.released_at = Some(at);
+                if was_gated {
+                    inner.gang_gated = inner.gang_gated.saturating_sub(1);
+                }
             }
         }
         inner.generation += 1;
@@ -329,7 +377,9 @@ impl ClusterState {
             {
                 p.gate_index = Some(gang - 1);
             }
-            p.quota_gate_index = None;
+            if p.quota_gate_index.take().is_some() {
+                inner.quota_gated = inner.quota_gated.saturating_sub(1);
+            }
         }
         inner.generation += 1;
         self.wake.notify_one();
@@ -368,10 +418,17 @@ impl ClusterState {
         read(&self.inner).generation
     }
 
-    /// Counts for logs and metrics: (pods, nodes, gated members).
+    /// Counts for logs and metrics: (pods, nodes, gated members). O(1).
     pub fn counts(&self) -> (usize, usize, usize) {
         let inner = read(&self.inner);
-        (inner.pods.len(), inner.nodes.len(), inner.pods.values().filter(|p| p.gate_index.is_some()).count())
+        (inner.pods.len(), inner.nodes.len(), inner.gang_gated)
+    }
+
+    /// Pods behind Allot's gang gate and behind its quota gate: when a count is 0, the pass
+    /// that works on them has nothing to do and need not walk every pod. O(1).
+    pub fn gated(&self) -> (usize, usize) {
+        let inner = read(&self.inner);
+        (inner.gang_gated, inner.quota_gated)
     }
 
     /// How much the view holds, for the `allot_cluster_*` gauges: O(1).
@@ -406,11 +463,14 @@ impl GangDirectory for ClusterState {
             .iter()
             .filter_map(|m| inner.pods.get(&(Arc::from(namespace), m.clone())))
             .filter(|p| p.present())
-            .map(|p| Peer {
-                pod: p.name.to_string(),
-                size: p.gang.as_ref().and_then(|g| g.size),
-                priority_class: p.priority_class.clone(),
-                scheduler_name: p.scheduler_name.clone(),
+            .filter_map(|p| {
+                let g = p.gang.as_ref()?;
+                Some(Peer {
+                    pod: p.name.to_string(),
+                    size: g.size,
+                    priority_class: g.priority_class.as_deref().map(str::to_string),
+                    scheduler_name: g.scheduler_name.as_deref().map(str::to_string),
+                })
             })
             .collect()
     }

@@ -80,3 +80,78 @@ fn the_directory_serves_admission_from_the_watch() {
     assert_eq!(state.peers("ml", "a").len(), 3);
     assert!(state.peers("ml", "nope").is_empty());
 }
+
+/// A typical pod: one GPU, pending, the tolerations the mutating webhook and the API server add.
+fn typical_pod(name: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"),
+            "creationTimestamp": "2026-11-22T01:00:00Z"},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.36",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}}],
+            "priorityClassName": "low-priority", "priority": 0,
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]},
+        "status": {"phase": "Pending"}
+    })
+}
+
+/// Pins what a pod costs the cluster view (issue 18): a field added to `PodRecord` shows up
+/// here as a number to justify, not later as an OOM at 100,000 pods. Per pod the store holds
+/// the record (boxed), its table slot (key: two `Arc<str>` = 32 bytes, the box pointer: 8) and
+/// what the record owns alone on the heap; namespaces, resource names and placements are
+/// shared.
+#[test]
+fn a_typical_pod_record_stays_small() {
+    use super::records::PodRecord;
+    let p = policies("");
+    let a = super::fixtures::record(&typical_pod("trainer-7f9c2-00001"), &p);
+    let b = super::fixtures::record(&typical_pod("trainer-7f9c2-00002"), &p);
+    assert_eq!(std::mem::size_of::<PodRecord>(), 152, "size_of::<PodRecord>() changed: update README sizing");
+    // Name (16 + 19 bytes) and two requests (nvidia.com/gpu, pods: 32 bytes each).
+    assert_eq!(a.owned_heap_bytes(), 16 + 19 + 2 * 32);
+    // The placement (three tolerations) and the namespace are one shared copy, not one a pod.
+    let (pa, pb) = (a.placement.as_ref().expect("pending: placement kept"), b.placement.as_ref().expect("placement"));
+    assert!(std::sync::Arc::ptr_eq(pa, pb), "pods of one template share their placement");
+    assert_eq!(pa.tolerations.len(), 3);
+    assert!(std::sync::Arc::ptr_eq(&a.namespace, &b.namespace), "namespaces are interned");
+    // A bound pod keeps no placement at all.
+    let mut bound = typical_pod("bound");
+    bound["spec"]["nodeName"] = json!("n1");
+    assert!(super::fixtures::record(&bound, &p).placement.is_none());
+    // Its shape for the simulation is still whole.
+    let shape = a.shape();
+    assert_eq!(shape.tolerations.len(), 3);
+    assert_eq!(shape.requests["nvidia.com/gpu"], Quantity::from_units(1));
+    assert_eq!(shape.requests["pods"], Quantity::from_units(1));
+}
+
+/// A relist applies pods one by one into the live view and, when done, drops those it did not
+/// contain (deleted while the watch was down), with their usage.
+#[test]
+fn a_relist_replaces_the_pods_in_place_and_drops_the_ones_it_did_not_see() {
+    let p = policies("");
+    let state = cluster(&p, &[typical_pod("stays"), typical_pod("gone")]);
+    assert_eq!(state.tracked().pods, 2);
+    state.begin_relist();
+    state.upsert_pod(super::fixtures::record(&typical_pod("stays"), &p));
+    state.upsert_pod(super::fixtures::record(&typical_pod("new"), &p));
+    // Until the relist ends, the view still counts what it had (no pod vanishes half-way).
+    assert_eq!(state.tracked().pods, 3);
+    state.finish_relist();
+    let view = state.view();
+    let mut names: Vec<&str> = view.pods().map(|p| &*p.name).collect();
+    names.sort();
+    assert_eq!(names, ["new", "stays"]);
+    drop(view);
+    let (usage, _) = state.usage_where(&mut |ns| ns == "ml");
+    assert_eq!(usage["nvidia.com/gpu"], Quantity::from_units(2));
+    // A second relist that sees everything drops nothing.
+    state.begin_relist();
+    state.upsert_pod(super::fixtures::record(&typical_pod("stays"), &p));
+    state.upsert_pod(super::fixtures::record(&typical_pod("new"), &p));
+    state.finish_relist();
+    assert_eq!(state.tracked().pods, 2);
+}

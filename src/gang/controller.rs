@@ -104,15 +104,22 @@ async fn watch_pods(
     synced: OnSynced,
 ) {
     let api: Api<Pod> = Api::all(client);
-    let mut buffer: Vec<PodRecord> = Vec::new();
-    let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    // Lists come in pages (one page of whole Pods in memory at a time) and each pod goes
+    // straight into the store as its compact record: a (re)list never holds a second copy of
+    // the cluster (issue 18).
+    let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
+    let mut stream = watcher(api, config).default_backoff().boxed();
     while let Some(event) = stream.next().await {
         let p = policies.load();
         match event {
-            Ok(watcher::Event::Init) => buffer.clear(),
-            Ok(watcher::Event::InitApply(pod)) => buffer.extend(PodRecord::from_pod(&pod, &p, namespaces.as_ref())),
+            Ok(watcher::Event::Init) => state.begin_relist(),
+            Ok(watcher::Event::InitApply(pod)) => {
+                if let Some(r) = PodRecord::from_pod(&pod, &p, namespaces.as_ref()) {
+                    state.upsert_pod(r);
+                }
+            }
             Ok(watcher::Event::InitDone) => {
-                state.replace_pods(std::mem::take(&mut buffer));
+                state.finish_relist();
                 synced();
             }
             Ok(watcher::Event::Apply(pod)) => {
@@ -129,6 +136,9 @@ async fn watch_pods(
         }
     }
 }
+
+/// Pods per page of a (re)list: the whole objects of one page are in memory at once.
+const LIST_PAGE_SIZE: u32 = 500;
 
 async fn watch_nodes(client: kube::Client, state: Arc<ClusterState>) {
     let api: Api<Node> = Api::all(client);
@@ -241,13 +251,20 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             explained.clear();
             queued.clear();
         }
-        resolve_owner_sizes(&client, &state).await;
+        // Both passes walk every pod; with nothing behind a gate they have nothing to do, and at
+        // 100,000 pods a walk every 250 ms is CPU the webhooks lack (issue 18).
+        let (gang_gated, quota_gated) = state.gated();
+        if gang_gated > 0 {
+            resolve_owner_sizes(&client, &state).await;
+        }
         seen_generation = state.generation();
         metrics.passes.inc();
         // The pure work of a pass (quota queue, snapshot, decision) runs on a blocking thread:
         // however large the cluster view, it never occupies the async workers that answer
         // /mutate, /validate and /readyz.
-        let (quota_actions, back) = {
+        let (quota_actions, back) = if quota_gated == 0 {
+            (Vec::new(), std::mem::take(&mut queued))
+        } else {
             let (state, p, namespaces) = (state.clone(), policies.load_full(), namespaces.clone());
             match tokio::task::spawn_blocking(move || {
                 let actions = state.quota_plan(&p, namespaces.as_ref(), &mut queued);
@@ -266,7 +283,9 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         // Quota first: a gang member is released by the gang controller only once its quota
         // gate is gone. Only the gate lifts wait; explanations go out after the gang's lifts.
         let mut later = execute_lifts(&client, &state, &metrics, quota_actions).await;
-        let (pass, back) = {
+        let (pass, back) = if gang_gated == 0 && state.gated().0 == 0 {
+            (Plan::default(), std::mem::take(&mut explained))
+        } else {
             let (state, p, namespaces) = (state.clone(), policies.load_full(), namespaces.clone());
             match tokio::task::spawn_blocking(move || {
                 let (snapshot, facts) = state.snapshot(&p, namespaces.as_ref(), now);
