@@ -87,6 +87,11 @@ pub struct ServeArgs {
     /// Per-request deadline in milliseconds; keep it well under the webhook's timeoutSeconds.
     #[arg(long, default_value_t = 2000)]
     pub request_timeout_ms: u64,
+    /// Reviews up to this many bytes are evaluated in place, without the hand-off to the
+    /// evaluation pool, when every Rule and Placement condition is linear (no nested or
+    /// list-building comprehension, no regular expression); 0 sends every review to the pool.
+    #[arg(long, default_value_t = crate::server::DEFAULT_INLINE_BODY_BYTES)]
+    pub inline_evaluation_max_bytes: usize,
     /// Time a connection has to send a complete request head (and to finish the TLS
     /// handshake), in milliseconds; on HTTP/1.1 also how long an idle keep-alive
     /// connection stays open. Cuts off slow-header (slowloris) clients.
@@ -155,6 +160,7 @@ impl From<ServeArgs> for ServeConfig {
             metrics_addr: args.metrics_addr,
             max_body_bytes: args.max_body_bytes,
             request_timeout: Duration::from_millis(args.request_timeout_ms),
+            inline_body_bytes: args.inline_evaluation_max_bytes,
             header_read_timeout: Duration::from_millis(args.header_read_timeout_ms.max(1)),
             max_connections: args.max_connections.max(1),
             reload_interval: Duration::from_secs(args.reload_interval_secs.max(1)),

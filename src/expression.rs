@@ -72,6 +72,8 @@ pub struct Expression {
     /// How many comprehensions the tree holds (the budget counts their steps by number).
     comprehensions: usize,
     needs: Needs,
+    /// Its cost is at most linear in the bound objects ([`is_linear`]).
+    linear: bool,
 }
 
 /// A set of [`VARIABLES`] as a bit mask (bit *i* = `VARIABLES[i]`), plus
@@ -214,8 +216,18 @@ impl Expression {
         let rewritten = precompute_object_accelerators(program.expression(), &mut Vec::new());
         let mut needs = Needs::default();
         collect_needs(&rewritten, &mut Vec::new(), &mut needs);
+        let linear = is_linear(&rewritten, 0);
         let (instrumented, comprehensions) = budget::instrument(&rewritten);
-        Ok(Expression { source: source.to_string(), instrumented, comprehensions, needs })
+        Ok(Expression { source: source.to_string(), instrumented, comprehensions, needs, linear })
+    }
+
+    /// True when each step of evaluating costs at most time linear in the bound objects' size
+    /// (so the whole is at most quadratic, through one comprehension): no nested
+    /// comprehensions, none that accumulates a list (`map`, `filter`: quadratic copies), and only
+    /// functions of linear cost ([`LINEAR_FUNCTIONS`]). The server evaluates such rules on small
+    /// objects in place instead of on the blocking pool (`server::Evaluations`).
+    pub fn is_linear(&self) -> bool {
+        self.linear
     }
 
     /// The variables the expression reads.
@@ -396,6 +408,54 @@ fn rewrite_entry(entry: &IdedEntryExpr, bound: &mut Vec<String>) -> IdedEntryExp
         }
     };
     IdedEntryExpr { id: entry.id, expr }
+}
+
+/// Functions whose cost is linear in their arguments (no regular expressions compiled from
+/// data, nothing that builds a value larger than its input by more than a constant).
+pub const LINEAR_FUNCTIONS: &[&str] = &[
+    "accelerators",
+    "acceleratorRequests",
+    "acceleratorLimits",
+    "contains",
+    "double",
+    "endsWith",
+    "indexOf",
+    "int",
+    "lastIndexOf",
+    "lowerAscii",
+    "size",
+    "startsWith",
+    "string",
+    "substring",
+    "trim",
+    "uint",
+    "upperAscii",
+];
+
+/// See [`Expression::is_linear`]; `depth`: comprehensions around `expr`.
+fn is_linear(expr: &IdedExpr, depth: usize) -> bool {
+    match &expr.expr {
+        Expr::Call(call) => {
+            (check::is_operator(&call.func_name) || LINEAR_FUNCTIONS.contains(&call.func_name.as_str()))
+                && call.target.as_deref().is_none_or(|t| is_linear(t, depth))
+                && call.args.iter().all(|a| is_linear(a, depth))
+        }
+        Expr::Comprehension(comp) => {
+            depth == 0
+                && !matches!(comp.accu_init.expr, Expr::List(_) | Expr::Map(_))
+                && is_linear(&comp.iter_range, depth)
+                && is_linear(&comp.accu_init, depth)
+                && [&comp.loop_cond, &comp.loop_step, &comp.result].iter().all(|e| is_linear(e, depth + 1))
+        }
+        Expr::List(list) => list.elements.iter().all(|e| is_linear(e, depth)),
+        Expr::Map(map) => map.entries.iter().all(|e| match &e.expr {
+            EntryExpr::MapEntry(m) => is_linear(&m.key, depth) && is_linear(&m.value, depth),
+            EntryExpr::StructField(_) => false,
+        }),
+        Expr::Select(select) => is_linear(&select.operand, depth),
+        Expr::Ident(_) | Expr::Literal(_) => true,
+        Expr::Struct(_) | Expr::Unspecified => false,
+    }
 }
 
 /// Collects what `expr` reads of the policy variables (see [`Projection`]): a chain of field
@@ -853,6 +913,32 @@ mod tests {
             assert_eq!(whole.ok(), cut.ok(), "{source}");
         }
         assert_eq!(eval("accelerators(object) == 5", pod.clone()), Ok(true));
+    }
+
+    #[test]
+    fn linear_expressions_are_recognised() {
+        let linear = |source: &str| Expression::compile(source).unwrap_or_else(|e| panic!("{e}")).is_linear();
+        for source in [
+            "accelerators(object) == 0 || team != ''",
+            "object.spec.containers.all(c, accelerators(c) == 0 || c.image.contains('@sha256:') || \
+             (c.image.substring(c.image.lastIndexOf('/') + 1).contains(':') && !c.image.endsWith(':latest')))",
+            "!has(object.spec.priorityClassName) || object.spec.priorityClassName != 'high-priority'",
+            "'high-priority pod requesting ' + string(accelerators(object)) + ' accelerator(s)'",
+        ] {
+            assert!(linear(source), "{source}");
+        }
+        for source in [
+            // Nested: quadratic in the list.
+            "object.spec.containers.all(c, object.spec.containers.all(d, c.name == d.name))",
+            // map/filter copy their accumulated list on every step.
+            "object.spec.containers.map(c, c.name).size() > 0",
+            "object.spec.containers.filter(c, c.name == 'x').size() == 0",
+            // A regular expression, or a function of unknown cost.
+            "object.metadata.name.matches('^a+$')",
+            "object.metadata.name.split('-').size() > 0",
+        ] {
+            assert!(!linear(source), "{source}");
+        }
     }
 
     #[test]

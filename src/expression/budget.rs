@@ -29,7 +29,8 @@
 //! a value (`[s, s, s]` copies `s` three times; the interpreter clones values into lists) and
 //! value-linear functions between two checks. Both are bounded (policy size × body limit), and
 //! the CPU they take is bounded by the request deadline (evaluation runs on a bounded blocking
-//! pool, `server::Evaluations`).
+//! pool, `server::Evaluations`; only small reviews under policies whose every expression is
+//! linear, `Expression::is_linear`, are evaluated in place).
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
