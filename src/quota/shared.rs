@@ -364,10 +364,17 @@ fn parse(object: &ConfigMap) -> Ledger {
 }
 
 impl QuotaBook for SharedLedger {
-    /// Runs [`SharedLedger::admit_async`] to completion. Call it off the async workers (the
-    /// server evaluates admissions on the blocking pool); without a runtime it refuses.
+    /// Runs [`SharedLedger::admit_async`] to completion. The server evaluates most admissions
+    /// on the blocking pool, but small ones in place on an async worker (issue 13's inline
+    /// evaluation): there `block_in_place` hands the worker's other tasks to another thread
+    /// first, since blocking a worker on the API server would stall every other review.
+    /// Without a runtime it refuses.
     fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), Refusal> {
-        match tokio::runtime::Handle::try_current() {
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        match Handle::try_current() {
+            Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| handle.block_on(self.admit_async(quota, request)))
+            }
             Ok(handle) => handle.block_on(self.admit_async(quota, request)),
             Err(_) => Err(unavailable("no async runtime to reach the API server from")),
         }

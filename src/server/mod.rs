@@ -285,7 +285,7 @@ impl Evaluations {
 
     async fn run(self, state: Arc<AppState>, phase: Phase, body: Bytes) -> Response {
         if body.len() <= self.inline_body_bytes && all_linear(&state.policies.load()) {
-            return answer_contained(&state, phase, &body);
+            return answer_contained(&state, phase, &body, None);
         }
         let webhook = phase.label();
         let deadline = self.deadline;
