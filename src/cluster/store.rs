@@ -367,6 +367,12 @@ impl ClusterState {
         inner.pods.contains_key(&key) || inner.removed_at.get(&key).is_some_and(|at| *at >= since)
     }
 
+    /// True when the watch saw a pod of this name deleted at or after `since` (remembered for
+    /// [`REMOVED_TTL`]).
+    pub fn removed_since(&self, namespace: &str, name: &str, since: std::time::Instant) -> bool {
+        read(&self.inner).removed_at.get(&key(namespace, name)).is_some_and(|at| *at >= since)
+    }
+
     /// Marks a pod's quota gate lifted locally, before the watch confirms it. A gang gate after
     /// it moves up one place, so a release in the same pass tests and removes the right index.
     pub fn mark_quota_released(&self, namespace: &str, name: &str) {

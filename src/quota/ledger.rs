@@ -360,6 +360,13 @@ impl Ledger {
     /// `now`: see the module doc for the rules. A pod is matched by namespace, name and
     /// creationTimestamp (the watch keeps no UID); at most one charge per pod survives.
     pub fn reconcile(&mut self, pods: &[SeenPod], now: i64) -> Reconciled {
+        self.reconcile_with(pods, now, &|_| false)
+    }
+
+    /// [`Ledger::reconcile`], where `deleted` says whether the watch saw a pending charge's pod
+    /// deleted after it was charged (it came and went before the leader looked): its charge is
+    /// released then rather than at expiry.
+    pub fn reconcile_with(&mut self, pods: &[SeenPod], now: i64, deleted: &dyn Fn(&Entry) -> bool) -> Reconciled {
         let mut out = Reconciled { dropped_unreadable: self.unreadable.len(), ..Reconciled::default() };
         self.unreadable.clear();
         let by_name: HashMap<(&str, &str), &SeenPod> =
@@ -401,8 +408,9 @@ impl Ledger {
                         self.insert(key, updated);
                     }
                 }
-                None if entry.seen => {
-                    // Seen once, gone now (or a later pod of the same name holds it).
+                None if entry.seen || deleted(&entry) => {
+                    // Seen once (or seen deleted), gone now (or a later pod of the same name
+                    // holds it).
                     self.remove(&key);
                     out.released += 1;
                 }

@@ -189,6 +189,14 @@ impl SharedLedger {
                     Ok(Err(e)) => break Err(unavailable(&format!("reading {name}: {e}"))),
                     Err(_) => break Err(unavailable("no answer from the API server within the request deadline")),
                 }
+                // No ledger yet (a replica creates it seconds after start-up, or after a policy
+                // reload adds the team): wait for it a little, within the deadline.
+                let retry_at = tokio::time::Instant::now() + MISSING_LEDGER_RETRY;
+                if cached.object.is_none() && retry_at + MISSING_LEDGER_RETRY < deadline {
+                    tokio::time::sleep_until(retry_at).await;
+                    fresh = false;
+                    continue;
+                }
             }
             let now = unix_now();
             let mut next = cached.ledger.clone();
@@ -281,9 +289,46 @@ impl SharedLedger {
         }
     }
 
+    /// Creates `team`'s ledger from `pods` (this replica's synced watch) when it does not exist
+    /// yet; an existing one is left to the leader. Any replica may do this: a new ledger holds
+    /// no charge a stale watch could wrongly release, only pods it adds (at worst one the leader
+    /// later finds gone).
+    pub async fn ensure(&self, team: &str, pods: &[SeenPod]) -> Result<(), kube::Error> {
+        let book = self.book(team);
+        let mut cached = book.slot.lock().await;
+        self.read(team, &mut cached).await?;
+        if cached.object.is_some() {
+            return Ok(());
+        }
+        let mut ledger = Ledger::default();
+        ledger.reconcile(pods, unix_now());
+        let mut object = new_object(team);
+        set_reconciled(&mut object, &ledger);
+        match self.api.create(&PostParams::default(), &object).await {
+            Ok(o) => {
+                cached.ledger = ledger;
+                cached.object = Some(o);
+                Ok(())
+            }
+            Err(e) if is_conflict(&e) => Ok(()), // another replica made it first
+            Err(e) => Err(e),
+        }
+    }
+
     /// Brings `team`'s ledger in line with its pods as the leader sees them (creating the
     /// object when missing); writes only when something changed. Retries conflicts a few times.
     pub async fn reconcile(&self, team: &str, pods: &[SeenPod]) -> Result<Reconciled, kube::Error> {
+        self.reconcile_with(team, pods, &|_| false).await
+    }
+
+    /// [`SharedLedger::reconcile`], releasing pending charges whose pod `deleted` says the watch
+    /// saw deleted (see [`Ledger::reconcile_with`]).
+    pub async fn reconcile_with(
+        &self,
+        team: &str,
+        pods: &[SeenPod],
+        deleted: &(dyn Fn(&ledger::Entry) -> bool + Sync),
+    ) -> Result<Reconciled, kube::Error> {
         let book = self.book(team);
         let mut cached = book.slot.lock().await;
         let name = ledger::object_name(team);
@@ -293,28 +338,13 @@ impl SharedLedger {
             self.read(team, &mut cached).await?;
             let was = cached.ledger.clone();
             let mut next = cached.ledger.clone();
-            let report = next.reconcile(pods, unix_now());
+            let report = next.reconcile_with(pods, unix_now(), deleted);
             let exists = cached.object.is_some();
             if exists && was.reconciled && !report.changed() {
                 return Ok(report);
             }
-            let mut object = cached.object.clone().unwrap_or_else(|| ConfigMap {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    labels: Some(BTreeMap::from([
-                        ("app.kubernetes.io/name".to_string(), "allot".to_string()),
-                        (ledger::TEAM_LABEL.to_string(), label_value(team)),
-                    ])),
-                    ..ObjectMeta::default()
-                },
-                ..ConfigMap::default()
-            });
-            object.data = Some(next.to_data());
-            object
-                .metadata
-                .annotations
-                .get_or_insert_with(BTreeMap::new)
-                .insert(ledger::RECONCILED_ANNOTATION.to_string(), k8s_openapi::jiff::Timestamp::now().to_string());
+            let mut object = cached.object.clone().unwrap_or_else(|| new_object(team));
+            set_reconciled(&mut object, &next);
             let written = if exists {
                 self.api.replace(&name, &PostParams::default(), &object).await
             } else {
@@ -334,6 +364,31 @@ impl SharedLedger {
             }
         }
     }
+}
+
+/// An empty ledger object for `team`.
+fn new_object(team: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(ledger::object_name(team)),
+            labels: Some(BTreeMap::from([
+                ("app.kubernetes.io/name".to_string(), "allot".to_string()),
+                (ledger::TEAM_LABEL.to_string(), label_value(team)),
+            ])),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    }
+}
+
+/// Puts `ledger` into `object`, stamped as reconciled now.
+fn set_reconciled(object: &mut ConfigMap, ledger: &Ledger) {
+    object.data = Some(ledger.to_data());
+    object
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(ledger::RECONCILED_ANNOTATION.to_string(), k8s_openapi::jiff::Timestamp::now().to_string());
 }
 
 /// Moves the team's queued admissions into `batch`, answering at once those whose deadline has
@@ -422,25 +477,59 @@ pub fn pods_by_team(
     out
 }
 
+/// How long an admission waits before it reads a missing ledger again.
+const MISSING_LEDGER_RETRY: Duration = Duration::from_millis(100);
+
 /// How often the leader looks at its watch for changes to reconcile.
 pub const RECONCILE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Reconciles every deny-mode team's ledger while `leading()` says this replica leads and
-/// `ready()` says its pod cache has synced: at once when the watch or the policies changed,
-/// else every 10 s (pending charges expire with time alone).
+/// What the reconciler asks of the server.
+pub struct ReconcilerHooks {
+    /// This replica holds the gang controller's Lease.
+    pub leading: Box<dyn Fn() -> bool + Send + Sync>,
+    /// Its Pod and Namespace watches have synced.
+    pub ready: Box<dyn Fn() -> bool + Send + Sync>,
+    /// Called once every deny-mode team has a ledger (this replica is then ready to answer).
+    pub ledgers_exist: Box<dyn Fn() + Send + Sync>,
+}
+
+/// On every replica, once its watches have synced: creates the ledgers that do not exist yet
+/// (after start-up and after each policy reload). On the leader: reconciles every deny-mode
+/// team's ledger at once when the watch or the policies changed, else every 10 s (pending
+/// charges expire with time alone).
 pub fn spawn_reconciler(
     ledger: Arc<SharedLedger>,
     state: Arc<crate::cluster::ClusterState>,
     policies: Arc<arc_swap::ArcSwap<crate::policy::PolicySet>>,
     labels: Arc<dyn crate::namespaces::NamespaceLabels>,
-    leading: Box<dyn Fn() -> bool + Send + Sync>,
-    ready: Box<dyn Fn() -> bool + Send + Sync>,
+    hooks: ReconcilerHooks,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut last: Option<(u64, String, Instant)> = None;
+        let mut ensured: Option<String> = None;
         loop {
+            if !(hooks.ready)() {
+                last = None;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            let current = policies.load_full();
+            if ensured.as_deref() != Some(current.version.as_str()) {
+                let teams = pods_by_team(&state.view(), &current, labels.as_ref());
+                let mut all = true;
+                for (team, pods) in &teams {
+                    if let Err(e) = ledger.ensure(team, pods).await {
+                        all = false;
+                        tracing::warn!(%team, error = %e, "cannot create the quota ledger yet; retrying");
+                    }
+                }
+                if all {
+                    ensured = Some(current.version.clone());
+                    (hooks.ledgers_exist)();
+                }
+            }
             tokio::time::sleep(RECONCILE_INTERVAL).await;
-            if !leading() || !ready() {
+            if !(hooks.leading)() {
                 last = None;
                 continue;
             }
@@ -455,8 +544,15 @@ pub fn spawn_reconciler(
             }
             let teams = pods_by_team(&state.view(), &current, labels.as_ref());
             let mut clean = true;
+            // A pending charge whose pod the watch saw deleted since it was charged.
+            let (now_unix, now) = (unix_now(), Instant::now());
+            let store = state.clone();
+            let deleted = move |e: &ledger::Entry| {
+                let ago = Duration::from_secs(u64::try_from(now_unix.saturating_sub(e.at)).unwrap_or(0));
+                now.checked_sub(ago).is_some_and(|since| store.removed_since(&e.namespace, &e.name, since))
+            };
             for (team, pods) in &teams {
-                match ledger.reconcile(team, pods).await {
+                match ledger.reconcile_with(team, pods, &deleted).await {
                     Ok(report) if report.changed() => {
                         tracing::info!(%team, charges = pods.len(), ?report, "quota ledger reconciled");
                     }

@@ -506,14 +506,18 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
 
     let reconciler = ledger.map(|ledger| {
         let leader = state.metrics.controller.leader.clone();
-        let synced = caches.clone();
+        caches.ledgers.expect();
+        let (synced, bootstrapped) = (caches.clone(), caches.clone());
         crate::quota::shared::spawn_reconciler(
             ledger,
             cluster,
             state.policies.clone(),
             state.namespaces.clone(),
-            Box::new(move || leader.get() == 1),
-            Box::new(move || synced.starting_reason().is_none()),
+            crate::quota::shared::ReconcilerHooks {
+                leading: Box::new(move || leader.get() == 1),
+                ready: Box::new(move || synced.watches_synced()),
+                ledgers_exist: Box::new(move || bootstrapped.ledgers.mark_synced()),
+            },
         )
     });
 

@@ -41,6 +41,9 @@ impl Cache {
 pub struct Caches {
     pub pods: Cache,
     pub namespaces: Cache,
+    /// Every deny-mode team has a quota ledger in the API server (this replica made sure of it
+    /// once its watches had synced).
+    pub ledgers: Cache,
 }
 
 impl Caches {
@@ -53,7 +56,15 @@ impl Caches {
         if self.namespaces.waiting() {
             waiting.push("Namespace");
         }
+        if self.ledgers.waiting() {
+            waiting.push("quota ledger");
+        }
         waiting
+    }
+
+    /// The Pod and Namespace watches have synced (the quota ledgers may not exist yet).
+    pub fn watches_synced(&self) -> bool {
+        !self.pods.waiting() && !self.namespaces.waiting()
     }
 
     /// Why quota cannot be answered yet, or `None` once every cache that runs has synced.

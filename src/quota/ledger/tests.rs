@@ -308,3 +308,14 @@ fn keys_and_object_names_are_valid_whatever_the_input() {
     let r = request(&q, "a", "not a uid/../", 1, None);
     assert!(valid_key(&admission_key(&r)));
 }
+
+#[test]
+fn a_pod_seen_deleted_before_the_leader_looked_releases_its_charge_at_once() {
+    let q = quota(8);
+    let mut l = reconciled();
+    charge(&mut l, &q, "quick", 1, None).unwrap();
+    charge(&mut l, &q, "slow", 1, None).unwrap();
+    let report = l.reconcile_with(&[], 1_005, &|e| e.name == "quick");
+    assert_eq!((report.released, report.expired), (1, 0), "{report:?}");
+    assert_eq!(gpu_usage(&l), 1, "the other pending charge waits for its pod or its expiry");
+}
