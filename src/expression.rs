@@ -39,7 +39,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use kube::core::cel::KubeCelExt;
-use kube::core::cel::cel::common::ast::{EntryExpr, Expr, IdedEntryExpr, IdedExpr};
+use kube::core::cel::cel::common::ast::{ComprehensionExpr, EntryExpr, Expr, IdedEntryExpr, IdedExpr};
 use kube::core::cel::cel::objects::{Key, Map};
 use kube::core::cel::cel::{Context, ExecutionError, Program, Value as CelValue};
 use serde_json::Value;
@@ -302,26 +302,34 @@ fn free_identifiers<'e>(expr: &'e IdedExpr, bound: &mut Vec<&'e str>, out: &mut 
                 free_identifiers(arg, bound, out);
             }
         }
-        Expr::Comprehension(comp) => {
-            free_identifiers(&comp.iter_range, bound, out);
-            free_identifiers(&comp.accu_init, bound, out);
-            let depth = bound.len();
-            bound.push(comp.iter_var.as_str());
-            if let Some(v) = &comp.iter_var2 {
-                bound.push(v.as_str());
-            }
-            bound.push(comp.accu_var.as_str());
-            for part in [&comp.loop_cond, &comp.loop_step, &comp.result] {
-                free_identifiers(part, bound, out);
-            }
-            bound.truncate(depth);
-        }
+        Expr::Comprehension(comp) => in_comprehension(comp, bound, |part, bound| free_identifiers(part, bound, out)),
         Expr::List(list) => list.elements.iter().for_each(|e| free_identifiers(e, bound, out)),
         Expr::Map(map) => map.entries.iter().for_each(|e| entry_identifiers(e, bound, out)),
         Expr::Struct(st) => st.entries.iter().for_each(|e| entry_identifiers(e, bound, out)),
         Expr::Select(select) => free_identifiers(&select.operand, bound, out),
         Expr::Literal(_) | Expr::Unspecified => {}
     }
+}
+
+/// Visits a comprehension's parts: its range and initial value in the outer scope, its loop
+/// condition, step and result with its iteration and accumulator variables bound.
+fn in_comprehension<'e>(
+    comp: &'e ComprehensionExpr,
+    bound: &mut Vec<&'e str>,
+    mut visit: impl FnMut(&'e IdedExpr, &mut Vec<&'e str>),
+) {
+    visit(&comp.iter_range, bound);
+    visit(&comp.accu_init, bound);
+    let depth = bound.len();
+    bound.push(comp.iter_var.as_str());
+    if let Some(v) = &comp.iter_var2 {
+        bound.push(v.as_str());
+    }
+    bound.push(comp.accu_var.as_str());
+    for part in [&comp.loop_cond, &comp.loop_step, &comp.result] {
+        visit(part, bound);
+    }
+    bound.truncate(depth);
 }
 
 fn entry_identifiers<'e>(entry: &'e IdedEntryExpr, bound: &mut Vec<&'e str>, out: &mut Vec<String>) {
@@ -491,20 +499,7 @@ fn collect_needs<'e>(expr: &'e IdedExpr, bound: &mut Vec<&'e str>, needs: &mut N
                 collect_needs(arg, bound, needs);
             }
         }
-        Expr::Comprehension(comp) => {
-            collect_needs(&comp.iter_range, bound, needs);
-            collect_needs(&comp.accu_init, bound, needs);
-            let depth = bound.len();
-            bound.push(comp.iter_var.as_str());
-            if let Some(v) = &comp.iter_var2 {
-                bound.push(v.as_str());
-            }
-            bound.push(comp.accu_var.as_str());
-            for part in [&comp.loop_cond, &comp.loop_step, &comp.result] {
-                collect_needs(part, bound, needs);
-            }
-            bound.truncate(depth);
-        }
+        Expr::Comprehension(comp) => in_comprehension(comp, bound, |part, bound| collect_needs(part, bound, needs)),
         Expr::List(list) => list.elements.iter().for_each(|e| collect_needs(e, bound, needs)),
         Expr::Map(map) => map.entries.iter().for_each(|e| entry_needs(e, bound, needs)),
         Expr::Struct(st) => st.entries.iter().for_each(|e| entry_needs(e, bound, needs)),

@@ -306,6 +306,7 @@ impl SharedLedger {
         set_reconciled(&mut object, &ledger);
         match self.api.create(&PostParams::default(), &object).await {
             Ok(o) => {
+                tracing::info!(%team, charges = ledger.len(), "quota ledger created");
                 cached.ledger = ledger;
                 cached.object = Some(o);
                 Ok(())
@@ -524,6 +525,7 @@ pub fn spawn_reconciler(
                     }
                 }
                 if all {
+                    tracing::info!(teams = teams.len(), "every deny-mode team has a quota ledger");
                     ensured = Some(current.version.clone());
                     (hooks.ledgers_exist)();
                 }
