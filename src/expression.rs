@@ -32,6 +32,7 @@
 
 pub mod budget;
 pub mod check;
+pub mod fixes;
 pub mod panics;
 pub mod quantity;
 
@@ -541,6 +542,7 @@ impl Environment {
         let mut root = Context::default();
         root.register_all();
         quantity::register(&mut root);
+        fixes::register(&mut root);
         budget::register(&mut root);
         let m = accelerators.clone();
         root.add_function("accelerators", move |v: CelValue| -> Result<CelValue, ExecutionError> {
