@@ -198,7 +198,11 @@ impl Expression {
     /// Compiles `source`, rejecting syntax errors, unknown variables and everything
     /// [`check::unsupported`] finds the engine cannot evaluate.
     pub fn compile(source: &str) -> Result<Expression, String> {
-        let program = Program::compile(source).map_err(|e| format!("CEL syntax error: {e}"))?;
+        // cel 0.13's parser can panic on malformed input (fuzz/regressions/cel_expression/
+        // parser-depth-underflow: its depth counter underflows): a policy error, not a crash.
+        let parsed = panics::contain(&"CEL parser", || Program::compile(source))
+            .map_err(|panic| format!("CEL syntax error: the parser failed on this expression ({panic})"))?;
+        let program = parsed.map_err(|e| format!("CEL syntax error: {e}"))?;
         let unsupported = check::unsupported(program.expression(), source);
         if !unsupported.is_empty() {
             return Err(unsupported.join("; "));

@@ -64,6 +64,7 @@ mod tests {
             namespace: String::new(),
             team: String::new(),
             request: Value::Null,
+            object_accelerators: None,
         };
         Expression::compile(source).map_err(EvalError::Cel)?.eval_bool(&env.scope(&none), &"fixes-contains")
     }

@@ -207,6 +207,8 @@ pub struct Cluster {
     pub allot_addr: String,
     /// The metrics address of the Allot the webhooks point at.
     pub allot_metrics: String,
+    /// Extra `allot serve` flags, for every replica this cluster starts.
+    allot_args: Vec<String>,
 }
 
 /// A further `allot serve` replica (the webhooks do not point at it; its gang controller
@@ -310,6 +312,11 @@ impl Cluster {
     /// Starts everything with extra policy files (name, YAML) next to the shipped ones, and the
     /// namespaces they need.
     pub async fn start_with(assets: &Assets, extra_policies: &[(&str, &str)]) -> Cluster {
+        Cluster::start_with_args(assets, extra_policies, &[]).await
+    }
+
+    /// [`Cluster::start_with`], passing `allot_args` to every `allot serve` it starts.
+    pub async fn start_with_args(assets: &Assets, extra_policies: &[(&str, &str)], allot_args: &[&str]) -> Cluster {
         let ControlPlane { dir, kubeconfig, client, procs } =
             ControlPlane::start(&assets.etcd, &assets.apiserver).await;
         // From here on a failure prints the components' logs (Drop).
@@ -326,6 +333,7 @@ impl Cluster {
             allot: None,
             allot_addr: String::new(),
             allot_metrics: String::new(),
+            allot_args: allot_args.iter().map(|a| a.to_string()).collect(),
         };
         let kc = cluster.kubeconfig.display().to_string();
         let d = cluster.dir.path().to_path_buf();
@@ -437,6 +445,7 @@ impl Cluster {
                 "--allot-username",
                 "admin",
             ])
+            .args(&self.allot_args)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("RUST_LOG", "info,kube=warn")
             .stdout(Stdio::piped())
