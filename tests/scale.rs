@@ -10,6 +10,11 @@
 //! 100,000 against a release build of `allot` (`ALLOT_SCALE_BIN`). The assertions are what must
 //! hold at any N: every create succeeds, Allot tracks every pod, /readyz waits for the fill, the
 //! restart settles; the figures themselves are printed, not asserted (the machine is shared).
+//!
+//! With `ALLOT_SCALE_BASELINE_BIN` (the `baseline-server` example, which allows everything and
+//! echoes the uid), it also compares creates/s with Allot against the same with that trivial
+//! webhook registered in Allot's place (issue 13), alternated `rounds` times before the fill.
+//! `ALLOT_SCALE_NO_QUOTA=1` gives the scale team no quota (no deny-mode ledger write per create).
 
 mod support;
 
@@ -22,7 +27,7 @@ use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::cluster::{ControlPlane, binaries_from_env, metric, ready};
 
@@ -261,6 +266,121 @@ async fn create_ratio(
     (rate(with) / rate(without), rate(with), rate(without))
 }
 
+/// The `baseline-server` example serving Allot's certificate, killed on drop.
+struct Baseline {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Baseline {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Baseline {
+    fn spawn(bin: &Path, dir: &Path) -> Baseline {
+        let mut child = Command::new(bin)
+            .arg("--tls-cert")
+            .arg(dir.join("allot-certs/tls.crt"))
+            .arg("--tls-key")
+            .arg(dir.join("allot-certs/tls.key"))
+            .args(["--addr", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("baseline-server");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(Duration::from_secs(30)).expect("baseline-server did not start");
+        let url =
+            line.split_whitespace().last().filter(|u| u.starts_with("https://")).expect("baseline url").to_string();
+        Baseline { child, url }
+    }
+}
+
+/// Points the registered webhook configurations (same names) at another server by replacing
+/// their webhook lists, then waits until the API server acts on it: the probe (a team-less GPU
+/// pod) is denied while Allot answers and admitted once the allow-everything baseline does.
+async fn point_webhooks(
+    client: &kube::Client,
+    configs: &(MutatingWebhookConfiguration, ValidatingWebhookConfiguration),
+    allot_answers: bool,
+) {
+    let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let name =
+        |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| meta.name.clone().unwrap_or_default();
+    m.patch(&name(&configs.0.metadata), &PatchParams::default(), &Patch::Merge(&configs.0))
+        .await
+        .expect("patch mutating");
+    v.patch(&name(&configs.1.metadata), &PatchParams::default(), &Patch::Merge(&configs.1))
+        .await
+        .expect("patch validating");
+    let probes: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), PROBE_NAMESPACE);
+    let probe: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "probe"},
+        "spec": {"containers": [{"name": "w", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    }))
+    .expect("probe pod");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let admitted = probes.create(&PostParams::default(), &probe).await.is_ok();
+        if admitted {
+            let _ = probes.delete("probe", &DeleteParams::default().grace_period(0)).await;
+            while probes.get_opt("probe").await.ok().flatten().is_some() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        if admitted != allot_answers {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the API server did not switch webhook servers (to allot = {allot_answers})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Creates/s with Allot as a ratio to the trivial webhook in its place: `rounds` alternations
+/// of one batch each way. Leaves Allot registered. Returns (ratio, allot/s, baseline/s).
+async fn baseline_ratio(
+    client: &kube::Client,
+    allot_configs: &(MutatingWebhookConfiguration, ValidatingWebhookConfiguration),
+    baseline_configs: &(MutatingWebhookConfiguration, ValidatingWebhookConfiguration),
+    settings: &Settings,
+    next: &mut usize,
+) -> (f64, f64, f64, Vec<(f64, f64)>) {
+    let (mut allot, mut baseline) = ((0.0, 0usize), (0.0, 0usize));
+    let mut per_round = Vec::new();
+    for _ in 0..settings.rounds {
+        let mut round = (0.0, 0.0);
+        for allot_answers in [true, false] {
+            let configs = if allot_answers { allot_configs } else { baseline_configs };
+            point_webhooks(client, configs, allot_answers).await;
+            let (secs, failures) = create_pods(client, *next, settings.batch, settings.clients).await;
+            assert!(failures.is_empty(), "{} creates failed, first: {}", failures.len(), failures[0]);
+            *next += settings.batch;
+            let slot = if allot_answers { &mut allot } else { &mut baseline };
+            slot.0 += secs;
+            slot.1 += settings.batch;
+            let rate = settings.batch as f64 / secs.max(1e-9);
+            if allot_answers { round.0 = rate } else { round.1 = rate }
+        }
+        per_round.push(round);
+    }
+    point_webhooks(client, allot_configs, true).await;
+    let rate = |(secs, n): (f64, usize)| n as f64 / secs.max(1e-9);
+    (rate(allot) / rate(baseline), rate(allot), rate(baseline), per_round)
+}
+
 /// Waits until Allot's cache holds `pods` pods (at most `timeout`).
 async fn wait_tracked(allot: &Allot, pods: usize, timeout: Duration) {
     let deadline = Instant::now() + timeout;
@@ -348,9 +468,18 @@ async fn allot_at_scale() {
         let entry = entry.expect("entry");
         std::fs::copy(entry.path(), policies.join(entry.file_name())).expect("copy policy");
     }
+    // ALLOT_SCALE_NO_QUOTA=1 leaves the quota out: a deny-mode team's shared ledger holds at most
+    // 4,096 live charges (`quota::ledger::MAX_ENTRIES`), fewer than the pods of a large run.
+    let quota = if std::env::var("ALLOT_SCALE_NO_QUOTA").is_ok_and(|v| v == "1") {
+        ""
+    } else {
+        "  quota: {mode: Deny, limits: {nvidia.com/gpu: 10000000}}\n"
+    };
     std::fs::write(
         policies.join("scale-team.yaml"),
-        "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: scale}\nspec:\n  namespaces: {names: ['scale-[0-9]*']}\n  priority: {default: low-priority, allowed: [low-priority]}\n  quota: {mode: Deny, limits: {nvidia.com/gpu: 10000000}}\n",
+        format!(
+            "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: scale}}\nspec:\n  namespaces: {{names: ['scale-[0-9]*']}}\n  priority: {{default: low-priority, allowed: [low-priority]}}\n{quota}"
+        ),
     )
     .expect("team policy");
     let certs = dir.join("allot-certs");
@@ -399,6 +528,18 @@ async fn allot_at_scale() {
 
     let mut next = 0;
     let (ratio_0, with_0, without_0) = create_ratio(&client, &configs, &settings, &mut next).await;
+
+    // Allot against the trivial webhook in its place (issue 13), when a baseline-server is given.
+    let against_baseline = match std::env::var_os("ALLOT_SCALE_BASELINE_BIN") {
+        Some(bin) => {
+            let baseline = Baseline::spawn(Path::new(&bin), &dir);
+            let baseline_configs = webhook_configs(&settings.allot, &certs.join("ca.crt"), &baseline.url);
+            let figures = baseline_ratio(&client, &configs, &baseline_configs, &settings, &mut next).await;
+            drop(baseline);
+            Some(figures)
+        }
+        None => None,
+    };
 
     // The fill: N pods through Allot.
     let (secs, failures) = create_pods(&client, next, settings.pods, settings.clients).await;
@@ -478,6 +619,20 @@ async fn allot_at_scale() {
     println!("creates/s at 0 pods:  with Allot {with_0:7.1}, without {without_0:7.1}, ratio {ratio_0:.3}");
     println!("creates/s at N pods:  with Allot {with_n:7.1}, without {without_n:7.1}, ratio {ratio_n:.3}");
     println!("ratio at N / ratio at 0: {:.3}", ratio_n / ratio_0);
+    if let Some((ratio, allot_rate, baseline_rate, rounds)) = &against_baseline {
+        for (i, (a, b)) in rounds.iter().enumerate() {
+            println!(
+                "round {}: creates/s with Allot {a:7.1}, with the baseline webhook {b:7.1}, ratio {:.3}",
+                i + 1,
+                a / b
+            );
+        }
+        println!(
+            "creates/s vs the trivial webhook: with Allot {allot_rate:7.1}, with baseline-server {baseline_rate:7.1}, ratio {ratio:.3} ({} batches of {} pods each, {} clients)",
+            settings.rounds, settings.batch, settings.clients
+        );
+        assert!(*ratio > 0.0);
+    }
 
     assert_eq!(restart.ready_too_early, 0, "/readyz answered 200 before the pod cache held every pod");
     assert_eq!(tracked_after, Some(grown_pods), "after the restart allot tracks every pod");
