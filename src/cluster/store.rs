@@ -55,6 +55,9 @@ struct Inner {
     last_arrival: i64,
     /// The relist under way (or last done): records it has not seen are dropped when it ends.
     relist: u8,
+    /// A relist is being applied: the view is partial (some pods not yet seen again, some new
+    /// ones missing) until it ends, so nothing may decide on it.
+    relisting: bool,
     /// Pods behind Allot's gang gate, and behind its quota gate: kept exact on every change, so
     /// the controller skips its passes over every pod when nothing waits (issue 18).
     gang_gated: usize,
@@ -232,6 +235,13 @@ impl ClusterState {
     pub fn begin_relist(&self) {
         let mut inner = write(&self.inner);
         inner.relist = inner.relist.wrapping_add(1);
+        inner.relisting = true;
+    }
+
+    /// True while a (re)list is applied pod by pod: decisions (gate lifts, queue order, ledger
+    /// releases) wait for its end, which wakes them ([`ClusterState::changed`]).
+    pub fn relisting(&self) -> bool {
+        read(&self.inner).relisting
     }
 
     /// The (re)list is complete: forgets the pods it did not contain (deleted while the watch
@@ -244,6 +254,7 @@ impl ClusterState {
             inner.unindex(key);
         }
         inner.pods.shrink_to_fit();
+        inner.relisting = false;
         inner.generation += 1;
         self.wake.notify_one();
     }

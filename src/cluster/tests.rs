@@ -140,9 +140,12 @@ fn a_relist_replaces_the_pods_in_place_and_drops_the_ones_it_did_not_see() {
     state.begin_relist();
     state.upsert_pod(super::fixtures::record(&typical_pod("stays"), &p));
     state.upsert_pod(super::fixtures::record(&typical_pod("new"), &p));
-    // Until the relist ends, the view still counts what it had (no pod vanishes half-way).
+    // Until the relist ends, the view still counts what it had (no pod vanishes half-way),
+    // and says it is partial: the controller and the ledger reconciler wait for the end.
     assert_eq!(state.tracked().pods, 3);
+    assert!(state.relisting());
     state.finish_relist();
+    assert!(!state.relisting());
     let view = state.view();
     let mut names: Vec<&str> = view.pods().map(|p| &*p.name).collect();
     names.sort();

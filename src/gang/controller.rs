@@ -229,7 +229,9 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             metrics.leader.set(i64::from(is_leader));
             metrics.gangs_waiting.clear();
         }
-        if !is_leader {
+        // A (re)list applied pod by pod is a partial view (a gang 1/3 present, a queue without
+        // its running pods): no pass until it ends; its end wakes the loop.
+        if !is_leader || state.relisting() {
             continue;
         }
         let generation = state.generation();

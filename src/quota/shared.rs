@@ -509,7 +509,7 @@ pub fn spawn_reconciler(
         let mut last: Option<(u64, String, Instant)> = None;
         let mut ensured: Option<String> = None;
         loop {
-            if !(hooks.ready)() {
+            if !(hooks.ready)() || state.relisting() {
                 last = None;
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
@@ -533,6 +533,11 @@ pub fn spawn_reconciler(
             tokio::time::sleep(RECONCILE_INTERVAL).await;
             if !(hooks.leading)() {
                 last = None;
+                continue;
+            }
+            // Mid-relist the view lacks pods it has not seen again: their charges would be
+            // released (a quota overshoot). Wait for the list to end.
+            if state.relisting() {
                 continue;
             }
             let current = policies.load_full();
