@@ -555,7 +555,12 @@ pub fn spawn_reconciler(
             let (now_unix, now) = (unix_now(), Instant::now());
             let store = state.clone();
             let deleted = move |e: &ledger::Entry| {
-                let ago = Duration::from_secs(u64::try_from(now_unix.saturating_sub(e.at)).unwrap_or(0));
+                // `at` has whole seconds: a charge made at 10.9 s reads as 10 s. Counting back one
+                // second more keeps a pod charged, created and deleted within the second of the
+                // reconcile from holding its charge until it expires (120 s of spurious usage).
+                // The cost: a same-name pod deleted up to 1 s before a new one was charged
+                // releases the new charge until the leader sees that pod (the next reconcile).
+                let ago = Duration::from_secs(u64::try_from(now_unix.saturating_sub(e.at)).unwrap_or(0) + 1);
                 now.checked_sub(ago).is_some_and(|since| store.removed_since(&e.namespace, &e.name, since))
             };
             for (team, pods) in &teams {
