@@ -198,6 +198,10 @@ pub struct PolicySet {
     pub version: String,
     /// The sources the set was compiled from.
     pub files: Vec<PathBuf>,
+    /// Every Rule and Placement expression is linear ([`crate::expression::Expression::is_linear`]):
+    /// a small review's evaluation is then bounded by its size, and the server may run it in
+    /// place. Decided once here, not per request.
+    pub linear: bool,
 }
 
 /// One policy source: a display name (usually a path) and its text.
@@ -350,7 +354,11 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
     }
     let allowed_accelerators =
         cluster.accelerators.checks.allowed_resources.as_ref().map(|a| ResourceMatcher::new(&a.names));
+    let linear =
+        rules.iter().all(|r| r.expression.is_linear() && r.message_expression.as_ref().is_none_or(|m| m.is_linear()))
+            && placements.iter().all(|p| p.when.as_ref().is_none_or(|w| w.is_linear()));
     Ok(PolicySet {
+        linear,
         tenancy: tenancy::TenantPolicy::from_cluster(&cluster),
         env: Environment::new(accelerators.clone()),
         accelerators,

@@ -284,7 +284,7 @@ impl Evaluations {
     }
 
     async fn run(self, state: Arc<AppState>, phase: Phase, body: Bytes) -> Response {
-        if body.len() <= self.inline_body_bytes && all_linear(&state.policies.load()) {
+        if body.len() <= self.inline_body_bytes && state.policies.load().linear {
             return answer_contained(&state, phase, &body, None);
         }
         let webhook = phase.label();
@@ -313,15 +313,6 @@ impl Evaluations {
             }
         }
     }
-}
-
-/// True when every expression of the policy set is linear (see [`Evaluations`]).
-fn all_linear(policies: &PolicySet) -> bool {
-    policies
-        .rules
-        .iter()
-        .all(|r| r.expression.is_linear() && r.message_expression.as_ref().is_none_or(|m| m.is_linear()))
-        && policies.placements.iter().all(|p| p.when.as_ref().is_none_or(|w| w.is_linear()))
 }
 
 /// [`answer`], with any panic turned into a well-formed AdmissionReview error (HTTP 200,
