@@ -58,6 +58,10 @@ struct Inner {
     /// A relist is being applied: the view is partial (some pods not yet seen again, some new
     /// ones missing) until it ends, so nothing may decide on it.
     relisting: bool,
+    /// A whole list of Pods, and one of Nodes, has been applied at least once: before that a
+    /// gang looks incomplete and every node looks absent (a pass would explain "0 free").
+    pods_listed: bool,
+    nodes_listed: bool,
     /// Pods behind Allot's gang gate, and behind its quota gate: kept exact on every change, so
     /// the controller skips its passes over every pod when nothing waits (issue 18).
     gang_gated: usize,
@@ -244,6 +248,15 @@ impl ClusterState {
         read(&self.inner).relisting
     }
 
+    /// The view is whole enough to decide gates on: Pods and Nodes have each been listed once
+    /// and no relist is half applied. Until then a gang may look incomplete and every node
+    /// absent; whatever a pass wrote then (an "InsufficientResources, 0 free" explanation)
+    /// would be wrong.
+    pub fn complete(&self) -> bool {
+        let inner = read(&self.inner);
+        inner.pods_listed && inner.nodes_listed && !inner.relisting
+    }
+
     /// The (re)list is complete: forgets the pods it did not contain (deleted while the watch
     /// was down). They are not remembered as removed: nobody saw them go.
     pub fn finish_relist(&self) {
@@ -255,6 +268,7 @@ impl ClusterState {
         }
         inner.pods.shrink_to_fit();
         inner.relisting = false;
+        inner.pods_listed = true;
         inner.generation += 1;
         self.wake.notify_one();
     }
@@ -284,6 +298,7 @@ impl ClusterState {
         for r in records {
             inner.index(r);
         }
+        inner.pods_listed = true;
         inner.generation += 1;
         self.wake.notify_one();
     }
@@ -308,6 +323,7 @@ impl ClusterState {
     pub fn replace_nodes(&self, nodes: Vec<NodeInfo>) {
         let mut inner = write(&self.inner);
         inner.nodes = nodes.into_iter().map(|n| (n.name.clone(), n)).collect();
+        inner.nodes_listed = true;
         inner.generation += 1;
         self.wake.notify_one();
     }

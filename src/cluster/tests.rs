@@ -130,6 +130,27 @@ fn a_typical_pod_record_stays_small() {
     assert_eq!(shape.requests["pods"], Quantity::from_units(1));
 }
 
+/// The controller decides nothing until Pods and Nodes have each been listed once, and not
+/// while a relist is half applied (CI saw a pass with the pods in and no node yet write
+/// "InsufficientResources: 0 free" on a gang that fits).
+#[test]
+fn the_view_is_complete_only_once_pods_and_nodes_are_listed_and_no_relist_is_under_way() {
+    let state = super::ClusterState::default();
+    assert!(!state.complete(), "nothing listed");
+    state.begin_relist();
+    state.finish_relist();
+    assert!(!state.complete(), "pods listed, nodes not");
+    state.replace_nodes(Vec::new());
+    assert!(state.complete(), "both listed (an empty cluster is a complete view)");
+    state.begin_relist();
+    assert!(!state.complete(), "a relist under way");
+    state.finish_relist();
+    assert!(state.complete());
+    let nodes_first = super::ClusterState::default();
+    nodes_first.replace_nodes(Vec::new());
+    assert!(!nodes_first.complete(), "nodes listed, pods not");
+}
+
 /// A relist applies pods one by one into the live view and, when done, drops those it did not
 /// contain (deleted while the watch was down), with their usage.
 #[test]

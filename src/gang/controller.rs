@@ -229,9 +229,10 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             metrics.leader.set(i64::from(is_leader));
             metrics.gangs_waiting.clear();
         }
-        // A (re)list applied pod by pod is a partial view (a gang 1/3 present, a queue without
-        // its running pods): no pass until it ends; its end wakes the loop.
-        if !is_leader || state.relisting() {
+        // Before the first lists of Pods and Nodes are in, or while a (re)list is applied pod
+        // by pod, the view is partial (a gang 1/3 present, no nodes, a queue without its
+        // running pods): no pass until it is whole; the list's end wakes the loop.
+        if !is_leader || !state.complete() {
             continue;
         }
         let generation = state.generation();
