@@ -123,6 +123,11 @@ pub struct ServeArgs {
     /// Full re-evaluation of waiting gangs even without events, in seconds.
     #[arg(long, default_value_t = 30)]
     pub resync_secs: u64,
+    /// How the Pod cache fills at start: `streaming` (a watch that begins with every Pod,
+    /// served from the API server's watch cache) or `paged` (LIST in pages of 500, for API
+    /// servers with the WatchList feature off).
+    #[arg(long, value_enum, default_value = "streaming", env = "ALLOT_INITIAL_LIST")]
+    pub initial_list: crate::gang::controller::InitialList,
     /// Allot's own user name as the API server reports it (its service account): the only
     /// identity allowed to remove Allot's scheduling gates and change its reserved keys.
     #[arg(long, env = "ALLOT_USERNAME", default_value = crate::tenant::DEFAULT_ALLOT_USERNAME)]
@@ -150,6 +155,7 @@ impl From<ServeArgs> for ServeConfig {
             lease_name: GANG_LEASE_NAME.into(),
             identity: args.identity.unwrap_or_else(default_identity),
             resync: Duration::from_secs(args.resync_secs.max(1)),
+            initial_list: args.initial_list,
         });
         ServeConfig {
             policies: args.policies,

@@ -11,7 +11,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use allot::gang::controller::{ControllerConfig, ControllerHandle};
+use allot::gang::controller::{ControllerConfig, ControllerHandle, InitialList};
 use allot::gang::metrics::ControllerMetrics;
 use serde_json::{Value, json};
 use support::fake_api::{FakeApi, Request, dump, gated_pod, gpu_node, namespace};
@@ -57,6 +57,17 @@ fn now() -> String {
 
 /// Starts a controller as replica `identity`, with its own client and cluster state.
 fn start(fake: &FakeApi, identity: &str, resync: Duration, policy_text: &str) -> (ControllerHandle, ControllerMetrics) {
+    start_listing(fake, identity, resync, policy_text, InitialList::Streaming)
+}
+
+/// The same, with the Pod cache filled the way `initial_list` says.
+fn start_listing(
+    fake: &FakeApi,
+    identity: &str,
+    resync: Duration,
+    policy_text: &str,
+    initial_list: InitialList,
+) -> (ControllerHandle, ControllerMetrics) {
     let client = fake.client(identity);
     let caches = Arc::new(allot::server::startup::Caches::default());
     let namespaces = allot::server::reload::watch_namespaces(client.clone(), caches);
@@ -71,6 +82,7 @@ fn start(fake: &FakeApi, identity: &str, resync: Duration, policy_text: &str) ->
             lease_name: LEASE.into(),
             identity: identity.into(),
             resync,
+            initial_list,
         },
         metrics.clone(),
         Box::new(|| {}),
@@ -189,6 +201,50 @@ fn regarding(events: &[&Request]) -> Vec<String> {
 }
 
 // --- scenarios ---------------------------------------------------------------------------------
+
+/// The Pod cache fills from a streaming list (a watch that begins with every Pod, no LIST);
+/// where the API server refuses those (its WatchList feature off: 422) the controller lists in
+/// pages instead, and works the same. `--initial-list paged` asks for pages from the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pod_cache_fills_by_streaming_and_falls_back_to_pages_where_streaming_is_refused() {
+    for (mode, refused) in
+        [(InitialList::Streaming, false), (InitialList::Streaming, true), (InitialList::Paged, false)]
+    {
+        let fake = world(&["ml"], &[("gpu-1", 8)]);
+        let created = now();
+        fake.add((0..2).map(|i| member("ml", "train", 2, i, &created)));
+        let streaming = |r: &Request| r.call.request.split(['?', '&']).any(|kv| kv == "sendInitialEvents=true");
+        if refused {
+            fake.fail(usize::MAX, 422, move |r| r.call.verb == "watch" && r.call.resource == "pods" && streaming(r));
+        }
+        let (handle, _) = start_listing(&fake, "allot-0", Duration::from_secs(3600), "", mode);
+        let requests = fake.wait_for("the gang's release", PATIENCE, |r| gate_patches(r, "allot-0").len() >= 2).await;
+        handle.shutdown(Duration::from_secs(5)).await;
+        let log = dump(&requests);
+        assert_eq!(names(&gate_patches(&requests, "allot-0")), ["train-0", "train-1"], "{log}");
+        let pod_reads: Vec<(&str, bool, u16)> = requests
+            .iter()
+            .filter(|r| {
+                r.client == "allot-0" && r.call.resource == "pods" && ["list", "watch"].contains(&&*r.call.verb)
+            })
+            .map(|r| (&*r.call.verb, streaming(r), r.status))
+            .collect();
+        let listed = pod_reads.iter().any(|&(verb, _, status)| verb == "list" && status == 200);
+        let streamed = pod_reads.iter().any(|&(verb, s, status)| verb == "watch" && s && status == 200);
+        match (mode, refused) {
+            (InitialList::Streaming, false) => {
+                assert!(streamed && !listed, "a streaming list and no LIST: {pod_reads:?}\n{log}");
+            }
+            (InitialList::Streaming, true) => {
+                assert_eq!(pod_reads.first().map(|r| (r.0, r.1, r.2)), Some(("watch", true, 422)), "{log}");
+                assert!(listed && !streamed, "pages after the refusal: {pod_reads:?}\n{log}");
+            }
+            (InitialList::Paged, _) => {
+                assert!(listed && !pod_reads.iter().any(|r| r.1), "pages only: {pod_reads:?}\n{log}");
+            }
+        }
+    }
+}
 
 /// A complete gang that fits: one JSON Patch per member (the gate at its own index), one
 /// condition and one Event per member, and nothing more through a Lease renewal.

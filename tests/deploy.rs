@@ -1023,6 +1023,7 @@ fn leader_election_is_retried_until_the_lease_can_be_created() {
                 lease_name: LEASE.into(),
                 identity: "allot-late".into(),
                 resync: Duration::from_secs(1),
+                initial_list: Default::default(),
             },
             metrics.clone(),
             Box::new(|| {}),
@@ -1188,6 +1189,9 @@ fn recorded_calls() -> &'static Vec<Call> {
                     lease_name: LEASE.into(),
                     identity: "allot-0".into(),
                     resync: Duration::from_secs(1),
+                    // Paged: the scenario then holds both verbs the two ways ask for (`list`,
+                    // and `watch`, which is all a streaming list needs).
+                    initial_list: allot::gang::controller::InitialList::Paged,
                 },
                 allot::gang::metrics::ControllerMetrics::default(),
                 Box::new(|| {}),

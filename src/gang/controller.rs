@@ -45,6 +45,21 @@ pub struct ControllerConfig {
     pub identity: String,
     /// Full re-evaluation even without events.
     pub resync: Duration,
+    /// How the Pod watch gets its first (and every re-)list.
+    pub initial_list: InitialList,
+}
+
+/// How the Pod watch fills the cache at start and after a watch is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum InitialList {
+    /// A watch that starts with every existing Pod (`sendInitialEvents`, Kubernetes' streaming
+    /// list, on by default since 1.32): served from the API server's watch cache one object at
+    /// a time, no etcd range reads, no page of whole Pods held at once.
+    #[default]
+    Streaming,
+    /// A paged LIST (500 Pods per page), then a watch: for API servers where streaming lists
+    /// are off (the `WatchList` feature gate).
+    Paged,
 }
 
 /// Called once the Pod watch's first list is in `state` (quota answers wait for it).
@@ -60,7 +75,14 @@ pub fn spawn(
     metrics: ControllerMetrics,
     pods_synced: OnSynced,
 ) -> ControllerHandle {
-    tokio::spawn(watch_pods(client.clone(), state.clone(), policies.clone(), namespaces.clone(), pods_synced));
+    tokio::spawn(watch_pods(
+        client.clone(),
+        state.clone(),
+        policies.clone(),
+        namespaces.clone(),
+        pods_synced,
+        config.initial_list,
+    ));
     tokio::spawn(watch_nodes(client.clone(), state.clone()));
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let context = Context { client, state, policies, namespaces, config, metrics };
@@ -102,39 +124,65 @@ async fn watch_pods(
     policies: Arc<ArcSwap<PolicySet>>,
     namespaces: Arc<dyn NamespaceLabels>,
     synced: OnSynced,
+    initial_list: InitialList,
 ) {
     let api: Api<Pod> = Api::all(client);
-    // Lists come in pages (one page of whole Pods in memory at a time) and each pod goes
-    // straight into the store as its compact record: a (re)list never holds a second copy of
-    // the cluster (issue 18).
-    let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
-    let mut stream = watcher(api, config).default_backoff().boxed();
-    while let Some(event) = stream.next().await {
-        let p = policies.load();
-        match event {
-            Ok(watcher::Event::Init) => state.begin_relist(),
-            Ok(watcher::Event::InitApply(pod)) => {
-                if let Some(r) = PodRecord::from_pod(&pod, &p, namespaces.as_ref()) {
-                    state.upsert_pod(r);
+    let mut strategy = initial_list;
+    loop {
+        // Each pod of a (re)list goes straight into the store as its compact record, one at a
+        // time (streaming) or one page of whole Pods at a time (paged): a (re)list never holds
+        // a second copy of the cluster (issue 18).
+        let config = match strategy {
+            InitialList::Streaming => watcher::Config::default().streaming_lists(),
+            InitialList::Paged => watcher::Config::default().page_size(LIST_PAGE_SIZE),
+        };
+        let mut stream = watcher(api.clone(), config).default_backoff().boxed();
+        let mut unsupported = false;
+        while let Some(event) = stream.next().await {
+            let p = policies.load();
+            match event {
+                Ok(watcher::Event::Init) => state.begin_relist(),
+                Ok(watcher::Event::InitApply(pod) | watcher::Event::Apply(pod)) => {
+                    if let Some(r) = PodRecord::from_pod(&pod, &p, namespaces.as_ref()) {
+                        state.upsert_pod(r);
+                    }
                 }
-            }
-            Ok(watcher::Event::InitDone) => {
-                state.finish_relist();
-                synced();
-            }
-            Ok(watcher::Event::Apply(pod)) => {
-                if let Some(r) = PodRecord::from_pod(&pod, &p, namespaces.as_ref()) {
-                    state.upsert_pod(r);
+                Ok(watcher::Event::InitDone) => {
+                    state.finish_relist();
+                    synced();
                 }
-            }
-            Ok(watcher::Event::Delete(pod)) => {
-                if let (Some(ns), Some(name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref()) {
-                    state.remove_pod(ns, name);
+                Ok(watcher::Event::Delete(pod)) => {
+                    if let (Some(ns), Some(name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref()) {
+                        state.remove_pod(ns, name);
+                    }
                 }
+                Err(e) if strategy == InitialList::Streaming && streaming_refused(&e) => {
+                    tracing::warn!(error = %e, "the API server refuses streaming lists (WatchList off); listing Pods in pages instead");
+                    unsupported = true;
+                    break;
+                }
+                Err(e) => tracing::warn!(error = %e, "pod watch error; retrying"),
             }
-            Err(e) => tracing::warn!(error = %e, "pod watch error; retrying"),
         }
+        if !unsupported {
+            return;
+        }
+        strategy = InitialList::Paged;
     }
+}
+
+/// The API server's answer to a streaming list it cannot serve: the request is invalid (422;
+/// 400 on older versions) where its WatchList feature is off (1.27–1.31, 1.33), and an
+/// InternalError naming `RequestWatchProgress` where etcd is too old to report watch progress
+/// (etcd 3.4: the test control plane in ../shared/k8s). Paged lists work on every version.
+pub(crate) fn streaming_refused(error: &watcher::Error) -> bool {
+    let status = match error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.as_ref(),
+        watcher::Error::WatchError(status) => status.as_ref(),
+        _ => return false,
+    };
+    matches!(status.code, 400 | 422) || status.message.contains("RequestWatchProgress")
 }
 
 /// Pods per page of a (re)list: the whole objects of one page are in memory at once.

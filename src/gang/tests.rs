@@ -860,3 +860,25 @@ fn measure_a_hundred_thousand_pods() {
     assert_eq!(state.counts().0, 100_000);
     assert!(grown_mib < 120, "{grown_mib} MiB: the records have grown");
 }
+
+/// Which failures of a streaming list make the Pod watch list in pages instead: the refusals
+/// of API servers that cannot stream (WatchList off: 422/400; etcd too old for watch
+/// progress: a 500 naming RequestWatchProgress, as the 1.36 API server on etcd 3.4 answers),
+/// and not an ordinary failure, which is retried as it is.
+#[test]
+fn a_streaming_list_falls_back_to_pages_only_where_the_api_server_cannot_stream() {
+    use kube::core::Status;
+    use kube::runtime::watcher::Error;
+    let status = |code: u16, message: &str| Box::new(Status::failure(message, "").with_code(code));
+    let refused = |e: &Error| super::controller::streaming_refused(e);
+    assert!(refused(&Error::WatchStartFailed(kube::Error::Api(status(422, "sendInitialEvents is forbidden")))));
+    assert!(refused(&Error::WatchStartFailed(kube::Error::Api(status(400, "bad request")))));
+    assert!(refused(&Error::WatchError(status(
+        500,
+        "a watch stream was requested by the client but the required storage feature RequestWatchProgress is disabled"
+    ))));
+    assert!(!refused(&Error::WatchError(status(500, "etcdserver: request timed out"))));
+    assert!(!refused(&Error::WatchStartFailed(kube::Error::Api(status(403, "forbidden")))));
+    assert!(!refused(&Error::WatchError(status(410, "too old resource version"))));
+    assert!(!refused(&Error::NoResourceVersion));
+}

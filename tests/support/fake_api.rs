@@ -226,6 +226,13 @@ struct Failure {
     times: usize,
 }
 
+/// One watch event as the API server streams it: a JSON object and a newline.
+fn watch_line(event: &str, object: &Value) -> Bytes {
+    let mut line = serde_json::to_vec(&json!({"type": event, "object": object})).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
 /// An open watch: where its events go.
 struct Watch {
     resource: String,
@@ -270,9 +277,7 @@ impl Store {
     }
 
     fn notify(&mut self, resource: &str, event: &str, object: &Value) {
-        let mut line = serde_json::to_vec(&json!({"type": event, "object": object})).unwrap();
-        line.push(b'\n');
-        let line = Bytes::from(line);
+        let line = watch_line(event, object);
         self.history.push((self.resource_version, resource.to_string(), line.clone()));
         if let Some(held) = self.held.as_mut() {
             held.push((resource.to_string(), line));
@@ -505,8 +510,26 @@ fn answer(store: &mut Store, request: &Request) -> (u16, Response) {
                 .find_map(|kv| kv.strip_prefix("resourceVersion="))
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(u64::MAX);
-            for (_, _, line) in store.history.iter().filter(|(v, r, _)| *v > since && r == resource) {
-                let _ = sender.send(line.clone());
+            let initial_events = request.call.request.split(['?', '&']).any(|kv| kv == "sendInitialEvents=true");
+            if initial_events {
+                // A streaming list (Kubernetes' WatchList): every current object as ADDED, then a
+                // BOOKMARK that says the initial events are over, then the changes that follow.
+                for (_, object) in store
+                    .objects
+                    .iter()
+                    .filter(|(k, _)| k.0 == resource && (call.namespace.is_none() || k.1 == namespace))
+                {
+                    let _ = sender.send(watch_line("ADDED", object));
+                }
+                let version = store.resource_version.to_string();
+                let bookmark = json!({
+                    "apiVersion": "v1", "kind": list_kind(resource).trim_end_matches("List"),
+                    "metadata": {"resourceVersion": version, "annotations": {"k8s.io/initial-events-end": "true"}}});
+                let _ = sender.send(watch_line("BOOKMARK", &bookmark));
+            } else {
+                for (_, _, line) in store.history.iter().filter(|(v, r, _)| *v > since && r == resource) {
+                    let _ = sender.send(line.clone());
+                }
             }
             store.watches.push(Watch { resource: resource.to_string(), sender });
             (200, Response::Watch(receiver))
