@@ -229,8 +229,8 @@ pub struct CheckArgs {
     /// Report format; `github` annotates the file and line of each finding in a workflow run.
     #[arg(long, value_enum, default_value = "text")]
     pub output: Output,
-    /// Manifests: files, directories, or - for stdin.
-    #[arg(required = true)]
+    /// Manifests: files, directories, or - for stdin. None: only load the policies (a lint:
+    /// exit 0 when they load, 2 with every error when they do not).
     pub paths: Vec<PathBuf>,
 }
 
@@ -380,6 +380,15 @@ fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let engine = Engine::new(&policies, labels.as_ref()).with_quota(&usage);
     let report = check::run(&engine, &manifests);
     let text = match args.output {
+        Output::Text if args.paths.is_empty() => format!(
+            "{}: {} file(s), {} team(s), {} placement(s), {} rule(s) loaded [policy set {}]; no manifests given\n",
+            args.policies.display(),
+            policies.files.len(),
+            policies.teams.len(),
+            policies.placements.len(),
+            policies.rules.len(),
+            policies.version
+        ),
         Output::Text => check::render_text(&report),
         Output::Json => check::render_json(&report),
         Output::Junit => check::render_junit(&report),

@@ -484,14 +484,39 @@ fn usage_lines_list_only_what_is_required() {
         }
     }
     let out = Command::new(env!("CARGO_BIN_EXE_allot"))
-        .args(["check", "--log-format", "json", "--policies", "policies"])
+        .args(["check", "--log-format", "json", "examples/"])
         .current_dir(root())
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).contains("Usage: allot check [OPTIONS] --policies <POLICIES> <PATHS>...\n"),
+        stderr(&out).contains("Usage: allot check [OPTIONS] --policies <POLICIES> [PATHS]...\n"),
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn check_without_manifests_lints_the_policies() {
+    let out = allot(&["check", "--policies", "policies"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("policies: 5 file(s), "), "{text}");
+    assert!(text.ends_with("; no manifests given\n"), "{text}");
+
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "rules.yaml",
+        "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  expression: object.spec.(\n",
+    );
+    let out = allot(&["check", "--policies", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stderr(&out).contains("rules.yaml"), "{}", stderr(&out));
+
+    // Other outputs: an empty report.
+    let out = allot(&["check", "--policies", "policies", "--output", "json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["summary"]["objects"], 0);
 }
