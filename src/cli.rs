@@ -279,7 +279,7 @@ pub struct WebhooksArgs {
     pub name: String,
     /// What the API server does when Allot cannot be reached: refuse the request, or admit it
     /// unchecked.
-    #[arg(long, value_parser = ["Fail", "Ignore"], default_value = "Fail")]
+    #[arg(long, value_parser = failure_policies(), default_value = "Fail")]
     pub failure_policy: String,
     /// How long the API server waits for Allot per request, in seconds (the API server accepts
     /// 1 to 30).
@@ -291,6 +291,15 @@ pub struct WebhooksArgs {
     /// Allot's service account name; its own requests skip the webhooks.
     #[arg(long, default_value = "allot")]
     pub service_account: String,
+}
+
+/// `--failure-policy`'s values, each explained in `--help`.
+fn failure_policies() -> clap::builder::PossibleValuesParser {
+    use clap::builder::PossibleValue;
+    clap::builder::PossibleValuesParser::new([
+        PossibleValue::new("Fail").help("Refuse the request: nothing is admitted unchecked (Allot's advice)"),
+        PossibleValue::new("Ignore").help("Admit the request unchecked"),
+    ])
 }
 
 /// The endpoint from `--service NAMESPACE/NAME` or `--url`, and the namespace of Allot's service

@@ -450,6 +450,13 @@ fn every_argument_of_every_command_has_help() {
             if arg.get_help().is_none() && arg.get_long_help().is_none() {
                 missing.push(format!("{path}: {}", arg.get_id()));
             }
+            // A flag that takes one of a few values says what each one does.
+            for value in arg.get_possible_values() {
+                let is_bool = ["true", "false"].contains(&value.get_name());
+                if value.get_help().is_none() && !is_bool {
+                    missing.push(format!("{path}: {} {}", arg.get_id(), value.get_name()));
+                }
+            }
         }
         for sub in command.get_subcommands() {
             walk(sub, &path, missing);
