@@ -138,6 +138,31 @@ mod tests {
         assert_eq!(escape_data("%0A"), "%250A");
     }
 
+    /// The runner's unescaping (actions/runner `ActionCommand`: each escape replaced back in
+    /// the order it lists them, `%25` last).
+    fn unescape(text: &str, property: bool) -> String {
+        let mut out = text.replace("%0D", "\r").replace("%0A", "\n");
+        if property {
+            out = out.replace("%3A", ":").replace("%2C", ",");
+        }
+        out.replace("%25", "%")
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn escaping_round_trips_and_keeps_a_command_on_one_line(text in ".*", raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+            let raw = String::from_utf8_lossy(&raw).into_owned();
+            for input in [text.as_str(), raw.as_str(), "%0A%25%3A"] {
+                let data = escape_data(input);
+                proptest::prop_assert!(!data.contains('\n') && !data.contains('\r'));
+                proptest::prop_assert_eq!(unescape(&data, false), input);
+                let property = escape_property(input);
+                proptest::prop_assert!(!property.contains(',') && !property.contains(':') && !property.contains('\n'));
+                proptest::prop_assert_eq!(unescape(&property, true), input);
+            }
+        }
+    }
+
     #[test]
     fn each_finding_is_an_annotation_on_its_file_and_line() {
         let report = Report {
