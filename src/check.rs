@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::finding::{Check, Finding};
 use crate::junit;
 use crate::patch::PatchOp;
-use crate::policy::{Action, parse_documents};
+use crate::policy::Action;
 use crate::request::{Request, RequestOperation};
 
 /// One object read from the input.
@@ -22,6 +22,9 @@ pub struct Manifest {
     pub source: String,
     /// 1-based document number in the file.
     pub document: usize,
+    /// 1-based line where the object starts in its file (its first key); 0 when unknown (an
+    /// object written inline in a test file).
+    pub line: usize,
     pub object: Value,
 }
 
@@ -51,9 +54,9 @@ pub fn read_manifests(paths: &[PathBuf]) -> Result<Vec<Manifest>, Error> {
 }
 
 fn parse_into(source: &str, text: &str, out: &mut Vec<Manifest>) -> Result<(), Error> {
-    let docs =
-        parse_documents(source, text).map_err(|message| Error::Manifest { location: source.to_string(), message })?;
-    for (document, value) in docs {
+    let docs = crate::documents::parse(source, text)
+        .map_err(|message| Error::Manifest { location: source.to_string(), message })?;
+    for crate::documents::Document { index: document, line, item_lines, value } in docs {
         let location = format!("{source}: document {document}");
         let bad = |message: &str| Error::Manifest { location: location.clone(), message: message.to_string() };
         if !value.is_object() {
@@ -64,11 +67,12 @@ fn parse_into(source: &str, text: &str, out: &mut Vec<Manifest>) -> Result<(), E
             return Err(bad("apiVersion is missing"));
         }
         if kind == "List" || kind.ends_with("List") && value.get("items").is_some() {
-            for item in value.get("items").and_then(Value::as_array).into_iter().flatten() {
-                out.push(Manifest { source: source.to_string(), document, object: item.clone() });
+            for (i, item) in value.get("items").and_then(Value::as_array).into_iter().flatten().enumerate() {
+                let line = item_lines.get(i).copied().unwrap_or(line);
+                out.push(Manifest { source: source.to_string(), document, line, object: item.clone() });
             }
         } else {
-            out.push(Manifest { source: source.to_string(), document, object: value });
+            out.push(Manifest { source: source.to_string(), document, line, object: value });
         }
     }
     Ok(())
@@ -79,6 +83,8 @@ fn parse_into(source: &str, text: &str, out: &mut Vec<Manifest>) -> Result<(), E
 pub struct ObjectReport {
     pub source: String,
     pub document: usize,
+    /// Line of the object in `source` (0: unknown).
+    pub line: usize,
     #[serde(rename = "apiVersion")]
     pub api_version: String,
     pub kind: String,
@@ -93,7 +99,8 @@ pub struct ObjectReport {
 }
 
 impl ObjectReport {
-    fn label(&self) -> String {
+    /// `Kind namespace/name`, as messages name the object.
+    pub fn label(&self) -> String {
         if self.namespace.is_empty() {
             format!("{} {}", self.kind, self.name)
         } else {
@@ -272,6 +279,7 @@ fn object_report(m: &Manifest, a: &Admission, namespace: &str) -> ObjectReport {
     ObjectReport {
         source: m.source.clone(),
         document: m.document,
+        line: m.line,
         api_version: m.object.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string(),
         kind: m.object.get("kind").and_then(Value::as_str).unwrap_or("").to_string(),
         namespace: namespace.to_string(),

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::check;
 use crate::engine::Engine;
@@ -33,17 +33,58 @@ pub struct Cli {
     pub command: Command,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
+impl Cli {
+    /// Parses the process's arguments (exits with clap's message on bad ones), with the usage
+    /// lines of [`command`].
+    pub fn parse_args() -> Self {
+        let matches = command().get_matches();
+        match Cli::from_arg_matches(&matches) {
+            Ok(cli) => cli,
+            Err(e) => e.exit(),
+        }
+    }
+}
+
+/// The command tree, with every command's usage line fixed to the one its `--help` shows.
+/// clap's error messages otherwise rebuild the line from the arguments given, and so list the
+/// optional global `--log-format` (given, or set by `ALLOT_LOG_FORMAT`) as if it were required.
+pub fn command() -> clap::Command {
+    let mut cli = <Cli as CommandFactory>::command();
+    cli.build();
+    fix_usage(cli)
+}
+
+fn fix_usage(mut command: clap::Command) -> clap::Command {
+    let names: Vec<String> = command.get_subcommands().map(|c| c.get_name().to_string()).collect();
+    for name in names {
+        command = command.mut_subcommand(&name, |mut sub| {
+            let usage = sub.render_usage().to_string();
+            let usage = usage.trim().trim_start_matches("Usage:").trim().to_string();
+            fix_usage(sub.override_usage(usage))
+        });
+    }
+    command
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-pub enum Output {
+pub enum LogFormat {
+    /// One human-readable line per event.
     Text,
+    /// One JSON object per event, for log shippers.
     Json,
+}
+
+/// How `allot check` prints its report.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Output {
+    /// A verdict per object, with its changes, patch and findings.
+    Text,
+    /// The whole report as one JSON document.
+    Json,
+    /// JUnit XML: a test case per object, a failure per denied object.
     Junit,
+    /// GitHub Actions workflow commands: an annotation on the file and line of each finding.
+    Github,
 }
 
 #[derive(Subcommand)]
@@ -76,6 +117,7 @@ pub struct ServeArgs {
     /// certificate): only the API server, configured to present one, can call the webhooks.
     #[arg(long)]
     pub client_ca: Option<PathBuf>,
+    /// HTTPS address of the webhooks (/mutate, /validate).
     #[arg(long, default_value = "0.0.0.0:8443")]
     pub addr: SocketAddr,
     /// Plain-HTTP address for /metrics, /healthz and /readyz.
@@ -181,6 +223,7 @@ impl From<ServeArgs> for ServeConfig {
 // `allot check`'s flags.
 #[derive(Args)]
 pub struct CheckArgs {
+    /// Directory (or file) of policies to check the manifests against.
     #[arg(long)]
     pub policies: PathBuf,
     /// Namespace manifests whose labels Team selectors are evaluated against.
@@ -189,10 +232,11 @@ pub struct CheckArgs {
     /// Current usage per team (`teams: {vision: {nvidia.com/gpu: 6}}`), for deny-mode quotas.
     #[arg(long)]
     pub state: Option<PathBuf>,
+    /// Report format; `github` annotates the file and line of each finding in a workflow run.
     #[arg(long, value_enum, default_value = "text")]
     pub output: Output,
-    /// Manifests: files, directories, or - for stdin.
-    #[arg(required = true)]
+    /// Manifests: files, directories, or - for stdin. None: only load the policies (a lint:
+    /// exit 0 when they load, 2 with every error when they do not).
     pub paths: Vec<PathBuf>,
 }
 
@@ -213,12 +257,13 @@ pub struct TestArgs {
 // `allot certs`'s flags.
 #[derive(Args)]
 pub struct CertsArgs {
+    /// Directory for ca.crt, ca.key, tls.crt and tls.key (created if missing).
     #[arg(long)]
     pub out: PathBuf,
     /// DNS names (or IP addresses) of the serving certificate.
     #[arg(long = "dns-name", required = true)]
     pub dns_names: Vec<String>,
-    /// Validity of the serving certificate.
+    /// Validity of the serving certificate, in days.
     #[arg(long, default_value_t = 365)]
     pub days: u32,
 }
@@ -235,10 +280,15 @@ pub struct WebhooksArgs {
     /// URL of an Allot outside the cluster (https://host:port).
     #[arg(long)]
     pub url: Option<String>,
+    /// metadata.name of both webhook configurations.
     #[arg(long, default_value = "allot")]
     pub name: String,
-    #[arg(long, value_parser = ["Fail", "Ignore"], default_value = "Fail")]
+    /// What the API server does when Allot cannot be reached: refuse the request, or admit it
+    /// unchecked.
+    #[arg(long, value_parser = failure_policies(), default_value = "Fail")]
     pub failure_policy: String,
+    /// How long the API server waits for Allot per request, in seconds (the API server accepts
+    /// 1 to 30).
     #[arg(long, default_value_t = 5)]
     pub timeout_seconds: i32,
     /// More namespaces to leave alone (kube-system and Allot's own always are).
@@ -247,6 +297,15 @@ pub struct WebhooksArgs {
     /// Allot's service account name; its own requests skip the webhooks.
     #[arg(long, default_value = "allot")]
     pub service_account: String,
+}
+
+/// `--failure-policy`'s values, each explained in `--help`.
+fn failure_policies() -> clap::builder::PossibleValuesParser {
+    use clap::builder::PossibleValue;
+    clap::builder::PossibleValuesParser::new([
+        PossibleValue::new("Fail").help("Refuse the request: nothing is admitted unchecked (Allot's advice)"),
+        PossibleValue::new("Ignore").help("Admit the request unchecked"),
+    ])
 }
 
 /// The endpoint from `--service NAMESPACE/NAME` or `--url`, and the namespace of Allot's service
@@ -336,9 +395,19 @@ fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let engine = Engine::new(&policies, labels.as_ref()).with_quota(&usage);
     let report = check::run(&engine, &manifests);
     let text = match args.output {
+        Output::Text if args.paths.is_empty() => format!(
+            "{}: {} file(s), {} team(s), {} placement(s), {} rule(s) loaded [policy set {}]; no manifests given\n",
+            args.policies.display(),
+            policies.files.len(),
+            policies.teams.len(),
+            policies.placements.len(),
+            policies.rules.len(),
+            policies.version
+        ),
         Output::Text => check::render_text(&report),
         Output::Json => check::render_json(&report),
         Output::Junit => check::render_junit(&report),
+        Output::Github => crate::github::render(&report),
     };
     print!("{text}");
     Ok(if report.all_admitted() { ExitCode::SUCCESS } else { ExitCode::from(1) })

@@ -33,9 +33,14 @@ pub struct WorkloadKind {
     pub templates: &'static [&'static [Step]],
     /// For kinds that carry bare container resources instead of templates (TrainJob's
     /// `spec.trainer.resourcesPerNode`): path to the container-like object and the field that
-    /// holds its `ResourceRequirements`.
+    /// holds its `ResourceRequirements`. The object's [`CONTAINER_FIELDS`] are the container's
+    /// too; what it leaves out (TrainJob's image, from its runtime) stays absent.
     pub container_resources: Option<(&'static [Step], &'static str)>,
 }
+
+/// Fields a container-like object (TrainJob's `spec.trainer`) shares with the container it
+/// becomes, copied into its Pod view so rules read them as in any Pod.
+pub const CONTAINER_FIELDS: &[&str] = &["image", "command", "args", "env"];
 
 const fn kind(group: &'static str, kind: &'static str, templates: &'static [&'static [Step]]) -> WorkloadKind {
     WorkloadKind { group, kind, templates, container_resources: None }
@@ -148,6 +153,11 @@ pub fn pods_of<'a>(object: &'a Value, group: &str, kind_name: &str) -> Vec<PodVi
             if let Some(resources) = holder.get(field) {
                 container.insert("resources".into(), resources.clone());
             }
+            for name in CONTAINER_FIELDS {
+                if let Some(value) = holder.get(*name) {
+                    container.insert((*name).into(), value.clone());
+                }
+            }
             let pod = serde_json::json!({
                 "apiVersion": "v1",
                 "kind": "Pod",
@@ -242,6 +252,12 @@ mod tests {
         assert_eq!(pods.len(), 1);
         assert_eq!(pods[0].path, "spec.trainer");
         assert_eq!(pods[0].pod.pointer("/spec/containers/0/resources/limits/nvidia.com~1gpu"), Some(&json!(8)));
+        assert_eq!(pods[0].pod.pointer("/spec/containers/0/image"), None, "the image comes from the runtime");
+        let job = json!({"spec": {"trainer": {"image": "ghcr.io/x/t:1", "command": ["torchrun"], "numNodes": 2}}});
+        let pods = pods_of(&job, "trainer.kubeflow.org", "TrainJob");
+        assert_eq!(pods[0].pod.pointer("/spec/containers/0/image"), Some(&json!("ghcr.io/x/t:1")));
+        assert_eq!(pods[0].pod.pointer("/spec/containers/0/command/0"), Some(&json!("torchrun")));
+        assert_eq!(pods[0].pod.pointer("/spec/containers/0/numNodes"), None);
     }
 
     #[test]

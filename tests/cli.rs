@@ -355,3 +355,175 @@ spec:\n  nodeName: node-1\n  schedulingGates: [{name: example.com/wait}]\n  cont
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
 }
+
+/// The annotations `--output github` prints, as (command, file, line, title) of each
+/// `::error`/`::warning` line.
+fn annotations(text: &str) -> Vec<(String, String, usize, String)> {
+    text.lines()
+        .filter(|l| l.starts_with("::error ") || l.starts_with("::warning "))
+        .map(|l| {
+            let (head, _message) = l[2..].split_once("::").expect("a message");
+            let (command, properties) = head.split_once(' ').expect("properties");
+            let property = |key: &str| {
+                properties.split(',').find_map(|p| p.strip_prefix(&format!("{key}="))).unwrap_or_default().to_string()
+            };
+            (command.to_string(), property("file"), property("line").parse().unwrap_or(0), property("title"))
+        })
+        .collect()
+}
+
+#[test]
+fn check_github_output_annotates_the_line_of_each_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let gpu_pod = |name: &str, gpus: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: vision\nspec:\n  containers:\n    - name: c\n      image: ghcr.io/example/train:1.0\n      resources:\n        limits:\n          nvidia.com/gpu: {gpus}\n"
+        )
+    };
+    // Leading comments and separators; the 2nd document admitted, the 1st and 3rd denied.
+    let yaml = format!(
+        "# Three pods.\n# The first asks half a GPU.\n---\n{}---\n# fine\n{}---\n\n\n{}",
+        gpu_pod("half", "500m"),
+        gpu_pod("fine", "\"1\""),
+        gpu_pod("latest", "\"1\"").replace("train:1.0", "train:latest").replace("\"1\"", "\"20\"")
+    );
+    let yaml_path = write(dir.path(), "pods.yaml", &yaml);
+    let line_of = |text: &str, name: &str| {
+        let name_line = text.lines().position(|l| l == format!("  name: {name}")).unwrap();
+        // The object starts at its apiVersion, three lines above its name.
+        name_line + 1 - 3
+    };
+    // A JSON file: one object, pretty-printed, starting at line 1.
+    let json = serde_json::to_string_pretty(&serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "vision"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+            {"name": "c", "image": "i:1", "resources": {"limits": {"nvidia.com/gpu": "0.5"}}}]}}}
+    }))
+    .unwrap();
+    let json_path = write(dir.path(), "job.json", &json);
+    let out = allot(&[
+        "check",
+        "--policies",
+        "policies",
+        "--output",
+        "github",
+        yaml_path.to_str().unwrap(),
+        json_path.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "exit codes as for the other outputs\n{}", stderr(&out));
+    let text = stdout(&out);
+    let found = annotations(&text);
+    let yaml_file = yaml_path.display().to_string();
+    let json_file = json_path.display().to_string();
+    let expect = [
+        ("error", &yaml_file, line_of(&yaml, "half"), "allot denied%3A accelerators/whole-numbers"),
+        ("error", &yaml_file, line_of(&yaml, "latest"), "allot denied%3A accelerators/max-per-pod"),
+        ("warning", &yaml_file, line_of(&yaml, "latest"), "allot warning%3A pinned-images-on-gpus"),
+        ("error", &json_file, 1, "allot denied%3A accelerators/whole-numbers"),
+    ];
+    for (command, file, line, title) in expect {
+        assert!(
+            found.iter().any(|f| f.0 == command && &f.1 == file && f.2 == line && f.3 == title),
+            "no {command} on {file}:{line} titled {title} in:\n{text}"
+        );
+    }
+    assert_eq!(line_of(&yaml, "half"), 4, "the test's own arithmetic");
+    assert!(found.iter().all(|f| f.2 != line_of(&yaml, "fine")), "the admitted pod has no annotation:\n{text}");
+    assert!(text.contains("::group::allot check report\n"), "{text}");
+    assert!(text.ends_with("allot check: 4 object(s), 1 admitted (1 mutated), 3 denied, 1 with warnings\n"), "{text}");
+
+    // Everything admitted: exit 0, no annotation.
+    let fine = write(dir.path(), "fine.yaml", &gpu_pod("fine", "\"1\""));
+    let out = allot(&["check", "--policies", "policies", "--output", "github", fine.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(annotations(&stdout(&out)).is_empty(), "{}", stdout(&out));
+}
+
+#[test]
+fn every_argument_of_every_command_has_help() {
+    fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        let path = format!("{path} {}", command.get_name());
+        if command.get_about().is_none() && command.get_long_about().is_none() {
+            missing.push(format!("{path}: the command has no description"));
+        }
+        for arg in command.get_arguments() {
+            if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                missing.push(format!("{path}: {}", arg.get_id()));
+            }
+            // A flag that takes one of a few values says what each one does.
+            for value in arg.get_possible_values() {
+                let is_bool = ["true", "false"].contains(&value.get_name());
+                if value.get_help().is_none() && !is_bool {
+                    missing.push(format!("{path}: {} {}", arg.get_id(), value.get_name()));
+                }
+            }
+        }
+        for sub in command.get_subcommands() {
+            walk(sub, &path, missing);
+        }
+    }
+    let mut missing = Vec::new();
+    walk(&allot::cli::command(), "", &mut missing);
+    assert!(missing.is_empty(), "arguments without help text:\n{}", missing.join("\n"));
+}
+
+#[test]
+fn usage_lines_list_only_what_is_required() {
+    for verb in allot::cli::command().get_subcommands().map(|c| c.get_name().to_string()) {
+        if verb == "help" {
+            continue;
+        }
+        let help = stdout(&allot(&[verb.as_str(), "--help"]));
+        let usage = help.lines().find(|l| l.starts_with("Usage: ")).expect("a usage line").to_string();
+        assert!(!usage.contains("--log-format"), "{usage}");
+        // The usage of the error for a missing argument, with --log-format given on the
+        // command line and through the environment: the same line as --help shows.
+        let out = Command::new(env!("CARGO_BIN_EXE_allot"))
+            .args(["--log-format", "json", verb.as_str()])
+            .env("ALLOT_LOG_FORMAT", "json")
+            .current_dir(root())
+            .output()
+            .unwrap();
+        let error = stderr(&out);
+        if out.status.code() == Some(2) && error.contains("required arguments were not provided") {
+            let error_usage = error.lines().find(|l| l.starts_with("Usage: ")).expect("usage in the error");
+            assert_eq!(error_usage, usage, "{verb}: {error}");
+        }
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_allot"))
+        .args(["check", "--log-format", "json", "examples/"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("Usage: allot check [OPTIONS] --policies <POLICIES> [PATHS]...\n"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn check_without_manifests_lints_the_policies() {
+    let out = allot(&["check", "--policies", "policies"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("policies: 5 file(s), "), "{text}");
+    assert!(text.ends_with("; no manifests given\n"), "{text}");
+
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "rules.yaml",
+        "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  expression: object.spec.(\n",
+    );
+    let out = allot(&["check", "--policies", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stderr(&out).contains("rules.yaml"), "{}", stderr(&out));
+
+    // Other outputs: an empty report.
+    let out = allot(&["check", "--policies", "policies", "--output", "json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["summary"]["objects"], 0);
+}

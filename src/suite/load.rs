@@ -496,7 +496,7 @@ pub(super) fn case_manifest(
             match object.get("kind").and_then(Value::as_str) {
                 None => bad("kind is missing"),
                 Some(kind) if kind.ends_with("List") => bad("a case tests one object, not a List"),
-                Some(_) => Ok(Manifest { source: file.to_string(), document, object: object.clone() }),
+                Some(_) => Ok(Manifest { source: file.to_string(), document, line: 0, object: object.clone() }),
             }
         }
         (None, Some(path)) => {

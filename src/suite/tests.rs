@@ -24,7 +24,7 @@ fn yaml(text: &str) -> Value {
 fn admit(resource: &str) -> check::Admitted {
     let policies = policy::load_dir(&repo().join("policies")).expect("the shipped policies load");
     let engine = Engine::new(&policies, &NoNamespaces);
-    check::admit_manifest(&engine, &Manifest { source: "t.yaml".into(), document: 1, object: yaml(resource) })
+    check::admit_manifest(&engine, &Manifest { source: "t.yaml".into(), document: 1, line: 0, object: yaml(resource) })
 }
 
 fn expectations(text: &str) -> Expectations {
