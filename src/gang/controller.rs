@@ -227,7 +227,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             queued.clear();
             seen_generation = u64::MAX;
             metrics.leader.set(i64::from(is_leader));
-            metrics.gangs_waiting.clear();
+            metrics.clear_waiting();
         }
         // A (re)list applied pod by pod is a partial view (a gang 1/3 present, a queue without
         // its running pods): no pass until it ends; its end wakes the loop.
