@@ -436,6 +436,79 @@ fn the_service_monitor_scrapes_the_metrics_service_under_the_job_the_alerts_name
     }
 }
 
+/// `$KUBECTL`, or `kubectl` on PATH (with built-in kustomize); `None` after a SKIPPED line.
+fn kubectl(test: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("KUBECTL").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let found = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .map(|dir| dir.join("kubectl"))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        skipped(
+            test,
+            "needs kubectl with built-in kustomize: set KUBECTL or put kubectl on PATH (.ci/run installs one)",
+        );
+    }
+    found
+}
+
+/// `to` relative to the directory `from` (kustomize accepts no absolute paths).
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let (from, to): (Vec<_>, Vec<_>) = (from.components().collect(), to.components().collect());
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut out = PathBuf::new();
+    for _ in common..from.len() {
+        out.push("..");
+    }
+    for c in &to[common..] {
+        out.push(c);
+    }
+    out
+}
+
+/// deploy/ with the monitoring component, as a user's kustomization adds it.
+#[test]
+fn the_monitoring_component_renders_with_the_install() {
+    let Some(kubectl) = kubectl("the_monitoring_component_renders_with_the_install") else { return };
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let deploy = root().join("deploy").canonicalize().expect("deploy/");
+    let base = dir.path().canonicalize().expect("tempdir");
+    let to_deploy = relative(&base, &deploy);
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\ncomponents:\n  - {}\n",
+            to_deploy.display(),
+            to_deploy.join("components/monitoring").display()
+        ),
+    )
+    .expect("kustomization");
+    let out = Command::new(&kubectl).arg("kustomize").arg(dir.path()).output().expect("run kubectl kustomize");
+    let rendered = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "kubectl kustomize failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&rendered).expect("rendered YAML");
+    let find = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name} in the render:\n{rendered}"))
+    };
+    let rule = find("PrometheusRule", "allot");
+    assert_eq!(rule["metadata"]["namespace"], "allot-system");
+    assert!(rule["spec"] == yaml(RULES), "the rendered PrometheusRule is not {RULES}");
+    let monitor = find("ServiceMonitor", "allot");
+    let service = find("Service", JOB);
+    assert_eq!(monitor["metadata"]["namespace"], service["metadata"]["namespace"]);
+    for (k, v) in monitor["spec"]["selector"]["matchLabels"].as_object().expect("matchLabels") {
+        assert_eq!(&service["metadata"]["labels"][k], v, "the ServiceMonitor does not select {JOB} by {k}");
+    }
+    // The install itself is all there: the component adds, it does not replace.
+    find("Deployment", "allot");
+    find("ValidatingWebhookConfiguration", "allot");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The exposition of a real `allot serve`
 
@@ -493,6 +566,10 @@ fn parse_exposition(text: &str) -> Exposition {
     e
 }
 
+/// A Warn rule whose evaluation panics (the test-hooks build's `allotTestPanic`): contained,
+/// counted in `allot_rule_evaluation_panics_total`.
+const PANICKING_WARN_RULE: &str = "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: panics-warn}\nspec:\n  expression: allotTestPanic(object)\n  message: m\n  action: Warn\n";
+
 /// `allot serve --no-kube` in a temporary directory with the shipped policies plus a Warn rule
 /// that panics (the test-hooks build's `allotTestPanic`); killed on drop.
 struct Serve {
@@ -518,11 +595,7 @@ impl Serve {
             let entry = entry.expect("entry");
             std::fs::copy(entry.path(), policies.join(entry.file_name())).expect("copy policy");
         }
-        std::fs::write(
-            policies.join("zz-panics.yaml"),
-            "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: panics-warn}\nspec:\n  expression: allotTestPanic(object)\n  message: m\n  action: Warn\n",
-        )
-        .expect("panics.yaml");
+        std::fs::write(policies.join("zz-panics.yaml"), PANICKING_WARN_RULE).expect("panics.yaml");
         let certs = dir.path().join("certs");
         let out = Command::new(env!("CARGO_BIN_EXE_allot"))
             .args(["certs", "--out", certs.to_str().expect("utf-8"), "--dns-name", "localhost"])
@@ -607,13 +680,7 @@ impl Serve {
     }
 
     fn scrape(&self) -> String {
-        let mut stream = TcpStream::connect(&self.metrics).expect("metrics address");
-        stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-        stream.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n", self.metrics).as_bytes()).expect("GET");
-        let mut text = String::new();
-        stream.read_to_string(&mut text).expect("read /metrics");
-        assert!(text.starts_with("HTTP/1.0 200") || text.starts_with("HTTP/1.1 200"), "{text}");
-        text
+        scrape(&self.metrics)
     }
 
     /// Scrapes until `done` holds (at most 20 s).
@@ -628,6 +695,17 @@ impl Serve {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// `GET /metrics` on a plain-HTTP metrics address: the whole response.
+fn scrape(addr: &str) -> String {
+    let mut stream = TcpStream::connect(addr).expect("metrics address");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    stream.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).expect("GET");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read /metrics");
+    assert!(text.starts_with("HTTP/1.0 200") || text.starts_with("HTTP/1.1 200"), "{text}");
+    text
 }
 
 /// The exposition of the server's `Metrics` (the code `allot serve` encodes) with a gated GPU
@@ -650,26 +728,10 @@ fn cluster_family_labels() -> Exposition {
     parse_exposition(&state.metrics.encode())
 }
 
-#[test]
-fn the_rules_and_the_dashboard_use_only_what_a_real_allot_serve_exports() {
-    allot::install_crypto_provider();
-    let serve = Serve::start();
-    // Drive it: a mutation, a denial, a panicking Warn rule (contained and counted).
-    let (status, body) = serve.review("/mutate", "010-mutate-create-pod-my-gpu-pod.json");
-    assert_eq!(status, 200, "{body}");
-    let (status, body) = serve.review("/validate", "015-validate-create-pod-tolerated-gpu-pod.json");
-    assert!(status == 200 && body.contains("\"allowed\":false"), "{body}");
-    // A broken policy file and a broken certificate: both refused, counted, the old ones kept.
-    std::fs::write(serve.dir.path().join("policies/broken.yaml"), "apiVersion: allot.dev/v1alpha1\nkind: Nope\n")
-        .expect("broken policy");
-    std::fs::write(serve.dir.path().join("certs/tls.crt"), "not a certificate\n").expect("broken certificate");
-    let text = serve.scrape_until("the failed reloads to be counted", |t| {
-        t.contains("allot_policy_reloads_total{result=\"failure\"}")
-            && t.contains("allot_certificate_reloads_total{result=\"failure\"}")
-    });
-    let exported = parse_exposition(&text);
-    let filled = cluster_family_labels();
-
+/// Checks every metric, label matcher and grouping label of the rules and the dashboard against
+/// a scrape of `allot serve` (`filled`, when given, for [`FILLED_BY_A_CLUSTER`]): the problems,
+/// and which metrics were checked.
+fn check_queries(exported: &Exposition, filled: Option<&Exposition>) -> (Vec<String>, BTreeSet<String>) {
     let rules = rules();
     let mut queries = rules.exprs.clone();
     queries.extend(dashboard_queries().into_iter().map(|(w, q)| (w, as_prometheus_sees_it(&q))));
@@ -688,10 +750,11 @@ fn the_rules_and_the_dashboard_use_only_what_a_real_allot_serve_exports() {
             } else if metric.starts_with("allot_") {
                 // Names and labels from the real server's scrape; a family only a cluster fills
                 // from the same `Metrics`, filled in process.
-                let (source, from) = if FILLED_BY_A_CLUSTER.contains(&metric.as_str()) {
-                    (&filled, "Metrics filled with a cluster's pods")
-                } else {
-                    (&exported, "allot serve")
+                let (source, from) = match filled {
+                    Some(filled) if FILLED_BY_A_CLUSTER.contains(&metric.as_str()) => {
+                        (filled, "Metrics filled with a cluster's pods")
+                    }
+                    _ => (exported, "allot serve"),
                 };
                 if !source.names.contains(metric) {
                     problems.push(format!("{place}: {metric} is not exported by {from}"));
@@ -725,6 +788,30 @@ fn the_rules_and_the_dashboard_use_only_what_a_real_allot_serve_exports() {
             }
         }
     }
+    (problems, checked)
+}
+
+#[test]
+fn the_rules_and_the_dashboard_use_only_what_a_real_allot_serve_exports() {
+    allot::install_crypto_provider();
+    let serve = Serve::start();
+    // Drive it: a mutation, a denial, a panicking Warn rule (contained and counted).
+    let (status, body) = serve.review("/mutate", "010-mutate-create-pod-my-gpu-pod.json");
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = serve.review("/validate", "015-validate-create-pod-tolerated-gpu-pod.json");
+    assert!(status == 200 && body.contains("\"allowed\":false"), "{body}");
+    // A broken policy file and a broken certificate: both refused, counted, the old ones kept.
+    std::fs::write(serve.dir.path().join("policies/broken.yaml"), "apiVersion: allot.dev/v1alpha1\nkind: Nope\n")
+        .expect("broken policy");
+    std::fs::write(serve.dir.path().join("certs/tls.crt"), "not a certificate\n").expect("broken certificate");
+    let text = serve.scrape_until("the failed reloads to be counted", |t| {
+        t.contains("allot_policy_reloads_total{result=\"failure\"}")
+            && t.contains("allot_certificate_reloads_total{result=\"failure\"}")
+    });
+    let exported = parse_exposition(&text);
+    let filled = cluster_family_labels();
+
+    let (problems, checked) = check_queries(&exported, Some(&filled));
     assert!(problems.is_empty(), "{}\n\n/metrics:\n{text}", problems.join("\n"));
     // The check covered the families that matter (a reader that found nothing would pass).
     for metric in [
@@ -761,4 +848,67 @@ fn the_exposition_reader_sees_names_of_empty_families_and_labels_of_series() {
     let labels: Vec<&str> = e.labels["allot_g"].iter().map(String::as_str).collect();
     assert_eq!(labels, ["resource", "team"]);
     assert!(!e.labels.contains_key("allot_x_total"));
+}
+
+/// On a real control plane nothing is filled in process: with a gang member waiting in team
+/// vision's namespace, the leader's scrape has a series, with its labels, for every metric the
+/// rules and the dashboard use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_real_control_plane_every_metric_used_has_series_with_its_labels() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, PostParams};
+    use support::cluster::{Assets, Cluster, wait_for};
+    allot::install_crypto_provider();
+    let test = "on_a_real_control_plane_every_metric_used_has_series_with_its_labels";
+    let Some(assets) = Assets::from_env(test) else { return };
+    let cluster = Cluster::start(&assets).await;
+    // A policy reload that adds a panicking Warn rule (counted on the next review).
+    std::fs::write(cluster.dir.path().join("policies/zz-panics.yaml"), PANICKING_WARN_RULE).expect("panics.yaml");
+    let addr = cluster.allot_metrics.clone();
+    wait_for("the policy reload", Duration::from_secs(60), || {
+        let addr = addr.clone();
+        async move {
+            let text = tokio::task::spawn_blocking(move || scrape(&addr)).await.expect("scrape");
+            text.contains("allot_policy_reloads_total{result=\"success\"} 1")
+        }
+    })
+    .await;
+    // One member of a gang of two, asking for a GPU: gated, waiting for its peer, charged to vision.
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "m-0", "labels": {"allot.dev/gang-name": "g"}, "annotations": {"allot.dev/gang-size": "2"}},
+        "spec": {"containers": [{"name": "c", "image": "registry.example/train:1",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }))
+    .expect("pod");
+    Api::<Pod>::namespaced(cluster.client.clone(), "vision")
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("create");
+    // A broken certificate: refused and counted, the old one keeps serving.
+    std::fs::write(cluster.dir.path().join("allot-certs/tls.crt"), "not a certificate\n").expect("broken certificate");
+    let addr = cluster.allot_metrics.clone();
+    wait_for("the leader to count the waiting gang and its accelerators", Duration::from_secs(60), || {
+        let addr = addr.clone();
+        async move {
+            let text = tokio::task::spawn_blocking(move || scrape(&addr)).await.expect("scrape");
+            text.contains("allot_certificate_reloads_total{result=\"failure\"}")
+                && text.contains("allot_gangs_waiting{reason=\"WaitingForMembers\"} 1")
+                && text.contains(
+                    "allot_team_accelerators{team=\"vision\",resource=\"nvidia.com/gpu\",state=\"gang_gated\"} 1",
+                )
+        }
+    })
+    .await;
+    let addr = cluster.allot_metrics.clone();
+    let text = tokio::task::spawn_blocking(move || scrape(&addr)).await.expect("scrape");
+    let (problems, checked) = check_queries(&parse_exposition(&text), None);
+    assert!(problems.is_empty(), "{}\n\n/metrics:\n{text}", problems.join("\n"));
+    for metric in
+        FILLED_BY_A_CLUSTER.iter().chain(&["allot_gangs_waiting", "allot_gate_oldest_seconds", "allot_quota_used"])
+    {
+        assert!(checked.contains(*metric), "{metric} was not checked");
+    }
+    for expected in ["allot_gang_controller_leader 1", "allot_ready 1", "allot_gated_pods{gate=\"gang\"} 1"] {
+        assert!(text.contains(expected), "missing {expected} in\n{text}");
+    }
 }
