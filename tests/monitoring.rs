@@ -697,6 +697,11 @@ impl Serve {
     }
 }
 
+/// The value of an unlabelled gauge in a scrape (-1 when absent).
+fn gauge(text: &str, name: &str) -> f64 {
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(-1.0)
+}
+
 /// `GET /metrics` on a plain-HTTP metrics address: the whole response.
 fn scrape(addr: &str) -> String {
     let mut stream = TcpStream::connect(addr).expect("metrics address");
@@ -800,6 +805,23 @@ fn the_rules_and_the_dashboard_use_only_what_a_real_allot_serve_exports() {
     assert_eq!(status, 200, "{body}");
     let (status, body) = serve.review("/validate", "015-validate-create-pod-tolerated-gpu-pod.json");
     assert!(status == 200 && body.contains("\"allowed\":false"), "{body}");
+    // A rotated certificate valid for 5 days: reloaded, and its expiry is what the gauge says.
+    let rotated = serve.dir.path().join("rotated");
+    let out = Command::new(env!("CARGO_BIN_EXE_allot"))
+        .args(["certs", "--out", rotated.to_str().expect("utf-8"), "--dns-name", "localhost", "--days", "5"])
+        .output()
+        .expect("allot certs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let certs = serve.dir.path().join("certs");
+    for file in ["ca.crt", "tls.key", "tls.crt"] {
+        std::fs::copy(rotated.join(file), certs.join(file)).expect("rotate");
+    }
+    let text = serve.scrape_until("the rotated certificate", |t| {
+        t.contains("allot_certificate_reloads_total{result=\"success\"} 1")
+    });
+    let expiry = gauge(&text, "allot_certificate_expiry_timestamp_seconds");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs_f64();
+    assert!((expiry - (now + 5.0 * 86400.0)).abs() < 600.0, "certificate expiry {expiry}, now {now}");
     // A broken policy file and a broken certificate: both refused, counted, the old ones kept.
     std::fs::write(serve.dir.path().join("policies/broken.yaml"), "apiVersion: allot.dev/v1alpha1\nkind: Nope\n")
         .expect("broken policy");
@@ -821,6 +843,7 @@ fn the_rules_and_the_dashboard_use_only_what_a_real_allot_serve_exports() {
         "allot_rule_evaluation_panics_total",
         "allot_policy_load_errors",
         "allot_certificate_reloads_total",
+        "allot_certificate_expiry_timestamp_seconds",
         "allot_ready",
         "allot_gate_oldest_seconds",
         "allot_gangs_waiting",
@@ -832,6 +855,8 @@ fn the_rules_and_the_dashboard_use_only_what_a_real_allot_serve_exports() {
     ] {
         assert!(checked.contains(metric), "{metric} was not among the checked metrics: {checked:?}");
     }
+    // The broken certificate changed nothing: the rotated one is still in force.
+    assert_eq!(gauge(&text, "allot_certificate_expiry_timestamp_seconds"), expiry);
     // The exposition really is the server's: the panicking rule and the denial were counted.
     assert!(text.contains("allot_rule_evaluation_panics_total{rule=\"panics-warn\"}"), "{text}");
     assert!(text.contains("allot_admission_requests_total{webhook=\"validate\",result=\"denied\"} 1"), "{text}");

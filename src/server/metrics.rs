@@ -10,6 +10,7 @@
 //! | `allot_policy_set_info` | `version` | 1 for the loaded policy set's hash |
 //! | `allot_policy_load_errors` | | errors in the last failed reload, 0 once a reload succeeds |
 //! | `allot_certificate_reloads_total` | `result` | certificate reload attempts |
+//! | `allot_certificate_expiry_timestamp_seconds` | | when the serving certificate in force expires (0 until one is read) |
 //! | `allot_connections_refused_total` | | webhook connections closed at once: `--max-connections` reached |
 //! | `allot_gang_controller_leader` | | 1 on the replica holding the Lease |
 //! | `allot_gangs_waiting` | `reason` | waiting gangs (leader only; every reason at 0 elsewhere) |
@@ -108,6 +109,8 @@ pub struct Metrics {
     pub policy_set_info: Family<VersionLabels, Gauge>,
     pub policy_load_errors: Gauge,
     pub certificate_reloads: Family<ResultLabels, Counter>,
+    /// When the serving certificate in force expires (seconds since the epoch).
+    pub certificate_expiry: Gauge,
     pub connections_refused: Counter,
     /// Updated by the gang controller.
     pub controller: ControllerMetrics,
@@ -155,6 +158,12 @@ impl Metrics {
         registry.register("policy_set_info", "Hash of the policy set in force", policy_set_info.clone());
         registry.register("policy_load_errors", "Errors in the last failed policy reload", policy_load_errors.clone());
         registry.register("certificate_reloads", "Serving certificate reload attempts", certificate_reloads.clone());
+        let certificate_expiry = Gauge::default();
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "When the serving certificate in force expires, in seconds since the epoch",
+            certificate_expiry.clone(),
+        );
         let connections_refused = Counter::default();
         registry.register(
             "connections_refused",
@@ -225,6 +234,7 @@ impl Metrics {
             policy_set_info,
             policy_load_errors,
             certificate_reloads,
+            certificate_expiry,
             connections_refused,
             controller,
             team_accelerators,

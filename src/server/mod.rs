@@ -531,6 +531,9 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
         )
     });
 
+    if let Some(expiry) = tls::not_after(&config.tls_cert) {
+        state.metrics.certificate_expiry.set(expiry);
+    }
     let app = router_with_inline_limit(
         state.clone(),
         config.max_body_bytes,

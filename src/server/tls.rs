@@ -48,6 +48,15 @@ pub fn server_config_with_client_ca(
     Ok(Arc::new(config))
 }
 
+/// When the serving certificate (the first in the PEM file `cert`) expires, in seconds since the
+/// epoch: `allot_certificate_expiry_timestamp_seconds`, so an alert fires weeks before the
+/// webhooks' TLS breaks. `None` when the file holds no certificate that parses.
+pub fn not_after(cert: &Path) -> Option<i64> {
+    let der = CertificateDer::pem_file_iter(cert).ok()?.next()?.ok()?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(&der).ok()?;
+    Some(parsed.validity().not_after.timestamp())
+}
+
 /// Verifies client certificates against the CAs in `path` (ring, like the rest of the stack).
 fn client_verifier(
     path: &Path,
@@ -64,4 +73,23 @@ fn client_verifier(
     rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
         .build()
         .map_err(|e| context(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_after_reads_the_serving_certificates_expiry() {
+        let dir = tempfile::tempdir().unwrap();
+        let written = crate::certs::generate(dir.path(), &["localhost".to_string()], 30).unwrap();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+        let expires = not_after(&written.cert).unwrap();
+        assert!((expires - (now + 30 * 86400)).abs() < 120, "expires {expires}, now {now}");
+        // The CA lives ten years: the first certificate of the file is the one read.
+        assert!(not_after(&written.ca_cert).unwrap() > now + 3000 * 86400);
+        std::fs::write(dir.path().join("bad.crt"), "not a certificate\n").unwrap();
+        assert_eq!(not_after(&dir.path().join("bad.crt")), None);
+        assert_eq!(not_after(&dir.path().join("missing.crt")), None);
+    }
 }
