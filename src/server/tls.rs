@@ -82,12 +82,16 @@ mod tests {
     #[test]
     fn not_after_reads_the_serving_certificates_expiry() {
         let dir = tempfile::tempdir().unwrap();
-        let written = crate::certs::generate(dir.path(), &["localhost".to_string()], 30).unwrap();
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
-        let expires = not_after(&written.cert).unwrap();
-        assert!((expires - (now + 30 * 86400)).abs() < 120, "expires {expires}, now {now}");
-        // The CA lives ten years: the first certificate of the file is the one read.
-        assert!(not_after(&written.ca_cert).unwrap() > now + 3000 * 86400);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params.not_after = rcgen::date_time_ymd(2031, 5, 17);
+        let leaf = params.self_signed(&key).unwrap();
+        params.not_after = rcgen::date_time_ymd(2040, 1, 1);
+        let other = params.self_signed(&key).unwrap();
+        // A chain: the first certificate of the file is the serving one.
+        let path = dir.path().join("tls.crt");
+        std::fs::write(&path, format!("{}{}", leaf.pem(), other.pem())).unwrap();
+        assert_eq!(not_after(&path), Some(1_936_742_400)); // 2031-05-17T00:00:00Z
         std::fs::write(dir.path().join("bad.crt"), "not a certificate\n").unwrap();
         assert_eq!(not_after(&dir.path().join("bad.crt")), None);
         assert_eq!(not_after(&dir.path().join("missing.crt")), None);
