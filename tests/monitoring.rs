@@ -567,8 +567,9 @@ fn parse_exposition(text: &str) -> Exposition {
 }
 
 /// A Warn rule whose evaluation panics (the test-hooks build's `allotTestPanic`): contained,
-/// counted in `allot_rule_evaluation_panics_total`.
-const PANICKING_WARN_RULE: &str = "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: panics-warn}\nspec:\n  expression: allotTestPanic(object)\n  message: m\n  action: Warn\n";
+/// counted in `allot_rule_evaluation_panics_total`; and one that errors on an object without
+/// that annotation, counted in `allot_rule_evaluation_errors_total`.
+const PANICKING_WARN_RULE: &str = "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: panics-warn}\nspec:\n  expression: allotTestPanic(object)\n  message: m\n  action: Warn\n---\napiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: errors-warn}\nspec:\n  expression: \"object.metadata.annotations['allot-test/absent'] == 'x'\"\n  message: m\n  action: Warn\n";
 
 /// `allot serve --no-kube` in a temporary directory with the shipped policies plus a Warn rule
 /// that panics (the test-hooks build's `allotTestPanic`); killed on drop.
@@ -841,6 +842,7 @@ fn the_rules_and_the_dashboard_use_only_what_a_real_allot_serve_exports() {
         "allot_admission_decisions_total",
         "allot_admission_duration_seconds_bucket",
         "allot_rule_evaluation_panics_total",
+        "allot_rule_evaluation_errors_total",
         "allot_policy_load_errors",
         "allot_certificate_reloads_total",
         "allot_certificate_expiry_timestamp_seconds",
@@ -859,6 +861,7 @@ fn the_rules_and_the_dashboard_use_only_what_a_real_allot_serve_exports() {
     assert_eq!(gauge(&text, "allot_certificate_expiry_timestamp_seconds"), expiry);
     // The exposition really is the server's: the panicking rule and the denial were counted.
     assert!(text.contains("allot_rule_evaluation_panics_total{rule=\"panics-warn\"}"), "{text}");
+    assert!(text.contains("allot_rule_evaluation_errors_total{rule=\"errors-warn\"}"), "{text}");
     assert!(text.contains("allot_admission_requests_total{webhook=\"validate\",result=\"denied\"} 1"), "{text}");
 }
 

@@ -5,6 +5,7 @@
 //! | `allot_admission_requests_total` | `webhook`, `result` (allowed/denied/mutated/error) | reviews answered |
 //! | `allot_admission_decisions_total` | `webhook`, `rule`, `action` | findings per rule (deny/warn/audit) |
 //! | `allot_rule_evaluation_panics_total` | `rule` | rule (or `placement/<name>` condition) evaluations that panicked and were contained |
+//! | `allot_rule_evaluation_errors_total` | `rule` | evaluations that ended in an ordinary error ("could not be evaluated") |
 //! | `allot_admission_duration_seconds` | `webhook` | time to answer, body read to response |
 //! | `allot_policy_reloads_total` | `result` (success/failure) | policy reload attempts |
 //! | `allot_policy_set_info` | `version` | 1 for the loaded policy set's hash |
@@ -152,6 +153,11 @@ impl Metrics {
             "rule_evaluation_panics",
             "Rule evaluations that panicked (contained: the rule's error handling applied)",
             crate::expression::RULE_PANICS.clone(),
+        );
+        registry.register(
+            "rule_evaluation_errors",
+            "Rule evaluations that ended in an error (the rule answered \"could not be evaluated\")",
+            crate::expression::RULE_ERRORS.clone(),
         );
         registry.register("admission_duration_seconds", "Time to answer an AdmissionReview", duration.clone());
         registry.register("policy_reloads", "Policy reload attempts", policy_reloads.clone());
