@@ -52,6 +52,19 @@ pub const VARIABLES: &[&str] = &["object", "oldObject", "workload", "namespace",
 
 pub use panics::{RULE_PANICS, RuleLabels, install_hook as install_panic_hook};
 
+/// Evaluations that ended in an ordinary error (a missing key, a wrong type, the budget), per
+/// rule (`Rule` name or `placement/<name>`): `allot_rule_evaluation_errors_total{rule}`. Such a
+/// rule answers "could not be evaluated" (a Deny rule denies) on every object it errors on, so a
+/// platform team wants to hear of it. Process-wide like [`RULE_PANICS`].
+pub static RULE_ERRORS: std::sync::LazyLock<
+    prometheus_client::metrics::family::Family<RuleLabels, prometheus_client::metrics::counter::Counter>,
+> = std::sync::LazyLock::new(Default::default);
+
+/// Counts one evaluation error of `owner`.
+fn count_error(owner: &dyn std::fmt::Display) {
+    RULE_ERRORS.get_or_create(&RuleLabels { rule: owner.to_string() }).inc();
+}
+
 /// Why an evaluation gave no value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EvalError {
@@ -256,7 +269,10 @@ impl Expression {
         budget::start(self.comprehensions);
         match panics::contain(owner, || CelValue::resolve(&self.instrumented, ctx)) {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(EvalError::Cel(describe(&e))),
+            Ok(Err(e)) => {
+                count_error(owner);
+                Err(EvalError::Cel(describe(&e)))
+            }
             Err(panic) => Err(EvalError::Panic(panic)),
         }
     }
@@ -265,7 +281,10 @@ impl Expression {
     pub fn eval_bool(&self, ctx: &Context<'_>, owner: &dyn std::fmt::Display) -> Result<bool, EvalError> {
         match self.execute(ctx, owner)? {
             CelValue::Bool(b) => Ok(b),
-            other => Err(EvalError::Cel(format!("expression returned {other:?}, not a bool"))),
+            other => {
+                count_error(owner);
+                Err(EvalError::Cel(format!("expression returned {other:?}, not a bool")))
+            }
         }
     }
 
@@ -273,7 +292,10 @@ impl Expression {
     pub fn eval_string(&self, ctx: &Context<'_>, owner: &dyn std::fmt::Display) -> Result<String, EvalError> {
         match self.execute(ctx, owner)? {
             CelValue::String(s) => Ok(s.as_str().to_string()),
-            other => Err(EvalError::Cel(format!("messageExpression returned {other:?}, not a string"))),
+            other => {
+                count_error(owner);
+                Err(EvalError::Cel(format!("messageExpression returned {other:?}, not a string")))
+            }
         }
     }
 }
@@ -825,6 +847,24 @@ mod tests {
     fn kubernetes_libraries_are_available() {
         assert_eq!(eval("quantity('1Gi').isGreaterThan(quantity('1Mi'))", json!({})), Ok(true));
         assert_eq!(eval("'a-b'.split('-').size() == 2", json!({})), Ok(true));
+    }
+
+    #[test]
+    fn evaluation_errors_are_counted_per_rule_and_answers_are_not() {
+        let env = env();
+        let b = bindings(gpu_pod(1));
+        let count = |owner: &str| RULE_ERRORS.get_or_create(&RuleLabels { rule: owner.into() }).get();
+        let missing = Expression::compile("object.metadata.labels['absent'] == 'x'").unwrap();
+        assert!(missing.eval_bool(&env.scope(&b), &"errors-missing-key").is_err());
+        assert!(missing.eval_bool(&env.scope(&b), &"errors-missing-key").is_err());
+        assert_eq!(count("errors-missing-key"), 2);
+        let not_bool = Expression::compile("object.metadata.labels").unwrap();
+        assert!(not_bool.eval_bool(&env.scope(&b), &"errors-not-bool").is_err());
+        assert_eq!(count("errors-not-bool"), 1);
+        // true and false are answers, not errors.
+        let fine = Expression::compile("accelerators(object) == 1").unwrap();
+        assert_eq!(fine.eval_bool(&env.scope(&b), &"errors-none"), Ok(true));
+        assert_eq!(count("errors-none"), 0);
     }
 
     #[test]

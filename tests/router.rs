@@ -216,6 +216,57 @@ async fn metrics_report_team_accelerators_and_quota_from_the_watch_at_scrape_tim
 }
 
 #[tokio::test]
+async fn the_ready_gauge_says_what_readyz_says() {
+    let state = state();
+    let scrape = |state: Arc<AppState>| async move { call(metrics_router(state), "GET", "/metrics", vec![]).await.1 };
+    assert!(scrape(state.clone()).await.contains("\nallot_ready 1\n"));
+    // A failed reload keeps serving the last good set: still ready, as /readyz says.
+    state.last_reload_error.store(Arc::new(Some("p.yaml: boom".into())));
+    assert!(scrape(state.clone()).await.contains("\nallot_ready 1\n"));
+    state.shutting_down.store(true, Ordering::Relaxed);
+    let (status, _) = call(metrics_router(state.clone()), "GET", "/readyz", vec![]).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let text = scrape(state.clone()).await;
+    assert!(text.contains("\nallot_ready 0\n"), "{text}");
+    // The ledger's counters exist (at 0) where no ledger runs, so every replica has the names.
+    assert!(text.contains("\nallot_quota_ledger_failures_total 0\n"), "{text}");
+}
+
+#[tokio::test]
+async fn gate_gauges_count_gated_pods_and_age_the_oldest_at_scrape_time() {
+    use allot::cluster::{ClusterState, PodRecord};
+    let policies = allot::policy::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
+    let cluster = Arc::new(ClusterState::default());
+    let state = AppState::with_cluster(policies, Arc::new(NoNamespaces), cluster.clone());
+    let (_, text) = call(metrics_router(state.clone()), "GET", "/metrics", vec![]).await;
+    for expected in [
+        r#"allot_gated_pods{gate="gang"} 0"#,
+        r#"allot_gated_pods{gate="quota"} 0"#,
+        r#"allot_gate_oldest_seconds{gate="gang"} 0"#,
+    ] {
+        assert!(text.contains(expected), "missing {expected} in\n{text}");
+    }
+    // A gang member created an hour ago, still behind the gate.
+    let created = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(3600);
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "m-0", "namespace": "vision", "creationTimestamp": created.to_string(),
+            "labels": {"allot.dev/gang-name": "g"}, "annotations": {"allot.dev/gang-size": "2"}},
+        "spec": {"schedulingGates": [{"name": "allot.dev/gang"}],
+            "containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }))
+    .unwrap();
+    cluster.upsert_pod(PodRecord::from_pod(&pod, &state.policies.load(), &NoNamespaces).unwrap());
+    let (_, text) = call(metrics_router(state.clone()), "GET", "/metrics", vec![]).await;
+    assert!(text.contains(r#"allot_gated_pods{gate="gang"} 1"#), "{text}");
+    let age: i64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"allot_gate_oldest_seconds{gate="gang"} "#))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(-1);
+    assert!((3600..3660).contains(&age), "oldest gang gate {age} s, expected about 3600\n{text}");
+}
+
+#[tokio::test]
 async fn a_stalled_body_is_cut_off_at_the_deadline() {
     // Headers promise a body that never finishes arriving (a slow or stuck client).
     let stalled =

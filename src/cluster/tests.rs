@@ -181,3 +181,39 @@ fn a_relist_replaces_the_pods_in_place_and_drops_the_ones_it_did_not_see() {
     state.finish_relist();
     assert_eq!(state.tracked().pods, 2);
 }
+
+#[test]
+fn gate_gauges_count_each_gate_and_age_its_oldest_live_pod() {
+    use super::{Gate, GateGauge};
+    let p = queue_policies();
+    // 2026-11-22T01:00:00Z is 1_795_309_200 s since the epoch.
+    let created = 1_795_309_200;
+    let mut deleting = member("going", "g", 2, "2026-11-21T00:00:00Z", json!({}));
+    deleting["metadata"]["deletionTimestamp"] = json!("2026-11-22T01:05:00Z");
+    let pods = [
+        member("g-0", "g", 2, "2026-11-22T01:00:00Z", json!({})),
+        member("g-1", "g", 2, "2026-11-22T01:00:30Z", json!({})),
+        team_pod("queued", 2, true, "2026-11-22T01:00:10Z"),
+        team_pod("running", 1, false, "2026-11-21T00:00:00Z"),
+        deleting,
+    ];
+    let state = cluster(&p, &pods);
+    assert_eq!(
+        state.gate_gauges(created + 100),
+        [
+            GateGauge { gate: Gate::Gang, pods: 2, oldest_seconds: 100 },
+            GateGauge { gate: Gate::Quota, pods: 1, oldest_seconds: 90 },
+        ]
+    );
+    // Nothing gated: both gates still reported, at zero.
+    let empty = cluster(&p, &[team_pod("running", 1, false, "2026-11-21T00:00:00Z")]);
+    assert_eq!(
+        empty.gate_gauges(created),
+        [
+            GateGauge { gate: Gate::Gang, pods: 0, oldest_seconds: 0 },
+            GateGauge { gate: Gate::Quota, pods: 0, oldest_seconds: 0 },
+        ]
+    );
+    // A clock behind a creation time never makes an age negative.
+    assert_eq!(state.gate_gauges(created - 1000)[0].oldest_seconds, 0);
+}

@@ -153,3 +153,55 @@ pub struct AcceleratorUsage {
     pub requested: Vec<AcceleratorGauge>,
     pub quotas: Vec<QuotaGauge>,
 }
+
+/// Which of Allot's scheduling gates a [`GateGauge`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Gate {
+    /// `allot.dev/gang`: waiting for its gang to assemble and fit.
+    Gang,
+    /// `allot.dev/quota`: waiting in its team's quota queue.
+    Quota,
+}
+
+impl Gate {
+    /// Both gates, in label order.
+    pub const ALL: [Gate; 2] = [Gate::Gang, Gate::Quota];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Gate::Gang => "gang",
+            Gate::Quota => "quota",
+        }
+    }
+}
+
+/// Pods behind one of Allot's gates, and how long the oldest has been there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GateGauge {
+    pub gate: Gate,
+    pub pods: u64,
+    /// Seconds since the oldest gated pod was created (gates are added only at CREATE, so
+    /// that is how long it has been held); 0 when none is.
+    pub oldest_seconds: i64,
+}
+
+impl ClusterState {
+    /// For each of Allot's gates (always both, so alerts see a 0 rather than no series): how many
+    /// live pods it holds and the age of the oldest at `now` (seconds since the epoch). Pods
+    /// being deleted are left out: they are going, not waiting. One pass over the pod records.
+    pub fn gate_gauges(&self, now: i64) -> Vec<GateGauge> {
+        let mut gauges: Vec<GateGauge> =
+            Gate::ALL.iter().map(|&gate| GateGauge { gate, pods: 0, oldest_seconds: 0 }).collect();
+        for p in self.view().pods().filter(|p| !p.finished && !p.terminating) {
+            let held = [p.gate_index.is_some(), p.quota_gate_index.is_some()];
+            for (gauge, held) in gauges.iter_mut().zip(held) {
+                if held {
+                    gauge.pods += 1;
+                    gauge.oldest_seconds = gauge.oldest_seconds.max(now.saturating_sub(p.created).max(0));
+                }
+            }
+        }
+        gauges
+    }
+}

@@ -275,7 +275,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             queued.clear();
             seen_generation = u64::MAX;
             metrics.leader.set(i64::from(is_leader));
-            metrics.gangs_waiting.clear();
+            metrics.clear_waiting();
         }
         // Before the first lists of Pods and Nodes are in, or while a (re)list is applied pod
         // by pod, the view is partial (a gang 1/3 present, no nodes, a queue without its

@@ -7,6 +7,15 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
+/// Every reason a waiting gang's condition can give ([`super::plan`]): each is reported, at 0
+/// when no gang waits for it, so alerts and dashboards see a 0 rather than no series.
+pub const WAITING_REASONS: [&str; 5] =
+    ["WaitingForMembers", "InsufficientResources", "WaitingForHigherPriority", "HeldByOtherGate", "AssemblyTimeout"];
+
+/// Every kind of write the controller counts; each is reported from the start, at 0, so the
+/// first write shows as an increase.
+pub const WRITE_KINDS: [&str; 5] = ["gate", "condition", "event", "delete", "arrival"];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: &'static str,
@@ -40,7 +49,7 @@ pub struct WriteLabels {
 
 impl Default for ControllerMetrics {
     fn default() -> Self {
-        ControllerMetrics {
+        let metrics = ControllerMetrics {
             leader: Gauge::default(),
             gangs_waiting: Family::default(),
             gang_releases: Counter::default(),
@@ -49,7 +58,12 @@ impl Default for ControllerMetrics {
             quota_releases: Counter::default(),
             passes: Counter::default(),
             writes: Family::default(),
+        };
+        metrics.clear_waiting();
+        for kind in WRITE_KINDS {
+            metrics.writes.get_or_create(&WriteLabels { kind }).inc_by(0);
         }
+        metrics
     }
 }
 
@@ -59,11 +73,63 @@ impl ControllerMetrics {
         self.writes.get_or_create(&WriteLabels { kind }).inc();
     }
 
+    /// Sets every waiting-gang gauge to 0 (a replica that does not lead counts none).
+    pub fn clear_waiting(&self) {
+        self.gangs_waiting.clear();
+        for reason in WAITING_REASONS {
+            self.gangs_waiting.get_or_create(&ReasonLabels { reason }).set(0);
+        }
+    }
+
     /// Replaces the waiting-gang gauges with one pass's counts.
     pub fn set_waiting(&self, waiting: &std::collections::BTreeMap<&'static str, u64>) {
-        self.gangs_waiting.clear();
+        self.clear_waiting();
         for (reason, n) in waiting {
             self.gangs_waiting.get_or_create(&ReasonLabels { reason }).set(i64::try_from(*n).unwrap_or(i64::MAX));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn waiting(m: &ControllerMetrics) -> BTreeMap<&'static str, i64> {
+        WAITING_REASONS
+            .iter()
+            .map(|&reason| (reason, m.gangs_waiting.get_or_create(&ReasonLabels { reason }).get()))
+            .collect()
+    }
+
+    #[test]
+    fn every_reason_and_write_kind_is_reported_from_the_start() {
+        let m = ControllerMetrics::default();
+        assert!(waiting(&m).values().all(|&n| n == 0));
+        let mut text = String::new();
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("w", "w", m.gangs_waiting.clone());
+        registry.register("x", "x", m.writes.clone());
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for reason in WAITING_REASONS {
+            assert!(text.contains(&format!("w{{reason=\"{reason}\"}} 0")), "{text}");
+        }
+        for kind in WRITE_KINDS {
+            assert!(text.contains(&format!("x_total{{kind=\"{kind}\"}} 0")), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_pass_sets_its_counts_and_zeroes_the_reasons_that_are_gone() {
+        let m = ControllerMetrics::default();
+        m.set_waiting(&BTreeMap::from([("AssemblyTimeout", 2), ("WaitingForMembers", 1)]));
+        let w = waiting(&m);
+        assert_eq!((w["AssemblyTimeout"], w["WaitingForMembers"], w["InsufficientResources"]), (2, 1, 0));
+        m.set_waiting(&BTreeMap::from([("InsufficientResources", 3)]));
+        let w = waiting(&m);
+        assert_eq!((w["AssemblyTimeout"], w["WaitingForMembers"], w["InsufficientResources"]), (0, 0, 3));
+        m.clear_waiting();
+        assert!(waiting(&m).values().all(|&n| n == 0));
     }
 }

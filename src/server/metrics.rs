@@ -5,22 +5,31 @@
 //! | `allot_admission_requests_total` | `webhook`, `result` (allowed/denied/mutated/error) | reviews answered |
 //! | `allot_admission_decisions_total` | `webhook`, `rule`, `action` | findings per rule (deny/warn/audit) |
 //! | `allot_rule_evaluation_panics_total` | `rule` | rule (or `placement/<name>` condition) evaluations that panicked and were contained |
+//! | `allot_rule_evaluation_errors_total` | `rule` | evaluations that ended in an ordinary error ("could not be evaluated") |
 //! | `allot_admission_duration_seconds` | `webhook` | time to answer, body read to response |
 //! | `allot_policy_reloads_total` | `result` (success/failure) | policy reload attempts |
 //! | `allot_policy_set_info` | `version` | 1 for the loaded policy set's hash |
 //! | `allot_policy_load_errors` | | errors in the last failed reload, 0 once a reload succeeds |
 //! | `allot_certificate_reloads_total` | `result` | certificate reload attempts |
+//! | `allot_certificate_expiry_timestamp_seconds` | | when the serving certificate in force expires (0 until one is read) |
 //! | `allot_connections_refused_total` | | webhook connections closed at once: `--max-connections` reached |
 //! | `allot_gang_controller_leader` | | 1 on the replica holding the Lease |
-//! | `allot_gangs_waiting` | `reason` | waiting gangs (leader only) |
+//! | `allot_gangs_waiting` | `reason` | waiting gangs (leader only; every reason at 0 elsewhere) |
 //! | `allot_gang_releases_total` | | gangs released |
 //! | `allot_gang_wait_seconds` | | oldest member created → gang released |
 //! | `allot_quota_queue_releases_total` | | pods released from a quota queue |
 //! | `allot_gang_controller_passes_total` | | decision passes (leader only) |
-//! | `allot_gang_controller_writes_total` | `kind` (gate/condition/event/delete/arrival) | the controller's writes to the API, Lease aside |
+//! | `allot_gang_controller_writes_total` | `kind` (gate/condition/event/delete/arrival) | the controller's writes to the API, Lease aside (every kind from 0) |
 //! | `allot_team_accelerators` | `team`, `resource`, `state` | accelerators requested by non-finished pods |
 //! | `allot_quota_limit`, `allot_quota_used` | `team`, `resource` | a quota's limit and what counts against it |
 //! | `allot_cluster_pods`, `allot_cluster_gangs`, `allot_cluster_nodes` | | what the cluster view tracks: memory grows with these (alert well before the limit deploy/ sizes for) |
+//! | `allot_ready` | | 1 when `/readyz` answers 200 (set at scrape time by the same check) |
+//! | `allot_gated_pods` | `gate` (gang/quota) | live pods behind Allot's gate, from the Pod watch |
+//! | `allot_gate_oldest_seconds` | `gate` | age of the oldest of them (0 when none): gates are added only at CREATE |
+//! | `allot_quota_ledger_{reads,commits,conflicts,decisions,failures}_total` | | the deny-mode quota ledger's work (0 where no ledger runs) |
+//!
+//! Every label value comes from a fixed set or from the policies (rule, team and resource names),
+//! never from a Pod, so the number of series is bounded by the policy set.
 //!
 //! The team and quota gauges are computed from the Pod watch at scrape time, so every replica
 //! reports the same cluster-wide values: aggregate them with `max`, not `sum`.
@@ -69,6 +78,11 @@ pub struct TeamAcceleratorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GateLabels {
+    pub gate: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TeamResourceLabels {
     pub team: String,
     pub resource: String,
@@ -96,6 +110,8 @@ pub struct Metrics {
     pub policy_set_info: Family<VersionLabels, Gauge>,
     pub policy_load_errors: Gauge,
     pub certificate_reloads: Family<ResultLabels, Counter>,
+    /// When the serving certificate in force expires (seconds since the epoch).
+    pub certificate_expiry: Gauge,
     pub connections_refused: Counter,
     /// Updated by the gang controller.
     pub controller: ControllerMetrics,
@@ -106,6 +122,11 @@ pub struct Metrics {
     pub cluster_pods: Gauge,
     pub cluster_gangs: Gauge,
     pub cluster_nodes: Gauge,
+    /// 1 when this replica answers `/readyz` with 200 (set at scrape time).
+    pub ready: Gauge,
+    /// Live pods behind each of Allot's gates, and the age of the oldest (set at scrape time).
+    pub gated_pods: Family<GateLabels, Gauge>,
+    pub gate_oldest_seconds: Family<GateLabels, Gauge>,
     current_version: Mutex<Option<String>>,
 }
 
@@ -133,11 +154,22 @@ impl Metrics {
             "Rule evaluations that panicked (contained: the rule's error handling applied)",
             crate::expression::RULE_PANICS.clone(),
         );
+        registry.register(
+            "rule_evaluation_errors",
+            "Rule evaluations that ended in an error (the rule answered \"could not be evaluated\")",
+            crate::expression::RULE_ERRORS.clone(),
+        );
         registry.register("admission_duration_seconds", "Time to answer an AdmissionReview", duration.clone());
         registry.register("policy_reloads", "Policy reload attempts", policy_reloads.clone());
         registry.register("policy_set_info", "Hash of the policy set in force", policy_set_info.clone());
         registry.register("policy_load_errors", "Errors in the last failed policy reload", policy_load_errors.clone());
         registry.register("certificate_reloads", "Serving certificate reload attempts", certificate_reloads.clone());
+        let certificate_expiry = Gauge::default();
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "When the serving certificate in force expires, in seconds since the epoch",
+            certificate_expiry.clone(),
+        );
         let connections_refused = Counter::default();
         registry.register(
             "connections_refused",
@@ -190,6 +222,15 @@ impl Metrics {
         );
         registry.register("cluster_gangs", "Gangs the cluster view tracks", cluster_gangs.clone());
         registry.register("cluster_nodes", "Nodes the cluster view tracks", cluster_nodes.clone());
+        let ready = Gauge::default();
+        registry.register("ready", "1 when this replica's /readyz answers 200", ready.clone());
+        let (gated_pods, gate_oldest_seconds) = (Family::default(), Family::default());
+        registry.register("gated_pods", "Live pods behind Allot's scheduling gate, by gate", gated_pods.clone());
+        registry.register(
+            "gate_oldest_seconds",
+            "Age of the oldest live pod behind Allot's gate (0 when none), by gate",
+            gate_oldest_seconds.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -199,6 +240,7 @@ impl Metrics {
             policy_set_info,
             policy_load_errors,
             certificate_reloads,
+            certificate_expiry,
             connections_refused,
             controller,
             team_accelerators,
@@ -207,11 +249,15 @@ impl Metrics {
             cluster_pods,
             cluster_gangs,
             cluster_nodes,
+            ready,
+            gated_pods,
+            gate_oldest_seconds,
             current_version: Mutex::new(None),
         }
     }
 
-    /// Registers the deny-mode ledger's counters (only where the shared ledger is in use).
+    /// Registers the deny-mode ledger's counters: the shared ledger's where it is in use, a set
+    /// that stays at 0 elsewhere (so dashboards and alerts find the same names on every replica).
     pub fn register_ledger(&mut self, ledger: &crate::quota::shared::LedgerMetrics) {
         let r = &mut self.registry;
         r.register("quota_ledger_reads", "Reads of a deny-mode quota ledger from the API server", ledger.reads.clone());
@@ -263,6 +309,15 @@ impl Metrics {
         self.cluster_pods.set(as_gauge(tracked.pods));
         self.cluster_gangs.set(as_gauge(tracked.gangs));
         self.cluster_nodes.set(as_gauge(tracked.nodes));
+    }
+
+    /// Sets the gate gauges from the cluster view's reading.
+    pub fn set_gates(&self, gates: &[crate::cluster::GateGauge]) {
+        for g in gates {
+            let labels = GateLabels { gate: g.gate.as_str() };
+            self.gated_pods.get_or_create(&labels).set(i64::try_from(g.pods).unwrap_or(i64::MAX));
+            self.gate_oldest_seconds.get_or_create(&labels).set(g.oldest_seconds);
+        }
     }
 
     /// The text exposition format.

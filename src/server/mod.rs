@@ -145,8 +145,9 @@ impl AppState {
     ) -> Arc<AppState> {
         let mut metrics = Metrics::new();
         metrics.set_policy_version(&policies.version);
-        if let Some(ledger) = &ledger {
-            metrics.register_ledger(&ledger.metrics);
+        match &ledger {
+            Some(ledger) => metrics.register_ledger(&ledger.metrics),
+            None => metrics.register_ledger(&crate::quota::shared::LedgerMetrics::default()),
         }
         let policies = Arc::new(ArcSwap::from_pointee(policies));
         let book: Arc<dyn QuotaBook> = match ledger {
@@ -410,12 +411,14 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+/// What `/readyz` answers: `Ok(body)` for 200, `Err(body)` for 503. One function, so the
+/// `allot_ready` gauge says exactly what the probe does.
+fn readiness(state: &AppState) -> Result<String, String> {
     if state.shutting_down.load(Ordering::Relaxed) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+        return Err("shutting down\n".to_string());
     }
     if let Some(reason) = state.caches.starting_reason() {
-        return (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {reason}\n")).into_response();
+        return Err(format!("not ready: {reason}\n"));
     }
     let policies = state.policies.load();
     let counts: Vec<String> = policies.summary().iter().map(|(k, v)| format!("{v} {k}")).collect();
@@ -423,15 +426,31 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if let Some(error) = state.last_reload_error.load().as_ref() {
         body.push_str(&format!("last reload failed; still serving {}:\n{error}\n", policies.version));
     }
-    body.into_response()
+    Ok(body)
+}
+
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    match readiness(&state) {
+        Ok(body) => body.into_response(),
+        Err(body) => (StatusCode::SERVICE_UNAVAILABLE, body).into_response(),
+    }
 }
 
 async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
     // Read from the watch at scrape time: one pass over the pod records per scrape.
     state.metrics.set_usage(&state.cluster.accelerator_usage(&state.policies.load(), state.namespaces.as_ref()));
     state.metrics.set_tracked(&state.cluster.tracked());
+    state.metrics.set_gates(&state.cluster.gate_gauges(unix_now()));
+    state.metrics.ready.set(i64::from(readiness(&state).is_ok()));
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.encode())
         .into_response()
+}
+
+/// Seconds since the epoch (0 if the clock is before it).
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// Runs the server until SIGTERM or SIGINT.
@@ -512,6 +531,9 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
         )
     });
 
+    if let Some(expiry) = tls::not_after(&config.tls_cert) {
+        state.metrics.certificate_expiry.set(expiry);
+    }
     let app = router_with_inline_limit(
         state.clone(),
         config.max_body_bytes,

@@ -144,6 +144,9 @@ impl Reloader {
             Ok(config) => {
                 rustls.reload_from_config(config);
                 self.last_cert_hash = hash;
+                if let Some(expiry) = tls::not_after(&self.cert) {
+                    state.metrics.certificate_expiry.set(expiry);
+                }
                 state.metrics.certificate_reloads.get_or_create(&ResultLabels { result: "success" }).inc();
                 tracing::info!(cert = %self.cert.display(), "serving certificate reloaded");
             }

@@ -48,6 +48,15 @@ pub fn server_config_with_client_ca(
     Ok(Arc::new(config))
 }
 
+/// When the serving certificate (the first in the PEM file `cert`) expires, in seconds since the
+/// epoch: `allot_certificate_expiry_timestamp_seconds`, so an alert fires weeks before the
+/// webhooks' TLS breaks. `None` when the file holds no certificate that parses.
+pub fn not_after(cert: &Path) -> Option<i64> {
+    let der = CertificateDer::pem_file_iter(cert).ok()?.next()?.ok()?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(&der).ok()?;
+    Some(parsed.validity().not_after.timestamp())
+}
+
 /// Verifies client certificates against the CAs in `path` (ring, like the rest of the stack).
 fn client_verifier(
     path: &Path,
@@ -64,4 +73,27 @@ fn client_verifier(
     rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
         .build()
         .map_err(|e| context(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_after_reads_the_serving_certificates_expiry() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params.not_after = rcgen::date_time_ymd(2031, 5, 17);
+        let leaf = params.self_signed(&key).unwrap();
+        params.not_after = rcgen::date_time_ymd(2040, 1, 1);
+        let other = params.self_signed(&key).unwrap();
+        // A chain: the first certificate of the file is the serving one.
+        let path = dir.path().join("tls.crt");
+        std::fs::write(&path, format!("{}{}", leaf.pem(), other.pem())).unwrap();
+        assert_eq!(not_after(&path), Some(1_936_742_400)); // 2031-05-17T00:00:00Z
+        std::fs::write(dir.path().join("bad.crt"), "not a certificate\n").unwrap();
+        assert_eq!(not_after(&dir.path().join("bad.crt")), None);
+        assert_eq!(not_after(&dir.path().join("missing.crt")), None);
+    }
 }
