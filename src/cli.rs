@@ -33,6 +33,25 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The file name kubectl runs a plugin by: `kubectl allot explain …` executes
+/// `kubectl-allot explain …`, so a link of that name to `allot` on PATH is the plugin.
+pub const KUBECTL_PLUGIN: &str = "kubectl-allot";
+
+/// Parses the process's arguments; run as [`KUBECTL_PLUGIN`], usage and help say `kubectl allot`.
+pub fn parse() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let argv0 = std::env::args_os().next();
+    let plugin = argv0.as_deref().map(std::path::Path::new).and_then(std::path::Path::file_name).is_some_and(|n| {
+        let n = n.to_string_lossy();
+        n == KUBECTL_PLUGIN || n == format!("{KUBECTL_PLUGIN}.exe")
+    });
+    if !plugin {
+        return Cli::parse();
+    }
+    let matches = Cli::command().bin_name("kubectl allot").get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -58,6 +77,45 @@ pub enum Command {
     Certs(CertsArgs),
     /// Print the MutatingWebhookConfiguration and ValidatingWebhookConfiguration to apply.
     Webhooks(WebhooksArgs),
+    /// Why is a pod waiting? Explains a pod, a gang or a team from the live cluster, with the
+    /// gang controller's own decision code (also `kubectl allot explain`).
+    Explain(ExplainArgs),
+}
+
+// `allot explain`'s flags.
+#[derive(Args)]
+pub struct ExplainArgs {
+    /// What to explain.
+    #[arg(value_enum)]
+    pub subject: crate::explain::Subject,
+    /// The pod's, gang's or team's name.
+    pub name: String,
+    /// Namespace of the pod or gang (default: the kubeconfig context's).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else the in-cluster account).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current one).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: ExplainOutput,
+    /// Policy directory to decide with (default: the ConfigMap --policies-configmap, the
+    /// policies the cluster's Allot reads).
+    #[arg(long)]
+    pub policies: Option<PathBuf>,
+    /// NAMESPACE/NAME of the ConfigMap holding the cluster's policies, read when --policies is
+    /// not given.
+    #[arg(long, default_value = crate::explain::live::DEFAULT_POLICIES_CONFIGMAP)]
+    pub policies_configmap: String,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ExplainOutput {
+    Text,
+    Json,
 }
 
 // `allot serve`'s flags; they become a [`ServeConfig`].
@@ -289,6 +347,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Check(args) => run_check(args),
         Command::Test(args) => run_test(args),
         Command::Certs(args) => run_certs(args),
+        Command::Explain(args) => run_explain(args),
         Command::Webhooks(args) => {
             let options = WebhookOptions::try_from(args)?;
             print!("{}", webhooks::render_yaml(&options).map_err(anyhow::Error::msg)?);
@@ -347,6 +406,48 @@ fn run_test(args: TestArgs) -> anyhow::Result<ExitCode> {
         report.write_junit(&path)?;
     }
     Ok(if report.all_passed() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// `allot explain`: reads the cluster, explains, prints (exit 0; errors exit 2).
+fn run_explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
+    use crate::explain::{self, Inputs, live};
+    let source = match &args.policies {
+        Some(dir) => live::PolicySource::Dir(dir.clone()),
+        None => {
+            let (namespace, name) = args
+                .policies_configmap
+                .split_once('/')
+                .filter(|(n, s)| !n.is_empty() && !s.is_empty())
+                .ok_or_else(|| {
+                    anyhow::anyhow!("--policies-configmap must be NAMESPACE/NAME, got {:?}", args.policies_configmap)
+                })?;
+            live::PolicySource::ConfigMap { namespace: namespace.into(), name: name.into() }
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let report = runtime.block_on(async {
+        let (client, default_namespace) = live::connect(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let namespace = args.namespace.clone().unwrap_or(default_namespace);
+        let policies = live::load_policies(&client, &source).await?;
+        let world = live::gather(&client, &policies, &namespace).await?;
+        let inputs = Inputs {
+            state: &world.state,
+            policies: &policies,
+            labels: &world.labels,
+            now: live::unix_now(),
+            pods: &world.pods,
+            visibility: &world.visibility,
+        };
+        anyhow::Ok(explain::explain(&inputs, args.subject, &namespace, &args.name)?)
+    })?;
+    print!(
+        "{}",
+        match args.output {
+            ExplainOutput::Text => explain::render::text(&report),
+            ExplainOutput::Json => explain::render::json(&report),
+        }
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `allot certs`: says which files it wrote and whether it reused the CA.

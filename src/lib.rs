@@ -12,6 +12,7 @@ pub mod cli;
 pub mod cluster;
 pub mod engine;
 pub mod error;
+pub mod explain;
 pub mod expression;
 pub mod files;
 pub mod finding;

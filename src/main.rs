@@ -2,8 +2,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 use allot::cli::{Cli, LogFormat};
 
 /// mimalloc instead of glibc malloc: under load glibc's allocator took ~30 % of the server's
@@ -25,7 +23,8 @@ fn init_logging(format: LogFormat) {
 
 fn main() -> ExitCode {
     allot::install_crypto_provider();
-    let cli = Cli::parse();
+    // Also the kubectl plugin: run through a link named `kubectl-allot`.
+    let cli: Cli = allot::cli::parse();
     init_logging(cli.log_format);
     // After logging: a panic is then one log line, not a message and backtrace on stderr.
     allot::expression::install_panic_hook();

@@ -1,0 +1,176 @@
+//! `allot explain`'s output: text for people, JSON (the [`Report`] as it is) for machines.
+
+use std::fmt::Write as _;
+
+use super::{GangReport, PodReport, QueueEntry, Report, TeamReport};
+
+/// Pretty JSON of the report (ends with a newline).
+pub fn json(report: &Report) -> String {
+    let mut text = serde_json::to_string_pretty(report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    text.push('\n');
+    text
+}
+
+/// The report as text.
+pub fn text(report: &Report) -> String {
+    let mut out = String::new();
+    match report {
+        Report::Pod(p) => pod(&mut out, p),
+        Report::Gang(g) => gang(&mut out, g, ""),
+        Report::Team(t) => team(&mut out, t),
+    }
+    out
+}
+
+fn notes(out: &mut String, notes: &[String], indent: &str) {
+    for n in notes {
+        let _ = writeln!(out, "{indent}note: {n}");
+    }
+}
+
+fn pod(out: &mut String, p: &PodReport) {
+    let _ = writeln!(out, "Pod {}/{}", p.namespace, p.name);
+    let _ = writeln!(out, "  phase:   {}", p.phase.as_deref().unwrap_or("-"));
+    let _ = writeln!(out, "  node:    {}", p.node.as_deref().unwrap_or("-"));
+    let _ = writeln!(out, "  team:    {}", p.team.as_deref().unwrap_or("- (no team)"));
+    let gates = if p.gates.is_empty() { "-".to_string() } else { p.gates.join(", ") };
+    let _ = writeln!(out, "  gates:   {gates}");
+    let gang_line = p.gang.as_ref().map_or("-".to_string(), |g| match g.declared {
+        Some(n) => format!("{} ({}/{n} members present)", g.name, g.present),
+        None => format!("{} ({} members present, size unknown)", g.name, g.present),
+    });
+    let _ = writeln!(out, "  gang:    {gang_line}");
+    let _ = writeln!(out, "  waiting for:");
+    for w in &p.waiting_for {
+        let _ = writeln!(out, "    - {w}");
+    }
+    for c in &p.conditions {
+        let _ = writeln!(
+            out,
+            "  condition {}={} ({}): {}",
+            c.type_,
+            c.status,
+            c.reason.as_deref().unwrap_or("-"),
+            c.message.as_deref().unwrap_or("")
+        );
+    }
+    if let Some(q) = &p.quota {
+        let _ = writeln!(out, "  quota queue of team {}:", q.team);
+        queue_entry(out, q, "    ");
+    }
+    notes(out, &p.notes, "  ");
+    if let Some(g) = &p.gang {
+        let _ = writeln!(out);
+        gang(out, g, "");
+    }
+}
+
+fn gang(out: &mut String, g: &GangReport, indent: &str) {
+    let size = g.declared.map_or("size unknown".to_string(), |n| format!("{n} declared"));
+    let _ = writeln!(out, "{indent}Gang {}/{}: {} present, {size}", g.namespace, g.name, g.present);
+    for m in &g.members {
+        let node = m.node.as_deref().map(|n| format!(" on {n}")).unwrap_or_default();
+        let _ = writeln!(out, "{indent}  member {} {}{node}", m.name, m.state);
+    }
+    if let Some(d) = &g.decision {
+        let _ = writeln!(out, "{indent}  decision: {} (gang #{} in the controller's order)", d.reason, d.position + 1);
+        let _ = writeln!(out, "{indent}    {}", d.message);
+        if let Some(by) = &d.blocked_by {
+            let _ = writeln!(out, "{indent}    waits behind gang {by}");
+        }
+    }
+    if !g.nodes.is_empty() {
+        let _ = writeln!(out, "{indent}  nodes (members of this gang's shape each could take now):");
+        let width = g.nodes.iter().map(|n| n.name.len()).max().unwrap_or(0);
+        for n in &g.nodes {
+            let why = n.why_not.as_deref().map(|w| format!("  ({w})")).unwrap_or_default();
+            let _ = writeln!(out, "{indent}    {:<width$}  {}{why}", n.name, n.members);
+        }
+    }
+    if let Some(a) = &g.assembly {
+        let when = if a.remaining_seconds >= 0 {
+            format!("{}s left", a.remaining_seconds)
+        } else {
+            format!("passed {}s ago", -a.remaining_seconds)
+        };
+        let applies = if a.applies { "" } else { " (applies only while members are missing)" };
+        let _ = writeln!(
+            out,
+            "{indent}  assembly timeout: {}s, {when}; on timeout: {}{applies}",
+            a.timeout_seconds, a.on_timeout
+        );
+    }
+    match &g.condition {
+        Some(c) => {
+            let _ = writeln!(
+                out,
+                "{indent}  condition {}={} ({}): {}",
+                c.type_,
+                c.status,
+                c.reason.as_deref().unwrap_or("-"),
+                c.message.as_deref().unwrap_or("")
+            );
+        }
+        None if g.decision.is_some() => {
+            let _ = writeln!(out, "{indent}  condition allot.dev/GangReady: not written yet");
+        }
+        None => {}
+    }
+    notes(out, &g.notes, &format!("{indent}  "));
+}
+
+fn queue_entry(out: &mut String, q: &QueueEntry, indent: &str) {
+    let asks: Vec<String> = q.asks.iter().map(|(r, a)| format!("{a} {r}")).collect();
+    let state = match &q.message {
+        Some(m) => format!("waits: {m}"),
+        None => "releasable: the controller lifts its quota gate on its next pass".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "{indent}#{} {} (priority {}, asks {}): {state}",
+        q.position,
+        q.unit,
+        q.priority,
+        if asks.is_empty() { "nothing".to_string() } else { asks.join(", ") }
+    );
+}
+
+fn team(out: &mut String, t: &TeamReport) {
+    let _ = writeln!(out, "Team {}", t.team);
+    let ns = if t.namespaces.is_empty() { "- (none seen)".to_string() } else { t.namespaces.join(", ") };
+    let _ = writeln!(out, "  namespaces: {ns}");
+    match &t.quota {
+        Some(q) => {
+            let _ = writeln!(out, "  quota ({}):", q.mode);
+            for l in &q.limits {
+                let _ = writeln!(out, "    {}: {} of {} used", l.resource, l.used, l.limit);
+            }
+        }
+        None => {
+            let _ = writeln!(out, "  quota: none");
+        }
+    }
+    if !t.usage_by_namespace.is_empty() {
+        let _ = writeln!(out, "  usage by namespace:");
+        for u in &t.usage_by_namespace {
+            let amounts: Vec<String> = u.requests.iter().map(|(r, q)| format!("{q} {r}")).collect();
+            let _ = writeln!(out, "    {}: {}", u.namespace, amounts.join(", "));
+        }
+    }
+    if !t.top_pods.is_empty() {
+        let _ = writeln!(out, "  top pods:");
+        for p in &t.top_pods {
+            let amounts: Vec<String> = p.requests.iter().map(|(r, q)| format!("{q} {r}")).collect();
+            let _ = writeln!(out, "    {}/{} {}: {}", p.namespace, p.pod, p.state, amounts.join(", "));
+        }
+    }
+    if t.queue.is_empty() {
+        let _ = writeln!(out, "  queue: empty");
+    } else {
+        let _ = writeln!(out, "  queue:");
+        for q in &t.queue {
+            queue_entry(out, q, "    ");
+        }
+    }
+    notes(out, &t.notes, "  ");
+}
