@@ -365,7 +365,9 @@ fn visibility_notes(inputs: &Inputs<'_>, gang: bool) -> Vec<String> {
     if let Some(why) = &v.nodes
         && gang
     {
-        notes.push(format!("cannot list nodes ({why}): placement is not evaluated; the GangReady condition below is the controller's answer"));
+        notes.push(format!(
+            "cannot list nodes ({why}): placement is not evaluated; the GangReady condition is the controller's answer"
+        ));
     }
     if let Some(why) = &v.all_pods {
         notes.push(format!("cannot list pods in all namespaces ({why}): usage counts only the pods listed here"));

@@ -77,7 +77,7 @@ pub enum NodeRefusal {
 impl std::fmt::Display for NodeRefusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            NodeRefusal::Cordoned => write!(f, "cordoned (unschedulable)"),
+            NodeRefusal::Cordoned => write!(f, "cordoned"),
             NodeRefusal::Taint { key, value, effect } => match value {
                 Some(v) if !v.is_empty() => write!(f, "taint {key}={v}:{effect} not tolerated"),
                 _ => write!(f, "taint {key}:{effect} not tolerated"),
