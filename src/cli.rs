@@ -110,6 +110,9 @@ pub struct ExplainArgs {
     /// not given.
     #[arg(long, default_value = crate::explain::live::DEFAULT_POLICIES_CONFIGMAP)]
     pub policies_configmap: String,
+    /// Give up when the cluster has not answered everything within this many seconds.
+    #[arg(long, default_value_t = 60)]
+    pub timeout_secs: u64,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -408,43 +411,42 @@ fn run_test(args: TestArgs) -> anyhow::Result<ExitCode> {
     Ok(if report.all_passed() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-/// `allot explain`: reads the cluster, explains, prints (exit 0; errors exit 2).
-fn run_explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
-    use crate::explain::{self, Inputs, live};
-    let source = match &args.policies {
-        Some(dir) => live::PolicySource::Dir(dir.clone()),
-        None => {
-            let (namespace, name) = args
-                .policies_configmap
-                .split_once('/')
-                .filter(|(n, s)| !n.is_empty() && !s.is_empty())
-                .ok_or_else(|| {
-                    anyhow::anyhow!("--policies-configmap must be NAMESPACE/NAME, got {:?}", args.policies_configmap)
-                })?;
-            live::PolicySource::ConfigMap { namespace: namespace.into(), name: name.into() }
-        }
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let report = runtime.block_on(async {
-        let (client, default_namespace) = live::connect(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
-        let namespace = args.namespace.clone().unwrap_or(default_namespace);
-        let policies = live::load_policies(&client, &source).await?;
-        let world = live::gather(&client, &policies, &namespace).await?;
-        let inputs = Inputs {
-            state: &world.state,
-            policies: &policies,
-            labels: &world.labels,
-            now: live::unix_now(),
-            pods: &world.pods,
-            visibility: &world.visibility,
+/// `allot explain`'s flags as the request [`crate::explain::live::run`] answers.
+impl TryFrom<ExplainArgs> for crate::explain::live::Request {
+    type Error = anyhow::Error;
+
+    fn try_from(args: ExplainArgs) -> anyhow::Result<Self> {
+        use crate::explain::live::PolicySource;
+        let policies = match args.policies {
+            Some(dir) => PolicySource::Dir(dir),
+            None => PolicySource::configmap(&args.policies_configmap).ok_or_else(|| {
+                anyhow::anyhow!("--policies-configmap must be NAMESPACE/NAME, got {:?}", args.policies_configmap)
+            })?,
         };
-        anyhow::Ok(explain::explain(&inputs, args.subject, &namespace, &args.name)?)
-    })?;
+        Ok(crate::explain::live::Request {
+            subject: args.subject,
+            name: args.name,
+            namespace: args.namespace,
+            kubeconfig: args.kubeconfig,
+            context: args.context,
+            policies,
+            timeout: Duration::from_secs(args.timeout_secs.max(1)),
+        })
+    }
+}
+
+/// `allot explain`: exit 0 with an answer (errors exit 2).
+fn run_explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
+    use crate::explain::render;
+    let output = args.output;
+    let request = crate::explain::live::Request::try_from(args)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let report = runtime.block_on(crate::explain::live::run(&request))?;
     print!(
         "{}",
-        match args.output {
-            ExplainOutput::Text => explain::render::text(&report),
-            ExplainOutput::Json => explain::render::json(&report),
+        match output {
+            ExplainOutput::Text => render::text(&report),
+            ExplainOutput::Json => render::json(&report),
         }
     );
     Ok(ExitCode::SUCCESS)

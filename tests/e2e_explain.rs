@@ -314,3 +314,43 @@ async fn explain_on_a_real_api_server() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot list pods in namespace ml"), "{out:?}");
 }
+
+/// Without a usable cluster: clear errors and exit 2, never a hang (no control plane needed).
+#[test]
+fn explain_fails_clearly_without_a_cluster() {
+    let allot = Path::new(env!("CARGO_BIN_EXE_allot"));
+    let dir = tempfile::tempdir().unwrap();
+    let stderr_of = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+
+    let out = run(allot, &dir.path().join("none"), &["explain", "pod", "p", "--policies-configmap", "just-a-name"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stderr_of(&out).contains("--policies-configmap must be NAMESPACE/NAME"), "{out:?}");
+
+    let missing = dir.path().join("missing.kubeconfig");
+    let out = run(allot, &missing, &["explain", "pod", "p", "--kubeconfig", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stderr_of(&out).contains("kubeconfig: "), "{out:?}");
+
+    // An API server that accepts connections and never answers: the timeout ends it.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().flatten() {
+            held.push(conn);
+        }
+    });
+    let kubeconfig = dir.path().join("silent.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: s\n  cluster:\n    server: https://127.0.0.1:{port}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: s\n  context: {{cluster: s, user: u}}\ncurrent-context: s\n"
+        ),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = run(allot, &kubeconfig, &["explain", "team", "ml", "--timeout-secs", "2"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stderr_of(&out).contains("the cluster did not answer within 2s"), "{out:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "{:?}", started.elapsed());
+}

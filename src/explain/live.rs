@@ -7,13 +7,14 @@
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kube::api::{Api, ListParams, ObjectList};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde::de::DeserializeOwned;
 
-use super::{PodStatus, Visibility};
+use super::{ExplainError, Inputs, PodStatus, Report, Subject, Visibility};
 use crate::cluster::{ClusterState, PodRecord, node_info};
 use crate::namespaces::StaticNamespaces;
 use crate::policy::{self, PolicySet, Source};
@@ -34,6 +35,44 @@ pub enum LiveError {
     Policies(String),
     #[error("cannot list {what}: {source}")]
     List { what: String, source: kube::Error },
+    #[error(transparent)]
+    Explain(#[from] ExplainError),
+    #[error("the cluster did not answer within {0}s (--timeout-secs)")]
+    Timeout(u64),
+}
+
+/// One `allot explain` as the command line gives it.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub subject: Subject,
+    pub name: String,
+    /// Default: the kubeconfig context's namespace.
+    pub namespace: Option<String>,
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    pub policies: PolicySource,
+    /// For everything the cluster is asked.
+    pub timeout: Duration,
+}
+
+/// Connects, reads the policies and the cluster, and explains, within the request's timeout.
+pub async fn run(request: &Request) -> Result<Report, LiveError> {
+    let work = async {
+        let (client, default_namespace) = connect(request.kubeconfig.as_deref(), request.context.as_deref()).await?;
+        let namespace = request.namespace.clone().unwrap_or(default_namespace);
+        let policies = load_policies(&client, &request.policies).await?;
+        let world = gather(&client, &policies, &namespace).await?;
+        let inputs = Inputs {
+            state: &world.state,
+            policies: &policies,
+            labels: &world.labels,
+            now: unix_now(),
+            pods: &world.pods,
+            visibility: &world.visibility,
+        };
+        Ok(super::explain(&inputs, request.subject, &namespace, &request.name)?)
+    };
+    tokio::time::timeout(request.timeout, work).await.map_err(|_| LiveError::Timeout(request.timeout.as_secs()))?
 }
 
 /// Where the policies come from.
@@ -45,6 +84,14 @@ pub enum PolicySource {
         namespace: String,
         name: String,
     },
+}
+
+impl PolicySource {
+    /// The ConfigMap `NAMESPACE/NAME`; `None` when it is not of that form.
+    pub fn configmap(reference: &str) -> Option<PolicySource> {
+        let (namespace, name) = reference.split_once('/').filter(|(n, s)| !n.is_empty() && !s.is_empty())?;
+        Some(PolicySource::ConfigMap { namespace: namespace.into(), name: name.into() })
+    }
 }
 
 /// A client and the default namespace, as kubectl would pick them: `--kubeconfig FILE`, else

@@ -11,7 +11,9 @@ pub fn json(report: &Report) -> String {
     text
 }
 
-/// The report as text.
+/// The report as text. Tenants write some of what it prints (condition messages, through
+/// `pods/status`): control characters are escaped, so nothing in a field can move the cursor,
+/// recolour the terminal or start a line that looks like Allot's.
 pub fn text(report: &Report) -> String {
     let mut out = String::new();
     match report {
@@ -19,7 +21,25 @@ pub fn text(report: &Report) -> String {
         Report::Gang(g) => gang(&mut out, g, ""),
         Report::Team(t) => team(&mut out, t),
     }
+    escape_controls(&out, true)
+}
+
+/// `text` with control characters shown as `\u{..}`; line feeds too unless `keep_newlines`.
+fn escape_controls(text: &str, keep_newlines: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() && !(keep_newlines && c == '\n') {
+            out.push_str(&c.escape_unicode().to_string());
+        } else {
+            out.push(c);
+        }
+    }
     out
+}
+
+/// One field written by someone else, on one line.
+fn field(text: &str) -> String {
+    escape_controls(text, false)
 }
 
 fn notes(out: &mut String, notes: &[String], indent: &str) {
@@ -48,10 +68,10 @@ fn pod(out: &mut String, p: &PodReport) {
         let _ = writeln!(
             out,
             "  condition {}={} ({}): {}",
-            c.type_,
-            c.status,
-            c.reason.as_deref().unwrap_or("-"),
-            c.message.as_deref().unwrap_or("")
+            field(&c.type_),
+            field(&c.status),
+            field(c.reason.as_deref().unwrap_or("-")),
+            field(c.message.as_deref().unwrap_or(""))
         );
     }
     if let Some(q) = &p.quota {
@@ -105,10 +125,10 @@ fn gang(out: &mut String, g: &GangReport, indent: &str) {
             let _ = writeln!(
                 out,
                 "{indent}  condition {}={} ({}): {}",
-                c.type_,
-                c.status,
-                c.reason.as_deref().unwrap_or("-"),
-                c.message.as_deref().unwrap_or("")
+                field(&c.type_),
+                field(&c.status),
+                field(c.reason.as_deref().unwrap_or("-")),
+                field(c.message.as_deref().unwrap_or(""))
             );
         }
         None if g.decision.is_some() => {
@@ -173,4 +193,15 @@ fn team(out: &mut String, t: &TeamReport) {
         }
     }
     notes(out, &t.notes, "  ");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_cannot_forge_lines_or_drive_the_terminal() {
+        assert_eq!(field("ok\n  decision: Released"), "ok\\u{a}  decision: Released");
+        assert_eq!(escape_controls("a\u{1b}[31mred\nnext", true), "a\\u{1b}[31mred\nnext");
+    }
 }
