@@ -29,6 +29,15 @@ spec:
     limits: {nvidia.com/gpu: 2}
 ---
 apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: vision}
+spec:
+  namespaces: {names: [vision]}
+  quota:
+    mode: Deny
+    limits: {nvidia.com/gpu: 2}
+---
+apiVersion: allot.dev/v1alpha1
 kind: GangPolicy
 metadata: {name: e2e}
 spec:
@@ -137,7 +146,7 @@ async fn explain_on_a_real_api_server() {
     add_node(&client, "gpu-2", 2, false).await;
     add_node(&client, "gpu-3", 8, true).await;
     add_node(&client, "cpu-1", 0, false).await;
-    for ns in ["ml", "research", "allot-system"] {
+    for ns in ["ml", "research", "vision", "allot-system"] {
         namespace(&client, ns).await;
     }
     // The policies where deploy/ puts them: what `explain` reads without --policies.
@@ -150,6 +159,11 @@ async fn explain_on_a_real_api_server() {
     let ml: Api<Pod> = Api::namespaced(client.clone(), "ml");
     create(&ml, pod("running", 2, &[], Some("gpu-1"), None)).await;
     create(&ml, pod("waiting", 1, &["allot.dev/quota"], None, None)).await;
+    // Team vision (deny mode) over its quota: pods bound before the quota existed (on the
+    // cordoned node, where they change nothing for the gang below).
+    let vision: Api<Pod> = Api::namespaced(client.clone(), "vision");
+    create(&vision, pod("old-a", 2, &[], Some("gpu-3"), None)).await;
+    create(&vision, pod("old-b", 1, &[], Some("gpu-3"), None)).await;
     // Gang train in research (no team): 2 of 3 members of 2 GPUs each, behind the gang gate.
     let research: Api<Pod> = Api::namespaced(client.clone(), "research");
     for name in ["train-0", "train-1"] {
@@ -223,7 +237,10 @@ async fn explain_on_a_real_api_server() {
     // The team: its quota, who uses it, its queue.
     let team = json_of(&run(allot, kc, &["explain", "team", "ml", "-o", "json"]), "explain team");
     assert_eq!(team["quota"]["mode"], "Queue");
-    assert_eq!(team["quota"]["limits"][0], json!({"resource": "nvidia.com/gpu", "limit": "2", "used": "2"}));
+    assert_eq!(
+        team["quota"]["limits"][0],
+        json!({"resource": "nvidia.com/gpu", "limit": "2", "used": "2", "over": false})
+    );
     assert_eq!(team["topPods"][0]["pod"], "running");
     assert_eq!(team["topPods"][0]["state"], "bound");
     assert_eq!(team["usageByNamespace"][0], json!({"namespace": "ml", "requests": {"nvidia.com/gpu": "3"}}));
@@ -234,6 +251,18 @@ async fn explain_on_a_real_api_server() {
     eprintln!("$ allot explain team ml\n{text}");
     assert!(text.contains("    nvidia.com/gpu: 2 of 2 used"), "{text}");
     assert!(text.contains("    ml/running bound: 2 nvidia.com/gpu"), "{text}");
+
+    let over = json_of(&run(allot, kc, &["explain", "team", "vision", "-o", "json"]), "explain team vision");
+    assert_eq!(
+        over["quota"],
+        json!({"mode": "Deny", "limits": [{"resource": "nvidia.com/gpu", "limit": "2", "used": "3", "over": true}]})
+    );
+    let top: Vec<&str> = over["topPods"].as_array().unwrap().iter().map(|p| p["pod"].as_str().unwrap()).collect();
+    assert_eq!(top, ["old-a", "old-b"]);
+    assert_eq!(over["queue"], json!([]));
+    let text = ok_stdout(&run(allot, kc, &["explain", "team", "vision"]), "explain team vision text");
+    assert!(text.contains("    nvidia.com/gpu: 3 of 2 used (over the limit)\n"), "{text}");
+    assert!(text.contains("  queue: empty\n"), "{text}");
 
     // Not found: a clear error, exit 2.
     let out = run(allot, kc, &["explain", "pod", "nope", "-n", "ml"]);

@@ -298,6 +298,8 @@ pub struct LimitReport {
     pub limit: String,
     /// What counts against it now (queued pods excluded; a gang is charged whole).
     pub used: String,
+    /// Usage is above the limit (pods admitted before the quota, or while Allot was away).
+    pub over: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -737,10 +739,14 @@ fn explain_team(inputs: &Inputs<'_>, name: &str) -> Result<TeamReport, ExplainEr
         limits: q
             .limits
             .iter()
-            .map(|(resource, limit)| LimitReport {
-                resource: resource.clone(),
-                limit: q.show(*limit),
-                used: q.show(used.get(name).and_then(|c| c.get(resource)).copied().unwrap_or(0)),
+            .map(|(resource, limit)| {
+                let units = used.get(name).and_then(|c| c.get(resource)).copied().unwrap_or(0);
+                LimitReport {
+                    resource: resource.clone(),
+                    limit: q.show(*limit),
+                    used: q.show(units),
+                    over: units > *limit,
+                }
             })
             .collect(),
     });

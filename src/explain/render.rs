@@ -163,7 +163,8 @@ fn team(out: &mut String, t: &TeamReport) {
         Some(q) => {
             let _ = writeln!(out, "  quota ({}):", q.mode);
             for l in &q.limits {
-                let _ = writeln!(out, "    {}: {} of {} used", l.resource, l.used, l.limit);
+                let over = if l.over { " (over the limit)" } else { "" };
+                let _ = writeln!(out, "    {}: {} of {} used{over}", l.resource, l.used, l.limit);
             }
         }
         None => {
