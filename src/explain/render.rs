@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{GangReport, PodReport, QueueEntry, Report, TeamReport};
+use super::{GangReport, NodeReport, PodReport, QueueEntry, Report, TeamReport};
 
 /// Pretty JSON of the report (ends with a newline).
 pub fn json(report: &Report) -> String {
@@ -100,18 +100,13 @@ fn gang(out: &mut String, g: &GangReport, indent: &str) {
         }
     }
     if !g.nodes.is_empty() {
-        let _ = writeln!(out, "{indent}  nodes (members of this gang's shape each could take now):");
-        let width = g.nodes.iter().map(|n| n.name.len()).max().unwrap_or(0);
-        for n in &g.nodes {
-            let why = n.why_not.as_deref().map(|w| format!("  ({w})")).unwrap_or_default();
-            let _ = writeln!(out, "{indent}    {:<width$}  {}{why}", n.name, n.members);
-        }
+        nodes(out, &g.nodes, indent);
     }
     if let Some(a) = &g.assembly {
         let when = if a.remaining_seconds >= 0 {
             format!("{}s left", a.remaining_seconds)
         } else {
-            format!("passed {}s ago", -a.remaining_seconds)
+            format!("passed {}s ago", a.remaining_seconds.unsigned_abs())
         };
         let applies = if a.applies { "" } else { " (applies only while members are missing)" };
         let _ = writeln!(
@@ -137,6 +132,49 @@ fn gang(out: &mut String, g: &GangReport, indent: &str) {
         None => {}
     }
     notes(out, &g.notes, &format!("{indent}  "));
+}
+
+/// Nodes listed one by one up to this many; beyond it, those that take members (the most
+/// first) and the others grouped by why not (JSON always has every node).
+const NODE_LINES: usize = 20;
+
+fn nodes(out: &mut String, nodes: &[NodeReport], indent: &str) {
+    let taking: Vec<&NodeReport> = nodes.iter().filter(|n| n.members > 0).collect();
+    let total = taking.iter().fold(0u64, |sum, n| sum.saturating_add(n.members));
+    let _ = writeln!(
+        out,
+        "{indent}  nodes: {total} member(s) of this gang's shape fit now, on {} of {} node(s):",
+        taking.len(),
+        nodes.len()
+    );
+    let width = nodes.iter().map(|n| n.name.len()).max().unwrap_or(0).min(40);
+    let line = |out: &mut String, n: &NodeReport| {
+        let why = n.why_not.as_deref().map(|w| format!("  ({w})")).unwrap_or_default();
+        let _ = writeln!(out, "{indent}    {:<width$}  {}{why}", n.name, n.members);
+    };
+    if nodes.len() <= NODE_LINES {
+        nodes.iter().for_each(|n| line(out, n));
+        return;
+    }
+    let mut taking = taking;
+    taking.sort_by(|a, b| b.members.cmp(&a.members).then_with(|| a.name.cmp(&b.name)));
+    taking.iter().take(NODE_LINES).for_each(|n| line(out, n));
+    if taking.len() > NODE_LINES {
+        let _ = writeln!(out, "{indent}    … and {} more node(s) that take members", taking.len() - NODE_LINES);
+    }
+    let mut groups: std::collections::BTreeMap<String, (usize, &str)> = std::collections::BTreeMap::new();
+    for n in nodes.iter().filter(|n| n.members == 0) {
+        let key = match &n.refusal {
+            Some(r) => r.to_string(),
+            None => format!("short of {}", n.short.iter().map(|s| s.resource.as_str()).collect::<Vec<_>>().join(", ")),
+        };
+        groups.entry(key).or_insert((0, n.name.as_str())).0 += 1;
+    }
+    let mut groups: Vec<(String, (usize, &str))> = groups.into_iter().collect();
+    groups.sort_by(|a, b| b.1.0.cmp(&a.1.0).then_with(|| a.0.cmp(&b.0)));
+    for (why, (count, example)) in groups {
+        let _ = writeln!(out, "{indent}    {count} node(s) take none: {why} (e.g. {example})");
+    }
 }
 
 fn queue_entry(out: &mut String, q: &QueueEntry, indent: &str) {
@@ -199,6 +237,43 @@ fn team(out: &mut String, t: &TeamReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn node(
+        name: &str,
+        members: u64,
+        why_not: Option<&str>,
+        refusal: Option<crate::gang::fit::NodeRefusal>,
+    ) -> NodeReport {
+        let short = match (members, &refusal) {
+            (0, None) => {
+                vec![super::super::Short { resource: "nvidia.com/gpu".into(), asked: "2".into(), free: "1".into() }]
+            }
+            _ => Vec::new(),
+        };
+        NodeReport { name: name.into(), members, why_not: why_not.map(str::to_string), refusal, short }
+    }
+
+    #[test]
+    fn many_nodes_are_summarised_by_why_not() {
+        let mut list: Vec<NodeReport> = (0..30)
+            .map(|i| node(&format!("cpu-{i:02}"), 0, Some("taint"), Some(crate::gang::fit::NodeRefusal::Cordoned)))
+            .collect();
+        list.extend((0..5).map(|i| node(&format!("full-{i}"), 0, Some("nvidia.com/gpu free 1 < 2 asked"), None)));
+        list.extend((0..25).map(|i| node(&format!("gpu-{i:02}"), 1 + i % 3, None, None)));
+        let mut out = String::new();
+        nodes(&mut out, &list, "");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "  nodes: 49 member(s) of this gang's shape fit now, on 25 of 60 node(s):");
+        assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["gpu-02", "3"], "the most first");
+        assert_eq!(lines.len(), 1 + NODE_LINES + 3, "{out}");
+        assert_eq!(lines[NODE_LINES + 1], "    … and 5 more node(s) that take members");
+        assert_eq!(lines[NODE_LINES + 2], "    30 node(s) take none: cordoned (e.g. cpu-00)");
+        assert_eq!(lines[NODE_LINES + 3], "    5 node(s) take none: short of nvidia.com/gpu (e.g. full-0)");
+        // Few nodes: every one, in name order.
+        let mut out = String::new();
+        nodes(&mut out, &list[28..33], "");
+        assert_eq!(out.lines().count(), 6, "{out}");
+    }
 
     #[test]
     fn fields_cannot_forge_lines_or_drive_the_terminal() {
