@@ -87,7 +87,7 @@ pub enum Command {
 pub struct ExplainArgs {
     /// What to explain.
     #[arg(value_enum)]
-    pub subject: crate::explain::Subject,
+    pub subject: ExplainSubject,
     /// The pod's, gang's or team's name.
     pub name: String,
     /// Namespace of the pod or gang (default: the kubeconfig context's).
@@ -113,6 +113,13 @@ pub struct ExplainArgs {
     /// Give up when the cluster has not answered everything within this many seconds.
     #[arg(long, default_value_t = 60)]
     pub timeout_secs: u64,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ExplainSubject {
+    Pod,
+    Gang,
+    Team,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -424,7 +431,11 @@ impl TryFrom<ExplainArgs> for crate::explain::live::Request {
             })?,
         };
         Ok(crate::explain::live::Request {
-            subject: args.subject,
+            subject: match args.subject {
+                ExplainSubject::Pod => crate::explain::Subject::Pod,
+                ExplainSubject::Gang => crate::explain::Subject::Gang,
+                ExplainSubject::Team => crate::explain::Subject::Team,
+            },
             name: args.name,
             namespace: args.namespace,
             kubeconfig: args.kubeconfig,

@@ -37,7 +37,7 @@ use crate::quota::queue::queues;
 use crate::resources::ResourceList;
 
 /// What `allot explain` is asked about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subject {
     Pod,
     Gang,
