@@ -33,11 +33,20 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The file name kubectl runs a plugin by: `kubectl allot explain …` executes
+/// `kubectl-allot explain …`, so a link of that name to `allot` on PATH is the plugin.
+pub const KUBECTL_PLUGIN: &str = "kubectl-allot";
+
 impl Cli {
     /// Parses the process's arguments (exits with clap's message on bad ones), with the usage
-    /// lines of [`command`].
+    /// lines of [`command`]; run as [`KUBECTL_PLUGIN`], usage and help say `kubectl allot`.
     pub fn parse_args() -> Self {
-        let matches = command().get_matches();
+        let argv0 = std::env::args_os().next();
+        let plugin = argv0.as_deref().map(std::path::Path::new).and_then(std::path::Path::file_name).is_some_and(|n| {
+            let n = n.to_string_lossy();
+            n == KUBECTL_PLUGIN || n == format!("{KUBECTL_PLUGIN}.exe")
+        });
+        let matches = command_named(if plugin { "kubectl allot" } else { "allot" }).get_matches();
         match Cli::from_arg_matches(&matches) {
             Ok(cli) => cli,
             Err(e) => e.exit(),
@@ -49,7 +58,12 @@ impl Cli {
 /// clap's error messages otherwise rebuild the line from the arguments given, and so list the
 /// optional global `--log-format` (given, or set by `ALLOT_LOG_FORMAT`) as if it were required.
 pub fn command() -> clap::Command {
-    let mut cli = <Cli as CommandFactory>::command();
+    command_named("allot")
+}
+
+/// [`command`] under the name its usage lines show.
+fn command_named(bin: &str) -> clap::Command {
+    let mut cli = <Cli as CommandFactory>::command().bin_name(bin.to_string());
     cli.build();
     fix_usage(cli)
 }
@@ -99,6 +113,60 @@ pub enum Command {
     Certs(CertsArgs),
     /// Print the MutatingWebhookConfiguration and ValidatingWebhookConfiguration to apply.
     Webhooks(WebhooksArgs),
+    /// Why is a pod waiting? Explains a pod, a gang or a team from the live cluster, with the
+    /// gang controller's own decision code (also `kubectl allot explain`).
+    Explain(ExplainArgs),
+}
+
+// `allot explain`'s flags.
+#[derive(Args)]
+pub struct ExplainArgs {
+    /// What to explain.
+    #[arg(value_enum)]
+    pub subject: ExplainSubject,
+    /// The pod's, gang's or team's name.
+    pub name: String,
+    /// Namespace of the pod or gang (default: the kubeconfig context's).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else the in-cluster account).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current one).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: ExplainOutput,
+    /// Policy directory to decide with (default: the ConfigMap --policies-configmap, the
+    /// policies the cluster's Allot reads).
+    #[arg(long)]
+    pub policies: Option<PathBuf>,
+    /// NAMESPACE/NAME of the ConfigMap holding the cluster's policies, read when --policies is
+    /// not given.
+    #[arg(long, default_value = crate::explain::live::DEFAULT_POLICIES_CONFIGMAP)]
+    pub policies_configmap: String,
+    /// Give up when the cluster has not answered everything within this many seconds.
+    #[arg(long, default_value_t = 60)]
+    pub timeout_secs: u64,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ExplainSubject {
+    /// One pod: its gates, team, gang, and what holds it.
+    Pod,
+    /// One gang: members present and declared, which nodes could take them, its timeout.
+    Gang,
+    /// One team: its quota, usage by namespace and pod, and its queue.
+    Team,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ExplainOutput {
+    /// For people: a few lines per subject.
+    Text,
+    /// For tools: one JSON document (structure in the README).
+    Json,
 }
 
 // `allot serve`'s flags; they become a [`ServeConfig`].
@@ -354,6 +422,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Check(args) => run_check(args),
         Command::Test(args) => run_test(args),
         Command::Certs(args) => run_certs(args),
+        Command::Explain(args) => run_explain(args),
         Command::Webhooks(args) => {
             let options = WebhookOptions::try_from(args)?;
             print!("{}", webhooks::render_yaml(&options).map_err(anyhow::Error::msg)?);
@@ -422,6 +491,51 @@ fn run_test(args: TestArgs) -> anyhow::Result<ExitCode> {
         report.write_junit(&path)?;
     }
     Ok(if report.all_passed() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// `allot explain`'s flags as the request [`crate::explain::live::run`] answers.
+impl TryFrom<ExplainArgs> for crate::explain::live::Request {
+    type Error = anyhow::Error;
+
+    fn try_from(args: ExplainArgs) -> anyhow::Result<Self> {
+        use crate::explain::live::PolicySource;
+        let policies = match args.policies {
+            Some(dir) => PolicySource::Dir(dir),
+            None => PolicySource::configmap(&args.policies_configmap).ok_or_else(|| {
+                anyhow::anyhow!("--policies-configmap must be NAMESPACE/NAME, got {:?}", args.policies_configmap)
+            })?,
+        };
+        Ok(crate::explain::live::Request {
+            subject: match args.subject {
+                ExplainSubject::Pod => crate::explain::Subject::Pod,
+                ExplainSubject::Gang => crate::explain::Subject::Gang,
+                ExplainSubject::Team => crate::explain::Subject::Team,
+            },
+            name: args.name,
+            namespace: args.namespace,
+            kubeconfig: args.kubeconfig,
+            context: args.context,
+            policies,
+            timeout: Duration::from_secs(args.timeout_secs.max(1)),
+        })
+    }
+}
+
+/// `allot explain`: exit 0 with an answer (errors exit 2).
+fn run_explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
+    use crate::explain::render;
+    let output = args.output;
+    let request = crate::explain::live::Request::try_from(args)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let report = runtime.block_on(crate::explain::live::run(&request))?;
+    print!(
+        "{}",
+        match output {
+            ExplainOutput::Text => render::text(&report),
+            ExplainOutput::Json => render::json(&report),
+        }
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `allot certs`: says which files it wrote and whether it reused the CA.

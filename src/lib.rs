@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod documents;
 pub mod engine;
 pub mod error;
+pub mod explain;
 pub mod expression;
 pub mod files;
 pub mod finding;

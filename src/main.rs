@@ -23,6 +23,7 @@ fn init_logging(format: LogFormat) {
 
 fn main() -> ExitCode {
     allot::install_crypto_provider();
+    // Also the kubectl plugin: run through a link named `kubectl-allot`.
     let cli = Cli::parse_args();
     init_logging(cli.log_format);
     // After logging: a panic is then one log line, not a message and backtrace on stderr.

@@ -106,7 +106,7 @@ pub enum UsageState {
 }
 
 impl UsageState {
-    fn of(p: &PodRecord) -> UsageState {
+    pub fn of(p: &PodRecord) -> UsageState {
         if p.quota_gate_index.is_some() {
             UsageState::QuotaQueued
         } else if p.gate_index.is_some() {

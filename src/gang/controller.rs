@@ -555,7 +555,7 @@ pub fn owner_api(kind: InferredKind, api_kind: &str) -> Option<&'static OwnerApi
 
 /// Reads the size of inferred gangs from their owners (elastic owners are re-read on every
 /// pass, so a changed `parallelism` is followed, never a stale size).
-async fn resolve_owner_sizes(client: &kube::Client, state: &ClusterState) {
+pub async fn resolve_owner_sizes(client: &kube::Client, state: &ClusterState) {
     for (namespace, gang, owner) in state.owners_to_resolve() {
         let Some(api) = owner_api(owner.kind, &owner.api_kind) else {
             // Only the kinds of the table are read (and granted by deploy/'s RBAC).

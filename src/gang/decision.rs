@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::fit::{fits, node_admits, take};
+use super::fit::{NodeRefusal, copies_that_fit, fits, node_admits, node_refusal, shortfall, take};
 use crate::cluster::{NodeInfo, PodShape};
 use crate::quantity::Quantity;
 use crate::resources::{ResourceList, ResourceMatcher};
@@ -136,8 +136,93 @@ pub fn order(gangs: &mut [WaitingGang]) {
     });
 }
 
+/// What a gang asks of the nodes and what they have free for it, when the decision looks at it:
+/// the structured form of a waiting gang's message ([`Need::message`] is what the controller
+/// writes on the members; `allot explain` shows it whole).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Need {
+    /// Members the decision counts as present (gated ones and phantoms).
+    pub present: u64,
+    /// Members expected (after those already running); `None` when the size is not known yet.
+    pub expected: Option<u32>,
+    /// Where the gang's first member may go (`nodes matching node-type=x`, `any node`); `None`
+    /// when no member is there to say.
+    pub nodes: Option<String>,
+    /// Per accelerator resource: what the whole gang asks (members not created yet counted as
+    /// copies of the first), and what is free of it on the nodes the first member may use.
+    pub resources: Vec<NeedOf>,
+}
+
+/// One resource of a [`Need`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct NeedOf {
+    pub resource: String,
+    pub needed: Quantity,
+    pub free: Quantity,
+}
+
+impl Need {
+    /// "3/4 members present; needs 4 nvidia.com/gpu on nodes matching node-type=x, 2 free".
+    pub fn message(&self) -> String {
+        let present = self.present;
+        let head = match self.expected {
+            Some(n) => format!("{present}/{n} members present"),
+            None => format!("{present} members present, gang size not known yet"),
+        };
+        let Some(nodes) = &self.nodes else { return head };
+        let mut parts: Vec<String> = self
+            .resources
+            .iter()
+            .map(|r| format!("needs {} {} on {nodes}, {} free", r.needed, r.resource, r.free))
+            .collect();
+        if parts.is_empty() {
+            let expected = self.expected.map_or(present, |n| u64::from(n).max(present));
+            parts.push(format!("needs room for {expected} pods on {nodes}"));
+        }
+        format!("{head}; {}", parts.join("; "))
+    }
+}
+
+/// One node as a gang's first member sees it when the decision considers the gang: free
+/// capacity is what is left after bound pods, released members not yet bound, and the gangs
+/// released before it in the same pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeFit {
+    pub node: String,
+    /// Why the node's static filters turn the member away (taint, selector, affinity, cordon).
+    pub refusal: Option<NodeRefusal>,
+    /// How many members of the first member's shape its free capacity holds (0 when refused).
+    pub members: u64,
+    /// What one member asks beyond its free capacity: `(resource, asked, free)`.
+    pub short: Vec<(String, Quantity, Quantity)>,
+}
+
+/// Everything the decision knows about one gang: its [`Need`] and the nodes, one by one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GangDetail {
+    pub need: Need,
+    /// Every node, by name.
+    pub nodes: Vec<NodeFit>,
+    /// The gang's place in consideration order (0 = first).
+    pub position: usize,
+}
+
 /// Decides which gangs to release, in consideration order.
 pub fn decide(snapshot: &Snapshot) -> Vec<Decision> {
+    run(snapshot, None).0
+}
+
+/// The decision for one gang, with its detail: the very pass [`decide`] makes (every gang ahead
+/// of it takes what it takes), looked at when it reaches `gang`. `None` when the gang does not
+/// wait (no gated member).
+pub fn explain(snapshot: &Snapshot, gang: &GangKey) -> Option<(Decision, GangDetail)> {
+    let (decisions, detail) = run(snapshot, Some(gang));
+    let decision = decisions.into_iter().find(|d| &d.gang == gang)?;
+    Some((decision, detail?))
+}
+
+/// The pass: every decision, and the detail of `detail_for` taken when the pass reaches it.
+fn run(snapshot: &Snapshot, detail_for: Option<&GangKey>) -> (Vec<Decision>, Option<GangDetail>) {
     let mut sim = Simulation::new(&snapshot.nodes);
     for (node, requests) in &snapshot.bound {
         if let Some(&i) = sim.by_name.get(node.as_str()) {
@@ -155,7 +240,11 @@ pub fn decide(snapshot: &Snapshot) -> Vec<Decision> {
     order(&mut gangs);
     let mut out = Vec::with_capacity(gangs.len());
     let mut blocker: Option<GangKey> = None;
-    for gang in &gangs {
+    let mut detail = None;
+    for (position, gang) in gangs.iter().enumerate() {
+        if detail_for == Some(&gang.key) {
+            detail = Some(sim.detail(gang, &snapshot.accelerators, position));
+        }
         let present = gang.present();
         let complete = gang.expected.is_some_and(|n| present >= u64::from(n));
         if let Some(by) = blocker.as_ref().filter(|_| complete && gang.held_by.is_none()) {
@@ -195,7 +284,7 @@ pub fn decide(snapshot: &Snapshot) -> Vec<Decision> {
             }
         }
     }
-    out
+    (out, detail)
 }
 
 type IndexKey = (usize, String);
@@ -383,17 +472,19 @@ impl<'a> Simulation<'a> {
         fits_all
     }
 
-    /// "3/4 members present; needs 4 nvidia.com/gpu on nodes matching node-type=x, 2 free".
+    /// The waiting gang's message ([`Need::message`]).
+    fn need_message(&mut self, gang: &WaitingGang, accelerators: &ResourceMatcher) -> String {
+        self.need(gang, accelerators).message()
+    }
+
+    /// What the gang asks and what is free for it now.
     ///
     /// Costs O(members present × resources): what missing members will ask is one
     /// multiplication, whatever size the gang declares.
-    fn need_message(&mut self, gang: &WaitingGang, accelerators: &ResourceMatcher) -> String {
+    fn need(&mut self, gang: &WaitingGang, accelerators: &ResourceMatcher) -> Need {
         let present = gang.present();
-        let head = match gang.expected {
-            Some(n) => format!("{present}/{n} members present"),
-            None => format!("{present} members present, gang size not known yet"),
-        };
-        let Some(first) = gang.members.first() else { return head };
+        let mut need = Need { present, expected: gang.expected, nodes: None, resources: Vec::new() };
+        let Some(first) = gang.members.first() else { return need };
         let expected = gang.expected.map_or(present, |n| u64::from(n).max(present));
         let mut totals: ResourceList = ResourceList::new();
         let mut add = |requests: &ResourceList, times: u64| {
@@ -411,15 +502,37 @@ impl<'a> Simulation<'a> {
         // Members not created yet are assumed to look like the first one.
         add(&first.shape.requests, expected - present);
         let class = self.class_of(&first.shape);
-        let mut parts = Vec::new();
-        for (name, need) in &totals {
-            self.ensure_index(class, name);
+        for (name, needed) in totals {
+            self.ensure_index(class, &name);
             let free = self.index[&(class, name.clone())].1;
-            parts.push(format!("needs {need} {name} on {}, {free} free", first.shape.describe_nodes()));
+            need.resources.push(NeedOf { resource: name, needed, free });
         }
-        if parts.is_empty() {
-            parts.push(format!("needs room for {expected} pods on {}", first.shape.describe_nodes()));
-        }
-        format!("{head}; {}", parts.join("; "))
+        need.nodes = Some(first.shape.describe_nodes());
+        need
+    }
+
+    /// The gang's [`Need`] and every node as its first member sees it now.
+    fn detail(&mut self, gang: &WaitingGang, accelerators: &ResourceMatcher, position: usize) -> GangDetail {
+        let need = self.need(gang, accelerators);
+        let nodes = match gang.members.first() {
+            Some(first) => self
+                .nodes
+                .iter()
+                .zip(&self.free)
+                .map(|(node, free)| match node_refusal(node, &first.shape) {
+                    Some(refusal) => {
+                        NodeFit { node: node.name.clone(), refusal: Some(refusal), members: 0, short: Vec::new() }
+                    }
+                    None => NodeFit {
+                        node: node.name.clone(),
+                        refusal: None,
+                        members: copies_that_fit(free, &first.shape.requests, u64::MAX),
+                        short: shortfall(free, &first.shape.requests),
+                    },
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        GangDetail { need, nodes, position }
     }
 }

@@ -59,30 +59,93 @@ fn term_matches(node: &NodeInfo, term: &NodeSelectorTerm) -> bool {
             .all(|r| requirement_matches(&name_labels, &r.key, &r.operator, r.values.as_deref().unwrap_or_default()))
 }
 
-/// The filters that do not depend on what else runs on the node.
-pub fn node_admits(node: &NodeInfo, shape: &PodShape) -> bool {
+/// Why a node's static filters turn a pod away (the first filter that does, in the order the
+/// kube-scheduler's plugins report them): what `allot explain` shows per node.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "reason", rename_all = "camelCase")]
+pub enum NodeRefusal {
+    /// Cordoned (`spec.unschedulable`), and the pod does not tolerate it.
+    Cordoned,
+    /// A NoSchedule/NoExecute taint the pod does not tolerate.
+    Taint { key: String, value: Option<String>, effect: String },
+    /// A nodeSelector entry the node's labels do not satisfy (`actual`: the node's value).
+    Selector { key: String, wanted: String, actual: Option<String> },
+    /// No term of the pod's required node affinity matches the node.
+    Affinity,
+}
+
+impl std::fmt::Display for NodeRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeRefusal::Cordoned => write!(f, "cordoned"),
+            NodeRefusal::Taint { key, value, effect } => match value {
+                Some(v) if !v.is_empty() => write!(f, "taint {key}={v}:{effect} not tolerated"),
+                _ => write!(f, "taint {key}:{effect} not tolerated"),
+            },
+            NodeRefusal::Selector { key, wanted, actual } => match actual {
+                Some(a) => write!(f, "nodeSelector {key}={wanted}, node has {key}={a}"),
+                None => write!(f, "nodeSelector {key}={wanted}, node has no {key} label"),
+            },
+            NodeRefusal::Affinity => write!(f, "required node affinity does not match"),
+        }
+    }
+}
+
+/// The filters that do not depend on what else runs on the node: `None` when the node admits
+/// the pod, else the first reason it does not.
+pub fn node_refusal(node: &NodeInfo, shape: &PodShape) -> Option<NodeRefusal> {
     if node.unschedulable {
         let cordon =
             Taint { key: "node.kubernetes.io/unschedulable".into(), effect: "NoSchedule".into(), ..Default::default() };
         if !tolerates(&shape.tolerations, &cordon) {
-            return false;
+            return Some(NodeRefusal::Cordoned);
         }
     }
-    if node
+    if let Some(t) = node
         .taints
         .iter()
         .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-        .any(|t| !tolerates(&shape.tolerations, t))
+        .find(|t| !tolerates(&shape.tolerations, t))
     {
-        return false;
+        return Some(NodeRefusal::Taint { key: t.key.clone(), value: t.value.clone(), effect: t.effect.clone() });
     }
-    if !shape.node_selector.iter().all(|(k, v)| node.labels.get(k) == Some(v)) {
-        return false;
+    if let Some((k, v)) = shape.node_selector.iter().find(|(k, v)| node.labels.get(*k) != Some(*v)) {
+        return Some(NodeRefusal::Selector { key: k.clone(), wanted: v.clone(), actual: node.labels.get(k).cloned() });
     }
     match &shape.affinity {
-        Some(terms) => terms.iter().any(|t| term_matches(node, t)),
-        None => true,
+        Some(terms) if !terms.iter().any(|t| term_matches(node, t)) => Some(NodeRefusal::Affinity),
+        _ => None,
     }
+}
+
+/// The filters that do not depend on what else runs on the node.
+pub fn node_admits(node: &NodeInfo, shape: &PodShape) -> bool {
+    node_refusal(node, shape).is_none()
+}
+
+/// How many pods asking `requests` fit in `free` at once (resources asked as zero are free;
+/// a pod asking nothing is bounded by `cap`).
+pub fn copies_that_fit(free: &ResourceList, requests: &ResourceList, cap: u64) -> u64 {
+    requests
+        .iter()
+        .filter(|(_, q)| **q > Quantity::ZERO)
+        .map(|(name, q)| {
+            let f = free.get(name).map_or(0, |f| f.nanos().max(0));
+            u64::try_from(f / q.nanos()).unwrap_or(u64::MAX)
+        })
+        .fold(cap, u64::min)
+}
+
+/// What `requests` asks beyond `free`: `(resource, asked, free)` per resource short.
+pub fn shortfall(free: &ResourceList, requests: &ResourceList) -> Vec<(String, Quantity, Quantity)> {
+    requests
+        .iter()
+        .filter(|(_, q)| **q > Quantity::ZERO)
+        .filter_map(|(name, q)| {
+            let f = free.get(name).copied().unwrap_or(Quantity::ZERO);
+            (f < *q).then(|| (name.clone(), *q, f))
+        })
+        .collect()
 }
 
 /// True when `requests` fit in `free` (resources the node does not offer have zero free).
@@ -161,6 +224,53 @@ mod tests {
         assert!(node_admits(&gpu_node(), &shape), "terms are ORed");
         shape.affinity = Some(vec![NodeSelectorTerm::default()]);
         assert!(!node_admits(&gpu_node(), &shape), "an empty term matches nothing");
+    }
+
+    #[test]
+    fn refusals_name_the_filter_that_fails() {
+        let node = gpu_node();
+        assert_eq!(
+            node_refusal(&node, &PodShape::default()),
+            Some(NodeRefusal::Taint { key: "nvidia.com/gpu".into(), value: None, effect: "NoSchedule".into() })
+        );
+        assert_eq!(node_refusal(&node, &tolerating()), None);
+        let mut shape = tolerating();
+        shape.node_selector.insert("node-type".into(), "cheap".into());
+        let refusal = node_refusal(&node, &shape);
+        assert_eq!(
+            refusal,
+            Some(NodeRefusal::Selector {
+                key: "node-type".into(),
+                wanted: "cheap".into(),
+                actual: Some("my-precious".into())
+            })
+        );
+        assert_eq!(refusal.unwrap().to_string(), "nodeSelector node-type=cheap, node has node-type=my-precious");
+        shape.node_selector = BTreeMap::from([("zone".into(), "a".into())]);
+        assert_eq!(node_refusal(&node, &shape).unwrap().to_string(), "nodeSelector zone=a, node has no zone label");
+        let mut shape = tolerating();
+        shape.affinity = Some(vec![NodeSelectorTerm::default()]);
+        assert_eq!(node_refusal(&node, &shape), Some(NodeRefusal::Affinity));
+        let mut cordoned = gpu_node();
+        cordoned.unschedulable = true;
+        assert_eq!(node_refusal(&cordoned, &tolerating()), Some(NodeRefusal::Cordoned));
+    }
+
+    #[test]
+    fn copies_and_shortfall() {
+        let free = BTreeMap::from([("nvidia.com/gpu".to_string(), q("5")), ("pods".to_string(), q("3"))]);
+        let two = BTreeMap::from([("nvidia.com/gpu".to_string(), q("2")), ("pods".to_string(), q("1"))]);
+        assert_eq!(copies_that_fit(&free, &two, 100), 2);
+        let one = BTreeMap::from([("nvidia.com/gpu".to_string(), q("1")), ("pods".to_string(), q("1"))]);
+        assert_eq!(copies_that_fit(&free, &one, 100), 3, "the pod count bounds it");
+        assert_eq!(copies_that_fit(&free, &BTreeMap::new(), 7), 7);
+        let big = BTreeMap::from([("nvidia.com/gpu".to_string(), q("8")), ("cpu".to_string(), q("1"))]);
+        assert_eq!(copies_that_fit(&free, &big, 100), 0);
+        assert_eq!(
+            shortfall(&free, &big),
+            vec![("cpu".to_string(), q("1"), Quantity::ZERO), ("nvidia.com/gpu".to_string(), q("8"), q("5"))]
+        );
+        assert!(shortfall(&free, &two).is_empty());
     }
 
     #[test]

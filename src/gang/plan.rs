@@ -35,6 +35,21 @@ pub struct ReleasedGang {
     pub message: String,
 }
 
+/// The reason of the `allot.dev/GangReady` condition a verdict gives the members, and whether
+/// it is True.
+pub fn condition_reason(verdict: &Verdict) -> (&'static str, bool) {
+    match verdict {
+        Verdict::Release { .. } => ("Released", true),
+        Verdict::Incomplete => ("WaitingForMembers", false),
+        Verdict::DoesNotFit => ("InsufficientResources", false),
+        Verdict::Blocked { .. } => ("WaitingForHigherPriority", false),
+        Verdict::Held => ("HeldByOtherGate", false),
+    }
+}
+
+/// The reason once an incomplete gang is past its assembly timeout.
+pub const TIMEOUT_REASON: &str = "AssemblyTimeout";
+
 /// Turns decisions into actions. `previous` holds the last explanation per gang, so unchanged
 /// explanations are not written again (and is updated).
 pub fn plan(snapshot: &Snapshot, facts: &HashMap<GangKey, GangFacts>, previous: &mut HashMap<GangKey, String>) -> Plan {
@@ -47,34 +62,28 @@ pub fn plan(snapshot: &Snapshot, facts: &HashMap<GangKey, GangFacts>, previous: 
     for d in decisions {
         let Some(gf) = facts.get(&d.gang) else { continue };
         let ns = d.gang.namespace.clone();
-        let (reason, ready, warning, mut message) = match &d.verdict {
-            Verdict::Release { placements } => {
-                for (pod, node) in placements {
-                    if let Some(m) = gf.gated.iter().find(|m| &m.name == pod) {
-                        actions.push(ControllerAction::Release {
-                            namespace: ns.clone(),
-                            pod: pod.clone(),
-                            gate_index: m.gate_index,
-                            has_annotations: m.has_annotations,
-                            node: node.clone(),
-                        });
-                    }
+        let (mut reason, ready) = condition_reason(&d.verdict);
+        let mut warning = false;
+        let mut message = d.message.clone();
+        if let Verdict::Release { placements } = &d.verdict {
+            for (pod, node) in placements {
+                if let Some(m) = gf.gated.iter().find(|m| &m.name == pod) {
+                    actions.push(ControllerAction::Release {
+                        namespace: ns.clone(),
+                        pod: pod.clone(),
+                        gate_index: m.gate_index,
+                        has_annotations: m.has_annotations,
+                        node: node.clone(),
+                    });
                 }
-                released.push(ReleasedGang {
-                    gang: d.gang.clone(),
-                    members: placements.len(),
-                    waited_secs: created.get(&d.gang).map_or(0, |c| (snapshot.now - c).max(0)),
-                    message: d.message.clone(),
-                });
-                ("Released", true, false, d.message.clone())
             }
-            Verdict::Incomplete => ("WaitingForMembers", false, false, d.message.clone()),
-            Verdict::DoesNotFit => ("InsufficientResources", false, false, d.message.clone()),
-            Verdict::Blocked { .. } => ("WaitingForHigherPriority", false, false, d.message.clone()),
-            Verdict::Held => ("HeldByOtherGate", false, false, d.message.clone()),
-        };
-        let mut reason = reason;
-        let mut warning = warning;
+            released.push(ReleasedGang {
+                gang: d.gang.clone(),
+                members: placements.len(),
+                waited_secs: created.get(&d.gang).map_or(0, |c| (snapshot.now - c).max(0)),
+                message: d.message.clone(),
+            });
+        }
         let deadline = created.get(&d.gang).map(|c| c.saturating_add(gf.assembly_timeout));
         // Every gang that has not assembled gets its timeout, whatever gate holds its members.
         if d.verdict == Verdict::Incomplete
@@ -88,7 +97,7 @@ pub fn plan(snapshot: &Snapshot, facts: &HashMap<GangKey, GangFacts>, previous: 
             && gf.assembly_timeout > 0
             && deadline.is_some_and(|deadline| snapshot.now >= deadline)
         {
-            reason = "AssemblyTimeout";
+            reason = TIMEOUT_REASON;
             warning = true;
             message = format!("{message}; not assembled within {}s", gf.assembly_timeout);
             if gf.on_timeout == OnTimeout::Fail {
@@ -106,7 +115,7 @@ pub fn plan(snapshot: &Snapshot, facts: &HashMap<GangKey, GangFacts>, previous: 
             *waiting.entry(reason).or_default() += 1;
         }
         // Members being deleted get the Warning Event of their deletion, not a condition too.
-        let deleting = reason == "AssemblyTimeout" && gf.on_timeout == OnTimeout::Fail;
+        let deleting = reason == TIMEOUT_REASON && gf.on_timeout == OnTimeout::Fail;
         let changed = previous.get(&d.gang) != Some(&message);
         if changed && !deleting {
             previous.insert(d.gang.clone(), message.clone());

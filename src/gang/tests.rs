@@ -244,6 +244,43 @@ proptest! {
         reversed.gangs.reverse();
         prop_assert_eq!(decide(&reversed), d);
     }
+
+    /// `allot explain` runs the same pass: the decision it reports is `decide`'s, its message is
+    /// built from the same `Need`, and its node table agrees with the verdict (members of one
+    /// shape: the gang fits exactly when the nodes' counts add up to its members).
+    #[test]
+    fn explain_is_the_decision_and_its_node_table_agrees_with_the_verdict(
+        nodes in arb_nodes(),
+        gangs in arb_gangs(),
+    ) {
+        let s = snapshot(nodes.clone(), gangs.clone());
+        for decision in decide(&s) {
+            let (explained, detail) = explain(&s, &decision.gang).unwrap();
+            prop_assert_eq!(&explained, &decision);
+            let gang = gangs.iter().find(|g| g.key == decision.gang).unwrap();
+            if matches!(decision.verdict, Verdict::Incomplete | Verdict::DoesNotFit) {
+                prop_assert_eq!(detail.need.message(), decision.message.clone());
+            }
+            let Some(first) = gang.members.first() else {
+                prop_assert!(detail.nodes.is_empty());
+                continue;
+            };
+            prop_assert_eq!(detail.nodes.len(), nodes.len());
+            for (fit, node) in detail.nodes.iter().zip(&nodes) {
+                prop_assert_eq!(fit.refusal.is_none(), node_admits(node, &first.shape));
+                if fit.refusal.is_some() {
+                    prop_assert_eq!(fit.members, 0);
+                }
+            }
+            let capacity: u64 = detail.nodes.iter().map(|n| n.members).sum();
+            let members = gang.members.len() as u64;
+            match decision.verdict {
+                Verdict::Release { .. } => prop_assert!(capacity >= members, "released with room for {capacity} < {members}"),
+                Verdict::DoesNotFit => prop_assert!(capacity < members, "does not fit with room for {capacity} >= {members}"),
+                _ => {}
+            }
+        }
+    }
 }
 
 mod controller_state {

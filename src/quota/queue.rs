@@ -39,68 +39,35 @@ impl QuotaQueue for ClusterState {
         previous: &mut HashMap<(String, String), String>,
     ) -> Vec<ControllerAction> {
         let view = self.view();
-        let mut actions = Vec::new();
-        let mut teams = TeamsByNamespace::new(policies, labels);
-        let mut used = admitted_by_team(&requests_by_state(&view), &mut teams);
-        let queued = queued_units(&view, &mut teams, &mut actions);
-        for (team_name, units) in queued {
-            let Some(quota) = policies.teams.iter().find(|t| t.name == team_name).and_then(|t| t.quota.as_ref()) else {
-                continue;
-            };
-            let mut units: Vec<(String, Unit)> = units.into_iter().collect();
-            units.sort_by(|a, b| {
-                b.1.priority.cmp(&a.1.priority).then(a.1.order.cmp(&b.1.order)).then_with(|| a.0.cmp(&b.0))
-            });
-            let team_used = used.entry(team_name).or_default();
-            // Set once a unit cannot go: everything behind it waits (strict order).
-            let mut blocked_by: Option<String> = None;
-            // Units ahead that hold the queue (an incomplete gang holds nothing).
-            let mut ahead = 0;
-            for (_, Unit { members, charge, size, .. }) in units {
-                let incomplete = size.filter(|n| (members.len() as u32) < *n);
-                let why = if let Some(n) = incomplete {
-                    // A gang is charged whole: it waits for all its members, and until then it
-                    // holds up no one (a gang that never assembles must not stall its team).
-                    Some(format!(
-                        "gang has {}/{n} members; charged whole once all exist (meanwhile it holds up no one)",
-                        members.len()
-                    ))
-                } else if let Some(first) = &blocked_by {
-                    Some(format!("queued behind {ahead} earlier pod(s) or gang(s) of team {team_name}: {first}"))
-                } else if let Some(exceeded) = quota.exceeded(team_used, &charge) {
-                    Some(format!("team {team_name} {exceeded}; this asks {}", exceeded.asked))
-                } else {
-                    None
-                };
-                match why {
-                    Some(message) => {
-                        if incomplete.is_none() {
-                            blocked_by.get_or_insert_with(|| message.clone());
-                            ahead += 1;
-                        }
-                        let written = condition_fingerprint(false, QUEUED_REASON, &message);
-                        for (namespace, pod, _, current) in members {
-                            let key = (namespace, pod);
-                            if previous.get(&key) != Some(&message) {
-                                previous.insert(key.clone(), message.clone());
-                                // The pod says so already (a new leader, or a resync).
-                                if current == written {
-                                    continue;
-                                }
-                                actions.push(ControllerAction::Queued {
-                                    namespace: key.0,
-                                    pod: key.1,
-                                    message: message.clone(),
-                                });
+        let Queues { mut actions, teams } = queues(&view, policies, labels);
+        for unit in teams.into_values().flatten() {
+            match unit.waits {
+                Some(message) => {
+                    let written = condition_fingerprint(false, QUEUED_REASON, &message);
+                    for m in unit.members {
+                        let key = (m.namespace, m.pod);
+                        if previous.get(&key) != Some(&message) {
+                            previous.insert(key.clone(), message.clone());
+                            // The pod says so already (a new leader, or a resync).
+                            if m.condition == written {
+                                continue;
                             }
+                            actions.push(ControllerAction::Queued {
+                                namespace: key.0,
+                                pod: key.1,
+                                message: message.clone(),
+                            });
                         }
                     }
-                    None => {
-                        add(team_used, &charge);
-                        for (namespace, pod, gate_index, _) in members {
-                            previous.remove(&(namespace.clone(), pod.clone()));
-                            actions.push(ControllerAction::ReleaseQuota { namespace, pod, gate_index });
-                        }
+                }
+                None => {
+                    for m in unit.members {
+                        previous.remove(&(m.namespace.clone(), m.pod.clone()));
+                        actions.push(ControllerAction::ReleaseQuota {
+                            namespace: m.namespace,
+                            pod: m.pod,
+                            gate_index: m.gate_index,
+                        });
                     }
                 }
             }
@@ -109,6 +76,100 @@ impl QuotaQueue for ClusterState {
         previous.retain(|(ns, pod), _| view.pod(ns, pod).is_some_and(|p| p.quota_gate_index.is_some()));
         actions
     }
+}
+
+/// Every queue-mode team's queue in order, each unit with its outcome: the one decision the
+/// controller carries out ([`QuotaQueue::quota_plan`]) and `allot explain team` shows.
+#[derive(Debug, Default)]
+pub struct Queues {
+    /// Quota gates nothing queues any more (the team left queue mode or has no quota): lifted.
+    pub actions: Vec<ControllerAction>,
+    /// Team → its units in queue order.
+    pub teams: BTreeMap<String, Vec<QueuedUnit>>,
+}
+
+/// One unit of a team's queue (a gang whole, or one pod) and what the pass does with it.
+#[derive(Debug, Clone)]
+pub struct QueuedUnit {
+    /// `gang/NAMESPACE/NAME` or `pod/NAMESPACE/NAME`.
+    pub key: String,
+    /// The highest priority among the members.
+    pub priority: i32,
+    /// The members behind the quota gate.
+    pub members: Vec<QueuedMember>,
+    /// What the unit counts against the quota (charge units).
+    pub charge: Charge,
+    /// The gang's declared size, if it is a gang.
+    pub size: Option<u32>,
+    /// `None`: released now; else why it waits (the message its members carry).
+    pub waits: Option<String>,
+}
+
+/// A pod behind the quota gate.
+#[derive(Debug, Clone)]
+pub struct QueuedMember {
+    pub namespace: String,
+    pub pod: String,
+    pub gate_index: usize,
+    /// Fingerprint of its current `allot.dev/QuotaReady` condition.
+    pub condition: u64,
+}
+
+/// The queues over one consistent view: per team, units by priority then arrival, each
+/// released while the team's usage leaves room, until one does not fit (strict order).
+pub fn queues(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn NamespaceLabels) -> Queues {
+    let mut actions = Vec::new();
+    let mut teams = TeamsByNamespace::new(policies, labels);
+    let mut used = admitted_by_team(&requests_by_state(view), &mut teams);
+    let queued = queued_units(view, &mut teams, &mut actions);
+    let mut out = BTreeMap::new();
+    for (team_name, units) in queued {
+        let Some(quota) = policies.teams.iter().find(|t| t.name == team_name).and_then(|t| t.quota.as_ref()) else {
+            continue;
+        };
+        let mut units: Vec<(String, Unit)> = units.into_iter().collect();
+        units.sort_by(|a, b| {
+            b.1.priority.cmp(&a.1.priority).then(a.1.order.cmp(&b.1.order)).then_with(|| a.0.cmp(&b.0))
+        });
+        let team_used = used.entry(team_name).or_default();
+        // Set once a unit cannot go: everything behind it waits (strict order).
+        let mut blocked_by: Option<String> = None;
+        // Units ahead that hold the queue (an incomplete gang holds nothing).
+        let mut ahead = 0;
+        let mut line = Vec::with_capacity(units.len());
+        for (key, Unit { members, charge, size, priority, .. }) in units {
+            let incomplete = size.filter(|n| (members.len() as u32) < *n);
+            let why = if let Some(n) = incomplete {
+                // A gang is charged whole: it waits for all its members, and until then it
+                // holds up no one (a gang that never assembles must not stall its team).
+                Some(format!(
+                    "gang has {}/{n} members; charged whole once all exist (meanwhile it holds up no one)",
+                    members.len()
+                ))
+            } else if let Some(first) = &blocked_by {
+                Some(format!("queued behind {ahead} earlier pod(s) or gang(s) of team {team_name}: {first}"))
+            } else if let Some(exceeded) = quota.exceeded(team_used, &charge) {
+                Some(format!("team {team_name} {exceeded}; this asks {}", exceeded.asked))
+            } else {
+                None
+            };
+            match &why {
+                Some(message) if incomplete.is_none() => {
+                    blocked_by.get_or_insert_with(|| message.clone());
+                    ahead += 1;
+                }
+                Some(_) => {}
+                None => add(team_used, &charge),
+            }
+            let members = members
+                .into_iter()
+                .map(|(namespace, pod, gate_index, condition)| QueuedMember { namespace, pod, gate_index, condition })
+                .collect();
+            line.push(QueuedUnit { key, priority, members, charge, size, waits: why });
+        }
+        out.insert(team_name.to_string(), line);
+    }
+    Queues { actions, teams: out }
 }
 
 /// The reason of the `allot.dev/QuotaReady` condition on a queued pod.
