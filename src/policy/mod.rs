@@ -10,6 +10,7 @@
 mod compile;
 pub mod model;
 pub mod quota;
+pub mod schema;
 pub mod tenancy;
 mod values;
 
