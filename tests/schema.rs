@@ -852,3 +852,129 @@ fn the_patterns_refuse_what_the_parser_refuses() {
         assert!(!matches(schema::QUANTITY_PATTERN, bad), "{bad:?}");
     }
 }
+
+// --- in a real editor -------------------------------------------------------------------------
+
+/// Says on the process's real stderr (not captured by the harness) that a test is skipped.
+fn skipped(test: &str, why: &str) {
+    use std::io::Write as _;
+    let line = format!("SKIPPED {test}: {why}\n");
+    match std::fs::OpenOptions::new().write(true).open("/dev/stderr") {
+        Ok(mut stderr) => {
+            let _ = stderr.write_all(line.as_bytes());
+        }
+        Err(_) => eprint!("{line}"),
+    }
+}
+
+/// yaml-language-server's entry script: `$ALLOT_YAML_LANGUAGE_SERVER`, else the copy
+/// `npm install --prefix target/ci-tools yaml-language-server` puts in target/.
+fn yaml_language_server() -> Option<PathBuf> {
+    let path = std::env::var_os("ALLOT_YAML_LANGUAGE_SERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/ci-tools/node_modules/yaml-language-server/bin/yaml-language-server"));
+    let node = Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
+    (node && path.is_file()).then_some(path)
+}
+
+/// The editor's view: yaml-language-server, driven over LSP by `tests/editor/lsp.js`, on a
+/// workspace holding the committed schema, the shipped policies and a broken file.
+#[test]
+fn yaml_language_server_shows_the_schema_in_an_editor() {
+    const TEST: &str = "yaml_language_server_shows_the_schema_in_an_editor";
+    let Some(server) = yaml_language_server() else {
+        return skipped(
+            TEST,
+            "needs node and yaml-language-server (set ALLOT_YAML_LANGUAGE_SERVER, or \
+             `npm install --prefix target/ci-tools yaml-language-server`)",
+        );
+    };
+    // Not a hidden directory (tempfile's default `.tmp…`): the server's globs skip those.
+    let workspace = tempfile::Builder::new().prefix("allot-editor-").tempdir().expect("temp dir");
+    let schema_dir = workspace.path().join("schema");
+    std::fs::create_dir_all(&schema_dir).expect("schema dir");
+    for (name, text) in schema::files() {
+        std::fs::write(schema_dir.join(name), text).expect("write schema");
+    }
+    let modeline = "# yaml-language-server: $schema=../schema/allot.schema.json\n";
+    let mut files = serde_json::Map::new();
+    // The shipped policies, through the settings mapping (every document of a file).
+    for name in ["cluster", "gangs", "placement", "rules", "teams"] {
+        let text = std::fs::read_to_string(root().join(format!("policies/{name}.yaml"))).expect("policy");
+        files.insert(format!("policies/{name}.yaml"), json!(text));
+    }
+    // A broken file; its documents and the line of each mistake (1-based).
+    let broken = "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  expression: 'true'\n  message: m\n  action: Block\n---\napiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: t}\nspec:\n  namespaces: {names: [a]}\n  quota:\n    mode: queue\n    limits: {nvidia.com/gpu: eight}\n---\napiVersion: allot.dev/v1alpha1\nkind: Placement\nmetadata: {name: p}\nspec:\n  tolerations:\n    - {key: a, operator: Exists, effect: NoExecute, tolerationSecond: 5}\n---\napiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  assemblyTimeout: ten minutes\n  maxGangSize: 0\n---\napiVersion: allot.dev/v1alpha1\nkind: Rules\nmetadata: {name: x}\n";
+    files.insert("policies/broken.yaml".into(), json!(broken));
+    // The same file outside the mapping, with a modeline in each document.
+    files.insert(
+        "other/broken.yaml".into(),
+        json!(format!("{modeline}{}", broken.replace("---\n", &format!("---\n{modeline}")))),
+    );
+    // A Rule being written: completion inside `spec`, hover on `expression`.
+    let draft = "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata:\n  name: r\nspec:\n  expression: 'true'\n  message: m\n  \n";
+    files.insert("policies/draft.yaml".into(), json!(draft));
+    let request = json!({
+        "settings": {"validate": true, "completion": true, "hover": true, "schemaStore": {"enable": false},
+                     "schemas": {"./schema/allot.schema.json": ["policies/*.yaml"]}},
+        "files": files,
+        "queries": [
+            {"kind": "completion", "file": "policies/draft.yaml", "line": 7, "character": 2},
+            {"kind": "hover", "file": "policies/draft.yaml", "line": 5, "character": 4},
+        ],
+    });
+    let request_file = workspace.path().join("request.json");
+    std::fs::write(&request_file, request.to_string()).expect("write request");
+    let out = Command::new("node")
+        .arg(root().join("tests/editor/lsp.js"))
+        .arg(&server)
+        .arg(workspace.path())
+        .arg(&request_file)
+        .output()
+        .expect("run node");
+    assert!(out.status.success(), "lsp.js failed: {}", String::from_utf8_lossy(&out.stderr));
+    let result: Value = serde_json::from_slice(&out.stdout).expect("lsp.js prints JSON");
+    let shown = |file: &str| -> Vec<(u64, String)> {
+        result["diagnostics"][file]
+            .as_array()
+            .expect("diagnostics")
+            .iter()
+            .map(|d| (d["line"].as_u64().unwrap_or(0), d["message"].as_str().unwrap_or_default().to_string()))
+            .collect()
+    };
+    for name in ["cluster", "gangs", "placement", "rules", "teams"] {
+        let file = format!("policies/{name}.yaml");
+        assert_eq!(shown(&file), vec![], "{file}");
+    }
+    let expected = [
+        (7, "\"Deny\" | \"Warn\" | \"Audit\""),
+        (15, "\"Deny\" | \"Queue\""),
+        (16, "a non-negative quantity"),
+        (23, "tolerationSecond is not allowed"),
+        (29, "a duration such as 90s"),
+        (30, "minimum of 1"),
+        (33, "\"Cluster\", \"Team\", \"Placement\", \"Rule\", \"GangPolicy\""),
+    ];
+    let mapped = shown("policies/broken.yaml");
+    // With a modeline, the lines move down: one line for the first document's modeline, and one
+    // more for each `---` passed.
+    let with_modelines = shown("other/broken.yaml");
+    for (line, text) in expected {
+        assert!(mapped.iter().any(|(l, m)| *l == line && m.contains(text)), "no {text:?} on line {line}: {mapped:?}");
+        let documents_before = broken.lines().take(line as usize).filter(|l| *l == "---").count() as u64;
+        let moved = line + 1 + documents_before;
+        assert!(
+            with_modelines.iter().any(|(l, m)| *l == moved && m.contains(text)),
+            "modelines: no {text:?} on line {moved}: {with_modelines:?}"
+        );
+    }
+    assert_eq!(mapped.len(), expected.len(), "{mapped:?}");
+    assert_eq!(shown("policies/draft.yaml"), vec![]);
+    let completion: Vec<&str> =
+        result["answers"][0].as_array().expect("completion").iter().filter_map(Value::as_str).collect();
+    for field in ["action", "match", "messageExpression"] {
+        assert!(completion.contains(&field), "completion lacks {field}: {completion:?}");
+    }
+    let hover = result["answers"][1].as_str().expect("hover text");
+    assert!(hover.contains("CEL that must evaluate to"), "{hover}");
+}

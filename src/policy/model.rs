@@ -475,7 +475,7 @@ pub enum TaintEffect {
      "then": {"properties": {"values": {"maxItems": 0}}}},
     {"if": {"properties": {"operator": {"enum": ["Gt", "Lt"]}}},
      "then": {"required": ["values"],
-              "properties": {"values": {"minItems": 1, "maxItems": 1, "items": {"pattern": "^[0-9]+$"}}}}},
+              "properties": {"values": {"minItems": 1, "maxItems": 1, "items": {"pattern": "^[0-9]+$", "patternErrorMessage": "an integer"}}}}},
 ]))]
 pub struct NodeSelectorRequirement {
     /// The node label key.

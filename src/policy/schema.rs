@@ -71,7 +71,24 @@ fn generator() -> SchemaGenerator {
     SchemaSettings::draft07()
         .with_transform(nullable_as_if_else as fn(&mut Schema))
         .with_transform(defaults_without_nulls as fn(&mut Schema))
+        .with_transform(descriptions_unwrapped as fn(&mut Schema))
         .into_generator()
+}
+
+/// A doc comment's text as one line per paragraph: editors show each newline of a description
+/// as a paragraph break, which would cut sentences at the source's 100-column wrap.
+fn unwrapped(text: &str) -> String {
+    text.split("\n\n")
+        .map(|paragraph| paragraph.split('\n').collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+fn descriptions_unwrapped(schema: &mut Schema) {
+    transform_subschemas(&mut (descriptions_unwrapped as fn(&mut Schema)), schema);
+    if let Some(Value::String(text)) = schema.get_mut("description") {
+        *text = unwrapped(text);
+    }
 }
 
 /// Drops the unset (`null`) fields from a struct's `default` (`priority: {default: null,
@@ -115,7 +132,8 @@ fn nullable_as_if_else(schema: &mut Schema) {
 /// The description schemars took from a type's doc comment, looked up through its `$ref`.
 fn description_of(generator: &SchemaGenerator, reference: &Schema) -> Option<Value> {
     let name = reference.get("$ref")?.as_str()?.rsplit('/').next()?;
-    generator.definitions().get(name)?.get("description").cloned()
+    let text = generator.definitions().get(name)?.get("description")?.as_str()?;
+    Some(Value::String(unwrapped(text)))
 }
 
 /// The schema of a whole document of one kind (`apiVersion`, `kind`, `metadata`, `spec`),
@@ -244,7 +262,8 @@ pub fn render(schema: &Schema) -> String {
 }
 
 // Field schemas the model's `#[schemars(schema_with = ...)]` attributes use, for fields whose
-// Rust type is wider than what the parser accepts.
+// Rust type is wider than what the parser accepts. `patternErrorMessage` is yaml-language-server's
+// keyword for a readable message instead of the pattern itself; other validators ignore it.
 
 /// `quota.limits`: resource name → non-negative quantity, at least one.
 pub(super) fn quota_limits(_: &mut SchemaGenerator) -> Schema {
@@ -253,10 +272,11 @@ pub(super) fn quota_limits(_: &mut SchemaGenerator) -> Schema {
         "minProperties": 1,
         "additionalProperties": {
             "description": "A non-negative quantity: a number or a string such as `8`, `500m`, `1.5` (at most about 9.2e18).",
-            "anyOf": [
-                {"type": "number", "minimum": 0},
-                {"type": "string", "pattern": QUANTITY_PATTERN},
-            ],
+            // `minimum` applies to numbers only, `pattern` to strings only.
+            "type": ["number", "string"],
+            "minimum": 0,
+            "pattern": QUANTITY_PATTERN,
+            "patternErrorMessage": "a non-negative quantity such as 8, 500m, 1.5 or 2Ki",
         },
     })
 }
@@ -264,27 +284,39 @@ pub(super) fn quota_limits(_: &mut SchemaGenerator) -> Schema {
 /// An equivalent's `weight`: a positive number or a fraction.
 pub(super) fn weight(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
-        "anyOf": [
-            {"type": "number", "exclusiveMinimum": 0},
-            {"type": "string", "pattern": WEIGHT_PATTERN},
-        ],
+        "type": ["number", "string"],
+        "exclusiveMinimum": 0,
+        "pattern": WEIGHT_PATTERN,
+        "patternErrorMessage": "a positive number or fraction such as 1/7, 0.5 or 2",
     })
 }
 
 /// An optional duration (`10m`).
 pub(super) fn duration(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({"type": ["string", "null"], "pattern": DURATION_PATTERN})
+    json_schema!({
+        "type": ["string", "null"],
+        "pattern": DURATION_PATTERN,
+        "patternErrorMessage": "a duration such as 90s, 10m or 1h 30m",
+    })
+}
+
+fn priority_class_name() -> Value {
+    json!({
+        "type": "string",
+        "pattern": DNS_SUBDOMAIN_PATTERN,
+        "maxLength": 253,
+        "patternErrorMessage": "a PriorityClass name: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit",
+    })
 }
 
 /// An optional PriorityClass name.
 pub(super) fn priority_class(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({"type": ["string", "null"], "pattern": DNS_SUBDOMAIN_PATTERN, "maxLength": 253})
+    let mut schema = Schema::try_from(priority_class_name()).unwrap_or_default();
+    schema.insert("type".into(), json!(["string", "null"]));
+    schema
 }
 
 /// An optional list of PriorityClass names.
 pub(super) fn priority_classes(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": ["array", "null"],
-        "items": {"type": "string", "pattern": DNS_SUBDOMAIN_PATTERN, "maxLength": 253},
-    })
+    json_schema!({"type": ["array", "null"], "items": priority_class_name()})
 }
