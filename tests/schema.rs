@@ -155,6 +155,15 @@ fn a_kind_schema_accepts_only_its_own_kind() {
                       "spec": {"namespaces": {"names": ["t"]}}});
     assert!(!rule.is_valid(&team));
     assert!(combined().is_valid(&team), "{:?}", schema_errors(&team));
+    // An unknown kind is a usage error that names the kinds there are.
+    let out = Command::new(env!("CARGO_BIN_EXE_allot")).args(["schema", "--kind", "Rules"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("unknown kind \"Rules\"; expected one of Cluster, Team, Placement, Rule, GangPolicy"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
 }
 
 // --- shipped policies ---------------------------------------------------------------------

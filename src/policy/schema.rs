@@ -2,8 +2,8 @@
 //! deserialises ([`super::model`], via schemars, which reads their serde attributes), so the
 //! schema cannot drift from what `allot serve` and `allot check` accept.
 //!
-//! An editor (yaml-language-server) applies one schema to every document of a file, so the
-//! combined schema dispatches on `kind`: each `if kind == X` selects that kind's document
+//! An editor (yaml-language-server, through its `yaml.schemas` mapping) applies one schema to
+//! every document of a file, so the combined schema dispatches on `kind`: each `if kind == X` selects that kind's document
 //! schema. Draft-07, the dialect every YAML/JSON editor plugin understands.
 //!
 //! The schema accepts every document the parser accepts; it refuses most of what the parser
