@@ -17,6 +17,7 @@ use crate::check;
 use crate::engine::Engine;
 use crate::gang::controller::ControllerConfig;
 use crate::namespaces::{self, NamespaceLabels, NoNamespaces};
+use crate::policy::schema;
 use crate::quota::StaticUsage;
 use crate::server::{self, ServeConfig};
 use crate::suite;
@@ -116,6 +117,8 @@ pub enum Command {
     /// Why is a pod waiting? Explains a pod, a gang or a team from the live cluster, with the
     /// gang controller's own decision code (also `kubectl allot explain`).
     Explain(ExplainArgs),
+    /// Print the JSON Schema of policy files, for editors (yaml-language-server) and CI.
+    Schema(SchemaArgs),
 }
 
 // `allot explain`'s flags.
@@ -376,6 +379,19 @@ fn failure_policies() -> clap::builder::PossibleValuesParser {
     ])
 }
 
+// `allot schema`'s flags.
+#[derive(Args)]
+pub struct SchemaArgs {
+    /// Only this kind's documents (Cluster, Team, Placement, Rule, GangPolicy) instead of every
+    /// kind's, chosen by `kind`.
+    #[arg(long, conflicts_with = "out")]
+    pub kind: Option<String>,
+    /// Write allot.schema.json (every kind) and one KIND.schema.json per kind into this
+    /// directory instead of printing.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
 /// The endpoint from `--service NAMESPACE/NAME` or `--url`, and the namespace of Allot's service
 /// account (known only for an in-cluster Service).
 fn endpoint_of(service: Option<String>, url: Option<String>) -> anyhow::Result<(Endpoint, Option<String>)> {
@@ -428,7 +444,27 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
             print!("{}", webhooks::render_yaml(&options).map_err(anyhow::Error::msg)?);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Schema(args) => run_schema(args),
     }
+}
+
+/// `allot schema`: prints one schema, or writes every schema file into `--out`.
+fn run_schema(args: SchemaArgs) -> anyhow::Result<ExitCode> {
+    if let Some(dir) = args.out {
+        std::fs::create_dir_all(&dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+        for (name, text) in schema::files() {
+            let path = dir.join(name);
+            std::fs::write(&path, text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            println!("wrote {}", path.display());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let schema = match args.kind {
+        Some(kind) => schema::kind_schema(&kind)?,
+        None => schema::combined(),
+    };
+    print!("{}", schema::render(&schema));
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `allot serve`: the only command that needs an async runtime, so it builds one here.

@@ -45,7 +45,9 @@ const LWS_GROUP: &str = "leaderworkerset.sigs.k8s.io/group-index";
 const LWS_WORKER: &str = "leaderworkerset.sigs.k8s.io/worker-index";
 
 /// Owner kinds whose gangs can be inferred (opt-in in a GangPolicy).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 pub enum InferredKind {
     /// An Indexed Job: one gang per Job, size = parallelism.
     Job,

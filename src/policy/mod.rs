@@ -10,6 +10,7 @@
 mod compile;
 pub mod model;
 pub mod quota;
+pub mod schema;
 pub mod tenancy;
 mod values;
 
@@ -19,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use globset::{Glob, GlobMatcher};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -261,8 +263,13 @@ pub fn parse_documents(name: &str, text: &str) -> Result<Vec<(usize, Value)>, St
 }
 
 /// Decodes a value into `T`, with the field path in the error (`spec.checks.wholeNumbers`).
-fn decode<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T, String> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
+///
+/// serde's derived structs also read a list of their fields in declaration order
+/// (`metadata: [r]` as `metadata: {name: r}`): no author means that, and the editor schema
+/// (`allot schema`) refuses it, so the parser does too. A mapping in the decoded value that was
+/// a list in the document is that case.
+fn decode<T: DeserializeOwned + Serialize>(value: Value, prefix: &str) -> Result<T, String> {
+    let decoded: T = serde_path_to_error::deserialize(value.clone()).map_err(|e| {
         let path = e.path().to_string();
         let path = match (prefix.is_empty(), path == ".") {
             (_, true) => prefix.to_string(),
@@ -270,10 +277,34 @@ fn decode<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T, String> 
             (false, false) => format!("{prefix}.{path}"),
         };
         format!("{path}: {}", e.into_inner())
-    })
+    })?;
+    let as_written = serde_json::to_value(&decoded).map_err(|e| format!("{prefix}: {e}"))?;
+    match list_read_as_mapping(&value, &as_written, prefix) {
+        Some(path) => Err(format!("{path}: invalid type: sequence, expected a mapping")),
+        None => Ok(decoded),
+    }
 }
 
-#[derive(serde::Deserialize)]
+/// The path of the first place where `input` holds a list and `decoded` (the same document
+/// decoded and serialised back) a mapping.
+fn list_read_as_mapping(input: &Value, decoded: &Value, path: &str) -> Option<String> {
+    let join = |key: &str| if path.is_empty() { key.to_string() } else { format!("{path}.{key}") };
+    match (input, decoded) {
+        (Value::Array(_), Value::Object(_)) => Some(if path.is_empty() { ".".to_string() } else { path.to_string() }),
+        (Value::Object(input), Value::Object(decoded)) => input
+            .iter()
+            .filter_map(|(key, value)| decoded.get(key).map(|d| (key, value, d)))
+            .find_map(|(key, value, d)| list_read_as_mapping(value, d, &join(key))),
+        (Value::Array(input), Value::Array(decoded)) => input
+            .iter()
+            .zip(decoded)
+            .enumerate()
+            .find_map(|(i, (value, d))| list_read_as_mapping(value, d, &format!("{path}[{i}]"))),
+        _ => None,
+    }
+}
+
+#[derive(serde::Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Envelope {
     api_version: String,

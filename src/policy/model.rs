@@ -2,16 +2,25 @@
 //!
 //! Every struct denies unknown fields: a typo in a policy must fail loudly at load time, never
 //! silently turn a check off. Field names are camelCase like Kubernetes objects.
+//!
+//! The same types give `allot schema` its JSON Schema (schemars reads the serde attributes), so
+//! the doc comments here are what an editor shows on hover: write them for policy authors.
+//! Where the parser checks more than a type says (CEL, globs, quantities, durations), the
+//! `#[schemars(...)]` attributes add what JSON Schema can express ([`super::schema`]) and the
+//! doc comment says the rest.
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use super::schema;
 
 /// The only apiVersion this release reads.
 pub const API_VERSION: &str = "allot.dev/v1alpha1";
 
 /// What happens when a check or rule fails. Mirrors ValidatingAdmissionPolicy's actions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, Default, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema, Default, PartialOrd, Ord)]
 pub enum Action {
     /// Reject the request.
     #[default]
@@ -33,12 +42,16 @@ impl Action {
     }
 }
 
-/// A built-in check: off, or on with an action.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+/// A built-in check: `Off`, or on with the action taken when it fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 pub enum CheckAction {
+    /// The check does not run.
     Off,
+    /// Reject the request.
     Deny,
+    /// Admit, and return a warning to the client (`kubectl` prints it).
     Warn,
+    /// Admit, and record an audit annotation.
     Audit,
 }
 
@@ -55,22 +68,30 @@ impl CheckAction {
 }
 
 /// `metadata` of a policy document.
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Metadata {
+    /// The policy's name, unique among the documents of its kind; findings and metrics name it.
+    #[schemars(length(min = 1))]
     pub name: String,
+    /// Free-form labels (Allot does not read them).
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Free-form annotations (Allot does not read them).
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
 }
 
-/// `kind: Cluster` — cluster-wide settings; at most one document.
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+/// `kind: Cluster` — cluster-wide settings: which resources are accelerators, the built-in
+/// checks on them, the cluster's priority classes and whom to trust. At most one Cluster
+/// document per policy directory (the parser checks; the schema cannot).
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ClusterSpec {
+    /// Which resource names are accelerators, and the built-in checks on them.
     #[serde(default)]
     pub accelerators: AcceleratorsSpec,
+    /// The cluster's default priority classes.
     #[serde(default)]
     pub priority: ClusterPrioritySpec,
     /// Gang and queue managers this cluster runs. Their labels exempt a Pod from Allot's gates
@@ -83,7 +104,7 @@ pub struct ClusterSpec {
 }
 
 /// A gang or queue manager besides Allot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize, JsonSchema)]
 pub enum ExternalScheduler {
     /// Kueue: pods with its `kueue.x-k8s.io/admission` gate or `kueue.x-k8s.io/managed: "true"`.
     Kueue,
@@ -94,7 +115,7 @@ pub enum ExternalScheduler {
 }
 
 /// Identities (AdmissionReview `userInfo.username`) trusted for what tenants may not do.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TrustSpec {
     /// Whose Pods owned by a DaemonSet are never gated. Default: the DaemonSet controller's
@@ -125,12 +146,14 @@ fn default_daemon_set_controllers() -> Vec<String> {
 }
 
 /// Which resource names are accelerators, and the built-in checks on them.
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AcceleratorsSpec {
     /// Exact names and `prefix*` patterns. Omitted: the built-in list
     /// (`nvidia.com/gpu`, `nvidia.com/mig-*`, `amd.com/gpu`, …).
     pub resources: Option<Vec<String>>,
+    /// The built-in checks on accelerator requests (each `Off` unless set). They apply to Pods
+    /// and to the Pod templates of workloads.
     #[serde(default)]
     pub checks: ChecksSpec,
     /// The most of any one accelerator resource a Pod (or one of its containers) may ask for,
@@ -139,7 +162,7 @@ pub struct AcceleratorsSpec {
 }
 
 /// The built-in accelerator checks. Each is off unless set.
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ChecksSpec {
     /// Every accelerator limit equals its request (and both are set).
@@ -156,40 +179,51 @@ pub struct ChecksSpec {
     pub max_per_pod: Option<MaxCheck>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// Only these accelerator names may be requested.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AllowedResourcesCheck {
     /// Exact names and `prefix*` patterns.
     pub names: Vec<String>,
+    /// What happens to a pod asking for another accelerator.
     #[serde(default)]
     pub action: Action,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// A maximum per accelerator name.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct MaxCheck {
-    /// Resource name → whole-unit maximum.
+    /// Resource name → whole-unit maximum (`nvidia.com/gpu: 8`).
     pub limits: BTreeMap<String, u32>,
+    /// What happens to a pod over a maximum.
     #[serde(default)]
     pub action: Action,
 }
 
 /// Cluster-wide priority settings.
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ClusterPrioritySpec {
     /// The cluster's `globalDefault: true` PriorityClass. The API server's Priority plugin fills
     /// it in before webhooks run, so Allot treats it as "the user asked for nothing".
+    #[serde(default)]
+    #[schemars(schema_with = "schema::priority_class")]
     pub global_default: Option<String>,
     /// Default class for pods in namespaces that belong to no team.
+    #[serde(default)]
+    #[schemars(schema_with = "schema::priority_class")]
     pub default: Option<String>,
 }
 
-/// `kind: Team` — who owns which namespaces, and their priority classes.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// `kind: Team` — who owns which namespaces, their priority classes and their accelerator
+/// quota. A namespace belongs to the first team (in file order) whose names or selector match.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TeamSpec {
+    /// The team's namespaces.
     pub namespaces: NamespaceSelection,
+    /// The team's default and allowed priority classes.
     #[serde(default)]
     pub priority: TeamPrioritySpec,
     /// Accelerator quota; omitted: none.
@@ -197,12 +231,15 @@ pub struct TeamSpec {
 }
 
 /// What a team may use at once, and what happens past it.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct QuotaSpec {
+    /// What happens to a pod that would take the team past a limit.
     #[serde(default)]
     pub mode: QuotaMode,
-    /// Resource name → amount (`nvidia.com/gpu: 8`).
+    /// Resource name → amount (`nvidia.com/gpu: 8`): the most the team's non-terminal pods
+    /// may request at once. At least one.
+    #[schemars(schema_with = "schema::quota_limits")]
     pub limits: BTreeMap<String, serde_json::Value>,
     /// Other resource names counted against a limited one, with a weight
     /// (`nvidia.com/mig-1g.10gb: {countsAs: nvidia.com/gpu, weight: 1/7}`).
@@ -211,69 +248,104 @@ pub struct QuotaSpec {
 }
 
 /// Deny at admission, or admit and queue behind the `allot.dev/quota` gate.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, Default, PartialEq, Eq)]
 pub enum QuotaMode {
+    /// Reject the pod at admission, saying the team's usage.
     #[default]
     Deny,
+    /// Admit the pod and hold it behind the `allot.dev/quota` scheduling gate until the team
+    /// has room (a gang is charged as a whole).
     Queue,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// A resource counted against a limited one.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Equivalent {
+    /// The limited resource it counts as; must be a key of `limits`.
     pub counts_as: String,
-    /// `1/7`, `0.5`, `2`.
+    /// How much of `countsAs` one unit counts for: a positive number or fraction (`1/7`,
+    /// `0.5`, `2`; a fraction's denominator at most 1e9).
+    #[schemars(schema_with = "schema::weight")]
     pub weight: serde_json::Value,
 }
 
 /// Namespaces by name (globs such as `vision-*`) and/or by label selector; a namespace matches
-/// when either matches.
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+/// when either matches. Give names, a selector, or both.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(extend("anyOf" = [
+    {"required": ["names"], "properties": {"names": {"minItems": 1}}},
+    {"required": ["selector"], "properties": {"selector": {"type": "object"}}},
+]))]
 pub struct NamespaceSelection {
+    /// Namespace name globs (`vision`, `vision-*`; the parser checks the glob syntax).
     #[serde(default)]
     pub names: Vec<String>,
+    /// Namespaces whose labels match (the server watches Namespaces; `allot check` reads them
+    /// from `--namespaces FILE`).
     pub selector: Option<LabelSelector>,
 }
 
-/// A Kubernetes label selector.
-#[derive(Debug, Clone, Deserialize, Serialize, Default, PartialEq, Eq)]
+/// A Kubernetes label selector: every `matchLabels` entry and every `matchExpressions`
+/// requirement must hold.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, Default, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LabelSelector {
+    /// Label → value, all required.
     #[serde(default)]
     pub match_labels: BTreeMap<String, String>,
+    /// Requirements on labels, all required.
     #[serde(default)]
     pub match_expressions: Vec<LabelSelectorRequirement>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+/// A requirement on one label: `In`/`NotIn` take values, `Exists`/`DoesNotExist` take none.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(extend("if" = {"properties": {"operator": {"enum": ["In", "NotIn"]}}},
+    "then" = {"required": ["values"], "properties": {"values": {"minItems": 1}}},
+    "else" = {"properties": {"values": {"maxItems": 0}}}))]
 pub struct LabelSelectorRequirement {
+    /// The label key.
     pub key: String,
+    /// How the label's value is compared with `values`.
     pub operator: SelectorOperator,
+    /// The values for `In` and `NotIn` (at least one); empty for `Exists` and `DoesNotExist`.
     #[serde(default)]
     pub values: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+/// A label selector operator.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 pub enum SelectorOperator {
+    /// The label's value is one of `values`.
     In,
+    /// The label is absent or its value is none of `values`.
     NotIn,
+    /// The label is present.
     Exists,
+    /// The label is absent.
     DoesNotExist,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+/// A team's priority classes.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TeamPrioritySpec {
-    /// Class given to the team's pods that ask for none.
+    /// Class given to the team's pods that ask for none; must be in `allowed` when that is
+    /// set (the parser checks).
+    #[serde(default)]
+    #[schemars(schema_with = "schema::priority_class")]
     pub default: Option<String>,
     /// Classes the team may use; omitted: any.
+    #[serde(default)]
+    #[schemars(schema_with = "schema::priority_classes")]
     pub allowed: Option<Vec<String>>,
 }
 
 /// Which pods a Placement is for.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, Default, PartialEq, Eq)]
 pub enum AppliesTo {
     /// Pods that request any of the Placement's accelerator resources.
     #[default]
@@ -285,7 +357,7 @@ pub enum AppliesTo {
 }
 
 /// What to do when a pod already sets a nodeSelector key to another value.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, Default, PartialEq, Eq)]
 pub enum OnConflict {
     /// Reject the pod, saying which key conflicts.
     #[default]
@@ -294,92 +366,146 @@ pub enum OnConflict {
     Keep,
 }
 
-/// `kind: Placement` — tolerations, nodeSelector and node affinity for matching pods.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// `kind: Placement` — tolerations, nodeSelector and node affinity added to matching pods (at
+/// least one of the three). The parser also checks their keys and values as the API server
+/// would.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(extend("anyOf" = [
+    {"required": ["tolerations"], "properties": {"tolerations": {"minItems": 1}}},
+    {"required": ["nodeSelector"], "properties": {"nodeSelector": {"minProperties": 1}}},
+    {"required": ["nodeAffinity"], "properties": {"nodeAffinity": {"minItems": 1}}},
+]))]
 pub struct PlacementSpec {
+    /// Which pods get this placement.
     #[serde(default)]
     pub applies_to: AppliesTo,
     /// Accelerator names/prefixes this placement is about; omitted: the Cluster's set.
     pub resources: Option<Vec<String>>,
+    /// Namespaces and teams it applies to (empty: all).
     #[serde(default, rename = "match")]
     pub scope: Scope,
-    /// Optional CEL condition over `object` (the Pod).
+    /// Optional CEL condition over `object` (the Pod); the placement applies only when it is
+    /// true. The parser compiles it and refuses bad CEL.
     pub when: Option<String>,
+    /// Tolerations added to the pod (never duplicated).
     #[serde(default)]
     pub tolerations: Vec<Toleration>,
+    /// Node labels the pod must run on (`node-type: my-precious`).
     #[serde(default)]
     pub node_selector: BTreeMap<String, String>,
     /// Required node-affinity expressions ANDed into every node selector term.
     #[serde(default)]
     pub node_affinity: Vec<NodeSelectorRequirement>,
+    /// What to do when the pod already sets one of `nodeSelector`'s keys to another value.
     #[serde(default)]
     pub on_conflict: OnConflict,
 }
 
 /// Namespaces and teams a policy applies to; empty lists mean "all".
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Scope {
-    /// Namespace name globs.
+    /// Namespace name globs (`ml-*`); empty: every namespace.
     #[serde(default)]
     pub namespaces: Vec<String>,
-    /// Team names.
+    /// Names of Teams defined in the policies (the parser checks they exist); empty: any.
     #[serde(default)]
     pub teams: Vec<String>,
 }
 
-/// A Pod toleration.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+/// A Pod toleration, checked as the API server checks one: without a key the operator must be
+/// `Exists`; `Exists` takes no value; `tolerationSeconds` needs effect `NoExecute`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(extend("allOf" = [
+    {"if": {"properties": {"key": {"enum": ["", null]}}},
+     "then": {"required": ["operator"], "properties": {"operator": {"const": "Exists"}}}},
+    {"if": {"required": ["operator"], "properties": {"operator": {"const": "Exists"}}},
+     "then": {"properties": {"value": {"enum": ["", null]}}}},
+    {"if": {"required": ["tolerationSeconds"], "properties": {"tolerationSeconds": {"type": "integer"}}},
+     "then": {"required": ["effect"], "properties": {"effect": {"const": "NoExecute"}}}},
+]))]
 pub struct Toleration {
+    /// The taint key (a label key); omitted with operator `Exists`: every taint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// `Equal` (the default) or `Exists`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator: Option<TolerationOperator>,
+    /// The taint value for `Equal` (a label value).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// The taint effect tolerated; omitted: every effect.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effect: Option<TaintEffect>,
+    /// How long a `NoExecute` taint is tolerated, in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub toleration_seconds: Option<i64>,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+/// How a toleration matches a taint's value.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 pub enum TolerationOperator {
+    /// Any value.
     Exists,
+    /// The value given.
     Equal,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+/// A taint effect.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 pub enum TaintEffect {
+    /// New pods that do not tolerate the taint are not scheduled there.
     NoSchedule,
+    /// The scheduler avoids the node for pods that do not tolerate the taint.
     PreferNoSchedule,
+    /// Pods that do not tolerate the taint are evicted too.
     NoExecute,
 }
 
-/// A node selector requirement (`key`, `operator`, `values`).
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+/// A node selector requirement (`key`, `operator`, `values`): `In`/`NotIn` take values,
+/// `Exists`/`DoesNotExist` none, `Gt`/`Lt` exactly one integer.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(extend("allOf" = [
+    {"if": {"properties": {"operator": {"enum": ["In", "NotIn"]}}},
+     "then": {"required": ["values"], "properties": {"values": {"minItems": 1}}}},
+    {"if": {"properties": {"operator": {"enum": ["Exists", "DoesNotExist"]}}},
+     "then": {"properties": {"values": {"maxItems": 0}}}},
+    {"if": {"properties": {"operator": {"enum": ["Gt", "Lt"]}}},
+     "then": {"required": ["values"],
+              "properties": {"values": {"minItems": 1, "maxItems": 1, "items": {"pattern": "^[0-9]+$", "patternErrorMessage": "an integer"}}}}},
+]))]
 pub struct NodeSelectorRequirement {
+    /// The node label key.
     pub key: String,
+    /// How the node label's value is compared with `values`.
     pub operator: NodeSelectorOperator,
+    /// Label values (`In`, `NotIn`), one integer (`Gt`, `Lt`), or none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub values: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+/// A node selector operator.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 pub enum NodeSelectorOperator {
+    /// The label's value is one of `values`.
     In,
+    /// The label is absent or its value is none of `values`.
     NotIn,
+    /// The label is present.
     Exists,
+    /// The label is absent.
     DoesNotExist,
+    /// The label's value, an integer, is greater than the one value.
     Gt,
+    /// The label's value, an integer, is less than the one value.
     Lt,
 }
 
 /// What the gang controller does when a gang has not assembled in time.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, Default, PartialEq, Eq)]
 pub enum OnTimeout {
     /// A Warning Event and condition on every member; the gang keeps waiting.
     #[default]
@@ -388,66 +514,93 @@ pub enum OnTimeout {
     Fail,
 }
 
-/// `kind: GangPolicy` — how gangs in some namespaces are found and waited for.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// `kind: GangPolicy` — how gangs in some namespaces are found and waited for. The first
+/// GangPolicy whose `match` fits a pod's namespace and team applies; without one, the defaults.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct GangPolicySpec {
+    /// Namespaces and teams it applies to (empty: all).
     #[serde(default, rename = "match")]
     pub scope: Scope,
     /// Owner kinds whose Pods form a gang without any label (opt-in).
     #[serde(default)]
     pub infer: Vec<crate::gang::membership::InferredKind>,
-    /// Size of coscheduling pod groups (`scheduling.x-k8s.io/pod-group`).
+    /// Size of coscheduling pod groups (`scheduling.x-k8s.io/pod-group`), which carry no size
+    /// on the Pods.
+    #[schemars(range(min = 1))]
     pub coscheduling_size: Option<u32>,
-    /// How long members may take to all exist (e.g. `10m`).
+    /// How long members may take to all exist (`10m`, `1h 30m`; default `10m`).
+    #[serde(default)]
+    #[schemars(schema_with = "schema::duration")]
     pub assembly_timeout: Option<String>,
+    /// What happens when the gang has not assembled within `assemblyTimeout`.
     #[serde(default)]
     pub on_timeout: OnTimeout,
     /// After waiting this long without fitting, a gang stops later gangs from backfilling past
-    /// it (e.g. `30m`; `0s` = strict order).
+    /// it (`30m`, the default; `0s` = strict order).
+    #[serde(default)]
+    #[schemars(schema_with = "schema::duration")]
     pub starvation_timeout: Option<String>,
     /// The largest gang size a Pod may declare (`allot.dev/gang-size`, Kueue's total count) or
     /// an owner may imply. Default 1024.
+    #[schemars(range(min = 1))]
     pub max_gang_size: Option<u32>,
 }
 
 /// Operations a Rule runs on.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Operation {
+    /// The object is being created.
     Create,
+    /// The object is being updated (`oldObject` is set).
     Update,
 }
 
-/// `kind: Rule` — a CEL validation.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// `kind: Rule` — a validation written in CEL, with the actions of ValidatingAdmissionPolicy.
+/// Needs `message` or `messageExpression`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(extend("anyOf" = [
+    {"required": ["message"], "properties": {"message": {"type": "string"}}},
+    {"required": ["messageExpression"], "properties": {"messageExpression": {"type": "string"}}},
+]))]
 pub struct RuleSpec {
+    /// Which objects, namespaces, teams and operations the rule sees.
     #[serde(default, rename = "match")]
     pub rule_match: RuleMatch,
-    /// Must evaluate to `true` for the object to pass.
+    /// CEL that must evaluate to `true` for the object to pass. Variables: `object` (the Pod,
+    /// or each Pod template seen as a Pod), `oldObject`, `workload`, `namespace`, `team`,
+    /// `request`; helpers `accelerators(x)`, `acceleratorRequests(x)`,
+    /// `acceleratorLimits(container)`. The parser compiles it and refuses bad CEL.
     pub expression: String,
     /// Shown when the expression is false.
     pub message: Option<String>,
-    /// CEL producing the message; falls back to `message` if it fails.
+    /// CEL producing the message (a string); falls back to `message` if it fails. The parser
+    /// compiles it.
     pub message_expression: Option<String>,
+    /// What happens when the expression is false.
     #[serde(default)]
     pub action: Action,
 }
 
 /// What a Rule looks at.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RuleMatch {
     /// `Pod` means every Pod and every Pod template inside a workload (the rule sees each as a
     /// Pod). Any other kind (`Job`, `kubeflow.org/PyTorchJob`) means that object itself. `*`
-    /// means every object.
+    /// means every object. At least one.
     #[serde(default = "default_kinds")]
+    #[schemars(length(min = 1))]
     pub kinds: Vec<String>,
+    /// Namespace name globs (`ml-*`); empty: every namespace.
     #[serde(default)]
     pub namespaces: Vec<String>,
+    /// Names of Teams defined in the policies (the parser checks they exist); empty: any.
     #[serde(default)]
     pub teams: Vec<String>,
+    /// The operations it runs on.
     #[serde(default = "default_operations")]
     pub operations: Vec<Operation>,
 }
