@@ -382,12 +382,12 @@ fn failure_policies() -> clap::builder::PossibleValuesParser {
 // `allot schema`'s flags.
 #[derive(Args)]
 pub struct SchemaArgs {
-    /// Only this kind's documents (Cluster, Team, Placement, Rule, GangPolicy) instead of every
-    /// kind's, chosen by `kind`.
+    /// Only this kind's documents (Cluster, Team, Placement, Rule, GangPolicy; or Test, the
+    /// `allot test` files) instead of every policy kind's, chosen by `kind`.
     #[arg(long, conflicts_with = "out")]
     pub kind: Option<String>,
-    /// Write allot.schema.json (every kind) and one KIND.schema.json per kind into this
-    /// directory instead of printing.
+    /// Write allot.schema.json (every policy kind), one KIND.schema.json per policy kind and
+    /// test.schema.json (test files) into this directory instead of printing.
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
@@ -452,7 +452,8 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
 fn run_schema(args: SchemaArgs) -> anyhow::Result<ExitCode> {
     if let Some(dir) = args.out {
         std::fs::create_dir_all(&dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
-        for (name, text) in schema::files() {
+        let tests = (schema::kind_file_name(crate::suite::TEST_KIND), schema::render(&crate::suite::schema()));
+        for (name, text) in schema::files().into_iter().chain([tests]) {
             let path = dir.join(name);
             std::fs::write(&path, text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
             println!("wrote {}", path.display());
@@ -460,7 +461,9 @@ fn run_schema(args: SchemaArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let schema = match args.kind {
-        Some(kind) => schema::kind_schema(&kind)?,
+        Some(kind) if kind == crate::suite::TEST_KIND => crate::suite::schema(),
+        Some(kind) => schema::kind_schema(&kind)
+            .map_err(|e| anyhow::anyhow!("{e}, or {} (test files)", crate::suite::TEST_KIND))?,
         None => schema::combined(),
     };
     print!("{}", schema::render(&schema));

@@ -168,8 +168,8 @@ fn a_kind_schema_accepts_only_its_own_kind() {
 
 // --- shipped policies ---------------------------------------------------------------------
 
-/// Kinds of `allot.dev/v1alpha1` that are not policies, and so not in the schema: `allot test`
-/// files (their format is `allot::suite`'s).
+/// Kinds of `allot.dev/v1alpha1` that are not policies, and so not in the combined policy
+/// schema: `allot test` files, which have their own (`allot schema --kind Test`, below).
 const NOT_POLICY_KINDS: &[&str] = &["Test"];
 
 #[test]
@@ -991,4 +991,118 @@ fn yaml_language_server_shows_the_schema_in_an_editor() {
     }
     let hover = result["answers"][1].as_str().expect("hover text");
     assert!(hover.contains("CEL that must evaluate to"), "{hover}");
+}
+
+// --- test files (`kind: Test`) ----------------------------------------------------------------
+
+fn test_schema() -> &'static jsonschema::Validator {
+    static VALIDATOR: OnceLock<jsonschema::Validator> = OnceLock::new();
+    VALIDATOR.get_or_init(|| {
+        let value: Value = serde_json::from_str(&allot(&["schema", "--kind", "Test"])).expect("JSON");
+        jsonschema::draft7::new(&value).expect("a valid draft-07 schema")
+    })
+}
+
+fn test_schema_errors(doc: &Value) -> Vec<String> {
+    test_schema().iter_errors(doc).map(|e| format!("{}: {e}", e.instance_path())).collect()
+}
+
+/// `allot test` on one test file written next to the shipped policies: its exit code and output.
+fn run_test_file(text: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("case.yaml");
+    std::fs::write(&file, text.replace("POLICIES", &root().join("policies").display().to_string())).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_allot")).arg("test").arg(&file).output().expect("run allot test");
+    (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn every_shipped_test_file_validates_against_the_test_schema() {
+    let mut files = Vec::new();
+    yaml_files(&root().join("policy-tests"), &mut files);
+    let (mut checked, mut failures) = (0, Vec::new());
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("read");
+        let Ok(docs) = policy::parse_documents(&file.display().to_string(), &text) else { continue };
+        for (index, doc) in docs {
+            if doc.get("kind").and_then(Value::as_str) != Some("Test") {
+                continue;
+            }
+            checked += 1;
+            for e in test_schema_errors(&doc) {
+                failures.push(format!("{}#{index}: {e}", file.strip_prefix(root()).unwrap_or(file).display()));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "shipped test files the schema refuses:\n{}", failures.join("\n"));
+    assert!(checked >= 9, "only {checked} test documents found");
+}
+
+/// Broken test files: `allot test` refuses each (exit 2, naming the field), and so does the
+/// schema, at the same place.
+#[test]
+fn broken_test_files_are_refused_by_allot_test_and_the_schema() {
+    const HEAD: &str = "apiVersion: allot.dev/v1alpha1\nkind: Test\nmetadata: {name: t}\npolicies: POLICIES\n";
+    const POD: &str = "{apiVersion: v1, kind: Pod, metadata: {name: p, namespace: vision}, spec: {containers: [{name: c, image: 'busybox:1.36'}]}}";
+    let good = format!("{HEAD}cases:\n  - name: c\n    resource: {POD}\n    expect: {{allowed: true}}\n");
+    let (code, out) = run_test_file(&good);
+    assert_eq!(code, Some(0), "the well-formed file passes: {out}");
+    assert!(test_schema_errors(&documents(&good)[0]).is_empty(), "{:?}", test_schema_errors(&documents(&good)[0]));
+    // (file text, the parser's words, the schema's instance pointer)
+    let cases: Vec<(String, &str, &str)> = vec![
+        (format!("{HEAD}cases: []\nextra: 1\n"), "extra", ""),
+        (format!("{HEAD}\n"), "cases", ""),
+        (
+            format!("{HEAD}cases:\n  - name: c\n    resource: {POD}\n    expect: {{allowed: maybe}}\n"),
+            "allowed",
+            "/cases/0/expect/allowed",
+        ),
+        (
+            format!("{HEAD}cases:\n  - name: c\n    resource: {POD}\n    expect: {{denyBy: []}}\n"),
+            "denyBy",
+            "/cases/0/expect",
+        ),
+        (
+            format!("{HEAD}cases:\n  - name: c\n    resource: {POD}\n    expect: {{deniedBy:}}\n"),
+            "deniedBy",
+            "/cases/0/expect/deniedBy",
+        ),
+        (
+            format!(
+                "{HEAD}cases:\n  - name: c\n    resource: {POD}\n    expect: {{patch: [{{op: move, path: /a}}]}}\n"
+            ),
+            "move",
+            "/cases/0/expect/patch/0/op",
+        ),
+        (format!("{HEAD}cases:\n  - resource: {POD}\n    expect: {{allowed: true}}\n"), "name", "/cases/0"),
+        (
+            format!(
+                "{HEAD}cases:\n  - name: c\n    path: x.yaml\n    select: {{document: first}}\n    expect: {{allowed: true}}\n"
+            ),
+            "document",
+            "/cases/0/select/document",
+        ),
+        (
+            format!(
+                "{HEAD}cases:\n  - name: c\n    resource: {POD}\n    usage: {{vision: {{nvidia.com/gpu: 1}}}}\n    expect: {{allowed: true}}\n"
+            ),
+            "vision",
+            "/cases/0/usage",
+        ),
+        (
+            "apiVersion: allot.dev/v1alpha1\nkind: Test\nmetadata: {name: t, labels: {a: b}}\ncases: []\n".to_string(),
+            "labels",
+            "/metadata",
+        ),
+    ];
+    for (text, words, pointer) in &cases {
+        let (code, out) = run_test_file(text);
+        assert_eq!(code, Some(2), "allot test must refuse:\n{text}\n{out}");
+        assert!(out.contains(words), "allot test's message names {words:?}:\n{text}\n{out}");
+        let errors = test_schema_errors(&documents(text)[0]);
+        assert!(
+            errors.iter().any(|e| e.starts_with(&format!("{pointer}: "))),
+            "the schema must refuse at {pointer:?}:\n{text}\n{errors:?}"
+        );
+    }
 }

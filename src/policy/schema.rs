@@ -67,7 +67,9 @@ pub struct UnknownKind {
     pub kind: String,
 }
 
-fn generator() -> SchemaGenerator {
+/// The generator every Allot schema is made with (draft-07, editor-friendly descriptions);
+/// `suite` uses it for the test-file schema.
+pub fn generator() -> SchemaGenerator {
     SchemaSettings::draft07()
         .with_transform(nullable_as_if_else as fn(&mut Schema))
         .with_transform(defaults_without_nulls as fn(&mut Schema))
@@ -91,7 +93,8 @@ fn descriptions_unwrapped(schema: &mut Schema) {
     }
 }
 
-/// Drops the unset (`null`) fields from a struct's `default` (`priority: {default: null,
+/// Drops a `default: null` (a field that may be left out but never written as null) and the
+/// unset (`null`) fields from a struct's `default` (`priority: {default: null,
 /// allowed: null}` becomes `{}`): an editor inserts a default as it stands, and a policy
 /// author never writes `null` for "unset".
 fn defaults_without_nulls(schema: &mut Schema) {
@@ -102,6 +105,9 @@ fn defaults_without_nulls(schema: &mut Schema) {
         }
     }
     transform_subschemas(&mut (defaults_without_nulls as fn(&mut Schema)), schema);
+    if schema.get("default").is_some_and(Value::is_null) {
+        schema.remove("default");
+    }
     if let Some(default) = schema.get_mut("default") {
         strip(default);
     }

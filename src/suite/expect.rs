@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
@@ -12,47 +13,59 @@ use crate::patch::PatchOp;
 use crate::policy::Action;
 
 /// What a case expects. Every key is optional; at least one must be given.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Expect {
     /// Admitted (true) or denied (false).
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "bool")]
     pub allowed: Option<bool>,
     /// Exactly these rules deny (`[]`: none).
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "Vec<String>")]
     pub denied_by: Option<Vec<String>>,
     /// Exactly these rules warn.
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "Vec<String>")]
     pub warned_by: Option<Vec<String>>,
     /// Exactly these rules audit.
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "Vec<String>")]
     pub audited_by: Option<Vec<String>>,
     /// The mutating webhook returns a patch (true) or none (false).
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "bool")]
     pub mutated: Option<bool>,
     /// Exactly this patch, in order.
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "Vec<ExpectedOp>")]
     pub patch: Option<Vec<ExpectedOp>>,
     /// JSON pointer into the mutated object → value; `null` means absent.
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "BTreeMap<String, Value>")]
     pub fields: Option<BTreeMap<String, Value>>,
     /// Each string occurs in some finding (`path: message`).
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "Vec<String>")]
     pub message_contains: Option<Vec<String>>,
 }
 
 /// One expected JSON Patch operation.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExpectedOp {
+    /// The operation.
     pub op: OpName,
+    /// Its JSON pointer.
     pub path: String,
+    /// Its value (add, replace, test).
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "Value")]
     pub value: Option<Value>,
 }
 
 /// RFC 6902 operations the engine emits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OpName {
     Add,

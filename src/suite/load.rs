@@ -7,6 +7,7 @@ use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
@@ -18,7 +19,7 @@ use crate::policy::{self, API_VERSION, PolicySet};
 use crate::resources::ResourceList;
 
 /// `kind: Test`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(super) struct TestSpec {
     pub(super) api_version: String,
@@ -27,6 +28,7 @@ pub(super) struct TestSpec {
     pub(super) metadata: TestMetadata,
     /// Policy directories or files, relative to the test file, loaded in order as one set.
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "PolicyPaths")]
     pub(super) policies: Option<PolicyPaths>,
     /// Namespace manifests (relative to the test file) whose labels Team selectors match.
     #[serde(default)]
@@ -36,19 +38,34 @@ pub(super) struct TestSpec {
     pub(super) namespace_labels: BTreeMap<String, Labels>,
     /// Team usage for deny-mode quotas, as in `allot check --state`.
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "UsageSpec")]
     pub(super) usage: Option<UsageSpec>,
     pub(super) cases: Vec<CaseSpec>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct TestMetadata {
+    /// The test's name, in reports.
     pub(super) name: String,
 }
 
 /// One path or a list of paths.
 #[derive(Debug, Clone)]
 pub(super) struct PolicyPaths(pub(super) Vec<String>);
+
+impl JsonSchema for PolicyPaths {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PolicyPaths".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A policy directory or file, or a list of them, relative to the test file.",
+            "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+        })
+    }
+}
 
 impl<'de> Deserialize<'de> for PolicyPaths {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -74,44 +91,60 @@ impl<'de> Deserialize<'de> for PolicyPaths {
 }
 
 /// `usage: {teams: {vision: {nvidia.com/gpu: 12}}}`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct UsageSpec {
+    /// Team → resource → quantity in use.
     pub(super) teams: BTreeMap<String, BTreeMap<String, Value>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// One case: an object (inline or from a file) and what Allot must decide about it.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(super) struct CaseSpec {
+    /// The case's name, in reports.
     pub(super) name: String,
     /// The object under test, inline.
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "Value")]
     pub(super) resource: Option<Value>,
     /// Or a manifest file, relative to the test file.
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "String")]
     pub(super) path: Option<String>,
     /// Which object of `path`, when it holds several.
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "Select")]
     pub(super) select: Option<Select>,
     /// Team usage for this case instead of the test's.
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "UsageSpec")]
     pub(super) usage: Option<UsageSpec>,
+    /// What Allot must decide (at least one key).
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "Expect")]
     pub(super) expect: Option<Expect>,
 }
 
 /// Picks one object of a manifest file; every field given must match.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct Select {
     /// 1-based document number, as `allot check` prints it (`file.yaml#2`).
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "usize")]
     pub(super) document: Option<usize>,
+    /// The object's `kind`.
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "String")]
     pub(super) kind: Option<String>,
+    /// The object's `metadata.name`.
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "String")]
     pub(super) name: Option<String>,
+    /// The object's namespace.
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "String")]
     pub(super) namespace: Option<String>,
 }
 

@@ -34,6 +34,27 @@ use std::path::PathBuf;
 
 pub use expect::{Expect, Expectations, ExpectedOp, OpName};
 pub use load::{Suite, load};
+
+/// The JSON Schema of `kind: Test` documents (`allot schema --kind Test`), generated from the
+/// very types `allot test` decodes, like the policy kinds' in [`crate::policy::schema`].
+pub fn schema() -> schemars::Schema {
+    let mut body = crate::policy::schema::generator().into_root_schema_for::<load::TestSpec>();
+    body.insert("title".into(), format!("{TEST_KIND} ({})", crate::policy::API_VERSION).into());
+    body.insert(
+        "description".into(),
+        "An `allot test` file: policies, namespaces and usage to load, and cases that each name an object and \
+         what Allot must decide about it."
+            .into(),
+    );
+    if let Some(serde_json::Value::Object(properties)) = body.get_mut("properties") {
+        properties.insert(
+            "apiVersion".into(),
+            serde_json::json!({"description": "The format's version.", "const": crate::policy::API_VERSION}),
+        );
+        properties.insert("kind".into(), serde_json::json!({"const": TEST_KIND}));
+    }
+    body
+}
 pub use report::{CaseReport, SuiteReport, TestReport};
 
 /// The kind of a test document.
