@@ -19,6 +19,7 @@ pub mod gang;
 pub mod junit;
 pub mod mutate;
 pub mod namespaces;
+pub mod native;
 pub mod patch;
 pub mod policy;
 pub mod quantity;
