@@ -349,3 +349,6 @@ impl PodSource {
         by_group.into_iter().map(|(g, r)| resource_rule(g, r, operations)).collect()
     }
 }
+
+#[cfg(test)]
+mod tests;
