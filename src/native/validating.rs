@@ -219,10 +219,11 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
         let name = object_name(&["allot-team-priority-classes", &source.suffix]);
         let v = Validation {
             expression: every_pod(&body),
-            message_expression: Some(format!(
+            message_expression: Some(
                 "'[team/priority-class] team ' + variables.team + ' may use priority classes ' + \
                  variables.allowedClasses[variables.team].join(', ')"
-            )),
+                    .to_string(),
+            ),
             message: Some("[team/priority-class] this team may not use this priority class".into()),
             ..Default::default()
         };

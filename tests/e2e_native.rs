@@ -1,0 +1,330 @@
+//! `allot compile` on a real kube-apiserver (skipped without the envtest binaries): only the
+//! compiled MutatingAdmissionPolicies and ValidatingAdmissionPolicies are installed — no
+//! webhook is registered at all — and for each case the server-side dry-run create gives the
+//! engine's verdict (`allot check`'s `admit_manifest`) and, when admitted, the engine's
+//! tolerations, nodeSelector and priority class. Cases cover the reinvocation path (two
+//! mutating policies changing one Pod: nothing added twice), the default priority class with
+//! the Priority plugin's second pass, team-scoped CEL rules, and a Kubeflow CRD's templates.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use allot::check::{Manifest, admit_manifest};
+use allot::engine::Engine;
+use allot::namespaces::NoNamespaces;
+use allot::native::NativeObject;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, MutatingWebhookConfiguration, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use serde_json::{Value, json};
+use support::cluster::{ControlPlane, binaries_from_env};
+
+/// Policies besides the shipped ones: a team whose default class differs from the cluster's
+/// globalDefault (so the default-priority patch must drop `spec.priority`), a team-scoped
+/// placement with a nodeSelector, and a team-scoped CEL rule.
+const EXTRA: &str = r#"
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: speech}
+spec:
+  namespaces: {names: [speech]}
+  priority: {default: high-priority, allowed: [low-priority, high-priority]}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Placement
+metadata: {name: speech-pool}
+spec:
+  appliesTo: AllPods
+  match: {teams: [speech]}
+  nodeSelector: {example.com/pool: a100}
+  tolerations: [{key: example.com/pool, operator: Equal, value: a100, effect: NoSchedule}]
+  onConflict: Deny
+---
+apiVersion: allot.dev/v1alpha1
+kind: Rule
+metadata: {name: speech-pins-images}
+spec:
+  match: {teams: [speech]}
+  expression: "object.spec.containers.all(c, !c.image.endsWith(':latest'))"
+  message: speech pods pin their images
+"#;
+
+/// Engine findings the compiled policies cover (the test's cases avoid the others).
+const COVERED: &[&str] = &[
+    "accelerators/requests-equal-limits",
+    "accelerators/whole-numbers",
+    "accelerators/init-containers",
+    "team/priority-class",
+    "placement/speech-pool",
+    "speech-pins-images",
+];
+
+fn pod(name: &str, namespace: &str, spec: Value) -> Value {
+    let mut spec = spec;
+    if spec.get("containers").is_none() {
+        spec["containers"] = json!([{"name": "c", "image": "busybox:1.36"}]);
+    }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, "spec": spec})
+}
+
+fn gpu(resource: &str, request: &str, limit: &str) -> Value {
+    json!([{"name": "c", "image": "busybox:1.36", "resources": {"requests": {resource: request}, "limits": {resource: limit}}}])
+}
+
+fn pytorchjob(name: &str, worker: Value) -> Value {
+    json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name, "namespace": "nlp"},
+        "spec": {"pytorchReplicaSpecs": {
+            "Master": {"replicas": 1, "template": {"spec": {"containers": [{"name": "m", "image": "busybox:1.36"}]}}},
+            "Worker": {"replicas": 2, "template": {"spec": {"containers": worker}}}}}})
+}
+
+/// (case, object, admitted natively?) — the expectation is also checked against the engine.
+fn cases() -> Vec<(&'static str, Value, bool)> {
+    vec![
+        ("gpu-pod-gets-toleration", pod("a", "vision", json!({"containers": gpu("nvidia.com/gpu", "1", "1")})), true),
+        (
+            "toleration-already-there",
+            pod(
+                "b",
+                "vision",
+                json!({"containers": gpu("nvidia.com/gpu", "1", "1"),
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}),
+            ),
+            true,
+        ),
+        (
+            "wildcard-toleration-covers",
+            pod(
+                "c",
+                "vision",
+                json!({"containers": gpu("nvidia.com/gpu", "1", "1"), "tolerations": [{"operator": "Exists"}]}),
+            ),
+            true,
+        ),
+        ("amd-gpu", pod("d", "vision", json!({"containers": gpu("amd.com/gpu", "2", "2")})), true),
+        ("cpu-pod-untouched", pod("e", "vision", json!({})), true),
+        ("nlp-may-not-use-high", pod("f", "nlp", json!({"priorityClassName": "high-priority"})), false),
+        ("speech-default-class-replaces-global-default", pod("g", "speech", json!({})), true),
+        (
+            "speech-gpu-pod-two-policies-reinvoked",
+            pod("h", "speech", json!({"containers": gpu("nvidia.com/gpu", "1", "1")})),
+            true,
+        ),
+        (
+            "speech-nodeselector-conflict",
+            pod("i", "speech", json!({"nodeSelector": {"example.com/pool": "h100"}})),
+            false,
+        ),
+        (
+            "speech-latest-image",
+            pod("j", "speech", json!({"containers": [{"name": "c", "image": "busybox:latest"}]})),
+            false,
+        ),
+        (
+            "vision-latest-image-not-in-scope",
+            pod("k", "vision", json!({"containers": [{"name": "c", "image": "busybox:latest"}]})),
+            true,
+        ),
+        (
+            "gpu-init-container",
+            pod(
+                "l",
+                "vision",
+                json!({"initContainers": [{"name": "init", "image": "busybox:1.36",
+                "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}),
+            ),
+            false,
+        ),
+        ("pytorchjob-fine", pytorchjob("p1", gpu("nvidia.com/gpu", "2", "2")), true),
+        ("pytorchjob-request-over-limit", pytorchjob("p2", gpu("nvidia.com/gpu", "2", "1")), false),
+        ("pytorchjob-fraction", pytorchjob("p3", gpu("nvidia.com/gpu", "500m", "500m")), false),
+    ]
+}
+
+fn api_for(client: &kube::Client, object: &Value) -> Api<DynamicObject> {
+    let namespace = object["metadata"]["namespace"].as_str().unwrap_or("default");
+    let resource = if object["kind"] == "Pod" {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Pod"), "pods")
+    } else {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("kubeflow.org", "v1", "PyTorchJob"), "pytorchjobs")
+    };
+    Api::namespaced_with(client.clone(), namespace, &resource)
+}
+
+/// A server-side dry-run create: the object as admitted, or the refusal.
+async fn dry_run(client: &kube::Client, object: &Value) -> Result<Value, String> {
+    let dynamic: DynamicObject = serde_json::from_value(object.clone()).map_err(|e| e.to_string())?;
+    let params = PostParams { dry_run: true, ..Default::default() };
+    match api_for(client, object).create(&params, &dynamic).await {
+        Ok(created) => serde_json::to_value(created).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// What the placement and priority mutations decide, for comparison: tolerations (without the
+/// API server's own `node.kubernetes.io/*` defaults), nodeSelector and priority class.
+fn placement_fields(pod: &Value) -> Value {
+    let tolerations: Vec<Value> = pod["spec"]["tolerations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| !t["key"].as_str().is_some_and(|k| k.starts_with("node.kubernetes.io/")))
+        .cloned()
+        .collect();
+    json!({
+        "tolerations": tolerations,
+        "nodeSelector": pod["spec"].get("nodeSelector").cloned().unwrap_or(json!({})),
+        "priorityClassName": pod["spec"]["priorityClassName"].as_str().unwrap_or("low-priority"),
+    })
+}
+
+async fn create_all(client: &kube::Client, objects: &[NativeObject]) {
+    let pp = PostParams::default();
+    for object in objects {
+        // The machine is shared and etcd can time out under load: retry server errors.
+        let mut attempt = 0;
+        loop {
+            let result = match object {
+                NativeObject::MutatingPolicy(o) => {
+                    Api::<MutatingAdmissionPolicy>::all(client.clone()).create(&pp, o).await.map(drop)
+                }
+                NativeObject::MutatingBinding(o) => {
+                    Api::<MutatingAdmissionPolicyBinding>::all(client.clone()).create(&pp, o).await.map(drop)
+                }
+                NativeObject::ValidatingPolicy(o) => {
+                    Api::<ValidatingAdmissionPolicy>::all(client.clone()).create(&pp, o).await.map(drop)
+                }
+                NativeObject::ValidatingBinding(o) => {
+                    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone()).create(&pp, o).await.map(drop)
+                }
+            };
+            match result {
+                Ok(()) => break,
+                Err(kube::Error::Api(e)) if e.code == 409 && attempt > 0 => break,
+                Err(kube::Error::Api(e)) if e.code >= 500 && attempt < 5 => attempt += 1,
+                Err(e) => panic!("the API server refused {}: {e}", object.name()),
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+async fn set_up(client: &kube::Client) {
+    let pp = PostParams::default();
+    for (name, value, global) in [("low-priority", 100, true), ("high-priority", 1000, false)] {
+        let class: PriorityClass =
+            serde_json::from_value(json!({"metadata": {"name": name}, "value": value, "globalDefault": global}))
+                .unwrap();
+        Api::<PriorityClass>::all(client.clone()).create(&pp, &class).await.expect("priority class");
+    }
+    for ns in ["vision", "nlp", "speech"] {
+        let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+        Api::<Namespace>::all(client.clone()).create(&pp, &namespace).await.expect("namespace");
+        // No controller-manager here: the ServiceAccount admission plugin needs `default`.
+        let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap();
+        Api::<ServiceAccount>::namespaced(client.clone(), ns).create(&pp, &sa).await.expect("service account");
+    }
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "pytorchjobs.kubeflow.org"},
+        "spec": {"group": "kubeflow.org", "scope": "Namespaced",
+            "names": {"kind": "PyTorchJob", "plural": "pytorchjobs", "singular": "pytorchjob"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))
+    .unwrap();
+    Api::<CustomResourceDefinition>::all(client.clone()).create(&pp, &crd).await.expect("crd");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compiled_policies_alone_give_the_engines_verdicts_and_mutations() {
+    let test = "e2e_native::compiled_policies_alone_give_the_engines_verdicts_and_mutations";
+    let Some([etcd, apiserver]) = binaries_from_env(test, ["TEST_ASSET_ETCD", "TEST_ASSET_KUBE_APISERVER"]) else {
+        return;
+    };
+    allot::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    for file in std::fs::read_dir(&shipped).expect("policies/") {
+        let path = file.expect("entry").path();
+        std::fs::copy(&path, dir.path().join(path.file_name().expect("name"))).expect("copy");
+    }
+    std::fs::write(dir.path().join("zz-extra.yaml"), EXTRA).expect("extra policies");
+    let policies = allot::policy::load_dir(dir.path()).expect("policies load");
+    let compiled = allot::native::compile(&policies);
+    for covered in ["Placement/speech-pool", "Rule/speech-pins-images", "default priority class"] {
+        let status = compiled.coverage.iter().find(|c| c.policy == covered).map(|c| c.status());
+        assert_eq!(status, Some("compiled"), "{covered}\n{}", compiled.report_text());
+    }
+
+    let plane = ControlPlane::start(&etcd, &apiserver).await;
+    let client = plane.client.clone();
+    set_up(&client).await;
+    create_all(&client, &compiled.objects).await;
+    // No webhook at all: whatever is denied below, the native policies denied.
+    let lp = ListParams::default();
+    assert!(Api::<MutatingWebhookConfiguration>::all(client.clone()).list(&lp).await.expect("list").items.is_empty());
+    assert!(Api::<ValidatingWebhookConfiguration>::all(client.clone()).list(&lp).await.expect("list").items.is_empty());
+
+    let engine = Engine::new(&policies, &NoNamespaces);
+    let mut expectations = Vec::new();
+    for (name, object, admitted) in cases() {
+        let manifest = Manifest { source: name.to_string(), document: 1, object: object.clone() };
+        let expected = admit_manifest(&engine, &manifest);
+        let uncovered: Vec<_> = expected
+            .report
+            .findings
+            .iter()
+            .filter(|f| f.action == allot::policy::Action::Deny && !COVERED.contains(&f.rule.as_str()))
+            .collect();
+        assert!(uncovered.is_empty(), "{name}: the engine denies for a webhook-only reason: {uncovered:?}");
+        assert_eq!(expected.report.allowed, admitted, "{name}: the engine says {:?}", expected.report.findings);
+        expectations.push((name, object, admitted, expected.mutated));
+    }
+    // The API server loads the policies and the CRD asynchronously, each on its own: compare
+    // until every case agrees, or fail with the disagreements after a minute.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut failures = Vec::new();
+        for (name, object, admitted, mutated) in &expectations {
+            let native = dry_run(&client, object).await;
+            match (&native, admitted) {
+                (Ok(created), true) if object["kind"] == "Pod" => {
+                    let (got, want) = (placement_fields(created), placement_fields(mutated));
+                    if got != want {
+                        failures.push(format!("{name}: native {got} engine {want}"));
+                    }
+                }
+                (Ok(_), true) => {}
+                (Err(e), false) if e.contains("ValidatingAdmissionPolicy") => {}
+                (Ok(created), false) => {
+                    failures.push(format!("{name}: admitted natively as {}", placement_fields(created)))
+                }
+                (Err(e), _) => failures.push(format!("{name}: native {e}, engine allowed={admitted}")),
+            }
+        }
+        if failures.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "native and engine disagree:\n{}", failures.join("\n"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // The Priority plugin's second pass saw the class the policy set: the priority is its value.
+    let speech = dry_run(&client, &cases().into_iter().find(|c| c.0.starts_with("speech-default")).expect("case").1)
+        .await
+        .expect("admitted");
+    assert_eq!(speech["spec"]["priority"], json!(1000), "{speech}");
+    // Reinvoked (the priority policy changed the Pod after the placements ran): one toleration each.
+    let both = dry_run(&client, &cases().into_iter().find(|c| c.0.starts_with("speech-gpu")).expect("case").1)
+        .await
+        .expect("admitted");
+    let fields = placement_fields(&both);
+    assert_eq!(fields["tolerations"].as_array().map(Vec::len), Some(2), "{fields}");
+    assert_eq!(fields["nodeSelector"], json!({"example.com/pool": "a100"}));
+}
