@@ -168,7 +168,8 @@ async fn dry_run(client: &kube::Client, object: &Value) -> Result<Value, String>
 }
 
 /// What the placement and priority mutations decide, for comparison: tolerations (without the
-/// API server's own `node.kubernetes.io/*` defaults), nodeSelector and priority class.
+/// API server's own `node.kubernetes.io/*` defaults, in a canonical order), nodeSelector and
+/// priority class.
 fn placement_fields(pod: &Value) -> Value {
     let tolerations: Vec<Value> = pod["spec"]["tolerations"]
         .as_array()
@@ -177,6 +178,10 @@ fn placement_fields(pod: &Value) -> Value {
         .filter(|t| !t["key"].as_str().is_some_and(|k| k.starts_with("node.kubernetes.io/")))
         .cloned()
         .collect();
+    // Order-insensitive: the API server runs mutating policies in no fixed order (seen on
+    // 1.36), where the webhook applies placements in file order; the scheduler reads a set.
+    let mut tolerations = tolerations;
+    tolerations.sort_by_key(Value::to_string);
     json!({
         "tolerations": tolerations,
         "nodeSelector": pod["spec"].get("nodeSelector").cloned().unwrap_or(json!({})),
@@ -327,4 +332,84 @@ async fn compiled_policies_alone_give_the_engines_verdicts_and_mutations() {
     let fields = placement_fields(&both);
     assert_eq!(fields["tolerations"].as_array().map(Vec::len), Some(2), "{fields}");
     assert_eq!(fields["nodeSelector"], json!({"example.com/pool": "a100"}));
+}
+
+/// `count` sequential server-side dry-run creates of a GPU Pod in `vision`: the time taken.
+async fn time_creates(client: &kube::Client, count: usize) -> Duration {
+    let start = Instant::now();
+    for i in 0..count {
+        let object = pod(&format!("t{i}"), "vision", json!({"containers": gpu("nvidia.com/gpu", "1", "1")}));
+        dry_run(client, &object).await.expect("a GPU pod in vision is admitted");
+    }
+    start.elapsed()
+}
+
+fn gpu_tolerations(pod: &Value) -> usize {
+    pod["spec"]["tolerations"].as_array().into_iter().flatten().filter(|t| t["key"] == "nvidia.com/gpu").count()
+}
+
+/// Both forms installed: the webhook's mutations are idempotent and the mutating policies run
+/// before the mutating webhook, so a Pod gets each toleration once; with the webhooks
+/// removed the native checks still deny. Also the pod-create throughput of both (one run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_policies_beside_the_webhook_and_without_it() {
+    let Some(assets) =
+        support::cluster::Assets::from_env("e2e_native::native_policies_beside_the_webhook_and_without_it")
+    else {
+        return;
+    };
+    allot::install_crypto_provider();
+    let cluster = support::cluster::Cluster::start(&assets).await;
+    let client = cluster.client.clone();
+    let policies = allot::policy::load_dir(&cluster.dir.path().join("policies")).expect("policies load");
+    let compiled = allot::native::compile(&policies);
+    const CREATES: usize = 60;
+
+    time_creates(&client, 5).await; // warm-up: connections, caches
+    let webhook_only = time_creates(&client, CREATES).await;
+
+    create_all(&client, &compiled.objects).await;
+    let high = pod("x", "nlp", json!({"priorityClassName": "high-priority"}));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        // The validating policies run before the validating webhook: their message shows first.
+        match dry_run(&client, &high).await {
+            Err(e) if e.contains("ValidatingAdmissionPolicy") => break,
+            other => assert!(Instant::now() < deadline, "native policies never took effect: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let gpu_pod = pod("y", "vision", json!({"containers": gpu("nvidia.com/gpu", "1", "1")}));
+    let both = dry_run(&client, &gpu_pod).await.expect("admitted with both");
+    assert_eq!(gpu_tolerations(&both), 1, "webhook and native policy together: {}", both["spec"]["tolerations"]);
+    let both_installed = time_creates(&client, CREATES).await;
+
+    // Webhook gone (as in an outage with failurePolicy Ignore, or before it is installed).
+    let dp = kube::api::DeleteParams::default();
+    Api::<MutatingWebhookConfiguration>::all(client.clone()).delete("allot", &dp).await.expect("delete mutating");
+    Api::<ValidatingWebhookConfiguration>::all(client.clone()).delete("allot", &dp).await.expect("delete validating");
+    // A GPU Pod in a namespace of no team is denied by a webhook-only rule: admitted once the
+    // API server has dropped the webhooks.
+    let stray = pod("z", "quota-deny", json!({"containers": gpu("nvidia.com/gpu", "1", "1")}));
+    assert!(allot::namespaces::team_of(&policies, "quota-deny", &NoNamespaces).team.is_none());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while dry_run(&client, &stray).await.is_err() {
+        assert!(Instant::now() < deadline, "the webhooks were never dropped");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let native = dry_run(&client, &gpu_pod).await.expect("admitted natively");
+    assert_eq!(gpu_tolerations(&native), 1, "{}", native["spec"]["tolerations"]);
+    let denied = dry_run(&client, &high).await;
+    assert!(denied.as_ref().is_err_and(|e| e.contains("team nlp may use priority classes")), "{denied:?}");
+    let native_only = time_creates(&client, CREATES).await;
+
+    let rate = |d: Duration| CREATES as f64 / d.as_secs_f64();
+    println!(
+        "pod-create (server-side dry-run, {CREATES} sequential GPU Pods) per second: webhook only {:.1}, \
+         webhook + native {:.1}, native only {:.1}; native-only / webhook-only = {:.2}",
+        rate(webhook_only),
+        rate(both_installed),
+        rate(native_only),
+        rate(native_only) / rate(webhook_only)
+    );
 }
