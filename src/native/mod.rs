@@ -187,6 +187,11 @@ impl Compiled {
     }
 }
 
+/// What no policy document turns on and only the webhook does, whatever the policies.
+pub const ALWAYS_WEBHOOK: &str = "always in the webhook: the gang gate of Pods labelled as gang members, and the tenant \
+     guards on Allot's gates, reserved labels and nodeName (they need cluster state and the requester's trust), \
+     and the per-Pod accelerators.maxAmount bound (the scheduler's effective-request sum)";
+
 /// Compiles what can run natively.
 pub fn compile(policies: &PolicySet) -> Compiled {
     let mut out = Compiled { objects: Vec::new(), coverage: Vec::new() };
@@ -212,10 +217,12 @@ pub fn compile(policies: &PolicySet) -> Compiled {
             out.coverage.push(c);
         }
     }
-    let mut gangs = Coverage::new("gangs");
-    gangs.webhook_only.push("gang gate, size and consistency checks: need the other members, cluster state".into());
-    gangs.webhook_only.push("tenant guards on Allot's gates, labels and nodeName: need the requester's trust".into());
-    out.coverage.push(gangs);
+    for gang_policy in &policies.gang_policies {
+        let mut c = Coverage::new(format!("GangPolicy/{}", gang_policy.name));
+        c.webhook_only
+            .push("gangs: the gate is lifted by the gang controller, sizes checked against the members".into());
+        out.coverage.push(c);
+    }
     out
 }
 

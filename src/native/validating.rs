@@ -132,10 +132,6 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
                 .into(),
         );
     }
-    coverage.webhook_only.push(format!(
-        "maxAmount ({}): the per-Pod total needs the same effective-request sum",
-        policies.tenancy.max_amount
-    ));
     let (sources, unsupported) = pod_sources();
     for (kind, why) in unsupported.iter().map(|u| ("template", u)) {
         coverage.webhook_only.push(format!("{kind} {why}"));
