@@ -266,3 +266,76 @@ fn covers(e: &str, wanted: &Toleration) -> String {
     };
     format!("{key_ok} && {effect_ok} && {value_ok} && {seconds_ok}")
 }
+
+#[cfg(test)]
+mod tests {
+    use kube::core::cel::KubeCelExt;
+    use kube::core::cel::cel::{Context, Program, Value as CelValue};
+    use serde_json::json;
+
+    use super::*;
+    use crate::policy::TaintEffect;
+
+    fn toleration(
+        key: Option<&str>,
+        op: Option<TolerationOperator>,
+        value: Option<&str>,
+        effect: Option<TaintEffect>,
+        seconds: Option<i64>,
+    ) -> Toleration {
+        Toleration {
+            key: key.map(Into::into),
+            operator: op,
+            value: value.map(Into::into),
+            effect,
+            toleration_seconds: seconds,
+        }
+    }
+
+    /// The CEL guard says "already covered" exactly when the engine's `covers` does, over a
+    /// grid of existing tolerations and wanted ones.
+    #[test]
+    fn the_cel_guard_agrees_with_the_engine() {
+        use TaintEffect::{NoExecute, NoSchedule};
+        use TolerationOperator::{Equal, Exists};
+        let wanted = [
+            toleration(Some("nvidia.com/gpu"), Some(Exists), None, Some(NoSchedule), None),
+            toleration(Some("pool"), Some(Equal), Some("a100"), Some(NoSchedule), None),
+            toleration(Some("pool"), None, Some("a\"b\\c'd"), None, None),
+            toleration(Some("k"), Some(Exists), None, Some(NoExecute), Some(300)),
+            toleration(None, Some(Exists), None, None, None),
+        ];
+        let existing = [
+            json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}),
+            json!({"key": "nvidia.com/gpu", "operator": "Exists"}),
+            json!({"operator": "Exists"}),
+            json!({"key": "", "operator": "Exists", "effect": "NoSchedule"}),
+            json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}),
+            json!({"key": "pool", "value": "a100", "effect": "NoSchedule"}),
+            json!({"key": "pool", "operator": "Equal", "value": "a100"}),
+            json!({"key": "pool", "operator": "Equal", "value": "h100"}),
+            json!({"key": "pool", "value": "a\"b\\c'd"}),
+            json!({"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 600}),
+            json!({"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}),
+            json!({"key": "k", "operator": "Exists", "effect": "NoExecute"}),
+        ];
+        let mut covered = 0;
+        for w in &wanted {
+            let program = Program::compile(&covers("e", w)).expect("parses");
+            for e in &existing {
+                let mut ctx = Context::default();
+                ctx.register_all();
+                ctx.add_variable_from_value("e", crate::expression::json_to_cel(e));
+                let native = program.execute(&ctx).unwrap_or_else(|err| panic!("{err}: {e} / {w:?}"));
+                let engine = crate::mutate::covers(e, w);
+                assert_eq!(native, CelValue::Bool(engine), "existing {e}, wanted {w:?}");
+                covered += usize::from(engine);
+            }
+        }
+        assert!(covered > 5 && covered < wanted.len() * existing.len(), "both answers occur ({covered})");
+        // The whole patch expression parses too, quotes and backslashes included.
+        for w in &wanted {
+            Program::compile(&toleration_patch(w)).unwrap_or_else(|e| panic!("{e}: {}", toleration_patch(w)));
+        }
+    }
+}
