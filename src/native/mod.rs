@@ -228,7 +228,7 @@ pub fn compile(policies: &PolicySet) -> Compiled {
 
 /// A DNS-subdomain object name from an Allot policy name.
 fn object_name(parts: &[&str]) -> String {
-    let joined = parts.join("-").to_ascii_lowercase();
+    let joined = parts.iter().filter(|p| !p.is_empty()).copied().collect::<Vec<_>>().join("-").to_ascii_lowercase();
     let cleaned: String =
         joined.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' }).collect();
     let trimmed = cleaned.trim_matches(|c: char| !c.is_ascii_alphanumeric());

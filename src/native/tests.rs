@@ -110,7 +110,7 @@ spec:
     assert!(report.contains("Rule/team-label: compiled"), "{report}");
     assert!(report.contains("Placement/pool: compiled"), "{report}");
     let names: Vec<&str> = compiled.objects.iter().map(NativeObject::name).collect();
-    assert!(names.contains(&"allot-rule-team-label-kind-job"), "{names:?}");
+    assert!(names.contains(&"allot-rule-team-label-kind-batch-job"), "{names:?}");
     assert!(names.contains(&"allot-placement-pool-conflicts"), "{names:?}");
 }
 
@@ -321,4 +321,31 @@ metadata: {name: vision-labelled, labels: {team: nlp}}
         let got = eval(&context(&json!({}), ns, label_json(ns)), &team);
         assert_eq!(got, CelValue::String(expected.into()), "namespace {ns}");
     }
+}
+
+#[test]
+fn a_kind_without_a_group_binds_every_kind_of_that_name_under_distinct_names() {
+    let set = policies(
+        r#"
+apiVersion: allot.dev/v1alpha1
+kind: Rule
+metadata: {name: Jobs_Need_Labels}
+spec:
+  match: {kinds: [Job]}
+  expression: "has(object.metadata.labels)"
+  message: label your jobs
+"#,
+    );
+    let compiled = compile(&set);
+    let names: Vec<&str> = compiled.objects.iter().map(NativeObject::name).collect();
+    assert!(names.contains(&"allot-rule-jobs-need-labels-kind-batch-job"), "{names:?}");
+    assert!(names.contains(&"allot-rule-jobs-need-labels-kind-batch.volcano.sh-job"), "{names:?}");
+    let policies: Vec<&str> = compiled
+        .objects
+        .iter()
+        .filter(|o| matches!(o, NativeObject::ValidatingPolicy(_)))
+        .map(NativeObject::name)
+        .collect();
+    let unique: std::collections::BTreeSet<_> = policies.iter().collect();
+    assert_eq!(unique.len(), policies.len(), "{policies:?}");
 }

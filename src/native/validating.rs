@@ -307,7 +307,8 @@ fn compile_rule(rule: &Rule, team: Result<&str, &str>, out: &mut Compiled) -> Re
                 }
                 for w in rows {
                     let source = PodSource {
-                        suffix: object_name(&["kind", w.kind]),
+                        // The group too: `Job` alone names batch/Job and Volcano's Job.
+                        suffix: object_name(&["kind", w.group, w.kind]),
                         resources: vec![(w.group, super::plural(w.kind))],
                         pods: "[object]".into(),
                         is_pod: true,
