@@ -189,6 +189,19 @@ fn placement_fields(pod: &Value) -> Value {
     })
 }
 
+/// The `Warning` headers of a server-side dry-run create of a Pod (kube's typed client drops
+/// them).
+async fn dry_run_warnings(client: &kube::Client, pod: &Value) -> Vec<String> {
+    let namespace = pod["metadata"]["namespace"].as_str().unwrap_or("default");
+    let request = axum::http::Request::post(format!("/api/v1/namespaces/{namespace}/pods?dryRun=All"))
+        .header("content-type", "application/json")
+        .body(kube::client::Body::from(serde_json::to_vec(pod).expect("json")))
+        .expect("request");
+    let response = client.send(request).await.expect("the API server answers");
+    assert!(response.status().is_success(), "{pod}: {}", response.status());
+    response.headers().get_all("warning").iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect()
+}
+
 async fn create_all(client: &kube::Client, objects: &[NativeObject]) {
     let pp = PostParams::default();
     for object in objects {
@@ -318,6 +331,34 @@ async fn compiled_policies_alone_give_the_engines_verdicts_and_mutations() {
         }
         assert!(Instant::now() < deadline, "native and engine disagree:\n{}", failures.join("\n"));
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // A Warn rule whose count of a container's accelerators is expanded into quantity CEL:
+    // the warning is the engine's message, and only where the engine warns.
+    let latest = pod(
+        "w1",
+        "vision",
+        json!({"containers": [{"name": "c", "image": "busybox:latest",
+        "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}),
+    );
+    let pinned = pod("w2", "vision", json!({"containers": gpu("nvidia.com/gpu", "1", "1")}));
+    let cpu_latest = cases().into_iter().find(|c| c.0 == "vision-latest-image-not-in-scope").expect("case").1;
+    let message = "GPU containers should pin an image tag";
+    for (object, warns) in [(&latest, true), (&pinned, false), (&cpu_latest, false)] {
+        let engine_warns =
+            admit_manifest(&engine, &Manifest { source: "w".into(), document: 1, object: object.clone() })
+                .report
+                .findings
+                .iter()
+                .any(|f| f.message.contains(message));
+        assert_eq!(engine_warns, warns, "{object}");
+        let warnings = dry_run_warnings(&client, object).await;
+        let native_warns = warnings.iter().any(|w| w.contains(message));
+        assert_eq!(native_warns, warns, "{object}: {warnings:?}");
+        assert!(
+            warnings.iter().all(|w| !w.contains("expression") || w.contains(message)),
+            "no evaluation error: {warnings:?}"
+        );
     }
 
     // The Priority plugin's second pass saw the class the policy set: the priority is its value.

@@ -189,31 +189,103 @@ pub struct Bindings<'a> {
     pub object: &'a str,
     /// `oldObject`; `None` where it has no native counterpart (a template's old version).
     pub old_object: Option<&'a str>,
+    /// The Cluster's accelerator names, which `accelerators(c)` counts.
+    pub accelerators: &'a ResourceMatcher,
 }
 
-/// Allot's own CEL functions: no Kubernetes CEL counterpart in this release.
+/// Allot's own CEL functions. `accelerators(c)` of a container bound by a macro over a
+/// containers list is expanded ([`container_units`]); every other use has no Kubernetes CEL
+/// form yet.
 const HELPERS: &[&str] = &["accelerators", "acceleratorRequests", "acceleratorLimits"];
 /// Macros whose first argument binds a variable.
 const MACROS: &[&str] = &["all", "exists", "exists_one", "map", "filter"];
+/// Pod fields holding containers.
+const CONTAINER_LISTS: &[&str] = &["containers", "initContainers", "ephemeralContainers"];
+
+/// Whole devices of a quantity `q` (a CEL expression), rounded up like `Quantity::ceil_units`
+/// (accelerator amounts are never negative: the API server refuses them).
+fn units(q: &str) -> String {
+    let q = format!("quantity(string({q}))");
+    format!("({q}.isInteger() ? {q}.asInteger() : int({q}.asApproximateFloat()) + 1)")
+}
+
+/// `accelerators(c)` for a container `c`: the accelerator units of its effective requests (a
+/// request, else the limit), each rounded up, summed — as the engine's helper counts them.
+pub fn container_units(accelerators: &ResourceMatcher, c: &str) -> String {
+    let m = resource_matches(accelerators, "k");
+    let requested = format!("(has({c}.resources.requests) && k in {c}.resources.requests)");
+    format!(
+        "(has({c}.resources) ? \
+         (has({c}.resources.requests) ? {c}.resources.requests.filter(k, {m}).map(k, {}).sum() : 0) + \
+         (has({c}.resources.limits) ? {c}.resources.limits.filter(k, {m} && !{requested}).map(k, {}).sum() : 0) \
+         : 0)",
+        units(&format!("{c}.resources.requests[k]")),
+        units(&format!("{c}.resources.limits[k]")),
+    )
+}
+
+/// Macro variables that range over a containers list only (`….containers.all(c, …)`).
+fn container_variables<'t>(tokens: &[Token<'t>]) -> Vec<&'t str> {
+    let significant: Vec<&Token<'t>> = tokens.iter().filter(|t| !matches!(t, Token::Space(_))).collect();
+    let mut bound: Vec<(&'t str, bool)> = Vec::new();
+    for w in significant.windows(6) {
+        if let [
+            Token::Ident(range),
+            Token::Punct("."),
+            Token::Ident(m),
+            Token::Punct("("),
+            Token::Ident(var),
+            Token::Punct(","),
+        ] = w
+            && MACROS.contains(m)
+        {
+            bound.push((var, CONTAINER_LISTS.contains(range)));
+        }
+    }
+    let mut out: Vec<&'t str> = bound.iter().filter(|(_, c)| *c).map(|(v, _)| *v).collect();
+    out.retain(|v| bound.iter().all(|(w, c)| w != v || *c));
+    out
+}
 
 /// Rewrites an Allot expression for the API server: `object`/`oldObject`/`workload` as
-/// `bindings` says, `namespace` and `team` as `variables.namespaceName`/`variables.team` (`namespace` is reserved in CEL);
-/// `request` is the same. Field names after a `.` and string literals are left alone. Allot's
-/// helpers, and a macro variable named like an Allot variable, are reported.
+/// `bindings` says, `namespace` and `team` as `variables.namespaceName`/`variables.team`
+/// (`namespace` is reserved in CEL); `request` is the same. Field names after a `.` and string
+/// literals are left alone. Allot's helpers (but `accelerators(c)` of a container), and a
+/// macro variable named like an Allot variable, are reported.
 pub fn rewrite(source: &str, bindings: Bindings<'_>) -> Result<String, Unsupported> {
     let tokens = tokenize(source)?;
+    let containers = container_variables(&tokens);
     let mut out = String::with_capacity(source.len() + 32);
     let mut prev_significant: Option<&Token<'_>> = None;
-    for (i, token) in tokens.iter().enumerate() {
+    let mut i = 0;
+    while i < tokens.len() {
+        let token = &tokens[i];
         let after_dot = matches!(prev_significant, Some(Token::Punct(".")));
+        let next: Vec<(usize, &Token<'_>)> =
+            tokens.iter().enumerate().skip(i + 1).filter(|(_, t)| !matches!(t, Token::Space(_))).take(3).collect();
         match token {
+            Token::Ident("accelerators") if !after_dot => match next.as_slice() {
+                [(_, Token::Punct("(")), (_, Token::Ident(c)), (close, Token::Punct(")"))]
+                    if containers.contains(c) =>
+                {
+                    out.push_str(&container_units(bindings.accelerators, c));
+                    prev_significant = Some(&tokens[*close]);
+                    i = close + 1;
+                    continue;
+                }
+                _ => {
+                    return Err(
+                        "uses Allot's helper accelerators() on a Pod (only a container's count is expanded yet)"
+                            .to_string(),
+                    );
+                }
+            },
             Token::Ident(name) if !after_dot => {
                 if HELPERS.contains(name) {
                     return Err(format!("uses Allot's helper {name}(), which has no Kubernetes CEL form yet"));
                 }
-                let next = tokens[i + 1..].iter().find(|t| !matches!(t, Token::Space(_)));
                 let is_macro_var = matches!(prev_significant, Some(Token::Punct("(")))
-                    && matches!(next, Some(Token::Punct(",")))
+                    && matches!(next.first(), Some((_, Token::Punct(","))))
                     && macro_before(&tokens[..i]);
                 let replacement = match *name {
                     _ if is_macro_var && crate::expression::VARIABLES.contains(name) => {
@@ -240,6 +312,7 @@ pub fn rewrite(source: &str, bindings: Bindings<'_>) -> Result<String, Unsupport
         if !matches!(token, Token::Space(_)) {
             prev_significant = Some(token);
         }
+        i += 1;
     }
     Ok(out)
 }
@@ -343,28 +416,41 @@ fn skip_string(bytes: &[u8], i: usize) -> Result<usize, Unsupported> {
 mod tests {
     use super::*;
 
-    const POD: Bindings<'static> = Bindings { object: "object", old_object: Some("oldObject") };
+    fn pod() -> Bindings<'static> {
+        static GPUS: std::sync::LazyLock<ResourceMatcher> =
+            std::sync::LazyLock::new(|| ResourceMatcher::new(["nvidia.com/gpu", "nvidia.com/mig-*"]));
+        Bindings { object: "object", old_object: Some("oldObject"), accelerators: &GPUS }
+    }
 
     #[test]
     fn rewrites_variables_but_not_fields_or_strings() {
-        let out = rewrite("object.metadata.namespace == namespace && team != 'team' && workload.kind != \"x\"", POD);
+        let out = rewrite("object.metadata.namespace == namespace && team != 'team' && workload.kind != \"x\"", pod());
         assert_eq!(
             out.as_deref(),
             Ok(
                 "object.metadata.namespace == variables.namespaceName && variables.team != 'team' && object.kind != \"x\""
             )
         );
-        let t = Bindings { object: "allotPod", old_object: None };
+        let t = Bindings { object: "allotPod", old_object: None, ..pod() };
         assert_eq!(rewrite("object.spec.x == 1.5", t).as_deref(), Ok("allotPod.spec.x == 1.5"));
         assert!(rewrite("oldObject == null", t).is_err(), "no oldObject for templates");
     }
 
     #[test]
     fn helpers_and_shadowing_macro_variables_are_reported() {
-        assert!(rewrite("accelerators(object) == 0", POD).unwrap_err().contains("accelerators"));
-        assert!(rewrite("object.spec.containers.all(team, team.name != '')", POD).is_err());
-        assert!(rewrite("object.spec.containers.all(c, c.name != 'team')", POD).is_ok());
-        assert!(rewrite("'unterminated", POD).is_err());
+        assert!(rewrite("accelerators(object) == 0", pod()).unwrap_err().contains("accelerators"));
+        assert!(rewrite("object.spec.containers.all(team, team.name != '')", pod()).is_err());
+        // A container's count is expanded; a Pod's, or a variable that is not only a container, is not.
+        let expanded = rewrite("object.spec.containers.all(c, accelerators(c) == 0)", pod()).expect("expanded");
+        assert!(
+            expanded.contains("c.resources.requests.filter(k,") && !expanded.contains("accelerators("),
+            "{expanded}"
+        );
+        assert!(rewrite("object.spec.volumes.all(c, accelerators(c) == 0)", pod()).is_err());
+        assert!(rewrite("object.spec.containers.all(c, accelerators(c) == 0) && x.all(c, true)", pod()).is_err());
+        assert!(rewrite("object.spec.containers.all(c, accelerators(c) == 0)", pod()).is_ok());
+        assert!(rewrite("object.spec.containers.all(c, c.name != 'team')", pod()).is_ok());
+        assert!(rewrite("'unterminated", pod()).is_err());
     }
 
     #[test]

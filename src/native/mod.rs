@@ -201,10 +201,10 @@ pub fn compile(policies: &PolicySet) -> Compiled {
     mutating::default_priority(policies, team, &mut out);
     validating::team_priority_classes(policies, team, &mut out);
     for placement in &policies.placements {
-        mutating::placement(placement, team, &mut out);
+        mutating::placement(policies, placement, team, &mut out);
     }
     for rule in &policies.rules {
-        validating::rule(rule, team, &mut out);
+        validating::rule(policies, rule, team, &mut out);
     }
     for team_policy in &policies.teams {
         if let Some(quota) = &team_policy.quota {

@@ -100,9 +100,9 @@ pub(super) fn default_priority(policies: &PolicySet, team: Result<&str, &str>, o
 
 /// A Placement: its tolerations and nodeSelector as a mutating policy, its nodeSelector
 /// conflicts as a validating one.
-pub(super) fn placement(placement: &Placement, team: Result<&str, &str>, out: &mut Compiled) {
+pub(super) fn placement(policies: &PolicySet, placement: &Placement, team: Result<&str, &str>, out: &mut Compiled) {
     let mut coverage = Coverage::new(format!("Placement/{}", placement.name));
-    match compile_placement(placement, team, out) {
+    match compile_placement(policies, placement, team, out) {
         Ok(lines) => coverage.compiled.extend(lines),
         Err(why) => coverage.webhook_only.push(why),
     }
@@ -116,6 +116,7 @@ pub(super) fn placement(placement: &Placement, team: Result<&str, &str>, out: &m
 }
 
 fn compile_placement(
+    policies: &PolicySet,
     placement: &Placement,
     team: Result<&str, &str>,
     out: &mut Compiled,
@@ -137,8 +138,11 @@ fn compile_placement(
         AppliesTo::AllPods => {}
     }
     if let Some(when) = &placement.when {
-        let when = cel::rewrite(when.source(), Bindings { object: "object", old_object: None })
-            .map_err(|why| format!("spec.when {why}"))?;
+        let when = cel::rewrite(
+            when.source(),
+            Bindings { object: "object", old_object: None, accelerators: &policies.accelerators },
+        )
+        .map_err(|why| format!("spec.when {why}"))?;
         conditions.push(condition("when", when));
     }
     let mut lines = Vec::new();

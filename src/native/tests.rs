@@ -124,13 +124,14 @@ fn the_report_for_the_shipped_policies() {
     assert_eq!(status("default priority class"), "compiled");
     assert_eq!(status("Team priority classes"), "compiled");
     assert_eq!(status("Cluster/accelerators.checks"), "partly compiled");
-    for rule in ["gpu-pods-belong-to-a-team", "pinned-images-on-gpus", "high-priority-is-audited"] {
+    assert_eq!(status("Rule/pinned-images-on-gpus"), "compiled", "accelerators(c) of a container is expanded");
+    for rule in ["gpu-pods-belong-to-a-team", "high-priority-is-audited"] {
         assert_eq!(status(&format!("Rule/{rule}")), "webhook-only", "{rule}");
     }
     assert_eq!(status("Team/vision"), "webhook-only");
     assert_eq!(status("GangPolicy/default"), "webhook-only");
     assert!(!compiled.fully_native());
-    let rule = compiled.coverage.iter().find(|c| c.policy == "Rule/pinned-images-on-gpus").map(|c| &c.webhook_only);
+    let rule = compiled.coverage.iter().find(|c| c.policy == "Rule/gpu-pods-belong-to-a-team").map(|c| &c.webhook_only);
     assert!(rule.is_some_and(|w| w[0].contains("accelerators()")), "{rule:?}");
 }
 
@@ -348,4 +349,45 @@ spec:
         .collect();
     let unique: std::collections::BTreeSet<_> = policies.iter().collect();
     assert_eq!(unique.len(), policies.len(), "{policies:?}");
+}
+
+/// The shipped Warn rule that counts a container's accelerators (`accelerators(c)`, expanded
+/// into quantity arithmetic) warns exactly when the engine does.
+#[test]
+fn an_expanded_accelerator_count_agrees_with_the_engine() {
+    let set = shipped();
+    let compiled = compile(&set);
+    let policy = compiled
+        .objects
+        .iter()
+        .find_map(|o| match o {
+            NativeObject::ValidatingPolicy(p)
+                if p.metadata.name.as_deref() == Some("allot-rule-pinned-images-on-gpus-pod") =>
+            {
+                Some(p.clone())
+            }
+            _ => None,
+        })
+        .expect("compiled");
+    let engine = crate::engine::Engine::new(&set, &crate::namespaces::NoNamespaces);
+    let mut warned = 0;
+    for (image, resources) in [
+        ("train:latest", json!({"limits": {"nvidia.com/gpu": "1"}})),
+        ("train:latest", json!({"requests": {"nvidia.com/gpu": "0"}, "limits": {"nvidia.com/gpu": "0"}})),
+        ("train:latest", json!({"requests": {"nvidia.com/mig-1g.10gb": "500m"}})),
+        ("train:latest", json!({"limits": {"example.com/fpga": "1"}})),
+        ("train:latest", json!({})),
+        ("registry:5000/train", json!({"limits": {"amd.com/gpu": "2"}})),
+        ("registry:5000/train:v1", json!({"limits": {"amd.com/gpu": "2"}})),
+        ("train@sha256:abc", json!({"limits": {"nvidia.com/gpu": "1"}})),
+    ] {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "vision"},
+            "spec": {"containers": [{"name": "c", "image": image, "resources": resources}]}});
+        let manifest = crate::check::Manifest { source: "t".into(), document: 1, object: pod.clone() };
+        let admitted = crate::check::admit_manifest(&engine, &manifest);
+        let engine_warns = admitted.report.findings.iter().any(|f| f.rule.as_str() == "pinned-images-on-gpus");
+        warned += usize::from(engine_warns);
+        assert_eq!(!admits(&policy, &admitted.mutated, "vision"), engine_warns, "{image} {resources}");
+    }
+    assert!(warned >= 2 && warned < 8, "both answers occur ({warned})");
 }

@@ -247,16 +247,22 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
 }
 
 /// A CEL Rule: one policy per Pod source (kinds: [Pod]) or one for the named kind.
-pub(super) fn rule(rule: &Rule, team: Result<&str, &str>, out: &mut Compiled) {
+pub(super) fn rule(policies: &PolicySet, rule: &Rule, team: Result<&str, &str>, out: &mut Compiled) {
     let mut coverage = Coverage::new(format!("Rule/{}", rule.name));
-    match compile_rule(rule, team, out) {
+    match compile_rule(policies, rule, team, out) {
         Ok(lines) => coverage.compiled.extend(lines),
         Err(why) => coverage.webhook_only.push(why),
     }
     out.coverage.push(coverage);
 }
 
-fn compile_rule(rule: &Rule, team: Result<&str, &str>, out: &mut Compiled) -> Result<Vec<String>, String> {
+fn compile_rule(
+    policies: &PolicySet,
+    rule: &Rule,
+    team: Result<&str, &str>,
+    out: &mut Compiled,
+) -> Result<Vec<String>, String> {
+    let accelerators = &*policies.accelerators;
     let spec = &rule.spec;
     let needs_team = !spec.rule_match.teams.is_empty() || mentions(rule, "team");
     let team = match (needs_team, team) {
@@ -293,7 +299,7 @@ fn compile_rule(rule: &Rule, team: Result<&str, &str>, out: &mut Compiled) -> Re
                         source.suffix.clone(),
                         match_resources(source.rules(&operations)),
                         source.pods.clone(),
-                        Bindings { object: POD, old_object: old },
+                        Bindings { object: POD, old_object: old, accelerators },
                     ));
                 }
             }
@@ -317,7 +323,7 @@ fn compile_rule(rule: &Rule, team: Result<&str, &str>, out: &mut Compiled) -> Re
                         source.suffix.clone(),
                         match_resources(source.rules(&operations)),
                         source.pods.clone(),
-                        Bindings { object: POD, old_object: Some("oldObject") },
+                        Bindings { object: POD, old_object: Some("oldObject"), accelerators },
                     ));
                 }
             }
