@@ -389,5 +389,5 @@ fn an_expanded_accelerator_count_agrees_with_the_engine() {
         warned += usize::from(engine_warns);
         assert_eq!(!admits(&policy, &admitted.mutated, "vision"), engine_warns, "{image} {resources}");
     }
-    assert!(warned >= 2 && warned < 8, "both answers occur ({warned})");
+    assert!((2..8).contains(&warned), "both answers occur ({warned})");
 }
