@@ -453,6 +453,14 @@ mod tests {
         assert!(rewrite("'unterminated", pod()).is_err());
     }
 
+    proptest::proptest! {
+        /// Any text, valid CEL or not: an answer (rewritten or refused), never a panic.
+        #[test]
+        fn rewriting_never_panics(source in "[a-z.()'\"\\\\ ,_é0-9]{0,48}") {
+            let _ = rewrite(&source, pod());
+        }
+    }
+
     #[test]
     fn globs_become_predicates() {
         assert_eq!(glob("vision", "n").as_deref(), Ok("n == \"vision\""));
