@@ -119,6 +119,8 @@ pub enum Command {
     Explain(ExplainArgs),
     /// Print the JSON Schema of policy files, for editors (yaml-language-server) and CI.
     Schema(SchemaArgs),
+    /// Compile the stateless policies into native Mutating/ValidatingAdmissionPolicies (report on stderr).
+    Compile(CompileArgs),
 }
 
 // `allot explain`'s flags.
@@ -392,6 +394,35 @@ pub struct SchemaArgs {
     pub out: Option<PathBuf>,
 }
 
+// `allot compile`'s flags.
+#[derive(Args)]
+pub struct CompileArgs {
+    /// Directory of policy files.
+    #[arg(long)]
+    pub policies: PathBuf,
+    /// Where to write the objects (YAML); `-` is stdout.
+    #[arg(long, default_value = "-")]
+    pub out: PathBuf,
+    /// Exit 1 when any part of a policy stays webhook-only.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+/// `allot compile`: objects to `--out`, the per-policy report to stderr. Exit 0, or 1 under
+/// `--strict` when something stays webhook-only; a bad policy is an error (exit 2).
+fn run_compile(args: CompileArgs) -> anyhow::Result<ExitCode> {
+    let policies = crate::policy::load_dir(&args.policies)?;
+    let compiled = crate::native::compile(&policies);
+    let yaml = compiled.to_yaml()?;
+    if args.out.as_os_str() == "-" {
+        print!("{yaml}");
+    } else {
+        std::fs::write(&args.out, yaml).map_err(|e| anyhow::anyhow!("{}: {e}", args.out.display()))?;
+    }
+    eprint!("{}", compiled.report_text());
+    Ok(if args.strict && !compiled.fully_native() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
 /// The endpoint from `--service NAMESPACE/NAME` or `--url`, and the namespace of Allot's service
 /// account (known only for an in-cluster Service).
 fn endpoint_of(service: Option<String>, url: Option<String>) -> anyhow::Result<(Endpoint, Option<String>)> {
@@ -439,6 +470,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Test(args) => run_test(args),
         Command::Certs(args) => run_certs(args),
         Command::Explain(args) => run_explain(args),
+        Command::Compile(args) => run_compile(args),
         Command::Webhooks(args) => {
             let options = WebhookOptions::try_from(args)?;
             print!("{}", webhooks::render_yaml(&options).map_err(anyhow::Error::msg)?);

@@ -22,6 +22,7 @@ pub mod github;
 pub mod junit;
 pub mod mutate;
 pub mod namespaces;
+pub mod native;
 pub mod patch;
 pub mod policy;
 pub mod quantity;

@@ -238,7 +238,7 @@ fn describe_toleration(t: &Toleration) -> String {
 }
 
 /// True when the pod's toleration `existing` already tolerates every taint `wanted` tolerates.
-fn covers(existing: &Value, wanted: &Toleration) -> bool {
+pub fn covers(existing: &Value, wanted: &Toleration) -> bool {
     let field = |name: &str| existing.get(name).and_then(Value::as_str).filter(|s| !s.is_empty());
     let existing_op = field("operator").unwrap_or("Equal");
     let wanted_op = wanted.operator.unwrap_or(TolerationOperator::Equal);

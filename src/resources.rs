@@ -40,6 +40,11 @@ impl ResourceMatcher {
         matcher
     }
 
+    /// The exact names and the prefixes (`allot compile` turns them into CEL).
+    pub fn patterns(&self) -> (&[String], &[String]) {
+        (&self.exact, &self.prefixes)
+    }
+
     /// True when `name` is in the set.
     pub fn matches(&self, name: &str) -> bool {
         self.exact.iter().any(|e| e == name) || self.prefixes.iter().any(|p| name.starts_with(p.as_str()))

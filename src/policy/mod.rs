@@ -74,6 +74,11 @@ impl NameGlobs {
     pub fn matches(&self, name: &str) -> bool {
         self.0.iter().any(|g| g.is_match(name))
     }
+
+    /// The patterns as written (`allot compile` turns them into CEL).
+    pub fn patterns(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|g| g.glob().glob())
+    }
 }
 
 /// A compiled `Team`.

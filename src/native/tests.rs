@@ -1,0 +1,393 @@
+//! The emitted objects parse as k8s-openapi types, every CEL expression in them parses in the
+//! `cel` crate, the validations say what the engine says on sample Pods (evaluated with the
+//! Kubernetes CEL libraries), and the report is right for the shipped policies.
+
+use std::path::Path;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding,
+};
+use kube::core::cel::KubeCelExt;
+use kube::core::cel::cel::{Context, Program, Value as CelValue};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::expression::json_to_cel;
+use crate::policy::{Action, Source, load_dir};
+
+fn shipped() -> PolicySet {
+    load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).expect("shipped policies load")
+}
+
+fn policies(text: &str) -> PolicySet {
+    crate::policy::compile(&[Source { name: "test.yaml".into(), text: text.into() }]).expect("policies compile")
+}
+
+#[test]
+fn every_object_round_trips_through_its_k8s_openapi_type() {
+    let compiled = compile(&shipped());
+    assert!(!compiled.objects.is_empty());
+    let mut names = std::collections::BTreeSet::new();
+    for object in &compiled.objects {
+        let json = object.to_json().expect("serializes");
+        assert_eq!(json["apiVersion"], "admissionregistration.k8s.io/v1", "{json}");
+        let kind = json["kind"].as_str().unwrap_or_default().to_string();
+        let back = match kind.as_str() {
+            "MutatingAdmissionPolicy" => serde_json::from_value::<MutatingAdmissionPolicy>(json.clone()).map(|_| ()),
+            "MutatingAdmissionPolicyBinding" => {
+                serde_json::from_value::<MutatingAdmissionPolicyBinding>(json.clone()).map(|_| ())
+            }
+            "ValidatingAdmissionPolicy" => {
+                serde_json::from_value::<ValidatingAdmissionPolicy>(json.clone()).map(|_| ())
+            }
+            "ValidatingAdmissionPolicyBinding" => {
+                serde_json::from_value::<ValidatingAdmissionPolicyBinding>(json.clone()).map(|_| ())
+            }
+            other => panic!("unexpected kind {other}"),
+        };
+        back.unwrap_or_else(|e| panic!("{kind} {} does not parse: {e}", object.name()));
+        assert!(names.insert((kind, object.name().to_string())), "{} emitted twice", object.name());
+    }
+    // Every policy has its binding, of the same name.
+    for object in &compiled.objects {
+        let binding = match object {
+            NativeObject::MutatingPolicy(_) => "MutatingAdmissionPolicyBinding",
+            NativeObject::ValidatingPolicy(_) => "ValidatingAdmissionPolicyBinding",
+            _ => continue,
+        };
+        assert!(names.contains(&(binding.to_string(), object.name().to_string())), "{} has no binding", object.name());
+    }
+    // The YAML stream parses back into as many documents.
+    let yaml = compiled.to_yaml().expect("yaml");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&yaml).expect("yaml parses");
+    assert_eq!(docs.len(), compiled.objects.len());
+}
+
+#[test]
+fn every_expression_parses_in_the_cel_crate() {
+    let extra = r#"
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: speech}
+spec:
+  namespaces: {names: [speech, "sp?-*"], selector: {matchLabels: {team: speech}, matchExpressions: [{key: tier, operator: NotIn, values: [free]}]}}
+  priority: {default: low-priority, allowed: [low-priority]}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Placement
+metadata: {name: pool}
+spec:
+  match: {teams: [speech], namespaces: ["sp*"]}
+  when: "has(object.metadata.labels) && 'train' in object.metadata.labels"
+  tolerations: [{key: pool, operator: Equal, value: a100, effect: NoExecute, tolerationSeconds: 60}]
+  nodeSelector: {example.com/pool: a100}
+  onConflict: Keep
+---
+apiVersion: allot.dev/v1alpha1
+kind: Rule
+metadata: {name: team-label}
+spec:
+  match: {kinds: [Pod, batch/Job], teams: [speech]}
+  expression: "has(object.metadata.labels) && object.metadata.labels['team'] == team && namespace != ''"
+  messageExpression: "'pod ' + object.metadata.name + ' needs label team=' + team"
+  action: Warn
+"#;
+    for set in [shipped(), policies(extra)] {
+        let compiled = compile(&set);
+        let mut count = 0;
+        for object in &compiled.objects {
+            for (place, expression) in object.expressions() {
+                count += 1;
+                Program::compile(&expression)
+                    .unwrap_or_else(|e| panic!("{} {place}: {e}\n{expression}", object.name()));
+            }
+        }
+        assert!(count > 10, "only {count} expressions");
+    }
+    let compiled = compile(&policies(extra));
+    let report = compiled.report_text();
+    assert!(report.contains("Rule/team-label: compiled"), "{report}");
+    assert!(report.contains("Placement/pool: compiled"), "{report}");
+    let names: Vec<&str> = compiled.objects.iter().map(NativeObject::name).collect();
+    assert!(names.contains(&"allot-rule-team-label-kind-batch-job"), "{names:?}");
+    assert!(names.contains(&"allot-placement-pool-conflicts"), "{names:?}");
+}
+
+#[test]
+fn the_report_for_the_shipped_policies() {
+    let compiled = compile(&shipped());
+    let status =
+        |policy: &str| compiled.coverage.iter().find(|c| c.policy == policy).map(Coverage::status).unwrap_or("missing");
+    assert_eq!(status("Placement/nvidia-gpu"), "compiled");
+    assert_eq!(status("Placement/amd-gpu"), "compiled");
+    assert_eq!(status("default priority class"), "compiled");
+    assert_eq!(status("Team priority classes"), "compiled");
+    assert_eq!(status("Cluster/accelerators.checks"), "partly compiled");
+    assert_eq!(status("Rule/pinned-images-on-gpus"), "compiled", "accelerators(c) of a container is expanded");
+    for rule in ["gpu-pods-belong-to-a-team", "high-priority-is-audited"] {
+        assert_eq!(status(&format!("Rule/{rule}")), "webhook-only", "{rule}");
+    }
+    assert_eq!(status("Team/vision"), "webhook-only");
+    assert_eq!(status("GangPolicy/default"), "webhook-only");
+    assert!(!compiled.fully_native());
+    let rule = compiled.coverage.iter().find(|c| c.policy == "Rule/gpu-pods-belong-to-a-team").map(|c| &c.webhook_only);
+    assert!(rule.is_some_and(|w| w[0].contains("accelerators()")), "{rule:?}");
+}
+
+#[test]
+fn a_policy_set_without_stateful_parts_is_fully_native() {
+    let set = policies(
+        r#"
+apiVersion: allot.dev/v1alpha1
+kind: Cluster
+metadata: {name: c}
+spec:
+  accelerators: {checks: {requestsEqualLimits: Deny}}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Rule
+metadata: {name: no-latest}
+spec:
+  expression: "object.spec.containers.all(c, !c.image.endsWith(':latest'))"
+  message: no latest
+"#,
+    );
+    let compiled = compile(&set);
+    assert!(compiled.fully_native(), "{}", compiled.report_text());
+    assert!(compiled.coverage.iter().any(|c| c.policy == "Rule/no-latest" && c.status() == "compiled"));
+}
+
+/// A Kubernetes CEL context with `object`, `request` and `namespaceObject` bound.
+fn context(object: &Value, namespace: &str, labels: Value) -> Context<'static> {
+    let mut ctx = Context::default();
+    ctx.register_all();
+    crate::expression::quantity::register(&mut ctx);
+    ctx.add_variable_from_value("object", json_to_cel(object));
+    ctx.add_variable_from_value("request", json_to_cel(&json!({"namespace": namespace, "operation": "CREATE"})));
+    ctx.add_variable_from_value(
+        "namespaceObject",
+        json_to_cel(&json!({"metadata": {"name": namespace, "labels": labels}})),
+    );
+    ctx
+}
+
+fn eval(ctx: &Context<'_>, expression: &str) -> CelValue {
+    Program::compile(expression)
+        .unwrap_or_else(|e| panic!("{e}: {expression}"))
+        .execute(ctx)
+        .unwrap_or_else(|e| panic!("{e}: {expression}"))
+}
+
+/// Evaluates a validating policy as the API server would: variables in order, then every
+/// validation; true when all pass.
+fn admits(policy: &ValidatingAdmissionPolicy, object: &Value, namespace: &str) -> bool {
+    let spec = policy.spec.as_ref().expect("spec");
+    let mut ctx = context(object, namespace, json!({}));
+    let mut variables = std::collections::HashMap::new();
+    for v in spec.variables.iter().flatten() {
+        ctx.add_variable_from_value("variables", variables_value(&variables));
+        variables.insert(v.name.clone(), eval(&ctx, &v.expression));
+    }
+    ctx.add_variable_from_value("variables", variables_value(&variables));
+    spec.validations.iter().flatten().all(|v| eval(&ctx, &v.expression) == CelValue::Bool(true))
+}
+
+fn variables_value(vars: &std::collections::HashMap<String, CelValue>) -> CelValue {
+    let map: std::collections::HashMap<String, CelValue> = vars.clone();
+    CelValue::Map(map.into())
+}
+
+fn engine_denies(set: &PolicySet, object: &Value) -> bool {
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let group = crate::workload::group_of(object["apiVersion"].as_str().unwrap_or_default());
+    crate::workload::pods_of(object, group, kind).iter().any(|view| {
+        let team = crate::namespaces::team_of(set, "nlp", &crate::namespaces::NoNamespaces);
+        crate::validate::check_pod(set, view, &team)
+            .iter()
+            .any(|f| f.action == Action::Deny && f.rule.as_str().starts_with("accelerators/"))
+    })
+}
+
+#[test]
+fn accelerator_checks_agree_with_the_engine_on_pods_and_templates() {
+    let set = shipped();
+    let compiled = compile(&set);
+    let policy = |name: &str| {
+        compiled
+            .objects
+            .iter()
+            .find_map(|o| match o {
+                NativeObject::ValidatingPolicy(p) if p.metadata.name.as_deref() == Some(name) => Some(p.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no policy {name}"))
+    };
+    let container = |resources: Value| json!({"name": "c", "image": "x:1", "resources": resources});
+    let pod = |containers: Value, init: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "nlp"},
+               "spec": {"containers": containers, "initContainers": init}})
+    };
+    let cases = [
+        pod(
+            json!([container(json!({"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}))]),
+            json!([]),
+        ),
+        pod(
+            json!([container(json!({"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "2"}}))]),
+            json!([]),
+        ),
+        pod(
+            json!([container(json!({"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1000m"}}))]),
+            json!([]),
+        ),
+        pod(json!([container(json!({"requests": {"nvidia.com/mig-1g.10gb": "1"}}))]), json!([])),
+        pod(
+            json!([container(json!({"limits": {"amd.com/gpu": "500m"}, "requests": {"amd.com/gpu": "500m"}}))]),
+            json!([]),
+        ),
+        pod(json!([container(json!({"limits": {"example.com/fpga": "500m"}}))]), json!([])),
+        pod(
+            json!([container(json!({}))]),
+            json!([container(json!({"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}))]),
+        ),
+        pod(
+            json!([container(json!({}))]),
+            json!([{"name": "s", "image": "x:1", "restartPolicy": "Always",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}}]),
+        ),
+    ];
+    let denied = cases.iter().filter(|c| engine_denies(&set, c)).count();
+    assert!(denied >= 3 && denied < cases.len(), "the cases cover both verdicts ({denied} denied)");
+    let pods = policy("allot-accelerators-deny-pod");
+    for case in &cases {
+        assert_eq!(!admits(&pods, case, "nlp"), engine_denies(&set, case), "Pod {case}");
+    }
+    // The same Pods as the template of a Kubeflow PyTorchJob (values of a map) and a JobSet (a list).
+    let pytorch = policy("allot-accelerators-deny-pytorchjob");
+    let jobset = policy("allot-accelerators-deny-jobset");
+    for case in &cases {
+        let template = json!({"metadata": {}, "spec": case["spec"].clone()});
+        let job = json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "j", "namespace": "nlp"},
+            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": {"containers": [container(json!({}))]}}},
+                                             "Worker": {"replicas": 2, "template": template.clone()}}}});
+        assert_eq!(!admits(&pytorch, &job, "nlp"), engine_denies(&set, &job), "PyTorchJob {job}");
+        let js = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "j", "namespace": "nlp"},
+            "spec": {"replicatedJobs": [{"template": {"spec": {"template": template}}}]}});
+        assert_eq!(!admits(&jobset, &js, "nlp"), engine_denies(&set, &js), "JobSet {js}");
+    }
+}
+
+#[test]
+fn the_team_expression_agrees_with_team_lookup() {
+    let set = policies(
+        r#"
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: vision}
+spec: {namespaces: {names: [vision, "vision-*"]}}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: nlp}
+spec: {namespaces: {names: [nlp], selector: {matchLabels: {team: nlp}, matchExpressions: [{key: tier, operator: NotIn, values: [free]}]}}}
+"#,
+    );
+    let team = cel::team(&set).expect("expressible");
+    let labels = crate::namespaces::from_manifests(
+        "ns.yaml",
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: research, labels: {team: nlp}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: free-research, labels: {team: nlp, tier: free}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: vision-labelled, labels: {team: nlp}}
+"#,
+    )
+    .expect("namespaces");
+    let label_json = |ns: &str| match ns {
+        "research" => json!({"team": "nlp"}),
+        "free-research" => json!({"team": "nlp", "tier": "free"}),
+        "vision-labelled" => json!({"team": "nlp"}),
+        _ => json!({}),
+    };
+    for ns in ["vision", "vision-x", "visionary", "nlp", "research", "free-research", "vision-labelled", "other"] {
+        let expected = crate::namespaces::team_of(&set, ns, &labels).team.map(|t| t.name.clone()).unwrap_or_default();
+        let got = eval(&context(&json!({}), ns, label_json(ns)), &team);
+        assert_eq!(got, CelValue::String(expected.into()), "namespace {ns}");
+    }
+}
+
+#[test]
+fn a_kind_without_a_group_binds_every_kind_of_that_name_under_distinct_names() {
+    let set = policies(
+        r#"
+apiVersion: allot.dev/v1alpha1
+kind: Rule
+metadata: {name: Jobs_Need_Labels}
+spec:
+  match: {kinds: [Job]}
+  expression: "has(object.metadata.labels)"
+  message: label your jobs
+"#,
+    );
+    let compiled = compile(&set);
+    let names: Vec<&str> = compiled.objects.iter().map(NativeObject::name).collect();
+    assert!(names.contains(&"allot-rule-jobs-need-labels-kind-batch-job"), "{names:?}");
+    assert!(names.contains(&"allot-rule-jobs-need-labels-kind-batch.volcano.sh-job"), "{names:?}");
+    let policies: Vec<&str> = compiled
+        .objects
+        .iter()
+        .filter(|o| matches!(o, NativeObject::ValidatingPolicy(_)))
+        .map(NativeObject::name)
+        .collect();
+    let unique: std::collections::BTreeSet<_> = policies.iter().collect();
+    assert_eq!(unique.len(), policies.len(), "{policies:?}");
+}
+
+/// The shipped Warn rule that counts a container's accelerators (`accelerators(c)`, expanded
+/// into quantity arithmetic) warns exactly when the engine does.
+#[test]
+fn an_expanded_accelerator_count_agrees_with_the_engine() {
+    let set = shipped();
+    let compiled = compile(&set);
+    let policy = compiled
+        .objects
+        .iter()
+        .find_map(|o| match o {
+            NativeObject::ValidatingPolicy(p)
+                if p.metadata.name.as_deref() == Some("allot-rule-pinned-images-on-gpus-pod") =>
+            {
+                Some(p.clone())
+            }
+            _ => None,
+        })
+        .expect("compiled");
+    let engine = crate::engine::Engine::new(&set, &crate::namespaces::NoNamespaces);
+    let mut warned = 0;
+    for (image, resources) in [
+        ("train:latest", json!({"limits": {"nvidia.com/gpu": "1"}})),
+        ("train:latest", json!({"requests": {"nvidia.com/gpu": "0"}, "limits": {"nvidia.com/gpu": "0"}})),
+        ("train:latest", json!({"requests": {"nvidia.com/mig-1g.10gb": "500m"}})),
+        ("train:latest", json!({"limits": {"example.com/fpga": "1"}})),
+        ("train:latest", json!({})),
+        ("registry:5000/train", json!({"limits": {"amd.com/gpu": "2"}})),
+        ("registry:5000/train:v1", json!({"limits": {"amd.com/gpu": "2"}})),
+        ("train@sha256:abc", json!({"limits": {"nvidia.com/gpu": "1"}})),
+    ] {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "vision"},
+            "spec": {"containers": [{"name": "c", "image": image, "resources": resources}]}});
+        let manifest = crate::check::Manifest { source: "t".into(), document: 1, object: pod.clone() };
+        let admitted = crate::check::admit_manifest(&engine, &manifest);
+        let engine_warns = admitted.report.findings.iter().any(|f| f.rule.as_str() == "pinned-images-on-gpus");
+        warned += usize::from(engine_warns);
+        assert_eq!(!admits(&policy, &admitted.mutated, "vision"), engine_warns, "{image} {resources}");
+    }
+    assert!((2..8).contains(&warned), "both answers occur ({warned})");
+}

@@ -1,0 +1,367 @@
+//! ValidatingAdmissionPolicies: the accelerator checks, the team's priority classes and CEL
+//! Rules, on Pods and on every Pod template Allot knows.
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MatchResources, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    ValidatingAdmissionPolicyBindingSpec, ValidatingAdmissionPolicySpec, Validation, Variable,
+};
+
+use super::cel::{self, Bindings};
+use super::{
+    Compiled, Coverage, NativeObject, PodSource, condition, match_resources, metadata, not_kubelet, object_name,
+    pod_sources, variable,
+};
+use crate::policy::{Action, KindMatch, Operation, PolicySet, Rule};
+use crate::workload::WORKLOAD_KINDS;
+
+/// The variable each Pod (or template) of `variables.allotPods` is bound to.
+pub const POD: &str = "allotPod";
+
+/// The VAP action a binding takes for an Allot action.
+pub fn validation_action(action: Action) -> &'static str {
+    match action {
+        Action::Deny => "Deny",
+        Action::Warn => "Warn",
+        Action::Audit => "Audit",
+    }
+}
+
+/// Emits a policy and its binding.
+pub(super) fn emit(
+    out: &mut Compiled,
+    name: &str,
+    action: Action,
+    constraints: MatchResources,
+    conditions: Vec<MatchCondition>,
+    variables: Vec<Variable>,
+    validations: Vec<Validation>,
+) {
+    out.objects.push(NativeObject::ValidatingPolicy(ValidatingAdmissionPolicy {
+        metadata: metadata(name),
+        spec: Some(ValidatingAdmissionPolicySpec {
+            // Like the webhook: a check that cannot be evaluated never lets an object through.
+            failure_policy: Some("Fail".into()),
+            match_constraints: Some(constraints),
+            match_conditions: Some(conditions),
+            variables: Some(variables),
+            validations: Some(validations),
+            ..Default::default()
+        }),
+        status: None,
+    }));
+    out.objects.push(NativeObject::ValidatingBinding(ValidatingAdmissionPolicyBinding {
+        metadata: metadata(name),
+        spec: ValidatingAdmissionPolicyBindingSpec {
+            policy_name: name.to_string(),
+            validation_actions: vec![validation_action(action).to_string()],
+            ..Default::default()
+        },
+    }));
+}
+
+/// `variables.allotPods.all(allotPod, body)`, skipping templates without a spec.
+fn every_pod(body: &str) -> String {
+    format!("variables.allotPods.all({POD}, !has({POD}.spec) || ({body}))")
+}
+
+fn validation(body: &str, message: String) -> Validation {
+    Validation { expression: every_pod(body), message: Some(message), ..Default::default() }
+}
+
+/// The built-in accelerator checks, one policy per action and Pod source.
+pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
+    let checks = &policies.checks;
+    let accel = &policies.accelerators;
+    let spec = format!("{POD}.spec");
+    let all = cel::all_containers(&spec);
+    let mut coverage = Coverage::new("Cluster/accelerators.checks");
+    // (action, check id, body over allotPod, message)
+    let mut wanted: Vec<(Action, &str, String, String)> = Vec::new();
+    if let Some(action) = checks.requests_equal_limits.and_then(|c| c.action()) {
+        let m = cel::resource_matches(accel, "k");
+        let body = format!(
+            "{all}.all(c, !has(c.resources) || !has(c.resources.requests) || c.resources.requests.all(k, !{m} || \
+             (has(c.resources.limits) && k in c.resources.limits && \
+             quantity(string(c.resources.requests[k])).compareTo(quantity(string(c.resources.limits[k]))) == 0)))"
+        );
+        wanted.push((action, "requests-equal-limits", body, "every accelerator request must equal its limit".into()));
+    }
+    if let Some(action) = checks.whole_numbers.and_then(|c| c.action()) {
+        let m = cel::resource_matches(accel, "k");
+        let field = |f: &str| {
+            format!(
+                "(!has(c.resources) || !has(c.resources.{f}) || c.resources.{f}.all(k, !{m} || \
+                 quantity(string(c.resources.{f}[k])).isInteger()))"
+            )
+        };
+        let body = format!("{all}.all(c, {} && {})", field("requests"), field("limits"));
+        wanted.push((action, "whole-numbers", body, "accelerator amounts must be whole numbers of devices".into()));
+    }
+    if let Some(action) = checks.init_containers.and_then(|c| c.action()) {
+        let body = format!(
+            "!has({spec}.initContainers) || {spec}.initContainers.all(c, \
+             (has(c.restartPolicy) && c.restartPolicy == 'Always') || !{})",
+            cel::container_names_any(accel, "c")
+        );
+        wanted.push((
+            action,
+            "init-containers",
+            body,
+            "accelerators are not allowed in init containers (native sidecars excepted)".into(),
+        ));
+    }
+    if let (Some(check), Some(allowed)) = (&checks.allowed_resources, &policies.allowed_accelerators) {
+        let (m, ok) = (cel::resource_matches(accel, "k"), cel::resource_matches(allowed, "k"));
+        let field =
+            |f: &str| format!("(!has(c.resources) || !has(c.resources.{f}) || c.resources.{f}.all(k, !{m} || {ok}))");
+        let body = format!("{all}.all(c, {} && {})", field("requests"), field("limits"));
+        let message = format!("only these accelerators may be requested: {}", check.names.join(", "));
+        wanted.push((check.action, "allowed-resources", body, message));
+    }
+    if let Some(max) = &checks.max_per_container {
+        for (name, limit) in &max.limits {
+            let body = format!("{all}.all(c, !{})", container_exceeds("c", name, *limit));
+            let message = format!("a container may ask at most {limit} {name}");
+            wanted.push((max.action, "max-per-container", body, message));
+        }
+    }
+    if checks.max_per_pod.is_some() {
+        coverage.webhook_only.push(
+            "max-per-pod: the scheduler's effective request (sidecars and init containers in order) is not \
+             expanded into CEL yet"
+                .into(),
+        );
+    }
+    let (sources, unsupported) = pod_sources();
+    for (kind, why) in unsupported.iter().map(|u| ("template", u)) {
+        coverage.webhook_only.push(format!("{kind} {why}"));
+    }
+    for action in [Action::Deny, Action::Warn, Action::Audit] {
+        let of_action: Vec<_> = wanted.iter().filter(|w| w.0 == action).collect();
+        if of_action.is_empty() {
+            continue;
+        }
+        for source in &sources {
+            let name = object_name(&["allot-accelerators", action.label(), &source.suffix]);
+            let validations = of_action
+                .iter()
+                .map(|(_, id, body, message)| validation(body, format!("[accelerators/{id}] {message}")))
+                .collect();
+            emit(
+                out,
+                &name,
+                action,
+                match_resources(source.rules(&["CREATE", "UPDATE"])),
+                vec![not_kubelet()],
+                vec![variable("allotPods", source.pods.clone())],
+                validations,
+            );
+        }
+    }
+    for (action, id, _, _) in &wanted {
+        coverage.compiled.push(format!("{id} ({}) on Pods and Pod templates", action.label()));
+    }
+    if !wanted.is_empty() || !coverage.webhook_only.is_empty() {
+        out.coverage.push(coverage);
+    }
+}
+
+/// The container `c` asks more than `limit` of `name` (its request, else its limit; `asked >
+/// limit` in whole units rounded up is `quantity > limit` for a whole limit).
+fn container_exceeds(c: &str, name: &str, limit: u32) -> String {
+    let (n, l) = (cel::string(name), cel::string(&limit.to_string()));
+    format!(
+        "(has({c}.resources) && ((has({c}.resources.requests) && {n} in {c}.resources.requests) ? \
+         quantity(string({c}.resources.requests[{n}])).isGreaterThan(quantity({l})) : \
+         (has({c}.resources.limits) && {n} in {c}.resources.limits && \
+         quantity(string({c}.resources.limits[{n}])).isGreaterThan(quantity({l})))))"
+    )
+}
+
+/// The team's allowed priority classes (the class a Pod ends up with, the cluster's
+/// globalDefault when it names none), on Pods and templates.
+pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &str>, out: &mut Compiled) {
+    let limited: Vec<_> = policies.teams.iter().filter(|t| t.priority.allowed.is_some()).collect();
+    if limited.is_empty() {
+        return;
+    }
+    let mut coverage = Coverage::new("Team priority classes");
+    let team = match team {
+        Ok(t) => t,
+        Err(why) => {
+            coverage.webhook_only.push(format!("allowed classes per team: the team of a namespace: {why}"));
+            out.coverage.push(coverage);
+            return;
+        }
+    };
+    let allowed: Vec<String> = limited
+        .iter()
+        .map(|t| {
+            let mut classes = t.priority.allowed.clone().unwrap_or_default();
+            classes.extend(t.priority.default.clone().filter(|d| !classes.contains(d)));
+            format!("{}: {}", cel::string(&t.name), cel::string_list(&classes))
+        })
+        .collect();
+    let class = match &policies.priority.global_default {
+        Some(g) => format!(
+            "(has({POD}.spec.priorityClassName) && {POD}.spec.priorityClassName != '' ? {POD}.spec.priorityClassName : {})",
+            cel::string(g)
+        ),
+        None => format!("(has({POD}.spec.priorityClassName) ? {POD}.spec.priorityClassName : '')"),
+    };
+    let body = format!("{class} == '' || {class} in variables.allowedClasses[variables.team]");
+    let (sources, _) = pod_sources();
+    for source in &sources {
+        let name = object_name(&["allot-team-priority-classes", &source.suffix]);
+        let v = Validation {
+            expression: every_pod(&body),
+            message_expression: Some(
+                "'[team/priority-class] team ' + variables.team + ' may use priority classes ' + \
+                 variables.allowedClasses[variables.team].join(', ')"
+                    .to_string(),
+            ),
+            message: Some("[team/priority-class] this team may not use this priority class".into()),
+            ..Default::default()
+        };
+        emit(
+            out,
+            &name,
+            Action::Deny,
+            match_resources(source.rules(&["CREATE", "UPDATE"])),
+            vec![
+                not_kubelet(),
+                condition("team-with-allowed-classes", format!("{team} in {{{}}}", allowed.join(", "))),
+            ],
+            vec![
+                variable("team", team),
+                variable("allowedClasses", format!("{{{}}}", allowed.join(", "))),
+                variable("allotPods", source.pods.clone()),
+            ],
+            vec![v],
+        );
+    }
+    for t in &limited {
+        coverage.compiled.push(format!("team {}: allowed priority classes on Pods and Pod templates", t.name));
+    }
+    out.coverage.push(coverage);
+}
+
+/// A CEL Rule: one policy per Pod source (kinds: [Pod]) or one for the named kind.
+pub(super) fn rule(policies: &PolicySet, rule: &Rule, team: Result<&str, &str>, out: &mut Compiled) {
+    let mut coverage = Coverage::new(format!("Rule/{}", rule.name));
+    match compile_rule(policies, rule, team, out) {
+        Ok(lines) => coverage.compiled.extend(lines),
+        Err(why) => coverage.webhook_only.push(why),
+    }
+    out.coverage.push(coverage);
+}
+
+fn compile_rule(
+    policies: &PolicySet,
+    rule: &Rule,
+    team: Result<&str, &str>,
+    out: &mut Compiled,
+) -> Result<Vec<String>, String> {
+    let accelerators = &*policies.accelerators;
+    let spec = &rule.spec;
+    let needs_team = !spec.rule_match.teams.is_empty() || mentions(rule, "team");
+    let team = match (needs_team, team) {
+        (true, Err(why)) => return Err(format!("the team of a namespace: {why}")),
+        (_, Ok(t)) => t,
+        (false, Err(_)) => "''",
+    };
+    let operations: Vec<&str> = spec
+        .rule_match
+        .operations
+        .iter()
+        .map(|o| match o {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+        })
+        .collect();
+    let mut conditions = vec![not_kubelet()];
+    if let Some(scope) = cel::scope(&rule.namespaces, &spec.rule_match.teams, team)? {
+        conditions.push(condition("scope", scope));
+    }
+    // Every target first, so a rule is emitted whole or not at all.
+    let mut targets: Vec<(String, MatchResources, String, Bindings<'_>)> = Vec::new();
+    let (sources, unsupported) = pod_sources();
+    for kind in &rule.kinds {
+        match kind {
+            KindMatch::Any => return Err("matches every kind (`*`): no finite list of resources to bind".into()),
+            KindMatch::Pods => {
+                if let Some(u) = unsupported.first() {
+                    return Err(format!("template {u}"));
+                }
+                for source in &sources {
+                    let old = source.is_pod.then_some("oldObject");
+                    targets.push((
+                        source.suffix.clone(),
+                        match_resources(source.rules(&operations)),
+                        source.pods.clone(),
+                        Bindings { object: POD, old_object: old, accelerators },
+                    ));
+                }
+            }
+            KindMatch::Kind { group, kind } => {
+                let rows: Vec<_> = WORKLOAD_KINDS
+                    .iter()
+                    .filter(|w| w.kind == kind && group.as_deref().is_none_or(|g| g == w.group))
+                    .collect();
+                if rows.is_empty() {
+                    return Err(format!("kind {kind} is not in Allot's workload table: its resource name is unknown"));
+                }
+                for w in rows {
+                    let source = PodSource {
+                        // The group too: `Job` alone names batch/Job and Volcano's Job.
+                        suffix: object_name(&["kind", w.group, w.kind]),
+                        resources: vec![(w.group, super::plural(w.kind))],
+                        pods: "[object]".into(),
+                        is_pod: true,
+                    };
+                    targets.push((
+                        source.suffix.clone(),
+                        match_resources(source.rules(&operations)),
+                        source.pods.clone(),
+                        Bindings { object: POD, old_object: Some("oldObject"), accelerators },
+                    ));
+                }
+            }
+        }
+    }
+    let mut emitted = Vec::new();
+    let mut objects = Compiled { objects: Vec::new(), coverage: Vec::new() };
+    for (suffix, constraints, pods, bindings) in targets {
+        let expression = cel::rewrite(rule.expression.source(), bindings)?;
+        let failing = format!("variables.allotPods.filter({POD}, !({expression}))[0]");
+        let message_expression = match &rule.message_expression {
+            Some(m) => Some(cel::rewrite(m.source(), Bindings { object: &failing, ..bindings })?),
+            None => None,
+        };
+        let message = spec.message.clone().unwrap_or_else(|| format!("failed {}", rule.expression.source()));
+        let v = Validation {
+            expression: format!("variables.allotPods.all({POD}, {expression})"),
+            message: Some(message),
+            message_expression,
+            ..Default::default()
+        };
+        let name = object_name(&["allot-rule", &rule.name, &suffix]);
+        emit(
+            &mut objects,
+            &name,
+            spec.action,
+            constraints,
+            conditions.clone(),
+            vec![variable("namespaceName", "request.namespace"), variable("team", team), variable("allotPods", pods)],
+            vec![v],
+        );
+        emitted.push(suffix);
+    }
+    out.objects.extend(objects.objects);
+    Ok(vec![format!("{} on {} ({})", spec.action.label(), emitted.join(", "), operations.join(", "))])
+}
+
+fn mentions(rule: &Rule, word: &str) -> bool {
+    let has = |s: &str| s.split(|c: char| !c.is_ascii_alphanumeric() && c != '_').any(|w| w == word);
+    has(rule.expression.source()) || rule.message_expression.as_ref().is_some_and(|m| has(m.source()))
+}
