@@ -313,7 +313,7 @@ async fn compiled_policies_alone_give_the_engines_verdicts_and_mutations() {
     let engine = Engine::new(&policies, &NoNamespaces);
     let mut expectations = Vec::new();
     for (name, object, admitted) in cases() {
-        let manifest = Manifest { source: name.to_string(), document: 1, object: object.clone() };
+        let manifest = Manifest { source: name.to_string(), document: 1, line: 0, object: object.clone() };
         let expected = admit_manifest(&engine, &manifest);
         let uncovered: Vec<_> = expected
             .report
@@ -367,7 +367,7 @@ async fn compiled_policies_alone_give_the_engines_verdicts_and_mutations() {
     let message = "GPU containers should pin an image tag";
     for (object, warns) in [(&latest, true), (&pinned, false), (&cpu_latest, false)] {
         let engine_warns =
-            admit_manifest(&engine, &Manifest { source: "w".into(), document: 1, object: object.clone() })
+            admit_manifest(&engine, &Manifest { source: "w".into(), document: 1, line: 0, object: object.clone() })
                 .report
                 .findings
                 .iter()
@@ -560,8 +560,10 @@ async fn shipped_policy_test_cases_the_compiler_covers_get_the_same_verdict() {
                     *skipped.entry("kind not served by the test API server").or_default() += 1;
                     continue;
                 }
-                let admitted =
-                    admit_manifest(&engine, &Manifest { source: name.clone(), document: 1, object: object.clone() });
+                let admitted = admit_manifest(
+                    &engine,
+                    &Manifest { source: name.clone(), document: 1, line: 0, object: object.clone() },
+                );
                 let denials: Vec<_> =
                     admitted.report.findings.iter().filter(|f| f.action == allot::policy::Action::Deny).collect();
                 if denials.iter().any(|f| !natively_covered(f.rule.as_str(), &compiled)) {

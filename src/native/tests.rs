@@ -383,7 +383,7 @@ fn an_expanded_accelerator_count_agrees_with_the_engine() {
     ] {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "vision"},
             "spec": {"containers": [{"name": "c", "image": image, "resources": resources}]}});
-        let manifest = crate::check::Manifest { source: "t".into(), document: 1, object: pod.clone() };
+        let manifest = crate::check::Manifest { source: "t".into(), document: 1, line: 0, object: pod.clone() };
         let admitted = crate::check::admit_manifest(&engine, &manifest);
         let engine_warns = admitted.report.findings.iter().any(|f| f.rule.as_str() == "pinned-images-on-gpus");
         warned += usize::from(engine_warns);
