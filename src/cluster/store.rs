@@ -424,6 +424,23 @@ impl ClusterState {
         self.wake.notified().await
     }
 
+    /// Records that the controller is deleting the pod (assembly timeout under `onTimeout:
+    /// Fail`) before the watch says so: the next pass must not count it as a member again and
+    /// delete it twice (CI saw the second member deleted again, 404, with a second Event, when a
+    /// pass ran between the two deletions' watch events). `false` when the deletion failed
+    /// (a later pass tries again).
+    pub fn mark_deleting(&self, namespace: &str, name: &str, deleting: bool) {
+        let mut inner = write(&self.inner);
+        let Some(record) = inner.pods.get(&key(namespace, name)) else { return };
+        if record.terminating == deleting || record.finished {
+            return;
+        }
+        let mut record = (**record).clone();
+        record.terminating = deleting;
+        // Re-indexed whole: the gang tallies count terminating members apart.
+        inner.index(record);
+    }
+
     /// Records that the pod's arrival is being written (`allot.dev/arrival`), so it is not
     /// written twice before the watch echoes it; `false` when the write failed (try again).
     pub fn mark_arrival_stamped(&self, namespace: &str, name: &str, stamped: bool) {

@@ -151,6 +151,29 @@ fn the_view_is_complete_only_once_pods_and_nodes_are_listed_and_no_relist_is_und
     assert!(!nodes_first.complete(), "nodes listed, pods not");
 }
 
+/// A member the controller is deleting stops counting for its gang's quorum at once (the next
+/// pass must not delete it twice), keeps its devices in the tallies until the watch says it is
+/// gone, and counts again if the deletion failed.
+#[test]
+fn a_member_marked_deleting_leaves_the_quorum_but_not_the_usage_until_it_is_gone() {
+    let p = policies("");
+    let state = cluster(&p, &two_gangs());
+    let before = state.gang_tally("ml", "a");
+    assert_eq!((before.members, before.live), (4, 4));
+    let (usage, _) = state.usage_where(&mut |ns| ns == "ml");
+    state.mark_deleting("ml", "a-0", true);
+    state.mark_deleting("ml", "a-0", true);
+    let marked = state.gang_tally("ml", "a");
+    assert_eq!((marked.members, marked.live), (4, 3), "no longer live, still holding its devices");
+    assert_eq!(state.usage_where(&mut |ns| ns == "ml").0, usage);
+    assert!(state.view().pod("ml", "a-0").is_some_and(|r| r.terminating));
+    state.mark_deleting("ml", "a-0", false);
+    let back = state.gang_tally("ml", "a");
+    assert_eq!((back.members, back.live), (4, 4), "a failed deletion: a member again");
+    state.mark_deleting("ml", "missing", true);
+    assert_eq!(state.tracked().pods, 8);
+}
+
 /// A relist applies pods one by one into the live view and, when done, drops those it did not
 /// contain (deleted while the watch was down), with their usage.
 #[test]

@@ -375,6 +375,13 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         for (namespace, pod, _) in &stamps {
             state.mark_arrival_stamped(namespace, pod, true);
         }
+        // A member this pass deletes is no member for the next pass, whatever the watch has
+        // delivered by then.
+        for action in &later {
+            if let ControllerAction::Delete { namespace, pod, .. } = action {
+                state.mark_deleting(namespace, pod, true);
+            }
+        }
         // Explanations, deletions and stamps are written by the explainer, so the next pass's
         // gate lifts never wait behind this pass's condition patches and Events.
         let _ = explain_tx.send(Later { actions: later, stamps });
@@ -690,7 +697,9 @@ async fn execute_rest(
                     (namespace, pod, true, true, "QuotaAdmitted", message, false, EventAction::QuotaQueueing)
                 }
                 ControllerAction::Delete { namespace, pod, reason } => {
-                    writer.delete_member(&namespace, &pod, &reason).await;
+                    if !writer.delete_member(&namespace, &pod, &reason).await {
+                        state.mark_deleting(&namespace, &pod, false);
+                    }
                     return false;
                 }
                 ControllerAction::Release { .. } | ControllerAction::ReleaseQuota { .. } => return false,
@@ -764,15 +773,22 @@ impl Writer<'_> {
         publish(self.recorder, namespace, pod, action, warning, reason, message).await;
     }
 
-    /// Assembly timeout under `onTimeout: Fail`: a Warning Event, then the deletion.
-    async fn delete_member(&self, namespace: &str, pod: &str, reason: &str) {
+    /// Assembly timeout under `onTimeout: Fail`: a Warning Event, then the deletion; false when
+    /// the pod could not be deleted (it is still there).
+    async fn delete_member(&self, namespace: &str, pod: &str, reason: &str) -> bool {
         self.publish(namespace, pod, EventAction::GangScheduling, true, "AssemblyTimeout", reason).await;
         self.metrics.wrote("delete");
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         match api.delete(pod, &DeleteParams::default()).await {
-            Ok(_) => tracing::warn!(%namespace, %pod, %reason, "deleted gang member after assembly timeout"),
-            Err(e) if is_status(&e, &[404]) => {}
-            Err(e) => tracing::warn!(%namespace, %pod, error = %e, "cannot delete gang member"),
+            Ok(_) => {
+                tracing::warn!(%namespace, %pod, %reason, "deleted gang member after assembly timeout");
+                true
+            }
+            Err(e) if is_status(&e, &[404]) => true,
+            Err(e) => {
+                tracing::warn!(%namespace, %pod, error = %e, "cannot delete gang member");
+                false
+            }
         }
     }
 }
