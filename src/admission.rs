@@ -190,6 +190,38 @@ pub struct BadReview(pub String);
 
 /// Decodes a review, runs the engine for `phase` and encodes the response.
 pub fn review(body: &[u8], phase: Phase, engine: &Engine<'_>) -> Result<Answer, BadReview> {
+    Ok(answer(&decode(body)?, phase, engine))
+}
+
+/// A review decoded and checked, ready to be answered: [`decode`] then [`answer`] is
+/// [`review`], split so that a caller answering the same review many times (the `policy_parse`
+/// fuzz target, against every policy it generates) decodes it once.
+#[derive(Debug)]
+pub struct DecodedReview {
+    req: RequestIn,
+    operation: RequestOperation,
+    namespace: String,
+}
+
+impl DecodedReview {
+    /// `request.uid`, which the answer echoes.
+    pub fn uid(&self) -> &str {
+        &self.req.uid
+    }
+
+    /// `request.object` as decoded (without `metadata.managedFields`, which is skipped unread).
+    pub fn object(&self) -> Option<&Value> {
+        self.req.object.as_ref()
+    }
+
+    /// `request.oldObject` as decoded, like [`DecodedReview::object`].
+    pub fn old_object(&self) -> Option<&Value> {
+        self.req.old_object.as_ref()
+    }
+}
+
+/// Decodes and checks an AdmissionReview.
+pub fn decode(body: &[u8]) -> Result<DecodedReview, BadReview> {
     let review: ReviewIn = serde_json::from_slice(body).map_err(|e| BadReview(format!("invalid JSON: {e}")))?;
     if review.kind.as_deref() != Some("AdmissionReview") {
         return Err(BadReview(format!("kind must be AdmissionReview, got {:?}", review.kind.unwrap_or_default())));
@@ -206,14 +238,20 @@ pub fn review(body: &[u8], phase: Phase, engine: &Engine<'_>) -> Result<Answer, 
         BadReview(format!("request.operation {:?} is not CREATE, UPDATE, DELETE or CONNECT", req.operation))
     })?;
     let namespace = req.namespace.clone().unwrap_or_default();
+    Ok(DecodedReview { req, operation, namespace })
+}
+
+/// Runs the engine for `phase` on a decoded review and encodes the response.
+pub fn answer(decoded: &DecodedReview, phase: Phase, engine: &Engine<'_>) -> Answer {
+    let DecodedReview { req, operation, namespace } = decoded;
     let outcome = match req.object.as_ref().filter(|o| o.is_object()) {
         Some(object) => {
             let request = Request {
                 uid: &req.uid,
-                operation,
+                operation: *operation,
                 group: &req.kind.group,
                 kind: &req.kind.kind,
-                namespace: &namespace,
+                namespace,
                 object,
                 old_object: req.old_object.as_ref().filter(|o| o.is_object()),
                 dry_run: req.dry_run.unwrap_or(false),
@@ -243,17 +281,17 @@ pub fn review(body: &[u8], phase: Phase, engine: &Engine<'_>) -> Result<Answer, 
         })
         .unwrap_or_default();
     let allowed = outcome.allowed();
-    let body = encode_response(&req.uid, &req.kind.kind, &namespace, &name, &outcome);
-    Ok(Answer {
+    let body = encode_response(&req.uid, &req.kind.kind, namespace, &name, &outcome);
+    Answer {
         body,
-        uid: req.uid,
-        kind: req.kind.kind,
-        namespace,
+        uid: req.uid.clone(),
+        kind: req.kind.kind.clone(),
+        namespace: namespace.clone(),
         name,
         allowed,
         mutated: allowed && !outcome.patch.is_empty(),
         outcome,
-    })
+    }
 }
 
 #[derive(Serialize)]
@@ -399,5 +437,25 @@ mod tests {
             let want = if other.is_null() { None } else { Some(other.clone()) };
             assert_eq!(decoded(other), want);
         }
+    }
+
+    /// fuzz/regressions/admission_review/managed-fields-not-utf8: found by the admission_review
+    /// target 2026-11-23 after 134 execs. A byte that is not UTF-8 inside
+    /// `metadata.managedFields` (here `"f:\x97magePullPolicy"`) is skipped unread, so the review
+    /// is answered, while `serde_json::Value` refuses the whole body: the target's mirror of the
+    /// review decoded the object itself and so disagreed with the server (fixed in the target:
+    /// it takes the object from `decode`). The API server never sends such bytes (Go encodes
+    /// invalid UTF-8 as U+FFFD); what matters is that the object the engine sees is the valid
+    /// rest, and that a patch computed against it applies to it.
+    #[test]
+    fn invalid_utf8_in_skipped_managed_fields_does_not_reach_the_object() {
+        let body = include_bytes!("../fuzz/regressions/admission_review/managed-fields-not-utf8");
+        assert!(body.contains(&0x97), "the regression input holds a byte that is not UTF-8");
+        assert!(serde_json::from_slice::<Value>(body).is_err());
+        let decoded = decode(body).expect("decoded: managedFields is skipped unread");
+        let object = decoded.object().expect("an object");
+        assert!(object["metadata"].get("managedFields").is_none(), "{object}");
+        assert!(serde_json::to_vec(object).is_ok_and(|bytes| std::str::from_utf8(&bytes).is_ok()));
+        assert_eq!(decoded.uid(), "ebcfebaf-af01-4396-ae6e-9f4258a1311f");
     }
 }

@@ -32,6 +32,7 @@
 
 pub mod budget;
 pub mod check;
+pub mod depth;
 pub mod fixes;
 pub mod panics;
 pub mod quantity;
@@ -88,6 +89,8 @@ pub struct Expression {
     needs: Needs,
     /// Its cost is at most linear in the bound objects ([`is_linear`]).
     linear: bool,
+    /// The depth of `instrumented`: the evaluation gets stack for it ([`depth`]).
+    tree_depth: usize,
 }
 
 /// A set of [`VARIABLES`] as a bit mask (bit *i* = `VARIABLES[i]`), plus
@@ -208,11 +211,23 @@ impl Needs {
 }
 
 impl Expression {
-    /// Compiles `source`, rejecting syntax errors, unknown variables and everything
-    /// [`check::unsupported`] finds the engine cannot evaluate.
+    /// Compiles `source`, rejecting syntax errors, unknown variables, expressions nested
+    /// deeper than [`depth`] allows and everything [`check::unsupported`] finds the engine
+    /// cannot evaluate.
     pub fn compile(source: &str) -> Result<Expression, String> {
-        // cel 0.13's parser can panic on malformed input (fuzz/regressions/cel_expression/
-        // parser-depth-underflow: its depth counter underflows): a policy error, not a crash.
+        // Before the parser: cel's parser recurses with large frames, and past its own limit
+        // of 96 levels its depth counter underflows and panics (fuzz/regressions/
+        // cel_expression/parser-depth-underflow); see `depth`.
+        let nesting = depth::scan(source);
+        if nesting.depth > depth::MAX_NESTING {
+            return Err(depth::nesting_message(nesting));
+        }
+        depth::on_parser_stack(|| Expression::compile_checked(source))
+    }
+
+    fn compile_checked(source: &str) -> Result<Expression, String> {
+        // The scan keeps the parser below its limit; an input it misjudges still costs only a
+        // policy error (the panic contained), not the process.
         let parsed = panics::contain(&"CEL parser", || Program::compile(source))
             .map_err(|panic| format!("CEL syntax error: the parser failed on this expression ({panic})"))?;
         let program = parsed.map_err(|e| format!("CEL syntax error: {e}"))?;
@@ -236,7 +251,16 @@ impl Expression {
         collect_needs(&rewritten, &mut Vec::new(), &mut needs);
         let linear = is_linear(&rewritten, 0);
         let (instrumented, comprehensions) = budget::instrument(&rewritten);
-        Ok(Expression { source: source.to_string(), instrumented, comprehensions, needs, linear })
+        let tree_depth = depth::tree_depth(&instrumented);
+        if tree_depth > depth::MAX_TREE_DEPTH {
+            return Err(depth::tree_message(tree_depth));
+        }
+        Ok(Expression { source: source.to_string(), instrumented, comprehensions, needs, linear, tree_depth })
+    }
+
+    /// How deep the evaluated tree is (see [`depth::tree_depth`]).
+    pub fn tree_depth(&self) -> usize {
+        self.tree_depth
     }
 
     /// True when each step of evaluating costs at most time linear in the bound objects' size
@@ -267,7 +291,10 @@ impl Expression {
     /// `placement/<name>`) labels a contained panic's metric and log line.
     fn execute(&self, ctx: &Context<'_>, owner: &dyn std::fmt::Display) -> Result<CelValue, EvalError> {
         budget::start(self.comprehensions);
-        match panics::contain(owner, || CelValue::resolve(&self.instrumented, ctx)) {
+        let evaluated = depth::with_evaluation_stack(self.tree_depth, || {
+            panics::contain(owner, || CelValue::resolve(&self.instrumented, ctx))
+        });
+        match evaluated {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => {
                 count_error(owner);

@@ -1,0 +1,431 @@
+//! How deep an expression may nest, and the stack the parser and the evaluator get.
+//!
+//! cel 0.13's parser and evaluator recurse once per level of nesting, with large frames, so an
+//! expression nested deep enough overflows a thread's stack: an abort that no panic boundary
+//! contains. Measured 2026-11-23 on the project's 2-vCPU VM (each construct nested n deep,
+//! compiled and evaluated in a child process on a 2 MiB thread, n bisected to the first
+//! overflow), before this module: in a debug build, parsing overflowed at 12 nested
+//! parentheses (about 170 KiB of stack per level: antlr4rust's prediction recurses too) and
+//! evaluating at trees 54 to 58 levels deep, whatever the construct (about 37 KiB per level).
+//! Allot runs CEL on 2 MiB threads (tokio workers and the blocking pool: policy reloads and
+//! evaluations) as well as on the CLI's main thread (8 MiB).
+//!
+//! Three guards:
+//! - [`scan`], before the parser sees the text: an upper bound of the nesting, counted on the
+//!   text (brackets, `? :`, chains of operators and selections), refused beyond
+//!   [`MAX_NESTING`] with its column. It also keeps every accepted expression far below cel's
+//!   own recursion limit (96), whose handling underflows a counter and panics
+//!   (fuzz/regressions/cel_expression/parser-depth-underflow).
+//! - [`on_parser_stack`]: the parser and the load-time walks run on a stack of their own,
+//!   [`PARSER_STACK`], large enough for anything cel's limit lets through, so an expression the
+//!   text scan misjudges can at worst reach cel's limit (an error, or its panic, contained).
+//! - [`tree_depth`], after parsing: the exact depth of the tree the evaluator will walk,
+//!   refused beyond [`MAX_TREE_DEPTH`]; evaluation runs with at least
+//!   [`evaluation_stack`] bytes of stack for that depth (on a stack of its own when the thread
+//!   has less left).
+
+use kube::core::cel::cel::common::ast::{EntryExpr, Expr, IdedExpr};
+
+/// The largest nesting [`scan`] accepts: far below cel's parser limit (96), far above what
+/// policies need (the shipped ones scan at most 17, their trees 12 deep:
+/// `the_shipped_policies_nest_far_below_the_limits` in tests/cel_depth.rs).
+pub const MAX_NESTING: usize = 64;
+
+/// The deepest tree (after Allot's rewriting, see [`super::budget::instrument`]) a rule may
+/// evaluate.
+pub const MAX_TREE_DEPTH: usize = 160;
+
+/// Stack for parsing one expression and walking its tree at load: cel's parser stops at 96
+/// nested levels, which take about 16 MiB in a debug build; chains of operators cost less per
+/// level and are bounded by [`MAX_NESTING`] (virtual memory: only the pages used are touched).
+pub const PARSER_STACK: usize = 64 << 20;
+
+/// Stack one level of the evaluated tree may use, with a margin (measured: about 37 KiB in a
+/// debug build; optimised frames are smaller). With it, trees up to about 25 deep (the shipped
+/// policies' are at most 12) evaluate in place on a 2 MiB thread; deeper ones get a stack of
+/// their own, an `mmap` per evaluation.
+const EVALUATION_STACK_PER_LEVEL: usize = 64 << 10;
+
+/// What every evaluation has besides its levels (bindings, the interpreter's own frames).
+const EVALUATION_STACK_BASE: usize = 256 << 10;
+
+/// The stack an evaluation of a tree `depth` levels deep needs.
+pub fn evaluation_stack(depth: usize) -> usize {
+    EVALUATION_STACK_BASE + depth.saturating_mul(EVALUATION_STACK_PER_LEVEL)
+}
+
+/// Runs `evaluate` (of a tree `depth` deep) with enough stack: in place when the thread has it,
+/// else on a new stack.
+pub fn with_evaluation_stack<T>(depth: usize, evaluate: impl FnOnce() -> T) -> T {
+    let needed = evaluation_stack(depth);
+    stacker::maybe_grow(needed, needed.max(1 << 20), evaluate)
+}
+
+/// Runs `parse` on a stack of [`PARSER_STACK`] bytes.
+pub fn on_parser_stack<T>(parse: impl FnOnce() -> T) -> T {
+    stacker::grow(PARSER_STACK, parse)
+}
+
+/// The deepest point [`scan`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nesting {
+    /// Levels, counted as [`scan`] says.
+    pub depth: usize,
+    /// 1-based column (in characters) of the bracket that opens the deepest part, or 1.
+    pub column: usize,
+}
+
+/// One open bracket (or the whole expression) while scanning.
+#[derive(Debug, Clone, Copy)]
+struct Group {
+    /// Column of the opening bracket (1 for the whole expression).
+    column: usize,
+    /// `?` seen in this group: each nests the rest (`a ? b : c ? d : e`).
+    questions: usize,
+    /// `&&` and `||` seen: cel builds a balanced tree of them, log2 deep.
+    logic: usize,
+    /// Operators and selections in the current operand (between `,` `?` `:` `&&` `||`): cel
+    /// nests each left-associative chain one level per operator.
+    chain: usize,
+    /// The deepest group closed in the current operand, with its column.
+    inner: Nesting,
+    /// The deepest finished operand of this group.
+    deepest: Nesting,
+}
+
+impl Group {
+    fn new(column: usize) -> Group {
+        let none = Nesting { depth: 0, column };
+        Group { column, questions: 0, logic: 0, chain: 0, inner: none, deepest: none }
+    }
+
+    /// Ends the current operand.
+    fn end_operand(&mut self) {
+        let operand = Nesting { depth: self.chain + self.inner.depth, column: self.inner.column };
+        if operand.depth > self.deepest.depth {
+            self.deepest = operand;
+        }
+        self.chain = 0;
+        self.inner = Nesting { depth: 0, column: self.column };
+    }
+
+    /// The group's nesting once it is closed.
+    fn close(mut self) -> Nesting {
+        self.end_operand();
+        let logic_levels = (usize::BITS - self.logic.leading_zeros()) as usize;
+        Nesting { depth: 1 + self.questions + logic_levels + self.deepest.depth, column: self.deepest.column }
+    }
+}
+
+/// An upper bound of how deep cel's parser and evaluator nest for `source`, from the text
+/// alone (no recursion, linear time): every bracket, `?`, `&&`/`||` (log2 of their number),
+/// and every operator, `.` or `[` chained in one operand counts a level. String literals and
+/// comments are skipped only when they are well-formed as cel's lexer reads them; a malformed
+/// one is read as code (so its brackets count, as they do for cel's lexer after the error).
+pub fn scan(source: &str) -> Nesting {
+    let chars: Vec<char> = source.chars().collect();
+    let mut groups: Vec<(char, Group)> = vec![(' ', Group::new(1))];
+    // The last token ended an operand (a name, a literal, a closing bracket): a `[` after it
+    // is an index (a chain), else a list.
+    let mut after_operand = false;
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        let Some((_, group)) = groups.last_mut() else { break };
+        let before_operand = after_operand;
+        let comment = c == '/' && next == Some('/');
+        if !(c.is_whitespace() || comment) {
+            after_operand = matches!(c, '"' | '\'' | '`' | ')' | ']' | '}' | '_') || c.is_ascii_alphanumeric();
+        }
+        match c {
+            '/' if next == Some('/') => {
+                while i < chars.len() && chars[i] != '\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            '"' | '\'' | '`' => {
+                // A malformed literal: its quote is skipped and the rest read as code.
+                let length =
+                    if c == '`' { quoted_identifier_length(&chars[i..]) } else { literal_length(&chars[i..], false) };
+                after_operand = length.is_some();
+                i += length.unwrap_or(1);
+                continue;
+            }
+            c if c.is_ascii_alphabetic() || c == '_' => {
+                let start = i;
+                while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
+                    i += 1;
+                }
+                let word: String = chars[start..i].iter().collect();
+                if word == "in" {
+                    group.chain += 1;
+                }
+                let raw = matches!(word.as_str(), "r" | "R" | "br" | "bR" | "Br" | "BR");
+                let prefix = raw || matches!(word.as_str(), "b" | "B");
+                if prefix
+                    && matches!(chars.get(i), Some('"' | '\''))
+                    && let Some(length) = literal_length(&chars[i..], raw)
+                {
+                    i += length;
+                }
+                continue;
+            }
+            c if c.is_ascii_digit() => {
+                // A number: digits, letters (`0x1F`, `1e5`, `1u`) and a `.` between digits.
+                while i < chars.len()
+                    && (chars[i].is_ascii_alphanumeric()
+                        || (chars[i] == '.' && chars.get(i + 1).is_some_and(char::is_ascii_digit))
+                        || (matches!(chars[i], '+' | '-') && matches!(chars[i - 1], 'e' | 'E')))
+                {
+                    i += 1;
+                }
+                continue;
+            }
+            '(' | '[' | '{' => {
+                if c == '[' && before_operand {
+                    group.chain += 1; // an index chains like a selection
+                }
+                groups.push((c, Group::new(i + 1)));
+            }
+            ')' | ']' | '}' => {
+                let opener = match c {
+                    ')' => '(',
+                    ']' => '[',
+                    _ => '{',
+                };
+                // A stray or mismatched closer is a syntax error; not closing anything keeps
+                // the bound an upper bound.
+                if groups.len() > 1 && groups.last().is_some_and(|(open, _)| *open == opener) {
+                    close_group(&mut groups);
+                }
+            }
+            ',' | ':' => group.end_operand(),
+            '?' => {
+                group.end_operand();
+                group.questions += 1;
+            }
+            '&' | '|' if next == Some(c) => {
+                group.end_operand();
+                group.logic += 1;
+                i += 2;
+                continue;
+            }
+            '=' | '!' | '<' | '>' if next == Some('=') => {
+                group.chain += 1;
+                i += 2;
+                continue;
+            }
+            '.' | '+' | '-' | '*' | '/' | '%' | '<' | '>' | '!' => group.chain += 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    while groups.len() > 1 {
+        close_group(&mut groups);
+    }
+    groups.pop().map_or(Nesting { depth: 0, column: 1 }, |(_, root)| root.close())
+}
+
+/// Closes the innermost group into its parent.
+fn close_group(groups: &mut Vec<(char, Group)>) {
+    if let Some((_, closed)) = groups.pop()
+        && let Some((_, parent)) = groups.last_mut()
+    {
+        let own_column = closed.column;
+        let mut nesting = closed.close();
+        if nesting.depth == 1 {
+            nesting.column = own_column;
+        }
+        if nesting.depth > parent.inner.depth {
+            parent.inner = nesting;
+        }
+    }
+}
+
+/// The length of the string literal `text` starts with (at its quote), if it is well-formed
+/// as cel's lexer reads it: `'…'`, `"…"` (no newline), `'''…'''`, `"""…"""`, with valid escapes
+/// unless `raw`.
+fn literal_length(text: &[char], raw: bool) -> Option<usize> {
+    let quote = *text.first()?;
+    let triple = text.len() >= 3 && text[1] == quote && text[2] == quote;
+    if triple && let Some(length) = literal_body(text, 3, quote, true, raw) {
+        return Some(length);
+    }
+    // An unterminated `'''` is read as the empty string `''` followed by more.
+    literal_body(text, 1, quote, false, raw)
+}
+
+fn literal_body(text: &[char], open: usize, quote: char, triple: bool, raw: bool) -> Option<usize> {
+    let mut i = open;
+    loop {
+        let c = *text.get(i)?;
+        if c == quote && (!triple || (text.get(i + 1) == Some(&quote) && text.get(i + 2) == Some(&quote))) {
+            return Some(i + if triple { 3 } else { 1 });
+        }
+        if !triple && (c == '\n' || c == '\r') {
+            return None;
+        }
+        if c == '\\' && !raw {
+            i += escape_length(&text[i..])?;
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// The length of the escape sequence `text` starts with (at its backslash), if valid.
+fn escape_length(text: &[char]) -> Option<usize> {
+    let digits = |from: usize, count: usize, valid: fn(&char) -> bool| {
+        (from..from + count).all(|k| text.get(k).is_some_and(valid)).then_some(from + count)
+    };
+    match text.get(1)? {
+        'a' | 'b' | 'f' | 'n' | 'r' | 't' | 'v' | '"' | '\'' | '\\' | '?' | '`' => Some(2),
+        '0'..='3' => digits(2, 2, |c| ('0'..='7').contains(c)),
+        'x' | 'X' => digits(2, 2, char::is_ascii_hexdigit),
+        'u' => digits(2, 4, char::is_ascii_hexdigit),
+        'U' => digits(2, 8, char::is_ascii_hexdigit),
+        _ => None,
+    }
+}
+
+/// The length of a well-formed `` `quoted.identifier` `` at the start of `text`.
+fn quoted_identifier_length(text: &[char]) -> Option<usize> {
+    let close = text.iter().skip(1).position(|c| *c == '`')? + 1;
+    let body = &text[1..close];
+    let valid = |c: &char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '/' | ' ');
+    (!body.is_empty() && body.iter().all(valid)).then_some(close + 1)
+}
+
+/// The message for an expression [`scan`] refuses.
+pub fn nesting_message(nesting: Nesting) -> String {
+    format!(
+        "the expression nests {} levels deep (deepest part from column {}); Allot accepts at most {MAX_NESTING} \
+         (each bracket, call, `? :` and each operator or `.` chained in one operand counts a level): split it \
+         into several rules or simpler parts",
+        nesting.depth, nesting.column
+    )
+}
+
+/// The depth of the tree, without recursion.
+pub fn tree_depth(root: &IdedExpr) -> usize {
+    let mut deepest = 0;
+    let mut pending = vec![(root, 1usize)];
+    while let Some((expr, depth)) = pending.pop() {
+        deepest = deepest.max(depth);
+        let below = depth + 1;
+        match &expr.expr {
+            Expr::Call(call) => {
+                pending.extend(call.target.as_deref().map(|t| (t, below)));
+                pending.extend(call.args.iter().map(|a| (a, below)));
+            }
+            Expr::Comprehension(comp) => {
+                for part in [&comp.iter_range, &comp.accu_init, &comp.loop_cond, &comp.loop_step, &comp.result] {
+                    pending.push((part, below));
+                }
+            }
+            Expr::List(list) => pending.extend(list.elements.iter().map(|e| (e, below))),
+            Expr::Map(map) => {
+                for entry in &map.entries {
+                    push_entry(&entry.expr, below, &mut pending);
+                }
+            }
+            Expr::Struct(st) => {
+                for entry in &st.entries {
+                    push_entry(&entry.expr, below, &mut pending);
+                }
+            }
+            Expr::Select(select) => pending.push((&select.operand, below)),
+            Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+        }
+    }
+    deepest
+}
+
+fn push_entry<'e>(entry: &'e EntryExpr, depth: usize, pending: &mut Vec<(&'e IdedExpr, usize)>) {
+    match entry {
+        EntryExpr::MapEntry(e) => {
+            pending.push((&e.key, depth));
+            pending.push((&e.value, depth));
+        }
+        EntryExpr::StructField(f) => pending.push((&f.value, depth)),
+    }
+}
+
+/// The message for a tree deeper than [`MAX_TREE_DEPTH`].
+pub fn tree_message(depth: usize) -> String {
+    format!(
+        "the expression's evaluation would nest {depth} levels deep; Allot accepts at most {MAX_TREE_DEPTH}: \
+         split it into several rules or simpler parts"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn depth(source: &str) -> usize {
+        scan(source).depth
+    }
+
+    #[test]
+    fn brackets_ternaries_and_chains_count() {
+        assert_eq!(depth("x"), 1);
+        assert_eq!(depth("((x))"), 3);
+        assert_eq!(depth("[[[1]]]"), 4);
+        assert_eq!(depth("f(g(h(1)))"), 4);
+        assert_eq!(depth("a ? b : c ? d : e"), 3);
+        assert_eq!(depth("a.b.c.d"), 4);
+        assert_eq!(depth("1 + 1 + 1 + 1"), 4);
+        assert_eq!(depth("a == b"), 2);
+        assert_eq!(depth("x in y"), 2);
+        // `&&` and `||` build a balanced tree: log2 of their number.
+        assert_eq!(depth("a && b"), 2);
+        assert_eq!(depth("a && b && c && d"), 3);
+        // Operands separated by `,` do not add up; the deepest counts, with its column.
+        assert_eq!(scan("f(a.b, [[c]])"), Nesting { depth: 4, column: 9 });
+    }
+
+    #[test]
+    fn well_formed_strings_and_comments_are_skipped() {
+        assert_eq!(depth("'((((' + \"[[[[\""), 2);
+        assert_eq!(depth("'''(((\n((('''"), 1);
+        assert_eq!(depth(r#"r'\((((' == b"\x41(((""#), 2);
+        assert_eq!(depth("x // ((((((\n"), 1);
+        assert_eq!(depth("`a.b/c` == 1"), 2);
+        assert_eq!(depth("'it\\'s (' + \"\\u00e9 (\""), 2);
+        assert_eq!(depth("1.5e+3 + 0x1Fu"), 2);
+    }
+
+    #[test]
+    fn malformed_strings_are_read_as_code() {
+        // `\0` is not a cel escape: cel's lexer gives up on the literal and reads on.
+        assert_eq!(depth("'\\0((((("), 6);
+        // A newline ends a one-line string.
+        assert_eq!(depth("'((\n((("), 6);
+        // Unterminated.
+        assert_eq!(depth("\"[["), 3);
+        // A raw string has no escapes: `r'\'` is complete, `'\'` is not.
+        assert_eq!(depth("r'\\' + ((x))"), 4);
+        assert_eq!(depth("'\\' + ((x))"), 4);
+    }
+
+    #[test]
+    fn unclosed_and_stray_brackets_keep_an_upper_bound() {
+        assert_eq!(depth("(((("), 5);
+        assert_eq!(depth("))))(("), 3);
+        assert_eq!(depth("([)])"), 3);
+    }
+
+    #[test]
+    fn the_tree_depth_is_exact() {
+        let parse = |s: &str| kube::core::cel::cel::Program::compile(s).map(|p| tree_depth(p.expression()));
+        assert_eq!(parse("x").ok(), Some(1));
+        assert_eq!(parse("((x))").ok(), Some(1));
+        assert_eq!(parse("a.b.c").ok(), Some(3));
+        assert_eq!(parse("1 + 2 + 3").ok(), Some(3));
+        assert_eq!(parse("[[1]]").ok(), Some(3));
+        assert_eq!(parse("{'a': {'b': 1}}").ok(), Some(3));
+    }
+}
