@@ -222,6 +222,9 @@ impl Expression {
         if nesting.depth > depth::MAX_NESTING {
             return Err(depth::nesting_message(nesting));
         }
+        if let Some((operator, column)) = depth::repeated_unary(source) {
+            return Err(depth::repeated_unary_message(operator, column));
+        }
         depth::on_parser_stack(|| Expression::compile_checked(source))
     }
 

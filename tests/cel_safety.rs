@@ -344,3 +344,28 @@ fn ordinary_expressions_are_unaffected_by_the_budget() {
         assert_eq!(eval_on_tenant_pod(source, 1 << 20, 3), Ok(true), "{source}");
     }
 }
+
+/// cel 0.13 evaluates `!!x` as `!x`: a rule written with a doubled `!` (or unary `-`) would
+/// decide the opposite of what it says, so it is refused at load with its location.
+#[test]
+fn doubled_unary_operators_are_refused_at_load_with_their_location() {
+    for (expression, words) in [
+        ("!!has(object.metadata.labels)", "`!` twice in a row (column 1)"),
+        ("object.spec.containers.size() == - -1", "unary `-` twice in a row (column 34)"),
+    ] {
+        let err = load_error(&rule_doc("inverted", expression, "Deny"));
+        assert!(err.contains("rules.yaml: document 1 (Rule inverted): spec.expression:"), "{err}");
+        assert!(err.contains(words), "{err}");
+    }
+    // The same operators apart, or in a string, are fine.
+    for expression in ["!(!has(object.metadata.labels))", "object.metadata.name != '!!'", "1 - -1 == 2"] {
+        assert!(
+            allot::policy::compile(&[allot::policy::Source {
+                name: "rules.yaml".into(),
+                text: rule_doc("ok", expression, "Deny")
+            }])
+            .is_ok(),
+            "{expression}"
+        );
+    }
+}

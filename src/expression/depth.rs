@@ -228,6 +228,101 @@ pub fn scan(source: &str) -> Nesting {
     groups.pop().map_or(Nesting { depth: 0, column: 1 }, |(_, root)| root.close())
 }
 
+/// cel 0.13 reads an even run of `!`, or of unary `-`, as one (its parser drops the result it
+/// computes for the doubled operator: `!!true` is `false`, `--1` is `-1`), so a rule written
+/// `!!has(…)` would silently decide the opposite. Returns the operator and the 1-based column
+/// of the first run of two or more (odd runs included: they are correct, but only by parity).
+/// Strings and comments are skipped as [`scan`] skips them.
+pub fn repeated_unary(source: &str) -> Option<(char, usize)> {
+    let chars: Vec<char> = source.chars().collect();
+    // The next character that is not whitespace or in a comment, from `from`.
+    let significant = |mut from: usize| -> Option<usize> {
+        while from < chars.len() {
+            if chars[from].is_whitespace() {
+                from += 1;
+            } else if chars[from] == '/' && chars.get(from + 1) == Some(&'/') {
+                while from < chars.len() && chars[from] != '\n' {
+                    from += 1;
+                }
+            } else {
+                return Some(from);
+            }
+        }
+        None
+    };
+    let mut after_operand = false;
+    let mut i = 0;
+    while let Some(at) = significant(i) {
+        i = at;
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        match c {
+            '"' | '\'' | '`' => {
+                let length =
+                    if c == '`' { quoted_identifier_length(&chars[i..]) } else { literal_length(&chars[i..], false) };
+                after_operand = length.is_some();
+                i += length.unwrap_or(1);
+                continue;
+            }
+            c if c.is_ascii_alphanumeric() || c == '_' => {
+                let start = i;
+                while i < chars.len()
+                    && (chars[i].is_ascii_alphanumeric()
+                        || chars[i] == '_'
+                        || (chars[i] == '.'
+                            && chars.get(i + 1).is_some_and(char::is_ascii_digit)
+                            && chars[start].is_ascii_digit())
+                        || (matches!(chars[i], '+' | '-')
+                            && chars[start].is_ascii_digit()
+                            && matches!(chars[i - 1], 'e' | 'E')))
+                {
+                    i += 1;
+                }
+                let word: String = chars[start..i].iter().collect();
+                let raw = matches!(word.as_str(), "r" | "R" | "br" | "bR" | "Br" | "BR");
+                if (raw || matches!(word.as_str(), "b" | "B"))
+                    && matches!(chars.get(i), Some('"' | '\''))
+                    && let Some(length) = literal_length(&chars[i..], raw)
+                {
+                    i += length;
+                }
+                after_operand = true;
+                continue;
+            }
+            '!' if next != Some('=') => {
+                if significant(i + 1).is_some_and(|j| chars[j] == '!' && chars.get(j + 1) != Some(&'=')) {
+                    return Some(('!', i + 1));
+                }
+                after_operand = false;
+            }
+            '-' if !after_operand => {
+                if significant(i + 1).is_some_and(|j| chars[j] == '-') {
+                    return Some(('-', i + 1));
+                }
+                after_operand = false;
+            }
+            ')' | ']' | '}' => after_operand = true,
+            '!' | '=' | '<' | '>' if next == Some('=') => {
+                after_operand = false;
+                i += 2;
+                continue;
+            }
+            _ => after_operand = false,
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Why [`repeated_unary`] refuses an expression.
+pub fn repeated_unary_message(operator: char, column: usize) -> String {
+    let (name, example) = if operator == '!' { ("`!`", "`!!x` as `!x`") } else { ("unary `-`", "`--x` as `-x`") };
+    format!(
+        "{name} twice in a row (column {column}): the CEL engine Allot runs (cel 0.13) evaluates {example}, so the \
+         rule would decide the opposite of what it says; write the operand itself (or the operator once)"
+    )
+}
+
 /// Closes the innermost group into its parent.
 fn close_group(groups: &mut Vec<(char, Group)>) {
     if let Some((_, closed)) = groups.pop()
@@ -427,5 +522,36 @@ mod tests {
         assert_eq!(parse("1 + 2 + 3").ok(), Some(3));
         assert_eq!(parse("[[1]]").ok(), Some(3));
         assert_eq!(parse("{'a': {'b': 1}}").ok(), Some(3));
+    }
+
+    #[test]
+    fn doubled_unary_operators_are_found_outside_strings_and_comments() {
+        for (source, found) in [
+            ("!!has(object.spec)", Some(('!', 1))),
+            ("x && ! !y", Some(('!', 6))),
+            ("!!!x", Some(('!', 1))),
+            ("--1 == -1", Some(('-', 1))),
+            ("a == - -b", Some(('-', 6))),
+            ("[1, --2]", Some(('-', 5))),
+            ("!(!x)", None),
+            ("a != !b", None),
+            ("!x != !y", None),
+            ("1 - -1 == 2", None),
+            ("a--1", None),
+            ("1e-5 - 2", None),
+            ("'!!' + \"--\" == r'!!'", None),
+            ("x // !!\n && !y", None),
+            ("`a-b` - -1", None),
+        ] {
+            assert_eq!(repeated_unary(source), found, "{source}");
+        }
+    }
+
+    #[test]
+    fn cel_still_reads_a_doubled_not_as_one() {
+        // Why the refusal exists; when cel fixes its parser, this fails and the refusal can go.
+        let value = kube::core::cel::cel::Program::compile("!!true")
+            .map(|p| p.execute(&kube::core::cel::cel::Context::default()));
+        assert!(matches!(value, Ok(Ok(kube::core::cel::cel::Value::Bool(false)))), "{value:?}");
     }
 }
