@@ -134,55 +134,22 @@ pub fn scan(source: &str) -> Nesting {
         let next = chars.get(i + 1).copied();
         let Some((_, group)) = groups.last_mut() else { break };
         let before_operand = after_operand;
-        let comment = c == '/' && next == Some('/');
-        if !(c.is_whitespace() || comment) {
-            after_operand = matches!(c, '"' | '\'' | '`' | ')' | ']' | '}' | '_') || c.is_ascii_alphanumeric();
+        if let Some(end) = comment_end(&chars, i) {
+            i = end;
+            continue;
+        }
+        if let Some((end, well_formed)) = operand_at(&chars, i) {
+            if chars[i..end] == ['i', 'n'] {
+                group.chain += 1;
+            }
+            after_operand = well_formed;
+            i = end;
+            continue;
+        }
+        if !c.is_whitespace() {
+            after_operand = matches!(c, ')' | ']' | '}');
         }
         match c {
-            '/' if next == Some('/') => {
-                while i < chars.len() && chars[i] != '\n' {
-                    i += 1;
-                }
-                continue;
-            }
-            '"' | '\'' | '`' => {
-                // A malformed literal: its quote is skipped and the rest read as code.
-                let length =
-                    if c == '`' { quoted_identifier_length(&chars[i..]) } else { literal_length(&chars[i..], false) };
-                after_operand = length.is_some();
-                i += length.unwrap_or(1);
-                continue;
-            }
-            c if c.is_ascii_alphabetic() || c == '_' => {
-                let start = i;
-                while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
-                    i += 1;
-                }
-                let word: String = chars[start..i].iter().collect();
-                if word == "in" {
-                    group.chain += 1;
-                }
-                let raw = matches!(word.as_str(), "r" | "R" | "br" | "bR" | "Br" | "BR");
-                let prefix = raw || matches!(word.as_str(), "b" | "B");
-                if prefix
-                    && matches!(chars.get(i), Some('"' | '\''))
-                    && let Some(length) = literal_length(&chars[i..], raw)
-                {
-                    i += length;
-                }
-                continue;
-            }
-            c if c.is_ascii_digit() => {
-                // A number: digits, letters (`0x1F`, `1e5`, `1u`) and a `.` between digits.
-                while i < chars.len()
-                    && (chars[i].is_ascii_alphanumeric()
-                        || (chars[i] == '.' && chars.get(i + 1).is_some_and(char::is_ascii_digit))
-                        || (matches!(chars[i], '+' | '-') && matches!(chars[i - 1], 'e' | 'E')))
-                {
-                    i += 1;
-                }
-                continue;
-            }
             '(' | '[' | '{' => {
                 if c == '[' && before_operand {
                     group.chain += 1; // an index chains like a selection
@@ -238,12 +205,10 @@ pub fn repeated_unary(source: &str) -> Option<(char, usize)> {
     // The next character that is not whitespace or in a comment, from `from`.
     let significant = |mut from: usize| -> Option<usize> {
         while from < chars.len() {
-            if chars[from].is_whitespace() {
+            if let Some(end) = comment_end(&chars, from) {
+                from = end;
+            } else if chars[from].is_whitespace() {
                 from += 1;
-            } else if chars[from] == '/' && chars.get(from + 1) == Some(&'/') {
-                while from < chars.len() && chars[from] != '\n' {
-                    from += 1;
-                }
             } else {
                 return Some(from);
             }
@@ -254,41 +219,13 @@ pub fn repeated_unary(source: &str) -> Option<(char, usize)> {
     let mut i = 0;
     while let Some(at) = significant(i) {
         i = at;
-        let c = chars[i];
+        if let Some((end, well_formed)) = operand_at(&chars, i) {
+            after_operand = well_formed;
+            i = end;
+            continue;
+        }
         let next = chars.get(i + 1).copied();
-        match c {
-            '"' | '\'' | '`' => {
-                let length =
-                    if c == '`' { quoted_identifier_length(&chars[i..]) } else { literal_length(&chars[i..], false) };
-                after_operand = length.is_some();
-                i += length.unwrap_or(1);
-                continue;
-            }
-            c if c.is_ascii_alphanumeric() || c == '_' => {
-                let start = i;
-                while i < chars.len()
-                    && (chars[i].is_ascii_alphanumeric()
-                        || chars[i] == '_'
-                        || (chars[i] == '.'
-                            && chars.get(i + 1).is_some_and(char::is_ascii_digit)
-                            && chars[start].is_ascii_digit())
-                        || (matches!(chars[i], '+' | '-')
-                            && chars[start].is_ascii_digit()
-                            && matches!(chars[i - 1], 'e' | 'E')))
-                {
-                    i += 1;
-                }
-                let word: String = chars[start..i].iter().collect();
-                let raw = matches!(word.as_str(), "r" | "R" | "br" | "bR" | "Br" | "BR");
-                if (raw || matches!(word.as_str(), "b" | "B"))
-                    && matches!(chars.get(i), Some('"' | '\''))
-                    && let Some(length) = literal_length(&chars[i..], raw)
-                {
-                    i += length;
-                }
-                after_operand = true;
-                continue;
-            }
+        match chars[i] {
             '!' if next != Some('=') => {
                 if significant(i + 1).is_some_and(|j| chars[j] == '!' && chars.get(j + 1) != Some(&'=')) {
                     return Some(('!', i + 1));
@@ -312,6 +249,56 @@ pub fn repeated_unary(source: &str) -> Option<(char, usize)> {
         i += 1;
     }
     None
+}
+
+/// Where a `//` comment starting at `i` ends (its newline, or the end), or `None`.
+fn comment_end(chars: &[char], i: usize) -> Option<usize> {
+    if chars.get(i) != Some(&'/') || chars.get(i + 1) != Some(&'/') {
+        return None;
+    }
+    Some(chars[i..].iter().position(|&c| c == '\n').map_or(chars.len(), |n| i + n))
+}
+
+/// The operand token that starts at `i`, as cel's lexer reads it: a string or bytes literal
+/// (prefixes `r`, `b`, `br` …), a quoted identifier, a name or a number. Returns where it ends
+/// and whether it is well-formed: of a malformed literal only the quote is consumed, and the
+/// rest is read as code (as cel's lexer reads on after the error). `None`: no operand here.
+fn operand_at(chars: &[char], i: usize) -> Option<(usize, bool)> {
+    let c = *chars.get(i)?;
+    let mut end = i;
+    match c {
+        '"' | '\'' | '`' => {
+            let length =
+                if c == '`' { quoted_identifier_length(&chars[i..]) } else { literal_length(&chars[i..], false) };
+            Some(length.map_or((i + 1, false), |length| (i + length, true)))
+        }
+        c if c.is_ascii_alphabetic() || c == '_' => {
+            while end < chars.len() && (chars[end].is_ascii_alphanumeric() || chars[end] == '_') {
+                end += 1;
+            }
+            let word: String = chars[i..end].iter().collect();
+            let raw = matches!(word.as_str(), "r" | "R" | "br" | "bR" | "Br" | "BR");
+            if (raw || matches!(word.as_str(), "b" | "B"))
+                && matches!(chars.get(end), Some('"' | '\''))
+                && let Some(length) = literal_length(&chars[end..], raw)
+            {
+                end += length;
+            }
+            Some((end, true))
+        }
+        c if c.is_ascii_digit() => {
+            // Digits, letters (`0x1F`, `1e5`, `1u`) and a `.` between digits.
+            while end < chars.len()
+                && (chars[end].is_ascii_alphanumeric()
+                    || (chars[end] == '.' && chars.get(end + 1).is_some_and(char::is_ascii_digit))
+                    || (matches!(chars[end], '+' | '-') && matches!(chars[end - 1], 'e' | 'E')))
+            {
+                end += 1;
+            }
+            Some((end, true))
+        }
+        _ => None,
+    }
 }
 
 /// Why [`repeated_unary`] refuses an expression.
