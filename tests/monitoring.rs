@@ -18,12 +18,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{root, skipped};
+use support::{KilledOnDrop, root, skipped};
 
 const RULES: &str = "deploy/monitoring/rules.yaml";
 const RULE_TESTS: &str = "deploy/monitoring/tests";
@@ -574,17 +574,11 @@ const PANICKING_WARN_RULE: &str = "apiVersion: allot.dev/v1alpha1\nkind: Rule\nm
 /// `allot serve --no-kube` in a temporary directory with the shipped policies plus a Warn rule
 /// that panics (the test-hooks build's `allotTestPanic`); killed on drop.
 struct Serve {
-    child: Child,
+    /// Held for its Drop: the server stops with the test.
+    _child: KilledOnDrop,
     dir: tempfile::TempDir,
     https: String,
     metrics: String,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Serve {
@@ -634,7 +628,7 @@ impl Serve {
             let _ = BufReader::new(stdout).read_line(&mut line);
             let _ = tx.send(line);
         });
-        let mut serve = Serve { child, dir, https: String::new(), metrics: String::new() };
+        let mut serve = Serve { _child: KilledOnDrop::new(child), dir, https: String::new(), metrics: String::new() };
         let line = rx
             .recv_timeout(Duration::from_secs(30))
             .unwrap_or_else(|_| panic!("allot serve did not start:\n{}", serve.log()));

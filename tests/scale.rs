@@ -20,7 +20,7 @@ mod support;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -29,6 +29,7 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+use support::KilledOnDrop;
 use support::cluster::{ControlPlane, binaries_from_env, metric, ready};
 
 /// Namespaces the scale team owns.
@@ -71,15 +72,8 @@ impl Settings {
 
 /// `allot serve`, killed on drop.
 struct Allot {
-    child: Child,
+    child: KilledOnDrop,
     metrics: String,
-}
-
-impl Drop for Allot {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Allot {
@@ -111,7 +105,7 @@ impl Allot {
         });
         let line = rx.recv_timeout(Duration::from_secs(30)).expect("allot serve did not start");
         let metrics = line.split("http://").nth(1).map(|r| r.trim().to_string()).expect("metrics address");
-        Allot { child, metrics }
+        Allot { child: KilledOnDrop::new(child), metrics }
     }
 
     /// Resident set and its high-water mark, in bytes, from /proc.
@@ -268,15 +262,9 @@ async fn create_ratio(
 
 /// The `baseline-server` example serving Allot's certificate, killed on drop.
 struct Baseline {
-    child: Child,
+    /// Held for its Drop: the server stops with the test.
+    _child: KilledOnDrop,
     url: String,
-}
-
-impl Drop for Baseline {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Baseline {
@@ -301,7 +289,7 @@ impl Baseline {
         let line = rx.recv_timeout(Duration::from_secs(30)).expect("baseline-server did not start");
         let url =
             line.split_whitespace().last().filter(|u| u.starts_with("https://")).expect("baseline url").to_string();
-        Baseline { child, url }
+        Baseline { _child: KilledOnDrop::new(child), url }
     }
 }
 

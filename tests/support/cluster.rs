@@ -455,7 +455,7 @@ impl Cluster {
         let stdout = child.stdout.take().unwrap();
         // A start that fails (no serving line, never ready) panics below: the guard kills the
         // process then, so no `allot serve` outlives the test.
-        let mut child = KillOnDrop(Some(child));
+        let child = super::KilledOnDrop::new(child);
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut line = String::new();
@@ -474,7 +474,7 @@ impl Cluster {
             assert!(std::time::Instant::now() < deadline, "allot serve at {metrics} not ready within 30 s");
             std::thread::sleep(Duration::from_millis(50));
         }
-        (child.0.take().expect("the child is still there"), addr, metrics)
+        (child.into_inner(), addr, metrics)
     }
 
     /// Kills `allot serve` with SIGKILL (a crash: no Lease handover, requests cut off).
@@ -586,18 +586,5 @@ where
         }
         assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A child process killed when dropped unless taken out: for the moments between spawning and
-/// handing it to its owner, when a failed check panics.
-struct KillOnDrop(Option<std::process::Child>);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if let Some(child) = self.0.as_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }

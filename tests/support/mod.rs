@@ -6,7 +6,7 @@ pub mod fake_api;
 pub mod proxy;
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 
 /// The repository root (where `policies/`, `examples/` and `policy-tests/` live).
 pub fn root() -> PathBuf {
@@ -37,5 +37,42 @@ pub fn skipped(test: &str, why: &str) {
             let _ = stderr.write_all(line.as_bytes());
         }
         Err(_) => eprint!("{line}"),
+    }
+}
+
+/// A child process (an `allot serve`, a baseline server) killed and reaped when dropped, so it
+/// never outlives its test, also when the test panics half-way through starting it.
+pub struct KilledOnDrop(Option<Child>);
+
+impl KilledOnDrop {
+    pub fn new(child: Child) -> KilledOnDrop {
+        KilledOnDrop(Some(child))
+    }
+
+    /// The process, no longer killed on drop: for an owner that stops it itself.
+    pub fn into_inner(mut self) -> Child {
+        self.0.take().expect("a KilledOnDrop holds its child until into_inner")
+    }
+}
+
+impl std::ops::Deref for KilledOnDrop {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        self.0.as_ref().expect("a KilledOnDrop holds its child until into_inner")
+    }
+}
+
+impl std::ops::DerefMut for KilledOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        self.0.as_mut().expect("a KilledOnDrop holds its child until into_inner")
+    }
+}
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
