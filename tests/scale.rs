@@ -211,28 +211,7 @@ async fn set_webhooks(
         settled(m.delete(&m_name, &DeleteParams::default()).await.map(drop), "delete mutating webhook");
         settled(v.delete(&v_name, &DeleteParams::default()).await.map(drop), "delete validating webhook");
     }
-    let probes: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), PROBE_NAMESPACE);
-    let probe: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
-        "metadata": {"name": "probe"},
-        "spec": {"containers": [{"name": "w", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
-    }))
-    .expect("probe pod");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let admitted = probes.create(&PostParams::default(), &probe).await.is_ok();
-        if admitted {
-            let _ = probes.delete("probe", &DeleteParams::default().grace_period(0)).await;
-            // Wait for it to be gone, so the next probe's create does not collide.
-            while probes.get_opt("probe").await.ok().flatten().is_some() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-        if admitted != on {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the API server did not pick up the webhook change (on = {on})");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for_probe(client, !on, &format!("the API server picks up the webhook change (on = {on})")).await;
 }
 
 /// Creates/s with Allot as a ratio to no webhook: `rounds` alternations of one batch each way.
@@ -293,6 +272,37 @@ impl Baseline {
     }
 }
 
+/// A team-less one-GPU pod: Allot denies it, an allow-everything webhook admits it.
+fn probe(name: &str) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "w", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    }))
+    .expect("probe pod")
+}
+
+/// Creates the probe until the API server admits it (`admitted`) or refuses it, deleting it
+/// each time it got in; fails after 60 s, saying what it waited for.
+async fn wait_for_probe(client: &kube::Client, admitted: bool, what: &str) {
+    let probes: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), PROBE_NAMESPACE);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got_in = probes.create(&PostParams::default(), &probe("probe")).await.is_ok();
+        if got_in {
+            let _ = probes.delete("probe", &DeleteParams::default().grace_period(0)).await;
+            // Wait for it to be gone, so the next probe's create does not collide.
+            while probes.get_opt("probe").await.ok().flatten().is_some() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        if got_in == admitted {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Points the registered webhook configurations (same names) at another server by replacing
 /// their webhook lists, then waits until the API server acts on it: the probe (a team-less GPU
 /// pod) is denied while Allot answers and admitted once the allow-everything baseline does.
@@ -311,30 +321,12 @@ async fn point_webhooks(
     v.patch(&name(&configs.1.metadata), &PatchParams::default(), &Patch::Merge(&configs.1))
         .await
         .expect("patch validating");
-    let probes: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), PROBE_NAMESPACE);
-    let probe: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
-        "metadata": {"name": "probe"},
-        "spec": {"containers": [{"name": "w", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
-    }))
-    .expect("probe pod");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let admitted = probes.create(&PostParams::default(), &probe).await.is_ok();
-        if admitted {
-            let _ = probes.delete("probe", &DeleteParams::default().grace_period(0)).await;
-            while probes.get_opt("probe").await.ok().flatten().is_some() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-        if admitted != allot_answers {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the API server did not switch webhook servers (to allot = {allot_answers})"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for_probe(
+        client,
+        !allot_answers,
+        &format!("the API server switches webhook servers (to allot = {allot_answers})"),
+    )
+    .await;
 }
 
 /// Creates/s with Allot as a ratio to the trivial webhook in its place: `rounds` alternations
@@ -586,13 +578,10 @@ async fn allot_at_scale() {
     let tracked_after = allot.tracked_pods();
     let denied_probe_after = {
         // Allot still answers after the restart (a team-less GPU pod is denied).
-        let probes: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), PROBE_NAMESPACE);
-        let probe: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
-            "metadata": {"name": "probe-after"},
-            "spec": {"containers": [{"name": "w", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
-        }))
-        .expect("probe");
-        probes.create(&PostParams::default(), &probe).await.is_err()
+        Api::namespaced(client.clone(), PROBE_NAMESPACE)
+            .create(&PostParams::default(), &probe("probe-after"))
+            .await
+            .is_err()
     };
     println!(
         "== allot at scale: {grown_pods} pods ({} filled through Allot at {fill_rate:.0}/s, {} clients)",
