@@ -19,6 +19,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicyBinding, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
@@ -311,48 +312,13 @@ async fn compiled_policies_alone_give_the_engines_verdicts_and_mutations() {
     assert!(Api::<ValidatingWebhookConfiguration>::all(client.clone()).list(&lp).await.expect("list").items.is_empty());
 
     let engine = Engine::new(&policies, &NoNamespaces);
-    let mut expectations = Vec::new();
-    for (name, object, admitted) in cases() {
-        let manifest = Manifest { source: name.to_string(), document: 1, line: 0, object: object.clone() };
-        let expected = admit_manifest(&engine, &manifest);
-        let uncovered: Vec<_> = expected
-            .report
-            .findings
-            .iter()
-            .filter(|f| f.action == allot::policy::Action::Deny && !COVERED.contains(&f.rule.as_str()))
-            .collect();
-        assert!(uncovered.is_empty(), "{name}: the engine denies for a webhook-only reason: {uncovered:?}");
-        assert_eq!(expected.report.allowed, admitted, "{name}: the engine says {:?}", expected.report.findings);
-        expectations.push((name, object, admitted, expected.mutated));
-    }
-    // The API server loads the policies and the CRD asynchronously, each on its own: compare
-    // until every case agrees, or fail with the disagreements after a minute.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut failures = Vec::new();
-        for (name, object, admitted, mutated) in &expectations {
-            let native = dry_run(&client, object).await;
-            match (&native, admitted) {
-                (Ok(created), true) if object["kind"] == "Pod" => {
-                    let (got, want) = (placement_fields(created), placement_fields(mutated));
-                    if got != want {
-                        failures.push(format!("{name}: native {got} engine {want}"));
-                    }
-                }
-                (Ok(_), true) => {}
-                (Err(e), false) if e.contains("ValidatingAdmissionPolicy") => {}
-                (Ok(created), false) => {
-                    failures.push(format!("{name}: admitted natively as {}", placement_fields(created)))
-                }
-                (Err(e), _) => failures.push(format!("{name}: native {e}, engine allowed={admitted}")),
-            }
-        }
-        if failures.is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "native and engine disagree:\n{}", failures.join("\n"));
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let expectations = engine_expectations(&engine, cases());
+    assert_native_agrees(&client, &expectations).await;
+
+    // The same for a tenant: alice, impersonated, with a namespaced Role on pods only, sets what
+    // a tenant can write to something hostile; the native policies answer her as the engine does.
+    let alice = tenant_client(&plane, &["vision", "nlp", "speech"]).await;
+    assert_native_agrees(&alice, &engine_expectations(&engine, hostile_cases())).await;
 
     // A Warn rule whose count of a container's accelerators is expanded into quantity CEL:
     // the warning is the engine's message, and only where the engine warns.
@@ -394,6 +360,126 @@ async fn compiled_policies_alone_give_the_engines_verdicts_and_mutations() {
     let fields = placement_fields(&both);
     assert_eq!(fields["tolerations"].as_array().map(Vec::len), Some(2), "{fields}");
     assert_eq!(fields["nodeSelector"], json!({"example.com/pool": "a100"}));
+}
+
+/// The engine's verdict and mutated object for each case; every denial must be one the
+/// compiler covers.
+fn engine_expectations(
+    engine: &Engine<'_>,
+    cases: Vec<(&'static str, Value, bool)>,
+) -> Vec<(&'static str, Value, bool, Value)> {
+    let mut expectations = Vec::new();
+    for (name, object, admitted) in cases {
+        let manifest = Manifest { source: name.to_string(), document: 1, line: 0, object: object.clone() };
+        let expected = admit_manifest(engine, &manifest);
+        let uncovered: Vec<_> = expected
+            .report
+            .findings
+            .iter()
+            .filter(|f| f.action == allot::policy::Action::Deny && !COVERED.contains(&f.rule.as_str()))
+            .collect();
+        assert!(uncovered.is_empty(), "{name}: the engine denies for a webhook-only reason: {uncovered:?}");
+        assert_eq!(expected.report.allowed, admitted, "{name}: the engine says {:?}", expected.report.findings);
+        expectations.push((name, object, admitted, expected.mutated));
+    }
+    expectations
+}
+
+/// Server-side dry-run creates through `client` give the engine's verdicts and placements.
+async fn assert_native_agrees(client: &kube::Client, expectations: &[(&'static str, Value, bool, Value)]) {
+    // The API server loads the policies and the CRD asynchronously, each on its own: compare
+    // until every case agrees, or fail with the disagreements after a minute.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut failures = Vec::new();
+        for (name, object, admitted, mutated) in expectations {
+            let native = dry_run(client, object).await;
+            match (&native, admitted) {
+                (Ok(created), true) if object["kind"] == "Pod" => {
+                    let (got, want) = (placement_fields(created), placement_fields(mutated));
+                    if got != want {
+                        failures.push(format!("{name}: native {got} engine {want}"));
+                    }
+                }
+                (Ok(_), true) => {}
+                (Err(e), false) if e.contains("ValidatingAdmissionPolicy") => {}
+                (Ok(created), false) => {
+                    failures.push(format!("{name}: admitted natively as {}", placement_fields(created)))
+                }
+                (Err(e), _) => failures.push(format!("{name}: native {e}, engine allowed={admitted}")),
+            }
+        }
+        if failures.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "native and engine disagree:\n{}", failures.join("\n"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// What a tenant can write, set to something hostile and not already refused by the API
+/// server's own checks (a forged `priority`, a request above an extended resource's limit and
+/// fractional GPUs never reach a policy): a class her team may not use, a toleration of
+/// everything, another pool's nodeSelector, a GPU held by an init container, an unpinned image.
+fn hostile_cases() -> Vec<(&'static str, Value, bool)> {
+    let gpu_pod = |extra: Value| {
+        let mut spec = json!({"containers": gpu("nvidia.com/gpu", "1", "1")});
+        if let (Some(spec), Value::Object(extra)) = (spec.as_object_mut(), extra) {
+            spec.extend(extra);
+        }
+        spec
+    };
+    vec![
+        ("tenant-class-not-allowed", pod("t1", "nlp", gpu_pod(json!({"priorityClassName": "high-priority"}))), false),
+        (
+            "tenant-tolerates-everything",
+            pod("t2", "vision", gpu_pod(json!({"tolerations": [{"operator": "Exists"}]}))),
+            true,
+        ),
+        (
+            "tenant-other-pool",
+            pod("t3", "speech", gpu_pod(json!({"nodeSelector": {"example.com/pool": "cheap"}}))),
+            false,
+        ),
+        (
+            "tenant-gpu-in-init-container",
+            pod(
+                "t4",
+                "vision",
+                gpu_pod(json!({"initContainers": [{"name": "init", "image": "busybox:1.36",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]})),
+            ),
+            false,
+        ),
+        (
+            "tenant-unpinned-image",
+            pod("t5", "speech", json!({"containers": [{"name": "c", "image": "busybox:latest"}]})),
+            false,
+        ),
+    ]
+}
+
+/// The admin's kubeconfig impersonating `alice`, who holds a Role on pods (all verbs) in
+/// `namespaces` and nothing else.
+async fn tenant_client(plane: &ControlPlane, namespaces: &[&str]) -> kube::Client {
+    let pp = PostParams::default();
+    for ns in namespaces {
+        let role: Role = serde_json::from_value(json!({"metadata": {"name": "tenant"},
+            "rules": [{"apiGroups": [""], "verbs": ["*"], "resources": ["pods"]}]}))
+        .expect("role");
+        let binding: RoleBinding = serde_json::from_value(json!({"metadata": {"name": "tenant"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]}))
+        .expect("binding");
+        Api::<Role>::namespaced(plane.client.clone(), ns).create(&pp, &role).await.expect("role");
+        Api::<RoleBinding>::namespaced(plane.client.clone(), ns).create(&pp, &binding).await.expect("binding");
+    }
+    let kubeconfig = kube::config::Kubeconfig::read_from(&plane.kubeconfig).expect("kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        .await
+        .expect("config");
+    config.auth_info.impersonate = Some("alice".into());
+    kube::Client::try_from(config).expect("alice's client")
 }
 
 /// `count` sequential server-side dry-run creates of a GPU Pod in `vision`: the time taken.
