@@ -370,6 +370,11 @@ pub struct WebhooksArgs {
     /// Allot's service account name; its own requests skip the webhooks.
     #[arg(long, default_value = "allot")]
     pub service_account: String,
+    /// Policy directory whose native policies (`allot compile` output) are installed beside the
+    /// webhooks: the webhooks then leave out what those do. Their fingerprint goes into the
+    /// webhook paths; Allot honours it only while its own policies compile to the same objects.
+    #[arg(long, value_name = "POLICIES")]
+    pub native_covers: Option<PathBuf>,
 }
 
 /// `--failure-policy`'s values, each explained in `--help`.
@@ -450,6 +455,10 @@ impl TryFrom<WebhooksArgs> for WebhookOptions {
             std::fs::read(&args.ca_bundle).map_err(|e| anyhow::anyhow!("{}: {e}", args.ca_bundle.display()))?;
         let (endpoint, sa_namespace) = endpoint_of(args.service, args.url)?;
         let service_account = args.service_account;
+        let native_fingerprint = match &args.native_covers {
+            Some(dir) => Some(native_fingerprint(dir)?),
+            None => None,
+        };
         Ok(WebhookOptions {
             endpoint,
             ca_bundle,
@@ -458,8 +467,25 @@ impl TryFrom<WebhooksArgs> for WebhookOptions {
             timeout_seconds: args.timeout_seconds,
             exclude_namespaces: args.exclude_namespaces,
             service_account: sa_namespace.map(|ns| format!("system:serviceaccount:{ns}:{service_account}")),
+            native_fingerprint,
         })
     }
+}
+
+/// `--native-covers DIR`: the fingerprint of DIR's compiled native policies; what the webhooks
+/// leave to them goes to stderr.
+fn native_fingerprint(dir: &std::path::Path) -> anyhow::Result<String> {
+    let sources = crate::policy::read_sources(dir)?;
+    let split = crate::covers::NativeSplit::from_sources(&sources)?;
+    eprintln!(
+        "native policies {} (apply `allot compile --policies {}` with these webhooks); left to them:",
+        split.fingerprint,
+        dir.display()
+    );
+    for line in split.covered.describe() {
+        eprintln!("    {line}");
+    }
+    Ok(split.fingerprint)
 }
 
 /// Runs one command; the exit code says how it went (errors are the caller's to print, exit 2).

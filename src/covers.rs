@@ -102,15 +102,16 @@ impl Covered {
 /// expressed…) keeps them all, since the checks then do not hold everywhere.
 fn accelerator_checks(c: &Coverage) -> BTreeSet<Check> {
     let check_named = |id: &str| ALL_CHECKS.iter().copied().find(|k| k.id().strip_prefix("accelerators/") == Some(id));
-    let blocks_all = c
-        .webhook_only
-        .iter()
-        .any(|line| line.split_once(':').and_then(|(id, _)| check_named(id.trim())).is_none());
+    let blocks_all =
+        c.webhook_only.iter().any(|line| line.split_once(':').and_then(|(id, _)| check_named(id.trim())).is_none());
     if blocks_all {
         return BTreeSet::new();
     }
-    let kept: BTreeSet<Check> =
-        c.webhook_only.iter().filter_map(|line| line.split_once(':').and_then(|(id, _)| check_named(id.trim()))).collect();
+    let kept: BTreeSet<Check> = c
+        .webhook_only
+        .iter()
+        .filter_map(|line| line.split_once(':').and_then(|(id, _)| check_named(id.trim())))
+        .collect();
     c.compiled
         .iter()
         .filter_map(|line| line.split_once(" (").and_then(|(id, _)| check_named(id.trim())))

@@ -71,15 +71,21 @@ fn objects() -> Vec<Value> {
         pod("vision", json!({"containers": gpu("2", "1")})),
         pod("vision", json!({"containers": gpu("500m", "500m")})),
         pod("vision", json!({"containers": gpu("16", "16")})),
-        pod("vision", json!({"containers": [{"name": "c", "image": "busybox:latest",
-            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]})),
+        pod(
+            "vision",
+            json!({"containers": [{"name": "c", "image": "busybox:latest",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}),
+        ),
         pod("nlp", json!({"priorityClassName": "high-priority", "containers": gpu("1", "1")})),
         pod("speech", json!({})),
         pod("speech", json!({"nodeSelector": {"example.com/pool": "h100"}})),
         pod("speech", json!({"containers": [{"name": "c", "image": "busybox:latest"}]})),
         pod("scratch", json!({"containers": gpu("1", "1")})),
-        pod("vision", json!({"initContainers": [{"name": "i", "image": "busybox:1.36",
-            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]})),
+        pod(
+            "vision",
+            json!({"initContainers": [{"name": "i", "image": "busybox:1.36",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}),
+        ),
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "g", "namespace": "vision",
             "labels": {"allot.dev/gang-name": "g"}, "annotations": {"allot.dev/gang-size": "2"}},
             "spec": {"containers": gpu("1", "1")}}),
@@ -169,8 +175,7 @@ fn covered_checks_are_skipped_and_the_rest_evaluated() {
     let split = NativeSplit::from_sources(&sources()).expect("split");
     let full = policy::compile(&sources()).expect("policies");
     let engine = Engine::new(&full, &NoNamespaces);
-    let (mutate, validate) =
-        (Engine::new(&split.mutate, &NoNamespaces), Engine::new(&split.validate, &NoNamespaces));
+    let (mutate, validate) = (Engine::new(&split.mutate, &NoNamespaces), Engine::new(&split.validate, &NoNamespaces));
     let (mut skipped, mut kept, mut mutations_left_out) = (0, 0, 0);
     for object in objects() {
         let req = request(&object);
@@ -214,8 +219,7 @@ fn covered_checks_are_skipped_and_the_rest_evaluated() {
 #[test]
 fn webhook_only_parts_still_answer() {
     let split = NativeSplit::from_sources(&sources()).expect("split");
-    let (mutate, validate) =
-        (Engine::new(&split.mutate, &NoNamespaces), Engine::new(&split.validate, &NoNamespaces));
+    let (mutate, validate) = (Engine::new(&split.mutate, &NoNamespaces), Engine::new(&split.validate, &NoNamespaces));
     let stray = pod("scratch", json!({"containers": gpu("1", "1")}));
     let found = validate.validate(&request(&stray));
     assert!(found.findings.iter().any(|f| f.rule == "gpu-pods-belong-to-a-team"), "{:?}", found.findings);
