@@ -320,8 +320,14 @@ pub struct TestArgs {
     #[arg(long)]
     pub policies: Option<PathBuf>,
     /// Also write a JUnit XML report: one test case per case, a failure per mismatch.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "server")]
     pub junit: Option<PathBuf>,
+    /// Run the cases against the native policies (`allot compile` output, applied beforehand)
+    /// in the API server of this kubeconfig, by server-side dry-run creates, instead of the
+    /// engine. The cases' namespaces must exist; cases the native policies cannot answer alone
+    /// are reported as skipped (webhook-only), never as passed.
+    #[arg(long, value_name = "KUBECONFIG")]
+    pub server: Option<PathBuf>,
     /// Test files, or directories searched recursively for them.
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
@@ -582,6 +588,15 @@ fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
 /// `allot test`: exit 0 when every case passes, 1 when one fails.
 fn run_test(args: TestArgs) -> anyhow::Result<ExitCode> {
     let suite = suite::load(&args.paths, args.policies.as_deref())?;
+    if let Some(kubeconfig) = &args.server {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let report = runtime.block_on(async {
+            let (client, _) = crate::explain::live::connect(Some(kubeconfig), None).await?;
+            anyhow::Ok(suite.run_on_server(&client).await)
+        })?;
+        print!("{}", report.render_text());
+        return Ok(if report.failed() == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) });
+    }
     let report = suite.run();
     print!("{}", report.render_text());
     if let Some(path) = args.junit {

@@ -10,13 +10,11 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, MutatingWebhookConfiguration, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicyBinding, ValidatingWebhookConfiguration,
-};
-use kube::api::{Api, DeleteParams, PostParams};
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
 use support::cluster::{Assets, Cluster, metric};
+use support::native::create_all;
 
 /// A team with a small deny-mode quota, so the webhook-only quota check is reachable.
 const QUOTA_TEAM: &str = r#"
@@ -80,54 +78,6 @@ fn allot(args: &[&str]) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_allot")).args(args).output().expect("run allot");
     assert!(out.status.success(), "allot {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Creates every document of a YAML stream of admission policies, webhook configurations and
-/// bindings (what `allot compile` and `allot webhooks` print).
-async fn create_all(client: &kube::Client, yaml: &str) {
-    let pp = PostParams::default();
-    let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).expect("yaml");
-    for doc in docs {
-        let kind = doc["kind"].as_str().unwrap_or_default().to_string();
-        let mut attempt = 0;
-        loop {
-            let result = match kind.as_str() {
-                "MutatingAdmissionPolicy" => Api::<MutatingAdmissionPolicy>::all(client.clone())
-                    .create(&pp, &serde_json::from_value(doc.clone()).expect("parses"))
-                    .await
-                    .map(drop),
-                "MutatingAdmissionPolicyBinding" => Api::<MutatingAdmissionPolicyBinding>::all(client.clone())
-                    .create(&pp, &serde_json::from_value(doc.clone()).expect("parses"))
-                    .await
-                    .map(drop),
-                "ValidatingAdmissionPolicy" => Api::<ValidatingAdmissionPolicy>::all(client.clone())
-                    .create(&pp, &serde_json::from_value(doc.clone()).expect("parses"))
-                    .await
-                    .map(drop),
-                "ValidatingAdmissionPolicyBinding" => Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
-                    .create(&pp, &serde_json::from_value(doc.clone()).expect("parses"))
-                    .await
-                    .map(drop),
-                "MutatingWebhookConfiguration" => Api::<MutatingWebhookConfiguration>::all(client.clone())
-                    .create(&pp, &serde_json::from_value(doc.clone()).expect("parses"))
-                    .await
-                    .map(drop),
-                "ValidatingWebhookConfiguration" => Api::<ValidatingWebhookConfiguration>::all(client.clone())
-                    .create(&pp, &serde_json::from_value(doc.clone()).expect("parses"))
-                    .await
-                    .map(drop),
-                other => panic!("unexpected kind {other}"),
-            };
-            match result {
-                Ok(()) => break,
-                // The machine is shared and etcd can time out under load: retry server errors.
-                Err(kube::Error::Api(e)) if e.code == 409 && attempt > 0 => break,
-                Err(kube::Error::Api(e)) if e.code >= 500 && attempt < 5 => attempt += 1,
-                Err(e) => panic!("the API server refused a {kind}: {e}"),
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-    }
 }
 
 /// Retries `check` until it returns `Ok`, for a minute (the API server loads policies and
