@@ -2,7 +2,8 @@
 //! fingerprint leave out exactly what those policies do (a GPU Pod's toleration, a request
 //! above its limit), still answer what only the webhook does (a GPU Pod outside every team),
 //! and evaluate everything when the fingerprint is not the policy set's (native objects of
-//! another compile); `allot webhooks --native-covers` renders those paths.
+//! another compile); `allot webhooks --native-covers` renders those paths, and the CLI doors
+//! (`--native-covers`, `allot test --server`) answer bad input with exit 2.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -170,4 +171,54 @@ fn webhooks_carry_the_fingerprint_and_keep_subresources_whole() {
     let (m, v) = render(&opts(None));
     assert_eq!(url(&m.webhooks.unwrap_or_default()[0].client_config), "https://allot.example:8443/mutate");
     assert_eq!(v.webhooks.unwrap_or_default().len(), 2);
+}
+
+/// The CLI doors: `allot webhooks --native-covers` names the fingerprint `allot serve` computes
+/// and what is left to the native policies; `allot test --server` refuses a kubeconfig it
+/// cannot read (exit 2, nothing run) and `--junit` beside it.
+#[test]
+fn the_command_line_doors() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = dir.path().join("ca.crt");
+    std::fs::write(&ca, "ca").expect("ca");
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_allot")).args(args).current_dir(root).output().expect("allot")
+    };
+    let out = run(&[
+        "webhooks",
+        "--ca-bundle",
+        ca.to_str().expect("path"),
+        "--url",
+        "https://a:1",
+        "--native-covers",
+        "policies",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, fingerprint) = state();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains(&format!("url: https://a:1/validate/native/{fingerprint}")), "{stdout}");
+    assert!(stderr.contains(&fingerprint) && stderr.contains("rule pinned-images-on-gpus"), "{stderr}");
+    let out = run(&[
+        "webhooks",
+        "--ca-bundle",
+        ca.to_str().expect("path"),
+        "--url",
+        "https://a:1",
+        "--native-covers",
+        "no-such-dir",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let missing = dir.path().join("no-kubeconfig");
+    let out = run(&["test", "--server", missing.to_str().expect("path"), "policy-tests/placement.yaml"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no-kubeconfig"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(&["test", "--server", "k", "--junit", "j.xml", "policy-tests/placement.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot be used with"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
