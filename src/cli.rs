@@ -320,8 +320,14 @@ pub struct TestArgs {
     #[arg(long)]
     pub policies: Option<PathBuf>,
     /// Also write a JUnit XML report: one test case per case, a failure per mismatch.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "server")]
     pub junit: Option<PathBuf>,
+    /// Run the cases against the native policies (`allot compile` output, applied beforehand)
+    /// in the API server of this kubeconfig, by server-side dry-run creates, instead of the
+    /// engine. The cases' namespaces must exist; cases the native policies cannot answer alone
+    /// are reported as skipped (webhook-only), never as passed.
+    #[arg(long, value_name = "KUBECONFIG")]
+    pub server: Option<PathBuf>,
     /// Test files, or directories searched recursively for them.
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
@@ -370,6 +376,11 @@ pub struct WebhooksArgs {
     /// Allot's service account name; its own requests skip the webhooks.
     #[arg(long, default_value = "allot")]
     pub service_account: String,
+    /// Policy directory whose native policies (`allot compile` output) are installed beside the
+    /// webhooks: the webhooks then leave out what those do. Their fingerprint goes into the
+    /// webhook paths; Allot honours it only while its own policies compile to the same objects.
+    #[arg(long, value_name = "POLICIES")]
+    pub native_covers: Option<PathBuf>,
 }
 
 /// `--failure-policy`'s values, each explained in `--help`.
@@ -450,6 +461,10 @@ impl TryFrom<WebhooksArgs> for WebhookOptions {
             std::fs::read(&args.ca_bundle).map_err(|e| anyhow::anyhow!("{}: {e}", args.ca_bundle.display()))?;
         let (endpoint, sa_namespace) = endpoint_of(args.service, args.url)?;
         let service_account = args.service_account;
+        let native_fingerprint = match &args.native_covers {
+            Some(dir) => Some(native_fingerprint(dir)?),
+            None => None,
+        };
         Ok(WebhookOptions {
             endpoint,
             ca_bundle,
@@ -458,8 +473,25 @@ impl TryFrom<WebhooksArgs> for WebhookOptions {
             timeout_seconds: args.timeout_seconds,
             exclude_namespaces: args.exclude_namespaces,
             service_account: sa_namespace.map(|ns| format!("system:serviceaccount:{ns}:{service_account}")),
+            native_fingerprint,
         })
     }
+}
+
+/// `--native-covers DIR`: the fingerprint of DIR's compiled native policies; what the webhooks
+/// leave to them goes to stderr.
+fn native_fingerprint(dir: &std::path::Path) -> anyhow::Result<String> {
+    let sources = crate::policy::read_sources(dir)?;
+    let split = crate::covers::NativeSplit::from_sources(&sources)?;
+    eprintln!(
+        "native policies {} (apply `allot compile --policies {}` with these webhooks); left to them:",
+        split.fingerprint,
+        dir.display()
+    );
+    for line in split.covered.describe() {
+        eprintln!("    {line}");
+    }
+    Ok(split.fingerprint)
 }
 
 /// Runs one command; the exit code says how it went (errors are the caller's to print, exit 2).
@@ -556,6 +588,15 @@ fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
 /// `allot test`: exit 0 when every case passes, 1 when one fails.
 fn run_test(args: TestArgs) -> anyhow::Result<ExitCode> {
     let suite = suite::load(&args.paths, args.policies.as_deref())?;
+    if let Some(kubeconfig) = &args.server {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let report = runtime.block_on(async {
+            let (client, _) = crate::explain::live::connect(Some(kubeconfig), None).await?;
+            anyhow::Ok(suite.run_on_server(&client).await)
+        })?;
+        print!("{}", report.render_text());
+        return Ok(if report.failed() == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) });
+    }
     let report = suite.run();
     print!("{}", report.render_text());
     if let Some(path) = args.junit {

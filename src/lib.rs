@@ -10,6 +10,7 @@ pub mod certs;
 pub mod check;
 pub mod cli;
 pub mod cluster;
+pub mod covers;
 pub mod documents;
 pub mod engine;
 pub mod error;

@@ -40,6 +40,18 @@ pub struct WebhookOptions {
     pub exclude_namespaces: Vec<String>,
     /// Allot's own service account user name, skipped by matchConditions.
     pub service_account: Option<String>,
+    /// `--native-covers`: the fingerprint ([`crate::covers::fingerprint`]) of the native
+    /// policies installed beside the webhooks. The webhook paths carry it, so Allot leaves out
+    /// what those policies do only while its own policy set compiles to the same objects.
+    pub native_fingerprint: Option<String>,
+}
+
+/// The path of a phase's webhook (`/mutate`, `/validate`), or its `--native-covers` form.
+fn phase_path(opts: &WebhookOptions, phase: &str) -> String {
+    match &opts.native_fingerprint {
+        Some(fingerprint) => format!("/{phase}/native/{fingerprint}"),
+        None => format!("/{phase}"),
+    }
 }
 
 fn client_config(opts: &WebhookOptions, path: &str) -> WebhookClientConfig {
@@ -137,7 +149,7 @@ pub fn render(opts: &WebhookOptions) -> (MutatingWebhookConfiguration, Validatin
         webhooks: Some(vec![MutatingWebhook {
             name: "mutate.allot.dev".into(),
             admission_review_versions: vec!["v1".into()],
-            client_config: client_config(opts, "/mutate"),
+            client_config: client_config(opts, &phase_path(opts, "mutate")),
             failure_policy: Some(opts.failure_policy.clone()),
             match_policy: Some("Equivalent".into()),
             namespace_selector: Some(namespace_selector(opts)),
@@ -155,8 +167,17 @@ pub fn render(opts: &WebhookOptions) -> (MutatingWebhookConfiguration, Validatin
             object_selector: None,
         }]),
     };
+    // Under --native-covers the Pod subresources keep the full check on the plain path: native
+    // policies match `pods`, never `pods/resize` or `pods/ephemeralcontainers`.
+    let split_subresources = opts.native_fingerprint.is_some();
     let rules = workload_resources()
         .into_iter()
+        .map(|(group, mut resources)| {
+            if split_subresources {
+                resources.retain(|r| !POD_SUBRESOURCES.contains(&r.as_str()));
+            }
+            (group, resources)
+        })
         .map(|(group, resources)| RuleWithOperations {
             api_groups: Some(vec![group.to_string()]),
             api_versions: Some(vec!["*".into()]),
@@ -165,19 +186,20 @@ pub fn render(opts: &WebhookOptions) -> (MutatingWebhookConfiguration, Validatin
             scope: Some("Namespaced".into()),
         })
         .collect();
-    let validate = |name: &str, conditions: Vec<MatchCondition>, rules: Vec<RuleWithOperations>| ValidatingWebhook {
-        name: name.into(),
-        admission_review_versions: vec!["v1".into()],
-        client_config: client_config(opts, "/validate"),
-        failure_policy: Some(opts.failure_policy.clone()),
-        match_policy: Some("Equivalent".into()),
-        namespace_selector: Some(namespace_selector(opts)),
-        match_conditions: Some(conditions),
-        side_effects: "None".into(),
-        timeout_seconds: Some(opts.timeout_seconds),
-        rules: Some(rules),
-        object_selector: None,
-    };
+    let validate =
+        |name: &str, path: &str, conditions: Vec<MatchCondition>, rules: Vec<RuleWithOperations>| ValidatingWebhook {
+            name: name.into(),
+            admission_review_versions: vec!["v1".into()],
+            client_config: client_config(opts, path),
+            failure_policy: Some(opts.failure_policy.clone()),
+            match_policy: Some("Equivalent".into()),
+            namespace_selector: Some(namespace_selector(opts)),
+            match_conditions: Some(conditions),
+            side_effects: "None".into(),
+            timeout_seconds: Some(opts.timeout_seconds),
+            rules: Some(rules),
+            object_selector: None,
+        };
     let mut status_conditions = match_conditions(opts);
     status_conditions.push(MatchCondition { name: "metadata-changed".into(), expression: METADATA_CHANGED.into() });
     let status_rule = RuleWithOperations {
@@ -187,13 +209,26 @@ pub fn render(opts: &WebhookOptions) -> (MutatingWebhookConfiguration, Validatin
         resources: Some(vec!["pods/status".into()]),
         scope: Some("Namespaced".into()),
     };
-    let validating = ValidatingWebhookConfiguration {
-        metadata: meta,
-        webhooks: Some(vec![
-            validate("validate.allot.dev", match_conditions(opts), rules),
-            validate("validate-metadata.allot.dev", status_conditions, vec![status_rule]),
-        ]),
-    };
+    let mut webhooks = vec![
+        validate("validate.allot.dev", &phase_path(opts, "validate"), match_conditions(opts), rules),
+        validate("validate-metadata.allot.dev", "/validate", status_conditions, vec![status_rule]),
+    ];
+    if split_subresources {
+        let subresources = RuleWithOperations {
+            api_groups: Some(vec!["".into()]),
+            api_versions: Some(vec!["v1".into()]),
+            operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+            resources: Some(POD_SUBRESOURCES.iter().map(|s| s.to_string()).collect()),
+            scope: Some("Namespaced".into()),
+        };
+        webhooks.push(validate(
+            "validate-subresources.allot.dev",
+            "/validate",
+            match_conditions(opts),
+            vec![subresources],
+        ));
+    }
+    let validating = ValidatingWebhookConfiguration { metadata: meta, webhooks: Some(webhooks) };
     (mutating, validating)
 }
 

@@ -434,6 +434,7 @@ mod webhooks {
             timeout_seconds: 5,
             exclude_namespaces: vec![],
             service_account: Some(super::ALLOT.into()),
+            native_fingerprint: None,
         };
         let (_, validating) = allot::webhooks::render(&opts);
         let webhooks = validating.webhooks.unwrap();

@@ -27,6 +27,7 @@
 //! | `allot_gated_pods` | `gate` (gang/quota) | live pods behind Allot's gate, from the Pod watch |
 //! | `allot_gate_oldest_seconds` | `gate` | age of the oldest of them (0 when none): gates are added only at CREATE |
 //! | `allot_quota_ledger_{reads,commits,conflicts,decisions,failures}_total` | | the deny-mode quota ledger's work (0 where no ledger runs) |
+//! | `allot_native_covers_requests_total` | `result` (split/full) | reviews on a `--native-covers` path: the native half left out, or everything evaluated (the fingerprint is not the policy set's: re-render and apply `allot compile` and `allot webhooks --native-covers`) |
 //!
 //! Every label value comes from a fixed set or from the policies (rule, team and resource names),
 //! never from a Pod, so the number of series is bounded by the policy set.
@@ -127,6 +128,8 @@ pub struct Metrics {
     /// Live pods behind each of Allot's gates, and the age of the oldest (set at scrape time).
     pub gated_pods: Family<GateLabels, Gauge>,
     pub gate_oldest_seconds: Family<GateLabels, Gauge>,
+    /// Reviews sent to a `--native-covers` path, by whether the native half was left out.
+    pub native_covers: Family<ResultLabels, Counter>,
     current_version: Mutex<Option<String>>,
 }
 
@@ -164,6 +167,12 @@ impl Metrics {
         registry.register("policy_set_info", "Hash of the policy set in force", policy_set_info.clone());
         registry.register("policy_load_errors", "Errors in the last failed policy reload", policy_load_errors.clone());
         registry.register("certificate_reloads", "Serving certificate reload attempts", certificate_reloads.clone());
+        let native_covers = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "native_covers_requests",
+            "Reviews on a --native-covers path: split (the native half left out) or full (fingerprint not in force)",
+            native_covers.clone(),
+        );
         let certificate_expiry = Gauge::default();
         registry.register(
             "certificate_expiry_timestamp_seconds",
@@ -252,6 +261,7 @@ impl Metrics {
             ready,
             gated_pods,
             gate_oldest_seconds,
+            native_covers,
             current_version: Mutex::new(None),
         }
     }

@@ -25,7 +25,7 @@ use arc_swap::ArcSwap;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -33,6 +33,7 @@ use tower_http::timeout::TimeoutLayer;
 
 use crate::admission::{self, Phase};
 use crate::cluster::ClusterState;
+use crate::covers::NativeSplit;
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::namespaces::{NamespaceLabels, NoNamespaces};
@@ -93,6 +94,9 @@ pub struct AppState {
     pub shutting_down: AtomicBool,
     /// Allot's own user name (see [`ServeConfig::allot_username`]).
     pub allot_username: String,
+    /// The webhook's share of the policy set beside its native policies, for reviews on a
+    /// `--native-covers` path ([`crate::covers`]); used only while its version is in force.
+    pub native_split: arc_swap::ArcSwapOption<NativeSplit>,
 }
 
 impl AppState {
@@ -164,7 +168,24 @@ impl AppState {
             last_reload_error: ArcSwap::from_pointee(None),
             shutting_down: AtomicBool::new(false),
             allot_username,
+            native_split: arc_swap::ArcSwapOption::empty(),
         })
+    }
+
+    /// Computes the `--native-covers` split of the policy set compiled from `sources` (before
+    /// or after it is swapped in: a request uses a split only while its version is in force).
+    /// A failure leaves no split: covered paths then evaluate everything.
+    pub fn set_native_split(&self, sources: &[policy::Source]) {
+        match NativeSplit::from_sources(sources) {
+            Ok(split) => {
+                tracing::info!(version = %split.version, fingerprint = %split.fingerprint, covered = ?split.covered.describe(), "native policies' share computed");
+                self.native_split.store(Some(Arc::new(split)));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no --native-covers split: reviews on a native path evaluate everything");
+                self.native_split.store(None);
+            }
+        }
     }
 }
 
@@ -186,26 +207,37 @@ pub fn router_with_inline_limit(
     inline_body_bytes: usize,
 ) -> Router {
     let evaluations = Evaluations::new(request_timeout, inline_body_bytes);
-    let validations = evaluations.clone();
+    // `/PHASE` evaluates the whole policy set; `/PHASE/native/FINGERPRINT` (`allot webhooks
+    // --native-covers`) leaves out what native policies of that fingerprint do.
+    let phase_route = |phase: Phase| {
+        let plain = evaluations.clone();
+        let native = evaluations.clone();
+        (
+            post(move |State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>| async move {
+                match body {
+                    Ok(body) => plain.clone().run(state, phase, None, body).await,
+                    Err(rejection) => unreadable_body(&rejection, max_body_bytes),
+                }
+            }),
+            post(
+                move |State(state): State<Arc<AppState>>,
+                      Path(fingerprint): Path<String>,
+                      body: Result<Bytes, BytesRejection>| async move {
+                    match body {
+                        Ok(body) => native.clone().run(state, phase, Some(fingerprint), body).await,
+                        Err(rejection) => unreadable_body(&rejection, max_body_bytes),
+                    }
+                },
+            ),
+        )
+    };
+    let (mutate, mutate_native) = phase_route(Phase::Mutate);
+    let (validate, validate_native) = phase_route(Phase::Validate);
     Router::new()
-        .route(
-            "/mutate",
-            post(move |State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>| async move {
-                match body {
-                    Ok(body) => evaluations.clone().run(state, Phase::Mutate, body).await,
-                    Err(rejection) => unreadable_body(&rejection, max_body_bytes),
-                }
-            }),
-        )
-        .route(
-            "/validate",
-            post(move |State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>| async move {
-                match body {
-                    Ok(body) => validations.clone().run(state, Phase::Validate, body).await,
-                    Err(rejection) => unreadable_body(&rejection, max_body_bytes),
-                }
-            }),
-        )
+        .route("/mutate", mutate)
+        .route("/mutate/native/{fingerprint}", mutate_native)
+        .route("/validate", validate)
+        .route("/validate/native/{fingerprint}", validate_native)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(max_body_bytes))
@@ -284,9 +316,9 @@ impl Evaluations {
         }
     }
 
-    async fn run(self, state: Arc<AppState>, phase: Phase, body: Bytes) -> Response {
+    async fn run(self, state: Arc<AppState>, phase: Phase, native: Option<String>, body: Bytes) -> Response {
         if body.len() <= self.inline_body_bytes && state.policies.load().linear {
-            return answer_contained(&state, phase, &body, None);
+            return answer_contained(&state, phase, native.as_deref(), &body, None);
         }
         let webhook = phase.label();
         let deadline = self.deadline;
@@ -295,7 +327,8 @@ impl Evaluations {
             // Waiting for a permit counts against the deadline: a queue behind runaway
             // evaluations ends in 503, not in a late answer.
             let permit = self.permits.acquire_owned().await;
-            tokio::task::spawn_blocking(move || answer_contained(&state, phase, &body, permit.ok())).await
+            tokio::task::spawn_blocking(move || answer_contained(&state, phase, native.as_deref(), &body, permit.ok()))
+                .await
         };
         match tokio::time::timeout(deadline, evaluation).await {
             Ok(Ok(response)) => response,
@@ -322,19 +355,19 @@ impl Evaluations {
 fn answer_contained(
     state: &AppState,
     phase: Phase,
+    native: Option<&str>,
     body: &[u8],
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Response {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| answer(state, phase, body, permit))).unwrap_or_else(
-        |payload| {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| answer(state, phase, native, body, permit)))
+        .unwrap_or_else(|payload| {
             let webhook = phase.label();
             let message = crate::expression::panics::payload_text(payload.as_ref());
             state.metrics.requests.get_or_create(&RequestLabels { webhook, result: "error" }).inc();
             tracing::error!(webhook, panic = %message, "answering an AdmissionReview panicked; answered with an error");
             let body = admission::internal_error_response(body, &message);
             ([(header::CONTENT_TYPE, "application/json")], body).into_response()
-        },
-    )
+        })
 }
 
 /// A request's quota book: the evaluation permit is given back when the book is asked (quota is
@@ -356,12 +389,32 @@ impl QuotaBook for ReleasingBook<'_> {
     }
 }
 
-fn answer(state: &AppState, phase: Phase, body: &[u8], permit: Option<tokio::sync::OwnedSemaphorePermit>) -> Response {
+fn answer(
+    state: &AppState,
+    phase: Phase,
+    native: Option<&str>,
+    body: &[u8],
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+) -> Response {
     let started = Instant::now();
     let webhook = phase.label();
     let policies = state.policies.load();
+    let split = native.and_then(|fingerprint| {
+        let split = state.native_split.load_full().filter(|s| s.applies(&policies.version, fingerprint));
+        let result = if split.is_some() { "split" } else { "full" };
+        state.metrics.native_covers.get_or_create(&metrics::ResultLabels { result }).inc();
+        if split.is_none() {
+            tracing::debug!(webhook, fingerprint, version = %policies.version, "native policies of another policy set: evaluating everything");
+        }
+        split
+    });
+    let in_force: &PolicySet = match (&split, phase) {
+        (Some(split), Phase::Mutate) => &split.mutate,
+        (Some(split), Phase::Validate) => &split.validate,
+        (None, _) => &policies,
+    };
     let book = ReleasingBook { inner: state.quota.as_ref(), permit: std::sync::Mutex::new(permit) };
-    let engine = Engine::new(&policies, state.namespaces.as_ref())
+    let engine = Engine::new(in_force, state.namespaces.as_ref())
         .with_gangs(state.cluster.as_ref())
         .with_quota(&book)
         .with_allot_username(&state.allot_username);
@@ -456,8 +509,12 @@ fn unix_now() -> i64 {
 /// Runs the server until SIGTERM or SIGINT.
 pub async fn run(config: ServeConfig) -> Result<(), Error> {
     let shutdown = ShutdownSignal::install();
-    let policies = policy::load_dir(&config.policies)
-        .map_err(|e| Error::Policy { location: config.policies.display().to_string(), message: e.to_string() })?;
+    let load_error = |e: policy::LoadErrors| Error::Policy {
+        location: config.policies.display().to_string(),
+        message: e.to_string(),
+    };
+    let sources = policy::read_sources(&config.policies).map_err(load_error)?;
+    let policies = policy::compile(&sources).map_err(load_error)?;
     tracing::info!(version = %policies.version, summary = ?policies.summary(), "policies loaded");
     // Hashed before loading: a rotation that lands in between is then seen as a change and
     // loaded again, never mistaken for the pair already in force.
@@ -492,6 +549,7 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
         config.allot_username.clone(),
         ledger.clone(),
     );
+    state.set_native_split(&sources);
     let controller = match (&client, &config.gang_controller) {
         (Some(c), Some(controller)) => {
             tracing::info!(lease = %controller.lease_name, namespace = %controller.lease_namespace, identity = %controller.identity, "starting the gang controller");

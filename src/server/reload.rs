@@ -112,14 +112,17 @@ impl Reloader {
                     Ok(None)
                 } else {
                     self.last_policy_version = version;
-                    policy::compile(&sources).map(Some)
+                    policy::compile(&sources).map(|set| Some((set, sources)))
                 }
             }
         };
         match result {
             Ok(None) => {}
-            Ok(Some(set)) => {
+            Ok(Some((set, sources))) => {
                 tracing::info!(version = %set.version, summary = ?set.summary(), "policies reloaded");
+                // Before the swap, so the new set's native split is there when it goes live (a
+                // split of another version is never used).
+                state.set_native_split(&sources);
                 state.metrics.set_policy_version(&set.version);
                 state.metrics.policy_reloads.get_or_create(&ResultLabels { result: "success" }).inc();
                 state.metrics.policy_load_errors.set(0);

@@ -160,6 +160,9 @@ pub(super) struct LoadedTest {
     /// What the policies were loaded from, for the report.
     pub(super) policy_label: String,
     pub(super) policies: Arc<PolicySet>,
+    /// The files and directories the policies were read from (`allot test --server` compiles
+    /// their native half).
+    pub(super) policy_paths: Vec<PathBuf>,
     pub(super) labels: Option<StaticNamespaces>,
     pub(super) cases: Vec<LoadedCase>,
 }
@@ -447,6 +450,7 @@ pub(super) fn load_test(
         name: spec.metadata.name,
         policy_label,
         policies: policies?,
+        policy_paths,
         labels,
         cases,
     })

@@ -27,6 +27,7 @@ mod expect;
 mod load;
 mod report;
 mod run;
+mod server;
 #[cfg(test)]
 mod tests;
 
@@ -34,6 +35,7 @@ use std::path::PathBuf;
 
 pub use expect::{Expect, Expectations, ExpectedOp, OpName};
 pub use load::{Suite, load};
+pub use server::{ServerCase, ServerOutcome, ServerReport, ServerTest};
 
 /// The JSON Schema of `kind: Test` documents (`allot schema --kind Test`), generated from the
 /// very types `allot test` decodes, like the policy kinds' in [`crate::policy::schema`].

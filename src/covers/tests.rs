@@ -1,0 +1,252 @@
+//! The split: covered checks are skipped, everything else is evaluated as before; the
+//! webhook's share mutates nothing the native policies already did; the report is read
+//! fail-safe.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::engine::{Engine, Request, RequestOperation};
+use crate::namespaces::NoNamespaces;
+use crate::patch;
+
+/// The shipped policies plus a team-scoped placement with a nodeSelector, a team default
+/// class and a team-scoped rule (all compiled), and a Rule with Allot's helper (webhook-only).
+const EXTRA: &str = r#"
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: speech}
+spec:
+  namespaces: {names: [speech]}
+  priority: {default: high-priority, allowed: [low-priority, high-priority]}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Placement
+metadata: {name: speech-pool}
+spec:
+  appliesTo: AllPods
+  match: {teams: [speech]}
+  nodeSelector: {example.com/pool: a100}
+  tolerations: [{key: example.com/pool, operator: Equal, value: a100, effect: NoSchedule}]
+  onConflict: Deny
+---
+apiVersion: allot.dev/v1alpha1
+kind: Rule
+metadata: {name: speech-pins-images}
+spec:
+  match: {teams: [speech]}
+  expression: "object.spec.containers.all(c, !c.image.endsWith(':latest'))"
+  message: speech pods pin their images
+"#;
+
+fn sources() -> Vec<Source> {
+    let mut sources = policy::read_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).expect("shipped");
+    sources.push(Source { name: "zz-extra.yaml".into(), text: EXTRA.into() });
+    sources
+}
+
+fn pod(namespace: &str, spec: Value) -> Value {
+    let mut spec = spec;
+    if spec.get("containers").is_none() {
+        spec["containers"] = json!([{"name": "c", "image": "busybox:1.36"}]);
+    }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": namespace}, "spec": spec})
+}
+
+fn gpu(request: &str, limit: &str) -> Value {
+    json!([{"name": "c", "image": "busybox:1.36",
+        "resources": {"requests": {"nvidia.com/gpu": request}, "limits": {"nvidia.com/gpu": limit}}}])
+}
+
+fn job(namespace: &str, spec: Value) -> Value {
+    json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": namespace},
+        "spec": {"template": {"spec": spec}}})
+}
+
+/// Objects that touch every covered part and every webhook-only one of the policies.
+fn objects() -> Vec<Value> {
+    vec![
+        pod("vision", json!({"containers": gpu("1", "1")})),
+        pod("vision", json!({"containers": gpu("2", "1")})),
+        pod("vision", json!({"containers": gpu("500m", "500m")})),
+        pod("vision", json!({"containers": gpu("16", "16")})),
+        pod(
+            "vision",
+            json!({"containers": [{"name": "c", "image": "busybox:latest",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}),
+        ),
+        pod("nlp", json!({"priorityClassName": "high-priority", "containers": gpu("1", "1")})),
+        pod("speech", json!({})),
+        pod("speech", json!({"nodeSelector": {"example.com/pool": "h100"}})),
+        pod("speech", json!({"containers": [{"name": "c", "image": "busybox:latest"}]})),
+        pod("scratch", json!({"containers": gpu("1", "1")})),
+        pod(
+            "vision",
+            json!({"initContainers": [{"name": "i", "image": "busybox:1.36",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}),
+        ),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "g", "namespace": "vision",
+            "labels": {"allot.dev/gang-name": "g"}, "annotations": {"allot.dev/gang-size": "2"}},
+            "spec": {"containers": gpu("1", "1")}}),
+        job("vision", json!({"containers": gpu("2", "1")})),
+        job("speech", json!({"containers": [{"name": "c", "image": "busybox:latest"}]})),
+        job("nlp", json!({"priorityClassName": "high-priority", "containers": gpu("1", "1")})),
+    ]
+}
+
+fn request<'a>(object: &'a Value) -> Request<'a> {
+    let (group, kind) = crate::engine::group_kind(object);
+    Request {
+        uid: "u",
+        operation: RequestOperation::Create,
+        group,
+        kind,
+        namespace: object["metadata"]["namespace"].as_str().unwrap_or("default"),
+        object,
+        old_object: None,
+        dry_run: false,
+        username: "alice",
+        groups: &[],
+    }
+}
+
+#[test]
+fn the_report_of_the_policies_is_read_as_the_compiler_means_it() {
+    let split = NativeSplit::from_sources(&sources()).expect("split");
+    let c = &split.covered;
+    assert_eq!(
+        c.checks,
+        BTreeSet::from([Check::RequestsEqualLimits, Check::WholeNumbers, Check::InitContainers]),
+        "max-per-pod is webhook-only in the report"
+    );
+    assert!(c.rules.contains("speech-pins-images") && c.rules.contains("pinned-images-on-gpus"), "{c:?}");
+    assert!(!c.rules.contains("gpu-pods-belong-to-a-team"), "uses a helper the compiler does not expand: {c:?}");
+    assert!(c.placements.contains("speech-pool") && c.placements.contains("nvidia-gpu"), "{c:?}");
+    assert!(c.default_priority && c.team_priority_classes);
+    // Every covered part is one the report calls compiled, and the other way round for Rules
+    // and Placements: nothing the compiler compiled whole is left unrecognised.
+    let full = policy::compile(&sources()).expect("policies");
+    let compiled = crate::native::compile(&full);
+    for coverage in &compiled.coverage {
+        let whole = coverage.status() == "compiled";
+        if let Some(rule) = coverage.policy.strip_prefix("Rule/") {
+            assert_eq!(c.rules.contains(rule), whole, "{}", coverage.policy);
+        }
+        if let Some(p) = coverage.policy.strip_prefix("Placement/") {
+            assert_eq!(c.placements.contains(p), whole, "{}", coverage.policy);
+        }
+    }
+    assert_eq!(split.fingerprint, fingerprint(&compiled).expect("fingerprint"), "the same sources, the same objects");
+    assert_eq!(split.fingerprint.len(), 12);
+}
+
+#[test]
+fn lines_the_reader_does_not_know_keep_the_check_in_the_webhook() {
+    let coverage = |compiled: &[&str], webhook_only: &[&str]| Coverage {
+        policy: "Cluster/accelerators.checks".into(),
+        compiled: compiled.iter().map(|s| s.to_string()).collect(),
+        webhook_only: webhook_only.iter().map(|s| s.to_string()).collect(),
+    };
+    let policies = policy::compile(&sources()).expect("policies");
+    let read = |c: Coverage| Covered::from_coverage(&[c], &policies).checks;
+    let both = ["whole-numbers (deny) on Pods and Pod templates", "max-per-pod (deny) on Pods and Pod templates"];
+    assert_eq!(read(coverage(&both, &[])), BTreeSet::from([Check::WholeNumbers, Check::MaxPerPod]));
+    // A check reported both ways stays in the webhook.
+    assert_eq!(read(coverage(&both, &["max-per-pod: not yet"])), BTreeSet::from([Check::WholeNumbers]));
+    // A template kind the compiler could not express: no check holds everywhere.
+    assert!(read(coverage(&both, &["template apps/Foo: no path"])).is_empty());
+    // An unknown check name or line shape: not covered.
+    assert!(read(coverage(&["gpu-colour (deny) on Pods", "whole numbers everywhere"], &[])).is_empty());
+    // A placement whose report misses one of its tolerations is not covered.
+    let placement = Coverage {
+        policy: "Placement/speech-pool".into(),
+        compiled: vec!["nodeSelector example.com/pool=a100".into(), "nodeSelector conflicts (deny)".into()],
+        webhook_only: vec![],
+    };
+    assert!(Covered::from_coverage(&[placement], &policies).placements.is_empty());
+}
+
+/// The split's validation is the full one without exactly the covered findings; its mutation
+/// adds nothing to what the full mutation made (no patch op repeats) and leaves out only what
+/// covered parts add.
+#[test]
+fn covered_checks_are_skipped_and_the_rest_evaluated() {
+    let split = NativeSplit::from_sources(&sources()).expect("split");
+    let full = policy::compile(&sources()).expect("policies");
+    let engine = Engine::new(&full, &NoNamespaces);
+    let (mutate, validate) = (Engine::new(&split.mutate, &NoNamespaces), Engine::new(&split.validate, &NoNamespaces));
+    let (mut skipped, mut kept, mut mutations_left_out) = (0, 0, 0);
+    for object in objects() {
+        let req = request(&object);
+        let whole = engine.validate(&req);
+        let share = validate.validate(&req);
+        let expected: Vec<_> = whole.findings.iter().filter(|f| !split.covered.covers(&f.rule)).cloned().collect();
+        assert_eq!(share.findings, expected, "{object}");
+        skipped += whole.findings.len() - expected.len();
+        kept += expected.len();
+
+        let whole = engine.mutate(&req);
+        let share = mutate.mutate(&req);
+        for op in &share.patch {
+            assert!(whole.patch.contains(op), "{object}: {op:?} is not the full mutation's");
+        }
+        mutations_left_out += whole.patch.len() - share.patch.len();
+        // On the object the native policies and the webhook made, the webhook's share adds
+        // nothing more: no toleration or selector twice.
+        if whole.patch.is_empty() {
+            continue;
+        }
+        let mutated = patch::apply(&object, &whole.patch).expect("applies");
+        let again = mutate.mutate(&request(&mutated));
+        assert!(again.patch.is_empty(), "{object}: {:?}", again.patch);
+        // What the share left out is what covered placements and the default class add.
+        for op in whole.patch.iter().filter(|op| !share.patch.contains(op)) {
+            let path = serde_json::to_value(op).expect("op")["path"].as_str().unwrap_or_default().to_string();
+            assert!(
+                ["/spec/tolerations", "/spec/nodeSelector", "/spec/priorityClassName", "/spec/priority"]
+                    .iter()
+                    .any(|p| path.starts_with(p)),
+                "{object}: left out {path}"
+            );
+        }
+    }
+    assert!(skipped >= 8 && kept >= 3 && mutations_left_out >= 4, "{skipped} {kept} {mutations_left_out}");
+}
+
+/// Webhook-only parts still answer in the share: Allot's helper rule, the per-pod maximum,
+/// the gang gate.
+#[test]
+fn webhook_only_parts_still_answer() {
+    let split = NativeSplit::from_sources(&sources()).expect("split");
+    let (mutate, validate) = (Engine::new(&split.mutate, &NoNamespaces), Engine::new(&split.validate, &NoNamespaces));
+    let stray = pod("scratch", json!({"containers": gpu("1", "1")}));
+    let found = validate.validate(&request(&stray));
+    assert!(found.findings.iter().any(|f| f.rule == "gpu-pods-belong-to-a-team"), "{:?}", found.findings);
+    let big = pod("vision", json!({"containers": gpu("16", "16")}));
+    let found = validate.validate(&request(&big));
+    assert!(found.findings.iter().any(|f| f.rule == "accelerators/max-per-pod"), "{:?}", found.findings);
+    let gang = &objects()[11];
+    let patch = serde_json::to_string(&mutate.mutate(&request(gang)).patch).expect("json");
+    assert!(patch.contains("schedulingGates") && patch.contains("allot.dev/gang"), "{patch}");
+    assert!(!patch.contains("nvidia.com/gpu"), "the toleration is the native policy's: {patch}");
+}
+
+#[test]
+fn a_split_applies_only_to_its_version_and_fingerprint() {
+    let split = NativeSplit::from_sources(&sources()).expect("split");
+    assert!(split.applies(&split.version.clone(), &split.fingerprint.clone()));
+    assert!(!split.applies("other", &split.fingerprint));
+    assert!(!split.applies(&split.version, "000000000000"));
+    // Another Rule changes the compiled objects: the fingerprint moves.
+    let mut more = sources();
+    more.push(Source {
+        name: "zz-more.yaml".into(),
+        text: "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {name: no-host-network}\nspec:\n  \
+               expression: \"!has(object.spec.hostNetwork) || !object.spec.hostNetwork\"\n  message: no host network\n"
+            .into(),
+    });
+    let other = NativeSplit::from_sources(&more).expect("split");
+    assert_ne!(other.fingerprint, split.fingerprint);
+    assert_ne!(other.version, split.version);
+}
