@@ -11,6 +11,7 @@ pub mod check;
 pub mod cli;
 pub mod cluster;
 pub mod documents;
+pub mod dra;
 pub mod engine;
 pub mod error;
 pub mod explain;

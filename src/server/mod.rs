@@ -93,6 +93,10 @@ pub struct AppState {
     pub shutting_down: AtomicBool,
     /// Allot's own user name (see [`ServeConfig::allot_username`]).
     pub allot_username: String,
+    /// Where DRA claims are resolved: the claim watches, once started ([`AppState::watch_claims`]);
+    /// until then (and without a Kubernetes API) no claim is known, and a pod naming one whose
+    /// DeviceClass the policies map is denied.
+    pub claims: std::sync::OnceLock<Arc<dyn crate::dra::ClaimSource>>,
 }
 
 impl AppState {
@@ -164,6 +168,7 @@ impl AppState {
             last_reload_error: ArcSwap::from_pointee(None),
             shutting_down: AtomicBool::new(false),
             allot_username,
+            claims: std::sync::OnceLock::new(),
         })
     }
 }
@@ -364,7 +369,8 @@ fn answer(state: &AppState, phase: Phase, body: &[u8], permit: Option<tokio::syn
     let engine = Engine::new(&policies, state.namespaces.as_ref())
         .with_gangs(state.cluster.as_ref())
         .with_quota(&book)
-        .with_allot_username(&state.allot_username);
+        .with_allot_username(&state.allot_username)
+        .with_claims(state.claims.get().map_or(&crate::dra::NoClaims as &dyn crate::dra::ClaimSource, |c| c.as_ref()));
     let response = match admission::review(body, phase, &engine) {
         Ok(answer) => {
             let result = match (answer.allowed, answer.mutated) {
@@ -492,6 +498,12 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
         config.allot_username.clone(),
         ledger.clone(),
     );
+    if let Some(c) = &client {
+        // (Set once, here, before the server accepts a request.)
+        let claims = reload::watch_claims(c.clone());
+        cluster.set_claims(claims.clone());
+        let _ = state.claims.set(claims);
+    }
     let controller = match (&client, &config.gang_controller) {
         (Some(c), Some(controller)) => {
             tracing::info!(lease = %controller.lease_name, namespace = %controller.lease_namespace, identity = %controller.identity, "starting the gang controller");
