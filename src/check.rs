@@ -177,9 +177,22 @@ fn create_request<'m>(m: &'m Manifest, group: &'m str, kind: &'m str, namespace:
     }
 }
 
+/// The ResourceClaims and ResourceClaimTemplates among the manifests: where a dry run resolves
+/// the claims its Pods and templates name (a reference to one not given is reported as "not
+/// among the manifests").
+pub fn claim_objects(manifests: &[Manifest]) -> crate::dra::ClaimObjects {
+    let mut claims = crate::dra::ClaimObjects::new("not among the manifests");
+    for m in manifests {
+        claims.insert(&m.object, DEFAULT_NAMESPACE);
+    }
+    claims
+}
+
 /// Runs the engine on every manifest.
 pub fn run(engine: &Engine<'_>, manifests: &[Manifest]) -> Report {
-    let gangs = gang_directory(engine, manifests);
+    let claims = claim_objects(manifests);
+    let engine = engine.with_claims(&claims);
+    let gangs = gang_directory(&engine, manifests);
     let engine = engine.with_gangs(&gangs);
     let mut results = Vec::with_capacity(manifests.len());
     let mut summary = Summary::default();

@@ -5,6 +5,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::dra::{self, ClaimDemand, ClaimSource, NoClaims};
 use crate::expression::{Bindings, Needs, json_to_cel, json_to_cel_projected, object_accelerators};
 use crate::finding::{Check, Finding, RuleId, any_denied};
 use crate::gang::directory::{GangDirectory, NoGangs};
@@ -66,6 +67,8 @@ pub struct Engine<'a> {
     /// Allot's own user name (`userInfo.username`): the only one that may move Allot's gates
     /// and reserved keys on Pod UPDATE.
     pub allot_username: &'a str,
+    /// Where a Pod's ResourceClaims and ResourceClaimTemplates are looked up (DRA accounting).
+    pub claims: &'a dyn ClaimSource,
 }
 
 impl<'a> Engine<'a> {
@@ -77,7 +80,21 @@ impl<'a> Engine<'a> {
             gangs: &NoGangs,
             quota: &NoUsage,
             allot_username: crate::tenant::DEFAULT_ALLOT_USERNAME,
+            claims: &NoClaims,
         }
+    }
+
+    /// The same engine, resolving DRA claims in `claims`.
+    pub fn with_claims<'g>(self, claims: &'g dyn ClaimSource) -> Engine<'g>
+    where
+        'a: 'g,
+    {
+        Engine { claims, ..self }
+    }
+
+    /// What `pod` asks through DRA claims, resolved in `namespace`.
+    fn claim_demand(&self, pod: &Value, namespace: &str) -> ClaimDemand {
+        dra::pod_demand(pod, namespace, &self.policies.device_classes, self.claims)
     }
 
     /// The same engine, trusting `username` as Allot's own identity.
@@ -151,7 +168,11 @@ impl<'a> Engine<'a> {
                 Cel::Null
             },
             object_accelerators: if needs.vars & crate::expression::OBJECT_ACCELERATORS_BIT != 0 {
+                // Devices asked through DRA claims count like those in the containers' resources.
+                let claimed = self.claim_demand(object, req.namespace).accelerators(&self.policies.device_classes);
+                let claimed = crate::resources::accelerators_only(&claimed, &self.policies.accelerators);
                 object_accelerators(object, &self.policies.accelerators)
+                    .and_then(|units| claimed.values().try_fold(units, |sum, q| sum.checked_add(q.ceil_units())))
             } else {
                 None
             },
@@ -166,11 +187,13 @@ impl<'a> Engine<'a> {
         }
         let team = self.team(req.namespace, &mut out.notes);
         let make_bindings = |needs: &Needs| self.bindings(req, req.object, &team, needs);
+        let claims = self.claim_demand(req.object, req.namespace);
         let ctx = PodContext {
             namespace: req.namespace,
             team,
             bindings: &make_bindings,
             requester: Requester::User(req.username),
+            claims: &claims,
         };
         let m = mutate::mutate_pod(self.policies, req.object, &ctx, "");
         out.patch = m.ops;
@@ -237,8 +260,11 @@ impl<'a> Engine<'a> {
             // label edits and our own gate removal on pods admitted under older policies.
             let checked = !(is_pod && operation == Operation::Update);
             let mut gang = None;
+            let claims = self.claim_demand(&view.pod, req.namespace);
+            let claimed = claims.accelerators(&self.policies.device_classes);
             if checked {
-                out.findings.extend(validate::check_pod(self.policies, &view, &team));
+                out.findings.extend(validate::check_claims(&view, &claims, self.claims.missing_phrase()));
+                out.findings.extend(validate::check_pod_with_claims(self.policies, &view, &team, &claimed));
                 out.findings.extend(tenant::check_reserved_keys(&view));
                 out.findings.extend(tenant::check_amounts(self.policies, &view));
                 let membership = validate::pod_gang(self.policies, &view, req.namespace, &team);
@@ -247,12 +273,12 @@ impl<'a> Engine<'a> {
                     accelerators: crate::resources::requests_any(
                         view.pod.get("spec").unwrap_or(&Value::Null),
                         &self.policies.accelerators,
-                    ),
+                    ) || !claimed.is_empty(),
                     gang: matches!(membership, Ok(Some(_))),
                     queued: team.team.and_then(|t| t.quota.as_ref()).is_some_and(|q| {
                         q.mode == crate::policy::QuotaMode::Queue
                             && !q
-                                .charge(&crate::resources::pod_requests(view.pod.get("spec").unwrap_or(&Value::Null)))
+                                .charge(&dra::quota_requests(view.pod.get("spec").unwrap_or(&Value::Null), &claims))
                                 .is_empty()
                     }),
                 };
@@ -268,7 +294,7 @@ impl<'a> Engine<'a> {
                 &mut out,
             );
             if checked {
-                quota_views.push((view, gang));
+                quota_views.push((view, gang, claims));
             }
         }
         if !is_pod {
@@ -276,10 +302,10 @@ impl<'a> Engine<'a> {
         }
         // Quota last, and only for what is otherwise admitted: a denied pod reserves nothing.
         if out.allowed() {
-            for (view, gang) in &quota_views {
+            for (view, gang, claims) in &quota_views {
                 let live = view.path.is_empty() && operation == Operation::Create;
                 let book: &dyn QuotaBook = if live { self.quota } else { &NoUsage };
-                out.findings.extend(validate::check_quota(view, gang.as_ref(), req, &team, book));
+                out.findings.extend(validate::check_quota(view, gang.as_ref(), claims, req, &team, book));
             }
         }
         out
@@ -315,11 +341,13 @@ impl<'a> Engine<'a> {
         let make_bindings = |needs: &Needs| self.bindings(req, &view.pod, team, needs);
         // The Pods of a template are created by its workload's controller, whose identity
         // is not known here: no identity-based exemption.
+        let claims = self.claim_demand(&view.pod, req.namespace);
         let ctx = PodContext {
             namespace: req.namespace,
             team: *team,
             bindings: &make_bindings,
             requester: Requester::Unknown,
+            claims: &claims,
         };
         // (A gang metadata error is left to validation's own gang check of this view.)
         let m = mutate::mutate_pod(self.policies, &view.pod, &ctx, &view.path);

@@ -105,6 +105,8 @@ pub enum Check {
     MaxPerContainer,
     /// `accelerators/max-per-pod`.
     MaxPerPod,
+    /// `accelerators/claims`: a DRA claim or claim template the pod names that cannot be found.
+    Claims,
     /// `gang/metadata`: gang labels or annotations that do not parse or exceed the bound.
     GangMetadata,
     /// `gang/consistency`: a member that disagrees with its gang's existing members.
@@ -142,6 +144,7 @@ impl Check {
             Check::AllowedResources => "accelerators/allowed-resources",
             Check::MaxPerContainer => "accelerators/max-per-container",
             Check::MaxPerPod => "accelerators/max-per-pod",
+            Check::Claims => "accelerators/claims",
             Check::GangMetadata => "gang/metadata",
             Check::GangConsistency => "gang/consistency",
             Check::TeamQuota => "team/quota",

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod cluster;
 pub mod covers;
 pub mod documents;
+pub mod dra;
 pub mod engine;
 pub mod error;
 pub mod explain;

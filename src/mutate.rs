@@ -36,6 +36,9 @@ pub struct PodContext<'a> {
     pub bindings: &'a dyn Fn(&crate::expression::Needs) -> Bindings,
     /// Who creates the Pod: exemptions from Allot's gates go by identity, not by label.
     pub requester: crate::tenant::Requester<'a>,
+    /// What the Pod asks through DRA claims: claim accelerators get placement and queueing
+    /// like those in the containers' resources.
+    pub claims: &'a crate::dra::ClaimDemand,
 }
 
 const SPEC_FIELDS: &[&str] = &[
@@ -99,7 +102,8 @@ fn placement_applies(
     ) {
         return false;
     }
-    let requests = resources::requests_any(spec, &placement.resources);
+    let requests = resources::requests_any(spec, &placement.resources)
+        || ctx.claims.accelerators(&policies.device_classes).keys().any(|name| placement.resources.matches(name));
     let wanted = match placement.spec.applies_to {
         AppliesTo::AcceleratorPods => requests,
         AppliesTo::OtherPods => !requests,
@@ -316,7 +320,7 @@ fn apply_quota_gate(
     let Some(team) = ctx.team.team else { return };
     let Some(quota) = team.quota.as_ref().filter(|q| q.mode == crate::policy::QuotaMode::Queue) else { return };
     let Some(spec) = pod.get("spec") else { return };
-    if quota.charge(&crate::resources::pod_requests(spec)).is_empty()
+    if quota.charge(&crate::dra::quota_requests(spec, ctx.claims)).is_empty()
         || never_gate(facts, &policies.tenancy, ctx.requester).is_some()
     {
         return;

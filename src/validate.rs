@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
+use crate::dra::ClaimDemand;
 use crate::expression::Bindings;
 use crate::finding::{Check, Finding, RuleId};
 use crate::gang::directory::{GangDirectory, Peer, disagreement};
@@ -19,6 +20,18 @@ use crate::workload::PodView;
 /// Runs the built-in accelerator checks and the team priority check on one Pod view: each
 /// container's accelerator requests, then the Pod's total, then its priority class.
 pub fn check_pod(policies: &PolicySet, view: &PodView<'_>, team: &TeamLookup<'_>) -> Vec<Finding> {
+    check_pod_with_claims(policies, view, team, &resources::ResourceList::new())
+}
+
+/// [`check_pod`] for a Pod that also asks accelerators through DRA claims: `claimed`, in
+/// accelerator terms ([`crate::dra::ClaimDemand::accelerators`]), counts towards the per-pod
+/// maximum.
+pub fn check_pod_with_claims(
+    policies: &PolicySet,
+    view: &PodView<'_>,
+    team: &TeamLookup<'_>,
+    claimed: &resources::ResourceList,
+) -> Vec<Finding> {
     let mut findings = Vec::new();
     let Some(spec) = view.pod.get("spec") else {
         return findings;
@@ -27,7 +40,7 @@ pub fn check_pod(policies: &PolicySet, view: &PodView<'_>, team: &TeamLookup<'_>
     for (path, container, is_init) in resources::containers(spec, &spec_path) {
         check_container(policies, &path, container, is_init, &mut findings);
     }
-    max_per_pod(policies, spec, &spec_path, &mut findings);
+    max_per_pod(policies, spec, claimed, &spec_path, &mut findings);
     findings.extend(check_priority_class(policies, view, team));
     findings
 }
@@ -184,11 +197,21 @@ fn max_per_container(policies: &PolicySet, c: &ContainerAccelerators<'_>, findin
 
 /// A per-Pod cap over the Pod's effective requests (the scheduler's formula): a Pod larger
 /// than any node would wait forever.
-fn max_per_pod(policies: &PolicySet, spec: &Value, spec_path: &str, findings: &mut Vec<Finding>) {
+fn max_per_pod(
+    policies: &PolicySet,
+    spec: &Value,
+    claimed: &resources::ResourceList,
+    spec_path: &str,
+    findings: &mut Vec<Finding>,
+) {
     let Some(max) = &policies.checks.max_per_pod else {
         return;
     };
-    let total = resources::pod_requests(spec);
+    let mut total = resources::pod_requests(spec);
+    for (name, q) in claimed {
+        let slot = total.entry(name.clone()).or_default();
+        *slot = slot.saturating_add(*q);
+    }
     for (name, limit) in &max.limits {
         let asked = total.get(name).map_or(0, |q| q.ceil_units());
         if asked > i64::from(*limit) {
@@ -250,12 +273,34 @@ pub fn check_gang(
     }
 }
 
+/// `accelerators/claims`: a ResourceClaim or ResourceClaimTemplate the pod names that cannot be
+/// found. Its devices cannot be counted, and an uncounted claim would be free: a Pod is denied.
+/// A workload's template is only warned about (`kubectl apply -f dir/` may create the template
+/// after the workload); the Pods made from it are denied if it is still missing then.
+pub fn check_claims(view: &PodView<'_>, claims: &ClaimDemand, missing_phrase: &str) -> Vec<Finding> {
+    let action = if view.path.is_empty() { Action::Deny } else { Action::Warn };
+    claims
+        .missing
+        .iter()
+        .map(|m| Finding {
+            rule: Check::Claims.into(),
+            action,
+            path: if view.path.is_empty() { m.path.clone() } else { format!("{}.{}", view.path, m.path) },
+            message: format!(
+                "references {} {:?}, {}: Allot cannot count the accelerators it asks for",
+                m.kind, m.name, missing_phrase
+            ),
+        })
+        .collect()
+}
+
 /// Deny-mode team quota. A Pod at CREATE is charged against live usage (`book`); a workload's
 /// templates — and UPDATEs — only against the quota itself: a template that alone exceeds it
 /// can never run.
 pub fn check_quota(
     view: &PodView<'_>,
     gang: Option<&Membership>,
+    claims: &ClaimDemand,
     req: &Request<'_>,
     team: &TeamLookup<'_>,
     book: &dyn QuotaBook,
@@ -263,7 +308,7 @@ pub fn check_quota(
     let t = team.team?;
     let quota = t.quota.as_ref().filter(|q| q.mode == QuotaMode::Deny)?;
     let spec = view.pod.get("spec")?;
-    let requests = resources::pod_requests(spec);
+    let requests = crate::dra::quota_requests(spec, claims);
     let charge = quota.charge(&requests);
     let gang = gang.and_then(|g| g.size.map(|n| (g.name.as_str(), n)));
     // A gang member asking nothing still takes one of its gang's declared places (and so

@@ -1136,6 +1136,10 @@ fn scenario() -> BTreeSet<(String, String, String)> {
     let mut s: BTreeSet<(String, String, String)> = [
         ("list", "", "namespaces"),
         ("watch", "", "namespaces"),
+        ("list", "resource.k8s.io", "resourceclaims"),
+        ("watch", "resource.k8s.io", "resourceclaims"),
+        ("list", "resource.k8s.io", "resourceclaimtemplates"),
+        ("watch", "resource.k8s.io", "resourceclaimtemplates"),
         ("list", "", "nodes"),
         ("watch", "", "nodes"),
         ("list", "", "pods"),
@@ -1178,6 +1182,7 @@ fn recorded_calls() -> &'static Vec<Call> {
             let client = world.client("allot-0");
             let caches = Arc::new(allot::server::startup::Caches::default());
             let namespaces = allot::server::reload::watch_namespaces(client.clone(), caches.clone());
+            let _claims = allot::server::reload::watch_claims(client.clone());
             let policies = Arc::new(arc_swap::ArcSwap::from_pointee(recording_policies()));
             let controller = allot::gang::controller::spawn(
                 client,

@@ -750,3 +750,53 @@ mod gangs {
         );
     }
 }
+
+/// `allot check` resolves DRA claims among the manifests it is given: a Pod whose template is
+/// among them is placed and counted; one whose template is not is denied, saying so.
+#[test]
+fn check_resolves_claim_templates_among_its_manifests() {
+    let manifest = |document: usize, object: Value| allot::check::Manifest {
+        source: "dra.yaml".into(),
+        document,
+        line: 0,
+        object,
+    };
+    let template = json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "two-gpus", "namespace": "vision"},
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}
+        ]}}}
+    });
+    let pod = |name: &str, template: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "vision"},
+            "spec": {
+                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
+                "containers": [{"name": "c", "image": "ghcr.io/example/train:1.0.0", "resources": {"claims": [{"name": "gpus"}]}}]
+            }
+        })
+    };
+    let policies = shipped();
+    let engine = Engine::new(&policies, &NoNamespaces);
+    let manifests =
+        vec![manifest(1, template), manifest(2, pod("placed", "two-gpus")), manifest(3, pod("ghost", "gone"))];
+    let report = allot::check::run(&engine, &manifests);
+    let by_name = |name: &str| report.results.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("{name}"));
+    let placed = by_name("placed");
+    assert!(placed.allowed, "{:?}", placed.findings);
+    assert!(
+        placed.patch.iter().any(|op| serde_json::to_string(op).unwrap().contains("nvidia.com/gpu")),
+        "the GPU toleration: {:?}",
+        placed.patch
+    );
+    let ghost = by_name("ghost");
+    assert!(!ghost.allowed);
+    let f = ghost.findings.iter().find(|f| f.rule == "accelerators/claims").expect("accelerators/claims");
+    assert_eq!(f.path, "spec.resourceClaims[0]");
+    assert!(f.message.contains("references ResourceClaimTemplate \"gone\", not among the manifests"), "{}", f.message);
+    // Without the template among the manifests the first pod is denied too: never free.
+    let alone = allot::check::run(&engine, &manifests[1..2]);
+    assert!(!alone.results[0].allowed);
+}

@@ -214,6 +214,18 @@ impl PodRecord {
     /// (`kueue.x-k8s.io/managed`, Volcano's group annotation, a DaemonSet owner) change nothing:
     /// a pod that carries Allot's gate is a member like any other.
     pub fn from_pod(pod: &Pod, policies: &PolicySet, labels: &dyn NamespaceLabels) -> Option<PodRecord> {
+        PodRecord::from_pod_with_claims(pod, policies, labels, &crate::dra::NoClaims)
+    }
+
+    /// [`PodRecord::from_pod`], with the devices of the pod's DRA claims (resolved in `claims`)
+    /// added to its requests under their DeviceClass names ([`crate::dra::class_resource`]), as
+    /// admission charged them. (The gang fit does not simulate DRA devices: it skips those names.)
+    pub fn from_pod_with_claims(
+        pod: &Pod,
+        policies: &PolicySet,
+        labels: &dyn NamespaceLabels,
+        claims: &dyn crate::dra::ClaimSource,
+    ) -> Option<PodRecord> {
         let namespace = pod.metadata.namespace.clone()?;
         let name = pod.metadata.name.clone()?;
         let facts = PodFacts::from_pod(pod);
@@ -237,7 +249,20 @@ impl PodRecord {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let finished = matches!(phase, Some("Succeeded" | "Failed"));
         let shape = shape_of(pod);
-        let requests = shape.requests.iter().map(|(k, v)| (intern(k), *v)).collect();
+        let mut counted = std::borrow::Cow::Borrowed(&shape.requests);
+        if let Some(resource_claims) = spec
+            .and_then(|s| s.resource_claims.as_ref())
+            .filter(|c| !c.is_empty() && !policies.device_classes.is_empty())
+        {
+            // Only the field the claims are read from: no copy of the whole pod per watch event.
+            let claims_only = serde_json::json!({"spec": {"resourceClaims": resource_claims}});
+            let demand = crate::dra::pod_demand(&claims_only, &namespace, &policies.device_classes, claims);
+            for (name, q) in demand.quota_resources() {
+                let slot = counted.to_mut().entry(name).or_default();
+                *slot = slot.saturating_add(q);
+            }
+        }
+        let requests = counted.iter().map(|(k, v)| (intern(k), *v)).collect();
         // A bound pod only takes capacity: where it may go no longer matters.
         let placement = facts.node_name.is_none().then(|| {
             Placement { node_selector: shape.node_selector, affinity: shape.affinity, tolerations: shape.tolerations }

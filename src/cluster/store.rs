@@ -24,6 +24,31 @@ pub struct ClusterState {
     /// Signalled on every change: wakes the controller's decision loop (one stored permit, so
     /// a burst of changes coalesces into one pass).
     wake: tokio::sync::Notify,
+    /// Where the DRA claims of watched pods are resolved, so that usage counts their devices.
+    claims: ClaimsCell,
+}
+
+/// The claim source of a [`ClusterState`], set once (`allot serve` sets its claim watches);
+/// unset, claims count nothing in usage.
+#[derive(Default)]
+struct ClaimsCell(std::sync::OnceLock<Arc<dyn crate::dra::ClaimSource>>);
+
+impl std::fmt::Debug for ClaimsCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() { "ClaimsCell(set)" } else { "ClaimsCell(unset)" })
+    }
+}
+
+impl ClusterState {
+    /// Resolves the DRA claims of pods recorded from now on in `claims` (the first call wins).
+    pub fn set_claims(&self, claims: Arc<dyn crate::dra::ClaimSource>) {
+        let _ = self.claims.0.set(claims);
+    }
+
+    /// Where the DRA claims of watched pods are resolved.
+    pub fn claims(&self) -> &dyn crate::dra::ClaimSource {
+        self.claims.0.get().map_or(&crate::dra::NoClaims, |c| c.as_ref())
+    }
 }
 
 #[derive(Debug, Default)]

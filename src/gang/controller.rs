@@ -143,7 +143,7 @@ async fn watch_pods(
             match event {
                 Ok(watcher::Event::Init) => state.begin_relist(),
                 Ok(watcher::Event::InitApply(pod) | watcher::Event::Apply(pod)) => {
-                    if let Some(r) = PodRecord::from_pod(&pod, &p, namespaces.as_ref()) {
+                    if let Some(r) = PodRecord::from_pod_with_claims(&pod, &p, namespaces.as_ref(), state.claims()) {
                         state.upsert_pod(r);
                     }
                 }

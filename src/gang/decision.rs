@@ -353,7 +353,9 @@ impl<'a> Simulation<'a> {
             .requests
             .iter()
             .filter(|(name, q)| {
-                !matches!(name.as_str(), "cpu" | "memory" | "pods" | "ephemeral-storage") && **q > Quantity::ZERO
+                !matches!(name.as_str(), "cpu" | "memory" | "pods" | "ephemeral-storage")
+                    && !name.starts_with(crate::dra::CLASS_RESOURCE_PREFIX)
+                    && **q > Quantity::ZERO
             })
             .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
             .map(|(name, _)| name.as_str())

@@ -150,7 +150,12 @@ pub fn shortfall(free: &ResourceList, requests: &ResourceList) -> Vec<(String, Q
 
 /// True when `requests` fit in `free` (resources the node does not offer have zero free).
 pub fn fits(free: &ResourceList, requests: &ResourceList) -> bool {
-    requests.iter().all(|(name, q)| *q <= Quantity::ZERO || free.get(name).is_some_and(|f| f >= q))
+    requests.iter().all(|(name, q)| {
+        // DRA devices are not node allocatable: their fit (ResourceSlices) is not simulated.
+        *q <= Quantity::ZERO
+            || name.starts_with(crate::dra::CLASS_RESOURCE_PREFIX)
+            || free.get(name).is_some_and(|f| f >= q)
+    })
 }
 
 /// `free -= requests`, never below what is there (callers check [`fits`] first).

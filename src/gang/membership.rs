@@ -72,6 +72,9 @@ pub struct PodFacts {
     pub node_name: Option<String>,
     pub scheduler_name: Option<String>,
     pub gates: Vec<String>,
+    /// `spec.schedulingGroup.podGroupName`: the pod belongs to a native PodGroup (Kubernetes'
+    /// own gang scheduling). The API server drops the field where its feature gate is off.
+    pub native_pod_group: Option<String>,
 }
 
 fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
@@ -96,6 +99,7 @@ impl PodFacts {
                 .collect(),
             node_name: str_at("/spec/nodeName"),
             scheduler_name: str_at("/spec/schedulerName"),
+            native_pod_group: str_at("/spec/schedulingGroup/podGroupName"),
             gates: pod
                 .pointer("/spec/schedulingGates")
                 .and_then(Value::as_array)
@@ -115,6 +119,10 @@ impl PodFacts {
             owners: pod.metadata.owner_references.iter().flatten().map(|o| (o.kind.clone(), o.name.clone())).collect(),
             node_name: spec.and_then(|s| s.node_name.clone()).filter(|s| !s.is_empty()),
             scheduler_name: spec.and_then(|s| s.scheduler_name.clone()).filter(|s| !s.is_empty()),
+            native_pod_group: spec
+                .and_then(|s| s.scheduling_group.as_ref())
+                .and_then(|g| g.pod_group_name.clone())
+                .filter(|s| !s.is_empty()),
             gates: spec
                 .and_then(|s| s.scheduling_gates.as_ref())
                 .into_iter()
@@ -203,12 +211,19 @@ fn shorten(raw: &str) -> String {
 
 /// The gang of a Pod, first match wins; `Err` for invalid gang metadata. `infer` lists the
 /// owner kinds the matching GangPolicy opts into; `coscheduling_size` is its default size.
+///
+/// A member of a native PodGroup (`spec.schedulingGroup`) is in no Allot gang: the scheduler
+/// places its group all-or-nothing, so Allot neither infers another gang for it nor gates it
+/// (its quota gate, in Queue mode, still applies).
 pub fn membership(
     facts: &PodFacts,
     infer: &[InferredKind],
     coscheduling_size: Option<u32>,
     max_size: u32,
 ) -> Result<Option<Membership>, String> {
+    if facts.native_pod_group.is_some() {
+        return Ok(None);
+    }
     if let Some(name) = facts.labels.get(NAME_LABEL).filter(|n| !n.is_empty()) {
         let raw = facts
             .annotations
@@ -350,6 +365,26 @@ mod tests {
 
     fn facts(meta: Value, spec: Value) -> PodFacts {
         PodFacts::from_json(&json!({"metadata": meta, "spec": spec}))
+    }
+
+    #[test]
+    fn a_native_pod_group_member_is_in_no_allot_gang() {
+        let labelled = json!({"labels": {NAME_LABEL: "a"}, "annotations": {SIZE_ANNOTATION: "4"},
+            "ownerReferences": [{"kind": "Job", "name": "train"}]});
+        let native = json!({"schedulingGroup": {"podGroupName": "train-group"}});
+        assert_eq!(facts(labelled.clone(), native.clone()).native_pod_group.as_deref(), Some("train-group"));
+        assert_eq!(membership(&facts(labelled.clone(), native), &[InferredKind::Job], None, MAX), Ok(None));
+        // Without it, the same pod is in its explicit gang; an empty name is no PodGroup.
+        assert!(membership(&facts(labelled.clone(), json!({})), &[], None, MAX).unwrap().is_some());
+        let empty = json!({"schedulingGroup": {"podGroupName": ""}});
+        assert!(membership(&facts(labelled, empty), &[], None, MAX).unwrap().is_some());
+        // The watch's typed Pod reads the same field.
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [], "schedulingGroup": {"podGroupName": "g"}}
+        }))
+        .unwrap();
+        assert_eq!(PodFacts::from_pod(&pod).native_pod_group.as_deref(), Some("g"));
     }
 
     #[test]

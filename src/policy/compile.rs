@@ -13,6 +13,7 @@ use super::{
     ClusterSpec, DEFAULT_ASSEMBLY_TIMEOUT, DEFAULT_STARVATION, GangPolicy, GangPolicySpec, KindMatch, NameGlobs,
     Placement, PlacementSpec, Rule, RuleSpec, SelectorOperator, Team, TeamSpec, parse_duration, quota, values,
 };
+use crate::dra::{ClassWeight, DeviceClasses};
 use crate::expression::Expression;
 use crate::resources::ResourceMatcher;
 
@@ -51,6 +52,8 @@ pub(super) struct Context<'a> {
     pub team_names: &'a HashSet<String>,
     /// The Cluster's accelerator names: a Placement's default `resources`.
     pub accelerators: &'a Arc<ResourceMatcher>,
+    /// The Cluster's DRA DeviceClasses: a team quota weighs their devices.
+    pub device_classes: &'a DeviceClasses,
 }
 
 impl Context<'_> {
@@ -72,7 +75,7 @@ pub(super) trait Compile {
 impl Compile for TeamSpec {
     type Output = Team;
 
-    fn compile(self, name: String, _: &Context<'_>, problems: &mut Problems<'_>) -> Option<Team> {
+    fn compile(self, name: String, cx: &Context<'_>, problems: &mut Problems<'_>) -> Option<Team> {
         let spec = self;
         if spec.namespaces.names.is_empty() && spec.namespaces.selector.is_none() {
             problems.push("spec.namespaces: give names, a selector, or both");
@@ -97,13 +100,14 @@ impl Compile for TeamSpec {
         }
         problems.extend(values::team_priority(&spec.priority));
         // The quota's error already starts with its field path below `spec.`.
-        let quota = match spec.quota.as_ref().map(quota::Quota::compile).transpose() {
-            Ok(q) => q,
-            Err(e) => {
-                problems.push(format_args!("spec.{e}"));
-                None
-            }
-        };
+        let quota =
+            match spec.quota.as_ref().map(|q| quota::Quota::compile_with_classes(q, cx.device_classes)).transpose() {
+                Ok(q) => q,
+                Err(e) => {
+                    problems.push(format_args!("spec.{e}"));
+                    None
+                }
+            };
         let names = problems.ok("spec.namespaces.names", NameGlobs::compile(&spec.namespaces.names))?;
         Some(Team { name, names, selector: spec.namespaces.selector, priority: spec.priority, quota })
     }
@@ -195,4 +199,30 @@ impl Compile for ClusterSpec {
         problems.extend(values::cluster_priority(&self.priority));
         Some(self)
     }
+}
+
+/// The Cluster's `dra` block compiled: weights parsed, every `countsAs` an accelerator name.
+pub(super) fn device_classes(
+    spec: &super::DraSpec,
+    accelerators: &ResourceMatcher,
+    problems: &mut Problems<'_>,
+) -> DeviceClasses {
+    let mut classes = std::collections::BTreeMap::new();
+    for (class, mapping) in &spec.device_classes {
+        let field = format!("spec.dra.deviceClasses.{class}");
+        if !accelerators.matches(&mapping.counts_as) {
+            problems.push(format_args!(
+                "{field}.countsAs: {:?} is not one of the Cluster's accelerator resources",
+                mapping.counts_as
+            ));
+            continue;
+        }
+        let weight = match &mapping.weight {
+            None => Ok((1, 1)),
+            Some(raw) => quota::parse_weight(raw),
+        };
+        let Some((numerator, denominator)) = problems.ok(&format!("{field}.weight"), weight) else { continue };
+        classes.insert(class.clone(), ClassWeight { counts_as: mapping.counts_as.clone(), numerator, denominator });
+    }
+    DeviceClasses::new(classes, spec.allocation_mode_all_count.unwrap_or(crate::dra::DEFAULT_ALL_COUNT))
 }

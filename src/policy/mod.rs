@@ -25,6 +25,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::dra::DeviceClasses;
 use crate::expression::{Environment, Expression};
 use crate::resources::{DEFAULT_ACCELERATORS, ResourceMatcher};
 use compile::{Compile, Context, Problems};
@@ -197,6 +198,8 @@ pub struct PolicySet {
     pub placements: Vec<Placement>,
     pub rules: Vec<Rule>,
     pub gang_policies: Vec<GangPolicy>,
+    /// The Cluster's DRA DeviceClass mapping: what claim devices count as.
+    pub device_classes: Arc<DeviceClasses>,
     /// Trust and bounds for what tenants write (Cluster `externalSchedulers`, `trust`,
     /// `accelerators.maxAmount`).
     pub tenancy: tenancy::TenantPolicy,
@@ -363,13 +366,15 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
             Doc::GangPolicy(spec) => gang_specs.push((location, meta.name, spec)),
         }
     }
+    let cluster_location = cluster.as_ref().map(|(location, _)| location.clone());
     let cluster = match cluster {
         // Compiled first: the other kinds read its accelerator names. It consults no other
         // document, so its context is empty.
         Some((location, spec)) => {
             let none = HashSet::new();
             let placeholder = Arc::new(ResourceMatcher::new(DEFAULT_ACCELERATORS));
-            let cx = Context { team_names: &none, accelerators: &placeholder };
+            let no_classes = DeviceClasses::default();
+            let cx = Context { team_names: &none, accelerators: &placeholder, device_classes: &no_classes };
             spec.compile(String::new(), &cx, &mut Problems::new(&location, &mut errors)).unwrap_or_default()
         }
         None => ClusterSpec::default(),
@@ -379,7 +384,13 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
         None => ResourceMatcher::new(DEFAULT_ACCELERATORS),
     });
     let team_names: HashSet<String> = team_specs.iter().map(|(_, n, _)| n.clone()).collect();
-    let cx = Context { team_names: &team_names, accelerators: &accelerators };
+    let device_classes = match &cluster_location {
+        Some(location) => {
+            compile::device_classes(&cluster.dra, &accelerators, &mut Problems::new(location, &mut errors))
+        }
+        None => DeviceClasses::default(),
+    };
+    let cx = Context { team_names: &team_names, accelerators: &accelerators, device_classes: &device_classes };
     let teams = compile_all(team_specs, &cx, &mut errors);
     let placements = compile_all(placement_specs, &cx, &mut errors);
     let rules = compile_all(rule_specs, &cx, &mut errors);
@@ -396,6 +407,7 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
     Ok(PolicySet {
         linear,
         tenancy: tenancy::TenantPolicy::from_cluster(&cluster),
+        device_classes: Arc::new(device_classes),
         env: Environment::new(accelerators.clone()),
         accelerators,
         checks: cluster.accelerators.checks,

@@ -101,6 +101,42 @@ pub struct ClusterSpec {
     /// Identities trusted for what a tenant may not do.
     #[serde(default)]
     pub trust: TrustSpec,
+    /// Accelerators asked through Dynamic Resource Allocation (ResourceClaims and
+    /// ResourceClaimTemplates): which DeviceClasses count as which accelerator resource.
+    #[serde(default)]
+    pub dra: DraSpec,
+}
+
+/// How devices asked through DRA claims are counted. A claim's devices of a DeviceClass listed
+/// here count as that many of its `countsAs` resource (times its weight) for placement, the
+/// accelerator checks, team quotas and the CEL helpers; devices of other classes count nothing.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DraSpec {
+    /// DeviceClass name → the accelerator it counts as
+    /// (`gpu.nvidia.com: {countsAs: nvidia.com/gpu}`,
+    /// `mig.nvidia.com: {countsAs: nvidia.com/gpu, weight: 1/7}`).
+    #[serde(default)]
+    pub device_classes: BTreeMap<String, DeviceClassMapping>,
+    /// How many devices a request with `allocationMode: All` counts as (it takes every matching
+    /// device, a number admission cannot know). Default 32, as the in-tree ResourceQuota counts.
+    #[schemars(range(min = 1))]
+    pub allocation_mode_all_count: Option<u32>,
+}
+
+/// What one device of a DeviceClass counts as.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DeviceClassMapping {
+    /// The accelerator resource one device counts as; must be one of the Cluster's
+    /// accelerator names (the parser checks).
+    #[schemars(length(min = 1))]
+    pub counts_as: String,
+    /// How much of `countsAs` one device counts for: a positive number or fraction (`1/7`,
+    /// `0.5`, `2`; a fraction's denominator at most 1e9). Default 1.
+    #[serde(default)]
+    #[schemars(schema_with = "schema::optional_weight")]
+    pub weight: Option<serde_json::Value>,
 }
 
 /// A gang or queue manager besides Allot.

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::{QuotaMode, QuotaSpec};
+use crate::dra::DeviceClasses;
 use crate::quantity::Quantity;
 use crate::resources::ResourceList;
 
@@ -27,7 +28,7 @@ pub struct Quota {
 /// Amounts per limited resource, in charge units of one [`Quota`].
 pub type Charge = BTreeMap<String, i128>;
 
-fn parse_weight(raw: &serde_json::Value) -> Result<(i128, i128), String> {
+pub(super) fn parse_weight(raw: &serde_json::Value) -> Result<(i128, i128), String> {
     let text = match raw {
         serde_json::Value::String(s) => s.trim().to_string(),
         serde_json::Value::Number(n) => n.to_string(),
@@ -56,6 +57,13 @@ fn gcd(a: i128, b: i128) -> i128 {
 impl Quota {
     /// Compiles a `quota:` block; errors name the field.
     pub fn compile(spec: &QuotaSpec) -> Result<Quota, String> {
+        Quota::compile_with_classes(spec, &DeviceClasses::default())
+    }
+
+    /// Compiles a `quota:` block, also weighing the devices of the Cluster's DRA DeviceClasses
+    /// (charged under [`crate::dra::class_resource`] names) against the limit their `countsAs`
+    /// resource falls under, directly or through one of the quota's equivalents.
+    pub fn compile_with_classes(spec: &QuotaSpec, classes: &DeviceClasses) -> Result<Quota, String> {
         if spec.limits.is_empty() {
             return Err("quota.limits: name at least one resource".into());
         }
@@ -71,6 +79,21 @@ impl Quota {
                     || format!("quota.equivalents.{name}.weight: the weights' denominators are too large together"),
                 )?;
             equivalents.insert(name.clone(), (eq.counts_as.clone(), num, den));
+        }
+        for (class, weight) in classes.iter() {
+            let name = crate::dra::class_resource(class);
+            let direct = spec.limits.contains_key(&weight.counts_as).then(|| (weight.counts_as.clone(), 1, 1));
+            let Some((target, num, den)) = direct.or_else(|| equivalents.get(&weight.counts_as).cloned()) else {
+                continue;
+            };
+            let (num, den) = (num.saturating_mul(weight.numerator), den.saturating_mul(weight.denominator));
+            let g = gcd(num, den).max(1);
+            let (num, den) = (num / g, den / g);
+            denominator = (denominator / gcd(denominator, den))
+                .checked_mul(den)
+                .filter(|d| *d <= 1_000_000_000_000)
+                .ok_or_else(|| format!("quota: the weights of DeviceClass {class} and the quota's equivalents have denominators too large together"))?;
+            equivalents.entry(name).or_insert((target, num, den));
         }
         let mut limits = BTreeMap::new();
         for (name, raw) in &spec.limits {

@@ -297,6 +297,11 @@ pub(super) fn weight(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// A DeviceClass mapping's optional `weight`: a positive number or a fraction.
+pub(super) fn optional_weight(generator: &mut SchemaGenerator) -> Schema {
+    weight(generator)
+}
+
 /// An optional duration (`10m`).
 pub(super) fn duration(_: &mut SchemaGenerator) -> Schema {
     json_schema!({

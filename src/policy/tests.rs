@@ -234,3 +234,44 @@ fn cluster_priority_names_are_dns_subdomains() {
         "{e:?}"
     );
 }
+
+const DRA_CLUSTER: &str = "apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  dra:\n    deviceClasses:\n      gpu.nvidia.com: {countsAs: nvidia.com/gpu}\n      mig.nvidia.com: {countsAs: nvidia.com/gpu, weight: 1/7}\n    allocationModeAllCount: 8\n";
+
+#[test]
+fn dra_device_classes_compile_and_weigh_exactly_in_team_quotas() {
+    let text = format!(
+        "{DRA_CLUSTER}---\napiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: vision}}\nspec:\n  namespaces: {{names: [vision]}}\n  quota:\n    limits: {{nvidia.com/gpu: 1}}\n"
+    );
+    let set = compile(&src(&text)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(set.device_classes.all_count(), 8);
+    let mig = set.device_classes.get("mig.nvidia.com").expect("mig mapped");
+    assert_eq!((mig.numerator, mig.denominator), (1, 7));
+    let quota = set.teams[0].quota.as_ref().expect("quota");
+    let slices = |n: i64| {
+        crate::resources::ResourceList::from([(
+            crate::dra::class_resource("mig.nvidia.com"),
+            crate::quantity::Quantity::from_units(n),
+        )])
+    };
+    // Seven 1/7 slices are exactly the one GPU; the eighth is over.
+    assert_eq!(quota.exceeded(&quota.charge(&slices(6)), &quota.charge(&slices(1))), None);
+    assert!(quota.exceeded(&quota.charge(&slices(7)), &quota.charge(&slices(1))).is_some());
+    let whole = crate::resources::ResourceList::from([(
+        crate::dra::class_resource("gpu.nvidia.com"),
+        crate::quantity::Quantity::from_units(1),
+    )]);
+    assert_eq!(quota.charge(&whole), quota.charge(&slices(7)));
+}
+
+#[test]
+fn dra_device_class_problems_name_the_field() {
+    let errs = errors(
+        "apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  dra:\n    deviceClasses:\n      a.example.com: {countsAs: cpu}\n      b.example.com: {countsAs: nvidia.com/gpu, weight: 0/3}\n",
+    );
+    assert!(errs.iter().any(|e| e.contains("spec.dra.deviceClasses.a.example.com.countsAs")), "{errs:?}");
+    assert!(errs.iter().any(|e| e.contains("spec.dra.deviceClasses.b.example.com.weight")), "{errs:?}");
+    let errs = errors(
+        "apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  dra:\n    deviceClasses:\n      g: {countsAs: nvidia.com/gpu, wieght: 1}\n",
+    );
+    assert!(errs.iter().any(|e| e.contains("unknown field `wieght`")), "{errs:?}");
+}

@@ -97,6 +97,10 @@ pub struct AppState {
     /// The webhook's share of the policy set beside its native policies, for reviews on a
     /// `--native-covers` path ([`crate::covers`]); used only while its version is in force.
     pub native_split: arc_swap::ArcSwapOption<NativeSplit>,
+    /// Where DRA claims are resolved: the claim watches, once started ([`AppState::watch_claims`]);
+    /// until then (and without a Kubernetes API) no claim is known, and a pod naming one whose
+    /// DeviceClass the policies map is denied.
+    pub claims: std::sync::OnceLock<Arc<dyn crate::dra::ClaimSource>>,
 }
 
 impl AppState {
@@ -169,6 +173,7 @@ impl AppState {
             shutting_down: AtomicBool::new(false),
             allot_username,
             native_split: arc_swap::ArcSwapOption::empty(),
+            claims: std::sync::OnceLock::new(),
         })
     }
 
@@ -417,7 +422,8 @@ fn answer(
     let engine = Engine::new(in_force, state.namespaces.as_ref())
         .with_gangs(state.cluster.as_ref())
         .with_quota(&book)
-        .with_allot_username(&state.allot_username);
+        .with_allot_username(&state.allot_username)
+        .with_claims(state.claims.get().map_or(&crate::dra::NoClaims as &dyn crate::dra::ClaimSource, |c| c.as_ref()));
     let response = match admission::review(body, phase, &engine) {
         Ok(answer) => {
             let result = match (answer.allowed, answer.mutated) {
@@ -550,6 +556,12 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
         ledger.clone(),
     );
     state.set_native_split(&sources);
+    if let Some(c) = &client {
+        // (Set once, here, before the server accepts a request.)
+        let claims = reload::watch_claims(c.clone());
+        cluster.set_claims(claims.clone());
+        let _ = state.claims.set(claims);
+    }
     let controller = match (&client, &config.gang_controller) {
         (Some(c), Some(controller)) => {
             tracing::info!(lease = %controller.lease_name, namespace = %controller.lease_namespace, identity = %controller.identity, "starting the gang controller");

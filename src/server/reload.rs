@@ -227,3 +227,58 @@ pub fn watch_namespaces(client: kube::Client, caches: Arc<super::startup::Caches
     });
     Arc::new(WatchedNamespaces(reader))
 }
+
+/// DRA ResourceClaims and ResourceClaimTemplates from kube-runtime reflectors: where admission
+/// resolves the claims a Pod names ([`crate::dra`]).
+struct WatchedClaims {
+    claims: kube::runtime::reflector::Store<k8s_openapi::api::resource::v1::ResourceClaim>,
+    templates: kube::runtime::reflector::Store<k8s_openapi::api::resource::v1::ResourceClaimTemplate>,
+}
+
+impl crate::dra::ClaimSource for WatchedClaims {
+    fn template(&self, namespace: &str, name: &str) -> Option<serde_json::Value> {
+        let found = self.templates.get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))?;
+        serde_json::to_value(found.as_ref()).ok()
+    }
+
+    fn claim(&self, namespace: &str, name: &str) -> Option<serde_json::Value> {
+        let found = self.claims.get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))?;
+        serde_json::to_value(found.as_ref()).ok()
+    }
+
+    fn missing_phrase(&self) -> &'static str {
+        "which does not exist in the pod's namespace (create it before the pod)"
+    }
+}
+
+/// Runs one reflector's watch until the process ends, logging its errors.
+fn spawn_reflector<K>(api: kube::Api<K>, what: &'static str) -> kube::runtime::reflector::Store<K>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+
+    let (reader, writer) = reflector::store();
+    let stream = reflector(writer, watcher(api, watcher::Config::default())).default_backoff().applied_objects();
+    tokio::spawn(async move {
+        stream
+            .for_each(|event| async move {
+                if let Err(e) = event {
+                    tracing::warn!(error = %e, watch = what, "DRA watch error");
+                }
+            })
+            .await;
+    });
+    reader
+}
+
+/// Starts the ResourceClaim and ResourceClaimTemplate watches (`resource.k8s.io/v1`). A claim
+/// not (yet) in the cache is denied as missing: failing closed, never counted as free.
+pub fn watch_claims(client: kube::Client) -> Arc<dyn crate::dra::ClaimSource> {
+    Arc::new(WatchedClaims {
+        claims: spawn_reflector(kube::Api::all(client.clone()), "ResourceClaim"),
+        templates: spawn_reflector(kube::Api::all(client), "ResourceClaimTemplate"),
+    })
+}

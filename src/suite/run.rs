@@ -24,9 +24,11 @@ pub(super) fn run_test(test: &LoadedTest) -> TestReport {
         Some(l) => l,
         None => &NoNamespaces,
     };
-    let engine = Engine::new(&test.policies, labels);
-    // The test's resources are one run's manifests: gang members see each other, as in `allot check`.
+    // The test's resources are one run's manifests: gang members see each other and claims are
+    // resolved among them, as in `allot check`.
     let manifests: Vec<Manifest> = test.cases.iter().map(|c| c.manifest.clone()).collect();
+    let claims = check::claim_objects(&manifests);
+    let engine = Engine::new(&test.policies, labels).with_claims(&claims);
     let gangs = check::gang_directory(&engine, &manifests);
     let cases = test
         .cases

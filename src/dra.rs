@@ -1,0 +1,348 @@
+//! Accelerators asked through Dynamic Resource Allocation: what a Pod's ResourceClaims and
+//! ResourceClaimTemplates count as, in the same resource terms as `nvidia.com/gpu: 1` in limits.
+//!
+//! Pure: a Pod (raw JSON, as admission sees it), the Cluster's DeviceClass mapping and a
+//! [`ClaimSource`] to look claims up in; no I/O. The server's source is its watch cache, `allot
+//! check`'s the manifests it was given.
+//!
+//! Counting rules (each request of a claim's `spec.devices.requests`):
+//! - `exactly` with `allocationMode: ExactCount` (the default) counts `count` (default 1);
+//! - `allocationMode: All` counts [`DeviceClasses::all_count`] (32 unless the policy says), as the
+//!   in-tree ResourceQuota does: admission cannot know how many devices match;
+//! - `firstAvailable` counts its largest option, since the scheduler may pick any of them;
+//! - devices of a DeviceClass the policy does not map count nothing.
+//!
+//! A claim made from a template belongs to one pod; a ResourceClaim named by
+//! `resourceClaimName` may be shared by many pods and is charged once per claim, so it is kept
+//! apart ([`ClaimDemand::shared`]). A claim the scheduler creates for a pod's own extended
+//! resource (annotation [`EXTENDED_RESOURCE_CLAIM_ANNOTATION`]) stands for a request already in
+//! the containers' resources and is never counted again. A claim or template that cannot be
+//! found is not "free": it is reported in [`ClaimDemand::missing`] and admission denies naming it.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::quantity::Quantity;
+use crate::resources::ResourceList;
+
+/// The annotation the scheduler puts on the claim it creates for a pod's extended-resource
+/// request backed by DRA (DRAExtendedResource).
+pub const EXTENDED_RESOURCE_CLAIM_ANNOTATION: &str = "resource.kubernetes.io/extended-resource-claim";
+
+/// What `allocationMode: All` counts as when the policy does not say (the in-tree quota's 32).
+pub const DEFAULT_ALL_COUNT: u32 = 32;
+
+/// Prefix of the resource names under which claim devices are charged to team quotas, one per
+/// DeviceClass (`deviceclass.allot.dev/mig.nvidia.com`). The compiled quota maps each to its
+/// `countsAs` resource with the exact weight, so seven `1/7` devices are exactly one GPU.
+pub const CLASS_RESOURCE_PREFIX: &str = "deviceclass.allot.dev/";
+
+/// The quota resource name of a DeviceClass's devices.
+pub fn class_resource(class: &str) -> String {
+    format!("{CLASS_RESOURCE_PREFIX}{class}")
+}
+
+/// What one device of a DeviceClass counts as: `numerator / denominator` of `counts_as`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassWeight {
+    pub counts_as: String,
+    pub numerator: i128,
+    pub denominator: i128,
+}
+
+/// The Cluster policy's DeviceClass mapping, compiled (weights parsed and checked).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceClasses {
+    classes: BTreeMap<String, ClassWeight>,
+    all_count: u32,
+}
+
+impl Default for DeviceClasses {
+    fn default() -> Self {
+        DeviceClasses { classes: BTreeMap::new(), all_count: DEFAULT_ALL_COUNT }
+    }
+}
+
+impl DeviceClasses {
+    /// A mapping of DeviceClass name → weight; `all_count` is what `allocationMode: All` counts.
+    pub fn new(classes: BTreeMap<String, ClassWeight>, all_count: u32) -> Self {
+        DeviceClasses { classes, all_count: all_count.max(1) }
+    }
+
+    /// True when no DeviceClass is mapped: claims then count nothing and are not looked up.
+    pub fn is_empty(&self) -> bool {
+        self.classes.is_empty()
+    }
+
+    /// The weight of one device of `class`, if the class is mapped.
+    pub fn get(&self, class: &str) -> Option<&ClassWeight> {
+        self.classes.get(class)
+    }
+
+    /// Every mapped class.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &ClassWeight)> {
+        self.classes.iter()
+    }
+
+    /// What a request with `allocationMode: All` counts as.
+    pub fn all_count(&self) -> u32 {
+        self.all_count
+    }
+}
+
+/// Where claims and templates are looked up.
+pub trait ClaimSource: Send + Sync {
+    /// The ResourceClaimTemplate object `name` in `namespace`.
+    fn template(&self, namespace: &str, name: &str) -> Option<Value>;
+    /// The ResourceClaim object `name` in `namespace`.
+    fn claim(&self, namespace: &str, name: &str) -> Option<Value>;
+    /// How a missing object is described ("not among the manifests", "not found in the
+    /// cluster"), after its kind and name.
+    fn missing_phrase(&self) -> &'static str {
+        "not found"
+    }
+}
+
+/// A source that knows no claims: every reference is missing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoClaims;
+
+impl ClaimSource for NoClaims {
+    fn template(&self, _: &str, _: &str) -> Option<Value> {
+        None
+    }
+    fn claim(&self, _: &str, _: &str) -> Option<Value> {
+        None
+    }
+    fn missing_phrase(&self) -> &'static str {
+        "not known to Allot (no claim source)"
+    }
+}
+
+/// Claims and templates held in memory, by (namespace, name): `allot check`'s manifests, tests.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimObjects {
+    templates: BTreeMap<(String, String), Value>,
+    claims: BTreeMap<(String, String), Value>,
+    missing_phrase: &'static str,
+}
+
+impl ClaimObjects {
+    /// An empty set whose missing objects are described by `missing_phrase`.
+    pub fn new(missing_phrase: &'static str) -> Self {
+        ClaimObjects { missing_phrase, ..Default::default() }
+    }
+
+    /// Keeps `object` if it is a `resource.k8s.io` ResourceClaim or ResourceClaimTemplate (its
+    /// namespace from metadata, else `default_namespace`); true when it was kept.
+    pub fn insert(&mut self, object: &Value, default_namespace: &str) -> bool {
+        let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        if !api_version.starts_with("resource.k8s.io/") {
+            return false;
+        }
+        let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str) else { return false };
+        let namespace =
+            object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(default_namespace).to_string();
+        let key = (namespace, name.to_string());
+        match object.get("kind").and_then(Value::as_str) {
+            Some("ResourceClaimTemplate") => self.templates.insert(key, object.clone()),
+            Some("ResourceClaim") => self.claims.insert(key, object.clone()),
+            _ => return false,
+        };
+        true
+    }
+
+    /// True when nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.templates.is_empty() && self.claims.is_empty()
+    }
+}
+
+impl ClaimSource for ClaimObjects {
+    fn template(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.templates.get(&(namespace.to_string(), name.to_string())).cloned()
+    }
+    fn claim(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.claims.get(&(namespace.to_string(), name.to_string())).cloned()
+    }
+    fn missing_phrase(&self) -> &'static str {
+        if self.missing_phrase.is_empty() { "not found" } else { self.missing_phrase }
+    }
+}
+
+/// A claim reference that could not be resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingClaim {
+    /// `ResourceClaimTemplate` or `ResourceClaim`.
+    pub kind: &'static str,
+    pub name: String,
+    /// Path of the reference (`spec.resourceClaims[0]`).
+    pub path: String,
+}
+
+/// Devices per mapped DeviceClass.
+pub type ClassCounts = BTreeMap<String, u64>;
+
+/// What a Pod asks through its claims.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimDemand {
+    /// Devices of claims made for this pod alone (from templates).
+    pub own: ClassCounts,
+    /// Devices of each shared ResourceClaim the pod names, by claim name: charged once per
+    /// claim, whichever pods use it.
+    pub shared: BTreeMap<String, ClassCounts>,
+    /// References that could not be resolved.
+    pub missing: Vec<MissingClaim>,
+}
+
+impl ClaimDemand {
+    /// True when the claims ask for no mapped device and nothing is missing.
+    pub fn is_empty(&self) -> bool {
+        self.own.is_empty() && self.shared.is_empty() && self.missing.is_empty()
+    }
+
+    /// Devices per class, every shared claim counted once.
+    pub fn per_class(&self) -> ClassCounts {
+        let mut total = self.own.clone();
+        for counts in self.shared.values() {
+            add_counts(&mut total, counts);
+        }
+        total
+    }
+
+    /// The devices as accelerator resources (`countsAs` names, weights applied, rounded up to
+    /// the nano-unit): what placement, the accelerator checks and CEL see.
+    pub fn accelerators(&self, classes: &DeviceClasses) -> ResourceList {
+        let mut out = ResourceList::new();
+        for (class, count) in self.per_class() {
+            let Some(w) = classes.get(&class) else { continue };
+            let scaled = i128::from(count).saturating_mul(1_000_000_000).saturating_mul(w.numerator);
+            let nanos = scaled / w.denominator + i128::from(scaled % w.denominator != 0);
+            let slot = out.entry(w.counts_as.clone()).or_default();
+            *slot = slot.saturating_add(Quantity::from_nanos(nanos));
+        }
+        out
+    }
+
+    /// The devices as quota resources, one name per class ([`class_resource`]): a compiled
+    /// quota weighs them exactly.
+    pub fn quota_resources(&self) -> ResourceList {
+        self.per_class()
+            .into_iter()
+            .map(|(class, count)| {
+                (class_resource(&class), Quantity::from_units(i64::try_from(count).unwrap_or(i64::MAX)))
+            })
+            .collect()
+    }
+}
+
+fn add_counts(total: &mut ClassCounts, other: &ClassCounts) {
+    for (class, n) in other {
+        let slot = total.entry(class.clone()).or_default();
+        *slot = slot.saturating_add(*n);
+    }
+}
+
+/// What a pod is charged against its team's quota: its effective requests (`spec` is its pod
+/// spec) and the devices of its claims, under their DeviceClass names, which the compiled quota
+/// weighs exactly.
+pub fn quota_requests(spec: &Value, claims: &ClaimDemand) -> ResourceList {
+    let mut requests = crate::resources::pod_requests(spec);
+    requests.extend(claims.quota_resources());
+    requests
+}
+
+/// The claims `pod` (a Pod object, or a template seen as one) asks for, resolved in `namespace`.
+/// Nothing is looked up when no DeviceClass is mapped.
+pub fn pod_demand(pod: &Value, namespace: &str, classes: &DeviceClasses, source: &dyn ClaimSource) -> ClaimDemand {
+    let mut demand = ClaimDemand::default();
+    if classes.is_empty() {
+        return demand;
+    }
+    let entries = pod.pointer("/spec/resourceClaims").and_then(Value::as_array);
+    for (i, entry) in entries.into_iter().flatten().enumerate() {
+        let path = format!("spec.resourceClaims[{i}]");
+        if let Some(name) = entry.get("resourceClaimTemplateName").and_then(Value::as_str) {
+            match source.template(namespace, name) {
+                // A template's claim spec is at spec.spec.
+                Some(template) => add_counts(&mut demand.own, &claim_devices(template.pointer("/spec/spec"), classes)),
+                None => demand.missing.push(MissingClaim { kind: "ResourceClaimTemplate", name: name.into(), path }),
+            }
+        } else if let Some(name) = entry.get("resourceClaimName").and_then(Value::as_str) {
+            match source.claim(namespace, name) {
+                Some(claim) if is_extended_resource_claim(&claim) => {}
+                Some(claim) => {
+                    let counts = claim_devices(claim.get("spec"), classes);
+                    if !counts.is_empty() {
+                        demand.shared.insert(name.to_string(), counts);
+                    }
+                }
+                None => demand.missing.push(MissingClaim { kind: "ResourceClaim", name: name.into(), path }),
+            }
+        }
+    }
+    demand
+}
+
+/// True for the claim the scheduler made for a pod's extended-resource request: the request is
+/// already counted from the containers' resources.
+pub fn is_extended_resource_claim(claim: &Value) -> bool {
+    claim.pointer("/metadata/annotations").and_then(Value::as_object).is_some_and(|a| {
+        a.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION).and_then(Value::as_str).is_some_and(|v| v != "false")
+    })
+}
+
+/// The mapped devices a claim spec (`{devices: {requests: [...]}}`) asks for.
+pub fn claim_devices(claim_spec: Option<&Value>, classes: &DeviceClasses) -> ClassCounts {
+    let mut counts = ClassCounts::new();
+    let requests = claim_spec.and_then(|s| s.pointer("/devices/requests")).and_then(Value::as_array);
+    for request in requests.into_iter().flatten() {
+        let chosen = if let Some(exactly) = request.get("exactly") {
+            device_request(exactly, classes)
+        } else if let Some(options) = request.get("firstAvailable").and_then(Value::as_array) {
+            largest_option(options, classes)
+        } else {
+            // The pre-v1 shape (fields directly on the request).
+            device_request(request, classes)
+        };
+        if let Some((class, n)) = chosen {
+            let slot = counts.entry(class).or_default();
+            *slot = slot.saturating_add(n);
+        }
+    }
+    counts
+}
+
+/// One `exactly` (or `firstAvailable` option): its mapped class and device count.
+fn device_request(request: &Value, classes: &DeviceClasses) -> Option<(String, u64)> {
+    let class = request.get("deviceClassName").and_then(Value::as_str)?;
+    classes.get(class)?;
+    let n = match request.get("allocationMode").and_then(Value::as_str) {
+        Some("All") => u64::from(classes.all_count()),
+        // ExactCount (the default). The API server insists on a positive count; a count that is
+        // not one still asks for at least a device.
+        _ => request.get("count").map_or(1, |c| c.as_u64().or_else(|| c.as_f64().map(|f| f as u64)).unwrap_or(1)),
+    };
+    Some((class.to_string(), n.clamp(1, u64::from(u32::MAX))))
+}
+
+/// The option the scheduler could pick that counts for the most (exact weights compared).
+fn largest_option(options: &[Value], classes: &DeviceClasses) -> Option<(String, u64)> {
+    let weighed = |(class, n): &(String, u64)| {
+        let w = classes.get(class).map_or((0, 1), |w| (w.numerator, w.denominator));
+        (i128::from(*n).saturating_mul(w.0), w.1)
+    };
+    options.iter().filter_map(|o| device_request(o, classes)).fold(None, |best, option| match best {
+        None => Some(option),
+        Some(best) => {
+            let (a, ad) = weighed(&option);
+            let (b, bd) = weighed(&best);
+            // a/ad > b/bd, without division.
+            if a.saturating_mul(bd) > b.saturating_mul(ad) { Some(option) } else { Some(best) }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,256 @@
+//! DRA claim accounting end to end on a real control plane (skipped without the envtest
+//! binaries): the API server serves `resource.k8s.io/v1`; a tenant (alice, impersonated, with a
+//! namespaced Role on pods and claims only) whose team has a deny-mode quota of 4 GPUs gets her
+//! claim-based GPU pods placed (the shipped GPU toleration) and counted: the 5th GPU is denied
+//! with the numbers, and hostile claims do not dodge the count (`allocationMode: All`, a
+//! firstAvailable with a huge option, a shared claim, a claim in another namespace, a template
+//! that does not exist).
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+use support::cluster::{Assets, Cluster, wait_for};
+
+const TENANT: &str = "alice";
+const NS: &str = "dra-team";
+const OTHER_NS: &str = "dra-other";
+
+const TEAM: &str = r#"
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: dra-team}
+spec:
+  namespaces: {names: [dra-team]}
+  quota: {mode: Deny, limits: {nvidia.com/gpu: 4}}
+"#;
+
+fn resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: "resource.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "resource.k8s.io/v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+fn template(name: &str, requests: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": {"requests": requests}}}
+    }))
+    .unwrap()
+}
+
+fn claim(name: &str, requests: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": requests}}
+    }))
+    .unwrap()
+}
+
+fn gpus(count: u32) -> Value {
+    json!([{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": count}}])
+}
+
+/// A pod whose GPUs all come from `claims` (pod-level `resourceClaims` entries).
+fn claim_pod(name: &str, claims: Value) -> Pod {
+    let names: Vec<Value> =
+        claims.as_array().into_iter().flatten().map(|c| json!({"name": c["name"].clone()})).collect();
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "resourceClaims": claims,
+            "containers": [{"name": "w", "image": "busybox:1.36", "resources": {"claims": names}}]
+        }
+    }))
+    .unwrap()
+}
+
+fn from_template(template: &str) -> Value {
+    json!([{"name": "gpus", "resourceClaimTemplateName": template}])
+}
+
+/// The admin's kubeconfig, impersonating alice (`kubectl --as=alice`).
+async fn alice_client(cluster: &Cluster) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(cluster.dir.path().join("kubeconfig")).expect("kubeconfig");
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.expect("config");
+    config.auth_info.impersonate = Some(TENANT.into());
+    kube::Client::try_from(config).expect("alice's client")
+}
+
+/// The namespace, alice's Role (pods, claims and claim templates) and the default
+/// ServiceAccount pods need.
+async fn prepare_namespace(admin: &kube::Client, ns: &str) {
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    if namespaces.get_opt(ns).await.expect("get namespace").is_none() {
+        namespaces
+            .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+            .await
+            .expect("namespace");
+    }
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "tenant"},
+        "rules": [
+            {"apiGroups": [""], "verbs": ["*"], "resources": ["pods"]},
+            {"apiGroups": ["resource.k8s.io"], "verbs": ["*"], "resources": ["resourceclaims", "resourceclaimtemplates"]}
+        ]
+    }))
+    .unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "tenant"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}]
+    }))
+    .unwrap();
+    let apply = PatchParams::apply("e2e-dra").force();
+    Api::<Role>::namespaced(admin.clone(), ns).patch("tenant", &apply, &Patch::Apply(&role)).await.expect("role");
+    Api::<RoleBinding>::namespaced(admin.clone(), ns)
+        .patch("tenant", &apply, &Patch::Apply(&binding))
+        .await
+        .expect("role binding");
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
+    wait_for("the default service account", Duration::from_secs(60), || async {
+        sas.get_opt("default").await.ok().flatten().is_some()
+    })
+    .await;
+}
+
+/// Creates `pod`, retrying while Allot's claim watch has not seen its claims yet; the final
+/// answer (admitted pod or the refusal's message).
+async fn create_when_claims_known(pods: &Api<Pod>, pod: &Pod) -> Result<Pod, String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match pods.create(&PostParams::default(), pod).await {
+            Ok(p) => return Ok(p),
+            Err(e) => {
+                let message = e.to_string();
+                if !message.contains("does not exist") || std::time::Instant::now() > deadline {
+                    return Err(message);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_gpus_are_placed_and_counted_on_a_real_control_plane() {
+    allot::install_crypto_provider();
+    let Some(assets) = Assets::from_env("claim_gpus_are_placed_and_counted_on_a_real_control_plane") else { return };
+    let cluster = Cluster::start_with(&assets, &[("dra-team.yaml", TEAM)]).await;
+    let admin = cluster.client.clone();
+
+    // DRA is on by default in 1.36: the API server serves resource.k8s.io/v1.
+    let groups = admin.list_api_group_resources("resource.k8s.io/v1").await.expect("resource.k8s.io/v1 is served");
+    let served: Vec<&str> = groups.resources.iter().map(|r| r.name.as_str()).collect();
+    assert!(served.contains(&"resourceclaims") && served.contains(&"resourceclaimtemplates"), "{served:?}");
+
+    prepare_namespace(&admin, NS).await;
+    prepare_namespace(&admin, OTHER_NS).await;
+    let alice = alice_client(&cluster).await;
+    let templates: Api<DynamicObject> =
+        Api::namespaced_with(alice.clone(), NS, &resource("ResourceClaimTemplate", "resourceclaimtemplates"));
+    let claims: Api<DynamicObject> =
+        Api::namespaced_with(alice.clone(), NS, &resource("ResourceClaim", "resourceclaims"));
+    let pp = PostParams::default();
+    templates.create(&pp, &template("one-gpu", gpus(1))).await.expect("template one-gpu");
+    templates
+        .create(
+            &pp,
+            &template(
+                "all-gpus",
+                json!([{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "All"}}]),
+            ),
+        )
+        .await
+        .expect("template all-gpus");
+    templates
+        .create(
+            &pp,
+            &template(
+                "small-or-huge",
+                json!([{"name": "gpus", "firstAvailable": [
+                    {"name": "small", "deviceClassName": "gpu.nvidia.com", "count": 1},
+                    {"name": "huge", "deviceClassName": "gpu.nvidia.com", "count": 6}
+                ]}]),
+            ),
+        )
+        .await
+        .expect("template small-or-huge");
+    claims.create(&pp, &claim("shared-two", gpus(2))).await.expect("shared claim");
+    Api::<DynamicObject>::namespaced_with(
+        alice.clone(),
+        OTHER_NS,
+        &resource("ResourceClaimTemplate", "resourceclaimtemplates"),
+    )
+    .create(&pp, &template("elsewhere", gpus(1)))
+    .await
+    .expect("template in another namespace");
+
+    let pods: Api<Pod> = Api::namespaced(alice.clone(), NS);
+    let create = |name: &str, claims: Value| {
+        let pods = pods.clone();
+        let pod = claim_pod(name, claims);
+        async move { pods.create(&PostParams::default(), &pod).await.map_err(|e| e.to_string()) }
+    };
+
+    // Two pods of one GPU each from a template, placed like any GPU pod (the first waits for
+    // Allot's claim watch to have the templates).
+    for i in 0..2 {
+        let pod = create_when_claims_known(&pods, &claim_pod(&format!("one-{i}"), from_template("one-gpu")))
+            .await
+            .unwrap_or_else(|e| panic!("one-{i} within quota: {e}"));
+        let tolerations = pod.spec.and_then(|s| s.tolerations).unwrap_or_default();
+        assert!(
+            tolerations
+                .iter()
+                .any(|t| t.key.as_deref() == Some("nvidia.com/gpu") && t.effect.as_deref() == Some("NoSchedule")),
+            "the shipped nvidia-gpu placement: {tolerations:?}"
+        );
+    }
+
+    // A claim template in another namespace is not hers to use here, and not free either.
+    let err = create("borrowed", from_template("elsewhere")).await.expect_err("a template of another namespace");
+    assert!(err.contains("references ResourceClaimTemplate \"elsewhere\""), "{err}");
+
+    // allocationMode All counts 32 devices: over the shipped per-pod maximum of 8.
+    let err = create("all", from_template("all-gpus")).await.expect_err("All");
+    assert!(err.contains("pod asks 32 nvidia.com/gpu in all"), "{err}");
+
+    // firstAvailable counts its largest option (6): more than the 2 the team has left.
+    let err = create("huge", from_template("small-or-huge")).await.expect_err("huge");
+    assert!(err.contains("team dra-team uses 2 of 4 nvidia.com/gpu") && err.contains("this pod asks 6"), "{err}");
+
+    // The shared claim of 2, named twice by one pod, is charged once: 2 + 2 = 4.
+    create(
+        "shared-user",
+        json!([{"name": "a", "resourceClaimName": "shared-two"}, {"name": "b", "resourceClaimName": "shared-two"}]),
+    )
+    .await
+    .expect("the shared claim counted once: 4 of 4");
+
+    // The 5th GPU is denied with the numbers.
+    let err = create("fifth", from_template("one-gpu")).await.expect_err("the 5th claim GPU");
+    assert!(err.contains("team dra-team uses 4 of 4 nvidia.com/gpu") && err.contains("this pod asks 1"), "{err}");
+
+    // A template that does not exist is denied by name, never free.
+    let err = create("ghost", from_template("no-such-template")).await.expect_err("a missing template");
+    assert!(err.contains("references ResourceClaimTemplate \"no-such-template\""), "{err}");
+
+    // The usage survives the pods' arrival in Allot's Pod watch (the watch counts claim devices
+    // as admission did): after a while, still denied.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let err = create("sixth", from_template("one-gpu")).await.expect_err("still over once the watch has the pods");
+    assert!(err.contains("uses 4 of 4 nvidia.com/gpu"), "{err}");
+}
