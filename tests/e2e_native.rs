@@ -64,7 +64,57 @@ const COVERED: &[&str] = &[
     "team/priority-class",
     "placement/speech-pool",
     "speech-pins-images",
+    "accelerators/max-per-pod",
+    "gpu-pods-belong-to-a-team",
 ];
+
+/// A native sidecar (an init container with `restartPolicy: Always`) holding `gpus`.
+fn sidecar(gpus: &str) -> Value {
+    json!([{"name": "sidecar", "image": "busybox:1.36", "restartPolicy": "Always",
+        "resources": {"requests": {"nvidia.com/gpu": gpus}, "limits": {"nvidia.com/gpu": gpus}}}])
+}
+
+/// Two app containers holding `a` and `b` GPUs.
+fn two_gpu_containers(a: &str, b: &str) -> Value {
+    let mut containers = gpu("nvidia.com/gpu", a, a);
+    let mut second = gpu("nvidia.com/gpu", b, b);
+    second[0]["name"] = json!("d");
+    if let (Some(list), Some(more)) = (containers.as_array_mut(), second.as_array_mut()) {
+        list.append(more);
+    }
+    containers
+}
+
+/// Cases of the rules and checks that count a whole Pod's accelerators (sidecars, init
+/// containers and app containers, as the scheduler adds them up): `(case, object, admitted?)`.
+fn pod_count_cases() -> Vec<(&'static str, Value, bool)> {
+    vec![
+        (
+            "sidecar-and-app-gpu",
+            pod("s1", "vision", json!({"initContainers": sidecar("1"), "containers": gpu("nvidia.com/gpu", "1", "1")})),
+            true,
+        ),
+        (
+            "sidecar-pushes-pod-over-max",
+            pod("s2", "vision", json!({"initContainers": sidecar("2"), "containers": gpu("nvidia.com/gpu", "7", "7")})),
+            false,
+        ),
+        ("two-containers-at-max", pod("s3", "vision", json!({"containers": two_gpu_containers("4", "4")})), true),
+        ("two-containers-over-max", pod("s4", "vision", json!({"containers": two_gpu_containers("5", "4")})), false),
+        ("gpu-pod-without-team", pod("s5", "scratch", json!({"containers": gpu("nvidia.com/gpu", "1", "1")})), false),
+        ("sidecar-gpu-pod-without-team", pod("s6", "scratch", json!({"initContainers": sidecar("1")})), false),
+        ("cpu-pod-without-team", pod("s7", "scratch", json!({})), true),
+        (
+            "high-priority-gpu-pod-audited-not-denied",
+            pod(
+                "s8",
+                "vision",
+                json!({"priorityClassName": "high-priority", "containers": gpu("nvidia.com/gpu", "2", "2")}),
+            ),
+            true,
+        ),
+    ]
+}
 
 fn pod(name: &str, namespace: &str, spec: Value) -> Value {
     let mut spec = spec;
@@ -317,6 +367,33 @@ async fn compiled_policies_alone_give_the_engines_verdicts_and_mutations() {
 
     // The same for a tenant: alice, impersonated, with a namespaced Role on pods only, sets what
     // a tenant can write to something hostile; the native policies answer her as the engine does.
+    // Whole-Pod accelerator counts (sidecars, app containers): the verdicts, and the engine's
+    // message with the engine's numbers.
+    let counted = engine_expectations(&engine, pod_count_cases());
+    assert_native_agrees(&client, &counted).await;
+    for (name, object, admitted, _) in &counted {
+        if *admitted {
+            let warnings = dry_run_warnings(&client, object).await;
+            assert!(warnings.is_empty(), "{name}: no warning, no evaluation error: {warnings:?}");
+            continue;
+        }
+        let manifest = Manifest { source: name.to_string(), document: 1, line: 0, object: object.clone() };
+        let engine_messages: Vec<String> = admit_manifest(&engine, &manifest)
+            .report
+            .findings
+            .iter()
+            .filter(|f| f.action == allot::policy::Action::Deny)
+            .map(|f| f.message.clone())
+            .collect();
+        let refusal = dry_run(&client, object).await.expect_err("denied");
+        assert!(
+            engine_messages.iter().any(|m| refusal.contains(m.as_str())),
+            "{name}: native {refusal}, engine {engine_messages:?}"
+        );
+    }
+    let over = dry_run(&client, &counted[1].1).await.expect_err("denied");
+    assert!(over.contains("pod asks 9 nvidia.com/gpu in all; at most 8 per pod"), "{over}");
+
     let alice = tenant_client(&plane, &["vision", "nlp", "speech"]).await;
     assert_native_agrees(&alice, &engine_expectations(&engine, hostile_cases())).await;
 
@@ -449,6 +526,11 @@ fn hostile_cases() -> Vec<(&'static str, Value, bool)> {
                 gpu_pod(json!({"initContainers": [{"name": "init", "image": "busybox:1.36",
                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]})),
             ),
+            false,
+        ),
+        (
+            "tenant-gpus-in-a-sidecar-over-max",
+            pod("t6", "vision", gpu_pod(json!({"initContainers": sidecar("8")}))),
             false,
         ),
         (

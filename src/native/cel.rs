@@ -210,11 +210,12 @@ const CONTAINER_LISTS: &[&str] = &["containers", "initContainers", "ephemeralCon
 /// small, so its float is exact to far better than a nano), and the fraction `q - floor(q)` in
 /// `[0, 1)` read through its float and rounded to the nearest nano. A value beyond ±9.2·10⁹
 /// units overflows `int` (an evaluation error, so a Deny policy refuses, as `failurePolicy:
-/// Fail` says). Single-element `map`s stand for `let` (the API server has no `cel.bind`).
+/// Fail` says). Single-element `map`s stand for `let` (the API server has no `cel.bind`), and
+/// `isLessThan(quantity('0'))` for `sign()`, which 1.36 does not offer on a quantity.
 pub fn nanos(q: &str) -> String {
     format!(
         "[{q}].map(allotQ, [int(allotQ.asApproximateFloat())].map(allotG, [allotQ.sub(allotG)].map(allotD, \
-         [allotG + int(allotD.asApproximateFloat()) - (allotD.sub(int(allotD.asApproximateFloat())).sign() < 0 ? 1 : 0)]\
+         [allotG + int(allotD.asApproximateFloat()) - (allotD.sub(int(allotD.asApproximateFloat())).isLessThan(quantity('0')) ? 1 : 0)]\
          .map(allotF, allotF * 1000000000 + int(allotQ.sub(allotF).asApproximateFloat() * 1000000000.0 + 0.5))[0])[0])[0])[0]"
     )
 }

@@ -490,7 +490,10 @@ fn arb_pod_spec() -> impl Strategy<Value = Value> {
     })
 }
 
-fn validation_of<'p>(policy: &'p ValidatingAdmissionPolicy, prefix: &str) -> &'p k8s_openapi::api::admissionregistration::v1::Validation {
+fn validation_of<'p>(
+    policy: &'p ValidatingAdmissionPolicy,
+    prefix: &str,
+) -> &'p k8s_openapi::api::admissionregistration::v1::Validation {
     policy
         .spec
         .iter()
@@ -538,10 +541,15 @@ fn expanded_pod_counts_agree_with_the_engine_body() {
     let mut runner = TestRunner::new(Config { cases: 300, failure_persistence: None, ..Config::default() });
     let (over, under, teamless_gpu) = (Cell::new(0), Cell::new(0), Cell::new(0));
     let result = runner.run(&arb_pod_spec(), |spec| {
-        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "scratch"}, "spec": spec});
+        let pod =
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "scratch"}, "spec": spec});
         let ctx = context(&pod, "scratch", json!({}));
         let expected = crate::expression::object_accelerators(&pod, &matcher).expect("a pod");
-        prop_assert_eq!(count.execute(&ctx).map_err(|e| e.to_string()), Ok(CelValue::Int(expected)), "accelerators(object)");
+        prop_assert_eq!(
+            count.execute(&ctx).map_err(|e| e.to_string()),
+            Ok(CelValue::Int(expected)),
+            "accelerators(object)"
+        );
         let asked = crate::resources::pod_requests(&pod["spec"]).get("nvidia.com/gpu").map_or(0, |q| q.ceil_units());
         prop_assert_eq!(gpus.execute(&ctx).map_err(|e| e.to_string()), Ok(CelValue::Int(asked)), "nvidia.com/gpu");
 
@@ -583,5 +591,8 @@ fn expanded_pod_counts_agree_with_the_engine_body() {
         panic!("{e}");
     }
     let (over, under, teamless_gpu) = (over.get(), under.get(), teamless_gpu.get());
-    assert!(over > 5 && under > 5 && teamless_gpu > 5, "both verdicts occur: {over} over, {under} under, {teamless_gpu}");
+    assert!(
+        over > 5 && under > 5 && teamless_gpu > 5,
+        "both verdicts occur: {over} over, {under} under, {teamless_gpu}"
+    );
 }
