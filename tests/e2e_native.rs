@@ -28,7 +28,7 @@ use support::cluster::{ControlPlane, binaries_from_env};
 
 /// Policies besides the shipped ones: a team whose default class differs from the cluster's
 /// globalDefault (so the default-priority patch must drop `spec.priority`), a team-scoped
-/// placement with a nodeSelector, and a team-scoped CEL rule.
+/// placement with a nodeSelector, one with node affinity, and a team-scoped CEL rule.
 const EXTRA: &str = r#"
 apiVersion: allot.dev/v1alpha1
 kind: Team
@@ -46,6 +46,16 @@ spec:
   nodeSelector: {example.com/pool: a100}
   tolerations: [{key: example.com/pool, operator: Equal, value: a100, effect: NoSchedule}]
   onConflict: Deny
+---
+apiVersion: allot.dev/v1alpha1
+kind: Placement
+metadata: {name: speech-zones}
+spec:
+  appliesTo: AllPods
+  match: {teams: [speech]}
+  nodeAffinity:
+    - {key: topology.kubernetes.io/zone, operator: In, values: [zone-a, zone-b]}
+    - {key: example.com/spot, operator: DoesNotExist}
 ---
 apiVersion: allot.dev/v1alpha1
 kind: Rule
@@ -192,6 +202,30 @@ fn cases() -> Vec<(&'static str, Value, bool)> {
             ),
             false,
         ),
+        (
+            "speech-affinity-added-to-every-term-once",
+            pod(
+                "m",
+                "speech",
+                json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a", "zone-b"]}]},
+                    {"matchExpressions": [{"key": "example.com/spot", "operator": "DoesNotExist"}, {"key": "gpu", "operator": "Exists"}]},
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}]}}}}),
+            ),
+            true,
+        ),
+        (
+            "speech-affinity-beside-preferred-and-pod-affinity",
+            pod(
+                "n",
+                "speech",
+                json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "preference": {"matchExpressions": [{"key": "fast", "operator": "Exists"}]}}]},
+                    "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm":
+                        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "x"}}}}]}}}),
+            ),
+            true,
+        ),
         ("pytorchjob-fine", pytorchjob("p1", gpu("nvidia.com/gpu", "2", "2")), true),
         ("pytorchjob-request-over-limit", pytorchjob("p2", gpu("nvidia.com/gpu", "2", "1")), false),
         ("pytorchjob-fraction", pytorchjob("p3", gpu("nvidia.com/gpu", "500m", "500m")), false),
@@ -254,6 +288,7 @@ fn placement_fields(pod: &Value) -> Value {
         "tolerations": tolerations,
         "nodeSelector": pod["spec"].get("nodeSelector").cloned().unwrap_or(json!({})),
         "priorityClassName": pod["spec"]["priorityClassName"].as_str().unwrap_or("low-priority"),
+        "affinity": pod["spec"].get("affinity").cloned().unwrap_or(Value::Null),
     })
 }
 
@@ -347,7 +382,9 @@ async fn compiled_policies_alone_give_the_engines_verdicts_and_mutations() {
     std::fs::write(dir.path().join("zz-extra.yaml"), EXTRA).expect("extra policies");
     let policies = allot::policy::load_dir(dir.path()).expect("policies load");
     let compiled = allot::native::compile(&policies);
-    for covered in ["Placement/speech-pool", "Rule/speech-pins-images", "default priority class"] {
+    for covered in
+        ["Placement/speech-pool", "Placement/speech-zones", "Rule/speech-pins-images", "default priority class"]
+    {
         let status = compiled.coverage.iter().find(|c| c.policy == covered).map(|c| c.status());
         assert_eq!(status, Some("compiled"), "{covered}\n{}", compiled.report_text());
     }
@@ -651,6 +688,7 @@ fn natively_covered(rule: &str, compiled: &allot::native::Compiled) -> bool {
         "accelerators/requests-equal-limits",
         "accelerators/whole-numbers",
         "accelerators/init-containers",
+        "accelerators/max-per-pod",
         "team/priority-class",
         "api-server/validation",
     ];

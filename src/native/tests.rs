@@ -98,6 +98,7 @@ spec:
   when: "has(object.metadata.labels) && 'train' in object.metadata.labels"
   tolerations: [{key: pool, operator: Equal, value: a100, effect: NoExecute, tolerationSeconds: 60}]
   nodeSelector: {example.com/pool: a100}
+  nodeAffinity: [{key: zone, operator: In, values: [a, b.c]}, {key: spot, operator: DoesNotExist}]
   onConflict: Keep
 ---
 apiVersion: allot.dev/v1alpha1
