@@ -195,8 +195,8 @@ pub struct Bindings<'a> {
 
 /// Allot's own CEL functions. `accelerators(c)` of a container bound by a macro over a
 /// containers list ([`container_units`]) and `accelerators(object)` / `accelerators(object.spec)`
-/// ([`pod_units`]) are expanded; the maps of `acceleratorRequests()` / `acceleratorLimits()`
-/// and other arguments are not.
+/// ([`pod_units`]) are expanded, and so is one entry, a string literal, of the maps of
+/// `acceleratorRequests()` / `acceleratorLimits()` ([`MapLookup`]); other uses are not.
 const HELPERS: &[&str] = &["accelerators", "acceleratorRequests", "acceleratorLimits"];
 /// Macros whose first argument binds a variable.
 const MACROS: &[&str] = &["all", "exists", "exists_one", "map", "filter"];
@@ -397,10 +397,17 @@ pub fn rewrite(source: &str, bindings: Bindings<'_>) -> Result<String, Unsupport
             },
             Token::Ident(name) if !after_dot => {
                 if HELPERS.contains(name) {
-                    return Err(format!(
-                        "uses Allot's helper {name}(), whose map of names to units has no Kubernetes CEL form \
-                         (CEL cannot build a map from computed keys)"
-                    ));
+                    let Some(lookup) = map_lookup(&tokens, i, &containers) else {
+                        return Err(format!(
+                            "uses Allot's helper {name}() other than indexed by a string literal on `object`, \
+                             `object.spec` or a container bound over a containers list (CEL cannot build its \
+                             map of computed keys)"
+                        ));
+                    };
+                    out.push_str(&lookup.expand(bindings));
+                    prev_significant = Some(&tokens[lookup.close]);
+                    i = lookup.close + 1;
+                    continue;
                 }
                 if name.starts_with("allot") {
                     return Err(format!("uses the name {name}, reserved for the names the expansion binds"));
@@ -436,6 +443,88 @@ pub fn rewrite(source: &str, bindings: Bindings<'_>) -> Result<String, Unsupport
         i += 1;
     }
     Ok(out)
+}
+
+/// `acceleratorRequests(x)['name']` or `acceleratorLimits(c)['name']`: one entry of the
+/// helper's map, which CEL can build (a literal key, a computed value).
+struct MapLookup<'t> {
+    limits: bool,
+    /// A container macro variable, or `None` for `object` / `object.spec` (`spec` true).
+    container: Option<&'t str>,
+    spec: bool,
+    /// The key's CEL literal and its value.
+    key: &'t str,
+    name: String,
+    /// Index of the closing `]`.
+    close: usize,
+}
+
+impl MapLookup<'_> {
+    /// `{name: units}` when the engine's map holds `name`, else `{}`, indexed by `name`: a
+    /// missing key is an evaluation error in both.
+    fn expand(&self, bindings: Bindings<'_>) -> String {
+        let (key, matcher) = (self.key, bindings.accelerators);
+        if !matcher.matches(&self.name) {
+            return format!("{{}}[{key}]");
+        }
+        let entry = |present: String, units: String| format!("({present} ? {{{key}: {units}}} : {{}})[{key}]");
+        match (self.limits, self.container) {
+            (true, Some(c)) => entry(
+                format!("(has({c}.resources) && has({c}.resources.limits) && {key} in {c}.resources.limits)"),
+                units(&format!("{c}.resources.limits[{key}]")),
+            ),
+            (false, Some(c)) => entry(names_resource(c, key), ceil_units(&effective_nanos(c, key))),
+            (_, None) => {
+                // A Pod (or a spec with containers) is counted as the scheduler does, an
+                // exactly-zero total left out of the map; anything else reads as a container
+                // without resources: an empty map.
+                let (guard, spec) = if self.spec {
+                    (format!("has({}.spec.containers)", bindings.object), format!("{}.spec", bindings.object))
+                } else {
+                    (format!("has({}.spec)", bindings.object), format!("{}.spec", bindings.object))
+                };
+                format!(
+                    "({guard} ? [{}].map(allotT, allotT != 0 ? {{{key}: {}}} : {{}})[0] : {{}})[{key}]",
+                    pod_resource_nanos(&spec, key),
+                    ceil_units("allotT"),
+                )
+            }
+        }
+    }
+}
+
+/// The helper call at token `i` as a [`MapLookup`], when it is one.
+fn map_lookup<'t>(tokens: &[Token<'t>], i: usize, containers: &[&'t str]) -> Option<MapLookup<'t>> {
+    let limits = matches!(tokens.get(i), Some(Token::Ident("acceleratorLimits")));
+    let significant: Vec<(usize, &Token<'t>)> =
+        tokens.iter().enumerate().skip(i + 1).filter(|(_, t)| !matches!(t, Token::Space(_))).take(8).collect();
+    let (container, spec, rest) = match significant.as_slice() {
+        [(_, Token::Punct("(")), (_, Token::Ident(c)), (_, Token::Punct(")")), rest @ ..] if containers.contains(c) => {
+            (Some(*c), false, rest)
+        }
+        [(_, Token::Punct("(")), (_, Token::Ident("object")), (_, Token::Punct(")")), rest @ ..] if !limits => {
+            (None, false, rest)
+        }
+        [
+            (_, Token::Punct("(")),
+            (_, Token::Ident("object")),
+            (_, Token::Punct(".")),
+            (_, Token::Ident("spec")),
+            (_, Token::Punct(")")),
+            rest @ ..,
+        ] if !limits => (None, true, rest),
+        _ => return None,
+    };
+    let [(_, Token::Punct("[")), (_, Token::Literal(key)), (close, Token::Punct("]")), ..] = rest else {
+        return None;
+    };
+    // A plain single-quoted or double-quoted literal without escapes.
+    let quote = key.chars().next()?;
+    let name = key.strip_prefix(quote)?.strip_suffix(quote)?;
+    if !matches!(quote, '\'' | '"') || name.contains(['\\', '\'', '"']) || key.len() < 2 {
+        return None;
+    }
+    Some(MapLookup { limits, container, spec, key, name: name.to_string(), close: *close })
 }
 
 /// `accelerators(object.spec)` at token `i`: the index of the closing `)`.
@@ -581,7 +670,16 @@ mod tests {
             assert!(expanded.contains("lists.range(") && !expanded.contains("accelerators("), "{expanded}");
         }
         assert!(rewrite("accelerators(object.metadata) == 0", pod()).unwrap_err().contains("accelerators"));
-        assert!(rewrite("acceleratorRequests(object)['nvidia.com/gpu'] == 1", pod()).unwrap_err().contains("map"));
+        let entry = rewrite("acceleratorRequests(object)['nvidia.com/gpu'] == 1", pod()).expect("one entry expands");
+        assert!(entry.ends_with("['nvidia.com/gpu'] == 1") && !entry.contains("acceleratorRequests"), "{entry}");
+        for whole_map in [
+            "acceleratorRequests(object).size() == 1",
+            "acceleratorRequests(object)[name] == 1",
+            "acceleratorLimits(object)['nvidia.com/gpu'] == 1",
+            "acceleratorRequests(object)['a\\'b'] == 1",
+        ] {
+            assert!(rewrite(whole_map, pod()).unwrap_err().contains("map"), "{whole_map}");
+        }
         assert!(rewrite("allotC == 1", pod()).unwrap_err().contains("reserved"));
         assert!(rewrite("object.spec.containers.all(team, team.name != '')", pod()).is_err());
         // A container's count is expanded; a variable that is not only a container is not.

@@ -539,6 +539,30 @@ fn expanded_pod_counts_agree_with_the_engine_body() {
         .expect("message compiles");
     let team_rule = validating_policy(&compiled, "allot-rule-gpu-pods-belong-to-a-team-pod");
     let engine = crate::engine::Engine::new(&set, &crate::namespaces::NoNamespaces);
+    // Rules reading the helpers' maps by a literal key (a missing key errors in both) and the
+    // Pod's count: the engine's own evaluation against the rewritten expression's.
+    let rules = [
+        "acceleratorRequests(object)['nvidia.com/gpu'] >= 2",
+        "acceleratorRequests(object.spec)['amd.com/gpu'] == 1",
+        "acceleratorRequests(object)['cpu'] == 1",
+        "object.spec.containers.all(c, acceleratorRequests(c)['nvidia.com/gpu'] <= 1)",
+        "object.spec.initContainers.exists(c, acceleratorLimits(c)['nvidia.com/mig-1g.10gb'] == 1)",
+        "accelerators(object) <= 3 && accelerators(object.spec) >= 1",
+    ];
+    let env = crate::expression::Environment::new(matcher.clone());
+    let rewritten: Vec<(crate::expression::Expression, Program)> = rules
+        .iter()
+        .map(|rule| {
+            let native =
+                cel::rewrite(rule, cel::Bindings { object: "object", old_object: None, accelerators: &matcher })
+                    .unwrap_or_else(|e| panic!("{rule}: {e}"));
+            (
+                crate::expression::Expression::compile(rule).expect("engine compiles"),
+                Program::compile(&native).expect("parses"),
+            )
+        })
+        .collect();
+    let answered = Cell::new(0);
     let mut runner = TestRunner::new(Config { cases: 300, failure_persistence: None, ..Config::default() });
     let (over, under, teamless_gpu) = (Cell::new(0), Cell::new(0), Cell::new(0));
     let result = runner.run(&arb_pod_spec(), |spec| {
@@ -553,6 +577,26 @@ fn expanded_pod_counts_agree_with_the_engine_body() {
         );
         let asked = crate::resources::pod_requests(&pod["spec"]).get("nvidia.com/gpu").map_or(0, |q| q.ceil_units());
         prop_assert_eq!(gpus.execute(&ctx).map_err(|e| e.to_string()), Ok(CelValue::Int(asked)), "nvidia.com/gpu");
+
+        for (i, (engine_rule, native_rule)) in rewritten.iter().enumerate() {
+            let bindings = crate::expression::Bindings {
+                vars: u8::MAX,
+                object: json_to_cel(&pod),
+                old_object: CelValue::Null,
+                workload: json_to_cel(&pod),
+                namespace: "scratch".into(),
+                team: String::new(),
+                request: json_to_cel(&json!({"operation": "CREATE"})),
+                object_accelerators: None,
+            };
+            let engine = engine_rule.eval_bool(&env.scope(&bindings), &"t").ok();
+            let native = match native_rule.execute(&ctx) {
+                Ok(CelValue::Bool(b)) => Some(b),
+                _ => None,
+            };
+            prop_assert_eq!(native, engine, "{}", rules[i]);
+            answered.set(answered.get() + usize::from(engine.is_some()));
+        }
 
         // max-per-pod: the validation and its message against the engine's finding.
         let mut vars = std::collections::HashMap::new();
@@ -591,6 +635,7 @@ fn expanded_pod_counts_agree_with_the_engine_body() {
     if let Err(e) = result {
         panic!("{e}");
     }
+    assert!(answered.get() > 300 && answered.get() < 300 * rules.len(), "answers and errors: {}", answered.get());
     let (over, under, teamless_gpu) = (over.get(), under.get(), teamless_gpu.get());
     assert!(
         over > 5 && under > 5 && teamless_gpu > 5,
