@@ -28,7 +28,8 @@ use support::cluster::{ControlPlane, binaries_from_env};
 
 /// Policies besides the shipped ones: a team whose default class differs from the cluster's
 /// globalDefault (so the default-priority patch must drop `spec.priority`), a team-scoped
-/// placement with a nodeSelector, one with node affinity, and a team-scoped CEL rule.
+/// placement with a nodeSelector, one with node affinity, and team-scoped CEL rules (one reading
+/// an entry of `acceleratorRequests()`).
 const EXTRA: &str = r#"
 apiVersion: allot.dev/v1alpha1
 kind: Team
@@ -64,6 +65,14 @@ spec:
   match: {teams: [speech]}
   expression: "object.spec.containers.all(c, !c.image.endsWith(':latest'))"
   message: speech pods pin their images
+---
+apiVersion: allot.dev/v1alpha1
+kind: Rule
+metadata: {name: speech-at-most-four-gpus}
+spec:
+  match: {teams: [speech]}
+  expression: "accelerators(object) == 0 || acceleratorRequests(object)['nvidia.com/gpu'] <= 4"
+  message: speech pods ask at most 4 GPUs
 "#;
 
 /// Engine findings the compiled policies cover (the test's cases avoid the others).
@@ -76,6 +85,7 @@ const COVERED: &[&str] = &[
     "speech-pins-images",
     "accelerators/max-per-pod",
     "gpu-pods-belong-to-a-team",
+    "speech-at-most-four-gpus",
 ];
 
 /// A native sidecar (an init container with `restartPolicy: Always`) holding `gpus`.
@@ -176,6 +186,11 @@ fn cases() -> Vec<(&'static str, Value, bool)> {
             "speech-gpu-pod-two-policies-reinvoked",
             pod("h", "speech", json!({"containers": gpu("nvidia.com/gpu", "1", "1")})),
             true,
+        ),
+        (
+            "speech-five-gpus-over-the-rule",
+            pod("o", "speech", json!({"initContainers": sidecar("2"), "containers": gpu("nvidia.com/gpu", "3", "3")})),
+            false,
         ),
         (
             "speech-nodeselector-conflict",
@@ -382,9 +397,13 @@ async fn compiled_policies_alone_give_the_engines_verdicts_and_mutations() {
     std::fs::write(dir.path().join("zz-extra.yaml"), EXTRA).expect("extra policies");
     let policies = allot::policy::load_dir(dir.path()).expect("policies load");
     let compiled = allot::native::compile(&policies);
-    for covered in
-        ["Placement/speech-pool", "Placement/speech-zones", "Rule/speech-pins-images", "default priority class"]
-    {
+    for covered in [
+        "Placement/speech-pool",
+        "Placement/speech-zones",
+        "Rule/speech-pins-images",
+        "Rule/speech-at-most-four-gpus",
+        "default priority class",
+    ] {
         let status = compiled.coverage.iter().find(|c| c.policy == covered).map(|c| c.status());
         assert_eq!(status, Some("compiled"), "{covered}\n{}", compiled.report_text());
     }
@@ -651,19 +670,35 @@ async fn native_policies_beside_the_webhook_and_without_it() {
     assert_eq!(gpu_tolerations(&both), 1, "webhook and native policy together: {}", both["spec"]["tolerations"]);
     let both_installed = time_creates(&client, CREATES).await;
 
+    // A gang member: the webhook gates it (webhook-only, cluster state), the native policies
+    // cannot — the probe for "the API server has dropped the webhooks" below.
+    let mut gang_member = pod("g", "vision", json!({}));
+    gang_member["metadata"]["labels"] = json!({"allot.dev/gang-name": "g"});
+    gang_member["metadata"]["annotations"] = json!({"allot.dev/gang-size": "2"});
+    let gated = |p: &Value| {
+        p["spec"]["schedulingGates"].as_array().into_iter().flatten().any(|g| g["name"] == "allot.dev/gang")
+    };
+    let with_webhook = dry_run(&client, &gang_member).await.expect("a gang member is admitted");
+    assert!(gated(&with_webhook), "the webhook gates a gang member: {}", with_webhook["spec"]);
+
     // Webhook gone (as in an outage with failurePolicy Ignore, or before it is installed).
     let dp = kube::api::DeleteParams::default();
     Api::<MutatingWebhookConfiguration>::all(client.clone()).delete("allot", &dp).await.expect("delete mutating");
     Api::<ValidatingWebhookConfiguration>::all(client.clone()).delete("allot", &dp).await.expect("delete validating");
-    // A GPU Pod in a namespace of no team is denied by a webhook-only rule: admitted once the
-    // API server has dropped the webhooks.
-    let stray = pod("z", "quota-deny", json!({"containers": gpu("nvidia.com/gpu", "1", "1")}));
-    assert!(allot::namespaces::team_of(&policies, "quota-deny", &NoNamespaces).team.is_none());
     let deadline = Instant::now() + Duration::from_secs(60);
-    while dry_run(&client, &stray).await.is_err() {
+    while dry_run(&client, &gang_member).await.is_ok_and(|p| gated(&p)) {
         assert!(Instant::now() < deadline, "the webhooks were never dropped");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    // A GPU Pod in a namespace of no team: the shipped rule that counts a Pod's accelerators
+    // is native now, so it is still denied, with the rule's message.
+    let stray = pod("z", "quota-deny", json!({"containers": gpu("nvidia.com/gpu", "1", "1")}));
+    assert!(allot::namespaces::team_of(&policies, "quota-deny", &NoNamespaces).team.is_none());
+    let refused = dry_run(&client, &stray).await;
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains("ValidatingAdmissionPolicy") && e.contains("belongs to no team")),
+        "{refused:?}"
+    );
     let native = dry_run(&client, &gpu_pod).await.expect("admitted natively");
     assert_eq!(gpu_tolerations(&native), 1, "{}", native["spec"]["tolerations"]);
     let denied = dry_run(&client, &high).await;
