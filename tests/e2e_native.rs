@@ -28,7 +28,8 @@ use support::cluster::{ControlPlane, binaries_from_env};
 
 /// Policies besides the shipped ones: a team whose default class differs from the cluster's
 /// globalDefault (so the default-priority patch must drop `spec.priority`), a team-scoped
-/// placement with a nodeSelector, and a team-scoped CEL rule.
+/// placement with a nodeSelector, one with node affinity, and team-scoped CEL rules (one reading
+/// an entry of `acceleratorRequests()`).
 const EXTRA: &str = r#"
 apiVersion: allot.dev/v1alpha1
 kind: Team
@@ -48,12 +49,30 @@ spec:
   onConflict: Deny
 ---
 apiVersion: allot.dev/v1alpha1
+kind: Placement
+metadata: {name: speech-zones}
+spec:
+  appliesTo: AllPods
+  match: {teams: [speech]}
+  nodeAffinity:
+    - {key: topology.kubernetes.io/zone, operator: In, values: [zone-a, zone-b]}
+    - {key: example.com/spot, operator: DoesNotExist}
+---
+apiVersion: allot.dev/v1alpha1
 kind: Rule
 metadata: {name: speech-pins-images}
 spec:
   match: {teams: [speech]}
   expression: "object.spec.containers.all(c, !c.image.endsWith(':latest'))"
   message: speech pods pin their images
+---
+apiVersion: allot.dev/v1alpha1
+kind: Rule
+metadata: {name: speech-at-most-four-gpus}
+spec:
+  match: {teams: [speech]}
+  expression: "accelerators(object) == 0 || acceleratorRequests(object)['nvidia.com/gpu'] <= 4"
+  message: speech pods ask at most 4 GPUs
 "#;
 
 /// Engine findings the compiled policies cover (the test's cases avoid the others).
@@ -64,7 +83,58 @@ const COVERED: &[&str] = &[
     "team/priority-class",
     "placement/speech-pool",
     "speech-pins-images",
+    "accelerators/max-per-pod",
+    "gpu-pods-belong-to-a-team",
+    "speech-at-most-four-gpus",
 ];
+
+/// A native sidecar (an init container with `restartPolicy: Always`) holding `gpus`.
+fn sidecar(gpus: &str) -> Value {
+    json!([{"name": "sidecar", "image": "busybox:1.36", "restartPolicy": "Always",
+        "resources": {"requests": {"nvidia.com/gpu": gpus}, "limits": {"nvidia.com/gpu": gpus}}}])
+}
+
+/// Two app containers holding `a` and `b` GPUs.
+fn two_gpu_containers(a: &str, b: &str) -> Value {
+    let mut containers = gpu("nvidia.com/gpu", a, a);
+    let mut second = gpu("nvidia.com/gpu", b, b);
+    second[0]["name"] = json!("d");
+    if let (Some(list), Some(more)) = (containers.as_array_mut(), second.as_array_mut()) {
+        list.append(more);
+    }
+    containers
+}
+
+/// Cases of the rules and checks that count a whole Pod's accelerators (sidecars, init
+/// containers and app containers, as the scheduler adds them up): `(case, object, admitted?)`.
+fn pod_count_cases() -> Vec<(&'static str, Value, bool)> {
+    vec![
+        (
+            "sidecar-and-app-gpu",
+            pod("s1", "vision", json!({"initContainers": sidecar("1"), "containers": gpu("nvidia.com/gpu", "1", "1")})),
+            true,
+        ),
+        (
+            "sidecar-pushes-pod-over-max",
+            pod("s2", "vision", json!({"initContainers": sidecar("2"), "containers": gpu("nvidia.com/gpu", "7", "7")})),
+            false,
+        ),
+        ("two-containers-at-max", pod("s3", "vision", json!({"containers": two_gpu_containers("4", "4")})), true),
+        ("two-containers-over-max", pod("s4", "vision", json!({"containers": two_gpu_containers("5", "4")})), false),
+        ("gpu-pod-without-team", pod("s5", "scratch", json!({"containers": gpu("nvidia.com/gpu", "1", "1")})), false),
+        ("sidecar-gpu-pod-without-team", pod("s6", "scratch", json!({"initContainers": sidecar("1")})), false),
+        ("cpu-pod-without-team", pod("s7", "scratch", json!({})), true),
+        (
+            "high-priority-gpu-pod-audited-not-denied",
+            pod(
+                "s8",
+                "vision",
+                json!({"priorityClassName": "high-priority", "containers": gpu("nvidia.com/gpu", "2", "2")}),
+            ),
+            true,
+        ),
+    ]
+}
 
 fn pod(name: &str, namespace: &str, spec: Value) -> Value {
     let mut spec = spec;
@@ -118,6 +188,11 @@ fn cases() -> Vec<(&'static str, Value, bool)> {
             true,
         ),
         (
+            "speech-five-gpus-over-the-rule",
+            pod("o", "speech", json!({"initContainers": sidecar("2"), "containers": gpu("nvidia.com/gpu", "3", "3")})),
+            false,
+        ),
+        (
             "speech-nodeselector-conflict",
             pod("i", "speech", json!({"nodeSelector": {"example.com/pool": "h100"}})),
             false,
@@ -141,6 +216,30 @@ fn cases() -> Vec<(&'static str, Value, bool)> {
                 "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}),
             ),
             false,
+        ),
+        (
+            "speech-affinity-added-to-every-term-once",
+            pod(
+                "m",
+                "speech",
+                json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a", "zone-b"]}]},
+                    {"matchExpressions": [{"key": "example.com/spot", "operator": "DoesNotExist"}, {"key": "gpu", "operator": "Exists"}]},
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}]}}}}),
+            ),
+            true,
+        ),
+        (
+            "speech-affinity-beside-preferred-and-pod-affinity",
+            pod(
+                "n",
+                "speech",
+                json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "preference": {"matchExpressions": [{"key": "fast", "operator": "Exists"}]}}]},
+                    "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm":
+                        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "x"}}}}]}}}),
+            ),
+            true,
         ),
         ("pytorchjob-fine", pytorchjob("p1", gpu("nvidia.com/gpu", "2", "2")), true),
         ("pytorchjob-request-over-limit", pytorchjob("p2", gpu("nvidia.com/gpu", "2", "1")), false),
@@ -204,6 +303,7 @@ fn placement_fields(pod: &Value) -> Value {
         "tolerations": tolerations,
         "nodeSelector": pod["spec"].get("nodeSelector").cloned().unwrap_or(json!({})),
         "priorityClassName": pod["spec"]["priorityClassName"].as_str().unwrap_or("low-priority"),
+        "affinity": pod["spec"].get("affinity").cloned().unwrap_or(Value::Null),
     })
 }
 
@@ -297,7 +397,13 @@ async fn compiled_policies_alone_give_the_engines_verdicts_and_mutations() {
     std::fs::write(dir.path().join("zz-extra.yaml"), EXTRA).expect("extra policies");
     let policies = allot::policy::load_dir(dir.path()).expect("policies load");
     let compiled = allot::native::compile(&policies);
-    for covered in ["Placement/speech-pool", "Rule/speech-pins-images", "default priority class"] {
+    for covered in [
+        "Placement/speech-pool",
+        "Placement/speech-zones",
+        "Rule/speech-pins-images",
+        "Rule/speech-at-most-four-gpus",
+        "default priority class",
+    ] {
         let status = compiled.coverage.iter().find(|c| c.policy == covered).map(|c| c.status());
         assert_eq!(status, Some("compiled"), "{covered}\n{}", compiled.report_text());
     }
@@ -317,6 +423,33 @@ async fn compiled_policies_alone_give_the_engines_verdicts_and_mutations() {
 
     // The same for a tenant: alice, impersonated, with a namespaced Role on pods only, sets what
     // a tenant can write to something hostile; the native policies answer her as the engine does.
+    // Whole-Pod accelerator counts (sidecars, app containers): the verdicts, and the engine's
+    // message with the engine's numbers.
+    let counted = engine_expectations(&engine, pod_count_cases());
+    assert_native_agrees(&client, &counted).await;
+    for (name, object, admitted, _) in &counted {
+        if *admitted {
+            let warnings = dry_run_warnings(&client, object).await;
+            assert!(warnings.is_empty(), "{name}: no warning, no evaluation error: {warnings:?}");
+            continue;
+        }
+        let manifest = Manifest { source: name.to_string(), document: 1, line: 0, object: object.clone() };
+        let engine_messages: Vec<String> = admit_manifest(&engine, &manifest)
+            .report
+            .findings
+            .iter()
+            .filter(|f| f.action == allot::policy::Action::Deny)
+            .map(|f| f.message.clone())
+            .collect();
+        let refusal = dry_run(&client, object).await.expect_err("denied");
+        assert!(
+            engine_messages.iter().any(|m| refusal.contains(m.as_str())),
+            "{name}: native {refusal}, engine {engine_messages:?}"
+        );
+    }
+    let over = dry_run(&client, &counted[1].1).await.expect_err("denied");
+    assert!(over.contains("pod asks 9 nvidia.com/gpu in all; at most 8 per pod"), "{over}");
+
     let alice = tenant_client(&plane, &["vision", "nlp", "speech"]).await;
     assert_native_agrees(&alice, &engine_expectations(&engine, hostile_cases())).await;
 
@@ -452,6 +585,11 @@ fn hostile_cases() -> Vec<(&'static str, Value, bool)> {
             false,
         ),
         (
+            "tenant-gpus-in-a-sidecar-over-max",
+            pod("t6", "vision", gpu_pod(json!({"initContainers": sidecar("8")}))),
+            false,
+        ),
+        (
             "tenant-unpinned-image",
             pod("t5", "speech", json!({"containers": [{"name": "c", "image": "busybox:latest"}]})),
             false,
@@ -532,19 +670,35 @@ async fn native_policies_beside_the_webhook_and_without_it() {
     assert_eq!(gpu_tolerations(&both), 1, "webhook and native policy together: {}", both["spec"]["tolerations"]);
     let both_installed = time_creates(&client, CREATES).await;
 
+    // A gang member: the webhook gates it (webhook-only, cluster state), the native policies
+    // cannot — the probe for "the API server has dropped the webhooks" below.
+    let mut gang_member = pod("g", "vision", json!({}));
+    gang_member["metadata"]["labels"] = json!({"allot.dev/gang-name": "g"});
+    gang_member["metadata"]["annotations"] = json!({"allot.dev/gang-size": "2"});
+    let gated = |p: &Value| {
+        p["spec"]["schedulingGates"].as_array().into_iter().flatten().any(|g| g["name"] == "allot.dev/gang")
+    };
+    let with_webhook = dry_run(&client, &gang_member).await.expect("a gang member is admitted");
+    assert!(gated(&with_webhook), "the webhook gates a gang member: {}", with_webhook["spec"]);
+
     // Webhook gone (as in an outage with failurePolicy Ignore, or before it is installed).
     let dp = kube::api::DeleteParams::default();
     Api::<MutatingWebhookConfiguration>::all(client.clone()).delete("allot", &dp).await.expect("delete mutating");
     Api::<ValidatingWebhookConfiguration>::all(client.clone()).delete("allot", &dp).await.expect("delete validating");
-    // A GPU Pod in a namespace of no team is denied by a webhook-only rule: admitted once the
-    // API server has dropped the webhooks.
-    let stray = pod("z", "quota-deny", json!({"containers": gpu("nvidia.com/gpu", "1", "1")}));
-    assert!(allot::namespaces::team_of(&policies, "quota-deny", &NoNamespaces).team.is_none());
     let deadline = Instant::now() + Duration::from_secs(60);
-    while dry_run(&client, &stray).await.is_err() {
+    while dry_run(&client, &gang_member).await.is_ok_and(|p| gated(&p)) {
         assert!(Instant::now() < deadline, "the webhooks were never dropped");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    // A GPU Pod in a namespace of no team: the shipped rule that counts a Pod's accelerators
+    // is native now, so it is still denied, with the rule's message.
+    let stray = pod("z", "quota-deny", json!({"containers": gpu("nvidia.com/gpu", "1", "1")}));
+    assert!(allot::namespaces::team_of(&policies, "quota-deny", &NoNamespaces).team.is_none());
+    let refused = dry_run(&client, &stray).await;
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains("ValidatingAdmissionPolicy") && e.contains("belongs to no team")),
+        "{refused:?}"
+    );
     let native = dry_run(&client, &gpu_pod).await.expect("admitted natively");
     assert_eq!(gpu_tolerations(&native), 1, "{}", native["spec"]["tolerations"]);
     let denied = dry_run(&client, &high).await;
@@ -569,6 +723,7 @@ fn natively_covered(rule: &str, compiled: &allot::native::Compiled) -> bool {
         "accelerators/requests-equal-limits",
         "accelerators/whole-numbers",
         "accelerators/init-containers",
+        "accelerators/max-per-pod",
         "team/priority-class",
         "api-server/validation",
     ];

@@ -194,33 +194,134 @@ pub struct Bindings<'a> {
 }
 
 /// Allot's own CEL functions. `accelerators(c)` of a container bound by a macro over a
-/// containers list is expanded ([`container_units`]); every other use has no Kubernetes CEL
-/// form yet.
+/// containers list ([`container_units`]) and `accelerators(object)` / `accelerators(object.spec)`
+/// ([`pod_units`]) are expanded, and so is one entry, a string literal, of the maps of
+/// `acceleratorRequests()` / `acceleratorLimits()` ([`MapLookup`]); other uses are not.
 const HELPERS: &[&str] = &["accelerators", "acceleratorRequests", "acceleratorLimits"];
 /// Macros whose first argument binds a variable.
 const MACROS: &[&str] = &["all", "exists", "exists_one", "map", "filter"];
 /// Pod fields holding containers.
 const CONTAINER_LISTS: &[&str] = &["containers", "initContainers", "ephemeralContainers"];
 
-/// Whole devices of a quantity `q` (a CEL expression), rounded up like `Quantity::ceil_units`
-/// (accelerator amounts are never negative: the API server refuses them).
+/// Exact nano-units of the Kubernetes quantity `q` (a CEL quantity expression), as an int.
+///
+/// Kubernetes CEL has no exact scaling of a quantity, so: `g` = the float's truncation (off by
+/// at most a few units for huge values), `d = q - g` exactly, `floor(q) = g + floor(d)` (`d` is
+/// small, so its float is exact to far better than a nano), and the fraction `q - floor(q)` in
+/// `[0, 1)` read through its float and rounded to the nearest nano. A value beyond ±9.2·10⁹
+/// units overflows `int` (an evaluation error, so a Deny policy refuses, as `failurePolicy:
+/// Fail` says). Single-element `map`s stand for `let` (the API server has no `cel.bind`), and
+/// `isLessThan(quantity('0'))` for `sign()`, which 1.36 does not offer on a quantity.
+pub fn nanos(q: &str) -> String {
+    format!(
+        "[{q}].map(allotQ, [int(allotQ.asApproximateFloat())].map(allotG, [allotQ.sub(allotG)].map(allotD, \
+         [allotG + int(allotD.asApproximateFloat()) - (allotD.sub(int(allotD.asApproximateFloat())).isLessThan(quantity('0')) ? 1 : 0)]\
+         .map(allotF, allotF * 1000000000 + int(allotQ.sub(allotF).asApproximateFloat() * 1000000000.0 + 0.5))[0])[0])[0])[0]"
+    )
+}
+
+/// Whole devices of `n` nano-units, rounded up like `Quantity::ceil_units` (CEL's `/` and `%`
+/// truncate toward zero, which is already the ceiling below zero).
+pub fn ceil_units(n: &str) -> String {
+    format!("[{n}].map(allotN, allotN / 1000000000 + (allotN % 1000000000 > 0 ? 1 : 0))[0]")
+}
+
+/// Whole devices of the quantity `q`, rounded up (`500m` is one device).
 fn units(q: &str) -> String {
-    let q = format!("quantity(string({q}))");
-    format!("({q}.isInteger() ? {q}.asInteger() : int({q}.asApproximateFloat()) + 1)")
+    ceil_units(&nanos(&format!("quantity(string({q}))")))
+}
+
+/// The nano-units of resource `r` the container `c` asks for: its request, else its limit
+/// (the API server defaults a missing request to the limit), else 0 — as
+/// `ContainerResources::effective_requests` reads it.
+fn effective_nanos(c: &str, r: &str) -> String {
+    format!(
+        "[(has({c}.resources) && has({c}.resources.requests) && {r} in {c}.resources.requests) ? \
+         string({c}.resources.requests[{r}]) : (has({c}.resources) && has({c}.resources.limits) && \
+         {r} in {c}.resources.limits) ? string({c}.resources.limits[{r}]) : '0'].map(allotV, {})[0]",
+        nanos("quantity(allotV)")
+    )
+}
+
+/// The container `c` names resource `r` in its requests or limits.
+fn names_resource(c: &str, r: &str) -> String {
+    format!(
+        "(has({c}.resources) && ((has({c}.resources.requests) && {r} in {c}.resources.requests) || \
+         (has({c}.resources.limits) && {r} in {c}.resources.limits)))"
+    )
+}
+
+/// The nano-units of resource `r` the pod spec `s` holds at its peak, the scheduler's
+/// effective request, exactly as `resources::pod_requests` computes it: app containers plus
+/// native sidecars (init containers with `restartPolicy: Always`), or — when larger — an init
+/// container's request plus the sidecars started before it (a sidecar's own step counts it
+/// with those before); the init peak is at least 0 when some init container names `r`; then
+/// the pod overhead.
+pub fn pod_resource_nanos(s: &str, r: &str) -> String {
+    let init = format!("(has({s}.initContainers) ? {s}.initContainers : [])");
+    let app = format!("(has({s}.containers) ? {s}.containers : [])");
+    let sidecars_before = "lists.range(allotI).filter(allotJ, allotSide[allotJ]).map(allotJ, allotE[allotJ]).sum()";
+    format!(
+        "([{init}].map(allotInit, [allotInit.map(allotC, {eff})].map(allotE, \
+         [allotInit.map(allotC, has(allotC.restartPolicy) && allotC.restartPolicy == 'Always')].map(allotSide, \
+         ([{app}.map(allotC, {eff}).sum() + lists.range(size(allotE)).filter(allotI, allotSide[allotI])\
+         .map(allotI, allotE[allotI]).sum()] + (allotInit.exists(allotC, {named}) ? \
+         [0] + lists.range(size(allotE)).map(allotI, {sidecars_before} + allotE[allotI]) : [])).max())[0])[0])[0] + \
+         ((has({s}.overhead) && {r} in {s}.overhead) ? [string({s}.overhead[{r}])].map(allotV, {overhead})[0] : 0))",
+        eff = effective_nanos("allotC", r),
+        named = names_resource("allotC", r),
+        overhead = nanos("quantity(allotV)"),
+    )
+}
+
+/// Whole devices of resource `r` (a CEL string) the pod spec `s` asks for: what
+/// `max-per-pod` compares.
+pub fn pod_resource_units(s: &str, r: &str) -> String {
+    ceil_units(&pod_resource_nanos(s, r))
+}
+
+/// `accelerators(pod)` for the pod spec `s`: over every distinct accelerator name its
+/// containers or overhead name, the whole devices of the pod's effective request, summed —
+/// as the engine's helper counts them.
+pub fn pod_units(accelerators: &ResourceMatcher, s: &str) -> String {
+    let keys = |c: &str| {
+        format!(
+            "((has({c}.resources) && has({c}.resources.requests) ? {c}.resources.requests.map(allotK, allotK) : []) + \
+             (has({c}.resources) && has({c}.resources.limits) ? {c}.resources.limits.map(allotK, allotK) : []))"
+        )
+    };
+    let names = format!(
+        "({}.map(allotC, {}).flatten() + (has({s}.overhead) ? {s}.overhead.map(allotK, allotK) : [])).filter(allotK, {})",
+        all_containers(s),
+        keys("allotC"),
+        resource_matches(accelerators, "allotK"),
+    );
+    format!(
+        "[{names}].map(allotNames, lists.range(size(allotNames)).filter(allotI, allotNames.indexOf(allotNames[allotI]) == allotI)\
+         .map(allotI, allotNames[allotI]))[0].map(allotR, {}).sum()",
+        pod_resource_units(s, "allotR")
+    )
+}
+
+/// `accelerators(x)` of a Pod-shaped value `x` (`{metadata, spec}`); a value without a spec
+/// counts 0, as the engine reads it (a map without `spec` or `containers` is a container
+/// without resources).
+pub fn pod_value_units(accelerators: &ResourceMatcher, x: &str) -> String {
+    format!("(has({x}.spec) ? {} : 0)", pod_units(accelerators, &format!("{x}.spec")))
 }
 
 /// `accelerators(c)` for a container `c`: the accelerator units of its effective requests (a
 /// request, else the limit), each rounded up, summed — as the engine's helper counts them.
 pub fn container_units(accelerators: &ResourceMatcher, c: &str) -> String {
-    let m = resource_matches(accelerators, "k");
-    let requested = format!("(has({c}.resources.requests) && k in {c}.resources.requests)");
+    let m = resource_matches(accelerators, "allotK");
+    let requested = format!("(has({c}.resources.requests) && allotK in {c}.resources.requests)");
     format!(
         "(has({c}.resources) ? \
-         (has({c}.resources.requests) ? {c}.resources.requests.filter(k, {m}).map(k, {}).sum() : 0) + \
-         (has({c}.resources.limits) ? {c}.resources.limits.filter(k, {m} && !{requested}).map(k, {}).sum() : 0) \
+         (has({c}.resources.requests) ? {c}.resources.requests.filter(allotK, {m}).map(allotK, {}).sum() : 0) + \
+         (has({c}.resources.limits) ? {c}.resources.limits.filter(allotK, {m} && !{requested}).map(allotK, {}).sum() : 0) \
          : 0)",
-        units(&format!("{c}.resources.requests[k]")),
-        units(&format!("{c}.resources.limits[k]")),
+        units(&format!("{c}.resources.requests[allotK]")),
+        units(&format!("{c}.resources.limits[allotK]")),
     )
 }
 
@@ -273,16 +374,43 @@ pub fn rewrite(source: &str, bindings: Bindings<'_>) -> Result<String, Unsupport
                     i = close + 1;
                     continue;
                 }
-                _ => {
-                    return Err(
-                        "uses Allot's helper accelerators() on a Pod (only a container's count is expanded yet)"
-                            .to_string(),
-                    );
+                [(_, Token::Punct("(")), (_, Token::Ident("object")), (close, Token::Punct(")"))] => {
+                    out.push_str(&pod_value_units(bindings.accelerators, bindings.object));
+                    prev_significant = Some(&tokens[*close]);
+                    i = close + 1;
+                    continue;
                 }
+                _ => match pod_spec_argument(&tokens, i) {
+                    Some(close) => {
+                        let spec = format!("{}.spec", bindings.object);
+                        out.push_str(&format!("({})", pod_units(bindings.accelerators, &spec)));
+                        prev_significant = Some(&tokens[close]);
+                        i = close + 1;
+                        continue;
+                    }
+                    None => {
+                        return Err("uses Allot's helper accelerators() on something other than `object`, \
+                             `object.spec` or a container bound by a macro over a containers list"
+                            .to_string());
+                    }
+                },
             },
             Token::Ident(name) if !after_dot => {
                 if HELPERS.contains(name) {
-                    return Err(format!("uses Allot's helper {name}(), which has no Kubernetes CEL form yet"));
+                    let Some(lookup) = map_lookup(&tokens, i, &containers) else {
+                        return Err(format!(
+                            "uses Allot's helper {name}() other than indexed by a string literal on `object`, \
+                             `object.spec` or a container bound over a containers list (CEL cannot build its \
+                             map of computed keys)"
+                        ));
+                    };
+                    out.push_str(&lookup.expand(bindings));
+                    prev_significant = Some(&tokens[lookup.close]);
+                    i = lookup.close + 1;
+                    continue;
+                }
+                if name.starts_with("allot") {
+                    return Err(format!("uses the name {name}, reserved for the names the expansion binds"));
                 }
                 let is_macro_var = matches!(prev_significant, Some(Token::Punct("(")))
                     && matches!(next.first(), Some((_, Token::Punct(","))))
@@ -315,6 +443,104 @@ pub fn rewrite(source: &str, bindings: Bindings<'_>) -> Result<String, Unsupport
         i += 1;
     }
     Ok(out)
+}
+
+/// `acceleratorRequests(x)['name']` or `acceleratorLimits(c)['name']`: one entry of the
+/// helper's map, which CEL can build (a literal key, a computed value).
+struct MapLookup<'t> {
+    limits: bool,
+    /// A container macro variable, or `None` for `object` / `object.spec` (`spec` true).
+    container: Option<&'t str>,
+    spec: bool,
+    /// The key's CEL literal and its value.
+    key: &'t str,
+    name: String,
+    /// Index of the closing `]`.
+    close: usize,
+}
+
+impl MapLookup<'_> {
+    /// `{name: units}` when the engine's map holds `name`, else `{}`, indexed by `name`: a
+    /// missing key is an evaluation error in both.
+    fn expand(&self, bindings: Bindings<'_>) -> String {
+        let (key, matcher) = (self.key, bindings.accelerators);
+        if !matcher.matches(&self.name) {
+            return format!("{{}}[{key}]");
+        }
+        let entry = |present: String, units: String| format!("({present} ? {{{key}: {units}}} : {{}})[{key}]");
+        match (self.limits, self.container) {
+            (true, Some(c)) => entry(
+                format!("(has({c}.resources) && has({c}.resources.limits) && {key} in {c}.resources.limits)"),
+                units(&format!("{c}.resources.limits[{key}]")),
+            ),
+            (false, Some(c)) => entry(names_resource(c, key), ceil_units(&effective_nanos(c, key))),
+            (_, None) => {
+                // A Pod (or a spec with containers) is counted as the scheduler does, an
+                // exactly-zero total left out of the map; anything else reads as a container
+                // without resources: an empty map.
+                let (guard, spec) = if self.spec {
+                    (format!("has({}.spec.containers)", bindings.object), format!("{}.spec", bindings.object))
+                } else {
+                    (format!("has({}.spec)", bindings.object), format!("{}.spec", bindings.object))
+                };
+                format!(
+                    "({guard} ? [{}].map(allotT, allotT != 0 ? {{{key}: {}}} : {{}})[0] : {{}})[{key}]",
+                    pod_resource_nanos(&spec, key),
+                    ceil_units("allotT"),
+                )
+            }
+        }
+    }
+}
+
+/// The helper call at token `i` as a [`MapLookup`], when it is one.
+fn map_lookup<'t>(tokens: &[Token<'t>], i: usize, containers: &[&'t str]) -> Option<MapLookup<'t>> {
+    let limits = matches!(tokens.get(i), Some(Token::Ident("acceleratorLimits")));
+    let significant: Vec<(usize, &Token<'t>)> =
+        tokens.iter().enumerate().skip(i + 1).filter(|(_, t)| !matches!(t, Token::Space(_))).take(8).collect();
+    let (container, spec, rest) = match significant.as_slice() {
+        [(_, Token::Punct("(")), (_, Token::Ident(c)), (_, Token::Punct(")")), rest @ ..] if containers.contains(c) => {
+            (Some(*c), false, rest)
+        }
+        [(_, Token::Punct("(")), (_, Token::Ident("object")), (_, Token::Punct(")")), rest @ ..] if !limits => {
+            (None, false, rest)
+        }
+        [
+            (_, Token::Punct("(")),
+            (_, Token::Ident("object")),
+            (_, Token::Punct(".")),
+            (_, Token::Ident("spec")),
+            (_, Token::Punct(")")),
+            rest @ ..,
+        ] if !limits => (None, true, rest),
+        _ => return None,
+    };
+    let [(_, Token::Punct("[")), (_, Token::Literal(key)), (close, Token::Punct("]")), ..] = rest else {
+        return None;
+    };
+    // A plain single-quoted or double-quoted literal without escapes.
+    let quote = key.chars().next()?;
+    let name = key.strip_prefix(quote)?.strip_suffix(quote)?;
+    if !matches!(quote, '\'' | '"') || name.contains(['\\', '\'', '"']) || key.len() < 2 {
+        return None;
+    }
+    Some(MapLookup { limits, container, spec, key, name: name.to_string(), close: *close })
+}
+
+/// `accelerators(object.spec)` at token `i`: the index of the closing `)`.
+fn pod_spec_argument(tokens: &[Token<'_>], i: usize) -> Option<usize> {
+    let significant: Vec<(usize, &Token<'_>)> =
+        tokens.iter().enumerate().skip(i + 1).filter(|(_, t)| !matches!(t, Token::Space(_))).take(5).collect();
+    match significant.as_slice() {
+        [
+            (_, Token::Punct("(")),
+            (_, Token::Ident("object")),
+            (_, Token::Punct(".")),
+            (_, Token::Ident("spec")),
+            (close, Token::Punct(")")),
+        ] => Some(*close),
+        _ => None,
+    }
 }
 
 /// True when the tokens end with `.<macro>(` (the identifier after them is a macro variable).
@@ -438,12 +664,28 @@ mod tests {
 
     #[test]
     fn helpers_and_shadowing_macro_variables_are_reported() {
-        assert!(rewrite("accelerators(object) == 0", pod()).unwrap_err().contains("accelerators"));
+        // A Pod's count and its spec's are expanded; other arguments and the map helpers are not.
+        for counted in ["accelerators(object) == 0", "accelerators( object.spec ) > 8"] {
+            let expanded = rewrite(counted, pod()).expect("expanded");
+            assert!(expanded.contains("lists.range(") && !expanded.contains("accelerators("), "{expanded}");
+        }
+        assert!(rewrite("accelerators(object.metadata) == 0", pod()).unwrap_err().contains("accelerators"));
+        let entry = rewrite("acceleratorRequests(object)['nvidia.com/gpu'] == 1", pod()).expect("one entry expands");
+        assert!(entry.ends_with("['nvidia.com/gpu'] == 1") && !entry.contains("acceleratorRequests"), "{entry}");
+        for whole_map in [
+            "acceleratorRequests(object).size() == 1",
+            "acceleratorRequests(object)[name] == 1",
+            "acceleratorLimits(object)['nvidia.com/gpu'] == 1",
+            "acceleratorRequests(object)['a\\'b'] == 1",
+        ] {
+            assert!(rewrite(whole_map, pod()).unwrap_err().contains("map"), "{whole_map}");
+        }
+        assert!(rewrite("allotC == 1", pod()).unwrap_err().contains("reserved"));
         assert!(rewrite("object.spec.containers.all(team, team.name != '')", pod()).is_err());
-        // A container's count is expanded; a Pod's, or a variable that is not only a container, is not.
+        // A container's count is expanded; a variable that is not only a container is not.
         let expanded = rewrite("object.spec.containers.all(c, accelerators(c) == 0)", pod()).expect("expanded");
         assert!(
-            expanded.contains("c.resources.requests.filter(k,") && !expanded.contains("accelerators("),
+            expanded.contains("c.resources.requests.filter(allotK,") && !expanded.contains("accelerators("),
             "{expanded}"
         );
         assert!(rewrite("object.spec.volumes.all(c, accelerators(c) == 0)", pod()).is_err());

@@ -1,4 +1,4 @@
-//! MutatingAdmissionPolicies: placements (tolerations, nodeSelector) and the team's default
+//! MutatingAdmissionPolicies: placements (tolerations, nodeSelector, required node affinity) and the team's default
 //! priority class, on Pod CREATE.
 //!
 //! Each mutation is a JSON Patch whose CEL adds only what is missing, as `mutate.rs` does:
@@ -15,7 +15,10 @@ use super::cel::{self, Bindings};
 use super::{
     Compiled, Coverage, NativeObject, condition, match_resources, metadata, not_kubelet, object_name, variable,
 };
-use crate::policy::{Action, AppliesTo, OnConflict, Placement, PolicySet, Toleration, TolerationOperator};
+use crate::policy::{
+    Action, AppliesTo, NodeSelectorOperator, NodeSelectorRequirement, OnConflict, Placement, PolicySet, Toleration,
+    TolerationOperator,
+};
 
 fn emit(
     out: &mut Compiled,
@@ -106,12 +109,6 @@ pub(super) fn placement(policies: &PolicySet, placement: &Placement, team: Resul
         Ok(lines) => coverage.compiled.extend(lines),
         Err(why) => coverage.webhook_only.push(why),
     }
-    if !placement.spec.node_affinity.is_empty() {
-        coverage.webhook_only.push(
-            "nodeAffinity: ANDing into every existing node-selector term is not expressed as a guarded patch yet"
-                .into(),
-        );
-    }
     out.coverage.push(coverage);
 }
 
@@ -160,6 +157,12 @@ fn compile_placement(
         ));
         lines.push(format!("nodeSelector {key}={value}"));
     }
+    for requirement in &spec.node_affinity {
+        patches.push(node_affinity_patch(requirement));
+    }
+    if !spec.node_affinity.is_empty() {
+        lines.push(format!("nodeAffinity {} in every required node-selector term", describe(&spec.node_affinity)));
+    }
     if patches.is_empty() {
         return Ok(lines);
     }
@@ -205,11 +208,85 @@ fn compile_placement(
     Ok(lines)
 }
 
+const REQUIRED: &str = "object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
+const TERMS_PATH: &str = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms";
+
+/// The patch ANDing `r` into every required node-selector term that lacks it (terms are ORed,
+/// so each must carry it), creating the affinity at its highest missing level when there is
+/// none — what `mutate::add_node_affinity` does, one requirement per mutation (mutations apply
+/// in order, so the second requirement finds the term the first one created).
+fn node_affinity_patch(r: &NodeSelectorRequirement) -> String {
+    // Plain maps, not `Object.spec.affinity{…}` initializers: a list of initializers as a patch
+    // value panics the API server (kubernetes#142181), and a plain map serializes the same.
+    let mut fields = vec![
+        format!("\"key\": dyn({})", cel::string(&r.key)),
+        format!("\"operator\": dyn({})", cel::string(node_operator(r.operator))),
+    ];
+    if !r.values.is_empty() {
+        fields.push(format!("\"values\": dyn({})", cel::string_list(&r.values)));
+    }
+    let requirement = format!("{{{}}}", fields.join(", "));
+    let terms = format!("[{{\"matchExpressions\": [{requirement}]}}]");
+    let required = format!("{{\"nodeSelectorTerms\": {terms}}}");
+    let node_affinity = format!("{{\"requiredDuringSchedulingIgnoredDuringExecution\": {required}}}");
+    let affinity = format!("{{\"nodeAffinity\": {node_affinity}}}");
+    let t = format!("{REQUIRED}.nodeSelectorTerms");
+    let present = format!(
+        "{t}[allotI].matchExpressions.exists(e, e.key == {} && e.operator == {} && (has(e.values) ? e.values : []) == {})",
+        cel::string(&r.key),
+        cel::string(node_operator(r.operator)),
+        cel::string_list(&r.values)
+    );
+    let add =
+        |path: &str, value: &str| format!("[JSONPatch{{op: \"add\", path: {}, value: {value}}}]", cel::string(path));
+    format!(
+        "!has(object.spec.affinity) ? {} : \
+         !has(object.spec.affinity.nodeAffinity) ? {} : \
+         !has({REQUIRED}) ? {} : \
+         !has({t}) || size({t}) == 0 ? {} : \
+         lists.range(size({t})).filter(allotI, has({t}[allotI].matchExpressions) && !{present})\
+         .map(allotI, JSONPatch{{op: \"add\", path: {terms_path} + string(allotI) + \"/matchExpressions/-\", value: {requirement}}}) + \
+         lists.range(size({t})).filter(allotI, !has({t}[allotI].matchExpressions))\
+         .map(allotI, JSONPatch{{op: \"add\", path: {terms_path} + string(allotI) + \"/matchExpressions\", value: [{requirement}]}})",
+        add("/spec/affinity", &affinity),
+        add("/spec/affinity/nodeAffinity", &node_affinity),
+        add("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution", &required),
+        add(TERMS_PATH, &terms),
+        terms_path = cel::string(&format!("{TERMS_PATH}/")),
+    )
+}
+
+fn node_operator(o: NodeSelectorOperator) -> &'static str {
+    match o {
+        NodeSelectorOperator::In => "In",
+        NodeSelectorOperator::NotIn => "NotIn",
+        NodeSelectorOperator::Exists => "Exists",
+        NodeSelectorOperator::DoesNotExist => "DoesNotExist",
+        NodeSelectorOperator::Gt => "Gt",
+        NodeSelectorOperator::Lt => "Lt",
+    }
+}
+
+fn describe(requirements: &[NodeSelectorRequirement]) -> String {
+    requirements
+        .iter()
+        .map(|r| {
+            let values = if r.values.is_empty() { String::new() } else { format!(" [{}]", r.values.join(",")) };
+            format!("{} {}{values}", r.key, node_operator(r.operator))
+        })
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
 /// The patch adding `t` unless a toleration the Pod has already tolerates everything `t` does.
 fn toleration_patch(t: &Toleration) -> String {
     let literal = toleration_literal(t);
+    // The first toleration as a list of a plain map: a list of `Object…{}` initializers as a
+    // patch value panics the API server (kubernetes#142181). (Rarely reached: the API server's
+    // DefaultTolerationSeconds plugin gives most Pods tolerations before policies run.)
+    let first = toleration_map(t);
     format!(
-        "!has(object.spec.tolerations) ? [JSONPatch{{op: \"add\", path: \"/spec/tolerations\", value: [{literal}]}}] : \
+        "!has(object.spec.tolerations) ? [JSONPatch{{op: \"add\", path: \"/spec/tolerations\", value: [{first}]}}] : \
          object.spec.tolerations.exists(e, {}) ? [] : [JSONPatch{{op: \"add\", path: \"/spec/tolerations/-\", value: {literal}}}]",
         covers("e", t)
     )
@@ -233,6 +310,28 @@ fn toleration_literal(t: &Toleration) -> String {
         fields.push(format!("tolerationSeconds: {s}"));
     }
     format!("Object.spec.tolerations{{{}}}", fields.join(", "))
+}
+
+/// `t` as a plain CEL map (values `dyn`, so one map holds strings and the seconds).
+fn toleration_map(t: &Toleration) -> String {
+    let mut fields = Vec::new();
+    let mut field = |name: &str, value: String| fields.push(format!("{}: dyn({value})", cel::string(name)));
+    if let Some(k) = &t.key {
+        field("key", cel::string(k));
+    }
+    if let Some(o) = t.operator {
+        field("operator", cel::string(operator_name(o)));
+    }
+    if let Some(v) = &t.value {
+        field("value", cel::string(v));
+    }
+    if let Some(e) = t.effect {
+        field("effect", cel::string(&format!("{e:?}")));
+    }
+    if let Some(s) = t.toleration_seconds {
+        field("tolerationSeconds", s.to_string());
+    }
+    format!("{{{}}}", fields.join(", "))
 }
 
 fn operator_name(o: TolerationOperator) -> &'static str {

@@ -10,11 +10,23 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use kube::core::cel::KubeCelExt;
 use kube::core::cel::cel::{Context, Program, Value as CelValue};
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use serde_json::{Value, json};
 
 use super::*;
 use crate::expression::json_to_cel;
 use crate::policy::{Action, Source, load_dir};
+
+/// Runs `f` on a thread with a large stack: the expanded accelerator counts nest a dozen
+/// comprehensions, deeper than the `cel` crate's recursive parser and interpreter fit in a
+/// test thread's 2 MiB in a debug build (the API server's Go stacks grow).
+fn on_big_stack(f: impl FnOnce() + Send + 'static) {
+    let handle = std::thread::Builder::new().stack_size(256 << 20).spawn(f).expect("thread");
+    if let Err(panic) = handle.join() {
+        std::panic::resume_unwind(panic);
+    }
+}
 
 fn shipped() -> PolicySet {
     load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).expect("shipped policies load")
@@ -66,6 +78,10 @@ fn every_object_round_trips_through_its_k8s_openapi_type() {
 
 #[test]
 fn every_expression_parses_in_the_cel_crate() {
+    on_big_stack(every_expression_parses_in_the_cel_crate_body);
+}
+
+fn every_expression_parses_in_the_cel_crate_body() {
     let extra = r#"
 apiVersion: allot.dev/v1alpha1
 kind: Team
@@ -82,6 +98,7 @@ spec:
   when: "has(object.metadata.labels) && 'train' in object.metadata.labels"
   tolerations: [{key: pool, operator: Equal, value: a100, effect: NoExecute, tolerationSeconds: 60}]
   nodeSelector: {example.com/pool: a100}
+  nodeAffinity: [{key: zone, operator: In, values: [a, b.c]}, {key: spot, operator: DoesNotExist}]
   onConflict: Keep
 ---
 apiVersion: allot.dev/v1alpha1
@@ -123,16 +140,16 @@ fn the_report_for_the_shipped_policies() {
     assert_eq!(status("Placement/amd-gpu"), "compiled");
     assert_eq!(status("default priority class"), "compiled");
     assert_eq!(status("Team priority classes"), "compiled");
-    assert_eq!(status("Cluster/accelerators.checks"), "partly compiled");
+    assert_eq!(status("Cluster/accelerators.checks"), "compiled", "max-per-pod is expanded");
     assert_eq!(status("Rule/pinned-images-on-gpus"), "compiled", "accelerators(c) of a container is expanded");
     for rule in ["gpu-pods-belong-to-a-team", "high-priority-is-audited"] {
-        assert_eq!(status(&format!("Rule/{rule}")), "webhook-only", "{rule}");
+        assert_eq!(status(&format!("Rule/{rule}")), "compiled", "accelerators(object) is expanded: {rule}");
     }
     assert_eq!(status("Team/vision"), "webhook-only");
     assert_eq!(status("GangPolicy/default"), "webhook-only");
     assert!(!compiled.fully_native());
-    let rule = compiled.coverage.iter().find(|c| c.policy == "Rule/gpu-pods-belong-to-a-team").map(|c| &c.webhook_only);
-    assert!(rule.is_some_and(|w| w[0].contains("accelerators()")), "{rule:?}");
+    let checks = compiled.coverage.iter().find(|c| c.policy == "Cluster/accelerators.checks").map(|c| &c.compiled);
+    assert!(checks.is_some_and(|c| c.iter().any(|l| l.starts_with("max-per-pod (deny)"))), "{checks:?}");
 }
 
 #[test]
@@ -211,6 +228,10 @@ fn engine_denies(set: &PolicySet, object: &Value) -> bool {
 
 #[test]
 fn accelerator_checks_agree_with_the_engine_on_pods_and_templates() {
+    on_big_stack(accelerator_checks_agree_with_the_engine_on_pods_and_templates_body);
+}
+
+fn accelerator_checks_agree_with_the_engine_on_pods_and_templates_body() {
     let set = shipped();
     let compiled = compile(&set);
     let policy = |name: &str| {
@@ -355,6 +376,10 @@ spec:
 /// into quantity arithmetic) warns exactly when the engine does.
 #[test]
 fn an_expanded_accelerator_count_agrees_with_the_engine() {
+    on_big_stack(an_expanded_accelerator_count_agrees_with_the_engine_body);
+}
+
+fn an_expanded_accelerator_count_agrees_with_the_engine_body() {
     let set = shipped();
     let compiled = compile(&set);
     let policy = compiled
@@ -390,4 +415,230 @@ fn an_expanded_accelerator_count_agrees_with_the_engine() {
         assert_eq!(!admits(&policy, &admitted.mutated, "vision"), engine_warns, "{image} {resources}");
     }
     assert!((2..8).contains(&warned), "both answers occur ({warned})");
+}
+
+/// A random container: each of a few resource names (accelerators and not) absent, requested,
+/// limited or both, with quantities that are whole, fractional, binary-suffixed or plain JSON
+/// numbers.
+fn arb_container(name: String) -> impl Strategy<Value = Value> {
+    const NAMES: &[&str] = &["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "amd.com/gpu", "cpu", "example.com/fpga"];
+    let quantity = prop_oneof![
+        Just(json!("0")),
+        Just(json!("1")),
+        Just(json!("2")),
+        Just(json!("3")),
+        Just(json!("8")),
+        Just(json!("500m")),
+        Just(json!("1500m")),
+        Just(json!("250m")),
+        Just(json!("0.1")),
+        Just(json!("1Ki")),
+        Just(json!("999999999n")),
+        Just(json!("1e1")),
+        Just(json!(2)),
+        Just(json!(4)),
+    ];
+    let entry = (0..4usize, quantity.clone(), quantity);
+    (proptest::collection::vec(entry, NAMES.len()), any::<bool>()).prop_map(move |(entries, sidecar)| {
+        let (mut requests, mut limits) = (serde_json::Map::new(), serde_json::Map::new());
+        for (resource, (which, request, limit)) in NAMES.iter().zip(entries) {
+            if which & 1 == 1 {
+                requests.insert(resource.to_string(), request);
+            }
+            if which & 2 == 2 {
+                limits.insert(resource.to_string(), limit);
+            }
+        }
+        let mut c = json!({"name": name, "image": "x:1", "resources": {}});
+        if !requests.is_empty() {
+            c["resources"]["requests"] = Value::Object(requests);
+        }
+        if !limits.is_empty() {
+            c["resources"]["limits"] = Value::Object(limits);
+        }
+        if sidecar {
+            c["restartPolicy"] = json!("Always");
+        }
+        c
+    })
+}
+
+/// A random pod spec: 0–3 app containers, 0–4 init containers (any of them a native sidecar,
+/// in any order), sometimes an overhead.
+fn arb_pod_spec() -> impl Strategy<Value = Value> {
+    let containers = |prefix: &'static str, max: usize| {
+        proptest::collection::vec(0..1000u32, 0..=max).prop_flat_map(move |ids| {
+            ids.iter().enumerate().map(|(i, _)| arb_container(format!("{prefix}{i}"))).collect::<Vec<_>>()
+        })
+    };
+    let overhead = prop_oneof![
+        Just(None),
+        Just(Some(json!({"nvidia.com/gpu": "500m"}))),
+        Just(Some(json!({"cpu": "100m", "amd.com/gpu": "1"})))
+    ];
+    (containers("app", 3), containers("init", 4), overhead).prop_map(|(mut app, init, overhead)| {
+        for c in &mut app {
+            // Only init containers may be sidecars.
+            if let Some(c) = c.as_object_mut() {
+                c.remove("restartPolicy");
+            }
+        }
+        let mut spec = json!({"containers": app, "initContainers": init});
+        if let Some(o) = overhead {
+            spec["overhead"] = o;
+        }
+        spec
+    })
+}
+
+fn validation_of<'p>(
+    policy: &'p ValidatingAdmissionPolicy,
+    prefix: &str,
+) -> &'p k8s_openapi::api::admissionregistration::v1::Validation {
+    policy
+        .spec
+        .iter()
+        .flat_map(|s| s.validations.iter().flatten())
+        .find(|v| v.message.as_deref().is_some_and(|m| m.starts_with(prefix)))
+        .unwrap_or_else(|| panic!("no validation {prefix}"))
+}
+
+fn validating_policy(compiled: &Compiled, name: &str) -> ValidatingAdmissionPolicy {
+    compiled
+        .objects
+        .iter()
+        .find_map(|o| match o {
+            NativeObject::ValidatingPolicy(p) if p.metadata.name.as_deref() == Some(name) => Some(p.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no policy {name}"))
+}
+
+/// Random pods (init containers, sidecars before and after them, app containers, overhead;
+/// quantities such as `2`, `500m`, `1Ki`): the emitted CEL, evaluated in the `cel` crate with
+/// the Kubernetes libraries, gives the engine's answers — `accelerators(object)` (its precomputed
+/// count), the per-resource effective request of `max-per-pod` with its message's numbers, and
+/// the verdicts of the shipped rules that count a Pod's accelerators.
+#[test]
+fn expanded_pod_counts_agree_with_the_engine() {
+    on_big_stack(expanded_pod_counts_agree_with_the_engine_body);
+}
+
+fn expanded_pod_counts_agree_with_the_engine_body() {
+    use proptest::test_runner::{Config, TestRunner};
+    use std::cell::Cell;
+    let set = shipped();
+    let compiled = compile(&set);
+    let matcher = set.accelerators.clone();
+    let count = Program::compile(&cel::pod_value_units(&matcher, "object")).expect("count compiles");
+    let gpus = Program::compile(&cel::pod_resource_units("object.spec", "'nvidia.com/gpu'")).expect("compiles");
+    let pods = validating_policy(&compiled, "allot-accelerators-deny-pod");
+    let max_per_pod = validation_of(&pods, "[accelerators/max-per-pod]");
+    let max_expression = Program::compile(&max_per_pod.expression).expect("max-per-pod compiles");
+    let max_message = Program::compile(max_per_pod.message_expression.as_deref().expect("a message expression"))
+        .expect("message compiles");
+    let team_rule = validating_policy(&compiled, "allot-rule-gpu-pods-belong-to-a-team-pod");
+    let engine = crate::engine::Engine::new(&set, &crate::namespaces::NoNamespaces);
+    // Rules reading the helpers' maps by a literal key (a missing key errors in both) and the
+    // Pod's count: the engine's own evaluation against the rewritten expression's.
+    let rules = [
+        "acceleratorRequests(object)['nvidia.com/gpu'] >= 2",
+        "acceleratorRequests(object.spec)['amd.com/gpu'] == 1",
+        "acceleratorRequests(object)['cpu'] == 1",
+        "object.spec.containers.all(c, acceleratorRequests(c)['nvidia.com/gpu'] <= 1)",
+        "object.spec.initContainers.exists(c, acceleratorLimits(c)['nvidia.com/mig-1g.10gb'] == 1)",
+        "accelerators(object) <= 3 && accelerators(object.spec) >= 1",
+    ];
+    let env = crate::expression::Environment::new(matcher.clone());
+    let rewritten: Vec<(crate::expression::Expression, Program)> = rules
+        .iter()
+        .map(|rule| {
+            let native =
+                cel::rewrite(rule, cel::Bindings { object: "object", old_object: None, accelerators: &matcher })
+                    .unwrap_or_else(|e| panic!("{rule}: {e}"));
+            (
+                crate::expression::Expression::compile(rule).expect("engine compiles"),
+                Program::compile(&native).expect("parses"),
+            )
+        })
+        .collect();
+    let answered = Cell::new(0);
+    let mut runner = TestRunner::new(Config { cases: 300, failure_persistence: None, ..Config::default() });
+    let (over, under, teamless_gpu) = (Cell::new(0), Cell::new(0), Cell::new(0));
+    let result = runner.run(&arb_pod_spec(), |spec| {
+        let pod =
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "scratch"}, "spec": spec});
+        let ctx = context(&pod, "scratch", json!({}));
+        let expected = crate::expression::object_accelerators(&pod, &matcher).expect("a pod");
+        prop_assert_eq!(
+            count.execute(&ctx).map_err(|e| e.to_string()),
+            Ok(CelValue::Int(expected)),
+            "accelerators(object)"
+        );
+        let asked = crate::resources::pod_requests(&pod["spec"]).get("nvidia.com/gpu").map_or(0, |q| q.ceil_units());
+        prop_assert_eq!(gpus.execute(&ctx).map_err(|e| e.to_string()), Ok(CelValue::Int(asked)), "nvidia.com/gpu");
+
+        for (i, (engine_rule, native_rule)) in rewritten.iter().enumerate() {
+            let bindings = crate::expression::Bindings {
+                vars: u8::MAX,
+                object: json_to_cel(&pod),
+                old_object: CelValue::Null,
+                workload: json_to_cel(&pod),
+                namespace: "scratch".into(),
+                team: String::new(),
+                request: json_to_cel(&json!({"operation": "CREATE"})),
+                object_accelerators: None,
+            };
+            let engine = engine_rule.eval_bool(&env.scope(&bindings), &"t").ok();
+            let native = match native_rule.execute(&ctx) {
+                Ok(CelValue::Bool(b)) => Some(b),
+                _ => None,
+            };
+            prop_assert_eq!(native, engine, "{}", rules[i]);
+            answered.set(answered.get() + usize::from(engine.is_some()));
+        }
+
+        // max-per-pod: the validation and its message against the engine's finding.
+        let mut vars = std::collections::HashMap::new();
+        vars.insert("allotPods".to_string(), CelValue::List(vec![json_to_cel(&pod)].into()));
+        let mut ctx = context(&pod, "scratch", json!({}));
+        ctx.add_variable_from_value("variables", variables_value(&vars));
+        let view = crate::workload::PodView { path: String::new(), pod: std::borrow::Cow::Borrowed(&pod) };
+        let team = crate::namespaces::team_of(&set, "scratch", &crate::namespaces::NoNamespaces);
+        let finding = crate::validate::check_pod(&set, &view, &team)
+            .into_iter()
+            .find(|f| f.rule.as_str() == "accelerators/max-per-pod");
+        let passes = max_expression.execute(&ctx).map_err(|e| e.to_string());
+        prop_assert_eq!(passes, Ok(CelValue::Bool(finding.is_none())), "max-per-pod verdict");
+        if let Some(finding) = finding {
+            over.set(over.get() + 1);
+            let message = max_message.execute(&ctx).map_err(|e| e.to_string());
+            let CelValue::String(message) = message.clone().map_err(TestCaseError::fail)? else {
+                return Err(TestCaseError::fail(format!("not a string: {message:?}")));
+            };
+            prop_assert_eq!(message.as_str(), format!("[accelerators/max-per-pod] {}", finding.message));
+        } else {
+            under.set(under.get() + 1);
+        }
+
+        // The shipped rule on a Pod in a namespace of no team, as the engine judges it.
+        let manifest = crate::check::Manifest { source: "t".into(), document: 1, line: 0, object: pod.clone() };
+        let engine_denies = crate::check::admit_manifest(&engine, &manifest)
+            .report
+            .findings
+            .iter()
+            .any(|f| f.rule.as_str() == "gpu-pods-belong-to-a-team");
+        teamless_gpu.set(teamless_gpu.get() + usize::from(engine_denies));
+        prop_assert_eq!(!admits(&team_rule, &pod, "scratch"), engine_denies, "gpu-pods-belong-to-a-team");
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    assert!(answered.get() > 300 && answered.get() < 300 * rules.len(), "answers and errors: {}", answered.get());
+    let (over, under, teamless_gpu) = (over.get(), under.get(), teamless_gpu.get());
+    assert!(
+        over > 5 && under > 5 && teamless_gpu > 5,
+        "both verdicts occur: {over} over, {under} under, {teamless_gpu}"
+    );
 }

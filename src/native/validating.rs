@@ -125,12 +125,25 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
             wanted.push((max.action, "max-per-container", body, message));
         }
     }
-    if checks.max_per_pod.is_some() {
-        coverage.webhook_only.push(
-            "max-per-pod: the scheduler's effective request (sidecars and init containers in order) is not \
-             expanded into CEL yet"
-                .into(),
-        );
+    let mut message_expressions: Vec<(usize, String)> = Vec::new();
+    if let Some(max) = &checks.max_per_pod {
+        for (name, limit) in &max.limits {
+            let units = cel::pod_resource_units(&spec, &cel::string(name));
+            let body = format!("{units} <= {limit}");
+            // The engine's numbers: what the first Pod over the limit asks in all.
+            let asked = format!(
+                "variables.allotPods.filter({POD}, has({POD}.spec)).map({POD}, {units}).filter(allotAsked, allotAsked > {limit})[0]"
+            );
+            message_expressions.push((
+                wanted.len(),
+                format!(
+                    "'[accelerators/max-per-pod] pod asks ' + string({asked}) + {}",
+                    cel::string(&format!(" {name} in all; at most {limit} per pod"))
+                ),
+            ));
+            let message = format!("pod asks more than {limit} {name} in all; at most {limit} per pod");
+            wanted.push((max.action, "max-per-pod", body, message));
+        }
     }
     let (sources, unsupported) = pod_sources();
     for (kind, why) in unsupported.iter().map(|u| ("template", u)) {
@@ -143,9 +156,14 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
         }
         for source in &sources {
             let name = object_name(&["allot-accelerators", action.label(), &source.suffix]);
-            let validations = of_action
+            let validations = wanted
                 .iter()
-                .map(|(_, id, body, message)| validation(body, format!("[accelerators/{id}] {message}")))
+                .enumerate()
+                .filter(|(_, w)| w.0 == action)
+                .map(|(i, (_, id, body, message))| Validation {
+                    message_expression: message_expressions.iter().find(|(at, _)| *at == i).map(|(_, m)| m.clone()),
+                    ..validation(body, format!("[accelerators/{id}] {message}"))
+                })
                 .collect();
             emit(
                 out,
