@@ -417,13 +417,17 @@ pub struct CompileArgs {
     /// Exit 1 when any part of a policy stays webhook-only.
     #[arg(long)]
     pub strict: bool,
+    /// Allot's own user name (as `allot serve --allot-username`): the native policies skip it
+    /// as the webhooks do, so they never refuse the gang controller a gate lift.
+    #[arg(long, env = "ALLOT_USERNAME", default_value = crate::tenant::DEFAULT_ALLOT_USERNAME)]
+    pub allot_username: String,
 }
 
 /// `allot compile`: objects to `--out`, the per-policy report to stderr. Exit 0, or 1 under
 /// `--strict` when something stays webhook-only; a bad policy is an error (exit 2).
 fn run_compile(args: CompileArgs) -> anyhow::Result<ExitCode> {
     let policies = crate::policy::load_dir(&args.policies)?;
-    let compiled = crate::native::compile(&policies);
+    let compiled = crate::native::compile_for(&policies, &args.allot_username);
     let yaml = compiled.to_yaml()?;
     if args.out.as_os_str() == "-" {
         print!("{yaml}");
@@ -461,8 +465,12 @@ impl TryFrom<WebhooksArgs> for WebhookOptions {
             std::fs::read(&args.ca_bundle).map_err(|e| anyhow::anyhow!("{}: {e}", args.ca_bundle.display()))?;
         let (endpoint, sa_namespace) = endpoint_of(args.service, args.url)?;
         let service_account = args.service_account;
+        let service_account = sa_namespace.map(|ns| format!("system:serviceaccount:{ns}:{service_account}"));
+        // The identity the native policies skip: Allot's service account, when the endpoint
+        // names it, else the default `allot serve` and `allot compile` assume.
+        let allot_username = service_account.as_deref().unwrap_or(crate::tenant::DEFAULT_ALLOT_USERNAME);
         let native_fingerprint = match &args.native_covers {
-            Some(dir) => Some(native_fingerprint(dir)?),
+            Some(dir) => Some(native_fingerprint(dir, allot_username)?),
             None => None,
         };
         Ok(WebhookOptions {
@@ -472,7 +480,7 @@ impl TryFrom<WebhooksArgs> for WebhookOptions {
             failure_policy: args.failure_policy,
             timeout_seconds: args.timeout_seconds,
             exclude_namespaces: args.exclude_namespaces,
-            service_account: sa_namespace.map(|ns| format!("system:serviceaccount:{ns}:{service_account}")),
+            service_account,
             native_fingerprint,
         })
     }
@@ -480,9 +488,9 @@ impl TryFrom<WebhooksArgs> for WebhookOptions {
 
 /// `--native-covers DIR`: the fingerprint of DIR's compiled native policies; what the webhooks
 /// leave to them goes to stderr.
-fn native_fingerprint(dir: &std::path::Path) -> anyhow::Result<String> {
+fn native_fingerprint(dir: &std::path::Path, allot_username: &str) -> anyhow::Result<String> {
     let sources = crate::policy::read_sources(dir)?;
-    let split = crate::covers::NativeSplit::from_sources(&sources)?;
+    let split = crate::covers::NativeSplit::from_sources(&sources, allot_username)?;
     eprintln!(
         "native policies {} (apply `allot compile --policies {}` with these webhooks); left to them:",
         split.fingerprint,

@@ -14,8 +14,8 @@
 //! native half, or the objects were never re-applied) evaluates everything.
 //!
 //! The share is two policy sets compiled from the same sources as the full one:
-//! - for mutation: covered Placements lose their tolerations and nodeSelector (nodeAffinity,
-//!   webhook-only, stays), and the default priority classes go when that mutation is native;
+//! - for mutation: covered Placements lose their tolerations, nodeSelector and nodeAffinity,
+//!   and the default priority classes go when that mutation is native;
 //! - for validation: covered Rules and accelerator checks go, and the teams' allowed priority
 //!   classes when those are native. Placements and defaults stay, because the webhook previews
 //!   a workload's templates as their Pods will be created (mutated) before validating them.
@@ -35,7 +35,8 @@ pub struct Covered {
     pub checks: BTreeSet<Check>,
     /// Rules compiled whole.
     pub rules: BTreeSet<String>,
-    /// Placements whose tolerations, nodeSelector and nodeSelector conflicts are compiled.
+    /// Placements whose tolerations, nodeSelector, nodeAffinity and nodeSelector conflicts are
+    /// compiled.
     pub placements: BTreeSet<String>,
     /// The team (or cluster) default priority class.
     pub default_priority: bool,
@@ -85,7 +86,11 @@ impl Covered {
     pub fn describe(&self) -> Vec<String> {
         let mut out: Vec<String> = self.checks.iter().map(|c| format!("check {}", c.id())).collect();
         out.extend(self.rules.iter().map(|r| format!("rule {r}")));
-        out.extend(self.placements.iter().map(|p| format!("placement {p} (tolerations, nodeSelector, conflicts)")));
+        out.extend(
+            self.placements
+                .iter()
+                .map(|p| format!("placement {p} (tolerations, nodeSelector, nodeAffinity, conflicts)")),
+        );
         if self.default_priority {
             out.push("default priority class".into());
         }
@@ -129,8 +134,8 @@ const ALL_CHECKS: &[Check] = &[
     Check::MaxPerPod,
 ];
 
-/// A Placement is covered when every toleration and nodeSelector pair it adds is reported
-/// compiled, and nothing but its nodeAffinity stays webhook-only.
+/// A Placement is covered when every toleration, nodeSelector pair and its nodeAffinity are
+/// reported compiled, and nothing of it stays webhook-only.
 fn placement_covered(c: &Coverage, placement: &policy::Placement) -> bool {
     let spec = &placement.spec;
     let tolerations = c.compiled.iter().filter(|l| l.starts_with("toleration ")).count();
@@ -140,7 +145,8 @@ fn placement_covered(c: &Coverage, placement: &policy::Placement) -> bool {
         && selectors == spec.node_selector.len()
         && (spec.node_selector.is_empty() || conflicts)
         && !c.compiled.is_empty()
-        && c.webhook_only.iter().all(|l| l.starts_with("nodeAffinity"))
+        && (spec.node_affinity.is_empty() || c.compiled.iter().any(|l| l.starts_with("nodeAffinity ")))
+        && c.webhook_only.is_empty()
 }
 
 /// Names the compiled objects: the first 12 hex digits of the SHA-256 of their YAML (what
@@ -163,6 +169,9 @@ pub struct NativeSplit {
     pub mutate: PolicySet,
     /// What `/validate` evaluates.
     pub validate: PolicySet,
+    /// The policies map DRA DeviceClasses: a review naming `resourceClaims` is evaluated in
+    /// full, since the native policies see a claim Pod as asking nothing.
+    pub claims_to_webhook: bool,
 }
 
 /// Why there is no split.
@@ -175,10 +184,12 @@ pub enum SplitError {
 }
 
 impl NativeSplit {
-    /// Compiles `sources` into the webhook's share (the same sources give the full set).
-    pub fn from_sources(sources: &[Source]) -> Result<NativeSplit, SplitError> {
+    /// Compiles `sources` into the webhook's share (the same sources give the full set), beside
+    /// native policies compiled for Allot's identity `allot_username` (`allot compile
+    /// --allot-username`): another identity gives other objects, hence another fingerprint.
+    pub fn from_sources(sources: &[Source], allot_username: &str) -> Result<NativeSplit, SplitError> {
         let full = policy::compile(sources)?;
-        let compiled = crate::native::compile(&full);
+        let compiled = crate::native::compile_for(&full, allot_username);
         let fingerprint = fingerprint(&compiled).ok_or(SplitError::NoFingerprint)?;
         let covered = Covered::from_coverage(&compiled.coverage, &full);
         let mut mutate = policy::compile(sources)?;
@@ -186,6 +197,7 @@ impl NativeSplit {
         for placement in mutate.placements.iter_mut().filter(|p| covered.placements.contains(&p.name)) {
             placement.spec.tolerations.clear();
             placement.spec.node_selector.clear();
+            placement.spec.node_affinity.clear();
         }
         if covered.default_priority {
             mutate.priority.default = None;
@@ -211,13 +223,23 @@ impl NativeSplit {
                 team.priority.allowed = None;
             }
         }
-        Ok(NativeSplit { version: validate.version.clone(), fingerprint, covered, mutate, validate })
+        let claims_to_webhook = !validate.device_classes.is_empty();
+        Ok(NativeSplit { version: validate.version.clone(), fingerprint, covered, mutate, validate, claims_to_webhook })
     }
 
     /// The split for a request that names native policies `fingerprint`, when this split is
     /// of the policy set in force (`version`) and those are its native policies.
     pub fn applies(&self, version: &str, fingerprint: &str) -> bool {
         self.version == version && self.fingerprint == fingerprint
+    }
+
+    /// False for a review the webhook must answer in full whatever the native policies do:
+    /// one that names DRA claims, when the policies count claim devices. Read from the raw
+    /// body, before decoding: a tenant can force a full evaluation (`resourceClaims: []`),
+    /// which costs only double answers, but cannot hide a claim from it: the body is the API
+    /// server's own encoding of the object (Go's encoder never escapes a letter of a key).
+    pub fn takes(&self, body: &[u8]) -> bool {
+        !(self.claims_to_webhook && memchr::memmem::find(body, b"resourceClaims").is_some())
     }
 }
 

@@ -32,7 +32,8 @@ fn state() -> (Arc<AppState>, String) {
     let sources = sources();
     let state = AppState::new(allot::policy::compile(&sources).expect("policies"), Arc::new(NoNamespaces));
     state.set_native_split(&sources);
-    let fingerprint = NativeSplit::from_sources(&sources).expect("split").fingerprint;
+    let fingerprint =
+        NativeSplit::from_sources(&sources, allot::tenant::DEFAULT_ALLOT_USERNAME).expect("split").fingerprint;
     (state, fingerprint)
 }
 

@@ -10,9 +10,11 @@ use super::*;
 use crate::engine::{Engine, Request, RequestOperation};
 use crate::namespaces::NoNamespaces;
 use crate::patch;
+use crate::tenant::DEFAULT_ALLOT_USERNAME;
 
 /// The shipped policies plus a team-scoped placement with a nodeSelector, a team default
-/// class and a team-scoped rule (all compiled), and a Rule with Allot's helper (webhook-only).
+/// class and a team-scoped rule (all compiled), and a Rule reading Allot's helper as a whole map
+/// (webhook-only: only one named entry is expanded into Kubernetes CEL).
 const EXTRA: &str = r#"
 apiVersion: allot.dev/v1alpha1
 kind: Team
@@ -38,6 +40,14 @@ spec:
   match: {teams: [speech]}
   expression: "object.spec.containers.all(c, !c.image.endsWith(':latest'))"
   message: speech pods pin their images
+---
+apiVersion: allot.dev/v1alpha1
+kind: Rule
+metadata: {name: speech-one-accelerator-kind}
+spec:
+  match: {teams: [speech]}
+  expression: "acceleratorRequests(object).size() <= 1"
+  message: one kind of accelerator per pod
 "#;
 
 fn sources() -> Vec<Source> {
@@ -57,6 +67,16 @@ fn pod(namespace: &str, spec: Value) -> Value {
 fn gpu(request: &str, limit: &str) -> Value {
     json!([{"name": "c", "image": "busybox:1.36",
         "resources": {"requests": {"nvidia.com/gpu": request}, "limits": {"nvidia.com/gpu": limit}}}])
+}
+
+/// A Pod asking two kinds of accelerator (what `speech-one-accelerator-kind` refuses).
+fn two_kinds(namespace: &str) -> Value {
+    pod(
+        namespace,
+        json!({"containers": [{"name": "c", "image": "busybox:1.36", "resources": {
+            "requests": {"nvidia.com/gpu": "1", "amd.com/gpu": "1"},
+            "limits": {"nvidia.com/gpu": "1", "amd.com/gpu": "1"}}}]}),
+    )
 }
 
 fn job(namespace: &str, spec: Value) -> Value {
@@ -80,6 +100,7 @@ fn objects() -> Vec<Value> {
         pod("speech", json!({})),
         pod("speech", json!({"nodeSelector": {"example.com/pool": "h100"}})),
         pod("speech", json!({"containers": [{"name": "c", "image": "busybox:latest"}]})),
+        two_kinds("speech"),
         pod("scratch", json!({"containers": gpu("1", "1")})),
         pod(
             "vision",
@@ -113,15 +134,16 @@ fn request<'a>(object: &'a Value) -> Request<'a> {
 
 #[test]
 fn the_report_of_the_policies_is_read_as_the_compiler_means_it() {
-    let split = NativeSplit::from_sources(&sources()).expect("split");
+    let split = NativeSplit::from_sources(&sources(), DEFAULT_ALLOT_USERNAME).expect("split");
     let c = &split.covered;
     assert_eq!(
         c.checks,
-        BTreeSet::from([Check::RequestsEqualLimits, Check::WholeNumbers, Check::InitContainers]),
-        "max-per-pod is webhook-only in the report"
+        BTreeSet::from([Check::RequestsEqualLimits, Check::WholeNumbers, Check::InitContainers, Check::MaxPerPod]),
+        "every accelerator check the shipped policies hold is compiled"
     );
     assert!(c.rules.contains("speech-pins-images") && c.rules.contains("pinned-images-on-gpus"), "{c:?}");
-    assert!(!c.rules.contains("gpu-pods-belong-to-a-team"), "uses a helper the compiler does not expand: {c:?}");
+    assert!(c.rules.contains("gpu-pods-belong-to-a-team"), "accelerators(object) is expanded: {c:?}");
+    assert!(!c.rules.contains("speech-one-accelerator-kind"), "a helper's whole map is not expanded: {c:?}");
     assert!(c.placements.contains("speech-pool") && c.placements.contains("nvidia-gpu"), "{c:?}");
     assert!(c.default_priority && c.team_priority_classes);
     // Every covered part is one the report calls compiled, and the other way round for Rules
@@ -172,7 +194,7 @@ fn lines_the_reader_does_not_know_keep_the_check_in_the_webhook() {
 /// covered parts add.
 #[test]
 fn covered_checks_are_skipped_and_the_rest_evaluated() {
-    let split = NativeSplit::from_sources(&sources()).expect("split");
+    let split = NativeSplit::from_sources(&sources(), DEFAULT_ALLOT_USERNAME).expect("split");
     let full = policy::compile(&sources()).expect("policies");
     let engine = Engine::new(&full, &NoNamespaces);
     let (mutate, validate) = (Engine::new(&split.mutate, &NoNamespaces), Engine::new(&split.validate, &NoNamespaces));
@@ -211,22 +233,23 @@ fn covered_checks_are_skipped_and_the_rest_evaluated() {
             );
         }
     }
-    assert!(skipped >= 8 && kept >= 3 && mutations_left_out >= 4, "{skipped} {kept} {mutations_left_out}");
+    assert!(skipped >= 8 && kept >= 1 && mutations_left_out >= 4, "{skipped} {kept} {mutations_left_out}");
 }
 
-/// Webhook-only parts still answer in the share: Allot's helper rule, the per-pod maximum,
-/// the gang gate.
+/// Webhook-only parts still answer in the share: a Rule reading a helper's whole map, the gang
+/// gate.
 #[test]
 fn webhook_only_parts_still_answer() {
-    let split = NativeSplit::from_sources(&sources()).expect("split");
+    let split = NativeSplit::from_sources(&sources(), DEFAULT_ALLOT_USERNAME).expect("split");
     let (mutate, validate) = (Engine::new(&split.mutate, &NoNamespaces), Engine::new(&split.validate, &NoNamespaces));
+    let two = two_kinds("speech");
+    let found = validate.validate(&request(&two));
+    assert!(found.findings.iter().any(|f| f.rule == "speech-one-accelerator-kind"), "{:?}", found.findings);
+    // Covered ones do not: the native policies answer them.
     let stray = pod("scratch", json!({"containers": gpu("1", "1")}));
-    let found = validate.validate(&request(&stray));
-    assert!(found.findings.iter().any(|f| f.rule == "gpu-pods-belong-to-a-team"), "{:?}", found.findings);
-    let big = pod("vision", json!({"containers": gpu("16", "16")}));
-    let found = validate.validate(&request(&big));
-    assert!(found.findings.iter().any(|f| f.rule == "accelerators/max-per-pod"), "{:?}", found.findings);
-    let gang = &objects()[11];
+    assert!(validate.validate(&request(&stray)).findings.is_empty());
+    let objects = objects();
+    let gang = objects.iter().find(|o| o["metadata"]["name"] == "g").expect("the gang member");
     let patch = serde_json::to_string(&mutate.mutate(&request(gang)).patch).expect("json");
     assert!(patch.contains("schedulingGates") && patch.contains("allot.dev/gang"), "{patch}");
     assert!(!patch.contains("nvidia.com/gpu"), "the toleration is the native policy's: {patch}");
@@ -234,7 +257,7 @@ fn webhook_only_parts_still_answer() {
 
 #[test]
 fn a_split_applies_only_to_its_version_and_fingerprint() {
-    let split = NativeSplit::from_sources(&sources()).expect("split");
+    let split = NativeSplit::from_sources(&sources(), DEFAULT_ALLOT_USERNAME).expect("split");
     assert!(split.applies(&split.version.clone(), &split.fingerprint.clone()));
     assert!(!split.applies("other", &split.fingerprint));
     assert!(!split.applies(&split.version, "000000000000"));
@@ -246,7 +269,48 @@ fn a_split_applies_only_to_its_version_and_fingerprint() {
                expression: \"!has(object.spec.hostNetwork) || !object.spec.hostNetwork\"\n  message: no host network\n"
             .into(),
     });
-    let other = NativeSplit::from_sources(&more).expect("split");
+    let other = NativeSplit::from_sources(&more, DEFAULT_ALLOT_USERNAME).expect("split");
     assert_ne!(other.fingerprint, split.fingerprint);
     assert_ne!(other.version, split.version);
+}
+
+/// The compiled policies see a claim Pod as asking nothing (a ValidatingAdmissionPolicy cannot
+/// read its ResourceClaims), so while the policies map DeviceClasses a review that names
+/// `resourceClaims` is answered in full, and the compiler says so.
+#[test]
+fn a_review_naming_claims_is_answered_in_full_while_the_policies_count_claims() {
+    let split = NativeSplit::from_sources(&sources(), DEFAULT_ALLOT_USERNAME).expect("split");
+    let full = policy::compile(&sources()).expect("policies");
+    assert!(!full.device_classes.is_empty(), "the shipped Cluster policy maps gpu.nvidia.com");
+    assert!(split.claims_to_webhook);
+    let report = crate::native::compile(&full);
+    let dra = report.coverage.iter().find(|c| c.policy == "Cluster/dra").expect("a DRA line in the report");
+    assert_eq!(dra.status(), "webhook-only");
+
+    let plain = serde_json::to_vec(&pod("scratch", json!({"containers": gpu("1", "1")}))).expect("json");
+    assert!(split.takes(&plain));
+    let claims = pod(
+        "scratch",
+        json!({"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+            "containers": [{"name": "c", "image": "busybox:1.36", "resources": {"claims": [{"name": "gpu"}]}}]}),
+    );
+    let body = serde_json::to_vec(&json!({"request": {"object": claims}})).expect("json");
+    assert!(!split.takes(&body), "a claim Pod is the webhook's in full");
+
+    // Without a DeviceClass mapping a claim counts nothing anywhere: the split stands.
+    let without: Vec<Source> = sources()
+        .into_iter()
+        .map(|mut s| {
+            if s.text.contains("kind: Cluster") {
+                // The shipped block runs from `  dra:` to the next key of spec, `  priority:`.
+                let at = s.text.find("  dra:").expect("the shipped Cluster policy has a dra block");
+                let end = at + s.text[at..].find("  priority:").expect("priority follows dra");
+                s.text.replace_range(at..end, "");
+            }
+            s
+        })
+        .collect();
+    let plain_split = NativeSplit::from_sources(&without, DEFAULT_ALLOT_USERNAME).expect("split");
+    assert!(policy::compile(&without).expect("policies").device_classes.is_empty());
+    assert!(!plain_split.claims_to_webhook && plain_split.takes(&body));
 }

@@ -194,6 +194,30 @@ pub const ALWAYS_WEBHOOK: &str = "always in the webhook: the gang gate of Pods l
 
 /// Compiles what can run natively.
 pub fn compile(policies: &PolicySet) -> Compiled {
+    compile_for(policies, crate::tenant::DEFAULT_ALLOT_USERNAME)
+}
+
+/// [`compile`], the policies skipping `allot_username` as the webhooks skip Allot's own service
+/// account: the engine allows Allot's gate lifts and its reserved keys whatever the Rules say,
+/// so a Deny Rule on UPDATE must not refuse the gang controller a gate lift natively either.
+pub fn compile_for(policies: &PolicySet, allot_username: &str) -> Compiled {
+    let mut out = compile_objects(policies);
+    let skip_allot =
+        condition("not-allot-itself", format!("request.userInfo.username != {}", cel::string(allot_username)));
+    for object in &mut out.objects {
+        let conditions = match object {
+            NativeObject::MutatingPolicy(o) => o.spec.as_mut().map(|s| &mut s.match_conditions),
+            NativeObject::ValidatingPolicy(o) => o.spec.as_mut().map(|s| &mut s.match_conditions),
+            NativeObject::MutatingBinding(_) | NativeObject::ValidatingBinding(_) => None,
+        };
+        if let Some(conditions) = conditions {
+            conditions.get_or_insert_with(Vec::new).push(skip_allot.clone());
+        }
+    }
+    out
+}
+
+fn compile_objects(policies: &PolicySet) -> Compiled {
     let mut out = Compiled { objects: Vec::new(), coverage: Vec::new() };
     let team_cel = cel::team(policies);
     let team = team_cel.as_ref().map(String::as_str).map_err(String::as_str);
@@ -217,6 +241,11 @@ pub fn compile(policies: &PolicySet) -> Compiled {
             out.coverage.push(c);
         }
     }
+    if !policies.device_classes.is_empty() {
+        let mut c = Coverage::new("Cluster/dra");
+        c.webhook_only.push(DRA_WEBHOOK_ONLY.into());
+        out.coverage.push(c);
+    }
     for gang_policy in &policies.gang_policies {
         let mut c = Coverage::new(format!("GangPolicy/{}", gang_policy.name));
         c.webhook_only
@@ -225,6 +254,12 @@ pub fn compile(policies: &PolicySet) -> Compiled {
     }
     out
 }
+
+/// Why claim-based accelerators stay with the webhook: a ValidatingAdmissionPolicy sees only
+/// the object under review, and a Pod's devices are in the ResourceClaims and templates it
+/// names. The compiled placements and counts see a claim Pod as asking nothing.
+pub const DRA_WEBHOOK_ONLY: &str = "DRA claims: a Pod or template naming resourceClaims is placed, counted and checked \
+     by the webhook in full (native policies cannot read ResourceClaims or their templates)";
 
 /// A DNS-subdomain object name from an Allot policy name.
 fn object_name(parts: &[&str]) -> String {

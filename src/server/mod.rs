@@ -181,7 +181,7 @@ impl AppState {
     /// or after it is swapped in: a request uses a split only while its version is in force).
     /// A failure leaves no split: covered paths then evaluate everything.
     pub fn set_native_split(&self, sources: &[policy::Source]) {
-        match NativeSplit::from_sources(sources) {
+        match NativeSplit::from_sources(sources, &self.allot_username) {
             Ok(split) => {
                 tracing::info!(version = %split.version, fingerprint = %split.fingerprint, covered = ?split.covered.describe(), "native policies' share computed");
                 self.native_split.store(Some(Arc::new(split)));
@@ -405,7 +405,7 @@ fn answer(
     let webhook = phase.label();
     let policies = state.policies.load();
     let split = native.and_then(|fingerprint| {
-        let split = state.native_split.load_full().filter(|s| s.applies(&policies.version, fingerprint));
+        let split = state.native_split.load_full().filter(|s| s.applies(&policies.version, fingerprint) && s.takes(body));
         let result = if split.is_some() { "split" } else { "full" };
         state.metrics.native_covers.get_or_create(&metrics::ResultLabels { result }).inc();
         if split.is_none() {

@@ -148,7 +148,7 @@ async fn run_test(test: &LoadedTest, client: &kube::Client) -> ServerTest {
     };
     let split = match read_policy_sources(&test.policy_paths)
         .map_err(|e| e.join("; "))
-        .and_then(|s| NativeSplit::from_sources(&s).map_err(|e| e.to_string()))
+        .and_then(|s| NativeSplit::from_sources(&s, crate::tenant::DEFAULT_ALLOT_USERNAME).map_err(|e| e.to_string()))
     {
         Ok(split) => split,
         Err(why) => {
@@ -200,6 +200,9 @@ fn webhook_share(
     usage: &StaticUsage,
     manifest: &Manifest,
 ) -> Option<String> {
+    if split.claims_to_webhook && !split.takes(manifest.object.to_string().as_bytes()) {
+        return Some(crate::native::DRA_WEBHOOK_ONLY.to_string());
+    }
     let validate = check::admit_manifest(&Engine::new(&split.validate, labels).with_quota(usage), manifest);
     let mutate = check::admit_manifest(&Engine::new(&split.mutate, labels).with_quota(usage), manifest);
     let rules: BTreeSet<String> = validate
