@@ -14,11 +14,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
-use support::cluster::{Assets, Cluster, metric, wait_for};
+use support::cluster::{Assets, Cluster, metric, point_webhooks_at, wait_for};
 use support::proxy::Proxy;
 
 const LIMIT: usize = 50;
@@ -153,38 +152,6 @@ async fn clear(client: &kube::Client, pods: &Api<Pod>, team: &str) {
         ledger(client, team).await.is_some_and(|(pending, folded, _)| pending == 0 && folded == 0)
     })
     .await;
-}
-
-/// JSON Patch operations that move each webhook's URL from host `from` to host `to`.
-fn moved(urls: impl Iterator<Item = Option<String>>, from: &str, to: &str) -> Vec<serde_json::Value> {
-    urls.enumerate()
-        .map(|(i, url)| {
-            let url = url.expect("a URL webhook").replace(from, to);
-            json!({"op": "replace", "path": format!("/webhooks/{i}/clientConfig/url"), "value": url})
-        })
-        .collect()
-}
-
-/// Points both webhook configurations' URLs at host `to` instead of `from` (paths kept).
-async fn point_webhooks_at(client: &kube::Client, from: &str, to: &str) {
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    for m in mutating.list(&ListParams::default()).await.unwrap().items {
-        let ops = moved(m.webhooks.iter().flatten().map(|w| w.client_config.url.clone()), from, to);
-        let patch: json_patch::Patch = serde_json::from_value(json!(ops)).unwrap();
-        mutating
-            .patch(m.metadata.name.as_deref().unwrap(), &PatchParams::default(), &Patch::Json::<()>(patch))
-            .await
-            .unwrap();
-    }
-    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    for v in validating.list(&ListParams::default()).await.unwrap().items {
-        let ops = moved(v.webhooks.iter().flatten().map(|w| w.client_config.url.clone()), from, to);
-        let patch: json_patch::Patch = serde_json::from_value(json!(ops)).unwrap();
-        validating
-            .patch(v.metadata.name.as_deref().unwrap(), &PatchParams::default(), &Patch::Json::<()>(patch))
-            .await
-            .unwrap();
-    }
 }
 
 /// Runs bursts of plain pods and gangs, each `reps` times, asserting exactly `LIMIT` admitted.
