@@ -138,12 +138,24 @@ async fn ledger(client: &kube::Client, team: &str) -> Option<(usize, usize, bool
 
 /// Deletes every pod of the namespace at once and waits until the ledger has released them.
 async fn clear(client: &kube::Client, pods: &Api<Pod>, team: &str) {
-    pods.delete_collection(
-        &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() },
-        &ListParams::default(),
-    )
-    .await
-    .expect("delete pods");
+    // A loaded machine's etcd may time out on a 50-pod delete (a 500 the API server says to
+    // retry): try again, a few times.
+    for attempt in 1.. {
+        let deleted = pods
+            .delete_collection(
+                &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() },
+                &ListParams::default(),
+            )
+            .await;
+        match deleted {
+            Ok(_) => break,
+            Err(kube::Error::Api(s)) if s.code >= 500 && attempt < 5 => {
+                eprintln!("delete pods: {} (attempt {attempt}); retrying", s.message);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => panic!("delete pods: {e}"),
+        }
+    }
     wait_for("the namespace to be empty", Duration::from_secs(60), || async {
         pods.list(&ListParams::default()).await.is_ok_and(|l| l.items.is_empty())
     })

@@ -180,9 +180,16 @@ pub struct Folded {
     pub pods: u32,
     /// Σ of the plain (gangless) pods' counted requests.
     pub plain: ResourceList,
-    /// Gang name → (counted requests, declared size) → (members, of which terminating).
-    pub gangs: BTreeMap<String, BTreeMap<(ResourceList, Option<u32>), (u32, u32)>>,
+    /// Gang name → its members, grouped.
+    pub gangs: BTreeMap<String, GangMembers>,
 }
+
+/// One gang's members grouped by (counted requests, declared size) → (members, of which
+/// terminating): gang members are mostly alike, so a gang takes one or two groups.
+pub type GangMembers = BTreeMap<(ResourceList, Option<u32>), (u32, u32)>;
+
+/// A group of [`GangMembers`] as stored: `[shape index, declared size, members, terminating]`.
+type WireGroup = (usize, Option<u32>, u32, u32);
 
 /// A [`Folded`] as stored: compact JSON; request shapes are listed once and gang members refer
 /// to them by index (`[shape, declared size, members, terminating]`).
@@ -196,7 +203,7 @@ struct FoldedWire {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     shapes: Vec<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    gangs: BTreeMap<String, Vec<(usize, Option<u32>, u32, u32)>>,
+    gangs: BTreeMap<String, Vec<WireGroup>>,
 }
 
 fn wire_list(list: &ResourceList) -> BTreeMap<String, String> {

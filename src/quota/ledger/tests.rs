@@ -475,6 +475,9 @@ fn arb_step(gangs: usize) -> impl Strategy<Value = Step> {
 
 use proptest::prelude::*;
 
+/// A pod's gang: (name, declared size).
+type Gang = Option<(String, u32)>;
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
@@ -496,7 +499,8 @@ proptest! {
         // Pods in the API server and as the watch last saw them, by name.
         let mut api: BTreeMap<String, SeenPod> = BTreeMap::new();
         let mut watch: BTreeMap<String, SeenPod> = BTreeMap::new();
-        let mut admitted: Vec<(String, i64, Option<(String, u32)>)> = Vec::new();
+        // Admitted pods: name, GPUs, gang (to re-send their admission).
+        let mut admitted: Vec<(String, i64, Gang)> = Vec::new();
         let mut now = 1_000;
         for (n, step) in steps.into_iter().enumerate() {
             now += 1;
