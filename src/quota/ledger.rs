@@ -1,6 +1,8 @@
-//! One team's deny-mode ledger: every charge against the team's quota, keyed by pod, as kept in
-//! one ConfigMap in Allot's namespace (`allot-quota-TEAM`, one data key per charge). Pure: no
-//! I/O here; [`super::shared`] reads and writes the object with resourceVersion-guarded updates.
+//! One team's deny-mode ledger, as kept in one ConfigMap in Allot's namespace
+//! (`allot-quota-TEAM`): the charges of pods admitted but not yet seen by the leader's watch
+//! (one data key per pod), and what the leader's watch counts per namespace (one data key per
+//! namespace). Pure: no I/O here; [`super::shared`] reads and writes the object with
+//! resourceVersion-guarded updates.
 //!
 //! Why a ledger in the API server: every replica decides from the same numbers, and a charge is
 //! committed (an optimistic write that a concurrent writer makes fail with 409) before the pod
@@ -11,17 +13,22 @@
 //! - **pending**: written by admission (key: the pod's UID, which the API server has assigned by
 //!   the time validating webhooks run). A re-sent admission for the same pod finds its key and
 //!   is not charged twice.
-//! - **seen**: the leader's reconcile found the pod in its watch.
-//! - **released**: the leader saw a seen pod go (deleted, or finished: Succeeded/Failed). A
-//!   terminating pod keeps its charge until it is gone (it holds its devices until then).
+//! - **folded**: the leader's reconcile found the pod in its watch: the pending entry goes, in
+//!   the same write that puts the pod into its namespace's [`Folded`] totals.
+//! - **released**: the pod is no longer in the leader's watch (deleted), or finished
+//!   (Succeeded/Failed). A terminating pod stays counted until it is gone (it holds its devices
+//!   until then).
 //! - **expired**: a pending charge whose pod the leader has not seen after [`PENDING_TTL_SECS`]
-//!   (a later webhook or the API server refused the pod). Only the reconciler expires or
+//!   (a later webhook or the API server refused the pod). Only the reconciler folds, expires or
 //!   releases anything: while no replica leads, the ledger only grows (it over-counts, never
 //!   under-counts).
 //!
-//! The reconciler also adds a charge for every pod of the team it sees with none (pods admitted
-//! while Allot was down, or before the ledger existed). Until a ledger has been reconciled once,
-//! admission refuses against it (its usage is not known).
+//! Size: the folded totals are recomputed from the leader's whole pod watch at every reconcile
+//! (never updated incrementally, so they cannot drift, and a release is counted exactly once:
+//! a pod that is gone is simply not in the next recount). A ledger therefore holds one value per
+//! namespace (with one small record per gang and request shape) plus the pending charges, not
+//! one value per pod. Until a ledger has been reconciled once, admission refuses against it (its
+//! usage is not known).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -40,10 +47,17 @@ use crate::resources::ResourceList;
 /// a pod that never appeared over-counts its team for at most this long.
 pub const PENDING_TTL_SECS: i64 = 120;
 
-/// Most charges one ledger holds. With typical names a charge is ~150 bytes, so 4,096 charges
-/// are ~600 KiB, well below the API server's 1 MiB object limit. A team beyond it is refused
-/// new charges with a message saying so (fail closed), never silently under-counted.
+/// Most pending charges (admitted, not yet folded) one ledger holds. With typical names a charge
+/// is ~150 bytes, so 4,096 charges are ~600 KiB, well below the API server's 1 MiB object limit;
+/// the leader folds charges within about a second of their pods appearing, so only a burst of
+/// more than 4,096 admissions of one team inside that second meets it. Beyond it a pod is
+/// refused with a message saying so (fail closed), never silently under-counted.
 pub const MAX_ENTRIES: usize = 4096;
+
+/// Most gang members the folded totals of one ledger may describe: a bound on the work of
+/// decoding a ledger whose numbers someone edited (each member is counted into its gang's
+/// tally one by one). Far above any team (gangs have at most `maxGangSize` members).
+pub const MAX_FOLDED_MEMBERS: u64 = 1_000_000;
 
 /// Most bytes of charge data (keys and values) one ledger holds: a bound that holds whatever the
 /// names' lengths (names of 253 characters would pass 1 MiB long before [`MAX_ENTRIES`]).
@@ -155,6 +169,172 @@ impl Entry {
     }
 }
 
+/// What the leader's watch counted in one namespace at its last reconcile: the plain pods'
+/// requests summed, and every gang's members grouped by what they request and declare (gang
+/// members cannot be summed away: admission needs each gang's tally for its placeholders and
+/// its declared size).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Folded {
+    pub namespace: String,
+    /// Pods counted (plain pods and gang members).
+    pub pods: u32,
+    /// Σ of the plain (gangless) pods' counted requests.
+    pub plain: ResourceList,
+    /// Gang name → its members, grouped.
+    pub gangs: BTreeMap<String, GangMembers>,
+}
+
+/// One gang's members grouped by (counted requests, declared size) → (members, of which
+/// terminating): gang members are mostly alike, so a gang takes one or two groups.
+pub type GangMembers = BTreeMap<(ResourceList, Option<u32>), (u32, u32)>;
+
+/// A group of [`GangMembers`] as stored: `[shape index, declared size, members, terminating]`.
+type WireGroup = (usize, Option<u32>, u32, u32);
+
+/// A [`Folded`] as stored: compact JSON; request shapes are listed once and gang members refer
+/// to them by index (`[shape, declared size, members, terminating]`).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FoldedWire {
+    ns: String,
+    pods: u32,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    req: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    shapes: Vec<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    gangs: BTreeMap<String, Vec<WireGroup>>,
+}
+
+fn wire_list(list: &ResourceList) -> BTreeMap<String, String> {
+    list.iter().map(|(k, v)| (k.clone(), v.to_string())).collect()
+}
+
+fn parse_list(field: &str, list: &BTreeMap<String, String>) -> Result<ResourceList, String> {
+    list.iter()
+        .map(|(k, v)| Quantity::parse(v).map(|q| (k.clone(), q)).map_err(|e| format!("{field}.{k}: {e}")))
+        .collect()
+}
+
+impl Folded {
+    fn encode(&self) -> String {
+        let mut shapes: Vec<&ResourceList> = Vec::new();
+        let mut gangs = BTreeMap::new();
+        for (gang, members) in &self.gangs {
+            let groups = members
+                .iter()
+                .map(|((requests, size), (count, terminating))| {
+                    let shape = shapes.iter().position(|s| *s == requests).unwrap_or_else(|| {
+                        shapes.push(requests);
+                        shapes.len() - 1
+                    });
+                    (shape, *size, *count, *terminating)
+                })
+                .collect();
+            gangs.insert(gang.clone(), groups);
+        }
+        let wire = FoldedWire {
+            ns: self.namespace.clone(),
+            pods: self.pods,
+            req: wire_list(&self.plain),
+            shapes: shapes.into_iter().map(wire_list).collect(),
+            gangs,
+        };
+        serde_json::to_string(&wire).unwrap_or_default()
+    }
+
+    /// Decodes a stored value; `members` counts the gang members decoded so far (bounded by
+    /// [`MAX_FOLDED_MEMBERS`]).
+    fn decode(text: &str, members: &mut u64) -> Result<Folded, String> {
+        let wire: FoldedWire = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let shapes = wire
+            .shapes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| parse_list(&format!("shapes[{i}]"), s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut gangs = BTreeMap::new();
+        for (gang, groups) in wire.gangs {
+            let mut members_of = BTreeMap::new();
+            for (shape, size, count, terminating) in groups {
+                let requests = shapes.get(shape).ok_or_else(|| format!("gang {gang:?}: no shape {shape}"))?;
+                if terminating > count {
+                    return Err(format!("gang {gang:?}: {terminating} terminating of {count} members"));
+                }
+                *members = members.saturating_add(u64::from(count));
+                if *members > MAX_FOLDED_MEMBERS {
+                    return Err(format!("more than {MAX_FOLDED_MEMBERS} gang members"));
+                }
+                members_of.insert((requests.clone(), size), (count, terminating));
+            }
+            gangs.insert(gang, members_of);
+        }
+        Ok(Folded { namespace: wire.ns, pods: wire.pods, plain: parse_list("req", &wire.req)?, gangs })
+    }
+}
+
+/// The folded part of a ledger's usage, computed once when the ledger is read or reconciled
+/// (admission adds the pending charges on top).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Base {
+    /// Σ of the plain pods' requests, all namespaces.
+    plain: ResourceList,
+    /// Σ of every folded gang's total (members plus placeholders).
+    gangs_total: ResourceList,
+    tallies: HashMap<(String, String), GangTally>,
+    /// Namespaces whose folded pods count anything.
+    namespaces: BTreeSet<String>,
+}
+
+impl Base {
+    fn of<'a>(folded: impl Iterator<Item = &'a Folded>) -> Base {
+        let mut base = Base::default();
+        for f in folded {
+            add_to(&mut base.plain, &f.plain, 1);
+            let mut uses = f.plain.values().any(|q| q.nanos() != 0);
+            for (gang, members) in &f.gangs {
+                let tally = base.tallies.entry((f.namespace.clone(), gang.clone())).or_default();
+                for ((requests, size), (count, terminating)) in members {
+                    uses |= requests.values().any(|q| q.nanos() != 0);
+                    for i in 0..*count {
+                        tally.add(requests.iter().map(|(k, v)| (k.as_str(), *v)), *size, i < *terminating);
+                    }
+                }
+            }
+            if uses {
+                base.namespaces.insert(f.namespace.clone());
+            }
+        }
+        for tally in base.tallies.values() {
+            add_to(&mut base.gangs_total, &tally.total(), 1);
+        }
+        base
+    }
+}
+
+/// Counts `pods` (the leader's watch) into per-namespace totals: every pod that has not
+/// finished, terminating ones included.
+fn fold(pods: &[SeenPod]) -> BTreeMap<String, Folded> {
+    let mut out: BTreeMap<String, Folded> = BTreeMap::new();
+    for pod in pods.iter().filter(|p| !p.finished) {
+        let f = out
+            .entry(pod.namespace.clone())
+            .or_insert_with(|| Folded { namespace: pod.namespace.clone(), ..Folded::default() });
+        f.pods = f.pods.saturating_add(1);
+        match &pod.gang {
+            Some((gang, size)) => {
+                let slot = f.gangs.entry(gang.clone()).or_default().entry((pod.requests.clone(), *size)).or_default();
+                slot.0 = slot.0.saturating_add(1);
+                if pod.terminating {
+                    slot.1 = slot.1.saturating_add(1);
+                }
+            }
+            None => add_to(&mut f.plain, &pod.requests, 1),
+        }
+    }
+    out.into_values().map(|f| (folded_key(&f.namespace), f)).collect()
+}
+
 /// A pod as the leader's watch sees it, for [`Ledger::reconcile`].
 #[derive(Debug, Clone)]
 pub struct SeenPod {
@@ -171,12 +351,14 @@ pub struct SeenPod {
 /// What one reconcile changed, by kind (for logs and metrics).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Reconciled {
+    /// Pending charges whose pod the watch now counts (folded).
     pub seen: usize,
+    /// Pending charges whose pod finished or was seen deleted.
     pub released: usize,
     pub expired: usize,
-    pub added: usize,
     pub dropped_unreadable: usize,
-    pub updated: usize,
+    /// The folded totals changed (pods appeared, changed or went).
+    pub refolded: bool,
 }
 
 impl Reconciled {
@@ -197,10 +379,15 @@ pub enum Charged {
     WouldFit,
 }
 
-/// One team's charges, decoded from its ConfigMap.
+/// One team's ledger, decoded from its ConfigMap.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Ledger {
+    /// Pending charges, by key (and, from ledgers written before folding, seen ones: the next
+    /// reconcile folds them).
     entries: BTreeMap<String, (Entry, String)>,
+    /// The leader's counts per namespace, by key (`n.NAMESPACE`).
+    folded: BTreeMap<String, (Folded, String)>,
+    base: Base,
     /// Data values that do not decode (someone edited the object): admission refuses until the
     /// reconciler rewrites it.
     unreadable: BTreeMap<String, String>,
@@ -213,29 +400,38 @@ impl Ledger {
     /// A ledger from its ConfigMap's data and whether the reconciled annotation is set.
     pub fn from_data(data: &BTreeMap<String, String>, reconciled: bool) -> Ledger {
         let mut ledger = Ledger { reconciled, ..Ledger::default() };
+        let mut members = 0;
         for (key, value) in data {
             ledger.bytes += Entry::bytes(key, value);
-            match Entry::decode(value) {
-                Ok(entry) => {
-                    ledger.entries.insert(key.clone(), (entry, value.clone()));
-                }
-                Err(e) => {
-                    ledger.unreadable.insert(key.clone(), e);
-                }
+            let decoded = if key.starts_with(FOLDED_PREFIX) {
+                Folded::decode(value, &mut members).map(|f| {
+                    ledger.folded.insert(key.clone(), (f, value.clone()));
+                })
+            } else {
+                Entry::decode(value).map(|e| {
+                    ledger.entries.insert(key.clone(), (e, value.clone()));
+                })
+            };
+            if let Err(e) = decoded {
+                ledger.unreadable.insert(key.clone(), e);
             }
         }
+        ledger.base = Base::of(ledger.folded.values().map(|(f, _)| f));
         ledger
     }
 
     /// The ConfigMap data (unreadable values are dropped: only the reconciler writes with any).
     pub fn to_data(&self) -> BTreeMap<String, String> {
-        self.entries.iter().map(|(k, (_, v))| (k.clone(), v.clone())).collect()
+        let pending = self.entries.iter().map(|(k, (_, v))| (k.clone(), v.clone()));
+        pending.chain(self.folded.iter().map(|(k, (_, v))| (k.clone(), v.clone()))).collect()
     }
 
+    /// Pending charges.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// No pending charge.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -245,8 +441,14 @@ impl Ledger {
         self.bytes
     }
 
+    /// Pending charges.
     pub fn entries(&self) -> impl Iterator<Item = (&str, &Entry)> {
         self.entries.iter().map(|(k, (e, _))| (k.as_str(), e))
+    }
+
+    /// The leader's counts, one per namespace with pods.
+    pub fn folded(&self) -> impl Iterator<Item = &Folded> {
+        self.folded.values().map(|(f, _)| f)
     }
 
     pub fn contains(&self, key: &str) -> bool {
@@ -267,23 +469,41 @@ impl Ledger {
         }
     }
 
-    /// Usage in resource terms (plain charges plus each gang's [`GangTally`] total: every
-    /// member, placeholders for missing ones), the namespaces that use anything, and the gangs.
-    pub fn usage(&self) -> (ResourceList, BTreeSet<String>, HashMap<(String, String), GangTally>) {
-        let mut plain = ResourceList::new();
-        let mut tallies = HashMap::new();
-        let mut namespaces = BTreeSet::new();
+    /// Usage with the pending charges counted in: the total, the namespaces that use anything,
+    /// and the tallies of the gangs pending charges touch (others are in `self.base`).
+    fn current(&self) -> (ResourceList, BTreeSet<String>, HashMap<(String, String), GangTally>) {
+        let mut plain = self.base.plain.clone();
+        let mut touched: HashMap<(String, String), GangTally> = HashMap::new();
+        let mut namespaces = self.base.namespaces.clone();
         for (entry, _) in self.entries.values() {
-            entry.counts_in(&mut tallies, &mut plain);
+            if let Some((gang, _)) = &entry.gang {
+                let id = (entry.namespace.clone(), gang.clone());
+                if !touched.contains_key(&id) {
+                    touched.insert(id.clone(), self.base.tallies.get(&id).cloned().unwrap_or_default());
+                }
+            }
+            entry.counts_in(&mut touched, &mut plain);
             if entry.requests.values().any(|q| q.nanos() != 0) {
                 namespaces.insert(entry.namespace.clone());
             }
         }
         let mut total = plain;
-        for tally in tallies.values() {
+        add_to(&mut total, &self.base.gangs_total, 1);
+        for (id, tally) in &touched {
             add_to(&mut total, &tally.total(), 1);
+            if let Some(folded) = self.base.tallies.get(id) {
+                add_to(&mut total, &folded.total(), -1);
+            }
         }
-        (total, namespaces, tallies)
+        (total, namespaces, touched)
+    }
+
+    /// Usage in resource terms (plain pods plus each gang's [`GangTally`] total: every member,
+    /// placeholders for missing ones; folded and pending alike), and the namespaces that use
+    /// anything.
+    pub fn usage(&self) -> (ResourceList, BTreeSet<String>) {
+        let (total, namespaces, _) = self.current();
+        (total, namespaces)
     }
 
     /// Decides `request` against this ledger and, when it fits (and is not a dry run), charges
@@ -313,10 +533,11 @@ impl Ledger {
                 ),
             });
         }
-        let (usage, namespaces, tallies) = self.usage();
+        let (usage, namespaces, touched) = self.current();
         let before = match request.gang {
             Some((gang, _)) => {
-                tallies.get(&(request.namespace.to_string(), gang.to_string())).cloned().unwrap_or_default()
+                let id = (request.namespace.to_string(), gang.to_string());
+                touched.get(&id).or_else(|| self.base.tallies.get(&id)).cloned().unwrap_or_default()
             }
             None => GangTally::default(),
         };
@@ -343,9 +564,9 @@ impl Ledger {
         if self.entries.len() >= MAX_ENTRIES || self.bytes + size > MAX_BYTES {
             return Err(Refusal::Unknown {
                 reason: format!(
-                    "its quota ledger is full ({} charges, {} KiB; at most {MAX_ENTRIES} charges and {} KiB fit in \
-                     one ledger object), so this charge cannot be recorded; Allot refuses rather than count the pod \
-                     nowhere",
+                    "its quota ledger is full ({} pending charges, {} KiB; at most {MAX_ENTRIES} charges not yet seen \
+                     by Allot's leader and {} KiB fit in one ledger object), so this charge cannot be recorded; Allot \
+                     refuses rather than count the pod nowhere; retry shortly",
                     self.entries.len(),
                     self.bytes / 1024,
                     MAX_BYTES / 1024
@@ -358,7 +579,7 @@ impl Ledger {
 
     /// Brings the ledger in line with the pods of the team the leader's watch sees (`pods`) at
     /// `now`: see the module doc for the rules. A pod is matched by namespace, name and
-    /// creationTimestamp (the watch keeps no UID); at most one charge per pod survives.
+    /// creationTimestamp (the watch keeps no UID).
     pub fn reconcile(&mut self, pods: &[SeenPod], now: i64) -> Reconciled {
         self.reconcile_with(pods, now, &|_| false)
     }
@@ -371,73 +592,42 @@ impl Ledger {
         self.unreadable.clear();
         let by_name: HashMap<(&str, &str), &SeenPod> =
             pods.iter().map(|p| ((p.namespace.as_str(), p.name.as_str()), p)).collect();
-        let mut matched: BTreeSet<(String, String)> = BTreeSet::new();
-        // Seen charges first: a pending duplicate of a pod already charged is the one dropped.
-        let mut keys: Vec<(bool, String)> = self.entries.iter().map(|(k, (e, _))| (!e.seen, k.clone())).collect();
-        keys.sort();
-        for (_, key) in keys {
-            let Some((entry, _)) = self.entries.get(&key).cloned() else { continue };
-            let id = (entry.namespace.clone(), entry.name.clone());
+        let keys: Vec<String> = self.entries.keys().cloned().collect();
+        for key in keys {
+            let Some((entry, _)) = self.entries.get(&key) else { continue };
             let pod = by_name.get(&(entry.namespace.as_str(), entry.name.as_str())).copied();
             let same = pod.filter(|p| entry.created == 0 || p.created == 0 || entry.created == p.created);
-            match same {
-                Some(p) if p.finished => {
-                    self.remove(&key);
-                    out.released += 1;
-                }
-                Some(_) if matched.contains(&id) => {
-                    // A second charge for one pod (a pending duplicate): the pod is counted once.
-                    self.remove(&key);
-                    if entry.seen {
-                        out.released += 1;
-                    } else {
-                        out.expired += 1;
-                    }
-                }
-                Some(p) => {
-                    matched.insert(id);
-                    let mut updated = entry.clone();
-                    updated.seen = true;
-                    updated.terminating = p.terminating;
-                    if !entry.seen {
-                        out.seen += 1;
-                    } else if updated.terminating != entry.terminating {
-                        out.updated += 1;
-                    }
-                    if updated != entry {
-                        self.insert(key, updated);
-                    }
-                }
-                None if entry.seen || deleted(&entry) => {
-                    // Seen once (or seen deleted), gone now (or a later pod of the same name
-                    // holds it).
-                    self.remove(&key);
-                    out.released += 1;
-                }
+            let counter = match same {
+                Some(p) if p.finished => &mut out.released,
+                // The watch counts it now (duplicates of one pod included: it is counted once).
+                Some(_) => &mut out.seen,
+                // Folded by a reconcile before folding existed: the recount replaces it.
+                None if entry.seen || deleted(entry) => &mut out.released,
                 None if now.saturating_sub(entry.at) > PENDING_TTL_SECS || entry.at > now + PENDING_TTL_SECS => {
-                    self.remove(&key);
-                    out.expired += 1;
+                    &mut out.expired
                 }
-                None => {}
-            }
-        }
-        for pod in pods {
-            if pod.finished || matched.contains(&(pod.namespace.clone(), pod.name.clone())) {
-                continue;
-            }
-            let entry = Entry {
-                namespace: pod.namespace.clone(),
-                name: pod.name.clone(),
-                created: pod.created,
-                at: now,
-                requests: pod.requests.clone(),
-                gang: pod.gang.clone(),
-                seen: true,
-                terminating: pod.terminating,
+                None => continue,
             };
-            self.insert(watch_key(&pod.namespace, &pod.name), entry);
-            out.added += 1;
+            *counter += 1;
+            self.remove(&key);
         }
+        let recount = fold(pods);
+        let unchanged = recount.len() == self.folded.len()
+            && recount.iter().all(|(k, f)| self.folded.get(k).is_some_and(|(old, _)| old == f));
+        if !unchanged {
+            out.refolded = true;
+            self.folded = recount
+                .into_iter()
+                .map(|(k, f)| {
+                    let value = f.encode();
+                    (k, (f, value))
+                })
+                .collect();
+            self.base = Base::of(self.folded.values().map(|(f, _)| f));
+        }
+        // Unreadable values are gone and the folded ones rewritten: count the bytes again.
+        let pending = self.entries.iter().map(|(k, (_, v))| Entry::bytes(k, v));
+        self.bytes = pending.chain(self.folded.iter().map(|(k, (_, v))| Entry::bytes(k, v))).sum();
         self.reconciled = true;
         out
     }
@@ -479,10 +669,13 @@ pub fn admission_key(request: &QuotaRequest<'_>) -> String {
     hashed("r.", &format!("{}/{}/{}", request.namespace, request.pod, request.uid))
 }
 
-/// The key the reconciler adds a charge under for a pod it found uncharged.
-pub fn watch_key(namespace: &str, name: &str) -> String {
-    let key = format!("p.{namespace}.{name}");
-    if valid_key(&key) { key } else { hashed("p.", &format!("{namespace}/{name}")) }
+/// What starts the data key of a namespace's [`Folded`] totals.
+const FOLDED_PREFIX: &str = "n.";
+
+/// The data key of `namespace`'s [`Folded`] totals.
+fn folded_key(namespace: &str) -> String {
+    let key = format!("{FOLDED_PREFIX}{namespace}");
+    if valid_key(&key) { key } else { hashed(FOLDED_PREFIX, namespace) }
 }
 
 /// The ConfigMap that holds `team`'s ledger: `allot-quota-TEAM` when that is a valid object

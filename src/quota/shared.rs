@@ -306,7 +306,7 @@ impl SharedLedger {
         set_reconciled(&mut object, &ledger);
         match self.api.create(&PostParams::default(), &object).await {
             Ok(o) => {
-                tracing::info!(%team, charges = ledger.len(), "quota ledger created");
+                tracing::info!(%team, pods = pods.len(), "quota ledger created");
                 cached.ledger = ledger;
                 cached.object = Some(o);
                 Ok(())

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 /// The binaries, or why the tests are skipped.
@@ -586,5 +586,37 @@ where
         }
         assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// JSON Patch operations that move each webhook's URL from host `from` to host `to`.
+fn moved(urls: impl Iterator<Item = Option<String>>, from: &str, to: &str) -> Vec<serde_json::Value> {
+    urls.enumerate()
+        .map(|(i, url)| {
+            let url = url.expect("a URL webhook").replace(from, to);
+            json!({"op": "replace", "path": format!("/webhooks/{i}/clientConfig/url"), "value": url})
+        })
+        .collect()
+}
+
+/// Points both webhook configurations' URLs (as `allot webhooks` registered them) at host `to` instead of `from` (paths kept).
+pub async fn point_webhooks_at(client: &kube::Client, from: &str, to: &str) {
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    for m in mutating.list(&ListParams::default()).await.unwrap().items {
+        let ops = moved(m.webhooks.iter().flatten().map(|w| w.client_config.url.clone()), from, to);
+        let patch: json_patch::Patch = serde_json::from_value(json!(ops)).unwrap();
+        mutating
+            .patch(m.metadata.name.as_deref().unwrap(), &PatchParams::default(), &Patch::Json::<()>(patch))
+            .await
+            .unwrap();
+    }
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    for v in validating.list(&ListParams::default()).await.unwrap().items {
+        let ops = moved(v.webhooks.iter().flatten().map(|w| w.client_config.url.clone()), from, to);
+        let patch: json_patch::Patch = serde_json::from_value(json!(ops)).unwrap();
+        validating
+            .patch(v.metadata.name.as_deref().unwrap(), &PatchParams::default(), &Patch::Json::<()>(patch))
+            .await
+            .unwrap();
     }
 }

@@ -116,9 +116,11 @@ fn dry_runs_and_unreconciled_or_unreadable_ledgers_charge_nothing() {
     let mut broken = Ledger::from_data(&data, true);
     let refusal = charge(&mut broken, &q, "a", 1, None).unwrap_err();
     assert!(refusal.message("vision").contains("unreadable charge \"u.x\""), "{refusal:?}");
-    // The reconciler drops it (and re-adds from the pods it sees).
+    // The reconciler drops it (and counts the pods it sees).
     let report = broken.reconcile(&[seen("a", 1, None)], 1_000);
-    assert_eq!((report.dropped_unreadable, report.added), (1, 1));
+    assert_eq!((report.dropped_unreadable, report.refolded), (1, true));
+    assert_eq!(broken.to_data().keys().collect::<Vec<_>>(), vec!["n.vision"]);
+    assert_eq!(broken.bytes(), broken.to_data().iter().map(|(k, v)| k.len() + v.len()).sum::<usize>());
     assert_eq!(charge(&mut broken, &q, "b", 1, None), Ok(Charged::New));
 }
 
@@ -128,7 +130,9 @@ fn stored_form_round_trips() {
     let mut l = reconciled();
     charge(&mut l, &q, "a", 2, None).unwrap();
     charge(&mut l, &q, "m0", 1, Some(("ddp", 4))).unwrap();
-    l.reconcile(&[seen("a", 2, None)], 1_001);
+    let mut m1 = seen("m1", 1, Some(("ddp", 4)));
+    m1.terminating = true;
+    l.reconcile(&[seen("a", 2, None), seen("m2", 1, Some(("ddp", 4))), m1], 1_001);
     let data = l.to_data();
     let back = Ledger::from_data(&data, true);
     assert_eq!(back, l);
@@ -138,6 +142,27 @@ fn stored_form_round_trips() {
         stored,
         r#"{"pod":"vision/m0","created":1000,"at":1000,"req":{"nvidia.com/gpu":"1"},"gang":"ddp","size":4}"#
     );
+    // a is folded into the namespace's totals; m1 and m2 into gang ddp's members (shape 0, size
+    // 4, 2 members of which 1 terminating); m0 is still pending.
+    assert_eq!(data.len(), 2);
+    assert_eq!(
+        data["n.vision"],
+        r#"{"ns":"vision","pods":3,"req":{"nvidia.com/gpu":"2"},"shapes":[{"nvidia.com/gpu":"1"}],"gangs":{"ddp":[[0,4,2,1]]}}"#
+    );
+    // a (2) + gang ddp of 4 x 1 (m0 pending, m1, m2 folded, one placeholder).
+    assert_eq!(gpu_usage(&back), 2 + 4);
+    // Stored totals that lie about themselves are unreadable, never trusted.
+    for bad in [
+        r#"{"ns":"vision","pods":1,"shapes":[],"gangs":{"g":[[0,4,1,0]]}}"#,
+        r#"{"ns":"vision","pods":1,"shapes":[{"nvidia.com/gpu":"1"}],"gangs":{"g":[[0,4,1,2]]}}"#,
+        r#"{"ns":"vision","pods":1,"shapes":[{"nvidia.com/gpu":"1"}],"gangs":{"g":[[0,4,4000000000,0]]}}"#,
+        r#"{"ns":"vision","pods":1,"req":{"nvidia.com/gpu":"lots"}}"#,
+    ] {
+        let data = BTreeMap::from([("n.vision".to_string(), bad.to_string())]);
+        let mut read = Ledger::from_data(&data, true);
+        let refusal = charge(&mut read, &q, "z", 1, None).unwrap_err();
+        assert!(refusal.message("vision").contains("unreadable charge \"n.vision\""), "{bad}: {refusal:?}");
+    }
 }
 
 #[test]
@@ -180,13 +205,18 @@ fn reconcile_confirms_releases_keeps_terminating_and_adds_the_uncharged() {
     c.terminating = true;
     let pods = [seen("a", 1, None), b, c, seen("e", 2, None)];
     let report = l.reconcile(&pods, 1_010);
-    assert_eq!((report.seen, report.released, report.added, report.expired), (2, 1, 1, 0), "{report:?}");
+    assert_eq!((report.seen, report.released, report.expired, report.refolded), (2, 1, 0, true), "{report:?}");
     assert_eq!(gpu_usage(&l), 1 + 1 + 1 + 2, "a, c (terminating: still holds its GPU), d (pending), e");
+    assert_eq!(l.entries().map(|(_, e)| e.name.as_str()).collect::<Vec<_>>(), vec!["d"], "only d is pending");
+    assert_eq!(l.folded().map(|f| f.pods).collect::<Vec<_>>(), vec![3], "a, c and e are folded");
     // Nothing changed: nothing to write.
     assert!(!l.reconcile(&pods, 1_011).changed());
-    // c is gone now, a deleted: their charges are released; d still within its TTL.
+    // c is gone now, a deleted: the recount no longer has them; d still within its TTL.
     let report = l.reconcile(&[seen("e", 2, None)], 1_020);
-    assert_eq!((report.released, report.expired), (2, 0), "{report:?}");
+    assert_eq!((report.refolded, report.expired), (true, 0), "{report:?}");
+    assert_eq!(gpu_usage(&l), 1 + 2);
+    // Released exactly once: the same view again changes nothing.
+    assert!(!l.reconcile(&[seen("e", 2, None)], 1_021).changed());
     assert_eq!(gpu_usage(&l), 1 + 2);
     // d never appears: it expires after the TTL, and only then.
     assert!(!l.reconcile(&[seen("e", 2, None)], 1_000 + PENDING_TTL_SECS).changed());
@@ -209,19 +239,20 @@ fn reconcile_tells_pods_of_the_same_name_apart_and_counts_each_pod_once() {
     l.charge(&q, &r, &admission_key(&r), 2_000).unwrap();
     let mut again = seen("a", 1, None);
     again.created = 2_000;
+    assert_eq!(gpu_usage(&l), 2, "the old a (folded, not yet gone from the view) and the new one");
     let report = l.reconcile(&[again.clone()], 2_001);
-    assert_eq!((report.released, report.seen), (1, 1), "{report:?}");
-    assert_eq!(l.len(), 1);
-    assert!(l.contains("u.uid-a2"));
-    // A pending duplicate for a pod already charged (say, added by the reconciler while its
-    // admission was in flight) is dropped: one charge per pod.
+    assert_eq!((report.released, report.seen), (0, 1), "{report:?}");
+    assert!(l.is_empty());
+    assert_eq!(gpu_usage(&l), 1);
+    // A pending duplicate for a pod already counted (say, charged again under another key) is
+    // dropped: one count per pod.
     let uid = "uid-other".to_string();
     let mut dup = request(&q, "a", &uid, 1, None);
     dup.created = 2_000;
     l.charge(&q, &dup, &admission_key(&dup), 2_002).unwrap();
     assert_eq!(gpu_usage(&l), 2);
     let report = l.reconcile(&[again], 2_003);
-    assert_eq!(report.expired, 1);
+    assert_eq!((report.seen, report.refolded), (1, false), "{report:?}");
     assert_eq!(gpu_usage(&l), 1);
 }
 
@@ -275,7 +306,7 @@ fn a_full_ledger_refuses_instead_of_dropping_charges() {
     }
     assert!(l.bytes() < MAX_BYTES, "{} bytes for {MAX_ENTRIES} charges", l.bytes());
     let refusal = charge(&mut l, &q, "one-more", 1, None).unwrap_err();
-    assert!(refusal.message("vision").contains("quota ledger is full (4096 charges"), "{refusal:?}");
+    assert!(refusal.message("vision").contains("quota ledger is full (4096 pending charges"), "{refusal:?}");
     assert_eq!(l.len(), MAX_ENTRIES);
     // Names at their longest reach the byte bound first.
     let mut long = reconciled();
@@ -300,9 +331,10 @@ fn keys_and_object_names_are_valid_whatever_the_input() {
         assert!(name.starts_with("allot-quota-") && name.len() <= 63, "{name}");
         assert!(name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'), "{name}");
     }
-    assert_eq!(watch_key("ns", "pod-1"), "p.ns.pod-1");
-    for (ns, name) in [("ns", "a/b"), ("ns", &*"y".repeat(260))] {
-        assert!(valid_key(&watch_key(ns, name)), "{ns}/{name}");
+    assert_eq!(folded_key("ns"), "n.ns");
+    for ns in ["a/b", &*"y".repeat(260)] {
+        let key = folded_key(ns);
+        assert!(valid_key(&key) && key.starts_with(FOLDED_PREFIX), "{ns}");
     }
     let q = quota(1);
     let r = request(&q, "a", "not a uid/../", 1, None);
@@ -318,4 +350,245 @@ fn a_pod_seen_deleted_before_the_leader_looked_releases_its_charge_at_once() {
     let report = l.reconcile_with(&[], 1_005, &|e| e.name == "quick");
     assert_eq!((report.released, report.expired), (1, 0), "{report:?}");
     assert_eq!(gpu_usage(&l), 1, "the other pending charge waits for its pod or its expiry");
+}
+
+/// `n` pods of the team the way a large team looks: spread over 8 namespaces with names of
+/// typical length; `gang_share` of them in gangs of `gang_size` (mixed requests), the rest plain.
+fn large_team(n: usize, gang_share: f64, gang_size: u32) -> Vec<SeenPod> {
+    let gang_members = ((n as f64) * gang_share) as usize;
+    let q = quota(8);
+    (0..n)
+        .map(|i| {
+            let namespace = format!("vision-research-{}", (i / 1_000) % 8);
+            let gpus = [1, 2, 4, 8][i % 4];
+            let gang = (i < gang_members)
+                .then(|| (format!("train-llama-finetune-{}", i / gang_size as usize), Some(gang_size)));
+            let requests = counted(&q, &gpus_of(if gang.is_some() { 8 } else { gpus }));
+            SeenPod {
+                namespace,
+                name: format!("train-llama-finetune-worker-{i:06}-abcde"),
+                created: 1_000,
+                finished: false,
+                terminating: i % 97 == 0,
+                requests,
+                gang,
+            }
+        })
+        .collect()
+}
+
+fn gpus_of(n: i64) -> ResourceList {
+    ResourceList::from([("nvidia.com/gpu".to_string(), Quantity::from_units(n))])
+}
+
+/// GPUs the pods request (terminating ones too), plus each gang's placeholders: what the
+/// ledger must count for them.
+fn expected_gpus(pods: &[SeenPod]) -> i64 {
+    let mut tallies: HashMap<(String, String), GangTally> = HashMap::new();
+    let mut plain = ResourceList::new();
+    for p in pods.iter().filter(|p| !p.finished) {
+        match &p.gang {
+            Some((g, size)) => tallies.entry((p.namespace.clone(), g.clone())).or_default().add(
+                p.requests.iter().map(|(k, v)| (k.as_str(), *v)),
+                *size,
+                p.terminating,
+            ),
+            None => add_to(&mut plain, &p.requests, 1),
+        }
+    }
+    for t in tallies.values() {
+        add_to(&mut plain, &t.total(), 1);
+    }
+    plain.get("nvidia.com/gpu").map_or(0, |q| q.ceil_units())
+}
+
+/// Issue 12's size bound: 20,000 pods counted at once in one team fit in one ledger object
+/// (the pods are folded into per-namespace totals), the numbers are exact, admission still
+/// charges and refuses on top of them, and the recount releases what went, once.
+#[test]
+fn twenty_thousand_pods_fit_in_one_ledger_with_exact_numbers() {
+    for (gang_share, gang_size) in [(0.0, 8), (0.5, 8), (1.0, 8), (1.0, 2)] {
+        let pods = large_team(20_000, gang_share, gang_size);
+        let mut l = reconciled();
+        l.reconcile(&pods, 1_000);
+        let bytes = l.bytes();
+        eprintln!("20,000 pods, {:.0}% in gangs of {gang_size}: {bytes} bytes", gang_share * 100.0);
+        assert!(bytes <= MAX_BYTES, "{bytes} bytes");
+        assert_eq!(l.folded().map(|f| u64::from(f.pods)).sum::<u64>(), 20_000);
+        let used = expected_gpus(&pods);
+        assert_eq!(gpu_usage(&l), used);
+        // Read back from the stored form: the same numbers.
+        let back = Ledger::from_data(&l.to_data(), true);
+        assert_eq!(gpu_usage(&back), used);
+        // Admission on top: exactly the room left.
+        let q = quota(u32::try_from(used + 3).unwrap());
+        assert_eq!(charge(&mut l, &q, "extra-a", 3, None), Ok(Charged::New));
+        assert!(matches!(charge(&mut l, &q, "extra-b", 1, None), Err(Refusal::Exceeded { .. })));
+        // A tenth of the pods go (whole gangs and parts of gangs): the recount releases exactly them.
+        let rest: Vec<SeenPod> = pods.iter().filter(|p| !p.name.ends_with("0-abcde")).cloned().collect();
+        l.reconcile(&rest, 1_001);
+        assert_eq!(gpu_usage(&l), expected_gpus(&rest) + 3, "the remaining pods and extra-a (pending)");
+        assert!(!l.reconcile(&rest, 1_002).changed());
+    }
+}
+
+/// One step of the ledger's world: admissions, the API server, the leader's lagging watch.
+#[derive(Debug, Clone)]
+enum Step {
+    /// An admission of a new pod asking `gpus`, in gang `gang` (index into the case's sizes);
+    /// `stored`: the API server stores the pod (else a later webhook refused it).
+    Admit {
+        gpus: i64,
+        gang: Option<usize>,
+        stored: bool,
+    },
+    /// The same admission re-sent (the n-th admitted pod's).
+    Resend(usize),
+    /// The watch delivers the n-th stored pod's current state.
+    Deliver(usize),
+    /// The n-th stored pod finishes / starts terminating / is gone.
+    Finish(usize),
+    Terminate(usize),
+    Gone(usize),
+    /// The watch delivers everything it lags behind.
+    CatchUp,
+    /// The leader reconciles against its watch.
+    Reconcile,
+    /// Time passes beyond the pending TTL (after the watch caught up, as the TTL assumes).
+    Expire,
+}
+
+fn arb_step(gangs: usize) -> impl Strategy<Value = Step> {
+    prop_oneof![
+        5 => (0i64..4, prop::option::of(0..gangs), prop::bool::weighted(0.9))
+            .prop_map(|(gpus, gang, stored)| Step::Admit { gpus, gang, stored }),
+        1 => any::<usize>().prop_map(Step::Resend),
+        3 => any::<usize>().prop_map(Step::Deliver),
+        1 => any::<usize>().prop_map(Step::Finish),
+        1 => any::<usize>().prop_map(Step::Terminate),
+        2 => any::<usize>().prop_map(Step::Gone),
+        1 => Just(Step::CatchUp),
+        3 => Just(Step::Reconcile),
+        1 => Just(Step::Expire),
+    ]
+}
+
+use proptest::prelude::*;
+
+/// A pod's gang: (name, declared size).
+type Gang = Option<(String, u32)>;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Over any interleaving of admissions (plain pods and gang members), re-sent admissions,
+    /// pods the API server never stores, finishing, terminating and deleted pods, a watch that
+    /// lags, reconciles and expiry, all through the folded ledger (read back from its stored
+    /// form after every write, as a replica would):
+    /// - the GPUs the stored pods request never exceed the limit;
+    /// - once the watch has caught up and the pending charges are folded or expired, the ledger
+    ///   counts exactly what a fresh recount of the stored pods counts: nothing released twice,
+    ///   nothing forgotten.
+    #[test]
+    fn the_folded_ledger_never_passes_the_limit_and_recounts_exactly(
+        (limit, sizes, steps) in (1u32..10, prop::collection::vec(1u32..5, 1..4))
+            .prop_flat_map(|(l, s)| { let n = s.len(); (Just(l), Just(s), prop::collection::vec(arb_step(n), 1..80)) })
+    ) {
+        let q = quota(limit);
+        let mut l = reconciled();
+        // Pods in the API server and as the watch last saw them, by name.
+        let mut api: BTreeMap<String, SeenPod> = BTreeMap::new();
+        let mut watch: BTreeMap<String, SeenPod> = BTreeMap::new();
+        // Admitted pods: name, GPUs, gang (to re-send their admission).
+        let mut admitted: Vec<(String, i64, Gang)> = Vec::new();
+        let mut now = 1_000;
+        for (n, step) in steps.into_iter().enumerate() {
+            now += 1;
+            match step {
+                Step::Admit { gpus, gang, stored } => {
+                    let name = format!("p{n}");
+                    let gang = gang.map(|g| (format!("g{g}"), sizes[g]));
+                    let uid = format!("uid-{name}");
+                    let mut r = request(&q, &name, &uid, gpus, gang.as_ref().map(|(g, s)| (g.as_str(), *s)));
+                    r.created = now;
+                    if gpus == 0 && gang.is_none() {
+                        continue; // asks nothing the quota counts: never reaches the book
+                    }
+                    if l.charge(&q, &r, &admission_key(&r), now).is_ok() {
+                        l = Ledger::from_data(&l.to_data(), true);
+                        admitted.push((name.clone(), gpus, gang.clone()));
+                        if stored {
+                            let mut pod = seen(&name, gpus, None);
+                            pod.created = now;
+                            pod.gang = gang.map(|(g, s)| (g, Some(s)));
+                            api.insert(name, pod);
+                        }
+                    }
+                }
+                Step::Resend(i) => {
+                    if let Some((name, gpus, gang)) = admitted.get(i % admitted.len().max(1)).cloned() {
+                        let uid = format!("uid-{name}");
+                        let r = request(&q, &name, &uid, gpus, gang.as_ref().map(|(g, s)| (g.as_str(), *s)));
+                        let (before, pending) = (gpu_usage(&l), l.contains(&admission_key(&r)));
+                        let again = l.charge(&q, &r, &admission_key(&r), now);
+                        // Still pending: admitted again, not charged twice. (A re-send after the
+                        // pod was folded is charged again until the next reconcile finds it:
+                        // over-counts, never under-counts.)
+                        if pending {
+                            prop_assert_eq!(again, Ok(Charged::Already));
+                            prop_assert_eq!(gpu_usage(&l), before);
+                        }
+                        l = Ledger::from_data(&l.to_data(), true);
+                    }
+                }
+                Step::Deliver(i) => {
+                    if let Some(pod) = api.values().nth(i % api.len().max(1)) {
+                        watch.insert(pod.name.clone(), pod.clone());
+                    }
+                }
+                Step::Finish(i) => {
+                    let len = api.len().max(1);
+                    if let Some(pod) = api.values_mut().nth(i % len) {
+                        pod.finished = true;
+                    }
+                }
+                Step::Terminate(i) => {
+                    let len = api.len().max(1);
+                    if let Some(pod) = api.values_mut().nth(i % len) {
+                        pod.terminating = true;
+                    }
+                }
+                Step::Gone(i) => {
+                    if let Some(name) = api.keys().nth(i % api.len().max(1)).cloned() {
+                        api.remove(&name);
+                    }
+                }
+                Step::CatchUp => watch = api.clone(),
+                Step::Reconcile => {
+                    let pods: Vec<SeenPod> = watch.values().cloned().collect();
+                    l.reconcile(&pods, now);
+                    l = Ledger::from_data(&l.to_data(), true);
+                }
+                Step::Expire => {
+                    watch = api.clone();
+                    let pods: Vec<SeenPod> = watch.values().cloned().collect();
+                    l.reconcile(&pods, now);
+                    now += PENDING_TTL_SECS + 1;
+                    l.reconcile(&pods, now);
+                    l = Ledger::from_data(&l.to_data(), true);
+                }
+            }
+            let held: i64 = api.values().filter(|p| !p.finished).map(|p| p.requests.get("nvidia.com/gpu").map_or(0, |q| q.ceil_units())).sum();
+            prop_assert!(held <= i64::from(limit), "the team holds {held} GPUs, limit {limit}");
+        }
+        // The watch catches up; pending charges are folded or expire.
+        let pods: Vec<SeenPod> = api.values().cloned().collect();
+        l.reconcile(&pods, now);
+        l.reconcile(&pods, now + PENDING_TTL_SECS + 1);
+        prop_assert!(l.is_empty(), "pending left: {:?}", l.entries().collect::<Vec<_>>());
+        prop_assert_eq!(gpu_usage(&l), expected_gpus(&pods));
+        let mut fresh = reconciled();
+        fresh.reconcile(&pods, now);
+        prop_assert_eq!(l.to_data(), fresh.to_data());
+    }
 }
