@@ -466,11 +466,8 @@ impl TryFrom<WebhooksArgs> for WebhookOptions {
         let (endpoint, sa_namespace) = endpoint_of(args.service, args.url)?;
         let service_account = args.service_account;
         let service_account = sa_namespace.map(|ns| format!("system:serviceaccount:{ns}:{service_account}"));
-        // The identity the native policies skip: Allot's service account, when the endpoint
-        // names it, else the default `allot serve` and `allot compile` assume.
-        let allot_username = service_account.as_deref().unwrap_or(crate::tenant::DEFAULT_ALLOT_USERNAME);
         let native_fingerprint = match &args.native_covers {
-            Some(dir) => Some(native_fingerprint(dir, allot_username)?),
+            Some(dir) => Some(native_fingerprint(dir)?),
             None => None,
         };
         Ok(WebhookOptions {
@@ -488,9 +485,9 @@ impl TryFrom<WebhooksArgs> for WebhookOptions {
 
 /// `--native-covers DIR`: the fingerprint of DIR's compiled native policies; what the webhooks
 /// leave to them goes to stderr.
-fn native_fingerprint(dir: &std::path::Path, allot_username: &str) -> anyhow::Result<String> {
+fn native_fingerprint(dir: &std::path::Path) -> anyhow::Result<String> {
     let sources = crate::policy::read_sources(dir)?;
-    let split = crate::covers::NativeSplit::from_sources(&sources, allot_username)?;
+    let split = crate::covers::NativeSplit::from_sources(&sources)?;
     eprintln!(
         "native policies {} (apply `allot compile --policies {}` with these webhooks); left to them:",
         split.fingerprint,

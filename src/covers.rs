@@ -184,12 +184,13 @@ pub enum SplitError {
 }
 
 impl NativeSplit {
-    /// Compiles `sources` into the webhook's share (the same sources give the full set), beside
-    /// native policies compiled for Allot's identity `allot_username` (`allot compile
-    /// --allot-username`): another identity gives other objects, hence another fingerprint.
-    pub fn from_sources(sources: &[Source], allot_username: &str) -> Result<NativeSplit, SplitError> {
+    /// Compiles `sources` into the webhook's share (the same sources give the full set). The
+    /// fingerprint is of the objects compiled for the default identity: which identity the
+    /// native policies skip (`allot compile --allot-username`) changes nothing a tenant's
+    /// request is checked against, so it does not part the two halves.
+    pub fn from_sources(sources: &[Source]) -> Result<NativeSplit, SplitError> {
         let full = policy::compile(sources)?;
-        let compiled = crate::native::compile_for(&full, allot_username);
+        let compiled = crate::native::compile(&full);
         let fingerprint = fingerprint(&compiled).ok_or(SplitError::NoFingerprint)?;
         let covered = Covered::from_coverage(&compiled.coverage, &full);
         let mut mutate = policy::compile(sources)?;

@@ -248,7 +248,13 @@ async fn create_rate(
         eprintln!("{namespace}: {} of {per_round} refused, e.g. {m}", b.denied.len() + b.failed.len());
     }
     assert_eq!(b.admitted.len() + b.denied.len() + b.failed.len(), per_round);
-    (b.admitted.len(), b.denied.len() + b.failed.len(), b.elapsed)
+    // The test's own etcd timing out a write ("etcdserver: request timed out", a 500 after the
+    // webhooks answered) is the machine's, not a refusal: counted apart, left out of the rate.
+    let storage = b.failed.iter().filter(|m| m.contains("etcdserver")).count();
+    if storage > 0 {
+        eprintln!("{namespace}: {storage} create(s) timed out in etcd, left out");
+    }
+    (b.admitted.len(), b.denied.len() + b.failed.len() - storage, b.elapsed)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

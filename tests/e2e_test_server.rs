@@ -65,14 +65,15 @@ cases:
         initContainers: [{name: init, image: busybox:1.36, resources: {limits: {nvidia.com/gpu: 1}}}]
         containers: [{name: c, image: busybox:1.36}]
     expect: {allowed: true}
-  - name: stray-gpu
+  - name: claim-gpu
     resource:
       apiVersion: v1
       kind: Pod
-      metadata: {name: stray, namespace: scratch}
+      metadata: {name: claim, namespace: vision}
       spec:
-        containers: [{name: c, image: busybox:1.36, resources: {limits: {nvidia.com/gpu: 1}}}]
-    expect: {allowed: false, deniedBy: [gpu-pods-belong-to-a-team]}
+        resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
+        containers: [{name: c, image: busybox:1.36, resources: {claims: [{name: gpu}]}}]
+    expect: {allowed: false, deniedBy: [accelerators/claims]}
 "#;
 
 fn allot(args: &[&str]) -> (i32, String, String) {
@@ -156,7 +157,7 @@ async fn allot_test_server_compares_native_answers_with_the_suite() {
     assert!(out.contains("  FAIL  wrong-expectation"), "{out}");
     assert!(out.contains("allowed: expected true, got false") && out.contains("ValidatingAdmissionPolicy"), "{out}");
     assert!(
-        out.contains("  skip  stray-gpu (webhook-only: the webhook's rules gpu-pods-belong-to-a-team (deny))"),
+        out.contains("  skip  claim-gpu (webhook-only: DRA claims: a Pod or template naming resourceClaims is placed"),
         "{out}"
     );
 

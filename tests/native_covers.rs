@@ -32,8 +32,7 @@ fn state() -> (Arc<AppState>, String) {
     let sources = sources();
     let state = AppState::new(allot::policy::compile(&sources).expect("policies"), Arc::new(NoNamespaces));
     state.set_native_split(&sources);
-    let fingerprint =
-        NativeSplit::from_sources(&sources, allot::tenant::DEFAULT_ALLOT_USERNAME).expect("split").fingerprint;
+    let fingerprint = NativeSplit::from_sources(&sources).expect("split").fingerprint;
     (state, fingerprint)
 }
 
@@ -46,6 +45,16 @@ fn review(namespace: &str, containers: Value) -> Vec<u8> {
         "name": "p", "namespace": namespace, "operation": "CREATE",
         "userInfo": {"username": "alice"}, "object": pod, "dryRun": false}}))
     .expect("json")
+}
+
+/// A Pod CREATE whose one GPU comes from the claim template `one-gpu` (class gpu.nvidia.com in
+/// the shipped Cluster policy's `dra` block).
+fn claim_review(namespace: &str) -> Vec<u8> {
+    let mut review: Value = serde_json::from_slice(&review(namespace, json!([]))).expect("json");
+    review["request"]["object"]["spec"] = json!({
+        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+        "containers": [{"name": "c", "image": "busybox:1.36", "resources": {"claims": [{"name": "gpu"}]}}]});
+    serde_json::to_vec(&review).expect("json")
 }
 
 fn gpu(request: &str, limit: &str) -> Value {
@@ -99,10 +108,19 @@ async fn the_native_path_leaves_out_what_the_native_policies_do() {
     let other = call(app(), "/validate/native/0123456789ab", over).await;
     assert_eq!(other["allowed"], false, "{other}");
 
-    // A GPU Pod in a namespace of no team: a webhook-only rule, still denied on the native path.
-    let stray = call(app(), &native_validate, review("scratch", gpu("1", "1"))).await;
-    assert_eq!(stray["allowed"], false, "{stray}");
-    assert!(stray["status"]["message"].as_str().unwrap_or_default().contains("gpu-pods-belong-to-a-team"), "{stray}");
+    // A Pod whose GPU comes from a DRA claim: the native policies see it as asking nothing, so
+    // the native path answers it in full — the team's default class added (left to the MAP for
+    // other Pods), and its claim checked (no claim source here: the template cannot be found,
+    // a denial naming it).
+    let defaults = |p: &[Value]| p.iter().any(|op| op["path"] == "/spec/priorityClassName");
+    let plain = call(app(), &native_mutate, review("vision", gpu("1", "1"))).await;
+    assert!(!defaults(&patch(&plain)), "{plain}");
+    let claim = claim_review("vision");
+    let full = call(app(), &native_mutate, claim.clone()).await;
+    assert!(defaults(&patch(&full)), "{full}");
+    let checked = call(app(), &native_validate, claim).await;
+    assert_eq!(checked["allowed"], false, "{checked}");
+    assert!(checked["status"]["message"].as_str().unwrap_or_default().contains("one-gpu"), "{checked}");
 
     let metrics = call_text(metrics_router(state.clone()), "/metrics").await;
     let count = |result: &str| {
@@ -112,7 +130,7 @@ async fn the_native_path_leaves_out_what_the_native_policies_do() {
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse::<f64>().ok())
     };
-    assert_eq!((count("split"), count("full")), (Some(3.0), Some(2.0)), "{metrics}");
+    assert_eq!((count("split"), count("full")), (Some(3.0), Some(4.0)), "{metrics}");
 }
 
 /// A state without a split (no sources given, or they failed to compile to a fingerprint)

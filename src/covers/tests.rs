@@ -10,7 +10,6 @@ use super::*;
 use crate::engine::{Engine, Request, RequestOperation};
 use crate::namespaces::NoNamespaces;
 use crate::patch;
-use crate::tenant::DEFAULT_ALLOT_USERNAME;
 
 /// The shipped policies plus a team-scoped placement with a nodeSelector, a team default
 /// class and a team-scoped rule (all compiled), and a Rule reading Allot's helper as a whole map
@@ -134,7 +133,7 @@ fn request<'a>(object: &'a Value) -> Request<'a> {
 
 #[test]
 fn the_report_of_the_policies_is_read_as_the_compiler_means_it() {
-    let split = NativeSplit::from_sources(&sources(), DEFAULT_ALLOT_USERNAME).expect("split");
+    let split = NativeSplit::from_sources(&sources()).expect("split");
     let c = &split.covered;
     assert_eq!(
         c.checks,
@@ -194,7 +193,7 @@ fn lines_the_reader_does_not_know_keep_the_check_in_the_webhook() {
 /// covered parts add.
 #[test]
 fn covered_checks_are_skipped_and_the_rest_evaluated() {
-    let split = NativeSplit::from_sources(&sources(), DEFAULT_ALLOT_USERNAME).expect("split");
+    let split = NativeSplit::from_sources(&sources()).expect("split");
     let full = policy::compile(&sources()).expect("policies");
     let engine = Engine::new(&full, &NoNamespaces);
     let (mutate, validate) = (Engine::new(&split.mutate, &NoNamespaces), Engine::new(&split.validate, &NoNamespaces));
@@ -240,7 +239,7 @@ fn covered_checks_are_skipped_and_the_rest_evaluated() {
 /// gate.
 #[test]
 fn webhook_only_parts_still_answer() {
-    let split = NativeSplit::from_sources(&sources(), DEFAULT_ALLOT_USERNAME).expect("split");
+    let split = NativeSplit::from_sources(&sources()).expect("split");
     let (mutate, validate) = (Engine::new(&split.mutate, &NoNamespaces), Engine::new(&split.validate, &NoNamespaces));
     let two = two_kinds("speech");
     let found = validate.validate(&request(&two));
@@ -257,7 +256,7 @@ fn webhook_only_parts_still_answer() {
 
 #[test]
 fn a_split_applies_only_to_its_version_and_fingerprint() {
-    let split = NativeSplit::from_sources(&sources(), DEFAULT_ALLOT_USERNAME).expect("split");
+    let split = NativeSplit::from_sources(&sources()).expect("split");
     assert!(split.applies(&split.version.clone(), &split.fingerprint.clone()));
     assert!(!split.applies("other", &split.fingerprint));
     assert!(!split.applies(&split.version, "000000000000"));
@@ -269,7 +268,7 @@ fn a_split_applies_only_to_its_version_and_fingerprint() {
                expression: \"!has(object.spec.hostNetwork) || !object.spec.hostNetwork\"\n  message: no host network\n"
             .into(),
     });
-    let other = NativeSplit::from_sources(&more, DEFAULT_ALLOT_USERNAME).expect("split");
+    let other = NativeSplit::from_sources(&more).expect("split");
     assert_ne!(other.fingerprint, split.fingerprint);
     assert_ne!(other.version, split.version);
 }
@@ -279,7 +278,7 @@ fn a_split_applies_only_to_its_version_and_fingerprint() {
 /// `resourceClaims` is answered in full, and the compiler says so.
 #[test]
 fn a_review_naming_claims_is_answered_in_full_while_the_policies_count_claims() {
-    let split = NativeSplit::from_sources(&sources(), DEFAULT_ALLOT_USERNAME).expect("split");
+    let split = NativeSplit::from_sources(&sources()).expect("split");
     let full = policy::compile(&sources()).expect("policies");
     assert!(!full.device_classes.is_empty(), "the shipped Cluster policy maps gpu.nvidia.com");
     assert!(split.claims_to_webhook);
@@ -310,7 +309,7 @@ fn a_review_naming_claims_is_answered_in_full_while_the_policies_count_claims() 
             s
         })
         .collect();
-    let plain_split = NativeSplit::from_sources(&without, DEFAULT_ALLOT_USERNAME).expect("split");
+    let plain_split = NativeSplit::from_sources(&without).expect("split");
     assert!(policy::compile(&without).expect("policies").device_classes.is_empty());
     assert!(!plain_split.claims_to_webhook && plain_split.takes(&body));
 }

@@ -321,6 +321,20 @@ fn not_kubelet() -> MatchCondition {
     }
 }
 
+/// Splits off the conditions that read `namespaceObject`, joined into one guard. The API
+/// server gives matchConditions only `object`, `oldObject`, `request`, `authorizer` and
+/// `params`: a condition reading the namespace's labels there sees nothing, so a team chosen by
+/// label never matched (found on kube-apiserver 1.36.2: a Job in a namespace labelled
+/// `team=nlp` was admitted with a class its team may not use). Such a guard goes into the
+/// body instead, where `namespaceObject` is bound.
+fn namespace_guard(conditions: Vec<MatchCondition>) -> (Vec<MatchCondition>, Option<String>) {
+    let (reading, plain): (Vec<_>, Vec<_>) =
+        conditions.into_iter().partition(|c| c.expression.contains("namespaceObject"));
+    let guard = (!reading.is_empty())
+        .then(|| reading.iter().map(|c| format!("({})", c.expression)).collect::<Vec<_>>().join(" && "));
+    (plain, guard)
+}
+
 fn condition(name: &str, expression: String) -> MatchCondition {
     MatchCondition { name: name.into(), expression }
 }

@@ -27,8 +27,13 @@ fn emit(
     variables: Vec<Variable>,
     patches: Vec<String>,
 ) {
+    let (conditions, guard) = super::namespace_guard(conditions);
     let mutations = patches
         .into_iter()
+        .map(|expression| match &guard {
+            Some(guard) => format!("({guard}) ? ({expression}) : []"),
+            None => expression,
+        })
         .map(|expression| Mutation {
             patch_type: "JSONPatch".into(),
             json_patch: Some(JSONPatch { expression: Some(expression) }),

@@ -147,6 +147,7 @@ fn the_report_for_the_shipped_policies() {
     }
     assert_eq!(status("Team/vision"), "webhook-only");
     assert_eq!(status("GangPolicy/default"), "webhook-only");
+    assert_eq!(status("Cluster/dra"), "webhook-only", "claim Pods are the webhook's: {}", compiled.report_text());
     assert!(!compiled.fully_native());
     let checks = compiled.coverage.iter().find(|c| c.policy == "Cluster/accelerators.checks").map(|c| &c.compiled);
     assert!(checks.is_some_and(|c| c.iter().any(|l| l.starts_with("max-per-pod (deny)"))), "{checks:?}");
@@ -173,6 +174,39 @@ spec:
     let compiled = compile(&set);
     assert!(compiled.fully_native(), "{}", compiled.report_text());
     assert!(compiled.coverage.iter().any(|c| c.policy == "Rule/no-latest" && c.status() == "compiled"));
+}
+
+/// Every policy skips Allot's own identity (the webhooks' `not-allot-itself`), with the name
+/// it is given, and nothing else changes: bindings have no conditions of their own.
+#[test]
+fn every_policy_skips_allot_itself_and_nothing_else_moves() {
+    let set = shipped();
+    let plain = compile(&set);
+    let named = compile_for(&set, "system:serviceaccount:gpu-ops:allot");
+    assert_eq!(plain.objects.len(), named.objects.len());
+    assert_eq!(plain.report_text(), named.report_text());
+    let mut policies = 0;
+    for object in &named.objects {
+        let conditions = match object {
+            NativeObject::MutatingPolicy(o) => o.spec.as_ref().and_then(|s| s.match_conditions.clone()),
+            NativeObject::ValidatingPolicy(o) => o.spec.as_ref().and_then(|s| s.match_conditions.clone()),
+            NativeObject::MutatingBinding(_) | NativeObject::ValidatingBinding(_) => continue,
+        };
+        policies += 1;
+        let skip: Vec<_> = conditions.iter().flatten().filter(|c| c.name == "not-allot-itself").collect();
+        assert_eq!(skip.len(), 1, "{}", object.name());
+        assert_eq!(skip[0].expression, r#"request.userInfo.username != "system:serviceaccount:gpu-ops:allot""#);
+        assert!(conditions.iter().flatten().any(|c| c.name == "not-kubelet"), "{}", object.name());
+    }
+    assert!(policies > 10, "{policies}");
+    // The condition is a real CEL condition: Allot's request is skipped, a tenant's is not.
+    let skip = r#"request.userInfo.username != "system:serviceaccount:gpu-ops:allot""#;
+    for (user, matched) in [("system:serviceaccount:gpu-ops:allot", false), ("alice", true)] {
+        let mut ctx = Context::default();
+        ctx.add_variable_from_value("request", json_to_cel(&json!({"userInfo": {"username": user}})));
+        let program = Program::compile(skip).expect("compiles");
+        assert_eq!(program.execute(&ctx).expect("evaluates"), CelValue::Bool(matched), "{user}");
+    }
 }
 
 /// A Kubernetes CEL context with `object`, `request` and `namespaceObject` bound.

@@ -36,6 +36,14 @@ pub(super) fn emit(
     variables: Vec<Variable>,
     validations: Vec<Validation>,
 ) {
+    let (conditions, guard) = super::namespace_guard(conditions);
+    let validations = match guard {
+        None => validations,
+        Some(guard) => validations
+            .into_iter()
+            .map(|v| Validation { expression: format!("!({guard}) || ({})", v.expression), ..v })
+            .collect(),
+    };
     out.objects.push(NativeObject::ValidatingPolicy(ValidatingAdmissionPolicy {
         metadata: metadata(name),
         spec: Some(ValidatingAdmissionPolicySpec {

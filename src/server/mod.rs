@@ -181,7 +181,7 @@ impl AppState {
     /// or after it is swapped in: a request uses a split only while its version is in force).
     /// A failure leaves no split: covered paths then evaluate everything.
     pub fn set_native_split(&self, sources: &[policy::Source]) {
-        match NativeSplit::from_sources(sources, &self.allot_username) {
+        match NativeSplit::from_sources(sources) {
             Ok(split) => {
                 tracing::info!(version = %split.version, fingerprint = %split.fingerprint, covered = ?split.covered.describe(), "native policies' share computed");
                 self.native_split.store(Some(Arc::new(split)));

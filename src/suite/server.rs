@@ -148,7 +148,7 @@ async fn run_test(test: &LoadedTest, client: &kube::Client) -> ServerTest {
     };
     let split = match read_policy_sources(&test.policy_paths)
         .map_err(|e| e.join("; "))
-        .and_then(|s| NativeSplit::from_sources(&s, crate::tenant::DEFAULT_ALLOT_USERNAME).map_err(|e| e.to_string()))
+        .and_then(|s| NativeSplit::from_sources(&s).map_err(|e| e.to_string()))
     {
         Ok(split) => split,
         Err(why) => {
