@@ -11,8 +11,7 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use support::cluster::{Assets, Cluster, wait_for};
@@ -99,26 +98,11 @@ async fn prepare_namespace(admin: &kube::Client, ns: &str) {
             .await
             .expect("namespace");
     }
-    let role: Role = serde_json::from_value(json!({
-        "metadata": {"name": "tenant"},
-        "rules": [
-            {"apiGroups": [""], "verbs": ["*"], "resources": ["pods"]},
-            {"apiGroups": ["resource.k8s.io"], "verbs": ["*"], "resources": ["resourceclaims", "resourceclaimtemplates"]}
-        ]
-    }))
-    .unwrap();
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "tenant"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}]
-    }))
-    .unwrap();
-    let apply = PatchParams::apply("e2e-dra").force();
-    Api::<Role>::namespaced(admin.clone(), ns).patch("tenant", &apply, &Patch::Apply(&role)).await.expect("role");
-    Api::<RoleBinding>::namespaced(admin.clone(), ns)
-        .patch("tenant", &apply, &Patch::Apply(&binding))
-        .await
-        .expect("role binding");
+    let rules = json!([
+        {"apiGroups": [""], "verbs": ["*"], "resources": ["pods"]},
+        {"apiGroups": ["resource.k8s.io"], "verbs": ["*"], "resources": ["resourceclaims", "resourceclaimtemplates"]}
+    ]);
+    support::cluster::grant_role(admin, ns, "tenant", TENANT, rules).await;
     let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
     wait_for("the default service account", Duration::from_secs(60), || async {
         sas.get_opt("default").await.ok().flatten().is_some()

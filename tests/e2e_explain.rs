@@ -14,7 +14,6 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::cluster::{ControlPlane, binaries_from_env};
@@ -281,18 +280,8 @@ async fn explain_on_a_real_api_server() {
     assert_eq!(via_plugin["decision"], gang["decision"]);
 
     // A tenant: alice may list pods in research, nothing else.
-    let role: Role = serde_json::from_value(json!({"metadata": {"name": "reader"},
-        "rules": [{"apiGroups": [""], "verbs": ["get", "list"], "resources": ["pods"]}]}))
-    .unwrap();
-    Api::<Role>::namespaced(client.clone(), "research").create(&PostParams::default(), &role).await.expect("role");
-    let binding: RoleBinding = serde_json::from_value(json!({"metadata": {"name": "reader"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]}))
-    .unwrap();
-    Api::<RoleBinding>::namespaced(client.clone(), "research")
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("binding");
+    let rules = json!([{"apiGroups": [""], "verbs": ["get", "list"], "resources": ["pods"]}]);
+    support::cluster::grant_role(&client, "research", "reader", "alice", rules).await;
     let admin = std::fs::read_to_string(kc).unwrap();
     let mut alice = String::new();
     for line in admin.lines() {

@@ -19,7 +19,6 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicyBinding, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
@@ -600,17 +599,9 @@ fn hostile_cases() -> Vec<(&'static str, Value, bool)> {
 /// The admin's kubeconfig impersonating `alice`, who holds a Role on pods (all verbs) in
 /// `namespaces` and nothing else.
 async fn tenant_client(plane: &ControlPlane, namespaces: &[&str]) -> kube::Client {
-    let pp = PostParams::default();
     for ns in namespaces {
-        let role: Role = serde_json::from_value(json!({"metadata": {"name": "tenant"},
-            "rules": [{"apiGroups": [""], "verbs": ["*"], "resources": ["pods"]}]}))
-        .expect("role");
-        let binding: RoleBinding = serde_json::from_value(json!({"metadata": {"name": "tenant"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]}))
-        .expect("binding");
-        Api::<Role>::namespaced(plane.client.clone(), ns).create(&pp, &role).await.expect("role");
-        Api::<RoleBinding>::namespaced(plane.client.clone(), ns).create(&pp, &binding).await.expect("binding");
+        let rules = json!([{"apiGroups": [""], "verbs": ["*"], "resources": ["pods"]}]);
+        support::cluster::grant_role(&plane.client, ns, "tenant", "alice", rules).await;
     }
     let kubeconfig = kube::config::Kubeconfig::read_from(&plane.kubeconfig).expect("kubeconfig");
     let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())

@@ -25,7 +25,6 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::cluster::{Assets, Cluster, wait_for};
@@ -316,28 +315,13 @@ async fn prepare_namespace(admin: &kube::Client, ns: &str) {
             .await
             .expect("namespace");
     }
-    let role: Role = serde_json::from_value(json!({
-        "metadata": {"name": "tenant"},
-        "rules": [
-            {"apiGroups": [""], "verbs": ["*"], "resources": [
-                "pods", "pods/binding", "pods/ephemeralcontainers", "pods/resize", "pods/status",
-                "pods/eviction", "pods/log", "pods/exec"]},
-            {"apiGroups": ["batch"], "verbs": ["*"], "resources": ["jobs", "jobs/status"]}
-        ]
-    }))
-    .unwrap();
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "tenant"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}]
-    }))
-    .unwrap();
-    let apply = PatchParams::apply("e2e-tenant").force();
-    Api::<Role>::namespaced(admin.clone(), ns).patch("tenant", &apply, &Patch::Apply(&role)).await.expect("role");
-    Api::<RoleBinding>::namespaced(admin.clone(), ns)
-        .patch("tenant", &apply, &Patch::Apply(&binding))
-        .await
-        .expect("role binding");
+    let rules = json!([
+        {"apiGroups": [""], "verbs": ["*"], "resources": [
+            "pods", "pods/binding", "pods/ephemeralcontainers", "pods/resize", "pods/status",
+            "pods/eviction", "pods/log", "pods/exec"]},
+        {"apiGroups": ["batch"], "verbs": ["*"], "resources": ["jobs", "jobs/status"]}
+    ]);
+    support::cluster::grant_role(admin, ns, "tenant", TENANT, rules).await;
     let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
     wait_for("the default service account", Duration::from_secs(60), || async {
         sas.get_opt("default").await.ok().flatten().is_some()

@@ -233,8 +233,13 @@ fn eval(ctx: &Context<'_>, expression: &str) -> CelValue {
 /// Evaluates a validating policy as the API server would: variables in order, then every
 /// validation; true when all pass.
 fn admits(policy: &ValidatingAdmissionPolicy, object: &Value, namespace: &str) -> bool {
+    admits_in(policy, object, namespace, json!({}))
+}
+
+/// [`admits`] in a namespace with `labels`.
+fn admits_in(policy: &ValidatingAdmissionPolicy, object: &Value, namespace: &str, labels: Value) -> bool {
     let spec = policy.spec.as_ref().expect("spec");
-    let mut ctx = context(object, namespace, json!({}));
+    let mut ctx = context(object, namespace, labels);
     let mut variables = std::collections::HashMap::new();
     for v in spec.variables.iter().flatten() {
         ctx.add_variable_from_value("variables", variables_value(&variables));
@@ -675,4 +680,39 @@ fn expanded_pod_counts_agree_with_the_engine_body() {
         over > 5 && under > 5 && teamless_gpu > 5,
         "both verdicts occur: {over} over, {under} under, {teamless_gpu}"
     );
+}
+
+/// The API server binds no `namespaceObject` in matchConditions, so a team chosen by a label
+/// must be decided in the body: no condition reads the namespace, and a Job template in a
+/// namespace labelled `team=nlp` is held to nlp's classes (kube-apiserver 1.36.2 admitted it
+/// while the team was a match condition).
+#[test]
+fn no_match_condition_reads_the_namespace_and_label_chosen_teams_still_decide() {
+    let compiled = compile(&shipped());
+    for object in &compiled.objects {
+        let conditions = match object {
+            NativeObject::MutatingPolicy(o) => o.spec.as_ref().and_then(|s| s.match_conditions.clone()),
+            NativeObject::ValidatingPolicy(o) => o.spec.as_ref().and_then(|s| s.match_conditions.clone()),
+            _ => None,
+        };
+        for c in conditions.iter().flatten() {
+            assert!(!c.expression.contains("namespaceObject"), "{}: {}", object.name(), c.name);
+        }
+    }
+    let policy = compiled
+        .objects
+        .iter()
+        .find_map(|o| match o {
+            NativeObject::ValidatingPolicy(p) if o.name() == "allot-team-priority-classes-replicationcontroller" => {
+                Some(p)
+            }
+            _ => None,
+        })
+        .expect("the team priority check for spec.template kinds (Jobs among them)");
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "f", "namespace": "nlp-research"},
+        "spec": {"template": {"spec": {"priorityClassName": "high-priority",
+            "containers": [{"name": "t", "image": "x:1"}]}}}});
+    assert!(!admits_in(policy, &job, "nlp-research", json!({"team": "nlp"})), "nlp may not use high-priority");
+    assert!(admits_in(policy, &job, "nlp-research", json!({})), "no label: no team, no limit");
+    assert!(admits_in(policy, &job, "vision", json!({})), "vision may");
 }

@@ -640,3 +640,20 @@ pub async fn point_webhooks_at(client: &kube::Client, from: &str, to: &str) {
             .unwrap();
     }
 }
+
+/// Gives `user` the Role `name` with `rules` in namespace `ns` (server-side applied, so calling
+/// it again changes nothing): how the tests make a tenant, a namespaced Role and nothing else.
+pub async fn grant_role(admin: &kube::Client, ns: &str, name: &str, user: &str, rules: serde_json::Value) {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let role: Role = serde_json::from_value(json!({"metadata": {"name": name}, "rules": rules})).expect("role");
+    let binding: RoleBinding = serde_json::from_value(json!({"metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}))
+    .expect("role binding");
+    let apply = PatchParams::apply("allot-tests").force();
+    Api::<Role>::namespaced(admin.clone(), ns).patch(name, &apply, &Patch::Apply(&role)).await.expect("role");
+    Api::<RoleBinding>::namespaced(admin.clone(), ns)
+        .patch(name, &apply, &Patch::Apply(&binding))
+        .await
+        .expect("role binding");
+}
