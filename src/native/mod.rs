@@ -261,8 +261,9 @@ fn compile_objects(policies: &PolicySet) -> Compiled {
 pub const DRA_WEBHOOK_ONLY: &str = "DRA claims: a Pod or template naming resourceClaims is placed, counted and checked \
      by the webhook in full (native policies cannot read ResourceClaims or their templates)";
 
-/// A DNS-subdomain object name from an Allot policy name.
-fn object_name(parts: &[&str]) -> String {
+/// A DNS-subdomain object name from an Allot policy name (what `allot test --server` reads a
+/// Rule's name back from).
+pub fn object_name(parts: &[&str]) -> String {
     let joined = parts.iter().filter(|p| !p.is_empty()).copied().collect::<Vec<_>>().join("-").to_ascii_lowercase();
     let cleaned: String =
         joined.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' }).collect();

@@ -409,7 +409,7 @@ fn answer(
         let result = if split.is_some() { "split" } else { "full" };
         state.metrics.native_covers.get_or_create(&metrics::ResultLabels { result }).inc();
         if split.is_none() {
-            tracing::debug!(webhook, fingerprint, version = %policies.version, "native policies of another policy set: evaluating everything");
+            tracing::debug!(webhook, fingerprint, version = %policies.version, "no split for this review (native policies of another policy set, or a review naming DRA claims): evaluating everything");
         }
         split
     });

@@ -29,7 +29,7 @@ use crate::covers::NativeSplit;
 use crate::engine::Engine;
 use crate::finding::Check;
 use crate::namespaces::{NamespaceLabels, NoNamespaces};
-use crate::native::NativeObject;
+use crate::native::{NativeObject, object_name};
 use crate::quota::StaticUsage;
 
 /// The outcome of a suite run on a server.
@@ -165,8 +165,12 @@ async fn run_test(test: &LoadedTest, client: &kube::Client) -> ServerTest {
         Some(l) => l,
         None => &NoNamespaces,
     };
-    let rule_prefixes: Vec<(String, String)> =
-        test.policies.rules.iter().map(|r| (format!("allot-rule-{}-", object_name(&r.name)), r.name.clone())).collect();
+    let rule_prefixes: Vec<(String, String)> = test
+        .policies
+        .rules
+        .iter()
+        .map(|r| (format!("{}-", object_name(&["allot-rule", &r.name])), r.name.clone()))
+        .collect();
     for case in &test.cases {
         let usage = StaticUsage::new(case.usage.clone());
         let unchecked: Vec<&'static str> = [
@@ -220,14 +224,6 @@ fn webhook_share(
         why.push(format!("the webhook's mutation: {}", mutate.report.changes.join("; ")));
     }
     (!why.is_empty()).then(|| why.join("; "))
-}
-
-/// `native::object_name` of one name: what `allot compile` calls a Rule's objects.
-fn object_name(name: &str) -> String {
-    name.to_ascii_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' })
-        .collect()
 }
 
 /// Every compiled object is on the server (by kind and name).
@@ -452,6 +448,6 @@ mod tests {
         let unknown = "ValidatingAdmissionPolicy 'someone-else' with binding 'b' denied request: no";
         assert_eq!(native_rules(unknown, &prefixes), BTreeSet::from(["ValidatingAdmissionPolicy someone-else".into()]));
         assert!(native_rules("Pod \"x\" is invalid: spec", &prefixes).is_empty());
-        assert_eq!(object_name("My_Rule.v2"), "my-rule.v2");
+        assert_eq!(object_name(&["My_Rule.v2"]), "my-rule.v2");
     }
 }
