@@ -10,11 +10,11 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
-use support::cluster::{Assets, Cluster, wait_for};
+use support::cluster::{Assets, Cluster};
 
 const TENANT: &str = "alice";
 const NS: &str = "dra-team";
@@ -81,33 +81,17 @@ fn from_template(template: &str) -> Value {
 
 /// The admin's kubeconfig, impersonating alice (`kubectl --as=alice`).
 async fn alice_client(cluster: &Cluster) -> kube::Client {
-    let kc = kube::config::Kubeconfig::read_from(cluster.dir.path().join("kubeconfig")).expect("kubeconfig");
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.expect("config");
-    config.auth_info.impersonate = Some(TENANT.into());
-    kube::Client::try_from(config).expect("alice's client")
+    support::cluster::impersonating(&cluster.dir.path().join("kubeconfig"), TENANT).await
 }
 
 /// The namespace, alice's Role (pods, claims and claim templates) and the default
 /// ServiceAccount pods need.
 async fn prepare_namespace(admin: &kube::Client, ns: &str) {
-    let namespaces: Api<Namespace> = Api::all(admin.clone());
-    if namespaces.get_opt(ns).await.expect("get namespace").is_none() {
-        namespaces
-            .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
-            .await
-            .expect("namespace");
-    }
     let rules = json!([
         {"apiGroups": [""], "verbs": ["*"], "resources": ["pods"]},
         {"apiGroups": ["resource.k8s.io"], "verbs": ["*"], "resources": ["resourceclaims", "resourceclaimtemplates"]}
     ]);
-    support::cluster::grant_role(admin, ns, "tenant", TENANT, rules).await;
-    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
-    wait_for("the default service account", Duration::from_secs(60), || async {
-        sas.get_opt("default").await.ok().flatten().is_some()
-    })
-    .await;
+    support::cluster::tenant_namespace(admin, ns, TENANT, rules).await;
 }
 
 /// Creates `pod`, retrying while Allot's claim watch has not seen its claims yet; the final

@@ -603,12 +603,7 @@ async fn tenant_client(plane: &ControlPlane, namespaces: &[&str]) -> kube::Clien
         let rules = json!([{"apiGroups": [""], "verbs": ["*"], "resources": ["pods"]}]);
         support::cluster::grant_role(&plane.client, ns, "tenant", "alice", rules).await;
     }
-    let kubeconfig = kube::config::Kubeconfig::read_from(&plane.kubeconfig).expect("kubeconfig");
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-        .await
-        .expect("config");
-    config.auth_info.impersonate = Some("alice".into());
-    kube::Client::try_from(config).expect("alice's client")
+    support::cluster::impersonating(&plane.kubeconfig, "alice").await
 }
 
 /// `count` sequential server-side dry-run creates of a GPU Pod in `vision`: the time taken.

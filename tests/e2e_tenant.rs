@@ -24,7 +24,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::cluster::{Assets, Cluster, wait_for};
@@ -297,36 +297,19 @@ async fn skip_allot_in_webhooks(admin: &kube::Client) {
 
 /// The admin's kubeconfig, impersonating alice (`kubectl --as=alice`).
 async fn alice_client(cluster: &Cluster) -> kube::Client {
-    let kubeconfig = cluster.dir.path().join("kubeconfig");
-    let kc = kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig");
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.expect("config");
-    config.auth_info.impersonate = Some(TENANT.into());
-    kube::Client::try_from(config).expect("alice's client")
+    support::cluster::impersonating(&cluster.dir.path().join("kubeconfig"), TENANT).await
 }
 
 /// The namespace, alice's Role (`*` on pods, their subresources and Jobs) and RoleBinding, and
 /// the default ServiceAccount pods need.
 async fn prepare_namespace(admin: &kube::Client, ns: &str) {
-    let namespaces: Api<Namespace> = Api::all(admin.clone());
-    if namespaces.get_opt(ns).await.expect("get namespace").is_none() {
-        namespaces
-            .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
-            .await
-            .expect("namespace");
-    }
     let rules = json!([
         {"apiGroups": [""], "verbs": ["*"], "resources": [
             "pods", "pods/binding", "pods/ephemeralcontainers", "pods/resize", "pods/status",
             "pods/eviction", "pods/log", "pods/exec"]},
         {"apiGroups": ["batch"], "verbs": ["*"], "resources": ["jobs", "jobs/status"]}
     ]);
-    support::cluster::grant_role(admin, ns, "tenant", TENANT, rules).await;
-    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
-    wait_for("the default service account", Duration::from_secs(60), || async {
-        sas.get_opt("default").await.ok().flatten().is_some()
-    })
-    .await;
+    support::cluster::tenant_namespace(admin, ns, TENANT, rules).await;
 }
 
 /// Force-deletes every Job and Pod the attempt left, and waits until they are gone (they hold

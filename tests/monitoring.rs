@@ -15,7 +15,7 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -622,19 +622,10 @@ impl Serve {
             .spawn()
             .expect("spawn allot serve");
         let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
         let mut serve = Serve { _child: KilledOnDrop::new(child), dir, https: String::new(), metrics: String::new() };
-        let line = rx
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("allot serve did not start:\n{}", serve.log()));
-        // "allot serving webhooks on https://ADDR and metrics on http://ADDR2"
-        serve.https = line.split("https://").nth(1).and_then(|r| r.split_whitespace().next()).expect("address").into();
-        serve.metrics = line.split("http://").nth(1).map(|r| r.trim().to_string()).expect("metrics address");
+        let line = support::first_line(stdout, Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("allot serve did not start:\n{}", serve.log()));
+        (serve.https, serve.metrics) = support::serving_addresses(&line).expect("address");
         serve
     }
 

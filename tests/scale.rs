@@ -18,7 +18,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -97,14 +96,8 @@ impl Allot {
             .spawn()
             .expect("allot serve");
         let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx.recv_timeout(Duration::from_secs(30)).expect("allot serve did not start");
-        let metrics = line.split("http://").nth(1).map(|r| r.trim().to_string()).expect("metrics address");
+        let line = support::first_line(stdout, Duration::from_secs(30)).expect("allot serve did not start");
+        let (_, metrics) = support::serving_addresses(&line).expect("metrics address");
         Allot { child: KilledOnDrop::new(child), metrics }
     }
 
@@ -259,13 +252,7 @@ impl Baseline {
             .spawn()
             .expect("baseline-server");
         let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx.recv_timeout(Duration::from_secs(30)).expect("baseline-server did not start");
+        let line = support::first_line(stdout, Duration::from_secs(30)).expect("baseline-server did not start");
         let url =
             line.split_whitespace().last().filter(|u| u.starts_with("https://")).expect("baseline url").to_string();
         Baseline { _child: KilledOnDrop::new(child), url }

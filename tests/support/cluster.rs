@@ -5,7 +5,6 @@
 //! as the cluster's webhooks. No kubelet: fake GPU nodes are Node objects whose status we set,
 //! so "running" means bound by the scheduler.
 
-use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -476,17 +475,8 @@ impl Cluster {
         // A start that fails (no serving line, never ready) panics below: the guard kills the
         // process then, so no `allot serve` outlives the test.
         let child = super::KilledOnDrop::new(child);
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx.recv_timeout(Duration::from_secs(30)).expect("allot serve did not start");
-        // "allot serving webhooks on https://ADDR and metrics on http://ADDR2"
-        let addr =
-            line.split("https://").nth(1).and_then(|r| r.split_whitespace().next()).expect("address line").to_string();
-        let metrics = line.split("http://").nth(1).map(|r| r.trim().to_string()).expect("metrics address");
+        let line = super::first_line(stdout, Duration::from_secs(30)).expect("allot serve did not start");
+        let (addr, metrics) = super::serving_addresses(&line).expect("address line");
         // As a rollout does: wait for /readyz (the watches have synced; before that, quota
         // checks fail closed with "Allot is starting").
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -656,4 +646,29 @@ pub async fn grant_role(admin: &kube::Client, ns: &str, name: &str, user: &str, 
         .patch(name, &apply, &Patch::Apply(&binding))
         .await
         .expect("role binding");
+}
+
+/// A client of the admin's kubeconfig at `kubeconfig` impersonating `user` (`kubectl --as=USER`).
+pub async fn impersonating(kubeconfig: &Path, user: &str) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.expect("config");
+    config.auth_info.impersonate = Some(user.into());
+    kube::Client::try_from(config).expect("impersonating client")
+}
+
+/// A tenant's namespace: created if missing, `user` given the Role `tenant` with `rules`
+/// ([`grant_role`]), and the default ServiceAccount pods need (made by the controller-manager).
+pub async fn tenant_namespace(admin: &kube::Client, ns: &str, user: &str, rules: serde_json::Value) {
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    if namespaces.get_opt(ns).await.expect("get namespace").is_none() {
+        let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
+        namespaces.create(&PostParams::default(), &namespace).await.expect("namespace");
+    }
+    grant_role(admin, ns, "tenant", user, rules).await;
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
+    wait_for("the default service account", Duration::from_secs(60), || async {
+        sas.get_opt("default").await.ok().flatten().is_some()
+    })
+    .await;
 }

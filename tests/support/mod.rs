@@ -77,3 +77,24 @@ impl Drop for KilledOnDrop {
         }
     }
 }
+
+/// The first line a child prints on `stdout` within `timeout`, read on a thread of its own so a
+/// child that never prints cannot hang the test; `None` when none came in time.
+pub fn first_line(stdout: std::process::ChildStdout, timeout: std::time::Duration) -> Option<String> {
+    use std::io::BufRead as _;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    rx.recv_timeout(timeout).ok()
+}
+
+/// The webhook and metrics addresses in `allot serve`'s first line ("allot serving webhooks on
+/// https://ADDR and metrics on http://ADDR2").
+pub fn serving_addresses(line: &str) -> Option<(String, String)> {
+    let https = line.split("https://").nth(1)?.split_whitespace().next()?.to_string();
+    let metrics = line.split("http://").nth(1)?.trim().to_string();
+    Some((https, metrics))
+}
