@@ -184,6 +184,12 @@ pub fn scan(source: &str) -> Nesting {
                 i += 2;
                 continue;
             }
+            // No cel token is a single `=`, `&` or `|`: the lexer fails on the next character
+            // and drops it too.
+            '=' | '&' | '|' => {
+                i += 2;
+                continue;
+            }
             '.' | '+' | '-' | '*' | '/' | '%' | '<' | '>' | '!' => group.chain += 1,
             _ => {}
         }
@@ -244,6 +250,12 @@ pub fn repeated_unary(source: &str) -> Option<(char, usize)> {
                 i += 2;
                 continue;
             }
+            // `&&`, `||`, or a lone `=`, `&`, `|` whose next character the lexer drops.
+            '=' | '&' | '|' => {
+                after_operand = false;
+                i += 2;
+                continue;
+            }
             _ => after_operand = false,
         }
         i += 1;
@@ -261,8 +273,9 @@ fn comment_end(chars: &[char], i: usize) -> Option<usize> {
 
 /// The operand token that starts at `i`, as cel's lexer reads it: a string or bytes literal
 /// (prefixes `r`, `b`, `br` …), a quoted identifier, a name or a number. Returns where it ends
-/// and whether it is well-formed: of a malformed literal only the quote is consumed, and the
-/// rest is read as code (as cel's lexer reads on after the error). `None`: no operand here.
+/// and whether it is well-formed. A malformed literal ends where cel's (ANTLR) lexer gives up
+/// on it: the character it failed on is dropped with it (ANTLR's lexer recovery consumes it),
+/// and the rest is read as code. `None`: no operand here.
 fn operand_at(chars: &[char], i: usize) -> Option<(usize, bool)> {
     let c = *chars.get(i)?;
     let mut end = i;
@@ -270,7 +283,10 @@ fn operand_at(chars: &[char], i: usize) -> Option<(usize, bool)> {
         '"' | '\'' | '`' => {
             let length =
                 if c == '`' { quoted_identifier_length(&chars[i..]) } else { literal_length(&chars[i..], false) };
-            Some(length.map_or((i + 1, false), |length| (i + length, true)))
+            Some(match length {
+                Ok(length) => (i + length, true),
+                Err(failed_at) => ((i + failed_at + 1).min(chars.len()), false),
+            })
         }
         c if c.is_ascii_alphabetic() || c == '_' => {
             while end < chars.len() && (chars[end].is_ascii_alphanumeric() || chars[end] == '_') {
@@ -278,9 +294,10 @@ fn operand_at(chars: &[char], i: usize) -> Option<(usize, bool)> {
             }
             let word: String = chars[i..end].iter().collect();
             let raw = matches!(word.as_str(), "r" | "R" | "br" | "bR" | "Br" | "BR");
+            // A malformed literal after a prefix: the lexer backs up to the prefix (a name).
             if (raw || matches!(word.as_str(), "b" | "B"))
                 && matches!(chars.get(end), Some('"' | '\''))
-                && let Some(length) = literal_length(&chars[end..], raw)
+                && let Ok(length) = literal_length(&chars[end..], raw)
             {
                 end += length;
             }
@@ -327,57 +344,66 @@ fn close_group(groups: &mut Vec<(char, Group)>) {
 }
 
 /// The length of the string literal `text` starts with (at its quote), if it is well-formed
-/// as cel's lexer reads it: `'…'`, `"…"` (no newline), `'''…'''`, `"""…"""`, with valid escapes
-/// unless `raw`.
-fn literal_length(text: &[char], raw: bool) -> Option<usize> {
-    let quote = *text.first()?;
+/// as cel's lexer reads it: `'…'`, `"…"` (no newline), `'''…'''`, `"""…"""`, with valid
+/// escapes unless `raw`. Else the offset of the character the lexer fails on (`text.len()` at
+/// the end of the text).
+fn literal_length(text: &[char], raw: bool) -> Result<usize, usize> {
+    let quote = *text.first().ok_or(0usize)?;
     let triple = text.len() >= 3 && text[1] == quote && text[2] == quote;
-    if triple && let Some(length) = literal_body(text, 3, quote, true, raw) {
-        return Some(length);
+    if triple && let Ok(length) = literal_body(text, 3, quote, true, raw) {
+        return Ok(length);
     }
-    // An unterminated `'''` is read as the empty string `''` followed by more.
+    // An unterminated `'''` is read as the empty string `''` followed by more (the lexer
+    // backs up to the longest token it had matched).
     literal_body(text, 1, quote, false, raw)
 }
 
-fn literal_body(text: &[char], open: usize, quote: char, triple: bool, raw: bool) -> Option<usize> {
+fn literal_body(text: &[char], open: usize, quote: char, triple: bool, raw: bool) -> Result<usize, usize> {
     let mut i = open;
     loop {
-        let c = *text.get(i)?;
+        let c = *text.get(i).ok_or(i)?;
         if c == quote && (!triple || (text.get(i + 1) == Some(&quote) && text.get(i + 2) == Some(&quote))) {
-            return Some(i + if triple { 3 } else { 1 });
+            return Ok(i + if triple { 3 } else { 1 });
         }
         if !triple && (c == '\n' || c == '\r') {
-            return None;
+            return Err(i);
         }
         if c == '\\' && !raw {
-            i += escape_length(&text[i..])?;
+            i += escape_length(&text[i..]).map_err(|failed_at| i + failed_at)?;
         } else {
             i += 1;
         }
     }
 }
 
-/// The length of the escape sequence `text` starts with (at its backslash), if valid.
-fn escape_length(text: &[char]) -> Option<usize> {
+/// The length of the escape sequence `text` starts with (at its backslash), if valid; else
+/// the offset of the character that makes it invalid.
+fn escape_length(text: &[char]) -> Result<usize, usize> {
     let digits = |from: usize, count: usize, valid: fn(&char) -> bool| {
-        (from..from + count).all(|k| text.get(k).is_some_and(valid)).then_some(from + count)
+        (from..from + count).find(|&k| !text.get(k).is_some_and(valid)).map_or(Ok(from + count), Err)
     };
-    match text.get(1)? {
-        'a' | 'b' | 'f' | 'n' | 'r' | 't' | 'v' | '"' | '\'' | '\\' | '?' | '`' => Some(2),
+    match text.get(1).ok_or(1usize)? {
+        'a' | 'b' | 'f' | 'n' | 'r' | 't' | 'v' | '"' | '\'' | '\\' | '?' | '`' => Ok(2),
         '0'..='3' => digits(2, 2, |c| ('0'..='7').contains(c)),
         'x' | 'X' => digits(2, 2, char::is_ascii_hexdigit),
         'u' => digits(2, 4, char::is_ascii_hexdigit),
         'U' => digits(2, 8, char::is_ascii_hexdigit),
-        _ => None,
+        _ => Err(1),
     }
 }
 
-/// The length of a well-formed `` `quoted.identifier` `` at the start of `text`.
-fn quoted_identifier_length(text: &[char]) -> Option<usize> {
-    let close = text.iter().skip(1).position(|c| *c == '`')? + 1;
-    let body = &text[1..close];
+/// The length of a well-formed `` `quoted.identifier` `` at the start of `text`, else the
+/// offset of the character the lexer fails on.
+fn quoted_identifier_length(text: &[char]) -> Result<usize, usize> {
     let valid = |c: &char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '/' | ' ');
-    (!body.is_empty() && body.iter().all(valid)).then_some(close + 1)
+    for (k, c) in text.iter().enumerate().skip(1) {
+        match c {
+            '`' if k > 1 => return Ok(k + 1),
+            c if valid(c) => {}
+            _ => return Err(k),
+        }
+    }
+    Err(text.len())
 }
 
 /// The message for an expression [`scan`] refuses.
@@ -481,16 +507,37 @@ mod tests {
     }
 
     #[test]
-    fn malformed_strings_are_read_as_code() {
-        // `\0` is not a cel escape: cel's lexer gives up on the literal and reads on.
-        assert_eq!(depth("'\\0((((("), 6);
-        // A newline ends a one-line string.
-        assert_eq!(depth("'((\n((("), 6);
-        // Unterminated.
-        assert_eq!(depth("\"[["), 3);
-        // A raw string has no escapes: `r'\'` is complete, `'\'` is not.
+    fn malformed_literals_end_where_cels_lexer_gives_up() {
+        // ANTLR's lexer reports the error and drops the character it failed on; the rest is code.
+        // `\0(` is not a cel escape: the first `(` goes with the literal.
+        assert_eq!(depth("'\\0((((("), 5);
+        // A newline ends a one-line string, and goes with it.
+        assert_eq!(depth("'((\n((("), 4);
+        // Unterminated: the literal runs to the end.
+        assert_eq!(depth("\"[["), 1);
+        assert_eq!(depth("'\\' + ((x))"), 1);
+        // A raw string has no escapes: `r'\'` is complete.
         assert_eq!(depth("r'\\' + ((x))"), 4);
-        assert_eq!(depth("'\\' + ((x))"), 4);
+        // A quoted identifier with a character it may not hold; the second backtick opens
+        // another, which fails at `+`.
+        assert_eq!(depth("`a(b)` + (x)"), 2);
+        // No token is a lone `=`, `&` or `|`: the next character is dropped with it, here the
+        // quote, so the `(` is code (found by the_scan_bounds_cel_s_nesting in CI).
+        assert_eq!(depth("='('"), 2);
+        assert_eq!(depth("a & '(' + (x)"), 3);
+    }
+
+    #[test]
+    fn malformed_literal_counts_bound_cels_own() {
+        use kube::core::cel::cel::parser::Parser;
+        for source in
+            ["'\\0(((((", "'((\n(((", "\"[[", "'\\' + ((x))", "`a(b)` + (x)", "='('", "a & '(' + (x)", "|'((('"]
+        {
+            let bound = depth(source);
+            let parsed = Parser::new().max_recursion_depth(bound.saturating_sub(1) as u16).parse(source);
+            let message = parsed.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(!message.contains("Recursion limit"), "scan says {bound} for {source:?}: {message}");
+        }
     }
 
     #[test]
