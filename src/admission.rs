@@ -183,6 +183,17 @@ pub struct Answer {
     pub outcome: Outcome,
 }
 
+impl Answer {
+    /// Adds a denial decided after the evaluation (a deferred quota charge the shared ledger
+    /// refused) and encodes the response again.
+    pub fn deny_later(&mut self, finding: crate::finding::Finding) {
+        self.outcome.findings.push(finding);
+        self.allowed = self.outcome.allowed();
+        self.mutated = self.allowed && !self.outcome.patch.is_empty();
+        self.body = encode_response(&self.uid, &self.kind, &self.namespace, &self.name, &self.outcome);
+    }
+}
+
 /// Why a review could not be answered at all (the server maps this to HTTP 400).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -393,6 +404,11 @@ pub fn internal_error_response(body: &[u8], message: &str) -> Vec<u8> {
         .ok()
         .and_then(|v| v.pointer("/request/uid").and_then(serde_json::Value::as_str).map(str::to_string))
         .unwrap_or_default();
+    internal_error_for(&uid, message)
+}
+
+/// [`internal_error_response`] for a review whose uid is known.
+pub fn internal_error_for(uid: &str, message: &str) -> Vec<u8> {
     let review = serde_json::json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",

@@ -12,7 +12,7 @@ use crate::gang::directory::{GangDirectory, Peer, disagreement};
 use crate::gang::membership::{Membership, PodFacts};
 use crate::namespaces::TeamLookup;
 use crate::policy::{Action, Operation, PolicySet, QuotaMode, Rule};
-use crate::quota::{QuotaBook, QuotaRequest};
+use crate::quota::{QuotaBook, QuotaRequest, Refusal};
 use crate::request::Request;
 use crate::resources::{self, ContainerResources, accelerators_only};
 use crate::workload::PodView;
@@ -328,12 +328,12 @@ pub fn check_quota(
     let request =
         QuotaRequest { uid, team: &t.name, namespace, pod, pod_uid, created, charge, requests, gang, dry_run };
     let refusal = book.admit(quota, &request).err()?;
-    Some(Finding {
-        rule: Check::TeamQuota.into(),
-        action: Action::Deny,
-        path: view.spec_path(),
-        message: refusal.message(&t.name),
-    })
+    Some(quota_denial(view.spec_path(), &t.name, &refusal))
+}
+
+/// The denial for a quota book's refusal of the pod whose spec is at `spec_path`.
+pub fn quota_denial(spec_path: String, team: &str, refusal: &Refusal) -> Finding {
+    Finding { rule: Check::TeamQuota.into(), action: Action::Deny, path: spec_path, message: refusal.message(team) }
 }
 
 fn check_priority_class(policies: &PolicySet, view: &PodView<'_>, team: &TeamLookup<'_>) -> Option<Finding> {

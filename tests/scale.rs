@@ -20,6 +20,8 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -116,6 +118,11 @@ impl Allot {
 
     fn rss(&self) -> u64 {
         self.memory().0
+    }
+
+    /// Its number of threads, from /proc (0 once it is gone).
+    fn threads(&self) -> usize {
+        threads_of(self.child.id())
     }
 
     fn tracked_pods(&self) -> Option<usize> {
@@ -513,6 +520,20 @@ async fn allot_at_scale() {
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_empty = allot.rss();
+    // Its thread count, sampled from here to the end of the fill.
+    let threads_idle = allot.threads();
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let (pid, sampling) = (allot.child.id(), sampling.clone());
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while sampling.load(Ordering::Relaxed) {
+                most = most.max(threads_of(pid));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            most
+        })
+    };
     let configs = webhook_configs(&settings.allot, &certs.join("ca.crt"), &format!("https://127.0.0.1:{port}"));
 
     let mut next = 0;
@@ -532,6 +553,8 @@ async fn allot_at_scale() {
 
     // The fill: N pods through Allot.
     let (secs, failures) = create_pods(&client, next, settings.pods, settings.clients).await;
+    sampling.store(false, Ordering::Relaxed);
+    let threads_busy = sampler.join().expect("thread sampler");
     assert!(failures.is_empty(), "{} of {} creates failed, first: {}", failures.len(), settings.pods, failures[0]);
     next += settings.pods;
     let fill_rate = settings.pods as f64 / secs;
@@ -576,6 +599,7 @@ async fn allot_at_scale() {
     );
     println!("allot binary: {}", settings.allot.display());
     println!("RSS empty:                          {:8.1} MiB", mib(rss_empty));
+    println!("threads: idle {threads_idle}, most during the fill {threads_busy}");
     println!("RSS after the fill ({:>7} pods):   {:8.1} MiB", filled_pods, mib(rss_full));
     println!(
         "RSS grown ({grown_pods:>7} pods):            {:8.1} MiB  ({:.0} bytes/pod over empty)",
@@ -629,8 +653,23 @@ async fn allot_at_scale() {
     assert_eq!(tracked_after, Some(grown_pods), "after the restart allot tracks every pod");
     assert!(denied_probe_after, "allot answers after its restart (a team-less GPU pod is denied)");
     assert!(rss_empty > 0 && rss_grown > 0 && restart.settled > 0, "RSS is read from /proc");
+    // Deny-mode charges wait on the API server without a thread each: concurrent clients must
+    // not multiply Allot's threads (each one kept its stack and allocator caches: ~6 MiB).
+    assert!(
+        threads_idle > 0 && threads_busy <= threads_idle + 12,
+        "{} clients took Allot from {threads_idle} to {threads_busy} threads",
+        settings.clients
+    );
     assert!(restart.peak >= restart.settled, "the high-water mark is at least the settled RSS");
     assert!(ratio_0 > 0.0 && ratio_n > 0.0);
     assert_eq!(list_pages, grown_pods.div_ceil(500).max(1), "the paged LIST saw every pod");
     allot.stop();
+}
+
+/// The number of threads of process `pid`, from /proc (0 if it is gone).
+fn threads_of(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| status.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|n| n.trim().parse().ok()))
+        .unwrap_or(0)
 }

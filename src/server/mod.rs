@@ -38,7 +38,7 @@ use crate::engine::Engine;
 use crate::error::Error;
 use crate::namespaces::{NamespaceLabels, NoNamespaces};
 use crate::policy::{self, Action, PolicySet};
-use crate::quota::{LiveQuota, QuotaBook, SharedLedger};
+use crate::quota::{DeferredCharge, DeferringBook, LiveQuota, QuotaBook, SharedLedger};
 use metrics::{DecisionLabels, Metrics, RequestLabels, WebhookLabels};
 use startup::{Caches, StartingQuota};
 
@@ -85,6 +85,10 @@ pub struct AppState {
     pub cluster: Arc<ClusterState>,
     /// Deny-mode quota usage and reservations.
     pub quota: Arc<dyn QuotaBook>,
+    /// The API server's shared ledger, when deny-mode quota is decided there: evaluation then
+    /// only records the charge ([`DeferringBook`]) and the commit is awaited afterwards,
+    /// without holding a thread ([`finish`]).
+    pub ledger: Option<Arc<SharedLedger>>,
     /// The watches quota depends on; until they have synced, quota fails closed and `/readyz`
     /// says not ready. Nothing is required unless marked (no Kubernetes API: nothing to wait for).
     pub caches: Arc<Caches>,
@@ -158,12 +162,13 @@ impl AppState {
             None => metrics.register_ledger(&crate::quota::shared::LedgerMetrics::default()),
         }
         let policies = Arc::new(ArcSwap::from_pointee(policies));
-        let book: Arc<dyn QuotaBook> = match ledger {
-            Some(ledger) => ledger,
+        let book: Arc<dyn QuotaBook> = match &ledger {
+            Some(ledger) => ledger.clone(),
             None => Arc::new(LiveQuota::new(cluster.clone(), policies.clone(), namespaces.clone())),
         };
         Arc::new(AppState {
             quota: Arc::new(StartingQuota { inner: book, caches: caches.clone() }),
+            ledger,
             caches,
             policies,
             namespaces,
@@ -323,17 +328,23 @@ impl Evaluations {
 
     async fn run(self, state: Arc<AppState>, phase: Phase, native: Option<String>, body: Bytes) -> Response {
         if body.len() <= self.inline_body_bytes && state.policies.load().linear {
-            return answer_contained(&state, phase, native.as_deref(), &body, None);
+            let evaluated = evaluate_contained(&state, phase, native.as_deref(), &body, None);
+            return finish(&state, evaluated).await;
         }
         let webhook = phase.label();
         let deadline = self.deadline;
         let metrics = state.clone();
         let evaluation = async move {
             // Waiting for a permit counts against the deadline: a queue behind runaway
-            // evaluations ends in 503, not in a late answer.
+            // evaluations ends in 503, not in a late answer. The permit covers the evaluation
+            // only, not the wait for a deferred ledger commit.
             let permit = self.permits.acquire_owned().await;
-            tokio::task::spawn_blocking(move || answer_contained(&state, phase, native.as_deref(), &body, permit.ok()))
-                .await
+            let evaluating = state.clone();
+            let evaluated = tokio::task::spawn_blocking(move || {
+                evaluate_contained(&evaluating, phase, native.as_deref(), &body, permit.ok())
+            })
+            .await?;
+            Ok::<_, tokio::task::JoinError>(finish(&state, evaluated).await)
         };
         match tokio::time::timeout(deadline, evaluation).await {
             Ok(Ok(response)) => response,
@@ -354,53 +365,53 @@ impl Evaluations {
     }
 }
 
-/// [`answer`], with any panic turned into a well-formed AdmissionReview error (HTTP 200,
+/// What evaluating a review gave: a response already, or an answer still to be settled
+/// (deferred ledger charges) and reported.
+enum Evaluated {
+    /// Answered already: a malformed review, or a panic.
+    Answered(Response),
+    Review {
+        webhook: &'static str,
+        started: Instant,
+        answer: Box<admission::Answer>,
+        deferred: Vec<DeferredCharge>,
+    },
+}
+
+/// [`evaluate`], with any panic turned into a well-formed AdmissionReview error (HTTP 200,
 /// `allowed: false`, status 500, the request's uid) instead of a dropped connection. Rule
 /// evaluations contain their own panics; this is the last line for everything else.
-fn answer_contained(
+fn evaluate_contained(
     state: &AppState,
     phase: Phase,
     native: Option<&str>,
     body: &[u8],
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
-) -> Response {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| answer(state, phase, native, body, permit)))
+) -> Evaluated {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| evaluate(state, phase, native, body, permit)))
         .unwrap_or_else(|payload| {
-            let webhook = phase.label();
             let message = crate::expression::panics::payload_text(payload.as_ref());
-            state.metrics.requests.get_or_create(&RequestLabels { webhook, result: "error" }).inc();
-            tracing::error!(webhook, panic = %message, "answering an AdmissionReview panicked; answered with an error");
-            let body = admission::internal_error_response(body, &message);
-            ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+            Evaluated::Answered(panicked(state, phase, admission::internal_error_response(body, &message), &message))
         })
 }
 
-/// A request's quota book: the evaluation permit is given back when the book is asked (quota is
-/// decided last, and a deny-mode decision may wait on the API server; waiting is not evaluating,
-/// and must not hold other reviews of this replica back).
-struct ReleasingBook<'a> {
-    inner: &'a dyn QuotaBook,
-    permit: std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
+/// Counts and logs a panic while answering a review; `error_review` is the error answer.
+fn panicked(state: &AppState, phase: Phase, error_review: Vec<u8>, message: &str) -> Response {
+    let webhook = phase.label();
+    state.metrics.requests.get_or_create(&RequestLabels { webhook, result: "error" }).inc();
+    tracing::error!(webhook, panic = %message, "answering an AdmissionReview panicked; answered with an error");
+    ([(header::CONTENT_TYPE, "application/json")], error_review).into_response()
 }
 
-impl QuotaBook for ReleasingBook<'_> {
-    fn admit(
-        &self,
-        quota: &crate::policy::quota::Quota,
-        request: &crate::quota::QuotaRequest<'_>,
-    ) -> Result<(), crate::quota::Refusal> {
-        drop(self.permit.lock().unwrap_or_else(|e| e.into_inner()).take());
-        self.inner.admit(quota, request)
-    }
-}
-
-fn answer(
+/// Decodes and evaluates a review (synchronous: CPU only). With the shared ledger, deny-mode
+/// charges are only recorded here; [`finish`] commits them.
+fn evaluate(
     state: &AppState,
     phase: Phase,
     native: Option<&str>,
     body: &[u8],
-    permit: Option<tokio::sync::OwnedSemaphorePermit>,
-) -> Response {
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+) -> Evaluated {
     let started = Instant::now();
     let webhook = phase.label();
     let policies = state.policies.load();
@@ -418,52 +429,81 @@ fn answer(
         (Some(split), Phase::Validate) => &split.validate,
         (None, _) => &policies,
     };
-    let book = ReleasingBook { inner: state.quota.as_ref(), permit: std::sync::Mutex::new(permit) };
+    let deferring = DeferringBook::default();
+    let deferred_book = StartingQuota { inner: &deferring, caches: state.caches.clone() };
+    let book: &dyn QuotaBook = if state.ledger.is_some() { &deferred_book } else { state.quota.as_ref() };
     let engine = Engine::new(in_force, state.namespaces.as_ref())
         .with_gangs(state.cluster.as_ref())
-        .with_quota(&book)
+        .with_quota(book)
         .with_allot_username(&state.allot_username)
         .with_claims(state.claims.get().map_or(&crate::dra::NoClaims as &dyn crate::dra::ClaimSource, |c| c.as_ref()));
-    let response = match admission::review(body, phase, &engine) {
+    match admission::review(body, phase, &engine) {
         Ok(answer) => {
-            let result = match (answer.allowed, answer.mutated) {
-                (false, _) => "denied",
-                (true, true) => "mutated",
-                (true, false) => "allowed",
-            };
-            state.metrics.requests.get_or_create(&RequestLabels { webhook, result }).inc();
-            for f in &answer.outcome.findings {
-                state
-                    .metrics
-                    .decisions
-                    .get_or_create(&DecisionLabels { webhook, rule: f.rule.to_string(), action: f.action.label() })
-                    .inc();
-                let message = f.describe();
-                match f.action {
-                    Action::Deny => {
-                        tracing::info!(webhook, uid = %answer.uid, kind = %answer.kind, namespace = %answer.namespace, name = %answer.name, rule = %f.rule, %message, "denied")
-                    }
-                    Action::Warn | Action::Audit => {
-                        tracing::info!(webhook, uid = %answer.uid, kind = %answer.kind, namespace = %answer.namespace, name = %answer.name, rule = %f.rule, action = f.action.label(), %message, "flagged")
-                    }
-                }
-            }
-            if answer.mutated {
-                tracing::debug!(webhook, uid = %answer.uid, namespace = %answer.namespace, name = %answer.name, changes = ?answer.outcome.changes, "mutated");
-            }
-            for note in &answer.outcome.notes {
-                tracing::warn!(webhook, uid = %answer.uid, namespace = %answer.namespace, name = %answer.name, %note, "incomplete evaluation");
-            }
-            ([(header::CONTENT_TYPE, "application/json")], answer.body).into_response()
+            Evaluated::Review { webhook, started, answer: Box::new(answer), deferred: deferring.into_deferred() }
         }
         Err(e) => {
             state.metrics.requests.get_or_create(&RequestLabels { webhook, result: "error" }).inc();
             tracing::warn!(webhook, error = %e, "rejected malformed AdmissionReview");
-            (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
+            state.metrics.duration.get_or_create(&WebhookLabels { webhook }).observe(started.elapsed().as_secs_f64());
+            Evaluated::Answered((StatusCode::BAD_REQUEST, format!("{e}\n")).into_response())
         }
+    }
+}
+
+/// Commits an evaluation's deferred ledger charges (awaiting the API server without holding a
+/// thread; a refusal turns the answer into a denial, and later charges are not committed),
+/// then counts, logs and sends the answer.
+async fn finish(state: &AppState, evaluated: Evaluated) -> Response {
+    use futures::FutureExt;
+    let (webhook, started, mut answer, deferred) = match evaluated {
+        Evaluated::Answered(response) => return response,
+        Evaluated::Review { webhook, started, answer, deferred } => (webhook, started, answer, deferred),
     };
+    if let Some(ledger) = state.ledger.as_ref().filter(|_| !deferred.is_empty()) {
+        let settle = async {
+            for charge in &deferred {
+                if let Err(refusal) = ledger.admit_async(&charge.quota, &charge.request.borrow()).await {
+                    // The shared ledger is only asked for the Pod itself, whose spec is at `spec`.
+                    answer.deny_later(crate::validate::quota_denial("spec".into(), &charge.request.team, &refusal));
+                    break;
+                }
+            }
+        };
+        if let Err(payload) = std::panic::AssertUnwindSafe(settle).catch_unwind().await {
+            let message = crate::expression::panics::payload_text(payload.as_ref());
+            return panicked(state, Phase::Validate, admission::internal_error_for(&answer.uid, &message), &message);
+        }
+    }
+    let result = match (answer.allowed, answer.mutated) {
+        (false, _) => "denied",
+        (true, true) => "mutated",
+        (true, false) => "allowed",
+    };
+    state.metrics.requests.get_or_create(&RequestLabels { webhook, result }).inc();
+    for f in &answer.outcome.findings {
+        state
+            .metrics
+            .decisions
+            .get_or_create(&DecisionLabels { webhook, rule: f.rule.to_string(), action: f.action.label() })
+            .inc();
+        let message = f.describe();
+        match f.action {
+            Action::Deny => {
+                tracing::info!(webhook, uid = %answer.uid, kind = %answer.kind, namespace = %answer.namespace, name = %answer.name, rule = %f.rule, %message, "denied")
+            }
+            Action::Warn | Action::Audit => {
+                tracing::info!(webhook, uid = %answer.uid, kind = %answer.kind, namespace = %answer.namespace, name = %answer.name, rule = %f.rule, action = f.action.label(), %message, "flagged")
+            }
+        }
+    }
+    if answer.mutated {
+        tracing::debug!(webhook, uid = %answer.uid, namespace = %answer.namespace, name = %answer.name, changes = ?answer.outcome.changes, "mutated");
+    }
+    for note in &answer.outcome.notes {
+        tracing::warn!(webhook, uid = %answer.uid, namespace = %answer.namespace, name = %answer.name, %note, "incomplete evaluation");
+    }
     state.metrics.duration.get_or_create(&WebhookLabels { webhook }).observe(started.elapsed().as_secs_f64());
-    response
+    ([(header::CONTENT_TYPE, "application/json")], answer.body).into_response()
 }
 
 async fn healthz() -> &'static str {
