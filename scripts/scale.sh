@@ -8,7 +8,7 @@
 #        ALLOT_SCALE_BATCH, ALLOT_SCALE_ROUNDS=2, ALLOT_SCALE_OBSERVE_SECS=30,
 #        ALLOT_SCALE_BIN=path/to/allot to measure another build, SKIP_BUILD=1,
 #        ALLOT_SCALE_BASELINE_BIN=path/to/baseline-server to compare with the trivial webhook,
-#        ALLOT_SCALE_NO_QUOTA=1 for a team without quota: its ledger holds 4,096 charges)
+#        ALLOT_SCALE_NO_QUOTA=1 for a team without quota: no ledger commit per create)
 # CI runs the same test at N=300 with a debug build (`cargo test --test scale`).
 # etcd's data lives in a temporary directory under ${TMPDIR:-/tmp}, removed at the end.
 set -euo pipefail

@@ -464,8 +464,9 @@ async fn allot_at_scale() {
         let entry = entry.expect("entry");
         std::fs::copy(entry.path(), policies.join(entry.file_name())).expect("copy policy");
     }
-    // ALLOT_SCALE_NO_QUOTA=1 leaves the quota out: a deny-mode team's shared ledger holds at most
-    // 4,096 live charges (`quota::ledger::MAX_ENTRIES`), fewer than the pods of a large run.
+    // ALLOT_SCALE_NO_QUOTA=1 leaves the quota out (no ledger commit per create). With it, every
+    // create commits its charge to the team's shared ledger (the leader folds seen pods into
+    // per-namespace totals, so the ledger's size does not grow with the pods).
     let quota = if std::env::var("ALLOT_SCALE_NO_QUOTA").is_ok_and(|v| v == "1") {
         ""
     } else {
