@@ -244,11 +244,11 @@ fn add_counts(total: &mut ClassCounts, other: &ClassCounts) {
     }
 }
 
-/// What a pod is charged against its team's quota: its effective requests (`spec` is its pod
-/// spec) and the devices of its claims, under their DeviceClass names, which the compiled quota
-/// weighs exactly.
-pub fn quota_requests(spec: &Value, claims: &ClaimDemand) -> ResourceList {
-    let mut requests = crate::resources::pod_requests(spec);
+/// What a pod is charged against its team's quota: its effective requests (`requests`, from
+/// its spec) and the devices of its claims, under their DeviceClass names, which the compiled
+/// quota weighs exactly.
+pub fn quota_requests(requests: &ResourceList, claims: &ClaimDemand) -> ResourceList {
+    let mut requests = requests.clone();
     requests.extend(claims.quota_resources());
     requests
 }

@@ -277,9 +277,7 @@ impl<'a> Engine<'a> {
                     gang: matches!(membership, Ok(Some(_))),
                     queued: team.team.and_then(|t| t.quota.as_ref()).is_some_and(|q| {
                         q.mode == crate::policy::QuotaMode::Queue
-                            && !q
-                                .charge(&dra::quota_requests(view.pod.get("spec").unwrap_or(&Value::Null), &claims))
-                                .is_empty()
+                            && !q.charge(&dra::quota_requests(view.requests(), &claims)).is_empty()
                     }),
                 };
                 let requester = Requester::User(req.username);
@@ -356,7 +354,7 @@ impl<'a> Engine<'a> {
             return view;
         }
         match patch::apply(&view.pod, &m.ops) {
-            Ok(pod) => PodView { path: view.path.clone(), pod: std::borrow::Cow::Owned(pod) },
+            Ok(pod) => PodView::new(view.path.clone(), std::borrow::Cow::Owned(pod)),
             Err(e) => {
                 out.notes.push(format!("{}: could not preview mutation: {e}", view.path));
                 view

@@ -137,8 +137,9 @@ pub fn check_amounts(policies: &PolicySet, view: &PodView<'_>) -> Vec<Finding> {
         }
     }
     if findings.is_empty() {
-        let total = resources::pod_requests(spec);
-        for (resource, q) in accelerators_only(&total, &policies.accelerators).iter().filter(|(_, q)| too_much(q)) {
+        for (resource, q) in
+            accelerators_only(view.requests(), &policies.accelerators).iter().filter(|(_, q)| too_much(q))
+        {
             findings.push(deny(
                 Check::TenantAmount,
                 view.spec_path(),
@@ -312,7 +313,7 @@ pub fn check_pod_update(policies: &PolicySet, old: &Value, new: &Value, username
             ));
         }
     }
-    let view = PodView { path: String::new(), pod: std::borrow::Cow::Borrowed(new) };
+    let view = PodView::new(String::new(), std::borrow::Cow::Borrowed(new));
     if let Some(list) = new_spec.get("ephemeralContainers").and_then(Value::as_array) {
         for (i, container) in list.iter().enumerate() {
             let path = format!("{}.ephemeralContainers[{i}]", view.spec_path());

@@ -40,7 +40,7 @@ pub fn check_pod_with_claims(
     for (path, container, is_init) in resources::containers(spec, &spec_path) {
         check_container(policies, &path, container, is_init, &mut findings);
     }
-    max_per_pod(policies, spec, claimed, &spec_path, &mut findings);
+    max_per_pod(policies, view.requests(), claimed, &spec_path, &mut findings);
     findings.extend(check_priority_class(policies, view, team));
     findings
 }
@@ -199,7 +199,7 @@ fn max_per_container(policies: &PolicySet, c: &ContainerAccelerators<'_>, findin
 /// than any node would wait forever.
 fn max_per_pod(
     policies: &PolicySet,
-    spec: &Value,
+    requests: &resources::ResourceList,
     claimed: &resources::ResourceList,
     spec_path: &str,
     findings: &mut Vec<Finding>,
@@ -207,7 +207,7 @@ fn max_per_pod(
     let Some(max) = &policies.checks.max_per_pod else {
         return;
     };
-    let mut total = resources::pod_requests(spec);
+    let mut total = requests.clone();
     for (name, q) in claimed {
         let slot = total.entry(name.clone()).or_default();
         *slot = slot.saturating_add(*q);
@@ -307,8 +307,8 @@ pub fn check_quota(
 ) -> Option<Finding> {
     let t = team.team?;
     let quota = t.quota.as_ref().filter(|q| q.mode == QuotaMode::Deny)?;
-    let spec = view.pod.get("spec")?;
-    let requests = crate::dra::quota_requests(spec, claims);
+    view.pod.get("spec")?; // no spec, nothing to charge
+    let requests = crate::dra::quota_requests(view.requests(), claims);
     let charge = quota.charge(&requests);
     let gang = gang.and_then(|g| g.size.map(|n| (g.name.as_str(), n)));
     // A gang member asking nothing still takes one of its gang's declared places (and so

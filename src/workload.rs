@@ -10,6 +10,8 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 
+use crate::resources::ResourceList;
+
 /// One step of a template path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
@@ -114,16 +116,35 @@ pub fn group_of(api_version: &str) -> &str {
 }
 
 /// A Pod as it is, or as a workload's template will make it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct PodView<'a> {
     /// Where it sits in the object (`""` for a Pod; `spec.template` for a Job).
     pub path: String,
     /// A Pod-shaped object: `{apiVersion: v1, kind: Pod, metadata, spec}`. A Pod under review
     /// is borrowed, not copied: it is the largest object on the hot path.
     pub pod: Cow<'a, Value>,
+    /// Its effective requests, worked out once: the per-pod maximum, `maxAmount`, the queue and
+    /// the quota all read them.
+    requests: std::cell::OnceCell<ResourceList>,
 }
 
-impl PodView<'_> {
+impl PartialEq for PodView<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path && self.pod == other.pod
+    }
+}
+
+impl<'a> PodView<'a> {
+    pub fn new(path: String, pod: Cow<'a, Value>) -> PodView<'a> {
+        PodView { path, pod, requests: std::cell::OnceCell::new() }
+    }
+
+    /// The pod's effective requests ([`crate::resources::pod_requests`] of its spec; none
+    /// without one). Do not change `pod` after calling this.
+    pub fn requests(&self) -> &ResourceList {
+        self.requests.get_or_init(|| self.pod.get("spec").map(crate::resources::pod_requests).unwrap_or_default())
+    }
+
     /// Prefix for paths inside this pod (`spec.template.spec` or `spec`).
     pub fn spec_path(&self) -> String {
         if self.path.is_empty() { "spec".to_string() } else { format!("{}.spec", self.path) }
@@ -137,13 +158,13 @@ pub fn pods_of<'a>(object: &'a Value, group: &str, kind_name: &str) -> Vec<PodVi
         return Vec::new();
     };
     if row.kind == "Pod" && row.group.is_empty() {
-        return vec![PodView { path: String::new(), pod: Cow::Borrowed(object) }];
+        return vec![PodView::new(String::new(), Cow::Borrowed(object))];
     }
     let namespace = object.pointer("/metadata/namespace").cloned();
     let mut out = Vec::new();
     for steps in row.templates {
         walk(object, steps, String::new(), &mut |path, template| {
-            out.push(PodView { path, pod: Cow::Owned(template_as_pod(template, namespace.clone())) });
+            out.push(PodView::new(path, Cow::Owned(template_as_pod(template, namespace.clone()))));
         });
     }
     if let Some((steps, field)) = row.container_resources {
@@ -164,7 +185,7 @@ pub fn pods_of<'a>(object: &'a Value, group: &str, kind_name: &str) -> Vec<PodVi
                 "metadata": {"namespace": namespace.clone().unwrap_or(Value::Null)},
                 "spec": {"containers": [Value::Object(container)]},
             });
-            out.push(PodView { path, pod: Cow::Owned(pod) });
+            out.push(PodView::new(path, Cow::Owned(pod)));
         });
     }
     out

@@ -642,7 +642,7 @@ fn expanded_pod_counts_agree_with_the_engine_body() {
         vars.insert("allotPods".to_string(), CelValue::List(vec![json_to_cel(&pod)].into()));
         let mut ctx = context(&pod, "scratch", json!({}));
         ctx.add_variable_from_value("variables", variables_value(&vars));
-        let view = crate::workload::PodView { path: String::new(), pod: std::borrow::Cow::Borrowed(&pod) };
+        let view = crate::workload::PodView::new(String::new(), std::borrow::Cow::Borrowed(&pod));
         let team = crate::namespaces::team_of(&set, "scratch", &crate::namespaces::NoNamespaces);
         let finding = crate::validate::check_pod(&set, &view, &team)
             .into_iter()
