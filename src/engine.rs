@@ -266,7 +266,7 @@ impl<'a> Engine<'a> {
                 out.findings.extend(validate::check_claims(&view, &claims, self.claims.missing_phrase()));
                 out.findings.extend(validate::check_pod_with_claims(self.policies, &view, &team, &claimed));
                 out.findings.extend(tenant::check_reserved_keys(&view));
-                out.findings.extend(tenant::check_amounts(self.policies, &view));
+                out.findings.extend(tenant::check_amounts(self.policies, &view, &claimed));
                 let membership = validate::pod_gang(self.policies, &view, req.namespace, &team);
                 out.findings.extend(validate::check_gang(&view, req.namespace, &membership, self.gangs));
                 let bypassed = || tenant::Bypassed {

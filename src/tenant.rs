@@ -26,7 +26,7 @@ use crate::gang::membership::{
 pub use crate::policy::tenancy::{DEFAULT_MAX_AMOUNT, TenantPolicy};
 use crate::policy::{Action, ExternalScheduler, PolicySet};
 use crate::quantity::Quantity;
-use crate::resources::{self, ContainerResources, ResourceMatcher, accelerators_only};
+use crate::resources::{self, ContainerResources, ResourceList, ResourceMatcher, accelerators_only};
 use crate::workload::PodView;
 
 /// The user name Allot runs as in the shipped `deploy/` (service account `allot` in
@@ -110,8 +110,9 @@ pub fn check_reserved_keys(view: &PodView<'_>) -> Vec<Finding> {
 }
 
 /// Accelerator amounts are bounded: no container and no Pod asks more than `max_amount` of one
-/// accelerator resource, and none asks a negative amount.
-pub fn check_amounts(policies: &PolicySet, view: &PodView<'_>) -> Vec<Finding> {
+/// accelerator resource, and none asks a negative amount. A Pod's total counts the devices of
+/// its DRA claims (`claimed`, in accelerator terms) too.
+pub fn check_amounts(policies: &PolicySet, view: &PodView<'_>, claimed: &ResourceList) -> Vec<Finding> {
     let mut findings = Vec::new();
     let Some(spec) = view.pod.get("spec") else {
         return findings;
@@ -137,14 +138,18 @@ pub fn check_amounts(policies: &PolicySet, view: &PodView<'_>) -> Vec<Finding> {
         }
     }
     if findings.is_empty() {
-        for (resource, q) in
-            accelerators_only(view.requests(), &policies.accelerators).iter().filter(|(_, q)| too_much(q))
-        {
+        let mut total = accelerators_only(view.requests(), &policies.accelerators);
+        for (resource, q) in claimed {
+            let slot = total.entry(resource.clone()).or_default();
+            *slot = slot.saturating_add(*q);
+        }
+        for (resource, q) in total.iter().filter(|(_, q)| too_much(q)) {
+            let claims = if claimed.contains_key(resource) { " (its DRA claims included)" } else { "" };
             findings.push(deny(
                 Check::TenantAmount,
                 view.spec_path(),
                 format!(
-                    "pod asks {q} {resource} in all; at most {max} of one accelerator per pod \
+                    "pod asks {q} {resource} in all{claims}; at most {max} of one accelerator per pod \
                      (Cluster spec.accelerators.maxAmount)"
                 ),
             ));
