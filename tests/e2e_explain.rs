@@ -37,6 +37,23 @@ spec:
     limits: {nvidia.com/gpu: 2}
 ---
 apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: claims}
+spec:
+  namespaces: {names: [claims]}
+  quota:
+    mode: Deny
+    limits: {nvidia.com/gpu: 8}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Cluster
+metadata: {name: cluster}
+spec:
+  dra:
+    deviceClasses:
+      gpu.nvidia.com: {countsAs: nvidia.com/gpu}
+---
+apiVersion: allot.dev/v1alpha1
 kind: GangPolicy
 metadata: {name: e2e}
 spec:
@@ -145,7 +162,7 @@ async fn explain_on_a_real_api_server() {
     add_node(&client, "gpu-2", 2, false).await;
     add_node(&client, "gpu-3", 8, true).await;
     add_node(&client, "cpu-1", 0, false).await;
-    for ns in ["ml", "research", "vision", "allot-system"] {
+    for ns in ["ml", "research", "vision", "claims", "allot-system"] {
         namespace(&client, ns).await;
     }
     // The policies where deploy/ puts them: what `explain` reads without --policies.
@@ -168,6 +185,29 @@ async fn explain_on_a_real_api_server() {
     for name in ["train-0", "train-1"] {
         create(&research, pod(name, 2, &["allot.dev/gang"], None, Some(("train", 3)))).await;
     }
+    // Team claims: a pod whose 4 GPUs come from a DRA claim template (bound before the quota).
+    let templates: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "claims",
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("resource.k8s.io", "v1", "ResourceClaimTemplate"),
+            "resourceclaimtemplates",
+        ),
+    );
+    create(
+        &templates,
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "four"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpus",
+                "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 4}}]}}}}),
+    )
+    .await;
+    create(
+        &Api::<Pod>::namespaced(client.clone(), "claims"),
+        json!({"metadata": {"name": "claimer"}, "spec": {"nodeName": "gpu-3",
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "four"}],
+            "containers": [{"name": "w", "image": "busybox:1.36", "resources": {"claims": [{"name": "gpus"}]}}]}}),
+    )
+    .await;
     // What the controller wrote on a member (no controller runs here): explain shows it.
     let condition = json!({"status": {"conditions": [{"type": "allot.dev/GangReady", "status": "False",
         "reason": "WaitingForMembers", "message": "2/3 members present; needs 6 nvidia.com/gpu on any node, 4 free",
@@ -263,6 +303,14 @@ async fn explain_on_a_real_api_server() {
     assert!(text.contains("    nvidia.com/gpu: 3 of 2 used (over the limit)\n"), "{text}");
     assert!(text.contains("  queue: empty\n"), "{text}");
 
+    // The claim's devices count towards the team's usage, as they do at admission.
+    let claims = json_of(&run(allot, kc, &["explain", "team", "claims", "-o", "json"]), "explain team claims");
+    assert_eq!(
+        claims["quota"]["limits"][0],
+        json!({"resource": "nvidia.com/gpu", "limit": "8", "used": "4", "over": false}),
+        "{claims}"
+    );
+
     // Not found: a clear error, exit 2.
     let out = run(allot, kc, &["explain", "pod", "nope", "-n", "ml"]);
     assert_eq!(out.status.code(), Some(2));
@@ -316,6 +364,7 @@ async fn explain_on_a_real_api_server() {
         "  note: cannot list nodes (",
         "placement is not evaluated",
         "  note: cannot list pods in all namespaces (",
+        "  note: DRA claims not fully listed (",
     ] {
         assert!(text.contains(line), "missing {line:?} in the tenant's answer:\n{text}");
     }

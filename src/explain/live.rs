@@ -211,6 +211,18 @@ pub async fn gather(client: &kube::Client, policies: &PolicySet, namespace: &str
         Err(source) => return Err(LiveError::List { what: "nodes".into(), source }),
     }
     state.replace_nodes(node_infos);
+    // Claims before pods: a pod's record counts the devices of the claims it names.
+    let claims = if policies.device_classes.is_empty() {
+        crate::dra::ClaimObjects::new("not found in the cluster")
+    } else {
+        match list_claims(client, namespace).await {
+            Ok((claims, why)) => {
+                visibility.claims = why;
+                claims
+            }
+            Err(source) => return Err(LiveError::List { what: "DRA claims".into(), source }),
+        }
+    };
     let mut records = Vec::new();
     let mut pods = HashMap::new();
     let mut keep = |pod: Pod| {
@@ -219,7 +231,7 @@ pub async fn gather(client: &kube::Client, policies: &PolicySet, namespace: &str
         {
             pods.insert((namespace.to_string(), name), PodStatus::of(&pod));
         }
-        records.extend(PodRecord::from_pod(&pod, policies, &labels));
+        records.extend(PodRecord::from_pod_with_claims(&pod, policies, &labels, &claims));
     };
     let all: Api<Pod> = Api::all(client.clone());
     match list_each(&all, &mut keep).await {
@@ -236,6 +248,42 @@ pub async fn gather(client: &kube::Client, policies: &PolicySet, namespace: &str
     state.replace_pods(records);
     crate::gang::controller::resolve_owner_sizes(client, &state).await;
     Ok(World { state, labels, pods, visibility })
+}
+
+/// Every ResourceClaimTemplate and ResourceClaim the caller may list: of all namespaces, else
+/// of `namespace` alone, with why not all (a namespaced Role); none at all, with why, when even
+/// those are forbidden.
+async fn list_claims(
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<(crate::dra::ClaimObjects, Option<String>), kube::Error> {
+    use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
+    let mut objects = crate::dra::ClaimObjects::new("not found in the cluster");
+    let mut why = None;
+    let mut keep = |object: serde_json::Result<serde_json::Value>| {
+        if let Ok(object) = object {
+            objects.insert(&object, namespace);
+        }
+    };
+    for all_namespaces in [true, false] {
+        let templates: Api<ResourceClaimTemplate> =
+            if all_namespaces { Api::all(client.clone()) } else { Api::namespaced(client.clone(), namespace) };
+        let claims: Api<ResourceClaim> =
+            if all_namespaces { Api::all(client.clone()) } else { Api::namespaced(client.clone(), namespace) };
+        let listed = match list_each(&templates, |t| keep(serde_json::to_value(t))).await {
+            Ok(()) => list_each(&claims, |c| keep(serde_json::to_value(c))).await,
+            Err(e) => Err(e),
+        };
+        match listed {
+            Ok(()) => {
+                let why = why.map(|w| format!("only namespace {namespace} could be listed: {w}"));
+                return Ok((objects, why));
+            }
+            Err(e) if forbidden(&e) => why = Some(reason(&e)),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((objects, why))
 }
 
 /// Seconds since the epoch.

@@ -81,6 +81,9 @@ pub struct Visibility {
     pub all_pods: Option<String>,
     /// Namespaces could not be listed: Team label selectors cannot match.
     pub namespaces: Option<String>,
+    /// DRA ResourceClaims or ResourceClaimTemplates could not be listed (with DeviceClasses
+    /// mapped): the devices pods ask through them are not counted.
+    pub claims: Option<String>,
 }
 
 /// The pod fields the view does not keep.
@@ -378,6 +381,11 @@ fn visibility_notes(inputs: &Inputs<'_>, gang: bool) -> Vec<String> {
         && inputs.policies.teams.iter().any(|t| t.selector.is_some())
     {
         notes.push(format!("cannot list namespaces ({why}): teams that select namespaces by label are not matched"));
+    }
+    if let Some(why) = &v.claims {
+        notes.push(format!(
+            "DRA claims not fully listed ({why}): accelerators pods ask through the claims not listed are not counted"
+        ));
     }
     notes
 }
