@@ -102,6 +102,11 @@ pub trait ClaimSource: Send + Sync {
     fn missing_phrase(&self) -> &'static str {
         "not found"
     }
+    /// True once the source holds every claim and template that existed when it started (a
+    /// watch's first list is in): pods resolved before would count no claim devices.
+    fn synced(&self) -> bool {
+        true
+    }
 }
 
 /// A source that knows no claims: every reference is missing.

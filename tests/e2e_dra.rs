@@ -221,4 +221,20 @@ async fn claim_gpus_are_placed_and_counted_on_a_real_control_plane() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let err = create("sixth", from_template("one-gpu")).await.expect_err("still over once the watch has the pods");
     assert!(err.contains("uses 4 of 4 nvidia.com/gpu"), "{err}");
+
+    // Alice deletes the template her running pods were made from and touches the pods (any
+    // update re-records them): their claim devices stay charged, so she gains no room.
+    templates.delete("one-gpu", &Default::default()).await.expect("alice deletes her template");
+    for name in ["one-0", "one-1"] {
+        let touch = json!({"metadata": {"labels": {"touched": "yes"}}});
+        pods.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(touch))
+            .await
+            .unwrap_or_else(|e| panic!("alice relabels {name}: {e}"));
+    }
+    templates.create(&pp, &template("one-more", gpus(1))).await.expect("template one-more");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let err = create_when_claims_known(&pods, &claim_pod("after-delete", from_template("one-more")))
+        .await
+        .expect_err("deleting a template frees nothing");
+    assert!(err.contains("uses 4 of 4 nvidia.com/gpu"), "{err}");
 }

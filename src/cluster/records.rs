@@ -158,6 +158,9 @@ pub struct PodRecord {
     pub arrival: Option<i64>,
     /// True when `arrival` comes from the annotation (nothing to write back).
     pub arrival_stamped: bool,
+    /// A DRA claim or template it names was not found when recorded: the store keeps the claim
+    /// devices an earlier record of it counted ([`super::store`]).
+    pub claims_unresolved: bool,
     /// Fingerprints of Allot's two conditions as the pod carries them (0: absent), so the
     /// controller writes a condition only when its text changes, also after a leader change.
     pub gang_condition: u64,
@@ -250,6 +253,7 @@ impl PodRecord {
         let finished = matches!(phase, Some("Succeeded" | "Failed"));
         let shape = shape_of(pod);
         let mut counted = std::borrow::Cow::Borrowed(&shape.requests);
+        let mut claims_unresolved = false;
         if let Some(resource_claims) = spec
             .and_then(|s| s.resource_claims.as_ref())
             .filter(|c| !c.is_empty() && !policies.device_classes.is_empty())
@@ -257,6 +261,7 @@ impl PodRecord {
             // Only the field the claims are read from: no copy of the whole pod per watch event.
             let claims_only = serde_json::json!({"spec": {"resourceClaims": resource_claims}});
             let demand = crate::dra::pod_demand(&claims_only, &namespace, &policies.device_classes, claims);
+            claims_unresolved = !demand.missing.is_empty();
             for (name, q) in demand.quota_resources() {
                 let slot = counted.to_mut().entry(name).or_default();
                 *slot = slot.saturating_add(q);
@@ -284,6 +289,7 @@ impl PodRecord {
             created: pod.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),
             arrival: facts.annotations.get(ARRIVAL_ANNOTATION).and_then(|v| parse_nanos(v)),
             arrival_stamped: facts.annotations.get(ARRIVAL_ANNOTATION).and_then(|v| parse_nanos(v)).is_some(),
+            claims_unresolved,
             gang_condition: condition_of(pod, super::action::CONDITION),
             quota_condition: condition_of(pod, super::action::QUOTA_CONDITION),
             gang,

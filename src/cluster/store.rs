@@ -178,6 +178,11 @@ impl Inner {
                 None => record.arrival = Some(self.next_arrival()),
             }
         }
+        if record.claims_unresolved
+            && let Some(old) = self.pods.get(&key)
+        {
+            carry_claim_devices(old, &mut record);
+        }
         self.unindex(&key);
         if let Some(g) = &record.gang {
             self.gangs.entry((record.namespace.clone(), g.name.clone())).or_default().insert(record.name.clone());
@@ -185,6 +190,22 @@ impl Inner {
         self.usage_delta(&record, 1);
         self.count_gates(&record, 1);
         self.pods.insert(key, Box::new(record));
+    }
+}
+
+/// A pod's claims cannot change (`spec.resourceClaims` is immutable), so the claim devices an
+/// earlier record of it counted stay counted when a later event cannot resolve them: its template
+/// or claim deleted (a tenant freeing quota that way), or not in the claim cache yet.
+fn carry_claim_devices(old: &PodRecord, record: &mut PodRecord) {
+    let carried: Vec<(Arc<str>, Quantity)> = old
+        .requests
+        .iter()
+        .filter(|(name, _)| name.starts_with(crate::dra::CLASS_RESOURCE_PREFIX))
+        .filter(|(name, _)| !record.requests.iter().any(|(n, _)| n == name))
+        .cloned()
+        .collect();
+    if !carried.is_empty() {
+        record.requests = record.requests.iter().cloned().chain(carried).collect();
     }
 }
 

@@ -118,6 +118,30 @@ impl ControllerHandle {
     }
 }
 
+/// How long the Pod watch waits for the claim watches' first lists before it starts anyway.
+const CLAIMS_SYNC_WAIT: Duration = Duration::from_secs(30);
+
+/// With DeviceClasses mapped, the Pod watch starts once the claim caches are filled: a pod
+/// recorded before its claims are known would count no claim devices (its team's usage too
+/// low until the pod changes). Bounded: a cluster that does not serve `resource.k8s.io/v1`
+/// never fills them, and then pods are recorded without their claim devices, said in the log.
+async fn wait_for_claims(state: &ClusterState, policies: &PolicySet) {
+    if policies.device_classes.is_empty() {
+        return;
+    }
+    let started = tokio::time::Instant::now();
+    while !state.claims().synced() {
+        if started.elapsed() >= CLAIMS_SYNC_WAIT {
+            tracing::warn!(
+                waited = ?CLAIMS_SYNC_WAIT,
+                "the ResourceClaim/ResourceClaimTemplate watches have not listed yet; recording pods without their claim devices until they do"
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn watch_pods(
     client: kube::Client,
     state: Arc<ClusterState>,
@@ -126,6 +150,7 @@ async fn watch_pods(
     synced: OnSynced,
     initial_list: InitialList,
 ) {
+    wait_for_claims(&state, &policies.load()).await;
     let api: Api<Pod> = Api::all(client);
     let mut strategy = initial_list;
     loop {

@@ -233,6 +233,8 @@ pub fn watch_namespaces(client: kube::Client, caches: Arc<super::startup::Caches
 struct WatchedClaims {
     claims: kube::runtime::reflector::Store<k8s_openapi::api::resource::v1::ResourceClaim>,
     templates: kube::runtime::reflector::Store<k8s_openapi::api::resource::v1::ResourceClaimTemplate>,
+    /// Both watches have had their first list.
+    synced: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl crate::dra::ClaimSource for WatchedClaims {
@@ -248,6 +250,10 @@ impl crate::dra::ClaimSource for WatchedClaims {
 
     fn missing_phrase(&self) -> &'static str {
         "which does not exist in the pod's namespace (create it before the pod)"
+    }
+
+    fn synced(&self) -> bool {
+        self.synced.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 
@@ -277,8 +283,14 @@ where
 /// Starts the ResourceClaim and ResourceClaimTemplate watches (`resource.k8s.io/v1`). A claim
 /// not (yet) in the cache is denied as missing: failing closed, never counted as free.
 pub fn watch_claims(client: kube::Client) -> Arc<dyn crate::dra::ClaimSource> {
-    Arc::new(WatchedClaims {
-        claims: spawn_reflector(kube::Api::all(client.clone()), "ResourceClaim"),
-        templates: spawn_reflector(kube::Api::all(client), "ResourceClaimTemplate"),
-    })
+    let claims = spawn_reflector(kube::Api::all(client.clone()), "ResourceClaim");
+    let templates = spawn_reflector(kube::Api::all(client), "ResourceClaimTemplate");
+    let synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (first_claims, first_templates, done) = (claims.clone(), templates.clone(), synced.clone());
+    tokio::spawn(async move {
+        if first_claims.wait_until_ready().await.is_ok() && first_templates.wait_until_ready().await.is_ok() {
+            done.store(true, std::sync::atomic::Ordering::Release);
+        }
+    });
+    Arc::new(WatchedClaims { claims, templates, synced })
 }
