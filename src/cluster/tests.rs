@@ -240,3 +240,78 @@ fn gate_gauges_count_each_gate_and_age_its_oldest_live_pod() {
     // A clock behind a creation time never makes an age negative.
     assert_eq!(state.gate_gauges(created - 1000)[0].oldest_seconds, 0);
 }
+
+/// The watch's records of a claim-template pod: one event while its template exists, the next
+/// after it is gone (or before the claim cache knows it).
+mod watched_claim_records {
+    use k8s_openapi::api::core::v1::Pod;
+    use serde_json::{Value, json};
+
+    use crate::cluster::{ClusterState, PodRecord};
+    use crate::dra::{ClaimObjects, ClaimSource, class_resource};
+    use crate::namespaces::StaticNamespaces;
+    use crate::quantity::Quantity;
+
+    fn policies() -> crate::policy::PolicySet {
+        let cluster = "apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  dra:\n    deviceClasses:\n      gpu.nvidia.com: {countsAs: nvidia.com/gpu}\n";
+        crate::policy::compile(&[crate::policy::Source { name: "c.yaml".into(), text: cluster.into() }])
+            .expect("policies")
+    }
+
+    /// A source holding `templates` (name, GPUs) in namespace ml.
+    fn templates(templates: &[(&str, u64)]) -> ClaimObjects {
+        let mut source = ClaimObjects::new("not found");
+        for (name, gpus) in templates {
+            let template: Value = json!({
+                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": name, "namespace": "ml"},
+                "spec": {"spec": {"devices": {"requests": [{"name": "r",
+                    "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": gpus}}]}}}
+            });
+            assert!(source.insert(&template, "ml"));
+        }
+        source
+    }
+
+    fn template_pod(name: &str, phase: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ml"},
+            "spec": {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "four"}], "containers": [{"name": "c"}]},
+            "status": {"phase": phase}
+        }))
+        .expect("a Pod")
+    }
+
+    fn claim_devices(state: &ClusterState, name: &str) -> Option<Quantity> {
+        let view = state.view();
+        let record = view.pod("ml", name)?;
+        record.requests.iter().find(|(n, _)| n.as_ref() == class_resource("gpu.nvidia.com")).map(|(_, q)| *q)
+    }
+
+    #[test]
+    fn claim_devices_once_counted_stay_counted_while_the_pod_lives() {
+        let policies = policies();
+        let labels = StaticNamespaces::default();
+        let (with_template, without) = (templates(&[("four", 4)]), templates(&[]));
+        let state = ClusterState::default();
+        let record = |pod: &Pod, claims: &dyn ClaimSource| {
+            PodRecord::from_pod_with_claims(pod, &policies, &labels, claims).expect("a record")
+        };
+
+        state.upsert_pod(record(&template_pod("p", "Pending"), &with_template));
+        assert_eq!(claim_devices(&state, "p"), Some(Quantity::from_units(4)));
+        // The tenant deletes the template; the pod's next event cannot resolve it.
+        let unresolved = record(&template_pod("p", "Running"), &without);
+        assert!(unresolved.claims_unresolved);
+        state.upsert_pod(unresolved);
+        assert_eq!(claim_devices(&state, "p"), Some(Quantity::from_units(4)), "still charged");
+        // Once deleted, the name is free: a new pod of that name starts from its own claims.
+        state.remove_pod("ml", "p");
+        state.upsert_pod(record(&template_pod("p", "Pending"), &without));
+        assert_eq!(claim_devices(&state, "p"), None);
+        // A resolved record replaces the devices (claims cannot change, so they are the same).
+        state.upsert_pod(record(&template_pod("q", "Pending"), &with_template));
+        state.upsert_pod(record(&template_pod("q", "Running"), &with_template));
+        assert_eq!(claim_devices(&state, "q"), Some(Quantity::from_units(4)));
+    }
+}

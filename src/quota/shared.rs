@@ -23,8 +23,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
 
 use super::ledger::{self, Charged, Ledger, Reconciled, SeenPod};
-use super::{QuotaBook, QuotaRequest, Refusal};
-use crate::policy::quota::{Charge, Quota};
+use super::{OwnedQuotaRequest, QuotaBook, QuotaRequest, Refusal};
+use crate::policy::quota::Quota;
 use crate::resources::ResourceList;
 
 /// What the ledger costs, for `/metrics` (registered by the server).
@@ -68,56 +68,10 @@ struct Cached {
 
 struct Waiting {
     quota: Quota,
-    request: OwnedRequest,
+    request: OwnedQuotaRequest,
     key: String,
     deadline: Instant,
     answer: tokio::sync::oneshot::Sender<Result<(), Refusal>>,
-}
-
-/// A [`QuotaRequest`] that can wait in a queue.
-struct OwnedRequest {
-    uid: String,
-    team: String,
-    namespace: String,
-    pod: String,
-    pod_uid: String,
-    created: i64,
-    charge: Charge,
-    requests: ResourceList,
-    gang: Option<(String, u32)>,
-    dry_run: bool,
-}
-
-impl OwnedRequest {
-    fn of(r: &QuotaRequest<'_>) -> OwnedRequest {
-        OwnedRequest {
-            uid: r.uid.into(),
-            team: r.team.into(),
-            namespace: r.namespace.into(),
-            pod: r.pod.into(),
-            pod_uid: r.pod_uid.into(),
-            created: r.created,
-            charge: r.charge.clone(),
-            requests: r.requests.clone(),
-            gang: r.gang.map(|(g, n)| (g.to_string(), n)),
-            dry_run: r.dry_run,
-        }
-    }
-
-    fn borrow(&self) -> QuotaRequest<'_> {
-        QuotaRequest {
-            uid: &self.uid,
-            team: &self.team,
-            namespace: &self.namespace,
-            pod: &self.pod,
-            pod_uid: &self.pod_uid,
-            created: self.created,
-            charge: self.charge.clone(),
-            requests: self.requests.clone(),
-            gang: self.gang.as_ref().map(|(g, n)| (g.as_str(), *n)),
-            dry_run: self.dry_run,
-        }
-    }
 }
 
 fn unix_now() -> i64 {
@@ -268,7 +222,7 @@ impl SharedLedger {
         let (answer, mut receiver) = tokio::sync::oneshot::channel();
         book.waiting.lock().unwrap_or_else(|e| e.into_inner()).push(Waiting {
             quota: quota.clone(),
-            request: OwnedRequest::of(request),
+            request: OwnedQuotaRequest::of(request),
             key: ledger::admission_key(request),
             deadline,
             answer,
