@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
 
 use super::ledger::{self, Charged, Ledger, Reconciled, SeenPod};
-use super::{OwnedQuotaRequest, QuotaBook, QuotaRequest, Refusal};
+use super::{OwnedQuotaRequest, QuotaRequest, Refusal};
 use crate::policy::quota::Quota;
 use crate::resources::ResourceList;
 
@@ -371,24 +371,6 @@ fn parse(object: &ConfigMap) -> Ledger {
     let reconciled =
         object.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(ledger::RECONCILED_ANNOTATION));
     Ledger::from_data(object.data.as_ref().unwrap_or(&BTreeMap::new()), reconciled)
-}
-
-impl QuotaBook for SharedLedger {
-    /// Runs [`SharedLedger::admit_async`] to completion. The server evaluates most admissions
-    /// on the blocking pool, but small ones in place on an async worker (issue 13's inline
-    /// evaluation): there `block_in_place` hands the worker's other tasks to another thread
-    /// first, since blocking a worker on the API server would stall every other review.
-    /// Without a runtime it refuses.
-    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), Refusal> {
-        use tokio::runtime::{Handle, RuntimeFlavor};
-        match Handle::try_current() {
-            Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(|| handle.block_on(self.admit_async(quota, request)))
-            }
-            Ok(handle) => handle.block_on(self.admit_async(quota, request)),
-            Err(_) => Err(unavailable("no async runtime to reach the API server from")),
-        }
-    }
 }
 
 /// The pods of each deny-mode team in `view`, as the reconciler matches them: those the

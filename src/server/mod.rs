@@ -163,7 +163,7 @@ impl AppState {
         }
         let policies = Arc::new(ArcSwap::from_pointee(policies));
         let book: Arc<dyn QuotaBook> = match &ledger {
-            Some(ledger) => ledger.clone(),
+            Some(_) => Arc::new(CommittedAfterEvaluation),
             None => Arc::new(LiveQuota::new(cluster.clone(), policies.clone(), namespaces.clone())),
         };
         Arc::new(AppState {
@@ -362,6 +362,25 @@ impl Evaluations {
                 (StatusCode::SERVICE_UNAVAILABLE, message).into_response()
             }
         }
+    }
+}
+
+/// `AppState::quota` beside the shared ledger: its charges are recorded during evaluation
+/// ([`DeferringBook`]) and committed by [`finish`], never decided by a synchronous book (which
+/// would hold a thread per admission while it waits on the API server). Asked anyway, it
+/// refuses: failing closed.
+struct CommittedAfterEvaluation;
+
+impl QuotaBook for CommittedAfterEvaluation {
+    fn admit(
+        &self,
+        _: &crate::policy::quota::Quota,
+        _: &crate::quota::QuotaRequest<'_>,
+    ) -> Result<(), crate::quota::Refusal> {
+        Err(crate::quota::Refusal::Unknown {
+            reason: "internal error: a deny-mode charge reached the synchronous book instead of the shared ledger"
+                .into(),
+        })
     }
 }
 
