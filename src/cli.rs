@@ -428,7 +428,11 @@ pub struct CompileArgs {
 fn run_compile(args: CompileArgs) -> anyhow::Result<ExitCode> {
     let policies = crate::policy::load_dir(&args.policies)?;
     let compiled = crate::native::compile_for(&policies, &args.allot_username);
-    let yaml = compiled.to_yaml()?;
+    // The fingerprint of the default identity's objects, whatever `--allot-username` says: the
+    // one `allot webhooks --native-covers` and `allot test --server` work out from the policies.
+    let fingerprint = crate::covers::fingerprint(&crate::native::compile(&policies))
+        .ok_or_else(|| anyhow::anyhow!("the compiled objects cannot be rendered"))?;
+    let yaml = compiled.to_yaml_from(&fingerprint)?;
     if args.out.as_os_str() == "-" {
         print!("{yaml}");
     } else {

@@ -154,9 +154,27 @@ impl Compiled {
     /// Every object as one multi-document YAML stream, in apply order (each policy before its
     /// binding).
     pub fn to_yaml(&self) -> Result<String, CompileError> {
+        self.render(None)
+    }
+
+    /// [`Compiled::to_yaml`], every object annotated [`COMPILED_FROM_ANNOTATION`]`: fingerprint`
+    /// (what `allot compile` writes).
+    pub fn to_yaml_from(&self, fingerprint: &str) -> Result<String, CompileError> {
+        self.render(Some(fingerprint))
+    }
+
+    fn render(&self, fingerprint: Option<&str>) -> Result<String, CompileError> {
         let mut out = String::new();
         for (i, object) in self.objects.iter().enumerate() {
-            let json = object.to_json()?;
+            let mut json = object.to_json()?;
+            if let Some(fingerprint) = fingerprint
+                && let Some(metadata) = json.get_mut("metadata").and_then(serde_json::Value::as_object_mut)
+            {
+                let annotations = metadata.entry("annotations").or_insert_with(|| serde_json::json!({}));
+                if let Some(annotations) = annotations.as_object_mut() {
+                    annotations.insert(COMPILED_FROM_ANNOTATION.into(), fingerprint.into());
+                }
+            }
             let yaml = serde_saphyr::to_string(&json)
                 .map_err(|e| CompileError::Render(object.name().to_string(), e.to_string()))?;
             if i > 0 {
@@ -186,6 +204,12 @@ impl Compiled {
         out
     }
 }
+
+/// The annotation `allot compile` puts on every object it emits: the fingerprint of the policy
+/// set's native objects (the one `--native-covers` puts in webhook paths, of the objects
+/// compiled for the default identity), so `allot test --server` can tell an install of these
+/// policies from a stale one or another set's.
+pub const COMPILED_FROM_ANNOTATION: &str = "allot.dev/compiled-from";
 
 /// What no policy document turns on and only the webhook does, whatever the policies.
 pub const ALWAYS_WEBHOOK: &str = "always in the webhook: the gang gate of Pods labelled as gang members, and the tenant \

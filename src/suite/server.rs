@@ -17,7 +17,7 @@
 //! after `remove`). What the server does not show — audit findings, and whether a change came
 //! from a mutation or the API server's defaulting (`mutated`) — is listed as unchecked.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use kube::core::Resource;
@@ -29,7 +29,7 @@ use crate::covers::NativeSplit;
 use crate::engine::Engine;
 use crate::finding::Check;
 use crate::namespaces::{NamespaceLabels, NoNamespaces};
-use crate::native::{NativeObject, object_name};
+use crate::native::{COMPILED_FROM_ANNOTATION, NativeObject, object_name};
 use crate::quota::StaticUsage;
 
 /// The outcome of a suite run on a server.
@@ -157,7 +157,7 @@ async fn run_test(test: &LoadedTest, client: &kube::Client) -> ServerTest {
         }
     };
     let compiled = crate::native::compile(&test.policies);
-    if let Err(why) = installed(client, &compiled.objects).await {
+    if let Err(why) = installed(client, &compiled.objects, &split.fingerprint).await {
         fail_all(&mut report, why);
         return report;
     }
@@ -226,13 +226,16 @@ fn webhook_share(
     (!why.is_empty()).then(|| why.join("; "))
 }
 
-/// Every compiled object is on the server (by kind and name).
-async fn installed(client: &kube::Client, objects: &[NativeObject]) -> Result<(), String> {
+/// Every compiled object is on the server (by kind and name), installed from these policies
+/// (its [`COMPILED_FROM_ANNOTATION`] is `fingerprint`), and no object another compile left there
+/// acts beside them.
+async fn installed(client: &kube::Client, objects: &[NativeObject], fingerprint: &str) -> Result<(), String> {
     use k8s_openapi::api::admissionregistration::v1::{
         MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicy,
         ValidatingAdmissionPolicyBinding,
     };
-    async fn names<K>(client: &kube::Client) -> Result<BTreeSet<String>, String>
+    /// Each object's name and the fingerprint it was compiled from (`None`: not by `allot compile`).
+    async fn names<K>(client: &kube::Client) -> Result<BTreeMap<String, Option<String>>, String>
     where
         K: kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
             + Clone
@@ -243,36 +246,71 @@ async fn installed(client: &kube::Client, objects: &[NativeObject]) -> Result<()
             .list_metadata(&ListParams::default())
             .await
             .map_err(|e| format!("listing {}: {e}", K::kind(&())))?;
-        Ok(list.items.into_iter().filter_map(|o| o.metadata.name).collect())
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|o| {
+                let from = o.metadata.annotations.as_ref().and_then(|a| a.get(COMPILED_FROM_ANNOTATION)).cloned();
+                o.metadata.name.map(|name| (name, from))
+            })
+            .collect())
     }
     let mutating = names::<MutatingAdmissionPolicy>(client).await?;
     let mutating_bindings = names::<MutatingAdmissionPolicyBinding>(client).await?;
     let validating = names::<ValidatingAdmissionPolicy>(client).await?;
     let validating_bindings = names::<ValidatingAdmissionPolicyBinding>(client).await?;
-    let missing: Vec<String> = objects
-        .iter()
-        .filter(|o| {
-            let set = match o {
-                NativeObject::MutatingPolicy(_) => &mutating,
-                NativeObject::MutatingBinding(_) => &mutating_bindings,
-                NativeObject::ValidatingPolicy(_) => &validating,
-                NativeObject::ValidatingBinding(_) => &validating_bindings,
-            };
-            !set.contains(o.name())
-        })
-        .map(|o| o.name().to_string())
-        .collect();
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
+    let on_server = |o: &NativeObject| match o {
+        NativeObject::MutatingPolicy(_) => &mutating,
+        NativeObject::MutatingBinding(_) => &mutating_bindings,
+        NativeObject::ValidatingPolicy(_) => &validating,
+        NativeObject::ValidatingBinding(_) => &validating_bindings,
+    };
+    // Up to three distinct names (a policy and its binding share one).
+    let first = |names: &[String]| {
+        let distinct: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+        distinct.into_iter().take(3).collect::<Vec<_>>().join(", ")
+    };
+    let missing: Vec<String> =
+        objects.iter().filter(|o| !on_server(o).contains_key(o.name())).map(|o| o.name().to_string()).collect();
+    if !missing.is_empty() {
+        return Err(format!(
             "the native policies are not installed: {} of {} objects missing ({}…); apply `allot compile` for these \
              policies first",
             missing.len(),
             objects.len(),
-            missing.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
-        ))
+            first(&missing)
+        ));
     }
+    let stale: Vec<String> = objects
+        .iter()
+        .filter(|o| on_server(o).get(o.name()).is_some_and(|from| from.as_deref() != Some(fingerprint)))
+        .map(|o| o.name().to_string())
+        .collect();
+    if !stale.is_empty() {
+        return Err(format!(
+            "the native policies installed are not these policies' ({} of {} objects compiled from other policies or \
+             by an older allot, e.g. {}; these compile to {fingerprint}): apply `allot compile` for these policies again",
+            stale.len(),
+            objects.len(),
+            first(&stale)
+        ));
+    }
+    let expected: BTreeSet<&str> = objects.iter().map(NativeObject::name).collect();
+    let leftovers: Vec<String> = [&mutating, &mutating_bindings, &validating, &validating_bindings]
+        .into_iter()
+        .flat_map(|set| set.iter())
+        .filter(|(name, from)| from.is_some() && !expected.contains(name.as_str()))
+        .map(|(name, _)| name.clone())
+        .collect();
+    if !leftovers.is_empty() {
+        return Err(format!(
+            "{} object(s) another `allot compile` installed act beside these policies ({}): delete them, or they \
+             answer too",
+            leftovers.len(),
+            first(&leftovers)
+        ));
+    }
+    Ok(())
 }
 
 /// The server's answer to a dry-run create.
