@@ -125,15 +125,15 @@ const CLAIMS_SYNC_WAIT: Duration = Duration::from_secs(30);
 /// recorded before its claims are known would count no claim devices (its team's usage too
 /// low until the pod changes). Bounded: a cluster that does not serve `resource.k8s.io/v1`
 /// never fills them, and then pods are recorded without their claim devices, said in the log.
-async fn wait_for_claims(state: &ClusterState, policies: &PolicySet) {
+async fn wait_for_claims(state: &ClusterState, policies: &PolicySet, within: Duration) {
     if policies.device_classes.is_empty() {
         return;
     }
     let started = tokio::time::Instant::now();
     while !state.claims().synced() {
-        if started.elapsed() >= CLAIMS_SYNC_WAIT {
+        if started.elapsed() >= within {
             tracing::warn!(
-                waited = ?CLAIMS_SYNC_WAIT,
+                waited = ?within,
                 "the ResourceClaim/ResourceClaimTemplate watches have not listed yet; recording pods without their claim devices until they do"
             );
             return;
@@ -150,7 +150,7 @@ async fn watch_pods(
     synced: OnSynced,
     initial_list: InitialList,
 ) {
-    wait_for_claims(&state, &policies.load()).await;
+    wait_for_claims(&state, &policies.load(), CLAIMS_SYNC_WAIT).await;
     let api: Api<Pod> = Api::all(client);
     let mut strategy = initial_list;
     loop {
@@ -868,5 +868,55 @@ async fn publish(
     };
     if let Err(e) = recorder.publish(&event, &reference).await {
         tracing::debug!(%namespace, %pod, error = %e, "cannot publish event");
+    }
+}
+
+#[cfg(test)]
+mod claim_wait_tests {
+    use super::*;
+
+    /// Claim watches that finish their first lists at a given time.
+    struct SyncedAt(std::time::Instant);
+
+    impl crate::dra::ClaimSource for SyncedAt {
+        fn template(&self, _: &str, _: &str) -> Option<serde_json::Value> {
+            None
+        }
+        fn claim(&self, _: &str, _: &str) -> Option<serde_json::Value> {
+            None
+        }
+        fn synced(&self) -> bool {
+            std::time::Instant::now() >= self.0
+        }
+    }
+
+    fn with_claims_in(delay: Duration) -> ClusterState {
+        let state = ClusterState::default();
+        state.set_claims(Arc::new(SyncedAt(std::time::Instant::now() + delay)));
+        state
+    }
+
+    #[tokio::test]
+    async fn the_pod_watch_waits_for_the_claim_watches_when_device_classes_are_mapped() {
+        let cluster = "apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  dra:\n    deviceClasses:\n      gpu.nvidia.com: {countsAs: nvidia.com/gpu}\n";
+        let dra = crate::policy::compile(&[crate::policy::Source { name: "c.yaml".into(), text: cluster.into() }])
+            .expect("policies");
+        let none = crate::policy::compile(&[]).expect("no policies");
+
+        let started = std::time::Instant::now();
+        wait_for_claims(&with_claims_in(Duration::from_millis(300)), &dra, Duration::from_secs(20)).await;
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(10), "{waited:?}");
+
+        // Bounded: claim watches that never list hold the Pod watch back no longer than `within`.
+        let started = std::time::Instant::now();
+        wait_for_claims(&with_claims_in(Duration::from_secs(3600)), &dra, Duration::from_millis(200)).await;
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(200) && waited < Duration::from_secs(10), "{waited:?}");
+
+        // Without DeviceClasses mapped nothing is waited for.
+        let started = std::time::Instant::now();
+        wait_for_claims(&with_claims_in(Duration::from_secs(3600)), &none, Duration::from_secs(20)).await;
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 }
