@@ -5,7 +5,9 @@ use std::process::ExitCode;
 use allot::cli::{Cli, LogFormat};
 
 /// mimalloc instead of glibc malloc: under load glibc's allocator took ~30 % of the server's
-/// CPU (allocations made on one thread and freed on another), see benches/README.md.
+/// CPU (allocations made on one thread and freed on another), see benches/README.md. The
+/// `system-allocator` feature leaves it out, for heap profilers that hook malloc (heaptrack).
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
