@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
 
-use super::ledger::{self, Charged, Ledger, Reconciled, SeenPod};
+use super::ledger::{self, Charged, CountedPod, Ledger, Reconciled, Recount, SeenPod};
 use super::{OwnedQuotaRequest, QuotaRequest, Refusal};
 use crate::policy::quota::Quota;
 use crate::resources::ResourceList;
@@ -247,7 +247,7 @@ impl SharedLedger {
     /// yet; an existing one is left to the leader. Any replica may do this: a new ledger holds
     /// no charge a stale watch could wrongly release, only pods it adds (at worst one the leader
     /// later finds gone).
-    pub async fn ensure(&self, team: &str, pods: &[SeenPod]) -> Result<(), kube::Error> {
+    pub async fn ensure(&self, team: &str, recount: &Recount) -> Result<(), kube::Error> {
         let book = self.book(team);
         let mut cached = book.slot.lock().await;
         self.read(team, &mut cached).await?;
@@ -255,12 +255,12 @@ impl SharedLedger {
             return Ok(());
         }
         let mut ledger = Ledger::default();
-        ledger.reconcile(pods, unix_now());
+        ledger.reconcile_with(recount, unix_now(), &|_| false);
         let mut object = new_object(team);
         set_reconciled(&mut object, &ledger);
         match self.api.create(&PostParams::default(), &object).await {
             Ok(o) => {
-                tracing::info!(%team, pods = pods.len(), "quota ledger created");
+                tracing::info!(%team, pods = recount.pods(), "quota ledger created");
                 cached.ledger = ledger;
                 cached.object = Some(o);
                 Ok(())
@@ -273,7 +273,7 @@ impl SharedLedger {
     /// Brings `team`'s ledger in line with its pods as the leader sees them (creating the
     /// object when missing); writes only when something changed. Retries conflicts a few times.
     pub async fn reconcile(&self, team: &str, pods: &[SeenPod]) -> Result<Reconciled, kube::Error> {
-        self.reconcile_with(team, pods, &|_| false).await
+        self.reconcile_with(team, &Recount::from_pods(pods), &|_| false).await
     }
 
     /// [`SharedLedger::reconcile`], releasing pending charges whose pod `deleted` says the watch
@@ -281,7 +281,7 @@ impl SharedLedger {
     pub async fn reconcile_with(
         &self,
         team: &str,
-        pods: &[SeenPod],
+        recount: &Recount,
         deleted: &(dyn Fn(&ledger::Entry) -> bool + Sync),
     ) -> Result<Reconciled, kube::Error> {
         let book = self.book(team);
@@ -293,7 +293,7 @@ impl SharedLedger {
             self.read(team, &mut cached).await?;
             let was = cached.ledger.clone();
             let mut next = cached.ledger.clone();
-            let report = next.reconcile_with(pods, unix_now(), deleted);
+            let report = next.reconcile_with(recount, unix_now(), deleted);
             let exists = cached.object.is_some();
             if exists && was.reconciled && !report.changed() {
                 return Ok(report);
@@ -373,42 +373,59 @@ fn parse(object: &ConfigMap) -> Ledger {
     Ledger::from_data(object.data.as_ref().unwrap_or(&BTreeMap::new()), reconciled)
 }
 
-/// The pods of each deny-mode team in `view`, as the reconciler matches them: those the
-/// admission book charges (they request something the quota counts, or belong to a gang).
-pub fn pods_by_team(
+/// The deny-mode team of `namespace` and its quota, if any.
+fn deny_team_of(
+    policies: &crate::policy::PolicySet,
+    labels: &dyn crate::namespaces::NamespaceLabels,
+    namespace: &str,
+) -> Option<(String, Quota)> {
+    let t = crate::namespaces::team_of(policies, namespace, labels).team?;
+    let q = t.quota.as_ref().filter(|q| q.mode == crate::policy::QuotaMode::Deny)?;
+    Some((t.name.clone(), q.clone()))
+}
+
+/// What the ledger counts of `pod` under `quota`: its counted requests, unless it has none and
+/// no gang (the admission book charges nothing for it).
+fn counted_pod(pod: &crate::cluster::PodRecord, quota: &Quota) -> Option<ResourceList> {
+    let requests: ResourceList = pod.request_pairs().map(|(k, v)| (k.to_string(), v)).collect();
+    let requests = ledger::counted(quota, &requests);
+    (!requests.is_empty() || pod.gang.is_some()).then_some(requests)
+}
+
+/// Each deny-mode team's pods in `view`, counted as the reconciler matches them (those the
+/// admission book charges: they request something the quota counts, or belong to a gang), in
+/// one pass and without copying them.
+pub fn recount_by_team(
     view: &crate::cluster::ClusterView<'_>,
     policies: &crate::policy::PolicySet,
     labels: &dyn crate::namespaces::NamespaceLabels,
-) -> BTreeMap<String, Vec<SeenPod>> {
-    let mut out: BTreeMap<String, Vec<SeenPod>> = policies
+) -> BTreeMap<String, Recount> {
+    let mut out: BTreeMap<String, Recount> = policies
         .teams
         .iter()
         .filter(|t| t.quota.as_ref().is_some_and(|q| q.mode == crate::policy::QuotaMode::Deny))
-        .map(|t| (t.name.clone(), Vec::new()))
+        .map(|t| (t.name.clone(), Recount::default()))
         .collect();
     let mut team_of: HashMap<String, Option<(String, Quota)>> = HashMap::new();
     for pod in view.pods() {
-        let team = team_of.entry(pod.namespace.to_string()).or_insert_with(|| {
-            let t = crate::namespaces::team_of(policies, &pod.namespace, labels).team?;
-            let q = t.quota.as_ref().filter(|q| q.mode == crate::policy::QuotaMode::Deny)?;
-            Some((t.name.clone(), q.clone()))
-        });
+        let team = match team_of.get(&*pod.namespace) {
+            Some(team) => team,
+            None => team_of
+                .entry(pod.namespace.to_string())
+                .or_insert_with(|| deny_team_of(policies, labels, &pod.namespace)),
+        };
         let Some((team, quota)) = team else { continue };
-        let requests: ResourceList = pod.request_pairs().map(|(k, v)| (k.to_string(), v)).collect();
-        let requests = ledger::counted(quota, &requests);
-        if requests.is_empty() && pod.gang.is_none() {
-            continue;
-        }
-        if let Some(list) = out.get_mut(team.as_str()) {
-            list.push(SeenPod {
-                namespace: pod.namespace.to_string(),
-                name: pod.name.to_string(),
+        let Some(requests) = counted_pod(pod, quota) else { continue };
+        if let Some(recount) = out.get_mut(team.as_str()) {
+            let counted = CountedPod {
+                namespace: &pod.namespace,
+                name: &pod.name,
                 created: pod.created,
                 finished: pod.finished,
                 terminating: pod.terminating,
-                requests,
-                gang: pod.gang.as_ref().map(|g| (g.name.clone(), g.size)),
-            });
+                gang: pod.gang.as_ref().map(|g| (g.name.as_str(), g.size)),
+            };
+            recount.add(&counted, requests);
         }
     }
     out
@@ -452,10 +469,10 @@ pub fn spawn_reconciler(
             }
             let current = policies.load_full();
             if ensured.as_deref() != Some(current.version.as_str()) {
-                let teams = pods_by_team(&state.view(), &current, labels.as_ref());
+                let teams = recount_by_team(&state.view(), &current, labels.as_ref());
                 let mut all = true;
-                for (team, pods) in &teams {
-                    if let Err(e) = ledger.ensure(team, pods).await {
+                for (team, recount) in &teams {
+                    if let Err(e) = ledger.ensure(team, recount).await {
                         all = false;
                         tracing::warn!(%team, error = %e, "cannot create the quota ledger yet; retrying");
                     }
@@ -485,7 +502,7 @@ pub fn spawn_reconciler(
             {
                 continue;
             }
-            let teams = pods_by_team(&state.view(), &current, labels.as_ref());
+            let teams = recount_by_team(&state.view(), &current, labels.as_ref());
             let mut clean = true;
             // A pending charge whose pod the watch saw deleted since it was charged.
             let (now_unix, now) = (unix_now(), Instant::now());
@@ -499,10 +516,10 @@ pub fn spawn_reconciler(
                 let ago = Duration::from_secs(u64::try_from(now_unix.saturating_sub(e.at)).unwrap_or(0) + 1);
                 now.checked_sub(ago).is_some_and(|since| store.removed_since(&e.namespace, &e.name, since))
             };
-            for (team, pods) in &teams {
-                match ledger.reconcile_with(team, pods, &deleted).await {
+            for (team, recount) in &teams {
+                match ledger.reconcile_with(team, recount, &deleted).await {
                     Ok(report) if report.changed() => {
-                        tracing::info!(%team, charges = pods.len(), ?report, "quota ledger reconciled");
+                        tracing::info!(%team, pods = recount.pods(), ?report, "quota ledger reconciled");
                     }
                     Ok(_) => {}
                     Err(e) => {

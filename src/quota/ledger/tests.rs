@@ -347,7 +347,7 @@ fn a_pod_seen_deleted_before_the_leader_looked_releases_its_charge_at_once() {
     let mut l = reconciled();
     charge(&mut l, &q, "quick", 1, None).unwrap();
     charge(&mut l, &q, "slow", 1, None).unwrap();
-    let report = l.reconcile_with(&[], 1_005, &|e| e.name == "quick");
+    let report = l.reconcile_with(&Recount::from_pods(&[]), 1_005, &|e| e.name == "quick");
     assert_eq!((report.released, report.expired), (1, 0), "{report:?}");
     assert_eq!(gpu_usage(&l), 1, "the other pending charge waits for its pod or its expiry");
 }
@@ -591,4 +591,37 @@ proptest! {
         fresh.reconcile(&pods, now);
         prop_assert_eq!(l.to_data(), fresh.to_data());
     }
+}
+
+/// The leader's recount answers what the per-pod list answered: each counted pod by name (its
+/// creation time and whether it ended), nothing for others, and the same folded totals.
+#[test]
+fn a_recount_finds_pods_by_name_and_folds_like_the_list() {
+    let mut pods = large_team(3_000, 0.3, 4);
+    pods[7].finished = true;
+    let recount = Recount::from_pods(&pods);
+    assert_eq!(recount.pods(), 3_000);
+    assert_eq!(recount.find(&pods[7].namespace, &pods[7].name), Some(Sighting { created: 1_000, finished: true }));
+    assert_eq!(recount.find(&pods[8].namespace, &pods[8].name), Some(Sighting { created: 1_000, finished: false }));
+    // Same name in another namespace, or an unknown name: not found.
+    assert_eq!(recount.find("other", &pods[8].name), None);
+    assert_eq!(recount.find(&pods[8].namespace, "train-llama-finetune-worker-999999-abcde"), None);
+    // Streaming pod by pod gives the ledger the totals the whole list gave.
+    let mut streamed = Recount::default();
+    for p in &pods {
+        let pod = CountedPod {
+            namespace: &p.namespace,
+            name: &p.name,
+            created: p.created,
+            finished: p.finished,
+            terminating: p.terminating,
+            gang: p.gang.as_ref().map(|(g, size)| (g.as_str(), *size)),
+        };
+        streamed.add(&pod, p.requests.clone());
+    }
+    let (mut a, mut b) = (Ledger::default(), Ledger::default());
+    a.reconcile(&pods, 1_000);
+    b.reconcile_with(&streamed, 1_000, &|_| false);
+    assert_eq!(a.to_data(), b.to_data());
+    assert_eq!(gpu_usage(&b), expected_gpus(&pods));
 }
