@@ -19,6 +19,8 @@
 //! the containers' resources and is never counted again. A claim or template that cannot be
 //! found is not "free": it is reported in [`ClaimDemand::missing`] and admission denies naming it.
 
+pub mod slices;
+
 use std::collections::BTreeMap;
 
 use serde_json::Value;

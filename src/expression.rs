@@ -578,6 +578,72 @@ fn describe(e: &ExecutionError) -> String {
     format!("CEL evaluation error: {e}")
 }
 
+/// A CEL expression Allot evaluates but does not own, such as a DeviceClass's device selector
+/// (`device.driver == 'gpu.nvidia.com'`): parsed behind the same guards as a Rule (the text
+/// scan that keeps cel's parser below its depth limit, the refused `!!x`, the parser on its
+/// own stack, its panics contained) and evaluated under the panic boundary with stack for its
+/// depth, but over the variables its owner's API defines instead of Allot's, with no metric:
+/// its errors are its owner's, not a policy's.
+#[derive(Debug)]
+pub struct ForeignExpression {
+    tree: IdedExpr,
+    tree_depth: usize,
+}
+
+impl ForeignExpression {
+    /// Parses `source`; the error says why it cannot be evaluated.
+    pub fn compile(source: &str) -> Result<ForeignExpression, String> {
+        let nesting = depth::scan(source);
+        if nesting.depth > depth::MAX_NESTING {
+            return Err(depth::nesting_message(nesting));
+        }
+        if let Some((operator, column)) = depth::repeated_unary(source) {
+            return Err(depth::repeated_unary_message(operator, column));
+        }
+        depth::on_parser_stack(|| {
+            let parsed = panics::contain(&"CEL parser", || Program::compile(source))
+                .map_err(|panic| format!("CEL syntax error: the parser failed on this expression ({panic})"))?;
+            let program = parsed.map_err(|e| format!("CEL syntax error: {e}"))?;
+            let tree = program.expression().clone();
+            let tree_depth = depth::tree_depth(&tree);
+            if tree_depth > depth::MAX_TREE_DEPTH {
+                return Err(depth::tree_message(tree_depth));
+            }
+            Ok(ForeignExpression { tree, tree_depth })
+        })
+    }
+
+    /// Evaluates in `ctx`; `None` on an error or a panic.
+    pub fn value(&self, ctx: &Context<'_>) -> Option<CelValue> {
+        depth::with_evaluation_stack(self.tree_depth, || {
+            panics::contain(&"CEL value", || CelValue::resolve(&self.tree, ctx)).ok()?.ok()
+        })
+    }
+
+    /// Evaluates to a boolean in `ctx`; anything else, an error or a panic is an error.
+    pub fn eval_bool(&self, ctx: &Context<'_>, owner: &dyn std::fmt::Display) -> Result<bool, EvalError> {
+        let evaluated = depth::with_evaluation_stack(self.tree_depth, || {
+            panics::contain(owner, || CelValue::resolve(&self.tree, ctx))
+        });
+        match evaluated {
+            Ok(Ok(CelValue::Bool(b))) => Ok(b),
+            Ok(Ok(other)) => Err(EvalError::Cel(format!("expression returned {other:?}, not a bool"))),
+            Ok(Err(e)) => Err(EvalError::Cel(describe(&e))),
+            Err(panic) => Err(EvalError::Panic(panic)),
+        }
+    }
+}
+
+/// A root context with the Kubernetes CEL libraries (kube-cel's, with Allot's exact quantities)
+/// and none of Allot's own functions or variables: where [`ForeignExpression`]s evaluate.
+pub fn library_context() -> Context<'static> {
+    let mut root = Context::default();
+    root.register_all();
+    quantity::register(&mut root);
+    fixes::register(&mut root);
+    root
+}
+
 /// The root CEL context of a policy set: every function registered once, shared read-only by
 /// all requests. Requests bind their variables in a child scope.
 pub struct Environment {

@@ -1123,7 +1123,8 @@ fn recording_policies() -> allot::policy::PolicySet {
     let text = format!(
         "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {{name: timeout}}\nspec:\n  match: {{namespaces: [ml-timeout]}}\n  assemblyTimeout: 1m\n  onTimeout: Fail\n---\n\
          apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {{name: infer}}\nspec:\n  match: {{namespaces: [ml-infer]}}\n  infer: {}\n---\n\
-         apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: queue}}\nspec:\n  namespaces: {{names: [ml-queue]}}\n  quota: {{mode: Queue, limits: {{nvidia.com/gpu: 4}}}}\n",
+         apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: queue}}\nspec:\n  namespaces: {{names: [ml-queue]}}\n  quota: {{mode: Queue, limits: {{nvidia.com/gpu: 4}}}}\n---\n\
+         apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: cluster}}\nspec:\n  dra: {{deviceClasses: {{gpu.nvidia.com: {{countsAs: nvidia.com/gpu}}}}}}\n",
         Value::Array(infer)
     );
     allot::policy::compile(&[allot::policy::Source { name: "recording.yaml".into(), text }])
@@ -1140,6 +1141,10 @@ fn scenario() -> BTreeSet<(String, String, String)> {
         ("watch", "resource.k8s.io", "resourceclaims"),
         ("list", "resource.k8s.io", "resourceclaimtemplates"),
         ("watch", "resource.k8s.io", "resourceclaimtemplates"),
+        ("list", "resource.k8s.io", "deviceclasses"),
+        ("watch", "resource.k8s.io", "deviceclasses"),
+        ("list", "resource.k8s.io", "resourceslices"),
+        ("watch", "resource.k8s.io", "resourceslices"),
         ("list", "", "nodes"),
         ("watch", "", "nodes"),
         ("list", "", "pods"),

@@ -238,3 +238,158 @@ async fn claim_gpus_are_placed_and_counted_on_a_real_control_plane() {
         .expect_err("deleting a template frees nothing");
     assert!(err.contains("uses 4 of 4 nvidia.com/gpu"), "{err}");
 }
+
+const GANG_NS: &str = "dra-gang";
+
+const GANG_TEAM: &str = r#"
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: dra-gang}
+spec:
+  namespaces: {names: [dra-gang]}
+"#;
+
+/// Each member's `allot.dev/GangReady` message (empty when it has none) and whether it is
+/// still behind Allot's gang gate.
+async fn members(pods: &Api<Pod>, names: &[String]) -> Vec<(bool, String)> {
+    let mut out = Vec::new();
+    for name in names {
+        let pod = pods.get(name).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let gated = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| g.iter().any(|g| g.name == "allot.dev/gang"));
+        let message = pod
+            .status
+            .and_then(|s| s.conditions)
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == "allot.dev/GangReady")
+            .and_then(|c| c.message)
+            .unwrap_or_default();
+        out.push((gated, message));
+    }
+    out
+}
+
+/// Waits until every member's state satisfies `done`, asserting at every look that the gang
+/// is never released in part.
+async fn watch_members(pods: &Api<Pod>, names: &[String], what: &str, done: impl Fn(&[(bool, String)]) -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(45);
+    loop {
+        let seen = members(pods, names).await;
+        let gated = seen.iter().filter(|(g, _)| *g).count();
+        assert!(gated == 0 || gated == names.len(), "a gang released in part: {seen:?}");
+        if done(&seen) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A ResourceSlice of `devices` GPUs on `node`, as NVIDIA's DRA driver publishes them.
+fn gpu_slice(node: &str, devices: usize) -> DynamicObject {
+    let devices: Vec<Value> =
+        (0..devices).map(|i| json!({"name": format!("gpu-{i}"), "attributes": {"type": {"string": "gpu"}}})).collect();
+    serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": format!("{node}-gpus")},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": node,
+                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": devices}
+    }))
+    .unwrap()
+}
+
+/// A gang of 4 whose GPUs all come from claims, on the two fake GPU nodes: it waits whole while
+/// the ResourceSlices offer fewer than 4 GPU devices of the DeviceClass (saying how many are
+/// free), and is released whole once they offer 4 (issue 15). The tenant creates the pods; the
+/// capacity comes from cluster-scoped slices she cannot write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dra_gang_waits_whole_until_the_resource_slices_offer_its_gpus() {
+    allot::install_crypto_provider();
+    let Some(assets) = Assets::from_env("a_dra_gang_waits_whole_until_the_resource_slices_offer_its_gpus") else {
+        return;
+    };
+    let cluster = Cluster::start_with(&assets, &[("dra-gang.yaml", GANG_TEAM)]).await;
+    let admin = cluster.client.clone();
+    let pp = PostParams::default();
+    let class: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": "gpu.nvidia.com"},
+        "spec": {"selectors": [{"cel": {"expression":
+            "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}}]}
+    }))
+    .unwrap();
+    Api::<DynamicObject>::all_with(admin.clone(), &resource("DeviceClass", "deviceclasses"))
+        .create(&pp, &class)
+        .await
+        .expect("DeviceClass gpu.nvidia.com");
+    let slices = Api::<DynamicObject>::all_with(admin.clone(), &resource("ResourceSlice", "resourceslices"));
+
+    prepare_namespace(&admin, GANG_NS).await;
+    let alice = alice_client(&cluster).await;
+    Api::<DynamicObject>::namespaced_with(
+        alice.clone(),
+        GANG_NS,
+        &resource("ResourceClaimTemplate", "resourceclaimtemplates"),
+    )
+    .create(&pp, &template("one-gpu", gpus(1)))
+    .await
+    .expect("template one-gpu");
+    // A tenant cannot publish capacity for her own gang.
+    let forged = Api::<DynamicObject>::all_with(alice.clone(), &resource("ResourceSlice", "resourceslices"))
+        .create(&pp, &gpu_slice("gpu-node-1", 8))
+        .await
+        .expect_err("alice may not write ResourceSlices");
+    assert!(forged.to_string().contains("forbidden"), "{forged}");
+
+    let pods: Api<Pod> = Api::namespaced(alice.clone(), GANG_NS);
+    let names: Vec<String> = (0..4).map(|i| format!("train-{i}")).collect();
+    for name in &names {
+        let mut pod = claim_pod(name, from_template("one-gpu"));
+        pod.metadata.labels = Some([("allot.dev/gang-name".to_string(), "train".to_string())].into());
+        pod.metadata.annotations = Some([("allot.dev/gang-size".to_string(), "4".to_string())].into());
+        let created = create_when_claims_known(&pods, &pod).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let gates = created.spec.and_then(|s| s.scheduling_gates).unwrap_or_default();
+        assert!(gates.iter().any(|g| g.name == "allot.dev/gang"), "{name} is gated: {gates:?}");
+    }
+
+    // No slice yet: the nodes offer no GPU device (their device-plugin GPUs are another
+    // resource), so the gang waits, and says so.
+    watch_members(&pods, &names, "the explanation with 0 free", |m| {
+        m.iter()
+            .all(|(gated, msg)| *gated && msg.contains("needs 4 gpu.nvidia.com devices") && msg.ends_with(", 0 free"))
+    })
+    .await;
+
+    // 2 GPUs on one node: still waiting, whole.
+    slices.create(&pp, &gpu_slice("gpu-node-1", 2)).await.expect("slice on gpu-node-1");
+    watch_members(&pods, &names, "the explanation with 2 free", |m| {
+        m.iter()
+            .all(|(gated, msg)| *gated && msg.contains("needs 4 gpu.nvidia.com devices") && msg.ends_with(", 2 free"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(members(&pods, &names).await.iter().all(|(gated, _)| *gated), "2 devices do not hold 4 members");
+    // `allot explain` reads the slices as the controller does, and agrees.
+    let explained = std::process::Command::new(env!("CARGO_BIN_EXE_allot"))
+        .args(["explain", "gang", "train", "-n", GANG_NS, "--policies"])
+        .arg(cluster.dir.path().join("policies"))
+        .env("KUBECONFIG", cluster.dir.path().join("kubeconfig"))
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("allot explain");
+    let text = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        explained.status.success() && text.contains("needs 4 gpu.nvidia.com devices") && text.contains(", 2 free"),
+        "{explained:?}"
+    );
+
+    // 2 more on the other node: released, all 4 together.
+    let asked = std::time::Instant::now();
+    slices.create(&pp, &gpu_slice("gpu-node-2", 2)).await.expect("slice on gpu-node-2");
+    watch_members(&pods, &names, "the release", |m| m.iter().all(|(gated, _)| !*gated)).await;
+    eprintln!("released whole {:?} after the second slice", asked.elapsed());
+}

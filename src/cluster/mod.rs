@@ -17,6 +17,6 @@ mod tests;
 
 pub use action::{CONDITION, ControllerAction, QUOTA_CONDITION};
 pub use records::{GangRef, NodeInfo, Owner, PodRecord, PodShape, node_info, shape_of};
-pub use store::{ClusterState, ClusterView, Tracked};
+pub use store::{ClusterState, ClusterView, Devices, Tracked};
 pub use tally::GangTally;
 pub use usage::{AcceleratorGauge, AcceleratorUsage, Gate, GateGauge, QuotaGauge, UsageState};

@@ -91,6 +91,21 @@ struct Inner {
     /// the controller skips its passes over every pod when nothing waits (issue 18).
     gang_gated: usize,
     quota_gated: usize,
+    /// What DRA devices the nodes offer (from ResourceSlices), if watched.
+    devices: Devices,
+}
+
+/// What the view knows of the DRA devices nodes offer.
+#[derive(Debug, Clone, Default)]
+pub enum Devices {
+    /// Not watched (no DeviceClass mapped, or the API does not serve them): claim devices are
+    /// left out of the fit, as before slices were read.
+    #[default]
+    Unknown,
+    /// Watched, first lists not in yet: no pass decides until they are (or the wait ends).
+    Waiting,
+    /// Counted from the ResourceSlices.
+    Known(Arc<crate::dra::slices::NodeDevices>),
 }
 
 /// How many objects the view holds (memory grows with pods above all).
@@ -239,7 +254,15 @@ impl ClusterView<'_> {
         self.inner.nodes.values()
     }
 
-    /// What the owner of an inferred gang declares, once resolved.
+    /// The DRA devices each node offers, when the ResourceSlices have been read.
+    pub fn node_devices(&self) -> Option<&crate::dra::slices::NodeDevices> {
+        match &self.inner.devices {
+            Devices::Known(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// What an inferred gang's owner declares, once resolved.
     pub fn owner_gang(&self, namespace: &str, gang: &str) -> Option<&OwnerGang> {
         self.inner.owner_gangs.get(&(namespace.to_string(), gang.to_string()))
     }
@@ -297,10 +320,11 @@ impl ClusterState {
     /// The view is whole enough to decide gates on: Pods and Nodes have each been listed once
     /// and no relist is half applied. Until then a gang may look incomplete and every node
     /// absent; whatever a pass wrote then (an "InsufficientResources, 0 free" explanation)
-    /// would be wrong.
+    /// would be wrong. Where DRA devices are watched, their first lists must be in too, or a
+    /// gang asking claim devices would be judged without them.
     pub fn complete(&self) -> bool {
         let inner = read(&self.inner);
-        inner.pods_listed && inner.nodes_listed && !inner.relisting
+        inner.pods_listed && inner.nodes_listed && !inner.relisting && !matches!(inner.devices, Devices::Waiting)
     }
 
     /// The (re)list is complete: forgets the pods it did not contain (deleted while the watch
@@ -370,6 +394,14 @@ impl ClusterState {
         let mut inner = write(&self.inner);
         inner.nodes = nodes.into_iter().map(|n| (n.name.clone(), n)).collect();
         inner.nodes_listed = true;
+        inner.generation += 1;
+        self.wake.notify_one();
+    }
+
+    /// Sets what the view knows of the nodes' DRA devices.
+    pub fn set_devices(&self, devices: Devices) {
+        let mut inner = write(&self.inner);
+        inner.devices = devices;
         inner.generation += 1;
         self.wake.notify_one();
     }

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
@@ -211,6 +212,13 @@ pub async fn gather(client: &kube::Client, policies: &PolicySet, namespace: &str
         Err(source) => return Err(LiveError::List { what: "nodes".into(), source }),
     }
     state.replace_nodes(node_infos);
+    if !policies.device_classes.is_empty() {
+        match list_devices(client).await {
+            Ok(devices) => state.set_devices(crate::cluster::Devices::Known(Arc::new(devices))),
+            Err(e) if forbidden(&e) => visibility.devices = Some(reason(&e)),
+            Err(source) => return Err(LiveError::List { what: "DRA devices".into(), source }),
+        }
+    }
     // Claims before pods: a pod's record counts the devices of the claims it names.
     let claims = if policies.device_classes.is_empty() {
         crate::dra::ClaimObjects::new("not found in the cluster")
@@ -248,6 +256,19 @@ pub async fn gather(client: &kube::Client, policies: &PolicySet, namespace: &str
     state.replace_pods(records);
     crate::gang::controller::resolve_owner_sizes(client, &state).await;
     Ok(World { state, labels, pods, visibility })
+}
+
+/// The DRA devices each node offers, counted from every DeviceClass and ResourceSlice as the
+/// controller's watch counts them ([`crate::gang::devices`]).
+async fn list_devices(client: &kube::Client) -> Result<crate::dra::slices::NodeDevices, kube::Error> {
+    use crate::dra::slices::{DeviceClassMatcher, NodeDevices, slice_devices};
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
+    let mut classes = Vec::new();
+    list_each(&Api::<DeviceClass>::all(client.clone()), |c| classes.push(c)).await?;
+    let matcher = DeviceClassMatcher::new(&classes);
+    let mut counted = Vec::new();
+    list_each(&Api::<ResourceSlice>::all(client.clone()), |s| counted.push(slice_devices(&s, &matcher))).await?;
+    Ok(NodeDevices::from_slices(&counted, &matcher))
 }
 
 /// Every ResourceClaimTemplate and ResourceClaim the caller may list: of all namespaces, else

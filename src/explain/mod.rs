@@ -84,6 +84,9 @@ pub struct Visibility {
     /// DRA ResourceClaims or ResourceClaimTemplates could not be listed (with DeviceClasses
     /// mapped): the devices pods ask through them are not counted.
     pub claims: Option<String>,
+    /// DeviceClasses or ResourceSlices could not be listed (with DeviceClasses mapped): the
+    /// gang fit leaves claim devices out, as the controller does before it has read them.
+    pub devices: Option<String>,
 }
 
 /// The pod fields the view does not keep.
@@ -381,6 +384,13 @@ fn visibility_notes(inputs: &Inputs<'_>, gang: bool) -> Vec<String> {
         && inputs.policies.teams.iter().any(|t| t.selector.is_some())
     {
         notes.push(format!("cannot list namespaces ({why}): teams that select namespaces by label are not matched"));
+    }
+    if let Some(why) = &v.devices
+        && gang
+    {
+        notes.push(format!(
+            "cannot list DeviceClasses or ResourceSlices ({why}): the fit leaves DRA claim devices out; the GangReady condition is the controller's answer"
+        ));
     }
     if let Some(why) = &v.claims {
         notes.push(format!(

@@ -84,6 +84,7 @@ pub fn spawn(
         config.initial_list,
     ));
     tokio::spawn(watch_nodes(client.clone(), state.clone()));
+    tokio::spawn(super::devices::watch(client.clone(), state.clone(), policies.clone()));
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let context = Context { client, state, policies, namespaces, config, metrics };
     let done = tokio::spawn(control_loop(context, stopped));

@@ -173,7 +173,10 @@ impl Need {
         let mut parts: Vec<String> = self
             .resources
             .iter()
-            .map(|r| format!("needs {} {} on {nodes}, {} free", r.needed, r.resource, r.free))
+            .map(|r| match r.resource.strip_prefix(crate::dra::CLASS_RESOURCE_PREFIX) {
+                Some(class) => format!("needs {} {class} devices on {nodes}, {} free", r.needed, r.free),
+                None => format!("needs {} {} on {nodes}, {} free", r.needed, r.resource, r.free),
+            })
             .collect();
         if parts.is_empty() {
             let expected = self.expected.map_or(present, |n| u64::from(n).max(present));
@@ -489,8 +492,13 @@ impl<'a> Simulation<'a> {
         let Some(first) = gang.members.first() else { return need };
         let expected = gang.expected.map_or(present, |n| u64::from(n).max(present));
         let mut totals: ResourceList = ResourceList::new();
+        // DRA claim devices, where the nodes say how many they offer (the slices were read).
+        let free = &self.free;
+        let counted_devices = |name: &str| {
+            name.starts_with(crate::dra::CLASS_RESOURCE_PREFIX) && free.iter().any(|f| f.contains_key(name))
+        };
         let mut add = |requests: &ResourceList, times: u64| {
-            for (name, q) in requests.iter().filter(|(n, _)| accelerators.matches(n)) {
+            for (name, q) in requests.iter().filter(|(n, _)| accelerators.matches(n) || counted_devices(n)) {
                 let slot = totals.entry(name.clone()).or_default();
                 *slot = slot.saturating_add(Quantity::from_nanos(q.nanos().saturating_mul(i128::from(times))));
             }

@@ -123,12 +123,19 @@ pub fn node_admits(node: &NodeInfo, shape: &PodShape) -> bool {
     node_refusal(node, shape).is_none()
 }
 
+/// True when the fit cannot judge `name` on a node offering `free`: a DeviceClass's claim
+/// devices where the ResourceSlices have not been read (the node then has no entry for it at
+/// all; read, it has one, 0 where it offers none). Such a request is left out of the fit.
+fn unjudged(free: &ResourceList, name: &str) -> bool {
+    name.starts_with(crate::dra::CLASS_RESOURCE_PREFIX) && !free.contains_key(name)
+}
+
 /// How many pods asking `requests` fit in `free` at once (resources asked as zero are free;
 /// a pod asking nothing is bounded by `cap`).
 pub fn copies_that_fit(free: &ResourceList, requests: &ResourceList, cap: u64) -> u64 {
     requests
         .iter()
-        .filter(|(_, q)| **q > Quantity::ZERO)
+        .filter(|(name, q)| **q > Quantity::ZERO && !unjudged(free, name))
         .map(|(name, q)| {
             let f = free.get(name).map_or(0, |f| f.nanos().max(0));
             u64::try_from(f / q.nanos()).unwrap_or(u64::MAX)
@@ -140,7 +147,7 @@ pub fn copies_that_fit(free: &ResourceList, requests: &ResourceList, cap: u64) -
 pub fn shortfall(free: &ResourceList, requests: &ResourceList) -> Vec<(String, Quantity, Quantity)> {
     requests
         .iter()
-        .filter(|(_, q)| **q > Quantity::ZERO)
+        .filter(|(name, q)| **q > Quantity::ZERO && !unjudged(free, name))
         .filter_map(|(name, q)| {
             let f = free.get(name).copied().unwrap_or(Quantity::ZERO);
             (f < *q).then(|| (name.clone(), *q, f))
@@ -150,12 +157,9 @@ pub fn shortfall(free: &ResourceList, requests: &ResourceList) -> Vec<(String, Q
 
 /// True when `requests` fit in `free` (resources the node does not offer have zero free).
 pub fn fits(free: &ResourceList, requests: &ResourceList) -> bool {
-    requests.iter().all(|(name, q)| {
-        // DRA devices are not node allocatable: their fit (ResourceSlices) is not simulated.
-        *q <= Quantity::ZERO
-            || name.starts_with(crate::dra::CLASS_RESOURCE_PREFIX)
-            || free.get(name).is_some_and(|f| f >= q)
-    })
+    requests
+        .iter()
+        .all(|(name, q)| *q <= Quantity::ZERO || unjudged(free, name) || free.get(name).is_some_and(|f| f >= q))
 }
 
 /// `free -= requests`, never below what is there (callers check [`fits`] first).

@@ -5,6 +5,7 @@
 
 pub mod controller;
 pub mod decision;
+pub mod devices;
 pub mod directory;
 pub mod fit;
 pub mod lease;

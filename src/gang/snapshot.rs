@@ -145,7 +145,7 @@ impl GangSnapshot for ClusterState {
         bound.sort_by(|a, b| a.0.cmp(&b.0));
         let snapshot = Snapshot {
             now,
-            nodes: view.nodes().cloned().collect(),
+            nodes: nodes_with_devices(&view, policies),
             bound,
             in_flight,
             gangs,
@@ -153,6 +153,26 @@ impl GangSnapshot for ClusterState {
         };
         (snapshot, facts)
     }
+}
+
+/// The nodes as the fit sees them: where the ResourceSlices have been read, each node's
+/// allocatable with the DRA devices it offers ([`crate::dra::slices::add_node_devices`]).
+fn nodes_with_devices(view: &ClusterView<'_>, policies: &PolicySet) -> Vec<crate::cluster::NodeInfo> {
+    let devices = view.node_devices();
+    view.nodes()
+        .map(|n| {
+            let mut node = n.clone();
+            if let Some(devices) = devices {
+                crate::dra::slices::add_node_devices(
+                    &mut node.allocatable,
+                    &node.name,
+                    devices,
+                    &policies.device_classes,
+                );
+            }
+            node
+        })
+        .collect()
 }
 
 /// Members already running (released and bound) count towards the quorum of their gang, so a

@@ -828,6 +828,92 @@ mod controller_state {
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions), ["z-0", "z-1"]);
     }
+
+    /// A gang whose GPUs come from DRA claims waits whole until the nodes' ResourceSlices offer
+    /// its devices, and goes whole once they do (issue 15); before the slices are read it is
+    /// judged on its other resources alone, as before they were read.
+    #[test]
+    fn a_gang_asking_claim_devices_goes_only_when_the_slices_offer_them() {
+        use std::sync::Arc;
+
+        use crate::cluster::Devices;
+        use crate::dra::slices::{DeviceClassMatcher, NodeDevices, slice_devices};
+        use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
+
+        let p = policies(
+            "apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: cluster}\nspec:\n  dra:\n    deviceClasses:\n      gpu.nvidia.com: {countsAs: nvidia.com/gpu}\n",
+        );
+        let mut claims = crate::dra::ClaimObjects::new("not among the manifests");
+        claims.insert(
+            &json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "one-gpu", "namespace": "ml"},
+                "spec": {"spec": {"devices": {"requests": [
+                    {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}]}}}}),
+            "ml",
+        );
+        let state = ClusterState::default();
+        // No device plugin: the nodes' GPUs are DRA devices only.
+        state.replace_nodes(vec![crate::cluster::fixtures::node("n1", 0), crate::cluster::fixtures::node("n2", 0)]);
+        let members = (0..4).map(|i| {
+            let mut pod = member(&format!("d-{i}"), "d", 4, "2026-11-22T01:00:00Z", json!({}));
+            pod["spec"]["containers"][0]["resources"] = json!({"claims": [{"name": "gpu"}]});
+            pod["spec"]["resourceClaims"] = json!([{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]);
+            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod).unwrap();
+            PodRecord::from_pod_with_claims(&pod, &p, &crate::namespaces::NoNamespaces, &claims).unwrap()
+        });
+        state.replace_pods(members.collect());
+        let decide = |state: &ClusterState| {
+            let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+            plan(&snapshot, &facts, &mut HashMap::new()).actions
+        };
+        assert_eq!(releases(&decide(&state)), ["d-0", "d-1", "d-2", "d-3"], "slices not read: other resources alone");
+
+        let class: DeviceClass = serde_json::from_value(json!({"metadata": {"name": "gpu.nvidia.com"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}}))
+        .unwrap();
+        let matcher = DeviceClassMatcher::new(&[class]);
+        let slice = |node: &str| {
+            let slice: ResourceSlice = serde_json::from_value(json!({"metadata": {"name": node},
+                "spec": {"driver": "gpu.nvidia.com", "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]}}))
+            .unwrap();
+            slice_devices(&slice, &matcher)
+        };
+        let (n1, n2) = (slice("n1"), slice("n2"));
+
+        state.set_devices(Devices::Waiting);
+        assert!(!state.complete(), "no pass decides while the device lists are not in");
+        state.set_devices(Devices::Known(Arc::new(NodeDevices::from_slices([&n1], &matcher))));
+        assert!(state.complete());
+        let actions = decide(&state);
+        assert!(releases(&actions).is_empty(), "2 GPUs for a gang of 4: {actions:?}");
+        let told: Vec<&str> = actions
+            .iter()
+            .filter_map(|a| match a {
+                ControllerAction::Explain { message, ready: false, .. } => Some(message.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(told.len(), 4, "{actions:?}");
+        assert_eq!(told[0], "4/4 members present; needs 4 gpu.nvidia.com devices on any node, 2 free");
+
+        state.set_devices(Devices::Known(Arc::new(NodeDevices::from_slices([&n1, &n2], &matcher))));
+        assert_eq!(releases(&decide(&state)), ["d-0", "d-1", "d-2", "d-3"], "4 devices on two nodes");
+
+        // A device taken by a bound pod is not free for the gang.
+        let mut bound = member("running", "-", 1, "2026-11-22T00:00:00Z", json!({}));
+        bound["metadata"]["labels"] = json!({});
+        bound["spec"].as_object_mut().unwrap().remove("schedulingGates");
+        bound["spec"]["nodeName"] = json!("n2");
+        bound["spec"]["containers"][0]["resources"] = json!({"claims": [{"name": "gpu"}]});
+        bound["spec"]["resourceClaims"] = json!([{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]);
+        let bound: k8s_openapi::api::core::v1::Pod = serde_json::from_value(bound).unwrap();
+        state.upsert_pod(
+            PodRecord::from_pod_with_claims(&bound, &p, &crate::namespaces::NoNamespaces, &claims).unwrap(),
+        );
+        assert!(releases(&decide(&state)).is_empty(), "3 devices free for 4 members");
+    }
 }
 
 /// 100k Pods must fit in the controller well under 200 MB (the records, not whole objects).
