@@ -1158,6 +1158,8 @@ fn scenario() -> BTreeSet<(String, String, String)> {
         ("create", "coordination.k8s.io", "leases"),
         ("patch", "coordination.k8s.io", "leases"),
         ("get", "", "configmaps"),
+        ("list", "", "configmaps"),
+        ("watch", "", "configmaps"),
         ("create", "", "configmaps"),
         ("update", "", "configmaps"),
     ]
@@ -1261,7 +1263,9 @@ async fn record_ledger_calls(world: &FakeApi) {
         gang: None,
         dry_run: false,
     };
-    let replica = allot::quota::SharedLedger::new(world.client("allot-1"), NAMESPACE, Duration::from_secs(5));
+    let replica = Arc::new(allot::quota::SharedLedger::new(world.client("allot-1"), NAMESPACE, Duration::from_secs(5)));
+    // Every replica watches the ledgers, so that its rounds start from the newest copy.
+    replica.watch();
     replica.admit_async(&quota, &request).await.expect("charged");
 }
 

@@ -180,6 +180,47 @@ async fn a_conflict_is_read_again_and_decided_again() {
     assert_eq!(charges(&fake), 1);
 }
 
+/// A replica that watches the ledgers starts each round from the newest copy: after another
+/// replica's write it commits without a read and without a 409; a refusal is still confirmed
+/// by a read of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watching_replica_starts_from_the_newest_copy_but_refuses_only_after_a_read() {
+    let fake = FakeApi::new();
+    let q = quota(3);
+    let book = Arc::new(SharedLedger::new(fake.client("replica-a"), NS, Duration::from_secs(5)));
+    let other = SharedLedger::new(fake.client("replica-b"), NS, Duration::from_secs(5));
+    book.reconcile("vision", &[]).await.unwrap();
+    book.watch();
+    admit(&book, &q, "a").await.unwrap();
+    admit(&other, &q, "b").await.unwrap();
+    let version = |fake: &FakeApi| {
+        fake.get("configmaps", NS, "allot-quota-vision").unwrap()["metadata"]["resourceVersion"].clone()
+    };
+    // The watch delivers the other replica's write (at once, from the fake).
+    let written = version(&fake);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let calls = |fake: &FakeApi, from: usize| -> Vec<(String, u16)> {
+        fake.requests()[from..]
+            .iter()
+            .filter(|r| r.call.resource == "configmaps" && r.call.verb != "watch" && r.call.verb != "list")
+            .map(|r| (r.call.verb.clone(), r.status))
+            .collect()
+    };
+    let before = fake.requests().len();
+    admit(&book, &q, "c").await.expect("the third GPU");
+    assert_ne!(version(&fake), written);
+    assert_eq!(calls(&fake, before), [("update".to_string(), 200)], "no read, no conflict");
+
+    // At the limit: the watched copy says so, but only a read may refuse.
+    let before = fake.requests().len();
+    let refusal = admit(&book, &q, "d").await.unwrap_err();
+    assert_eq!(
+        refusal.message("vision"),
+        "team vision uses 3 of 3 nvidia.com/gpu in namespaces vision; this pod asks 1"
+    );
+    assert_eq!(calls(&fake, before), [("get".to_string(), 200)], "refused from a read, nothing written");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_server_that_errs_refuses_or_stays_silent_fails_closed() {
     let q = quota(2);

@@ -14,11 +14,19 @@
 //!
 //! Fails closed: an API server that cannot be read or written within the request's budget, a
 //! missing or not-yet-reconciled ledger, or a full one, refuse the pod with the reason.
+//!
+//! Kept fresh by a watch ([`SharedLedger::watch`]): a round starts from the newest copy the
+//! watch delivered (so it does not write over a copy another replica has already replaced,
+//! which would only earn a 409), and after a 409 it waits briefly for the watch to deliver the
+//! version that beat it instead of reading it again. The watch changes only how fresh the
+//! starting copy is: every write is still guarded by its resourceVersion, and a refusal still
+//! needs a read of its own.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
 
@@ -50,6 +58,20 @@ pub struct SharedLedger {
     /// refused; well inside the request deadline.
     budget: Duration,
     teams: Mutex<HashMap<String, Arc<TeamBook>>>,
+    /// The newest copy of each ledger object the watch delivered, by object name.
+    watched: Mutex<HashMap<String, ConfigMap>>,
+    /// Signalled on every delivery of the watch.
+    delivered: tokio::sync::Notify,
+}
+
+/// How long a round that lost a write (409) waits for the watch to deliver the copy that beat
+/// it before it reads the ledger itself.
+const WATCH_GRACE: Duration = Duration::from_millis(50);
+
+/// A resourceVersion as a number (etcd's revision, what every API server in practice sends);
+/// `None` for one that is not, which is then never taken for newer.
+fn revision(object: &ConfigMap) -> Option<u64> {
+    object.metadata.resource_version.as_deref()?.parse().ok()
 }
 
 /// One team's queue and write slot on this replica.
@@ -100,6 +122,75 @@ impl SharedLedger {
             api: Api::namespaced(client, namespace),
             budget,
             teams: Default::default(),
+            watched: Default::default(),
+            delivered: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Watches the ledger objects (label [`ledger::TEAM_LABEL`]) for as long as `self` lives,
+    /// so that rounds start from the newest copy (see the module doc). Optional: without it
+    /// every copy comes from a read.
+    pub fn watch(self: &Arc<Self>) {
+        use kube::runtime::{WatchStreamExt, watcher};
+        let config = watcher::Config::default().labels(ledger::TEAM_LABEL);
+        let mut events = watcher(self.api.clone(), config).default_backoff().boxed();
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            while let Some(event) = events.next().await {
+                let Some(ledger) = this.upgrade() else { return };
+                match event {
+                    Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => ledger.delivered(object),
+                    Ok(watcher::Event::Delete(object)) => {
+                        if let Some(name) = &object.metadata.name {
+                            ledger.watched.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "quota ledger watch error; retrying"),
+                }
+            }
+        });
+    }
+
+    /// Keeps `object` if it is newer than the copy the watch gave before.
+    fn delivered(&self, object: ConfigMap) {
+        let Some(name) = object.metadata.name.clone() else { return };
+        let mut watched = self.watched.lock().unwrap_or_else(|e| e.into_inner());
+        let newer = match watched.get(&name) {
+            Some(old) => revision(&object) > revision(old),
+            None => true,
+        };
+        if newer {
+            watched.insert(name, object);
+            drop(watched);
+            self.delivered.notify_waiters();
+        }
+    }
+
+    /// The watch's copy of ledger `name` if it is newer than revision `than` (any copy when
+    /// `than` is `None`).
+    fn watched_newer(&self, name: &str, than: Option<u64>) -> Option<ConfigMap> {
+        let watched = self.watched.lock().unwrap_or_else(|e| e.into_inner());
+        let object = watched.get(name)?;
+        match (revision(object), than) {
+            (_, None) => Some(object.clone()),
+            (Some(r), Some(than)) if r > than => Some(object.clone()),
+            _ => None,
+        }
+    }
+
+    /// Waits until the watch has a copy of `name` newer than `than`, at most until `until`.
+    async fn await_newer(&self, name: &str, than: Option<u64>, until: tokio::time::Instant) -> Option<ConfigMap> {
+        loop {
+            let notified = self.delivered.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(object) = self.watched_newer(name, than) {
+                return Some(object);
+            }
+            if tokio::time::timeout_at(until, notified).await.is_err() {
+                return None;
+            }
         }
     }
 
@@ -133,9 +224,23 @@ impl SharedLedger {
         let deadline = tokio::time::Instant::from_std(deadline);
         let name = ledger::object_name(team);
         let mut fresh = false;
+        // A refusal must be confirmed by a read: no copy from the watch will do then.
+        let mut must_read = false;
         let started = Instant::now();
         let (mut reads, mut writes) = (0u32, 0u32);
         let answers = loop {
+            if !fresh && !must_read {
+                // Start from the newest copy the watch has, if it is newer than ours.
+                let ours = cached.object.as_ref().and_then(revision);
+                let newer = match &cached.object {
+                    Some(_) => ours.and_then(|r| self.watched_newer(&name, Some(r))),
+                    None => self.watched_newer(&name, None),
+                };
+                if let Some(object) = newer {
+                    cached.ledger = parse(&object);
+                    cached.object = Some(object);
+                }
+            }
             if !fresh && cached.object.is_none() {
                 reads += 1;
                 match tokio::time::timeout_at(deadline, self.read(team, cached)).await {
@@ -159,6 +264,7 @@ impl SharedLedger {
             if !fresh && (cached.object.is_none() || decided.iter().any(Result::is_err)) {
                 // Refuse only from what the API server says now, not from a copy.
                 cached.object = None;
+                must_read = true;
                 continue;
             }
             if !decided.iter().any(|d| matches!(d, Ok(Charged::New))) {
@@ -177,10 +283,19 @@ impl SharedLedger {
                     break Ok(decided);
                 }
                 Ok(Err(e)) if is_conflict(&e) => {
-                    // Another replica (or the reconciler) wrote first: read, decide again, with
-                    // whatever queued up meanwhile (under contention, rounds grow).
+                    // Another replica (or the reconciler) wrote first: decide again on the copy
+                    // that beat this one (from the watch, else read), with whatever queued up
+                    // meanwhile (under contention, rounds grow).
                     self.metrics.conflicts.inc();
-                    cached.object = None;
+                    let tried = revision(&object);
+                    let grace = (tokio::time::Instant::now() + WATCH_GRACE).min(deadline);
+                    match self.await_newer(&name, tried, grace).await {
+                        Some(newer) => {
+                            cached.ledger = parse(&newer);
+                            cached.object = Some(newer);
+                        }
+                        None => cached.object = None,
+                    }
                     fresh = false;
                     take_waiting(book, &mut batch);
                 }

@@ -606,6 +606,9 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
         }
         _ => None,
     };
+    if let Some(ledger) = &ledger {
+        ledger.watch();
+    }
     let state = AppState::with_ledger(
         policies,
         namespaces,
