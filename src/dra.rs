@@ -271,10 +271,17 @@ pub fn pod_demand(pod: &Value, namespace: &str, classes: &DeviceClasses, source:
     for (i, entry) in entries.into_iter().flatten().enumerate() {
         let path = format!("spec.resourceClaims[{i}]");
         if let Some(name) = entry.get("resourceClaimTemplateName").and_then(Value::as_str) {
+            let entry_name = entry.get("name").and_then(Value::as_str).unwrap_or_default();
             match source.template(namespace, name) {
                 // A template's claim spec is at spec.spec.
                 Some(template) => add_counts(&mut demand.own, &claim_devices(template.pointer("/spec/spec"), classes)),
-                None => demand.missing.push(MissingClaim { kind: "ResourceClaimTemplate", name: name.into(), path }),
+                None => match generated_claim(pod, entry_name, namespace, source) {
+                    // The template is gone, the claim made from it is not: it is what the pod holds.
+                    Some(claim) => add_counts(&mut demand.own, &claim_devices(claim.get("spec"), classes)),
+                    None => {
+                        demand.missing.push(MissingClaim { kind: "ResourceClaimTemplate", name: name.into(), path })
+                    }
+                },
             }
         } else if let Some(name) = entry.get("resourceClaimName").and_then(Value::as_str) {
             match source.claim(namespace, name) {
@@ -290,6 +297,30 @@ pub fn pod_demand(pod: &Value, namespace: &str, classes: &DeviceClasses, source:
         }
     }
     demand
+}
+
+/// The ResourceClaim Kubernetes made from a template for the pod's claim entry `entry`: named in
+/// the pod's `status.resourceClaimStatuses` and controlled by the pod (its ownerReference with
+/// the pod's UID). A pod that exists has one (admission, at CREATE, has no status yet), and it
+/// outlives the template: a pod whose template was deleted before Allot (re)started is counted
+/// from it, not as asking nothing.
+fn generated_claim(pod: &Value, entry: &str, namespace: &str, source: &dyn ClaimSource) -> Option<Value> {
+    let uid = pod.pointer("/metadata/uid").and_then(Value::as_str).filter(|u| !u.is_empty())?;
+    let name = pod
+        .pointer("/status/resourceClaimStatuses")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|s| s.get("name").and_then(Value::as_str) == Some(entry))?
+        .get("resourceClaimName")
+        .and_then(Value::as_str)?;
+    let claim = source.claim(namespace, name)?;
+    let owned = claim.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|owners| {
+        owners.iter().any(|o| {
+            o.get("uid").and_then(Value::as_str) == Some(uid)
+                && o.get("controller").and_then(Value::as_bool) == Some(true)
+        })
+    });
+    owned.then_some(claim)
 }
 
 /// True for the claim the scheduler made for a pod's extended-resource request: the request is

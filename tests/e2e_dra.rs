@@ -116,7 +116,7 @@ async fn create_when_claims_known(pods: &Api<Pod>, pod: &Pod) -> Result<Pod, Str
 async fn claim_gpus_are_placed_and_counted_on_a_real_control_plane() {
     allot::install_crypto_provider();
     let Some(assets) = Assets::from_env("claim_gpus_are_placed_and_counted_on_a_real_control_plane") else { return };
-    let cluster = Cluster::start_with(&assets, &[("dra-team.yaml", TEAM)]).await;
+    let mut cluster = Cluster::start_with(&assets, &[("dra-team.yaml", TEAM)]).await;
     let admin = cluster.client.clone();
 
     // DRA is on by default in 1.36: the API server serves resource.k8s.io/v1.
@@ -236,6 +236,33 @@ async fn claim_gpus_are_placed_and_counted_on_a_real_control_plane() {
     let err = create_when_claims_known(&pods, &claim_pod("after-delete", from_template("one-more")))
         .await
         .expect_err("deleting a template frees nothing");
+    assert!(err.contains("uses 4 of 4 nvidia.com/gpu"), "{err}");
+
+    // Allot restarts (an upgrade, an eviction) after the template is gone: it never saw the
+    // template, so it counts those pods from the claims Kubernetes made from it (named in their
+    // status, controlled by them). Before, they counted nothing and the team had 2 GPUs free.
+    for name in ["one-0", "one-1"] {
+        let made = pods
+            .get(name)
+            .await
+            .ok()
+            .and_then(|p| p.status)
+            .and_then(|s| s.resource_claim_statuses)
+            .is_some_and(|s| s.iter().any(|c| c.resource_claim_name.is_some()));
+        assert!(made, "{name}: the resourceclaim controller named its claim");
+    }
+    cluster.stop_allot();
+    cluster.start_allot();
+    // The new leader recounts the team's ledger from its own watch (within a second or two):
+    // what it counts now is what decides.
+    support::cluster::wait_for("the restarted replica to lead", Duration::from_secs(30), || async {
+        support::cluster::metric(&cluster.allot_metrics, "allot_gang_controller_leader") == Some(1.0)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let err = create_when_claims_known(&pods, &claim_pod("after-restart", from_template("one-more")))
+        .await
+        .expect_err("a restart after the template's deletion frees nothing");
     assert!(err.contains("uses 4 of 4 nvidia.com/gpu"), "{err}");
 }
 

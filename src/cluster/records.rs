@@ -258,8 +258,13 @@ impl PodRecord {
             .and_then(|s| s.resource_claims.as_ref())
             .filter(|c| !c.is_empty() && !policies.device_classes.is_empty())
         {
-            // Only the field the claims are read from: no copy of the whole pod per watch event.
-            let claims_only = serde_json::json!({"spec": {"resourceClaims": resource_claims}});
+            // Only the fields the claims are read from: no copy of the whole pod per watch event.
+            // (The status names the claims made from templates, which outlive their templates.)
+            let claims_only = serde_json::json!({
+                "metadata": {"uid": pod.metadata.uid},
+                "spec": {"resourceClaims": resource_claims},
+                "status": {"resourceClaimStatuses": pod.status.as_ref().and_then(|s| s.resource_claim_statuses.as_ref())},
+            });
             let demand = crate::dra::pod_demand(&claims_only, &namespace, &policies.device_classes, claims);
             claims_unresolved = !demand.missing.is_empty();
             for (name, q) in demand.quota_resources() {

@@ -153,6 +153,33 @@ fn missing_claims_and_templates_are_reported_by_name_never_free() {
     assert!(!d.is_empty());
 }
 
+/// A pod whose template is gone holds the claim Kubernetes made from it: counted from that
+/// claim, found through the pod's status and trusted only when the pod controls it.
+#[test]
+fn a_deleted_template_is_counted_from_the_claim_made_from_it() {
+    let mut p = pod(json!([{"name": "gpus", "resourceClaimTemplateName": "gone"}]));
+    p["metadata"]["uid"] = json!("pod-uid");
+    p["status"] = json!({"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "p-gpus-x7k2q"}]});
+    let generated = |owner_uid: &str, controller: bool| {
+        let mut c = claim("p-gpus-x7k2q", json!([exactly("gpu.nvidia.com", 3)]));
+        c["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": owner_uid, "controller": controller}]);
+        c
+    };
+    let d = pod_demand(&p, "ml", &classes(), &source(&[generated("pod-uid", true)]));
+    assert_eq!((gpus(&d), d.missing.len()), (Some(Quantity::from_units(3)), 0), "{d:?}");
+    // A claim another pod controls, or one merely pointing at this pod, is not this pod's.
+    for (uid, controller) in [("other-pod", true), ("pod-uid", false)] {
+        let d = pod_demand(&p, "ml", &classes(), &source(&[generated(uid, controller)]));
+        assert_eq!((gpus(&d), d.missing.len()), (None, 1), "{uid} {controller}: {d:?}");
+    }
+    // At admission (CREATE) a pod has no status: a missing template is missing.
+    let mut created = p.clone();
+    created.as_object_mut().unwrap().remove("status");
+    let d = pod_demand(&created, "ml", &classes(), &source(&[generated("pod-uid", true)]));
+    assert_eq!(d.missing.len(), 1);
+}
+
 #[test]
 fn claims_in_another_namespace_are_not_found() {
     let mut other = template("t", json!([exactly("gpu.nvidia.com", 1)]));
