@@ -218,13 +218,7 @@ impl Expression {
         // Before the parser: cel's parser recurses with large frames, and past its own limit
         // of 96 levels its depth counter underflows and panics (fuzz/regressions/
         // cel_expression/parser-depth-underflow); see `depth`.
-        let nesting = depth::scan(source);
-        if nesting.depth > depth::MAX_NESTING {
-            return Err(depth::nesting_message(nesting));
-        }
-        if let Some((operator, column)) = depth::repeated_unary(source) {
-            return Err(depth::repeated_unary_message(operator, column));
-        }
+        before_parsing(source)?;
         depth::on_parser_stack(|| Expression::compile_checked(source))
     }
 
@@ -578,6 +572,20 @@ fn describe(e: &ExecutionError) -> String {
     format!("CEL evaluation error: {e}")
 }
 
+/// What is checked on the text before cel's parser sees it: nesting past [`depth::MAX_NESTING`]
+/// (the parser's depth counter underflows and panics past its own limit, see `depth`) and a
+/// doubled unary operator (`!!x` is `!x` in cel 0.13).
+fn before_parsing(source: &str) -> Result<(), String> {
+    let nesting = depth::scan(source);
+    if nesting.depth > depth::MAX_NESTING {
+        return Err(depth::nesting_message(nesting));
+    }
+    if let Some((operator, column)) = depth::repeated_unary(source) {
+        return Err(depth::repeated_unary_message(operator, column));
+    }
+    Ok(())
+}
+
 /// A CEL expression Allot evaluates but does not own, such as a DeviceClass's device selector
 /// (`device.driver == 'gpu.nvidia.com'`): parsed behind the same guards as a Rule (the text
 /// scan that keeps cel's parser below its depth limit, the refused `!!x`, the parser on its
@@ -593,13 +601,7 @@ pub struct ForeignExpression {
 impl ForeignExpression {
     /// Parses `source`; the error says why it cannot be evaluated.
     pub fn compile(source: &str) -> Result<ForeignExpression, String> {
-        let nesting = depth::scan(source);
-        if nesting.depth > depth::MAX_NESTING {
-            return Err(depth::nesting_message(nesting));
-        }
-        if let Some((operator, column)) = depth::repeated_unary(source) {
-            return Err(depth::repeated_unary_message(operator, column));
-        }
+        before_parsing(source)?;
         depth::on_parser_stack(|| {
             let parsed = panics::contain(&"CEL parser", || Program::compile(source))
                 .map_err(|panic| format!("CEL syntax error: the parser failed on this expression ({panic})"))?;
