@@ -1,6 +1,8 @@
 //! One gang-controller decision pass over 1,000 waiting gangs and 5,000 nodes (target < 50 ms),
 //! next to a baseline measured in the same run: cloning the snapshot, i.e. touching every node
-//! and member once.
+//! and member once. Also: counting one node's ResourceSlice (8 GPUs) against NVIDIA's two
+//! DeviceClasses plus an extended-resource class, what the DRA watch does per slice, next to
+//! decoding that slice from JSON.
 
 use std::collections::BTreeMap;
 
@@ -99,6 +101,45 @@ fn bench(c: &mut Criterion) {
     group.sample_size(20);
     group.bench_function("baseline_clone_snapshot", |b| b.iter(|| std::hint::black_box(s.clone())));
     group.bench_function("decide_1000_gangs_5000_nodes", |b| b.iter(|| std::hint::black_box(decide(&s))));
+    group.finish();
+
+    use allot::dra::slices::{DeviceClassMatcher, slice_devices};
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
+    let class = |name: &str, kind: &str, extended: Option<&str>| -> DeviceClass {
+        let mut spec = serde_json::json!({"selectors": [{"cel": {"expression": format!(
+            "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == '{kind}'")}}]});
+        if let Some(e) = extended {
+            spec["extendedResourceName"] = serde_json::json!(e);
+        }
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+    };
+    let matcher = DeviceClassMatcher::new(&[
+        class("gpu.nvidia.com", "gpu", None),
+        class("mig.nvidia.com", "mig", None),
+        class("gpu-extended", "gpu", Some("nvidia.com/gpu")),
+    ]);
+    let devices: Vec<_> = (0..8)
+        .map(|i| {
+            serde_json::json!({"name": format!("gpu-{i}"), "attributes": {
+                "type": {"string": "gpu"}, "index": {"int": i}, "uuid": {"string": format!("GPU-{i:08}")},
+                "productName": {"string": "NVIDIA H100 80GB HBM3"}, "driverVersion": {"version": "550.54.15"}},
+                "capacity": {"memory": {"value": "80Gi"}}})
+        })
+        .collect();
+    let json = serde_json::to_vec(&serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": "node-0-gpus"},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": "node-0",
+                 "pool": {"name": "node-0", "generation": 1, "resourceSliceCount": 1}, "devices": devices}}))
+    .unwrap();
+    let slice: ResourceSlice = serde_json::from_slice(&json).unwrap();
+    assert_eq!(slice_devices(&slice, &matcher).per_class.get("gpu.nvidia.com"), Some(&8));
+    let mut group = c.benchmark_group("dra");
+    group.bench_function("baseline_decode_slice_8_gpus", |b| {
+        b.iter(|| std::hint::black_box(serde_json::from_slice::<ResourceSlice>(&json).unwrap()))
+    });
+    group.bench_function("count_slice_8_gpus_3_classes", |b| {
+        b.iter(|| std::hint::black_box(slice_devices(&slice, &matcher)))
+    });
     group.finish();
 }
 
