@@ -615,23 +615,28 @@ impl ForeignExpression {
         })
     }
 
-    /// Evaluates in `ctx`; `None` on an error or a panic.
-    pub fn value(&self, ctx: &Context<'_>) -> Option<CelValue> {
-        depth::with_evaluation_stack(self.tree_depth, || {
-            panics::contain(&"CEL value", || CelValue::resolve(&self.tree, ctx)).ok()?.ok()
-        })
-    }
-
-    /// Evaluates to a boolean in `ctx`; anything else, an error or a panic is an error.
-    pub fn eval_bool(&self, ctx: &Context<'_>, owner: &dyn std::fmt::Display) -> Result<bool, EvalError> {
+    /// Evaluates in `ctx` with stack for its depth, a panic contained (counted under `owner`).
+    fn evaluate(&self, ctx: &Context<'_>, owner: &dyn std::fmt::Display) -> Result<CelValue, EvalError> {
         let evaluated = depth::with_evaluation_stack(self.tree_depth, || {
             panics::contain(owner, || CelValue::resolve(&self.tree, ctx))
         });
         match evaluated {
-            Ok(Ok(CelValue::Bool(b))) => Ok(b),
-            Ok(Ok(other)) => Err(EvalError::Cel(format!("expression returned {other:?}, not a bool"))),
+            Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(EvalError::Cel(describe(&e))),
             Err(panic) => Err(EvalError::Panic(panic)),
+        }
+    }
+
+    /// Evaluates in `ctx`; `None` on an error or a panic.
+    pub fn value(&self, ctx: &Context<'_>) -> Option<CelValue> {
+        self.evaluate(ctx, &"CEL value").ok()
+    }
+
+    /// Evaluates to a boolean in `ctx`; anything else, an error or a panic is an error.
+    pub fn eval_bool(&self, ctx: &Context<'_>, owner: &dyn std::fmt::Display) -> Result<bool, EvalError> {
+        match self.evaluate(ctx, owner)? {
+            CelValue::Bool(b) => Ok(b),
+            other => Err(EvalError::Cel(format!("expression returned {other:?}, not a bool"))),
         }
     }
 }

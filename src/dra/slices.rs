@@ -33,7 +33,7 @@ use k8s_openapi::api::resource::v1::{Device, DeviceClass, ResourceSlice};
 use kube::core::cel::cel::objects::{Key, Map};
 use kube::core::cel::cel::{Context, Value as CelValue};
 
-use super::{DeviceClasses, class_resource};
+use super::{ClassCounts, DeviceClasses, add_counts, class_resource};
 use crate::expression::{self, ForeignExpression};
 use crate::quantity::Quantity;
 use crate::resources::ResourceList;
@@ -52,6 +52,8 @@ impl std::fmt::Debug for DeviceClassMatcher {
 
 struct CompiledClass {
     name: String,
+    /// `DeviceClass NAME`: what a panic of its selectors is counted and logged under.
+    owner: String,
     extended_resource: Option<String>,
     /// The selectors; `Err` when one of them cannot be evaluated (the class then takes no
     /// device, as the scheduler allocates none from it).
@@ -78,7 +80,7 @@ impl DeviceClassMatcher {
                     })
                     .collect();
                 let extended_resource = spec.and_then(|s| s.extended_resource_name.clone());
-                Some(CompiledClass { extended_resource, name, selectors })
+                Some(CompiledClass { extended_resource, owner: format!("DeviceClass {name}"), name, selectors })
             })
             .collect();
         DeviceClassMatcher { classes: compiled, root: expression::library_context() }
@@ -100,15 +102,14 @@ impl DeviceClassMatcher {
                 let value = bound.get_or_insert_with(|| device_value(driver, device, &self.root));
                 let mut scope = self.root.new_inner_scope();
                 scope.add_variable_from_value("device", value.clone());
-                let owner = format!("DeviceClass {}", class.name);
-                match selector.eval_bool(&scope, &owner) {
+                match selector.eval_bool(&scope, &class.owner) {
                     Ok(true) => {}
                     Ok(false) => {
                         all = false;
                         break;
                     }
                     Err(e) => {
-                        errors.push(format!("DeviceClass {} on device {driver}/{}: {e}", class.name, device.name));
+                        errors.push(format!("{} on device {driver}/{}: {e}", class.owner, device.name));
                         all = false;
                         break;
                     }
@@ -131,7 +132,7 @@ pub struct SliceDevices {
     pub pool: String,
     pub generation: i64,
     /// DeviceClass name → devices of the slice that belong to it.
-    pub per_class: BTreeMap<String, u64>,
+    pub per_class: ClassCounts,
     /// Selector errors met on this slice's devices (the device did not match that class).
     pub errors: Vec<String>,
 }
@@ -140,7 +141,7 @@ pub struct SliceDevices {
 pub fn slice_devices(slice: &ResourceSlice, matcher: &DeviceClassMatcher) -> SliceDevices {
     let spec = &slice.spec;
     let node = spec.node_name.clone().filter(|n| !n.is_empty());
-    let mut per_class = BTreeMap::new();
+    let mut per_class = ClassCounts::new();
     let mut errors = Vec::new();
     if node.is_some() {
         for device in spec.devices.iter().flatten() {
@@ -174,7 +175,7 @@ fn is_tainted(device: &Device) -> bool {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeDevices {
     /// node → DeviceClass → devices.
-    pub per_node: BTreeMap<String, BTreeMap<String, u64>>,
+    pub per_node: BTreeMap<String, ClassCounts>,
     /// DeviceClass → its `spec.extendedResourceName`.
     pub extended: BTreeMap<String, String>,
 }
@@ -191,17 +192,13 @@ impl NodeDevices {
             let g = newest.entry((s.driver.as_str(), s.pool.as_str())).or_insert(s.generation);
             *g = (*g).max(s.generation);
         }
-        let mut per_node: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        let mut per_node: BTreeMap<String, ClassCounts> = BTreeMap::new();
         for s in slices {
             let Some(node) = &s.node else { continue };
             if newest.get(&(s.driver.as_str(), s.pool.as_str())) != Some(&s.generation) {
                 continue;
             }
-            let counts = per_node.entry(node.clone()).or_default();
-            for (class, n) in &s.per_class {
-                let slot = counts.entry(class.clone()).or_insert(0);
-                *slot = slot.saturating_add(*n);
-            }
+            add_counts(per_node.entry(node.clone()).or_default(), &s.per_class);
         }
         let extended = matcher
             .classes

@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::fit::{NodeRefusal, copies_that_fit, fits, node_admits, node_refusal, shortfall, take};
+use super::fit::{NodeRefusal, copies_that_fit, fits, node_admits, node_refusal, shortfall, take, unjudged};
 use crate::cluster::{NodeInfo, PodShape};
 use crate::quantity::Quantity;
 use crate::resources::{ResourceList, ResourceMatcher};
@@ -492,13 +492,11 @@ impl<'a> Simulation<'a> {
         let Some(first) = gang.members.first() else { return need };
         let expected = gang.expected.map_or(present, |n| u64::from(n).max(present));
         let mut totals: ResourceList = ResourceList::new();
-        // DRA claim devices, where the nodes say how many they offer (the slices were read).
-        let free = &self.free;
-        let counted_devices = |name: &str| {
-            name.starts_with(crate::dra::CLASS_RESOURCE_PREFIX) && free.iter().any(|f| f.contains_key(name))
-        };
         let mut add = |requests: &ResourceList, times: u64| {
-            for (name, q) in requests.iter().filter(|(n, _)| accelerators.matches(n) || counted_devices(n)) {
+            for (name, q) in requests
+                .iter()
+                .filter(|(n, _)| accelerators.matches(n) || n.starts_with(crate::dra::CLASS_RESOURCE_PREFIX))
+            {
                 let slot = totals.entry(name.clone()).or_default();
                 *slot = slot.saturating_add(Quantity::from_nanos(q.nanos().saturating_mul(i128::from(times))));
             }
@@ -513,6 +511,10 @@ impl<'a> Simulation<'a> {
         add(&first.shape.requests, expected - present);
         let class = self.class_of(&first.shape);
         for (name, needed) in totals {
+            // DRA claim devices only where the nodes say how many they offer (slices read).
+            if name.starts_with(crate::dra::CLASS_RESOURCE_PREFIX) && self.free.iter().all(|f| unjudged(f, &name)) {
+                continue;
+            }
             self.ensure_index(class, &name);
             let free = self.index[&(class, name.clone())].1;
             need.resources.push(NeedOf { resource: name, needed, free });

@@ -126,7 +126,7 @@ pub fn node_admits(node: &NodeInfo, shape: &PodShape) -> bool {
 /// True when the fit cannot judge `name` on a node offering `free`: a DeviceClass's claim
 /// devices where the ResourceSlices have not been read (the node then has no entry for it at
 /// all; read, it has one, 0 where it offers none). Such a request is left out of the fit.
-fn unjudged(free: &ResourceList, name: &str) -> bool {
+pub(super) fn unjudged(free: &ResourceList, name: &str) -> bool {
     name.starts_with(crate::dra::CLASS_RESOURCE_PREFIX) && !free.contains_key(name)
 }
 

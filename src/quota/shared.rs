@@ -88,6 +88,14 @@ struct Cached {
     ledger: Ledger,
 }
 
+impl Cached {
+    /// Takes `object` (read, or delivered by the watch) as the copy to start from.
+    fn adopt(&mut self, object: ConfigMap) {
+        self.ledger = parse(&object);
+        self.object = Some(object);
+    }
+}
+
 struct Waiting {
     quota: Quota,
     request: OwnedQuotaRequest,
@@ -139,7 +147,9 @@ impl SharedLedger {
             while let Some(event) = events.next().await {
                 let Some(ledger) = this.upgrade() else { return };
                 match event {
-                    Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => ledger.delivered(object),
+                    Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
+                        ledger.keep_if_newer(object)
+                    }
                     Ok(watcher::Event::Delete(object)) => {
                         if let Some(name) = &object.metadata.name {
                             ledger.watched.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
@@ -153,7 +163,7 @@ impl SharedLedger {
     }
 
     /// Keeps `object` if it is newer than the copy the watch gave before.
-    fn delivered(&self, object: ConfigMap) {
+    fn keep_if_newer(&self, object: ConfigMap) {
         let Some(name) = object.metadata.name.clone() else { return };
         let mut watched = self.watched.lock().unwrap_or_else(|e| e.into_inner());
         let newer = match watched.get(&name) {
@@ -204,10 +214,7 @@ impl SharedLedger {
     async fn read(&self, team: &str, cached: &mut Cached) -> Result<(), kube::Error> {
         self.metrics.reads.inc();
         match self.api.get_opt(&ledger::object_name(team)).await? {
-            Some(object) => {
-                cached.ledger = parse(&object);
-                cached.object = Some(object);
-            }
+            Some(object) => cached.adopt(object),
             None => {
                 cached.ledger = Ledger::default();
                 cached.object = None;
@@ -231,14 +238,12 @@ impl SharedLedger {
         let answers = loop {
             if !fresh && !must_read {
                 // Start from the newest copy the watch has, if it is newer than ours.
-                let ours = cached.object.as_ref().and_then(revision);
-                let newer = match &cached.object {
-                    Some(_) => ours.and_then(|r| self.watched_newer(&name, Some(r))),
+                let newer = match cached.object.as_ref() {
+                    Some(ours) => revision(ours).and_then(|r| self.watched_newer(&name, Some(r))),
                     None => self.watched_newer(&name, None),
                 };
                 if let Some(object) = newer {
-                    cached.ledger = parse(&object);
-                    cached.object = Some(object);
+                    cached.adopt(object);
                 }
             }
             if !fresh && cached.object.is_none() {
@@ -290,10 +295,7 @@ impl SharedLedger {
                     let tried = revision(&object);
                     let grace = (tokio::time::Instant::now() + WATCH_GRACE).min(deadline);
                     match self.await_newer(&name, tried, grace).await {
-                        Some(newer) => {
-                            cached.ledger = parse(&newer);
-                            cached.object = Some(newer);
-                        }
+                        Some(newer) => cached.adopt(newer),
                         None => cached.object = None,
                     }
                     fresh = false;
