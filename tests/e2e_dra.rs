@@ -371,6 +371,14 @@ async fn a_dra_gang_waits_whole_until_the_resource_slices_offer_its_gpus() {
         .await
         .expect_err("alice may not write ResourceSlices");
     assert!(forged.to_string().contains("forbidden"), "{forged}");
+    // Nor widen a class's selectors so that it takes devices it should not.
+    let mut wide = class.clone();
+    wide.metadata.name = Some("anything-goes".into());
+    let forged = Api::<DynamicObject>::all_with(alice.clone(), &resource("DeviceClass", "deviceclasses"))
+        .create(&pp, &wide)
+        .await
+        .expect_err("alice may not write DeviceClasses");
+    assert!(forged.to_string().contains("forbidden"), "{forged}");
 
     let pods: Api<Pod> = Api::namespaced(alice.clone(), GANG_NS);
     let names: Vec<String> = (0..4).map(|i| format!("train-{i}")).collect();
