@@ -269,3 +269,83 @@ fn client_for(addr: std::net::SocketAddr) -> kube::Client {
     let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
     kube::Client::try_from(config).unwrap()
 }
+
+/// Keys of replicas' allowances in the ledger.
+fn allowance_keys(fake: &FakeApi) -> usize {
+    fake.get("configmaps", NS, "allot-quota-vision")
+        .and_then(|cm| cm["data"].as_object().map(|d| d.keys().filter(|k| k.starts_with("a.")).count()))
+        .unwrap_or(0)
+}
+
+/// Far from the limit a replica admits from its allowance without a write per pod; near it the
+/// allowances are asked back, so two replicas still admit exactly the limit between them, and
+/// every pod admitted from an allowance ends up charged in the ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowances_spare_the_round_trip_and_still_admit_exactly_the_limit() {
+    let fake = FakeApi::new();
+    let q = quota(64);
+    let a = Arc::new(SharedLedger::new(fake.client("replica-a"), NS, Duration::from_secs(5)));
+    let b = Arc::new(SharedLedger::new(fake.client("replica-b"), NS, Duration::from_secs(5)));
+    a.reconcile("vision", &[]).await.unwrap();
+    for book in [&a, &b] {
+        book.watch();
+        book.spawn_flusher();
+    }
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let (book, q) = (if i % 2 == 0 { a.clone() } else { b.clone() }, q.clone());
+        tasks.push(tokio::spawn(async move {
+            // 8 at a time, as clients do.
+            tokio::time::sleep(Duration::from_millis(5 * (i / 8))).await;
+            admit(&book, &q, &format!("p{i}")).await
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(()) => admitted += 1,
+            Err(r) => assert_eq!(
+                r.message("vision"),
+                "team vision uses 64 of 64 nvidia.com/gpu in namespaces vision; this pod asks 1"
+            ),
+        }
+    }
+    assert_eq!(admitted, 64, "exactly the limit");
+    let spared = a.metrics.allowance_admissions.get() + b.metrics.allowance_admissions.get();
+    assert!(spared > 0, "some admissions came from an allowance");
+    assert!(updates(&fake) < 64, "fewer writes than admissions: {}", updates(&fake));
+    // The flushers write every admitted pod's charge; idle allowances are given back.
+    let started = Instant::now();
+    while (charges(&fake), allowance_keys(&fake)) != (64, 0) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{} charges, {} allowances",
+            charges(&fake),
+            allowance_keys(&fake)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("{admitted} admitted, {spared} from allowances, {} ledger writes", updates(&fake));
+}
+
+/// On shutdown a replica hands its allowance back at once and writes what it admitted from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn give_back_returns_the_allowance_and_writes_its_pods() {
+    let fake = FakeApi::new();
+    let q = quota(1_000);
+    let book = Arc::new(SharedLedger::new(fake.client("replica-a"), NS, Duration::from_secs(5)));
+    book.reconcile("vision", &[]).await.unwrap();
+    admit(&book, &q, "first").await.unwrap();
+    assert_eq!((charges(&fake), allowance_keys(&fake)), (1, 1), "the first round took an allowance");
+    let before = updates(&fake);
+    for i in 0..10 {
+        admit(&book, &q, &format!("p{i}")).await.unwrap();
+    }
+    assert_eq!(updates(&fake), before, "admitted from the allowance: no write");
+    assert_eq!(book.metrics.allowance_admissions.get(), 10);
+    book.give_back().await;
+    assert_eq!((charges(&fake), allowance_keys(&fake)), (11, 0));
+    // Stopping: nothing more from an allowance.
+    admit(&book, &q, "after").await.unwrap();
+    assert_eq!((charges(&fake), allowance_keys(&fake)), (12, 0));
+}

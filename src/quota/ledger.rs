@@ -13,8 +13,9 @@
 //! - **pending**: written by admission (key: the pod's UID, which the API server has assigned by
 //!   the time validating webhooks run). A re-sent admission for the same pod finds its key and
 //!   is not charged twice.
-//! - **folded**: the leader's reconcile found the pod in its watch: the pending entry goes, in
-//!   the same write that puts the pod into its namespace's [`Folded`] totals.
+//! - **folded**: the leader's reconcile found the pod in its watch, at least
+//!   [`FOLD_DELAY_SECS`] old: the pending entry goes, in the same write that puts the pod into
+//!   its namespace's [`Folded`] totals.
 //! - **released**: the pod is no longer in the leader's watch (deleted), or finished
 //!   (Succeeded/Failed). A terminating pod stays counted until it is gone (it holds its devices
 //!   until then).
@@ -22,6 +23,9 @@
 //!   (a later webhook or the API server refused the pod). Only the reconciler folds, expires or
 //!   releases anything: while no replica leads, the ledger only grows (it over-counts, never
 //!   under-counts).
+//!
+//! A pod admitted from a replica's [`Allowance`] (see [`super::shared`]) is counted by that
+//! allowance until its holder writes its pending charge, shortly after the admission.
 //!
 //! Size: the folded totals are recomputed from the leader's whole pod watch at every reconcile
 //! (never updated incrementally, so they cannot drift, and a release is counted exactly once:
@@ -63,6 +67,21 @@ pub const MAX_FOLDED_MEMBERS: u64 = 1_000_000;
 /// names' lengths (names of 253 characters would pass 1 MiB long before [`MAX_ENTRIES`]).
 pub const MAX_BYTES: usize = 800 * 1024;
 
+/// How old (by creationTimestamp, seconds) a pod must be before the leader folds it into its
+/// namespace's totals. A pod admitted from a replica's [`Allowance`] is written into the ledger
+/// as a pending charge shortly *after* its admission (see [`super::shared`]): were the leader to
+/// fold the pod first, that late charge would count it twice. Until then a young pod is counted
+/// by its pending charge (kept, not released, while the pod is young) or by the allowance it was
+/// admitted from; a young pod of neither (admitted while Allot was down) is counted once it is
+/// this old.
+pub const FOLD_DELAY_SECS: i64 = 3;
+
+/// How long an [`Allowance`] stays in the ledger after its holder last wrote it (seconds): the
+/// leader drops it after that (its holder crashed, or lost the API server). Its holder stops
+/// admitting from it long before ([`super::shared`]), so that every pod admitted from it is
+/// created and seen by the leader while the allowance still covers it.
+pub const ALLOWANCE_TTL_SECS: i64 = 15;
+
 /// The annotation on a ledger's ConfigMap that records the leader's last reconcile (RFC 3339).
 pub const RECONCILED_ANNOTATION: &str = "allot.dev/reconciled-at";
 
@@ -87,6 +106,40 @@ pub struct Entry {
     pub seen: bool,
     /// The pod is being deleted (still holds its devices; not present for its gang's quorum).
     pub terminating: bool,
+}
+
+/// Capacity one replica has set aside in the ledger, to admit plain pods from without a round
+/// trip to the API server (see [`super::shared`]). It counts as usage for every other writer, so
+/// together with the charges it never takes the team past a limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Allowance {
+    /// The amounts set aside, of limited resources (resource terms).
+    pub reserved: ResourceList,
+    /// Unix seconds after which the leader drops it.
+    pub until: i64,
+}
+
+/// An [`Allowance`] as stored.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AllowanceWire {
+    res: BTreeMap<String, String>,
+    until: i64,
+}
+
+impl Allowance {
+    fn encode(&self) -> String {
+        serde_json::to_string(&AllowanceWire { res: wire_list(&self.reserved), until: self.until }).unwrap_or_default()
+    }
+
+    fn decode(text: &str) -> Result<Allowance, String> {
+        let wire: AllowanceWire = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let reserved = parse_list("res", &wire.res)?;
+        if reserved.values().any(|q| q.nanos() < 0) {
+            return Err("a negative amount".into());
+        }
+        Ok(Allowance { reserved, until: wire.until })
+    }
 }
 
 /// An entry as stored: compact JSON, one ConfigMap data value.
@@ -118,6 +171,20 @@ fn is_false(b: &bool) -> bool {
 }
 
 impl Entry {
+    /// The charge of an admitted `request` at `now`.
+    pub fn admitted(quota: &Quota, request: &QuotaRequest<'_>, now: i64) -> Entry {
+        Entry {
+            namespace: request.namespace.to_string(),
+            name: request.pod.to_string(),
+            created: request.created,
+            at: now,
+            requests: counted(quota, &request.requests),
+            gang: request.gang.map(|(g, n)| (g.to_string(), Some(n))),
+            seen: false,
+            terminating: false,
+        }
+    }
+
     fn encode(&self) -> String {
         let wire = Wire {
             pod: format!("{}/{}", self.namespace, self.name),
@@ -325,6 +392,10 @@ pub struct Recount {
     sightings: HashMap<u64, Sighting>,
     hasher: std::hash::RandomState,
     pods: usize,
+    /// Pods created after this (unix seconds) are not folded yet ([`FOLD_DELAY_SECS`]).
+    young_after: Option<i64>,
+    /// Pods left out as young.
+    young: usize,
 }
 
 /// Where the watch found a pod: enough to tell it from an earlier pod of the same name, and
@@ -333,6 +404,8 @@ pub struct Recount {
 pub struct Sighting {
     pub created: i64,
     pub finished: bool,
+    /// Too young to fold ([`FOLD_DELAY_SECS`]): not in the totals; its pending charge stays.
+    pub young: bool,
 }
 
 /// One pod as [`Recount::add`] counts it.
@@ -347,6 +420,17 @@ pub struct CountedPod<'a> {
 }
 
 impl Recount {
+    /// An empty recount at `now` (unix seconds): pods created within [`FOLD_DELAY_SECS`] of it
+    /// are found but not folded. ([`Recount::default`] folds every pod.)
+    pub fn at(now: i64) -> Recount {
+        Recount { young_after: Some(now - FOLD_DELAY_SECS), ..Recount::default() }
+    }
+
+    /// Pods left out of the totals as too young to fold (the leader looks again soon).
+    pub fn young(&self) -> usize {
+        self.young
+    }
+
     /// From a list of pods (tests, and callers that have one).
     pub fn from_pods(pods: &[SeenPod]) -> Recount {
         let mut recount = Recount::default();
@@ -373,8 +457,13 @@ impl Recount {
         let CountedPod { namespace, name, created, finished, terminating, gang } = *pod;
         self.pods += 1;
         let key = self.key(namespace, name);
-        self.sightings.insert(key, Sighting { created, finished });
+        let young = !finished && self.young_after.is_some_and(|after| created > after);
+        self.sightings.insert(key, Sighting { created, finished, young });
         if finished {
+            return;
+        }
+        if young {
+            self.young += 1;
             return;
         }
         let f = match self.by_namespace.get_mut(namespace) {
@@ -441,12 +530,19 @@ pub struct Reconciled {
     pub dropped_unreadable: usize,
     /// The folded totals changed (pods appeared, changed or went).
     pub refolded: bool,
+    /// Allowances dropped because their holder stopped renewing them.
+    pub allowances_expired: usize,
+    /// An old drain request was dropped.
+    pub drain_dropped: bool,
+    /// Allowances left after the reconcile (not a change: the leader looks again soon, to drop
+    /// those whose holder stops renewing them).
+    pub allowances_held: usize,
 }
 
 impl Reconciled {
     /// True when the ledger changed.
     pub fn changed(&self) -> bool {
-        *self != Reconciled::default()
+        Reconciled { allowances_held: 0, ..*self } != Reconciled::default()
     }
 }
 
@@ -469,6 +565,11 @@ pub struct Ledger {
     entries: BTreeMap<String, (Entry, String)>,
     /// The leader's counts per namespace, by key (`n.NAMESPACE`).
     folded: BTreeMap<String, (Folded, String)>,
+    /// Replicas' allowances, by key (`a.HOLDER`).
+    allowances: BTreeMap<String, (Allowance, String)>,
+    /// When a writer last asked every holder to give its allowance back (unix milliseconds),
+    /// as stored.
+    drain: Option<(i64, String)>,
     base: Base,
     /// Data values that do not decode (someone edited the object): admission refuses until the
     /// reconciler rewrites it.
@@ -489,6 +590,15 @@ impl Ledger {
                 Folded::decode(value, &mut members).map(|f| {
                     ledger.folded.insert(key.clone(), (f, value.clone()));
                 })
+            } else if key.starts_with(ALLOWANCE_PREFIX) {
+                Allowance::decode(value).map(|a| {
+                    ledger.allowances.insert(key.clone(), (a, value.clone()));
+                })
+            } else if key == DRAIN_KEY {
+                value
+                    .parse::<i64>()
+                    .map_err(|e| format!("drain: {e}"))
+                    .map(|at| ledger.drain = Some((at, value.clone())))
             } else {
                 Entry::decode(value).map(|e| {
                     ledger.entries.insert(key.clone(), (e, value.clone()));
@@ -505,7 +615,74 @@ impl Ledger {
     /// The ConfigMap data (unreadable values are dropped: only the reconciler writes with any).
     pub fn to_data(&self) -> BTreeMap<String, String> {
         let pending = self.entries.iter().map(|(k, (_, v))| (k.clone(), v.clone()));
-        pending.chain(self.folded.iter().map(|(k, (_, v))| (k.clone(), v.clone()))).collect()
+        let allowances = self.allowances.iter().map(|(k, (_, v))| (k.clone(), v.clone()));
+        let drain = self.drain.iter().map(|(_, v)| (DRAIN_KEY.to_string(), v.clone()));
+        pending
+            .chain(self.folded.iter().map(|(k, (_, v))| (k.clone(), v.clone())))
+            .chain(allowances)
+            .chain(drain)
+            .collect()
+    }
+
+    /// The allowance held under `key`, if any.
+    pub fn allowance(&self, key: &str) -> Option<&Allowance> {
+        self.allowances.get(key).map(|(a, _)| a)
+    }
+
+    /// Sets (or, with `None` or nothing reserved, removes) the allowance held under `key`.
+    pub fn set_allowance(&mut self, key: &str, allowance: Option<Allowance>) {
+        if let Some((_, old)) = self.allowances.remove(key) {
+            self.bytes -= Entry::bytes(key, &old);
+        }
+        if let Some(a) = allowance.filter(|a| a.reserved.values().any(|q| q.nanos() != 0)) {
+            let value = a.encode();
+            self.bytes += Entry::bytes(key, &value);
+            self.allowances.insert(key.to_string(), (a, value));
+        }
+    }
+
+    /// The ledger as it would be if every holder gave its allowance back.
+    pub fn without_allowances(&self) -> Ledger {
+        let mut bare = self.clone();
+        for key in self.allowances.keys() {
+            bare.set_allowance(key, None);
+        }
+        bare
+    }
+
+    /// Allowances held, by key.
+    pub fn allowances(&self) -> impl Iterator<Item = (&str, &Allowance)> {
+        self.allowances.iter().map(|(k, (a, _))| (k.as_str(), a))
+    }
+
+    /// When a writer last asked the holders to give their allowances back (unix ms).
+    pub fn drain_requested(&self) -> Option<i64> {
+        self.drain.as_ref().map(|(at, _)| *at)
+    }
+
+    /// Asks every holder to give its allowance back (`at`: unix milliseconds).
+    pub fn request_drain(&mut self, at: i64) {
+        let value = at.to_string();
+        if let Some((_, old)) = self.drain.take() {
+            self.bytes -= Entry::bytes(DRAIN_KEY, &old);
+        }
+        self.bytes += Entry::bytes(DRAIN_KEY, &value);
+        self.drain = Some((at, value));
+    }
+
+    /// Writes the charge of a pod already admitted (from an allowance) under `key`, unless the
+    /// key is charged already. Never refused: the pod is in; the allowance it came from, which
+    /// its holder shrinks in the same write, covered it until now.
+    pub fn settle(&mut self, key: &str, entry: &Entry) {
+        if !self.contains(key) {
+            self.insert(key.to_string(), entry.clone());
+        }
+    }
+
+    /// What is left under each limit (charge units; negative where usage is above it).
+    pub fn free(&self, quota: &Quota) -> super::Charge {
+        let used = quota.charge(&self.usage().0);
+        quota.limits.iter().map(|(r, limit)| (r.clone(), limit - used.get(r).copied().unwrap_or(0))).collect()
     }
 
     /// Pending charges.
@@ -571,6 +748,9 @@ impl Ledger {
         }
         let mut total = plain;
         add_to(&mut total, &self.base.gangs_total, 1);
+        for (allowance, _) in self.allowances.values() {
+            add_to(&mut total, &allowance.reserved, 1);
+        }
         for (id, tally) in &touched {
             add_to(&mut total, &tally.total(), 1);
             if let Some(folded) = self.base.tallies.get(id) {
@@ -632,16 +812,7 @@ impl Ledger {
         if request.dry_run {
             return Ok(Charged::WouldFit);
         }
-        let entry = Entry {
-            namespace: request.namespace.to_string(),
-            name: request.pod.to_string(),
-            created: request.created,
-            at: now,
-            requests: counted(quota, &request.requests),
-            gang: request.gang.map(|(g, n)| (g.to_string(), Some(n))),
-            seen: false,
-            terminating: false,
-        };
+        let entry = Entry::admitted(quota, request, now);
         let size = Entry::bytes(key, &entry.encode());
         if self.entries.len() >= MAX_ENTRIES || self.bytes + size > MAX_BYTES {
             return Err(Refusal::Unknown {
@@ -679,6 +850,8 @@ impl Ledger {
             let same = pod.filter(|p| entry.created == 0 || p.created == 0 || entry.created == p.created);
             let counter = match same {
                 Some(p) if p.finished => &mut out.released,
+                // Counted by this charge until the pod is folded (see FOLD_DELAY_SECS).
+                Some(p) if p.young => continue,
                 // The watch counts it now (duplicates of one pod included: it is counted once).
                 Some(_) => &mut out.seen,
                 // Folded by a reconcile before folding existed: the recount replaces it.
@@ -704,9 +877,19 @@ impl Ledger {
                 .collect();
             self.base = Base::of(self.folded.values().map(|(f, _)| f));
         }
+        let expired: Vec<String> =
+            self.allowances.iter().filter(|(_, (a, _))| a.until < now).map(|(k, _)| k.clone()).collect();
+        for key in expired {
+            out.allowances_expired += 1;
+            self.allowances.remove(&key);
+        }
+        if self.drain.as_ref().is_some_and(|(at, _)| at / 1000 + DRAIN_KEEP_SECS < now) {
+            self.drain = None;
+            out.drain_dropped = true;
+        }
+        out.allowances_held = self.allowances.len();
         // Unreadable values are gone and the folded ones rewritten: count the bytes again.
-        let pending = self.entries.iter().map(|(k, (_, v))| Entry::bytes(k, v));
-        self.bytes = pending.chain(self.folded.iter().map(|(k, (_, v))| Entry::bytes(k, v))).sum();
+        self.bytes = self.to_data().iter().map(|(k, v)| Entry::bytes(k, v)).sum();
         self.reconciled = true;
         out
     }
@@ -750,6 +933,21 @@ pub fn admission_key(request: &QuotaRequest<'_>) -> String {
 
 /// What starts the data key of a namespace's [`Folded`] totals.
 const FOLDED_PREFIX: &str = "n.";
+
+/// What starts the data key of a replica's [`Allowance`].
+const ALLOWANCE_PREFIX: &str = "a.";
+
+/// The data key of the drain request (unix milliseconds).
+const DRAIN_KEY: &str = "drain";
+
+/// How long a drain request is kept after it was made (seconds): only its holders act on it.
+const DRAIN_KEEP_SECS: i64 = 60;
+
+/// The data key of the allowance held by `holder`.
+pub fn allowance_key(holder: &str) -> String {
+    let key = format!("{ALLOWANCE_PREFIX}{holder}");
+    if valid_key(&key) { key } else { hashed(ALLOWANCE_PREFIX, holder) }
+}
 
 /// The data key of `namespace`'s [`Folded`] totals.
 fn folded_key(namespace: &str) -> String {

@@ -15,6 +15,21 @@
 //! Fails closed: an API server that cannot be read or written within the request's budget, a
 //! missing or not-yet-reconciled ledger, or a full one, refuse the pod with the reason.
 //!
+//! Allowances: a round that admits a plain pod also sets aside, for this replica, 1/8 of what
+//! the team has free (in whole pods of the shape it just admitted, at most 64) as an
+//! [`Allowance`] in the ledger: usage for every other writer, so charges and allowances together
+//! never pass the limit. Later pods of that shape are admitted from it in memory, with no round
+//! trip ([`Headroom`]); the flusher ([`SharedLedger::spawn_flusher`]) writes their charges every
+//! [`FLUSH_INTERVAL`] in the same write that shrinks the allowance by them, so the pods move from
+//! allowance to pending charge without a moment uncounted. A refusal that only allowances cause
+//! is never given: this replica's own stops growing, the others are asked back (a `drain` request
+//! in the ledger, which their watches deliver; no grants for 5 s after one) and the admission
+//! waits for the next version. An allowance is used for [`ALLOWANCE_USABLE`] after the write that
+//! renewed it and stays in the ledger for [`ALLOWANCE_TTL_SECS`]: a replica that dies with one
+//! leaves its pods covered until the leader folds them, then the leader drops it (over-count for
+//! seconds, never under-count). A replica that stops gives its allowances back
+//! ([`SharedLedger::give_back`]).
+//!
 //! Kept fresh by a watch ([`SharedLedger::watch`]): a round starts from the newest copy the
 //! watch delivered (so it does not write over a copy another replica has already replaced,
 //! which would only earn a 409), and after a 409 it waits briefly for the watch to deliver the
@@ -22,7 +37,7 @@
 //! starting copy is: every write is still guarded by its resourceVersion, and a refusal still
 //! needs a read of its own.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,9 +45,13 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
 
-use super::ledger::{self, Charged, CountedPod, Ledger, Reconciled, Recount, SeenPod};
+use super::ledger::{
+    self, ALLOWANCE_TTL_SECS, Allowance, Charged, CountedPod, Entry, Ledger, Reconciled, Recount, SeenPod,
+};
 use super::{OwnedQuotaRequest, QuotaRequest, Refusal};
+use crate::cluster::tally::add_to;
 use crate::policy::quota::Quota;
+use crate::quantity::Quantity;
 use crate::resources::ResourceList;
 
 /// What the ledger costs, for `/metrics` (registered by the server).
@@ -48,6 +67,8 @@ pub struct LedgerMetrics {
     pub decisions: prometheus_client::metrics::counter::Counter,
     /// Rounds that ended in a fail-closed refusal (API errors, deadline).
     pub failures: prometheus_client::metrics::counter::Counter,
+    /// Admissions answered from this replica's allowance, without a round trip.
+    pub allowance_admissions: prometheus_client::metrics::counter::Counter,
 }
 
 /// The API-server-backed deny-mode book.
@@ -62,6 +83,11 @@ pub struct SharedLedger {
     watched: Mutex<HashMap<String, ConfigMap>>,
     /// Signalled on every delivery of the watch.
     delivered: tokio::sync::Notify,
+    /// The data key of this process's allowances (random per process: a restarted replica
+    /// never takes over the allowance of its former self, which the leader lets expire).
+    holder: String,
+    /// Wakes the flusher before its next tick (a drain request arrived).
+    flush_now: tokio::sync::Notify,
 }
 
 /// How long a round that lost a write (409) waits for the watch to deliver the copy that beat
@@ -74,11 +100,249 @@ fn revision(object: &ConfigMap) -> Option<u64> {
     object.metadata.resource_version.as_deref()?.parse().ok()
 }
 
-/// One team's queue and write slot on this replica.
+/// One team's queue, write slot and allowance on this replica.
 #[derive(Default)]
 struct TeamBook {
     waiting: Mutex<Vec<Waiting>>,
     slot: tokio::sync::Mutex<Cached>,
+    headroom: Mutex<Headroom>,
+}
+
+impl TeamBook {
+    fn headroom(&self) -> std::sync::MutexGuard<'_, Headroom> {
+        self.headroom.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// An allowance is admitted from for this long after the write that last renewed it; the
+/// ledger keeps it for [`ALLOWANCE_TTL_SECS`]. The difference covers a pod's way from its
+/// admission to the leader's fold (the request deadline, [`ledger::FOLD_DELAY_SECS`], a
+/// reconcile) and clocks that disagree by seconds.
+const ALLOWANCE_USABLE: Duration = Duration::from_secs(3);
+
+/// An allowance in use is renewed when less than this is left of its usable time.
+const ALLOWANCE_RENEW: Duration = Duration::from_millis(1500);
+
+/// A round keeps the allowance's expiry as written when it was written this recently (seconds)
+/// and its amounts do not change: no write just to move it.
+const ALLOWANCE_REWRITE_SECS: i64 = 2;
+
+/// An allowance unused for this long is given back.
+const ALLOWANCE_IDLE: Duration = Duration::from_secs(2);
+
+/// How often the flusher writes the charges of pods admitted from allowances.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
+
+/// A grant is at most 1/`GRANT_SHARE` of what the team has free...
+const GRANT_SHARE: i128 = 8;
+
+/// ...and at most this many pods of the shape it is sized for.
+const GRANT_MAX_PODS: i128 = 64;
+
+/// No allowance is granted while a drain request is younger than this (milliseconds).
+const DRAIN_HOLD_MS: i64 = 5_000;
+
+/// A refusal that only allowances cause waits for them to be given back, unless its deadline is
+/// this close: then it is given.
+const DRAIN_LAST_CHANCE: Duration = Duration::from_millis(150);
+
+/// How long an admission deferred behind allowances waits for the ledger to change before it
+/// looks again.
+const DRAIN_RETRY: Duration = Duration::from_millis(50);
+
+/// Capacity this replica holds in one team's ledger ([`Allowance`]), and what it admitted from
+/// it that the ledger does not show yet.
+///
+/// Invariant: `consumed ≤ cap ≤` the allowance the ledger holds for this replica, per resource.
+/// A pod is admitted from it only when `consumed + its requests ≤ cap`; a round writes the
+/// consumed pods as pending charges and the allowance as what was admitted meanwhile plus a new
+/// grant, lowering `cap` first so that the invariant holds whichever copy the ledger ends with.
+#[derive(Default)]
+struct Headroom {
+    /// Most that may be consumed (limited resources, resource terms).
+    cap: ResourceList,
+    /// Admitted from the allowance and not yet written as charges (`unsettled`, and what a round
+    /// is writing).
+    consumed: ResourceList,
+    unsettled: Vec<(String, Entry)>,
+    /// Keys of the pods in `consumed`: a re-sent admission is not charged twice.
+    keys: HashSet<String>,
+    /// Admissions come from the allowance until then.
+    usable_until: Option<Instant>,
+    /// The quota and pod (counted requests) the next grant is sized for: the last admission
+    /// that went through a round.
+    sized_for: Option<(Quota, ResourceList)>,
+    last_used: Option<Instant>,
+    /// The newest drain request seen (unix ms).
+    drain_seen: i64,
+    /// A drain request came since the last round: give the allowance back, admit nothing from it.
+    drain_pending: bool,
+    /// The ledger may hold an allowance of this replica.
+    may_hold: bool,
+    /// The process is stopping: nothing is admitted from the allowance, nothing granted.
+    closing: bool,
+}
+
+impl Headroom {
+    /// A pod an allowance may admit: a plain pod (a gang member's charge depends on its gang),
+    /// not a dry run, with a creationTimestamp (the leader folds it by its age).
+    fn may_serve(request: &QuotaRequest<'_>) -> bool {
+        !request.dry_run && request.gang.is_none() && request.created != 0
+    }
+
+    /// Admits `request` from the allowance if it covers it.
+    fn admit(&mut self, quota: &Quota, request: &QuotaRequest<'_>, key: &str, now: Instant) -> bool {
+        if !Headroom::may_serve(request)
+            || self.drain_pending
+            || self.closing
+            || self.usable_until.is_none_or(|u| now >= u)
+        {
+            return false;
+        }
+        // Granted under another quota (a policy reload): a round decides.
+        if self.sized_for.as_ref().is_none_or(|(q, _)| q != quota) {
+            return false;
+        }
+        if self.keys.contains(key) {
+            return true;
+        }
+        let counted = ledger::counted(quota, &request.requests);
+        if counted.is_empty() || counted.keys().any(|r| !quota.limits.contains_key(r)) {
+            return false;
+        }
+        let mut after = self.consumed.clone();
+        add_to(&mut after, &counted, 1);
+        if after.iter().any(|(r, q)| q.nanos() > self.cap.get(r).map_or(0, |c| c.nanos())) {
+            return false;
+        }
+        self.consumed = after;
+        self.unsettled.push((key.to_string(), Entry::admitted(quota, request, unix_now())));
+        self.keys.insert(key.to_string());
+        self.last_used = Some(now);
+        true
+    }
+
+    /// Remembers the pod the next grant is sized for.
+    fn size_for(&mut self, quota: &Quota, request: &QuotaRequest<'_>) {
+        let counted = ledger::counted(quota, &request.requests);
+        if !counted.is_empty() && counted.keys().all(|r| quota.limits.contains_key(r)) {
+            self.sized_for = Some((quota.clone(), counted));
+        }
+    }
+
+    /// Starts a round: takes the pods to write as charges, and their sum.
+    fn start_round(&mut self) -> (Vec<(String, Entry)>, ResourceList) {
+        let settling = std::mem::take(&mut self.unsettled);
+        let mut sum = ResourceList::new();
+        for (_, entry) in &settling {
+            add_to(&mut sum, &entry.requests, 1);
+        }
+        (settling, sum)
+    }
+
+    /// What the allowance must still cover while `settled` is written as charges.
+    fn kept(&self, settled: &ResourceList) -> ResourceList {
+        let mut kept = self.cap.clone();
+        add_to(&mut kept, settled, -1);
+        kept.retain(|_, q| q.nanos() > 0);
+        kept
+    }
+
+    /// Stops admitting from the allowance beyond what is consumed already.
+    fn freeze(&mut self) {
+        self.cap = self.consumed.clone();
+    }
+
+    /// The allowance for this round's write (`next` holds `kept` for it): what was admitted
+    /// from it since the round started plus, when `may_grant` and the team is active, a grant of
+    /// 1/[`GRANT_SHARE`] of what is free, in whole pods of the shape it is sized for. Lowers
+    /// `cap` to what the write leaves.
+    fn resize(&mut self, next: &Ledger, kept: &ResourceList, settled: &ResourceList, may_grant: bool) -> ResourceList {
+        let mut in_round = self.consumed.clone();
+        add_to(&mut in_round, settled, -1);
+        let active = self.last_used.is_some_and(|t| t.elapsed() < ALLOWANCE_IDLE);
+        let grant = match &self.sized_for {
+            Some((quota, shape)) if may_grant && active && !self.drain_pending && !self.closing => {
+                let mut unused = kept.clone();
+                add_to(&mut unused, &in_round, -1);
+                let (free, unused) = (next.free(quota), quota.charge(&unused));
+                let pods = quota
+                    .charge(shape)
+                    .iter()
+                    .map(|(r, per)| {
+                        let pool =
+                            free.get(r).copied().unwrap_or(0).saturating_add(unused.get(r).copied().unwrap_or(0));
+                        if *per > 0 { (pool / GRANT_SHARE / per).max(0) } else { 0 }
+                    })
+                    .min()
+                    .unwrap_or(0)
+                    .min(GRANT_MAX_PODS);
+                let mut grant = ResourceList::new();
+                add_to(&mut grant, shape, pods);
+                grant
+            }
+            _ => ResourceList::new(),
+        };
+        let mut ours = in_round;
+        add_to(&mut ours, &grant, 1);
+        ours.retain(|_, q| q.nanos() > 0);
+        let mut bound = ours.clone();
+        add_to(&mut bound, settled, 1);
+        self.cap = self
+            .cap
+            .iter()
+            .filter_map(|(r, c)| Some((r.clone(), Quantity::from_nanos(c.nanos().min(bound.get(r)?.nanos())))))
+            .collect();
+        ours
+    }
+
+    /// The round's write went through (or had nothing to write): the ledger holds `ours`.
+    fn committed(
+        &mut self,
+        settling: &[(String, Entry)],
+        settled: &ResourceList,
+        ours: ResourceList,
+        started: Instant,
+    ) {
+        add_to(&mut self.consumed, settled, -1);
+        for (key, _) in settling {
+            self.keys.remove(key);
+        }
+        self.may_hold = !ours.is_empty();
+        self.cap = ours;
+        self.usable_until = Some(started + ALLOWANCE_USABLE);
+        self.drain_pending = false;
+    }
+
+    /// The round failed, perhaps after a write whose outcome is unknown: the charges are
+    /// written again next time (a key written already is skipped), and nothing more is admitted
+    /// from the allowance until a round succeeds (the ledger holds either the old allowance or
+    /// the new one; both cover what was consumed).
+    fn failed(&mut self, settling: Vec<(String, Entry)>) {
+        let mut all = settling;
+        all.append(&mut self.unsettled);
+        self.unsettled = all;
+        self.freeze();
+        self.may_hold = true;
+    }
+
+    /// A writer asked the holders to give their allowances back (unix ms). True when this
+    /// replica holds one to give.
+    fn note_drain(&mut self, at: i64) -> bool {
+        if at <= self.drain_seen {
+            return false;
+        }
+        self.drain_seen = at;
+        self.drain_pending = self.may_hold || !self.cap.is_empty();
+        self.drain_pending
+    }
+
+    /// The flusher should run a round: charges to write, or an allowance to give back or renew.
+    fn wants_round(&self, now: Instant) -> bool {
+        let idle = self.last_used.is_none_or(|t| now.duration_since(t) >= ALLOWANCE_IDLE);
+        let renew = self.usable_until.is_none_or(|u| u.saturating_duration_since(now) < ALLOWANCE_RENEW);
+        !self.unsettled.is_empty() || (self.may_hold && (self.drain_pending || idle || renew))
+    }
 }
 
 /// The last copy of the ledger this replica read or wrote: where an optimistic write starts.
@@ -108,6 +372,10 @@ fn unix_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
+fn unix_now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
 fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
@@ -132,7 +400,48 @@ impl SharedLedger {
             teams: Default::default(),
             watched: Default::default(),
             delivered: tokio::sync::Notify::new(),
+            holder: ledger::allowance_key(&format!("{:016x}", random_u64())),
+            flush_now: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Gives every allowance back and writes what was admitted from them (on shutdown, once no
+    /// request is in flight: the other replicas then have the capacity at once rather than when
+    /// the allowances expire).
+    pub async fn give_back(&self) {
+        let books: Vec<(String, Arc<TeamBook>)> = {
+            let teams = self.teams.lock().unwrap_or_else(|e| e.into_inner());
+            teams.iter().map(|(t, b)| (t.clone(), b.clone())).collect()
+        };
+        for (team, book) in books {
+            book.headroom().closing = true;
+            let mut cached = book.slot.lock().await;
+            self.commit(&team, &book, &mut cached).await;
+        }
+    }
+
+    /// Writes the charges of pods admitted from this replica's allowances every
+    /// [`FLUSH_INTERVAL`], and gives allowances back when asked, idle or stale; for as long as
+    /// `self` lives. Without it those writes wait for the team's next admission round.
+    pub fn spawn_flusher(self: &Arc<Self>) {
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let Some(ledger) = this.upgrade() else { return };
+                let woken = ledger.flush_now.notified();
+                let _ = tokio::time::timeout(FLUSH_INTERVAL, woken).await;
+                let books: Vec<(String, Arc<TeamBook>)> = {
+                    let teams = ledger.teams.lock().unwrap_or_else(|e| e.into_inner());
+                    teams.iter().map(|(t, b)| (t.clone(), b.clone())).collect()
+                };
+                for (team, book) in books {
+                    if book.headroom().wants_round(Instant::now()) {
+                        let mut cached = book.slot.lock().await;
+                        ledger.commit(&team, &book, &mut cached).await;
+                    }
+                }
+            }
+        });
     }
 
     /// Watches the ledger objects (label [`ledger::TEAM_LABEL`]) for as long as `self` lives,
@@ -171,9 +480,19 @@ impl SharedLedger {
             None => true,
         };
         if newer {
-            watched.insert(name, object);
+            let drain = object.data.as_ref().and_then(|d| d.get("drain")).and_then(|v| v.parse::<i64>().ok());
+            watched.insert(name.clone(), object);
             drop(watched);
             self.delivered.notify_waiters();
+            if let Some(at) = drain {
+                let books: Vec<Arc<TeamBook>> = {
+                    let teams = self.teams.lock().unwrap_or_else(|e| e.into_inner());
+                    teams.iter().filter(|(t, _)| ledger::object_name(t) == name).map(|(_, b)| b.clone()).collect()
+                };
+                if books.iter().any(|b| b.headroom().note_drain(at)) {
+                    self.flush_now.notify_one();
+                }
+            }
         }
     }
 
@@ -223,17 +542,36 @@ impl SharedLedger {
         Ok(())
     }
 
-    /// Decides the queue of `book` in order and commits what it charges; answers every waiter.
+    /// One round for `team`: decides the queue of `book` in order, writes the charges of pods
+    /// admitted from this replica's allowance, resizes the allowance, and commits all of it in
+    /// one write; answers every waiter except those deferred behind other replicas' allowances
+    /// (they go back to the queue).
     async fn commit(&self, team: &str, book: &TeamBook, cached: &mut Cached) {
         let mut batch = Vec::new();
         take_waiting(book, &mut batch);
-        let Some(deadline) = batch.iter().map(|w| w.deadline).min() else { return };
+        let (settling, settled) = {
+            let mut headroom = book.headroom();
+            if let Some(w) = batch.iter().rev().find(|w| Headroom::may_serve(&w.request.borrow())) {
+                headroom.size_for(&w.quota, &w.request.borrow());
+            }
+            if !batch.is_empty() {
+                headroom.last_used = Some(Instant::now());
+            }
+            if batch.is_empty() && headroom.unsettled.is_empty() && !headroom.may_hold {
+                return;
+            }
+            headroom.start_round()
+        };
+        let started = Instant::now();
+        let deadline = batch.iter().map(|w| w.deadline).min().unwrap_or(started + self.budget);
         let deadline = tokio::time::Instant::from_std(deadline);
         let name = ledger::object_name(team);
         let mut fresh = false;
         // A refusal must be confirmed by a read: no copy from the watch will do then.
         let mut must_read = false;
-        let started = Instant::now();
+        // This replica's allowance no longer grows within the round: a refusal it caused.
+        let mut frozen = false;
+        let mut deferred = vec![false; batch.len()];
         let (mut reads, mut writes) = (0u32, 0u32);
         let answers = loop {
             if !fresh && !must_read {
@@ -262,17 +600,91 @@ impl SharedLedger {
                     continue;
                 }
             }
-            let now = unix_now();
+            let (now, now_ms) = (unix_now(), unix_now_ms());
+            if let Some(at) = cached.ledger.drain_requested() {
+                book.headroom().note_drain(at);
+            }
             let mut next = cached.ledger.clone();
-            let decided: Vec<Result<Charged, Refusal>> =
-                batch.iter().map(|w| next.charge(&w.quota, &w.request.borrow(), &w.key, now)).collect();
+            for (key, entry) in &settling {
+                next.settle(key, entry);
+            }
+            let kept = book.headroom().kept(&settled);
+            next.set_allowance(
+                &self.holder,
+                Some(Allowance { reserved: kept.clone(), until: now + ALLOWANCE_TTL_SECS }),
+            );
+            let decide = |ledger: &mut Ledger| -> Vec<Result<Charged, Refusal>> {
+                batch
+                    .iter()
+                    .zip(&deferred)
+                    .map(|(w, d)| match d {
+                        true => Ok(Charged::Already),
+                        false => ledger.charge(&w.quota, &w.request.borrow(), &w.key, now),
+                    })
+                    .collect()
+            };
+            let before = next.clone();
+            let mut decided = decide(&mut next);
             if !fresh && (cached.object.is_none() || decided.iter().any(Result::is_err)) {
                 // Refuse only from what the API server says now, not from a copy.
                 cached.object = None;
                 must_read = true;
                 continue;
             }
-            if !decided.iter().any(|d| matches!(d, Ok(Charged::New))) {
+            // A refusal that only allowances cause is not given: this replica's own stops
+            // growing at once; the others are asked back (a drain request in the ledger, which
+            // their watches deliver), and the admission waits for the next round.
+            if decided.iter().any(|d| matches!(d, Err(Refusal::Exceeded { .. }))) && next.allowances().next().is_some()
+            {
+                let bare = decide(&mut before.without_allowances());
+                let blocked: Vec<usize> = (0..batch.len())
+                    .filter(|i| matches!(decided[*i], Err(Refusal::Exceeded { .. })) && bare[*i].is_ok())
+                    .collect();
+                if !blocked.is_empty() {
+                    if !frozen && !kept.is_empty() {
+                        frozen = true;
+                        book.headroom().freeze();
+                        continue;
+                    }
+                    let last_chance = tokio::time::Instant::now() + DRAIN_LAST_CHANCE;
+                    for i in blocked {
+                        if tokio::time::Instant::from_std(batch[i].deadline) > last_chance {
+                            deferred[i] = true;
+                        }
+                    }
+                    if deferred.iter().any(|d| *d) && next.drain_requested().is_none_or(|at| at + 1000 < now_ms) {
+                        next.request_drain(now_ms);
+                    }
+                    // The deferred ones' refusals are not given; the rest stands as decided.
+                    decided = decided
+                        .into_iter()
+                        .zip(&deferred)
+                        .map(|(d, x)| if *x { Ok(Charged::Already) } else { d })
+                        .collect();
+                }
+            }
+            // Size the allowance: what was admitted from it during the round plus a new grant.
+            let draining = next.drain_requested().is_some_and(|at| at + DRAIN_HOLD_MS > now_ms);
+            // Pods from an allowance are written as charges whatever the ledger's size: no
+            // grant once it is half full (admissions then meet its limits in a round).
+            let roomy = next.len() < ledger::MAX_ENTRIES / 2 && next.bytes() < ledger::MAX_BYTES / 2;
+            let may_grant = !frozen && !draining && roomy && next.reconciled;
+            let ours = book.headroom().resize(&next, &kept, &settled, may_grant);
+            let keep_old = cached
+                .ledger
+                .allowance(&self.holder)
+                .filter(|old| old.reserved == ours && old.until >= now + ALLOWANCE_TTL_SECS - ALLOWANCE_REWRITE_SECS);
+            let allowance = match keep_old {
+                Some(old) => Some(old.clone()),
+                None => Some(Allowance { reserved: ours.clone(), until: now + ALLOWANCE_TTL_SECS }),
+            };
+            next.set_allowance(&self.holder, allowance);
+            let changed = decided.iter().any(|d| matches!(d, Ok(Charged::New)))
+                || !settling.is_empty()
+                || next.allowance(&self.holder) != cached.ledger.allowance(&self.holder)
+                || next.drain_requested() != cached.ledger.drain_requested();
+            if !changed {
+                book.headroom().committed(&settling, &settled, ours, started);
                 break Ok(decided);
             }
             let Some(mut object) = cached.object.clone() else {
@@ -285,6 +697,7 @@ impl SharedLedger {
                     self.metrics.commits.inc();
                     cached.object = Some(written);
                     cached.ledger = next;
+                    book.headroom().committed(&settling, &settled, ours, started);
                     break Ok(decided);
                 }
                 Ok(Err(e)) if is_conflict(&e) => {
@@ -299,7 +712,12 @@ impl SharedLedger {
                         None => cached.object = None,
                     }
                     fresh = false;
+                    let taken = batch.len();
                     take_waiting(book, &mut batch);
+                    deferred.resize(batch.len(), false);
+                    if batch.len() > taken {
+                        book.headroom().last_used = Some(Instant::now());
+                    }
                 }
                 Ok(Err(e)) => {
                     cached.object = None;
@@ -317,12 +735,21 @@ impl SharedLedger {
         }
         match answers {
             Ok(decided) => {
-                self.metrics.decisions.inc_by(decided.len() as u64);
-                for (w, d) in batch.into_iter().zip(decided) {
-                    let _ = w.answer.send(d.map(|_| ()));
+                let mut requeue = Vec::new();
+                for ((w, d), later) in batch.into_iter().zip(decided).zip(deferred) {
+                    if later {
+                        requeue.push(w);
+                    } else {
+                        self.metrics.decisions.inc();
+                        let _ = w.answer.send(d.map(|_| ()));
+                    }
+                }
+                if !requeue.is_empty() {
+                    book.waiting.lock().unwrap_or_else(|e| e.into_inner()).extend(requeue);
                 }
             }
             Err(refusal) => {
+                book.headroom().failed(settling);
                 self.metrics.failures.inc();
                 for w in batch {
                     let _ = w.answer.send(Err(refusal.clone()));
@@ -331,28 +758,50 @@ impl SharedLedger {
         }
     }
 
-    /// Admits or refuses `request` through the team's queue (async: what [`QuotaBook::admit`]
-    /// runs on the runtime).
+    /// Admits or refuses `request`: from this replica's allowance when it covers the pod (no
+    /// round trip), else through the team's queue (async: what [`QuotaBook::admit`] runs on the
+    /// runtime).
     pub async fn admit_async(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), Refusal> {
         let deadline = Instant::now() + self.budget;
         let book = self.book(request.team);
+        let key = ledger::admission_key(request);
+        if book.headroom().admit(quota, request, &key, Instant::now()) {
+            self.metrics.allowance_admissions.inc();
+            return Ok(());
+        }
         let (answer, mut receiver) = tokio::sync::oneshot::channel();
         book.waiting.lock().unwrap_or_else(|e| e.into_inner()).push(Waiting {
             quota: quota.clone(),
             request: OwnedQuotaRequest::of(request),
-            key: ledger::admission_key(request),
+            key,
             deadline,
             answer,
         });
         let decided = async {
-            let mut cached = book.slot.lock().await;
-            // A round that ran while this one waited for the slot may have answered it.
-            if let Ok(answer) = receiver.try_recv() {
-                return answer;
+            loop {
+                let mut cached = book.slot.lock().await;
+                // A round that ran while this one waited for the slot may have answered it.
+                match receiver.try_recv() {
+                    Ok(answer) => return answer,
+                    Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
+                        return Err(unavailable("the round deciding it was cut off"));
+                    }
+                    Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
+                }
+                self.commit(request.team, &book, &mut cached).await;
+                drop(cached);
+                match receiver.try_recv() {
+                    Ok(answer) => return answer,
+                    Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
+                        return Err(unavailable("the round deciding it was cut off"));
+                    }
+                    // Deferred behind other replicas' allowances: decide again once the ledger
+                    // changes (they give them back on the drain request), or shortly.
+                    Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
+                        let _ = tokio::time::timeout(DRAIN_RETRY, self.delivered.notified()).await;
+                    }
+                }
             }
-            self.commit(request.team, &book, &mut cached).await;
-            drop(cached);
-            (&mut receiver).await.unwrap_or_else(|_| Err(unavailable("the round deciding it was cut off")))
         };
         match tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), decided).await {
             Ok(answer) => answer,
@@ -438,6 +887,12 @@ impl SharedLedger {
     }
 }
 
+/// A number no other process is likely to draw (the allowance holder's name).
+fn random_u64() -> u64 {
+    use std::hash::BuildHasher;
+    std::hash::RandomState::new().hash_one((std::process::id(), unix_now_ms(), Instant::now()))
+}
+
 /// An empty ledger object for `team`.
 fn new_object(team: &str) -> ConfigMap {
     ConfigMap {
@@ -521,7 +976,7 @@ pub fn recount_by_team(
         .teams
         .iter()
         .filter(|t| t.quota.as_ref().is_some_and(|q| q.mode == crate::policy::QuotaMode::Deny))
-        .map(|t| (t.name.clone(), Recount::default()))
+        .map(|t| (t.name.clone(), Recount::at(unix_now())))
         .collect();
     let mut team_of: HashMap<String, Option<(String, Quota)>> = HashMap::new();
     for pod in view.pods() {
@@ -634,11 +1089,20 @@ pub fn spawn_reconciler(
                 now.checked_sub(ago).is_some_and(|since| store.removed_since(&e.namespace, &e.name, since))
             };
             for (team, recount) in &teams {
+                // Pods too young to fold, and allowances (their holder may stop renewing them),
+                // need another look within a second even if nothing else changes.
+                if recount.young() > 0 {
+                    clean = false;
+                }
                 match ledger.reconcile_with(team, recount, &deleted).await {
-                    Ok(report) if report.changed() => {
-                        tracing::info!(%team, pods = recount.pods(), ?report, "quota ledger reconciled");
+                    Ok(report) => {
+                        if report.changed() {
+                            tracing::info!(%team, pods = recount.pods(), ?report, "quota ledger reconciled");
+                        }
+                        if report.allowances_held > 0 {
+                            clean = false;
+                        }
                     }
-                    Ok(_) => {}
                     Err(e) => {
                         clean = false;
                         tracing::warn!(%team, error = %e, "quota ledger reconcile failed; retrying");
@@ -649,3 +1113,6 @@ pub fn spawn_reconciler(
         }
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -26,7 +26,7 @@
 //! | `allot_ready` | | 1 when `/readyz` answers 200 (set at scrape time by the same check) |
 //! | `allot_gated_pods` | `gate` (gang/quota) | live pods behind Allot's gate, from the Pod watch |
 //! | `allot_gate_oldest_seconds` | `gate` | age of the oldest of them (0 when none): gates are added only at CREATE |
-//! | `allot_quota_ledger_{reads,commits,conflicts,decisions,failures}_total` | | the deny-mode quota ledger's work (0 where no ledger runs) |
+//! | `allot_quota_ledger_{reads,commits,conflicts,decisions,failures,allowance_admissions}_total` | | the deny-mode quota ledger's work (0 where no ledger runs) |
 //! | `allot_native_covers_requests_total` | `result` (split/full) | reviews on a `--native-covers` path: the native half left out, or everything evaluated (the fingerprint is not the policy set's: re-render and apply `allot compile` and `allot webhooks --native-covers`) |
 //!
 //! Every label value comes from a fixed set or from the policies (rule, team and resource names),
@@ -282,6 +282,11 @@ impl Metrics {
             "quota_ledger_failures",
             "Ledger rounds that failed closed (API server errors or the request deadline)",
             ledger.failures.clone(),
+        );
+        r.register(
+            "quota_ledger_allowance_admissions",
+            "Deny-mode admissions answered from this replica's allowance, without a round trip",
+            ledger.allowance_admissions.clone(),
         );
     }
 

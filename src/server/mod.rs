@@ -608,7 +608,9 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     };
     if let Some(ledger) = &ledger {
         ledger.watch();
+        ledger.spawn_flusher();
     }
+    let shared_ledger = ledger.clone();
     let state = AppState::with_ledger(
         policies,
         namespaces,
@@ -733,6 +735,10 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
         reconciler.abort();
     }
     let _ = server.await;
+    // No request is in flight now: hand this replica's quota allowances back.
+    if let Some(ledger) = &shared_ledger {
+        let _ = tokio::time::timeout_at(deadline, ledger.give_back()).await;
+    }
     // axum's graceful shutdown has no deadline of its own: a metrics client stuck mid-request
     // would keep the process alive until SIGKILL. It gets the same grace period.
     let _ = tokio::time::timeout_at(deadline, metrics_server).await;

@@ -601,8 +601,14 @@ fn a_recount_finds_pods_by_name_and_folds_like_the_list() {
     pods[7].finished = true;
     let recount = Recount::from_pods(&pods);
     assert_eq!(recount.pods(), 3_000);
-    assert_eq!(recount.find(&pods[7].namespace, &pods[7].name), Some(Sighting { created: 1_000, finished: true }));
-    assert_eq!(recount.find(&pods[8].namespace, &pods[8].name), Some(Sighting { created: 1_000, finished: false }));
+    assert_eq!(
+        recount.find(&pods[7].namespace, &pods[7].name),
+        Some(Sighting { created: 1_000, finished: true, young: false })
+    );
+    assert_eq!(
+        recount.find(&pods[8].namespace, &pods[8].name),
+        Some(Sighting { created: 1_000, finished: false, young: false })
+    );
     // Same name in another namespace, or an unknown name: not found.
     assert_eq!(recount.find("other", &pods[8].name), None);
     assert_eq!(recount.find(&pods[8].namespace, "train-llama-finetune-worker-999999-abcde"), None);
@@ -624,4 +630,120 @@ fn a_recount_finds_pods_by_name_and_folds_like_the_list() {
     b.reconcile_with(&streamed, 1_000, &|_| false);
     assert_eq!(a.to_data(), b.to_data());
     assert_eq!(gpu_usage(&b), expected_gpus(&pods));
+}
+
+fn allowance(n: i64, until: i64) -> Allowance {
+    Allowance { reserved: ResourceList::from([("nvidia.com/gpu".to_string(), Quantity::from_units(n))]), until }
+}
+
+/// An allowance is usage for everyone: charges and allowances together never pass the limit,
+/// and a refusal can be told apart from one only allowances cause.
+#[test]
+fn allowances_count_as_usage_until_given_back() {
+    let q = quota(8);
+    let mut l = reconciled();
+    charge(&mut l, &q, "a", 2, None).unwrap();
+    l.set_allowance("a.one", Some(allowance(3, 2_000)));
+    l.set_allowance("a.two", Some(allowance(2, 2_000)));
+    assert_eq!(gpu_usage(&l), 7);
+    assert_eq!(l.free(&q)["nvidia.com/gpu"], q.charge(&gpus(1))["nvidia.com/gpu"]);
+    let refusal = charge(&mut l.clone(), &q, "b", 2, None).unwrap_err();
+    assert_eq!(
+        refusal.message("vision"),
+        "team vision uses 7 of 8 nvidia.com/gpu in namespaces vision; this pod asks 2"
+    );
+    assert_eq!(charge(&mut l.without_allowances(), &q, "b", 2, None), Ok(Charged::New));
+    // Given back (or set to nothing): gone from the stored form too.
+    l.set_allowance("a.one", None);
+    l.set_allowance("a.two", Some(allowance(0, 2_000)));
+    assert_eq!(gpu_usage(&l), 2);
+    assert!(l.to_data().keys().all(|k| !k.starts_with("a.")));
+    assert_eq!(l.bytes(), l.to_data().iter().map(|(k, v)| k.len() + v.len()).sum::<usize>());
+}
+
+#[test]
+fn allowances_and_drain_requests_round_trip_and_bad_ones_are_unreadable() {
+    let q = quota(8);
+    let mut l = reconciled();
+    l.set_allowance(&allowance_key("replica-1"), Some(allowance(3, 2_000)));
+    l.request_drain(1_000_500);
+    let data = l.to_data();
+    assert_eq!(data["a.replica-1"], r#"{"res":{"nvidia.com/gpu":"3"},"until":2000}"#);
+    assert_eq!(data["drain"], "1000500");
+    let back = Ledger::from_data(&data, true);
+    assert_eq!(back, l);
+    assert_eq!(back.drain_requested(), Some(1_000_500));
+    assert_eq!(back.bytes(), data.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>());
+    for (key, bad) in [
+        ("a.x", r#"{"res":{"nvidia.com/gpu":"-3"},"until":2000}"#),
+        ("a.x", r#"{"res":{"nvidia.com/gpu":"lots"},"until":2000}"#),
+        ("a.x", r#"{"res":{},"until":2000,"extra":1}"#),
+        ("drain", "soon"),
+    ] {
+        let mut read = Ledger::from_data(&BTreeMap::from([(key.to_string(), bad.to_string())]), true);
+        let refusal = charge(&mut read, &q, "z", 1, None).unwrap_err();
+        assert!(refusal.message("vision").contains("unreadable charge"), "{bad}: {refusal:?}");
+    }
+    // Holder names that are not data keys are hashed into one.
+    assert!(valid_key(&allowance_key(&"x/".repeat(200))));
+}
+
+/// The leader drops an allowance its holder stopped renewing, and an old drain request; a
+/// live allowance stays whatever else changes.
+#[test]
+fn reconcile_drops_stale_allowances_and_old_drain_requests() {
+    let mut l = reconciled();
+    l.set_allowance("a.live", Some(allowance(2, 1_015)));
+    l.set_allowance("a.dead", Some(allowance(3, 999)));
+    l.request_drain(1_000 * 1_000);
+    let report = l.reconcile(&[], 1_000);
+    assert_eq!((report.allowances_expired, report.allowances_held, report.drain_dropped), (1, 1, false));
+    assert!(report.changed());
+    assert_eq!(l.allowances().map(|(k, _)| k).collect::<Vec<_>>(), ["a.live"]);
+    let report = l.reconcile(&[], 1_000);
+    assert!(!report.changed(), "an allowance held is not a change: {report:?}");
+    let report = l.reconcile(&[], 1_061);
+    assert_eq!((report.allowances_expired, report.drain_dropped), (1, true));
+    assert_eq!((l.allowances().count(), l.drain_requested()), (0, None));
+    assert_eq!(l.bytes(), l.to_data().iter().map(|(k, v)| k.len() + v.len()).sum::<usize>());
+}
+
+/// A pod younger than FOLD_DELAY_SECS is not folded: its pending charge stays (a charge
+/// written after the pod appeared must not count it twice), and it is folded once old enough.
+#[test]
+fn young_pods_stay_pending_until_old_enough_to_fold() {
+    let q = quota(8);
+    let mut l = reconciled();
+    charge(&mut l, &q, "a", 2, None).unwrap();
+    let pods = [seen("a", 2, None)];
+    let recount_at = |now: i64| {
+        let mut r = Recount::at(now);
+        for p in &pods {
+            let pod = CountedPod {
+                namespace: &p.namespace,
+                name: &p.name,
+                created: p.created,
+                finished: false,
+                terminating: false,
+                gang: None,
+            };
+            r.add(&pod, p.requests.clone());
+        }
+        r
+    };
+    let young = recount_at(1_000 + FOLD_DELAY_SECS - 1);
+    assert_eq!(young.young(), 1);
+    let report = l.reconcile_with(&young, 1_002, &|_| false);
+    assert_eq!((report.seen, report.refolded, l.len()), (0, false, 1));
+    assert_eq!(gpu_usage(&l), 2, "counted once, by its charge");
+    // Settling the same pod's charge again (a late write from an allowance) adds nothing.
+    let uid = "uid-a".to_string();
+    let r = request(&q, "a", &uid, 2, None);
+    l.settle(&admission_key(&r), &Entry::admitted(&q, &r, 1_001));
+    assert_eq!((l.len(), gpu_usage(&l)), (1, 2));
+    let old = recount_at(1_000 + FOLD_DELAY_SECS + 1);
+    assert_eq!(old.young(), 0);
+    let report = l.reconcile_with(&old, 1_004, &|_| false);
+    assert_eq!((report.seen, report.refolded, l.len()), (1, true, 0));
+    assert_eq!(gpu_usage(&l), 2, "counted once, folded");
 }
