@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::quantity::Quantity;
+use crate::request::field;
 use crate::resources::ResourceList;
 
 /// The annotation the scheduler puts on the claim it creates for a pod's extended-resource
@@ -148,9 +149,11 @@ impl ClaimObjects {
         if !api_version.starts_with("resource.k8s.io/") {
             return false;
         }
-        let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str) else { return false };
+        let Some(name) = field(object, &["metadata", "name"]).and_then(Value::as_str) else {
+            return false;
+        };
         let namespace =
-            object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(default_namespace).to_string();
+            field(object, &["metadata", "namespace"]).and_then(Value::as_str).unwrap_or(default_namespace).to_string();
         let key = (namespace, name.to_string());
         match object.get("kind").and_then(Value::as_str) {
             Some("ResourceClaimTemplate") => self.templates.insert(key, object.clone()),
@@ -267,14 +270,16 @@ pub fn pod_demand(pod: &Value, namespace: &str, classes: &DeviceClasses, source:
     if classes.is_empty() {
         return demand;
     }
-    let entries = pod.pointer("/spec/resourceClaims").and_then(Value::as_array);
+    let entries = field(pod, &["spec", "resourceClaims"]).and_then(Value::as_array);
     for (i, entry) in entries.into_iter().flatten().enumerate() {
         let path = format!("spec.resourceClaims[{i}]");
         if let Some(name) = entry.get("resourceClaimTemplateName").and_then(Value::as_str) {
             let entry_name = entry.get("name").and_then(Value::as_str).unwrap_or_default();
             match source.template(namespace, name) {
                 // A template's claim spec is at spec.spec.
-                Some(template) => add_counts(&mut demand.own, &claim_devices(template.pointer("/spec/spec"), classes)),
+                Some(template) => {
+                    add_counts(&mut demand.own, &claim_devices(field(&template, &["spec", "spec"]), classes))
+                }
                 None => match generated_claim(pod, entry_name, namespace, source) {
                     // The template is gone, the claim made from it is not: it is what the pod holds.
                     Some(claim) => add_counts(&mut demand.own, &claim_devices(claim.get("spec"), classes)),
@@ -305,7 +310,7 @@ pub fn pod_demand(pod: &Value, namespace: &str, classes: &DeviceClasses, source:
 /// outlives the template: a pod whose template was deleted before Allot (re)started is counted
 /// from it, not as asking nothing.
 fn generated_claim(pod: &Value, entry: &str, namespace: &str, source: &dyn ClaimSource) -> Option<Value> {
-    let uid = pod.pointer("/metadata/uid").and_then(Value::as_str).filter(|u| !u.is_empty())?;
+    let uid = field(pod, &["metadata", "uid"]).and_then(Value::as_str).filter(|u| !u.is_empty())?;
     let name = pod
         .pointer("/status/resourceClaimStatuses")
         .and_then(Value::as_array)?
@@ -314,7 +319,7 @@ fn generated_claim(pod: &Value, entry: &str, namespace: &str, source: &dyn Claim
         .get("resourceClaimName")
         .and_then(Value::as_str)?;
     let claim = source.claim(namespace, name)?;
-    let owned = claim.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|owners| {
+    let owned = field(&claim, &["metadata", "ownerReferences"]).and_then(Value::as_array).is_some_and(|owners| {
         owners.iter().any(|o| {
             o.get("uid").and_then(Value::as_str) == Some(uid)
                 && o.get("controller").and_then(Value::as_bool) == Some(true)
@@ -326,7 +331,7 @@ fn generated_claim(pod: &Value, entry: &str, namespace: &str, source: &dyn Claim
 /// True for the claim the scheduler made for a pod's extended-resource request: the request is
 /// already counted from the containers' resources.
 pub fn is_extended_resource_claim(claim: &Value) -> bool {
-    claim.pointer("/metadata/annotations").and_then(Value::as_object).is_some_and(|a| {
+    field(claim, &["metadata", "annotations"]).and_then(Value::as_object).is_some_and(|a| {
         a.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION).and_then(Value::as_str).is_some_and(|v| v != "false")
     })
 }
@@ -334,7 +339,7 @@ pub fn is_extended_resource_claim(claim: &Value) -> bool {
 /// The mapped devices a claim spec (`{devices: {requests: [...]}}`) asks for.
 pub fn claim_devices(claim_spec: Option<&Value>, classes: &DeviceClasses) -> ClassCounts {
     let mut counts = ClassCounts::new();
-    let requests = claim_spec.and_then(|s| s.pointer("/devices/requests")).and_then(Value::as_array);
+    let requests = claim_spec.and_then(|s| field(s, &["devices", "requests"])).and_then(Value::as_array);
     for request in requests.into_iter().flatten() {
         let chosen = if let Some(exactly) = request.get("exactly") {
             device_request(exactly, classes)

@@ -26,6 +26,7 @@ use crate::gang::membership::{
 pub use crate::policy::tenancy::{DEFAULT_MAX_AMOUNT, TenantPolicy};
 use crate::policy::{Action, ExternalScheduler, PolicySet};
 use crate::quantity::Quantity;
+use crate::request::field;
 use crate::resources::{self, ContainerResources, ResourceList, ResourceMatcher, accelerators_only};
 use crate::workload::PodView;
 
@@ -184,7 +185,7 @@ pub fn check_bound_pod(
     requester: Requester<'_>,
     bypassed: impl FnOnce() -> Bypassed,
 ) -> Option<Finding> {
-    let node = view.pod.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty())?;
+    let node = field(&view.pod, &["spec", "nodeName"]).and_then(Value::as_str).filter(|n| !n.is_empty())?;
     if requester.is_node() || requester.is_one_of(&policies.tenancy.bound_pod_creators) {
         return None;
     }
@@ -216,7 +217,7 @@ pub fn check_bound_pod(
 
 /// Allot's gates of a Pod, in order.
 fn allot_gates(pod: &Value) -> Vec<&str> {
-    pod.pointer("/spec/schedulingGates")
+    field(pod, &["spec", "schedulingGates"])
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -354,7 +355,7 @@ fn check_owner_change(old: &Value, new: &Value, username: &str, allot: &str, who
     let held = !allot_gates(old).is_empty() || string_map(old, "annotations").contains_key(RELEASED_ANNOTATION);
     let control_plane =
         username == "system:kube-controller-manager" || username.starts_with("system:serviceaccount:kube-system:");
-    let changed = old.pointer("/metadata/ownerReferences") != new.pointer("/metadata/ownerReferences");
+    let changed = field(old, &["metadata", "ownerReferences"]) != field(new, &["metadata", "ownerReferences"]);
     (held && changed && !control_plane).then(|| {
         deny(
             Check::TenantReservedKeys,

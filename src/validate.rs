@@ -13,7 +13,7 @@ use crate::gang::membership::{Membership, PodFacts};
 use crate::namespaces::TeamLookup;
 use crate::policy::{Action, Operation, PolicySet, QuotaMode, Rule};
 use crate::quota::{QuotaBook, QuotaRequest, Refusal};
-use crate::request::Request;
+use crate::request::{Request, field};
 use crate::resources::{self, ContainerResources, accelerators_only};
 use crate::workload::PodView;
 
@@ -316,8 +316,8 @@ pub fn check_quota(
     if charge.is_empty() && gang.is_none() {
         return None;
     }
-    let pod = view.pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
-    let pod_uid = view.pod.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("");
+    let pod = field(&view.pod, &["metadata", "name"]).and_then(Value::as_str).unwrap_or("");
+    let pod_uid = field(&view.pod, &["metadata", "uid"]).and_then(Value::as_str).unwrap_or("");
     let created = view
         .pod
         .pointer("/metadata/creationTimestamp")
@@ -339,7 +339,7 @@ pub fn quota_denial(spec_path: String, team: &str, refusal: &Refusal) -> Finding
 fn check_priority_class(policies: &PolicySet, view: &PodView<'_>, team: &TeamLookup<'_>) -> Option<Finding> {
     let t = team.team?;
     let allowed = t.priority.allowed.as_ref()?;
-    let class = view.pod.pointer("/spec/priorityClassName").and_then(Value::as_str).filter(|c| !c.is_empty());
+    let class = field(&view.pod, &["spec", "priorityClassName"]).and_then(Value::as_str).filter(|c| !c.is_empty());
     let class = class.or(policies.priority.global_default.as_deref())?;
     if allowed.iter().any(|a| a == class) || t.priority.default.as_deref() == Some(class) {
         return None;
