@@ -25,8 +25,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use crate::json::field;
 use crate::quantity::Quantity;
-use crate::request::field;
 use crate::resources::ResourceList;
 
 /// The annotation the scheduler puts on the claim it creates for a pod's extended-resource

@@ -21,6 +21,7 @@ pub mod files;
 pub mod finding;
 pub mod gang;
 pub mod github;
+pub mod json;
 pub mod junit;
 pub mod mutate;
 pub mod namespaces;

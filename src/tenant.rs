@@ -23,10 +23,10 @@ use crate::finding::{Check, Finding};
 use crate::gang::membership::{
     self, GATE, MEMBERSHIP_KEYS, NAME_LABEL, QUOTA_GATE, RELEASED_ANNOTATION, SIZE_ANNOTATION,
 };
+use crate::json::field;
 pub use crate::policy::tenancy::{DEFAULT_MAX_AMOUNT, TenantPolicy};
 use crate::policy::{Action, ExternalScheduler, PolicySet};
 use crate::quantity::Quantity;
-use crate::request::field;
 use crate::resources::{self, ContainerResources, ResourceList, ResourceMatcher, accelerators_only};
 use crate::workload::PodView;
 

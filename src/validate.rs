@@ -10,10 +10,11 @@ use crate::expression::Bindings;
 use crate::finding::{Check, Finding, RuleId};
 use crate::gang::directory::{GangDirectory, Peer, disagreement};
 use crate::gang::membership::{Membership, PodFacts};
+use crate::json::field;
 use crate::namespaces::TeamLookup;
 use crate::policy::{Action, Operation, PolicySet, QuotaMode, Rule};
 use crate::quota::{QuotaBook, QuotaRequest, Refusal};
-use crate::request::{Request, field};
+use crate::request::Request;
 use crate::resources::{self, ContainerResources, accelerators_only};
 use crate::workload::PodView;
 
