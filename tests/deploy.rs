@@ -31,7 +31,10 @@ use std::time::{Duration, Instant};
 
 use allot::gang::controller::{ControllerConfig, OWNER_APIS};
 use allot::gang::membership::InferredKind;
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, MutatingWebhookConfiguration, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Namespace, PodSpec, Secret, Service, ServiceAccount, ServicePort,
@@ -107,24 +110,10 @@ fn kustomize(kubectl: &Path, dir: &Path) -> String {
 /// Copies `deploy/` into a temporary directory without anything certs.sh writes, runs the
 /// overlay's certs.sh there with the allot binary under test, and returns the copy's root.
 fn allot_certs_tree() -> tempfile::TempDir {
-    fn copy(from: &Path, to: &Path) {
-        std::fs::create_dir_all(to).unwrap();
-        for entry in std::fs::read_dir(from).unwrap() {
-            let entry = entry.unwrap();
-            let name = entry.file_name();
-            if from.ends_with("overlays/allot-certs") && (name == "certs" || name == "webhooks-ca.yaml") {
-                continue;
-            }
-            let ty = entry.file_type().unwrap();
-            if ty.is_dir() {
-                copy(&entry.path(), &to.join(&name));
-            } else if ty.is_file() {
-                std::fs::copy(entry.path(), to.join(&name)).unwrap();
-            }
-        }
-    }
     let dir = tempfile::tempdir().unwrap();
-    copy(&root().join("deploy"), &dir.path().join("deploy"));
+    copy_tree(&root().join("deploy"), &dir.path().join("deploy"), &|from, name| {
+        from.ends_with("overlays/allot-certs") && (name == "certs" || name == "webhooks-ca.yaml")
+    });
     let script = dir.path().join("deploy/overlays/allot-certs/certs.sh");
     let out = Command::new("bash")
         .arg(&script)
@@ -139,6 +128,24 @@ fn allot_certs_tree() -> tempfile::TempDir {
         String::from_utf8_lossy(&out.stderr)
     );
     dir
+}
+
+/// Copies the directory `from` to `to`, leaving out the entries `skip(dir, name)` names.
+fn copy_tree(from: &Path, to: &Path, skip: &dyn Fn(&Path, &std::ffi::OsStr) -> bool) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if skip(from, &name) {
+            continue;
+        }
+        let ty = entry.file_type().unwrap();
+        if ty.is_dir() {
+            copy_tree(&entry.path(), &to.join(&name), skip);
+        } else if ty.is_file() {
+            std::fs::copy(entry.path(), to.join(&name)).unwrap();
+        }
+    }
 }
 
 /// `kubectl kustomize deploy/`, parsed (once per test binary).
@@ -171,6 +178,36 @@ fn overlay_render(kubectl: &Path) -> &'static OverlayRender {
             tls_key: read("tls.key"),
         }
     })
+}
+
+/// `deploy/` with the cert-manager and native-covers components, as a user's kustomization
+/// names them (rendered in a copy of the tree: kustomize takes no absolute paths).
+fn native_render(kubectl: &Path) -> &'static Rendered {
+    static R: OnceLock<Rendered> = OnceLock::new();
+    R.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        copy_tree(&root().join("deploy"), &dir.path().join("deploy"), &|_, _| false);
+        let user = dir.path().join("deploy/native");
+        std::fs::create_dir_all(&user).unwrap();
+        std::fs::write(
+            user.join("kustomization.yaml"),
+            "resources: [../base]\ncomponents: [../components/cert-manager, ../components/native-covers]\n",
+        )
+        .unwrap();
+        Rendered::parse(&kustomize(kubectl, &user), "deploy/ + components/native-covers")
+    })
+}
+
+/// `allot compile --policies policies/`: the native objects, by (kind, name).
+fn allot_compile() -> BTreeMap<(String, String), Value> {
+    let out = Command::new(allot_bin()).args(["compile", "--policies"]).arg(root().join("policies")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    docs.into_iter().filter(|d| !d.is_null()).map(|d| (kind_and_name(&d), d)).collect()
+}
+
+fn kind_and_name(o: &Value) -> (String, String) {
+    (o["kind"].as_str().unwrap_or_default().to_string(), o["metadata"]["name"].as_str().unwrap_or_default().to_string())
 }
 
 /// The objects of one rendering, each already checked against its Kubernetes type.
@@ -357,6 +394,18 @@ fn check_typed(o: &Value, what: &str) {
         ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
             round_trip::<ValidatingWebhookConfiguration>(o, what)
         }
+        ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy") => {
+            round_trip::<MutatingAdmissionPolicy>(o, what)
+        }
+        ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding") => {
+            round_trip::<MutatingAdmissionPolicyBinding>(o, what)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
+            round_trip::<ValidatingAdmissionPolicy>(o, what)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
+            round_trip::<ValidatingAdmissionPolicyBinding>(o, what)
+        }
         ("cert-manager.io/v1", "Issuer" | "Certificate") => {
             let d: kube::api::DynamicObject =
                 serde_json::from_value(o.clone()).unwrap_or_else(|e| panic!("{what}: {}: {e}", describe(o)));
@@ -490,22 +539,18 @@ fn check_install(r: &Rendered) {
     // `kubectl apply -k … -l app.kubernetes.io/part-of=allot` installs Allot before its webhooks.
     for o in &r.objects {
         let kind = o["kind"].as_str().unwrap();
-        let cluster_scoped = matches!(
-            kind,
-            "Namespace"
-                | "ClusterRole"
-                | "ClusterRoleBinding"
-                | "PriorityClass"
-                | "MutatingWebhookConfiguration"
-                | "ValidatingWebhookConfiguration"
-        );
+        // The native policies of components/native-covers are `allot compile` verbatim: like
+        // the webhook configurations, applied in the second step.
+        let verbatim = kind.ends_with("WebhookConfiguration") || kind.contains("AdmissionPolicy");
+        let cluster_scoped =
+            verbatim || matches!(kind, "Namespace" | "ClusterRole" | "ClusterRoleBinding" | "PriorityClass");
         if cluster_scoped {
             assert!(o["metadata"]["namespace"].is_null(), "{what}: {} has a namespace", describe(o));
         } else {
             assert_eq!(o["metadata"]["namespace"], NAMESPACE, "{what}: {}", describe(o));
         }
         let part_of = &o["metadata"]["labels"]["app.kubernetes.io/part-of"];
-        if kind.ends_with("WebhookConfiguration") {
+        if verbatim {
             assert!(part_of.is_null(), "{what}: {} must stay as `allot webhooks` prints it", describe(o));
         } else {
             assert_eq!(part_of, "allot", "{what}: {} lacks app.kubernetes.io/part-of=allot", describe(o));
@@ -913,6 +958,72 @@ fn the_webhook_configurations_are_allot_webhooks_output() {
     assert_eq!(o.rendered.one::<ValidatingWebhookConfiguration>("allot"), v);
 }
 
+/// components/native-covers adds exactly what `allot compile` prints, and points the webhooks
+/// at the paths `allot webhooks --native-covers` prints; the rest of the install is unchanged.
+#[test]
+fn the_native_covers_component_is_allot_compile_with_its_webhooks() {
+    let Some(kubectl) = kubectl_or_skip("the_native_covers_component_is_allot_compile_with_its_webhooks") else {
+        return;
+    };
+    let r = native_render(&kubectl);
+    check_install(r);
+    let compiled = allot_compile();
+    let native: BTreeMap<(String, String), Value> = r
+        .objects
+        .iter()
+        .filter(|o| o["kind"].as_str().is_some_and(|k| k.contains("AdmissionPolicy")))
+        .map(|o| (kind_and_name(o), o.clone()))
+        .collect();
+    assert_eq!(native.keys().collect::<Vec<_>>(), compiled.keys().collect::<Vec<_>>(), "the compiled objects");
+    for (key, object) in &native {
+        assert!(object == &compiled[key], "{key:?} differs from `allot compile`: run deploy/sync.sh");
+    }
+    let kinds: BTreeSet<&str> = native.keys().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        BTreeSet::from([
+            "MutatingAdmissionPolicy",
+            "MutatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding"
+        ])
+    );
+    // The webhooks: `allot webhooks --native-covers policies/`, cert-manager's annotation kept.
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.crt");
+    std::fs::write(&ca, "").unwrap();
+    let out = Command::new(allot_bin())
+        .args(["webhooks", "--service", &format!("{NAMESPACE}/allot"), "--ca-bundle"])
+        .arg(&ca)
+        .arg("--native-covers")
+        .arg(root().join("policies"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    let expected = without_ca(from_value(&docs[0]), from_value(&docs[1]));
+    let m: MutatingWebhookConfiguration = r.one("allot");
+    let v: ValidatingWebhookConfiguration = r.one("allot");
+    assert!(m.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("cert-manager.io/inject-ca-from")));
+    let rendered = without_ca(m, v);
+    assert!(
+        rendered == expected,
+        "the native-covers webhooks differ from `allot webhooks --native-covers`: run deploy/sync.sh\nrendered: \
+         {:#}\nexpected: {:#}",
+        json!([rendered.0, rendered.1]),
+        json!([expected.0, expected.1])
+    );
+    // The Pod webhooks (the first of each configuration) leave the native half out.
+    for config in [&rendered.0, &rendered.1] {
+        let path = config["webhooks"][0]["clientConfig"]["service"]["path"].as_str().unwrap_or_default();
+        assert!(path.contains("/native/"), "{} answers the native half too: {path}", config["webhooks"][0]["name"]);
+    }
+    // Everything else is the plain install's.
+    let plain: BTreeSet<_> = root_render(&kubectl).inventory();
+    let here: BTreeSet<_> = r.inventory().into_iter().filter(|(k, _, _)| !k.contains("AdmissionPolicy")).collect();
+    assert_eq!(here, plain);
+}
+
 /// The two copies deploy/sync.sh maintains are up to date (checked on the files, so this runs
 /// without kubectl too).
 #[test]
@@ -948,6 +1059,15 @@ fn deploy_copies_are_in_sync() {
         let text = serde_json::to_string(d).unwrap();
         assert!(!text.contains("caBundle"), "deploy/base/webhooks.yaml carries a caBundle");
     }
+    let native = root().join("deploy/components/native-covers/native-policies.yaml");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&std::fs::read_to_string(native).unwrap()).unwrap();
+    let shipped: BTreeMap<(String, String), Value> =
+        docs.into_iter().filter(|d| !d.is_null()).map(|d| (kind_and_name(&d), d)).collect();
+    assert!(
+        shipped == allot_compile(),
+        "deploy/components/native-covers/native-policies.yaml is not `allot compile --policies policies/`: run \
+         deploy/sync.sh"
+    );
 }
 
 /// The image's user is the Deployment's, and the build context cannot carry keys.
@@ -1509,6 +1629,15 @@ fn the_rendered_install_applies_to_a_real_apiserver_whose_rbac_agrees() {
             root.objects.iter().filter(|o| o["apiVersion"] != "cert-manager.io/v1").cloned().collect();
         let failures = apply(&client, &without_cert_manager, true).await;
         assert!(failures.is_empty(), "deploy/ does not apply:\n  {}", failures.join("\n  "));
+        // The same with components/native-covers: the native policies are served by 1.36.
+        let native: Vec<Value> = native_render(&kubectl)
+            .objects
+            .iter()
+            .filter(|o| o["apiVersion"] != "cert-manager.io/v1")
+            .cloned()
+            .collect();
+        let failures = apply(&client, &native, true).await;
+        assert!(failures.is_empty(), "deploy/ with native-covers does not apply:\n  {}", failures.join("\n  "));
 
         // A replica as the API server admits it: Pod Security `restricted` (enforced on
         // allot-system), the system-cluster-critical class outside kube-system, the

@@ -168,6 +168,10 @@ impl Metrics {
         registry.register("policy_load_errors", "Errors in the last failed policy reload", policy_load_errors.clone());
         registry.register("certificate_reloads", "Serving certificate reload attempts", certificate_reloads.clone());
         let native_covers = Family::<ResultLabels, Counter>::default();
+        // Both results from 0, so an alert on `full` has a series to rate from the start.
+        for result in ["split", "full"] {
+            let _ = native_covers.get_or_create(&ResultLabels { result });
+        }
         registry.register(
             "native_covers_requests",
             "Reviews on a --native-covers path: split (the native half left out) or full (fingerprint not in force)",
