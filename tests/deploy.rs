@@ -8,7 +8,8 @@
 //!   paths its volumes provide, and its probes and Services name the ports `allot serve` listens
 //!   on by default.
 //! - The policies ConfigMap is exactly `policies/` and loads; the webhook configurations are
-//!   exactly what `allot webhooks` prints (modulo caBundle and cert-manager's annotation).
+//!   exactly what `allot webhooks` prints (modulo caBundle and cert-manager's annotation);
+//!   `components/native-covers` is exactly `allot compile` plus `allot webhooks --native-covers`.
 //! - RBAC both ways: the real controller code (gang controller, Namespace watch) runs against a
 //!   fake API server that records every request; each request must be granted by the rendered
 //!   roles, and each granted (verb, resource) must have been requested.
