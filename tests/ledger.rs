@@ -64,6 +64,38 @@ async fn admit(book: &SharedLedger, q: &Quota, name: &str) -> Result<(), Refusal
     book.admit_async(q, &pod.request(q)).await
 }
 
+/// `n` one-GPU admissions (`p0`, `p1`, …) alternating between replicas `a` and `b`, `at_once`
+/// of them every 5 ms; every refusal must say the team uses `limit` of `limit`. Returns how many
+/// were admitted.
+async fn admit_spread(
+    a: &Arc<SharedLedger>,
+    b: &Arc<SharedLedger>,
+    q: &Quota,
+    n: u64,
+    at_once: u64,
+    limit: u32,
+) -> usize {
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let (book, q) = (if i % 2 == 0 { a.clone() } else { b.clone() }, q.clone());
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(5 * (i / at_once))).await;
+            admit(&book, &q, &format!("p{i}")).await
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(()) => admitted += 1,
+            Err(r) => assert_eq!(
+                r.message("vision"),
+                format!("team vision uses {limit} of {limit} nvidia.com/gpu in namespaces vision; this pod asks 1")
+            ),
+        }
+    }
+    admitted
+}
+
 /// Pending charges in the ledger (admission's keys: `u.POD-UID`).
 fn charges(fake: &FakeApi) -> usize {
     fake.get("configmaps", NS, "allot-quota-vision")
@@ -116,22 +148,7 @@ async fn two_replicas_never_pass_the_limit_together() {
     assert_eq!((charges(&fake), folded(&fake)), (0, 1));
 
     // Twelve admissions at once, spread over both replicas: 2 GPUs are left, 2 are admitted.
-    let mut tasks = Vec::new();
-    for i in 0..12 {
-        let (book, q) = (if i % 2 == 0 { a.clone() } else { b.clone() }, q.clone());
-        tasks.push(tokio::spawn(async move { admit(&book, &q, &format!("p{i}")).await }));
-    }
-    let mut admitted = 0;
-    for t in tasks {
-        match t.await.unwrap() {
-            Ok(()) => admitted += 1,
-            Err(r) => assert_eq!(
-                r.message("vision"),
-                "team vision uses 3 of 3 nvidia.com/gpu in namespaces vision; this pod asks 1"
-            ),
-        }
-    }
-    assert_eq!(admitted, 2);
+    assert_eq!(admit_spread(&a, &b, &q, 12, 12, 3).await, 2);
     assert_eq!((charges(&fake), folded(&fake)), (2, 1));
 
     // A re-sent admission of a charged pod is admitted without a write.
@@ -291,25 +308,8 @@ async fn allowances_spare_the_round_trip_and_still_admit_exactly_the_limit() {
         book.watch();
         book.spawn_flusher();
     }
-    let mut tasks = Vec::new();
-    for i in 0..100 {
-        let (book, q) = (if i % 2 == 0 { a.clone() } else { b.clone() }, q.clone());
-        tasks.push(tokio::spawn(async move {
-            // 8 at a time, as clients do.
-            tokio::time::sleep(Duration::from_millis(5 * (i / 8))).await;
-            admit(&book, &q, &format!("p{i}")).await
-        }));
-    }
-    let mut admitted = 0;
-    for t in tasks {
-        match t.await.unwrap() {
-            Ok(()) => admitted += 1,
-            Err(r) => assert_eq!(
-                r.message("vision"),
-                "team vision uses 64 of 64 nvidia.com/gpu in namespaces vision; this pod asks 1"
-            ),
-        }
-    }
+    // 100 admissions, 8 at a time as clients send them, spread over both replicas.
+    let admitted = admit_spread(&a, &b, &q, 100, 8, 64).await;
     assert_eq!(admitted, 64, "exactly the limit");
     let spared = a.metrics.allowance_admissions.get() + b.metrics.allowance_admissions.get();
     assert!(spared > 0, "some admissions came from an allowance");
