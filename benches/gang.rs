@@ -2,7 +2,8 @@
 //! next to a baseline measured in the same run: cloning the snapshot, i.e. touching every node
 //! and member once. Also: counting one node's ResourceSlice (8 GPUs) against NVIDIA's two
 //! DeviceClasses plus an extended-resource class, what the DRA watch does per slice, next to
-//! decoding that slice from JSON.
+//! decoding that slice from JSON. And what the Pod watch does per event: a pod's record
+//! extracted, next to decoding the pod.
 
 use std::collections::BTreeMap;
 
@@ -143,5 +144,37 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// What the Pod watch does per event: decoding a Pod (the watcher's own cost) and extracting its
+/// record. The pod is fixture 011's (as the API server stored it: defaulted, a service-account
+/// volume, managedFields), with a status like a running pod's.
+fn bench_records(c: &mut Criterion) {
+    use allot::cluster::PodRecord;
+    use k8s_openapi::api::core::v1::Pod;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let review: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(root.join("tests/fixtures/admission-reviews/011-validate-create-pod-my-gpu-pod.json")).unwrap(),
+    )
+    .unwrap();
+    let mut pod = review["request"]["object"].clone();
+    pod["status"] = serde_json::json!({"phase": "Running", "qosClass": "BestEffort",
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-26T10:00:00Z"}],
+        "containerStatuses": [{"name": "c", "ready": true, "restartCount": 0, "image": "nvcr.io/nvidia/cuda:12",
+            "imageID": "sha256:abc", "containerID": "containerd://0123", "started": true,
+            "state": {"running": {"startedAt": "2026-11-26T10:00:00Z"}}}]});
+    let json = serde_json::to_vec(&pod).unwrap();
+    let policies = allot::policy::load_dir(&root.join("policies")).unwrap();
+    let decoded: Pod = serde_json::from_slice(&json).unwrap();
+    let record = PodRecord::from_pod(&decoded, &policies, &allot::namespaces::NoNamespaces).unwrap();
+    assert_eq!(record.request_pairs().find(|(k, _)| *k == "nvidia.com/gpu").map(|(_, v)| v), Some(q(1)));
+    let mut group = c.benchmark_group("watch");
+    group.bench_function("baseline_decode_pod_011", |b| {
+        b.iter(|| std::hint::black_box(serde_json::from_slice::<Pod>(&json).unwrap()))
+    });
+    group.bench_function("record_of_pod_011", |b| {
+        b.iter(|| PodRecord::from_pod(std::hint::black_box(&decoded), &policies, &allot::namespaces::NoNamespaces))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench, bench_records);
 criterion_main!(benches);

@@ -192,7 +192,15 @@ fn condition_of(pod: &Pod, type_: &str) -> u64 {
 /// The shape of a Pod (effective requests + `pods: 1`, selector, required affinity, tolerations).
 pub fn shape_of(pod: &Pod) -> PodShape {
     let Some(spec) = pod.spec.as_ref() else { return PodShape::default() };
-    let mut requests = serde_json::to_value(spec).map(|v| resources::pod_requests(&v)).unwrap_or_default();
+    // Only the fields the scheduler's formula reads, not the whole spec (env, volumes, probes):
+    // this runs for every pod on every watch event and relist.
+    let container = |c: &k8s_openapi::api::core::v1::Container| serde_json::json!({"resources": c.resources, "restartPolicy": c.restart_policy});
+    let formula_fields = serde_json::json!({
+        "containers": spec.containers.iter().map(container).collect::<Vec<_>>(),
+        "initContainers": spec.init_containers.iter().flatten().map(container).collect::<Vec<_>>(),
+        "overhead": spec.overhead,
+    });
+    let mut requests = resources::pod_requests(&formula_fields);
     requests.insert("pods".into(), Quantity::from_units(1));
     PodShape {
         requests,

@@ -315,3 +315,36 @@ mod watched_claim_records {
         assert_eq!(claim_devices(&state, "q"), Some(Quantity::from_units(4)));
     }
 }
+
+/// A pod's shape reads only the fields of the scheduler's formula (containers' and init
+/// containers' resources, sidecars, overhead) and gets what the formula gets from the whole
+/// spec: limits standing in for requests, the init peak, sidecars added to the app containers.
+#[test]
+fn a_pods_shape_counts_what_the_whole_spec_counts() {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "namespace": "vision"},
+        "spec": {
+            "overhead": {"cpu": "250m"},
+            "initContainers": [
+                {"name": "sidecar", "image": "x", "restartPolicy": "Always",
+                 "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}},
+                {"name": "warmup", "image": "x", "resources": {"requests": {"cpu": "6"}, "limits": {"nvidia.com/gpu": "3"}}}
+            ],
+            "containers": [
+                {"name": "a", "image": "x", "env": [{"name": "E", "value": "v"}],
+                 "resources": {"requests": {"cpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}},
+                {"name": "b", "image": "x"}
+            ]
+        }
+    }))
+    .unwrap();
+    let shape = super::shape_of(&pod);
+    let whole = crate::resources::pod_requests(&serde_json::to_value(pod.spec.as_ref().unwrap()).unwrap());
+    let mut expected = whole.clone();
+    expected.insert("pods".into(), Quantity::from_units(1));
+    assert_eq!(shape.requests, expected);
+    // max(app 2 + sidecar 1, warmup 6 + sidecar 1) + 0.25 overhead = 7.25 cpu;
+    // max(2 + 1, 3 + 1) = 4 GPUs.
+    assert_eq!(whole.get("cpu"), Some(&Quantity::parse("7250m").unwrap()));
+    assert_eq!(whole.get("nvidia.com/gpu"), Some(&Quantity::from_units(4)));
+}
