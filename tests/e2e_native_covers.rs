@@ -2,7 +2,9 @@
 //! native policies from `allot compile` and the webhooks from `allot webhooks --native-covers`
 //! (failurePolicy Ignore), both rendered from the policy directory `allot serve` reads.
 //! Each covered check answers once (one warning, one toleration, the VAP's denial), webhook-only
-//! checks (quota, the gang gate) still answer; a hot reload that changes the
+//! checks (quota, the gang gate) still answer; an Audit rule is recorded in the API server's audit
+//! log once, by Allot with the plain webhooks and by the native policy with both halves; a hot
+//! reload that changes the
 //! native half makes the webhook evaluate everything again (the old native objects lack the new
 //! rule, so the webhook must not skip it); with Allot stopped the native checks still deny.
 //! Also prints the pod-create throughput with the plain webhooks and with both halves (one run).
@@ -66,6 +68,19 @@ async fn dry_run(client: &kube::Client, pod: &Value) -> Result<(Value, Vec<Strin
     if status.is_success() { Ok((body, warnings)) } else { Err(body["message"].as_str().unwrap_or("?").to_string()) }
 }
 
+/// The audit annotations the API server recorded for the create of pod `name` (waits for the
+/// event: it is written when the request completes).
+async fn audit_annotations(cluster: &Cluster, name: &str) -> std::collections::BTreeMap<String, String> {
+    eventually(&format!("the audit event of pod {name}"), || async {
+        support::cluster::audit_events(cluster.dir.path())
+            .into_iter()
+            .find(|e| e["objectRef"]["name"] == name && e["stage"] == "ResponseComplete")
+            .map(|e| serde_json::from_value(e["annotations"].clone()).unwrap_or_default())
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await
+}
+
 fn count(haystack: &[String], needle: &str) -> usize {
     haystack.iter().map(|w| w.matches(needle).count()).sum()
 }
@@ -120,6 +135,21 @@ async fn each_check_is_answered_once_and_native_checks_outlive_the_webhook() {
     let policies = cluster.dir.path().join("policies");
     let policies = policies.to_str().expect("utf-8 path");
 
+    // An Audit rule with the plain webhooks: admitted, and the API server records Allot's
+    // audit annotation (keyed by the webhook's name) with the rule's message.
+    let audited = pod(
+        "audited",
+        "vision",
+        json!({"priorityClassName": "high-priority", "containers": gpu("busybox:1.36", "1", "1")}),
+    );
+    dry_run(&client, &audited).await.expect("an Audit rule admits");
+    let webhook_audit = audit_annotations(&cluster, "audited").await;
+    assert_eq!(
+        webhook_audit.get("validate.allot.dev/high-priority-is-audited").map(String::as_str),
+        Some("high-priority pod requesting 1 accelerator(s)"),
+        "{webhook_audit:?}"
+    );
+
     // Pod-create throughput with the plain webhooks first (the figure printed at the end).
     const CREATES: usize = 60;
     time_creates(&client, 5).await; // warm-up: connections, caches
@@ -163,6 +193,23 @@ async fn each_check_is_answered_once_and_native_checks_outlive_the_webhook() {
         }
     })
     .await;
+
+    // The same pod with both halves: the native policy audits it, the webhook does not again.
+    let mut audited = audited;
+    audited["metadata"]["name"] = json!("audited-native");
+    dry_run(&client, &audited).await.expect("an Audit rule admits");
+    let native_audit = audit_annotations(&cluster, "audited-native").await;
+    let failure =
+        native_audit.get("validation.policy.admission.k8s.io/validation_failure").cloned().unwrap_or_default();
+    let failures: Vec<Value> = serde_json::from_str(&failure).unwrap_or_default();
+    assert_eq!(failures.len(), 1, "one native audit: {native_audit:?}");
+    assert_eq!(failures[0]["message"], "high-priority pod requesting 1 accelerator(s)", "{failures:?}");
+    assert_eq!(failures[0]["validationActions"], json!(["Audit"]), "{failures:?}");
+    assert!(failures[0]["policy"].as_str().is_some_and(|p| p.contains("high-priority-is-audited")), "{failures:?}");
+    assert!(
+        !native_audit.keys().any(|k| k.starts_with("validate.allot.dev/")),
+        "the webhook leaves the compiled Audit rule to the native policy: {native_audit:?}"
+    );
 
     let covered = time_creates(&client, CREATES).await;
     let rate = |d: Duration| CREATES as f64 / d.as_secs_f64();

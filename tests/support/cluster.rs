@@ -110,13 +110,19 @@ fn etcd_data_dir() -> Option<tempfile::TempDir> {
 }
 
 impl ControlPlane {
-    /// Starts both and waits (up to 90 s) for the API server's `/readyz`.
+    /// Starts both and waits (up to 90 s) for the API server's `/readyz`. The API server keeps
+    /// an audit log of pod creates ([`audit_events`]).
     pub async fn start(etcd: &Path, apiserver: &Path) -> ControlPlane {
-        ControlPlane::start_with(etcd, apiserver, &[]).await
+        ControlPlane::start_inner(etcd, apiserver, &[], true).await
     }
 
-    /// The same, with extra etcd flags (the scale test raises `--quota-backend-bytes`).
+    /// The same, with extra etcd flags and no audit log (the scale test raises
+    /// `--quota-backend-bytes`, and an audit write per create would be part of what it measures).
     pub async fn start_with(etcd: &Path, apiserver: &Path, etcd_args: &[String]) -> ControlPlane {
+        ControlPlane::start_inner(etcd, apiserver, etcd_args, false).await
+    }
+
+    async fn start_inner(etcd: &Path, apiserver: &Path, etcd_args: &[String], audit: bool) -> ControlPlane {
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
         let etcd_port = free_port();
@@ -173,7 +179,22 @@ impl ControlPlane {
                 "--endpoint-reconciler-type=none".into(),
                 "--allow-privileged=true".into(),
                 "--profiling=false".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(
+                audit
+                    .then(|| {
+                        // Pod creates (dry runs included) at Metadata level: the audit annotations of
+                        // webhooks and ValidatingAdmissionPolicies, read by `audit_events`.
+                        [
+                            format!("--audit-policy-file={}", write_audit_policy(d).display()),
+                            format!("--audit-log-path={}", d.join(AUDIT_LOG).display()),
+                        ]
+                    })
+                    .into_iter()
+                    .flatten(),
+            )
+            .collect::<Vec<_>>(),
         ));
         let kubeconfig = d.join("kubeconfig");
         std::fs::write(
@@ -204,6 +225,29 @@ impl ControlPlane {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// The API server's audit log, in the control plane's directory.
+const AUDIT_LOG: &str = "audit.log";
+
+/// An audit policy that records pod creates (metadata and annotations, not bodies) and nothing
+/// else.
+fn write_audit_policy(dir: &Path) -> PathBuf {
+    let path = dir.join("audit-policy.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  verbs: \
+         [create]\n  resources: [{group: \"\", resources: [pods]}]\n- level: None\n",
+    )
+    .expect("audit policy");
+    path
+}
+
+/// The audit events of pod creates so far, oldest first (the API server writes each when the
+/// request completes).
+pub fn audit_events(dir: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(dir.join(AUDIT_LOG)).unwrap_or_default();
+    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
 /// The last `n` lines of a log file.
