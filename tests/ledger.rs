@@ -14,6 +14,7 @@ use allot::quantity::Quantity;
 use allot::quota::ledger::SeenPod;
 use allot::quota::{QuotaRequest, Refusal, SharedLedger};
 use allot::resources::ResourceList;
+use serde_json::json;
 use support::fake_api::FakeApi;
 
 const NS: &str = "allot-system";
@@ -348,4 +349,43 @@ async fn give_back_returns_the_allowance_and_writes_its_pods() {
     // Stopping: nothing more from an allowance.
     admit(&book, &q, "after").await.unwrap();
     assert_eq!((charges(&fake), allowance_keys(&fake)), (12, 0));
+}
+
+/// During a rolling upgrade a leader of an older Allot may reconcile the ledger: it stamps only
+/// `allot.dev/reconciled-at` (and would drop `a.` keys as unreadable). Replicas then give their
+/// allowances back and grant none until a leader that knows them reconciles again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_allowance_while_an_older_leader_reconciles() {
+    let fake = FakeApi::new();
+    let q = quota(1_000);
+    let book = Arc::new(SharedLedger::new(fake.client("replica-a"), NS, Duration::from_secs(5)));
+    book.reconcile("vision", &[]).await.unwrap();
+    admit(&book, &q, "first").await.unwrap();
+    assert_eq!(allowance_keys(&fake), 1, "granted after a reconcile by a leader that knows allowances");
+    // An older leader reconciles: its own timestamp only.
+    fake.update("configmaps", NS, "allot-quota-vision", |cm| {
+        cm["metadata"]["annotations"]["allot.dev/reconciled-at"] = json!("2030-01-01T00:00:00Z");
+    });
+    book.spawn_flusher();
+    admit(&book, &q, "from-the-old-allowance").await.unwrap();
+    let started = Instant::now();
+    while (allowance_keys(&fake), charges(&fake)) != (0, 2) {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{} allowances, {} charges",
+            allowance_keys(&fake),
+            charges(&fake)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let spared = book.metrics.allowance_admissions.get();
+    for i in 0..3 {
+        admit(&book, &q, &format!("later-{i}")).await.unwrap();
+    }
+    assert_eq!(book.metrics.allowance_admissions.get(), spared, "each one through a round now");
+    assert_eq!((charges(&fake), allowance_keys(&fake)), (5, 0));
+    // A reconcile by a leader that knows allowances stamps both again: grants resume.
+    book.reconcile("vision", &[]).await.unwrap();
+    admit(&book, &q, "again").await.unwrap();
+    assert_eq!(allowance_keys(&fake), 1);
 }

@@ -85,6 +85,12 @@ pub const ALLOWANCE_TTL_SECS: i64 = 15;
 /// The annotation on a ledger's ConfigMap that records the leader's last reconcile (RFC 3339).
 pub const RECONCILED_ANNOTATION: &str = "allot.dev/reconciled-at";
 
+/// Written with [`RECONCILED_ANNOTATION`], the same timestamp, by leaders that know
+/// [`Allowance`]s. Replicas grant allowances only while the two agree: a leader of an older
+/// Allot (during a rolling upgrade) rewrites only the first, and would take `a.` keys for
+/// unreadable charges and drop them.
+pub const ALLOWANCES_ANNOTATION: &str = "allot.dev/reconciled-with-allowances";
+
 /// The label on every ledger's ConfigMap: its team.
 pub const TEAM_LABEL: &str = "allot.dev/quota-ledger";
 
@@ -577,6 +583,8 @@ pub struct Ledger {
     bytes: usize,
     /// The leader has reconciled it against the pods at least once.
     pub reconciled: bool,
+    /// Its last reconcile was by a leader that knows allowances ([`ALLOWANCES_ANNOTATION`]).
+    pub allowances_known: bool,
 }
 
 impl Ledger {

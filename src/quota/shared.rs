@@ -668,7 +668,7 @@ impl SharedLedger {
             // Pods from an allowance are written as charges whatever the ledger's size: no
             // grant once it is half full (admissions then meet its limits in a round).
             let roomy = next.len() < ledger::MAX_ENTRIES / 2 && next.bytes() < ledger::MAX_BYTES / 2;
-            let may_grant = !frozen && !draining && roomy && next.reconciled;
+            let may_grant = !frozen && !draining && roomy && next.reconciled && next.allowances_known;
             let ours = book.headroom().resize(&next, &kept, &settled, may_grant);
             let keep_old = cached
                 .ledger
@@ -827,8 +827,7 @@ impl SharedLedger {
         match self.api.create(&PostParams::default(), &object).await {
             Ok(o) => {
                 tracing::info!(%team, pods = recount.pods(), "quota ledger created");
-                cached.ledger = ledger;
-                cached.object = Some(o);
+                cached.adopt(o);
                 Ok(())
             }
             Err(e) if is_conflict(&e) => Ok(()), // another replica made it first
@@ -861,7 +860,9 @@ impl SharedLedger {
             let mut next = cached.ledger.clone();
             let report = next.reconcile_with(recount, unix_now(), deleted);
             let exists = cached.object.is_some();
-            if exists && was.reconciled && !report.changed() {
+            // (A ledger last reconciled by an older leader is stamped again, so that replicas
+            // may grant allowances on it.)
+            if exists && was.reconciled && was.allowances_known && !report.changed() {
                 return Ok(report);
             }
             let mut object = cached.object.clone().unwrap_or_else(|| new_object(team));
@@ -873,8 +874,8 @@ impl SharedLedger {
             };
             match written {
                 Ok(o) => {
-                    cached.ledger = next;
-                    cached.object = Some(o);
+                    // (Read back from what was written: its annotations too.)
+                    cached.adopt(o);
                     return Ok(report);
                 }
                 Err(e) if is_conflict(&e) && attempt < 5 => cached.object = None,
@@ -908,14 +909,13 @@ fn new_object(team: &str) -> ConfigMap {
     }
 }
 
-/// Puts `ledger` into `object`, stamped as reconciled now.
+/// Puts `ledger` into `object`, stamped as reconciled now (by a leader that knows allowances).
 fn set_reconciled(object: &mut ConfigMap, ledger: &Ledger) {
     object.data = Some(ledger.to_data());
-    object
-        .metadata
-        .annotations
-        .get_or_insert_with(BTreeMap::new)
-        .insert(ledger::RECONCILED_ANNOTATION.to_string(), k8s_openapi::jiff::Timestamp::now().to_string());
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let annotations = object.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(ledger::RECONCILED_ANNOTATION.to_string(), now.clone());
+    annotations.insert(ledger::ALLOWANCES_ANNOTATION.to_string(), now);
 }
 
 /// Moves the team's queued admissions into `batch`, answering at once those whose deadline has
@@ -940,9 +940,11 @@ fn label_value(team: &str) -> String {
 }
 
 fn parse(object: &ConfigMap) -> Ledger {
-    let reconciled =
-        object.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(ledger::RECONCILED_ANNOTATION));
-    Ledger::from_data(object.data.as_ref().unwrap_or(&BTreeMap::new()), reconciled)
+    let annotation = |key: &str| object.metadata.annotations.as_ref().and_then(|a| a.get(key));
+    let reconciled = annotation(ledger::RECONCILED_ANNOTATION);
+    let mut ledger = Ledger::from_data(object.data.as_ref().unwrap_or(&BTreeMap::new()), reconciled.is_some());
+    ledger.allowances_known = reconciled.is_some() && reconciled == annotation(ledger::ALLOWANCES_ANNOTATION);
+    ledger
 }
 
 /// The deny-mode team of `namespace` and its quota, if any.
