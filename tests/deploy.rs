@@ -1388,6 +1388,13 @@ async fn record_ledger_calls(world: &FakeApi) {
     // Every replica watches the ledgers, so that its rounds start from the newest copy.
     replica.watch();
     replica.admit_async(&quota, &request).await.expect("charged");
+    // The watch lists first, then watches: wait for the second call before the replica (and its
+    // watch) is dropped, however fast the admission was.
+    let started = std::time::Instant::now();
+    while !world.calls().iter().any(|c| c.verb == "watch" && c.resource == "configmaps") {
+        assert!(started.elapsed() < Duration::from_secs(10), "the ledger watch never started watching");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// A rule of the rendered RBAC, with where it applies (`None`: every namespace).
