@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::engine::{Engine, Outcome};
 use crate::finding::Finding;
+use crate::json::Fields;
 use crate::policy::Action;
 use crate::request::{Request, RequestOperation};
 
@@ -281,12 +282,12 @@ pub fn answer(decoded: &DecodedReview, phase: Phase, engine: &Engine<'_>) -> Ans
         .name
         .clone()
         .or_else(|| {
-            req.object.as_ref().and_then(|o| o.pointer("/metadata/name")).and_then(Value::as_str).map(String::from)
+            req.object.as_ref().and_then(|o| o.field(&["metadata", "name"])).and_then(Value::as_str).map(String::from)
         })
         .or_else(|| {
             req.object
                 .as_ref()
-                .and_then(|o| o.pointer("/metadata/generateName"))
+                .and_then(|o| o.field(&["metadata", "generateName"]))
                 .and_then(Value::as_str)
                 .map(|g| format!("{g}*"))
         })
@@ -402,7 +403,7 @@ pub fn encode_response(uid: &str, kind: &str, namespace: &str, name: &str, outco
 pub fn internal_error_response(body: &[u8], message: &str) -> Vec<u8> {
     let uid = serde_json::from_slice::<serde_json::Value>(body)
         .ok()
-        .and_then(|v| v.pointer("/request/uid").and_then(serde_json::Value::as_str).map(str::to_string))
+        .and_then(|v| v.field(&["request", "uid"]).and_then(serde_json::Value::as_str).map(str::to_string))
         .unwrap_or_default();
     internal_error_for(&uid, message)
 }

@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::engine::{Admission, Engine, group_kind};
 use crate::error::Error;
 use crate::finding::{Check, Finding};
+use crate::json::Fields;
 use crate::junit;
 use crate::patch::PatchOp;
 use crate::policy::Action;
@@ -149,7 +150,7 @@ pub fn gang_directory(engine: &Engine<'_>, manifests: &[Manifest]) -> crate::gan
         .filter(|m| group_kind(&m.object) == ("", "Pod"))
         .map(|m| {
             let namespace =
-                m.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(DEFAULT_NAMESPACE);
+                m.object.field(&["metadata", "namespace"]).and_then(Value::as_str).unwrap_or(DEFAULT_NAMESPACE);
             let request = create_request(m, "", "Pod", namespace);
             let patch = engine.mutate(&request).patch;
             (namespace, crate::patch::apply(&m.object, &patch).unwrap_or_else(|_| m.object.clone()))
@@ -228,7 +229,7 @@ pub fn admit_manifest(engine: &Engine<'_>, m: &Manifest) -> Admitted {
     let namespace = if group.is_empty() && CLUSTER_SCOPED_CORE_KINDS.contains(&kind) {
         ""
     } else {
-        m.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(DEFAULT_NAMESPACE)
+        m.object.field(&["metadata", "namespace"]).and_then(Value::as_str).unwrap_or(DEFAULT_NAMESPACE)
     };
     let request = create_request(m, group, kind, namespace);
     let admission = engine.admit(&request);
@@ -271,8 +272,8 @@ fn api_server_findings(engine: &Engine<'_>, request: &Request<'_>) -> Vec<Findin
 fn object_report(m: &Manifest, a: &Admission, namespace: &str) -> ObjectReport {
     let name = m
         .object
-        .pointer("/metadata/name")
-        .or_else(|| m.object.pointer("/metadata/generateName"))
+        .field(&["metadata", "name"])
+        .or_else(|| m.object.field(&["metadata", "generateName"]))
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();

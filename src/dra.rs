@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::json::field;
+use crate::json::Fields;
 use crate::quantity::Quantity;
 use crate::resources::ResourceList;
 
@@ -149,11 +149,11 @@ impl ClaimObjects {
         if !api_version.starts_with("resource.k8s.io/") {
             return false;
         }
-        let Some(name) = field(object, &["metadata", "name"]).and_then(Value::as_str) else {
+        let Some(name) = object.field(&["metadata", "name"]).and_then(Value::as_str) else {
             return false;
         };
         let namespace =
-            field(object, &["metadata", "namespace"]).and_then(Value::as_str).unwrap_or(default_namespace).to_string();
+            object.field(&["metadata", "namespace"]).and_then(Value::as_str).unwrap_or(default_namespace).to_string();
         let key = (namespace, name.to_string());
         match object.get("kind").and_then(Value::as_str) {
             Some("ResourceClaimTemplate") => self.templates.insert(key, object.clone()),
@@ -270,7 +270,7 @@ pub fn pod_demand(pod: &Value, namespace: &str, classes: &DeviceClasses, source:
     if classes.is_empty() {
         return demand;
     }
-    let entries = field(pod, &["spec", "resourceClaims"]).and_then(Value::as_array);
+    let entries = pod.field(&["spec", "resourceClaims"]).and_then(Value::as_array);
     for (i, entry) in entries.into_iter().flatten().enumerate() {
         let path = format!("spec.resourceClaims[{i}]");
         if let Some(name) = entry.get("resourceClaimTemplateName").and_then(Value::as_str) {
@@ -278,7 +278,7 @@ pub fn pod_demand(pod: &Value, namespace: &str, classes: &DeviceClasses, source:
             match source.template(namespace, name) {
                 // A template's claim spec is at spec.spec.
                 Some(template) => {
-                    add_counts(&mut demand.own, &claim_devices(field(&template, &["spec", "spec"]), classes))
+                    add_counts(&mut demand.own, &claim_devices(template.field(&["spec", "spec"]), classes))
                 }
                 None => match generated_claim(pod, entry_name, namespace, source) {
                     // The template is gone, the claim made from it is not: it is what the pod holds.
@@ -310,16 +310,16 @@ pub fn pod_demand(pod: &Value, namespace: &str, classes: &DeviceClasses, source:
 /// outlives the template: a pod whose template was deleted before Allot (re)started is counted
 /// from it, not as asking nothing.
 fn generated_claim(pod: &Value, entry: &str, namespace: &str, source: &dyn ClaimSource) -> Option<Value> {
-    let uid = field(pod, &["metadata", "uid"]).and_then(Value::as_str).filter(|u| !u.is_empty())?;
+    let uid = pod.field(&["metadata", "uid"]).and_then(Value::as_str).filter(|u| !u.is_empty())?;
     let name = pod
-        .pointer("/status/resourceClaimStatuses")
+        .field(&["status", "resourceClaimStatuses"])
         .and_then(Value::as_array)?
         .iter()
         .find(|s| s.get("name").and_then(Value::as_str) == Some(entry))?
         .get("resourceClaimName")
         .and_then(Value::as_str)?;
     let claim = source.claim(namespace, name)?;
-    let owned = field(&claim, &["metadata", "ownerReferences"]).and_then(Value::as_array).is_some_and(|owners| {
+    let owned = claim.field(&["metadata", "ownerReferences"]).and_then(Value::as_array).is_some_and(|owners| {
         owners.iter().any(|o| {
             o.get("uid").and_then(Value::as_str) == Some(uid)
                 && o.get("controller").and_then(Value::as_bool) == Some(true)
@@ -331,7 +331,7 @@ fn generated_claim(pod: &Value, entry: &str, namespace: &str, source: &dyn Claim
 /// True for the claim the scheduler made for a pod's extended-resource request: the request is
 /// already counted from the containers' resources.
 pub fn is_extended_resource_claim(claim: &Value) -> bool {
-    field(claim, &["metadata", "annotations"]).and_then(Value::as_object).is_some_and(|a| {
+    claim.field(&["metadata", "annotations"]).and_then(Value::as_object).is_some_and(|a| {
         a.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION).and_then(Value::as_str).is_some_and(|v| v != "false")
     })
 }
@@ -339,7 +339,7 @@ pub fn is_extended_resource_claim(claim: &Value) -> bool {
 /// The mapped devices a claim spec (`{devices: {requests: [...]}}`) asks for.
 pub fn claim_devices(claim_spec: Option<&Value>, classes: &DeviceClasses) -> ClassCounts {
     let mut counts = ClassCounts::new();
-    let requests = claim_spec.and_then(|s| field(s, &["devices", "requests"])).and_then(Value::as_array);
+    let requests = claim_spec.and_then(|s| s.field(&["devices", "requests"])).and_then(Value::as_array);
     for request in requests.into_iter().flatten() {
         let chosen = if let Some(exactly) = request.get("exactly") {
             device_request(exactly, classes)

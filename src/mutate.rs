@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use crate::expression::Bindings;
 use crate::finding::{Finding, RuleId};
 use crate::gang::membership::{GATE, PodFacts, QUOTA_GATE};
+use crate::json::Fields;
 use crate::namespaces::TeamLookup;
 use crate::patch::{Builder, PatchOp};
 use crate::policy::{Action, AppliesTo, OnConflict, Placement, PolicySet, TaintEffect, Toleration, TolerationOperator};
@@ -82,7 +83,7 @@ pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_
 }
 
 fn is_mirror_pod(pod: &Value) -> bool {
-    pod.pointer("/metadata/annotations")
+    pod.field(&["metadata", "annotations"])
         .and_then(Value::as_object)
         .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
 }

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use crate::json::Fields;
 use crate::policy::{LabelSelector, PolicySet, SelectorOperator, Team};
 
 /// Labels of a namespace.
@@ -129,11 +130,11 @@ pub fn from_manifests(name: &str, text: &str) -> Result<StaticNamespaces, Namesp
             if item.get("kind").and_then(|k| k.as_str()) != Some("Namespace") {
                 return Err(NamespacesError::NotANamespace { file: name.to_string(), index });
             }
-            let Some(ns) = item.pointer("/metadata/name").and_then(|n| n.as_str()) else {
+            let Some(ns) = item.field(&["metadata", "name"]).and_then(|n| n.as_str()) else {
                 return Err(NamespacesError::MissingName { file: name.to_string(), index });
             };
             let labels: Labels = item
-                .pointer("/metadata/labels")
+                .field(&["metadata", "labels"])
                 .and_then(|l| serde_json::from_value(l.clone()).ok())
                 .unwrap_or_default();
             table.insert(ns.to_string(), labels);

@@ -23,7 +23,7 @@ use crate::finding::{Check, Finding};
 use crate::gang::membership::{
     self, GATE, MEMBERSHIP_KEYS, NAME_LABEL, QUOTA_GATE, RELEASED_ANNOTATION, SIZE_ANNOTATION,
 };
-use crate::json::field;
+use crate::json::Fields;
 pub use crate::policy::tenancy::{DEFAULT_MAX_AMOUNT, TenantPolicy};
 use crate::policy::{Action, ExternalScheduler, PolicySet};
 use crate::quantity::Quantity;
@@ -185,7 +185,7 @@ pub fn check_bound_pod(
     requester: Requester<'_>,
     bypassed: impl FnOnce() -> Bypassed,
 ) -> Option<Finding> {
-    let node = field(&view.pod, &["spec", "nodeName"]).and_then(Value::as_str).filter(|n| !n.is_empty())?;
+    let node = view.pod.field(&["spec", "nodeName"]).and_then(Value::as_str).filter(|n| !n.is_empty())?;
     if requester.is_node() || requester.is_one_of(&policies.tenancy.bound_pod_creators) {
         return None;
     }
@@ -217,7 +217,7 @@ pub fn check_bound_pod(
 
 /// Allot's gates of a Pod, in order.
 fn allot_gates(pod: &Value) -> Vec<&str> {
-    field(pod, &["spec", "schedulingGates"])
+    pod.field(&["spec", "schedulingGates"])
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -355,7 +355,7 @@ fn check_owner_change(old: &Value, new: &Value, username: &str, allot: &str, who
     let held = !allot_gates(old).is_empty() || string_map(old, "annotations").contains_key(RELEASED_ANNOTATION);
     let control_plane =
         username == "system:kube-controller-manager" || username.starts_with("system:serviceaccount:kube-system:");
-    let changed = field(old, &["metadata", "ownerReferences"]) != field(new, &["metadata", "ownerReferences"]);
+    let changed = old.field(&["metadata", "ownerReferences"]) != new.field(&["metadata", "ownerReferences"]);
     (held && changed && !control_plane).then(|| {
         deny(
             Check::TenantReservedKeys,

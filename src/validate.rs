@@ -10,7 +10,7 @@ use crate::expression::Bindings;
 use crate::finding::{Check, Finding, RuleId};
 use crate::gang::directory::{GangDirectory, Peer, disagreement};
 use crate::gang::membership::{Membership, PodFacts};
-use crate::json::field;
+use crate::json::Fields;
 use crate::namespaces::TeamLookup;
 use crate::policy::{Action, Operation, PolicySet, QuotaMode, Rule};
 use crate::quota::{QuotaBook, QuotaRequest, Refusal};
@@ -317,11 +317,11 @@ pub fn check_quota(
     if charge.is_empty() && gang.is_none() {
         return None;
     }
-    let pod = field(&view.pod, &["metadata", "name"]).and_then(Value::as_str).unwrap_or("");
-    let pod_uid = field(&view.pod, &["metadata", "uid"]).and_then(Value::as_str).unwrap_or("");
+    let pod = view.pod.field(&["metadata", "name"]).and_then(Value::as_str).unwrap_or("");
+    let pod_uid = view.pod.field(&["metadata", "uid"]).and_then(Value::as_str).unwrap_or("");
     let created = view
         .pod
-        .pointer("/metadata/creationTimestamp")
+        .field(&["metadata", "creationTimestamp"])
         .and_then(Value::as_str)
         .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
         .map_or(0, |t| t.as_second());
@@ -340,7 +340,7 @@ pub fn quota_denial(spec_path: String, team: &str, refusal: &Refusal) -> Finding
 fn check_priority_class(policies: &PolicySet, view: &PodView<'_>, team: &TeamLookup<'_>) -> Option<Finding> {
     let t = team.team?;
     let allowed = t.priority.allowed.as_ref()?;
-    let class = field(&view.pod, &["spec", "priorityClassName"]).and_then(Value::as_str).filter(|c| !c.is_empty());
+    let class = view.pod.field(&["spec", "priorityClassName"]).and_then(Value::as_str).filter(|c| !c.is_empty());
     let class = class.or(policies.priority.global_default.as_deref())?;
     if allowed.iter().any(|a| a == class) || t.priority.default.as_deref() == Some(class) {
         return None;

@@ -10,6 +10,7 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 
+use crate::json::Fields;
 use crate::resources::ResourceList;
 
 /// One step of a template path.
@@ -160,7 +161,7 @@ pub fn pods_of<'a>(object: &'a Value, group: &str, kind_name: &str) -> Vec<PodVi
     if row.kind == "Pod" && row.group.is_empty() {
         return vec![PodView::new(String::new(), Cow::Borrowed(object))];
     }
-    let namespace = object.pointer("/metadata/namespace").cloned();
+    let namespace = object.field(&["metadata", "namespace"]).cloned();
     let mut out = Vec::new();
     for steps in row.templates {
         walk(object, steps, String::new(), &mut |path, template| {
@@ -252,7 +253,7 @@ mod tests {
             paths,
             ["spec.replicatedJobs[0].template.spec.template", "spec.replicatedJobs[1].template.spec.template"]
         );
-        assert_eq!(pods[1].pod.pointer("/metadata/namespace"), Some(&json!("vision")));
+        assert_eq!(pods[1].pod.field(&["metadata", "namespace"]), Some(&json!("vision")));
         assert_eq!(pods[1].pod.pointer("/spec/containers/0/name"), Some(&json!("b")));
     }
 

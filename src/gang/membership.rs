@@ -10,6 +10,7 @@
 //! Works on [`PodFacts`], a small copy of what membership needs, built from admission JSON or
 //! from a watched k8s-openapi Pod alike.
 
+use crate::json::Fields;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -88,10 +89,10 @@ impl PodFacts {
     pub fn from_json(pod: &Value) -> PodFacts {
         let str_at = |p: &str| pod.pointer(p).and_then(Value::as_str).filter(|s| !s.is_empty()).map(String::from);
         PodFacts {
-            labels: string_map(pod.pointer("/metadata/labels")),
-            annotations: string_map(pod.pointer("/metadata/annotations")),
+            labels: string_map(pod.field(&["metadata", "labels"])),
+            annotations: string_map(pod.field(&["metadata", "annotations"])),
             owners: pod
-                .pointer("/metadata/ownerReferences")
+                .field(&["metadata", "ownerReferences"])
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
@@ -101,7 +102,7 @@ impl PodFacts {
             scheduler_name: str_at("/spec/schedulerName"),
             native_pod_group: str_at("/spec/schedulingGroup/podGroupName"),
             gates: pod
-                .pointer("/spec/schedulingGates")
+                .field(&["spec", "schedulingGates"])
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
@@ -316,8 +317,10 @@ pub fn owner_gang(kind: InferredKind, owner: &Value) -> Option<OwnerGang> {
     let lws = kind == InferredKind::LeaderWorkerSet;
     Some(OwnerGang {
         size,
-        leader_first: lws && owner.pointer("/spec/startupPolicy").and_then(Value::as_str) == Some("LeaderReady"),
-        worker_template: lws.then(|| owner.pointer("/spec/leaderWorkerTemplate/workerTemplate").cloned()).flatten(),
+        leader_first: lws && owner.field(&["spec", "startupPolicy"]).and_then(Value::as_str) == Some("LeaderReady"),
+        worker_template: lws
+            .then(|| owner.field(&["spec", "leaderWorkerTemplate", "workerTemplate"]).cloned())
+            .flatten(),
     })
 }
 
@@ -341,10 +344,10 @@ pub fn owner_total(kind: InferredKind, owner: &Value) -> Option<u64> {
             .as_array()?
             .iter()
             // Saturating: the numbers are the tenant's, and an overflow must not panic the controller.
-            .map(|rj| int(rj.get("replicas"), 1).saturating_mul(int(rj.pointer("/template/spec/parallelism"), 1)))
+            .map(|rj| int(rj.get("replicas"), 1).saturating_mul(int(rj.field(&["template", "spec", "parallelism"]), 1)))
             .fold(0u64, u64::saturating_add),
-        InferredKind::MPIJob => int(spec.pointer("/mpiReplicaSpecs/Worker/replicas"), 1),
-        InferredKind::LeaderWorkerSet => int(spec.pointer("/leaderWorkerTemplate/size"), 1),
+        InferredKind::MPIJob => int(spec.field(&["mpiReplicaSpecs", "Worker", "replicas"]), 1),
+        InferredKind::LeaderWorkerSet => int(spec.field(&["leaderWorkerTemplate", "size"]), 1),
         InferredKind::KubeflowJob => spec
             .as_object()?
             .iter()

@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::expect::{Expect, Expectations, decode, present};
 use super::{POLICY_KINDS, SuiteError, TEST_KIND};
 use crate::check::{self, Manifest};
+use crate::json::Fields;
 use crate::namespaces::{self, Labels, StaticNamespaces};
 use crate::policy::{self, API_VERSION, PolicySet};
 use crate::resources::ResourceList;
@@ -364,7 +365,7 @@ pub(super) fn load_test(
 ) -> Option<LoadedTest> {
     let file = doc.file.display().to_string();
     let base = doc.file.parent().map(Path::to_path_buf).unwrap_or_default();
-    let name_hint = doc.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?").to_string();
+    let name_hint = doc.value.field(&["metadata", "name"]).and_then(Value::as_str).unwrap_or("?").to_string();
     let location = format!("{file}: document {} ({TEST_KIND} {name_hint})", doc.index);
     if !doc.value.is_object() {
         problems.push(format!("{location}: a {TEST_KIND} document must be a mapping"));

@@ -28,6 +28,7 @@ use crate::check::{self, Manifest};
 use crate::covers::NativeSplit;
 use crate::engine::Engine;
 use crate::finding::Check;
+use crate::json::Fields;
 use crate::namespaces::{NamespaceLabels, NoNamespaces};
 use crate::native::{COMPILED_FROM_ANNOTATION, NativeObject, object_name};
 use crate::quota::StaticUsage;
@@ -331,7 +332,7 @@ async fn dry_run(client: &kube::Client, object: &Value) -> Result<Answer, String
     let (resource, _): (ApiResource, _) = kube::discovery::pinned_kind(client, &gvk)
         .await
         .map_err(|e| format!("the API server does not serve {api_version} {kind}: {e}"))?;
-    let namespace = object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
+    let namespace = object.field(&["metadata", "namespace"]).and_then(Value::as_str).unwrap_or("default");
     let url = DynamicObject::url_path(&resource, Some(namespace));
     let body = serde_json::to_vec(object).map_err(|e| e.to_string())?;
     let params = PostParams { dry_run: true, ..Default::default() };
