@@ -179,12 +179,17 @@ fn is_false(b: &bool) -> bool {
 impl Entry {
     /// The charge of an admitted `request` at `now`.
     pub fn admitted(quota: &Quota, request: &QuotaRequest<'_>, now: i64) -> Entry {
+        Entry::of(request, counted(quota, &request.requests), now)
+    }
+
+    /// The charge of an admitted `request` whose counted requests ([`counted`]) are known.
+    pub fn of(request: &QuotaRequest<'_>, requests: ResourceList, now: i64) -> Entry {
         Entry {
             namespace: request.namespace.to_string(),
             name: request.pod.to_string(),
             created: request.created,
             at: now,
-            requests: counted(quota, &request.requests),
+            requests,
             gang: request.gang.map(|(g, n)| (g.to_string(), Some(n))),
             seen: false,
             terminating: false,
@@ -603,10 +608,7 @@ impl Ledger {
                     ledger.allowances.insert(key.clone(), (a, value.clone()));
                 })
             } else if key == DRAIN_KEY {
-                value
-                    .parse::<i64>()
-                    .map_err(|e| format!("drain: {e}"))
-                    .map(|at| ledger.drain = Some((at, value.clone())))
+                parse_drain(value).map(|at| ledger.drain = Some((at, value.clone())))
             } else {
                 Entry::decode(value).map(|e| {
                     ledger.entries.insert(key.clone(), (e, value.clone()));
@@ -950,6 +952,16 @@ const DRAIN_KEY: &str = "drain";
 
 /// How long a drain request is kept after it was made (seconds): only its holders act on it.
 const DRAIN_KEEP_SECS: i64 = 60;
+
+fn parse_drain(value: &str) -> Result<i64, String> {
+    value.parse::<i64>().map_err(|e| format!("drain: {e}"))
+}
+
+/// The drain request in a ledger object's data (unix ms), without decoding the rest: what a
+/// replica's watch looks at on every delivery.
+pub fn drain_requested_in(data: &BTreeMap<String, String>) -> Option<i64> {
+    data.get(DRAIN_KEY).and_then(|v| parse_drain(v).ok())
+}
 
 /// The data key of the allowance held by `holder`.
 pub fn allowance_key(holder: &str) -> String {

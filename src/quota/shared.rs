@@ -183,6 +183,13 @@ struct Headroom {
     closing: bool,
 }
 
+/// What `request` counts under `quota`, when an allowance can hold it: something, and only
+/// limited resources (a weighted one would need the weights to compare with the allowance).
+fn allowance_shape(quota: &Quota, request: &QuotaRequest<'_>) -> Option<ResourceList> {
+    let counted = ledger::counted(quota, &request.requests);
+    (!counted.is_empty() && counted.keys().all(|r| quota.limits.contains_key(r))).then_some(counted)
+}
+
 impl Headroom {
     /// A pod an allowance may admit: a plain pod (a gang member's charge depends on its gang),
     /// not a dry run, with a creationTimestamp (the leader folds it by its age).
@@ -206,17 +213,14 @@ impl Headroom {
         if self.keys.contains(key) {
             return true;
         }
-        let counted = ledger::counted(quota, &request.requests);
-        if counted.is_empty() || counted.keys().any(|r| !quota.limits.contains_key(r)) {
-            return false;
-        }
+        let Some(counted) = allowance_shape(quota, request) else { return false };
         let mut after = self.consumed.clone();
         add_to(&mut after, &counted, 1);
         if after.iter().any(|(r, q)| q.nanos() > self.cap.get(r).map_or(0, |c| c.nanos())) {
             return false;
         }
         self.consumed = after;
-        self.unsettled.push((key.to_string(), Entry::admitted(quota, request, unix_now())));
+        self.unsettled.push((key.to_string(), Entry::of(request, counted, unix_now())));
         self.keys.insert(key.to_string());
         self.last_used = Some(now);
         true
@@ -224,9 +228,8 @@ impl Headroom {
 
     /// Remembers the pod the next grant is sized for.
     fn size_for(&mut self, quota: &Quota, request: &QuotaRequest<'_>) {
-        let counted = ledger::counted(quota, &request.requests);
-        if !counted.is_empty() && counted.keys().all(|r| quota.limits.contains_key(r)) {
-            self.sized_for = Some((quota.clone(), counted));
+        if let Some(shape) = allowance_shape(quota, request) {
+            self.sized_for = Some((quota.clone(), shape));
         }
     }
 
@@ -409,11 +412,7 @@ impl SharedLedger {
     /// request is in flight: the other replicas then have the capacity at once rather than when
     /// the allowances expire).
     pub async fn give_back(&self) {
-        let books: Vec<(String, Arc<TeamBook>)> = {
-            let teams = self.teams.lock().unwrap_or_else(|e| e.into_inner());
-            teams.iter().map(|(t, b)| (t.clone(), b.clone())).collect()
-        };
-        for (team, book) in books {
+        for (team, book) in self.books() {
             book.headroom().closing = true;
             let mut cached = book.slot.lock().await;
             self.commit(&team, &book, &mut cached).await;
@@ -430,11 +429,7 @@ impl SharedLedger {
                 let Some(ledger) = this.upgrade() else { return };
                 let woken = ledger.flush_now.notified();
                 let _ = tokio::time::timeout(FLUSH_INTERVAL, woken).await;
-                let books: Vec<(String, Arc<TeamBook>)> = {
-                    let teams = ledger.teams.lock().unwrap_or_else(|e| e.into_inner());
-                    teams.iter().map(|(t, b)| (t.clone(), b.clone())).collect()
-                };
-                for (team, book) in books {
+                for (team, book) in ledger.books() {
                     if book.headroom().wants_round(Instant::now()) {
                         let mut cached = book.slot.lock().await;
                         ledger.commit(&team, &book, &mut cached).await;
@@ -480,16 +475,13 @@ impl SharedLedger {
             None => true,
         };
         if newer {
-            let drain = object.data.as_ref().and_then(|d| d.get("drain")).and_then(|v| v.parse::<i64>().ok());
+            let drain = object.data.as_ref().and_then(ledger::drain_requested_in);
             watched.insert(name.clone(), object);
             drop(watched);
             self.delivered.notify_waiters();
             if let Some(at) = drain {
-                let books: Vec<Arc<TeamBook>> = {
-                    let teams = self.teams.lock().unwrap_or_else(|e| e.into_inner());
-                    teams.iter().filter(|(t, _)| ledger::object_name(t) == name).map(|(_, b)| b.clone()).collect()
-                };
-                if books.iter().any(|b| b.headroom().note_drain(at)) {
+                let mut books = self.books().into_iter().filter(|(t, _)| ledger::object_name(t) == name);
+                if books.any(|(_, b)| b.headroom().note_drain(at)) {
                     self.flush_now.notify_one();
                 }
             }
@@ -521,6 +513,12 @@ impl SharedLedger {
                 return None;
             }
         }
+    }
+
+    /// Every team's book so far, copied out of the lock.
+    fn books(&self) -> Vec<(String, Arc<TeamBook>)> {
+        let teams = self.teams.lock().unwrap_or_else(|e| e.into_inner());
+        teams.iter().map(|(t, b)| (t.clone(), b.clone())).collect()
     }
 
     fn book(&self, team: &str) -> Arc<TeamBook> {
@@ -600,7 +598,8 @@ impl SharedLedger {
                     continue;
                 }
             }
-            let (now, now_ms) = (unix_now(), unix_now_ms());
+            let now_ms = unix_now_ms();
+            let now = now_ms.div_euclid(1000);
             if let Some(at) = cached.ledger.drain_requested() {
                 book.headroom().note_drain(at);
             }
