@@ -1,7 +1,9 @@
 //! Deny-mode quota with three `allot serve` replicas on a real control plane (skipped without the
 //! envtest binaries), behind a round-robin HTTP/1.1 proxy registered as the webhooks, as a
-//! Service spreads reviews over its endpoints (issue 12). Eight clients create 200 one-GPU pods
-//! at once against a deny limit of 50: exactly 50 are admitted and 150 denied with the numbers,
+//! Service spreads reviews over its endpoints (issue 12). Eight clients of a tenant (alice,
+//! impersonated, a namespaced Role on pods; refused when she tries to edit the ledger) create 200
+//! one-GPU pods, in shapes a tenant may pick (a GPU sidecar, `1000m`, generated names), at once
+//! against a deny limit of 50: exactly 50 are admitted and 150 denied with the numbers,
 //! repeated; the same with gangs of 5 (each charged whole at its first member); and with the
 //! leader killed mid-burst, never more than 50. Then the price: GPU-pod creates per second with
 //! the deny quota against a namespace without one, in the same run.
@@ -23,6 +25,8 @@ use support::proxy::Proxy;
 const LIMIT: usize = 50;
 const PODS: usize = 200;
 const CLIENTS: usize = 8;
+/// The tenant whose creates the bursts are (impersonated, a namespaced Role).
+const TENANT: &str = "alice";
 const LEADER: &str = "allot_gang_controller_leader";
 
 const TEAMS: &str = r#"
@@ -56,6 +60,26 @@ fn gpu_pod(name: &str, gang: Option<(&str, u32)>) -> Pod {
         pod["metadata"]["labels"] = json!({"allot.dev/gang-name": g});
         pod["metadata"]["annotations"] = json!({"allot.dev/gang-size": size.to_string()});
     }
+    serde_json::from_value(pod).unwrap()
+}
+
+/// Pod `i` of a tenant's plain burst: one GPU each, in the shapes a tenant may write to look
+/// smaller or to slip past a per-pod record — a native sidecar holding the GPU, the GPU written
+/// as `1000m`, a server-generated name — besides the plain pod. (A GPU in a plain init container
+/// is denied by the shipped accelerator checks before the quota is asked.)
+fn tenant_gpu_pod(rep: usize, i: usize) -> Pod {
+    let gpu = json!({"limits": {"nvidia.com/gpu": "1"}});
+    let pod = match i % 4 {
+        0 => return gpu_pod(&format!("p{rep}-{i}"), None),
+        1 => json!({"metadata": {"name": format!("p{rep}-{i}")}, "spec": {
+            "initContainers": [{"name": "s", "image": "busybox:1.36", "restartPolicy": "Always", "resources": gpu}],
+            "containers": [{"name": "w", "image": "busybox:1.36"}]}}),
+        2 => json!({"metadata": {"name": format!("p{rep}-{i}")}, "spec": {
+            "containers": [{"name": "w", "image": "busybox:1.36",
+                "resources": {"requests": {"nvidia.com/gpu": "1000m"}, "limits": {"nvidia.com/gpu": "1000m"}}}]}}),
+        _ => json!({"metadata": {"generateName": format!("p{rep}-")}, "spec": {
+            "containers": [{"name": "w", "image": "busybox:1.36", "resources": gpu}]}}),
+    };
     serde_json::from_value(pod).unwrap()
 }
 
@@ -185,7 +209,7 @@ async fn clear(client: &kube::Client, pods: &Api<Pod>, team: &str) {
 /// Runs bursts of plain pods and gangs, each `reps` times, asserting exactly `LIMIT` admitted.
 async fn exact_bursts(client: &kube::Client, pods: &Api<Pod>, reps: usize) {
     for rep in 0..reps {
-        let b = burst(pods, PODS, move |i| gpu_pod(&format!("p{rep}-{i}"), None), 0, || {}).await;
+        let b = burst(pods, PODS, move |i| tenant_gpu_pod(rep, i), 0, || {}).await;
         eprintln!(
             "burst {rep} (plain): {} admitted, {} denied, {} failed in {:?}",
             b.admitted.len(),
@@ -319,7 +343,26 @@ async fn deny_quota_holds_with_three_replicas() {
     })
     .await;
 
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "quota-deny");
+    // The bursts come from a tenant: alice, with a Role on pods in quota-deny only (through
+    // impersonation), who cannot touch the ledger or the allowances in it.
+    let rules = json!([{"apiGroups": [""], "resources": ["pods"],
+        "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"]}]);
+    support::cluster::tenant_namespace(&client, "quota-deny", TENANT, rules).await;
+    let alice = support::cluster::impersonating(&cluster.kubeconfig, TENANT).await;
+    let ledger_copy = Api::<ConfigMap>::namespaced(client.clone(), "default").get("allot-quota-burst").await.unwrap();
+    let mut forged = ledger_copy.clone();
+    forged.data.get_or_insert_with(Default::default).insert("a.alice".into(), r#"{"res":{},"until":0}"#.into());
+    let as_alice = Api::<ConfigMap>::namespaced(alice.clone(), "default");
+    for attempt in [
+        as_alice.replace("allot-quota-burst", &PostParams::default(), &forged).await.err(),
+        as_alice.delete("allot-quota-burst", &DeleteParams::default()).await.err(),
+    ] {
+        assert!(
+            matches!(attempt, Some(kube::Error::Api(ref s)) if s.code == 403),
+            "alice edits the ledger: {attempt:?}"
+        );
+    }
+    let pods: Api<Pod> = Api::namespaced(alice, "quota-deny");
     exact_bursts(&client, &pods, reps).await;
     let forwarded: Vec<usize> = proxy.forwarded.iter().map(|n| n.load(Ordering::Relaxed)).collect();
     eprintln!("reviews per replica: {forwarded:?}");
