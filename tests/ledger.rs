@@ -295,6 +295,21 @@ fn allowance_keys(fake: &FakeApi) -> usize {
         .unwrap_or(0)
 }
 
+/// Waits (up to 10 s) until the ledger holds `pending` charges and `allowances` allowances: the
+/// flushers' writes come in the background.
+async fn settles_to(fake: &FakeApi, pending: usize, allowances: usize) {
+    let started = Instant::now();
+    while (charges(fake), allowance_keys(fake)) != (pending, allowances) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{} charges, {} allowances; expected {pending}, {allowances}",
+            charges(fake),
+            allowance_keys(fake)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Far from the limit a replica admits from its allowance without a write per pod; near it the
 /// allowances are asked back, so two replicas still admit exactly the limit between them, and
 /// every pod admitted from an allowance ends up charged in the ledger.
@@ -316,16 +331,7 @@ async fn allowances_spare_the_round_trip_and_still_admit_exactly_the_limit() {
     assert!(spared > 0, "some admissions came from an allowance");
     assert!(updates(&fake) < 64, "fewer writes than admissions: {}", updates(&fake));
     // The flushers write every admitted pod's charge; idle allowances are given back.
-    let started = Instant::now();
-    while (charges(&fake), allowance_keys(&fake)) != (64, 0) {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "{} charges, {} allowances",
-            charges(&fake),
-            allowance_keys(&fake)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    settles_to(&fake, 64, 0).await;
     eprintln!("{admitted} admitted, {spared} from allowances, {} ledger writes", updates(&fake));
 }
 
@@ -368,16 +374,7 @@ async fn no_allowance_while_an_older_leader_reconciles() {
     });
     book.spawn_flusher();
     admit(&book, &q, "from-the-old-allowance").await.unwrap();
-    let started = Instant::now();
-    while (allowance_keys(&fake), charges(&fake)) != (0, 2) {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{} allowances, {} charges",
-            allowance_keys(&fake),
-            charges(&fake)
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    settles_to(&fake, 2, 0).await;
     let spared = book.metrics.allowance_admissions.get();
     for i in 0..3 {
         admit(&book, &q, &format!("later-{i}")).await.unwrap();
