@@ -23,30 +23,32 @@ struct Counting;
 
 thread_local! {
     static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+    static BYTES: Cell<u64> = const { Cell::new(0) };
 }
 
-fn count_one() {
+fn count_one(bytes: usize) {
     // `try_with`: the allocator may be called while a thread's locals are being torn down.
     let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+    let _ = BYTES.try_with(|n| n.set(n.get() + bytes as u64));
 }
 
 // SAFETY: every call is forwarded unchanged to the system allocator; counting touches only a
 // const-initialised thread-local `Cell`, which never allocates.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count_one();
+        count_one(layout.size());
         // SAFETY: forwarded with the caller's guarantees.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count_one();
+        count_one(layout.size());
         // SAFETY: forwarded with the caller's guarantees.
         unsafe { System.alloc_zeroed(layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count_one();
+        count_one(new_size);
         // SAFETY: forwarded with the caller's guarantees.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -62,6 +64,11 @@ static GLOBAL: Counting = Counting;
 
 fn allocations() -> u64 {
     ALLOCATIONS.with(Cell::get)
+}
+
+/// Bytes asked of the allocator on the current thread (a realloc counts its new size).
+fn allocated_bytes() -> u64 {
+    BYTES.with(Cell::get)
 }
 
 fn repo() -> &'static Path {
@@ -143,3 +150,36 @@ const VALIDATE_CEILINGS: &[(&str, u64)] = &[
     ("002-validate-create-job-mnist-demo.json", 1_150),
     ("019-validate-create-pod-gated-worker-0.json", 1_115),
 ];
+
+/// What the Pod watch allocates per event (issue 18): every replica decodes every Pod of the
+/// cluster at each restart and relist, and those short-lived allocations, interleaved with the
+/// records that stay, are a restart's peak. The slim decoding (`cluster::WatchedPod`) must stay
+/// well under a whole `Pod`'s: a field added to it shows up here.
+#[test]
+fn a_watched_pod_decodes_in_a_fraction_of_a_whole_pods_allocations() {
+    use allot::cluster::WatchedPod;
+    use k8s_openapi::api::core::v1::Pod;
+    // A gated gang worker as the API server stores it: managedFields, status, conditions.
+    let review: serde_json::Value = serde_json::from_slice(&fixture("020-mutate-update-pod-gated-worker-0.json")).unwrap();
+    let pod = serde_json::to_vec(&review["request"]["oldObject"]).unwrap();
+    let count = |decode: &dyn Fn()| {
+        decode();
+        let (before, bytes_before) = (allocations(), allocated_bytes());
+        for _ in 0..ROUNDS {
+            decode();
+        }
+        ((allocations() - before) / ROUNDS, (allocated_bytes() - bytes_before) / ROUNDS)
+    };
+    let (whole, whole_bytes) = count(&|| drop(std::hint::black_box(serde_json::from_slice::<Pod>(&pod).expect("a Pod"))));
+    let (slim, slim_bytes) =
+        count(&|| drop(std::hint::black_box(serde_json::from_slice::<WatchedPod>(&pod).expect("a watched Pod"))));
+    println!(
+        "watched pod 020 ({} bytes of JSON): {slim} allocations, {slim_bytes} bytes per decode; whole Pod {whole}, {whole_bytes} bytes",
+        pod.len()
+    );
+    assert!(slim * 2 <= whole, "the slim decoding ({slim}) should make at most half a whole Pod's ({whole}) allocations");
+    assert!(slim <= WATCHED_POD_CEILING, "a watched pod made {slim} allocations; ceiling {WATCHED_POD_CEILING}");
+}
+
+/// The count measured when set (2026-11-26), plus ~15 %.
+const WATCHED_POD_CEILING: u64 = 52;

@@ -42,9 +42,14 @@ pub(crate) fn member(name: &str, gang: &str, size: u32, created: &str, extra: Va
     pod
 }
 
+/// The record of `pod`, checked to be the same from the watch's slim decoding
+/// ([`super::WatchedPod`]) as from the whole Pod.
 pub(crate) fn record(pod: &Value, p: &PolicySet) -> PodRecord {
-    let pod: Pod = serde_json::from_value(pod.clone()).unwrap();
-    PodRecord::from_pod(&pod, p, &crate::namespaces::NoNamespaces).unwrap()
+    let full: Pod = serde_json::from_value(pod.clone()).unwrap();
+    let super::WatchedPod(slim) = serde_json::from_value(pod.clone()).unwrap();
+    let record = PodRecord::from_pod(&full, p, &crate::namespaces::NoNamespaces).unwrap();
+    assert_eq!(PodRecord::from_pod(&slim, p, &crate::namespaces::NoNamespaces).as_ref(), Some(&record));
+    record
 }
 
 pub(crate) fn cluster(p: &PolicySet, pods: &[Value]) -> ClusterState {

@@ -30,7 +30,7 @@ use super::metrics::ControllerMetrics;
 use super::plan::{Plan, plan};
 use super::snapshot::GangSnapshot;
 use crate::cluster::records::{condition_fingerprint, format_nanos};
-use crate::cluster::{CONDITION, ClusterState, ControllerAction, PodRecord, QUOTA_CONDITION, node_info};
+use crate::cluster::{CONDITION, ClusterState, ControllerAction, PodRecord, QUOTA_CONDITION, WatchedPod, node_info};
 use crate::namespaces::NamespaceLabels;
 use crate::patch::escape;
 use crate::policy::PolicySet;
@@ -152,7 +152,8 @@ async fn watch_pods(
     initial_list: InitialList,
 ) {
     wait_for_claims(&state, &policies.load(), CLAIMS_SYNC_WAIT).await;
-    let api: Api<Pod> = Api::all(client);
+    // Decoded slim: only the fields a record reads (managedFields, env, statuses skipped).
+    let api: Api<WatchedPod> = Api::all(client);
     let mut strategy = initial_list;
     loop {
         // Each pod of a (re)list goes straight into the store as its compact record, one at a
@@ -168,7 +169,7 @@ async fn watch_pods(
             let p = policies.load();
             match event {
                 Ok(watcher::Event::Init) => state.begin_relist(),
-                Ok(watcher::Event::InitApply(pod) | watcher::Event::Apply(pod)) => {
+                Ok(watcher::Event::InitApply(WatchedPod(pod)) | watcher::Event::Apply(WatchedPod(pod))) => {
                     if let Some(r) = PodRecord::from_pod_with_claims(&pod, &p, namespaces.as_ref(), state.claims()) {
                         state.upsert_pod(r);
                     }
@@ -177,7 +178,7 @@ async fn watch_pods(
                     state.finish_relist();
                     synced();
                 }
-                Ok(watcher::Event::Delete(pod)) => {
+                Ok(watcher::Event::Delete(WatchedPod(pod))) => {
                     if let (Some(ns), Some(name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref()) {
                         state.remove_pod(ns, name);
                     }
@@ -211,7 +212,8 @@ pub(crate) fn streaming_refused(error: &watcher::Error) -> bool {
     matches!(status.code, 400 | 422) || status.message.contains("RequestWatchProgress")
 }
 
-/// Pods per page of a (re)list: the whole objects of one page are in memory at once.
+/// Pods per page of a (re)list: one page's objects (slim, see [`WatchedPod`]) and its
+/// response body are in memory at once.
 const LIST_PAGE_SIZE: u32 = 500;
 
 async fn watch_nodes(client: kube::Client, state: Arc<ClusterState>) {
