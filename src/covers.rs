@@ -25,7 +25,7 @@ use std::collections::BTreeSet;
 use sha2::{Digest, Sha256};
 
 use crate::finding::{Check, RuleId};
-use crate::native::{Compiled, Coverage};
+use crate::native::{Compiled, Coverage, Part, Subject};
 use crate::policy::{self, LoadErrors, PolicySet, Source};
 
 /// The parts of a policy set its native policies cover, by what the engine calls them.
@@ -45,26 +45,27 @@ pub struct Covered {
 }
 
 impl Covered {
-    /// Reads the compiler's report for `policies`.
+    /// Reads the compiler's report for `policies`: from what each line is about
+    /// ([`Part`]), not from its text.
     pub fn from_coverage(coverage: &[Coverage], policies: &PolicySet) -> Covered {
         let mut covered = Covered::default();
         for c in coverage {
             let whole = c.webhook_only.is_empty() && !c.compiled.is_empty();
-            if c.policy == "Cluster/accelerators.checks" {
-                covered.checks = accelerator_checks(c);
-            } else if c.policy == "default priority class" {
-                covered.default_priority = whole;
-            } else if c.policy == "Team priority classes" {
-                covered.team_priority_classes = whole;
-            } else if let Some(name) = c.policy.strip_prefix("Rule/") {
-                if whole {
-                    covered.rules.insert(name.to_string());
+            match &c.policy {
+                Subject::AcceleratorChecks => covered.checks = accelerator_checks(c),
+                Subject::DefaultPriority => covered.default_priority = whole,
+                Subject::TeamPriorityClasses => covered.team_priority_classes = whole,
+                Subject::Rule(name) if whole => {
+                    covered.rules.insert(name.clone());
                 }
-            } else if let Some(name) = c.policy.strip_prefix("Placement/")
-                && let Some(placement) = policies.placements.iter().find(|p| p.name == name)
-                && placement_covered(c, placement)
-            {
-                covered.placements.insert(name.to_string());
+                Subject::Placement(name) => {
+                    if let Some(placement) = policies.placements.iter().find(|p| &p.name == name)
+                        && placement_covered(c, placement)
+                    {
+                        covered.placements.insert(name.clone());
+                    }
+                }
+                Subject::Rule(_) | Subject::Team(_) | Subject::Dra | Subject::GangPolicy(_) => {}
             }
         }
         covered
@@ -101,51 +102,37 @@ impl Covered {
     }
 }
 
-/// The accelerator checks of the report: a compiled line names its check first
-/// (`whole-numbers (deny) on …`). A webhook-only line that names a check (`max-per-pod: …`)
-/// keeps only that one in the webhook; any other (a template kind that could not be
-/// expressed…) keeps them all, since the checks then do not hold everywhere.
+/// The accelerator checks of the report: each compiled check, unless a webhook-only line keeps
+/// it in the webhook. A webhook-only line about no single check (a template kind that could not
+/// be expressed…) keeps them all, since the checks then do not hold everywhere.
 fn accelerator_checks(c: &Coverage) -> BTreeSet<Check> {
-    let check_named = |id: &str| ALL_CHECKS.iter().copied().find(|k| k.id().strip_prefix("accelerators/") == Some(id));
-    let blocks_all =
-        c.webhook_only.iter().any(|line| line.split_once(':').and_then(|(id, _)| check_named(id.trim())).is_none());
-    if blocks_all {
-        return BTreeSet::new();
+    let mut kept = BTreeSet::new();
+    for line in &c.webhook_only {
+        match line.part {
+            Part::Check(check) => kept.insert(check),
+            _ => return BTreeSet::new(),
+        };
     }
-    let kept: BTreeSet<Check> = c
-        .webhook_only
-        .iter()
-        .filter_map(|line| line.split_once(':').and_then(|(id, _)| check_named(id.trim())))
-        .collect();
     c.compiled
         .iter()
-        .filter_map(|line| line.split_once(" (").and_then(|(id, _)| check_named(id.trim())))
+        .filter_map(|line| match line.part {
+            Part::Check(check) => Some(check),
+            _ => None,
+        })
         .filter(|check| !kept.contains(check))
         .collect()
 }
-
-/// Every check an accelerator report line can name.
-const ALL_CHECKS: &[Check] = &[
-    Check::RequestsEqualLimits,
-    Check::WholeNumbers,
-    Check::InitContainers,
-    Check::AllowedResources,
-    Check::MaxPerContainer,
-    Check::MaxPerPod,
-];
 
 /// A Placement is covered when every toleration, nodeSelector pair and its nodeAffinity are
 /// reported compiled, and nothing of it stays webhook-only.
 fn placement_covered(c: &Coverage, placement: &policy::Placement) -> bool {
     let spec = &placement.spec;
-    let tolerations = c.compiled.iter().filter(|l| l.starts_with("toleration ")).count();
-    let selectors = c.compiled.iter().filter(|l| l.starts_with("nodeSelector ") && l.contains('=')).count();
-    let conflicts = c.compiled.iter().any(|l| l.starts_with("nodeSelector conflicts"));
-    tolerations == spec.tolerations.len()
-        && selectors == spec.node_selector.len()
-        && (spec.node_selector.is_empty() || conflicts)
+    let count = |part: Part| c.compiled.iter().filter(|l| l.part == part).count();
+    count(Part::Toleration) == spec.tolerations.len()
+        && count(Part::NodeSelector) == spec.node_selector.len()
+        && (spec.node_selector.is_empty() || count(Part::SelectorConflicts) > 0)
         && !c.compiled.is_empty()
-        && (spec.node_affinity.is_empty() || c.compiled.iter().any(|l| l.starts_with("nodeAffinity ")))
+        && (spec.node_affinity.is_empty() || count(Part::NodeAffinity) > 0)
         && c.webhook_only.is_empty()
 }
 

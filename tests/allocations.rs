@@ -160,7 +160,8 @@ fn a_watched_pod_decodes_in_a_fraction_of_a_whole_pods_allocations() {
     use allot::cluster::WatchedPod;
     use k8s_openapi::api::core::v1::Pod;
     // A gated gang worker as the API server stores it: managedFields, status, conditions.
-    let review: serde_json::Value = serde_json::from_slice(&fixture("020-mutate-update-pod-gated-worker-0.json")).unwrap();
+    let review: serde_json::Value =
+        serde_json::from_slice(&fixture("020-mutate-update-pod-gated-worker-0.json")).unwrap();
     let pod = serde_json::to_vec(&review["request"]["oldObject"]).unwrap();
     let count = |decode: &dyn Fn()| {
         decode();
@@ -170,14 +171,18 @@ fn a_watched_pod_decodes_in_a_fraction_of_a_whole_pods_allocations() {
         }
         ((allocations() - before) / ROUNDS, (allocated_bytes() - bytes_before) / ROUNDS)
     };
-    let (whole, whole_bytes) = count(&|| drop(std::hint::black_box(serde_json::from_slice::<Pod>(&pod).expect("a Pod"))));
+    let (whole, whole_bytes) =
+        count(&|| drop(std::hint::black_box(serde_json::from_slice::<Pod>(&pod).expect("a Pod"))));
     let (slim, slim_bytes) =
         count(&|| drop(std::hint::black_box(serde_json::from_slice::<WatchedPod>(&pod).expect("a watched Pod"))));
     println!(
         "watched pod 020 ({} bytes of JSON): {slim} allocations, {slim_bytes} bytes per decode; whole Pod {whole}, {whole_bytes} bytes",
         pod.len()
     );
-    assert!(slim * 2 <= whole, "the slim decoding ({slim}) should make at most half a whole Pod's ({whole}) allocations");
+    assert!(
+        slim * 2 <= whole,
+        "the slim decoding ({slim}) should make at most half a whole Pod's ({whole}) allocations"
+    );
     assert!(slim <= WATCHED_POD_CEILING, "a watched pod made {slim} allocations; ceiling {WATCHED_POD_CEILING}");
 }
 

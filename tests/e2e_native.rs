@@ -403,7 +403,7 @@ async fn compiled_policies_alone_give_the_engines_verdicts_and_mutations() {
         "Rule/speech-at-most-four-gpus",
         "default priority class",
     ] {
-        let status = compiled.coverage.iter().find(|c| c.policy == covered).map(|c| c.status());
+        let status = compiled.coverage.iter().find(|c| c.policy.to_string() == covered).map(|c| c.status());
         assert_eq!(status, Some("compiled"), "{covered}\n{}", compiled.report_text());
     }
 
@@ -716,8 +716,10 @@ fn natively_covered(rule: &str, compiled: &allot::native::Compiled) -> bool {
     CHECKS.contains(&rule)
         || compiled.coverage.iter().any(|c| {
             c.webhook_only.is_empty()
-                && (c.policy == format!("Rule/{rule}")
-                    || rule.strip_prefix("placement/").is_some_and(|p| c.policy == format!("Placement/{p}")))
+                && (c.policy.to_string() == format!("Rule/{rule}")
+                    || rule
+                        .strip_prefix("placement/")
+                        .is_some_and(|p| c.policy.to_string() == format!("Placement/{p}")))
         })
 }
 

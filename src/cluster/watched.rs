@@ -15,8 +15,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, NodeAffinity, Pod, PodCondition, PodResourceClaim, PodResourceClaimStatus,
-    PodSchedulingGate, PodSchedulingGroup, PodSpec, PodStatus, ResourceRequirements, Toleration,
+    Container, NodeAffinity, Pod, PodCondition, PodResourceClaim, PodResourceClaimStatus, PodSchedulingGate,
+    PodSchedulingGroup, PodSpec, PodStatus, ResourceRequirements, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
@@ -233,22 +233,25 @@ mod tests {
         (record(&full), record(&slim))
     }
 
-    static SHIPPED: std::sync::LazyLock<(crate::policy::PolicySet, crate::namespaces::StaticNamespaces, crate::dra::ClaimObjects)> =
-        std::sync::LazyLock::new(|| {
-            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-            let policies = crate::policy::load_dir(&root.join("policies")).expect("shipped policies load");
-            let text = std::fs::read_to_string(root.join("examples/cluster/namespaces.yaml")).expect("namespaces");
-            let namespaces = crate::namespaces::from_manifests("namespaces.yaml", &text).expect("namespaces parse");
-            let mut claims = crate::dra::ClaimObjects::new("not found");
-            let template = serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+    static SHIPPED: std::sync::LazyLock<(
+        crate::policy::PolicySet,
+        crate::namespaces::StaticNamespaces,
+        crate::dra::ClaimObjects,
+    )> = std::sync::LazyLock::new(|| {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let policies = crate::policy::load_dir(&root.join("policies")).expect("shipped policies load");
+        let text = std::fs::read_to_string(root.join("examples/cluster/namespaces.yaml")).expect("namespaces");
+        let namespaces = crate::namespaces::from_manifests("namespaces.yaml", &text).expect("namespaces parse");
+        let mut claims = crate::dra::ClaimObjects::new("not found");
+        let template = serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                 "metadata": {"name": "two-gpus", "namespace": "vision"},
                 "spec": {"spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]}}}});
-            let claim = serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        let claim = serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                 "metadata": {"name": "shared", "namespace": "vision"},
                 "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}]}}});
-            assert!(claims.insert(&template, "vision") && claims.insert(&claim, "vision"));
-            (policies, namespaces, claims)
-        });
+        assert!(claims.insert(&template, "vision") && claims.insert(&claim, "vision"));
+        (policies, namespaces, claims)
+    });
 
     /// Every Pod the API server sent in the captured admission reviews (with managedFields,
     /// status and all) makes the same record from both decodings.
@@ -277,34 +280,68 @@ mod tests {
         prop_oneof![
             Just(json!({"metadata": {"namespace": "vision"}})),
             Just(json!({"metadata": {"namespace": "ml-research"}})),
-            Just(json!({"metadata": {"labels": {"allot.dev/gang-name": "g", "team": "x"}, "annotations": {"allot.dev/gang-size": "4"}}})),
-            Just(json!({"metadata": {"labels": {"jobset.sigs.k8s.io/jobset-name": "js", "batch.kubernetes.io/job-completion-index": "1"}}})),
-            Just(json!({"metadata": {"labels": {"leaderworkerset.sigs.k8s.io/name": "l", "leaderworkerset.sigs.k8s.io/worker-index": "0"}}})),
-            Just(json!({"metadata": {"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "o", "controller": true}]}})),
-            Just(json!({"metadata": {"ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "p", "uid": "o"}]}})),
-            Just(json!({"metadata": {"annotations": {"allot.dev/gang-released": "2026-11-26T10:00:00Z", "allot.dev/arrival": "2026-11-26T10:00:00.123456789Z"}}})),
+            Just(
+                json!({"metadata": {"labels": {"allot.dev/gang-name": "g", "team": "x"}, "annotations": {"allot.dev/gang-size": "4"}}})
+            ),
+            Just(
+                json!({"metadata": {"labels": {"jobset.sigs.k8s.io/jobset-name": "js", "batch.kubernetes.io/job-completion-index": "1"}}})
+            ),
+            Just(
+                json!({"metadata": {"labels": {"leaderworkerset.sigs.k8s.io/name": "l", "leaderworkerset.sigs.k8s.io/worker-index": "0"}}})
+            ),
+            Just(
+                json!({"metadata": {"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "o", "controller": true}]}})
+            ),
+            Just(
+                json!({"metadata": {"ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "p", "uid": "o"}]}})
+            ),
+            Just(
+                json!({"metadata": {"annotations": {"allot.dev/gang-released": "2026-11-26T10:00:00Z", "allot.dev/arrival": "2026-11-26T10:00:00.123456789Z"}}})
+            ),
             Just(json!({"metadata": {"deletionTimestamp": "2026-11-26T10:05:00Z"}})),
-            Just(json!({"metadata": {"managedFields": [{"manager": "m", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {}}}]}})),
-            Just(json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "2"}}}]}})),
-            Just(json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "3"}}, "env": [{"name": "A", "value": "b"}]}]}})),
-            Just(json!({"spec": {"initContainers": [{"name": "s", "restartPolicy": "Always", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]}})),
+            Just(
+                json!({"metadata": {"managedFields": [{"manager": "m", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {}}}]}})
+            ),
+            Just(
+                json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "2"}}}]}})
+            ),
+            Just(
+                json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "3"}}, "env": [{"name": "A", "value": "b"}]}]}})
+            ),
+            Just(
+                json!({"spec": {"initContainers": [{"name": "s", "restartPolicy": "Always", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]}})
+            ),
             Just(json!({"spec": {"initContainers": [{"name": "i", "resources": {"requests": {"cpu": "4"}}}]}})),
             Just(json!({"spec": {"overhead": {"cpu": "250m"}}})),
             Just(json!({"spec": {"nodeName": "node-1"}})),
             Just(json!({"spec": {"nodeSelector": {"node-type": "my-precious"}}})),
-            Just(json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "In", "values": ["v"]}]}]}}}}})),
-            Just(json!({"spec": {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "t"}]}}}})),
-            Just(json!({"spec": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}})),
+            Just(
+                json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "In", "values": ["v"]}]}]}}}}})
+            ),
+            Just(
+                json!({"spec": {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "t"}]}}}})
+            ),
+            Just(
+                json!({"spec": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}})
+            ),
             Just(json!({"spec": {"priority": 1000, "priorityClassName": "high", "schedulerName": "volcano"}})),
-            Just(json!({"spec": {"schedulingGates": [{"name": "x.io/other"}, {"name": "allot.dev/gang"}, {"name": "allot.dev/quota"}]}})),
+            Just(
+                json!({"spec": {"schedulingGates": [{"name": "x.io/other"}, {"name": "allot.dev/gang"}, {"name": "allot.dev/quota"}]}})
+            ),
             Just(json!({"spec": {"schedulingGroup": {"podGroupName": "pg"}}})),
-            Just(json!({"spec": {"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "two-gpus"}, {"name": "s", "resourceClaimName": "shared"}]}})),
+            Just(
+                json!({"spec": {"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "two-gpus"}, {"name": "s", "resourceClaimName": "shared"}]}})
+            ),
             Just(json!({"spec": {"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "gone"}]},
                         "status": {"resourceClaimStatuses": [{"name": "g", "resourceClaimName": "made"}]}})),
             Just(json!({"status": {"phase": "Succeeded"}})),
-            Just(json!({"status": {"conditions": [{"type": "allot.dev/GangReady", "status": "False", "reason": "Waiting", "message": "1/4"},
-                                                  {"type": "allot.dev/QuotaReady", "status": "True"}]}})),
-            Just(json!({"status": {"containerStatuses": [{"name": "c", "image": "i", "imageID": "", "ready": true, "restartCount": 3}]}})),
+            Just(
+                json!({"status": {"conditions": [{"type": "allot.dev/GangReady", "status": "False", "reason": "Waiting", "message": "1/4"},
+                                                  {"type": "allot.dev/QuotaReady", "status": "True"}]}})
+            ),
+            Just(
+                json!({"status": {"containerStatuses": [{"name": "c", "image": "i", "imageID": "", "ready": true, "restartCount": 3}]}})
+            ),
         ]
     }
 

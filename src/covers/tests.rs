@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::engine::{Engine, Request, RequestOperation};
 use crate::namespaces::NoNamespaces;
+use crate::native::Line;
 use crate::patch;
 
 /// The shipped policies plus a team-scoped placement with a nodeSelector, a team default
@@ -151,11 +152,10 @@ fn the_report_of_the_policies_is_read_as_the_compiler_means_it() {
     let compiled = crate::native::compile(&full);
     for coverage in &compiled.coverage {
         let whole = coverage.status() == "compiled";
-        if let Some(rule) = coverage.policy.strip_prefix("Rule/") {
-            assert_eq!(c.rules.contains(rule), whole, "{}", coverage.policy);
-        }
-        if let Some(p) = coverage.policy.strip_prefix("Placement/") {
-            assert_eq!(c.placements.contains(p), whole, "{}", coverage.policy);
+        match &coverage.policy {
+            Subject::Rule(rule) => assert_eq!(c.rules.contains(rule), whole, "{}", coverage.policy),
+            Subject::Placement(p) => assert_eq!(c.placements.contains(p), whole, "{}", coverage.policy),
+            _ => {}
         }
     }
     assert_eq!(split.fingerprint, fingerprint(&compiled).expect("fingerprint"), "the same sources, the same objects");
@@ -163,29 +163,49 @@ fn the_report_of_the_policies_is_read_as_the_compiler_means_it() {
 }
 
 #[test]
-fn lines_the_reader_does_not_know_keep_the_check_in_the_webhook() {
-    let coverage = |compiled: &[&str], webhook_only: &[&str]| Coverage {
-        policy: "Cluster/accelerators.checks".into(),
-        compiled: compiled.iter().map(|s| s.to_string()).collect(),
-        webhook_only: webhook_only.iter().map(|s| s.to_string()).collect(),
+fn what_the_lines_are_about_decides_not_their_text() {
+    let line = |part: Part, text: &str| Line::new(part, text);
+    let coverage = |compiled: Vec<Line>, webhook_only: Vec<Line>| Coverage {
+        policy: Subject::AcceleratorChecks,
+        compiled,
+        webhook_only,
     };
     let policies = policy::compile(&sources()).expect("policies");
     let read = |c: Coverage| Covered::from_coverage(&[c], &policies).checks;
-    let both = ["whole-numbers (deny) on Pods and Pod templates", "max-per-pod (deny) on Pods and Pod templates"];
-    assert_eq!(read(coverage(&both, &[])), BTreeSet::from([Check::WholeNumbers, Check::MaxPerPod]));
+    let both = || {
+        vec![
+            line(Part::Check(Check::WholeNumbers), "whole-numbers (deny) on Pods and Pod templates"),
+            line(Part::Check(Check::MaxPerPod), "max-per-pod (deny) on Pods and Pod templates"),
+        ]
+    };
+    assert_eq!(read(coverage(both(), vec![])), BTreeSet::from([Check::WholeNumbers, Check::MaxPerPod]));
     // A check reported both ways stays in the webhook.
-    assert_eq!(read(coverage(&both, &["max-per-pod: not yet"])), BTreeSet::from([Check::WholeNumbers]));
+    assert_eq!(
+        read(coverage(both(), vec![line(Part::Check(Check::MaxPerPod), "max-per-pod: not yet")])),
+        BTreeSet::from([Check::WholeNumbers])
+    );
     // A template kind the compiler could not express: no check holds everywhere.
-    assert!(read(coverage(&both, &["template apps/Foo: no path"])).is_empty());
-    // An unknown check name or line shape: not covered.
-    assert!(read(coverage(&["gpu-colour (deny) on Pods", "whole numbers everywhere"], &[])).is_empty());
+    assert!(read(coverage(both(), vec![Line::whole("template apps/Foo: no path")])).is_empty());
+    // Text that reads like a check but is about none: not covered.
+    assert!(read(coverage(vec![Line::whole("whole-numbers (deny) on Pods and Pod templates")], vec![])).is_empty());
     // A placement whose report misses one of its tolerations is not covered.
-    let placement = Coverage {
-        policy: "Placement/speech-pool".into(),
-        compiled: vec!["nodeSelector example.com/pool=a100".into(), "nodeSelector conflicts (deny)".into()],
+    let placement = |compiled: Vec<Line>| Coverage {
+        policy: Subject::Placement("speech-pool".into()),
+        compiled,
         webhook_only: vec![],
     };
-    assert!(Covered::from_coverage(&[placement], &policies).placements.is_empty());
+    let selector = || {
+        vec![
+            line(Part::NodeSelector, "nodeSelector example.com/pool=a100"),
+            line(Part::SelectorConflicts, "nodeSelector conflicts (deny)"),
+        ]
+    };
+    assert!(Covered::from_coverage(&[placement(selector())], &policies).placements.is_empty());
+    // With it (whatever its text says), it is.
+    let whole = [selector(), vec![line(Part::Toleration, "a toleration")]].concat();
+    let speech = policies.placements.iter().find(|p| p.name == "speech-pool").expect("speech-pool");
+    assert_eq!(speech.spec.tolerations.len(), 1, "the fixture's speech-pool has one toleration");
+    assert!(Covered::from_coverage(&[placement(whole)], &policies).placements.contains("speech-pool"));
 }
 
 /// The split's validation is the full one without exactly the covered findings; its mutation
@@ -283,7 +303,7 @@ fn a_review_naming_claims_is_answered_in_full_while_the_policies_count_claims() 
     assert!(!full.device_classes.is_empty(), "the shipped Cluster policy maps gpu.nvidia.com");
     assert!(split.claims_to_webhook);
     let report = crate::native::compile(&full);
-    let dra = report.coverage.iter().find(|c| c.policy == "Cluster/dra").expect("a DRA line in the report");
+    let dra = report.coverage.iter().find(|c| c.policy == Subject::Dra).expect("a DRA line in the report");
     assert_eq!(dra.status(), "webhook-only");
 
     let plain = serde_json::to_vec(&pod("scratch", json!({"containers": gpu("1", "1")}))).expect("json");

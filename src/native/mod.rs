@@ -115,17 +115,86 @@ impl NativeObject {
 /// What became of one policy document.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Coverage {
-    /// `Placement/nvidia-gpu`, `Rule/pinned-images-on-gpus`, `Cluster/accelerators.checks`…
-    pub policy: String,
+    pub policy: Subject,
     /// What the native policies do (one line each).
-    pub compiled: Vec<String>,
+    pub compiled: Vec<Line>,
     /// What only the webhook does, each with the reason.
-    pub webhook_only: Vec<String>,
+    pub webhook_only: Vec<Line>,
+}
+
+/// The policy (or the part of the Cluster policy) a [`Coverage`] is about. Printed as in the
+/// report: `Placement/nvidia-gpu`, `Rule/pinned-images-on-gpus`, `Cluster/accelerators.checks`…
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    AcceleratorChecks,
+    Dra,
+    DefaultPriority,
+    TeamPriorityClasses,
+    Team(String),
+    Placement(String),
+    Rule(String),
+    GangPolicy(String),
+}
+
+impl std::fmt::Display for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Subject::AcceleratorChecks => f.write_str("Cluster/accelerators.checks"),
+            Subject::Dra => f.write_str("Cluster/dra"),
+            Subject::DefaultPriority => f.write_str("default priority class"),
+            Subject::TeamPriorityClasses => f.write_str("Team priority classes"),
+            Subject::Team(name) => write!(f, "Team/{name}"),
+            Subject::Placement(name) => write!(f, "Placement/{name}"),
+            Subject::Rule(name) => write!(f, "Rule/{name}"),
+            Subject::GangPolicy(name) => write!(f, "GangPolicy/{name}"),
+        }
+    }
+}
+
+/// One line of the report: the text people read, and what it is about for the code that acts
+/// on it (`--native-covers` decides from [`Part`], never from the text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    pub part: Part,
+    pub text: String,
+}
+
+/// What a report line is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// An accelerator check. Compiled: it holds on Pods and every template source; webhook-only:
+    /// this check alone stays in the webhook.
+    Check(crate::finding::Check),
+    /// A Placement's toleration, nodeSelector pair, nodeSelector conflict check, nodeAffinity.
+    Toleration,
+    NodeSelector,
+    SelectorConflicts,
+    NodeAffinity,
+    /// The policy as a whole: a compiled line that stands alone (a Rule, a default), or a
+    /// webhook-only reason that keeps the whole policy in the webhook.
+    Whole,
+}
+
+impl Line {
+    pub fn new(part: Part, text: impl Into<String>) -> Line {
+        Line { part, text: text.into() }
+    }
+
+    /// A line about the policy as a whole ([`Part::Whole`]).
+    pub fn whole(text: impl Into<String>) -> Line {
+        Line::new(Part::Whole, text)
+    }
+}
+
+impl std::fmt::Display for Line {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
 }
 
 impl Coverage {
-    fn new(policy: impl Into<String>) -> Coverage {
-        Coverage { policy: policy.into(), compiled: Vec::new(), webhook_only: Vec::new() }
+    fn new(policy: Subject) -> Coverage {
+        Coverage { policy, compiled: Vec::new(), webhook_only: Vec::new() }
     }
 
     /// `compiled`, `partly compiled` or `webhook-only`.
@@ -256,24 +325,24 @@ fn compile_objects(policies: &PolicySet) -> Compiled {
     }
     for team_policy in &policies.teams {
         if let Some(quota) = &team_policy.quota {
-            let mut c = Coverage::new(format!("Team/{}", team_policy.name));
+            let mut c = Coverage::new(Subject::Team(team_policy.name.clone()));
             let mode = match quota.mode {
                 crate::policy::QuotaMode::Deny => "deny",
                 crate::policy::QuotaMode::Queue => "queue",
             };
-            c.webhook_only.push(format!("quota ({mode}): counts the team's running Pods, cluster state"));
+            c.webhook_only.push(Line::whole(format!("quota ({mode}): counts the team's running Pods, cluster state")));
             out.coverage.push(c);
         }
     }
     if !policies.device_classes.is_empty() {
-        let mut c = Coverage::new("Cluster/dra");
-        c.webhook_only.push(DRA_WEBHOOK_ONLY.into());
+        let mut c = Coverage::new(Subject::Dra);
+        c.webhook_only.push(Line::whole(DRA_WEBHOOK_ONLY));
         out.coverage.push(c);
     }
     for gang_policy in &policies.gang_policies {
-        let mut c = Coverage::new(format!("GangPolicy/{}", gang_policy.name));
+        let mut c = Coverage::new(Subject::GangPolicy(gang_policy.name.clone()));
         c.webhook_only
-            .push("gangs: the gate is lifted by the gang controller, sizes checked against the members".into());
+            .push(Line::whole("gangs: the gate is lifted by the gang controller, sizes checked against the members"));
         out.coverage.push(c);
     }
     out

@@ -13,7 +13,8 @@ use k8s_openapi::api::admissionregistration::v1::{
 
 use super::cel::{self, Bindings};
 use super::{
-    Compiled, Coverage, NativeObject, condition, match_resources, metadata, not_kubelet, object_name, variable,
+    Compiled, Coverage, Line, NativeObject, Part, Subject, condition, match_resources, metadata, not_kubelet,
+    object_name, variable,
 };
 use crate::policy::{
     Action, AppliesTo, NodeSelectorOperator, NodeSelectorRequirement, OnConflict, Placement, PolicySet, Toleration,
@@ -72,11 +73,11 @@ pub(super) fn default_priority(policies: &PolicySet, team: Result<&str, &str>, o
     if defaults.is_empty() && cluster.is_empty() {
         return;
     }
-    let mut coverage = Coverage::new("default priority class");
+    let mut coverage = Coverage::new(Subject::DefaultPriority);
     let team = match team {
         Ok(t) => t,
         Err(why) => {
-            coverage.webhook_only.push(format!("the team of a namespace: {why}"));
+            coverage.webhook_only.push(Line::whole(format!("the team of a namespace: {why}")));
             out.coverage.push(coverage);
             return;
         }
@@ -102,17 +103,19 @@ pub(super) fn default_priority(policies: &PolicySet, team: Result<&str, &str>, o
         vec![variable("team", team), variable("defaultClass", default_class)],
         vec![patch],
     );
-    coverage.compiled.push("team default priority class, spec.priority and preemptionPolicy removed with it".into());
+    coverage
+        .compiled
+        .push(Line::whole("team default priority class, spec.priority and preemptionPolicy removed with it"));
     out.coverage.push(coverage);
 }
 
 /// A Placement: its tolerations and nodeSelector as a mutating policy, its nodeSelector
 /// conflicts as a validating one.
 pub(super) fn placement(policies: &PolicySet, placement: &Placement, team: Result<&str, &str>, out: &mut Compiled) {
-    let mut coverage = Coverage::new(format!("Placement/{}", placement.name));
+    let mut coverage = Coverage::new(Subject::Placement(placement.name.clone()));
     match compile_placement(policies, placement, team, out) {
         Ok(lines) => coverage.compiled.extend(lines),
-        Err(why) => coverage.webhook_only.push(why),
+        Err(why) => coverage.webhook_only.push(Line::whole(why)),
     }
     out.coverage.push(coverage);
 }
@@ -122,7 +125,7 @@ fn compile_placement(
     placement: &Placement,
     team: Result<&str, &str>,
     out: &mut Compiled,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<Line>, String> {
     let spec = &placement.spec;
     let mut conditions = vec![not_kubelet()];
     if !spec.scope.teams.is_empty() {
@@ -151,7 +154,7 @@ fn compile_placement(
     let mut patches = Vec::new();
     for t in &spec.tolerations {
         patches.push(toleration_patch(t));
-        lines.push(format!("toleration {}", serde_json::to_string(t).unwrap_or_default()));
+        lines.push(Line::new(Part::Toleration, format!("toleration {}", serde_json::to_string(t).unwrap_or_default())));
     }
     for (key, value) in &spec.node_selector {
         let (k, v) = (cel::string(key), cel::string(value));
@@ -160,13 +163,16 @@ fn compile_placement(
             "!has(object.spec.nodeSelector) ? [JSONPatch{{op: \"add\", path: \"/spec/nodeSelector\", value: {{{k}: {v}}}}}] : \
              {k} in object.spec.nodeSelector ? [] : [JSONPatch{{op: \"add\", path: {escaped}, value: {v}}}]"
         ));
-        lines.push(format!("nodeSelector {key}={value}"));
+        lines.push(Line::new(Part::NodeSelector, format!("nodeSelector {key}={value}")));
     }
     for requirement in &spec.node_affinity {
         patches.push(node_affinity_patch(requirement));
     }
     if !spec.node_affinity.is_empty() {
-        lines.push(format!("nodeAffinity {} in every required node-selector term", describe(&spec.node_affinity)));
+        lines.push(Line::new(
+            Part::NodeAffinity,
+            format!("nodeAffinity {} in every required node-selector term", describe(&spec.node_affinity)),
+        ));
     }
     if patches.is_empty() {
         return Ok(lines);
@@ -207,7 +213,7 @@ fn compile_placement(
             variables.clone(),
             vec![v],
         );
-        lines.push(format!("nodeSelector conflicts ({})", action.label()));
+        lines.push(Line::new(Part::SelectorConflicts, format!("nodeSelector conflicts ({})", action.label())));
     }
     emit(out, &name, conditions, variables, patches);
     Ok(lines)

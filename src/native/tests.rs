@@ -134,8 +134,9 @@ spec:
 #[test]
 fn the_report_for_the_shipped_policies() {
     let compiled = compile(&shipped());
-    let status =
-        |policy: &str| compiled.coverage.iter().find(|c| c.policy == policy).map(Coverage::status).unwrap_or("missing");
+    let status = |policy: &str| {
+        compiled.coverage.iter().find(|c| c.policy.to_string() == policy).map(Coverage::status).unwrap_or("missing")
+    };
     assert_eq!(status("Placement/nvidia-gpu"), "compiled");
     assert_eq!(status("Placement/amd-gpu"), "compiled");
     assert_eq!(status("default priority class"), "compiled");
@@ -149,8 +150,12 @@ fn the_report_for_the_shipped_policies() {
     assert_eq!(status("GangPolicy/default"), "webhook-only");
     assert_eq!(status("Cluster/dra"), "webhook-only", "claim Pods are the webhook's: {}", compiled.report_text());
     assert!(!compiled.fully_native());
-    let checks = compiled.coverage.iter().find(|c| c.policy == "Cluster/accelerators.checks").map(|c| &c.compiled);
-    assert!(checks.is_some_and(|c| c.iter().any(|l| l.starts_with("max-per-pod (deny)"))), "{checks:?}");
+    let checks = compiled.coverage.iter().find(|c| c.policy == super::Subject::AcceleratorChecks).map(|c| &c.compiled);
+    assert!(
+        checks.is_some_and(|c| c.iter().any(|l| l.part == super::Part::Check(crate::finding::Check::MaxPerPod)
+            && l.text.starts_with("max-per-pod (deny)"))),
+        "{checks:?}"
+    );
 }
 
 #[test]
@@ -173,7 +178,12 @@ spec:
     );
     let compiled = compile(&set);
     assert!(compiled.fully_native(), "{}", compiled.report_text());
-    assert!(compiled.coverage.iter().any(|c| c.policy == "Rule/no-latest" && c.status() == "compiled"));
+    assert!(
+        compiled
+            .coverage
+            .iter()
+            .any(|c| c.policy == super::Subject::Rule("no-latest".into()) && c.status() == "compiled")
+    );
 }
 
 /// Every policy skips Allot's own identity (the webhooks' `not-allot-itself`), with the name

@@ -8,9 +8,10 @@ use k8s_openapi::api::admissionregistration::v1::{
 
 use super::cel::{self, Bindings};
 use super::{
-    Compiled, Coverage, NativeObject, PodSource, condition, match_resources, metadata, not_kubelet, object_name,
-    pod_sources, variable,
+    Compiled, Coverage, Line, NativeObject, Part, PodSource, Subject, condition, match_resources, metadata,
+    not_kubelet, object_name, pod_sources, variable,
 };
+use crate::finding::Check;
 use crate::policy::{Action, KindMatch, Operation, PolicySet, Rule};
 use crate::workload::WORKLOAD_KINDS;
 
@@ -82,9 +83,9 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
     let accel = &policies.accelerators;
     let spec = format!("{POD}.spec");
     let all = cel::all_containers(&spec);
-    let mut coverage = Coverage::new("Cluster/accelerators.checks");
-    // (action, check id, body over allotPod, message)
-    let mut wanted: Vec<(Action, &str, String, String)> = Vec::new();
+    let mut coverage = Coverage::new(Subject::AcceleratorChecks);
+    // (action, check, body over allotPod, message)
+    let mut wanted: Vec<(Action, Check, String, String)> = Vec::new();
     if let Some(action) = checks.requests_equal_limits.and_then(|c| c.action()) {
         let m = cel::resource_matches(accel, "k");
         let body = format!(
@@ -92,7 +93,12 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
              (has(c.resources.limits) && k in c.resources.limits && \
              quantity(string(c.resources.requests[k])).compareTo(quantity(string(c.resources.limits[k]))) == 0)))"
         );
-        wanted.push((action, "requests-equal-limits", body, "every accelerator request must equal its limit".into()));
+        wanted.push((
+            action,
+            Check::RequestsEqualLimits,
+            body,
+            "every accelerator request must equal its limit".into(),
+        ));
     }
     if let Some(action) = checks.whole_numbers.and_then(|c| c.action()) {
         let m = cel::resource_matches(accel, "k");
@@ -103,7 +109,7 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
             )
         };
         let body = format!("{all}.all(c, {} && {})", field("requests"), field("limits"));
-        wanted.push((action, "whole-numbers", body, "accelerator amounts must be whole numbers of devices".into()));
+        wanted.push((action, Check::WholeNumbers, body, "accelerator amounts must be whole numbers of devices".into()));
     }
     if let Some(action) = checks.init_containers.and_then(|c| c.action()) {
         let body = format!(
@@ -113,7 +119,7 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
         );
         wanted.push((
             action,
-            "init-containers",
+            Check::InitContainers,
             body,
             "accelerators are not allowed in init containers (native sidecars excepted)".into(),
         ));
@@ -124,13 +130,13 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
             |f: &str| format!("(!has(c.resources) || !has(c.resources.{f}) || c.resources.{f}.all(k, !{m} || {ok}))");
         let body = format!("{all}.all(c, {} && {})", field("requests"), field("limits"));
         let message = format!("only these accelerators may be requested: {}", check.names.join(", "));
-        wanted.push((check.action, "allowed-resources", body, message));
+        wanted.push((check.action, Check::AllowedResources, body, message));
     }
     if let Some(max) = &checks.max_per_container {
         for (name, limit) in &max.limits {
             let body = format!("{all}.all(c, !{})", container_exceeds("c", name, *limit));
             let message = format!("a container may ask at most {limit} {name}");
-            wanted.push((max.action, "max-per-container", body, message));
+            wanted.push((max.action, Check::MaxPerContainer, body, message));
         }
     }
     let mut message_expressions: Vec<(usize, String)> = Vec::new();
@@ -150,12 +156,12 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
                 ),
             ));
             let message = format!("pod asks more than {limit} {name} in all; at most {limit} per pod");
-            wanted.push((max.action, "max-per-pod", body, message));
+            wanted.push((max.action, Check::MaxPerPod, body, message));
         }
     }
     let (sources, unsupported) = pod_sources();
     for (kind, why) in unsupported.iter().map(|u| ("template", u)) {
-        coverage.webhook_only.push(format!("{kind} {why}"));
+        coverage.webhook_only.push(Line::whole(format!("{kind} {why}")));
     }
     for action in [Action::Deny, Action::Warn, Action::Audit] {
         let of_action: Vec<_> = wanted.iter().filter(|w| w.0 == action).collect();
@@ -168,9 +174,9 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
                 .iter()
                 .enumerate()
                 .filter(|(_, w)| w.0 == action)
-                .map(|(i, (_, id, body, message))| Validation {
+                .map(|(i, (_, check, body, message))| Validation {
                     message_expression: message_expressions.iter().find(|(at, _)| *at == i).map(|(_, m)| m.clone()),
-                    ..validation(body, format!("[accelerators/{id}] {message}"))
+                    ..validation(body, format!("[{}] {message}", check.id()))
                 })
                 .collect();
             emit(
@@ -184,8 +190,11 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
             );
         }
     }
-    for (action, id, _, _) in &wanted {
-        coverage.compiled.push(format!("{id} ({}) on Pods and Pod templates", action.label()));
+    for (action, check, _, _) in &wanted {
+        let id = check.id().trim_start_matches("accelerators/");
+        coverage
+            .compiled
+            .push(Line::new(Part::Check(*check), format!("{id} ({}) on Pods and Pod templates", action.label())));
     }
     if !wanted.is_empty() || !coverage.webhook_only.is_empty() {
         out.coverage.push(coverage);
@@ -211,11 +220,13 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
     if limited.is_empty() {
         return;
     }
-    let mut coverage = Coverage::new("Team priority classes");
+    let mut coverage = Coverage::new(Subject::TeamPriorityClasses);
     let team = match team {
         Ok(t) => t,
         Err(why) => {
-            coverage.webhook_only.push(format!("allowed classes per team: the team of a namespace: {why}"));
+            coverage
+                .webhook_only
+                .push(Line::whole(format!("allowed classes per team: the team of a namespace: {why}")));
             out.coverage.push(coverage);
             return;
         }
@@ -267,17 +278,19 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
         );
     }
     for t in &limited {
-        coverage.compiled.push(format!("team {}: allowed priority classes on Pods and Pod templates", t.name));
+        coverage
+            .compiled
+            .push(Line::whole(format!("team {}: allowed priority classes on Pods and Pod templates", t.name)));
     }
     out.coverage.push(coverage);
 }
 
 /// A CEL Rule: one policy per Pod source (kinds: [Pod]) or one for the named kind.
 pub(super) fn rule(policies: &PolicySet, rule: &Rule, team: Result<&str, &str>, out: &mut Compiled) {
-    let mut coverage = Coverage::new(format!("Rule/{}", rule.name));
+    let mut coverage = Coverage::new(Subject::Rule(rule.name.clone()));
     match compile_rule(policies, rule, team, out) {
-        Ok(lines) => coverage.compiled.extend(lines),
-        Err(why) => coverage.webhook_only.push(why),
+        Ok(line) => coverage.compiled.push(Line::whole(line)),
+        Err(why) => coverage.webhook_only.push(Line::whole(why)),
     }
     out.coverage.push(coverage);
 }
@@ -287,7 +300,7 @@ fn compile_rule(
     rule: &Rule,
     team: Result<&str, &str>,
     out: &mut Compiled,
-) -> Result<Vec<String>, String> {
+) -> Result<String, String> {
     let accelerators = &*policies.accelerators;
     let spec = &rule.spec;
     let needs_team = !spec.rule_match.teams.is_empty() || mentions(rule, "team");
@@ -384,7 +397,7 @@ fn compile_rule(
         emitted.push(suffix);
     }
     out.objects.extend(objects.objects);
-    Ok(vec![format!("{} on {} ({})", spec.action.label(), emitted.join(", "), operations.join(", "))])
+    Ok(format!("{} on {} ({})", spec.action.label(), emitted.join(", "), operations.join(", ")))
 }
 
 fn mentions(rule: &Rule, word: &str) -> bool {
