@@ -170,6 +170,10 @@ fn bench_records(c: &mut Criterion) {
     group.bench_function("baseline_decode_pod_011", |b| {
         b.iter(|| std::hint::black_box(serde_json::from_slice::<Pod>(&json).unwrap()))
     });
+    // What the Pod watch decodes: only the fields a record reads (issue 18).
+    group.bench_function("decode_watched_pod_011", |b| {
+        b.iter(|| std::hint::black_box(serde_json::from_slice::<allot::cluster::WatchedPod>(&json).unwrap()))
+    });
     group.bench_function("record_of_pod_011", |b| {
         b.iter(|| PodRecord::from_pod(std::hint::black_box(&decoded), &policies, &allot::namespaces::NoNamespaces))
     });
