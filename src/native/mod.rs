@@ -466,8 +466,15 @@ pub fn pod_sources() -> (Vec<PodSource>, Vec<String>) {
             Ok("[object]".to_string())
         } else if let Some((steps, field)) = w.container_resources {
             cel::templates(&[steps]).map(|holders| {
+                // The container the engine makes of it: its resources, and the container fields
+                // it states (`image`…), each only when present (CEL's optional map entries), so a
+                // rule reads `has(c.image)` as the engine's Pod view answers it.
+                let copied: String = crate::workload::CONTAINER_FIELDS
+                    .iter()
+                    .map(|f| format!(", ?'{f}': has(h.{f}) ? optional.of(h.{f}) : optional.none()"))
+                    .collect();
                 format!(
-                    "{holders}.filter(h, has(h.{field})).map(h, dyn({{'spec': {{'containers': [{{'name': dyn('trainer'), 'resources': dyn(h.{field})}}]}}}}))"
+                    "{holders}.filter(h, has(h.{field})).map(h, dyn({{'spec': {{'containers': [{{'name': dyn('trainer'), 'resources': dyn(h.{field}){copied}}}]}}}}))"
                 )
             })
         } else {
