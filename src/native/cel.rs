@@ -136,8 +136,20 @@ pub fn scope(namespaces: &NameGlobs, teams: &[String], team: &str) -> Result<Opt
 /// The Pod templates at `paths` inside `object`, as a CEL list (a path may cross at most one
 /// list or map; every kind in the workload table does).
 pub fn templates(paths: &[&[Step]]) -> Result<String, Unsupported> {
+    Ok(templates_with_paths(paths)?.0)
+}
+
+/// [`templates`], and beside it the CEL list of where each template is, in the same order:
+/// the path the engine names in its findings (`spec.template`,
+/// `spec.replicatedJobs[1].template.spec.template`), with `*` for a map key
+/// (`spec.pytorchReplicaSpecs.*.template`, where the engine names `Worker`).
+pub fn templates_with_paths(paths: &[&[Step]]) -> Result<(String, String), Unsupported> {
     let lists = paths.iter().map(|p| template_list(p)).collect::<Result<Vec<_>, _>>()?;
-    Ok(if lists.is_empty() { "[]".to_string() } else { lists.join(" + ") })
+    if lists.is_empty() {
+        return Ok(("[]".to_string(), "[]".to_string()));
+    }
+    let (templates, paths): (Vec<String>, Vec<String>) = lists.into_iter().unzip();
+    Ok((templates.join(" + "), paths.join(" + ")))
 }
 
 fn field_chain(base: &str, fields: &[&str]) -> (String, Vec<String>) {
@@ -150,7 +162,8 @@ fn field_chain(base: &str, fields: &[&str]) -> (String, Vec<String>) {
     (expr, guards)
 }
 
-fn template_list(path: &[Step]) -> Result<String, Unsupported> {
+/// The templates at one path, and their paths.
+fn template_list(path: &[Step]) -> Result<(String, String), Unsupported> {
     let split = path.iter().position(|s| !matches!(s, Step::Field(_)));
     let fields = |steps: &[Step]| -> Result<Vec<&'static str>, Unsupported> {
         steps
@@ -166,18 +179,42 @@ fn template_list(path: &[Step]) -> Result<String, Unsupported> {
     };
     match split {
         None => {
-            let (expr, guards) = field_chain("object", &fields(path)?);
-            Ok(guarded(&guards, format!("[{expr}]")))
+            let names = fields(path)?;
+            let (expr, guards) = field_chain("object", &names);
+            Ok((guarded(&guards, format!("[{expr}]")), guarded(&guards, format!("[{}]", string(&names.join("."))))))
         }
         Some(i) => {
-            let (outer, guards) = field_chain("object", &fields(&path[..i])?);
-            let (inner, inner_guards) = field_chain("x", &fields(&path[i + 1..])?);
-            let items = match path[i] {
-                Step::Values => format!("{outer}.map(k, {outer}[k])"),
-                _ => outer.clone(),
-            };
+            let (outer_names, inner_names) = (fields(&path[..i])?, fields(&path[i + 1..])?);
+            let (outer, guards) = field_chain("object", &outer_names);
+            let (inner, inner_guards) = field_chain("x", &inner_names);
             let filter = if inner_guards.is_empty() { "true".to_string() } else { inner_guards.join(" && ") };
-            Ok(guarded(&guards, format!("{items}.filter(x, {filter}).map(x, {inner})")))
+            let suffix = string(&inner_names.iter().map(|n| format!(".{n}")).collect::<String>());
+            let prefix = outer_names.join(".");
+            // Both lists keep the same elements (`.all` over a one-element list binds `x` to it,
+            // as the templates' filter does). A list is walked in its order both times; a map is
+            // not (CEL, like Go, iterates maps in no fixed order, and each walk may differ: seen
+            // in the cel crate), so a map's templates are named by a key pattern, `.*.`, the
+            // same for each, rather than by a key that might belong to another template.
+            let (items, paths) = match path[i] {
+                Step::Values => (
+                    format!("{outer}.map(k, {outer}[k])"),
+                    format!(
+                        "{outer}.map(k, k).filter(k, [{outer}[k]].all(x, {filter})).map(k, {})",
+                        string(&format!(
+                            "{prefix}.*{}",
+                            inner_names.iter().map(|n| format!(".{n}")).collect::<String>()
+                        ))
+                    ),
+                ),
+                _ => (
+                    outer.clone(),
+                    format!(
+                        "lists.range(size({outer})).filter(i, [{outer}[i]].all(x, {filter})).map(i, {} + string(i) + ']' + {suffix})",
+                        string(&format!("{prefix}["))
+                    ),
+                ),
+            };
+            Ok((guarded(&guards, format!("{items}.filter(x, {filter}).map(x, {inner})")), guarded(&guards, paths)))
         }
     }
 }

@@ -452,6 +452,9 @@ pub struct PodSource {
     pub resources: Vec<(&'static str, String)>,
     /// CEL list of the Pod-shaped values (`{metadata, spec}`) in `object`.
     pub pods: String,
+    /// CEL list of where each element of `pods` is in `object`, in the same order: `''` for a
+    /// Pod, else the template's path as the engine's findings name it (`spec.template`).
+    pub paths: String,
     /// True for Pods themselves (where `oldObject` exists as Allot binds it).
     pub is_pod: bool,
 }
@@ -463,9 +466,9 @@ pub fn pod_sources() -> (Vec<PodSource>, Vec<String>) {
     let mut unsupported = Vec::new();
     for w in WORKLOAD_KINDS {
         let pods = if w.group.is_empty() && w.kind == "Pod" {
-            Ok("[object]".to_string())
+            Ok(("[object]".to_string(), "['']".to_string()))
         } else if let Some((steps, field)) = w.container_resources {
-            cel::templates(&[steps]).map(|holders| {
+            cel::templates_with_paths(&[steps]).map(|(holders, holder_paths)| {
                 // The container the engine makes of it: its resources, and the container fields
                 // it states (`image`…), each only when present (CEL's optional map entries), so a
                 // rule reads `has(c.image)` as the engine's Pod view answers it.
@@ -473,21 +476,25 @@ pub fn pod_sources() -> (Vec<PodSource>, Vec<String>) {
                     .iter()
                     .map(|f| format!(", ?'{f}': has(h.{f}) ? optional.of(h.{f}) : optional.none()"))
                     .collect();
-                format!(
-                    "{holders}.filter(h, has(h.{field})).map(h, dyn({{'spec': {{'containers': [{{'name': dyn('trainer'), 'resources': dyn(h.{field}){copied}}}]}}}}))"
+                (
+                    format!(
+                        "{holders}.filter(h, has(h.{field})).map(h, dyn({{'spec': {{'containers': [{{'name': dyn('trainer'), 'resources': dyn(h.{field}){copied}}}]}}}}))"
+                    ),
+                    format!("lists.range(size({holders})).filter(i, has(({holders})[i].{field})).map(i, ({holder_paths})[i])"),
                 )
             })
         } else {
-            cel::templates(w.templates)
+            cel::templates_with_paths(w.templates)
         };
         match pods {
-            Ok(pods) => match sources.iter_mut().find(|s| s.pods == pods) {
+            Ok((pods, paths)) => match sources.iter_mut().find(|s| s.pods == pods) {
                 Some(s) => s.resources.push((w.group, plural(w.kind))),
                 None => sources.push(PodSource {
                     suffix: object_name(&[w.kind]),
                     resources: vec![(w.group, plural(w.kind))],
                     is_pod: w.group.is_empty() && w.kind == "Pod",
                     pods,
+                    paths,
                 }),
             },
             Err(why) => unsupported.push(format!("{}/{}: {why}", w.group, w.kind)),

@@ -653,6 +653,7 @@ fn expanded_pod_counts_agree_with_the_engine_body() {
         // max-per-pod: the validation and its message against the engine's finding.
         let mut vars = std::collections::HashMap::new();
         vars.insert("allotPods".to_string(), CelValue::List(vec![json_to_cel(&pod)].into()));
+        vars.insert("allotPaths".to_string(), CelValue::List(vec![CelValue::String(String::new().into())].into()));
         let mut ctx = context(&pod, "scratch", json!({}));
         ctx.add_variable_from_value("variables", variables_value(&vars));
         let view = crate::workload::PodView::new(String::new(), std::borrow::Cow::Borrowed(&pod));
@@ -668,7 +669,8 @@ fn expanded_pod_counts_agree_with_the_engine_body() {
             let CelValue::String(message) = message.clone().map_err(TestCaseError::fail)? else {
                 return Err(TestCaseError::fail(format!("not a string: {message:?}")));
             };
-            prop_assert_eq!(message.as_str(), format!("[accelerators/max-per-pod] {}", finding.message));
+            // The engine's words, its path (`spec: `) included.
+            prop_assert_eq!(message.as_str(), format!("[accelerators/max-per-pod] {}", finding.describe()));
         } else {
             under.set(under.get() + 1);
         }
@@ -769,4 +771,80 @@ fn a_trainjobs_container_carries_the_fields_its_trainer_states() {
 /// CEL's `dyn(x)`: `x` (it only changes what the type checker infers).
 fn identity(value: CelValue) -> kube::core::cel::cel::ResolveResult {
     Ok(value)
+}
+
+/// The messages a policy's failing validations give for `object` (its `messageExpression`,
+/// else its `message`), as the API server words a refusal or warning.
+fn messages_of(policy: &ValidatingAdmissionPolicy, object: &Value, namespace: &str, labels: Value) -> Vec<String> {
+    let spec = policy.spec.as_ref().expect("spec");
+    let mut ctx = context(object, namespace, labels);
+    let mut variables = std::collections::HashMap::new();
+    for v in spec.variables.iter().flatten() {
+        ctx.add_variable_from_value("variables", variables_value(&variables));
+        variables.insert(v.name.clone(), eval(&ctx, &v.expression));
+    }
+    ctx.add_variable_from_value("variables", variables_value(&variables));
+    spec.validations
+        .iter()
+        .flatten()
+        .filter(|v| eval(&ctx, &v.expression) != CelValue::Bool(true))
+        .map(|v| match &v.message_expression {
+            Some(m) => match eval(&ctx, m) {
+                CelValue::String(s) => s.to_string(),
+                other => panic!("a message that is not a string: {other:?}"),
+            },
+            None => v.message.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// Native refusals and warnings name where in the object the engine's do: nothing before a
+/// Pod's own finding, the template's path before a template's (`spec.template: …`), the
+/// field for a priority class — the words the shipped suites expect (seen missing on a real
+/// API server).
+#[test]
+fn native_messages_name_the_engines_paths() {
+    on_big_stack(native_messages_name_the_engines_paths_body);
+}
+
+fn native_messages_name_the_engines_paths_body() {
+    let compiled = compile(&shipped());
+    let gpu = json!({"containers": [{"name": "c", "image": "x:1", "resources": {"limits": {"nvidia.com/gpu": 1}}}]});
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": gpu});
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+        "spec": {"template": {"spec": gpu}}});
+    let teamless = "namespace scratch belongs to no team; GPU workloads run in team namespaces";
+    // The source (object-name suffix) that binds `group`'s `plural`.
+    let suffix = |group: &str, plural: &str| {
+        pod_sources()
+            .0
+            .into_iter()
+            .find(|s| s.resources.iter().any(|(g, r)| *g == group && r == plural))
+            .map(|s| s.suffix)
+            .unwrap_or_else(|| panic!("no source for {group}/{plural}"))
+    };
+    let rule = |source: &str| validating_policy(&compiled, &format!("allot-rule-gpu-pods-belong-to-a-team-{source}"));
+    assert_eq!(messages_of(&rule("pod"), &pod, "scratch", json!({})), [teamless.to_string()]);
+    assert_eq!(
+        messages_of(&rule(&suffix("batch", "jobs")), &job, "scratch", json!({})),
+        [format!("spec.template: {teamless}")]
+    );
+
+    let mut high = gpu.clone();
+    high["priorityClassName"] = json!("high-priority");
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": high});
+    // A PyTorchJob's replicas: CEL walks a map in no fixed order, so the key is a pattern.
+    let pytorch = json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "t"},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"template": {"spec": gpu}}, "Worker": {"template": {"spec": high}}}}});
+    let classes = |source: &str| validating_policy(&compiled, &format!("allot-team-priority-classes-{source}"));
+    let nlp = json!({"team": "nlp"});
+    let said = "team nlp may use priority classes low-priority; this pod asks high-priority";
+    assert_eq!(
+        messages_of(&classes("pod"), &pod, "nlp-research", nlp.clone()),
+        [format!("[team/priority-class] spec.priorityClassName: {said}")]
+    );
+    assert_eq!(
+        messages_of(&classes(&suffix("kubeflow.org", "pytorchjobs")), &pytorch, "nlp-research", nlp),
+        [format!("[team/priority-class] spec.pytorchReplicaSpecs.*.template.spec.priorityClassName: {said}")]
+    );
 }

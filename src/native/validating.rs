@@ -144,14 +144,15 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
         for (name, limit) in &max.limits {
             let units = cel::pod_resource_units(&spec, &cel::string(name));
             let body = format!("{units} <= {limit}");
-            // The engine's numbers: what the first Pod over the limit asks in all.
-            let asked = format!(
-                "variables.allotPods.filter({POD}, has({POD}.spec)).map({POD}, {units}).filter(allotAsked, allotAsked > {limit})[0]"
-            );
+            // The engine's words: what the first Pod (or template) over the limit asks in all,
+            // at its spec's path. Each Pod's count is computed once, as in the check itself.
+            let asks = format!("variables.allotPods.map({POD}, has({POD}.spec) ? {units} : 0)");
             message_expressions.push((
                 wanted.len(),
                 format!(
-                    "'[accelerators/max-per-pod] pod asks ' + string({asked}) + {}",
+                    "[{asks}].map(allotAsks, lists.range(size(allotAsks)).filter(allotAt, allotAsks[allotAt] > {limit})\
+                     .map(allotAt, '[accelerators/max-per-pod] ' + {} + 'pod asks ' + string(allotAsks[allotAt]) + {})[0])[0]",
+                    path_prefix("variables.allotPaths[allotAt]", ".spec"),
                     cel::string(&format!(" {name} in all; at most {limit} per pod"))
                 ),
             ));
@@ -185,7 +186,7 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
                 action,
                 match_resources(source.rules(&["CREATE", "UPDATE"])),
                 vec![not_kubelet()],
-                vec![variable("allotPods", source.pods.clone())],
+                vec![variable("allotPods", source.pods.clone()), variable("allotPaths", source.paths.clone())],
                 validations,
             );
         }
@@ -198,6 +199,18 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
     }
     if !wanted.is_empty() || !coverage.webhook_only.is_empty() {
         out.coverage.push(coverage);
+    }
+}
+
+/// CEL for the engine's `path: ` before a finding's message: `path` (a CEL string, `''` for a
+/// Pod) joined with `field` (`.spec.priorityClassName`, or `""`); nothing for a Pod's own finding.
+fn path_prefix(path: &str, field: &str) -> String {
+    if field.is_empty() {
+        format!("({path} == '' ? '' : {path} + ': ')")
+    } else {
+        let pod_field = cel::string(&format!("{}: ", field.trim_start_matches('.')));
+        let template_field = cel::string(&format!("{field}: "));
+        format!("({path} == '' ? {pod_field} : {path} + {template_field})")
     }
 }
 
@@ -247,16 +260,33 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
         None => format!("(has({POD}.spec.priorityClassName) ? {POD}.spec.priorityClassName : '')"),
     };
     let body = format!("{class} == '' || {class} in variables.allowedClasses[variables.team]");
+    // The engine's words: the classes the team lists (its default aside), the class asked, at
+    // the first Pod or template that asks one outside them.
+    let listed: Vec<String> = limited
+        .iter()
+        .map(|t| {
+            format!(
+                "{}: {}",
+                cel::string(&t.name),
+                cel::string(&t.priority.allowed.clone().unwrap_or_default().join(", "))
+            )
+        })
+        .collect();
+    let at = format!(
+        "lists.range(size(variables.allotPods)).filter(allotAt, [variables.allotPods[allotAt]].all({POD}, has({POD}.spec) && !({body})))[0]"
+    );
+    let asked = format!("[variables.allotPods[{at}]].map({POD}, {class})[0]");
+    let message_expression = format!(
+        "'[team/priority-class] ' + {} + 'team ' + variables.team + ' may use priority classes ' + {{{}}}[variables.team] + '; this pod asks ' + {asked}",
+        path_prefix(&format!("variables.allotPaths[{at}]"), ".spec.priorityClassName"),
+        listed.join(", ")
+    );
     let (sources, _) = pod_sources();
     for source in &sources {
         let name = object_name(&["allot-team-priority-classes", &source.suffix]);
         let v = Validation {
             expression: every_pod(&body),
-            message_expression: Some(
-                "'[team/priority-class] team ' + variables.team + ' may use priority classes ' + \
-                 variables.allowedClasses[variables.team].join(', ')"
-                    .to_string(),
-            ),
+            message_expression: Some(message_expression.clone()),
             message: Some("[team/priority-class] this team may not use this priority class".into()),
             ..Default::default()
         };
@@ -273,6 +303,7 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
                 variable("team", team),
                 variable("allowedClasses", format!("{{{}}}", allowed.join(", "))),
                 variable("allotPods", source.pods.clone()),
+                variable("allotPaths", source.paths.clone()),
             ],
             vec![v],
         );
@@ -323,7 +354,8 @@ fn compile_rule(
         conditions.push(condition("scope", scope));
     }
     // Every target first, so a rule is emitted whole or not at all.
-    let mut targets: Vec<(String, MatchResources, String, Bindings<'_>)> = Vec::new();
+    // (object-name suffix, what it matches, (Pods, their paths), bindings)
+    let mut targets: Vec<(String, MatchResources, (String, String), Bindings<'_>)> = Vec::new();
     let (sources, unsupported) = pod_sources();
     for kind in &rule.kinds {
         match kind {
@@ -337,7 +369,7 @@ fn compile_rule(
                     targets.push((
                         source.suffix.clone(),
                         match_resources(source.rules(&operations)),
-                        source.pods.clone(),
+                        (source.pods.clone(), source.paths.clone()),
                         Bindings { object: POD, old_object: old, accelerators },
                     ));
                 }
@@ -356,12 +388,13 @@ fn compile_rule(
                         suffix: object_name(&["kind", w.group, w.kind]),
                         resources: vec![(w.group, super::plural(w.kind))],
                         pods: "[object]".into(),
+                        paths: "['']".into(),
                         is_pod: true,
                     };
                     targets.push((
                         source.suffix.clone(),
                         match_resources(source.rules(&operations)),
-                        source.pods.clone(),
+                        (source.pods.clone(), source.paths.clone()),
                         Bindings { object: POD, old_object: Some("oldObject"), accelerators },
                     ));
                 }
@@ -370,18 +403,23 @@ fn compile_rule(
     }
     let mut emitted = Vec::new();
     let mut objects = Compiled { objects: Vec::new(), coverage: Vec::new() };
-    for (suffix, constraints, pods, bindings) in targets {
+    for (suffix, constraints, (pods, paths), bindings) in targets {
         let expression = cel::rewrite(rule.expression.source(), bindings)?;
-        let failing = format!("variables.allotPods.filter({POD}, !({expression}))[0]");
-        let message_expression = match &rule.message_expression {
-            Some(m) => Some(cel::rewrite(m.source(), Bindings { object: &failing, ..bindings })?),
-            None => None,
-        };
+        // The first Pod or template the rule fails on, and the engine's path for it (a
+        // template's findings read `spec.template: message`, a Pod's just the message).
+        let at = format!(
+            "lists.range(size(variables.allotPods)).filter(allotAt, [variables.allotPods[allotAt]].all({POD}, !({expression})))[0]"
+        );
+        let failing = format!("variables.allotPods[{at}]");
         let message = spec.message.clone().unwrap_or_else(|| format!("failed {}", rule.expression.source()));
+        let text = match &rule.message_expression {
+            Some(m) => format!("({})", cel::rewrite(m.source(), Bindings { object: &failing, ..bindings })?),
+            None => cel::string(&message),
+        };
         let v = Validation {
             expression: format!("variables.allotPods.all({POD}, {expression})"),
             message: Some(message),
-            message_expression,
+            message_expression: Some(format!("{} + {text}", path_prefix(&format!("variables.allotPaths[{at}]"), ""))),
             ..Default::default()
         };
         let name = object_name(&["allot-rule", &rule.name, &suffix]);
@@ -391,7 +429,12 @@ fn compile_rule(
             spec.action,
             constraints,
             conditions.clone(),
-            vec![variable("namespaceName", "request.namespace"), variable("team", team), variable("allotPods", pods)],
+            vec![
+                variable("namespaceName", "request.namespace"),
+                variable("team", team),
+                variable("allotPods", pods),
+                variable("allotPaths", paths),
+            ],
             vec![v],
         );
         emitted.push(suffix);
