@@ -251,15 +251,24 @@ fn admits(policy: &ValidatingAdmissionPolicy, object: &Value, namespace: &str) -
 
 /// [`admits`] in a namespace with `labels`.
 fn admits_in(policy: &ValidatingAdmissionPolicy, object: &Value, namespace: &str, labels: Value) -> bool {
-    let spec = policy.spec.as_ref().expect("spec");
+    let ctx = bound(policy, object, namespace, labels);
+    policy
+        .spec
+        .iter()
+        .flat_map(|s| s.validations.iter().flatten())
+        .all(|v| eval(&ctx, &v.expression) == CelValue::Bool(true))
+}
+
+/// [`context`] with the policy's `variables` evaluated in order, as the API server binds them.
+fn bound(policy: &ValidatingAdmissionPolicy, object: &Value, namespace: &str, labels: Value) -> Context<'static> {
     let mut ctx = context(object, namespace, labels);
     let mut variables = std::collections::HashMap::new();
-    for v in spec.variables.iter().flatten() {
+    for v in policy.spec.iter().flat_map(|s| s.variables.iter().flatten()) {
         ctx.add_variable_from_value("variables", variables_value(&variables));
         variables.insert(v.name.clone(), eval(&ctx, &v.expression));
     }
     ctx.add_variable_from_value("variables", variables_value(&variables));
-    spec.validations.iter().flatten().all(|v| eval(&ctx, &v.expression) == CelValue::Bool(true))
+    ctx
 }
 
 fn variables_value(vars: &std::collections::HashMap<String, CelValue>) -> CelValue {
@@ -776,17 +785,11 @@ fn identity(value: CelValue) -> kube::core::cel::cel::ResolveResult {
 /// The messages a policy's failing validations give for `object` (its `messageExpression`,
 /// else its `message`), as the API server words a refusal or warning.
 fn messages_of(policy: &ValidatingAdmissionPolicy, object: &Value, namespace: &str, labels: Value) -> Vec<String> {
-    let spec = policy.spec.as_ref().expect("spec");
-    let mut ctx = context(object, namespace, labels);
-    let mut variables = std::collections::HashMap::new();
-    for v in spec.variables.iter().flatten() {
-        ctx.add_variable_from_value("variables", variables_value(&variables));
-        variables.insert(v.name.clone(), eval(&ctx, &v.expression));
-    }
-    ctx.add_variable_from_value("variables", variables_value(&variables));
-    spec.validations
+    let ctx = bound(policy, object, namespace, labels);
+    policy
+        .spec
         .iter()
-        .flatten()
+        .flat_map(|s| s.validations.iter().flatten())
         .filter(|v| eval(&ctx, &v.expression) != CelValue::Bool(true))
         .map(|v| match &v.message_expression {
             Some(m) => match eval(&ctx, m) {
