@@ -313,8 +313,8 @@ async fn allot_test_server_compares_native_answers_with_the_suite() {
     assert!(passed >= 10, "too few shipped cases answered natively: {summary}");
     // Every mismatch is one of the known differences of the native form, none a verdict the
     // native policies got wrong: the API server's own validation refuses first (a request that
-    // differs from an extended resource's limit, with the TPU case's class then never set);
-    // native messages name the check but not the container path.
+    // differs from an extended resource's limit, with the TPU case's class then never set); a
+    // map-keyed template is named with `*` and an Audit message goes to the audit log.
     const KNOWN: &[&str] = &[
         "got [api-server/validation]",
         "messageContains: neither the refusal nor a warning contains",

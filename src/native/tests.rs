@@ -851,3 +851,53 @@ fn native_messages_name_the_engines_paths_body() {
         [format!("[team/priority-class] spec.pytorchReplicaSpecs.*.template.spec.priorityClassName: {said}")]
     );
 }
+
+/// The per-container checks' native messages are the engine's, path included, on Pods and on
+/// the templates of workloads (one container asking one accelerator: CEL walks a container's
+/// resources in no fixed order, the engine in name order).
+#[test]
+fn per_container_check_messages_are_the_engines() {
+    on_big_stack(per_container_check_messages_are_the_engines_body);
+}
+
+fn per_container_check_messages_are_the_engines_body() {
+    let set = shipped();
+    let compiled = compile(&set);
+    let container = |resources: Value| json!({"name": "train", "image": "x:1", "resources": resources});
+    let specs = [
+        json!({"containers": [container(json!({"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "1"}}))]}),
+        json!({"containers": [{"name": "cpu", "image": "x:1"}, container(json!({"requests": {"nvidia.com/gpu": 1}}))]}),
+        json!({"containers": [container(json!({"limits": {"nvidia.com/mig-1g.10gb": "500m"}}))]}),
+        json!({"initContainers": [{"name": "warm", "image": "x:1", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+               "containers": [{"name": "c", "image": "x:1"}]}),
+    ];
+    for spec in specs {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec});
+        let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"template": {"spec": spec}}});
+        let jobset = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "s"},
+            "spec": {"replicatedJobs": [{"name": "ok", "template": {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x:1"}]}}}}},
+                                        {"name": "bad", "template": {"spec": {"template": {"spec": spec}}}}]}});
+        for (object, group, plural) in
+            [(&pod, "", "pods"), (&job, "batch", "jobs"), (&jobset, "jobset.x-k8s.io", "jobsets")]
+        {
+            let kind = object["kind"].as_str().unwrap_or_default();
+            let engine: Vec<String> = crate::workload::pods_of(object, group, kind)
+                .iter()
+                .flat_map(|view| {
+                    let team = crate::namespaces::team_of(&set, "vision", &crate::namespaces::NoNamespaces);
+                    crate::validate::check_pod(&set, view, &team)
+                })
+                .filter(|f| f.action == Action::Deny && f.rule.as_str().starts_with("accelerators/"))
+                .map(|f| format!("[{}] {}", f.rule, f.describe()))
+                .collect();
+            assert_eq!(engine.len(), 1, "one engine finding for {object}: {engine:?}");
+            let source = pod_sources()
+                .0
+                .into_iter()
+                .find(|s| s.resources.iter().any(|(g, r)| *g == group && r == plural))
+                .expect("a source");
+            let policy = validating_policy(&compiled, &format!("allot-accelerators-deny-{}", source.suffix));
+            assert_eq!(messages_of(&policy, object, "vision", json!({})), engine, "{object}");
+        }
+    }
+}

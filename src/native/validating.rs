@@ -86,41 +86,84 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
     let mut coverage = Coverage::new(Subject::AcceleratorChecks);
     // (action, check, body over allotPod, message)
     let mut wanted: Vec<(Action, Check, String, String)> = Vec::new();
+    // The per-container checks' messages, in the engine's words at the first failing
+    // container ([`container_message`]): (index in `wanted`, messageExpression).
+    let mut message_expressions: Vec<(usize, String)> = Vec::new();
     if let Some(action) = checks.requests_equal_limits.and_then(|c| c.action()) {
         let m = cel::resource_matches(accel, "k");
-        let body = format!(
-            "{all}.all(c, !has(c.resources) || !has(c.resources.requests) || c.resources.requests.all(k, !{m} || \
-             (has(c.resources.limits) && k in c.resources.limits && \
-             quantity(string(c.resources.requests[k])).compareTo(quantity(string(c.resources.limits[k]))) == 0)))"
+        let unequal = "!(has(c.resources.limits) && k in c.resources.limits && \
+             quantity(string(c.resources.requests[k])).compareTo(quantity(string(c.resources.limits[k]))) == 0)";
+        let ok = format!(
+            "!has(c.resources) || !has(c.resources.requests) || c.resources.requests.all(k, !{m} || !({unequal}))"
         );
+        let detail = format!(
+            "'container ' + c.name + ': ' + c.resources.requests.filter(k, {m} && {unequal}).map(k, \
+             has(c.resources.limits) && k in c.resources.limits \
+             ? k + ' request ' + string(c.resources.requests[k]) + ' must equal its limit ' + string(c.resources.limits[k]) \
+             : k + ' is requested (' + string(c.resources.requests[k]) + ') without a limit; set limits.' + k + ': ' + \
+             string(c.resources.requests[k]))[0]"
+        );
+        message_expressions.push((
+            wanted.len(),
+            container_message(Check::RequestsEqualLimits, &["containers", "initContainers"], &ok, &detail),
+        ));
         wanted.push((
             action,
             Check::RequestsEqualLimits,
-            body,
+            format!("{all}.all(c, {ok})"),
             "every accelerator request must equal its limit".into(),
         ));
     }
     if let Some(action) = checks.whole_numbers.and_then(|c| c.action()) {
         let m = cel::resource_matches(accel, "k");
+        let fractional = |f: &str| format!("{m} && !quantity(string(c.resources.{f}[k])).isInteger()");
         let field = |f: &str| {
+            format!("(!has(c.resources) || !has(c.resources.{f}) || !c.resources.{f}.exists(k, {}))", fractional(f))
+        };
+        let ok = format!("{} && {}", field("requests"), field("limits"));
+        // Requests first, then limits, as the engine reports them.
+        let listed = |f: &str, kind: &str| {
             format!(
-                "(!has(c.resources) || !has(c.resources.{f}) || c.resources.{f}.all(k, !{m} || \
-                 quantity(string(c.resources.{f}[k])).isInteger()))"
+                "(has(c.resources) && has(c.resources.{f}) ? c.resources.{f}.filter(k, {}).map(k, k + ' {kind} ' + \
+                 string(c.resources.{f}[k])) : [])",
+                fractional(f)
             )
         };
-        let body = format!("{all}.all(c, {} && {})", field("requests"), field("limits"));
-        wanted.push((action, Check::WholeNumbers, body, "accelerator amounts must be whole numbers of devices".into()));
+        let detail = format!(
+            "'container ' + c.name + ': ' + ({} + {})[0] + ' is not a whole number of devices'",
+            listed("requests", "request"),
+            listed("limits", "limit")
+        );
+        message_expressions.push((
+            wanted.len(),
+            container_message(Check::WholeNumbers, &["containers", "initContainers"], &ok, &detail),
+        ));
+        wanted.push((
+            action,
+            Check::WholeNumbers,
+            format!("{all}.all(c, {ok})"),
+            "accelerator amounts must be whole numbers of devices".into(),
+        ));
     }
     if let Some(action) = checks.init_containers.and_then(|c| c.action()) {
-        let body = format!(
-            "!has({spec}.initContainers) || {spec}.initContainers.all(c, \
-             (has(c.restartPolicy) && c.restartPolicy == 'Always') || !{})",
+        let ok = format!(
+            "(has(c.restartPolicy) && c.restartPolicy == 'Always') || !{}",
             cel::container_names_any(accel, "c")
         );
+        let m = cel::resource_matches(accel, "allotK");
+        let names = "((has(c.resources) && has(c.resources.requests) ? c.resources.requests.map(allotK, allotK) : []) + \
+                     (has(c.resources) && has(c.resources.limits) ? c.resources.limits.map(allotK, allotK) : []))";
+        let detail = format!(
+            "'init container ' + c.name + ' requests ' + [{names}].map(allotNames, lists.range(size(allotNames))\
+             .filter(allotJ, allotNames.indexOf(allotNames[allotJ]) == allotJ).map(allotJ, allotNames[allotJ]))[0]\
+             .filter(allotK, {m}).join(', ') + '; accelerators are not allowed in init containers'"
+        );
+        message_expressions
+            .push((wanted.len(), container_message(Check::InitContainers, &["initContainers"], &ok, &detail)));
         wanted.push((
             action,
             Check::InitContainers,
-            body,
+            format!("!has({spec}.initContainers) || {spec}.initContainers.all(c, {ok})"),
             "accelerators are not allowed in init containers (native sidecars excepted)".into(),
         ));
     }
@@ -139,7 +182,6 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
             wanted.push((max.action, Check::MaxPerContainer, body, message));
         }
     }
-    let mut message_expressions: Vec<(usize, String)> = Vec::new();
     if let Some(max) = &checks.max_per_pod {
         for (name, limit) in &max.limits {
             let units = cel::pod_resource_units(&spec, &cel::string(name));
@@ -200,6 +242,32 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
     if !wanted.is_empty() || !coverage.webhook_only.is_empty() {
         out.coverage.push(coverage);
     }
+}
+
+/// CEL for a per-container check's message as the engine words it, at the first container
+/// (over `lists`, in order) of the first Pod or template where `ok` (CEL over `c`) fails:
+/// `[accelerators/…] spec.containers[0]: ` + `detail` (CEL over `c`). Each resource in a
+/// container is one finding in the engine, in name order; this names the first CEL finds (the
+/// same one for a container asking one accelerator). When it cannot be evaluated, the API
+/// server falls back to the validation's static message.
+fn container_message(check: Check, lists: &[&str], ok: &str, detail: &str) -> String {
+    let spec_prefix = "(variables.allotPaths[allotAt] == '' ? 'spec.' : variables.allotPaths[allotAt] + '.spec.')";
+    let per_list: Vec<String> = lists
+        .iter()
+        .map(|list| {
+            let c = format!("{POD}.spec.{list}[allotI]");
+            format!(
+                "(has({POD}.spec.{list}) ? lists.range(size({POD}.spec.{list})).filter(allotI, ![{c}].all(c, {ok}))\
+                 .map(allotI, [{c}].map(c, {spec_prefix} + '{list}[' + string(allotI) + ']: ' + {detail})[0]) : [])"
+            )
+        })
+        .collect();
+    format!(
+        "{} + lists.range(size(variables.allotPods)).map(allotAt, [variables.allotPods[allotAt]].map({POD}, \
+         has({POD}.spec) ? {} : [])[0]).flatten()[0]",
+        cel::string(&format!("[{}] ", check.id())),
+        per_list.join(" + ")
+    )
 }
 
 /// CEL for the engine's `path: ` before a finding's message: `path` (a CEL string, `''` for a
