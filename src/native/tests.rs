@@ -747,11 +747,7 @@ fn no_match_condition_reads_the_namespace_and_label_chosen_teams_still_decide() 
 /// on a real API server: the native container had no image) and leaves a runtime's image alone.
 #[test]
 fn a_trainjobs_container_carries_the_fields_its_trainer_states() {
-    let (sources, _) = pod_sources();
-    let source = sources
-        .iter()
-        .find(|s| s.resources.iter().any(|(g, r)| *g == "trainer.kubeflow.org" && r == "trainjobs"))
-        .expect("a TrainJob source");
+    let source = source_of("trainer.kubeflow.org", "trainjobs");
     let limits = json!({"limits": {"nvidia.com/gpu": 1}});
     // `dyn()` only steers the API server's type checker: the identity when evaluated.
     let context = |object: &Value, namespace: &str, labels: Value| {
@@ -817,15 +813,7 @@ fn native_messages_name_the_engines_paths_body() {
     let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
         "spec": {"template": {"spec": gpu}}});
     let teamless = "namespace scratch belongs to no team; GPU workloads run in team namespaces";
-    // The source (object-name suffix) that binds `group`'s `plural`.
-    let suffix = |group: &str, plural: &str| {
-        pod_sources()
-            .0
-            .into_iter()
-            .find(|s| s.resources.iter().any(|(g, r)| *g == group && r == plural))
-            .map(|s| s.suffix)
-            .unwrap_or_else(|| panic!("no source for {group}/{plural}"))
-    };
+    let suffix = |group: &str, plural: &str| source_of(group, plural).suffix;
     let rule = |source: &str| validating_policy(&compiled, &format!("allot-rule-gpu-pods-belong-to-a-team-{source}"));
     assert_eq!(messages_of(&rule("pod"), &pod, "scratch", json!({})), [teamless.to_string()]);
     assert_eq!(
@@ -891,13 +879,18 @@ fn per_container_check_messages_are_the_engines_body() {
                 .map(|f| format!("[{}] {}", f.rule, f.describe()))
                 .collect();
             assert_eq!(engine.len(), 1, "one engine finding for {object}: {engine:?}");
-            let source = pod_sources()
-                .0
-                .into_iter()
-                .find(|s| s.resources.iter().any(|(g, r)| *g == group && r == plural))
-                .expect("a source");
+            let source = source_of(group, plural);
             let policy = validating_policy(&compiled, &format!("allot-accelerators-deny-{}", source.suffix));
             assert_eq!(messages_of(&policy, object, "vision", json!({})), engine, "{object}");
         }
     }
+}
+
+/// The Pod source that binds `group`'s `plural` (its object-name suffix, Pods, paths).
+fn source_of(group: &str, plural: &str) -> PodSource {
+    pod_sources()
+        .0
+        .into_iter()
+        .find(|s| s.resources.iter().any(|(g, r)| *g == group && r == plural))
+        .unwrap_or_else(|| panic!("no source for {group}/{plural}"))
 }
