@@ -134,12 +134,8 @@ pub fn scope(namespaces: &NameGlobs, teams: &[String], team: &str) -> Result<Opt
 }
 
 /// The Pod templates at `paths` inside `object`, as a CEL list (a path may cross at most one
-/// list or map; every kind in the workload table does).
-pub fn templates(paths: &[&[Step]]) -> Result<String, Unsupported> {
-    Ok(templates_with_paths(paths)?.0)
-}
-
-/// [`templates`], and beside it the CEL list of where each template is, in the same order:
+/// list or map; every kind in the workload table does), and beside it the CEL list of where
+/// each template is, in the same order:
 /// the path the engine names in its findings (`spec.template`,
 /// `spec.replicatedJobs[1].template.spec.template`), with `*` for a map key
 /// (`spec.pytorchReplicaSpecs.*.template`, where the engine names `Worker`).

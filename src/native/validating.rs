@@ -194,7 +194,7 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
                 format!(
                     "[{asks}].map(allotAsks, lists.range(size(allotAsks)).filter(allotAt, allotAsks[allotAt] > {limit})\
                      .map(allotAt, '[accelerators/max-per-pod] ' + {} + 'pod asks ' + string(allotAsks[allotAt]) + {})[0])[0]",
-                    path_prefix("variables.allotPaths[allotAt]", ".spec"),
+                    spec_path_then(": "),
                     cel::string(&format!(" {name} in all; at most {limit} per pod"))
                 ),
             ));
@@ -251,7 +251,7 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
 /// same one for a container asking one accelerator). When it cannot be evaluated, the API
 /// server falls back to the validation's static message.
 fn container_message(check: Check, lists: &[&str], ok: &str, detail: &str) -> String {
-    let spec_prefix = "(variables.allotPaths[allotAt] == '' ? 'spec.' : variables.allotPaths[allotAt] + '.spec.')";
+    let spec_prefix = spec_path_then(".");
     let per_list: Vec<String> = lists
         .iter()
         .map(|list| {
@@ -270,17 +270,30 @@ fn container_message(check: Check, lists: &[&str], ok: &str, detail: &str) -> St
     )
 }
 
-/// CEL for the engine's `path: ` before a finding's message: `path` (a CEL string, `''` for a
-/// Pod) joined with `field` (`.spec.priorityClassName`, or `""`); nothing for a Pod's own finding.
-fn path_prefix(path: &str, field: &str) -> String {
-    if field.is_empty() {
-        format!("({path} == '' ? '' : {path} + ': ')")
-    } else {
-        let pod_field = cel::string(&format!("{}: ", field.trim_start_matches('.')));
-        let template_field = cel::string(&format!("{field}: "));
-        format!("({path} == '' ? {pod_field} : {path} + {template_field})")
-    }
+/// CEL: `message` (CEL over `allotAt`) for the first Pod or template of `variables.allotPods`
+/// where `cond` (CEL over `allotPod`) holds, its index found once however often `message`
+/// reads it.
+fn at_first_pod(cond: &str, message: &str) -> String {
+    format!(
+        "[lists.range(size(variables.allotPods)).filter(allotAt, [variables.allotPods[allotAt]].all({POD}, {cond}))[0]]\
+         .map(allotAt, {message})[0]"
+    )
 }
+
+/// CEL: where the engine's findings about Pod `allotAt` start, a path into its spec followed
+/// by `rest` (`: `, `.priorityClassName: `, `.`): `spec` for a Pod, `<template>.spec` for a
+/// template, as `workload::PodView::spec_path`.
+fn spec_path_then(rest: &str) -> String {
+    format!(
+        "(variables.allotPaths[allotAt] == '' ? {} : variables.allotPaths[allotAt] + {})",
+        cel::string(&format!("spec{rest}")),
+        cel::string(&format!(".spec{rest}"))
+    )
+}
+
+/// CEL: the `path: ` before a Rule's message about Pod `allotAt`: its template's path, nothing
+/// for a Pod itself.
+const TEMPLATE_PREFIX: &str = "(variables.allotPaths[allotAt] == '' ? '' : variables.allotPaths[allotAt] + ': ')";
 
 /// The container `c` asks more than `limit` of `name` (its request, else its limit; `asked >
 /// limit` in whole units rounded up is `quantity > limit` for a whole limit).
@@ -340,14 +353,14 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
             )
         })
         .collect();
-    let at = format!(
-        "lists.range(size(variables.allotPods)).filter(allotAt, [variables.allotPods[allotAt]].all({POD}, has({POD}.spec) && !({body})))[0]"
-    );
-    let asked = format!("[variables.allotPods[{at}]].map({POD}, {class})[0]");
-    let message_expression = format!(
-        "'[team/priority-class] ' + {} + 'team ' + variables.team + ' may use priority classes ' + {{{}}}[variables.team] + '; this pod asks ' + {asked}",
-        path_prefix(&format!("variables.allotPaths[{at}]"), ".spec.priorityClassName"),
-        listed.join(", ")
+    let asked = format!("[variables.allotPods[allotAt]].map({POD}, {class})[0]");
+    let message_expression = at_first_pod(
+        &format!("has({POD}.spec) && !({body})"),
+        &format!(
+            "'[team/priority-class] ' + {} + 'team ' + variables.team + ' may use priority classes ' + {{{}}}[variables.team] + '; this pod asks ' + {asked}",
+            spec_path_then(".priorityClassName: "),
+            listed.join(", ")
+        ),
     );
     let (sources, _) = pod_sources();
     for source in &sources {
@@ -475,19 +488,16 @@ fn compile_rule(
         let expression = cel::rewrite(rule.expression.source(), bindings)?;
         // The first Pod or template the rule fails on, and the engine's path for it (a
         // template's findings read `spec.template: message`, a Pod's just the message).
-        let at = format!(
-            "lists.range(size(variables.allotPods)).filter(allotAt, [variables.allotPods[allotAt]].all({POD}, !({expression})))[0]"
-        );
-        let failing = format!("variables.allotPods[{at}]");
+        let failing = "variables.allotPods[allotAt]";
         let message = spec.message.clone().unwrap_or_else(|| format!("failed {}", rule.expression.source()));
         let text = match &rule.message_expression {
-            Some(m) => format!("({})", cel::rewrite(m.source(), Bindings { object: &failing, ..bindings })?),
+            Some(m) => format!("({})", cel::rewrite(m.source(), Bindings { object: failing, ..bindings })?),
             None => cel::string(&message),
         };
         let v = Validation {
             expression: format!("variables.allotPods.all({POD}, {expression})"),
             message: Some(message),
-            message_expression: Some(format!("{} + {text}", path_prefix(&format!("variables.allotPaths[{at}]"), ""))),
+            message_expression: Some(at_first_pod(&format!("!({expression})"), &format!("{TEMPLATE_PREFIX} + {text}"))),
             ..Default::default()
         };
         let name = object_name(&["allot-rule", &rule.name, &suffix]);
