@@ -450,7 +450,27 @@ async fn compiled_policies_alone_give_the_engines_verdicts_and_mutations() {
     assert!(over.contains("pod asks 9 nvidia.com/gpu in all; at most 8 per pod"), "{over}");
 
     let alice = tenant_client(&plane, &["vision", "nlp", "speech"]).await;
-    assert_native_agrees(&alice, &engine_expectations(&engine, hostile_cases())).await;
+    let hostile = engine_expectations(&engine, hostile_cases());
+    assert_native_agrees(&alice, &hostile).await;
+    // Her refusals name what and where as the engine's do (path included): a class her team may
+    // not use, a GPU in an init container, a sidecar over the per-pod maximum.
+    for (name, object, _, _) in hostile.iter().filter(|c| {
+        ["tenant-class-not-allowed", "tenant-gpu-in-init-container", "tenant-gpus-in-a-sidecar-over-max"].contains(&c.0)
+    }) {
+        let manifest = Manifest { source: name.to_string(), document: 1, line: 0, object: object.clone() };
+        let engine_words: Vec<String> = admit_manifest(&engine, &manifest)
+            .report
+            .findings
+            .iter()
+            .filter(|f| f.action == allot::policy::Action::Deny)
+            .map(|f| format!("[{}] {}", f.rule, f.describe()))
+            .collect();
+        let refusal = dry_run(&alice, object).await.expect_err("denied");
+        assert!(
+            engine_words.iter().any(|m| refusal.contains(m.as_str())),
+            "{name}: native {refusal}, engine {engine_words:?}"
+        );
+    }
 
     // A Warn rule whose count of a container's accelerators is expanded into quantity CEL:
     // the warning is the engine's message, and only where the engine warns.
