@@ -110,6 +110,13 @@ pub trait ClaimSource: Send + Sync {
     fn synced(&self) -> bool {
         true
     }
+    /// The native PodGroup object `name` in `namespace` (`scheduling.k8s.io`, Kubernetes' own
+    /// gang scheduling), where the cluster serves them: a member's quota is charged for the
+    /// group's `minCount` ([`crate::gang::membership::native_group`]). Looked up beside the
+    /// claims because admission and the watch resolve both from the same caches.
+    fn pod_group(&self, _namespace: &str, _name: &str) -> Option<Value> {
+        None
+    }
 }
 
 /// A source that knows no claims: every reference is missing.
@@ -133,6 +140,7 @@ impl ClaimSource for NoClaims {
 pub struct ClaimObjects {
     templates: BTreeMap<(String, String), Value>,
     claims: BTreeMap<(String, String), Value>,
+    pod_groups: BTreeMap<(String, String), Value>,
     missing_phrase: &'static str,
 }
 
@@ -142,22 +150,22 @@ impl ClaimObjects {
         ClaimObjects { missing_phrase, ..Default::default() }
     }
 
-    /// Keeps `object` if it is a `resource.k8s.io` ResourceClaim or ResourceClaimTemplate (its
-    /// namespace from metadata, else `default_namespace`); true when it was kept.
+    /// Keeps `object` if it is a `resource.k8s.io` ResourceClaim or ResourceClaimTemplate or a
+    /// `scheduling.k8s.io` PodGroup (its namespace from metadata, else `default_namespace`);
+    /// true when it was kept.
     pub fn insert(&mut self, object: &Value, default_namespace: &str) -> bool {
         let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-        if !api_version.starts_with("resource.k8s.io/") {
-            return false;
-        }
+        let group = api_version.split_once('/').map_or("", |(group, _)| group);
         let Some(name) = object.field(&["metadata", "name"]).and_then(Value::as_str) else {
             return false;
         };
         let namespace =
             object.field(&["metadata", "namespace"]).and_then(Value::as_str).unwrap_or(default_namespace).to_string();
         let key = (namespace, name.to_string());
-        match object.get("kind").and_then(Value::as_str) {
-            Some("ResourceClaimTemplate") => self.templates.insert(key, object.clone()),
-            Some("ResourceClaim") => self.claims.insert(key, object.clone()),
+        match (group, object.get("kind").and_then(Value::as_str)) {
+            ("resource.k8s.io", Some("ResourceClaimTemplate")) => self.templates.insert(key, object.clone()),
+            ("resource.k8s.io", Some("ResourceClaim")) => self.claims.insert(key, object.clone()),
+            ("scheduling.k8s.io", Some("PodGroup")) => self.pod_groups.insert(key, object.clone()),
             _ => return false,
         };
         true
@@ -165,7 +173,7 @@ impl ClaimObjects {
 
     /// True when nothing is held.
     pub fn is_empty(&self) -> bool {
-        self.templates.is_empty() && self.claims.is_empty()
+        self.templates.is_empty() && self.claims.is_empty() && self.pod_groups.is_empty()
     }
 }
 
@@ -178,6 +186,9 @@ impl ClaimSource for ClaimObjects {
     }
     fn missing_phrase(&self) -> &'static str {
         if self.missing_phrase.is_empty() { "not found" } else { self.missing_phrase }
+    }
+    fn pod_group(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.pod_groups.get(&(namespace.to_string(), name.to_string())).cloned()
     }
 }
 

@@ -282,7 +282,12 @@ impl<'a> Engine<'a> {
                 };
                 let requester = Requester::User(req.username);
                 out.findings.extend(tenant::check_bound_pod(self.policies, &view, requester, bypassed));
-                gang = membership.ok().flatten();
+                // A native PodGroup's member is gated and placed by the scheduler, not Allot, but
+                // its team's quota is charged for the whole group, as an Allot gang's is.
+                gang = membership.ok().flatten().or_else(|| {
+                    let pod_group = view.pod.pointer("/spec/schedulingGroup/podGroupName").and_then(Value::as_str);
+                    crate::gang::membership::native_group(pod_group, req.namespace, self.claims)
+                });
             }
             self.run_rules(
                 req,

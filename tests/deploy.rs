@@ -1262,6 +1262,8 @@ fn scenario() -> BTreeSet<(String, String, String)> {
         ("watch", "resource.k8s.io", "resourceclaims"),
         ("list", "resource.k8s.io", "resourceclaimtemplates"),
         ("watch", "resource.k8s.io", "resourceclaimtemplates"),
+        ("list", "scheduling.k8s.io", "podgroups"),
+        ("watch", "scheduling.k8s.io", "podgroups"),
         ("list", "resource.k8s.io", "deviceclasses"),
         ("watch", "resource.k8s.io", "deviceclasses"),
         ("list", "resource.k8s.io", "resourceslices"),

@@ -74,6 +74,9 @@ pub struct GangRef {
     /// What admission compares members on (interned).
     pub priority_class: Option<Arc<str>>,
     pub scheduler_name: Option<Arc<str>>,
+    /// A native PodGroup's quota group (`PodGroup/NAME`): charged as a gang, never gated or
+    /// released by Allot (the scheduler gangs it).
+    pub native: bool,
 }
 
 /// Where an unbound pod may go (selector, required affinity, tolerations): the same for every
@@ -242,9 +245,15 @@ impl PodRecord {
         let facts = PodFacts::from_pod(pod);
         let spec = pod.spec.as_ref();
         let team = crate::namespaces::team_of(policies, &namespace, labels).team;
-        let gang = match policies.gang_of(&facts, &namespace, team.map(|t| t.name.as_str())) {
+        let membership = policies.gang_of(&facts, &namespace, team.map(|t| t.name.as_str()));
+        let membership = match membership {
+            Ok(None) => Ok(membership::native_group(facts.native_pod_group.as_deref(), &namespace, claims)),
+            other => other,
+        };
+        let gang = match membership {
             // Bound and foreign-managed members keep their gang: they count towards its quorum.
             Ok(Some(m)) => Some(Box::new(GangRef {
+                native: m.source == Source::NativePodGroup,
                 owner: match m.source {
                     Source::Inferred(kind) => owner_of(&facts, kind),
                     _ => None,

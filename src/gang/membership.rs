@@ -145,6 +145,9 @@ pub enum Source {
     KueuePodGroup,
     Coscheduling,
     Inferred(InferredKind),
+    /// A native PodGroup (`spec.schedulingGroup`): the scheduler gangs it; Allot only charges
+    /// its quota as a group ([`native_group`]).
+    NativePodGroup,
 }
 
 /// A Pod's gang.
@@ -237,6 +240,9 @@ pub fn membership(
         }));
     }
     if let Some(name) = facts.label_or_annotation(KUEUE_GROUP) {
+        if name.starts_with(NATIVE_GROUP_PREFIX) {
+            return Err(format!("{KUEUE_GROUP} {name:?}: names starting {NATIVE_GROUP_PREFIX:?} are native PodGroups'"));
+        }
         let raw = facts
             .annotations
             .get(KUEUE_TOTAL)
@@ -251,6 +257,43 @@ pub fn membership(
         return Ok(Some(Membership { name: name.clone(), size: coscheduling_size, source: Source::Coscheduling }));
     }
     Ok(infer_from_owner(facts, infer))
+}
+
+/// What a native PodGroup's quota group is named: a prefix no label value has (a `/`), and that
+/// the one annotation-named source (Kueue's) may not use, so no other gang shares its tally.
+pub const NATIVE_GROUP_PREFIX: &str = "PodGroup/";
+
+/// True for the quota group of a native PodGroup (see [`native_group`]).
+pub fn is_native_group(name: &str) -> bool {
+    name.starts_with(NATIVE_GROUP_PREFIX)
+}
+
+/// A native PodGroup member's group as team quotas charge it: named `PodGroup/NAME`, sized by
+/// the PodGroup's `spec.schedulingPolicy.gang.minCount` (the scheduler binds the group only
+/// whole, so its quota is held whole from the first member on, as an Allot gang's is). `None`
+/// for a pod of no PodGroup, or of a `basic` one (each pod goes alone). A PodGroup not found
+/// (not created yet, or not served) gives a group of unknown size: each member is charged its
+/// own requests, and once a member names the size the group is charged whole.
+///
+/// `pod_group` is the pod's `spec.schedulingGroup.podGroupName` ([`PodFacts::native_pod_group`]).
+pub fn native_group(
+    pod_group: Option<&str>,
+    namespace: &str,
+    objects: &dyn crate::dra::ClaimSource,
+) -> Option<Membership> {
+    let name = pod_group.filter(|n| !n.is_empty())?;
+    let size = match objects.pod_group(namespace, name) {
+        None => None,
+        Some(group) => {
+            let policy = group.field(&["spec", "schedulingPolicy"]);
+            let min_count = policy.and_then(|p| p.get("gang")).and_then(|g| g.get("minCount"));
+            match min_count.and_then(Value::as_u64) {
+                Some(n) if n > 0 => Some(u32::try_from(n).unwrap_or(u32::MAX)),
+                _ => return None,
+            }
+        }
+    };
+    Some(Membership { name: format!("{NATIVE_GROUP_PREFIX}{name}"), size, source: Source::NativePodGroup })
 }
 
 fn infer_from_owner(facts: &PodFacts, infer: &[InferredKind]) -> Option<Membership> {

@@ -189,7 +189,9 @@ fn asks(request: &QuotaRequest<'_>, before: &GangTally) -> Result<Asks, Refusal>
     // Members disagreeing on the size are denied by the consistency check; the smaller size
     // is the one that refuses a member too many.
     let limit = before.declared().map_or(declared, |d| d.min(declared));
-    if before.live >= limit {
+    // A native PodGroup's `minCount` is a minimum: members beyond it are the scheduler's to
+    // place, and each is charged in full.
+    if before.live >= limit && !crate::gang::membership::is_native_group(gang) {
         return Err(Refusal::GangFull { gang: gang.to_string(), declared: limit, existing: before.live });
     }
     let mut after = before.clone();

@@ -233,8 +233,22 @@ pub fn watch_namespaces(client: kube::Client, caches: Arc<super::startup::Caches
 struct WatchedClaims {
     claims: kube::runtime::reflector::Store<k8s_openapi::api::resource::v1::ResourceClaim>,
     templates: kube::runtime::reflector::Store<k8s_openapi::api::resource::v1::ResourceClaimTemplate>,
-    /// Both watches have had their first list.
+    /// Native PodGroups, set once discovery shows the cluster serves them
+    /// ([`NATIVE_POD_GROUPS`]); unset, no pod names a PodGroup Allot can size.
+    pod_groups: Arc<std::sync::OnceLock<kube::runtime::reflector::Store<DynamicObject>>>,
+    /// Every watch has had its first list (a PodGroup watch only where the API is served).
     synced: Arc<std::sync::atomic::AtomicBool>,
+}
+
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+
+/// Where native PodGroups are served: behind the `GenericWorkload` gate and
+/// `--runtime-config=scheduling.k8s.io/v1alpha2=true` in Kubernetes 1.36. (Read as dynamic
+/// objects: k8s-openapi's newest types are a later version of the API.)
+const NATIVE_POD_GROUPS: &str = "scheduling.k8s.io/v1alpha2";
+
+fn pod_group_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("scheduling.k8s.io", "v1alpha2", "PodGroup"), "podgroups")
 }
 
 impl crate::dra::ClaimSource for WatchedClaims {
@@ -255,6 +269,30 @@ impl crate::dra::ClaimSource for WatchedClaims {
     fn synced(&self) -> bool {
         self.synced.load(std::sync::atomic::Ordering::Acquire)
     }
+
+    fn pod_group(&self, namespace: &str, name: &str) -> Option<serde_json::Value> {
+        let store = self.pod_groups.get()?;
+        let found =
+            store.get(&kube::runtime::reflector::ObjectRef::new_with(name, pod_group_resource()).within(namespace))?;
+        serde_json::to_value(found.as_ref()).ok()
+    }
+}
+
+/// Whether the cluster serves native PodGroups, asked until the API server answers: `Ok(false)`
+/// for a 404 (the API is off, so no pod can name a PodGroup: the field is dropped with it).
+async fn serves_pod_groups(client: &kube::Client) -> bool {
+    let mut delay = Duration::from_millis(500);
+    loop {
+        match client.list_api_group_resources(NATIVE_POD_GROUPS).await {
+            Ok(list) => return list.resources.iter().any(|r| r.name == "podgroups"),
+            Err(kube::Error::Api(s)) if s.code == 404 => return false,
+            Err(e) => {
+                tracing::warn!(error = %e, api = NATIVE_POD_GROUPS, "discovery failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
 }
 
 /// Runs one reflector's watch until the process ends, logging its errors.
@@ -263,16 +301,30 @@ where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
+    spawn_reflector_of(api, K::DynamicType::default(), what)
+}
+
+/// [`spawn_reflector`] for a type known at run time (dynamic objects: native PodGroups).
+fn spawn_reflector_of<K>(
+    api: kube::Api<K>,
+    dynamic_type: K::DynamicType,
+    what: &'static str,
+) -> kube::runtime::reflector::Store<K>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-    let (reader, writer) = reflector::store();
+    let writer = reflector::store::Writer::new(dynamic_type);
+    let reader = writer.as_reader();
     let stream = reflector(writer, watcher(api, watcher::Config::default())).default_backoff().applied_objects();
     tokio::spawn(async move {
         stream
             .for_each(|event| async move {
                 if let Err(e) = event {
-                    tracing::warn!(error = %e, watch = what, "DRA watch error");
+                    tracing::warn!(error = %e, watch = what, "watch error");
                 }
             })
             .await;
@@ -282,15 +334,29 @@ where
 
 /// Starts the ResourceClaim and ResourceClaimTemplate watches (`resource.k8s.io/v1`). A claim
 /// not (yet) in the cache is denied as missing: failing closed, never counted as free.
+///
+/// Where the cluster serves native PodGroups (discovery, [`NATIVE_POD_GROUPS`]), they are
+/// watched too, so that a member's quota is charged for its group's `minCount`.
 pub fn watch_claims(client: kube::Client) -> Arc<dyn crate::dra::ClaimSource> {
     let claims = spawn_reflector(kube::Api::all(client.clone()), "ResourceClaim");
-    let templates = spawn_reflector(kube::Api::all(client), "ResourceClaimTemplate");
+    let templates = spawn_reflector(kube::Api::all(client.clone()), "ResourceClaimTemplate");
     let synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pod_groups = Arc::new(std::sync::OnceLock::new());
     let (first_claims, first_templates, done) = (claims.clone(), templates.clone(), synced.clone());
+    let groups = pod_groups.clone();
     tokio::spawn(async move {
+        if serves_pod_groups(&client).await {
+            tracing::info!(api = NATIVE_POD_GROUPS, "native PodGroups are served: watching them for quota");
+            let resource = pod_group_resource();
+            let store = spawn_reflector_of(kube::Api::all_with(client, &resource), resource, "PodGroup");
+            let _ = groups.set(store.clone());
+            if store.wait_until_ready().await.is_err() {
+                return;
+            }
+        }
         if first_claims.wait_until_ready().await.is_ok() && first_templates.wait_until_ready().await.is_ok() {
             done.store(true, std::sync::atomic::Ordering::Release);
         }
     });
-    Arc::new(WatchedClaims { claims, templates, synced })
+    Arc::new(WatchedClaims { claims, templates, pod_groups, synced })
 }

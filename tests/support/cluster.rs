@@ -113,16 +113,27 @@ impl ControlPlane {
     /// Starts both and waits (up to 90 s) for the API server's `/readyz`. The API server keeps
     /// an audit log of pod creates ([`audit_events`]).
     pub async fn start(etcd: &Path, apiserver: &Path) -> ControlPlane {
-        ControlPlane::start_inner(etcd, apiserver, &[], true).await
+        ControlPlane::start_inner(etcd, apiserver, &[], &[], true).await
+    }
+
+    /// [`ControlPlane::start`] with extra API server flags (feature gates, runtime config).
+    pub async fn start_with_apiserver_args(etcd: &Path, apiserver: &Path, args: &[String]) -> ControlPlane {
+        ControlPlane::start_inner(etcd, apiserver, &[], args, true).await
     }
 
     /// The same, with extra etcd flags and no audit log (the scale test raises
     /// `--quota-backend-bytes`, and an audit write per create would be part of what it measures).
     pub async fn start_with(etcd: &Path, apiserver: &Path, etcd_args: &[String]) -> ControlPlane {
-        ControlPlane::start_inner(etcd, apiserver, etcd_args, false).await
+        ControlPlane::start_inner(etcd, apiserver, etcd_args, &[], false).await
     }
 
-    async fn start_inner(etcd: &Path, apiserver: &Path, etcd_args: &[String], audit: bool) -> ControlPlane {
+    async fn start_inner(
+        etcd: &Path,
+        apiserver: &Path,
+        etcd_args: &[String],
+        apiserver_args: &[String],
+        audit: bool,
+    ) -> ControlPlane {
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
         let etcd_port = free_port();
@@ -181,6 +192,7 @@ impl ControlPlane {
                 "--profiling=false".into(),
             ]
             .into_iter()
+            .chain(apiserver_args.iter().cloned())
             .chain(
                 audit
                     .then(|| {
@@ -379,8 +391,23 @@ impl Cluster {
 
     /// [`Cluster::start_with`], passing `allot_args` to every `allot serve` it starts.
     pub async fn start_with_args(assets: &Assets, extra_policies: &[(&str, &str)], allot_args: &[&str]) -> Cluster {
+        Cluster::start_with_features(assets, extra_policies, allot_args, None).await
+    }
+
+    /// [`Cluster::start_with_args`] with `feature_gates` (`--feature-gates` of the API server,
+    /// scheduler and controller-manager) and, with them, every API version served
+    /// (`--runtime-config=api/all=true`: alpha features need their alpha APIs).
+    pub async fn start_with_features(
+        assets: &Assets,
+        extra_policies: &[(&str, &str)],
+        allot_args: &[&str],
+        feature_gates: Option<&str>,
+    ) -> Cluster {
+        let gates: Vec<String> = feature_gates.map(|g| format!("--feature-gates={g}")).into_iter().collect();
+        let apiserver_args: Vec<String> =
+            gates.iter().cloned().chain(feature_gates.map(|_| "--runtime-config=api/all=true".to_string())).collect();
         let ControlPlane { dir, kubeconfig, client, procs, etcd_data } =
-            ControlPlane::start(&assets.etcd, &assets.apiserver).await;
+            ControlPlane::start_with_apiserver_args(&assets.etcd, &assets.apiserver, &apiserver_args).await;
         // From here on a failure prints the components' logs (Drop).
         for (name, text) in extra_policies {
             let policies = dir.path().join("policies");
@@ -418,7 +445,7 @@ impl Cluster {
             args.extend_from_slice(extra);
             args
         };
-        cluster.procs.push(spawn("kube-scheduler", d, &assets.scheduler, &component(&[])));
+        cluster.procs.push(spawn("kube-scheduler", d, &assets.scheduler, &component(&gates)));
         cluster.procs.push(spawn(
             "kube-controller-manager",
             d,
@@ -428,7 +455,10 @@ impl Cluster {
                 format!("--service-account-private-key-file={}", sa_key.display()),
                 format!("--root-ca-file={}", cert_dir.join("apiserver.crt").display()),
                 "--use-service-account-credentials=false".into(),
-            ]),
+            ]
+            .into_iter()
+            .chain(gates.iter().cloned())
+            .collect::<Vec<_>>()),
         ));
         cluster.start_allot();
         cluster.register_webhooks().await;

@@ -441,6 +441,11 @@ impl FakeApi {
             req.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
         let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        if let Some(answer) = discovery(&method, &path) {
+            // Granted to every authenticated user (`system:discovery`): not an RBAC call, and
+            // not recorded.
+            return answer;
+        }
         let call = classify(&method, &path, &query);
         let mut request =
             Request { client: who.into(), method, call, content_type, body, status: 0, at: Instant::now() };
@@ -469,6 +474,27 @@ impl FakeApi {
             }
         }
     }
+}
+
+/// The answer to discovery of one group version (`GET /apis/GROUP/VERSION`): the fake serves
+/// native PodGroups (`scheduling.k8s.io/v1alpha2`, as an API server with the `GenericWorkload`
+/// gate on does) and discovers no other group version; `None` for any other request.
+fn discovery(method: &str, path: &str) -> Option<hyper::Response<FakeBody>> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let ["apis", group, version] = parts.as_slice() else { return None };
+    if method != "GET" {
+        return None;
+    }
+    if (*group, *version) != ("scheduling.k8s.io", "v1alpha2") {
+        return Some(respond(404, &status(404, "NotFound", &format!("the server could not find {path}"))));
+    }
+    let podgroups = json!({"name": "podgroups", "singularName": "podgroup", "namespaced": true, "kind": "PodGroup",
+                           "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]});
+    Some(respond(
+        200,
+        &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "scheduling.k8s.io/v1alpha2",
+                "resources": [podgroups]}),
+    ))
 }
 
 enum Response {

@@ -1,0 +1,156 @@
+//! Kubernetes' own gang scheduling (alpha in 1.36: the `GenericWorkload` and `GangScheduling`
+//! gates, `scheduling.k8s.io/v1alpha2` PodGroups) with Allot in front, on a real control plane
+//! whose API server, scheduler and controller-manager have the gates on (skipped without the
+//! envtest binaries). As a tenant with a namespaced Role: a PodGroup's members get no
+//! `allot.dev/gang` gate and the scheduler binds them all or nothing; their team's deny-mode
+//! quota is charged for the whole group (`minCount`) from the first member on, once, and a
+//! member beyond `minCount` is charged like any pod, not refused as one too many.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use serde_json::json;
+use support::cluster::{Assets, Cluster, wait_for};
+
+const TEAM: &str = r#"
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: deny-team}
+spec:
+  namespaces: {names: [quota-deny]}
+  quota: {mode: Deny, limits: {nvidia.com/gpu: 5}}
+"#;
+
+const NS: &str = "quota-deny";
+const TENANT: &str = "alice";
+
+fn pod_group_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("scheduling.k8s.io", "v1alpha2", "PodGroup"), "podgroups")
+}
+
+fn pod_group(name: &str, min_count: u32) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}}
+    }))
+    .expect("pod group")
+}
+
+/// A one-pod-per-GPU member of native PodGroup `group` (none: a plain pod).
+fn gpu_pod(name: &str, gpus: u32, group: Option<&str>) -> Pod {
+    let mut pod = json!({
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "w", "image": "busybox:1.36",
+                                 "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]}
+    });
+    if let Some(group) = group {
+        pod["spec"]["schedulingGroup"] = json!({"podGroupName": group});
+    }
+    serde_json::from_value(pod).expect("pod")
+}
+
+fn gates(pod: &Pod) -> Vec<String> {
+    pod.spec.as_ref().and_then(|s| s.scheduling_gates.clone()).unwrap_or_default().into_iter().map(|g| g.name).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_pod_groups_are_charged_whole_and_ganged_by_the_scheduler() {
+    allot::install_crypto_provider();
+    let Some(assets) = Assets::from_env("native_pod_groups_are_charged_whole_and_ganged_by_the_scheduler") else {
+        return;
+    };
+    let cluster = Cluster::start_with_features(
+        &assets,
+        &[("team-e2e.yaml", TEAM)],
+        &[],
+        Some("GenericWorkload=true,GangScheduling=true"),
+    )
+    .await;
+    let admin = cluster.client.clone();
+    let rules = json!([
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list"]},
+        {"apiGroups": ["scheduling.k8s.io"], "resources": ["podgroups"], "verbs": ["create", "get"]}
+    ]);
+    support::cluster::tenant_namespace(&admin, NS, TENANT, rules).await;
+    let alice = support::cluster::impersonating(&cluster.kubeconfig, TENANT).await;
+    let groups: Api<DynamicObject> = Api::namespaced_with(alice.clone(), NS, &pod_group_resource());
+    let pods: Api<Pod> = Api::namespaced(alice.clone(), NS);
+    let create = PostParams::default();
+
+    // A group that can never fit the quota is refused at its first member, whole.
+    groups.create(&create, &pod_group("huge", 6)).await.expect("pod group huge");
+    let refusal = once_sized(&pods, "huge", 1).await;
+    assert!(
+        refusal.contains("team deny-team") && refusal.contains("gang PodGroup/huge of 6 asks 6 in all"),
+        "{refusal}"
+    );
+    let refused = pods.create(&create, &gpu_pod("huge-0", 1, Some("huge"))).await.expect_err("6 of 5");
+    assert!(refused.to_string().contains("gang PodGroup/huge of 6 asks 6"), "{refused}");
+
+    // A group of 4 that fits: its first member reserves all 4 at once.
+    groups.create(&create, &pod_group("ddp", 4)).await.expect("pod group ddp");
+    let probe = once_sized(&pods, "ddp", 2).await;
+    assert!(probe.contains("gang PodGroup/ddp of 4 asks 8 in all"), "{probe}");
+    let first = pods.create(&create, &gpu_pod("ddp-0", 1, Some("ddp"))).await.expect("the first member");
+    assert!(!gates(&first).contains(&"allot.dev/gang".to_string()), "no Allot gang gate: {:?}", gates(&first));
+    let solo = pods.create(&create, &gpu_pod("solo", 2, None)).await.expect_err("the group holds 4 of 5");
+    assert!(solo.to_string().contains("team deny-team uses 4 of 5 nvidia.com/gpu"), "{solo}");
+
+    // The scheduler waits for minCount: one member alone is not bound.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let alone = pods.get("ddp-0").await.expect("ddp-0");
+    assert_eq!(alone.spec.as_ref().and_then(|s| s.node_name.clone()), None, "bound before its group was whole");
+
+    // The other members fill the group's places: charged once, not 4 × 4.
+    for i in 1..4 {
+        let member = pods.create(&create, &gpu_pod(&format!("ddp-{i}"), 1, Some("ddp"))).await.expect("member");
+        assert!(!gates(&member).contains(&"allot.dev/gang".to_string()), "ddp-{i}: {:?}", gates(&member));
+    }
+    // Whole, the scheduler binds them together (2 nodes × 2 GPUs).
+    wait_for("the scheduler to bind the whole group", Duration::from_secs(60), || {
+        let pods = pods.clone();
+        async move {
+            let mut bound = 0;
+            for i in 0..4 {
+                let pod = pods.get(&format!("ddp-{i}")).await.expect("member");
+                bound += usize::from(pod.spec.and_then(|s| s.node_name).is_some());
+            }
+            bound == 4
+        }
+    })
+    .await;
+
+    // A member beyond minCount is the scheduler's to place and is charged in full, not refused
+    // as one too many (an Allot gang's declared size is a maximum; minCount is a minimum).
+    pods.create(&create, &gpu_pod("ddp-4", 1, Some("ddp"))).await.expect("a fifth member, 5 of 5");
+    let over = pods.create(&create, &gpu_pod("ddp-5", 1, Some("ddp"))).await.expect_err("a sixth member, 6 of 5");
+    let over = over.to_string();
+    assert!(
+        over.contains("team deny-team uses 5 of 5 nvidia.com/gpu") && !over.contains("declares"),
+        "{over}"
+    );
+}
+
+/// Waits until Allot's PodGroup watch has `group` (it learns PodGroups from the cluster, not from
+/// the pods): a dry-run member asking `gpus` is then charged for the whole group and refused,
+/// where a pod alone would fit. Returns the refusal.
+async fn once_sized(pods: &Api<Pod>, group: &str, gpus: u32) -> String {
+    let params = PostParams { dry_run: true, ..Default::default() };
+    let mut refusal = String::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while refusal.is_empty() {
+        match pods.create(&params, &gpu_pod("probe", gpus, Some(group))).await {
+            Err(e) if e.to_string().contains(&format!("PodGroup/{group}")) => refusal = e.to_string(),
+            Err(e) => panic!("probe of {group}: {e}"),
+            Ok(_) => {
+                assert!(std::time::Instant::now() < deadline, "Allot never sized PodGroup {group}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    refusal
+}
