@@ -13,8 +13,9 @@
 //! - devices of a DeviceClass the policy does not map count nothing.
 //!
 //! A claim made from a template belongs to one pod; a ResourceClaim named by
-//! `resourceClaimName` may be shared by many pods and is charged once per claim, so it is kept
-//! apart ([`ClaimDemand::shared`]). A claim the scheduler creates for a pod's own extended
+//! `resourceClaimName` may be shared by many pods and is kept apart ([`ClaimDemand::shared`]):
+//! counted once per pod however often the pod names it, and by every pod that names it (quota
+//! over-counts a shared claim, never under-counts it; see the README's Known limits). A claim the scheduler creates for a pod's own extended
 //! resource (annotation [`EXTENDED_RESOURCE_CLAIM_ANNOTATION`]) stands for a request already in
 //! the containers' resources and is never counted again. A claim or template that cannot be
 //! found is not "free": it is reported in [`ClaimDemand::missing`] and admission denies naming it.
@@ -117,6 +118,14 @@ pub trait ClaimSource: Send + Sync {
     fn pod_group(&self, _namespace: &str, _name: &str) -> Option<Value> {
         None
     }
+    /// True when the cluster gangs native PodGroups itself. Only then does a Pod's
+    /// `spec.schedulingGroup` survive CREATE: where the `GenericWorkload` gate is off the API
+    /// server drops the field *after* the mutating webhooks saw it, so a tenant could name any
+    /// PodGroup to keep an Allot gang member from its gate. False unless known (fail closed:
+    /// the member is gated).
+    fn schedules_native_gangs(&self) -> bool {
+        false
+    }
 }
 
 /// A source that knows no claims: every reference is missing.
@@ -190,6 +199,10 @@ impl ClaimSource for ClaimObjects {
     fn pod_group(&self, namespace: &str, name: &str) -> Option<Value> {
         self.pod_groups.get(&(namespace.to_string(), name.to_string())).cloned()
     }
+    /// Manifests are taken as written: a Pod that names a PodGroup is in it.
+    fn schedules_native_gangs(&self) -> bool {
+        true
+    }
 }
 
 /// A claim reference that could not be resolved.
@@ -210,8 +223,8 @@ pub type ClassCounts = BTreeMap<String, u64>;
 pub struct ClaimDemand {
     /// Devices of claims made for this pod alone (from templates).
     pub own: ClassCounts,
-    /// Devices of each shared ResourceClaim the pod names, by claim name: charged once per
-    /// claim, whichever pods use it.
+    /// Devices of each shared ResourceClaim the pod names, by claim name: once per pod however
+    /// often it names the claim.
     pub shared: BTreeMap<String, ClassCounts>,
     /// References that could not be resolved.
     pub missing: Vec<MissingClaim>,

@@ -194,6 +194,7 @@ impl<'a> Engine<'a> {
             bindings: &make_bindings,
             requester: Requester::User(req.username),
             claims: &claims,
+            native_gangs: self.claims.schedules_native_gangs(),
         };
         let m = mutate::mutate_pod(self.policies, req.object, &ctx, "");
         out.patch = m.ops;
@@ -351,6 +352,7 @@ impl<'a> Engine<'a> {
             bindings: &make_bindings,
             requester: Requester::Unknown,
             claims: &claims,
+            native_gangs: self.claims.schedules_native_gangs(),
         };
         // (A gang metadata error is left to validation's own gang check of this view.)
         let m = mutate::mutate_pod(self.policies, &view.pod, &ctx, &view.path);

@@ -40,6 +40,9 @@ pub struct PodContext<'a> {
     /// What the Pod asks through DRA claims: claim accelerators get placement and queueing
     /// like those in the containers' resources.
     pub claims: &'a crate::dra::ClaimDemand,
+    /// The cluster gangs native PodGroups ([`crate::dra::ClaimSource::schedules_native_gangs`]):
+    /// only then is a Pod that names one left to the scheduler's gang scheduling, ungated.
+    pub native_gangs: bool,
 }
 
 const SPEC_FIELDS: &[&str] = &[
@@ -75,7 +78,11 @@ pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_
         apply_placement(placement, &mut builder, &spec_path, &mut out);
     }
     apply_default_priority(policies, ctx, &mut builder, &mut out);
-    let facts = PodFacts::from_json(pod);
+    let mut facts = PodFacts::from_json(pod);
+    if !ctx.native_gangs {
+        // The API server drops the field where native gang scheduling is off.
+        facts.native_pod_group = None;
+    }
     apply_gang_gate(policies, &facts, ctx, &mut builder, &mut out);
     apply_quota_gate(policies, pod, &facts, ctx, &mut builder, &mut out);
     out.ops = builder.into_ops();

@@ -154,3 +154,30 @@ async fn once_sized(pods: &Api<Pod>, group: &str, gpus: u32) -> String {
     }
     refusal
 }
+
+/// Where native gang scheduling is off (the default in 1.36) the API server drops
+/// `spec.schedulingGroup` after the mutating webhooks have seen it: naming a PodGroup must not
+/// take an Allot gang member out from behind its gate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_native_gang_scheduling_a_pod_group_name_avoids_no_gate() {
+    allot::install_crypto_provider();
+    let Some(assets) = Assets::from_env("without_native_gang_scheduling_a_pod_group_name_avoids_no_gate") else {
+        return;
+    };
+    let cluster = Cluster::start(&assets).await;
+    let admin = cluster.client.clone();
+    let rules = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get"]}]);
+    support::cluster::tenant_namespace(&admin, "vision", TENANT, rules).await;
+    let alice = support::cluster::impersonating(&cluster.kubeconfig, TENANT).await;
+    let pods: Api<Pod> = Api::namespaced(alice, "vision");
+    let mut member = gpu_pod("sneaky-0", 1, Some("anything"));
+    member.metadata.labels = Some([("allot.dev/gang-name".to_string(), "sneaky".to_string())].into());
+    member.metadata.annotations = Some([("allot.dev/gang-size".to_string(), "2".to_string())].into());
+    let created = pods.create(&PostParams::default(), &member).await.expect("a gang member");
+    let spec = created.spec.expect("spec");
+    assert_eq!(spec.scheduling_group, None, "the API server dropped the field");
+    assert!(
+        gates(&Pod { spec: Some(spec), ..Default::default() }).contains(&"allot.dev/gang".to_string()),
+        "a gang member of a cluster without native gangs must be gated"
+    );
+}

@@ -800,3 +800,37 @@ fn check_resolves_claim_templates_among_its_manifests() {
     let alone = allot::check::run(&engine, &manifests[1..2]);
     assert!(!alone.results[0].allowed);
 }
+
+/// A gang member naming a native PodGroup is left ungated only where the cluster gangs native
+/// PodGroups: elsewhere the API server drops `spec.schedulingGroup` after the mutating webhook
+/// has seen it, and a tenant could name any PodGroup to keep her gang from its gate.
+#[test]
+fn a_pod_group_name_takes_no_gang_member_from_its_gate_unless_the_cluster_gangs_them() {
+    let policies = shipped();
+    let mut member = gpu_pod(json!({"schedulingGroup": {"podGroupName": "anything"}}));
+    member["metadata"]["labels"] = json!({"allot.dev/gang-name": "g"});
+    member["metadata"]["annotations"] = json!({"allot.dev/gang-size": "2"});
+    let gated = |claims: &dyn allot::dra::ClaimSource| {
+        let engine = Engine::new(&policies, &NoNamespaces).with_claims(claims);
+        let (group, kind) = group_kind(&member);
+        let outcome = engine.mutate(&Request {
+            uid: "test",
+            operation: RequestOperation::Create,
+            group,
+            kind,
+            namespace: "vision",
+            object: &member,
+            old_object: None,
+            dry_run: false,
+            username: "alice",
+            groups: &[],
+        });
+        let patch: json_patch::Patch = serde_json::from_value(json!(outcome.patch)).expect("a JSON Patch");
+        let pod: Pod = serde_json::from_value(apply(&member, &patch)).expect("a Pod");
+        pod.spec.and_then(|s| s.scheduling_gates).unwrap_or_default().iter().any(|g| g.name == "allot.dev/gang")
+    };
+    // No cluster that gangs them (no source, or a server whose discovery did not show them).
+    assert!(gated(&allot::dra::NoClaims));
+    // Manifests, as `allot check` takes them: the pod is in its PodGroup.
+    assert!(!gated(&allot::dra::ClaimObjects::new("not among the manifests")));
+}

@@ -413,6 +413,33 @@ mod tests {
         PodFacts::from_json(&json!({"metadata": meta, "spec": spec}))
     }
 
+    /// Issue 15: a native PodGroup's quota group, sized by its `minCount`; no other source can
+    /// take its name (Kueue's annotation, the one source a `/` fits in, may not use the prefix).
+    #[test]
+    fn a_native_pod_groups_quota_group_is_sized_by_its_min_count() {
+        let mut objects = crate::dra::ClaimObjects::new("not found");
+        for (name, policy) in [("gang", json!({"gang": {"minCount": 3}})), ("basic", json!({"basic": {}}))] {
+            let group = json!({"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+                               "metadata": {"name": name}, "spec": {"schedulingPolicy": policy}});
+            assert!(objects.insert(&group, "ml"));
+        }
+        let group = |name: &str, ns: &str| native_group(Some(name), ns, &objects);
+        let gang = group("gang", "ml").expect("a group");
+        assert_eq!((gang.name.as_str(), gang.size, gang.source), ("PodGroup/gang", Some(3), Source::NativePodGroup));
+        assert!(is_native_group(&gang.name));
+        assert_eq!(group("basic", "ml"), None, "each pod of a basic group goes alone");
+        // Not found (another namespace, not created yet): a group of unknown size.
+        assert_eq!(group("gang", "other").map(|g| g.size), Some(None));
+        assert_eq!(native_group(None, "ml", &objects), None);
+        assert_eq!(native_group(Some(""), "ml", &objects), None);
+        let forged = facts(json!({"annotations": {KUEUE_GROUP: "PodGroup/gang", KUEUE_TOTAL: "1"}}), json!({}));
+        let refused = membership(&forged, &[], None, MAX).expect_err("a native group's name");
+        assert!(refused.contains("native PodGroups'"), "{refused}");
+        for name in ["a", "lws-x-0", "train"] {
+            assert!(!is_native_group(name));
+        }
+    }
+
     #[test]
     fn a_native_pod_group_member_is_in_no_allot_gang() {
         let labelled = json!({"labels": {NAME_LABEL: "a"}, "annotations": {SIZE_ANNOTATION: "4"},

@@ -143,6 +143,90 @@ fn a_gang_is_charged_whole_at_its_first_member() {
 }
 
 /// A terminating pod holds its devices until it is gone: it still counts for deny mode.
+/// A member of native PodGroup `group` asking `gpus` (no Allot gang metadata).
+fn native_member(name: &str, gpus: u32, group: &str) -> Value {
+    let mut member = pod(name, gpus, None);
+    member["spec"]["schedulingGroup"] = json!({"podGroupName": group});
+    member
+}
+
+/// What admission charges a native member: its group, sized from the PodGroup, as the engine
+/// asks (`membership::native_group`).
+fn admit_native(book: &dyn QuotaBook, quota: &Quota, member: &Value, objects: &crate::dra::ClaimObjects) -> Result<(), String> {
+    let requests = crate::resources::pod_requests(&member["spec"]);
+    let group = member.pointer("/spec/schedulingGroup/podGroupName").and_then(Value::as_str);
+    let membership = crate::gang::membership::native_group(group, "vision", objects).expect("a native group");
+    let name = member["metadata"]["name"].as_str().unwrap_or("");
+    let request = QuotaRequest {
+        uid: name,
+        team: "vision",
+        namespace: "vision",
+        pod: name,
+        pod_uid: "",
+        created: 0,
+        charge: quota.charge(&requests),
+        requests,
+        gang: membership.size.map(|n| (membership.name.as_str(), n)),
+        dry_run: false,
+    };
+    book.admit(quota, &request).map_err(|r| r.message("vision"))
+}
+
+/// Issue 15: a native PodGroup's team is charged for its `minCount` from the first member on,
+/// by admission and by the watch's records alike (the store's tally of `PodGroup/NAME`); the
+/// members fill the group's places (charged once); `minCount` is a minimum, so a member beyond
+/// it is charged in full, never refused as one too many.
+#[test]
+fn a_native_pod_group_is_charged_whole_and_min_count_is_no_maximum() {
+    let p = policies(5);
+    let quota = quota_of(&p);
+    let (state, book) = live(&p);
+    let mut objects = crate::dra::ClaimObjects::new("not found");
+    let group = json!({"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+                       "metadata": {"name": "ddp", "namespace": "vision"},
+                       "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}}});
+    assert!(objects.insert(&group, "vision"));
+    let watched = |member: &Value| watched_with(member, &p, &objects);
+
+    let first = native_member("ddp-0", 1, "ddp");
+    admit_native(&book, &quota, &first, &objects).unwrap();
+    let denied = admit(&book, &quota, &pod("solo", 2, None), "solo").unwrap_err();
+    assert!(denied.contains("team vision uses 4 of 5 nvidia.com/gpu"), "{denied}");
+    // The watch sees it: the store's record charges the group too (not 1 GPU).
+    let record = watched(&first);
+    let gang = record.gang.as_deref().expect("the record's quota group");
+    assert_eq!((gang.name.as_str(), gang.size, gang.native), ("PodGroup/ddp", Some(4), true));
+    state.upsert_pod(record);
+    assert_eq!(gpus_used(&state), 4);
+
+    for i in 1..4 {
+        let member = native_member(&format!("ddp-{i}"), 1, "ddp");
+        admit_native(&book, &quota, &member, &objects).unwrap();
+        state.upsert_pod(watched(&member));
+    }
+    assert_eq!(gpus_used(&state), 4, "charged once, not once per member");
+    admit_native(&book, &quota, &native_member("ddp-4", 1, "ddp"), &objects).unwrap();
+    let over = admit_native(&book, &quota, &native_member("ddp-5", 1, "ddp"), &objects).unwrap_err();
+    assert!(over.contains("team vision uses 5 of 5") && !over.contains("declares"), "{over}");
+
+    // Unknown to the source (not created yet), a member is charged alone; a `basic` group is no
+    // group at all.
+    let none = crate::dra::ClaimObjects::new("not found");
+    let alone = watched_with(&native_member("other-0", 1, "other"), &p, &none);
+    assert_eq!(alone.gang.as_deref().map(|g| (g.name.as_str(), g.size)), Some(("PodGroup/other", None)));
+    let mut basic = crate::dra::ClaimObjects::new("not found");
+    let spec = json!({"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+                      "metadata": {"name": "b", "namespace": "vision"}, "spec": {"schedulingPolicy": {"basic": {}}}});
+    assert!(basic.insert(&spec, "vision"));
+    assert_eq!(watched_with(&native_member("b-0", 1, "b"), &p, &basic).gang, None);
+}
+
+/// The watch's record of `member`, its claims and PodGroup looked up in `objects`.
+fn watched_with(member: &Value, p: &PolicySet, objects: &dyn crate::dra::ClaimSource) -> PodRecord {
+    let pod: Pod = serde_json::from_value(member.clone()).unwrap();
+    PodRecord::from_pod_with_claims(&pod, p, &NoNamespaces, objects).unwrap()
+}
+
 #[test]
 fn a_terminating_pod_counts_until_it_is_gone() {
     let p = policies(4);

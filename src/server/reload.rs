@@ -270,6 +270,12 @@ impl crate::dra::ClaimSource for WatchedClaims {
         self.synced.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// Once discovery has shown `scheduling.k8s.io/v1alpha2` (served with the `GenericWorkload`
+    /// gate); until then, and where it is not served, native-group members are gated like others.
+    fn schedules_native_gangs(&self) -> bool {
+        self.pod_groups.get().is_some()
+    }
+
     fn pod_group(&self, namespace: &str, name: &str) -> Option<serde_json::Value> {
         let store = self.pod_groups.get()?;
         let found =
