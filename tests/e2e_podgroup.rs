@@ -63,13 +63,7 @@ async fn native_pod_groups_are_charged_whole_and_ganged_by_the_scheduler() {
     let Some(assets) = Assets::from_env("native_pod_groups_are_charged_whole_and_ganged_by_the_scheduler") else {
         return;
     };
-    let cluster = Cluster::start_with_features(
-        &assets,
-        &[("team-e2e.yaml", TEAM)],
-        &[],
-        Some("GenericWorkload=true,GangScheduling=true"),
-    )
-    .await;
+    let cluster = Cluster::start_with_features(&assets, &[("team-e2e.yaml", TEAM)], &[], true).await;
     let admin = cluster.client.clone();
     let rules = json!([
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list"]},

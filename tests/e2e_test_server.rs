@@ -206,7 +206,10 @@ async fn allot_test_server_compares_native_answers_with_the_suite() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("4 passed, 1 failed"), "{out}");
 
-    let plane = ControlPlane::start(&etcd, &apiserver).await;
+    // Native gang scheduling on, so that the suites' PodGroups are served.
+    let plane =
+        ControlPlane::start_with_apiserver_args(&etcd, &apiserver, &support::cluster::native_gang_apiserver_args())
+            .await;
     let client = plane.client.clone();
     set_up(&client).await;
     let kubeconfig = plane.kubeconfig.to_str().expect("path").to_string();

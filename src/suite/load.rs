@@ -168,6 +168,14 @@ pub(super) struct LoadedTest {
     pub(super) cases: Vec<LoadedCase>,
 }
 
+impl LoadedTest {
+    /// The test's resources as one run's manifests (gang members see each other, claims and
+    /// PodGroups are resolved among them, as in `allot check`).
+    pub(super) fn manifests(&self) -> Vec<Manifest> {
+        self.cases.iter().map(|c| c.manifest.clone()).collect()
+    }
+}
+
 pub(super) struct LoadedCase {
     pub(super) name: String,
     pub(super) manifest: Manifest,

@@ -2,7 +2,7 @@
 
 use super::load::{LoadedTest, Suite};
 use super::report::{CaseReport, SuiteReport, TestReport};
-use crate::check::{self, Manifest};
+use crate::check;
 use crate::engine::Engine;
 use crate::namespaces::{NamespaceLabels, NoNamespaces};
 use crate::quota::StaticUsage;
@@ -24,9 +24,7 @@ pub(super) fn run_test(test: &LoadedTest) -> TestReport {
         Some(l) => l,
         None => &NoNamespaces,
     };
-    // The test's resources are one run's manifests: gang members see each other and claims are
-    // resolved among them, as in `allot check`.
-    let manifests: Vec<Manifest> = test.cases.iter().map(|c| c.manifest.clone()).collect();
+    let manifests = test.manifests();
     let claims = check::claim_objects(&manifests);
     let engine = Engine::new(&test.policies, labels).with_claims(&claims);
     let gangs = check::gang_directory(&engine, &manifests);

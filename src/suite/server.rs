@@ -172,6 +172,7 @@ async fn run_test(test: &LoadedTest, client: &kube::Client) -> ServerTest {
         .iter()
         .map(|r| (format!("{}-", object_name(&["allot-rule", &r.name])), r.name.clone()))
         .collect();
+    let claims = check::claim_objects(&test.manifests());
     for case in &test.cases {
         let usage = StaticUsage::new(case.usage.clone());
         let unchecked: Vec<&'static str> = [
@@ -182,7 +183,7 @@ async fn run_test(test: &LoadedTest, client: &kube::Client) -> ServerTest {
         .into_iter()
         .filter_map(|(name, set)| set.then_some(name))
         .collect();
-        let outcome = match webhook_share(&split, labels, &usage, &case.manifest) {
+        let outcome = match webhook_share(&split, labels, &claims, &usage, &case.manifest) {
             Some(why) => ServerOutcome::WebhookOnly(why),
             None => match dry_run(client, &case.manifest.object).await {
                 Ok(answer) => {
@@ -202,14 +203,17 @@ async fn run_test(test: &LoadedTest, client: &kube::Client) -> ServerTest {
 fn webhook_share(
     split: &NativeSplit,
     labels: &dyn NamespaceLabels,
+    claims: &dyn crate::dra::ClaimSource,
     usage: &StaticUsage,
     manifest: &Manifest,
 ) -> Option<String> {
     if split.claims_to_webhook && !split.takes(manifest.object.to_string().as_bytes()) {
         return Some(crate::native::DRA_WEBHOOK_ONLY.to_string());
     }
-    let validate = check::admit_manifest(&Engine::new(&split.validate, labels).with_quota(usage), manifest);
-    let mutate = check::admit_manifest(&Engine::new(&split.mutate, labels).with_quota(usage), manifest);
+    let validate =
+        check::admit_manifest(&Engine::new(&split.validate, labels).with_claims(claims).with_quota(usage), manifest);
+    let mutate =
+        check::admit_manifest(&Engine::new(&split.mutate, labels).with_claims(claims).with_quota(usage), manifest);
     let rules: BTreeSet<String> = validate
         .report
         .findings

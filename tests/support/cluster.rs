@@ -374,6 +374,16 @@ impl Drop for Cluster {
 
 const TOKEN: &str = "allot-e2e-admin-token";
 
+/// Kubernetes' native gang scheduling, alpha in 1.36: the feature gates of every component.
+pub const NATIVE_GANG_GATES: &str = "--feature-gates=GenericWorkload=true,GangScheduling=true";
+/// The API native PodGroups are served under, with [`NATIVE_GANG_GATES`].
+pub const NATIVE_GANG_API: &str = "--runtime-config=scheduling.k8s.io/v1alpha2=true";
+
+/// The API server's flags for native gang scheduling.
+pub fn native_gang_apiserver_args() -> Vec<String> {
+    vec![NATIVE_GANG_GATES.to_string(), NATIVE_GANG_API.to_string()]
+}
+
 /// Namespaces every test cluster has.
 const NAMESPACES: [&str; 5] = ["vision", "nlp", "quota-deny", "quota-queue", "quota-gang"];
 
@@ -391,21 +401,20 @@ impl Cluster {
 
     /// [`Cluster::start_with`], passing `allot_args` to every `allot serve` it starts.
     pub async fn start_with_args(assets: &Assets, extra_policies: &[(&str, &str)], allot_args: &[&str]) -> Cluster {
-        Cluster::start_with_features(assets, extra_policies, allot_args, None).await
+        Cluster::start_with_features(assets, extra_policies, allot_args, false).await
     }
 
-    /// [`Cluster::start_with_args`] with `feature_gates` (`--feature-gates` of the API server,
-    /// scheduler and controller-manager) and, with them, every API version served
-    /// (`--runtime-config=api/all=true`: alpha features need their alpha APIs).
+    /// [`Cluster::start_with_args`], with Kubernetes' native gang scheduling on where
+    /// `native_gangs` says so ([`NATIVE_GANG_GATES`] on the API server, scheduler and
+    /// controller-manager, [`NATIVE_GANG_API`] served).
     pub async fn start_with_features(
         assets: &Assets,
         extra_policies: &[(&str, &str)],
         allot_args: &[&str],
-        feature_gates: Option<&str>,
+        native_gangs: bool,
     ) -> Cluster {
-        let gates: Vec<String> = feature_gates.map(|g| format!("--feature-gates={g}")).into_iter().collect();
-        let apiserver_args: Vec<String> =
-            gates.iter().cloned().chain(feature_gates.map(|_| "--runtime-config=api/all=true".to_string())).collect();
+        let gates: Vec<String> = native_gangs.then(|| NATIVE_GANG_GATES.to_string()).into_iter().collect();
+        let apiserver_args: Vec<String> = if native_gangs { native_gang_apiserver_args() } else { Vec::new() };
         let ControlPlane { dir, kubeconfig, client, procs, etcd_data } =
             ControlPlane::start_with_apiserver_args(&assets.etcd, &assets.apiserver, &apiserver_args).await;
         // From here on a failure prints the components' logs (Drop).
