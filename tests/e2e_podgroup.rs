@@ -123,10 +123,7 @@ async fn native_pod_groups_are_charged_whole_and_ganged_by_the_scheduler() {
     pods.create(&create, &gpu_pod("ddp-4", 1, Some("ddp"))).await.expect("a fifth member, 5 of 5");
     let over = pods.create(&create, &gpu_pod("ddp-5", 1, Some("ddp"))).await.expect_err("a sixth member, 6 of 5");
     let over = over.to_string();
-    assert!(
-        over.contains("team deny-team uses 5 of 5 nvidia.com/gpu") && !over.contains("declares"),
-        "{over}"
-    );
+    assert!(over.contains("team deny-team uses 5 of 5 nvidia.com/gpu") && !over.contains("declares"), "{over}");
 }
 
 /// Waits until Allot's PodGroup watch has `group` (it learns PodGroups from the cluster, not from

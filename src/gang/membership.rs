@@ -241,7 +241,9 @@ pub fn membership(
     }
     if let Some(name) = facts.label_or_annotation(KUEUE_GROUP) {
         if name.starts_with(NATIVE_GROUP_PREFIX) {
-            return Err(format!("{KUEUE_GROUP} {name:?}: names starting {NATIVE_GROUP_PREFIX:?} are native PodGroups'"));
+            return Err(format!(
+                "{KUEUE_GROUP} {name:?}: names starting {NATIVE_GROUP_PREFIX:?} are native PodGroups'"
+            ));
         }
         let raw = facts
             .annotations

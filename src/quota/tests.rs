@@ -152,7 +152,12 @@ fn native_member(name: &str, gpus: u32, group: &str) -> Value {
 
 /// What admission charges a native member: its group, sized from the PodGroup, as the engine
 /// asks (`membership::native_group`).
-fn admit_native(book: &dyn QuotaBook, quota: &Quota, member: &Value, objects: &crate::dra::ClaimObjects) -> Result<(), String> {
+fn admit_native(
+    book: &dyn QuotaBook,
+    quota: &Quota,
+    member: &Value,
+    objects: &crate::dra::ClaimObjects,
+) -> Result<(), String> {
     let requests = crate::resources::pod_requests(&member["spec"]);
     let group = member.pointer("/spec/schedulingGroup/podGroupName").and_then(Value::as_str);
     let membership = crate::gang::membership::native_group(group, "vision", objects).expect("a native group");

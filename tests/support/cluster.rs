@@ -459,15 +459,17 @@ impl Cluster {
             "kube-controller-manager",
             d,
             &assets.controller_manager,
-            &component(&[
-                "--controllers=*,-nodelifecycle,-nodeipam,-cloud-node-lifecycle,-service,-route".into(),
-                format!("--service-account-private-key-file={}", sa_key.display()),
-                format!("--root-ca-file={}", cert_dir.join("apiserver.crt").display()),
-                "--use-service-account-credentials=false".into(),
-            ]
-            .into_iter()
-            .chain(gates.iter().cloned())
-            .collect::<Vec<_>>()),
+            &component(
+                &[
+                    "--controllers=*,-nodelifecycle,-nodeipam,-cloud-node-lifecycle,-service,-route".into(),
+                    format!("--service-account-private-key-file={}", sa_key.display()),
+                    format!("--root-ca-file={}", cert_dir.join("apiserver.crt").display()),
+                    "--use-service-account-credentials=false".into(),
+                ]
+                .into_iter()
+                .chain(gates.iter().cloned())
+                .collect::<Vec<_>>(),
+            ),
         ));
         cluster.start_allot();
         cluster.register_webhooks().await;
