@@ -53,6 +53,7 @@ const SPEC_FIELDS: &[&str] = &[
     "priority",
     "preemptionPolicy",
     "schedulingGates",
+    "schedulingGroup",
 ];
 
 /// Computes the patch for a Pod (`pod` is the whole Pod object; `base` the pointer of its spec,
@@ -303,6 +304,9 @@ fn apply_gang_gate(
     if never_gate(facts, &policies.tenancy, ctx.requester).is_some() {
         return;
     }
+    if hand_off(policies, &gang, ctx, builder, out) {
+        return;
+    }
     let gated = builder
         .get(&["schedulingGates"])
         .and_then(Value::as_array)
@@ -313,6 +317,30 @@ fn apply_gang_gate(
     builder.push(&["schedulingGates"], serde_json::json!({ "name": GATE }));
     let size = gang.size.map_or_else(|| "size from its owner".to_string(), |n| format!("{n} members"));
     out.changes.push(format!("gang {} ({size}): scheduling gate {GATE}", gang.name));
+}
+
+/// An inferred gang under a GangPolicy with `nativeScheduling`, on a cluster that gangs native
+/// PodGroups: the member joins the PodGroup Allot's leader creates for the gang
+/// ([`crate::gang::membership::hand_off_name`]) instead of getting Allot's gate; the scheduler
+/// holds it until the PodGroup exists and then places the group whole. True when done.
+fn hand_off(
+    policies: &PolicySet,
+    gang: &crate::gang::membership::Membership,
+    ctx: &PodContext<'_>,
+    builder: &mut Builder,
+    out: &mut Mutation,
+) -> bool {
+    let policy = policies.gang_policy(ctx.namespace, ctx.team.team.map(|t| t.name.as_str()));
+    if !policy.native_scheduling
+        || !ctx.native_gangs
+        || !matches!(gang.source, crate::gang::membership::Source::Inferred(_))
+    {
+        return false;
+    }
+    let Some(pod_group) = crate::gang::membership::hand_off_name(&gang.name) else { return false };
+    builder.ensure(&["schedulingGroup"], serde_json::json!({ "podGroupName": pod_group }));
+    out.changes.push(format!("gang {} handed to the scheduler: native PodGroup {pod_group}", gang.name));
+    true
 }
 
 /// Queue-mode quota: a pod that counts against its team's quota is admitted behind the

@@ -1170,8 +1170,10 @@ fn leader_election_is_retried_until_the_lease_can_be_created() {
 fn world() -> FakeApi {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     let long_ago = "2020-01-01T00:00:00Z";
-    let namespaces: Vec<Value> =
-        ["ml", "ml-timeout", "ml-infer", "ml-queue", NAMESPACE].iter().map(|n| fake_api::namespace(n)).collect();
+    let namespaces: Vec<Value> = ["ml", "ml-timeout", "ml-infer", "ml-queue", "ml-native", NAMESPACE]
+        .iter()
+        .map(|n| fake_api::namespace(n))
+        .collect();
     let nodes = vec![fake_api::gpu_node("gpu-1", 8)];
     let mut pods = Vec::new();
     // A complete gang that fits: released (pod JSON Patch), explained (pods/status, Event).
@@ -1231,10 +1233,28 @@ fn world() -> FakeApi {
             pods.push(gated_pod("ml-infer", &pod, "allot.dev/gang", &now, labels, json!({}), owner_ref));
         }
     }
+    // An inferred gang handed to the scheduler (GangPolicy `nativeScheduling`): its member names
+    // the PodGroup and carries no gate; the leader GETs the Job and creates Workload and PodGroup.
+    let mut handed = gated_pod(
+        "ml-native",
+        "native-0",
+        "allot.dev/gang",
+        &now,
+        json!({"batch.kubernetes.io/job-name": "native", "batch.kubernetes.io/job-completion-index": "0"}),
+        json!({}),
+        Some(("batch/v1", "Job", "native")),
+    );
+    handed["spec"]["schedulingGates"] = json!([]);
+    handed["spec"]["schedulingGroup"] = json!({"podGroupName": "allot-job-native"});
+    pods.push(handed);
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+                     "metadata": {"name": "native", "namespace": "ml-native", "uid": "uid-native"},
+                     "spec": {"parallelism": 2, "completions": 2, "completionMode": "Indexed"}});
     let fake = FakeApi::new();
     fake.add(namespaces);
     fake.add(nodes);
     fake.add(pods);
+    fake.add(vec![job]);
     fake
 }
 
@@ -1244,6 +1264,7 @@ fn recording_policies() -> allot::policy::PolicySet {
     let text = format!(
         "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {{name: timeout}}\nspec:\n  match: {{namespaces: [ml-timeout]}}\n  assemblyTimeout: 1m\n  onTimeout: Fail\n---\n\
          apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {{name: infer}}\nspec:\n  match: {{namespaces: [ml-infer]}}\n  infer: {}\n---\n\
+         apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {{name: native}}\nspec:\n  match: {{namespaces: [ml-native]}}\n  infer: [Job]\n  nativeScheduling: true\n---\n\
          apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: queue}}\nspec:\n  namespaces: {{names: [ml-queue]}}\n  quota: {{mode: Queue, limits: {{nvidia.com/gpu: 4}}}}\n---\n\
          apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: cluster}}\nspec:\n  dra: {{deviceClasses: {{gpu.nvidia.com: {{countsAs: nvidia.com/gpu}}}}}}\n",
         Value::Array(infer)
@@ -1264,6 +1285,8 @@ fn scenario() -> BTreeSet<(String, String, String)> {
         ("watch", "resource.k8s.io", "resourceclaimtemplates"),
         ("list", "scheduling.k8s.io", "podgroups"),
         ("watch", "scheduling.k8s.io", "podgroups"),
+        ("create", "scheduling.k8s.io", "podgroups"),
+        ("create", "scheduling.k8s.io", "workloads"),
         ("list", "resource.k8s.io", "deviceclasses"),
         ("watch", "resource.k8s.io", "deviceclasses"),
         ("list", "resource.k8s.io", "resourceslices"),

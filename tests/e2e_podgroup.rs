@@ -172,3 +172,89 @@ async fn without_native_gang_scheduling_a_pod_group_name_avoids_no_gate() {
         "a gang member of a cluster without native gangs must be gated"
     );
 }
+
+const HAND_OFF: &str = r#"
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: deny-team}
+spec:
+  namespaces: {names: [quota-deny]}
+  quota: {mode: Deny, limits: {nvidia.com/gpu: 8}}
+---
+apiVersion: allot.dev/v1alpha1
+kind: GangPolicy
+metadata: {name: hand-off}
+spec:
+  match: {namespaces: [quota-deny]}
+  infer: [Job]
+  nativeScheduling: true
+"#;
+
+/// GangPolicy `nativeScheduling`: the gang Allot infers for an Indexed Job is handed to the
+/// scheduler. Its pods name the PodGroup `allot-job-NAME` instead of getting Allot's gate,
+/// Allot's leader creates the Workload and PodGroup (`minCount` = parallelism, owned by the
+/// Job), and the scheduler binds the group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inferred_gang_is_handed_to_the_scheduler() {
+    allot::install_crypto_provider();
+    let Some(assets) = Assets::from_env("an_inferred_gang_is_handed_to_the_scheduler") else {
+        return;
+    };
+    // (Named to load before the rig's own `gangs.yaml`: the first GangPolicy that matches wins.)
+    let cluster = Cluster::start_with_features(&assets, &[("a-hand-off.yaml", HAND_OFF)], &[], true).await;
+    let admin = cluster.client.clone();
+    let rules = json!([{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]);
+    support::cluster::tenant_namespace(&admin, NS, TENANT, rules).await;
+    let alice = support::cluster::impersonating(&cluster.kubeconfig, TENANT).await;
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+        "metadata": {"name": "train"},
+        "spec": {"parallelism": 4, "completions": 4, "completionMode": "Indexed",
+                 "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "w", "image": "busybox:1.36",
+                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}
+    }))
+    .expect("job");
+    let created = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(alice, NS)
+        .create(&PostParams::default(), &job)
+        .await
+        .expect("the Job");
+    let job_uid = created.metadata.uid.expect("uid");
+
+    // The leader creates the group, owned by the Job.
+    let groups: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &pod_group_resource());
+    wait_for("Allot's leader to create PodGroup allot-job-train", Duration::from_secs(60), || {
+        let groups = groups.clone();
+        async move { groups.get_opt("allot-job-train").await.expect("get PodGroup").is_some() }
+    })
+    .await;
+    let group = serde_json::to_value(groups.get("allot-job-train").await.expect("the PodGroup")).expect("json");
+    assert_eq!(group["spec"]["schedulingPolicy"]["gang"]["minCount"], 4, "{group}");
+    assert_eq!(group["metadata"]["ownerReferences"][0]["uid"], job_uid.as_str(), "{group}");
+    let workloads = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("scheduling.k8s.io", "v1alpha2", "Workload"),
+        "workloads",
+    );
+    let workload = Api::<DynamicObject>::namespaced_with(admin.clone(), NS, &workloads)
+        .get("allot-job-train")
+        .await
+        .expect("the Workload");
+    assert_eq!(workload.data["spec"]["podGroupTemplates"][0]["schedulingPolicy"]["gang"]["minCount"], 4);
+
+    // Its pods name it, carry no Allot gate, and the scheduler binds all four.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), NS);
+    wait_for("the scheduler to bind the handed-off gang", Duration::from_secs(60), || {
+        let pods = pods.clone();
+        async move {
+            let list = pods.list(&Default::default()).await.expect("pods");
+            list.items.len() == 4
+                && list.items.iter().all(|p| {
+                    let spec = p.spec.as_ref();
+                    let group =
+                        spec.and_then(|s| s.scheduling_group.as_ref()).and_then(|g| g.pod_group_name.as_deref());
+                    assert_eq!(group, Some("allot-job-train"), "{:?}", p.metadata.name);
+                    assert!(!gates(p).contains(&"allot.dev/gang".to_string()), "{:?}", p.metadata.name);
+                    spec.and_then(|s| s.node_name.as_ref()).is_some()
+                })
+        }
+    })
+    .await;
+}

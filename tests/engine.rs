@@ -801,6 +801,49 @@ fn check_resolves_claim_templates_among_its_manifests() {
     assert!(!alone.results[0].allowed);
 }
 
+/// `pod` as the mutating webhook leaves it, claims and PodGroups looked up in `claims`.
+fn mutated_with(policies: &PolicySet, pod: &Value, claims: &dyn allot::dra::ClaimSource) -> Pod {
+    let engine = Engine::new(policies, &NoNamespaces).with_claims(claims);
+    let (group, kind) = group_kind(pod);
+    let outcome = engine.mutate(&Request {
+        uid: "test",
+        operation: RequestOperation::Create,
+        group,
+        kind,
+        namespace: "vision",
+        object: pod,
+        old_object: None,
+        dry_run: false,
+        username: "alice",
+        groups: &[],
+    });
+    let patch: json_patch::Patch = serde_json::from_value(json!(outcome.patch)).expect("a JSON Patch");
+    serde_json::from_value(apply(pod, &patch)).expect("a Pod")
+}
+
+/// Allot's gang gate and the native PodGroup named, of a mutated Pod.
+fn gate_and_group(pod: &Pod) -> (bool, Option<String>) {
+    let spec = pod.spec.as_ref();
+    let gated =
+        spec.and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| g.iter().any(|g| g.name == "allot.dev/gang"));
+    (gated, spec.and_then(|s| s.scheduling_group.as_ref()).and_then(|g| g.pod_group_name.clone()))
+}
+
+/// A cluster source that gangs native PodGroups (as `allot serve` once discovery shows them).
+struct NativeGangs;
+
+impl allot::dra::ClaimSource for NativeGangs {
+    fn template(&self, _: &str, _: &str) -> Option<Value> {
+        None
+    }
+    fn claim(&self, _: &str, _: &str) -> Option<Value> {
+        None
+    }
+    fn schedules_native_gangs(&self) -> bool {
+        true
+    }
+}
+
 /// A gang member naming a native PodGroup is left ungated only where the cluster gangs native
 /// PodGroups: elsewhere the API server drops `spec.schedulingGroup` after the mutating webhook
 /// has seen it, and a tenant could name any PodGroup to keep her gang from its gate.
@@ -810,27 +853,41 @@ fn a_pod_group_name_takes_no_gang_member_from_its_gate_unless_the_cluster_gangs_
     let mut member = gpu_pod(json!({"schedulingGroup": {"podGroupName": "anything"}}));
     member["metadata"]["labels"] = json!({"allot.dev/gang-name": "g"});
     member["metadata"]["annotations"] = json!({"allot.dev/gang-size": "2"});
-    let gated = |claims: &dyn allot::dra::ClaimSource| {
-        let engine = Engine::new(&policies, &NoNamespaces).with_claims(claims);
-        let (group, kind) = group_kind(&member);
-        let outcome = engine.mutate(&Request {
-            uid: "test",
-            operation: RequestOperation::Create,
-            group,
-            kind,
-            namespace: "vision",
-            object: &member,
-            old_object: None,
-            dry_run: false,
-            username: "alice",
-            groups: &[],
-        });
-        let patch: json_patch::Patch = serde_json::from_value(json!(outcome.patch)).expect("a JSON Patch");
-        let pod: Pod = serde_json::from_value(apply(&member, &patch)).expect("a Pod");
-        pod.spec.and_then(|s| s.scheduling_gates).unwrap_or_default().iter().any(|g| g.name == "allot.dev/gang")
-    };
     // No cluster that gangs them (no source, or a server whose discovery did not show them).
-    assert!(gated(&allot::dra::NoClaims));
+    assert!(gate_and_group(&mutated_with(&policies, &member, &allot::dra::NoClaims)).0);
+    assert!(!gate_and_group(&mutated_with(&policies, &member, &NativeGangs)).0);
     // Manifests, as `allot check` takes them: the pod is in its PodGroup.
-    assert!(!gated(&allot::dra::ClaimObjects::new("not among the manifests")));
+    let manifests = allot::dra::ClaimObjects::new("not among the manifests");
+    assert!(!gate_and_group(&mutated_with(&policies, &member, &manifests)).0);
+}
+
+/// GangPolicy `nativeScheduling`: an inferred gang's member names the PodGroup Allot's leader
+/// creates (`allot-` + the gang) instead of getting Allot's gate, only where the cluster gangs
+/// native PodGroups; the patch is idempotent (a second pass adds nothing); a gang named by
+/// labels keeps Allot's gate.
+#[test]
+fn native_scheduling_hands_inferred_gangs_to_the_scheduler_where_it_can() {
+    let mut sources = policy::read_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
+    let hand_off = "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: hand-off}\nspec:\n  \
+                    match: {namespaces: [vision]}\n  infer: [Job]\n  nativeScheduling: true\n";
+    // First: the first GangPolicy that matches wins.
+    sources.insert(0, Source { name: "hand-off.yaml".into(), text: hand_off.into() });
+    let policies = policy::compile(&sources).unwrap_or_else(|e| panic!("{e}"));
+    let mut worker = gpu_pod(json!({}));
+    worker["metadata"]["labels"] =
+        json!({"batch.kubernetes.io/job-name": "train", "batch.kubernetes.io/job-completion-index": "0"});
+    worker["metadata"]["ownerReferences"] =
+        json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u"}]);
+
+    let handed = mutated_with(&policies, &worker, &NativeGangs);
+    assert_eq!(gate_and_group(&handed), (false, Some("allot-job-train".to_string())));
+    let again = serde_json::to_value(&handed).unwrap();
+    assert_eq!(mutated_with(&policies, &again, &NativeGangs), handed, "a reinvocation changes nothing");
+    // Where the cluster does not gang them, Allot gates the gang itself.
+    assert_eq!(gate_and_group(&mutated_with(&policies, &worker, &allot::dra::NoClaims)), (true, None));
+    // A gang named by labels is Allot's to gate, whatever the policy says.
+    let mut labelled = gpu_pod(json!({}));
+    labelled["metadata"]["labels"] = json!({"allot.dev/gang-name": "g"});
+    labelled["metadata"]["annotations"] = json!({"allot.dev/gang-size": "2"});
+    assert_eq!(gate_and_group(&mutated_with(&policies, &labelled, &NativeGangs)), (true, None));
 }

@@ -245,7 +245,8 @@ impl PodRecord {
         let facts = PodFacts::from_pod(pod);
         let spec = pod.spec.as_ref();
         let team = crate::namespaces::team_of(policies, &namespace, labels).team;
-        let membership = policies.gang_of(&facts, &namespace, team.map(|t| t.name.as_str()));
+        let team_name = team.map(|t| t.name.as_str());
+        let membership = policies.gang_of(&facts, &namespace, team_name);
         let membership = match membership {
             Ok(None) => Ok(membership::native_group(facts.native_pod_group.as_deref(), &namespace, claims)),
             other => other,
@@ -256,6 +257,7 @@ impl PodRecord {
                 native: m.source == Source::NativePodGroup,
                 owner: match m.source {
                     Source::Inferred(kind) => owner_of(&facts, kind),
+                    Source::NativePodGroup => hand_off_owner(&facts, policies, &namespace, team_name),
                     _ => None,
                 },
                 name: m.name,
@@ -455,6 +457,20 @@ pub struct Owner {
     /// The owner's Kubernetes kind (`Job`, `JobSet`, `PyTorchJob`, …).
     pub api_kind: String,
     pub name: String,
+}
+
+/// For a member of the native PodGroup Allot hands its inferred gang to (GangPolicy
+/// `nativeScheduling`): the gang's owner, from which the leader creates the PodGroup.
+fn hand_off_owner(facts: &PodFacts, policies: &PolicySet, namespace: &str, team: Option<&str>) -> Option<Owner> {
+    if !policies.gang_policy(namespace, team).native_scheduling {
+        return None;
+    }
+    let inferred = PodFacts { native_pod_group: None, ..facts.clone() };
+    let gang = policies.gang_of(&inferred, namespace, team).ok().flatten()?;
+    match gang.source {
+        Source::Inferred(kind) if membership::handed_off(facts, &gang) => owner_of(facts, kind),
+        _ => None,
+    }
 }
 
 /// The JobSet for JobSet pods (their direct owner is a Job), otherwise the direct owner.

@@ -565,6 +565,27 @@ impl ClusterState {
         Tracked { pods: inner.pods.len(), gangs: inner.gangs.len(), nodes: inner.nodes.len() }
     }
 
+    /// Native PodGroups Allot hands inferred gangs to (GangPolicy `nativeScheduling`), as
+    /// (namespace, PodGroup name, the gang's owner): one per group that has a live member, in
+    /// O(gangs). The leader creates those that do not exist.
+    pub fn hand_offs(&self) -> Vec<(String, String, Owner)> {
+        let inner = read(&self.inner);
+        let mut out: Vec<_> = inner
+            .gangs
+            .iter()
+            .filter_map(|((namespace, gang), members)| {
+                let pod_group = gang.strip_prefix(crate::gang::membership::NATIVE_GROUP_PREFIX)?;
+                let owner = members.iter().find_map(|m| {
+                    let p = inner.pods.get(&(namespace.clone(), m.clone()))?;
+                    p.present().then(|| p.gang.as_ref()?.owner.clone()).flatten()
+                })?;
+                Some((namespace.to_string(), pod_group.to_string(), owner))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Inferred gangs whose owner size is needed: (namespace, gang, owner).
     pub fn owners_to_resolve(&self) -> Vec<(String, String, Owner)> {
         let inner = read(&self.inner);

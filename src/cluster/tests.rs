@@ -241,6 +241,31 @@ fn gate_gauges_count_each_gate_and_age_its_oldest_live_pod() {
     assert_eq!(state.gate_gauges(created - 1000)[0].oldest_seconds, 0);
 }
 
+/// GangPolicy `nativeScheduling`: the record of a member of the PodGroup Allot hands its
+/// inferred gang to keeps the gang's owner, so the leader can create that PodGroup
+/// ([`super::ClusterState::hand_offs`]); a PodGroup of another name, or a policy without the
+/// switch, gives the leader nothing to create.
+#[test]
+fn handed_off_gangs_are_listed_once_with_their_owner() {
+    let native = "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  infer: [Job]\n  nativeScheduling: true\n";
+    let worker = |name: &str, pod_group: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": "ml",
+                            "labels": {"batch.kubernetes.io/job-name": "train", "batch.kubernetes.io/job-completion-index": "0"},
+                            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u"}]},
+               "spec": {"containers": [{"name": "c"}], "schedulingGroup": {"podGroupName": pod_group}},
+               "status": {"phase": "Pending"}})
+    };
+    let p = policies(native);
+    let state =
+        cluster(&p, &[worker("w-0", "allot-job-train"), worker("w-1", "allot-job-train"), worker("x-0", "mine")]);
+    let owner =
+        super::Owner { kind: crate::gang::membership::InferredKind::Job, api_kind: "Job".into(), name: "train".into() };
+    assert_eq!(state.hand_offs(), vec![("ml".to_string(), "allot-job-train".to_string(), owner)]);
+    let off = policies(&native.replace("nativeScheduling: true", "nativeScheduling: false"));
+    assert_eq!(cluster(&off, &[worker("w-0", "allot-job-train")]).hand_offs(), vec![]);
+}
+
 /// The watch's records of a claim-template pod: one event while its template exists, the next
 /// after it is gone (or before the claim cache knows it).
 mod watched_claim_records {

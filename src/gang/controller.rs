@@ -280,6 +280,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
     ));
     let mut explained: HashMap<GangKey, String> = HashMap::new();
     let mut queued: HashMap<(String, String), String> = HashMap::new();
+    let mut handed_off = std::collections::HashSet::new();
     let mut seen_generation = u64::MAX;
     let mut resync_at = tokio::time::Instant::now() + config.resync;
     let mut deadline: Option<i64> = None;
@@ -301,6 +302,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             // not from what this replica remembered while it led before.
             explained.clear();
             queued.clear();
+            handed_off.clear();
             seen_generation = u64::MAX;
             metrics.leader.set(i64::from(is_leader));
             metrics.clear_waiting();
@@ -324,6 +326,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             // the plan's (compared on the pods themselves) are written again.
             explained.clear();
             queued.clear();
+            handed_off.clear();
         }
         if write_failed.swap(false, std::sync::atomic::Ordering::Relaxed) {
             // A condition that could not be written is tried again in this pass.
@@ -336,6 +339,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         if gang_gated > 0 {
             resolve_owner_sizes(&client, &state).await;
         }
+        super::hand_off::create_missing(&client, &state, &mut handed_off).await;
         seen_generation = state.generation();
         metrics.passes.inc();
         // The pure work of a pass (quota queue, snapshot, decision) runs on a blocking thread:

@@ -298,6 +298,32 @@ pub fn native_group(
     Some(Membership { name: format!("{NATIVE_GROUP_PREFIX}{name}"), size, source: Source::NativePodGroup })
 }
 
+/// The native PodGroup an inferred gang is handed to (GangPolicy `nativeScheduling`): `allot-`
+/// and the gang's name, if that is a valid object name (a DNS subdomain); `None` otherwise (the
+/// gang stays behind Allot's gate). Only the leader creates it, and only for members of that
+/// gang ([`handed_off`]).
+pub fn hand_off_name(gang: &str) -> Option<String> {
+    let name = format!("allot-{gang}");
+    let valid = name.len() <= 253
+        && name.split('.').all(|part| {
+            !part.is_empty()
+                && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        });
+    valid.then_some(name)
+}
+
+/// True when a pod's native PodGroup is the one Allot hands its inferred `gang` to: the leader
+/// then creates it. (A tenant may name `allot-…` PodGroups herself; the leader acts only where
+/// the name is the one her pod's own inferred gang maps to, and owns the object by the gang's
+/// owner, so it is the owner's, not hers.)
+pub fn handed_off(facts: &PodFacts, gang: &Membership) -> bool {
+    matches!(gang.source, Source::Inferred(_))
+        && facts.native_pod_group.is_some()
+        && facts.native_pod_group == hand_off_name(&gang.name)
+}
+
 fn infer_from_owner(facts: &PodFacts, infer: &[InferredKind]) -> Option<Membership> {
     let inferred = |kind, name: String| Some(Membership { name, size: None, source: Source::Inferred(kind) });
     if let (Some(lws), Some(group)) = (facts.labels.get(LWS_NAME), facts.labels.get(LWS_GROUP)) {
@@ -440,6 +466,23 @@ mod tests {
         for name in ["a", "lws-x-0", "train"] {
             assert!(!is_native_group(name));
         }
+    }
+
+    /// The PodGroup a handed-off gang goes to must be a valid object name, or there is none.
+    #[test]
+    fn handed_off_gangs_name_valid_pod_groups_only() {
+        assert_eq!(hand_off_name("job-train").as_deref(), Some("allot-job-train"));
+        assert_eq!(hand_off_name("lws-serve.v2-0").as_deref(), Some("allot-lws-serve.v2-0"));
+        for bad in ["Job_Train", "job-", "a..b", &"x".repeat(250)] {
+            assert_eq!(hand_off_name(bad), None, "{bad}");
+        }
+        let gang = Membership { name: "job-train".into(), size: None, source: Source::Inferred(InferredKind::Job) };
+        let named = |name: &str| facts(json!({}), json!({"schedulingGroup": {"podGroupName": name}}));
+        assert!(handed_off(&named("allot-job-train"), &gang));
+        assert!(!handed_off(&named("allot-job-other"), &gang), "another gang's PodGroup");
+        assert!(!handed_off(&facts(json!({}), json!({})), &gang));
+        let explicit = Membership { source: Source::Explicit, ..gang };
+        assert!(!handed_off(&named("allot-job-train"), &explicit), "only inferred gangs are handed off");
     }
 
     #[test]

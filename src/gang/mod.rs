@@ -8,6 +8,7 @@ pub mod decision;
 pub mod devices;
 pub mod directory;
 pub mod fit;
+pub mod hand_off;
 pub mod lease;
 pub mod membership;
 pub mod metrics;

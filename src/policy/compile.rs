@@ -186,6 +186,7 @@ impl Compile for GangPolicySpec {
             on_timeout: spec.on_timeout,
             starvation_after,
             max_size: spec.max_gang_size.unwrap_or(crate::gang::membership::DEFAULT_MAX_GANG_SIZE),
+            native_scheduling: spec.native_scheduling,
         })
     }
 }

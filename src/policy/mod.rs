@@ -115,6 +115,8 @@ pub struct GangPolicy {
     pub starvation_after: std::time::Duration,
     /// The largest gang a Pod may declare or an owner imply.
     pub max_size: u32,
+    /// Inferred gangs go to the scheduler's native gang scheduling where the cluster has it.
+    pub native_scheduling: bool,
 }
 
 impl Default for GangPolicy {
@@ -129,6 +131,7 @@ impl Default for GangPolicy {
             on_timeout: OnTimeout::Warn,
             starvation_after: DEFAULT_STARVATION,
             max_size: crate::gang::membership::DEFAULT_MAX_GANG_SIZE,
+            native_scheduling: false,
         }
     }
 }

@@ -581,6 +581,13 @@ pub struct GangPolicySpec {
     /// an owner may imply. Default 1024.
     #[schemars(range(min = 1))]
     pub max_gang_size: Option<u32>,
+    /// Hand the gangs this policy infers (`infer`) to Kubernetes' own gang scheduling where the
+    /// cluster serves native PodGroups (`scheduling.k8s.io/v1alpha2`, alpha in 1.36): their Pods
+    /// get `spec.schedulingGroup` instead of Allot's gate, and Allot's leader creates the
+    /// Workload and PodGroup (`minCount` from the owner, owned by it). Elsewhere, and for gangs
+    /// named by labels, Allot gates and releases them itself. Default false.
+    #[serde(default)]
+    pub native_scheduling: bool,
 }
 
 /// Operations a Rule runs on.

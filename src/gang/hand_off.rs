@@ -1,0 +1,120 @@
+//! Inferred gangs handed to Kubernetes' own gang scheduling (GangPolicy `nativeScheduling`, on a
+//! cluster that serves `scheduling.k8s.io/v1alpha2`): the webhook names the PodGroup in each
+//! member's `spec.schedulingGroup` at CREATE ([`super::membership::hand_off_name`]) and creates
+//! nothing (`sideEffects: None` holds); the leading controller creates the Workload and the
+//! PodGroup, `minCount` from the gang's owner, both owned by it so they go with it. Until the
+//! PodGroup exists the scheduler holds the members; then it places them all or none.
+
+use std::collections::HashSet;
+
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use serde_json::{Value, json};
+
+use super::controller::{OwnerApi, owner_api};
+use crate::cluster::ClusterState;
+
+/// The PodGroup template every handed-off Workload has, one per gang.
+const TEMPLATE: &str = "gang";
+
+fn resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("scheduling.k8s.io", "v1alpha2", kind), plural)
+}
+
+/// The Workload and PodGroup for a handed-off gang of `min_count` named `name`, owned by
+/// `owner` (an ownerReference: apiVersion, kind, name, uid). Pure, for tests.
+pub fn objects(name: &str, owner: &Value, min_count: u32) -> (Value, Value) {
+    let policy = json!({"gang": {"minCount": min_count}});
+    let metadata =
+        json!({"name": name, "labels": {"app.kubernetes.io/managed-by": "allot"}, "ownerReferences": [owner]});
+    let workload = json!({
+        "apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "Workload", "metadata": metadata,
+        "spec": {
+            "controllerRef": {"apiGroup": owner["apiVersion"].as_str().and_then(|v| v.rsplit_once('/')).map_or("", |(g, _)| g),
+                              "kind": owner["kind"], "name": owner["name"]},
+            "podGroupTemplates": [{"name": TEMPLATE, "schedulingPolicy": policy}]
+        }
+    });
+    let pod_group = json!({
+        "apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup", "metadata": metadata,
+        "spec": {
+            "podGroupTemplateRef": {"workload": {"workloadName": name, "podGroupTemplateName": TEMPLATE}},
+            "schedulingPolicy": policy
+        }
+    });
+    (workload, pod_group)
+}
+
+/// Creates what is missing for each handed-off gang with a live member. `tried` remembers the
+/// groups created (or being retried) since the last resync, so a pass does not ask twice while
+/// the watch has not shown the PodGroup yet; an object that exists already is left as it is.
+pub async fn create_missing(client: &kube::Client, state: &ClusterState, tried: &mut HashSet<(String, String)>) {
+    for (namespace, name, owner) in state.hand_offs() {
+        if state.claims().pod_group(&namespace, &name).is_some() || !tried.insert((namespace.clone(), name.clone())) {
+            continue;
+        }
+        let Some(api) = owner_api(owner.kind, &owner.api_kind) else {
+            tracing::warn!(%namespace, pod_group = %name, kind = %owner.api_kind, "not a known owner kind for inferred gangs");
+            continue;
+        };
+        match create(client, &namespace, &name, api, &owner).await {
+            Ok(min_count) => {
+                tracing::info!(%namespace, pod_group = %name, owner = %owner.name, min_count, "gang handed to the scheduler: PodGroup created")
+            }
+            Err(e) => {
+                // Tried again at the next resync (the owner may not be readable yet).
+                tracing::warn!(%namespace, pod_group = %name, owner = %owner.name, error = %e, "cannot hand the gang to the scheduler");
+            }
+        }
+    }
+}
+
+async fn create(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    api: &OwnerApi,
+    owner: &crate::cluster::Owner,
+) -> Result<u32, String> {
+    let gvk = GroupVersionKind::gvk(api.group, api.version, &owner.api_kind);
+    let owners: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &ApiResource::from_gvk_with_plural(&gvk, &api.plural(&owner.api_kind)),
+    );
+    let found = owners.get_opt(&owner.name).await.map_err(|e| e.to_string())?.ok_or("the owner does not exist")?;
+    let size = super::membership::owner_gang(owner.kind, &found.data).ok_or("the owner declares no usable size")?.size;
+    let uid = found.metadata.uid.ok_or("the owner has no uid")?;
+    let reference = json!({"apiVersion": format!("{}/{}", api.group, api.version), "kind": owner.api_kind,
+                           "name": owner.name, "uid": uid});
+    let (workload, pod_group) = objects(name, &reference, size);
+    for (object, kind, plural) in [(workload, "Workload", "workloads"), (pod_group, "PodGroup", "podgroups")] {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource(kind, plural));
+        let object: DynamicObject = serde_json::from_value(object).map_err(|e| e.to_string())?;
+        match api.create(&PostParams::default(), &object).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(format!("{kind}: {e}")),
+        }
+    }
+    Ok(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_objects_are_the_gangs_and_owned_by_its_owner() {
+        let owner = json!({"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-1"});
+        let (workload, pod_group) = objects("allot-job-train", &owner, 4);
+        assert_eq!(workload["spec"]["controllerRef"], json!({"apiGroup": "batch", "kind": "Job", "name": "train"}));
+        assert_eq!(workload["spec"]["podGroupTemplates"][0]["schedulingPolicy"]["gang"]["minCount"], 4);
+        assert_eq!(pod_group["spec"]["schedulingPolicy"]["gang"]["minCount"], 4);
+        assert_eq!(pod_group["spec"]["podGroupTemplateRef"]["workload"]["workloadName"], "allot-job-train");
+        for object in [&workload, &pod_group] {
+            assert_eq!(object["metadata"]["name"], "allot-job-train");
+            assert_eq!(object["metadata"]["ownerReferences"], json!([owner]));
+            let _: DynamicObject = serde_json::from_value(object.clone()).expect("a dynamic object");
+        }
+    }
+}
