@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, PostParams};
-use serde_json::json;
+use serde_json::{Value, json};
 use support::cluster::{ControlPlane, binaries_from_env};
 
 const SUITE: &str = r#"
@@ -318,19 +318,98 @@ async fn allot_test_server_compares_native_answers_with_the_suite() {
     // native policies got wrong: the API server's own validation refuses first (a request that
     // differs from an extended resource's limit, with the TPU case's class then never set); a
     // map-keyed template is named with `*` and an Audit message goes to the audit log.
-    const KNOWN: &[&str] = &[
-        "got [api-server/validation]",
-        "messageContains: neither the refusal nor a warning contains",
-        "must be equal to google.com/tpu limit",
-        "fields /spec/priorityClassName: expected \"low-priority\", got absent",
+    let known: Vec<&str> = KNOWN_WITH_ITS_OWN_POLICIES
+        .iter()
+        .copied()
         // Suites whose policy set adds fixtures to ../policies compile to other objects than the
-        // ones installed: refused, rather than compared with another set's answers.
-        "the native policies installed are not these policies'",
-    ];
+        // ones installed: refused here, rather than compared with another set's answers (each is
+        // compared with its own set below).
+        .chain(["the native policies installed are not these policies'"])
+        .collect();
     let mismatches: Vec<&str> = out.lines().filter(|l| l.starts_with("        ")).map(str::trim).collect();
     let unknown: Vec<&&str> =
-        mismatches.iter().filter(|m| !KNOWN.iter().any(|k| m.contains(k)) && !first_denial_only(m)).collect();
+        mismatches.iter().filter(|m| !known.iter().any(|k| m.contains(k)) && !first_denial_only(m)).collect();
     assert!(unknown.is_empty(), "native answers that disagree with the shipped suites: {unknown:#?}");
+
+    // The suites whose policy sets add fixtures to ../policies: each against its own compiled
+    // set, installed in place of the shipped one, so that every shipped suite is compared.
+    for (suite, policies) in suites_with_their_own_policies(&root.join("policy-tests")) {
+        let set = dir.path().join(format!("set-{}", suite.file_stem().expect("name").to_string_lossy()));
+        std::fs::create_dir_all(&set).expect("dir");
+        for file in policies {
+            std::fs::copy(&file, set.join(file.file_name().expect("name"))).expect("copy a policy file");
+        }
+        let (_, objects, err) = allot(&["compile", "--policies", set.to_str().expect("path")]);
+        assert!(!objects.is_empty(), "{err}");
+        support::native::delete_compiled(&client).await;
+        support::native::create_all(&client, &objects).await;
+        let suite = suite.to_str().expect("path");
+        // The API server loads policies asynchronously: retry until what differs is known.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (_, out, err) = allot(&["test", "--server", &kubeconfig, suite]);
+            let unknown: Vec<&str> = out
+                .lines()
+                .filter(|l| l.starts_with("        "))
+                .map(str::trim)
+                .filter(|m| !KNOWN_WITH_ITS_OWN_POLICIES.iter().any(|k| m.contains(k)) && !first_denial_only(m))
+                .collect();
+            let none_passed = out.lines().any(|l| l.starts_with("0 passed") && l.contains("on the server"));
+            if unknown.is_empty() && !none_passed {
+                eprintln!("{suite} on the server with its own policies:\n{out}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "{suite} with its own policies: {unknown:#?}\n{out}{err}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+/// The known differences of the native form (see the shipped run): a suite run with its own
+/// compiled policies must be compared, not refused as "not these policies'".
+const KNOWN_WITH_ITS_OWN_POLICIES: &[&str] = &[
+    "got [api-server/validation]",
+    "messageContains: neither the refusal nor a warning contains",
+    "must be equal to google.com/tpu limit",
+    "fields /spec/priorityClassName: expected \"low-priority\", got absent",
+];
+
+/// The shipped suites whose `policies:` is not just `../policies`, with the policy files each
+/// loads (directories expanded).
+fn suites_with_their_own_policies(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<std::path::PathBuf>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("policy-tests") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(&std::fs::read_to_string(&path).expect("suite")).expect("yaml");
+        let listed: Vec<String> = match &docs[0]["policies"] {
+            Value::String(one) => vec![one.clone()],
+            Value::Array(many) => many.iter().filter_map(Value::as_str).map(String::from).collect(),
+            _ => continue,
+        };
+        if listed == ["../policies"] {
+            continue;
+        }
+        let files = listed
+            .iter()
+            .map(|p| dir.join(p))
+            .flat_map(|p| {
+                if p.is_dir() {
+                    std::fs::read_dir(&p).expect("dir").map(|e| e.expect("entry").path()).collect()
+                } else {
+                    vec![p]
+                }
+            })
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+            .collect();
+        out.push((path, files));
+    }
+    out.sort();
+    assert!(out.len() >= 2, "suites with fixture policies: {out:?}");
+    out
 }
 
 /// `deniedBy: expected [a, b], got [a]`: the API server answers a request with the first

@@ -25,8 +25,10 @@ use serde_json::{Value, json};
 
 use super::decision::GangKey;
 use super::lease::{self, LeaseConfig, LeaseTiming};
-use super::membership::{ARRIVAL_ANNOTATION, GATE, InferredKind, QUOTA_GATE, RELEASED_ANNOTATION};
+use super::membership::{ARRIVAL_ANNOTATION, GATE, QUOTA_GATE, RELEASED_ANNOTATION};
 use super::metrics::ControllerMetrics;
+use super::owners::owner_api;
+pub use super::owners::{OWNER_APIS, OwnerApi};
 use super::plan::{Plan, plan};
 use super::snapshot::GangSnapshot;
 use crate::cluster::records::{condition_fingerprint, format_nanos};
@@ -547,49 +549,6 @@ async fn stamp_arrivals(
 
 fn unix_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
-}
-
-/// Where the owners of one kind of inferred gang live: the API group and version the controller
-/// reads them from, and the Kubernetes kinds it accepts as owners.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OwnerApi {
-    pub kind: InferredKind,
-    pub group: &'static str,
-    pub version: &'static str,
-    pub kinds: &'static [&'static str],
-}
-
-impl OwnerApi {
-    /// The resource name of an owner kind (`PyTorchJob` → `pytorchjobs`).
-    pub fn plural(&self, api_kind: &str) -> String {
-        format!("{}s", api_kind.to_lowercase())
-    }
-}
-
-/// The owners the controller GETs to size inferred gangs: the one table behind
-/// [`resolve_owner_sizes`] and the `get` rules of the RBAC in `deploy/` (`tests/deploy.rs`
-/// checks that each entry is granted and that nothing else is).
-pub const OWNER_APIS: &[OwnerApi] = &[
-    OwnerApi { kind: InferredKind::Job, group: "batch", version: "v1", kinds: &["Job"] },
-    OwnerApi { kind: InferredKind::JobSet, group: "jobset.x-k8s.io", version: "v1alpha2", kinds: &["JobSet"] },
-    OwnerApi { kind: InferredKind::MPIJob, group: "kubeflow.org", version: "v2beta1", kinds: &["MPIJob"] },
-    OwnerApi {
-        kind: InferredKind::KubeflowJob,
-        group: "kubeflow.org",
-        version: "v1",
-        kinds: &["PyTorchJob", "TFJob", "XGBoostJob", "JAXJob", "PaddleJob"],
-    },
-    OwnerApi {
-        kind: InferredKind::LeaderWorkerSet,
-        group: "leaderworkerset.x-k8s.io",
-        version: "v1",
-        kinds: &["LeaderWorkerSet"],
-    },
-];
-
-/// The table entry for an inferred gang's owner, if its kind is one the controller reads.
-pub fn owner_api(kind: InferredKind, api_kind: &str) -> Option<&'static OwnerApi> {
-    OWNER_APIS.iter().find(|a| a.kind == kind && a.kinds.contains(&api_kind))
 }
 
 /// Reads the size of inferred gangs from their owners (elastic owners are re-read on every

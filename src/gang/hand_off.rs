@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::{Value, json};
 
-use super::controller::{OwnerApi, owner_api};
+use super::owners::{OwnerApi, owner_api};
 use crate::cluster::ClusterState;
 
 /// The PodGroup template every handed-off Workload has, one per gang.

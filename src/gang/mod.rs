@@ -12,6 +12,7 @@ pub mod hand_off;
 pub mod lease;
 pub mod membership;
 pub mod metrics;
+pub mod owners;
 pub mod plan;
 pub mod snapshot;
 

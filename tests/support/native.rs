@@ -48,3 +48,40 @@ pub async fn create_all(client: &kube::Client, yaml: &str) {
         }
     }
 }
+
+/// Deletes every admission policy and binding `allot compile` made (annotated
+/// `allot.dev/compiled-from`), and waits until none is listed.
+pub async fn delete_compiled(client: &kube::Client) {
+    async fn delete<K>(client: &kube::Client) -> usize
+    where
+        K: kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api = Api::<K>::all(client.clone());
+        let compiled: Vec<String> = api
+            .list(&Default::default())
+            .await
+            .expect("list")
+            .items
+            .iter()
+            .filter(|o| o.meta().annotations.as_ref().is_some_and(|a| a.contains_key("allot.dev/compiled-from")))
+            .filter_map(|o| o.meta().name.clone())
+            .collect();
+        for name in &compiled {
+            let _ = api.delete(name, &Default::default()).await;
+        }
+        compiled.len()
+    }
+    loop {
+        let left = delete::<MutatingAdmissionPolicyBinding>(client).await
+            + delete::<MutatingAdmissionPolicy>(client).await
+            + delete::<ValidatingAdmissionPolicyBinding>(client).await
+            + delete::<ValidatingAdmissionPolicy>(client).await;
+        if left == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
