@@ -331,10 +331,7 @@ fn hand_off(
     out: &mut Mutation,
 ) -> bool {
     let policy = policies.gang_policy(ctx.namespace, ctx.team.team.map(|t| t.name.as_str()));
-    if !policy.native_scheduling
-        || !ctx.native_gangs
-        || !matches!(gang.source, crate::gang::membership::Source::Inferred(_))
-    {
+    if !policy.native_scheduling || !ctx.native_gangs || !crate::gang::membership::can_hand_off(gang) {
         return false;
     }
     let Some(pod_group) = crate::gang::membership::hand_off_name(&gang.name) else { return false };

@@ -314,14 +314,20 @@ pub fn hand_off_name(gang: &str) -> Option<String> {
     valid.then_some(name)
 }
 
+/// Whether `gang` may go to the scheduler's native gang scheduling: inferred gangs, except a
+/// LeaderWorkerSet group, whose workers (under `startupPolicy: LeaderReady`) are created only
+/// once the leader runs, which a PodGroup's `minCount` would wait for forever; Allot releases
+/// such a leader alone when the whole group would fit.
+pub fn can_hand_off(gang: &Membership) -> bool {
+    matches!(gang.source, Source::Inferred(kind) if kind != InferredKind::LeaderWorkerSet)
+}
+
 /// True when a pod's native PodGroup is the one Allot hands its inferred `gang` to: the leader
 /// then creates it. (A tenant may name `allot-…` PodGroups herself; the leader acts only where
 /// the name is the one her pod's own inferred gang maps to, and owns the object by the gang's
 /// owner, so it is the owner's, not hers.)
 pub fn handed_off(facts: &PodFacts, gang: &Membership) -> bool {
-    matches!(gang.source, Source::Inferred(_))
-        && facts.native_pod_group.is_some()
-        && facts.native_pod_group == hand_off_name(&gang.name)
+    can_hand_off(gang) && facts.native_pod_group.is_some() && facts.native_pod_group == hand_off_name(&gang.name)
 }
 
 fn infer_from_owner(facts: &PodFacts, infer: &[InferredKind]) -> Option<Membership> {
@@ -481,6 +487,8 @@ mod tests {
         assert!(handed_off(&named("allot-job-train"), &gang));
         assert!(!handed_off(&named("allot-job-other"), &gang), "another gang's PodGroup");
         assert!(!handed_off(&facts(json!({}), json!({})), &gang));
+        let lws = Membership { source: Source::Inferred(InferredKind::LeaderWorkerSet), ..gang.clone() };
+        assert!(!handed_off(&named("allot-job-train"), &lws), "a LeaderReady group would wait forever");
         let explicit = Membership { source: Source::Explicit, ..gang };
         assert!(!handed_off(&named("allot-job-train"), &explicit), "only inferred gangs are handed off");
     }

@@ -226,6 +226,9 @@ fn queued_units<'p>(
             size,
         });
         unit.priority = unit.priority.max(p.priority);
+        // Members recorded before their native PodGroup was known carry no size: any that does
+        // sizes the unit.
+        unit.size = unit.size.max(size);
         unit.order = unit.order.min(p.order_key());
         unit.members.push((p.namespace.to_string(), p.name.to_string(), gate_index, p.quota_condition));
         add(&mut unit.charge, &charge);
@@ -333,6 +336,38 @@ mod tests {
         state.remove_pod("ml", "p1");
         let actions = state.quota_plan(&p, &labels, &mut previous);
         assert_eq!(released(&actions), ["p3"], "{actions:?}");
+    }
+
+    /// A native PodGroup in a queue-mode team waits whole for its `minCount`, even when its
+    /// first member was recorded before the PodGroup was known (no size on that record).
+    #[test]
+    fn a_native_group_waits_whole_for_its_min_count_whoever_knew_the_size() {
+        let p = queue_policies();
+        let labels = crate::namespaces::NoNamespaces;
+        let member = |name: &str, created: &str| {
+            let mut pod = team_pod(name, 1, true, created);
+            pod["spec"]["schedulingGroup"] = json!({"podGroupName": "ddp"});
+            serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(pod).unwrap()
+        };
+        let mut objects = crate::dra::ClaimObjects::new("not found");
+        let group = json!({"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+                           "metadata": {"name": "ddp", "namespace": "ml"}, "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}}});
+        assert!(objects.insert(&group, "ml"));
+        let unknown = crate::dra::NoClaims;
+        // The view walks its pods in a random order (a new one per store): either may come first.
+        for _ in 0..16 {
+            let state = cluster(&p, &[]);
+            for (pod, source) in [
+                (member("m-0", "2026-11-22T01:00:00Z"), &unknown as &dyn crate::dra::ClaimSource),
+                (member("m-1", "2026-11-22T01:00:01Z"), &objects),
+            ] {
+                state.upsert_pod(crate::cluster::PodRecord::from_pod_with_claims(&pod, &p, &labels, source).unwrap());
+            }
+            let actions = state.quota_plan(&p, &labels, &mut HashMap::new());
+            assert!(released(&actions).is_empty(), "{actions:?}");
+            let expected = "gang has 2/3 members; charged whole once all exist (meanwhile it holds up no one)";
+            assert!(queued_messages(&actions).iter().all(|(_, m)| m == expected), "{actions:?}");
+        }
     }
 
     /// Pods created in the same second (creationTimestamp has one-second resolution) go in the
