@@ -286,7 +286,7 @@ impl<'a> Engine<'a> {
                 // A native PodGroup's member is gated and placed by the scheduler, not Allot, but
                 // its team's quota is charged for the whole group, as an Allot gang's is.
                 gang = membership.ok().flatten().or_else(|| {
-                    let pod_group = view.pod.pointer("/spec/schedulingGroup/podGroupName").and_then(Value::as_str);
+                    let pod_group = crate::gang::membership::native_pod_group_of(&view.pod);
                     crate::gang::membership::native_group(pod_group, req.namespace, self.claims)
                 });
             }

@@ -1335,11 +1335,12 @@ fn recorded_calls() -> &'static Vec<Call> {
             let client = world.client("allot-0");
             let caches = Arc::new(allot::server::startup::Caches::default());
             let namespaces = allot::server::reload::watch_namespaces(client.clone(), caches.clone());
-            let _claims = allot::server::reload::watch_claims(client.clone());
+            let cluster = Arc::new(allot::cluster::ClusterState::default());
+            let _claims = allot::server::reload::watch_claims(client.clone(), cluster.clone());
             let policies = Arc::new(arc_swap::ArcSwap::from_pointee(recording_policies()));
             let controller = allot::gang::controller::spawn(
                 client,
-                Arc::new(allot::cluster::ClusterState::default()),
+                cluster,
                 policies,
                 namespaces,
                 ControllerConfig {

@@ -3,8 +3,9 @@
 //! whose API server, scheduler and controller-manager have the gates on (skipped without the
 //! envtest binaries). As a tenant with a namespaced Role: a PodGroup's members get no
 //! `allot.dev/gang` gate and the scheduler binds them all or nothing; their team's deny-mode
-//! quota is charged for the whole group (`minCount`) from the first member on, once, and a
-//! member beyond `minCount` is charged like any pod, not refused as one too many.
+//! quota is charged for the whole group (`minCount`) from the first member on, once (also when
+//! the PodGroup comes after its first member), and a member beyond `minCount` is charged like
+//! any pod, not refused as one too many.
 
 mod support;
 
@@ -69,11 +70,34 @@ async fn native_pod_groups_are_charged_whole_and_ganged_by_the_scheduler() {
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list"]},
         {"apiGroups": ["scheduling.k8s.io"], "resources": ["podgroups"], "verbs": ["create", "get"]}
     ]);
-    support::cluster::tenant_namespace(&admin, NS, TENANT, rules).await;
+    support::cluster::tenant_namespace(&admin, NS, TENANT, rules.clone()).await;
     let alice = support::cluster::impersonating(&cluster.kubeconfig, TENANT).await;
     let groups: Api<DynamicObject> = Api::namespaced_with(alice.clone(), NS, &pod_group_resource());
     let pods: Api<Pod> = Api::namespaced(alice.clone(), NS);
     let create = PostParams::default();
+
+    // A PodGroup created after its first member: the member was charged alone (the group's size
+    // unknown), and the group is charged whole once Allot's watch sees it (team vision, 16 GPUs).
+    support::cluster::tenant_namespace(&admin, "vision", TENANT, rules.clone()).await;
+    let vision: Api<Pod> = Api::namespaced(alice.clone(), "vision");
+    vision.create(&create, &gpu_pod("late-0", 1, Some("late"))).await.expect("a member before its PodGroup");
+    let dry = PostParams { dry_run: true, ..Default::default() };
+    vision.create(&dry, &gpu_pod("probe", 5, None)).await.expect("1 + 5 of 16");
+    Api::<DynamicObject>::namespaced_with(alice.clone(), "vision", &pod_group_resource())
+        .create(&create, &pod_group("late", 12))
+        .await
+        .expect("pod group late");
+    // (Until the leader folds late-0's own admission charge into the ledger, it counts beside
+    // the group: 13, over, never under.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        let answer = vision.create(&dry, &gpu_pod("probe", 5, None)).await.map(drop).map_err(|e| e.to_string());
+        if answer.as_ref().is_err_and(|e| e.contains("team vision uses 12 of 16 nvidia.com/gpu")) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the late PodGroup never sized its group: {answer:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 
     // A group that can never fit the quota is refused at its first member, whole.
     groups.create(&create, &pod_group("huge", 6)).await.expect("pod group huge");

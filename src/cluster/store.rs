@@ -282,6 +282,32 @@ impl ClusterState {
         self.wake.notify_one();
     }
 
+    /// Sets the size of native PodGroup `pod_group`'s quota group (its `minCount`; `None` when
+    /// the PodGroup is gone or `basic`) on the records of its members, so that its tally charges
+    /// the whole group whether the PodGroup was seen before or after its pods.
+    pub fn set_native_group_size(&self, namespace: &str, pod_group: &str, size: Option<u32>) {
+        let mut inner = write(&self.inner);
+        let group = format!("{}{pod_group}", crate::gang::membership::NATIVE_GROUP_PREFIX);
+        let Some(members) = inner.gangs.get(&(Arc::from(namespace), group)) else { return };
+        let keys: Vec<Key> = members.iter().map(|m| (Arc::from(namespace), m.clone())).collect();
+        let mut changed = false;
+        for key in keys {
+            let Some(old) = inner.pods.get(&key).map(|r| (**r).clone()) else { continue };
+            let mut record = old.clone();
+            let Some(gang) = record.gang.as_mut().filter(|g| g.native && g.size != size) else { continue };
+            gang.size = size;
+            // In place (not `index`): only the tally changes; which relist saw it does not.
+            inner.usage_delta(&old, -1);
+            inner.usage_delta(&record, 1);
+            inner.pods.insert(key, Box::new(record));
+            changed = true;
+        }
+        if changed {
+            inner.generation += 1;
+            self.wake.notify_one();
+        }
+    }
+
     /// Forgets a Pod.
     pub fn remove_pod(&self, namespace: &str, name: &str) {
         let mut inner = write(&self.inner);

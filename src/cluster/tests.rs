@@ -266,6 +266,41 @@ fn handed_off_gangs_are_listed_once_with_their_owner() {
     assert_eq!(cluster(&off, &[worker("w-0", "allot-job-train")]).hand_offs(), vec![]);
 }
 
+/// A PodGroup seen after its members sizes their quota group in place (its tally then charges
+/// `minCount`); gone, the members count alone again; a gated pod is an Allot gang member
+/// whatever PodGroup it names (the webhook gated it because the cluster does not gang them).
+#[test]
+fn a_native_groups_size_follows_its_pod_group_and_allots_gate_wins() {
+    let team = "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: ml}\nspec:\n  namespaces: {names: [ml]}\n  quota: {mode: Deny, limits: {nvidia.com/gpu: 8}}\n";
+    let p = policies(team);
+    let member = |name: &str| {
+        let mut pod = team_pod(name, 1, false, "2026-11-22T01:00:00Z");
+        pod["spec"]["schedulingGroup"] = json!({"podGroupName": "ddp"});
+        pod
+    };
+    let state = cluster(&p, &[member("m-0"), member("m-1")]);
+    let used =
+        || state.usage_where(&mut |ns| ns == "ml").0.get("nvidia.com/gpu").map_or(0, |q| q.nanos() / 1_000_000_000);
+    assert_eq!(used(), 2, "size unknown: each member alone");
+    let generation = state.generation();
+    state.set_native_group_size("ml", "ddp", Some(4));
+    assert_eq!(used(), 4, "the group whole");
+    assert!(state.generation() > generation, "the controller is woken");
+    state.set_native_group_size("ml", "other", Some(100));
+    assert_eq!(used(), 4);
+    state.set_native_group_size("ml", "ddp", None);
+    assert_eq!(used(), 2);
+
+    let mut gated = member("g-0");
+    gated["metadata"]["labels"] = json!({"allot.dev/gang-name": "mine"});
+    gated["metadata"]["annotations"] = json!({"allot.dev/gang-size": "2"});
+    gated["spec"]["schedulingGates"] = json!([{"name": "allot.dev/gang"}]);
+    assert_eq!(crate::gang::membership::native_pod_group_of(&gated), None);
+    let record = super::fixtures::record(&gated, &p);
+    let gang = record.gang.as_deref().expect("a gang");
+    assert_eq!((gang.name.as_str(), gang.native), ("mine", false));
+}
+
 /// The watch's records of a claim-template pod: one event while its template exists, the next
 /// after it is gone (or before the claim cache knows it).
 mod watched_claim_records {

@@ -44,14 +44,20 @@ pub fn objects(name: &str, owner: &Value, min_count: u32) -> (Value, Value) {
     (workload, pod_group)
 }
 
+/// How many gangs one controller pass hands off at most (each costs a GET and two creates in
+/// the loop that also releases gangs and queues: a tenant's flood of forged members must not
+/// hold those up). The rest wait for the next pass.
+const PER_PASS: usize = 16;
+
 /// Creates what is missing for each handed-off gang with a live member. `tried` remembers the
 /// groups created (or being retried) since the last resync, so a pass does not ask twice while
 /// the watch has not shown the PodGroup yet; an object that exists already is left as it is.
 pub async fn create_missing(client: &kube::Client, state: &ClusterState, tried: &mut HashSet<(String, String)>) {
-    for (namespace, name, owner) in state.hand_offs() {
-        if state.claims().pod_group(&namespace, &name).is_some() || !tried.insert((namespace.clone(), name.clone())) {
-            continue;
-        }
+    let missing = state.hand_offs().into_iter().filter(|(namespace, name, _)| {
+        state.claims().pod_group(namespace, name).is_none() && !tried.contains(&(namespace.clone(), name.clone()))
+    });
+    for (namespace, name, owner) in missing.take(PER_PASS).collect::<Vec<_>>() {
+        tried.insert((namespace.clone(), name.clone()));
         let Some(api) = owner_api(owner.kind, &owner.api_kind) else {
             tracing::warn!(%namespace, pod_group = %name, kind = %owner.api_kind, "not a known owner kind for inferred gangs");
             continue;

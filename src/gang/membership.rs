@@ -74,7 +74,8 @@ pub struct PodFacts {
     pub scheduler_name: Option<String>,
     pub gates: Vec<String>,
     /// `spec.schedulingGroup.podGroupName`: the pod belongs to a native PodGroup (Kubernetes'
-    /// own gang scheduling). The API server drops the field where its feature gate is off.
+    /// own gang scheduling). The API server drops the field where its feature gate is off. Unset
+    /// on a pod that carries Allot's gang gate ([`native_pod_group_of`]).
     pub native_pod_group: Option<String>,
 }
 
@@ -100,7 +101,7 @@ impl PodFacts {
                 .collect(),
             node_name: str_at("/spec/nodeName"),
             scheduler_name: str_at("/spec/schedulerName"),
-            native_pod_group: str_at("/spec/schedulingGroup/podGroupName"),
+            native_pod_group: native_pod_group_of(pod).map(String::from),
             gates: pod
                 .field(&["spec", "schedulingGates"])
                 .and_then(Value::as_array)
@@ -121,6 +122,7 @@ impl PodFacts {
             node_name: spec.and_then(|s| s.node_name.clone()).filter(|s| !s.is_empty()),
             scheduler_name: spec.and_then(|s| s.scheduler_name.clone()).filter(|s| !s.is_empty()),
             native_pod_group: spec
+                .filter(|s| !s.scheduling_gates.iter().flatten().any(|g| g.name == GATE))
                 .and_then(|s| s.scheduling_group.as_ref())
                 .and_then(|g| g.pod_group_name.clone())
                 .filter(|s| !s.is_empty()),
@@ -261,6 +263,28 @@ pub fn membership(
     Ok(infer_from_owner(facts, infer))
 }
 
+/// A PodGroup's `spec.schedulingPolicy.gang.minCount`; `None` for a `basic` PodGroup (its pods
+/// go alone: no group).
+pub fn gang_min_count(pod_group: &Value) -> Option<u32> {
+    let min_count = pod_group.field(&["spec", "schedulingPolicy", "gang", "minCount"])?.as_u64()?;
+    (min_count > 0).then(|| u32::try_from(min_count).unwrap_or(u32::MAX))
+}
+
+/// The native PodGroup a Pod (as JSON) is left to: its `spec.schedulingGroup.podGroupName`,
+/// unless it carries Allot's gang gate. The mutating webhook adds that gate only when it found
+/// the cluster does not gang PodGroups, so a gated pod is an Allot gang member by its labels
+/// wherever it is read (validation, the watch, the controller), whatever the field says.
+pub fn native_pod_group_of(pod: &Value) -> Option<&str> {
+    let gated = pod
+        .field(&["spec", "schedulingGates"])
+        .and_then(Value::as_array)
+        .is_some_and(|gates| gates.iter().any(|g| g.get("name").and_then(Value::as_str) == Some(GATE)));
+    if gated {
+        return None;
+    }
+    pod.pointer("/spec/schedulingGroup/podGroupName").and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
 /// What a native PodGroup's quota group is named: a prefix no label value has (a `/`), and that
 /// the one annotation-named source (Kueue's) may not use, so no other gang shares its tally.
 pub const NATIVE_GROUP_PREFIX: &str = "PodGroup/";
@@ -286,14 +310,7 @@ pub fn native_group(
     let name = pod_group.filter(|n| !n.is_empty())?;
     let size = match objects.pod_group(namespace, name) {
         None => None,
-        Some(group) => {
-            let policy = group.field(&["spec", "schedulingPolicy"]);
-            let min_count = policy.and_then(|p| p.get("gang")).and_then(|g| g.get("minCount"));
-            match min_count.and_then(Value::as_u64) {
-                Some(n) if n > 0 => Some(u32::try_from(n).unwrap_or(u32::MAX)),
-                _ => return None,
-            }
-        }
+        Some(group) => Some(gang_min_count(&group)?),
     };
     Some(Membership { name: format!("{NATIVE_GROUP_PREFIX}{name}"), size, source: Source::NativePodGroup })
 }

@@ -11,6 +11,7 @@
 
 pub mod connections;
 pub mod metrics;
+pub mod pod_groups;
 pub mod reload;
 pub mod startup;
 pub mod tls;
@@ -622,7 +623,7 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     state.set_native_split(&sources);
     if let Some(c) = &client {
         // (Set once, here, before the server accepts a request.)
-        let claims = reload::watch_claims(c.clone());
+        let claims = reload::watch_claims(c.clone(), cluster.clone());
         cluster.set_claims(claims.clone());
         let _ = state.claims.set(claims);
     }

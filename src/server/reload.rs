@@ -233,22 +233,10 @@ pub fn watch_namespaces(client: kube::Client, caches: Arc<super::startup::Caches
 struct WatchedClaims {
     claims: kube::runtime::reflector::Store<k8s_openapi::api::resource::v1::ResourceClaim>,
     templates: kube::runtime::reflector::Store<k8s_openapi::api::resource::v1::ResourceClaimTemplate>,
-    /// Native PodGroups, set once discovery shows the cluster serves them
-    /// ([`NATIVE_POD_GROUPS`]); unset, no pod names a PodGroup Allot can size.
-    pod_groups: Arc<std::sync::OnceLock<kube::runtime::reflector::Store<DynamicObject>>>,
-    /// Every watch has had its first list (a PodGroup watch only where the API is served).
+    /// Native PodGroups, where the cluster serves them.
+    pod_groups: Arc<super::pod_groups::PodGroups>,
+    /// Both claim watches have had their first list.
     synced: Arc<std::sync::atomic::AtomicBool>,
-}
-
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-
-/// Where native PodGroups are served: behind the `GenericWorkload` gate and
-/// `--runtime-config=scheduling.k8s.io/v1alpha2=true` in Kubernetes 1.36. (Read as dynamic
-/// objects: k8s-openapi's newest types are a later version of the API.)
-const NATIVE_POD_GROUPS: &str = "scheduling.k8s.io/v1alpha2";
-
-fn pod_group_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("scheduling.k8s.io", "v1alpha2", "PodGroup"), "podgroups")
 }
 
 impl crate::dra::ClaimSource for WatchedClaims {
@@ -270,34 +258,15 @@ impl crate::dra::ClaimSource for WatchedClaims {
         self.synced.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Once discovery has shown `scheduling.k8s.io/v1alpha2` (served with the `GenericWorkload`
-    /// gate); until then, and where it is not served, native-group members are gated like others.
+    /// While discovery shows `scheduling.k8s.io/v1alpha2` (served with the `GenericWorkload`
+    /// gate); until it answers, and where it is not served, native-group members are gated like
+    /// others.
     fn schedules_native_gangs(&self) -> bool {
-        self.pod_groups.get().is_some()
+        self.pod_groups.served()
     }
 
     fn pod_group(&self, namespace: &str, name: &str) -> Option<serde_json::Value> {
-        let store = self.pod_groups.get()?;
-        let found =
-            store.get(&kube::runtime::reflector::ObjectRef::new_with(name, pod_group_resource()).within(namespace))?;
-        serde_json::to_value(found.as_ref()).ok()
-    }
-}
-
-/// Whether the cluster serves native PodGroups, asked until the API server answers: `Ok(false)`
-/// for a 404 (the API is off, so no pod can name a PodGroup: the field is dropped with it).
-async fn serves_pod_groups(client: &kube::Client) -> bool {
-    let mut delay = Duration::from_millis(500);
-    loop {
-        match client.list_api_group_resources(NATIVE_POD_GROUPS).await {
-            Ok(list) => return list.resources.iter().any(|r| r.name == "podgroups"),
-            Err(kube::Error::Api(s)) if s.code == 404 => return false,
-            Err(e) => {
-                tracing::warn!(error = %e, api = NATIVE_POD_GROUPS, "discovery failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(10));
-            }
-        }
+        self.pod_groups.get(namespace, name)
     }
 }
 
@@ -341,28 +310,21 @@ where
 /// Starts the ResourceClaim and ResourceClaimTemplate watches (`resource.k8s.io/v1`). A claim
 /// not (yet) in the cache is denied as missing: failing closed, never counted as free.
 ///
-/// Where the cluster serves native PodGroups (discovery, [`NATIVE_POD_GROUPS`]), they are
-/// watched too, so that a member's quota is charged for its group's `minCount`.
-pub fn watch_claims(client: kube::Client) -> Arc<dyn crate::dra::ClaimSource> {
+/// Native PodGroups are looked up beside them ([`super::pod_groups`]: discovery, then a watch
+/// that sizes the native groups of `cluster`); their watch is not waited for here.
+pub fn watch_claims(
+    client: kube::Client,
+    cluster: Arc<crate::cluster::ClusterState>,
+) -> Arc<dyn crate::dra::ClaimSource> {
     let claims = spawn_reflector(kube::Api::all(client.clone()), "ResourceClaim");
     let templates = spawn_reflector(kube::Api::all(client.clone()), "ResourceClaimTemplate");
     let synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let pod_groups = Arc::new(std::sync::OnceLock::new());
     let (first_claims, first_templates, done) = (claims.clone(), templates.clone(), synced.clone());
-    let groups = pod_groups.clone();
     tokio::spawn(async move {
-        if serves_pod_groups(&client).await {
-            tracing::info!(api = NATIVE_POD_GROUPS, "native PodGroups are served: watching them for quota");
-            let resource = pod_group_resource();
-            let store = spawn_reflector_of(kube::Api::all_with(client, &resource), resource, "PodGroup");
-            let _ = groups.set(store.clone());
-            if store.wait_until_ready().await.is_err() {
-                return;
-            }
-        }
         if first_claims.wait_until_ready().await.is_ok() && first_templates.wait_until_ready().await.is_ok() {
             done.store(true, std::sync::atomic::Ordering::Release);
         }
     });
+    let pod_groups = super::pod_groups::watch(client, cluster);
     Arc::new(WatchedClaims { claims, templates, pod_groups, synced })
 }
