@@ -194,6 +194,25 @@ async fn each_check_is_answered_once_and_native_checks_outlive_the_webhook() {
     })
     .await;
 
+    // The API server loads each policy on its own: the Audit rule's may come into force after
+    // the warning's (seen once in CI). In force once a probe of its own is audited natively.
+    let mut probes = 0;
+    eventually("the native Audit policy in force", || {
+        probes += 1;
+        let mut probe = audited.clone();
+        probe["metadata"]["name"] = json!(format!("audit-probe-{probes}"));
+        let (client, cluster) = (&client, &cluster);
+        async move {
+            dry_run(client, &probe).await?;
+            let annotations = audit_annotations(cluster, probe["metadata"]["name"].as_str().unwrap_or_default()).await;
+            match annotations.get("validation.policy.admission.k8s.io/validation_failure") {
+                Some(_) => Ok(()),
+                None => Err(format!("not audited natively yet: {annotations:?}")),
+            }
+        }
+    })
+    .await;
+
     // The same pod with both halves: the native policy audits it, the webhook does not again.
     let mut audited = audited;
     audited["metadata"]["name"] = json!("audited-native");
