@@ -98,6 +98,17 @@ async fn native_pod_groups_are_charged_whole_and_ganged_by_the_scheduler() {
         assert!(std::time::Instant::now() < deadline, "the late PodGroup never sized its group: {answer:?}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    // `allot explain` reads the PodGroups too: the pod's group, sized by its PodGroup.
+    let explained = std::process::Command::new(env!("CARGO_BIN_EXE_allot"))
+        .args(["explain", "pod", "late-0", "-n", "vision", "-o", "json", "--policies"])
+        .arg(cluster.dir.path().join("policies"))
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("allot explain");
+    let pod: serde_json::Value = serde_json::from_slice(&explained.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&explained.stderr)));
+    assert_eq!((&pod["gang"]["name"], &pod["gang"]["declared"]), (&json!("PodGroup/late"), &json!(12)), "{pod}");
 
     // A group that can never fit the quota is refused at its first member, whole.
     groups.create(&create, &pod_group("huge", 6)).await.expect("pod group huge");

@@ -219,8 +219,9 @@ pub async fn gather(client: &kube::Client, policies: &PolicySet, namespace: &str
             Err(source) => return Err(LiveError::List { what: "DRA devices".into(), source }),
         }
     }
-    // Claims before pods: a pod's record counts the devices of the claims it names.
-    let claims = if policies.device_classes.is_empty() {
+    // Claims and PodGroups before pods: a pod's record counts the devices of the claims it names
+    // and is charged for the native PodGroup it is in.
+    let mut claims = if policies.device_classes.is_empty() {
         crate::dra::ClaimObjects::new("not found in the cluster")
     } else {
         match list_claims(client, namespace).await {
@@ -231,6 +232,11 @@ pub async fn gather(client: &kube::Client, policies: &PolicySet, namespace: &str
             Err(source) => return Err(LiveError::List { what: "DRA claims".into(), source }),
         }
     };
+    match list_pod_groups(client, namespace, &mut claims).await {
+        Ok(()) => {}
+        Err(e) if forbidden(&e) => visibility.pod_groups = Some(reason(&e)),
+        Err(source) => return Err(LiveError::List { what: "native PodGroups".into(), source }),
+    }
     let mut records = Vec::new();
     let mut pods = HashMap::new();
     let mut keep = |pod: Pod| {
@@ -269,6 +275,39 @@ async fn list_devices(client: &kube::Client) -> Result<crate::dra::slices::NodeD
     let mut counted = Vec::new();
     list_each(&Api::<ResourceSlice>::all(client.clone()), |s| counted.push(slice_devices(&s, &matcher))).await?;
     Ok(NodeDevices::from_slices(&counted, &matcher))
+}
+
+/// The native PodGroups the caller may list (all namespaces, else `namespace`), where the
+/// cluster serves them (nothing to list otherwise), kept in `objects`.
+async fn list_pod_groups(
+    client: &kube::Client,
+    namespace: &str,
+    objects: &mut crate::dra::ClaimObjects,
+) -> Result<(), kube::Error> {
+    use crate::gang::hand_off::{POD_GROUP_API, pod_group_resource};
+    use kube::api::DynamicObject;
+    match client.list_api_group_resources(POD_GROUP_API).await {
+        Ok(list) if list.resources.iter().any(|r| r.name == "podgroups") => {}
+        Ok(_) => return Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    let mut keep = |g: DynamicObject| {
+        // (List items carry no type: the kind is the list's.)
+        if let Ok(mut object) = serde_json::to_value(g) {
+            object["apiVersion"] = POD_GROUP_API.into();
+            object["kind"] = "PodGroup".into();
+            objects.insert(&object, namespace);
+        }
+    };
+    let all = Api::<DynamicObject>::all_with(client.clone(), &pod_group_resource());
+    match list_each(&all, &mut keep).await {
+        Err(e) if forbidden(&e) => {
+            let own = Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &pod_group_resource());
+            list_each(&own, &mut keep).await
+        }
+        other => other,
+    }
 }
 
 /// Every ResourceClaimTemplate and ResourceClaim the caller may list: of all namespaces, else

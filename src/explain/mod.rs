@@ -87,6 +87,9 @@ pub struct Visibility {
     /// DeviceClasses or ResourceSlices could not be listed (with DeviceClasses mapped): the
     /// gang fit leaves claim devices out, as the controller does before it has read them.
     pub devices: Option<String>,
+    /// Native PodGroups could not be listed (where served): their members' quota groups are of
+    /// unknown size, each member counted alone.
+    pub pod_groups: Option<String>,
 }
 
 /// The pod fields the view does not keep.
@@ -390,6 +393,11 @@ fn visibility_notes(inputs: &Inputs<'_>, gang: bool) -> Vec<String> {
     {
         notes.push(format!(
             "cannot list DeviceClasses or ResourceSlices ({why}): the fit leaves DRA claim devices out; the GangReady condition is the controller's answer"
+        ));
+    }
+    if let Some(why) = &v.pod_groups {
+        notes.push(format!(
+            "cannot list native PodGroups ({why}): their members are counted one by one, not as whole groups"
         ));
     }
     if let Some(why) = &v.claims {

@@ -20,6 +20,16 @@ fn resource(kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("scheduling.k8s.io", "v1alpha2", kind), plural)
 }
 
+/// Where native PodGroups are served: behind the `GenericWorkload` gate and
+/// `--runtime-config=scheduling.k8s.io/v1alpha2=true` in Kubernetes 1.36. (Read as dynamic
+/// objects: k8s-openapi's newest types are a later version of the API.)
+pub const POD_GROUP_API: &str = "scheduling.k8s.io/v1alpha2";
+
+/// The PodGroup resource of [`POD_GROUP_API`].
+pub fn pod_group_resource() -> ApiResource {
+    resource("PodGroup", "podgroups")
+}
+
 /// The Workload and PodGroup for a handed-off gang of `min_count` named `name`, owned by
 /// `owner` (an ownerReference: apiVersion, kind, name, uid). Pure, for tests.
 pub fn objects(name: &str, owner: &Value, min_count: u32) -> (Value, Value) {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::DynamicObject;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
@@ -17,17 +17,10 @@ use serde_json::{Value, json};
 use crate::cluster::ClusterState;
 use crate::gang::membership::gang_min_count;
 
-/// Where native PodGroups are served: behind the `GenericWorkload` gate and
-/// `--runtime-config=scheduling.k8s.io/v1alpha2=true` in Kubernetes 1.36. (Read as dynamic
-/// objects: k8s-openapi's newest types are a later version of the API.)
-pub const API: &str = "scheduling.k8s.io/v1alpha2";
+use crate::gang::hand_off::{POD_GROUP_API as API, pod_group_resource as resource};
 
 /// How often discovery is asked again.
 const REDISCOVERY: Duration = Duration::from_secs(30);
-
-fn resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("scheduling.k8s.io", "v1alpha2", "PodGroup"), "podgroups")
-}
 
 /// The cluster's native PodGroups, as far as Allot knows them.
 #[derive(Default)]
