@@ -223,7 +223,11 @@ fn default_priority_replaces_the_global_default_and_drops_priority_fields() {
 }
 
 fn engine_mutate(policies: &PolicySet, pod: &Value) -> allot::engine::Outcome {
-    let engine = Engine::new(policies, &NoNamespaces);
+    mutate_as(&Engine::new(policies, &NoNamespaces), pod, "test")
+}
+
+/// The mutating webhook's answer for `pod`, created in `vision` by `username`.
+fn mutate_as(engine: &Engine<'_>, pod: &Value, username: &str) -> allot::engine::Outcome {
     let (group, kind) = group_kind(pod);
     engine.mutate(&Request {
         uid: "test",
@@ -234,7 +238,7 @@ fn engine_mutate(policies: &PolicySet, pod: &Value) -> allot::engine::Outcome {
         object: pod,
         old_object: None,
         dry_run: false,
-        username: "test",
+        username,
         groups: &[],
     })
 }
@@ -803,20 +807,7 @@ fn check_resolves_claim_templates_among_its_manifests() {
 
 /// `pod` as the mutating webhook leaves it, claims and PodGroups looked up in `claims`.
 fn mutated_with(policies: &PolicySet, pod: &Value, claims: &dyn allot::dra::ClaimSource) -> Pod {
-    let engine = Engine::new(policies, &NoNamespaces).with_claims(claims);
-    let (group, kind) = group_kind(pod);
-    let outcome = engine.mutate(&Request {
-        uid: "test",
-        operation: RequestOperation::Create,
-        group,
-        kind,
-        namespace: "vision",
-        object: pod,
-        old_object: None,
-        dry_run: false,
-        username: "alice",
-        groups: &[],
-    });
+    let outcome = mutate_as(&Engine::new(policies, &NoNamespaces).with_claims(claims), pod, "alice");
     let patch: json_patch::Patch = serde_json::from_value(json!(outcome.patch)).expect("a JSON Patch");
     serde_json::from_value(apply(pod, &patch)).expect("a Pod")
 }

@@ -440,7 +440,9 @@ impl Cluster {
         // Written by ControlPlane::start: the service-account key and the API server's certificates.
         let (sa_key, cert_dir) = (d.join("sa.key"), d.join("apiserver-certs"));
         // What the scheduler and the controller-manager share: the admin kubeconfig, no leader
-        // election, their own serving port.
+        // election, no serving port (nothing here reads their health endpoints, and a port
+        // picked free and bound later was seen taken in between: "bind: address already in use",
+        // then no controller-manager and no ServiceAccounts).
         let component = |extra: &[String]| {
             let mut args = vec![
                 format!("--kubeconfig={kc}"),
@@ -449,7 +451,7 @@ impl Cluster {
                 "--authentication-skip-lookup=true".to_string(),
                 "--leader-elect=false".to_string(),
                 "--bind-address=127.0.0.1".to_string(),
-                format!("--secure-port={}", free_port()),
+                "--secure-port=0".to_string(),
             ];
             args.extend_from_slice(extra);
             args
