@@ -72,7 +72,9 @@ pub fn watch(client: kube::Client, cluster: Arc<ClusterState>) -> Arc<PodGroups>
         loop {
             let served = discover(&client).await;
             if served != state.served.swap(served, Ordering::AcqRel) {
-                tracing::info!(api = API, served, "native PodGroups served: members are left to the scheduler's gangs");
+                // Served: a pod naming a PodGroup is left to the scheduler's gangs; not served:
+                // such a pod is gated like any gang member (the API server drops the field).
+                tracing::info!(api = API, served, "native PodGroups: served changed");
             }
             if served && state.store.get().is_none() {
                 let _ = state.store.set(spawn_watch(client.clone(), cluster.clone()));
