@@ -99,16 +99,11 @@ async fn native_pod_groups_are_charged_whole_and_ganged_by_the_scheduler() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     // `allot explain` reads the PodGroups too: the pod's group, sized by its PodGroup.
-    let explained = std::process::Command::new(env!("CARGO_BIN_EXE_allot"))
-        .args(["explain", "pod", "late-0", "-n", "vision", "-o", "json", "--policies"])
-        .arg(cluster.dir.path().join("policies"))
-        .env("KUBECONFIG", &cluster.kubeconfig)
-        .env("RUST_LOG", "error")
-        .output()
-        .expect("allot explain");
-    let pod: serde_json::Value = serde_json::from_slice(&explained.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&explained.stderr)));
+    let pod = explain_json(&cluster, &["pod", "late-0", "-n", "vision"]);
     assert_eq!((&pod["gang"]["name"], &pod["gang"]["declared"]), (&json!("PodGroup/late"), &json!(12)), "{pod}");
+    // And the team uses what admission checks against: the whole group, not its one pod.
+    let team = explain_json(&cluster, &["team", "vision"]);
+    assert_eq!(team["quota"]["limits"][0]["used"], "12", "{team}");
 
     // A group that can never fit the quota is refused at its first member, whole.
     groups.create(&create, &pod_group("huge", 6)).await.expect("pod group huge");
@@ -295,4 +290,19 @@ async fn an_inferred_gang_is_handed_to_the_scheduler() {
         }
     })
     .await;
+}
+
+/// `allot explain ARGS -o json` against `cluster` as its admin, with its policies.
+fn explain_json(cluster: &Cluster, args: &[&str]) -> serde_json::Value {
+    let explained = std::process::Command::new(env!("CARGO_BIN_EXE_allot"))
+        .arg("explain")
+        .args(args)
+        .args(["-o", "json", "--policies"])
+        .arg(cluster.dir.path().join("policies"))
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("allot explain");
+    serde_json::from_slice(&explained.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&explained.stderr)))
 }

@@ -739,8 +739,16 @@ fn explain_team(inputs: &Inputs<'_>, name: &str) -> Result<TeamReport, ExplainEr
             },
         ));
     }
-    let used = crate::cluster::usage::admitted_by_team(&requests_by_state(&view), &mut teams);
+    let mut used = crate::cluster::usage::admitted_by_team(&requests_by_state(&view), &mut teams);
     drop(view);
+    // Deny mode: what admission checks a new pod against, gangs and native groups charged whole
+    // (a gang that is not whole yet holds its missing members' places), not the pods' sum.
+    if let Some(q) = quota.filter(|q| q.mode == QuotaMode::Deny) {
+        let (usage, _) = inputs.state.usage_where(&mut |ns| {
+            crate::namespaces::team_of(inputs.policies, ns, inputs.labels).team.is_some_and(|t| t.name == name)
+        });
+        used.insert(team.name.as_str(), q.charge(&usage));
+    }
     pods.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| (&a.1.namespace, &a.1.pod).cmp(&(&b.1.namespace, &b.1.pod))));
     let top_pods = pods.into_iter().take(TOP_PODS).map(|(_, p)| p).collect();
     let mut usage_by_namespace: Vec<(Quantity, NamespaceUsage)> = by_namespace
