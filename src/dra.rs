@@ -15,9 +15,10 @@
 //! A claim made from a template belongs to one pod; a ResourceClaim named by
 //! `resourceClaimName` may be shared by many pods and is kept apart ([`ClaimDemand::shared`]):
 //! counted once per pod however often the pod names it, and by every pod that names it (quota
-//! over-counts a shared claim, never under-counts it; see the README's Known limits). A claim the scheduler creates for a pod's own extended
-//! resource (annotation [`EXTENDED_RESOURCE_CLAIM_ANNOTATION`]) stands for a request already in
-//! the containers' resources and is never counted again. A claim or template that cannot be
+//! over-counts a shared claim, never under-counts it; see the README's Known limits). A claim
+//! the scheduler creates for a pod's own extended resource (annotation
+//! [`EXTENDED_RESOURCE_CLAIM_ANNOTATION`]) stands for a request already in the containers'
+//! resources and is never counted again. A claim or template that cannot be
 //! found is not "free": it is reported in [`ClaimDemand::missing`] and admission denies naming it.
 
 pub mod slices;

@@ -432,14 +432,7 @@ async fn compiled_policies_alone_give_the_engines_verdicts_and_mutations() {
             assert!(warnings.is_empty(), "{name}: no warning, no evaluation error: {warnings:?}");
             continue;
         }
-        let manifest = Manifest { source: name.to_string(), document: 1, line: 0, object: object.clone() };
-        let engine_messages: Vec<String> = admit_manifest(&engine, &manifest)
-            .report
-            .findings
-            .iter()
-            .filter(|f| f.action == allot::policy::Action::Deny)
-            .map(|f| f.message.clone())
-            .collect();
+        let engine_messages: Vec<String> = engine_denials(&engine, name, object).map(|f| f.message).collect();
         let refusal = dry_run(&client, object).await.expect_err("denied");
         assert!(
             engine_messages.iter().any(|m| refusal.contains(m.as_str())),
@@ -457,14 +450,8 @@ async fn compiled_policies_alone_give_the_engines_verdicts_and_mutations() {
     for (name, object, _, _) in hostile.iter().filter(|c| {
         ["tenant-class-not-allowed", "tenant-gpu-in-init-container", "tenant-gpus-in-a-sidecar-over-max"].contains(&c.0)
     }) {
-        let manifest = Manifest { source: name.to_string(), document: 1, line: 0, object: object.clone() };
-        let engine_words: Vec<String> = admit_manifest(&engine, &manifest)
-            .report
-            .findings
-            .iter()
-            .filter(|f| f.action == allot::policy::Action::Deny)
-            .map(|f| format!("[{}] {}", f.rule, f.describe()))
-            .collect();
+        let engine_words: Vec<String> =
+            engine_denials(&engine, name, object).map(|f| format!("[{}] {}", f.rule, f.describe())).collect();
         let refusal = dry_run(&alice, object).await.expect_err("denied");
         assert!(
             engine_words.iter().any(|m| refusal.contains(m.as_str())),
@@ -614,6 +601,16 @@ fn hostile_cases() -> Vec<(&'static str, Value, bool)> {
             false,
         ),
     ]
+}
+
+/// What the engine denies `object` (named `name`) for, as `allot check` reports it.
+fn engine_denials(
+    engine: &allot::engine::Engine<'_>,
+    name: &str,
+    object: &Value,
+) -> impl Iterator<Item = allot::finding::Finding> {
+    let manifest = Manifest { source: name.to_string(), document: 1, line: 0, object: object.clone() };
+    admit_manifest(engine, &manifest).report.findings.into_iter().filter(|f| f.action == allot::policy::Action::Deny)
 }
 
 /// The admin's kubeconfig impersonating `alice`, who holds a Role on pods (all verbs) in

@@ -292,14 +292,16 @@ impl ClusterState {
         let keys: Vec<Key> = members.iter().map(|m| (Arc::from(namespace), m.clone())).collect();
         let mut changed = false;
         for key in keys {
-            let Some(old) = inner.pods.get(&key).map(|r| (**r).clone()) else { continue };
-            let mut record = old.clone();
-            let Some(gang) = record.gang.as_mut().filter(|g| g.native && g.size != size) else { continue };
-            gang.size = size;
+            let resized =
+                inner.pods.get(&key).and_then(|r| r.gang.as_ref()).is_some_and(|g| g.native && g.size != size);
+            let Some(mut record) = inner.pods.remove(&key).filter(|_| resized) else { continue };
             // In place (not `index`): only the tally changes; which relist saw it does not.
-            inner.usage_delta(&old, -1);
+            inner.usage_delta(&record, -1);
+            if let Some(gang) = record.gang.as_mut() {
+                gang.size = size;
+            }
             inner.usage_delta(&record, 1);
-            inner.pods.insert(key, Box::new(record));
+            inner.pods.insert(key, record);
             changed = true;
         }
         if changed {

@@ -284,13 +284,10 @@ async fn list_pod_groups(
     namespace: &str,
     objects: &mut crate::dra::ClaimObjects,
 ) -> Result<(), kube::Error> {
-    use crate::gang::hand_off::{POD_GROUP_API, pod_group_resource};
+    use crate::gang::hand_off::{POD_GROUP_API, pod_group_resource, serves_pod_groups};
     use kube::api::DynamicObject;
-    match client.list_api_group_resources(POD_GROUP_API).await {
-        Ok(list) if list.resources.iter().any(|r| r.name == "podgroups") => {}
-        Ok(_) => return Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-        Err(e) => return Err(e),
+    if !serves_pod_groups(client).await? {
+        return Ok(());
     }
     let mut keep = |g: DynamicObject| {
         // (List items carry no type: the kind is the list's.)

@@ -30,6 +30,16 @@ pub fn pod_group_resource() -> ApiResource {
     resource("PodGroup", "podgroups")
 }
 
+/// Whether the cluster serves native PodGroups (discovery of [`POD_GROUP_API`]): `Ok(false)` for
+/// a 404 (the API is off: no pod can name a PodGroup, the API server drops the field).
+pub async fn serves_pod_groups(client: &kube::Client) -> Result<bool, kube::Error> {
+    match client.list_api_group_resources(POD_GROUP_API).await {
+        Ok(list) => Ok(list.resources.iter().any(|r| r.name == "podgroups")),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// The Workload and PodGroup for a handed-off gang of `min_count` named `name`, owned by
 /// `owner` (an ownerReference: apiVersion, kind, name, uid). Pure, for tests.
 pub fn objects(name: &str, owner: &Value, min_count: u32) -> (Value, Value) {

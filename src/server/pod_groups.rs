@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use crate::cluster::ClusterState;
 use crate::gang::membership::gang_min_count;
 
-use crate::gang::hand_off::{POD_GROUP_API as API, pod_group_resource as resource};
+use crate::gang::hand_off::{POD_GROUP_API as API, pod_group_resource as resource, serves_pod_groups};
 
 /// How often discovery is asked again.
 const REDISCOVERY: Duration = Duration::from_secs(30);
@@ -46,14 +46,13 @@ impl PodGroups {
     }
 }
 
-/// Whether the cluster serves native PodGroups, asked until the API server answers: `false` for
-/// a 404 (the API is off, so no pod can name a PodGroup: the field is dropped with it).
+/// Whether the cluster serves native PodGroups ([`serves_pod_groups`]), asked until the API
+/// server answers.
 async fn discover(client: &kube::Client) -> bool {
     let mut delay = Duration::from_millis(500);
     loop {
-        match client.list_api_group_resources(API).await {
-            Ok(list) => return list.resources.iter().any(|r| r.name == "podgroups"),
-            Err(kube::Error::Api(s)) if s.code == 404 => return false,
+        match serves_pod_groups(client).await {
+            Ok(served) => return served,
             Err(e) => {
                 tracing::warn!(error = %e, api = API, "discovery failed; retrying");
                 tokio::time::sleep(delay).await;

@@ -276,30 +276,16 @@ where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    spawn_reflector_of(api, K::DynamicType::default(), what)
-}
-
-/// [`spawn_reflector`] for a type known at run time (dynamic objects: native PodGroups).
-fn spawn_reflector_of<K>(
-    api: kube::Api<K>,
-    dynamic_type: K::DynamicType,
-    what: &'static str,
-) -> kube::runtime::reflector::Store<K>
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
-{
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-    let writer = reflector::store::Writer::new(dynamic_type);
-    let reader = writer.as_reader();
+    let (reader, writer) = reflector::store();
     let stream = reflector(writer, watcher(api, watcher::Config::default())).default_backoff().applied_objects();
     tokio::spawn(async move {
         stream
             .for_each(|event| async move {
                 if let Err(e) = event {
-                    tracing::warn!(error = %e, watch = what, "watch error");
+                    tracing::warn!(error = %e, watch = what, "DRA watch error");
                 }
             })
             .await;
