@@ -114,6 +114,13 @@ async fn native_pod_groups_are_charged_whole_and_ganged_by_the_scheduler() {
     );
     let refused = pods.create(&create, &gpu_pod("huge-0", 1, Some("huge"))).await.expect_err("6 of 5");
     assert!(refused.to_string().contains("gang PodGroup/huge of 6 asks 6"), "{refused}");
+    // The largest minCount the API server takes: refused as promptly, with the number, no
+    // overflow and no stall.
+    groups.create(&create, &pod_group("absurd", i32::MAX as u32)).await.expect("pod group absurd");
+    let started = std::time::Instant::now();
+    let absurd = once_sized(&pods, "absurd", 1).await;
+    assert!(absurd.contains("gang PodGroup/absurd of 2147483647 asks 2147483647 in all"), "{absurd}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
 
     // A group of 4 that fits: its first member reserves all 4 at once.
     groups.create(&create, &pod_group("ddp", 4)).await.expect("pod group ddp");
@@ -204,6 +211,18 @@ async fn without_native_gang_scheduling_a_pod_group_name_avoids_no_gate() {
         gates(&Pod { spec: Some(spec), ..Default::default() }).contains(&"allot.dev/gang".to_string()),
         "a gang member of a cluster without native gangs must be gated"
     );
+    // Nor can she borrow a native group's name for a Kueue pod group (the one gang name a `/`
+    // fits in) to share its tally.
+    let mut forged = gpu_pod("forged-0", 1, None);
+    forged.metadata.annotations = Some(
+        [
+            ("kueue.x-k8s.io/pod-group-name".to_string(), "PodGroup/ddp".to_string()),
+            ("kueue.x-k8s.io/pod-group-total-count".to_string(), "1".to_string()),
+        ]
+        .into(),
+    );
+    let refused = pods.create(&PostParams::default(), &forged).await.expect_err("a native group's name");
+    assert!(refused.to_string().contains("are native PodGroups'"), "{refused}");
 }
 
 const HAND_OFF: &str = r#"
