@@ -14,8 +14,9 @@
 //!
 //! A claim made from a template belongs to one pod; a ResourceClaim named by
 //! `resourceClaimName` may be shared by many pods and is kept apart ([`ClaimDemand::shared`]):
-//! counted once per pod however often the pod names it, and by every pod that names it (quota
-//! over-counts a shared claim, never under-counts it; see the README's Known limits). A claim
+//! each pod's own checks (accelerators, placement, CEL) see its devices, and team quotas charge
+//! them once per claim, while any pod that names it lives ([`SharedClaims`]; every quota book
+//! keeps the claims it counted by name). A claim
 //! the scheduler creates for a pod's own extended resource (annotation
 //! [`EXTENDED_RESOURCE_CLAIM_ANNOTATION`]) stands for a request already in the containers'
 //! resources and is never counted again. A claim or template that cannot be
@@ -261,15 +262,32 @@ impl ClaimDemand {
     }
 
     /// The devices as quota resources, one name per class ([`class_resource`]): a compiled
-    /// quota weighs them exactly.
+    /// quota weighs them exactly. Every claim, shared ones included (what one pod holds).
     pub fn quota_resources(&self) -> ResourceList {
-        self.per_class()
-            .into_iter()
-            .map(|(class, count)| {
-                (class_resource(&class), Quantity::from_units(i64::try_from(count).unwrap_or(i64::MAX)))
-            })
-            .collect()
+        class_resources(&self.per_class())
     }
+
+    /// The devices of the claims made for this pod alone, as quota resources: what its team is
+    /// charged for it beside its containers' requests.
+    pub fn own_quota_resources(&self) -> ResourceList {
+        class_resources(&self.own)
+    }
+
+    /// The devices of each shared claim, as quota resources: charged once per claim.
+    pub fn shared_quota_resources(&self) -> SharedClaims {
+        self.shared.iter().map(|(name, counts)| (name.clone(), class_resources(counts))).collect()
+    }
+}
+
+/// Shared ResourceClaims by name, each with its devices as quota resources
+/// ([`class_resource`] names): a team is charged each once, however many of its pods name it.
+pub type SharedClaims = BTreeMap<String, ResourceList>;
+
+fn class_resources(counts: &ClassCounts) -> ResourceList {
+    counts
+        .iter()
+        .map(|(class, count)| (class_resource(class), Quantity::from_units(i64::try_from(*count).unwrap_or(i64::MAX))))
+        .collect()
 }
 
 fn add_counts(total: &mut ClassCounts, other: &ClassCounts) {
@@ -279,10 +297,19 @@ fn add_counts(total: &mut ClassCounts, other: &ClassCounts) {
     }
 }
 
-/// What a pod is charged against its team's quota: its effective requests (`requests`, from
-/// its spec) and the devices of its claims, under their DeviceClass names, which the compiled
-/// quota weighs exactly.
+/// What a pod is charged against its team's quota for itself: its effective requests
+/// (`requests`, from its spec) and the devices of the claims made for it alone, under their
+/// DeviceClass names, which the compiled quota weighs exactly. Its shared claims are charged
+/// apart, once per claim ([`ClaimDemand::shared_quota_resources`]).
 pub fn quota_requests(requests: &ResourceList, claims: &ClaimDemand) -> ResourceList {
+    let mut requests = requests.clone();
+    requests.extend(claims.own_quota_resources());
+    requests
+}
+
+/// Everything the pod holds in quota terms, its shared claims included: whether it counts
+/// against a quota at all (a pod that only shares a claim still does).
+pub fn held_quota_requests(requests: &ResourceList, claims: &ClaimDemand) -> ResourceList {
     let mut requests = requests.clone();
     requests.extend(claims.quota_resources());
     requests

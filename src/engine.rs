@@ -278,7 +278,7 @@ impl<'a> Engine<'a> {
                     gang: matches!(membership, Ok(Some(_))),
                     queued: team.team.and_then(|t| t.quota.as_ref()).is_some_and(|q| {
                         q.mode == crate::policy::QuotaMode::Queue
-                            && !q.charge(&dra::quota_requests(view.requests(), &claims)).is_empty()
+                            && !q.charge(&dra::held_quota_requests(view.requests(), &claims)).is_empty()
                     }),
                 };
                 let requester = Requester::User(req.username);

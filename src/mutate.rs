@@ -353,7 +353,7 @@ fn apply_quota_gate(
     let Some(team) = ctx.team.team else { return };
     let Some(quota) = team.quota.as_ref().filter(|q| q.mode == crate::policy::QuotaMode::Queue) else { return };
     let Some(spec) = pod.get("spec") else { return };
-    if quota.charge(&crate::dra::quota_requests(&crate::resources::pod_requests(spec), ctx.claims)).is_empty()
+    if quota.charge(&crate::dra::held_quota_requests(&crate::resources::pod_requests(spec), ctx.claims)).is_empty()
         || never_gate(facts, &policies.tenancy, ctx.requester).is_some()
     {
         return;

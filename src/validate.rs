@@ -312,9 +312,13 @@ pub fn check_quota(
     let requests = crate::dra::quota_requests(view.requests(), claims);
     let charge = quota.charge(&requests);
     let gang = gang.and_then(|g| g.size.map(|n| (g.name.as_str(), n)));
+    // Shared claims are charged once per claim, apart from the pod's own requests; those that
+    // ask nothing the quota counts are left out.
+    let mut shared_claims = claims.shared_quota_resources();
+    shared_claims.retain(|_, devices| !quota.charge(devices).is_empty());
     // A gang member asking nothing still takes one of its gang's declared places (and so
     // changes what the others are charged): the book must count it.
-    if charge.is_empty() && gang.is_none() {
+    if charge.is_empty() && gang.is_none() && shared_claims.is_empty() {
         return None;
     }
     let pod = view.pod.field(&["metadata", "name"]).and_then(Value::as_str).unwrap_or("");
@@ -326,8 +330,19 @@ pub fn check_quota(
         .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
         .map_or(0, |t| t.as_second());
     let (uid, namespace, dry_run) = (req.uid, req.namespace, req.dry_run);
-    let request =
-        QuotaRequest { uid, team: &t.name, namespace, pod, pod_uid, created, charge, requests, gang, dry_run };
+    let request = QuotaRequest {
+        uid,
+        team: &t.name,
+        namespace,
+        pod,
+        pod_uid,
+        created,
+        charge,
+        requests,
+        gang,
+        shared_claims,
+        dry_run,
+    };
     let refusal = book.admit(quota, &request).err()?;
     Some(quota_denial(view.spec_path(), &t.name, &refusal))
 }

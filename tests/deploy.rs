@@ -1394,6 +1394,7 @@ async fn record_ledger_calls(world: &FakeApi) {
         terminating: false,
         requests: [("nvidia.com/gpu".to_string(), allot::quantity::Quantity::from_units(1))].into(),
         gang: None,
+        claims: Default::default(),
     };
     leader.reconcile("deny", &[running]).await.expect("ledger reconciled");
     let requests: allot::resources::ResourceList =
@@ -1408,6 +1409,7 @@ async fn record_ledger_calls(world: &FakeApi) {
         charge: quota.charge(&requests),
         requests,
         gang: None,
+        shared_claims: Default::default(),
         dry_run: false,
     };
     let replica = Arc::new(allot::quota::SharedLedger::new(world.client("allot-1"), NAMESPACE, Duration::from_secs(5)));

@@ -207,6 +207,11 @@ async fn claim_gpus_are_placed_and_counted_on_a_real_control_plane() {
     )
     .await
     .expect("the shared claim counted once: 4 of 4");
+    // Another pod sharing that claim takes no further GPU: a shared claim is charged once per
+    // claim, not once per pod (before: 6 of 4, refused).
+    create("shared-user-2", json!([{"name": "gpus", "resourceClaimName": "shared-two"}]))
+        .await
+        .expect("a second pod of the shared claim: still 4 of 4");
 
     // The 5th GPU is denied with the numbers.
     let err = create("fifth", from_template("one-gpu")).await.expect_err("the 5th claim GPU");
@@ -263,6 +268,26 @@ async fn claim_gpus_are_placed_and_counted_on_a_real_control_plane() {
     let err = create_when_claims_known(&pods, &claim_pod("after-restart", from_template("one-more")))
         .await
         .expect_err("a restart after the template's deletion frees nothing");
+    assert!(err.contains("uses 4 of 4 nvidia.com/gpu"), "{err}");
+
+    // The shared claim stays charged while any pod names it: deleting one of its two pods
+    // frees nothing; deleting the other frees its 2 GPUs (once, not 4).
+    let now = kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+    pods.delete("shared-user", &now).await.expect("alice deletes one sharer");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let err = create("one-sharer-left", from_template("one-more")).await.expect_err("the other still holds the claim");
+    assert!(err.contains("uses 4 of 4 nvidia.com/gpu"), "{err}");
+    pods.delete("shared-user-2", &now).await.expect("alice deletes the last sharer");
+    // The leader releases the claim at its next recount (about a second).
+    let two = json!([{"name": "a", "resourceClaimTemplateName": "one-more"},
+                     {"name": "b", "resourceClaimTemplateName": "one-more"}]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while let Err(e) = create("after-sharers", two.clone()).await {
+        assert!(e.contains("uses 4 of 4 nvidia.com/gpu"), "{e}");
+        assert!(std::time::Instant::now() < deadline, "the claim's 2 GPUs were never freed: {e}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let err = create("over-again", from_template("one-more")).await.expect_err("2 freed, not 4");
     assert!(err.contains("uses 4 of 4 nvidia.com/gpu"), "{err}");
 }
 

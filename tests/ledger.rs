@@ -55,6 +55,7 @@ impl Pod {
             charge: q.charge(&self.requests),
             requests: self.requests.clone(),
             gang: None,
+            shared_claims: Default::default(),
             dry_run: false,
         }
     }
@@ -143,6 +144,7 @@ async fn two_replicas_never_pass_the_limit_together() {
         terminating: false,
         requests: Pod::new("running").requests,
         gang: None,
+        claims: Default::default(),
     };
     let report = a.reconcile("vision", std::slice::from_ref(&running)).await.unwrap();
     assert!(report.refolded, "{report:?}");

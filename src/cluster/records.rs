@@ -120,6 +120,24 @@ impl Placement {
     }
 }
 
+/// Shared ResourceClaims a pod names ([`PodRecord::shared_claims`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HeldClaims(pub Vec<HeldClaim>);
+
+/// One shared ResourceClaim and its devices as quota resources (names interned).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldClaim {
+    pub name: Arc<str>,
+    pub devices: Box<[(Arc<str>, Quantity)]>,
+}
+
+impl HeldClaim {
+    /// Its devices as a resource list.
+    pub fn device_list(&self) -> ResourceList {
+        self.devices.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+}
+
 /// What the controller keeps of one Pod.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodRecord {
@@ -164,6 +182,9 @@ pub struct PodRecord {
     /// A DRA claim or template it names was not found when recorded: the store keeps the claim
     /// devices an earlier record of it counted ([`super::store`]).
     pub claims_unresolved: bool,
+    /// The shared ResourceClaims it names that count devices: charged once per claim for the
+    /// namespace, not in `requests` (boxed: most pods name none and pay 8 bytes).
+    pub shared_claims: Option<Box<HeldClaims>>,
     /// Fingerprints of Allot's two conditions as the pod carries them (0: absent), so the
     /// controller writes a condition only when its text changes, also after a leader change.
     pub gang_condition: u64,
@@ -273,6 +294,7 @@ impl PodRecord {
         let shape = shape_of(pod);
         let mut counted = std::borrow::Cow::Borrowed(&shape.requests);
         let mut claims_unresolved = false;
+        let mut shared_claims = None;
         if let Some(resource_claims) = spec
             .and_then(|s| s.resource_claims.as_ref())
             .filter(|c| !c.is_empty() && !policies.device_classes.is_empty())
@@ -286,10 +308,19 @@ impl PodRecord {
             });
             let demand = crate::dra::pod_demand(&claims_only, &namespace, &policies.device_classes, claims);
             claims_unresolved = !demand.missing.is_empty();
-            for (name, q) in demand.quota_resources() {
+            for (name, q) in demand.own_quota_resources() {
                 let slot = counted.to_mut().entry(name).or_default();
                 *slot = slot.saturating_add(q);
             }
+            let held: Vec<HeldClaim> = demand
+                .shared_quota_resources()
+                .into_iter()
+                .map(|(name, devices)| HeldClaim {
+                    name: Arc::from(name),
+                    devices: devices.iter().map(|(k, v)| (intern(k), *v)).collect(),
+                })
+                .collect();
+            shared_claims = (!held.is_empty()).then(|| Box::new(HeldClaims(held)));
         }
         let requests = counted.iter().map(|(k, v)| (intern(k), *v)).collect();
         // A bound pod only takes capacity: where it may go no longer matters.
@@ -314,6 +345,7 @@ impl PodRecord {
             arrival: facts.annotations.get(ARRIVAL_ANNOTATION).and_then(|v| parse_nanos(v)),
             arrival_stamped: facts.annotations.get(ARRIVAL_ANNOTATION).and_then(|v| parse_nanos(v)).is_some(),
             claims_unresolved,
+            shared_claims,
             gang_condition: condition_of(pod, super::action::CONDITION),
             quota_condition: condition_of(pod, super::action::QUOTA_CONDITION),
             gang,
@@ -378,7 +410,19 @@ impl PodRecord {
                 + g.name.len()
                 + g.owner.as_ref().map_or(0, |o| o.api_kind.len() + o.name.len())
         });
-        arc_str(&self.name) + std::mem::size_of_val(&*self.requests) + gang
+        let claims = self.shared_claims.as_ref().map_or(0, |c| {
+            std::mem::size_of::<HeldClaims>()
+                + c.0
+                    .iter()
+                    .map(|h| std::mem::size_of::<HeldClaim>() + arc_str(&h.name) + std::mem::size_of_val(&*h.devices))
+                    .sum::<usize>()
+        });
+        arc_str(&self.name) + std::mem::size_of_val(&*self.requests) + gang + claims
+    }
+
+    /// The shared claims it names (empty for most pods).
+    pub fn held_claims(&self) -> &[HeldClaim] {
+        self.shared_claims.as_deref().map_or(&[], |c| &c.0)
     }
 
     pub(super) fn key(&self) -> Key {

@@ -67,6 +67,9 @@ struct Inner {
     /// namespace → gang → what the gang counts against its team's quota, kept up to date on
     /// every change so that admission reads it in O(gangs of the team), never O(members).
     tallies: HashMap<Arc<str>, HashMap<String, GangTally>>,
+    /// (namespace, shared ResourceClaim) → how many non-finished pods name it, and the devices
+    /// it counted with the first of them: in `ns_usage` once while any pod names it.
+    claim_holders: HashMap<(Arc<str>, Arc<str>), (u32, Box<[(Arc<str>, Quantity)]>)>,
     /// Pods the watch saw deleted recently, oldest first, and when: the deny-mode ledger drops
     /// a reservation whose pod came and went between two admissions (without this it would
     /// count a pod that no longer exists until the reservation expires).
@@ -153,6 +156,28 @@ impl Inner {
             let slot = usage.entry(name.to_string()).or_default();
             *slot = Quantity::from_nanos(slot.nanos() + sign * q.nanos());
         }
+        for claim in record.held_claims() {
+            let id = (record.namespace.clone(), claim.name.clone());
+            // A shared claim counts once: when its first holder comes, and until its last goes.
+            let counted = if sign > 0 {
+                let holders = self.claim_holders.entry(id).or_insert_with(|| (0, claim.devices.clone()));
+                holders.0 += 1;
+                (holders.0 == 1).then(|| holders.1.clone())
+            } else {
+                match self.claim_holders.get_mut(&id) {
+                    Some(holders) if holders.0 > 1 => {
+                        holders.0 -= 1;
+                        None
+                    }
+                    Some(_) => self.claim_holders.remove(&id).map(|(_, devices)| devices),
+                    None => None,
+                }
+            };
+            for (name, q) in counted.iter().flatten() {
+                let slot = usage.entry(name.to_string()).or_default();
+                *slot = Quantity::from_nanos(slot.nanos() + sign * q.nanos());
+            }
+        }
     }
 
     fn count_gates(&mut self, record: &PodRecord, sign: isize) {
@@ -210,8 +235,14 @@ impl Inner {
 
 /// A pod's claims cannot change (`spec.resourceClaims` is immutable), so the claim devices an
 /// earlier record of it counted stay counted when a later event cannot resolve them: its template
-/// or claim deleted (a tenant freeing quota that way), or not in the claim cache yet.
+/// or claim deleted (a tenant freeing quota that way), or not in the claim cache yet. Shared
+/// claims too.
 fn carry_claim_devices(old: &PodRecord, record: &mut PodRecord) {
+    let kept: Vec<_> =
+        old.held_claims().iter().filter(|h| !record.held_claims().iter().any(|n| n.name == h.name)).cloned().collect();
+    if !kept.is_empty() {
+        record.shared_claims.get_or_insert_with(Default::default).0.extend(kept);
+    }
     let carried: Vec<(Arc<str>, Quantity)> = old
         .requests
         .iter()
@@ -391,6 +422,7 @@ impl ClusterState {
         inner.gangs.clear();
         inner.ns_usage.clear();
         inner.tallies.clear();
+        inner.claim_holders.clear();
         inner.gang_gated = 0;
         inner.quota_gated = 0;
         for r in records {
@@ -484,6 +516,12 @@ impl ClusterState {
         }
         namespaces.sort();
         (total, namespaces)
+    }
+
+    /// True when a non-finished pod of `namespace` in the watch names the shared ResourceClaim
+    /// `claim` (its devices are counted in the namespace's usage).
+    pub fn holds_claim(&self, namespace: &str, claim: &str) -> bool {
+        read(&self.inner).claim_holders.contains_key(&(Arc::from(namespace), Arc::from(claim)))
     }
 
     /// What one gang counts against its team's quota, from the watch (empty when no member

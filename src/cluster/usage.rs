@@ -59,12 +59,27 @@ impl ClusterState {
 
 /// Requests of the non-finished pods, summed per (namespace, state, resource): one pass,
 /// no allocation per pod (names are interned).
+///
+/// A shared ResourceClaim's devices count once per namespace, in the most advanced state of the
+/// pods that name it (bound before pending before gated before queued): a claim a running pod
+/// holds is in use whoever else waits on it.
 pub fn requests_by_state(view: &ClusterView<'_>) -> RequestsByState {
     let mut sums = RequestsByState::new();
+    let mut claims: HashMap<(Arc<str>, Arc<str>), (UsageState, &[(Arc<str>, Quantity)])> = HashMap::new();
     for p in view.pods().filter(|p| !p.finished) {
         let state = UsageState::of(p);
         for (name, q) in &p.requests {
             let slot = sums.entry((p.namespace.clone(), state, name.clone())).or_default();
+            *slot = slot.saturating_add(q.nanos());
+        }
+        for claim in p.held_claims() {
+            let slot = claims.entry((p.namespace.clone(), claim.name.clone())).or_insert((state, &claim.devices));
+            slot.0 = slot.0.min(state);
+        }
+    }
+    for ((namespace, _), (state, devices)) in claims {
+        for (name, q) in devices {
+            let slot = sums.entry((namespace.clone(), state, name.clone())).or_default();
             *slot = slot.saturating_add(q.nanos());
         }
     }

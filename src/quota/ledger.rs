@@ -42,6 +42,7 @@ use sha2::Digest;
 use super::{QuotaRequest, Refusal, asks, check};
 use crate::cluster::GangTally;
 use crate::cluster::tally::add_to;
+use crate::dra::SharedClaims;
 use crate::policy::quota::Quota;
 use crate::quantity::Quantity;
 use crate::resources::ResourceList;
@@ -108,6 +109,9 @@ pub struct Entry {
     pub requests: ResourceList,
     /// The gang it belongs to, and the size it declares.
     pub gang: Option<(String, Option<u32>)>,
+    /// The shared ResourceClaims it names, with their counted devices: each counted once per
+    /// namespace, whoever else names it.
+    pub claims: SharedClaims,
     /// The leader's watch has seen the pod.
     pub seen: bool,
     /// The pod is being deleted (still holds its devices; not present for its gang's quorum).
@@ -166,6 +170,9 @@ struct Wire {
     seen: bool,
     #[serde(default, skip_serializing_if = "is_false")]
     terminating: bool,
+    /// Shared claims: name → counted devices.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    cl: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -179,7 +186,9 @@ fn is_false(b: &bool) -> bool {
 impl Entry {
     /// The charge of an admitted `request` at `now`.
     pub fn admitted(quota: &Quota, request: &QuotaRequest<'_>, now: i64) -> Entry {
-        Entry::of(request, counted(quota, &request.requests), now)
+        let mut entry = Entry::of(request, counted(quota, &request.requests), now);
+        entry.claims = counted_claims(quota, &request.shared_claims);
+        entry
     }
 
     /// The charge of an admitted `request` whose counted requests ([`counted`]) are known.
@@ -191,6 +200,7 @@ impl Entry {
             at: now,
             requests,
             gang: request.gang.map(|(g, n)| (g.to_string(), Some(n))),
+            claims: SharedClaims::new(),
             seen: false,
             terminating: false,
         }
@@ -206,6 +216,7 @@ impl Entry {
             size: self.gang.as_ref().and_then(|(_, s)| *s),
             seen: self.seen,
             terminating: self.terminating,
+            cl: self.claims.iter().map(|(k, v)| (k.clone(), wire_list(v))).collect(),
         };
         serde_json::to_string(&wire).unwrap_or_default()
     }
@@ -226,6 +237,7 @@ impl Entry {
             at: wire.at,
             requests,
             gang: wire.gang.map(|g| (g, wire.size)),
+            claims: parse_claims(&wire.cl)?,
             seen: wire.seen,
             terminating: wire.terminating,
         })
@@ -260,6 +272,8 @@ pub struct Folded {
     pub plain: ResourceList,
     /// Gang name → its members, grouped.
     pub gangs: BTreeMap<String, GangMembers>,
+    /// The shared ResourceClaims its pods name, each with its counted devices (once).
+    pub claims: SharedClaims,
 }
 
 /// One gang's members grouped by (counted requests, declared size) → (members, of which
@@ -282,6 +296,8 @@ struct FoldedWire {
     shapes: Vec<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     gangs: BTreeMap<String, Vec<WireGroup>>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    cl: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 fn wire_list(list: &ResourceList) -> BTreeMap<String, String> {
@@ -291,6 +307,28 @@ fn wire_list(list: &ResourceList) -> BTreeMap<String, String> {
 fn parse_list(field: &str, list: &BTreeMap<String, String>) -> Result<ResourceList, String> {
     list.iter()
         .map(|(k, v)| Quantity::parse(v).map(|q| (k.clone(), q)).map_err(|e| format!("{field}.{k}: {e}")))
+        .collect()
+}
+
+/// Stored shared claims (`cl`); a negative amount is refused (it would hide usage).
+fn parse_claims(wire: &BTreeMap<String, BTreeMap<String, String>>) -> Result<SharedClaims, String> {
+    wire.iter()
+        .map(|(claim, list)| {
+            let devices = parse_list(&format!("cl.{claim}"), list)?;
+            if devices.values().any(|q| q.nanos() < 0) {
+                return Err(format!("cl.{claim}: a negative amount"));
+            }
+            Ok((claim.clone(), devices))
+        })
+        .collect()
+}
+
+/// The shared claims' devices the quota counts; claims that count nothing are left out.
+pub fn counted_claims(quota: &Quota, claims: &SharedClaims) -> SharedClaims {
+    claims
+        .iter()
+        .map(|(claim, devices)| (claim.clone(), counted(quota, devices)))
+        .filter(|(_, devices)| !devices.is_empty())
         .collect()
 }
 
@@ -317,6 +355,7 @@ impl Folded {
             req: wire_list(&self.plain),
             shapes: shapes.into_iter().map(wire_list).collect(),
             gangs,
+            cl: self.claims.iter().map(|(k, v)| (k.clone(), wire_list(v))).collect(),
         };
         serde_json::to_string(&wire).unwrap_or_default()
     }
@@ -347,8 +386,22 @@ impl Folded {
             }
             gangs.insert(gang, members_of);
         }
-        Ok(Folded { namespace: wire.ns, pods: wire.pods, plain: parse_list("req", &wire.req)?, gangs })
+        Ok(Folded {
+            namespace: wire.ns,
+            pods: wire.pods,
+            plain: parse_list("req", &wire.req)?,
+            gangs,
+            claims: parse_claims(&wire.cl)?,
+        })
     }
+}
+
+/// A ledger's usage with its pending charges ([`Ledger::current`]).
+struct Current {
+    total: ResourceList,
+    namespaces: BTreeSet<String>,
+    touched: HashMap<(String, String), GangTally>,
+    claims: BTreeSet<(String, String)>,
 }
 
 /// The folded part of a ledger's usage, computed once when the ledger is read or reconciled
@@ -360,6 +413,8 @@ struct Base {
     /// Σ of every folded gang's total (members plus placeholders).
     gangs_total: ResourceList,
     tallies: HashMap<(String, String), GangTally>,
+    /// The folded shared claims, by (namespace, claim); their devices are in `plain`.
+    claims: BTreeSet<(String, String)>,
     /// Namespaces whose folded pods count anything.
     namespaces: BTreeSet<String>,
 }
@@ -370,6 +425,11 @@ impl Base {
         for f in folded {
             add_to(&mut base.plain, &f.plain, 1);
             let mut uses = f.plain.values().any(|q| q.nanos() != 0);
+            for (claim, devices) in &f.claims {
+                add_to(&mut base.plain, devices, 1);
+                uses |= devices.values().any(|q| q.nanos() != 0);
+                base.claims.insert((f.namespace.clone(), claim.clone()));
+            }
             for (gang, members) in &f.gangs {
                 let tally = base.tallies.entry((f.namespace.clone(), gang.clone())).or_default();
                 for ((requests, size), (count, terminating)) in members {
@@ -454,7 +514,7 @@ impl Recount {
                 terminating: p.terminating,
                 gang: p.gang.as_ref().map(|(g, size)| (g.as_str(), *size)),
             };
-            recount.add(&pod, p.requests.clone());
+            recount.add(&pod, p.requests.clone(), p.claims.clone());
         }
         recount
     }
@@ -463,8 +523,9 @@ impl Recount {
         std::hash::BuildHasher::hash_one(&self.hasher, (namespace, name))
     }
 
-    /// Counts one pod with its counted requests ([`counted`]).
-    pub fn add(&mut self, pod: &CountedPod<'_>, requests: ResourceList) {
+    /// Counts one pod with its counted requests ([`counted`]) and the counted devices of the
+    /// shared claims it names ([`counted_claims`]; each claim is counted once per namespace).
+    pub fn add(&mut self, pod: &CountedPod<'_>, requests: ResourceList, claims: SharedClaims) {
         let CountedPod { namespace, name, created, finished, terminating, gang } = *pod;
         self.pods += 1;
         let key = self.key(namespace, name);
@@ -485,6 +546,9 @@ impl Recount {
                 .or_insert_with(|| Folded { namespace: namespace.to_string(), ..Folded::default() }),
         };
         f.pods = f.pods.saturating_add(1);
+        for (claim, devices) in claims {
+            f.claims.entry(claim).or_insert(devices);
+        }
         match gang {
             Some((gang, size)) => {
                 let members = match f.gangs.get_mut(gang) {
@@ -528,6 +592,8 @@ pub struct SeenPod {
     /// Its requests of the resources the quota counts.
     pub requests: ResourceList,
     pub gang: Option<(String, Option<u32>)>,
+    /// The shared claims it names, with their counted devices.
+    pub claims: SharedClaims,
 }
 
 /// What one reconcile changed, by kind (for logs and metrics).
@@ -739,12 +805,22 @@ impl Ledger {
     }
 
     /// Usage with the pending charges counted in: the total, the namespaces that use anything,
-    /// and the tallies of the gangs pending charges touch (others are in `self.base`).
-    fn current(&self) -> (ResourceList, BTreeSet<String>, HashMap<(String, String), GangTally>) {
+    /// the tallies of the gangs pending charges touch (others are in `self.base`), and the
+    /// shared claims pending charges count (folded ones are in `self.base`).
+    fn current(&self) -> Current {
         let mut plain = self.base.plain.clone();
         let mut touched: HashMap<(String, String), GangTally> = HashMap::new();
         let mut namespaces = self.base.namespaces.clone();
+        let mut claims = BTreeSet::new();
         for (entry, _) in self.entries.values() {
+            for (claim, devices) in &entry.claims {
+                let id = (entry.namespace.clone(), claim.clone());
+                if !self.base.claims.contains(&id) && !claims.contains(&id) {
+                    add_to(&mut plain, devices, 1);
+                    claims.insert(id);
+                    namespaces.insert(entry.namespace.clone());
+                }
+            }
             if let Some((gang, _)) = &entry.gang {
                 let id = (entry.namespace.clone(), gang.clone());
                 if !touched.contains_key(&id) {
@@ -767,14 +843,20 @@ impl Ledger {
                 add_to(&mut total, &folded.total(), -1);
             }
         }
-        (total, namespaces, touched)
+        Current { total, namespaces, touched, claims }
+    }
+
+    /// True when a folded pod or a pending charge of `namespace` names the shared `claim`.
+    fn holds_claim(&self, current: &Current, namespace: &str, claim: &str) -> bool {
+        let id = (namespace.to_string(), claim.to_string());
+        self.base.claims.contains(&id) || current.claims.contains(&id)
     }
 
     /// Usage in resource terms (plain pods plus each gang's [`GangTally`] total: every member,
     /// placeholders for missing ones; folded and pending alike), and the namespaces that use
     /// anything.
     pub fn usage(&self) -> (ResourceList, BTreeSet<String>) {
-        let (total, namespaces, _) = self.current();
+        let Current { total, namespaces, .. } = self.current();
         (total, namespaces)
     }
 
@@ -805,17 +887,17 @@ impl Ledger {
                 ),
             });
         }
-        let (usage, namespaces, touched) = self.current();
+        let current = self.current();
         let before = match request.gang {
             Some((gang, _)) => {
                 let id = (request.namespace.to_string(), gang.to_string());
-                touched.get(&id).or_else(|| self.base.tallies.get(&id)).cloned().unwrap_or_default()
+                current.touched.get(&id).or_else(|| self.base.tallies.get(&id)).cloned().unwrap_or_default()
             }
             None => GangTally::default(),
         };
-        let asks = asks(request, &before)?;
-        check(quota, request, &quota.charge(&usage), &asks, || {
-            let mut namespaces = namespaces;
+        let asks = asks(request, &before, &|claim| self.holds_claim(&current, request.namespace, claim))?;
+        check(quota, request, &quota.charge(&current.total), &asks, || {
+            let mut namespaces = current.namespaces;
             namespaces.insert(request.namespace.to_string());
             namespaces.into_iter().collect()
         })?;

@@ -1,6 +1,6 @@
 //! Deny-mode quota in `allot serve`, over the live cluster view.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{QuotaBook, QuotaRequest, Refusal, asks, check};
 use crate::cluster::tally::add_to;
@@ -42,6 +42,8 @@ struct Pending {
     resources: ResourceList,
     /// (namespace, gang, declared size) of a gang member.
     gang: Option<(String, String, u32)>,
+    /// The shared claims it names (counted once per claim with the watch's holders).
+    shared_claims: crate::dra::SharedClaims,
     at: std::time::Instant,
 }
 
@@ -86,7 +88,14 @@ impl QuotaBook for LiveQuota {
         // joins its gang's tally, which then replaces the watch's tally of that gang (the same
         // formula over more members, so the ledger and the watch agree once the pods show up).
         let mut gangs: BTreeMap<(String, String), (GangTally, GangTally)> = BTreeMap::new();
+        // Shared claims a reservation names that no pod in the watch holds: counted once.
+        let mut reserved_claims: BTreeSet<(&str, &str)> = BTreeSet::new();
         for p in ledger.values().filter(|p| p.team == request.team) {
+            for (claim, devices) in &p.shared_claims {
+                if !self.state.holds_claim(&p.namespace, claim) && reserved_claims.insert((&p.namespace, claim)) {
+                    add_to(&mut usage, devices, 1);
+                }
+            }
             match &p.gang {
                 None => add_to(&mut usage, &p.resources, 1),
                 Some((ns, g, declared)) => {
@@ -110,7 +119,10 @@ impl QuotaBook for LiveQuota {
             },
             None => GangTally::default(),
         };
-        let asks = asks(request, &before)?;
+        let held = |claim: &str| {
+            reserved_claims.contains(&(request.namespace, claim)) || self.state.holds_claim(request.namespace, claim)
+        };
+        let asks = asks(request, &before, &held)?;
         check(quota, request, &quota.charge(&usage), &asks, || {
             let mut namespaces: std::collections::BTreeSet<String> = seen.into_iter().collect();
             namespaces.insert(request.namespace.to_string());
@@ -125,6 +137,7 @@ impl QuotaBook for LiveQuota {
                     pod: request.pod.to_string(),
                     resources: request.requests.clone(),
                     gang: gang_key,
+                    shared_claims: request.shared_claims.clone(),
                     at: now,
                 },
             );

@@ -40,6 +40,10 @@ pub struct QuotaRequest<'a> {
     pub requests: ResourceList,
     /// The gang it joins: `(gang name, declared size)`.
     pub gang: Option<(&'a str, u32)>,
+    /// The shared ResourceClaims it names, with their devices (resource terms): each is charged
+    /// once for its namespace, by the first pod that names it, and stays counted while any pod
+    /// that names it lives.
+    pub shared_claims: crate::dra::SharedClaims,
     /// Evaluated, never reserved.
     pub dry_run: bool,
 }
@@ -103,6 +107,7 @@ pub struct OwnedQuotaRequest {
     pub charge: Charge,
     pub requests: ResourceList,
     pub gang: Option<(String, u32)>,
+    pub shared_claims: crate::dra::SharedClaims,
     pub dry_run: bool,
 }
 
@@ -118,6 +123,7 @@ impl OwnedQuotaRequest {
             charge: r.charge.clone(),
             requests: r.requests.clone(),
             gang: r.gang.map(|(g, n)| (g.to_string(), n)),
+            shared_claims: r.shared_claims.clone(),
             dry_run: r.dry_run,
         }
     }
@@ -133,6 +139,7 @@ impl OwnedQuotaRequest {
             charge: self.charge.clone(),
             requests: self.requests.clone(),
             gang: self.gang.as_ref().map(|(g, n)| (g.as_str(), *n)),
+            shared_claims: self.shared_claims.clone(),
             dry_run: self.dry_run,
         }
     }
@@ -179,10 +186,23 @@ struct Asks {
 }
 
 /// What `request` adds to its team's usage, given its gang as counted so far (`before`: the
-/// watch's members plus reservations not yet seen), or why a gang member is refused outright.
-/// A plain pod adds its requests; a gang member adds the difference it makes to its gang's
-/// total ([`GangTally`]): at the first member, the whole declared gang.
-fn asks(request: &QuotaRequest<'_>, before: &GangTally) -> Result<Asks, Refusal> {
+/// watch's members plus reservations not yet seen) and the shared claims its namespace already
+/// holds (`held`: named by a live pod or a reservation), or why a gang member is refused
+/// outright. A plain pod adds its requests; a gang member adds the difference it makes to its
+/// gang's total ([`GangTally`]): at the first member, the whole declared gang. Either adds the
+/// devices of each shared claim nobody holds yet.
+fn asks(request: &QuotaRequest<'_>, before: &GangTally, held: &dyn Fn(&str) -> bool) -> Result<Asks, Refusal> {
+    let mut asks = own_asks(request, before)?;
+    for (claim, devices) in &request.shared_claims {
+        if !held(claim) {
+            add_to(&mut asks.delta, devices, 1);
+        }
+    }
+    Ok(asks)
+}
+
+/// [`asks`] without the shared claims.
+fn own_asks(request: &QuotaRequest<'_>, before: &GangTally) -> Result<Asks, Refusal> {
     let Some((gang, declared)) = request.gang else {
         return Ok(Asks { delta: request.requests.clone(), after: None });
     };
@@ -243,7 +263,7 @@ pub struct NoUsage;
 
 impl QuotaBook for NoUsage {
     fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), Refusal> {
-        let asks = asks(request, &GangTally::default())?;
+        let asks = asks(request, &GangTally::default(), &|_| false)?;
         check(quota, request, &Charge::new(), &asks, || vec![request.namespace.to_string()])
     }
 }
@@ -256,12 +276,14 @@ pub struct StaticUsage {
     taken: std::sync::Mutex<Taken>,
 }
 
-/// What the manifests of one run took so far: per team, the plain pods' requests; per gang
-/// (namespace, name), its team and tally.
+/// What the manifests of one run took so far: per team, the plain pods' requests and the
+/// shared claims' devices; per gang (namespace, name), its team and tally; the shared claims
+/// counted, by (namespace, claim).
 #[derive(Debug, Default)]
 struct Taken {
     plain: BTreeMap<String, ResourceList>,
     gangs: BTreeMap<(String, String), (String, GangTally)>,
+    claims: std::collections::BTreeSet<(String, String)>,
 }
 
 /// Parses one team's amounts (`{nvidia.com/gpu: 6}`); errors name `field.RESOURCE`.
@@ -315,8 +337,14 @@ impl QuotaBook for StaticUsage {
         }
         let gang_key = request.gang.map(|(g, _)| (request.namespace.to_string(), g.to_string()));
         let before = gang_key.as_ref().and_then(|k| taken.gangs.get(k)).map(|(_, t)| t.clone()).unwrap_or_default();
-        let asks = asks(request, &before)?;
+        let held = |claim: &str| taken.claims.contains(&(request.namespace.to_string(), claim.to_string()));
+        let asks = asks(request, &before, &held)?;
         check(quota, request, &quota.charge(&used), &asks, || vec![request.namespace.to_string()])?;
+        for (claim, devices) in &request.shared_claims {
+            if taken.claims.insert((request.namespace.to_string(), claim.clone())) {
+                add_to(taken.plain.entry(request.team.to_string()).or_default(), devices, 1);
+            }
+        }
         match (gang_key, asks.after) {
             (Some(key), Some(after)) => {
                 taken.gangs.insert(key, (request.team.to_string(), after));

@@ -6,10 +6,12 @@
 //! never starved by smaller ones behind it. A gang whose members do not all exist yet is not in
 //! that line: it waits without holding anyone up (its assembly timeout is the gang plan's).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::cluster::action::ControllerAction;
 use crate::cluster::records::condition_fingerprint;
+use crate::cluster::tally::add_to;
 use crate::cluster::usage::{admitted_by_team, requests_by_state};
 use crate::cluster::{ClusterState, ClusterView};
 use crate::namespaces::{NamespaceLabels, TeamsByNamespace};
@@ -121,6 +123,12 @@ pub fn queues(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn Namespa
     let mut actions = Vec::new();
     let mut teams = TeamsByNamespace::new(policies, labels);
     let mut used = admitted_by_team(&requests_by_state(view), &mut teams);
+    // Shared claims an admitted pod names: counted in `used` already.
+    let mut claimed: HashSet<(Arc<str>, Arc<str>)> = view
+        .pods()
+        .filter(|p| !p.finished && p.quota_gate_index.is_none())
+        .flat_map(|p| p.held_claims().iter().map(|c| (p.namespace.clone(), c.name.clone())))
+        .collect();
     let queued = queued_units(view, &mut teams, &mut actions);
     let mut out = BTreeMap::new();
     for (team_name, units) in queued {
@@ -137,7 +145,14 @@ pub fn queues(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn Namespa
         // Units ahead that hold the queue (an incomplete gang holds nothing).
         let mut ahead = 0;
         let mut line = Vec::with_capacity(units.len());
-        for (key, Unit { members, charge, size, priority, .. }) in units {
+        for (key, Unit { members, mut charge, claims, size, priority, .. }) in units {
+            let mut unclaimed = ResourceList::new();
+            for (id, devices) in &claims {
+                if !claimed.contains(id) {
+                    add_to(&mut unclaimed, devices, 1);
+                }
+            }
+            add(&mut charge, &quota.charge(&unclaimed));
             let incomplete = size.filter(|n| (members.len() as u32) < *n);
             let why = if let Some(n) = incomplete {
                 // A gang is charged whole: it waits for all its members, and until then it
@@ -159,7 +174,10 @@ pub fn queues(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn Namespa
                     ahead += 1;
                 }
                 Some(_) => {}
-                None => add(team_used, &charge),
+                None => {
+                    add(team_used, &charge);
+                    claimed.extend(claims.into_keys());
+                }
             }
             let members = members
                 .into_iter()
@@ -183,7 +201,11 @@ struct Unit {
     order: (i64, i64),
     /// (namespace, pod, index of the quota gate, fingerprint of its current quota condition).
     members: Vec<(String, String, usize, u64)>,
+    /// What its members ask for themselves.
     charge: Charge,
+    /// The shared claims its members name, by (namespace, claim), with their devices (resource
+    /// terms): charged only where no admitted pod names them already.
+    claims: BTreeMap<(Arc<str>, Arc<str>), ResourceList>,
     /// The gang's size, if it has one: the unit waits until all members exist.
     size: Option<u32>,
 }
@@ -204,7 +226,9 @@ fn queued_units<'p>(
         let team_and_charge = team.and_then(|team| {
             let quota = team.quota.as_ref()?;
             let requests: ResourceList = p.requests.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-            Some((team, quota.charge(&requests))).filter(|(_, charge)| !charge.is_empty())
+            let asks_anything = !quota.charge(&requests).is_empty()
+                || p.held_claims().iter().any(|c| !quota.charge(&c.device_list()).is_empty());
+            Some((team, quota.charge(&requests))).filter(|_| asks_anything)
         });
         let Some((team, charge)) = team_and_charge else {
             actions.push(ControllerAction::ReleaseQuota {
@@ -223,6 +247,7 @@ fn queued_units<'p>(
             order: p.order_key(),
             members: Vec::new(),
             charge: Charge::new(),
+            claims: BTreeMap::new(),
             size,
         });
         unit.priority = unit.priority.max(p.priority);
@@ -232,6 +257,9 @@ fn queued_units<'p>(
         unit.order = unit.order.min(p.order_key());
         unit.members.push((p.namespace.to_string(), p.name.to_string(), gate_index, p.quota_condition));
         add(&mut unit.charge, &charge);
+        for claim in p.held_claims() {
+            unit.claims.entry((p.namespace.clone(), claim.name.clone())).or_insert_with(|| claim.device_list());
+        }
     }
     queued
 }
@@ -427,6 +455,60 @@ mod tests {
         let state = cluster(&p, &pods);
         let actions = state.quota_plan(&p, &crate::namespaces::NoNamespaces, &mut HashMap::new());
         assert!(actions.is_empty(), "{actions:?}");
+    }
+
+    /// Issue 15: a shared ResourceClaim takes its team's quota once. Two queued pods sharing a
+    /// claim of 2 (quota 2) both go; a queued pod naming a claim a running pod holds goes even
+    /// with the team full; the gauges count the claim once, as in use.
+    #[test]
+    fn a_shared_claim_is_charged_once_in_the_queue_and_the_gauges() {
+        let p = policies(
+            "apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  dra:\n    deviceClasses:\n      gpu.nvidia.com: {countsAs: nvidia.com/gpu}\n---\napiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: ml}\nspec:\n  namespaces: {names: [ml]}\n  quota: {mode: Queue, limits: {nvidia.com/gpu: 2}}\n",
+        );
+        let labels = crate::namespaces::NoNamespaces;
+        let mut objects = crate::dra::ClaimObjects::new("not found");
+        for (name, n) in [("pair", 2), ("other", 1)] {
+            let claim = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                               "metadata": {"name": name, "namespace": "ml"},
+                               "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": n}}]}}});
+            assert!(objects.insert(&claim, "ml"));
+        }
+        let sharer = |name: &str, claim: &str, queued: bool, created: &str| {
+            let mut pod = team_pod(name, 0, queued, created);
+            pod["spec"]["containers"][0]["resources"] = json!({});
+            pod["spec"]["resourceClaims"] = json!([{"name": "g", "resourceClaimName": claim}]);
+            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod).unwrap();
+            crate::cluster::PodRecord::from_pod_with_claims(&pod, &p, &labels, &objects).unwrap()
+        };
+        let state = ClusterState::default();
+        state.upsert_pod(sharer("q1", "pair", true, "2026-11-22T01:00:00Z"));
+        state.upsert_pod(sharer("q2", "pair", true, "2026-11-22T01:00:01Z"));
+        let mut released_now = released(&state.quota_plan(&p, &labels, &mut HashMap::new()))
+            .into_iter()
+            .map(str::to_string)
+            .collect::<Vec<_>>();
+        released_now.sort();
+        assert_eq!(released_now, ["q1", "q2"], "the claim's 2 GPUs once, not 4");
+
+        // Running now (released): the team is full; a sharer of `pair` still goes, a pod of
+        // another claim waits.
+        let state = ClusterState::default();
+        state.upsert_pod(sharer("r1", "pair", false, "2026-11-22T01:00:00Z"));
+        state.upsert_pod(sharer("q3", "pair", true, "2026-11-22T01:00:02Z"));
+        state.upsert_pod(sharer("q4", "other", true, "2026-11-22T01:00:03Z"));
+        let actions = state.quota_plan(&p, &labels, &mut HashMap::new());
+        assert_eq!(released(&actions), ["q3"], "{actions:?}");
+        assert_eq!(
+            queued_messages(&actions),
+            [("q4".to_string(), "team ml uses 2 of 2 nvidia.com/gpu; this asks 1".to_string())]
+        );
+        let sums = requests_by_state(&state.view());
+        let claim_devices: Vec<_> = sums.iter().filter(|((_, _, r), _)| r.starts_with("deviceclass")).collect();
+        assert_eq!(claim_devices.len(), 2, "{claim_devices:?}");
+        let bound = sums
+            .iter()
+            .find(|((_, s, r), _)| *s == crate::cluster::usage::UsageState::Bound && r.starts_with("deviceclass"));
+        assert_eq!(bound.map(|(_, n)| *n), Some(2_000_000_000), "pair counted once, as bound");
     }
 
     /// Regression: a pod gated while its team was in queue mode kept its gate for ever once

@@ -194,7 +194,7 @@ impl Headroom {
     /// A pod an allowance may admit: a plain pod (a gang member's charge depends on its gang),
     /// not a dry run, with a creationTimestamp (the leader folds it by its age).
     fn may_serve(request: &QuotaRequest<'_>) -> bool {
-        !request.dry_run && request.gang.is_none() && request.created != 0
+        !request.dry_run && request.gang.is_none() && request.shared_claims.is_empty() && request.created != 0
     }
 
     /// Admits `request` from the allowance if it covers it.
@@ -957,12 +957,15 @@ fn deny_team_of(
     Some((t.name.clone(), q.clone()))
 }
 
-/// What the ledger counts of `pod` under `quota`: its counted requests, unless it has none and
-/// no gang (the admission book charges nothing for it).
-fn counted_pod(pod: &crate::cluster::PodRecord, quota: &Quota) -> Option<ResourceList> {
+/// What the ledger counts of `pod` under `quota`: its counted requests and shared claims,
+/// unless it has none of either and no gang (the admission book charges nothing for it).
+fn counted_pod(pod: &crate::cluster::PodRecord, quota: &Quota) -> Option<(ResourceList, crate::dra::SharedClaims)> {
     let requests: ResourceList = pod.request_pairs().map(|(k, v)| (k.to_string(), v)).collect();
     let requests = ledger::counted(quota, &requests);
-    (!requests.is_empty() || pod.gang.is_some()).then_some(requests)
+    let claims: crate::dra::SharedClaims =
+        pod.held_claims().iter().map(|h| (h.name.to_string(), h.device_list())).collect();
+    let claims = ledger::counted_claims(quota, &claims);
+    (!requests.is_empty() || !claims.is_empty() || pod.gang.is_some()).then_some((requests, claims))
 }
 
 /// Each deny-mode team's pods in `view`, counted as the reconciler matches them (those the
@@ -988,7 +991,7 @@ pub fn recount_by_team(
                 .or_insert_with(|| deny_team_of(policies, labels, &pod.namespace)),
         };
         let Some((team, quota)) = team else { continue };
-        let Some(requests) = counted_pod(pod, quota) else { continue };
+        let Some((requests, claims)) = counted_pod(pod, quota) else { continue };
         if let Some(recount) = out.get_mut(team.as_str()) {
             let counted = CountedPod {
                 namespace: &pod.namespace,
@@ -998,7 +1001,7 @@ pub fn recount_by_team(
                 terminating: pod.terminating,
                 gang: pod.gang.as_ref().map(|g| (g.name.as_str(), g.size)),
             };
-            recount.add(&counted, requests);
+            recount.add(&counted, requests, claims);
         }
     }
     out

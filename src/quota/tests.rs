@@ -67,6 +67,7 @@ fn admit(book: &dyn QuotaBook, quota: &Quota, pod: &Value, uid: &str) -> Result<
         charge,
         requests,
         gang,
+        shared_claims: Default::default(),
         dry_run: false,
     };
     book.admit(quota, &request).map_err(|r| r.message("vision"))
@@ -172,6 +173,7 @@ fn admit_native(
         charge: quota.charge(&requests),
         requests,
         gang: membership.size.map(|n| (membership.name.as_str(), n)),
+        shared_claims: Default::default(),
         dry_run: false,
     };
     book.admit(quota, &request).map_err(|r| r.message("vision"))
@@ -396,11 +398,143 @@ proptest! {
             let probe = |gpus: i128| {
                 let requests = BTreeMap::from([("nvidia.com/gpu".to_string(), crate::quantity::Quantity::from_units(gpus as i64))]);
                 let charge = quota.charge(&requests);
-                let request = QuotaRequest { uid: "probe", team: "vision", namespace: "vision", pod: "probe", pod_uid: "", created: 0, charge, requests, gang: None, dry_run: true };
+                let request = QuotaRequest { uid: "probe", team: "vision", namespace: "vision", pod: "probe", pod_uid: "", created: 0, charge, requests, gang: None, shared_claims: Default::default(), dry_run: true };
                 book.admit(&quota, &request).is_ok()
             };
             prop_assert!(probe(room), "the book refuses the {room} GPUs the watch says are free");
             prop_assert!(!probe(room + 1), "the book admits more than the watch says is free");
         }
     }
+}
+
+/// Team vision (deny, `limit` GPUs) in a cluster that maps `gpu.nvidia.com` to `nvidia.com/gpu`.
+fn dra_policies(limit: u32) -> PolicySet {
+    let cluster = "apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  dra:\n    deviceClasses:\n      \
+                   gpu.nvidia.com: {countsAs: nvidia.com/gpu}\n";
+    let team = format!(
+        "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: vision}}\nspec:\n  namespaces: {{names: [vision]}}\n  \
+         quota: {{mode: Deny, limits: {{nvidia.com/gpu: {limit}}}}}\n"
+    );
+    compile(&[
+        Source { name: "cluster.yaml".into(), text: cluster.into() },
+        Source { name: "teams.yaml".into(), text: team },
+    ])
+    .unwrap()
+}
+
+/// The shared ResourceClaim `name` in vision asking `gpus` devices of `gpu.nvidia.com`.
+fn shared_claim(objects: &mut crate::dra::ClaimObjects, name: &str, gpus: u32) {
+    let claim = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                       "metadata": {"name": name, "namespace": "vision"},
+                       "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": gpus}}]}}});
+    assert!(objects.insert(&claim, "vision"));
+}
+
+/// A CPU-only pod of vision that names the shared claims `claims`.
+fn sharer(name: &str, claims: &[&str]) -> Value {
+    let mut p = pod(name, 0, None);
+    p["spec"]["containers"][0]["resources"] = json!({});
+    p["spec"]["resourceClaims"] =
+        claims.iter().enumerate().map(|(i, c)| json!({"name": format!("c{i}"), "resourceClaimName": c})).collect();
+    p
+}
+
+/// What `validate::check_quota` asks the book for `pod`, its claims resolved in `objects`.
+fn admit_with_claims(
+    book: &dyn QuotaBook,
+    p: &PolicySet,
+    pod: &Value,
+    objects: &dyn crate::dra::ClaimSource,
+    uid: &str,
+) -> Result<(), String> {
+    let quota = quota_of(p);
+    let demand = crate::dra::pod_demand(pod, "vision", &p.device_classes, objects);
+    let requests = crate::dra::quota_requests(&crate::resources::pod_requests(&pod["spec"]), &demand);
+    let name = pod["metadata"]["name"].as_str().unwrap_or("");
+    let request = QuotaRequest {
+        uid,
+        team: "vision",
+        namespace: "vision",
+        pod: name,
+        pod_uid: uid,
+        created: 0,
+        charge: quota.charge(&requests),
+        requests,
+        gang: None,
+        shared_claims: demand.shared_quota_resources(),
+        dry_run: false,
+    };
+    book.admit(&quota, &request).map_err(|r| r.message("vision"))
+}
+
+/// GPUs (charge units) the store counts for vision, claim devices included.
+fn charged_gpus(state: &ClusterState, p: &PolicySet) -> i128 {
+    let quota = quota_of(p);
+    let used = quota.charge(&state.usage_where(&mut |ns| ns == "vision").0);
+    used.get("nvidia.com/gpu").copied().unwrap_or(0) / quota.denominator / 1_000_000_000
+}
+
+/// Issue 15: a shared ResourceClaim is charged once per claim, not once per pod that names it —
+/// at admission (reservations not yet in the watch included), in the watch's usage, and until
+/// the last pod that names it is gone; a pod whose shared claim was deleted keeps it counted.
+#[test]
+fn a_shared_claim_is_charged_once_while_any_pod_names_it() {
+    let p = dra_policies(4);
+    let state = Arc::new(ClusterState::default());
+    let book = LiveQuota::new(state.clone(), Arc::new(ArcSwap::from_pointee(dra_policies(4))), Arc::new(NoNamespaces));
+    let mut objects = crate::dra::ClaimObjects::new("not found");
+    shared_claim(&mut objects, "pair", 2);
+    let watched = |pod: &Value, objects: &crate::dra::ClaimObjects| watched_with(pod, &p, objects);
+
+    // Two sharers admitted before the watch sees either: the claim's 2 GPUs count once.
+    admit_with_claims(&book, &p, &sharer("a", &["pair"]), &objects, "ua").unwrap();
+    admit_with_claims(&book, &p, &sharer("b", &["pair", "pair"]), &objects, "ub").unwrap();
+    admit(&book, &quota_of(&p), &pod("plain", 2, None), "uplain").unwrap();
+    let over = admit(&book, &quota_of(&p), &pod("over", 1, None), "uover").unwrap_err();
+    assert!(over.contains("team vision uses 4 of 4 nvidia.com/gpu"), "{over}");
+
+    // The watch counts the same: 2 (claim, once) + 2 (plain).
+    let record = watched(&sharer("a", &["pair"]), &objects);
+    assert_eq!(record.requests.iter().filter(|(r, _)| r.starts_with("deviceclass")).count(), 0, "not in requests");
+    assert_eq!(record.held_claims().len(), 1);
+    state.upsert_pod(record);
+    state.upsert_pod(watched(&sharer("b", &["pair", "pair"]), &objects));
+    state.upsert_pod(watched(&pod("plain", 2, None), &objects));
+    assert_eq!(charged_gpus(&state, &p), 4);
+    assert!(state.holds_claim("vision", "pair"));
+
+    // A third sharer is admitted (the claim is counted already); a new claim of 1 is not.
+    admit_with_claims(&book, &p, &sharer("c", &["pair"]), &objects, "uc").unwrap();
+    shared_claim(&mut objects, "single", 1);
+    let denied = admit_with_claims(&book, &p, &sharer("d", &["single"]), &objects, "ud").unwrap_err();
+    assert!(denied.contains("uses 4 of 4") && denied.contains("this pod asks 1"), "{denied}");
+
+    // The claim is deleted (a tenant freeing quota that way): the sharer still counts it.
+    let gone = crate::dra::ClaimObjects::new("not found");
+    state.upsert_pod(watched(&sharer("a", &["pair"]), &gone));
+    assert_eq!(charged_gpus(&state, &p), 4, "a deleted shared claim still counts while pods name it");
+
+    // One sharer goes: nothing is freed; the last goes: its 2 GPUs, once.
+    state.remove_pod("vision", "a");
+    assert_eq!(charged_gpus(&state, &p), 4);
+    state.remove_pod("vision", "b");
+    assert_eq!(charged_gpus(&state, &p), 2);
+    assert!(!state.holds_claim("vision", "pair"));
+}
+
+/// `allot check`'s book: two manifests sharing a claim take its devices once.
+#[test]
+fn the_dry_run_charges_a_shared_claim_once() {
+    let p = dra_policies(2);
+    let mut objects = crate::dra::ClaimObjects::new("not among the manifests");
+    shared_claim(&mut objects, "pair", 2);
+    let book = StaticUsage::default();
+    admit_with_claims(&book, &p, &sharer("a", &["pair"]), &objects, "a").unwrap();
+    admit_with_claims(&book, &p, &sharer("b", &["pair"]), &objects, "b").unwrap();
+    let over = admit(&book, &quota_of(&p), &pod("c", 1, None), "c").unwrap_err();
+    assert!(over.contains("uses 2 of 2"), "{over}");
+    // Without usage, a pod naming a claim larger than the quota is refused on its own.
+    shared_claim(&mut objects, "big", 3);
+    let big = admit_with_claims(&NoUsage, &p, &sharer("big", &["big"]), &objects, "big").unwrap_err();
+    assert!(big.contains("this pod asks 3"), "{big}");
 }

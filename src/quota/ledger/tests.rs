@@ -36,6 +36,7 @@ fn request<'a>(q: &Quota, name: &'a str, uid: &'a str, n: i64, gang: Option<(&'a
         charge: q.charge(&requests),
         requests,
         gang,
+        shared_claims: Default::default(),
         dry_run: false,
     }
 }
@@ -59,6 +60,7 @@ fn seen(name: &str, n: i64, gang: Option<(&str, u32)>) -> SeenPod {
         terminating: false,
         requests: counted(&quota(8), &gpus(n)),
         gang: gang.map(|(g, s)| (g.to_string(), Some(s))),
+        claims: Default::default(),
     }
 }
 
@@ -372,6 +374,7 @@ fn large_team(n: usize, gang_share: f64, gang_size: u32) -> Vec<SeenPod> {
                 terminating: i % 97 == 0,
                 requests,
                 gang,
+                claims: Default::default(),
             }
         })
         .collect()
@@ -623,7 +626,7 @@ fn a_recount_finds_pods_by_name_and_folds_like_the_list() {
             terminating: p.terminating,
             gang: p.gang.as_ref().map(|(g, size)| (g.as_str(), *size)),
         };
-        streamed.add(&pod, p.requests.clone());
+        streamed.add(&pod, p.requests.clone(), p.claims.clone());
     }
     let (mut a, mut b) = (Ledger::default(), Ledger::default());
     a.reconcile(&pods, 1_000);
@@ -727,7 +730,7 @@ fn young_pods_stay_pending_until_old_enough_to_fold() {
                 terminating: false,
                 gang: None,
             };
-            r.add(&pod, p.requests.clone());
+            r.add(&pod, p.requests.clone(), p.claims.clone());
         }
         r
     };
@@ -746,4 +749,110 @@ fn young_pods_stay_pending_until_old_enough_to_fold() {
     let report = l.reconcile_with(&old, 1_004, &|_| false);
     assert_eq!((report.seen, report.refolded, l.len()), (1, true, 0));
     assert_eq!(gpu_usage(&l), 2, "counted once, folded");
+}
+
+/// The shared claim `pair` with `n` devices of `gpu.nvidia.com`, as a request carries it.
+fn pair(n: i64) -> SharedClaims {
+    SharedClaims::from([(
+        "pair".to_string(),
+        ResourceList::from([(crate::dra::class_resource("gpu.nvidia.com"), Quantity::from_units(n))]),
+    )])
+}
+
+/// A quota of `limit` GPUs that counts `gpu.nvidia.com` devices as GPUs.
+fn dra_quota(limit: u32) -> Quota {
+    let cluster = "apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  dra:\n    deviceClasses:\n      \
+                   gpu.nvidia.com: {countsAs: nvidia.com/gpu}\n";
+    let team = format!(
+        "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: vision}}\nspec:\n  namespaces: {{names: [vision]}}\n  \
+         quota: {{mode: Deny, limits: {{nvidia.com/gpu: {limit}}}}}\n"
+    );
+    let p = compile(&[
+        Source { name: "c.yaml".into(), text: cluster.into() },
+        Source { name: "t.yaml".into(), text: team },
+    ])
+    .unwrap();
+    p.teams.iter().find_map(|t| t.quota.clone()).unwrap()
+}
+
+fn charged_gpus(l: &Ledger, q: &Quota) -> i128 {
+    q.charge(&l.usage().0).get("nvidia.com/gpu").copied().unwrap_or(0) / q.denominator / 1_000_000_000
+}
+
+/// Issue 15: the ledger charges a shared claim once per namespace — pending charges that name it
+/// share it, folded pods that name it share it, a pending sharer of a folded claim adds nothing —
+/// and its stored form keeps the claims.
+#[test]
+fn a_shared_claim_is_charged_once_pending_folded_and_stored() {
+    let q = dra_quota(4);
+    let mut l = reconciled();
+    let sharer = |name: &'static str, uid: &'static str| {
+        let mut r = request(&q, name, uid, 0, None);
+        r.shared_claims = pair(2);
+        r
+    };
+    for (name, uid) in [("a", "uid-a"), ("b", "uid-b")] {
+        let r = sharer(name, uid);
+        assert_eq!(l.charge(&q, &r, &admission_key(&r), 1_000), Ok(Charged::New));
+    }
+    assert_eq!(charged_gpus(&l, &q), 2, "two pending sharers: the claim once");
+    let plain = request(&q, "plain", "uid-plain", 2, None);
+    assert_eq!(l.charge(&q, &plain, &admission_key(&plain), 1_000), Ok(Charged::New));
+    let over = request(&q, "over", "uid-over", 1, None);
+    let refused = l.charge(&q, &over, &admission_key(&over), 1_000).unwrap_err();
+    assert!(refused.message("vision").contains("uses 4 of 4"), "{refused:?}");
+
+    // Stored and read back: the same usage.
+    let mut l = Ledger::from_data(&l.to_data(), true);
+    assert_eq!(charged_gpus(&l, &q), 4);
+
+    // The leader folds a (seen), b is young: the claim is folded once, b's charge adds nothing.
+    let seen_pod = |name: &str, claims: SharedClaims, created: i64| SeenPod {
+        namespace: "vision".into(),
+        name: name.into(),
+        created,
+        finished: false,
+        terminating: false,
+        requests: ResourceList::new(),
+        gang: None,
+        claims,
+    };
+    let mut recount = Recount::at(1_010);
+    for pod in [seen_pod("a", pair(2), 1_000), seen_pod("b", pair(2), 1_009)] {
+        let counted = CountedPod {
+            namespace: &pod.namespace,
+            name: &pod.name,
+            created: pod.created,
+            finished: false,
+            terminating: false,
+            gang: None,
+        };
+        recount.add(&counted, pod.requests.clone(), pod.claims.clone());
+    }
+    l.reconcile_with(&recount, 1_010, &|_| false);
+    assert_eq!(l.folded().map(|f| f.claims.len()).sum::<usize>(), 1);
+    assert_eq!(charged_gpus(&l, &q), 4, "folded a + pending b + pending plain: 2 + 2");
+    let l = Ledger::from_data(&l.to_data(), true);
+    assert_eq!(charged_gpus(&l, &q), 4, "the folded claim survives its stored form");
+
+    // Both sharers gone (b seen deleted): the claim is released with them.
+    let mut l = l;
+    let plain = SeenPod { requests: counted(&q, &gpus(2)), ..seen_pod("plain", SharedClaims::new(), 1_000) };
+    l.reconcile_with(&Recount::from_pods(&[plain]), 1_020, &|e| e.name == "b");
+    assert_eq!(charged_gpus(&l, &q), 2, "the plain pod's 2 only");
+}
+
+/// A stored shared claim with a negative amount (an edited ledger) is unreadable, not a credit.
+#[test]
+fn a_negative_shared_claim_is_unreadable() {
+    let q = dra_quota(4);
+    let mut l = reconciled();
+    let mut r = request(&q, "a", "uid-a", 0, None);
+    r.shared_claims = pair(2);
+    l.charge(&q, &r, &admission_key(&r), 1_000).unwrap();
+    let data: BTreeMap<String, String> =
+        l.to_data().into_iter().map(|(k, v)| (k, v.replace("\"2\"", "\"-2\""))).collect();
+    let mut broken = Ledger::from_data(&data, true);
+    let refused = broken.charge(&q, &request(&q, "b", "uid-b", 1, None), "k", 1_000).unwrap_err();
+    assert!(refused.message("vision").contains("unreadable"), "{refused:?}");
 }

@@ -29,6 +29,7 @@ fn request<'a>(q: &Quota, name: &'a str, n: i64) -> QuotaRequest<'a> {
         charge: q.charge(&gpus(n)),
         requests: gpus(n),
         gang: None,
+        shared_claims: Default::default(),
         dry_run: false,
     }
 }
