@@ -225,8 +225,8 @@ pub type ClassCounts = BTreeMap<String, u64>;
 pub struct ClaimDemand {
     /// Devices of claims made for this pod alone (from templates).
     pub own: ClassCounts,
-    /// Devices of each shared ResourceClaim the pod names, by claim name: once per pod however
-    /// often it names the claim.
+    /// Devices of each shared ResourceClaim the pod names, by claim ([`shared_claim_key`]: its
+    /// name and UID): once per pod however often it names the claim.
     pub shared: BTreeMap<String, ClassCounts>,
     /// References that could not be resolved.
     pub missing: Vec<MissingClaim>,
@@ -346,7 +346,7 @@ pub fn pod_demand(pod: &Value, namespace: &str, classes: &DeviceClasses, source:
                 Some(claim) => {
                     let counts = claim_devices(claim.get("spec"), classes);
                     if !counts.is_empty() {
-                        demand.shared.insert(name.to_string(), counts);
+                        demand.shared.insert(shared_claim_key(name, &claim), counts);
                     }
                 }
                 None => demand.missing.push(MissingClaim { kind: "ResourceClaim", name: name.into(), path }),
@@ -354,6 +354,17 @@ pub fn pod_demand(pod: &Value, namespace: &str, classes: &DeviceClasses, source:
         }
     }
     demand
+}
+
+/// How a shared claim is told apart in the quota books: `NAME/UID` (`NAME` where the object has
+/// no UID, as in manifests). Its spec is immutable, but a claim deleted and created again under
+/// the same name (possible while no pod has it reserved) may ask for more: keyed by name alone, a
+/// pod naming the new one would find it "counted already" at the old, smaller size.
+fn shared_claim_key(name: &str, claim: &Value) -> String {
+    match claim.field(&["metadata", "uid"]).and_then(Value::as_str).filter(|u| !u.is_empty()) {
+        Some(uid) => format!("{name}/{uid}"),
+        None => name.to_string(),
+    }
 }
 
 /// The ResourceClaim Kubernetes made from a template for the pod's claim entry `entry`: named in

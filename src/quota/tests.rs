@@ -538,3 +538,29 @@ fn the_dry_run_charges_a_shared_claim_once() {
     let big = admit_with_claims(&NoUsage, &p, &sharer("big", &["big"]), &objects, "big").unwrap_err();
     assert!(big.contains("this pod asks 3"), "{big}");
 }
+
+/// A tenant deletes a shared claim no pod has reserved yet and creates a larger one under the
+/// same name: the new claim is another claim (its UID), charged in full, never "counted already"
+/// at the old size; once the first pod's record reads the new claim too, it is counted once.
+#[test]
+fn a_shared_claim_recreated_larger_is_a_new_claim() {
+    let p = dra_policies(4);
+    let state = Arc::new(ClusterState::default());
+    let book = LiveQuota::new(state.clone(), Arc::new(ArcSwap::from_pointee(dra_policies(4))), Arc::new(NoNamespaces));
+    let claim = |uid: &str, gpus: u32| {
+        let mut objects = crate::dra::ClaimObjects::new("not found");
+        let claim = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                           "metadata": {"name": "grow", "namespace": "vision", "uid": uid},
+                           "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": gpus}}]}}});
+        assert!(objects.insert(&claim, "vision"));
+        objects
+    };
+    let (small, large) = (claim("uid-1", 1), claim("uid-2", 4));
+    admit_with_claims(&book, &p, &sharer("a", &["grow"]), &small, "ua").unwrap();
+    state.upsert_pod(watched_with(&sharer("a", &["grow"]), &p, &small));
+    let denied = admit_with_claims(&book, &p, &sharer("b", &["grow"]), &large, "ub").unwrap_err();
+    assert!(denied.contains("uses 1 of 4") && denied.contains("this pod asks 4"), "{denied}");
+    // Pod a's next event resolves the new claim: one claim of 4, counted once.
+    state.upsert_pod(watched_with(&sharer("a", &["grow"]), &p, &large));
+    assert_eq!(charged_gpus(&state, &p), 4);
+}
