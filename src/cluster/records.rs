@@ -127,9 +127,16 @@ pub struct HeldClaims(pub Vec<HeldClaim>);
 /// One shared ResourceClaim and its devices as quota resources (names interned).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HeldClaim {
+    /// Its key ([`crate::dra::ClaimDemand::shared`]: name and UID).
     pub name: Arc<str>,
-    pub devices: Box<[(Arc<str>, Quantity)]>,
+    pub devices: ClaimDevices,
 }
+
+/// A shared claim's devices as quota resources.
+pub type ClaimDevices = Box<[(Arc<str>, Quantity)]>;
+
+/// A shared claim in the cluster view: (namespace, claim key).
+pub type ClaimId = (Arc<str>, Arc<str>);
 
 impl HeldClaim {
     /// Its devices as a resource list.

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
-use super::records::{Key, NodeInfo, Owner, PodRecord, key};
+use super::records::{ClaimDevices, ClaimId, Key, NodeInfo, Owner, PodRecord, key};
 use super::tally::{GangTally, add_to};
 use crate::gang::directory::{GangDirectory, Peer};
 use crate::gang::membership::OwnerGang;
@@ -69,7 +69,7 @@ struct Inner {
     tallies: HashMap<Arc<str>, HashMap<String, GangTally>>,
     /// (namespace, shared ResourceClaim) → how many non-finished pods name it, and the devices
     /// it counted with the first of them: in `ns_usage` once while any pod names it.
-    claim_holders: HashMap<(Arc<str>, Arc<str>), (u32, Box<[(Arc<str>, Quantity)]>)>,
+    claim_holders: HashMap<ClaimId, (u32, ClaimDevices)>,
     /// Pods the watch saw deleted recently, oldest first, and when: the deny-mode ledger drops
     /// a reservation whose pod came and went between two admissions (without this it would
     /// count a pod that no longer exists until the reservation expires).

@@ -65,7 +65,7 @@ impl ClusterState {
 /// holds is in use whoever else waits on it.
 pub fn requests_by_state(view: &ClusterView<'_>) -> RequestsByState {
     let mut sums = RequestsByState::new();
-    let mut claims: HashMap<(Arc<str>, Arc<str>), (UsageState, &[(Arc<str>, Quantity)])> = HashMap::new();
+    let mut claims: HashMap<super::records::ClaimId, (UsageState, &super::records::ClaimDevices)> = HashMap::new();
     for p in view.pods().filter(|p| !p.finished) {
         let state = UsageState::of(p);
         for (name, q) in &p.requests {
