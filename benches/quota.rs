@@ -82,6 +82,7 @@ fn bench(c: &mut Criterion) {
                 charge,
                 requests,
                 gang: None,
+                shared_claims: Default::default(),
                 dry_run: true,
             };
             use allot::quota::QuotaBook as _;
