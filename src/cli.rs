@@ -557,7 +557,12 @@ fn read_named(path: &std::path::Path) -> anyhow::Result<String> {
 
 /// `allot check`: exit 0 when every manifest is admitted, 1 when one is denied.
 fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let policies = crate::policy::load_dir(&args.policies)?;
+    let sources = crate::policy::read_sources(&args.policies)?;
+    let manifests = check::read_manifests(&args.paths)?;
+    // DeviceClasses among the manifests count for their extended resource, as the server's
+    // watch of the cluster's makes them count.
+    let facts = crate::policy::ClusterFacts::from_objects(manifests.iter().map(|m| &m.object));
+    let policies = crate::policy::compile_with(&sources, &facts)?;
     let labels: Box<dyn NamespaceLabels> = match args.namespaces {
         Some(path) => {
             let text = read_named(&path)?;
@@ -565,7 +570,6 @@ fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         }
         None => Box::new(NoNamespaces),
     };
-    let manifests = check::read_manifests(&args.paths)?;
     // Usage from --state, plus what the run's own manifests take, in order.
     let usage = match args.state {
         Some(path) => {

@@ -176,11 +176,17 @@ impl NativeSplit {
     /// native policies skip (`allot compile --allot-username`) changes nothing a tenant's
     /// request is checked against, so it does not part the two halves.
     pub fn from_sources(sources: &[Source]) -> Result<NativeSplit, SplitError> {
-        let full = policy::compile(sources)?;
+        NativeSplit::from_sources_with(sources, &policy::ClusterFacts::default())
+    }
+
+    /// [`NativeSplit::from_sources`] for a set compiled with what was read from the cluster
+    /// (the server's DeviceClasses), so that its version is the set's in force.
+    pub fn from_sources_with(sources: &[Source], facts: &policy::ClusterFacts) -> Result<NativeSplit, SplitError> {
+        let full = policy::compile_with(sources, facts)?;
         let compiled = crate::native::compile(&full);
         let fingerprint = fingerprint(&compiled).ok_or(SplitError::NoFingerprint)?;
         let covered = Covered::from_coverage(&compiled.coverage, &full);
-        let mut mutate = policy::compile(sources)?;
+        let mut mutate = policy::compile_with(sources, facts)?;
         let mut validate = full;
         for placement in mutate.placements.iter_mut().filter(|p| covered.placements.contains(&p.name)) {
             placement.spec.tolerations.clear();

@@ -291,6 +291,104 @@ async fn claim_gpus_are_placed_and_counted_on_a_real_control_plane() {
     assert!(err.contains("uses 4 of 4 nvidia.com/gpu"), "{err}");
 }
 
+const AMD_NS: &str = "dra-amd";
+
+const AMD_TEAM: &str = r#"
+apiVersion: allot.dev/v1alpha1
+kind: Team
+metadata: {name: dra-amd}
+spec:
+  namespaces: {names: [dra-amd]}
+  quota: {mode: Deny, limits: {amd.com/gpu: 2}}
+"#;
+
+/// Issue 15: a DeviceClass whose `extendedResourceName` is an accelerator (DRAExtendedResource,
+/// beta and on in 1.36) counts as that accelerator with no mapping in the Cluster policy. The
+/// class appears after a tenant's pod asked for two of its devices: until then they count
+/// nothing; once Allot reads the class it recompiles its policies and makes its Pod records
+/// anew, so the earlier pod's two AMD GPUs count and the team's quota of 2 refuses two more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_class_standing_for_an_accelerator_counts_without_a_mapping() {
+    allot::install_crypto_provider();
+    let Some(assets) = Assets::from_env("a_device_class_standing_for_an_accelerator_counts_without_a_mapping") else {
+        return;
+    };
+    let cluster = Cluster::start_with(&assets, &[("dra-amd.yaml", AMD_TEAM)]).await;
+    let admin = cluster.client.clone();
+    prepare_namespace(&admin, AMD_NS).await;
+    let alice = alice_client(&cluster).await;
+    let templates: Api<DynamicObject> =
+        Api::namespaced_with(alice.clone(), AMD_NS, &resource("ResourceClaimTemplate", "resourceclaimtemplates"));
+    let two_amd = json!([{"name": "gpus", "exactly": {"deviceClassName": "gpu.amd.com", "count": 2}}]);
+    templates.create(&PostParams::default(), &template("two-amd", two_amd)).await.expect("template two-amd");
+    let pods: Api<Pod> = Api::namespaced(alice.clone(), AMD_NS);
+
+    // No such class yet: its devices count nothing (admitted, no AMD toleration).
+    let early = create_when_claims_known(&pods, &claim_pod("early", from_template("two-amd")))
+        .await
+        .expect("an unknown class counts nothing");
+    let tolerations = early.spec.and_then(|s| s.tolerations).unwrap_or_default();
+    assert!(!tolerations.iter().any(|t| t.key.as_deref() == Some("amd.com/gpu")), "{tolerations:?}");
+
+    // The admin installs AMD's DeviceClass, standing for amd.com/gpu.
+    let class: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.amd.com"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.amd.com'"}}],
+                 "extendedResourceName": "amd.com/gpu"}
+    }))
+    .unwrap();
+    let created = Api::<DynamicObject>::all_with(admin.clone(), &resource("DeviceClass", "deviceclasses"))
+        .create(&PostParams::default(), &class)
+        .await
+        .expect("DeviceClass gpu.amd.com");
+    assert_eq!(
+        created.data.pointer("/spec/extendedResourceName").and_then(Value::as_str),
+        Some("amd.com/gpu"),
+        "the API server kept extendedResourceName (DRAExtendedResource on)"
+    );
+
+    // Dry runs until Allot has read the class and recounted the early pod: two more AMD GPUs
+    // are then over (2 of 2 used by the early pod), and the pod would get the AMD toleration.
+    let dry = PostParams { dry_run: true, ..Default::default() };
+    let deadline = std::time::Instant::now() + Duration::from_secs(45);
+    let refusal = loop {
+        match pods.create(&dry, &claim_pod("late", from_template("two-amd"))).await {
+            Err(e) => break e.to_string(),
+            Ok(_) => {
+                assert!(std::time::Instant::now() < deadline, "the class was never counted (late still admitted)");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    };
+    assert!(
+        refusal.contains("team dra-amd uses 2 of 2 amd.com/gpu") && refusal.contains("this pod asks 2"),
+        "{refusal}"
+    );
+
+    // The early pod goes: its 2 are freed (once the leader recounts), and a pod of the class is
+    // placed on the AMD pool like one asking amd.com/gpu in its limits.
+    let now = kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+    pods.delete("early", &now).await.expect("alice deletes the early pod");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let admitted = loop {
+        match pods.create(&dry, &claim_pod("late", from_template("two-amd"))).await {
+            Ok(pod) => break pod,
+            Err(e) => {
+                assert!(e.to_string().contains("uses 2 of 2"), "{e}");
+                assert!(std::time::Instant::now() < deadline, "the early pod's GPUs were never freed: {e}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    };
+    let tolerations = admitted.spec.and_then(|s| s.tolerations).unwrap_or_default();
+    assert!(
+        tolerations
+            .iter()
+            .any(|t| t.key.as_deref() == Some("amd.com/gpu") && t.effect.as_deref() == Some("NoSchedule")),
+        "the shipped amd-gpu placement: {tolerations:?}"
+    );
+}
+
 const GANG_NS: &str = "dra-gang";
 
 const GANG_TEAM: &str = r#"

@@ -26,6 +26,9 @@ pub struct ClusterState {
     wake: tokio::sync::Notify,
     /// Where the DRA claims of watched pods are resolved, so that usage counts their devices.
     claims: ClaimsCell,
+    /// Signalled when records must be made again from a fresh list (what a record counts
+    /// changed: the DRA DeviceClass mapping); the Pod watch restarts.
+    relist: tokio::sync::Notify,
 }
 
 /// The claim source of a [`ClusterState`], set once (`allot serve` sets its claim watches);
@@ -43,6 +46,16 @@ impl ClusterState {
     /// Resolves the DRA claims of pods recorded from now on in `claims` (the first call wins).
     pub fn set_claims(&self, claims: Arc<dyn crate::dra::ClaimSource>) {
         let _ = self.claims.0.set(claims);
+    }
+
+    /// Asks the Pod watch to list every pod again and make its record anew.
+    pub fn request_relist(&self) {
+        self.relist.notify_one();
+    }
+
+    /// Resolves when [`ClusterState::request_relist`] was called (one stored request).
+    pub async fn relist_requested(&self) {
+        self.relist.notified().await;
     }
 
     /// Where the DRA claims of watched pods are resolved.

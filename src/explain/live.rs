@@ -115,10 +115,23 @@ pub async fn connect(kubeconfig: Option<&Path>, context: Option<&str>) -> Result
     Ok((client, namespace))
 }
 
-/// Loads and compiles the policies.
+/// The cluster's DeviceClasses with an extended resource, as the server reads them (none where
+/// they cannot be listed: the policies' own mapping then stands alone).
+async fn cluster_facts(client: &kube::Client) -> policy::ClusterFacts {
+    let api: Api<k8s_openapi::api::resource::v1::DeviceClass> = Api::all(client.clone());
+    match api.list(&Default::default()).await {
+        Ok(list) => policy::ClusterFacts::from_device_classes(&list.items),
+        Err(_) => policy::ClusterFacts::default(),
+    }
+}
+
+/// Loads and compiles the policies, with the cluster's DeviceClasses.
 pub async fn load_policies(client: &kube::Client, source: &PolicySource) -> Result<PolicySet, LiveError> {
+    let facts = cluster_facts(client).await;
     match source {
-        PolicySource::Dir(dir) => policy::load_dir(dir).map_err(|e| LiveError::Policies(e.to_string())),
+        PolicySource::Dir(dir) => policy::read_sources(dir)
+            .and_then(|sources| policy::compile_with(&sources, &facts))
+            .map_err(|e| LiveError::Policies(e.to_string())),
         PolicySource::ConfigMap { namespace, name } => {
             let configmap = format!("{namespace}/{name}");
             let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
@@ -143,7 +156,7 @@ pub async fn load_policies(client: &kube::Client, source: &PolicySource) -> Resu
                     reason: "it holds no *.yaml, *.yml or *.json key".into(),
                 });
             }
-            policy::compile(&sources).map_err(|e| LiveError::Policies(e.to_string()))
+            policy::compile_with(&sources, &facts).map_err(|e| LiveError::Policies(e.to_string()))
         }
     }
 }

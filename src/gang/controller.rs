@@ -167,7 +167,16 @@ async fn watch_pods(
         };
         let mut stream = watcher(api.clone(), config).default_backoff().boxed();
         let mut unsupported = false;
-        while let Some(event) = stream.next().await {
+        let mut relist = false;
+        loop {
+            let event = tokio::select! {
+                event = stream.next() => event,
+                () = state.relist_requested() => {
+                    relist = true;
+                    break;
+                }
+            };
+            let Some(event) = event else { break };
             let p = policies.load();
             match event {
                 Ok(watcher::Event::Init) => state.begin_relist(),
@@ -192,6 +201,9 @@ async fn watch_pods(
                 }
                 Err(e) => tracing::warn!(error = %e, "pod watch error; retrying"),
             }
+        }
+        if relist {
+            continue;
         }
         if !unsupported {
             return;

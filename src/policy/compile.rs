@@ -202,6 +202,30 @@ impl Compile for ClusterSpec {
     }
 }
 
+/// `classes` with every DeviceClass of `facts` whose extended resource is an accelerator added
+/// (weight 1) unless `classes` maps it already; also returns what was added.
+pub(super) fn with_discovered_classes(
+    classes: DeviceClasses,
+    facts: &super::ClusterFacts,
+    accelerators: &ResourceMatcher,
+) -> (DeviceClasses, std::collections::BTreeMap<String, String>) {
+    let added: std::collections::BTreeMap<String, String> = facts
+        .extended_resource_names
+        .iter()
+        .filter(|(class, resource)| classes.get(class).is_none() && accelerators.matches(resource))
+        .map(|(class, resource)| (class.clone(), resource.clone()))
+        .collect();
+    if added.is_empty() {
+        return (classes, added);
+    }
+    let mut all: std::collections::BTreeMap<String, ClassWeight> =
+        classes.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    for (class, resource) in &added {
+        all.insert(class.clone(), ClassWeight { counts_as: resource.clone(), numerator: 1, denominator: 1 });
+    }
+    (DeviceClasses::new(all, classes.all_count()), added)
+}
+
 /// The Cluster's `dra` block compiled: weights parsed, every `countsAs` an accelerator name.
 pub(super) fn device_classes(
     spec: &super::DraSpec,

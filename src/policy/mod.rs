@@ -201,8 +201,11 @@ pub struct PolicySet {
     pub placements: Vec<Placement>,
     pub rules: Vec<Rule>,
     pub gang_policies: Vec<GangPolicy>,
-    /// The Cluster's DRA DeviceClass mapping: what claim devices count as.
+    /// The Cluster's DRA DeviceClass mapping: what claim devices count as (the policy's own
+    /// mapping and, unless it says not to, the cluster's DeviceClasses' extended resources).
     pub device_classes: Arc<DeviceClasses>,
+    /// The classes mapped from the cluster's DeviceClasses (class → resource), not the policy.
+    pub discovered_classes: BTreeMap<String, String>,
     /// Trust and bounds for what tenants write (Cluster `externalSchedulers`, `trust`,
     /// `accelerators.maxAmount`).
     pub tenancy: tenancy::TenantPolicy,
@@ -251,6 +254,23 @@ pub fn read_sources(dir: &Path) -> Result<Vec<Source>, LoadErrors> {
 /// Loads and compiles every policy file under `dir`.
 pub fn load_dir(dir: &Path) -> Result<PolicySet, LoadErrors> {
     compile(&read_sources(dir)?)
+}
+
+/// A set's version: its sources' version, and the classes read from the cluster if any.
+fn versioned(version: String, discovered: &BTreeMap<String, String>) -> String {
+    if discovered.is_empty() {
+        return version;
+    }
+    let mut hasher = Sha256::new();
+    for (class, resource) in discovered {
+        hasher.update(class.as_bytes());
+        hasher.update([0]);
+        hasher.update(resource.as_bytes());
+        hasher.update([0]);
+    }
+    let hash = hasher.finalize();
+    let short: String = hash.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    format!("{version}+dc-{short}")
 }
 
 /// The version a set compiled from `sources` would have: a short hash of names and contents.
@@ -333,8 +353,60 @@ enum Doc {
     GangPolicy(GangPolicySpec),
 }
 
+/// What the policies build on that is read from the cluster rather than written in them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct ClusterFacts {
+    /// DeviceClass name → its `spec.extendedResourceName`, for classes that have one.
+    pub extended_resource_names: BTreeMap<String, String>,
+}
+
+impl ClusterFacts {
+    /// The extended resource of every DeviceClass that names one.
+    pub fn from_device_classes<'a>(
+        classes: impl IntoIterator<Item = &'a k8s_openapi::api::resource::v1::DeviceClass>,
+    ) -> ClusterFacts {
+        let extended_resource_names = classes
+            .into_iter()
+            .filter_map(|class| {
+                let name = class.metadata.name.clone()?;
+                let resource = class.spec.as_ref()?.extended_resource_name.clone().filter(|r| !r.is_empty())?;
+                Some((name, resource))
+            })
+            .collect();
+        ClusterFacts { extended_resource_names }
+    }
+
+    /// The facts among Kubernetes objects (manifests): `resource.k8s.io` DeviceClasses with an
+    /// extended resource name.
+    pub fn from_objects<'a>(objects: impl IntoIterator<Item = &'a Value>) -> ClusterFacts {
+        let mut facts = ClusterFacts::default();
+        for object in objects {
+            let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+            if !api_version.starts_with("resource.k8s.io/")
+                || object.get("kind").and_then(Value::as_str) != Some("DeviceClass")
+            {
+                continue;
+            }
+            let name = object.pointer("/metadata/name").and_then(Value::as_str);
+            let resource = object.pointer("/spec/extendedResourceName").and_then(Value::as_str);
+            if let (Some(name), Some(resource)) = (name, resource.filter(|r| !r.is_empty())) {
+                facts.extended_resource_names.insert(name.to_string(), resource.to_string());
+            }
+        }
+        facts
+    }
+}
+
 /// Compiles policy sources into a set, or returns every error found.
 pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
+    compile_with(sources, &ClusterFacts::default())
+}
+
+/// [`compile`], with what is read from the cluster (`facts`): DeviceClasses whose extended
+/// resource is an accelerator count as it, where the Cluster policy does not map them and does
+/// not turn that off (`dra.fromDeviceClasses: false`). The set's version then says so
+/// (`VERSION+dc-HASH`), so that replicas that read different classes do not look alike.
+pub fn compile_with(sources: &[Source], facts: &ClusterFacts) -> Result<PolicySet, LoadErrors> {
     let mut errors = Vec::new();
     let docs = decode_sources(sources, &mut errors);
 
@@ -393,6 +465,11 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
         }
         None => DeviceClasses::default(),
     };
+    let (device_classes, discovered_classes) = if cluster.dra.from_device_classes.unwrap_or(true) {
+        compile::with_discovered_classes(device_classes, facts, &accelerators)
+    } else {
+        (device_classes, BTreeMap::new())
+    };
     let cx = Context { team_names: &team_names, accelerators: &accelerators, device_classes: &device_classes };
     let teams = compile_all(team_specs, &cx, &mut errors);
     let placements = compile_all(placement_specs, &cx, &mut errors);
@@ -411,6 +488,8 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
         linear,
         tenancy: tenancy::TenantPolicy::from_cluster(&cluster),
         device_classes: Arc::new(device_classes),
+        version: versioned(version_of(sources), &discovered_classes),
+        discovered_classes,
         env: Environment::new(accelerators.clone()),
         accelerators,
         checks: cluster.accelerators.checks,
@@ -420,7 +499,6 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
         placements,
         rules,
         gang_policies,
-        version: version_of(sources),
         files: sources.iter().map(|s| PathBuf::from(&s.name)).collect(),
     })
 }

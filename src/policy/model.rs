@@ -122,6 +122,12 @@ pub struct DraSpec {
     /// device, a number admission cannot know). Default 32, as the in-tree ResourceQuota counts.
     #[schemars(range(min = 1))]
     pub allocation_mode_all_count: Option<u32>,
+    /// Also count the devices of every DeviceClass of the cluster whose
+    /// `spec.extendedResourceName` is one of the accelerator resources, as one of that resource
+    /// each (DRAExtendedResource: the class stands for `nvidia.com/gpu` and the like), unless
+    /// `deviceClasses` maps the class itself. `allot serve` watches DeviceClasses; `allot check`
+    /// reads those among its manifests. Default true.
+    pub from_device_classes: Option<bool>,
 }
 
 /// What one device of a DeviceClass counts as.

@@ -263,6 +263,73 @@ fn dra_device_classes_compile_and_weigh_exactly_in_team_quotas() {
     assert_eq!(quota.charge(&whole), quota.charge(&slices(7)));
 }
 
+/// Issue 15: a DeviceClass of the cluster whose extended resource is an accelerator counts as
+/// one of it per device without a mapping — in placement's terms and in team quotas — unless
+/// the policy maps the class itself or turns reading classes off; a class standing for a
+/// resource that is no accelerator counts nothing; the version says what was read.
+#[test]
+fn device_classes_with_an_accelerator_extended_resource_count_without_a_mapping() {
+    let text = format!(
+        "{DRA_CLUSTER}---\napiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: vision}}\nspec:\n  namespaces: {{names: [vision]}}\n  quota:\n    limits: {{amd.com/gpu: 2}}\n"
+    );
+    let facts = ClusterFacts {
+        extended_resource_names: BTreeMap::from([
+            ("gpu.amd.com".to_string(), "amd.com/gpu".to_string()),
+            // Mapped by the policy (1/7 of an nvidia.com/gpu): the policy wins.
+            ("mig.nvidia.com".to_string(), "nvidia.com/mig-1g.10gb".to_string()),
+            ("fpga.example.com".to_string(), "example.com/fpga".to_string()),
+        ]),
+    };
+    let plain = compile(&src(&text)).unwrap_or_else(|e| panic!("{e}"));
+    let set = compile_with(&src(&text), &facts).unwrap_or_else(|e| panic!("{e}"));
+    let amd = set.device_classes.get("gpu.amd.com").expect("read from the cluster");
+    assert_eq!((amd.counts_as.as_str(), amd.numerator, amd.denominator), ("amd.com/gpu", 1, 1));
+    assert_eq!(set.device_classes.get("mig.nvidia.com").map(|w| w.denominator), Some(7));
+    assert!(set.device_classes.get("fpga.example.com").is_none(), "not an accelerator");
+    assert_eq!(set.discovered_classes, BTreeMap::from([("gpu.amd.com".to_string(), "amd.com/gpu".to_string())]));
+    assert!(set.version.starts_with(&format!("{}+dc-", plain.version)), "{}", set.version);
+    assert_eq!(set.version, compile_with(&src(&text), &facts).unwrap().version, "stable");
+    let quota = set.teams[0].quota.as_ref().expect("quota");
+    let devices = |n: i64| {
+        crate::resources::ResourceList::from([(
+            crate::dra::class_resource("gpu.amd.com"),
+            crate::quantity::Quantity::from_units(n),
+        )])
+    };
+    assert!(quota.exceeded(&quota.charge(&devices(2)), &quota.charge(&devices(1))).is_some(), "3 of 2 AMD GPUs");
+    assert!(plain.teams[0].quota.as_ref().unwrap().charge(&devices(1)).is_empty(), "without the facts: nothing");
+
+    let off = text.replace("allocationModeAllCount: 8", "allocationModeAllCount: 8\n    fromDeviceClasses: false");
+    let set = compile_with(&src(&off), &facts).unwrap_or_else(|e| panic!("{e}"));
+    assert!(set.device_classes.get("gpu.amd.com").is_none() && set.discovered_classes.is_empty());
+    // Without a Cluster document the default accelerators decide.
+    let team_only = compile_with(
+        &src("apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: t}\nspec: {namespaces: {names: [t]}}\n"),
+        &facts,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(team_only.device_classes.get("gpu.amd.com").is_some());
+}
+
+/// `allot check` reads DeviceClasses among its manifests (any `resource.k8s.io` version).
+#[test]
+fn cluster_facts_come_from_device_class_manifests() {
+    let objects = [
+        serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "a"},
+                           "spec": {"extendedResourceName": "amd.com/gpu"}}),
+        serde_json::json!({"apiVersion": "resource.k8s.io/v1beta2", "kind": "DeviceClass", "metadata": {"name": "b"},
+                           "spec": {"extendedResourceName": "nvidia.com/gpu"}}),
+        serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "c"}, "spec": {}}),
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "d"},
+                           "spec": {"extendedResourceName": "nvidia.com/gpu"}}),
+    ];
+    let facts = ClusterFacts::from_objects(&objects);
+    assert_eq!(
+        facts.extended_resource_names,
+        BTreeMap::from([("a".to_string(), "amd.com/gpu".to_string()), ("b".to_string(), "nvidia.com/gpu".to_string())])
+    );
+}
+
 #[test]
 fn dra_device_class_problems_name_the_field() {
     let errs = errors(

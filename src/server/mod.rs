@@ -10,6 +10,7 @@
 //! `--request-timeout` gets 503, well before the API server's `timeoutSeconds`.
 
 pub mod connections;
+pub mod device_classes;
 pub mod metrics;
 pub mod pod_groups;
 pub mod reload;
@@ -106,6 +107,13 @@ pub struct AppState {
     /// until then (and without a Kubernetes API) no claim is known, and a pod naming one whose
     /// DeviceClass the policies map is denied.
     pub claims: std::sync::OnceLock<Arc<dyn crate::dra::ClaimSource>>,
+    /// What the policy set is compiled with from the cluster (its DeviceClasses' extended
+    /// resources, [`device_classes`]); a change wakes the reloader ([`AppState::facts_changed`]).
+    pub cluster_facts: ArcSwap<policy::ClusterFacts>,
+    pub facts_changed: tokio::sync::Notify,
+    /// The DeviceClass watch has listed once (or given up waiting): the reloader then marks
+    /// [`Caches::device_classes`] synced once a set compiled with the facts is in force.
+    pub facts_listed: AtomicBool,
 }
 
 impl AppState {
@@ -180,6 +188,9 @@ impl AppState {
             allot_username,
             native_split: arc_swap::ArcSwapOption::empty(),
             claims: std::sync::OnceLock::new(),
+            cluster_facts: ArcSwap::from_pointee(policy::ClusterFacts::default()),
+            facts_changed: tokio::sync::Notify::new(),
+            facts_listed: AtomicBool::new(false),
         })
     }
 
@@ -187,7 +198,7 @@ impl AppState {
     /// or after it is swapped in: a request uses a split only while its version is in force).
     /// A failure leaves no split: covered paths then evaluate everything.
     pub fn set_native_split(&self, sources: &[policy::Source]) {
-        match NativeSplit::from_sources(sources) {
+        match NativeSplit::from_sources_with(sources, &self.cluster_facts.load()) {
             Ok(split) => {
                 tracing::info!(version = %split.version, fingerprint = %split.fingerprint, covered = ?split.covered.describe(), "native policies' share computed");
                 self.native_split.store(Some(Arc::new(split)));
@@ -626,6 +637,7 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
         let claims = reload::watch_claims(c.clone(), cluster.clone());
         cluster.set_claims(claims.clone());
         let _ = state.claims.set(claims);
+        device_classes::watch(c.clone(), state.clone());
     }
     let controller = match (&client, &config.gang_controller) {
         (Some(c), Some(controller)) => {

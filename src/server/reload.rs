@@ -41,6 +41,8 @@ pub fn spawn(
                     while rx.try_recv().is_ok() {}
                 }
                 _ = poll.tick() => {}
+                // The cluster's DeviceClasses changed (see `super::device_classes`).
+                _ = state.facts_changed.notified() => {}
             }
             reloader.reload_policies(&state);
             reloader.reload_certificates(&state, &rustls);
@@ -79,8 +81,10 @@ struct Reloader {
     cert: PathBuf,
     key: PathBuf,
     client_ca: Option<PathBuf>,
-    /// Version of the sources last tried (good or bad): unchanged files are not recompiled.
+    /// Version of the sources last tried (good or bad), and the cluster facts they were
+    /// compiled with: unchanged inputs are not recompiled.
     last_policy_version: String,
+    last_facts: policy::ClusterFacts,
     last_cert_hash: Option<Vec<u8>>,
 }
 
@@ -94,11 +98,14 @@ impl Reloader {
             key: config.tls_key.clone(),
             client_ca: config.client_ca.clone(),
             last_policy_version: state.policies.load().version.clone(),
+            last_facts: (**state.cluster_facts.load()).clone(),
             last_cert_hash: cert_baseline,
         }
     }
 
     fn reload_policies(&mut self, state: &AppState) {
+        let facts = (**state.cluster_facts.load()).clone();
+        let listed = state.facts_listed.load(std::sync::atomic::Ordering::Acquire);
         let result = match policy::read_sources(&self.policies_dir) {
             // An unreadable directory has no version: forget the last one so the next readable
             // state is tried, whatever it is.
@@ -108,11 +115,12 @@ impl Reloader {
             }
             Ok(sources) => {
                 let version = policy::version_of(&sources);
-                if version == self.last_policy_version {
+                if version == self.last_policy_version && facts == self.last_facts {
                     Ok(None)
                 } else {
                     self.last_policy_version = version;
-                    policy::compile(&sources).map(|set| Some((set, sources)))
+                    self.last_facts = facts.clone();
+                    policy::compile_with(&sources, &facts).map(|set| Some((set, sources)))
                 }
             }
         };
@@ -126,8 +134,14 @@ impl Reloader {
                 state.metrics.set_policy_version(&set.version);
                 state.metrics.policy_reloads.get_or_create(&ResultLabels { result: "success" }).inc();
                 state.metrics.policy_load_errors.set(0);
+                let classes_changed = state.policies.load().device_classes != set.device_classes;
                 state.policies.store(Arc::new(set));
                 state.last_reload_error.store(Arc::new(None));
+                if classes_changed {
+                    // Records count claim devices as the set in force when they were made.
+                    tracing::info!("the DRA DeviceClass mapping changed; re-listing Pods to count their claims anew");
+                    state.cluster.request_relist();
+                }
             }
             Err(errors) => {
                 tracing::error!(errors = %errors, serving = %state.policies.load().version, "policy reload failed; keeping the last good policy set");
@@ -135,6 +149,11 @@ impl Reloader {
                 state.metrics.policy_load_errors.set(errors.0.len() as i64);
                 state.last_reload_error.store(Arc::new(Some(errors.to_string())));
             }
+        }
+        // The set in force is compiled with the DeviceClasses as listed (or, when the files are
+        // broken, the last good set stays, as for any reload).
+        if listed {
+            state.caches.device_classes.mark_synced();
         }
     }
 

@@ -44,6 +44,10 @@ pub struct Caches {
     /// Every deny-mode team has a quota ledger in the API server (this replica made sure of it
     /// once its watches had synced).
     pub ledgers: Cache,
+    /// The cluster's DeviceClasses have been listed and the policy set compiled with them
+    /// (classes counted for their extended resource; bounded wait, see
+    /// [`super::device_classes`]).
+    pub device_classes: Cache,
 }
 
 impl Caches {
@@ -58,6 +62,9 @@ impl Caches {
         }
         if self.ledgers.waiting() {
             waiting.push("quota ledger");
+        }
+        if self.device_classes.waiting() {
+            waiting.push("DeviceClass");
         }
         waiting
     }

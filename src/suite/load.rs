@@ -183,24 +183,33 @@ pub(super) struct LoadedCase {
     pub(super) expectations: Expectations,
 }
 
-/// Compiled policy sets by the list of paths they come from: test files usually share one.
+/// Compiled policy sets by the list of paths they come from and the DeviceClasses among the
+/// test's resources: test files usually share one.
 #[derive(Default)]
-pub(super) struct PolicyCache(pub(super) HashMap<Vec<PathBuf>, Option<Arc<PolicySet>>>);
+pub(super) struct PolicyCache(pub(super) HashMap<(Vec<PathBuf>, policy::ClusterFacts), Option<Arc<PolicySet>>>);
 
 impl PolicyCache {
-    /// The set compiled from `paths`, or `None` after reporting its errors (once per set).
-    fn get(&mut self, paths: &[PathBuf], location: &str, problems: &mut Vec<String>) -> Option<Arc<PolicySet>> {
-        if let Some(cached) = self.0.get(paths) {
+    /// The set compiled from `paths` with `facts`, or `None` after reporting its errors (once
+    /// per set).
+    fn get(
+        &mut self,
+        paths: &[PathBuf],
+        facts: &policy::ClusterFacts,
+        location: &str,
+        problems: &mut Vec<String>,
+    ) -> Option<Arc<PolicySet>> {
+        let key = (paths.to_vec(), facts.clone());
+        if let Some(cached) = self.0.get(&key) {
             return cached.clone();
         }
-        let compiled = match read_policy_sources(paths).and_then(|s| policy::compile(&s).map_err(|e| e.0)) {
+        let compiled = match read_policy_sources(paths).and_then(|s| policy::compile_with(&s, facts).map_err(|e| e.0)) {
             Ok(set) => Some(Arc::new(set)),
             Err(errors) => {
                 problems.extend(errors.into_iter().map(|e| format!("{location}: policies: {e}")));
                 None
             }
         };
-        self.0.insert(paths.to_vec(), compiled.clone());
+        self.0.insert(key, compiled.clone());
         compiled
     }
 }
@@ -418,7 +427,9 @@ pub(super) fn load_test(
         }
     };
     let policy_label = policy_paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" + ");
-    let policies = if policy_paths.is_empty() { None } else { cache.get(&policy_paths, &location, problems) };
+    let no_facts = policy::ClusterFacts::default();
+    let policies =
+        if policy_paths.is_empty() { None } else { cache.get(&policy_paths, &no_facts, &location, problems) };
 
     let labels = read_namespaces(&spec, &resolve, &location, problems);
     let team_names: Option<BTreeSet<&str>> =
@@ -453,6 +464,10 @@ pub(super) fn load_test(
     if problems.len() > before {
         return None;
     }
+    // DeviceClasses among the resources count for their extended resource, as the server's
+    // watch of the cluster's makes them count.
+    let facts = policy::ClusterFacts::from_objects(cases.iter().map(|c| &c.manifest.object));
+    let policies = if facts == no_facts { policies } else { cache.get(&policy_paths, &facts, &location, problems) };
     Some(LoadedTest {
         file,
         document: doc.index,
