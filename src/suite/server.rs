@@ -147,10 +147,11 @@ async fn run_test(test: &LoadedTest, client: &kube::Client) -> ServerTest {
             })
             .collect();
     };
-    let split = match read_policy_sources(&test.policy_paths)
-        .map_err(|e| e.join("; "))
-        .and_then(|s| NativeSplit::from_sources(&s).map_err(|e| e.to_string()))
-    {
+    let split = match read_policy_sources(&test.policy_paths).map_err(|e| e.join("; ")).and_then(|s| {
+        // Compiled with the test's DeviceClasses, as its policy set was.
+        let facts = crate::policy::ClusterFacts::from_objects(test.cases.iter().map(|c| &c.manifest.object));
+        NativeSplit::from_sources_with(&s, &facts).map_err(|e| e.to_string())
+    }) {
         Ok(split) => split,
         Err(why) => {
             fail_all(&mut report, format!("the native half of the policies: {why}"));
@@ -333,11 +334,17 @@ async fn dry_run(client: &kube::Client, object: &Value) -> Result<Answer, String
     let kind = object.get("kind").and_then(Value::as_str).unwrap_or_default();
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let gvk = GroupVersionKind::gvk(group, version, kind);
-    let (resource, _): (ApiResource, _) = kube::discovery::pinned_kind(client, &gvk)
+    let (resource, capabilities): (ApiResource, _) = kube::discovery::pinned_kind(client, &gvk)
         .await
         .map_err(|e| format!("the API server does not serve {api_version} {kind}: {e}"))?;
-    let namespace = object.field(&["metadata", "namespace"]).and_then(Value::as_str).unwrap_or("default");
-    let url = DynamicObject::url_path(&resource, Some(namespace));
+    // A cluster-scoped kind (a DeviceClass) is created without a namespace in its path.
+    let namespace = match capabilities.scope {
+        kube::discovery::Scope::Cluster => None,
+        kube::discovery::Scope::Namespaced => {
+            Some(object.field(&["metadata", "namespace"]).and_then(Value::as_str).unwrap_or("default"))
+        }
+    };
+    let url = DynamicObject::url_path(&resource, namespace);
     let body = serde_json::to_vec(object).map_err(|e| e.to_string())?;
     let params = PostParams { dry_run: true, ..Default::default() };
     let request = kube::core::Request::new(url).create(&params, body).map_err(|e| e.to_string())?;
