@@ -29,6 +29,10 @@ pub struct ClusterState {
     /// Signalled when records must be made again from a fresh list (what a record counts
     /// changed: the DRA DeviceClass mapping); the Pod watch restarts.
     relist: tokio::sync::Notify,
+    /// Whether the policy set in force was compiled with the cluster's DeviceClasses:
+    /// (expected, settled). The Pod watch waits for it (bounded), so that its first list
+    /// records claims the way they count, rather than listing every pod twice.
+    classes: (std::sync::atomic::AtomicBool, std::sync::atomic::AtomicBool),
 }
 
 /// The claim source of a [`ClusterState`], set once (`allot serve` sets its claim watches);
@@ -46,6 +50,22 @@ impl ClusterState {
     /// Resolves the DRA claims of pods recorded from now on in `claims` (the first call wins).
     pub fn set_claims(&self, claims: Arc<dyn crate::dra::ClaimSource>) {
         let _ = self.claims.0.set(claims);
+    }
+
+    /// The server reads the cluster's DeviceClasses: the Pod watch waits for them.
+    pub fn expect_device_classes(&self) {
+        self.classes.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The policy set in force is compiled with the cluster's DeviceClasses (or their wait ended).
+    pub fn mark_device_classes_settled(&self) {
+        self.classes.1.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// True while the Pod watch should wait for the DeviceClasses.
+    pub fn device_classes_pending(&self) -> bool {
+        self.classes.0.load(std::sync::atomic::Ordering::Acquire)
+            && !self.classes.1.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Asks the Pod watch to list every pod again and make its record anew.

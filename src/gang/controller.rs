@@ -145,6 +145,17 @@ async fn wait_for_claims(state: &ClusterState, policies: &PolicySet, within: Dur
     }
 }
 
+/// Where the server reads the cluster's DeviceClasses, the Pod watch starts once the policy set
+/// is compiled with them (bounded: the DeviceClass watch gives up after its own wait), so that
+/// its first list records claims as they count; otherwise the set's change would list every
+/// pod a second time.
+async fn wait_for_device_classes(state: &ClusterState, within: Duration) {
+    let started = tokio::time::Instant::now();
+    while state.device_classes_pending() && started.elapsed() < within {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn watch_pods(
     client: kube::Client,
     state: Arc<ClusterState>,
@@ -153,6 +164,7 @@ async fn watch_pods(
     synced: OnSynced,
     initial_list: InitialList,
 ) {
+    wait_for_device_classes(&state, CLAIMS_SYNC_WAIT * 2).await;
     wait_for_claims(&state, &policies.load(), CLAIMS_SYNC_WAIT).await;
     // Decoded slim: only the fields a record reads (managedFields, env, statuses skipped).
     let api: Api<WatchedPod> = Api::all(client);
@@ -872,6 +884,34 @@ mod claim_wait_tests {
         let state = ClusterState::default();
         state.set_claims(Arc::new(SyncedAt(std::time::Instant::now() + delay)));
         state
+    }
+
+    /// Where the server reads DeviceClasses, the Pod watch waits until the set in force is
+    /// compiled with them (one list, not two), boundedly; elsewhere it does not wait.
+    #[tokio::test]
+    async fn the_pod_watch_waits_for_the_device_classes_where_the_server_reads_them() {
+        let state = Arc::new(ClusterState::default());
+        let started = std::time::Instant::now();
+        wait_for_device_classes(&state, Duration::from_secs(20)).await;
+        assert!(started.elapsed() < Duration::from_secs(5), "not expected: no wait");
+
+        state.expect_device_classes();
+        let settler = state.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            settler.mark_device_classes_settled();
+        });
+        let started = std::time::Instant::now();
+        wait_for_device_classes(&state, Duration::from_secs(20)).await;
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(10), "{waited:?}");
+
+        let never = ClusterState::default();
+        never.expect_device_classes();
+        let started = std::time::Instant::now();
+        wait_for_device_classes(&never, Duration::from_millis(200)).await;
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(200) && waited < Duration::from_secs(10), "bounded: {waited:?}");
     }
 
     #[tokio::test]

@@ -39,6 +39,7 @@ fn publish(state: &AppState, facts: ClusterFacts, first: bool) {
 /// Watches DeviceClasses for as long as the process runs.
 pub fn watch(client: kube::Client, state: Arc<AppState>) {
     state.caches.device_classes.expect();
+    state.cluster.expect_device_classes();
     tokio::spawn(async move {
         let (reader, writer) = reflector::store::<DeviceClass>();
         let api: kube::Api<DeviceClass> = kube::Api::all(client);

@@ -154,6 +154,7 @@ impl Reloader {
         // broken, the last good set stays, as for any reload).
         if listed {
             state.caches.device_classes.mark_synced();
+            state.cluster.mark_device_classes_settled();
         }
     }
 
