@@ -551,3 +551,95 @@ async fn a_dra_gang_waits_whole_until_the_resource_slices_offer_its_gpus() {
     watch_members(&pods, &names, "the release", |m| m.iter().all(|(gated, _)| !*gated)).await;
     eprintln!("released whole {:?} after the second slice", asked.elapsed());
 }
+
+/// The two slices NVIDIA's driver publishes for one GPU cut into MIG profiles on `node`
+/// (DRAPartitionableDevices): one declaring the GPU's shared counters, one with every partition
+/// it can be cut into (seven 1g, three 2g, one 7g), each consuming those counters.
+fn mig_slices(node: &str) -> [DynamicObject; 2] {
+    let partition = |name: String, compute: u32, memory: u32| {
+        json!({"name": name, "attributes": {"type": {"string": "mig"}},
+               "consumesCounters": [{"counterSet": "gpu-0", "counters": {
+                   "compute": {"value": compute.to_string()}, "memory": {"value": format!("{memory}Gi")}}}]})
+    };
+    let mut devices: Vec<Value> = (0..7).map(|i| partition(format!("mig-1g-{i}"), 1, 10)).collect();
+    devices.extend((0..3).map(|i| partition(format!("mig-2g-{i}"), 2, 20)));
+    devices.push(partition("mig-7g".into(), 7, 80));
+    let pool = json!({"name": node, "generation": 1, "resourceSliceCount": 2});
+    let counters = json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": format!("{node}-counters")},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": node, "pool": pool,
+                 "sharedCounters": [{"name": "gpu-0", "counters": {"compute": {"value": "7"}, "memory": {"value": "80Gi"}}}]}
+    });
+    let partitions = json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": format!("{node}-migs")},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": node, "pool": pool, "devices": devices}
+    });
+    [serde_json::from_value(counters).unwrap(), serde_json::from_value(partitions).unwrap()]
+}
+
+/// Partitionable devices: a GPU published as eleven MIG partitions sharing its counters offers
+/// seven 1g devices at most, not eleven. A gang of two pods asking four MIG devices each waits
+/// on one such GPU (before: released on "11 devices", and the second pod could not be placed)
+/// and goes whole once a second GPU is published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mig_gang_is_fitted_to_the_gpus_shared_counters() {
+    allot::install_crypto_provider();
+    let Some(assets) = Assets::from_env("a_mig_gang_is_fitted_to_the_gpus_shared_counters") else {
+        return;
+    };
+    let cluster = Cluster::start_with(&assets, &[("dra-gang.yaml", GANG_TEAM)]).await;
+    let admin = cluster.client.clone();
+    let pp = PostParams::default();
+    let class: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "mig.nvidia.com"},
+        "spec": {"selectors": [{"cel": {"expression":
+            "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"}}]}
+    }))
+    .unwrap();
+    Api::<DynamicObject>::all_with(admin.clone(), &resource("DeviceClass", "deviceclasses"))
+        .create(&pp, &class)
+        .await
+        .expect("DeviceClass mig.nvidia.com");
+    let slices = Api::<DynamicObject>::all_with(admin.clone(), &resource("ResourceSlice", "resourceslices"));
+    for slice in mig_slices("gpu-node-1") {
+        let created = slices.create(&pp, &slice).await.expect("a MIG slice on gpu-node-1");
+        let kept = created.data.pointer("/spec/sharedCounters").is_some()
+            || created.data.pointer("/spec/devices/0/consumesCounters").is_some();
+        assert!(kept, "the API server dropped the shared counters (DRAPartitionableDevices off?): {created:?}");
+    }
+
+    prepare_namespace(&admin, GANG_NS).await;
+    let alice = alice_client(&cluster).await;
+    let four_migs = json!([{"name": "migs", "exactly": {"deviceClassName": "mig.nvidia.com", "count": 4}}]);
+    Api::<DynamicObject>::namespaced_with(
+        alice.clone(),
+        GANG_NS,
+        &resource("ResourceClaimTemplate", "resourceclaimtemplates"),
+    )
+    .create(&pp, &template("four-migs", four_migs))
+    .await
+    .expect("template four-migs");
+    let pods: Api<Pod> = Api::namespaced(alice.clone(), GANG_NS);
+    let names: Vec<String> = (0..2).map(|i| format!("mig-{i}")).collect();
+    for name in &names {
+        let mut pod = claim_pod(name, from_template("four-migs"));
+        pod.metadata.labels = Some([("allot.dev/gang-name".to_string(), "mig".to_string())].into());
+        pod.metadata.annotations = Some([("allot.dev/gang-size".to_string(), "2".to_string())].into());
+        create_when_claims_known(&pods, &pod).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+
+    // One GPU: seven 1g partitions fit its counters, not the eleven devices it lists.
+    watch_members(&pods, &names, "the explanation with 7 free", |m| {
+        m.iter()
+            .all(|(gated, msg)| *gated && msg.contains("needs 8 mig.nvidia.com devices") && msg.ends_with(", 7 free"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(members(&pods, &names).await.iter().all(|(gated, _)| *gated), "7 partitions do not hold 8");
+
+    // A second GPU on the other node: released whole.
+    for slice in mig_slices("gpu-node-2") {
+        slices.create(&pp, &slice).await.expect("a MIG slice on gpu-node-2");
+    }
+    watch_members(&pods, &names, "the release", |m| m.iter().all(|(gated, _)| !*gated)).await;
+}

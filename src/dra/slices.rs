@@ -17,7 +17,14 @@
 //!   generation counts, as the scheduler reads it;
 //! - a device tainted `NoSchedule` or `NoExecute` is left out: pods are not placed on it
 //!   unless their claims tolerate the taint, which the simulation does not read, so it would
-//!   rather wait than release a gang onto devices it may not get.
+//!   rather wait than release a gang onto devices it may not get;
+//! - partitionable devices (DRAPartitionableDevices: MIG profiles published as devices that
+//!   consume a physical GPU's `sharedCounters`, which another slice of the same pool declares)
+//!   count as many of a class as fit those counters together, not one each: a GPU published as
+//!   seven 1g, three 2g and one 7g partitions offers seven, not eleven. Each class is fitted
+//!   alone, smallest consumers first (a feasible set: never more than the node can hold of
+//!   that class); a device consuming a counter set or counter its pool does not declare counts
+//!   nothing (the scheduler cannot allocate it either).
 //!
 //! What a node offers is then added to its allocatable ([`add_node_devices`]): under the quota
 //! name of each DeviceClass the Cluster policy maps (`deviceclass.allot.dev/<class>`, the name
@@ -131,28 +138,51 @@ pub struct SliceDevices {
     pub driver: String,
     pub pool: String,
     pub generation: i64,
-    /// DeviceClass name → devices of the slice that belong to it.
+    /// DeviceClass name → devices of the slice that belong to it (those consuming no shared
+    /// counters).
     pub per_class: ClassCounts,
+    /// DeviceClass name → what each of its partitionable devices here consumes.
+    pub partitions: BTreeMap<String, Vec<Consumption>>,
+    /// The counter sets this slice declares (`sharedCounters`): set → counter → nano-units.
+    pub counters: Counters,
     /// Selector errors met on this slice's devices (the device did not match that class).
     pub errors: Vec<String>,
 }
+
+/// Shared counters: counter set → counter → amount (nano-units).
+pub type Counters = BTreeMap<String, BTreeMap<String, i128>>;
+
+/// What one partitionable device consumes: (counter set, counter, nano-units).
+pub type Consumption = Vec<(String, String, i128)>;
 
 /// Counts the devices of `slice` per DeviceClass.
 pub fn slice_devices(slice: &ResourceSlice, matcher: &DeviceClassMatcher) -> SliceDevices {
     let spec = &slice.spec;
     let node = spec.node_name.clone().filter(|n| !n.is_empty());
     let mut per_class = ClassCounts::new();
+    let mut partitions: BTreeMap<String, Vec<Consumption>> = BTreeMap::new();
     let mut errors = Vec::new();
     if node.is_some() {
         for device in spec.devices.iter().flatten() {
             if is_tainted(device) || device.node_name.is_some() || device.node_selector.is_some() {
                 continue;
             }
+            let consumption = consumption_of(device);
             for i in matcher.classes_of(&spec.driver, device, &mut errors) {
-                *per_class.entry(matcher.classes[i].name.clone()).or_insert(0u64) += 1;
+                let class = matcher.classes[i].name.clone();
+                match &consumption {
+                    Some(c) => partitions.entry(class).or_default().push(c.clone()),
+                    None => *per_class.entry(class).or_insert(0u64) += 1,
+                }
             }
         }
     }
+    let counters = spec
+        .shared_counters
+        .iter()
+        .flatten()
+        .map(|set| (set.name.clone(), set.counters.iter().map(|(k, c)| (k.clone(), nanos(&c.value.0))).collect()))
+        .collect();
     errors.truncate(MAX_ERRORS_PER_SLICE);
     SliceDevices {
         node,
@@ -160,8 +190,59 @@ pub fn slice_devices(slice: &ResourceSlice, matcher: &DeviceClassMatcher) -> Sli
         pool: spec.pool.name.clone(),
         generation: spec.pool.generation,
         per_class,
+        partitions,
+        counters,
         errors,
     }
+}
+
+/// What `device` consumes of its pool's shared counters, if anything.
+fn consumption_of(device: &Device) -> Option<Consumption> {
+    let consumed: Consumption = device
+        .consumes_counters
+        .iter()
+        .flatten()
+        .flat_map(|c| c.counters.iter().map(|(name, v)| (c.counter_set.clone(), name.clone(), nanos(&v.value.0))))
+        .collect();
+    (!consumed.is_empty()).then_some(consumed)
+}
+
+/// A counter's amount; one that does not parse is taken as more than any capacity.
+fn nanos(quantity: &str) -> i128 {
+    Quantity::parse(quantity).map_or(i128::MAX, |q| q.nanos())
+}
+
+/// How many of `devices` fit `capacity` together: smallest consumers first (by their largest
+/// share of a counter), each taken while every counter it consumes has room. A feasible set,
+/// so never more than the pool can hold; a consumer of an undeclared counter never fits.
+pub fn fitting_partitions(devices: &[Consumption], capacity: &Counters) -> u64 {
+    let share = |c: &Consumption| -> f64 {
+        c.iter()
+            .map(|(set, counter, n)| match capacity.get(set).and_then(|s| s.get(counter)) {
+                Some(cap) if *cap > 0 => *n as f64 / *cap as f64,
+                _ => f64::INFINITY,
+            })
+            .fold(0.0, f64::max)
+    };
+    let mut order: Vec<(f64, &Consumption)> = devices.iter().map(|c| (share(c), c)).collect();
+    order.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut left = capacity.clone();
+    let mut fitted = 0u64;
+    for (_, consumption) in order {
+        let fits = consumption.iter().all(|(set, counter, n)| {
+            left.get(set).and_then(|s| s.get(counter)).is_some_and(|room| *n >= 0 && *room >= *n)
+        });
+        if !fits {
+            continue;
+        }
+        for (set, counter, n) in consumption {
+            if let Some(room) = left.get_mut(set).and_then(|s| s.get_mut(counter)) {
+                *room -= n;
+            }
+        }
+        fitted += 1;
+    }
+    fitted
 }
 
 /// Selector errors kept per slice (the first ones say enough).
@@ -192,13 +273,35 @@ impl NodeDevices {
             let g = newest.entry((s.driver.as_str(), s.pool.as_str())).or_insert(s.generation);
             *g = (*g).max(s.generation);
         }
-        let mut per_node: BTreeMap<String, ClassCounts> = BTreeMap::new();
-        for s in slices {
-            let Some(node) = &s.node else { continue };
-            if newest.get(&(s.driver.as_str(), s.pool.as_str())) != Some(&s.generation) {
-                continue;
+        let current = |s: &&SliceDevices| newest.get(&(s.driver.as_str(), s.pool.as_str())) == Some(&s.generation);
+        // The pool's shared counters (declared in slices of their own).
+        let mut pool_counters: HashMap<(&str, &str), Counters> = HashMap::new();
+        for s in slices.clone().into_iter().filter(current) {
+            let counters = pool_counters.entry((s.driver.as_str(), s.pool.as_str())).or_default();
+            for (set, values) in &s.counters {
+                counters.entry(set.clone()).or_insert_with(|| values.clone());
             }
+        }
+        let mut per_node: BTreeMap<String, ClassCounts> = BTreeMap::new();
+        // (node, driver, pool) → class → partitionable devices, fitted to the pool's counters.
+        let mut partitions: BTreeMap<(&str, &str, &str), BTreeMap<&str, Vec<&Consumption>>> = BTreeMap::new();
+        for s in slices.into_iter().filter(current) {
+            let Some(node) = &s.node else { continue };
             add_counts(per_node.entry(node.clone()).or_default(), &s.per_class);
+            for (class, devices) in &s.partitions {
+                let slot = partitions.entry((node.as_str(), s.driver.as_str(), s.pool.as_str())).or_default();
+                slot.entry(class.as_str()).or_default().extend(devices);
+            }
+        }
+        let no_counters = Counters::new();
+        for ((node, driver, pool), classes) in partitions {
+            let capacity = pool_counters.get(&(driver, pool)).unwrap_or(&no_counters);
+            let counts = per_node.entry(node.to_string()).or_default();
+            for (class, devices) in classes {
+                let devices: Vec<Consumption> = devices.into_iter().cloned().collect();
+                let slot = counts.entry(class.to_string()).or_default();
+                *slot = slot.saturating_add(fitting_partitions(&devices, capacity));
+            }
         }
         let extended = matcher
             .classes

@@ -176,3 +176,83 @@ fn node_allocatable_gets_every_mapped_class_and_extended_resources_a_device_plug
     assert_eq!(empty[&class_resource("gpu.nvidia.com")], Quantity::ZERO);
     assert_eq!(empty["nvidia.com/gpu"], Quantity::ZERO);
 }
+
+/// A MIG partition of `compute` of a GPU's 7 compute slices and `memory` GiB, consuming the
+/// counter set `set` (DRAPartitionableDevices).
+fn partition(name: &str, set: &str, compute: u32, memory: u32) -> Value {
+    let mut device = gpu(name, "mig");
+    device["consumesCounters"] = json!([{"counterSet": set, "counters": {
+        "compute": {"value": compute.to_string()}, "memory": {"value": format!("{memory}Gi")}}}]);
+    device
+}
+
+/// The slice of a pool that declares its GPUs' shared counters (devices are in other slices).
+fn counter_slice(node: &str, pool: &str, sets: &[&str]) -> ResourceSlice {
+    let sets: Vec<Value> = sets
+        .iter()
+        .map(|s| json!({"name": s, "counters": {"compute": {"value": "7"}, "memory": {"value": "80Gi"}}}))
+        .collect();
+    let mut slice = slice("gpu.nvidia.com", Some(node), pool, 1, json!([]));
+    slice.spec.devices = None;
+    slice.spec.shared_counters = Some(serde_json::from_value(Value::Array(sets)).unwrap());
+    slice.metadata.name = Some(format!("{pool}-counters"));
+    slice
+}
+
+/// A GPU published as every MIG profile it can be cut into (seven 1g, three 2g, two 3g, one 7g)
+/// offers seven MIG devices, not thirteen: the partitions share the GPU's counters. Two GPUs
+/// offer fourteen; a partition whose counter set the pool does not declare offers nothing.
+#[test]
+fn partitionable_devices_count_as_many_as_fit_their_shared_counters() {
+    let m = nvidia();
+    let mut devices = Vec::new();
+    for gpu in ["gpu-0", "gpu-1"] {
+        for i in 0..7 {
+            devices.push(partition(&format!("{gpu}-1g-{i}"), gpu, 1, 10));
+        }
+        for i in 0..3 {
+            devices.push(partition(&format!("{gpu}-2g-{i}"), gpu, 2, 20));
+        }
+        for i in 0..2 {
+            devices.push(partition(&format!("{gpu}-3g-{i}"), gpu, 3, 40));
+        }
+        devices.push(partition(&format!("{gpu}-7g"), gpu, 7, 80));
+    }
+    devices.push(partition("stray-1g", "gpu-9", 1, 10));
+    let parts = slice_devices(&slice("gpu.nvidia.com", Some("node-a"), "node-a", 1, Value::Array(devices)), &m);
+    assert!(parts.per_class.is_empty(), "partitions are not counted one each: {:?}", parts.per_class);
+    let counters = slice_devices(&counter_slice("node-a", "node-a", &["gpu-0", "gpu-1"]), &m);
+    assert_eq!(counters.counters.len(), 2);
+
+    let devices = NodeDevices::from_slices([&parts, &counters], &m);
+    assert_eq!(devices.per_node["node-a"].get("mig.nvidia.com"), Some(&14), "{devices:?}");
+    // Without the counters' slice nothing is known to fit.
+    let alone = NodeDevices::from_slices([&parts], &m);
+    assert_eq!(alone.per_node["node-a"].get("mig.nvidia.com"), Some(&0));
+}
+
+proptest::proptest! {
+    /// Whatever the partitions, the count is a set that fits: never more devices than the
+    /// counters hold of the smallest one, and every chosen set within capacity.
+    #[test]
+    fn fitted_partitions_never_exceed_the_counters(
+        sizes in proptest::collection::vec((0i128..9, 0i128..90), 0..40),
+        compute in 0i128..20,
+        memory in 0i128..200,
+    ) {
+        let capacity: Counters = [("g".to_string(), [("c".to_string(), compute), ("m".to_string(), memory)].into())].into();
+        let devices: Vec<Consumption> = sizes
+            .iter()
+            .map(|(c, m)| vec![("g".to_string(), "c".to_string(), *c), ("g".to_string(), "m".to_string(), *m)])
+            .collect();
+        let n = fitting_partitions(&devices, &capacity) as usize;
+        proptest::prop_assert!(n <= devices.len());
+        // The n smallest by compute alone must fit compute (a necessary condition).
+        let mut by_compute: Vec<i128> = sizes.iter().map(|(c, _)| *c).collect();
+        by_compute.sort();
+        proptest::prop_assert!(by_compute.iter().take(n).sum::<i128>() <= compute);
+        let mut by_memory: Vec<i128> = sizes.iter().map(|(_, m)| *m).collect();
+        by_memory.sort();
+        proptest::prop_assert!(by_memory.iter().take(n).sum::<i128>() <= memory);
+    }
+}
