@@ -313,7 +313,7 @@ async fn a_device_class_standing_for_an_accelerator_counts_without_a_mapping() {
     let Some(assets) = Assets::from_env("a_device_class_standing_for_an_accelerator_counts_without_a_mapping") else {
         return;
     };
-    let cluster = Cluster::start_with(&assets, &[("dra-amd.yaml", AMD_TEAM)]).await;
+    let mut cluster = Cluster::start_with(&assets, &[("dra-amd.yaml", AMD_TEAM)]).await;
     let admin = cluster.client.clone();
     prepare_namespace(&admin, AMD_NS).await;
     let alice = alice_client(&cluster).await;
@@ -364,6 +364,28 @@ async fn a_device_class_standing_for_an_accelerator_counts_without_a_mapping() {
         refusal.contains("team dra-amd uses 2 of 2 amd.com/gpu") && refusal.contains("this pod asks 2"),
         "{refusal}"
     );
+
+    // Allot restarts with the class already there: it is read before the first Pod list (and
+    // before deny-mode quota answers), not only when it changes.
+    cluster.stop_allot();
+    cluster.start_allot();
+    support::cluster::wait_for("the restarted replica to lead", Duration::from_secs(30), || async {
+        support::cluster::metric(&cluster.allot_metrics, "allot_gang_controller_leader") == Some(1.0)
+    })
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let refusal = loop {
+        match pods.create(&dry, &claim_pod("late", from_template("two-amd"))).await {
+            Err(e) if e.to_string().contains("uses 2 of 2") => break e.to_string(),
+            // Refused while Allot starts (quota fails closed until its caches are in).
+            Err(e) => {
+                assert!(std::time::Instant::now() < deadline, "no quota answer after the restart: {e}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Ok(_) => panic!("after a restart the class counted nothing: the late pod was admitted"),
+        }
+    };
+    assert!(refusal.contains("team dra-amd uses 2 of 2 amd.com/gpu"), "{refusal}");
 
     // The early pod goes: its 2 are freed (once the leader recounts), and a pod of the class is
     // placed on the AMD pool like one asking amd.com/gpu in its limits.

@@ -437,8 +437,14 @@ impl PodRecord {
     }
 
     /// The pod's shape for the simulation (requests only, for a bound pod).
+    /// A shared claim's devices are in it too: the simulation does not know whether another
+    /// pod's allocation already holds them, so a member asking them is placed as if it needed
+    /// them (waiting, never over-placing).
     pub fn shape(&self) -> PodShape {
-        let requests = self.requests.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        let mut requests: ResourceList = self.requests.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        for claim in self.held_claims() {
+            crate::cluster::tally::add_to(&mut requests, &claim.device_list(), 1);
+        }
         match &self.placement {
             Some(p) => PodShape {
                 requests,

@@ -271,8 +271,15 @@ impl Inner {
 /// or claim deleted (a tenant freeing quota that way), or not in the claim cache yet. Shared
 /// claims too.
 fn carry_claim_devices(old: &PodRecord, record: &mut PodRecord) {
-    let kept: Vec<_> =
-        old.held_claims().iter().filter(|h| !record.held_claims().iter().any(|n| n.name == h.name)).cloned().collect();
+    // Keyed NAME/UID: a claim the new record resolves under its name (made again, another
+    // UID) replaces the old one rather than counting beside it.
+    let name_of = |key: &str| key.split_once('/').map_or(key, |(name, _)| name).to_string();
+    let kept: Vec<_> = old
+        .held_claims()
+        .iter()
+        .filter(|h| !record.held_claims().iter().any(|n| name_of(&n.name) == name_of(&h.name)))
+        .cloned()
+        .collect();
     if !kept.is_empty() {
         record.shared_claims.get_or_insert_with(Default::default).0.extend(kept);
     }
@@ -286,6 +293,26 @@ fn carry_claim_devices(old: &PodRecord, record: &mut PodRecord) {
     if !carried.is_empty() {
         record.requests = record.requests.iter().cloned().chain(carried).collect();
     }
+}
+
+/// What [`ClusterState::usage_where`] computes, over a state already read.
+fn usage_of(inner: &Inner, include: &mut dyn FnMut(&str) -> bool) -> (ResourceList, Vec<String>) {
+    let mut total = ResourceList::new();
+    let mut namespaces = Vec::new();
+    for (ns, usage) in &inner.ns_usage {
+        if !include(ns) {
+            continue;
+        }
+        if usage.values().any(|q| q.nanos() != 0) {
+            namespaces.push(ns.to_string());
+        }
+        add_to(&mut total, usage, 1);
+        for tally in inner.tallies.get(ns).into_iter().flat_map(HashMap::values) {
+            add_to(&mut total, &tally.placeholders(), 1);
+        }
+    }
+    namespaces.sort();
+    (total, namespaces)
 }
 
 fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
@@ -532,29 +559,28 @@ impl ClusterState {
     /// placeholders (see [`GangTally`]: a gang is charged whole). Also returns the namespaces
     /// that use anything. Costs O(namespaces + gangs), never O(members or declared sizes).
     pub fn usage_where(&self, include: &mut dyn FnMut(&str) -> bool) -> (ResourceList, Vec<String>) {
-        let inner = read(&self.inner);
-        let mut total = ResourceList::new();
-        let mut namespaces = Vec::new();
-        for (ns, usage) in &inner.ns_usage {
-            if !include(ns) {
-                continue;
-            }
-            if usage.values().any(|q| q.nanos() != 0) {
-                namespaces.push(ns.to_string());
-            }
-            add_to(&mut total, usage, 1);
-            for tally in inner.tallies.get(ns).into_iter().flat_map(HashMap::values) {
-                add_to(&mut total, &tally.placeholders(), 1);
-            }
-        }
-        namespaces.sort();
-        (total, namespaces)
+        usage_of(&read(&self.inner), include)
     }
 
     /// True when a non-finished pod of `namespace` in the watch names the shared ResourceClaim
     /// `claim` (its devices are counted in the namespace's usage).
     pub fn holds_claim(&self, namespace: &str, claim: &str) -> bool {
         read(&self.inner).claim_holders.contains_key(&(Arc::from(namespace), Arc::from(claim)))
+    }
+
+    /// [`ClusterState::usage_where`], and which of `claims` ((namespace, claim) pairs) the watch
+    /// holds, read under the same lock: a usage without a claim and a "held" answer for it
+    /// from a later state would count the claim nowhere.
+    pub fn usage_and_claims(
+        &self,
+        include: &mut dyn FnMut(&str) -> bool,
+        claims: &[(&str, &str)],
+    ) -> (ResourceList, Vec<String>, Vec<bool>) {
+        let inner = read(&self.inner);
+        let (total, namespaces) = usage_of(&inner, include);
+        let held =
+            claims.iter().map(|(ns, c)| inner.claim_holders.contains_key(&(Arc::from(*ns), Arc::from(*c)))).collect();
+        (total, namespaces, held)
     }
 
     /// What one gang counts against its team's quota, from the watch (empty when no member

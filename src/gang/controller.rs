@@ -166,6 +166,8 @@ async fn watch_pods(
 ) {
     wait_for_device_classes(&state, CLAIMS_SYNC_WAIT * 2).await;
     wait_for_claims(&state, &policies.load(), CLAIMS_SYNC_WAIT).await;
+    // A relist asked before the first list is answered by that list.
+    let _ = futures::FutureExt::now_or_never(state.relist_requested());
     // Decoded slim: only the fields a record reads (managedFields, env, statuses skipped).
     let api: Api<WatchedPod> = Api::all(client);
     let mut strategy = initial_list;

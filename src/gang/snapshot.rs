@@ -2,7 +2,7 @@
 //! in one pass, plus what the plan needs to know of each gang ([`GangFacts`]): its gated
 //! members, what already runs, its timeout.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::decision::{GangKey, Member, Phantoms, Snapshot, WaitingGang};
@@ -65,6 +65,8 @@ impl GangSnapshot for ClusterState {
         let mut teams = TeamsByNamespace::new(policies, labels);
         let mut bound: HashMap<Arc<str>, ResourceList> = HashMap::new();
         let mut in_flight = Vec::new();
+        // Shared claims a bound pod holds: their devices are taken once, on its node.
+        let mut bound_claims: HashSet<(Arc<str>, Arc<str>)> = HashSet::new();
         let mut waiting: BTreeMap<GangKey, WaitingGang> = BTreeMap::new();
         let mut facts: HashMap<GangKey, GangFacts> = HashMap::new();
         for p in view.pods() {
@@ -78,6 +80,14 @@ impl GangSnapshot for ClusterState {
                 for (name, q) in &p.requests {
                     let slot = used.entry(name.to_string()).or_default();
                     *slot = slot.saturating_add(*q);
+                }
+                for claim in p.held_claims() {
+                    if bound_claims.insert((p.namespace.clone(), claim.name.clone())) {
+                        for (name, q) in claim.devices.iter() {
+                            let slot = used.entry(name.to_string()).or_default();
+                            *slot = slot.saturating_add(*q);
+                        }
+                    }
                 }
                 continue;
             }

@@ -92,6 +92,12 @@ pub const RECONCILED_ANNOTATION: &str = "allot.dev/reconciled-at";
 /// unreadable charges and drop them.
 pub const ALLOWANCES_ANNOTATION: &str = "allot.dev/reconciled-with-allowances";
 
+/// Written with [`RECONCILED_ANNOTATION`], the same timestamp, by leaders that charge shared
+/// ResourceClaims once per claim (pending and folded `cl` values). Until the two agree (an
+/// older leader during a rolling upgrade, which would take a `cl` value for unreadable and drop
+/// it) admission charges a pod's shared claims with the pod, the older way (over, never under).
+pub const CLAIMS_ANNOTATION: &str = "allot.dev/reconciled-with-shared-claims";
+
 /// The label on every ledger's ConfigMap: its team.
 pub const TEAM_LABEL: &str = "allot.dev/quota-ledger";
 
@@ -656,6 +662,8 @@ pub struct Ledger {
     pub reconciled: bool,
     /// Its last reconcile was by a leader that knows allowances ([`ALLOWANCES_ANNOTATION`]).
     pub allowances_known: bool,
+    /// Its last reconcile was by a leader that knows shared claims ([`CLAIMS_ANNOTATION`]).
+    pub claims_known: bool,
 }
 
 impl Ledger {
@@ -887,6 +895,14 @@ impl Ledger {
                 ),
             });
         }
+        // A leader that cannot read shared claims: charged with the pod, per pod, as it counts them.
+        let per_pod;
+        let request = if self.claims_known || request.shared_claims.is_empty() {
+            request
+        } else {
+            per_pod = with_claims_per_pod(quota, request);
+            &per_pod
+        };
         let current = self.current();
         let before = match request.gang {
             Some((gang, _)) => {
@@ -985,6 +1001,15 @@ impl Ledger {
         self.reconciled = true;
         out
     }
+}
+
+/// `request` with its shared claims' devices among its own requests (no `cl` written).
+fn with_claims_per_pod<'a>(quota: &Quota, request: &QuotaRequest<'a>) -> QuotaRequest<'a> {
+    let mut requests = request.requests.clone();
+    for devices in request.shared_claims.values() {
+        add_to(&mut requests, devices, 1);
+    }
+    QuotaRequest { charge: quota.charge(&requests), requests, shared_claims: SharedClaims::new(), ..request.clone() }
 }
 
 /// The requests of the resources `quota` counts (limits and their equivalents): all a ledger

@@ -77,13 +77,26 @@ impl QuotaBook for LiveQuota {
         if cache.version != policies.version || cache.at.is_none_or(|t| now.duration_since(t) > TEAM_CACHE_TTL) {
             *cache = TeamCache { version: policies.version.clone(), at: Some(now), team_of: Default::default() };
         }
-        let (mut usage, seen) = self.state.usage_where(&mut |ns| {
-            let team = cache.team_of.entry(ns.to_string()).or_insert_with(|| {
-                crate::namespaces::team_of(&policies, ns, self.namespaces.as_ref()).team.map(|t| t.name.clone())
-            });
-            team.as_deref() == Some(request.team)
-        });
+        // The shared claims reservations and the request name, and whether the watch holds each,
+        // read with the usage (one state: a claim is counted by the watch or by a reservation).
+        let wanted: Vec<(&str, &str)> = ledger
+            .values()
+            .filter(|p| p.team == request.team)
+            .flat_map(|p| p.shared_claims.keys().map(|c| (p.namespace.as_str(), c.as_str())))
+            .chain(request.shared_claims.keys().map(|c| (request.namespace, c.as_str())))
+            .collect();
+        let (mut usage, seen, held) = self.state.usage_and_claims(
+            &mut |ns| {
+                let team = cache.team_of.entry(ns.to_string()).or_insert_with(|| {
+                    crate::namespaces::team_of(&policies, ns, self.namespaces.as_ref()).team.map(|t| t.name.clone())
+                });
+                team.as_deref() == Some(request.team)
+            },
+            &wanted,
+        );
         drop(cache);
+        let watched: BTreeSet<(&str, &str)> =
+            wanted.iter().zip(held).filter(|(_, held)| *held).map(|(claim, _)| *claim).collect();
         // Reservations not seen in the watch yet: a plain pod adds its requests; a gang member
         // joins its gang's tally, which then replaces the watch's tally of that gang (the same
         // formula over more members, so the ledger and the watch agree once the pods show up).
@@ -92,7 +105,8 @@ impl QuotaBook for LiveQuota {
         let mut reserved_claims: BTreeSet<(&str, &str)> = BTreeSet::new();
         for p in ledger.values().filter(|p| p.team == request.team) {
             for (claim, devices) in &p.shared_claims {
-                if !self.state.holds_claim(&p.namespace, claim) && reserved_claims.insert((&p.namespace, claim)) {
+                let id = (p.namespace.as_str(), claim.as_str());
+                if !watched.contains(&id) && reserved_claims.insert(id) {
                     add_to(&mut usage, devices, 1);
                 }
             }
@@ -120,7 +134,7 @@ impl QuotaBook for LiveQuota {
             None => GangTally::default(),
         };
         let held = |claim: &str| {
-            reserved_claims.contains(&(request.namespace, claim)) || self.state.holds_claim(request.namespace, claim)
+            reserved_claims.contains(&(request.namespace, claim)) || watched.contains(&(request.namespace, claim))
         };
         let asks = asks(request, &before, &held)?;
         check(quota, request, &quota.charge(&usage), &asks, || {

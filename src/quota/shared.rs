@@ -860,8 +860,8 @@ impl SharedLedger {
             let report = next.reconcile_with(recount, unix_now(), deleted);
             let exists = cached.object.is_some();
             // (A ledger last reconciled by an older leader is stamped again, so that replicas
-            // may grant allowances on it.)
-            if exists && was.reconciled && was.allowances_known && !report.changed() {
+            // may grant allowances on it and charge shared claims once.)
+            if exists && was.reconciled && was.allowances_known && was.claims_known && !report.changed() {
                 return Ok(report);
             }
             let mut object = cached.object.clone().unwrap_or_else(|| new_object(team));
@@ -914,7 +914,8 @@ fn set_reconciled(object: &mut ConfigMap, ledger: &Ledger) {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     let annotations = object.metadata.annotations.get_or_insert_with(BTreeMap::new);
     annotations.insert(ledger::RECONCILED_ANNOTATION.to_string(), now.clone());
-    annotations.insert(ledger::ALLOWANCES_ANNOTATION.to_string(), now);
+    annotations.insert(ledger::ALLOWANCES_ANNOTATION.to_string(), now.clone());
+    annotations.insert(ledger::CLAIMS_ANNOTATION.to_string(), now);
 }
 
 /// Moves the team's queued admissions into `batch`, answering at once those whose deadline has
@@ -943,6 +944,7 @@ fn parse(object: &ConfigMap) -> Ledger {
     let reconciled = annotation(ledger::RECONCILED_ANNOTATION);
     let mut ledger = Ledger::from_data(object.data.as_ref().unwrap_or(&BTreeMap::new()), reconciled.is_some());
     ledger.allowances_known = reconciled.is_some() && reconciled == annotation(ledger::ALLOWANCES_ANNOTATION);
+    ledger.claims_known = reconciled.is_some() && reconciled == annotation(ledger::CLAIMS_ANNOTATION);
     ledger
 }
 

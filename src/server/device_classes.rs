@@ -24,16 +24,24 @@ use crate::policy::ClusterFacts;
 /// How long quota waits for the first DeviceClass list before it answers without it.
 pub const SYNC_WAIT: Duration = Duration::from_secs(30);
 
-/// Stores `facts` and wakes the reloader when they differ from those in force (or on the first
-/// list: the reloader then marks the cache synced).
-fn publish(state: &AppState, facts: ClusterFacts, first: bool) {
+/// Stores `facts` and wakes the reloader when they differ from those stored.
+fn publish(state: &AppState, facts: ClusterFacts) {
     if **state.cluster_facts.load() != facts {
         tracing::info!(classes = ?facts.extended_resource_names, "DeviceClasses with an extended resource changed; recompiling the policies");
         state.cluster_facts.store(Arc::new(facts));
-    } else if !first {
-        return;
+        state.facts_changed.notify_one();
     }
-    state.facts_changed.notify_one();
+}
+
+/// False when discovery says the API server does not serve DeviceClasses (before 1.34, or DRA
+/// off): nothing to wait for. Unknown (discovery failed otherwise) counts as served: the watch
+/// then waits at most [`SYNC_WAIT`].
+async fn served(client: &kube::Client) -> bool {
+    match client.list_api_group_resources("resource.k8s.io/v1").await {
+        Ok(list) => list.resources.iter().any(|r| r.name == "deviceclasses"),
+        Err(kube::Error::Api(e)) if e.code == 404 => false,
+        Err(_) => true,
+    }
 }
 
 /// Watches DeviceClasses for as long as the process runs.
@@ -41,6 +49,14 @@ pub fn watch(client: kube::Client, state: Arc<AppState>) {
     state.caches.device_classes.expect();
     state.cluster.expect_device_classes();
     tokio::spawn(async move {
+        if !served(&client).await {
+            tracing::info!(
+                "resource.k8s.io/v1 DeviceClasses are not served: DRA classes count only as the Cluster policy maps them"
+            );
+            state.facts_listed.store(true, Ordering::Release);
+            state.facts_changed.notify_one();
+            return;
+        }
         let (reader, writer) = reflector::store::<DeviceClass>();
         let api: kube::Api<DeviceClass> = kube::Api::all(client);
         let mut events = reflector(writer, watcher(api, watcher::Config::default())).default_backoff().boxed();
@@ -55,8 +71,13 @@ pub fn watch(client: kube::Client, state: Arc<AppState>) {
                     Some(Ok(_)) => {
                         let first = !listed;
                         listed = true;
+                        // Facts first, then "listed" (the reloader reads them the other way).
+                        publish(&state, ClusterFacts::from_device_classes(reader.state().iter().map(|c| c.as_ref())));
                         state.facts_listed.store(true, Ordering::Release);
-                        publish(&state, ClusterFacts::from_device_classes(reader.state().iter().map(|c| c.as_ref())), first);
+                        if first {
+                            // The reloader marks the cache synced once a set compiled with them is in force.
+                            state.facts_changed.notify_one();
+                        }
                     }
                     Some(Err(e)) => tracing::warn!(error = %e, "DeviceClass watch error; retrying"),
                 },

@@ -98,14 +98,19 @@ impl Reloader {
             key: config.tls_key.clone(),
             client_ca: config.client_ca.clone(),
             last_policy_version: state.policies.load().version.clone(),
-            last_facts: (**state.cluster_facts.load()).clone(),
+            // What the set in force was compiled with (`run` compiles the first set before any
+            // DeviceClass is read): facts read since then are a change, even if they were
+            // stored before this reloader started.
+            last_facts: policy::ClusterFacts::default(),
             last_cert_hash: cert_baseline,
         }
     }
 
     fn reload_policies(&mut self, state: &AppState) {
-        let facts = (**state.cluster_facts.load()).clone();
+        // `listed` first: the watch stores the facts before it says they are listed, so facts
+        // read after it are at least the listed ones.
         let listed = state.facts_listed.load(std::sync::atomic::Ordering::Acquire);
+        let facts = (**state.cluster_facts.load()).clone();
         let result = match policy::read_sources(&self.policies_dir) {
             // An unreadable directory has no version: forget the last one so the next readable
             // state is tried, whatever it is.

@@ -42,7 +42,7 @@ fn request<'a>(q: &Quota, name: &'a str, uid: &'a str, n: i64, gang: Option<(&'a
 }
 
 fn reconciled() -> Ledger {
-    Ledger { reconciled: true, ..Ledger::default() }
+    Ledger { reconciled: true, claims_known: true, ..Ledger::default() }
 }
 
 fn charge(l: &mut Ledger, q: &Quota, name: &str, n: i64, gang: Option<(&str, u32)>) -> Result<Charged, Refusal> {
@@ -136,7 +136,8 @@ fn stored_form_round_trips() {
     m1.terminating = true;
     l.reconcile(&[seen("a", 2, None), seen("m2", 1, Some(("ddp", 4))), m1], 1_001);
     let data = l.to_data();
-    let back = Ledger::from_data(&data, true);
+    // (Whether the leader knows shared claims is an annotation, not data.)
+    let back = Ledger { claims_known: true, ..Ledger::from_data(&data, true) };
     assert_eq!(back, l);
     assert_eq!(back.bytes(), data.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>());
     let stored = &data["u.uid-m0"];
@@ -673,7 +674,7 @@ fn allowances_and_drain_requests_round_trip_and_bad_ones_are_unreadable() {
     let data = l.to_data();
     assert_eq!(data["a.replica-1"], r#"{"res":{"nvidia.com/gpu":"3"},"until":2000}"#);
     assert_eq!(data["drain"], "1000500");
-    let back = Ledger::from_data(&data, true);
+    let back = Ledger { claims_known: true, ..Ledger::from_data(&data, true) };
     assert_eq!(back, l);
     assert_eq!(back.drain_requested(), Some(1_000_500));
     assert_eq!(back.bytes(), data.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>());
@@ -803,7 +804,7 @@ fn a_shared_claim_is_charged_once_pending_folded_and_stored() {
     assert!(refused.message("vision").contains("uses 4 of 4"), "{refused:?}");
 
     // Stored and read back: the same usage.
-    let mut l = Ledger::from_data(&l.to_data(), true);
+    let mut l = Ledger { claims_known: true, ..Ledger::from_data(&l.to_data(), true) };
     assert_eq!(charged_gpus(&l, &q), 4);
 
     // The leader folds a (seen), b is young: the claim is folded once, b's charge adds nothing.
@@ -832,7 +833,7 @@ fn a_shared_claim_is_charged_once_pending_folded_and_stored() {
     l.reconcile_with(&recount, 1_010, &|_| false);
     assert_eq!(l.folded().map(|f| f.claims.len()).sum::<usize>(), 1);
     assert_eq!(charged_gpus(&l, &q), 4, "folded a + pending b + pending plain: 2 + 2");
-    let l = Ledger::from_data(&l.to_data(), true);
+    let l = Ledger { claims_known: true, ..Ledger::from_data(&l.to_data(), true) };
     assert_eq!(charged_gpus(&l, &q), 4, "the folded claim survives its stored form");
 
     // Both sharers gone (b seen deleted): the claim is released with them.
@@ -855,4 +856,25 @@ fn a_negative_shared_claim_is_unreadable() {
     let mut broken = Ledger::from_data(&data, true);
     let refused = broken.charge(&q, &request(&q, "b", "uid-b", 1, None), "k", 1_000).unwrap_err();
     assert!(refused.message("vision").contains("unreadable"), "{refused:?}");
+}
+
+/// Rolling upgrade: on a ledger last reconciled by a leader that does not know shared claims,
+/// a pod's shared claims are charged with the pod (no `cl` an older leader would drop): two
+/// sharers count twice, over and never under, until a current leader reconciles.
+#[test]
+fn before_a_claims_aware_leader_shared_claims_are_charged_per_pod() {
+    let q = dra_quota(4);
+    let mut l = Ledger { reconciled: true, ..Ledger::default() };
+    let mut a = request(&q, "a", "uid-a", 0, None);
+    a.shared_claims = pair(2);
+    assert_eq!(l.charge(&q, &a, &admission_key(&a), 1_000), Ok(Charged::New));
+    assert!(l.entries().all(|(_, e)| e.claims.is_empty()), "no cl value written");
+    assert!(!l.to_data().values().any(|v| v.contains("\"cl\"")));
+    let mut b = request(&q, "b", "uid-b", 0, None);
+    b.shared_claims = pair(2);
+    assert_eq!(l.charge(&q, &b, &admission_key(&b), 1_000), Ok(Charged::New));
+    assert_eq!(charged_gpus(&l, &q), 4, "each sharer counted: 2 + 2");
+    let mut c = request(&q, "c", "uid-c", 0, None);
+    c.shared_claims = pair(2);
+    assert!(l.charge(&q, &c, &admission_key(&c), 1_000).is_err(), "a third would be 6 of 4");
 }
