@@ -225,6 +225,14 @@ impl<'a> Engine<'a> {
                 None => out.notes.push("a Pod UPDATE without oldObject: Allot's gates could not be checked".into()),
             }
         }
+        if req.group == "resource.k8s.io" && req.kind == "ResourceClaim" {
+            if operation == Operation::Create && !self.policies.device_classes.is_empty() {
+                let name = crate::json::Fields::field(req.object, &["metadata", "name"]).and_then(Value::as_str);
+                let pods = name.map(|n| self.gangs.pods_naming_claim(req.namespace, n)).unwrap_or_default();
+                out.findings.extend(name.and_then(|n| validate::check_claim_create(n, &pods)));
+            }
+            return out;
+        }
         let views = workload::pods_of(req.object, req.group, req.kind);
         if views.is_empty() && !validate::rules_for_kind(self.policies, req.group, req.kind) {
             // Nothing Allot knows how to check: no team lookup, no notes.

@@ -274,6 +274,26 @@ pub fn check_gang(
     }
 }
 
+/// `accelerators/claims` on a ResourceClaim CREATE: refused while pods of the namespace that
+/// name a claim of that name were admitted (and counted) with an earlier one. A tenant could
+/// otherwise delete a claim no pod has reserved yet (its pods still gated or pending) and make a
+/// larger one under the same name: those pods, admitted against the small one, would run with
+/// the large one. `pods` are those pods (the cluster view's).
+pub fn check_claim_create(name: &str, pods: &[String]) -> Option<Finding> {
+    let first = pods.first()?;
+    let more = if pods.len() > 1 { format!(" and {} more", pods.len() - 1) } else { String::new() };
+    Some(Finding {
+        rule: Check::Claims.into(),
+        action: Action::Deny,
+        path: "metadata.name".into(),
+        message: format!(
+            "pod {first:?}{more} of this namespace names ResourceClaim {name:?} and was admitted with an earlier claim \
+             of that name, which its team's quota counted; a new claim under that name would give those pods \
+             whatever it asks. Delete those pods first, or use another name"
+        ),
+    })
+}
+
 /// `accelerators/claims`: a ResourceClaim or ResourceClaimTemplate the pod names that cannot be
 /// found. Its devices cannot be counted, and an uncounted claim would be free: a Pod is denied.
 /// A workload's template is only warned about (`kubectl apply -f dir/` may create the template

@@ -185,6 +185,15 @@ pub fn render(opts: &WebhookOptions) -> (MutatingWebhookConfiguration, Validatin
             resources: Some(resources),
             scope: Some("Namespaced".into()),
         })
+        .chain(std::iter::once(RuleWithOperations {
+            // A shared claim made again under a name admitted pods name (see
+            // `validate::check_claim_create`).
+            api_groups: Some(vec!["resource.k8s.io".into()]),
+            api_versions: Some(vec!["*".into()]),
+            operations: Some(vec!["CREATE".into()]),
+            resources: Some(vec!["resourceclaims".into()]),
+            scope: Some("Namespaced".into()),
+        }))
         .collect();
     let validate =
         |name: &str, path: &str, conditions: Vec<MatchCondition>, rules: Vec<RuleWithOperations>| ValidatingWebhook {

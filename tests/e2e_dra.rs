@@ -270,6 +270,28 @@ async fn claim_gpus_are_placed_and_counted_on_a_real_control_plane() {
         .expect_err("a restart after the template's deletion frees nothing");
     assert!(err.contains("uses 4 of 4 nvidia.com/gpu"), "{err}");
 
+    // Alice deletes the shared claim (no pod has it reserved: they are not scheduled) and makes
+    // a larger one under the same name, for the pods admitted with the small one to run with:
+    // refused while they live.
+    claims.delete("shared-two", &Default::default()).await.expect("alice deletes the shared claim");
+    // (The old claim may still be going: its finalizer answers "already exists" meanwhile.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        match claims.create(&pp, &claim("shared-two", gpus(8))).await {
+            Err(e) if e.to_string().contains("already exists") => {
+                assert!(std::time::Instant::now() < deadline, "the old claim was never gone: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => break e.to_string(),
+            Ok(_) => panic!("a larger claim under the name admitted pods name was accepted"),
+        }
+    };
+    assert!(
+        refused.contains("accelerators/claims")
+            && refused.contains("names ResourceClaim \"shared-two\" and was admitted with an earlier claim"),
+        "{refused}"
+    );
+
     // The shared claim stays charged while any pod names it: deleting one of its two pods
     // frees nothing; deleting the other frees its 2 GPUs (once, not 4).
     let now = kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
@@ -448,11 +470,21 @@ async fn members(pods: &Api<Pod>, names: &[String]) -> Vec<(bool, String)> {
 /// Waits until every member's state satisfies `done`, asserting at every look that the gang
 /// is never released in part.
 async fn watch_members(pods: &Api<Pod>, names: &[String], what: &str, done: impl Fn(&[(bool, String)]) -> bool) {
+    watch(pods, names, what, done, true).await
+}
+
+/// Waits until the gang is released (every gate gone). The controller lifts each member's gate
+/// with its own request, so a look in between sees some gated: not a partial release.
+async fn wait_released(pods: &Api<Pod>, names: &[String]) {
+    watch(pods, names, "the release", |m| m.iter().all(|(gated, _)| !*gated), false).await
+}
+
+async fn watch(pods: &Api<Pod>, names: &[String], what: &str, done: impl Fn(&[(bool, String)]) -> bool, whole: bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(45);
     loop {
         let seen = members(pods, names).await;
         let gated = seen.iter().filter(|(g, _)| *g).count();
-        assert!(gated == 0 || gated == names.len(), "a gang released in part: {seen:?}");
+        assert!(!whole || gated == 0 || gated == names.len(), "a gang released in part: {seen:?}");
         if done(&seen) {
             return;
         }
@@ -570,7 +602,7 @@ async fn a_dra_gang_waits_whole_until_the_resource_slices_offer_its_gpus() {
     // 2 more on the other node: released, all 4 together.
     let asked = std::time::Instant::now();
     slices.create(&pp, &gpu_slice("gpu-node-2", 2)).await.expect("slice on gpu-node-2");
-    watch_members(&pods, &names, "the release", |m| m.iter().all(|(gated, _)| !*gated)).await;
+    wait_released(&pods, &names).await;
     eprintln!("released whole {:?} after the second slice", asked.elapsed());
 }
 
@@ -663,5 +695,5 @@ async fn a_mig_gang_is_fitted_to_the_gpus_shared_counters() {
     for slice in mig_slices("gpu-node-2") {
         slices.create(&pp, &slice).await.expect("a MIG slice on gpu-node-2");
     }
-    watch_members(&pods, &names, "the release", |m| m.iter().all(|(gated, _)| !*gated)).await;
+    wait_released(&pods, &names).await;
 }

@@ -319,7 +319,7 @@ impl PodRecord {
                 let slot = counted.to_mut().entry(name).or_default();
                 *slot = slot.saturating_add(q);
             }
-            let held: Vec<HeldClaim> = demand
+            let mut held: Vec<HeldClaim> = demand
                 .shared_quota_resources()
                 .into_iter()
                 .map(|(name, devices)| HeldClaim {
@@ -327,6 +327,16 @@ impl PodRecord {
                     devices: devices.iter().map(|(k, v)| (intern(k), *v)).collect(),
                 })
                 .collect();
+            // A shared claim it names that is gone is still named (by its name alone, counting
+            // nothing): a claim made again under that name is refused while the pod lives
+            // (`validate::check_claim_create`), also after a restart of Allot.
+            held.extend(
+                demand
+                    .missing
+                    .iter()
+                    .filter(|m| m.kind == "ResourceClaim")
+                    .map(|m| HeldClaim { name: Arc::from(m.name.as_str()), devices: Box::new([]) }),
+            );
             shared_claims = (!held.is_empty()).then(|| Box::new(HeldClaims(held)));
         }
         let requests = counted.iter().map(|(k, v)| (intern(k), *v)).collect();

@@ -272,16 +272,16 @@ impl Inner {
 /// claims too.
 fn carry_claim_devices(old: &PodRecord, record: &mut PodRecord) {
     // Keyed NAME/UID: a claim the new record resolves under its name (made again, another
-    // UID) replaces the old one rather than counting beside it.
+    // UID) replaces the old one rather than counting beside it; one it no longer finds (named
+    // alone, no devices) keeps the old one's devices.
     let name_of = |key: &str| key.split_once('/').map_or(key, |(name, _)| name).to_string();
-    let kept: Vec<_> = old
-        .held_claims()
-        .iter()
-        .filter(|h| !record.held_claims().iter().any(|n| name_of(&n.name) == name_of(&h.name)))
-        .cloned()
-        .collect();
+    let resolved = |name: &str| record.held_claims().iter().any(|n| !n.devices.is_empty() && name_of(&n.name) == name);
+    let kept: Vec<_> =
+        old.held_claims().iter().filter(|h| !h.devices.is_empty() && !resolved(&name_of(&h.name))).cloned().collect();
     if !kept.is_empty() {
-        record.shared_claims.get_or_insert_with(Default::default).0.extend(kept);
+        let held = &mut record.shared_claims.get_or_insert_with(Default::default).0;
+        held.retain(|n| !(n.devices.is_empty() && kept.iter().any(|k| name_of(&k.name) == name_of(&n.name))));
+        held.extend(kept);
     }
     let carried: Vec<(Arc<str>, Quantity)> = old
         .requests
@@ -747,5 +747,22 @@ impl GangDirectory for ClusterState {
                 })
             })
             .collect()
+    }
+
+    /// Walks the namespace's pods only when one of them holds a shared claim of that name.
+    fn pods_naming_claim(&self, namespace: &str, claim: &str) -> Vec<String> {
+        let inner = read(&self.inner);
+        let named = |key: &str| key.split_once('/').map_or(key, |(name, _)| name) == claim;
+        if !inner.claim_holders.keys().any(|(ns, key)| &**ns == namespace && named(key)) {
+            return Vec::new();
+        }
+        let mut pods: Vec<String> = inner
+            .pods
+            .values()
+            .filter(|p| &*p.namespace == namespace && !p.finished && p.held_claims().iter().any(|h| named(&h.name)))
+            .map(|p| p.name.to_string())
+            .collect();
+        pods.sort();
+        pods
     }
 }

@@ -36,6 +36,11 @@ impl Peer {
 pub trait GangDirectory: Send + Sync {
     /// Members of gang `name` in `namespace` known so far.
     fn peers(&self, namespace: &str, name: &str) -> Vec<Peer>;
+    /// The pods of `namespace` that name a shared ResourceClaim `claim` (by name) and were
+    /// counted for an earlier object of that name (the cluster view; none elsewhere).
+    fn pods_naming_claim(&self, _namespace: &str, _claim: &str) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// No knowledge of other members.

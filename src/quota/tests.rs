@@ -564,3 +564,39 @@ fn a_shared_claim_recreated_larger_is_a_new_claim() {
     state.upsert_pod(watched_with(&sharer("a", &["grow"]), &p, &large));
     assert_eq!(charged_gpus(&state, &p), 4);
 }
+
+/// A shared claim made again under a name live pods name is refused (they were admitted and
+/// counted with the earlier one), also after a restart of Allot that never saw the earlier
+/// claim: the record names the missing claim, counting nothing for it.
+#[test]
+fn a_claim_live_pods_name_cannot_be_made_again() {
+    use crate::gang::directory::GangDirectory;
+    let p = dra_policies(4);
+    let mut objects = crate::dra::ClaimObjects::new("not found");
+    shared_claim(&mut objects, "pair", 2);
+    let state = ClusterState::default();
+    state.upsert_pod(watched_with(&sharer("a", &["pair"]), &p, &objects));
+    state.upsert_pod(watched_with(&pod("plain", 1, None), &p, &objects));
+    assert_eq!(state.pods_naming_claim("vision", "pair"), ["a"]);
+    assert!(state.pods_naming_claim("vision", "other").is_empty());
+    assert!(state.pods_naming_claim("elsewhere", "pair").is_empty());
+    let refusal = crate::validate::check_claim_create("pair", &state.pods_naming_claim("vision", "pair"))
+        .expect("refused while pod a lives");
+    assert!(
+        refusal.message.contains("pod \"a\" of this namespace names ResourceClaim \"pair\""),
+        "{}",
+        refusal.message
+    );
+    assert!(crate::validate::check_claim_create("other", &[]).is_none());
+
+    // Allot restarts after the claim was deleted: the pod still names it (no devices counted:
+    // it cannot run without its claim), and the name stays taken.
+    let gone = crate::dra::ClaimObjects::new("not found");
+    let restarted = ClusterState::default();
+    restarted.upsert_pod(watched_with(&sharer("a", &["pair"]), &p, &gone));
+    assert_eq!(restarted.pods_naming_claim("vision", "pair"), ["a"]);
+    assert_eq!(charged_gpus(&restarted, &p), 0);
+    // Once the pod goes, the name is free again.
+    restarted.remove_pod("vision", "a");
+    assert!(restarted.pods_naming_claim("vision", "pair").is_empty());
+}
