@@ -471,3 +471,19 @@ pub fn action_on_error(error: &crate::expression::EvalError, action: Action) -> 
         (_, action) => action,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The refusal names the first pod and how many more; no pod, no refusal.
+    #[test]
+    fn a_claim_create_is_refused_while_pods_name_it() {
+        let one = check_claim_create("pair", &["a".to_string()]).expect("refused");
+        assert_eq!((one.action, one.path.as_str()), (Action::Deny, "metadata.name"));
+        assert!(one.message.starts_with("pod \"a\" of this namespace names ResourceClaim \"pair\""), "{}", one.message);
+        let three = check_claim_create("pair", &["a".into(), "b".into(), "c".into()]).expect("refused");
+        assert!(three.message.starts_with("pod \"a\" and 2 more of this namespace"), "{}", three.message);
+        assert!(check_claim_create("pair", &[]).is_none());
+    }
+}

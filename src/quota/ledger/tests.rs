@@ -762,18 +762,7 @@ fn pair(n: i64) -> SharedClaims {
 
 /// A quota of `limit` GPUs that counts `gpu.nvidia.com` devices as GPUs.
 fn dra_quota(limit: u32) -> Quota {
-    let cluster = "apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  dra:\n    deviceClasses:\n      \
-                   gpu.nvidia.com: {countsAs: nvidia.com/gpu}\n";
-    let team = format!(
-        "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: vision}}\nspec:\n  namespaces: {{names: [vision]}}\n  \
-         quota: {{mode: Deny, limits: {{nvidia.com/gpu: {limit}}}}}\n"
-    );
-    let p = compile(&[
-        Source { name: "c.yaml".into(), text: cluster.into() },
-        Source { name: "t.yaml".into(), text: team },
-    ])
-    .unwrap();
-    p.teams.iter().find_map(|t| t.quota.clone()).unwrap()
+    crate::quota::tests::dra_policies(limit).teams.iter().find_map(|t| t.quota.clone()).unwrap()
 }
 
 fn charged_gpus(l: &Ledger, q: &Quota) -> i128 {
