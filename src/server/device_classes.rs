@@ -7,8 +7,9 @@
 //! compiles the set again and swaps it in (the reloader alone compiles, so a file reload and a
 //! class change never race). Until the first list is in, deny-mode quota fails closed (the
 //! [`super::startup::Caches::device_classes`] cache): a claim of a class not yet read would count
-//! nothing. An API server that does not serve `resource.k8s.io/v1` DeviceClasses (or RBAC that
-//! does not allow the list) is waited for at most [`SYNC_WAIT`], then said in the log.
+//! nothing. Where discovery shows no `resource.k8s.io/v1` DeviceClasses there is nothing to wait
+//! for; a list that does not come (RBAC that does not allow it) is waited for at most
+//! [`SYNC_WAIT`], then said in the log.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
