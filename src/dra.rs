@@ -367,6 +367,11 @@ fn shared_claim_key(name: &str, claim: &Value) -> String {
     }
 }
 
+/// The claim name in a shared claim's key ([`shared_claim_key`]).
+pub fn shared_claim_name(key: &str) -> &str {
+    key.split_once('/').map_or(key, |(name, _)| name)
+}
+
 /// The ResourceClaim Kubernetes made from a template for the pod's claim entry `entry`: named in
 /// the pod's `status.resourceClaimStatuses` and controlled by the pod (its ownerReference with
 /// the pod's UID). A pod that exists has one (admission, at CREATE, has no status yet), and it

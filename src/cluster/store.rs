@@ -274,10 +274,10 @@ fn carry_claim_devices(old: &PodRecord, record: &mut PodRecord) {
     // Keyed NAME/UID: a claim the new record resolves under its name (made again, another
     // UID) replaces the old one rather than counting beside it; one it no longer finds (named
     // alone, no devices) keeps the old one's devices.
-    let name_of = |key: &str| key.split_once('/').map_or(key, |(name, _)| name).to_string();
+    use crate::dra::shared_claim_name as name_of;
     let resolved = |name: &str| record.held_claims().iter().any(|n| !n.devices.is_empty() && name_of(&n.name) == name);
     let kept: Vec<_> =
-        old.held_claims().iter().filter(|h| !h.devices.is_empty() && !resolved(&name_of(&h.name))).cloned().collect();
+        old.held_claims().iter().filter(|h| !h.devices.is_empty() && !resolved(name_of(&h.name))).cloned().collect();
     if !kept.is_empty() {
         let held = &mut record.shared_claims.get_or_insert_with(Default::default).0;
         held.retain(|n| !(n.devices.is_empty() && kept.iter().any(|k| name_of(&k.name) == name_of(&n.name))));
@@ -562,12 +562,6 @@ impl ClusterState {
         usage_of(&read(&self.inner), include)
     }
 
-    /// True when a non-finished pod of `namespace` in the watch names the shared ResourceClaim
-    /// `claim` (its devices are counted in the namespace's usage).
-    pub fn holds_claim(&self, namespace: &str, claim: &str) -> bool {
-        read(&self.inner).claim_holders.contains_key(&(Arc::from(namespace), Arc::from(claim)))
-    }
-
     /// [`ClusterState::usage_where`], and which of `claims` ((namespace, claim) pairs) the watch
     /// holds, read under the same lock: a usage without a claim and a "held" answer for it
     /// from a later state would count the claim nowhere.
@@ -752,7 +746,7 @@ impl GangDirectory for ClusterState {
     /// Walks the namespace's pods only when one of them holds a shared claim of that name.
     fn pods_naming_claim(&self, namespace: &str, claim: &str) -> Vec<String> {
         let inner = read(&self.inner);
-        let named = |key: &str| key.split_once('/').map_or(key, |(name, _)| name) == claim;
+        let named = |key: &str| crate::dra::shared_claim_name(key) == claim;
         if !inner.claim_holders.keys().any(|(ns, key)| &**ns == namespace && named(key)) {
             return Vec::new();
         }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use k8s_openapi::api::resource::v1::DeviceClass;
 use kube::api::{Api, ListParams, ObjectList};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde::de::DeserializeOwned;
@@ -61,8 +62,14 @@ pub async fn run(request: &Request) -> Result<Report, LiveError> {
     let work = async {
         let (client, default_namespace) = connect(request.kubeconfig.as_deref(), request.context.as_deref()).await?;
         let namespace = request.namespace.clone().unwrap_or(default_namespace);
-        let policies = load_policies(&client, &request.policies).await?;
-        let world = gather(&client, &policies, &namespace).await?;
+        // One list of DeviceClasses: what the policies count (their extended resources) and
+        // what the nodes' devices belong to.
+        let classes = list_device_classes(&client).await;
+        let facts = classes
+            .as_ref()
+            .map_or_else(|_| policy::ClusterFacts::default(), policy::ClusterFacts::from_device_classes);
+        let policies = load_policies(&client, &request.policies, &facts).await?;
+        let world = gather(&client, &policies, &namespace, classes).await?;
         let inputs = Inputs {
             state: &world.state,
             policies: &policies,
@@ -115,22 +122,23 @@ pub async fn connect(kubeconfig: Option<&Path>, context: Option<&str>) -> Result
     Ok((client, namespace))
 }
 
-/// The cluster's DeviceClasses with an extended resource, as the server reads them (none where
-/// they cannot be listed: the policies' own mapping then stands alone).
-async fn cluster_facts(client: &kube::Client) -> policy::ClusterFacts {
-    let api: Api<k8s_openapi::api::resource::v1::DeviceClass> = Api::all(client.clone());
-    match api.list(&Default::default()).await {
-        Ok(list) => policy::ClusterFacts::from_device_classes(&list.items),
-        Err(_) => policy::ClusterFacts::default(),
-    }
+/// The cluster's DeviceClasses (where they cannot be listed, the policies' own mapping stands
+/// alone and the fit's devices are reported as not visible).
+async fn list_device_classes(client: &kube::Client) -> Result<Vec<DeviceClass>, kube::Error> {
+    let mut classes = Vec::new();
+    list_each(&Api::<DeviceClass>::all(client.clone()), |c| classes.push(c)).await?;
+    Ok(classes)
 }
 
-/// Loads and compiles the policies, with the cluster's DeviceClasses.
-pub async fn load_policies(client: &kube::Client, source: &PolicySource) -> Result<PolicySet, LiveError> {
-    let facts = cluster_facts(client).await;
+/// Loads and compiles the policies, with what was read of the cluster's DeviceClasses.
+pub async fn load_policies(
+    client: &kube::Client,
+    source: &PolicySource,
+    facts: &policy::ClusterFacts,
+) -> Result<PolicySet, LiveError> {
     match source {
         PolicySource::Dir(dir) => policy::read_sources(dir)
-            .and_then(|sources| policy::compile_with(&sources, &facts))
+            .and_then(|sources| policy::compile_with(&sources, facts))
             .map_err(|e| LiveError::Policies(e.to_string())),
         PolicySource::ConfigMap { namespace, name } => {
             let configmap = format!("{namespace}/{name}");
@@ -156,7 +164,7 @@ pub async fn load_policies(client: &kube::Client, source: &PolicySource) -> Resu
                     reason: "it holds no *.yaml, *.yml or *.json key".into(),
                 });
             }
-            policy::compile_with(&sources, &facts).map_err(|e| LiveError::Policies(e.to_string()))
+            policy::compile_with(&sources, facts).map_err(|e| LiveError::Policies(e.to_string()))
         }
     }
 }
@@ -200,8 +208,14 @@ where
 
 /// Lists Namespaces, Nodes and Pods (all namespaces, else `namespace` alone) into a fresh
 /// [`ClusterState`], and reads the sizes of inferred gangs from their owners, as the controller
-/// does before each pass.
-pub async fn gather(client: &kube::Client, policies: &PolicySet, namespace: &str) -> Result<World, LiveError> {
+/// does before each pass. `classes`: the DeviceClasses as listed (the nodes' DRA devices are
+/// counted against them where the policies map a class).
+pub async fn gather(
+    client: &kube::Client,
+    policies: &PolicySet,
+    namespace: &str,
+    classes: Result<Vec<DeviceClass>, kube::Error>,
+) -> Result<World, LiveError> {
     let mut visibility = Visibility::default();
     let mut labels = StaticNamespaces::default();
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -226,7 +240,7 @@ pub async fn gather(client: &kube::Client, policies: &PolicySet, namespace: &str
     }
     state.replace_nodes(node_infos);
     if !policies.device_classes.is_empty() {
-        match list_devices(client).await {
+        match list_devices(client, classes).await {
             Ok(devices) => state.set_devices(crate::cluster::Devices::Known(Arc::new(devices))),
             Err(e) if forbidden(&e) => visibility.devices = Some(reason(&e)),
             Err(source) => return Err(LiveError::List { what: "DRA devices".into(), source }),
@@ -279,12 +293,13 @@ pub async fn gather(client: &kube::Client, policies: &PolicySet, namespace: &str
 
 /// The DRA devices each node offers, counted from every DeviceClass and ResourceSlice as the
 /// controller's watch counts them ([`crate::gang::devices`]).
-async fn list_devices(client: &kube::Client) -> Result<crate::dra::slices::NodeDevices, kube::Error> {
+async fn list_devices(
+    client: &kube::Client,
+    classes: Result<Vec<DeviceClass>, kube::Error>,
+) -> Result<crate::dra::slices::NodeDevices, kube::Error> {
     use crate::dra::slices::{DeviceClassMatcher, NodeDevices, slice_devices};
-    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
-    let mut classes = Vec::new();
-    list_each(&Api::<DeviceClass>::all(client.clone()), |c| classes.push(c)).await?;
-    let matcher = DeviceClassMatcher::new(&classes);
+    use k8s_openapi::api::resource::v1::ResourceSlice;
+    let matcher = DeviceClassMatcher::new(&classes?);
     let mut counted = Vec::new();
     list_each(&Api::<ResourceSlice>::all(client.clone()), |s| counted.push(slice_devices(&s, &matcher))).await?;
     Ok(NodeDevices::from_slices(&counted, &matcher))

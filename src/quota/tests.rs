@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::cluster::{ClusterState, PodRecord};
+use crate::gang::directory::GangDirectory;
 use crate::namespaces::NoNamespaces;
 use crate::policy::{PolicySet, Source, compile};
 
@@ -501,7 +502,7 @@ fn a_shared_claim_is_charged_once_while_any_pod_names_it() {
     state.upsert_pod(watched(&sharer("b", &["pair", "pair"]), &objects));
     state.upsert_pod(watched(&pod("plain", 2, None), &objects));
     assert_eq!(charged_gpus(&state, &p), 4);
-    assert!(state.holds_claim("vision", "pair"));
+    assert_eq!(state.pods_naming_claim("vision", "pair"), ["a", "b"]);
 
     // A third sharer is admitted (the claim is counted already); a new claim of 1 is not.
     admit_with_claims(&book, &p, &sharer("c", &["pair"]), &objects, "uc").unwrap();
@@ -519,7 +520,7 @@ fn a_shared_claim_is_charged_once_while_any_pod_names_it() {
     assert_eq!(charged_gpus(&state, &p), 4);
     state.remove_pod("vision", "b");
     assert_eq!(charged_gpus(&state, &p), 2);
-    assert!(!state.holds_claim("vision", "pair"));
+    assert!(state.pods_naming_claim("vision", "pair").is_empty());
 }
 
 /// `allot check`'s book: two manifests sharing a claim take its devices once.
@@ -571,7 +572,6 @@ fn a_shared_claim_recreated_larger_is_a_new_claim() {
 /// counting nothing for it).
 #[test]
 fn the_pods_naming_a_shared_claim_are_known_also_after_a_restart() {
-    use crate::gang::directory::GangDirectory;
     let p = dra_policies(4);
     let mut objects = crate::dra::ClaimObjects::new("not found");
     shared_claim(&mut objects, "pair", 2);

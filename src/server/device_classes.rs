@@ -34,6 +34,13 @@ fn publish(state: &AppState, facts: ClusterFacts) {
     }
 }
 
+/// The first list is in (or will not come): the reloader marks the cache synced once a set
+/// compiled with the facts stored before is in force.
+fn listed_now(state: &AppState) {
+    state.facts_listed.store(true, Ordering::Release);
+    state.facts_changed.notify_one();
+}
+
 /// False when discovery says the API server does not serve DeviceClasses (before 1.34, or DRA
 /// off): nothing to wait for. Unknown (discovery failed otherwise) counts as served: the watch
 /// then waits at most [`SYNC_WAIT`].
@@ -54,8 +61,7 @@ pub fn watch(client: kube::Client, state: Arc<AppState>) {
             tracing::info!(
                 "resource.k8s.io/v1 DeviceClasses are not served: DRA classes count only as the Cluster policy maps them"
             );
-            state.facts_listed.store(true, Ordering::Release);
-            state.facts_changed.notify_one();
+            listed_now(&state);
             return;
         }
         let (reader, writer) = reflector::store::<DeviceClass>();
@@ -74,10 +80,8 @@ pub fn watch(client: kube::Client, state: Arc<AppState>) {
                         listed = true;
                         // Facts first, then "listed" (the reloader reads them the other way).
                         publish(&state, ClusterFacts::from_device_classes(reader.state().iter().map(|c| c.as_ref())));
-                        state.facts_listed.store(true, Ordering::Release);
                         if first {
-                            // The reloader marks the cache synced once a set compiled with them is in force.
-                            state.facts_changed.notify_one();
+                            listed_now(&state);
                         }
                     }
                     Some(Err(e)) => tracing::warn!(error = %e, "DeviceClass watch error; retrying"),
@@ -85,8 +89,7 @@ pub fn watch(client: kube::Client, state: Arc<AppState>) {
                 _ = &mut give_up, if !listed => {
                     tracing::warn!(waited = ?SYNC_WAIT, "the DeviceClass watch has not listed yet (is resource.k8s.io/v1 served, and may Allot list DeviceClasses?); DRA classes are counted only as the Cluster policy maps them until it does");
                     listed = true;
-                    state.facts_listed.store(true, Ordering::Release);
-                    state.facts_changed.notify_one();
+                    listed_now(&state);
                 }
             }
         }
