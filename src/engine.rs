@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::dra::{self, ClaimDemand, ClaimSource, NoClaims};
-use crate::expression::{Bindings, Needs, json_to_cel, json_to_cel_projected, object_accelerators};
+use crate::expression::{Inputs, Needs, object_accelerators};
 use crate::finding::{Check, Finding, RuleId, any_denied};
 use crate::gang::directory::{GangDirectory, NoGangs};
 use crate::mutate::{self, PodContext};
@@ -133,40 +133,23 @@ impl<'a> Engine<'a> {
         lookup
     }
 
-    /// The CEL bindings `needs` asks for: each object converted only as far as the expressions
-    /// read it.
-    fn bindings(&self, req: &Request<'_>, object: &Value, team: &TeamLookup<'_>, needs: &Needs) -> Bindings {
-        use kube::core::cel::cel::Value as Cel;
-        let object_cel = if needs.wants("object") { json_to_cel_projected(object, &needs.object) } else { Cel::Null };
-        let workload = match (needs.wants("workload"), std::ptr::eq(object, req.object)) {
-            (false, _) => Cel::Null,
-            (true, true) if needs.wants("object") && needs.workload == needs.object => object_cel.clone(),
-            (true, _) => json_to_cel_projected(req.object, &needs.workload),
-        };
-        let old_object = match req.old_object {
-            Some(old) if needs.wants("oldObject") => json_to_cel_projected(old, &needs.old_object),
-            _ => Cel::Null,
-        };
-        Bindings {
-            vars: needs.vars,
-            object: object_cel,
-            old_object,
-            workload,
-            namespace: if needs.wants("namespace") { req.namespace.to_string() } else { String::new() },
-            team: if needs.wants("team") {
-                team.team.map(|t| t.name.clone()).unwrap_or_default()
-            } else {
-                String::new()
-            },
-            request: if needs.wants("request") {
-                json_to_cel(&serde_json::json!({
+    /// The variables of an evaluation of `object` (the Pod, or a template seen as one), for
+    /// expressions that read `needs`.
+    fn inputs<'r>(&'r self, req: &Request<'r>, object: &'r Value, team: &TeamLookup<'a>, needs: &Needs) -> Inputs<'r> {
+        Inputs {
+            needs: needs.clone(),
+            object: Some(object),
+            old_object: req.old_object,
+            workload: Some(req.object),
+            namespace: req.namespace,
+            team: team.team.map_or("", |t| t.name.as_str()),
+            request: needs.wants("request").then(|| {
+                serde_json::json!({
                     "operation": req.operation,
                     "dryRun": req.dry_run,
                     "userInfo": {"username": req.username, "groups": req.groups},
-                }))
-            } else {
-                Cel::Null
-            },
+                })
+            }),
             object_accelerators: if needs.vars & crate::expression::OBJECT_ACCELERATORS_BIT != 0 {
                 // Devices asked through DRA claims count like those in the containers' resources.
                 let claimed = self.claim_demand(object, req.namespace).accelerators(&self.policies.device_classes);
@@ -186,12 +169,12 @@ impl<'a> Engine<'a> {
             return out;
         }
         let team = self.team(req.namespace, &mut out.notes);
-        let make_bindings = |needs: &Needs| self.bindings(req, req.object, &team, needs);
+        let make_inputs = |needs: &Needs| self.inputs(req, req.object, &team, needs);
         let claims = self.claim_demand(req.object, req.namespace);
         let ctx = PodContext {
             namespace: req.namespace,
             team,
-            bindings: &make_bindings,
+            inputs: &make_inputs,
             requester: Requester::User(req.username),
             claims: &claims,
             native_gangs: self.claims.schedules_native_gangs(),
@@ -337,8 +320,8 @@ impl<'a> Engine<'a> {
         if rules.is_empty() {
             return;
         }
-        let bindings = self.bindings(req, object, team, &validate::rule_needs(&rules));
-        out.findings.extend(validate::run_rules(self.policies, &rules, target, &bindings));
+        let inputs = self.inputs(req, object, team, &validate::rule_needs(&rules));
+        out.findings.extend(validate::run_rules(self.policies, &rules, target, &inputs));
     }
 
     /// A template as the Pods made from it will arrive at validation: mutated by the same
@@ -350,14 +333,14 @@ impl<'a> Engine<'a> {
         team: &TeamLookup<'a>,
         out: &mut Outcome,
     ) -> PodView<'v> {
-        let make_bindings = |needs: &Needs| self.bindings(req, &view.pod, team, needs);
+        let make_inputs = |needs: &Needs| self.inputs(req, &view.pod, team, needs);
         // The Pods of a template are created by its workload's controller, whose identity
         // is not known here: no identity-based exemption.
         let claims = self.claim_demand(&view.pod, req.namespace);
         let ctx = PodContext {
             namespace: req.namespace,
             team: *team,
-            bindings: &make_bindings,
+            inputs: &make_inputs,
             requester: Requester::Unknown,
             claims: &claims,
             native_gangs: self.claims.schedules_native_gangs(),

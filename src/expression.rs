@@ -33,6 +33,7 @@
 pub mod budget;
 pub mod check;
 pub mod depth;
+pub mod direct;
 pub mod fixes;
 pub mod panics;
 pub mod quantity;
@@ -91,6 +92,9 @@ pub struct Expression {
     linear: bool,
     /// The depth of `instrumented`: the evaluation gets stack for it ([`depth`]).
     tree_depth: usize,
+    /// The same tree compiled for evaluation over JSON in place, when every part of it can be
+    /// ([`direct`]).
+    direct: Option<direct::Direct>,
 }
 
 /// A set of [`VARIABLES`] as a bit mask (bit *i* = `VARIABLES[i]`), plus
@@ -247,12 +251,13 @@ impl Expression {
         let mut needs = Needs::default();
         collect_needs(&rewritten, &mut Vec::new(), &mut needs);
         let linear = is_linear(&rewritten, 0);
+        let direct = direct::Direct::compile(&rewritten);
         let (instrumented, comprehensions) = budget::instrument(&rewritten);
         let tree_depth = depth::tree_depth(&instrumented);
         if tree_depth > depth::MAX_TREE_DEPTH {
             return Err(depth::tree_message(tree_depth));
         }
-        Ok(Expression { source: source.to_string(), instrumented, comprehensions, needs, linear, tree_depth })
+        Ok(Expression { source: source.to_string(), instrumented, comprehensions, needs, linear, tree_depth, direct })
     }
 
     /// How deep the evaluated tree is (see [`depth::tree_depth`]).
@@ -282,6 +287,28 @@ impl Expression {
     /// The expression as written.
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// True when it is compiled for direct evaluation ([`direct`]).
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// Its value by direct evaluation over `variables`, under the panic boundary with stack for
+    /// its depth; `None` where the interpreter must answer (or the expression is not compiled
+    /// for it).
+    pub fn evaluate_direct<'a>(
+        &'a self,
+        variables: &direct::Variables<'a>,
+        accelerators: &ResourceMatcher,
+        owner: &dyn std::fmt::Display,
+    ) -> Option<direct::Val<'a>> {
+        let direct = self.direct.as_ref()?;
+        depth::with_direct_stack(self.tree_depth, || {
+            panics::contain(owner, || direct.evaluate(variables, accelerators))
+        })
+        .ok()?
+        .ok()
     }
 
     /// Runs the program under the panic boundary; `owner` (the `Rule` name or
@@ -747,6 +774,106 @@ pub struct Bindings {
     /// `accelerators(object)`, when the caller computed it from the JSON
     /// ([`object_accelerators`]); else it is computed from `object` when needed.
     pub object_accelerators: Option<i64>,
+}
+
+/// One evaluation's variables as the request's JSON, with what its expressions read
+/// ([`Needs`]). Expressions compiled for direct evaluation read the JSON in place; the
+/// interpreter's [`Bindings`] are converted from it only for an expression that needs them
+/// ([`Evaluator`]).
+#[derive(Debug, Clone, Default)]
+pub struct Inputs<'a> {
+    pub needs: Needs,
+    pub object: Option<&'a Value>,
+    pub old_object: Option<&'a Value>,
+    /// The top-level object under review (the same reference as `object` for a Pod).
+    pub workload: Option<&'a Value>,
+    pub namespace: &'a str,
+    pub team: &'a str,
+    /// `request` as it is bound (`operation`, `dryRun`, `userInfo`), when needed.
+    pub request: Option<Value>,
+    /// `accelerators(object)`, when needed and computable.
+    pub object_accelerators: Option<i64>,
+}
+
+impl Inputs<'_> {
+    /// The variables for direct evaluation.
+    pub fn variables(&self) -> direct::Variables<'_> {
+        direct::Variables {
+            object: self.object,
+            old_object: self.old_object,
+            workload: self.workload,
+            namespace: self.namespace,
+            team: self.team,
+            request: self.request.as_ref(),
+            object_accelerators: self.object_accelerators,
+        }
+    }
+
+    /// The interpreter's bindings: each object converted only as far as the expressions read it.
+    pub fn bindings(&self) -> Bindings {
+        let needs = &self.needs;
+        let convert = |value: Option<&Value>, name: &str, projection: &Projection| match value {
+            Some(value) if needs.wants(name) => json_to_cel_projected(value, projection),
+            _ => CelValue::Null,
+        };
+        let object = convert(self.object, "object", &needs.object);
+        let same_as_object = matches!((self.object, self.workload), (Some(o), Some(w)) if std::ptr::eq(o, w));
+        let workload =
+            if same_as_object && needs.wants("object") && needs.wants("workload") && needs.workload == needs.object {
+                object.clone()
+            } else {
+                convert(self.workload, "workload", &needs.workload)
+            };
+        Bindings {
+            vars: needs.vars,
+            old_object: convert(self.old_object, "oldObject", &needs.old_object),
+            object,
+            workload,
+            namespace: self.namespace.to_string(),
+            team: self.team.to_string(),
+            request: self.request.as_ref().filter(|_| needs.wants("request")).map_or(CelValue::Null, json_to_cel),
+            object_accelerators: self.object_accelerators,
+        }
+    }
+}
+
+/// Evaluates a policy set's expressions over one [`Inputs`]: directly over the JSON where an
+/// expression is compiled for it and its evaluation does not give up, else by the interpreter,
+/// in a scope bound once (on first need) and shared by the later expressions.
+pub struct Evaluator<'e> {
+    env: &'e Environment,
+    inputs: &'e Inputs<'e>,
+    scope: std::cell::OnceCell<Context<'e>>,
+}
+
+impl<'e> Evaluator<'e> {
+    pub fn new(env: &'e Environment, inputs: &'e Inputs<'e>) -> Evaluator<'e> {
+        Evaluator { env, inputs, scope: std::cell::OnceCell::new() }
+    }
+
+    fn scope(&self) -> &Context<'e> {
+        self.scope.get_or_init(|| self.env.scope(&self.inputs.bindings()))
+    }
+
+    fn direct<'x>(&'x self, expression: &'x Expression, owner: &dyn std::fmt::Display) -> Option<direct::Val<'x>> {
+        expression.evaluate_direct(&self.inputs.variables(), &self.env.accelerators, owner)
+    }
+
+    /// Evaluates to a boolean; anything else is an error.
+    pub fn eval_bool(&self, expression: &Expression, owner: &dyn std::fmt::Display) -> Result<bool, EvalError> {
+        match self.direct(expression, owner) {
+            Some(direct::Val::Bool(b)) => Ok(b),
+            _ => expression.eval_bool(self.scope(), owner),
+        }
+    }
+
+    /// Evaluates to a string; anything else is an error.
+    pub fn eval_string(&self, expression: &Expression, owner: &dyn std::fmt::Display) -> Result<String, EvalError> {
+        match self.direct(expression, owner) {
+            Some(direct::Val::Str(s)) => Ok(s.into_owned()),
+            _ => expression.eval_string(self.scope(), owner),
+        }
+    }
 }
 
 /// `accelerators(x)` of a JSON value (a Pod, a pod spec or a container), as the CEL function

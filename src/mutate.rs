@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::expression::Bindings;
+use crate::expression::{Evaluator, Inputs};
 use crate::finding::{Finding, RuleId};
 use crate::gang::membership::{GATE, PodFacts, QUOTA_GATE};
 use crate::json::Fields;
@@ -33,8 +33,8 @@ pub struct Mutation {
 pub struct PodContext<'a> {
     pub namespace: &'a str,
     pub team: TeamLookup<'a>,
-    /// Lazily built CEL bindings (of what the expression needs) for `when` conditions.
-    pub bindings: &'a dyn Fn(&crate::expression::Needs) -> Bindings,
+    /// The variables of `when` conditions, made on demand for what the expression reads.
+    pub inputs: &'a dyn Fn(&crate::expression::Needs) -> Inputs<'a>,
     /// Who creates the Pod: exemptions from Allot's gates go by identity, not by label.
     pub requester: crate::tenant::Requester<'a>,
     /// What the Pod asks through DRA claims: claim accelerators get placement and queueing
@@ -124,8 +124,8 @@ fn placement_applies(
     let Some(when) = &placement.when else {
         return true;
     };
-    let bindings = (ctx.bindings)(when.needs());
-    match when.eval_bool(&policies.env.scope(&bindings), &format_args!("placement/{}", placement.name)) {
+    let inputs = (ctx.inputs)(when.needs());
+    match Evaluator::new(&policies.env, &inputs).eval_bool(when, &format_args!("placement/{}", placement.name)) {
         Ok(b) => b,
         Err(e) => {
             // A condition that cannot be evaluated must not silently skip a placement.

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use crate::dra::ClaimDemand;
-use crate::expression::Bindings;
+use crate::expression::{Evaluator, Inputs};
 use crate::finding::{Check, Finding, RuleId};
 use crate::gang::directory::{GangDirectory, Peer, disagreement};
 use crate::gang::membership::{Membership, PodFacts};
@@ -432,18 +432,17 @@ pub fn rule_needs(rules: &[&Rule]) -> crate::expression::Needs {
 
 /// Evaluates the matching CEL rules. An expression that errors counts as failed: a rule that
 /// cannot be evaluated must never let an object through silently.
-pub fn run_rules(policies: &PolicySet, rules: &[&Rule], target: &Target<'_>, bindings: &Bindings) -> Vec<Finding> {
+pub fn run_rules(policies: &PolicySet, rules: &[&Rule], target: &Target<'_>, inputs: &Inputs<'_>) -> Vec<Finding> {
     let mut findings = Vec::new();
-    let mut scope = None;
+    let evaluator = Evaluator::new(&policies.env, inputs);
     for rule in rules {
-        let ctx = scope.get_or_insert_with(|| policies.env.scope(bindings));
         let mut action = rule.spec.action;
-        let message = match rule.expression.eval_bool(ctx, &rule.name) {
+        let message = match evaluator.eval_bool(&rule.expression, &rule.name) {
             Ok(true) => continue,
             Ok(false) => rule
                 .message_expression
                 .as_ref()
-                .and_then(|m| m.eval_string(ctx, &rule.name).ok())
+                .and_then(|m| evaluator.eval_string(m, &rule.name).ok())
                 .or_else(|| rule.spec.message.clone())
                 .unwrap_or_else(|| format!("failed {}", rule.expression.source())),
             Err(e) => {

@@ -61,6 +61,17 @@ pub fn with_evaluation_stack<T>(depth: usize, evaluate: impl FnOnce() -> T) -> T
     stacker::maybe_grow(needed, needed.max(1 << 20), evaluate)
 }
 
+/// Stack one level of a direct evaluation may use ([`super::direct`]: one small frame per
+/// level, about 1 KiB in a debug build), with a margin.
+const DIRECT_STACK_PER_LEVEL: usize = 4 << 10;
+
+/// Runs a direct evaluation of a tree `depth` deep with enough stack (see
+/// [`with_evaluation_stack`]).
+pub fn with_direct_stack<T>(depth: usize, evaluate: impl FnOnce() -> T) -> T {
+    let needed = (64 << 10) + depth.saturating_mul(DIRECT_STACK_PER_LEVEL);
+    stacker::maybe_grow(needed, needed.max(1 << 20), evaluate)
+}
+
 /// Runs `parse` on a stack of [`PARSER_STACK`] bytes.
 pub fn on_parser_stack<T>(parse: impl FnOnce() -> T) -> T {
     stacker::grow(PARSER_STACK, parse)

@@ -1,0 +1,357 @@
+//! Direct evaluation against the interpreter: wherever direct evaluation answers, the
+//! interpreter, on the bindings the engine makes, answers the same.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use kube::core::cel::cel::Value as CelValue;
+use kube::core::cel::cel::objects::{Key, Map};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::Val;
+use crate::expression::{Environment, Expression, Inputs, Needs, json_to_cel, object_accelerators};
+use crate::resources::{self, ResourceMatcher};
+
+fn matcher() -> Arc<ResourceMatcher> {
+    Arc::new(ResourceMatcher::new(resources::DEFAULT_ACCELERATORS))
+}
+
+/// The interpreter's representation of a direct result.
+fn to_cel(value: &Val<'_>) -> CelValue {
+    match value {
+        Val::Null => CelValue::Null,
+        Val::Bool(b) => CelValue::Bool(*b),
+        Val::Int(i) => CelValue::Int(*i),
+        Val::UInt(u) => CelValue::UInt(*u),
+        Val::Double(d) => CelValue::Float(*d),
+        Val::Str(s) => CelValue::String(Arc::new(s.to_string())),
+        Val::List(items) => CelValue::List(Arc::new(items.iter().map(json_to_cel_nested).collect())),
+        Val::Map(map) => json_to_cel_nested(map),
+        Val::Root(map) => json_to_cel(map),
+        Val::Metadata(map) => {
+            let mut map = (*map).clone();
+            if let Some(fields) = map.as_object_mut() {
+                fields.remove("managedFields");
+            }
+            json_to_cel_nested(&map)
+        }
+        Val::Items(items) => CelValue::List(Arc::new(items.iter().map(to_cel).collect())),
+    }
+}
+
+/// JSON below the top level (where `managedFields` is kept).
+fn json_to_cel_nested(value: &Value) -> CelValue {
+    match value {
+        Value::Object(map) => CelValue::Map(Map {
+            map: Arc::new(map.iter().map(|(k, v)| (Key::String(Arc::new(k.clone())), json_to_cel_nested(v))).collect()),
+        }),
+        Value::Array(items) => CelValue::List(Arc::new(items.iter().map(json_to_cel_nested).collect())),
+        other => json_to_cel(other),
+    }
+}
+
+/// Evaluates `expression` both ways on `object`; true when direct evaluation answered.
+/// Panics (fails the test) where the two disagree.
+fn agree(env: &Environment, expression: &Expression, object: &Value, team: &str) -> bool {
+    let needs: &Needs = expression.needs();
+    let inputs = Inputs {
+        needs: needs.clone(),
+        object: Some(object),
+        old_object: None,
+        workload: Some(object),
+        namespace: "vision",
+        team,
+        request: Some(
+            json!({"operation": "CREATE", "dryRun": false, "userInfo": {"username": "alice", "groups": ["dev"]}}),
+        ),
+        object_accelerators: object_accelerators(object, &env.accelerators),
+    };
+    let direct = expression.evaluate_direct(&inputs.variables(), &env.accelerators, &"direct-test");
+    let Some(direct) = direct else { return false };
+    let scope = env.scope(&inputs.bindings());
+    let interpreted = expression.execute(&scope, &"direct-test");
+    assert_eq!(
+        interpreted.as_ref().ok(),
+        Some(&to_cel(&direct)),
+        "`{}` on {:.300}: direct {direct:?}, interpreter {interpreted:?}",
+        expression.source(),
+        object.to_string()
+    );
+    true
+}
+
+/// Expressions exercising every compiled part, the places where the interpreter has rules of
+/// its own, and the errors direct evaluation must give up on.
+const EXPRESSIONS: &[&str] = &[
+    "accelerators(object) == 0 || team != ''",
+    "accelerators(object) > 1 && accelerators(object) <= 8",
+    "object.spec.containers.all(c, accelerators(c) == 0 || !has(c.image) || c.image.contains('@sha256:') || \
+     (c.image.substring(c.image.lastIndexOf('/') + 1).contains(':') && !c.image.endsWith(':latest')))",
+    "!has(object.spec.priorityClassName) || object.spec.priorityClassName != 'high-priority'",
+    "'high-priority pod requesting ' + string(accelerators(object)) + ' accelerator(s)'",
+    "'namespace ' + namespace + ' belongs to no team; GPU workloads run in team namespaces'",
+    "object.spec.containers.exists(c, c.name == 'main')",
+    "object.spec.containers.exists_one(c, accelerators(c) > 0)",
+    "object.spec.containers.all(c, c.image.startsWith('registry.local/'))",
+    "object.spec.containers.map(c, c.name).size() > 0",
+    "object.spec.containers.filter(c, accelerators(c) > 0).size() <= 1",
+    "size(object.spec.containers) == 1",
+    "object.spec.containers.size() >= 1",
+    "object.metadata.name.size() < 20",
+    "size(object.metadata.name) < 20",
+    "size(object.metadata)",
+    "size(object) > 0",
+    "object.metadata.name.indexOf('-') >= 0",
+    "object.metadata.name.lastIndexOf('-') == object.metadata.name.indexOf('-')",
+    "object.metadata.name.indexOf('')",
+    "object.metadata.name.substring(1, 3) == 'pu'",
+    "object.metadata.name.substring(50)",
+    "object.metadata.name.substring(2, 1)",
+    "object.metadata.labels['allot.dev/gang-name'] == 'g'",
+    "has(object.metadata.labels) && object.metadata.labels['allot.dev/tier'] == 'premium'",
+    "'allot.dev/gang-name' in object.metadata.labels",
+    "object.metadata.name in ['a', 'gpu-pod', object.metadata.namespace]",
+    "object.metadata.name in [1, 'a']",
+    "'x' in object.spec.containers",
+    "object.spec.containers.all(c, !has(c.resources.limits) || !('nvidia.com/gpu' in c.resources.limits) || \
+     int(c.resources.limits['nvidia.com/gpu']) <= 2)",
+    "has(object.metadata.managedFields)",
+    "object.metadata.managedFields.size() > 0",
+    "object.metadata['managedFields']",
+    "object.metadata.exists(k, k == 'managedFields')",
+    "object.metadata",
+    "object.spec.containers[0].name",
+    "object.spec.containers[5].name",
+    "object.spec.containers[-1].name",
+    "object.spec.containers.name == false",
+    "has(object.spec.containers.name)",
+    "object.spec.priorityClassName.x == false",
+    "object.spec.missing.deeper == 1",
+    "has(object.status.phase)",
+    "object.spec.nodeName == 'x'",
+    "object.spec.priority == 1000",
+    "object.spec.priority == 1000u",
+    "object.spec.priority > 1.5",
+    "object.spec.priority + 1 > object.spec.priority",
+    "object.spec.priority - 1",
+    "object.spec.priority == null",
+    "object.spec.hostNetwork == true",
+    "!has(object.spec.hostNetwork) || !object.spec.hostNetwork",
+    "object.spec.terminationGracePeriodSeconds < 100",
+    "object.spec.terminationGracePeriodSeconds + 9223372036854775807 > 0",
+    "team == '' ? 'none' : team",
+    "team ? 1 : 2",
+    "team != '' && object.spec.containers.all(c, c.name != '')",
+    "false && object.spec.missing == 1",
+    "true || object.spec.missing == 1",
+    "object.spec.missing == 1 || true",
+    "object.spec.missing == 1 && false",
+    "1 || true",
+    "!object.metadata.name",
+    "request.operation == 'CREATE' && request.userInfo.username != 'admin'",
+    "request.userInfo.groups.exists(g, g == 'dev')",
+    "'dev' in request.userInfo.groups",
+    "workload.spec.containers.size() == object.spec.containers.size()",
+    "accelerators(workload) == accelerators(object)",
+    "accelerators(object.spec)",
+    "accelerators(object.spec.containers[0]) == 1",
+    "accelerators(object.metadata)",
+    "accelerators(object.metadata.name)",
+    "oldObject == null",
+    "object.metadata.labels.exists(k, object.metadata.labels[k] == 'g')",
+    "object.metadata.labels.all(k, k.startsWith('allot.dev/'))",
+    "object.spec.containers.all(c, object.spec.containers.exists(d, d.name == c.name))",
+    "[object].all(o, has(o.metadata.managedFields))",
+    "[1, 2, 3].exists(x, x == 2)",
+    "[1, 2, 3].all(x, x > 'a')",
+    "['a', 'b'][1] == 'b'",
+    "string(object.spec.priority) + 'x'",
+    "string(1.5)",
+    "string(true)",
+    "int(object.spec.priority)",
+    "int('12')",
+    "object.metadata.name.contains('gpu') && object.metadata.name.endsWith('pod')",
+    "object.metadata.annotations.note.contains('é')",
+    "object.metadata.annotations.note.size()",
+    "object.metadata.annotations.note.indexOf('n')",
+    "object.metadata.annotations.note.substring(1)",
+    "object.metadata.name < 'h' || object.metadata.name >= 'z'",
+    "1.0 == 1.0 && 0.5 < 1.5",
+    "1 < 1 || 1 > 1 || !(1 <= 1) || !(1 >= 1) || 2 <= 1 || 1 >= 2",
+    "object.spec.containers.size() < 2",
+    "object.spec.containers.size() <= 1",
+    "object.spec.containers.size() > 2",
+    "object.spec.containers.size() >= 2",
+    "object.metadata.name > 'gpu-pod'",
+    "object.metadata.name >= 'gpu-pod'",
+    "-1 < 0u",
+    "null == null",
+    "true == true && true != false",
+    "b'x' == b'x'",
+    "{'a': 1}.a == 1",
+    "object.metadata.name.matches('^gpu')",
+];
+
+fn pod(name: &str, image: &str, gpus: &str, priority: Value, note: &str, labels: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "vision", "labels": labels,
+                     "annotations": {"note": note},
+                     "managedFields": [{"manager": "kubectl"}]},
+        "spec": {
+            "priority": priority,
+            "terminationGracePeriodSeconds": 30,
+            "containers": [
+                {"name": "main", "image": image,
+                 "resources": {"limits": {"nvidia.com/gpu": gpus}}},
+                {"name": "side", "image": "busybox"}
+            ]
+        }
+    })
+}
+
+/// The Pods of the captured admission reviews, and a few hand-made ones.
+fn objects() -> Vec<Value> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission-reviews");
+    let mut out: Vec<Value> = std::fs::read_dir(&dir)
+        .expect("fixtures")
+        .filter_map(|entry| {
+            let text = std::fs::read_to_string(entry.ok()?.path()).ok()?;
+            let review: Value = serde_json::from_str(&text).ok()?;
+            review.pointer("/request/object").filter(|o| o.is_object()).cloned()
+        })
+        .collect();
+    assert!(out.len() >= 10, "the captured reviews were not read from {}", dir.display());
+    out.push(pod(
+        "gpu-pod",
+        "nvcr.io/nvidia/pytorch:24.01",
+        "2",
+        json!(1000),
+        "über",
+        json!({"allot.dev/gang-name": "g"}),
+    ));
+    out.push(pod("a", "registry:5000/train", "1", json!(null), "n", json!({})));
+    out.push(pod("z-é", "img@sha256:abc", "500m", json!(9223372036854775807u64), "", json!({"x": "y"})));
+    out.push(pod("gpu-pod", "x:latest", "1", json!(18446744073709551615u64), "note", json!(null)));
+    out.push(json!({"metadata": {"name": "bare"}, "spec": {"containers": [{}]}}));
+    out.push(json!({"spec": {"containers": "not a list", "priority": 2.5}}));
+    out
+}
+
+#[test]
+fn direct_evaluation_agrees_with_the_interpreter() {
+    let env = Environment::new(matcher());
+    let objects = objects();
+    let mut answered = 0usize;
+    let mut compiled = 0usize;
+    for source in EXPRESSIONS {
+        let expression = Expression::compile(source).unwrap_or_else(|e| panic!("{source}: {e}"));
+        compiled += usize::from(expression.is_direct());
+        for object in &objects {
+            for team in ["", "vision"] {
+                answered += usize::from(agree(&env, &expression, object, team));
+            }
+        }
+    }
+    // Not vacuous: most expressions compile, and most evaluations are answered directly.
+    assert!(compiled * 10 >= EXPRESSIONS.len() * 8, "{compiled} of {} compiled", EXPRESSIONS.len());
+    let total = EXPRESSIONS.len() * objects.len() * 2;
+    assert!(answered * 5 >= total * 2, "{answered} of {total} answered directly");
+}
+
+/// Every expression of the shipped policies is compiled for direct evaluation, and answers
+/// every captured Pod without the interpreter.
+#[test]
+fn the_shipped_policies_are_answered_directly() {
+    let policies =
+        crate::policy::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).expect("policies load");
+    let expressions: Vec<&Expression> = policies
+        .rules
+        .iter()
+        .flat_map(|r| std::iter::once(&r.expression).chain(r.message_expression.as_ref()))
+        .chain(policies.placements.iter().filter_map(|p| p.when.as_ref()))
+        .collect();
+    assert!(expressions.len() >= 4);
+    for expression in expressions {
+        assert!(expression.is_direct(), "{} is not compiled for direct evaluation", expression.source());
+        for object in objects().iter().filter(|o| o["kind"] == "Pod") {
+            assert!(agree(&policies.env, expression, object, "vision"), "{} on {object}", expression.source());
+        }
+    }
+}
+
+/// A generated container: images and names with and without tags, digests, registries with
+/// ports, non-ASCII text; quantities whole, fractional, huge and malformed.
+fn container() -> impl Strategy<Value = Value> {
+    let image = prop_oneof![
+        Just("busybox".to_string()),
+        Just("busybox:latest".to_string()),
+        Just("registry:5000/train".to_string()),
+        Just("registry:5000/train:v1".to_string()),
+        Just("img@sha256:0123".to_string()),
+        Just("ünïcode/ïmage:tag".to_string()),
+        "[a-z:/@.é]{0,12}",
+    ];
+    let quantity = prop_oneof![
+        Just(json!("1")),
+        Just(json!("500m")),
+        Just(json!("9223372036854775807")),
+        Just(json!(2)),
+        Just(json!("x")),
+        Just(json!(null)),
+    ];
+    (image, proptest::option::of(quantity), proptest::option::of("[a-z]{0,6}"), any::<bool>()).prop_map(
+        |(image, gpus, name, has_image)| {
+            let mut c = json!({});
+            if has_image {
+                c["image"] = json!(image);
+            }
+            if let Some(name) = name {
+                c["name"] = json!(name);
+            }
+            if let Some(gpus) = gpus {
+                c["resources"] = json!({"limits": {"nvidia.com/gpu": gpus}, "requests": {"cpu": "1"}});
+            }
+            c
+        },
+    )
+}
+
+fn generated_pod() -> impl Strategy<Value = Value> {
+    let priority =
+        prop_oneof![Just(json!(null)), any::<i64>().prop_map(|i| json!(i)), Just(json!(1.5)), Just(json!("high"))];
+    let class = prop_oneof![Just(json!("high-priority")), Just(json!("low")), Just(json!(7)), Just(json!(null))];
+    (
+        proptest::collection::vec(container(), 0..4),
+        priority,
+        proptest::option::of(class),
+        "[a-zé-]{0,10}",
+        any::<bool>(),
+    )
+        .prop_map(|(containers, priority, class, name, managed)| {
+            let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "labels": {"allot.dev/gang-name": "g"}, "annotations": {"note": name}},
+                "spec": {"containers": containers, "priority": priority}});
+            if let Some(class) = class {
+                pod["spec"]["priorityClassName"] = class;
+            }
+            if managed {
+                pod["metadata"]["managedFields"] = json!([{"manager": "m"}]);
+            }
+            pod
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn generated_pods_get_the_interpreters_answers(pod in generated_pod()) {
+        let env = Environment::new(matcher());
+        for source in EXPRESSIONS {
+            let expression = Expression::compile(source).unwrap_or_else(|e| panic!("{source}: {e}"));
+            agree(&env, &expression, &pod, "vision");
+        }
+    }
+}
