@@ -103,8 +103,8 @@ impl Quantity {
         if int_part.len() + frac_part.len() > 30 {
             return Err(err("too many digits"));
         }
-        let digits: String = format!("{int_part}{frac_part}");
-        let mantissa: i128 = digits.parse().map_err(|_| err("no number"))?;
+        // At most 30 digits (checked above): the mantissa fits in an i128 (10^30 < 2^127).
+        let mantissa = int_part.bytes().chain(frac_part.bytes()).fold(0i128, |m, d| m * 10 + i128::from(d - b'0'));
         // value = mantissa * 10^(exp10 - frac_len) * 2^exp2 units = ... * 10^(9 + exp10 - frac_len) nanos
         let scale = 9 + exp10 - frac_part.len() as i32;
         let overflow = || err("too large");

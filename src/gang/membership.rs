@@ -88,7 +88,7 @@ fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
 impl PodFacts {
     /// From a Pod as JSON (admission, CLI).
     pub fn from_json(pod: &Value) -> PodFacts {
-        let str_at = |p: &str| pod.pointer(p).and_then(Value::as_str).filter(|s| !s.is_empty()).map(String::from);
+        let str_at = |p: &[&str]| pod.field(p).and_then(Value::as_str).filter(|s| !s.is_empty()).map(String::from);
         PodFacts {
             labels: string_map(pod.field(&["metadata", "labels"])),
             annotations: string_map(pod.field(&["metadata", "annotations"])),
@@ -99,8 +99,8 @@ impl PodFacts {
                 .flatten()
                 .filter_map(|o| Some((o.get("kind")?.as_str()?.to_string(), o.get("name")?.as_str()?.to_string())))
                 .collect(),
-            node_name: str_at("/spec/nodeName"),
-            scheduler_name: str_at("/spec/schedulerName"),
+            node_name: str_at(&["spec", "nodeName"]),
+            scheduler_name: str_at(&["spec", "schedulerName"]),
             native_pod_group: native_pod_group_of(pod).map(String::from),
             gates: pod
                 .field(&["spec", "schedulingGates"])
@@ -282,7 +282,7 @@ pub fn native_pod_group_of(pod: &Value) -> Option<&str> {
     if gated {
         return None;
     }
-    pod.pointer("/spec/schedulingGroup/podGroupName").and_then(Value::as_str).filter(|s| !s.is_empty())
+    pod.field(&["spec", "schedulingGroup", "podGroupName"]).and_then(Value::as_str).filter(|s| !s.is_empty())
 }
 
 /// What a native PodGroup's quota group is named: a prefix no label value has (a `/`), and that
