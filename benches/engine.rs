@@ -22,6 +22,9 @@
 //!   (issue 13's target: within 2× of `baseline/decode-011`).
 //! - `cel/bind-pod-011`: converting pod 011 for the shipped Rules and opening their scope (what
 //!   one rule set costs before any rule runs).
+//! - `cel/rules-direct-011`, `cel/rules-interpreter-011`: every shipped Rule on pod 011, by direct
+//!   evaluation over its JSON (`expression::direct`, what a review runs) and by the interpreter on
+//!   bindings converted for them (what a review ran before; still the fallback).
 //! - `cel/rules-contained`, `cel/rules-uncontained`: every shipped Rule's expression evaluated on
 //!   pod 010, through `Expression::eval_bool` (under the panic boundary, `catch_unwind`) and
 //!   through the same program run directly; their ratio is what containing panics costs.
@@ -38,7 +41,7 @@ use std::time::Duration;
 use allot::admission::{self, Phase};
 use allot::check::{self, Manifest};
 use allot::engine::{Engine, Request, RequestOperation, group_kind};
-use allot::expression::{Bindings, json_to_cel};
+use allot::expression::{Bindings, Evaluator, Inputs, json_to_cel};
 use allot::namespaces::{self, StaticNamespaces};
 use allot::policy::{self, PolicySet};
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -184,6 +187,35 @@ fn benches(c: &mut Criterion) {
         validated_011.findings
     );
     c.bench_function("engine/validate-pod-011", |b| b.iter(|| engine.validate(black_box(&request_011))));
+    // The CEL layer on pod 011, every shipped Rule: direct evaluation over the JSON against the
+    // interpreter on bindings converted for them (what each review paid before direct evaluation).
+    let rules: Vec<_> = policies.rules.iter().collect();
+    let mut needs = allot::expression::Needs::default();
+    rules.iter().for_each(|r| needs.merge(r.expression.needs()));
+    let inputs = Inputs {
+        needs,
+        object: Some(pod_011),
+        workload: Some(pod_011),
+        namespace: "vision",
+        team: "vision",
+        object_accelerators: allot::expression::object_accelerators(pod_011, &policies.accelerators),
+        ..Inputs::default()
+    };
+    let evaluator = Evaluator::new(&policies.env, &inputs);
+    assert!(rules.iter().all(|r| r.expression.is_direct()), "the shipped rules are evaluated directly");
+    assert!(rules.iter().all(|r| evaluator.eval_bool(&r.expression, &r.name) == Ok(true)), "pod 011 passes every rule");
+    c.bench_function("cel/rules-direct-011", |b| {
+        b.iter(|| {
+            let evaluator = Evaluator::new(&policies.env, black_box(&inputs));
+            rules.iter().filter(|r| evaluator.eval_bool(&r.expression, &r.name) == Ok(true)).count()
+        })
+    });
+    c.bench_function("cel/rules-interpreter-011", |b| {
+        b.iter(|| {
+            let scope = policies.env.scope(&black_box(&inputs).bindings());
+            rules.iter().filter(|r| r.expression.eval_bool(&scope, &r.name) == Ok(true)).count()
+        })
+    });
     c.bench_function("cel/bind-pod-011", |b| {
         b.iter(|| {
             let bindings = Bindings { object: json_to_cel(black_box(pod_011)), ..bindings.clone() };

@@ -142,13 +142,13 @@ fn validate_allocations_per_review() {
     assert!(over.is_empty(), "allocations per /validate review over the ceiling: {over:?}");
 }
 
-/// Ceilings: the counts measured when they were set (2026-11-23: 276, 1,189, 994, 968; see
-/// benches/README.md), plus ~15 %.
-const MUTATE_010_CEILING: u64 = 320;
+/// Ceilings: the counts measured when they were set, plus ~15 % (2026-11-26, after direct
+/// evaluation of CEL: 251, 333, 467, 358; before it 276, 1,156, 994, 968; see benches/README.md).
+const MUTATE_010_CEILING: u64 = 290;
 const VALIDATE_CEILINGS: &[(&str, u64)] = &[
-    ("011-validate-create-pod-my-gpu-pod.json", 1_370),
-    ("002-validate-create-job-mnist-demo.json", 1_150),
-    ("019-validate-create-pod-gated-worker-0.json", 1_115),
+    ("011-validate-create-pod-my-gpu-pod.json", 385),
+    ("002-validate-create-job-mnist-demo.json", 540),
+    ("019-validate-create-pod-gated-worker-0.json", 415),
 ];
 
 /// What the Pod watch allocates per event (issue 18): every replica decodes every Pod of the
