@@ -197,12 +197,18 @@ fn template_as_pod(template: &Value, namespace: Option<Value>) -> Value {
     if let Some(ns) = namespace {
         metadata.entry("namespace").or_insert(ns);
     }
-    serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": Value::Object(metadata),
-        "spec": template.get("spec").cloned().unwrap_or_else(|| Value::Object(Map::new())),
-    })
+    // Built as a map, not with `json!`: the macro serializes every value it interpolates, a
+    // second deep copy of the template (5 % of a Job's validation in a profile).
+    let pod: Map<String, Value> = [
+        ("apiVersion", Value::from("v1")),
+        ("kind", Value::from("Pod")),
+        ("metadata", Value::Object(metadata)),
+        ("spec", template.get("spec").cloned().unwrap_or_else(|| Value::Object(Map::new()))),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    Value::Object(pod)
 }
 
 fn walk(value: &Value, steps: &[Step], path: String, visit: &mut dyn FnMut(String, &Value)) {
