@@ -23,6 +23,11 @@
 //! so a rule reading `nvidia.com/gpu` errors there). `metadata.managedFields` is not bound: no
 //! policy needs it and it is the largest part of most objects.
 //!
+//! Most expressions never reach the interpreter: those made only of the common parts (field
+//! selects, comparisons, `all`/`exists`, a few string functions, `accelerators`) are also
+//! compiled for evaluation over the request's JSON in place ([`direct`]), and the interpreter
+//! answers only where that gives up ([`Evaluator`]). For those that do reach it:
+//!
 //! Binding is most of an evaluation's cost (the `cel` crate copies a bound value into its own
 //! representation, and copies a map's field again on every select), so what is bound is cut to
 //! what the expressions read, decided at load time ([`Needs`]): an object is bound with only
