@@ -351,13 +351,12 @@ impl<'a> Engine<'a> {
         if m.ops.is_empty() {
             return view;
         }
-        match patch::apply(&view.pod, &m.ops) {
-            Ok(pod) => PodView::new(view.path.clone(), std::borrow::Cow::Owned(pod)),
-            Err(e) => {
-                out.notes.push(format!("{}: could not preview mutation: {e}", view.path));
-                view
-            }
+        // A template's view owns its Pod (made from the template): patched where it is.
+        let mut pod = view.pod.into_owned();
+        if let Err(e) = patch::apply_in_place(&mut pod, &m.ops) {
+            out.notes.push(format!("{}: could not preview mutation: {e}", view.path));
         }
+        PodView::new(view.path, std::borrow::Cow::Owned(pod))
     }
 
     /// The Pods an object makes as they reach the API server: a Pod as given, each template as

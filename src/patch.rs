@@ -67,10 +67,17 @@ pub enum PatchError {
 /// Applies operations to a document with the json-patch crate (the same semantics the API
 /// server applies), returning the patched copy.
 pub fn apply(document: &Value, ops: &[PatchOp]) -> Result<Value, PatchError> {
-    let patch = json_patch::Patch(ops.iter().map(PatchOp::to_json_patch).collect::<Result<_, _>>()?);
     let mut out = document.clone();
-    json_patch::patch(&mut out, &patch)?;
+    apply_in_place(&mut out, ops)?;
     Ok(out)
+}
+
+/// [`apply`] to a document the caller owns, without copying it; on an error the document is
+/// left as it was (json-patch reverts the operations it applied).
+pub fn apply_in_place(document: &mut Value, ops: &[PatchOp]) -> Result<(), PatchError> {
+    let patch = json_patch::Patch(ops.iter().map(PatchOp::to_json_patch).collect::<Result<_, _>>()?);
+    json_patch::patch(document, &patch)?;
+    Ok(())
 }
 
 /// Accumulates operations under a base pointer (e.g. `/spec`) while keeping a working copy of
