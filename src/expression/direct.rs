@@ -17,6 +17,11 @@
 //! only ever what both agree on; `tests/cel_direct.rs` compares the two on the shipped policies,
 //! the example policies and generated objects.
 //!
+//! One difference is by design: a comprehension over a map (`labels.all(k, …)`) visits the keys in
+//! sorted order, the interpreter in its hash map's (random) order. Where the interpreter's answer
+//! depends on that order (a `false` and an error in one `all`: `false` if the `false` comes
+//! first, an error otherwise), direct evaluation gives the answer CEL specifies, `false`.
+//!
 //! What is compiled (anything else leaves the expression to the interpreter alone): literals
 //! (not bytes); the policy variables and comprehension variables; field selection and `has()`;
 //! `!`, `&&`, `||`, `?:`; `==`, `!=`, `<`, `<=`, `>`, `>=`; `+` and `-` on ints (and `+` on
