@@ -301,7 +301,8 @@ impl Expression {
 
     /// Its value by direct evaluation over `variables`, under the panic boundary with stack for
     /// its depth; `None` where the interpreter must answer (or the expression is not compiled
-    /// for it).
+    /// for it). A panic here is a defect of direct evaluation, not of the rule: it is counted
+    /// under `<owner> (direct evaluation)` and the interpreter answers.
     pub fn evaluate_direct<'a>(
         &'a self,
         variables: &direct::Variables<'a>,
@@ -310,7 +311,7 @@ impl Expression {
     ) -> Option<direct::Val<'a>> {
         let direct = self.direct.as_ref()?;
         depth::with_direct_stack(self.tree_depth, || {
-            panics::contain(owner, || direct.evaluate(variables, accelerators))
+            panics::contain(&format_args!("{owner} (direct evaluation)"), || direct.evaluate(variables, accelerators))
         })
         .ok()?
         .ok()
