@@ -91,6 +91,13 @@ pub fn start(comprehensions: usize) {
     });
 }
 
+/// Comprehension steps counted on this thread since [`start`] (tests compare direct
+/// evaluation's count with it).
+#[cfg(test)]
+pub(crate) fn iterations_spent() -> u64 {
+    SPENT.with(Cell::get).iterations
+}
+
 /// The step counter of comprehension `instance` (grown if an evaluation was not started for
 /// this expression: a counter is never skipped).
 fn with_steps<R>(instance: i64, f: impl FnOnce(&mut u64) -> R) -> R {

@@ -27,7 +27,9 @@
 //! `!`, `&&`, `||`, `?:`; `==`, `!=`, `<`, `<=`, `>`, `>=`; `+` and `-` on ints (and `+` on
 //! strings); `[]` on maps and lists; `in`; list literals; `all`, `exists`, `exists_one`;
 //! `size`, `contains`, `startsWith`, `endsWith`, `indexOf`, `lastIndexOf` (one argument),
-//! `substring`, `string`, `int`, and `accelerators`.
+//! `substring`, `string`, `int`, and `accelerators` — but not a method called on an identifier
+//! that also names a function namespace (`sets.contains(x)` is kube-cel's `sets.contains` in the
+//! interpreter, even where `sets` is a comprehension variable).
 
 use std::borrow::Cow;
 use std::rc::Rc;
@@ -157,8 +159,18 @@ impl Direct {
 
     /// Evaluates over `variables`; [`GiveUp`] where the interpreter must answer.
     pub fn evaluate<'a>(&'a self, variables: &Variables<'a>, accelerators: &ResourceMatcher) -> Eval<Val<'a>> {
+        self.evaluate_counting(variables, accelerators).0
+    }
+
+    /// [`Direct::evaluate`], and the comprehension steps it counted against the budget.
+    fn evaluate_counting<'a>(
+        &'a self,
+        variables: &Variables<'a>,
+        accelerators: &ResourceMatcher,
+    ) -> (Eval<Val<'a>>, u64) {
         let mut run = Run { variables, accelerators, locals: vec![None; self.locals], iterations: 0, built: 0 };
-        run.eval(&self.root)
+        let value = run.eval(&self.root);
+        (value, run.iterations)
     }
 }
 
@@ -204,6 +216,13 @@ impl<'e> Compiler<'e> {
                 Node::List(list.elements.iter().map(|e| self.node(e)).collect::<Option<_>>()?)
             }
             Expr::Call(call) => {
+                // `sets.contains(x)` calls kube-cel's `sets.contains` even where `sets` is a
+                // comprehension variable: the interpreter looks for `<ident>.<name>` first.
+                if let Some(IdedExpr { expr: Expr::Ident(prefix), .. }) = call.target.as_deref()
+                    && super::check::is_known_function(&format!("{prefix}.{}", call.func_name))
+                {
+                    return None;
+                }
                 let mut args: Vec<&'e IdedExpr> = call.target.as_deref().into_iter().collect();
                 args.extend(call.args.iter());
                 self.call(&call.func_name, call.target.is_some(), &args)?
@@ -467,6 +486,8 @@ impl<'a> Run<'_, 'a> {
         let init = self.eval(&comp.init)?;
         let range = self.eval(&comp.range)?;
         self.locals[comp.accu] = Some(init);
+        // Unbound until the first step, as in the interpreter's fresh scope.
+        self.locals[comp.iter] = None;
         let items: Box<dyn Iterator<Item = Val<'a>> + 'a> = match range {
             Val::List(items) => Box::new(items.iter().map(Val::json)),
             Val::Map(map) => Box::new(fields(map)?.keys().map(|k| Val::Str(Cow::Borrowed(k.as_str())))),
@@ -474,12 +495,14 @@ impl<'a> Run<'_, 'a> {
             _ => return Err(GiveUp),
         };
         for item in items {
-            if !self.eval(&comp.condition)?.as_bool()? {
-                break;
-            }
+            // Counted as the budget counts: each evaluation of the loop condition, the last one
+            // that stops an `all` or `exists` early included (`@allotIteration` wraps it).
             self.iterations += 1;
             if self.iterations > MAX_ITERATIONS {
                 return Err(GiveUp);
+            }
+            if !self.eval(&comp.condition)?.as_bool()? {
+                break;
             }
             self.locals[comp.iter] = Some(item);
             let accu = self.eval(&comp.step)?;

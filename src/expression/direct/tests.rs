@@ -196,6 +196,9 @@ const EXPRESSIONS: &[&str] = &[
     "b'x' == b'x'",
     "{'a': 1}.a == 1",
     "object.metadata.name.matches('^gpu')",
+    // `sets.contains` is kube-cel's set function even on a comprehension variable named `sets`.
+    "[object.metadata.name].all(sets, !sets.contains('x'))",
+    "object.spec.containers.all(math, math.name != '')",
 ];
 
 fn pod(name: &str, image: &str, gpus: &str, priority: Value, note: &str, labels: Value) -> Value {
@@ -263,6 +266,36 @@ fn direct_evaluation_agrees_with_the_interpreter() {
     assert!(compiled * 10 >= EXPRESSIONS.len() * 8, "{compiled} of {} compiled", EXPRESSIONS.len());
     let total = EXPRESSIONS.len() * objects.len() * 2;
     assert!(answered * 5 >= total * 2, "{answered} of {total} answered directly");
+}
+
+/// Direct evaluation counts comprehension steps as the budget does (each loop condition, the one
+/// that stops `all`/`exists` early included), so it gives up wherever the interpreter would stop
+/// at the budget.
+#[test]
+fn comprehension_steps_are_counted_as_the_budget_counts_them() {
+    let env = Environment::new(matcher());
+    let object = json!({"a": [0, 0, 0, 0], "b": [1, 2, 3], "m": {"x": "1", "y": "2"}, "e": []});
+    for source in [
+        "object.a.all(x, object.b.exists(y, true))",
+        "object.b.exists(y, y == 2)",
+        "object.b.exists(y, y == 7)",
+        "object.b.all(y, y < 2)",
+        "object.b.exists_one(y, y > 1)",
+        "object.a.all(x, object.b.all(y, object.b.exists(z, z == y)))",
+        "object.m.all(k, k != '')",
+        "object.e.all(x, false)",
+        "[1, 2].exists(x, [3, 4].all(y, y > x))",
+    ] {
+        let expression = Expression::compile(source).unwrap_or_else(|e| panic!("{source}: {e}"));
+        let direct = expression.direct.as_ref().unwrap_or_else(|| panic!("{source} compiles for direct evaluation"));
+        let variables = super::Variables { object: Some(&object), ..super::Variables::default() };
+        let (value, counted) = direct.evaluate_counting(&variables, &env.accelerators);
+        assert!(value.is_ok(), "{source}: {value:?}");
+        let inputs = Inputs { needs: expression.needs().clone(), object: Some(&object), ..Inputs::default() };
+        let scope = env.scope(&inputs.bindings());
+        expression.execute(&scope, &"direct-steps").unwrap_or_else(|e| panic!("{source}: {e}"));
+        assert_eq!(counted, crate::expression::budget::iterations_spent(), "{source}");
+    }
 }
 
 /// A generated container: images and names with and without tags, digests, registries with
