@@ -372,3 +372,203 @@ proptest! {
         }
     }
 }
+
+/// Random expressions over the compiled parts (typed loosely, so many are ill-typed and must give
+/// up), drawn from a seed: a grammar-based differential fuzz of direct evaluation.
+struct Draw(u64);
+
+impl Draw {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn pick<'s>(&mut self, options: &[&'s str]) -> &'s str {
+        options[(self.next() % options.len() as u64) as usize]
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn boolean(&mut self, depth: u32, local: Option<&str>) -> String {
+        if depth == 0 {
+            return self
+                .pick(&["true", "false", "has(object.spec.priorityClassName)", "has(object.metadata.managedFields)"])
+                .into();
+        }
+        let d = depth - 1;
+        match self.below(14) {
+            0 => format!("!{}", self.boolean(d, local)),
+            1 => format!("({} && {})", self.boolean(d, local), self.boolean(d, local)),
+            2 => format!("({} || {})", self.boolean(d, local), self.boolean(d, local)),
+            3 => format!("({} ? {} : {})", self.boolean(d, local), self.boolean(d, local), self.boolean(d, local)),
+            4 => format!(
+                "{} {} {}",
+                self.int(d, local),
+                self.pick(&["==", "!=", "<", "<=", ">", ">="]),
+                self.int(d, local)
+            ),
+            5 => format!("{} {} {}", self.string(d, local), self.pick(&["==", "!=", "<", ">="]), self.string(d, local)),
+            6 => format!(
+                "{}.{}({})",
+                self.string(d, local),
+                self.pick(&["startsWith", "endsWith", "contains"]),
+                self.string(d, local)
+            ),
+            7 => format!("{} in {}", self.string(d, local), self.list(d, local)),
+            8 => {
+                let var = self.pick(&["c", "x", "object"]);
+                format!(
+                    "{}.{}({var}, {})",
+                    self.list(d, local),
+                    self.pick(&["all", "exists", "exists_one"]),
+                    self.boolean(d, Some(var))
+                )
+            }
+            9 => format!("{} == {}", self.any(d, local), self.any(d, local)),
+            10 => format!(
+                "has({}.{})",
+                self.map(d, local),
+                self.pick(&["name", "image", "resources", "metadata", "spec", "managedFields"])
+            ),
+            11 => format!("{} == null", self.any(d, local)),
+            12 => local.map_or_else(
+                || "team != ''".into(),
+                |v| format!("{v}.{} == {}", self.pick(&["name", "image"]), self.string(d, None)),
+            ),
+            _ => self.pick(&["object.spec.hostNetwork", "object.metadata.labels['allot.dev/gang-name'] == 'g'"]).into(),
+        }
+    }
+
+    fn int(&mut self, depth: u32, local: Option<&str>) -> String {
+        if depth == 0 {
+            return self
+                .pick(&[
+                    "0",
+                    "1",
+                    "2",
+                    "-1",
+                    "9223372036854775807",
+                    "1u",
+                    "1.5",
+                    "accelerators(object)",
+                    "object.spec.priority",
+                ])
+                .into();
+        }
+        let d = depth - 1;
+        match self.below(9) {
+            0 => format!("size({})", self.string(d, local)),
+            1 => format!("{}.size()", self.list(d, local)),
+            2 => format!("({} {} {})", self.int(d, local), self.pick(&["+", "-"]), self.int(d, local)),
+            3 => format!(
+                "{}.{}({})",
+                self.string(d, local),
+                self.pick(&["indexOf", "lastIndexOf"]),
+                self.string(d, local)
+            ),
+            4 => format!("int({})", self.any(d, local)),
+            5 => format!("({} ? {} : {})", self.boolean(d, local), self.int(d, local), self.int(d, local)),
+            6 => format!("accelerators({})", self.map(d, local)),
+            7 => format!("{}[{}]", self.list(d, local), self.pick(&["0", "1", "-1", "5"])),
+            _ => self.int(0, local),
+        }
+    }
+
+    fn string(&mut self, depth: u32, local: Option<&str>) -> String {
+        if depth == 0 {
+            return self
+                .pick(&["''", "'a'", "'gpu'", "'-'", "'é'", "':latest'", "object.metadata.name", "namespace", "team"])
+                .into();
+        }
+        let d = depth - 1;
+        match self.below(7) {
+            0 => format!("({} + {})", self.string(d, local), self.string(d, local)),
+            1 => format!("string({})", self.any(d, local)),
+            2 => format!("{}.substring({})", self.string(d, local), self.int(d, local)),
+            3 => format!("{}.substring({}, {})", self.string(d, local), self.int(d, local), self.int(d, local)),
+            4 => format!("object.metadata.labels[{}]", self.string(d, local)),
+            5 => local.map_or_else(|| "object.metadata.annotations.note".into(), |v| format!("{v}.name")),
+            _ => self.string(0, local),
+        }
+    }
+
+    fn list(&mut self, depth: u32, local: Option<&str>) -> String {
+        let d = depth.saturating_sub(1);
+        match self.below(6) {
+            0 => "object.spec.containers".into(),
+            1 => "object.metadata.labels".into(),
+            2 => format!("[{}, {}]", self.string(d, local), self.string(d, local)),
+            3 => format!("[{}, {}]", self.int(d, local), self.any(d, local)),
+            4 => "object.metadata".into(),
+            _ => "[object]".into(),
+        }
+    }
+
+    fn map(&mut self, depth: u32, local: Option<&str>) -> String {
+        match (self.below(5), local) {
+            (0, Some(v)) => v.into(),
+            (1, _) => "object.spec".into(),
+            (2, _) => "object.metadata".into(),
+            (3, _) => format!("object.spec.containers[{}]", self.below(3)),
+            _ => {
+                if depth > 0 {
+                    "object".into()
+                } else {
+                    "workload".into()
+                }
+            }
+        }
+    }
+
+    fn any(&mut self, depth: u32, local: Option<&str>) -> String {
+        match self.below(5) {
+            0 => self.boolean(depth, local),
+            1 => self.int(depth, local),
+            2 => self.string(depth, local),
+            3 => self.list(depth, local),
+            _ => self.map(depth, local),
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_expressions_get_the_interpreters_answers(seed in any::<u64>(), pod in generated_pod()) {
+        let env = Environment::new(matcher());
+        let mut draw = Draw(seed | 1);
+        let source = draw.boolean(3, None);
+        if let Ok(expression) = Expression::compile(&source) {
+            for team in ["", "vision"] {
+                agree(&env, &expression, &pod, team);
+            }
+        }
+    }
+}
+
+/// The same grammar over fixed seeds, with the share answered directly asserted (not vacuous).
+#[test]
+fn random_expressions_are_answered_as_the_interpreter_answers() {
+    let env = Environment::new(matcher());
+    let pods = [
+        pod("gpu-pod", "x:latest", "1", json!(5), "note", json!({"allot.dev/gang-name": "g"})),
+        pod("z-é", "img@sha256:abc", "500m", json!(9223372036854775807u64), "", json!({"x": "y"})),
+    ];
+    let (mut compiled, mut answered) = (0usize, 0usize);
+    for seed in 1..1500u64 {
+        let source = Draw(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1).boolean(3, None);
+        let Ok(expression) = Expression::compile(&source) else { continue };
+        compiled += 1;
+        for pod in &pods {
+            answered += usize::from(agree(&env, &expression, pod, "vision"));
+        }
+    }
+    assert!(compiled > 1000, "only {compiled} of 1,499 random expressions compiled");
+    assert!(answered * 5 >= compiled * 2, "{answered} of {} evaluations answered directly", compiled * 2);
+}
