@@ -190,10 +190,8 @@ fn benches(c: &mut Criterion) {
     // The CEL layer on pod 011, every shipped Rule: direct evaluation over the JSON against the
     // interpreter on bindings converted for them (what each review paid before direct evaluation).
     let rules: Vec<_> = policies.rules.iter().collect();
-    let mut needs = allot::expression::Needs::default();
-    rules.iter().for_each(|r| needs.merge(r.expression.needs()));
     let inputs = Inputs {
-        needs,
+        needs: allot::validate::rule_needs(&rules),
         object: Some(pod_011),
         workload: Some(pod_011),
         namespace: "vision",

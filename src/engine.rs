@@ -135,9 +135,8 @@ impl<'a> Engine<'a> {
 
     /// The variables of an evaluation of `object` (the Pod, or a template seen as one), for
     /// expressions that read `needs`.
-    fn inputs<'r>(&'r self, req: &Request<'r>, object: &'r Value, team: &TeamLookup<'a>, needs: &Needs) -> Inputs<'r> {
+    fn inputs<'r>(&'r self, req: &Request<'r>, object: &'r Value, team: &TeamLookup<'a>, needs: Needs) -> Inputs<'r> {
         Inputs {
-            needs: needs.clone(),
             object: Some(object),
             old_object: req.old_object,
             workload: Some(req.object),
@@ -159,6 +158,7 @@ impl<'a> Engine<'a> {
             } else {
                 None
             },
+            needs,
         }
     }
 
@@ -169,7 +169,7 @@ impl<'a> Engine<'a> {
             return out;
         }
         let team = self.team(req.namespace, &mut out.notes);
-        let make_inputs = |needs: &Needs| self.inputs(req, req.object, &team, needs);
+        let make_inputs = |needs: &Needs| self.inputs(req, req.object, &team, needs.clone());
         let claims = self.claim_demand(req.object, req.namespace);
         let ctx = PodContext {
             namespace: req.namespace,
@@ -320,7 +320,7 @@ impl<'a> Engine<'a> {
         if rules.is_empty() {
             return;
         }
-        let inputs = self.inputs(req, object, team, &validate::rule_needs(&rules));
+        let inputs = self.inputs(req, object, team, validate::rule_needs(&rules));
         out.findings.extend(validate::run_rules(self.policies, &rules, target, &inputs));
     }
 
@@ -333,7 +333,7 @@ impl<'a> Engine<'a> {
         team: &TeamLookup<'a>,
         out: &mut Outcome,
     ) -> PodView<'v> {
-        let make_inputs = |needs: &Needs| self.inputs(req, &view.pod, team, needs);
+        let make_inputs = |needs: &Needs| self.inputs(req, &view.pod, team, needs.clone());
         // The Pods of a template are created by its workload's controller, whose identity
         // is not known here: no identity-based exemption.
         let claims = self.claim_demand(&view.pod, req.namespace);

@@ -999,19 +999,36 @@ fn project(value: &Value, projection: &Projection, depth: usize, in_metadata: bo
     }
 }
 
+/// How a JSON number is read by CEL: an int when it fits, else a uint, else a double. One rule
+/// for the interpreter's bindings and direct evaluation, which must agree.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum JsonNumber {
+    Int(i64),
+    UInt(u64),
+    Double(f64),
+}
+
+impl JsonNumber {
+    pub(crate) fn of(n: &serde_json::Number) -> JsonNumber {
+        if let Some(i) = n.as_i64() {
+            JsonNumber::Int(i)
+        } else if let Some(u) = n.as_u64() {
+            JsonNumber::UInt(u)
+        } else {
+            JsonNumber::Double(n.as_f64().unwrap_or(f64::NAN))
+        }
+    }
+}
+
 fn convert(value: &Value, depth: usize, in_metadata: bool) -> CelValue {
     match value {
         Value::Null => CelValue::Null,
         Value::Bool(b) => CelValue::Bool(*b),
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                CelValue::Int(i)
-            } else if let Some(u) = n.as_u64() {
-                CelValue::UInt(u)
-            } else {
-                CelValue::Float(n.as_f64().unwrap_or(f64::NAN))
-            }
-        }
+        Value::Number(n) => match JsonNumber::of(n) {
+            JsonNumber::Int(i) => CelValue::Int(i),
+            JsonNumber::UInt(u) => CelValue::UInt(u),
+            JsonNumber::Double(d) => CelValue::Float(d),
+        },
         Value::String(s) => CelValue::String(Arc::new(s.clone())),
         Value::Array(items) => CelValue::List(Arc::new(items.iter().map(|v| convert(v, depth + 1, false)).collect())),
         Value::Object(map) => {

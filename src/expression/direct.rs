@@ -38,7 +38,7 @@ use kube::core::cel::cel::common::ast::{Expr, IdedExpr, LiteralValue};
 use serde_json::Value;
 
 use super::budget::{MAX_EVALUATION_BYTES, MAX_ITERATIONS, MAX_VALUE_BYTES};
-use super::{OBJECT_ACCELERATORS, total_units};
+use super::{JsonNumber, OBJECT_ACCELERATORS, total_units};
 use crate::resources::{ResourceMatcher, accelerators_only};
 
 /// The interpreter must answer: the expression erred, or meets something direct evaluation does
@@ -328,15 +328,11 @@ impl<'a> Val<'a> {
         match value {
             Value::Null => Val::Null,
             Value::Bool(b) => Val::Bool(*b),
-            Value::Number(n) => {
-                if let Some(i) = n.as_i64() {
-                    Val::Int(i)
-                } else if let Some(u) = n.as_u64() {
-                    Val::UInt(u)
-                } else {
-                    Val::Double(n.as_f64().unwrap_or(f64::NAN))
-                }
-            }
+            Value::Number(n) => match JsonNumber::of(n) {
+                JsonNumber::Int(i) => Val::Int(i),
+                JsonNumber::UInt(u) => Val::UInt(u),
+                JsonNumber::Double(d) => Val::Double(d),
+            },
             Value::String(s) => Val::Str(Cow::Borrowed(s)),
             Value::Array(items) => Val::List(items),
             Value::Object(_) => Val::Map(value),
