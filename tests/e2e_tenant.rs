@@ -1253,3 +1253,48 @@ fn terminating_pods_still_hold_their_gpus_for_gang_fit() {
         assert_webhook_answers(&ctx).await;
     });
 }
+
+/// The CEL rules read fields the tenant writes, now evaluated directly over the review's JSON
+/// (`expression::direct`) with the interpreter answering wherever that gives up. As alice, with
+/// hostile images (non-ASCII, where direct evaluation's character indexes give up; a tag hidden
+/// behind a registry port; a digest after `:latest`; 20 KB long, evaluated off the in-place
+/// path), the shipped Warn rule warns exactly where it says it does, and nothing errs.
+#[test]
+fn tenant_strings_read_by_rules_get_the_rules_answers() {
+    attempt("tenant_strings_read_by_rules_get_the_rules_answers", "t-rule-strings", |ctx| async move {
+        let long = format!("registry.local/{}:latest", "a".repeat(20_000));
+        let cases: [(&str, &str, bool); 7] = [
+            ("unicode-latest", "régistry.local/ïmage:latest", true),
+            ("unicode-pinned", "régistry.local/ïmage:v1", false),
+            ("port-no-tag", "registry:5000/train", true),
+            ("port-tagged", "registry:5000/train:v1", false),
+            ("digest-after-latest", "busybox:latest@sha256:0123", false),
+            ("latest", "busybox:latest", true),
+            ("long-latest", long.as_str(), true),
+        ];
+        let message = "GPU containers should pin an image tag";
+        for (name, image, warns) in cases {
+            let mut object = pod(name, 1);
+            object["metadata"]["namespace"] = json!(ctx.ns);
+            object["spec"]["containers"][0]["image"] = json!(image);
+            let request = axum::http::Request::post(format!("/api/v1/namespaces/{}/pods?dryRun=All", ctx.ns))
+                .header("content-type", "application/json")
+                .body(kube::client::Body::from(serde_json::to_vec(&object).expect("json")))
+                .expect("request");
+            let started = Instant::now();
+            let response = ctx.alice.send(request).await.expect("the API server answers");
+            assert!(response.status().is_success(), "{name}: {}", response.status());
+            let warnings: Vec<String> = response
+                .headers()
+                .get_all("warning")
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .map(String::from)
+                .collect();
+            assert_eq!(warnings.iter().any(|w| w.contains(message)), warns, "{name}: {warnings:?}");
+            assert!(warnings.iter().all(|w| !w.contains("could not be evaluated")), "{name}: {warnings:?}");
+            assert!(started.elapsed() < Duration::from_secs(4), "{name} took {:?}", started.elapsed());
+        }
+        assert_webhook_answers(&ctx).await;
+    });
+}
