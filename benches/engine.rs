@@ -123,6 +123,10 @@ fn benches(c: &mut Criterion) {
     c.bench_function("baseline/parse-json-value", |b| {
         b.iter(|| serde_json::from_slice::<Value>(black_box(&body)).expect("JSON"))
     });
+    c.bench_function("baseline/skim-010", |b| {
+        b.iter(|| serde_json::from_slice::<serde::de::IgnoredAny>(black_box(&body)).expect("JSON"))
+    });
+    c.bench_function("review/decode-010", |b| b.iter(|| admission::decode(black_box(&body)).expect("valid review")));
     c.bench_function("review/mutate-010", |b| {
         b.iter(|| admission::review(black_box(&body), Phase::Mutate, &engine).expect("valid review"))
     });

@@ -234,7 +234,10 @@ impl DecodedReview {
 
 /// Decodes and checks an AdmissionReview.
 pub fn decode(body: &[u8]) -> Result<DecodedReview, BadReview> {
-    let review: ReviewIn = serde_json::from_slice(body).map_err(|e| BadReview(format!("invalid JSON: {e}")))?;
+    // UTF-8 checked once over the whole body (word at a time over ASCII), then parsed as a
+    // `str`: serde_json's slice reader checks every string on its own, a tenth of decoding.
+    let text = std::str::from_utf8(body).map_err(|e| BadReview(format!("invalid JSON: not UTF-8: {e}")))?;
+    let review: ReviewIn = serde_json::from_str(text).map_err(|e| BadReview(format!("invalid JSON: {e}")))?;
     if review.kind.as_deref() != Some("AdmissionReview") {
         return Err(BadReview(format!("kind must be AdmissionReview, got {:?}", review.kind.unwrap_or_default())));
     }
@@ -458,21 +461,23 @@ mod tests {
 
     /// fuzz/regressions/admission_review/managed-fields-not-utf8: found by the admission_review
     /// target 2026-11-23 after 134 execs. A byte that is not UTF-8 inside
-    /// `metadata.managedFields` (here `"f:\x97magePullPolicy"`) is skipped unread, so the review
-    /// is answered, while `serde_json::Value` refuses the whole body: the target's mirror of the
-    /// review decoded the object itself and so disagreed with the server (fixed in the target:
-    /// it takes the object from `decode`). The API server never sends such bytes (Go encodes
-    /// invalid UTF-8 as U+FFFD); what matters is that the object the engine sees is the valid
-    /// rest, and that a patch computed against it applies to it.
+    /// `metadata.managedFields` (here `"f:\x97magePullPolicy"`), a part Allot skips unread.
+    /// The body is checked as UTF-8 as a whole before parsing (JSON is UTF-8; the API server
+    /// never sends such bytes, Go encodes invalid UTF-8 as U+FFFD), so wherever the byte is, the
+    /// review is refused with the position, as `serde_json::Value` refuses it, and nothing is
+    /// decided on the rest (until 2026-11-26 the skipped part was not checked, and the review
+    /// was answered on the valid rest).
     #[test]
-    fn invalid_utf8_in_skipped_managed_fields_does_not_reach_the_object() {
+    fn invalid_utf8_anywhere_refuses_the_review_with_its_position() {
         let body = include_bytes!("../fuzz/regressions/admission_review/managed-fields-not-utf8");
-        assert!(body.contains(&0x97), "the regression input holds a byte that is not UTF-8");
+        let at = body.iter().position(|&b| b == 0x97).expect("the regression input holds a byte that is not UTF-8");
         assert!(serde_json::from_slice::<Value>(body).is_err());
-        let decoded = decode(body).expect("decoded: managedFields is skipped unread");
-        let object = decoded.object().expect("an object");
-        assert!(object["metadata"].get("managedFields").is_none(), "{object}");
-        assert!(serde_json::to_vec(object).is_ok_and(|bytes| std::str::from_utf8(&bytes).is_ok()));
+        let error = decode(body).expect_err("not UTF-8: refused");
+        assert!(error.0.starts_with("invalid JSON: not UTF-8") && error.0.contains(&format!("index {at}")), "{error}");
+        // The same bytes made valid (the API server's U+FFFD) are answered.
+        let repaired = String::from_utf8_lossy(body).into_owned();
+        let decoded = decode(repaired.as_bytes()).expect("decoded once UTF-8");
+        assert!(decoded.object().is_some_and(|o| o["metadata"].get("managedFields").is_none()));
         assert_eq!(decoded.uid(), "ebcfebaf-af01-4396-ae6e-9f4258a1311f");
     }
 }

@@ -16,6 +16,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use crate::check;
 use crate::engine::Engine;
 use crate::gang::controller::ControllerConfig;
+pub use crate::logging::LogFormat;
 use crate::namespaces::{self, NamespaceLabels, NoNamespaces};
 use crate::policy::schema;
 use crate::quota::StaticUsage;
@@ -79,14 +80,6 @@ fn fix_usage(mut command: clap::Command) -> clap::Command {
         });
     }
     command
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum LogFormat {
-    /// One human-readable line per event.
-    Text,
-    /// One JSON object per event, for log shippers.
-    Json,
 }
 
 /// How `allot check` prints its report.

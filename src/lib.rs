@@ -23,6 +23,7 @@ pub mod gang;
 pub mod github;
 pub mod json;
 pub mod junit;
+pub mod logging;
 pub mod mutate;
 pub mod namespaces;
 pub mod native;

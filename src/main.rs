@@ -2,7 +2,8 @@
 
 use std::process::ExitCode;
 
-use allot::cli::{Cli, LogFormat};
+use allot::cli::{Cli, Command};
+use allot::logging::{self, Destination};
 
 /// mimalloc instead of glibc malloc: under load glibc's allocator took ~30 % of the server's
 /// CPU (allocations made on one thread and freed on another), see benches/README.md. The
@@ -11,26 +12,20 @@ use allot::cli::{Cli, LogFormat};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colours only on a terminal: `kubectl logs` and log shippers get plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
-    }
-}
-
 fn main() -> ExitCode {
     allot::install_crypto_provider();
     // Also the kubectl plugin: run through a link named `kubectl-allot`.
     let cli = Cli::parse_args();
-    init_logging(cli.log_format);
+    // The server's log lines are queued for a writer thread: a blocked stderr must not block
+    // admission (see `allot::logging`). The guard writes out what is queued when main returns.
+    let destination = if matches!(cli.command, Command::Serve(_)) { Destination::Queued } else { Destination::Direct };
+    let log_writer = logging::init(cli.log_format, destination);
     // After logging: a panic is then one log line, not a message and backtrace on stderr.
     allot::expression::install_panic_hook();
-    match allot::cli::run(cli.command) {
+    let result = allot::cli::run(cli.command);
+    // What was logged comes before the last word.
+    drop(log_writer);
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("allot: {e:#}");

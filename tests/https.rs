@@ -49,6 +49,8 @@ struct Server {
     /// Lines the server printed on stdout after the first one.
     stdout: mpsc::Receiver<String>,
     stderr: Arc<Mutex<String>>,
+    /// The stderr pipe held open and never read, for [`Server::start_with_stderr_unread`].
+    _unread_stderr: Option<std::process::ChildStderr>,
 }
 
 impl Server {
@@ -62,8 +64,19 @@ impl Server {
     }
 
     fn start_in(dir: TempDir, extra_args: &[&str]) -> Server {
+        Server::spawn(dir, extra_args, true)
+    }
+
+    /// Like [`Server::start_in`], but nobody reads the server's stderr: once the pipe's buffer
+    /// is full, every write to it blocks (a stalled log collector).
+    fn start_with_stderr_unread(dir: TempDir, extra_args: &[&str]) -> Server {
+        Server::spawn(dir, extra_args, false)
+    }
+
+    fn spawn(dir: TempDir, extra_args: &[&str], read_stderr: bool) -> Server {
         let mut child = serve_command(dir.path(), extra_args).spawn().expect("spawn allot serve");
-        let (stderr, _) = collect_stderr(&mut child);
+        let (stderr, unread_stderr) =
+            if read_stderr { (collect_stderr(&mut child).0, None) } else { (Arc::default(), child.stderr.take()) };
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -82,6 +95,7 @@ impl Server {
             metrics: "0.0.0.0:0".parse().unwrap(),
             stdout: rx,
             stderr,
+            _unread_stderr: unread_stderr,
         };
         let line = match server.stdout.recv_timeout(STARTUP_TIMEOUT) {
             Ok(line) => line,
@@ -842,6 +856,59 @@ async fn probes_and_metrics() {
     );
     assert!(metric(&after, "allot_admission_duration_seconds_count", &[r#"webhook="mutate""#]) >= Some(3.0), "{after}");
     assert!(after.trim_end().ends_with("# EOF"), "OpenMetrics text ends with # EOF");
+}
+
+/// A log pipe nobody reads (a stalled collector, a full node disk) never stalls admission:
+/// with 64 Warn rules firing on every review, 400 reviews log 25,600 lines, far past the pipe's
+/// buffer and the server's queue of 16,384; every review is still answered, with its 64
+/// warnings, and the lines that could not be queued are counted in
+/// `allot_log_lines_dropped_total`. (Written directly, the server blocked on its first full pipe
+/// write: a few reviews in.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_pipe_nobody_reads_never_stalls_admission() {
+    allot::install_crypto_provider();
+    const RULES: usize = 64;
+    const REVIEWS: usize = 400;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let policies = dir.path().join("policies");
+    copy_dir(&repo_path("policies"), &policies);
+    let noisy: Vec<String> = (0..RULES)
+        .map(|i| {
+            format!(
+                "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {{name: noisy-{i}}}\nspec:\n  expression: \"false\"\n  message: noisy rule {i} fires on every pod\n  action: Warn\n"
+            )
+        })
+        .collect();
+    std::fs::write(policies.join("noisy.yaml"), noisy.join("---\n")).expect("write noisy.yaml");
+    make_certs(&dir.path().join("certs"));
+    let server = Server::start_with_stderr_unread(dir, &[]);
+    let review = fixture("011-validate-create-pod-my-gpu-pod.json");
+    let started = Instant::now();
+    let mut client = server.connect(Alpn::H1).await;
+    for i in 0..REVIEWS {
+        let response =
+            tokio::time::timeout(REQUEST_TIMEOUT, client.review("/validate", &review)).await.unwrap_or_else(|_| {
+                panic!("review {i} not answered within {REQUEST_TIMEOUT:?}: admission waits on stderr")
+            });
+        assert_eq!(response["allowed"], true, "review {i}: {response}");
+        let warnings = response["warnings"]
+            .as_array()
+            .map_or(0, |w| w.iter().filter(|w| w.to_string().contains("noisy rule")).count());
+        assert_eq!(warnings, RULES, "review {i} carries every noisy rule's warning: {response}");
+    }
+    let elapsed = started.elapsed();
+    let metrics = server.metrics_text().await;
+    let dropped =
+        metric(&metrics, "allot_log_lines_dropped_total", &[]).expect("the dropped-lines counter is exported");
+    let logged = (RULES * REVIEWS) as f64;
+    // At most the queue and what the pipe took are kept; the rest is counted.
+    assert!(
+        dropped >= logged - 16_384.0 - 2_000.0 && dropped <= logged,
+        "{dropped} of {logged} lines dropped: {metrics}"
+    );
+    eprintln!(
+        "{REVIEWS} reviews with {RULES} warnings each in {elapsed:?} with stderr unread; {dropped} lines dropped"
+    );
 }
 
 /// A rule whose evaluation panics (the `allotTestPanic` hook of the test-hooks build) costs that

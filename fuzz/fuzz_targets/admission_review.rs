@@ -27,8 +27,9 @@ use serde_json::Value;
 
 /// The fields of an AdmissionReview that `admission::review` reads, to rebuild the review around
 /// a patched object. Typed like the server's own decoding down to the values it reads, because
-/// serde_json skips unread fields without validating them (a lone surrogate escape or a byte
-/// that is not UTF-8 in an unknown key's string is accepted there, and must be here). Absent and
+/// serde_json skips unread fields without validating their strings' escapes (a lone surrogate
+/// escape in an unknown key's string is accepted there, and must be here; bytes that are not
+/// UTF-8 are refused anywhere, the body is checked as a whole). Absent and
 /// `null` mean the same to the server.
 #[derive(Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -55,8 +56,10 @@ struct MirrorRequest {
     #[serde(default)]
     user_info: MirrorUser,
     /// Taken from the server's decoding (`admission::decode`), not decoded here: the server
-    /// skips `metadata.managedFields` unread, so bytes that are not UTF-8 there are accepted
-    /// (fuzz/regressions/admission_review/managed-fields-not-utf8).
+    /// skips `metadata.managedFields` unread, so what only a `Value` refuses there (a lone
+    /// surrogate escape) is accepted
+    /// (fuzz/regressions/admission_review/managed-fields-not-utf8 was such a case until the body
+    /// was checked as UTF-8 as a whole).
     #[serde(default, skip_deserializing)]
     object: Value,
     #[serde(default, skip_deserializing, skip_serializing_if = "Value::is_null")]

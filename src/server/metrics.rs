@@ -23,6 +23,7 @@
 //! | `allot_team_accelerators` | `team`, `resource`, `state` | accelerators requested by non-finished pods |
 //! | `allot_quota_limit`, `allot_quota_used` | `team`, `resource` | a quota's limit and what counts against it |
 //! | `allot_cluster_pods`, `allot_cluster_gangs`, `allot_cluster_nodes` | | what the cluster view tracks: memory grows with these (alert well before the limit deploy/ sizes for) |
+//! | `allot_log_lines_dropped_total` | | server log lines dropped because stderr was not read fast enough (the queue holds 16,384; admission never waits for logging) |
 //! | `allot_ready` | | 1 when `/readyz` answers 200 (set at scrape time by the same check) |
 //! | `allot_gated_pods` | `gate` (gang/quota) | live pods behind Allot's gate, from the Pod watch |
 //! | `allot_gate_oldest_seconds` | `gate` | age of the oldest of them (0 when none): gates are added only at CREATE |
@@ -99,6 +100,24 @@ pub struct VersionLabels {
 fn latency_histogram() -> Histogram {
     // 10 µs … ~1.3 s: admission answers in microseconds; anything near a second is an incident.
     Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.000_01, 2.0, 18))
+}
+
+/// `allot_log_lines_dropped_total`: read from the log writer at scrape time (it keeps the count).
+#[derive(Debug)]
+struct DroppedLogLines;
+
+impl prometheus_client::collector::Collector for DroppedLogLines {
+    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>) -> std::fmt::Result {
+        use prometheus_client::encoding::EncodeMetric;
+        let dropped = prometheus_client::metrics::counter::ConstCounter::new(crate::logging::dropped_lines());
+        let metric = encoder.encode_descriptor(
+            "log_lines_dropped",
+            "Log lines dropped because stderr was not read fast enough (admission never waits for logging)",
+            None,
+            dropped.metric_type(),
+        )?;
+        dropped.encode(metric)
+    }
 }
 
 /// Every metric Allot exports, with the registry that encodes them.
@@ -244,6 +263,7 @@ impl Metrics {
             "Age of the oldest live pod behind Allot's gate (0 when none), by gate",
             gate_oldest_seconds.clone(),
         );
+        registry.register_collector(Box::new(DroppedLogLines));
         Metrics {
             registry,
             requests,
