@@ -288,7 +288,7 @@ fn effect_name(effect: TaintEffect) -> &'static str {
 /// controller lifts it when the whole gang fits.
 fn apply_gang_gate(
     policies: &PolicySet,
-    facts: &PodFacts,
+    facts: &PodFacts<'_>,
     ctx: &PodContext<'_>,
     builder: &mut Builder,
     out: &mut Mutation,
@@ -345,7 +345,7 @@ fn hand_off(
 fn apply_quota_gate(
     policies: &PolicySet,
     pod: &Value,
-    facts: &PodFacts,
+    facts: &PodFacts<'_>,
     ctx: &PodContext<'_>,
     builder: &mut Builder,
     out: &mut Mutation,

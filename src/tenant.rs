@@ -444,7 +444,7 @@ pub fn check_charge_change(quota: &crate::policy::quota::Quota, old: &Value, new
 /// With [`Requester::Unknown`] (the controller, which sees no userInfo) no identity-based
 /// exemption is granted.
 pub fn never_gate(
-    facts: &membership::PodFacts,
+    facts: &membership::PodFacts<'_>,
     tenancy: &TenantPolicy,
     requester: Requester<'_>,
 ) -> Option<&'static str> {
@@ -456,20 +456,19 @@ pub fn never_gate(
     if facts.annotations.contains_key("kubernetes.io/config.mirror") && requester.is_node() {
         return Some("mirror pod");
     }
-    if facts.owners.iter().any(|(kind, _)| kind == "DaemonSet") && requester.is_one_of(&tenancy.daemon_set_controllers)
+    if facts.owners.iter().any(|(kind, _)| *kind == "DaemonSet") && requester.is_one_of(&tenancy.daemon_set_controllers)
     {
         return Some("DaemonSet pod");
     }
     let runs = |s| tenancy.external_schedulers.contains(&s);
     if runs(ExternalScheduler::Kueue)
-        && (facts.gates.iter().any(|g| g == membership::KUEUE_GATE)
-            || facts.labels.get(membership::KUEUE_MANAGED).is_some_and(|v| v == "true"))
+        && (facts.gates.iter().any(|g| *g == membership::KUEUE_GATE)
+            || facts.labels.get(membership::KUEUE_MANAGED).is_some_and(|v| *v == "true"))
     {
         return Some("managed by Kueue");
     }
     if runs(ExternalScheduler::Volcano)
-        && (facts.scheduler_name.as_deref() == Some("volcano")
-            || facts.annotations.contains_key(membership::VOLCANO_GROUP))
+        && (facts.scheduler_name == Some("volcano") || facts.annotations.contains_key(membership::VOLCANO_GROUP))
     {
         return Some("managed by Volcano");
     }
@@ -488,8 +487,9 @@ mod tests {
     use super::*;
     use crate::gang::membership::{COSCHEDULING_LABEL, KUEUE_GATE, KUEUE_MANAGED, PodFacts, VOLCANO_GROUP};
 
-    fn facts(meta: Value, spec: Value) -> PodFacts {
-        PodFacts::from_json(&json!({"metadata": meta, "spec": spec}))
+    /// Facts borrow from their Pod: a test's Pod lives as long as the test binary.
+    fn facts(meta: Value, spec: Value) -> PodFacts<'static> {
+        PodFacts::from_json(Box::leak(Box::new(json!({"metadata": meta, "spec": spec}))))
     }
 
     #[test]

@@ -351,9 +351,9 @@ impl PodRecord {
             terminating: !finished && pod.metadata.deletion_timestamp.is_some(),
             requests,
             placement,
-            gate_index: facts.gates.iter().position(|g| g == GATE),
-            quota_gate_index: facts.gates.iter().position(|g| g == QUOTA_GATE),
-            other_gates: facts.gates.iter().any(|g| g != GATE && g != QUOTA_GATE),
+            gate_index: facts.gates.iter().position(|g| *g == GATE),
+            quota_gate_index: facts.gates.iter().position(|g| *g == QUOTA_GATE),
+            other_gates: facts.gates.iter().any(|g| *g != GATE && *g != QUOTA_GATE),
             released_at: facts.annotations.get(RELEASED_ANNOTATION).and_then(|v| parse_time(v)),
             has_annotations: pod.metadata.annotations.is_some(),
             relist: 0,
@@ -528,7 +528,7 @@ pub struct Owner {
 
 /// For a member of the native PodGroup Allot hands its inferred gang to (GangPolicy
 /// `nativeScheduling`): the gang's owner, from which the leader creates the PodGroup.
-fn hand_off_owner(facts: &PodFacts, policies: &PolicySet, namespace: &str, team: Option<&str>) -> Option<Owner> {
+fn hand_off_owner(facts: &PodFacts<'_>, policies: &PolicySet, namespace: &str, team: Option<&str>) -> Option<Owner> {
     if !policies.gang_policy(namespace, team).native_scheduling {
         return None;
     }
@@ -541,18 +541,18 @@ fn hand_off_owner(facts: &PodFacts, policies: &PolicySet, namespace: &str, team:
 }
 
 /// The JobSet for JobSet pods (their direct owner is a Job), otherwise the direct owner.
-fn owner_of(facts: &PodFacts, kind: InferredKind) -> Option<Owner> {
+fn owner_of(facts: &PodFacts<'_>, kind: InferredKind) -> Option<Owner> {
     if kind == InferredKind::JobSet {
-        let name = facts.labels.get("jobset.sigs.k8s.io/jobset-name")?.clone();
+        let name = facts.labels.get("jobset.sigs.k8s.io/jobset-name")?.to_string();
         return Some(Owner { kind, api_kind: "JobSet".into(), name });
     }
     if kind == InferredKind::LeaderWorkerSet {
         // Group pods are owned by StatefulSets; the LeaderWorkerSet names itself in a label.
-        let name = facts.labels.get(LWS_NAME)?.clone();
+        let name = facts.labels.get(LWS_NAME)?.to_string();
         return Some(Owner { kind, api_kind: "LeaderWorkerSet".into(), name });
     }
-    let (api_kind, name) = facts.owners.first()?.clone();
-    Some(Owner { kind, api_kind, name })
+    let (api_kind, name) = facts.owners.first()?;
+    Some(Owner { kind, api_kind: api_kind.to_string(), name: name.to_string() })
 }
 
 /// What the cluster view knows of a Node.

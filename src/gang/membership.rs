@@ -63,32 +63,38 @@ pub enum InferredKind {
     LeaderWorkerSet,
 }
 
-/// What membership needs to know about a Pod.
+/// What membership needs to know about a Pod, borrowed from it: made once or more per Pod
+/// view on every review, so it copies no label, annotation or name (a Pod's last-applied
+/// annotation alone is kilobytes).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PodFacts {
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
+pub struct PodFacts<'a> {
+    pub labels: BTreeMap<&'a str, &'a str>,
+    pub annotations: BTreeMap<&'a str, &'a str>,
     /// `(kind, name)` of owner references.
-    pub owners: Vec<(String, String)>,
-    pub node_name: Option<String>,
-    pub scheduler_name: Option<String>,
-    pub gates: Vec<String>,
+    pub owners: Vec<(&'a str, &'a str)>,
+    pub node_name: Option<&'a str>,
+    pub scheduler_name: Option<&'a str>,
+    pub gates: Vec<&'a str>,
     /// `spec.schedulingGroup.podGroupName`: the pod belongs to a native PodGroup (Kubernetes'
     /// own gang scheduling). The API server drops the field where its feature gate is off. Unset
     /// on a pod that carries Allot's gang gate ([`native_pod_group_of`]).
-    pub native_pod_group: Option<String>,
+    pub native_pod_group: Option<&'a str>,
 }
 
-fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
+fn string_map(v: Option<&Value>) -> BTreeMap<&str, &str> {
     v.and_then(Value::as_object)
-        .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
+        .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.as_str(), s))).collect())
         .unwrap_or_default()
 }
 
-impl PodFacts {
+fn borrowed_map(m: Option<&BTreeMap<String, String>>) -> BTreeMap<&str, &str> {
+    m.into_iter().flatten().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+impl<'a> PodFacts<'a> {
     /// From a Pod as JSON (admission, CLI).
-    pub fn from_json(pod: &Value) -> PodFacts {
-        let str_at = |p: &[&str]| pod.field(p).and_then(Value::as_str).filter(|s| !s.is_empty()).map(String::from);
+    pub fn from_json(pod: &'a Value) -> PodFacts<'a> {
+        let str_at = |p: &[&str]| pod.field(p).and_then(Value::as_str).filter(|s| !s.is_empty());
         PodFacts {
             labels: string_map(pod.field(&["metadata", "labels"])),
             annotations: string_map(pod.field(&["metadata", "annotations"])),
@@ -97,46 +103,52 @@ impl PodFacts {
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
-                .filter_map(|o| Some((o.get("kind")?.as_str()?.to_string(), o.get("name")?.as_str()?.to_string())))
+                .filter_map(|o| Some((o.get("kind")?.as_str()?, o.get("name")?.as_str()?)))
                 .collect(),
             node_name: str_at(&["spec", "nodeName"]),
             scheduler_name: str_at(&["spec", "schedulerName"]),
-            native_pod_group: native_pod_group_of(pod).map(String::from),
+            native_pod_group: native_pod_group_of(pod),
             gates: pod
                 .field(&["spec", "schedulingGates"])
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
-                .filter_map(|g| g.get("name").and_then(Value::as_str).map(String::from))
+                .filter_map(|g| g.get("name").and_then(Value::as_str))
                 .collect(),
         }
     }
 
     /// From a watched Pod (controller).
-    pub fn from_pod(pod: &k8s_openapi::api::core::v1::Pod) -> PodFacts {
+    pub fn from_pod(pod: &'a k8s_openapi::api::core::v1::Pod) -> PodFacts<'a> {
         let spec = pod.spec.as_ref();
         PodFacts {
-            labels: pod.metadata.labels.clone().unwrap_or_default(),
-            annotations: pod.metadata.annotations.clone().unwrap_or_default(),
-            owners: pod.metadata.owner_references.iter().flatten().map(|o| (o.kind.clone(), o.name.clone())).collect(),
-            node_name: spec.and_then(|s| s.node_name.clone()).filter(|s| !s.is_empty()),
-            scheduler_name: spec.and_then(|s| s.scheduler_name.clone()).filter(|s| !s.is_empty()),
+            labels: borrowed_map(pod.metadata.labels.as_ref()),
+            annotations: borrowed_map(pod.metadata.annotations.as_ref()),
+            owners: pod
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .map(|o| (o.kind.as_str(), o.name.as_str()))
+                .collect(),
+            node_name: spec.and_then(|s| s.node_name.as_deref()).filter(|s| !s.is_empty()),
+            scheduler_name: spec.and_then(|s| s.scheduler_name.as_deref()).filter(|s| !s.is_empty()),
             native_pod_group: spec
                 .filter(|s| !s.scheduling_gates.iter().flatten().any(|g| g.name == GATE))
                 .and_then(|s| s.scheduling_group.as_ref())
-                .and_then(|g| g.pod_group_name.clone())
+                .and_then(|g| g.pod_group_name.as_deref())
                 .filter(|s| !s.is_empty()),
             gates: spec
                 .and_then(|s| s.scheduling_gates.as_ref())
                 .into_iter()
                 .flatten()
-                .map(|g| g.name.clone())
+                .map(|g| g.name.as_str())
                 .collect(),
         }
     }
 
     fn label_or_annotation(&self, key: &str) -> Option<&str> {
-        self.labels.get(key).or_else(|| self.annotations.get(key)).map(String::as_str).filter(|s| !s.is_empty())
+        self.labels.get(key).or_else(|| self.annotations.get(key)).copied().filter(|s| !s.is_empty())
     }
 }
 
@@ -222,7 +234,7 @@ fn shorten(raw: &str) -> String {
 /// places its group all-or-nothing, so Allot neither infers another gang for it nor gates it
 /// (its quota gate, in Queue mode, still applies).
 pub fn membership(
-    facts: &PodFacts,
+    facts: &PodFacts<'_>,
     infer: &[InferredKind],
     coscheduling_size: Option<u32>,
     max_size: u32,
@@ -236,7 +248,7 @@ pub fn membership(
             .get(SIZE_ANNOTATION)
             .ok_or_else(|| format!("label {NAME_LABEL}={name} needs the annotation {SIZE_ANNOTATION}"))?;
         return Ok(Some(Membership {
-            name: name.clone(),
+            name: name.to_string(),
             size: Some(parse_size(SIZE_ANNOTATION, raw, max_size)?),
             source: Source::Explicit,
         }));
@@ -258,7 +270,7 @@ pub fn membership(
         }));
     }
     if let Some(name) = facts.labels.get(COSCHEDULING_LABEL).filter(|n| !n.is_empty()) {
-        return Ok(Some(Membership { name: name.clone(), size: coscheduling_size, source: Source::Coscheduling }));
+        return Ok(Some(Membership { name: name.to_string(), size: coscheduling_size, source: Source::Coscheduling }));
     }
     Ok(infer_from_owner(facts, infer))
 }
@@ -343,11 +355,13 @@ pub fn can_hand_off(gang: &Membership) -> bool {
 /// then creates it. (A tenant may name `allot-…` PodGroups herself; the leader acts only where
 /// the name is the one her pod's own inferred gang maps to, and owns the object by the gang's
 /// owner, so it is the owner's, not hers.)
-pub fn handed_off(facts: &PodFacts, gang: &Membership) -> bool {
-    can_hand_off(gang) && facts.native_pod_group.is_some() && facts.native_pod_group == hand_off_name(&gang.name)
+pub fn handed_off(facts: &PodFacts<'_>, gang: &Membership) -> bool {
+    can_hand_off(gang)
+        && facts.native_pod_group.is_some()
+        && facts.native_pod_group == hand_off_name(&gang.name).as_deref()
 }
 
-fn infer_from_owner(facts: &PodFacts, infer: &[InferredKind]) -> Option<Membership> {
+fn infer_from_owner(facts: &PodFacts<'_>, infer: &[InferredKind]) -> Option<Membership> {
     let inferred = |kind, name: String| Some(Membership { name, size: None, source: Source::Inferred(kind) });
     if let (Some(lws), Some(group)) = (facts.labels.get(LWS_NAME), facts.labels.get(LWS_GROUP)) {
         return if infer.contains(&InferredKind::LeaderWorkerSet) {
@@ -365,7 +379,7 @@ fn infer_from_owner(facts: &PodFacts, infer: &[InferredKind]) -> Option<Membersh
         };
     }
     if let Some(job) = facts.labels.get(KUBEFLOW_JOB) {
-        let mpi = facts.owners.iter().any(|(k, _)| k == "MPIJob");
+        let mpi = facts.owners.iter().any(|(k, _)| *k == "MPIJob");
         if mpi {
             let launcher = facts.labels.get(KUBEFLOW_ROLE).is_some_and(|r| r.eq_ignore_ascii_case("launcher"));
             return if infer.contains(&InferredKind::MPIJob) && !launcher {
@@ -382,7 +396,7 @@ fn infer_from_owner(facts: &PodFacts, infer: &[InferredKind]) -> Option<Membersh
     }
     if let Some(job) = facts.labels.get(JOB_NAME) {
         let indexed = facts.labels.contains_key(JOB_INDEX) || facts.annotations.contains_key(JOB_INDEX);
-        if indexed && infer.contains(&InferredKind::Job) && facts.owners.iter().any(|(k, _)| k == "Job") {
+        if indexed && infer.contains(&InferredKind::Job) && facts.owners.iter().any(|(k, _)| *k == "Job") {
             return inferred(InferredKind::Job, format!("job-{job}"));
         }
     }
@@ -390,8 +404,8 @@ fn infer_from_owner(facts: &PodFacts, infer: &[InferredKind]) -> Option<Membersh
 }
 
 /// True for the leader of a LeaderWorkerSet group (worker index 0).
-pub fn is_group_leader(facts: &PodFacts) -> bool {
-    facts.labels.get(LWS_WORKER).is_some_and(|i| i == "0")
+pub fn is_group_leader(facts: &PodFacts<'_>) -> bool {
+    facts.labels.get(LWS_WORKER).is_some_and(|i| *i == "0")
 }
 
 /// What an owner object says about its gang.
@@ -460,8 +474,9 @@ mod tests {
 
     const MAX: u32 = DEFAULT_MAX_GANG_SIZE;
 
-    fn facts(meta: Value, spec: Value) -> PodFacts {
-        PodFacts::from_json(&json!({"metadata": meta, "spec": spec}))
+    /// Facts borrow from their Pod: a test's Pod lives as long as the test binary.
+    fn facts(meta: Value, spec: Value) -> PodFacts<'static> {
+        PodFacts::from_json(Box::leak(Box::new(json!({"metadata": meta, "spec": spec}))))
     }
 
     /// Issue 15: a native PodGroup's quota group, sized by its `minCount`; no other source can

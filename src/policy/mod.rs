@@ -582,7 +582,7 @@ impl PolicySet {
     /// gangs, so they always agree on who is a member.
     pub fn gang_of(
         &self,
-        facts: &crate::gang::membership::PodFacts,
+        facts: &crate::gang::membership::PodFacts<'_>,
         namespace: &str,
         team: Option<&str>,
     ) -> Result<Option<crate::gang::membership::Membership>, String> {
