@@ -462,7 +462,7 @@ pub fn never_gate(
     }
     let runs = |s| tenancy.external_schedulers.contains(&s);
     if runs(ExternalScheduler::Kueue)
-        && (facts.gates.iter().any(|g| *g == membership::KUEUE_GATE)
+        && (facts.gates.contains(&membership::KUEUE_GATE)
             || facts.labels.get(membership::KUEUE_MANAGED).is_some_and(|v| *v == "true"))
     {
         return Some("managed by Kueue");

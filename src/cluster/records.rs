@@ -276,7 +276,7 @@ impl PodRecord {
         let team_name = team.map(|t| t.name.as_str());
         let membership = policies.gang_of(&facts, &namespace, team_name);
         let membership = match membership {
-            Ok(None) => Ok(membership::native_group(facts.native_pod_group.as_deref(), &namespace, claims)),
+            Ok(None) => Ok(membership::native_group(facts.native_pod_group, &namespace, claims)),
             other => other,
         };
         let gang = match membership {
@@ -346,7 +346,7 @@ impl PodRecord {
                 .interned()
         });
         Some(PodRecord {
-            node_name: facts.node_name.as_deref().map(intern),
+            node_name: facts.node_name.map(intern),
             finished,
             terminating: !finished && pod.metadata.deletion_timestamp.is_some(),
             requests,

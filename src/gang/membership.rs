@@ -530,7 +530,7 @@ mod tests {
         let labelled = json!({"labels": {NAME_LABEL: "a"}, "annotations": {SIZE_ANNOTATION: "4"},
             "ownerReferences": [{"kind": "Job", "name": "train"}]});
         let native = json!({"schedulingGroup": {"podGroupName": "train-group"}});
-        assert_eq!(facts(labelled.clone(), native.clone()).native_pod_group.as_deref(), Some("train-group"));
+        assert_eq!(facts(labelled.clone(), native.clone()).native_pod_group, Some("train-group"));
         assert_eq!(membership(&facts(labelled.clone(), native), &[InferredKind::Job], None, MAX), Ok(None));
         // Without it, the same pod is in its explicit gang; an empty name is no PodGroup.
         assert!(membership(&facts(labelled.clone(), json!({})), &[], None, MAX).unwrap().is_some());
@@ -542,7 +542,7 @@ mod tests {
             "spec": {"containers": [], "schedulingGroup": {"podGroupName": "g"}}
         }))
         .unwrap();
-        assert_eq!(PodFacts::from_pod(&pod).native_pod_group.as_deref(), Some("g"));
+        assert_eq!(PodFacts::from_pod(&pod).native_pod_group, Some("g"));
     }
 
     #[test]
