@@ -16,9 +16,9 @@ fn main() -> ExitCode {
     allot::install_crypto_provider();
     // Also the kubectl plugin: run through a link named `kubectl-allot`.
     let cli = Cli::parse_args();
-    // The server's log lines are queued for a writer thread: a blocked stderr must not block
+    // The server's log lines are buffered for a writer thread: a blocked stderr must not block
     // admission (see `allot::logging`). The guard writes out what is queued when main returns.
-    let destination = if matches!(cli.command, Command::Serve(_)) { Destination::Queued } else { Destination::Direct };
+    let destination = if matches!(cli.command, Command::Serve(_)) { Destination::Batched } else { Destination::Direct };
     let log_writer = logging::init(cli.log_format, destination);
     // After logging: a panic is then one log line, not a message and backtrace on stderr.
     allot::expression::install_panic_hook();

@@ -23,7 +23,7 @@
 //! | `allot_team_accelerators` | `team`, `resource`, `state` | accelerators requested by non-finished pods |
 //! | `allot_quota_limit`, `allot_quota_used` | `team`, `resource` | a quota's limit and what counts against it |
 //! | `allot_cluster_pods`, `allot_cluster_gangs`, `allot_cluster_nodes` | | what the cluster view tracks: memory grows with these (alert well before the limit deploy/ sizes for) |
-//! | `allot_log_lines_dropped_total` | | server log lines dropped because stderr was not read fast enough (the queue holds 16,384; admission never waits for logging) |
+//! | `allot_log_lines_dropped_total` | | server log lines dropped because stderr was not read fast enough (the buffer holds 4 MiB; admission never waits for logging) |
 //! | `allot_ready` | | 1 when `/readyz` answers 200 (set at scrape time by the same check) |
 //! | `allot_gated_pods` | `gate` (gang/quota) | live pods behind Allot's gate, from the Pod watch |
 //! | `allot_gate_oldest_seconds` | `gate` | age of the oldest of them (0 when none): gates are added only at CREATE |

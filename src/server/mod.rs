@@ -537,6 +537,32 @@ async fn finish(state: &AppState, evaluated: Evaluated) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], answer.body).into_response()
 }
 
+/// Keeps one timer pending at most `period` ahead, for the per-request deadlines' sake.
+///
+/// Every review arms timers (the request deadline, hyper's header-read timeout) that it
+/// cancels when answered. Tokio wakes its parked I/O driver whenever a timer is armed earlier
+/// than the driver's next wake-up, which, when no other timer is pending, is every time: an
+/// eventfd write, a futex wake and an epoll round per review (98 % of the server's `write`
+/// calls at 50 req/s, ~1 per review at 2,000 req/s; the uid-echo baseline, without timers,
+/// makes 0.15). With this timer always pending and nearer than any deadline, arming a deadline
+/// wakes nobody; the cost is one wake-up per `period`. Performance only: every deadline fires
+/// as before whether or not this runs.
+fn spawn_timer_anchor(period: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+        }
+    })
+}
+
+/// Half the shortest per-request deadline (so the anchor is always nearer than a deadline
+/// armed after it), between 10 ms and 1 s.
+fn anchor_period(shortest_deadline: Duration) -> Duration {
+    (shortest_deadline / 2).clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
 async fn healthz() -> &'static str {
     "ok\n"
 }
@@ -705,6 +731,7 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
         .header_read_timeout(config.header_read_timeout);
     let server = server.serve(app.into_make_service());
     let server = tokio::spawn(server);
+    let anchor = spawn_timer_anchor(anchor_period(config.request_timeout.min(config.header_read_timeout)));
 
     let metrics_listener = tokio::net::TcpListener::bind(config.metrics_addr)
         .await
@@ -744,6 +771,7 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     }
     let _ = stop_metrics.send(());
     reloader.abort();
+    anchor.abort();
     if let Some(reconciler) = reconciler {
         reconciler.abort();
     }
