@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     // Also the kubectl plugin: run through a link named `kubectl-allot`.
     let cli = Cli::parse_args();
     // The server's log lines are buffered for a writer thread: a blocked stderr must not block
-    // admission (see `allot::logging`). The guard writes out what is queued when main returns.
+    // admission (see `allot::logging`). The guard writes out what is still buffered.
     let destination = if matches!(cli.command, Command::Serve(_)) { Destination::Batched } else { Destination::Direct };
     let log_writer = logging::init(cli.log_format, destination);
     // After logging: a panic is then one log line, not a message and backtrace on stderr.

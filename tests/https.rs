@@ -953,6 +953,15 @@ async fn a_panicking_rule_is_contained_counted_and_logged_once() {
         let count = metric(&metrics, "allot_rule_evaluation_panics_total", &[&format!("rule=\"{rule}\"")]);
         assert_eq!(count, Some(3.0), "{rule}: {metrics}");
     }
+    // The server writes its log lines in batches (within ~20 ms): wait for them, then long
+    // enough for any third one to have come.
+    let panic_lines = |stderr: &str| stderr.lines().filter(|l| l.contains("rule evaluation panicked")).count();
+    eventually("the panics are logged", Duration::from_secs(5), || async {
+        let stderr = srv.stderr();
+        if panic_lines(&stderr) >= 2 { Ok(()) } else { Err(stderr) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let stderr = server.stderr();
     let logged: Vec<&str> = stderr.lines().filter(|l| l.contains("rule evaluation panicked")).collect();
     assert_eq!(logged.len(), 2, "one line per rule, not per request: {stderr}");
