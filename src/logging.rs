@@ -54,7 +54,9 @@ pub enum Destination {
 /// Keeps the writer thread running; dropping it writes out what is buffered (waiting at most
 /// [`FINAL_FLUSH`]).
 #[must_use = "dropping the guard stops the log writer"]
-pub struct LogGuard(#[allow(dead_code)] Option<WriterGuard>);
+pub struct LogGuard {
+    _writer: Option<WriterGuard>,
+}
 
 static DROPPED: OnceLock<Arc<AtomicU64>> = OnceLock::new();
 
@@ -64,25 +66,71 @@ pub fn init(format: LogFormat, destination: Destination) -> LogGuard {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = io::IsTerminal::is_terminal(&io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi);
-    match destination {
-        Destination::Direct => {
-            let builder = builder.with_writer(io::stderr);
-            match format {
-                LogFormat::Json => builder.json().init(),
-                LogFormat::Text => builder.init(),
-            }
-            LogGuard(None)
-        }
+    let (lines, guard) = match destination {
+        Destination::Direct => (Lines::Direct, None),
         Destination::Batched => {
             let (writer, guard) = batched(io::stderr(), BUFFER_BYTES, GATHER);
             let _ = DROPPED.set(writer.shared.dropped.clone());
-            let builder = builder.with_writer(writer);
-            match format {
-                LogFormat::Json => builder.json().init(),
-                LogFormat::Text => builder.init(),
+            (Lines::Batched(writer), Some(guard))
+        }
+    };
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(lines);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+    LogGuard { _writer: guard }
+}
+
+/// Where the subscriber's lines go, per [`Destination`].
+enum Lines {
+    Direct,
+    Batched(Batched),
+}
+
+/// One event's writer: stderr itself, or the buffer (borrowed: nothing is cloned per event).
+enum LineWriter<'a> {
+    Direct(io::Stderr),
+    Batched(&'a Batched),
+}
+
+impl<'a> MakeWriter<'a> for Lines {
+    type Writer = LineWriter<'a>;
+
+    fn make_writer(&'a self) -> LineWriter<'a> {
+        match self {
+            Lines::Direct => LineWriter::Direct(io::stderr()),
+            Lines::Batched(batched) => LineWriter::Batched(batched),
+        }
+    }
+}
+
+impl Write for LineWriter<'_> {
+    fn write(&mut self, line: &[u8]) -> io::Result<usize> {
+        match self {
+            LineWriter::Direct(stderr) => stderr.write(line),
+            LineWriter::Batched(batched) => {
+                batched.append(line);
+                Ok(line.len())
             }
-            LogGuard(Some(guard))
+        }
+    }
+
+    fn write_all(&mut self, line: &[u8]) -> io::Result<()> {
+        match self {
+            // Stderr's own write_all holds its lock for the whole line.
+            LineWriter::Direct(stderr) => stderr.write_all(line),
+            LineWriter::Batched(batched) => {
+                batched.append(line);
+                Ok(())
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            LineWriter::Direct(stderr) => stderr.flush(),
+            LineWriter::Batched(_) => Ok(()),
         }
     }
 }
@@ -115,8 +163,8 @@ impl Shared {
     }
 }
 
-/// A `MakeWriter` whose lines go to a bounded buffer emptied by a writer thread (see the
-/// module docs). Writing never blocks on the sink.
+/// A bounded buffer of log lines emptied by a writer thread (see the module docs). Appending
+/// never blocks on the sink.
 #[derive(Clone, Debug)]
 pub struct Batched {
     shared: Arc<Shared>,
@@ -137,25 +185,6 @@ impl Batched {
         if was_empty {
             self.shared.filled.notify_one();
         }
-    }
-}
-
-impl Write for Batched {
-    fn write(&mut self, line: &[u8]) -> io::Result<usize> {
-        self.append(line);
-        Ok(line.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Batched {
-    type Writer = Batched;
-
-    fn make_writer(&'a self) -> Batched {
-        self.clone()
     }
 }
 
@@ -268,7 +297,7 @@ mod tests {
         let sink = Sink::default();
         let (writer, guard) = batched(sink.clone(), 1 << 20, Duration::from_millis(50));
         for line in lines(1_000) {
-            writer.clone().write_all(line.as_bytes()).unwrap();
+            LineWriter::Batched(&writer).write_all(line.as_bytes()).unwrap();
         }
         drop(guard);
         assert_eq!(sink.text(), lines(1_000).concat());
@@ -288,7 +317,7 @@ mod tests {
         // The first line may be taken by the writer thread before it blocks in the sink.
         let started = std::time::Instant::now();
         for _ in 0..1_000 {
-            writer.clone().write_all(b"0123456789\n").unwrap();
+            LineWriter::Batched(&writer).write_all(b"0123456789\n").unwrap();
         }
         assert!(started.elapsed() < Duration::from_secs(2), "writing lines waited on the sink");
         let dropped = writer.shared.dropped.load(Ordering::Relaxed);
@@ -306,14 +335,14 @@ mod tests {
         sink.block(true);
         let (writer, guard) = batched(sink.clone(), 64, Duration::ZERO);
         for _ in 0..100 {
-            writer.clone().write_all(b"blocked\n").unwrap();
+            LineWriter::Batched(&writer).write_all(b"blocked\n").unwrap();
         }
         sink.block(false);
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while !writer.shared.lock().bytes.is_empty() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
-        writer.clone().write_all(b"after\n").unwrap();
+        LineWriter::Batched(&writer).write_all(b"after\n").unwrap();
         drop(guard);
         assert!(sink.text().ends_with("after\n"), "{}", sink.text());
     }

@@ -485,12 +485,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::gang::membership::{COSCHEDULING_LABEL, KUEUE_GATE, KUEUE_MANAGED, PodFacts, VOLCANO_GROUP};
+    use crate::gang::membership::{COSCHEDULING_LABEL, KUEUE_GATE, KUEUE_MANAGED, VOLCANO_GROUP};
 
-    /// Facts borrow from their Pod: a test's Pod lives as long as the test binary.
-    fn facts(meta: Value, spec: Value) -> PodFacts<'static> {
-        PodFacts::from_json(Box::leak(Box::new(json!({"metadata": meta, "spec": spec}))))
-    }
+    use crate::gang::membership::test_facts as facts;
 
     #[test]
     fn pods_that_are_never_gated() {

@@ -152,6 +152,13 @@ impl<'a> PodFacts<'a> {
     }
 }
 
+/// Facts of a Pod made of `metadata` and `spec`, for tests. Facts borrow from their Pod: a
+/// test's Pod lives as long as the test binary.
+#[cfg(test)]
+pub(crate) fn test_facts(metadata: Value, spec: Value) -> PodFacts<'static> {
+    PodFacts::from_json(Box::leak(Box::new(serde_json::json!({"metadata": metadata, "spec": spec}))))
+}
+
 /// Where a gang's membership comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Source {
@@ -474,10 +481,7 @@ mod tests {
 
     const MAX: u32 = DEFAULT_MAX_GANG_SIZE;
 
-    /// Facts borrow from their Pod: a test's Pod lives as long as the test binary.
-    fn facts(meta: Value, spec: Value) -> PodFacts<'static> {
-        PodFacts::from_json(Box::leak(Box::new(json!({"metadata": meta, "spec": spec}))))
-    }
+    use super::test_facts as facts;
 
     /// Issue 15: a native PodGroup's quota group, sized by its `minCount`; no other source can
     /// take its name (Kueue's annotation, the one source a `/` fits in, may not use the prefix).
