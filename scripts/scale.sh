@@ -7,7 +7,9 @@
 # Usage: scripts/scale.sh [N]        (default N=100000; env: ALLOT_SCALE_CLIENTS=80,
 #        ALLOT_SCALE_BATCH, ALLOT_SCALE_ROUNDS=2, ALLOT_SCALE_OBSERVE_SECS=30,
 #        ALLOT_SCALE_BIN=path/to/allot to measure another build, SKIP_BUILD=1,
-#        ALLOT_SCALE_BASELINE_BIN=path/to/baseline-server to compare with the trivial webhook,
+#        ALLOT_SCALE_BASELINE_BIN=path/to/baseline-server (default: the release build of the
+#        example, built here) to compare with the trivial webhook and with one that returns
+#        Allot's patch (ALLOT_SCALE_BASELINE_PATCH=none leaves that one out),
 #        ALLOT_SCALE_NO_QUOTA=1 for a team without quota: no ledger commit per create)
 # CI runs the same test at N=300 with a debug build (`cargo test --test scale`).
 # etcd's data lives in a temporary directory under ${TMPDIR:-/tmp}, removed at the end.
@@ -20,8 +22,12 @@ if [ -z "${TEST_ASSET_KUBE_APISERVER:-}" ]; then
   eval "$(../shared/k8s/unpack.sh target/k8s-bin)"
 fi
 if [ -z "${ALLOT_SCALE_BIN:-}" ]; then
-  [ "${SKIP_BUILD:-0}" = 1 ] || cargo build --locked --release --bin allot
+  [ "${SKIP_BUILD:-0}" = 1 ] || cargo build --locked --release --bin allot --example baseline-server
   ALLOT_SCALE_BIN="$PWD/target/release/allot"
   export ALLOT_SCALE_BIN
+fi
+if [ -z "${ALLOT_SCALE_BASELINE_BIN:-}" ] && [ -x target/release/examples/baseline-server ]; then
+  ALLOT_SCALE_BASELINE_BIN="$PWD/target/release/examples/baseline-server"
+  export ALLOT_SCALE_BASELINE_BIN
 fi
 cargo test --locked --test scale -- --nocapture --test-threads 1

@@ -11,9 +11,15 @@
 //! hold at any N: every create succeeds, Allot tracks every pod, /readyz waits for the fill, the
 //! restart settles; the figures themselves are printed, not asserted (the machine is shared).
 //!
-//! With `ALLOT_SCALE_BASELINE_BIN` (the `baseline-server` example, which allows everything and
-//! echoes the uid), it also compares creates/s with Allot against the same with that trivial
-//! webhook registered in Allot's place (issue 13), alternated `rounds` times before the fill.
+//! With the `baseline-server` example (`ALLOT_SCALE_BASELINE_BIN`, else the one `cargo test
+//! --all-targets` builds; the comparison prints SKIPPED without one), it also compares creates/s
+//! with Allot against the same with that trivial webhook registered in Allot's place (issue 13),
+//! alternated `rounds` times before the fill, and against a second baseline that answers every
+//! /mutate with Allot's own patch for these pods (checked on the pods it admitted;
+//! `ALLOT_SCALE_BASELINE_PATCH` sets another, `none` leaves it out): what the API server spends
+//! applying a mutation, which any placing webhook costs it, apart from Allot's own cost. It
+//! prints the CPU time each process (API server, etcd, Allot, the baselines, the test's clients,
+//! the whole machine) spent per create under each webhook.
 //! `ALLOT_SCALE_NO_QUOTA=1` gives the scale team no quota (no deny-mode ledger write per create).
 
 mod support;
@@ -54,6 +60,9 @@ struct Settings {
     /// How long to watch RSS after a restart.
     observe: Duration,
     allot: PathBuf,
+    /// The `baseline-server` example: `ALLOT_SCALE_BASELINE_BIN`, else the one cargo built
+    /// beside this test's `allot` (`cargo test --all-targets` builds examples), if any.
+    baseline: Option<PathBuf>,
 }
 
 impl Settings {
@@ -67,6 +76,10 @@ impl Settings {
             observe: Duration::from_secs(env_usize("ALLOT_SCALE_OBSERVE_SECS", 8) as u64),
             allot: std::env::var_os("ALLOT_SCALE_BIN")
                 .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_allot")), PathBuf::from),
+            baseline: std::env::var_os("ALLOT_SCALE_BASELINE_BIN").map(PathBuf::from).or_else(|| {
+                let built = Path::new(env!("CARGO_BIN_EXE_allot")).with_file_name("examples").join("baseline-server");
+                built.is_file().then_some(built)
+            }),
         }
     }
 }
@@ -248,28 +261,33 @@ async fn create_ratio(
 
 /// The `baseline-server` example serving Allot's certificate, killed on drop.
 struct Baseline {
-    /// Held for its Drop: the server stops with the test.
-    _child: KilledOnDrop,
+    /// Killed on drop: the server stops with the test.
+    child: KilledOnDrop,
     url: String,
 }
 
 impl Baseline {
-    fn spawn(bin: &Path, dir: &Path) -> Baseline {
-        let mut child = Command::new(bin)
+    /// With `patch` (a JSON Patch), its /mutate answers every review with that patch.
+    fn spawn(bin: &Path, dir: &Path, patch: Option<&str>) -> Baseline {
+        let mut command = Command::new(bin);
+        command
             .arg("--tls-cert")
             .arg(dir.join("allot-certs/tls.crt"))
             .arg("--tls-key")
             .arg(dir.join("allot-certs/tls.key"))
-            .args(["--addr", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("baseline-server");
+            .args(["--addr", "127.0.0.1:0"]);
+        if let Some(patch) = patch {
+            command.arg("--mutate-patch").arg(patch);
+            // ALLOT_SCALE_PATCHING_ARGS: more flags for the patching baseline (`--spin-us 100`:
+            // as slow as a webhook that evaluates for 100 µs).
+            command.args(std::env::var("ALLOT_SCALE_PATCHING_ARGS").unwrap_or_default().split_whitespace());
+        }
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("baseline-server");
         let stdout = child.stdout.take().expect("stdout");
         let line = support::first_line(stdout, Duration::from_secs(30)).expect("baseline-server did not start");
         let url =
             line.split_whitespace().last().filter(|u| u.starts_with("https://")).expect("baseline url").to_string();
-        Baseline { _child: KilledOnDrop::new(child), url }
+        Baseline { child: KilledOnDrop::new(child), url }
     }
 }
 
@@ -330,36 +348,186 @@ async fn point_webhooks(
     .await;
 }
 
-/// Creates/s with Allot as a ratio to the trivial webhook in its place: `rounds` alternations
-/// of one batch each way. Leaves Allot registered. Returns (ratio, allot/s, baseline/s).
+/// Allot's JSON Patch for the scale test's pods: the shipped placement's toleration for
+/// `nvidia.com/gpu`, appended to the two the API server's DefaultTolerationSeconds plugin set
+/// first (the team's default priority class is the cluster's global default, which the API
+/// server also sets first). The patching baseline's default; the test checks Allot's pods carry it.
+const ALLOT_PATCH: &str = r#"[{"op":"add","path":"/spec/tolerations/-","value":{"effect":"NoSchedule","key":"nvidia.com/gpu","operator":"Exists"}}]"#;
+
+/// Whether every `add` operation of `patch` (JSON Patch text) finds its value in `object`: at
+/// its path, or among the list's items for a path ending in `/-`.
+fn patch_values_present(patch: &str, object: &serde_json::Value) -> bool {
+    let ops: Vec<serde_json::Value> = serde_json::from_str(patch).expect("ALLOT_SCALE_BASELINE_PATCH is a JSON array");
+    ops.iter().filter(|op| op["op"] == "add").all(|op| {
+        let path = op["path"].as_str().unwrap_or_default();
+        match path.strip_suffix("/-") {
+            Some(list) => object.pointer(list).and_then(|l| l.as_array()).is_some_and(|l| l.contains(&op["value"])),
+            None => object.pointer(path) == Some(&op["value"]),
+        }
+    })
+}
+
+/// A webhook server the comparison with the trivial webhook registers in Allot's place.
+struct Contender {
+    label: &'static str,
+    configs: (MutatingWebhookConfiguration, ValidatingWebhookConfiguration),
+    /// Allot answers (the probe is denied) or an allow-everything baseline does (admitted).
+    is_allot: bool,
+}
+
+/// What one contender did over the batches it answered.
+#[derive(Default, Clone)]
+struct Tally {
+    secs: f64,
+    creates: usize,
+    /// CPU ticks per watched process, then the machine's (as [`Watched::sample`]).
+    ticks: Vec<u64>,
+    /// Creates/s of each batch, in order.
+    batch_rates: Vec<f64>,
+    /// The index of the first pod it answered for (`p-{index}`).
+    first_pod: Option<usize>,
+}
+
+impl Tally {
+    fn rate(&self) -> f64 {
+        self.creates as f64 / self.secs.max(1e-9)
+    }
+
+    /// µs of CPU per create of watched process `i`.
+    fn cpu_per_create(&self, i: usize) -> f64 {
+        self.ticks.get(i).copied().unwrap_or(0) as f64 * 1e6 / clock_ticks_per_second() / self.creates.max(1) as f64
+    }
+}
+
+/// Creates/s with each contender answering, `rounds` rounds of one batch each (Allot, then each
+/// baseline with Allot again between two baselines: an allow-everything baseline admits the
+/// probe either way, so only a switch to or from Allot can be waited for). Leaves Allot
+/// registered. Returns one tally per contender.
 async fn baseline_ratio(
     client: &kube::Client,
-    allot_configs: &(MutatingWebhookConfiguration, ValidatingWebhookConfiguration),
-    baseline_configs: &(MutatingWebhookConfiguration, ValidatingWebhookConfiguration),
+    contenders: &[Contender],
     settings: &Settings,
     next: &mut usize,
-) -> (f64, f64, f64, Vec<(f64, f64)>) {
-    let (mut allot, mut baseline) = ((0.0, 0usize), (0.0, 0usize));
-    let mut per_round = Vec::new();
+    watched: &Watched,
+) -> Vec<Tally> {
+    let mut tallies = vec![Tally::default(); contenders.len()];
+    let allot = contenders.iter().position(|c| c.is_allot).expect("Allot is a contender");
+    let mut order: Vec<usize> = Vec::new();
+    for i in (0..contenders.len()).filter(|&i| !contenders[i].is_allot) {
+        if order.last().is_none_or(|&last| !contenders[last].is_allot) {
+            order.push(allot);
+        }
+        order.push(i);
+    }
     for _ in 0..settings.rounds {
-        let mut round = (0.0, 0.0);
-        for allot_answers in [true, false] {
-            let configs = if allot_answers { allot_configs } else { baseline_configs };
-            point_webhooks(client, configs, allot_answers).await;
+        for &i in &order {
+            let contender = &contenders[i];
+            point_webhooks(client, &contender.configs, contender.is_allot).await;
+            let before = watched.sample();
             let (secs, failures) = create_pods(client, *next, settings.batch, settings.clients).await;
+            let after = watched.sample();
             assert!(failures.is_empty(), "{} creates failed, first: {}", failures.len(), failures[0]);
             *next += settings.batch;
-            let slot = if allot_answers { &mut allot } else { &mut baseline };
-            slot.0 += secs;
-            slot.1 += settings.batch;
-            let rate = settings.batch as f64 / secs.max(1e-9);
-            if allot_answers { round.0 = rate } else { round.1 = rate }
+            let tally = &mut tallies[i];
+            tally.first_pod.get_or_insert(*next - settings.batch);
+            tally.secs += secs;
+            tally.creates += settings.batch;
+            tally.ticks.resize(after.len(), 0);
+            for (sum, (a, b)) in tally.ticks.iter_mut().zip(after.iter().zip(&before)) {
+                *sum += a.saturating_sub(*b);
+            }
+            tally.batch_rates.push(settings.batch as f64 / secs.max(1e-9));
         }
-        per_round.push(round);
     }
-    point_webhooks(client, allot_configs, true).await;
-    let rate = |(secs, n): (f64, usize)| n as f64 / secs.max(1e-9);
-    (rate(allot) / rate(baseline), rate(allot), rate(baseline), per_round)
+    point_webhooks(client, &contenders[allot].configs, true).await;
+    tallies
+}
+
+/// The processes whose CPU time the comparison with the trivial webhook accounts per create:
+/// where a gap in creates/s goes (a webhook's own CPU, or the API server's and etcd's work
+/// on what it answered) on a machine too noisy for the rates alone to say.
+struct Watched {
+    /// (label, pid): the API server, etcd, Allot, the baselines, this test (the clients).
+    processes: Vec<(&'static str, u32)>,
+}
+
+impl Watched {
+    /// CPU ticks (user + system) of each watched process, then of the whole machine (busy
+    /// time from /proc/stat), in that order.
+    fn sample(&self) -> Vec<u64> {
+        let mut ticks: Vec<u64> = self.processes.iter().map(|&(_, pid)| process_ticks(pid)).collect();
+        ticks.push(machine_busy_ticks());
+        ticks
+    }
+
+    fn labels(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.processes.iter().map(|&(label, _)| label).chain(["machine"])
+    }
+}
+
+/// The comparison's lines: creates/s of each contender per batch and in all, ratios of Allot
+/// to each baseline, and CPU per create of each watched process under each contender.
+fn comparison_report(
+    contenders: &[Contender],
+    tallies: &[Tally],
+    watched: &Watched,
+    settings: &Settings,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    let Some(allot) = contenders.iter().position(|c| c.is_allot) else { return lines };
+    for (contender, tally) in contenders.iter().zip(tallies) {
+        let batches: Vec<String> = tally.batch_rates.iter().map(|r| format!("{r:.1}")).collect();
+        lines.push(format!(
+            "creates/s answered by {:<18} {:7.1} (batches: {})",
+            contender.label,
+            tally.rate(),
+            batches.join(", ")
+        ));
+    }
+    for (contender, tally) in contenders.iter().zip(tallies).filter(|(c, _)| !c.is_allot) {
+        lines.push(format!(
+            "creates/s vs {}: with Allot {:7.1}, with it {:7.1}, ratio {:.3} ({} rounds of {} pods per batch, {} clients)",
+            contender.label,
+            tallies[allot].rate(),
+            tally.rate(),
+            tallies[allot].rate() / tally.rate().max(1e-9),
+            settings.rounds,
+            settings.batch,
+            settings.clients
+        ));
+    }
+    for (i, label) in watched.labels().enumerate() {
+        let per: Vec<String> = contenders
+            .iter()
+            .zip(tallies)
+            .map(|(c, t)| format!("{} {:6.0} µs", c.label, t.cpu_per_create(i)))
+            .collect();
+        lines.push(format!("CPU per create, {label:<14} answered by {}", per.join(", ")));
+    }
+    lines
+}
+
+/// User + system CPU ticks of process `pid` (0 if it is gone).
+fn process_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command name (which may hold spaces): state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let field = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    field(11) + field(12)
+}
+
+/// Busy CPU ticks of the whole machine: /proc/stat's first line but idle and iowait.
+fn machine_busy_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let numbers: Vec<u64> =
+        stat.lines().next().unwrap_or_default().split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    numbers.iter().enumerate().filter(|&(i, _)| i != 3 && i != 4).map(|(_, v)| v).take(8).sum()
+}
+
+/// The kernel's USER_HZ, the unit of /proc's CPU times (100 on Linux).
+fn clock_ticks_per_second() -> f64 {
+    100.0
 }
 
 /// Waits until Allot's cache holds `pods` pods (at most `timeout`).
@@ -565,13 +733,67 @@ async fn allot_at_scale() {
     let (ratio_0, with_0, without_0) = create_ratio(&client, &configs, &settings, &mut next).await;
 
     // Allot against the trivial webhook in its place (issue 13), when a baseline-server is given.
-    let against_baseline = match std::env::var_os("ALLOT_SCALE_BASELINE_BIN") {
+    if settings.baseline.is_none() {
+        support::skipped(
+            "allot_at_scale (the comparison with the trivial webhook)",
+            "no baseline-server: set ALLOT_SCALE_BASELINE_BIN or build it (cargo build --example baseline-server)",
+        );
+    }
+    let against_baseline = match &settings.baseline {
         Some(bin) => {
-            let baseline = Baseline::spawn(Path::new(&bin), &dir);
-            let baseline_configs = webhook_configs(&settings.allot, &certs.join("ca.crt"), &baseline.url);
-            let figures = baseline_ratio(&client, &configs, &baseline_configs, &settings, &mut next).await;
-            drop(baseline);
-            Some(figures)
+            let baseline = Baseline::spawn(Path::new(&bin), &dir, None);
+            let patch = match std::env::var("ALLOT_SCALE_BASELINE_PATCH") {
+                Ok(p) if p == "none" => None,
+                Ok(p) => Some(p),
+                Err(_) => Some(ALLOT_PATCH.to_string()),
+            };
+            let patching = patch.as_deref().map(|p| Baseline::spawn(Path::new(&bin), &dir, Some(p)));
+            let configs_of = |url: &str| webhook_configs(&settings.allot, &certs.join("ca.crt"), url);
+            let mut contenders = vec![
+                Contender { label: "Allot", configs: configs.clone(), is_allot: true },
+                Contender { label: "the trivial webhook", configs: configs_of(&baseline.url), is_allot: false },
+            ];
+            let mut processes = vec![
+                ("kube-apiserver", plane.pid_of("kube-apiserver").unwrap_or(0)),
+                ("etcd", plane.pid_of("etcd").unwrap_or(0)),
+                ("allot", allot.child.id()),
+                ("baseline", baseline.child.id()),
+            ];
+            if let Some(patching) = &patching {
+                contenders.push(Contender {
+                    label: "the same, patching",
+                    configs: configs_of(&patching.url),
+                    is_allot: false,
+                });
+                processes.push(("baseline+patch", patching.child.id()));
+            }
+            processes.push(("test clients", std::process::id()));
+            let watched = Watched { processes };
+            let tallies = baseline_ratio(&client, &contenders, &settings, &mut next, &watched).await;
+            if let Some(patch) = &patch {
+                // The patching baseline does to the pods what Allot does, and the trivial one
+                // nothing: the comparison isolates each webhook's own cost.
+                let pod_of = |tally: &Tally| {
+                    let i = tally.first_pod.expect("every contender answered a batch");
+                    (format!("scale-{:02}", i % NAMESPACES), format!("p-{i}"))
+                };
+                for (tally, carries) in [(&tallies[0], true), (&tallies[1], false), (&tallies[2], true)] {
+                    let (ns, name) = pod_of(tally);
+                    let pod = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), &ns)
+                        .get(&name)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ns}/{name}: {e}"));
+                    let pod = serde_json::to_value(pod).expect("pod as JSON");
+                    assert_eq!(
+                        patch_values_present(patch, &pod),
+                        carries,
+                        "{ns}/{name} carries the patch's values: expected {carries} (ALLOT_SCALE_BASELINE_PATCH \
+                         must be Allot's patch for these pods)"
+                    );
+                }
+            }
+            let ratio = tallies[0].rate() / tallies[1].rate().max(1e-9);
+            Some((ratio, comparison_report(&contenders, &tallies, &watched, &settings)))
         }
         None => None,
     };
@@ -661,18 +883,10 @@ async fn allot_at_scale() {
     println!("creates/s at 0 pods:  with Allot {with_0:7.1}, without {without_0:7.1}, ratio {ratio_0:.3}");
     println!("creates/s at N pods:  with Allot {with_n:7.1}, without {without_n:7.1}, ratio {ratio_n:.3}");
     println!("ratio at N / ratio at 0: {:.3}", ratio_n / ratio_0);
-    if let Some((ratio, allot_rate, baseline_rate, rounds)) = &against_baseline {
-        for (i, (a, b)) in rounds.iter().enumerate() {
-            println!(
-                "round {}: creates/s with Allot {a:7.1}, with the baseline webhook {b:7.1}, ratio {:.3}",
-                i + 1,
-                a / b
-            );
+    if let Some((ratio, lines)) = &against_baseline {
+        for line in lines {
+            println!("{line}");
         }
-        println!(
-            "creates/s vs the trivial webhook: with Allot {allot_rate:7.1}, with baseline-server {baseline_rate:7.1}, ratio {ratio:.3} ({} batches of {} pods each, {} clients)",
-            settings.rounds, settings.batch, settings.clients
-        );
         assert!(*ratio > 0.0);
     }
 

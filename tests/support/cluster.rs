@@ -110,6 +110,12 @@ fn etcd_data_dir() -> Option<tempfile::TempDir> {
 }
 
 impl ControlPlane {
+    /// The pid of the process started as `name` (`etcd`, `kube-apiserver`), for measurements
+    /// from /proc.
+    pub fn pid_of(&self, name: &str) -> Option<u32> {
+        self.procs.iter().find(|p| p.name == name).map(|p| p.child.id())
+    }
+
     /// Starts both and waits (up to 90 s) for the API server's `/readyz`. The API server keeps
     /// an audit log of pod creates ([`audit_events`]).
     pub async fn start(etcd: &Path, apiserver: &Path) -> ControlPlane {
