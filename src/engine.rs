@@ -69,6 +69,9 @@ pub struct Engine<'a> {
     pub allot_username: &'a str,
     /// Where a Pod's ResourceClaims and ResourceClaimTemplates are looked up (DRA accounting).
     pub claims: &'a dyn ClaimSource,
+    /// Whether `/mutate` outcomes describe their changes (`Outcome::changes`): `allot check`
+    /// prints them; the server only logs them at debug level and skips the formatting otherwise.
+    pub describe_changes: bool,
 }
 
 impl<'a> Engine<'a> {
@@ -81,7 +84,13 @@ impl<'a> Engine<'a> {
             quota: &NoUsage,
             allot_username: crate::tenant::DEFAULT_ALLOT_USERNAME,
             claims: &NoClaims,
+            describe_changes: true,
         }
+    }
+
+    /// The same engine, describing a mutation's changes or not ([`Engine::describe_changes`]).
+    pub fn with_change_descriptions(self, describe_changes: bool) -> Self {
+        Engine { describe_changes, ..self }
     }
 
     /// The same engine, resolving DRA claims in `claims`.
@@ -178,6 +187,7 @@ impl<'a> Engine<'a> {
             requester: Requester::User(req.username),
             claims: &claims,
             native_gangs: self.claims.schedules_native_gangs(),
+            describe: self.describe_changes,
         };
         let m = mutate::mutate_pod(self.policies, req.object, &ctx, "");
         out.patch = m.ops;
@@ -344,6 +354,8 @@ impl<'a> Engine<'a> {
             requester: Requester::Unknown,
             claims: &claims,
             native_gangs: self.claims.schedules_native_gangs(),
+            // The preview keeps the ops and findings; its changes are nobody's to read.
+            describe: false,
         };
         // (A gang metadata error is left to validation's own gang check of this view.)
         let m = mutate::mutate_pod(self.policies, &view.pod, &ctx, &view.path);
@@ -397,4 +409,65 @@ pub fn group_kind(object: &Value) -> (&str, &str) {
     let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
     (workload::group_of(api_version), kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::namespaces::NoNamespaces;
+    use crate::request::RequestOperation;
+
+    fn fixture_object(name: &str) -> Value {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission-reviews").join(name);
+        let review: Value = serde_json::from_slice(&std::fs::read(&path).expect("fixture")).expect("fixture JSON");
+        review["request"]["object"].clone()
+    }
+
+    /// Describing the changes is only that: the same patch, findings and notes either way, and
+    /// descriptions exactly when asked for and something changed.
+    #[test]
+    fn change_descriptions_change_nothing_else() {
+        let policies = crate::policy::load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"))
+            .expect("shipped policies");
+        let described = Engine::new(&policies, &NoNamespaces);
+        let silent = described.with_change_descriptions(false);
+        let mut mutated = 0;
+        for name in [
+            "010-mutate-create-pod-my-gpu-pod.json",
+            "008-mutate-create-job-gang-a.json",
+            "012-mutate-create-pod-plain-cpu-pod.json",
+        ] {
+            let object = fixture_object(name);
+            let (group, kind) = group_kind(&object);
+            let namespace = object["metadata"]["namespace"].as_str().unwrap_or("default");
+            let req = Request {
+                uid: "u",
+                operation: RequestOperation::Create,
+                group,
+                kind,
+                namespace,
+                object: &object,
+                old_object: None,
+                dry_run: false,
+                username: "alice",
+                groups: &[],
+            };
+            let (with, without) = (described.mutate(&req), silent.mutate(&req));
+            assert_eq!(with.patch, without.patch, "{name}");
+            assert_eq!(with.findings, without.findings, "{name}");
+            assert_eq!(with.notes, without.notes, "{name}");
+            assert!(without.changes.is_empty(), "{name}: {:?}", without.changes);
+            assert_eq!(
+                with.changes.is_empty(),
+                with.patch.is_empty(),
+                "{name}: {:?} for {:?}",
+                with.changes,
+                with.patch
+            );
+            mutated += usize::from(!with.patch.is_empty());
+            // Validation previews templates without descriptions: its outcome is the engine's either way.
+            assert_eq!(described.validate(&req).findings, silent.validate(&req).findings, "{name}");
+        }
+        assert!(mutated >= 1, "at least one fixture is mutated by the shipped policies");
+    }
 }

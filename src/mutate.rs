@@ -27,6 +27,17 @@ pub struct Mutation {
     /// The Pod's gang metadata is invalid (so it got no gate). Reported by the caller: a real
     /// Pod is denied at /mutate, a template by validation's own gang check, once.
     pub gang_error: Option<String>,
+    /// Whether [`Mutation::changes`] are written ([`PodContext::describe`]).
+    describe: bool,
+}
+
+impl Mutation {
+    /// Records a change's description, formatted only when someone reads them.
+    fn change(&mut self, description: impl FnOnce() -> String) {
+        if self.describe {
+            self.changes.push(description());
+        }
+    }
 }
 
 /// Everything mutation needs besides the policies.
@@ -43,6 +54,9 @@ pub struct PodContext<'a> {
     /// The cluster gangs native PodGroups ([`crate::dra::ClaimSource::schedules_native_gangs`]):
     /// only then is a Pod that names one left to the scheduler's gang scheduling, ungated.
     pub native_gangs: bool,
+    /// Describe the changes in [`Mutation::changes`] (`allot check`, debug logs); without it
+    /// they are not formatted.
+    pub describe: bool,
 }
 
 const SPEC_FIELDS: &[&str] = &[
@@ -59,7 +73,7 @@ const SPEC_FIELDS: &[&str] = &[
 /// Computes the patch for a Pod (`pod` is the whole Pod object; `base` the pointer of its spec,
 /// `/spec` for a Pod).
 pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_prefix: &str) -> Mutation {
-    let mut out = Mutation::default();
+    let mut out = Mutation { describe: ctx.describe, ..Mutation::default() };
     let Some(spec) = pod.get("spec").and_then(Value::as_object) else {
         return out;
     };
@@ -152,7 +166,7 @@ fn apply_placement(placement: &Placement, builder: &mut Builder, spec_path: &str
         }
         let value = serde_json::to_value(toleration).unwrap_or(Value::Null);
         builder.push(&["tolerations"], value);
-        out.changes.push(format!("{rule}: add toleration {}", describe_toleration(toleration)));
+        out.change(|| format!("{rule}: add toleration {}", describe_toleration(toleration)));
     }
     for (key, value) in &placement.spec.node_selector {
         match builder.get(&["nodeSelector", key]) {
@@ -182,7 +196,7 @@ fn apply_placement(placement: &Placement, builder: &mut Builder, spec_path: &str
             }
             None => {
                 builder.ensure(&["nodeSelector", key], Value::String(value.clone()));
-                out.changes.push(format!("{rule}: set nodeSelector {key}={value}"));
+                out.change(|| format!("{rule}: set nodeSelector {key}={value}"));
             }
         }
     }
@@ -203,7 +217,7 @@ fn add_node_affinity(placement: &Placement, builder: &mut Builder, rule: &str, o
     if term_count == 0 {
         let term = serde_json::json!({"matchExpressions": requirements});
         builder.ensure(&terms_path, Value::Array(vec![term]));
-        out.changes.push(format!("{rule}: require node affinity {}", describe_requirements(&requirements)));
+        out.change(|| format!("{rule}: require node affinity {}", describe_requirements(&requirements)));
         return;
     }
     let mut changed = false;
@@ -315,8 +329,10 @@ fn apply_gang_gate(
         return;
     }
     builder.push(&["schedulingGates"], serde_json::json!({ "name": GATE }));
-    let size = gang.size.map_or_else(|| "size from its owner".to_string(), |n| format!("{n} members"));
-    out.changes.push(format!("gang {} ({size}): scheduling gate {GATE}", gang.name));
+    out.change(|| {
+        let size = gang.size.map_or_else(|| "size from its owner".to_string(), |n| format!("{n} members"));
+        format!("gang {} ({size}): scheduling gate {GATE}", gang.name)
+    });
 }
 
 /// An inferred gang under a GangPolicy with `nativeScheduling`, on a cluster that gangs native
@@ -336,7 +352,7 @@ fn hand_off(
     }
     let Some(pod_group) = crate::gang::membership::hand_off_name(&gang.name) else { return false };
     builder.ensure(&["schedulingGroup"], serde_json::json!({ "podGroupName": pod_group }));
-    out.changes.push(format!("gang {} handed to the scheduler: native PodGroup {pod_group}", gang.name));
+    out.change(|| format!("gang {} handed to the scheduler: native PodGroup {pod_group}", gang.name));
     true
 }
 
@@ -364,7 +380,7 @@ fn apply_quota_gate(
         .is_some_and(|gates| gates.iter().any(|g| g.get("name").and_then(Value::as_str) == Some(QUOTA_GATE)));
     if !gated {
         builder.push(&["schedulingGates"], serde_json::json!({ "name": QUOTA_GATE }));
-        out.changes.push(format!("team {} quota (queue): scheduling gate {QUOTA_GATE}", team.name));
+        out.change(|| format!("team {} quota (queue): scheduling gate {QUOTA_GATE}", team.name));
     }
 }
 
@@ -392,7 +408,7 @@ fn apply_default_priority(policies: &PolicySet, ctx: &PodContext<'_>, builder: &
     // preemptionPolicy would still be the old class's (kubernetes#102724).
     builder.remove(&["priority"]);
     builder.remove(&["preemptionPolicy"]);
-    out.changes.push(match from {
+    out.change(|| match from {
         Some(f) => {
             format!("team default priority: priorityClassName {f} (cluster default) -> {default}")
         }

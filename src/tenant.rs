@@ -463,7 +463,7 @@ pub fn never_gate(
     let runs = |s| tenancy.external_schedulers.contains(&s);
     if runs(ExternalScheduler::Kueue)
         && (facts.gates.contains(&membership::KUEUE_GATE)
-            || facts.labels.get(membership::KUEUE_MANAGED).is_some_and(|v| *v == "true"))
+            || facts.labels.get(membership::KUEUE_MANAGED) == Some("true"))
     {
         return Some("managed by Kueue");
     }

@@ -64,17 +64,26 @@ impl Server {
     }
 
     fn start_in(dir: TempDir, extra_args: &[&str]) -> Server {
-        Server::spawn(dir, extra_args, true)
+        Server::spawn(dir, extra_args, true, "info")
+    }
+
+    /// Like [`Server::start`], with `RUST_LOG` set to `log_filter`.
+    fn start_logging(log_filter: &str) -> Server {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        copy_dir(&repo_path("policies"), &dir.path().join("policies"));
+        make_certs(&dir.path().join("certs"));
+        Server::spawn(dir, &[], true, log_filter)
     }
 
     /// Like [`Server::start_in`], but nobody reads the server's stderr: once the pipe's buffer
     /// is full, every write to it blocks (a stalled log collector).
     fn start_with_stderr_unread(dir: TempDir, extra_args: &[&str]) -> Server {
-        Server::spawn(dir, extra_args, false)
+        Server::spawn(dir, extra_args, false, "info")
     }
 
-    fn spawn(dir: TempDir, extra_args: &[&str], read_stderr: bool) -> Server {
-        let mut child = serve_command(dir.path(), extra_args).spawn().expect("spawn allot serve");
+    fn spawn(dir: TempDir, extra_args: &[&str], read_stderr: bool, log_filter: &str) -> Server {
+        let mut child =
+            serve_command(dir.path(), extra_args).env("RUST_LOG", log_filter).spawn().expect("spawn allot serve");
         let (stderr, unread_stderr) =
             if read_stderr { (collect_stderr(&mut child).0, None) } else { (Arc::default(), child.stderr.take()) };
         let stdout = child.stdout.take().expect("piped stdout");
@@ -907,6 +916,38 @@ async fn a_log_pipe_nobody_reads_never_stalls_admission() {
     eprintln!(
         "{REVIEWS} reviews with {RULES} warnings each in {elapsed:?} with stderr unread; {dropped} lines dropped"
     );
+}
+
+/// The server formats a mutation's change descriptions only for its debug log line: at debug
+/// level they are there, and the patch is the same either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_changes_are_described_in_the_debug_log() {
+    allot::install_crypto_provider();
+    let review = fixture("010-mutate-create-pod-my-gpu-pod.json");
+    let mut patches = Vec::new();
+    for filter in ["info,allot=debug", "info"] {
+        let server = Server::start_logging(filter);
+        let mut client = server.connect(Alpn::H1).await;
+        let response = client.review("/mutate", &review).await;
+        assert_eq!(response["allowed"], true, "{response}");
+        patches.push(response["patch"].clone());
+        let srv = &server;
+        if filter.contains("debug") {
+            eventually("the debug line of the mutation", Duration::from_secs(5), || async move {
+                let log = srv.stderr();
+                match log.lines().find(|l| l.contains("mutated") && l.contains("changes=")) {
+                    Some(line) if line.contains("add toleration nvidia.com/gpu") => Ok(()),
+                    _ => Err(log),
+                }
+            })
+            .await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(!server.stderr().contains("changes="), "no debug line at info: {}", server.stderr());
+        }
+    }
+    assert!(patches[0].is_string(), "fixture 010 is mutated: {}", patches[0]);
+    assert_eq!(patches[0], patches[1], "describing the changes does not change the patch");
 }
 
 /// A rule whose evaluation panics (the `allotTestPanic` hook of the test-hooks build) costs that

@@ -63,13 +63,62 @@ pub enum InferredKind {
     LeaderWorkerSet,
 }
 
+/// A Pod's labels or annotations where they already are (the review's JSON or a watched
+/// Pod), read in place: facts are made once or more per Pod view on every review, and
+/// collecting a map of borrowed strings each time cost more than every lookup in it.
+#[derive(Debug, Clone, Copy)]
+pub enum StrMap<'a> {
+    /// A JSON object; values that are not strings read as absent.
+    Json(Option<&'a serde_json::Map<String, Value>>),
+    Typed(Option<&'a BTreeMap<String, String>>),
+}
+
+impl Default for StrMap<'_> {
+    fn default() -> Self {
+        StrMap::Typed(None)
+    }
+}
+
+impl<'a> StrMap<'a> {
+    /// The value under `key`, if it is a string.
+    pub fn get(&self, key: &str) -> Option<&'a str> {
+        match *self {
+            StrMap::Json(map) => map?.get(key)?.as_str(),
+            StrMap::Typed(map) => map?.get(key).map(String::as_str),
+        }
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Every string entry, in key order.
+    pub fn iter(&self) -> Box<dyn Iterator<Item = (&'a str, &'a str)> + 'a> {
+        match *self {
+            StrMap::Json(map) => {
+                Box::new(map.into_iter().flatten().filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v))))
+            }
+            StrMap::Typed(map) => Box::new(map.into_iter().flatten().map(|(k, v)| (k.as_str(), v.as_str()))),
+        }
+    }
+}
+
+/// Equal when they hold the same string entries, wherever they are read from.
+impl PartialEq for StrMap<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for StrMap<'_> {}
+
 /// What membership needs to know about a Pod, borrowed from it: made once or more per Pod
 /// view on every review, so it copies no label, annotation or name (a Pod's last-applied
 /// annotation alone is kilobytes).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodFacts<'a> {
-    pub labels: BTreeMap<&'a str, &'a str>,
-    pub annotations: BTreeMap<&'a str, &'a str>,
+    pub labels: StrMap<'a>,
+    pub annotations: StrMap<'a>,
     /// `(kind, name)` of owner references.
     pub owners: Vec<(&'a str, &'a str)>,
     pub node_name: Option<&'a str>,
@@ -81,23 +130,13 @@ pub struct PodFacts<'a> {
     pub native_pod_group: Option<&'a str>,
 }
 
-fn string_map(v: Option<&Value>) -> BTreeMap<&str, &str> {
-    v.and_then(Value::as_object)
-        .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.as_str(), s))).collect())
-        .unwrap_or_default()
-}
-
-fn borrowed_map(m: Option<&BTreeMap<String, String>>) -> BTreeMap<&str, &str> {
-    m.into_iter().flatten().map(|(k, v)| (k.as_str(), v.as_str())).collect()
-}
-
 impl<'a> PodFacts<'a> {
     /// From a Pod as JSON (admission, CLI).
     pub fn from_json(pod: &'a Value) -> PodFacts<'a> {
         let str_at = |p: &[&str]| pod.field(p).and_then(Value::as_str).filter(|s| !s.is_empty());
         PodFacts {
-            labels: string_map(pod.field(&["metadata", "labels"])),
-            annotations: string_map(pod.field(&["metadata", "annotations"])),
+            labels: StrMap::Json(pod.field(&["metadata", "labels"]).and_then(Value::as_object)),
+            annotations: StrMap::Json(pod.field(&["metadata", "annotations"]).and_then(Value::as_object)),
             owners: pod
                 .field(&["metadata", "ownerReferences"])
                 .and_then(Value::as_array)
@@ -122,8 +161,8 @@ impl<'a> PodFacts<'a> {
     pub fn from_pod(pod: &'a k8s_openapi::api::core::v1::Pod) -> PodFacts<'a> {
         let spec = pod.spec.as_ref();
         PodFacts {
-            labels: borrowed_map(pod.metadata.labels.as_ref()),
-            annotations: borrowed_map(pod.metadata.annotations.as_ref()),
+            labels: StrMap::Typed(pod.metadata.labels.as_ref()),
+            annotations: StrMap::Typed(pod.metadata.annotations.as_ref()),
             owners: pod
                 .metadata
                 .owner_references
@@ -148,7 +187,7 @@ impl<'a> PodFacts<'a> {
     }
 
     fn label_or_annotation(&self, key: &str) -> Option<&str> {
-        self.labels.get(key).or_else(|| self.annotations.get(key)).copied().filter(|s| !s.is_empty())
+        self.labels.get(key).or_else(|| self.annotations.get(key)).filter(|s| !s.is_empty())
     }
 }
 
@@ -412,7 +451,7 @@ fn infer_from_owner(facts: &PodFacts<'_>, infer: &[InferredKind]) -> Option<Memb
 
 /// True for the leader of a LeaderWorkerSet group (worker index 0).
 pub fn is_group_leader(facts: &PodFacts<'_>) -> bool {
-    facts.labels.get(LWS_WORKER).is_some_and(|i| *i == "0")
+    facts.labels.get(LWS_WORKER) == Some("0")
 }
 
 /// What an owner object says about its gang.
@@ -480,6 +519,33 @@ mod tests {
     use serde_json::json;
 
     const MAX: u32 = DEFAULT_MAX_GANG_SIZE;
+
+    #[test]
+    fn facts_read_labels_in_place_the_same_from_json_and_from_a_typed_pod() {
+        let json = json!({
+            "metadata": {"labels": {"b": "2", "a": "1", "n": 3, "empty": ""}, "annotations": {"x": "y"}},
+            "spec": {}
+        });
+        let from_json = PodFacts::from_json(&json);
+        assert_eq!(from_json.labels.get("a"), Some("1"));
+        assert_eq!(from_json.labels.get("empty"), Some(""));
+        // A value that is not a string is not a label value: absent, as the API server would
+        // never have stored it.
+        assert_eq!(from_json.labels.get("n"), None);
+        assert!(!from_json.labels.contains_key("n"));
+        assert_eq!(from_json.labels.iter().collect::<Vec<_>>(), [("a", "1"), ("b", "2"), ("empty", "")]);
+
+        let typed: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"labels": {"a": "1", "b": "2", "empty": ""}, "annotations": {"x": "y"}}
+        }))
+        .expect("pod");
+        let from_pod = PodFacts::from_pod(&typed);
+        assert_eq!(from_pod.labels.get("b"), Some("2"));
+        assert_eq!(from_pod, PodFacts { node_name: None, scheduler_name: None, ..from_json.clone() });
+        assert_ne!(from_pod.annotations, from_json.labels);
+        assert_eq!(StrMap::default().get("a"), None);
+        assert_eq!(StrMap::Json(None), StrMap::Typed(None));
+    }
 
     use super::test_facts as facts;
 

@@ -467,7 +467,9 @@ fn evaluate(
         .with_gangs(state.cluster.as_ref())
         .with_quota(book)
         .with_allot_username(&state.allot_username)
-        .with_claims(state.claims.get().map_or(&crate::dra::NoClaims as &dyn crate::dra::ClaimSource, |c| c.as_ref()));
+        .with_claims(state.claims.get().map_or(&crate::dra::NoClaims as &dyn crate::dra::ClaimSource, |c| c.as_ref()))
+        // The changes are only logged, at debug level ("mutated"): not formatted otherwise.
+        .with_change_descriptions(tracing::enabled!(tracing::Level::DEBUG));
     match admission::review(body, phase, &engine) {
         Ok(answer) => {
             Evaluated::Review { webhook, started, answer: Box::new(answer), deferred: deferring.into_deferred() }
