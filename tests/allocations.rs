@@ -151,10 +151,9 @@ fn validate_allocations_per_review() {
 
 /// Ceilings: the counts measured when they were set, plus ~15 % (2026-11-27, after gang facts
 /// read labels in place and change descriptions are formatted only when read: 239 (246 with
-/// descriptions), 323, 325,
-/// 341; after gang facts borrow from the Pod 248, 325, 339, 345; after direct evaluation of CEL
-/// and the template fixes 251, 333, 366, 358; before them 276, 1,156, 994, 968; see
-/// benches/README.md).
+/// descriptions), 323, 325, 341; after gang facts borrow from the Pod 248, 325, 339, 345; after
+/// direct evaluation of CEL and the template fixes 251, 333, 366, 358; before them 276, 1,156,
+/// 994, 968; see benches/README.md).
 const MUTATE_010_CEILING: u64 = 275;
 const VALIDATE_CEILINGS: &[(&str, u64)] = &[
     ("011-validate-create-pod-my-gpu-pod.json", 371),
