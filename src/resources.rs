@@ -144,20 +144,79 @@ pub fn is_sidecar(init_container: &Value) -> bool {
     init_container.get("restartPolicy").and_then(Value::as_str) == Some("Always")
 }
 
+/// The container lists of a pod spec, in the order [`parse_containers`] reads them.
+pub const CONTAINER_LISTS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"];
+
+/// One container of a pod spec with its resources parsed: a Pod view parses each container
+/// once ([`crate::workload::PodView::containers`]) for every check that reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedContainer {
+    /// Where it is, `spec.containers[0]` (after the view's prefix): findings point there.
+    pub path: String,
+    /// Which of [`CONTAINER_LISTS`] holds it, and where in that list.
+    pub list: &'static str,
+    pub index: usize,
+    pub resources: ContainerResources,
+    /// Entries of its requests and limits that do not parse, with their paths.
+    pub bad: Vec<BadQuantity>,
+}
+
+impl ParsedContainer {
+    pub fn is_init(&self) -> bool {
+        self.list == "initContainers"
+    }
+
+    pub fn is_ephemeral(&self) -> bool {
+        self.list == "ephemeralContainers"
+    }
+
+    /// Its JSON in `spec`.
+    pub fn json<'v>(&self, spec: &'v Value) -> Option<&'v Value> {
+        spec.get(self.list)?.get(self.index)
+    }
+}
+
+/// Every container of a pod spec (init, app, then ephemeral containers) with its resources.
+pub fn parse_containers(spec: &Value, spec_path: &str) -> Vec<ParsedContainer> {
+    let mut out = Vec::new();
+    for list in CONTAINER_LISTS {
+        for (index, container) in spec.get(list).and_then(Value::as_array).into_iter().flatten().enumerate() {
+            let path = format!("{spec_path}.{list}[{index}]");
+            let mut bad = Vec::new();
+            let resources = ContainerResources::from_container(container, &path, &mut bad);
+            out.push(ParsedContainer { path, list, index, resources, bad });
+        }
+    }
+    out
+}
+
 /// A Pod's effective request per resource, as the kube-scheduler computes it:
 /// `max(Σ app containers + Σ sidecars, max over init containers of (init + sidecars started
 /// before it)) + overhead`.
 pub fn pod_requests(spec: &Value) -> ResourceList {
     let mut ignored = Vec::new();
+    let parsed: Vec<_> = ["initContainers", "containers"]
+        .into_iter()
+        .flat_map(|list| spec.get(list).and_then(Value::as_array).into_iter().flatten().map(move |c| (list, c)))
+        .map(|(list, c)| (c, list == "initContainers", ContainerResources::from_container(c, "", &mut ignored)))
+        .collect();
+    pod_requests_of(spec, parsed.iter().map(|(c, is_init, r)| (*c, *is_init, r)))
+}
+
+/// [`pod_requests`] over containers already parsed: `(container, is_init, its resources)` for
+/// the init containers (in order) and the app containers; ephemeral containers ask nothing.
+pub fn pod_requests_of<'c>(
+    spec: &Value,
+    containers: impl Iterator<Item = (&'c Value, bool, &'c ContainerResources)>,
+) -> ResourceList {
     let mut app = ResourceList::new();
-    for c in spec.get("containers").and_then(Value::as_array).into_iter().flatten() {
-        add_into(&mut app, &ContainerResources::from_container(c, "", &mut ignored).effective_requests());
-    }
     let mut sidecars = ResourceList::new();
     let mut init_peak = ResourceList::new();
-    for c in spec.get("initContainers").and_then(Value::as_array).into_iter().flatten() {
-        let reqs = ContainerResources::from_container(c, "", &mut ignored).effective_requests();
-        if is_sidecar(c) {
+    for (c, is_init, resources) in containers {
+        let reqs = resources.effective_requests();
+        if !is_init {
+            add_into(&mut app, &reqs);
+        } else if is_sidecar(c) {
             add_into(&mut sidecars, &reqs);
             max_into(&mut init_peak, &sidecars);
         } else {

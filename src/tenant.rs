@@ -115,15 +115,11 @@ pub fn check_reserved_keys(view: &PodView<'_>) -> Vec<Finding> {
 /// its DRA claims (`claimed`, in accelerator terms) too.
 pub fn check_amounts(policies: &PolicySet, view: &PodView<'_>, claimed: &ResourceList) -> Vec<Finding> {
     let mut findings = Vec::new();
-    let Some(spec) = view.pod.get("spec") else {
-        return findings;
-    };
     let max = policies.tenancy.max_amount;
     let limit = Quantity::from_units(i64::from(max));
     let too_much = |q: &Quantity| *q > limit || *q < Quantity::ZERO;
-    let spec_path = view.spec_path();
-    for (path, container, _) in all_containers(spec, &spec_path) {
-        let res = ContainerResources::from_container(container, &path, &mut Vec::new());
+    for (parsed, container) in view.containers_with_json() {
+        let (path, res) = (&parsed.path, &parsed.resources);
         let name = container.get("name").and_then(Value::as_str).unwrap_or("?");
         for (kind, list) in [("request", &res.requests), ("limit", &res.limits)] {
             for (resource, q) in accelerators_only(list, &policies.accelerators).iter().filter(|(_, q)| too_much(q)) {
@@ -157,15 +153,6 @@ pub fn check_amounts(policies: &PolicySet, view: &PodView<'_>, claimed: &Resourc
         }
     }
     findings
-}
-
-/// Containers, init containers and ephemeral containers with their paths.
-fn all_containers<'v>(spec: &'v Value, spec_path: &'v str) -> Vec<(String, &'v Value, bool)> {
-    let mut out: Vec<_> = resources::containers(spec, spec_path).collect();
-    if let Some(list) = spec.get("ephemeralContainers").and_then(Value::as_array) {
-        out.extend(list.iter().enumerate().map(|(i, c)| (format!("{spec_path}.ephemeralContainers[{i}]"), c, false)));
-    }
-    out
 }
 
 /// What a Pod created with `spec.nodeName` would skip, if anything Allot guards.

@@ -15,7 +15,7 @@ use crate::namespaces::TeamLookup;
 use crate::policy::{Action, Operation, PolicySet, QuotaMode, Rule};
 use crate::quota::{QuotaBook, QuotaRequest, Refusal};
 use crate::request::Request;
-use crate::resources::{self, ContainerResources, accelerators_only};
+use crate::resources::{self, ContainerResources, ParsedContainer, accelerators_only};
 use crate::workload::PodView;
 
 /// Runs the built-in accelerator checks and the team priority check on one Pod view: each
@@ -34,12 +34,12 @@ pub fn check_pod_with_claims(
     claimed: &resources::ResourceList,
 ) -> Vec<Finding> {
     let mut findings = Vec::new();
-    let Some(spec) = view.pod.get("spec") else {
+    if view.pod.get("spec").is_none() {
         return findings;
-    };
+    }
     let spec_path = view.spec_path();
-    for (path, container, is_init) in resources::containers(spec, &spec_path) {
-        check_container(policies, &path, container, is_init, &mut findings);
+    for (parsed, container) in view.containers_with_json().filter(|(parsed, _)| !parsed.is_ephemeral()) {
+        check_container(policies, parsed, container, &mut findings);
     }
     max_per_pod(policies, view.requests(), claimed, &spec_path, &mut findings);
     findings.extend(check_priority_class(policies, view, team));
@@ -60,18 +60,17 @@ struct ContainerAccelerators<'a> {
     limits: resources::ResourceList,
     /// Every accelerator named in requests or limits.
     names: BTreeSet<String>,
-    resources: ContainerResources,
+    resources: &'a ContainerResources,
 }
 
 /// The per-container checks. Unparsable accelerator quantities are findings of their own
 /// (`accelerators/quantity`): the API server would refuse them, and the other checks cannot
 /// compare what they cannot read. A container without accelerators is left alone.
-fn check_container(policies: &PolicySet, path: &str, container: &Value, is_init: bool, findings: &mut Vec<Finding>) {
+fn check_container(policies: &PolicySet, parsed: &ParsedContainer, container: &Value, findings: &mut Vec<Finding>) {
     let accel = &policies.accelerators;
     let checks = &policies.checks;
-    let mut bad = Vec::new();
-    let res = ContainerResources::from_container(container, path, &mut bad);
-    for b in bad.iter().filter(|b| accel_path(&b.path, accel)) {
+    let (path, res, is_init) = (parsed.path.as_str(), &parsed.resources, parsed.is_init());
+    for b in parsed.bad.iter().filter(|b| accel_path(&b.path, accel)) {
         findings.push(accelerator_finding(Check::AcceleratorQuantity, Action::Deny, &b.path, b.error.to_string()));
     }
     let requests = accelerators_only(&res.requests, accel);

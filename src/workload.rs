@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 
 use crate::json::Fields;
-use crate::resources::ResourceList;
+use crate::resources::{self, ParsedContainer, ResourceList};
 
 /// One step of a template path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,6 +127,9 @@ pub struct PodView<'a> {
     /// Its effective requests, worked out once: the per-pod maximum, `maxAmount`, the queue and
     /// the quota all read them.
     requests: std::cell::OnceCell<ResourceList>,
+    /// Its containers' resources, parsed once: the accelerator checks, the tenant's amount
+    /// check and the requests above all read them.
+    containers: std::cell::OnceCell<Vec<ParsedContainer>>,
 }
 
 impl PartialEq for PodView<'_> {
@@ -137,13 +140,33 @@ impl PartialEq for PodView<'_> {
 
 impl<'a> PodView<'a> {
     pub fn new(path: String, pod: Cow<'a, Value>) -> PodView<'a> {
-        PodView { path, pod, requests: std::cell::OnceCell::new() }
+        PodView { path, pod, requests: std::cell::OnceCell::new(), containers: std::cell::OnceCell::new() }
     }
 
     /// The pod's effective requests ([`crate::resources::pod_requests`] of its spec; none
     /// without one). Do not change `pod` after calling this.
     pub fn requests(&self) -> &ResourceList {
-        self.requests.get_or_init(|| self.pod.get("spec").map(crate::resources::pod_requests).unwrap_or_default())
+        self.requests.get_or_init(|| {
+            let Some(spec) = self.pod.get("spec") else {
+                return ResourceList::new();
+            };
+            let asking = self.containers_with_json().filter(|(parsed, _)| !parsed.is_ephemeral());
+            crate::resources::pod_requests_of(spec, asking.map(|(parsed, c)| (c, parsed.is_init(), &parsed.resources)))
+        })
+    }
+
+    /// Its containers (init, app, ephemeral) with their resources parsed, paths under
+    /// [`PodView::spec_path`]. Do not change `pod` after calling this.
+    pub fn containers(&self) -> &[ParsedContainer] {
+        self.containers.get_or_init(|| {
+            self.pod.get("spec").map(|spec| resources::parse_containers(spec, &self.spec_path())).unwrap_or_default()
+        })
+    }
+
+    /// [`PodView::containers`], each with its JSON.
+    pub fn containers_with_json(&self) -> impl Iterator<Item = (&ParsedContainer, &Value)> {
+        let spec = self.pod.get("spec");
+        self.containers().iter().filter_map(move |parsed| Some((parsed, parsed.json(spec?)?)))
     }
 
     /// Prefix for paths inside this pod (`spec.template.spec` or `spec`).
@@ -242,6 +265,67 @@ fn walk(value: &Value, steps: &[Step], path: String, visit: &mut dyn FnMut(Strin
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A view parses each container once, init, app then ephemeral, with the paths findings
+    /// use and what did not parse; its requests are [`resources::pod_requests`] of its spec.
+    #[test]
+    fn a_view_parses_its_containers_once_with_their_paths() {
+        let job = json!({
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "ns"},
+            "spec": {"template": {"spec": {
+                "initContainers": [
+                    {"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}},
+                    {"name": "fetch", "resources": {"limits": {"cpu": "3", "nvidia.com/gpu": "x1"}}}
+                ],
+                "containers": [{"name": "train", "resources": {"limits": {"nvidia.com/gpu": "2"}, "requests": {"cpu": "2"}}}],
+                "ephemeralContainers": [{"name": "debug", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                "overhead": {"cpu": "100m"}
+            }}}
+        });
+        let views = pods_of(&job, "batch", "Job");
+        let view = &views[0];
+        let parsed = view.containers();
+        let paths: Vec<_> = parsed.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "spec.template.spec.initContainers[0]",
+                "spec.template.spec.initContainers[1]",
+                "spec.template.spec.containers[0]",
+                "spec.template.spec.ephemeralContainers[0]"
+            ]
+        );
+        assert!(parsed[0].is_init() && parsed[1].is_init() && !parsed[2].is_init() && parsed[3].is_ephemeral());
+        let bad: Vec<_> = parsed[1].bad.iter().map(|b| b.path.as_str()).collect();
+        assert_eq!(bad, ["spec.template.spec.initContainers[1].resources.limits[nvidia.com/gpu]"]);
+        assert_eq!(parsed[1].resources.limits.get("cpu"), Some(&crate::quantity::Quantity::from_units(3)));
+        let names: Vec<_> = view.containers_with_json().map(|(_, c)| c["name"].as_str().unwrap_or("?")).collect();
+        assert_eq!(names, ["side", "fetch", "train", "debug"]);
+        assert!(std::ptr::eq(view.containers(), parsed), "parsed once");
+        // Ephemeral containers ask nothing; the sidecar runs beside the app; overhead is added.
+        assert_eq!(view.requests(), &resources::pod_requests(&view.pod["spec"]));
+        assert_eq!(view.requests().get("nvidia.com/gpu"), Some(&crate::quantity::Quantity::from_units(2)));
+        assert_eq!(view.requests().get("cpu"), Some(&crate::quantity::Quantity::parse("4100m").expect("quantity")));
+    }
+
+    /// The requests worked out from the parsed containers are `pod_requests` of the spec, for
+    /// every Pod view of every captured review.
+    #[test]
+    fn view_requests_match_pod_requests_on_every_fixture() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission-reviews");
+        let mut views = 0;
+        for entry in std::fs::read_dir(&dir).expect("fixtures") {
+            let review: Value =
+                serde_json::from_slice(&std::fs::read(entry.expect("entry").path()).expect("read")).expect("JSON");
+            let object = &review["request"]["object"];
+            let (group, kind) = crate::engine::group_kind(object);
+            for view in pods_of(object, group, kind) {
+                assert_eq!(view.requests(), &resources::pod_requests(&view.pod["spec"]), "{}", view.path);
+                views += 1;
+            }
+        }
+        assert!(views >= 20, "{views} views");
+    }
 
     #[test]
     fn jobset_paths_are_readable() {
