@@ -517,12 +517,13 @@ fn process_ticks(pid: u32) -> u64 {
     field(11) + field(12)
 }
 
-/// Busy CPU ticks of the whole machine: /proc/stat's first line but idle and iowait.
+/// Busy CPU ticks of the whole machine from /proc/stat's first line: user, nice, system, irq
+/// and softirq (not idle, iowait, the hypervisor's steal, nor guest time, already in user).
 fn machine_busy_ticks() -> u64 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let numbers: Vec<u64> =
         stat.lines().next().unwrap_or_default().split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
-    numbers.iter().enumerate().filter(|&(i, _)| i != 3 && i != 4).map(|(_, v)| v).take(8).sum()
+    [0, 1, 2, 5, 6].iter().filter_map(|&i| numbers.get(i)).sum()
 }
 
 /// The kernel's USER_HZ, the unit of /proc's CPU times (100 on Linux).
