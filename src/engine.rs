@@ -417,12 +417,6 @@ mod tests {
     use crate::namespaces::NoNamespaces;
     use crate::request::RequestOperation;
 
-    fn fixture_object(name: &str) -> Value {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission-reviews").join(name);
-        let review: Value = serde_json::from_slice(&std::fs::read(&path).expect("fixture")).expect("fixture JSON");
-        review["request"]["object"].clone()
-    }
-
     /// Describing the changes is only that: the same patch, findings and notes either way, and
     /// descriptions exactly when asked for and something changed.
     #[test]
@@ -437,7 +431,7 @@ mod tests {
             "008-mutate-create-job-gang-a.json",
             "012-mutate-create-pod-plain-cpu-pod.json",
         ] {
-            let object = fixture_object(name);
+            let object = crate::fixtures::object(name);
             let (group, kind) = group_kind(&object);
             let namespace = object["metadata"]["namespace"].as_str().unwrap_or("default");
             let req = Request {

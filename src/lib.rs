@@ -19,6 +19,8 @@ pub mod explain;
 pub mod expression;
 pub mod files;
 pub mod finding;
+#[cfg(test)]
+mod fixtures;
 pub mod gang;
 pub mod github;
 pub mod json;

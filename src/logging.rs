@@ -58,7 +58,8 @@ pub struct LogGuard {
     _writer: Option<WriterGuard>,
 }
 
-static DROPPED: OnceLock<Arc<AtomicU64>> = OnceLock::new();
+/// The server's buffer, for [`dropped_lines`] (there is one subscriber per process).
+static BATCHED: OnceLock<Arc<Shared>> = OnceLock::new();
 
 /// Installs the process's log subscriber (the level from `RUST_LOG`, `info` by default).
 /// Colours only on a terminal: `kubectl logs` and log shippers get plain text.
@@ -70,7 +71,7 @@ pub fn init(format: LogFormat, destination: Destination) -> LogGuard {
         Destination::Direct => (Lines::Direct, None),
         Destination::Batched => {
             let (writer, guard) = batched(io::stderr(), BUFFER_BYTES, GATHER);
-            let _ = DROPPED.set(writer.shared.dropped.clone());
+            let _ = BATCHED.set(writer.shared.clone());
             (Lines::Batched(writer), Some(guard))
         }
     };
@@ -137,7 +138,7 @@ impl Write for LineWriter<'_> {
 
 /// Log lines dropped so far because the buffer was full (0 when lines are written directly).
 pub fn dropped_lines() -> u64 {
-    DROPPED.get().map_or(0, |dropped| dropped.load(Ordering::Relaxed))
+    BATCHED.get().map_or(0, |shared| shared.dropped.load(Ordering::Relaxed))
 }
 
 /// What producers and the writer thread share.
@@ -147,7 +148,7 @@ struct Shared {
     /// Signalled when the buffer stops being empty, and when the guard closes it.
     filled: Condvar,
     capacity: usize,
-    dropped: Arc<AtomicU64>,
+    dropped: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -165,7 +166,7 @@ impl Shared {
 
 /// A bounded buffer of log lines emptied by a writer thread (see the module docs). Appending
 /// never blocks on the sink.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Batched {
     shared: Arc<Shared>,
 }
@@ -210,7 +211,7 @@ fn batched<W: Write + Send + 'static>(sink: W, capacity: usize, gather: Duration
         state: Mutex::new(Buffer::default()),
         filled: Condvar::new(),
         capacity,
-        dropped: Arc::new(AtomicU64::new(0)),
+        dropped: AtomicU64::new(0),
     });
     let (done, finished) = mpsc::channel();
     let writer = shared.clone();

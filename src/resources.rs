@@ -127,15 +127,14 @@ fn max_into(total: &mut ResourceList, other: &ResourceList) {
     }
 }
 
-/// Iterates `(json path, container)` over a pod spec's containers, init containers first.
-pub fn containers<'a>(spec: &'a Value, spec_path: &'a str) -> impl Iterator<Item = (String, &'a Value, bool)> + 'a {
-    ["initContainers", "containers"].into_iter().flat_map(move |field| {
-        spec.get(field)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-            .map(move |(i, c)| (format!("{spec_path}.{field}[{i}]"), c, field == "initContainers"))
+/// Iterates `(list, index, container)` over the containers of a pod spec held in `lists` (of
+/// [`CONTAINER_LISTS`]), list by list in the order given.
+pub fn containers<'a>(
+    spec: &'a Value,
+    lists: &'a [&'static str],
+) -> impl Iterator<Item = (&'static str, usize, &'a Value)> + 'a {
+    lists.iter().flat_map(move |&list| {
+        spec.get(list).and_then(Value::as_array).into_iter().flatten().enumerate().map(move |(i, c)| (list, i, c))
     })
 }
 
@@ -146,6 +145,9 @@ pub fn is_sidecar(init_container: &Value) -> bool {
 
 /// The container lists of a pod spec, in the order [`parse_containers`] reads them.
 pub const CONTAINER_LISTS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"];
+
+/// The lists whose containers ask for resources (ephemeral containers cannot), init first.
+pub const ASKING_LISTS: [&str; 2] = ["initContainers", "containers"];
 
 /// One container of a pod spec with its resources parsed: a Pod view parses each container
 /// once ([`crate::workload::PodView::containers`]) for every check that reads them.
@@ -178,16 +180,14 @@ impl ParsedContainer {
 
 /// Every container of a pod spec (init, app, then ephemeral containers) with its resources.
 pub fn parse_containers(spec: &Value, spec_path: &str) -> Vec<ParsedContainer> {
-    let mut out = Vec::new();
-    for list in CONTAINER_LISTS {
-        for (index, container) in spec.get(list).and_then(Value::as_array).into_iter().flatten().enumerate() {
+    containers(spec, &CONTAINER_LISTS)
+        .map(|(list, index, container)| {
             let path = format!("{spec_path}.{list}[{index}]");
             let mut bad = Vec::new();
             let resources = ContainerResources::from_container(container, &path, &mut bad);
-            out.push(ParsedContainer { path, list, index, resources, bad });
-        }
-    }
-    out
+            ParsedContainer { path, list, index, resources, bad }
+        })
+        .collect()
 }
 
 /// A Pod's effective request per resource, as the kube-scheduler computes it:
@@ -195,10 +195,8 @@ pub fn parse_containers(spec: &Value, spec_path: &str) -> Vec<ParsedContainer> {
 /// before it)) + overhead`.
 pub fn pod_requests(spec: &Value) -> ResourceList {
     let mut ignored = Vec::new();
-    let parsed: Vec<_> = ["initContainers", "containers"]
-        .into_iter()
-        .flat_map(|list| spec.get(list).and_then(Value::as_array).into_iter().flatten().map(move |c| (list, c)))
-        .map(|(list, c)| (c, list == "initContainers", ContainerResources::from_container(c, "", &mut ignored)))
+    let parsed: Vec<_> = containers(spec, &ASKING_LISTS)
+        .map(|(list, _, c)| (c, list == "initContainers", ContainerResources::from_container(c, "", &mut ignored)))
         .collect();
     pod_requests_of(spec, parsed.iter().map(|(c, is_init, r)| (*c, *is_init, r)))
 }
@@ -248,7 +246,7 @@ pub fn accelerators_only(list: &ResourceList, matcher: &ResourceMatcher) -> Reso
 /// True when any container (init, sidecar or app) of the pod spec names an accelerator in its
 /// requests or limits.
 pub fn requests_any(spec: &Value, matcher: &ResourceMatcher) -> bool {
-    containers(spec, "").any(|(_, c, _)| {
+    containers(spec, &ASKING_LISTS).any(|(_, _, c)| {
         ["requests", "limits"].iter().any(|field| {
             c.get("resources")
                 .and_then(|r| r.get(*field))

@@ -228,8 +228,9 @@ fn describe(value: Option<&&Value>) -> String {
 
 /// Per container name, its accelerator requests and limits.
 fn accelerator_amounts(spec: &Value, matcher: &ResourceMatcher) -> BTreeMap<String, ContainerResources> {
-    resources::containers(spec, "spec")
-        .map(|(path, container, _)| {
+    resources::containers(spec, &resources::ASKING_LISTS)
+        .map(|(list, index, container)| {
+            let path = format!("spec.{list}[{index}]");
             let name = container.get("name").and_then(Value::as_str).unwrap_or(&path).to_string();
             let res = ContainerResources::from_container(container, &path, &mut Vec::new());
             let res = ContainerResources {

@@ -56,11 +56,7 @@ struct Server {
 impl Server {
     /// Certificates and a copy of the shipped policies in a fresh directory, then `allot serve`.
     fn start(extra_args: &[&str]) -> Server {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let policies = dir.path().join("policies");
-        copy_dir(&repo_path("policies"), &policies);
-        make_certs(&dir.path().join("certs"));
-        Server::start_in(dir, extra_args)
+        Server::start_in(shipped_dir(), extra_args)
     }
 
     fn start_in(dir: TempDir, extra_args: &[&str]) -> Server {
@@ -69,10 +65,7 @@ impl Server {
 
     /// Like [`Server::start`], with `RUST_LOG` set to `log_filter`.
     fn start_logging(log_filter: &str) -> Server {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        copy_dir(&repo_path("policies"), &dir.path().join("policies"));
-        make_certs(&dir.path().join("certs"));
-        Server::spawn(dir, &[], true, log_filter)
+        Server::spawn(shipped_dir(), &[], true, log_filter)
     }
 
     /// Like [`Server::start_in`], but nobody reads the server's stderr: once the pipe's buffer
@@ -174,6 +167,14 @@ impl Drop for Server {
             eprintln!("---- allot serve stderr ----\n{}----", self.stderr());
         }
     }
+}
+
+/// A fresh directory with certificates and a copy of the shipped policies.
+fn shipped_dir() -> TempDir {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    copy_dir(&repo_path("policies"), &dir.path().join("policies"));
+    make_certs(&dir.path().join("certs"));
+    dir
 }
 
 fn serve_command(dir: &Path, extra_args: &[&str]) -> Command {
@@ -878,9 +879,8 @@ async fn a_log_pipe_nobody_reads_never_stalls_admission() {
     allot::install_crypto_provider();
     const RULES: usize = 64;
     const REVIEWS: usize = 600;
-    let dir = tempfile::tempdir().expect("temporary directory");
+    let dir = shipped_dir();
     let policies = dir.path().join("policies");
-    copy_dir(&repo_path("policies"), &policies);
     let noisy: Vec<String> = (0..RULES)
         .map(|i| {
             format!(
@@ -889,7 +889,6 @@ async fn a_log_pipe_nobody_reads_never_stalls_admission() {
         })
         .collect();
     std::fs::write(policies.join("noisy.yaml"), noisy.join("---\n")).expect("write noisy.yaml");
-    make_certs(&dir.path().join("certs"));
     let server = Server::start_with_stderr_unread(dir, &[]);
     let review = fixture("011-validate-create-pod-my-gpu-pod.json");
     let started = Instant::now();
@@ -1388,15 +1387,13 @@ fn run_to_exit(mut cmd: Command) -> (ExitStatus, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_200_concurrent_reviews_never_exceeds_the_quota() {
     allot::install_crypto_provider();
-    let dir = tempfile::tempdir().expect("temporary directory");
+    let dir = shipped_dir();
     let policies = dir.path().join("policies");
-    copy_dir(&repo_path("policies"), &policies);
     std::fs::write(
         policies.join("zz-burst.yaml"),
         "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: burst}\nspec:\n  namespaces: {names: [burst]}\n  quota:\n    mode: Deny\n    limits: {nvidia.com/gpu: 8}\n",
     )
     .unwrap();
-    make_certs(&dir.path().join("certs"));
     let server = Server::start_in(dir, &[]);
     let ca = server.dir.path().join("certs/ca.crt");
     let base = fixture("011-validate-create-pod-my-gpu-pod.json");
@@ -1642,9 +1639,7 @@ async fn healthz_as(server: &Server, identity: Option<&ClientPki>) -> Result<Sta
 #[tokio::test]
 async fn client_ca_admits_only_clients_with_a_certificate_from_it() {
     allot::install_crypto_provider();
-    let dir = tempfile::tempdir().expect("temporary directory");
-    copy_dir(&repo_path("policies"), &dir.path().join("policies"));
-    make_certs(&dir.path().join("certs"));
+    let dir = shipped_dir();
     let apiserver = client_pki("apiserver");
     let stranger = client_pki("stranger");
     let ca_file = dir.path().join("certs/client-ca.crt");

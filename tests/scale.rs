@@ -373,6 +373,9 @@ struct Contender {
     configs: (MutatingWebhookConfiguration, ValidatingWebhookConfiguration),
     /// Allot answers (the probe is denied) or an allow-everything baseline does (admitted).
     is_allot: bool,
+    /// Its pods carry [`ALLOT_PATCH`] (or `ALLOT_SCALE_BASELINE_PATCH`): Allot's and the
+    /// patching baseline's do, the trivial webhook's do not.
+    patches: bool,
 }
 
 /// What one contender did over the batches it answered.
@@ -395,7 +398,7 @@ impl Tally {
 
     /// µs of CPU per create of watched process `i`.
     fn cpu_per_create(&self, i: usize) -> f64 {
-        self.ticks.get(i).copied().unwrap_or(0) as f64 * 1e6 / clock_ticks_per_second() / self.creates.max(1) as f64
+        self.ticks.get(i).copied().unwrap_or(0) as f64 * 1e6 / USER_HZ / self.creates.max(1) as f64
     }
 }
 
@@ -526,10 +529,8 @@ fn machine_busy_ticks() -> u64 {
     [0, 1, 2, 5, 6].iter().filter_map(|&i| numbers.get(i)).sum()
 }
 
-/// The kernel's USER_HZ, the unit of /proc's CPU times (100 on Linux).
-fn clock_ticks_per_second() -> f64 {
-    100.0
-}
+/// The kernel's USER_HZ, the unit of /proc's CPU times: 100 on Linux.
+const USER_HZ: f64 = 100.0;
 
 /// Waits until Allot's cache holds `pods` pods (at most `timeout`).
 async fn wait_tracked(allot: &Allot, pods: usize, timeout: Duration) {
@@ -751,8 +752,13 @@ async fn allot_at_scale() {
             let patching = patch.as_deref().map(|p| Baseline::spawn(Path::new(&bin), &dir, Some(p)));
             let configs_of = |url: &str| webhook_configs(&settings.allot, &certs.join("ca.crt"), url);
             let mut contenders = vec![
-                Contender { label: "Allot", configs: configs.clone(), is_allot: true },
-                Contender { label: "the trivial webhook", configs: configs_of(&baseline.url), is_allot: false },
+                Contender { label: "Allot", configs: configs.clone(), is_allot: true, patches: true },
+                Contender {
+                    label: "the trivial webhook",
+                    configs: configs_of(&baseline.url),
+                    is_allot: false,
+                    patches: false,
+                },
             ];
             let mut processes = vec![
                 ("kube-apiserver", plane.pid_of("kube-apiserver").unwrap_or(0)),
@@ -765,6 +771,7 @@ async fn allot_at_scale() {
                     label: "the same, patching",
                     configs: configs_of(&patching.url),
                     is_allot: false,
+                    patches: true,
                 });
                 processes.push(("baseline+patch", patching.child.id()));
             }
@@ -778,7 +785,8 @@ async fn allot_at_scale() {
                     let i = tally.first_pod.expect("every contender answered a batch");
                     (format!("scale-{:02}", i % NAMESPACES), format!("p-{i}"))
                 };
-                for (tally, carries) in [(&tallies[0], true), (&tallies[1], false), (&tallies[2], true)] {
+                for (contender, tally) in contenders.iter().zip(&tallies) {
+                    let carries = contender.patches;
                     let (ns, name) = pod_of(tally);
                     let pod = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), &ns)
                         .get(&name)

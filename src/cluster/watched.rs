@@ -257,11 +257,8 @@ mod tests {
     /// status and all) makes the same record from both decodings.
     #[test]
     fn captured_pods_make_the_same_record_from_both_decodings() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission-reviews");
         let mut pods = 0;
-        for entry in std::fs::read_dir(&dir).expect("fixtures") {
-            let text = std::fs::read_to_string(entry.expect("entry").path()).expect("fixture");
-            let review: serde_json::Value = serde_json::from_str(&text).expect("json");
+        for (_, review) in crate::fixtures::reviews() {
             for side in ["object", "oldObject"] {
                 let Some(object) = review["request"].get(side).filter(|o| o["kind"] == "Pod") else { continue };
                 let (full, slim) = both_records(object);

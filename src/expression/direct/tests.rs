@@ -1,7 +1,6 @@
 //! Direct evaluation against the interpreter: wherever direct evaluation answers, the
 //! interpreter, on the bindings the engine makes, answers the same.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use kube::core::cel::cel::Value as CelValue;
@@ -221,16 +220,11 @@ fn pod(name: &str, image: &str, gpus: &str, priority: Value, note: &str, labels:
 
 /// The Pods of the captured admission reviews, and a few hand-made ones.
 fn objects() -> Vec<Value> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission-reviews");
-    let mut out: Vec<Value> = std::fs::read_dir(&dir)
-        .expect("fixtures")
-        .filter_map(|entry| {
-            let text = std::fs::read_to_string(entry.ok()?.path()).ok()?;
-            let review: Value = serde_json::from_str(&text).ok()?;
-            review.pointer("/request/object").filter(|o| o.is_object()).cloned()
-        })
+    let mut out: Vec<Value> = crate::fixtures::reviews()
+        .into_iter()
+        .filter_map(|(_, review)| review.pointer("/request/object").filter(|o| o.is_object()).cloned())
         .collect();
-    assert!(out.len() >= 10, "the captured reviews were not read from {}", dir.display());
+    assert!(out.len() >= 10, "the captured reviews were not read: {} objects", out.len());
     out.push(pod(
         "gpu-pod",
         "nvcr.io/nvidia/pytorch:24.01",
