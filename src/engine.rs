@@ -2,11 +2,13 @@
 //! [`Engine::validate`]; `allot check` calls [`Engine::admit`], which is exactly those two in
 //! sequence with the patch applied in between — what the API server does.
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::dra::{self, ClaimDemand, ClaimSource, NoClaims};
-use crate::expression::{Inputs, Needs, object_accelerators};
+use crate::expression::{Inputs, Needs, object_accelerators, view_accelerators};
 use crate::finding::{Check, Finding, RuleId, any_denied};
 use crate::gang::directory::{GangDirectory, NoGangs};
 use crate::mutate::{self, PodContext};
@@ -55,6 +57,14 @@ impl Admission {
     pub fn allowed(&self) -> bool {
         self.mutation.allowed() && self.validation.allowed()
     }
+}
+
+/// What an evaluation's `object` is: a Pod view (its containers parsed once, for the checks
+/// and the rules alike) or a workload itself.
+#[derive(Clone, Copy)]
+enum Subject<'r> {
+    Pod(&'r PodView<'r>),
+    Object(&'r Value),
 }
 
 /// The engine: a policy set, a namespace-label source and what is known of existing gangs.
@@ -142,9 +152,19 @@ impl<'a> Engine<'a> {
         lookup
     }
 
-    /// The variables of an evaluation of `object` (the Pod, or a template seen as one), for
-    /// expressions that read `needs`.
-    fn inputs<'r>(&'r self, req: &Request<'r>, object: &'r Value, team: &TeamLookup<'a>, needs: Needs) -> Inputs<'r> {
+    /// The variables of an evaluation of `subject` (the Pod, a template seen as one, or a
+    /// workload itself), for expressions that read `needs`.
+    fn inputs<'r>(
+        &'r self,
+        req: &Request<'r>,
+        subject: Subject<'r>,
+        team: &TeamLookup<'a>,
+        needs: Needs,
+    ) -> Inputs<'r> {
+        let (object, view) = match subject {
+            Subject::Pod(view) => (&*view.pod, Some(view)),
+            Subject::Object(object) => (object, None),
+        };
         Inputs {
             object: Some(object),
             old_object: req.old_object,
@@ -162,12 +182,16 @@ impl<'a> Engine<'a> {
                 // Devices asked through DRA claims count like those in the containers' resources.
                 let claimed = self.claim_demand(object, req.namespace).accelerators(&self.policies.device_classes);
                 let claimed = crate::resources::accelerators_only(&claimed, &self.policies.accelerators);
-                object_accelerators(object, &self.policies.accelerators)
-                    .and_then(|units| claimed.values().try_fold(units, |sum, q| sum.checked_add(q.ceil_units())))
+                let units = match view {
+                    Some(view) => view_accelerators(view, &self.policies.accelerators),
+                    None => object_accelerators(object, &self.policies.accelerators),
+                };
+                units.and_then(|units| claimed.values().try_fold(units, |sum, q| sum.checked_add(q.ceil_units())))
             } else {
                 None
             },
             needs,
+            view,
         }
     }
 
@@ -178,7 +202,8 @@ impl<'a> Engine<'a> {
             return out;
         }
         let team = self.team(req.namespace, &mut out.notes);
-        let make_inputs = |needs: &Needs| self.inputs(req, req.object, &team, needs.clone());
+        let view = PodView::new(String::new(), Cow::Borrowed(req.object));
+        let make_inputs = |needs: &Needs| self.inputs(req, Subject::Pod(&view), &team, needs.clone());
         let claims = self.claim_demand(req.object, req.namespace);
         let ctx = PodContext {
             namespace: req.namespace,
@@ -293,7 +318,7 @@ impl<'a> Engine<'a> {
             }
             self.run_rules(
                 req,
-                &view.pod,
+                Subject::Pod(&view),
                 &team,
                 &Target { is_pod: true, path: &view.path, ..object_target },
                 &mut out,
@@ -303,7 +328,7 @@ impl<'a> Engine<'a> {
             }
         }
         if !is_pod {
-            self.run_rules(req, req.object, &team, &object_target, &mut out);
+            self.run_rules(req, Subject::Object(req.object), &team, &object_target, &mut out);
         }
         // Quota last, and only for what is otherwise admitted: a denied pod reserves nothing.
         if out.allowed() {
@@ -321,7 +346,7 @@ impl<'a> Engine<'a> {
     fn run_rules(
         &self,
         req: &Request<'_>,
-        object: &Value,
+        subject: Subject<'_>,
         team: &TeamLookup<'_>,
         target: &Target<'_>,
         out: &mut Outcome,
@@ -330,7 +355,7 @@ impl<'a> Engine<'a> {
         if rules.is_empty() {
             return;
         }
-        let inputs = self.inputs(req, object, team, validate::rule_needs(&rules));
+        let inputs = self.inputs(req, subject, team, validate::rule_needs(&rules));
         out.findings.extend(validate::run_rules(self.policies, &rules, target, &inputs));
     }
 
@@ -343,7 +368,7 @@ impl<'a> Engine<'a> {
         team: &TeamLookup<'a>,
         out: &mut Outcome,
     ) -> PodView<'v> {
-        let make_inputs = |needs: &Needs| self.inputs(req, &view.pod, team, needs.clone());
+        let make_inputs = |needs: &Needs| self.inputs(req, Subject::Pod(&view), team, needs.clone());
         // The Pods of a template are created by its workload's controller, whose identity
         // is not known here: no identity-based exemption.
         let claims = self.claim_demand(&view.pod, req.namespace);

@@ -53,6 +53,7 @@ use kube::core::cel::cel::{Context, ExecutionError, Program, Value as CelValue};
 use serde_json::Value;
 
 use crate::resources::{self, ContainerResources, ResourceList, ResourceMatcher, accelerators_only};
+use crate::workload::PodView;
 
 /// The variable names a policy expression may use.
 pub const VARIABLES: &[&str] = &["object", "oldObject", "workload", "namespace", "team", "request"];
@@ -799,6 +800,9 @@ pub struct Inputs<'a> {
     pub request: Option<Value>,
     /// `accelerators(object)`, when needed and computable.
     pub object_accelerators: Option<i64>,
+    /// The Pod view `object` is, when it is one: `accelerators(c)` of one of its containers
+    /// reads the resources the view parsed instead of parsing them again.
+    pub view: Option<&'a PodView<'a>>,
 }
 
 impl Inputs<'_> {
@@ -812,6 +816,7 @@ impl Inputs<'_> {
             team: self.team,
             request: self.request.as_ref(),
             object_accelerators: self.object_accelerators,
+            view: self.view,
         }
     }
 
@@ -886,6 +891,15 @@ impl<'e> Evaluator<'e> {
 /// computes it; `None` when it is none of those or the total overflows.
 pub fn object_accelerators(value: &Value, matcher: &ResourceMatcher) -> Option<i64> {
     total_units(&accelerators_only(&requests_of_json(value)?, matcher))
+}
+
+/// [`object_accelerators`] of a Pod view, from the requests it worked out already (the same
+/// [`resources::pod_requests`] of its spec).
+pub fn view_accelerators(view: &PodView<'_>, matcher: &ResourceMatcher) -> Option<i64> {
+    if view.pod.get("spec").is_none() {
+        return object_accelerators(&view.pod, matcher);
+    }
+    total_units(&accelerators_only(view.requests(), matcher))
 }
 
 /// Whole devices in all, `None` past `i64`.

@@ -39,7 +39,8 @@ use serde_json::Value;
 
 use super::budget::{MAX_EVALUATION_BYTES, MAX_ITERATIONS, MAX_VALUE_BYTES};
 use super::{JsonNumber, OBJECT_ACCELERATORS, total_units};
-use crate::resources::{ResourceMatcher, accelerators_only};
+use crate::resources::{ParsedContainer, ResourceMatcher, accelerators_only};
+use crate::workload::PodView;
 
 /// The interpreter must answer: the expression erred, or meets something direct evaluation does
 /// not decide the way the interpreter would.
@@ -60,6 +61,8 @@ pub struct Variables<'a> {
     pub request: Option<&'a Value>,
     /// `accelerators(object)`, computed by the caller (`None`: not computable, the rule errs).
     pub object_accelerators: Option<i64>,
+    /// The Pod view `object` is, when it is one ([`super::Inputs::view`]).
+    pub view: Option<&'a PodView<'a>>,
 }
 
 /// An expression compiled for direct evaluation.
@@ -577,8 +580,23 @@ impl<'a> Run<'_, 'a> {
     /// `accelerators(x)` of a Pod, a pod spec or a container, as the interpreter's helper
     /// counts it.
     fn accelerators_of(&self, object: &Value) -> Eval<i64> {
-        let all = super::requests_of_json(object).ok_or(GiveUp)?;
+        let all = match self.parsed_container(object) {
+            Some(container) => container.resources.effective_requests(),
+            None => super::requests_of_json(object).ok_or(GiveUp)?,
+        };
         total_units(&accelerators_only(&all, self.accelerators)).ok_or(GiveUp)
+    }
+
+    /// `object` as the view of `object` parsed it, when it is one of the view's containers
+    /// (the very value, not an equal one) and [`super::requests_of_json`] would read it as a
+    /// container.
+    fn parsed_container(&self, object: &Value) -> Option<&'a ParsedContainer> {
+        if object.get("spec").is_some() || object.get("containers").is_some() {
+            return None;
+        }
+        let view = self.variables.view?;
+        let spec = view.pod.get("spec")?;
+        view.containers().iter().find(|parsed| parsed.json(spec).is_some_and(|json| std::ptr::eq(json, object)))
     }
 }
 

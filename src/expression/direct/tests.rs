@@ -1,6 +1,7 @@
 //! Direct evaluation against the interpreter: wherever direct evaluation answers, the
 //! interpreter, on the bindings the engine makes, answers the same.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use kube::core::cel::cel::Value as CelValue;
@@ -9,8 +10,9 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::Val;
-use crate::expression::{Environment, Expression, Inputs, Needs, json_to_cel, object_accelerators};
+use crate::expression::{Environment, Expression, Inputs, Needs, json_to_cel, object_accelerators, view_accelerators};
 use crate::resources::{self, ResourceMatcher};
+use crate::workload::PodView;
 
 fn matcher() -> Arc<ResourceMatcher> {
     Arc::new(ResourceMatcher::new(resources::DEFAULT_ACCELERATORS))
@@ -65,8 +67,25 @@ fn agree(env: &Environment, expression: &Expression, object: &Value, team: &str)
             json!({"operation": "CREATE", "dryRun": false, "userInfo": {"username": "alice", "groups": ["dev"]}}),
         ),
         object_accelerators: object_accelerators(object, &env.accelerators),
+        view: None,
     };
     let direct = expression.evaluate_direct(&inputs.variables(), &env.accelerators, &"direct-test");
+    // The same object as a Pod view: `accelerators(object)` from the view's requests and
+    // `accelerators(c)` from its parsed containers must answer exactly as from the JSON.
+    let view = PodView::new(String::new(), Cow::Borrowed(object));
+    let from_view = Inputs {
+        object_accelerators: view_accelerators(&view, &env.accelerators),
+        view: Some(&view),
+        ..inputs.clone()
+    };
+    let direct_from_view = expression.evaluate_direct(&from_view.variables(), &env.accelerators, &"direct-test");
+    assert_eq!(
+        direct_from_view.as_ref().map(to_cel),
+        direct.as_ref().map(to_cel),
+        "`{}` on {:.300}: read through a Pod view",
+        expression.source(),
+        object.to_string()
+    );
     let Some(direct) = direct else { return false };
     let scope = env.scope(&inputs.bindings());
     let interpreted = expression.execute(&scope, &"direct-test");
