@@ -6,6 +6,9 @@
 //!
 //! - `baseline/parse-json-value`: `serde_json::from_slice::<Value>` of fixture 010's body, the
 //!   least any webhook must do with it.
+//! - `baseline/parse-arena-value`: the same body into `sonic_rs::Value`, an arena-allocated
+//!   tree: how much of decoding is building serde_json's tree (a String per key and string, a
+//!   BTreeMap per object), which the engine reads.
 //! - `review/mutate-010`, `review/validate-010`: `admission::review` of fixture 010 (a Pod asking
 //!   for one `nvidia.com/gpu` in team namespace `vision`), decode → engine → encode, exactly what
 //!   `POST /mutate` and `POST /validate` run. Target: < 20 µs.
@@ -122,6 +125,11 @@ fn benches(c: &mut Criterion) {
 
     c.bench_function("baseline/parse-json-value", |b| {
         b.iter(|| serde_json::from_slice::<Value>(black_box(&body)).expect("JSON"))
+    });
+    // The same body into an arena-allocated tree (one allocation per page, not per string and
+    // map): what decoding costs when building the tree is not the cost.
+    c.bench_function("baseline/parse-arena-value", |b| {
+        b.iter(|| sonic_rs::from_slice::<sonic_rs::Value>(black_box(&body)).expect("JSON"))
     });
     c.bench_function("baseline/skim-010", |b| {
         b.iter(|| serde_json::from_slice::<serde::de::IgnoredAny>(black_box(&body)).expect("JSON"))
