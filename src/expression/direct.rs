@@ -587,9 +587,9 @@ impl<'a> Run<'_, 'a> {
         total_units(&accelerators_only(&all, self.accelerators)).ok_or(GiveUp)
     }
 
-    /// `object` as the view of `object` parsed it, when it is one of the view's containers
-    /// (the very value, not an equal one) and [`super::requests_of_json`] would read it as a
-    /// container.
+    /// The container `object` is, as the Pod view parsed it: when `object` is one of the view's
+    /// containers (the very value, not an equal one elsewhere) and [`super::requests_of_json`]
+    /// would read it as a container.
     fn parsed_container(&self, object: &Value) -> Option<&'a ParsedContainer> {
         if object.get("spec").is_some() || object.get("containers").is_some() {
             return None;
