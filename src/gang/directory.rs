@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::membership::{Membership, PodFacts};
+use crate::json::Fields;
 use crate::namespaces::NamespaceLabels;
 use crate::policy::PolicySet;
 
@@ -22,12 +23,14 @@ pub struct Peer {
 impl Peer {
     /// The peer summary of a Pod (JSON) in `gang`.
     pub fn of(pod: &Value, gang: &Membership) -> Peer {
-        let text = |p: &str| pod.pointer(p).and_then(Value::as_str).filter(|s| !s.is_empty()).map(String::from);
+        // `Fields::field`, not `Value::pointer`: a pointer unescapes each of its segments into a
+        // new String, and this runs for every gang member under review.
+        let text = |path: &[&str]| pod.field(path).and_then(Value::as_str).filter(|s| !s.is_empty()).map(String::from);
         Peer {
-            pod: text("/metadata/name").unwrap_or_default(),
+            pod: text(&["metadata", "name"]).unwrap_or_default(),
             size: gang.size,
-            priority_class: text("/spec/priorityClassName"),
-            scheduler_name: text("/spec/schedulerName"),
+            priority_class: text(&["spec", "priorityClassName"]),
+            scheduler_name: text(&["spec", "schedulerName"]),
         }
     }
 }
@@ -105,4 +108,47 @@ pub fn disagreement(gang: &str, me: &Peer, peers: &[Peer]) -> Option<String> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::{Peer, disagreement};
+    use crate::gang::membership::{Membership, Source};
+
+    fn peer(pod: serde_json::Value) -> Peer {
+        Peer::of(&pod, &Membership { name: "g".into(), size: Some(2), source: Source::Explicit })
+    }
+
+    #[test]
+    fn a_peer_is_read_from_the_pods_name_priority_class_and_scheduler() {
+        let me = peer(json!({
+            "metadata": {"name": "w-0"},
+            "spec": {"priorityClassName": "high", "schedulerName": "default-scheduler"},
+        }));
+        assert_eq!(me.pod, "w-0");
+        assert_eq!(me.size, Some(2));
+        assert_eq!(me.priority_class.as_deref(), Some("high"));
+        assert_eq!(me.scheduler_name.as_deref(), Some("default-scheduler"));
+        // Empty, absent and non-string values all read as unset.
+        let other = peer(json!({"metadata": {"name": "w-1"}, "spec": {"priorityClassName": "", "schedulerName": 7}}));
+        assert_eq!((other.priority_class, other.scheduler_name), (None, None));
+        assert_eq!(peer(json!({"metadata": "w-2"})).pod, "");
+        // Keys with '/' or '~' are not paths here: only these fields are read.
+        let odd = peer(json!({"metadata": {"name": "a~1b/c"}, "spec": {"schedulerName": "x/y"}}));
+        assert_eq!((odd.pod.as_str(), odd.scheduler_name.as_deref()), ("a~1b/c", Some("x/y")));
+    }
+
+    #[test]
+    fn members_disagreeing_on_the_scheduler_are_named() {
+        let me = peer(json!({"metadata": {"name": "w-0"}, "spec": {"schedulerName": "volcano"}}));
+        let other = peer(json!({"metadata": {"name": "w-1"}, "spec": {}}));
+        let message = disagreement("ns/g", &me, &[other]).expect("a disagreement");
+        assert_eq!(
+            message,
+            "gang ns/g: this pod has schedulerName volcano, member w-1 has (unset); all members of a gang must agree"
+        );
+        assert_eq!(disagreement("ns/g", &me, std::slice::from_ref(&me)), None, "a pod never disagrees with itself");
+    }
 }
