@@ -208,7 +208,7 @@ fn benches(c: &mut Criterion) {
         workload: Some(pod_011),
         namespace: "vision",
         team: "vision",
-        object_accelerators: allot::expression::object_accelerators(pod_011, &policies.accelerators),
+        object_accelerators: allot::expression::object_accelerators(pod_011, None, &policies.accelerators),
         ..Inputs::default()
     };
     let evaluator = Evaluator::new(&policies.env, &inputs);

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::dra::{self, ClaimDemand, ClaimSource, NoClaims};
-use crate::expression::{Inputs, Needs, object_accelerators, view_accelerators};
+use crate::expression::{Inputs, Needs, object_accelerators};
 use crate::finding::{Check, Finding, RuleId, any_denied};
 use crate::gang::directory::{GangDirectory, NoGangs};
 use crate::mutate::{self, PodContext};
@@ -182,11 +182,8 @@ impl<'a> Engine<'a> {
                 // Devices asked through DRA claims count like those in the containers' resources.
                 let claimed = self.claim_demand(object, req.namespace).accelerators(&self.policies.device_classes);
                 let claimed = crate::resources::accelerators_only(&claimed, &self.policies.accelerators);
-                let units = match view {
-                    Some(view) => view_accelerators(view, &self.policies.accelerators),
-                    None => object_accelerators(object, &self.policies.accelerators),
-                };
-                units.and_then(|units| claimed.values().try_fold(units, |sum, q| sum.checked_add(q.ceil_units())))
+                object_accelerators(object, view, &self.policies.accelerators)
+                    .and_then(|units| claimed.values().try_fold(units, |sum, q| sum.checked_add(q.ceil_units())))
             } else {
                 None
             },

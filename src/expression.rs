@@ -43,6 +43,7 @@ pub mod fixes;
 pub mod panics;
 pub mod quantity;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -801,7 +802,7 @@ pub struct Inputs<'a> {
     /// `accelerators(object)`, when needed and computable.
     pub object_accelerators: Option<i64>,
     /// The Pod view `object` is, when it is one: `accelerators(c)` of one of its containers
-    /// reads the resources the view parsed instead of parsing them again.
+    /// reads the resources the view parsed instead of parsing them again ([`requests_of_json`]).
     pub view: Option<&'a PodView<'a>>,
 }
 
@@ -888,18 +889,10 @@ impl<'e> Evaluator<'e> {
 }
 
 /// `accelerators(x)` of a JSON value (a Pod, a pod spec or a container), as the CEL function
-/// computes it; `None` when it is none of those or the total overflows.
-pub fn object_accelerators(value: &Value, matcher: &ResourceMatcher) -> Option<i64> {
-    total_units(&accelerators_only(&requests_of_json(value)?, matcher))
-}
-
-/// [`object_accelerators`] of a Pod view, from the requests it worked out already (the same
-/// [`resources::pod_requests`] of its spec).
-pub fn view_accelerators(view: &PodView<'_>, matcher: &ResourceMatcher) -> Option<i64> {
-    if view.pod.get("spec").is_none() {
-        return object_accelerators(&view.pod, matcher);
-    }
-    total_units(&accelerators_only(view.requests(), matcher))
+/// computes it; `None` when it is none of those or the total overflows. `view`: the Pod view
+/// `value` may be or sit in ([`requests_of_json`]).
+pub fn object_accelerators(value: &Value, view: Option<&PodView<'_>>, matcher: &ResourceMatcher) -> Option<i64> {
+    total_units(&accelerators_only(&*requests_of_json(value, view)?, matcher))
 }
 
 /// Whole devices in all, `None` past `i64`.
@@ -911,14 +904,22 @@ fn units_overflow(function: &str) -> ExecutionError {
     ExecutionError::function_error(function, "the total does not fit in an int")
 }
 
-/// Every resource a Pod, a pod spec or a container asks for.
-fn requests_of_json(json: &Value) -> Option<ResourceList> {
+/// Every resource a Pod, a pod spec or a container asks for. When `json` is `view`'s Pod or
+/// one of its containers (the very value, not an equal one), what the view parsed already is
+/// read instead of parsing the quantities again.
+fn requests_of_json<'v>(json: &Value, view: Option<&'v PodView<'_>>) -> Option<Cow<'v, ResourceList>> {
     if let Some(spec) = json.get("spec") {
-        Some(resources::pod_requests(spec))
+        Some(match view.filter(|v| std::ptr::eq(json, &*v.pod)) {
+            Some(view) => Cow::Borrowed(view.requests()),
+            None => Cow::Owned(resources::pod_requests(spec)),
+        })
     } else if json.get("containers").is_some() {
-        Some(resources::pod_requests(json))
+        Some(Cow::Owned(resources::pod_requests(json)))
     } else if json.is_object() {
-        Some(ContainerResources::from_container(json, "", &mut Vec::new()).effective_requests())
+        Some(Cow::Owned(match view.and_then(|v| v.container_of(json)) {
+            Some(parsed) => parsed.resources.effective_requests(),
+            None => ContainerResources::from_container(json, "", &mut Vec::new()).effective_requests(),
+        }))
     } else {
         None
     }
@@ -971,7 +972,7 @@ fn requests_of(v: &CelValue, matcher: &ResourceMatcher, function: &str) -> Resul
         return Ok(accelerators_only(&all.effective_requests(), matcher));
     }
     let json = to_json(v, function)?;
-    let all = requests_of_json(&json)
+    let all = requests_of_json(&json, None)
         .ok_or_else(|| ExecutionError::function_error(function, "expects a Pod, a pod spec or a container"))?;
     Ok(accelerators_only(&all, matcher))
 }
@@ -1165,7 +1166,7 @@ mod tests {
             vars: needs.vars,
             object: json_to_cel_projected(object, &needs.object),
             workload: json_to_cel_projected(object, &needs.workload),
-            object_accelerators: object_accelerators(object, &matcher),
+            object_accelerators: object_accelerators(object, None, &matcher),
             ..bindings(object.clone())
         }
     }
@@ -1265,7 +1266,7 @@ mod tests {
         let huge = json!({"spec": {"containers": [{"resources": {"limits": {
             "nvidia.com/gpu": "9223372036854775807", "nvidia.com/mig-1g.10gb": "9223372036854775807"}}}]}});
         let matcher = ResourceMatcher::new(resources::DEFAULT_ACCELERATORS);
-        assert_eq!(object_accelerators(&huge, &matcher), None);
+        assert_eq!(object_accelerators(&huge, None, &matcher), None);
         assert!(eval("accelerators(object) > 0", huge.clone()).is_err());
         assert!(eval("accelerators(object.spec.containers[0]) > 0", huge).is_err());
     }

@@ -163,6 +163,12 @@ impl<'a> PodView<'a> {
         })
     }
 
+    /// The parsed container whose JSON is `json` itself (the very value in this view's Pod, not
+    /// an equal one elsewhere).
+    pub fn container_of(&self, json: &Value) -> Option<&ParsedContainer> {
+        self.containers_with_json().find(|(_, c)| std::ptr::eq(*c, json)).map(|(parsed, _)| parsed)
+    }
+
     /// [`PodView::containers`], each with its JSON.
     pub fn containers_with_json(&self) -> impl Iterator<Item = (&ParsedContainer, &Value)> {
         let spec = self.pod.get("spec");

@@ -49,7 +49,7 @@ fn every_shipped_expression_is_answered_directly_as_the_interpreter_answers() {
                     namespace: "vision",
                     team,
                     request: Some(request.clone()),
-                    object_accelerators: object_accelerators(&pod, &policies.accelerators),
+                    object_accelerators: object_accelerators(&pod, None, &policies.accelerators),
                     ..Inputs::default()
                 };
                 let direct = expression.evaluate_direct(&inputs.variables(), &policies.accelerators, &"cel-direct");

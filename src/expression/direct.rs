@@ -39,7 +39,7 @@ use serde_json::Value;
 
 use super::budget::{MAX_EVALUATION_BYTES, MAX_ITERATIONS, MAX_VALUE_BYTES};
 use super::{JsonNumber, OBJECT_ACCELERATORS, total_units};
-use crate::resources::{ParsedContainer, ResourceMatcher, accelerators_only};
+use crate::resources::{ResourceMatcher, accelerators_only};
 use crate::workload::PodView;
 
 /// The interpreter must answer: the expression erred, or meets something direct evaluation does
@@ -580,23 +580,8 @@ impl<'a> Run<'_, 'a> {
     /// `accelerators(x)` of a Pod, a pod spec or a container, as the interpreter's helper
     /// counts it.
     fn accelerators_of(&self, object: &Value) -> Eval<i64> {
-        let all = match self.parsed_container(object) {
-            Some(container) => container.resources.effective_requests(),
-            None => super::requests_of_json(object).ok_or(GiveUp)?,
-        };
+        let all = super::requests_of_json(object, self.variables.view).ok_or(GiveUp)?;
         total_units(&accelerators_only(&all, self.accelerators)).ok_or(GiveUp)
-    }
-
-    /// The container `object` is, as the Pod view parsed it: when `object` is one of the view's
-    /// containers (the very value, not an equal one elsewhere) and [`super::requests_of_json`]
-    /// would read it as a container.
-    fn parsed_container(&self, object: &Value) -> Option<&'a ParsedContainer> {
-        if object.get("spec").is_some() || object.get("containers").is_some() {
-            return None;
-        }
-        let view = self.variables.view?;
-        let spec = view.pod.get("spec")?;
-        view.containers().iter().find(|parsed| parsed.json(spec).is_some_and(|json| std::ptr::eq(json, object)))
     }
 }
 

@@ -630,7 +630,7 @@ fn expanded_pod_counts_agree_with_the_engine_body() {
         let pod =
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "scratch"}, "spec": spec});
         let ctx = context(&pod, "scratch", json!({}));
-        let expected = crate::expression::object_accelerators(&pod, &matcher).expect("a pod");
+        let expected = crate::expression::object_accelerators(&pod, None, &matcher).expect("a pod");
         prop_assert_eq!(
             count.execute(&ctx).map_err(|e| e.to_string()),
             Ok(CelValue::Int(expected)),

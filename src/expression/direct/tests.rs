@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::Val;
-use crate::expression::{Environment, Expression, Inputs, Needs, json_to_cel, object_accelerators, view_accelerators};
+use crate::expression::{Environment, Expression, Inputs, Needs, json_to_cel, object_accelerators};
 use crate::resources::{self, ResourceMatcher};
 use crate::workload::PodView;
 
@@ -66,7 +66,7 @@ fn agree(env: &Environment, expression: &Expression, object: &Value, team: &str)
         request: Some(
             json!({"operation": "CREATE", "dryRun": false, "userInfo": {"username": "alice", "groups": ["dev"]}}),
         ),
-        object_accelerators: object_accelerators(object, &env.accelerators),
+        object_accelerators: object_accelerators(object, None, &env.accelerators),
         view: None,
     };
     let direct = expression.evaluate_direct(&inputs.variables(), &env.accelerators, &"direct-test");
@@ -74,7 +74,7 @@ fn agree(env: &Environment, expression: &Expression, object: &Value, team: &str)
     // `accelerators(c)` from its parsed containers must answer exactly as from the JSON.
     let view = PodView::new(String::new(), Cow::Borrowed(object));
     let from_view = Inputs {
-        object_accelerators: view_accelerators(&view, &env.accelerators),
+        object_accelerators: object_accelerators(object, Some(&view), &env.accelerators),
         view: Some(&view),
         ..inputs.clone()
     };
