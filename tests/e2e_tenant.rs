@@ -1134,6 +1134,34 @@ fn priority_class_outside_the_team_is_denied() {
 }
 
 #[test]
+fn gang_members_cannot_disagree_on_their_scheduler() {
+    attempt("gang_members_cannot_disagree_on_their_scheduler", "t-scheduler", |ctx| async move {
+        // A second scheduler for half a gang would place that half on its own: the two halves
+        // could each hold GPUs waiting for the other, the deadlock gangs exist to prevent.
+        create(&ctx, member("w-0", "ring", "2", 1)).await.expect("the first member");
+        let mut other = member("w-1", "ring", "2", 1);
+        other["spec"]["schedulerName"] = json!("volcano");
+        // Allot knows the gang's members from its watch: wait (with dry runs, which change
+        // nothing) until it has seen w-0, then the real create must be denied the same way.
+        let dry = PostParams { dry_run: true, ..Default::default() };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while ctx.pods().create(&dry, &typed(other.clone())).await.is_ok() {
+            assert!(Instant::now() < deadline, "w-1 on another scheduler still admitted after 10 s");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let message = denial("w-1 on another scheduler", create(&ctx, other).await);
+        assert_names("w-1 on another scheduler", &message, &["ring", "schedulerName", "volcano", "w-0"]);
+        // Its gang stays as it was: one member, still gated.
+        assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(2)).await;
+        assert_eq!(gpus_in_use(&ctx).await, 1);
+        // On the gang's own scheduler, the same member is admitted, gated.
+        let created = create(&ctx, member("w-1", "ring", "2", 1)).await.expect("w-1 on the default scheduler");
+        assert!(gates(&created).contains(&GANG_GATE.to_string()), "not gated: {:?}", gates(&created));
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
 fn a_recreated_member_arrives_gated() {
     attempt("a_recreated_member_arrives_gated", "t-recreate", |ctx| async move {
         // A gang of 2 is released; one member is deleted and made again under the same name.
