@@ -28,14 +28,16 @@ pub fn stderr(o: &Output) -> String {
 }
 
 /// Says on the process's real stderr that a test is skipped and why. The test harness captures
-/// `eprint!` and `io::stderr()`; a fresh handle on /dev/stderr is not captured, so CI logs show
-/// the line.
+/// `eprint!`; a duplicate of descriptor 2 is not captured, so CI logs show the line. (A fresh
+/// open of /dev/stderr would be its own file position: with `.ci/run > log 2>&1` it wrote over
+/// the log's first line, or was written over by what followed.)
 pub fn skipped(test: &str, why: &str) {
     use std::io::Write as _;
+    use std::os::fd::AsFd as _;
     let line = format!("SKIPPED {test}: {why}\n");
-    match std::fs::OpenOptions::new().write(true).open("/dev/stderr") {
-        Ok(mut stderr) => {
-            let _ = stderr.write_all(line.as_bytes());
+    match std::io::stderr().as_fd().try_clone_to_owned() {
+        Ok(fd) => {
+            let _ = std::fs::File::from(fd).write_all(line.as_bytes());
         }
         Err(_) => eprint!("{line}"),
     }
