@@ -57,6 +57,14 @@ impl Quantity {
 
     /// Parses a quantity from its canonical string form or from a JSON number.
     pub fn parse(input: &str) -> Result<Quantity, QuantityError> {
+        match plain_nanos(input.as_bytes()) {
+            Some(nanos) => Ok(Quantity(nanos)),
+            None => Quantity::parse_any_form(input),
+        }
+    }
+
+    /// [`Quantity::parse`] for every form: sign, decimal point, exponent, any suffix.
+    fn parse_any_form(input: &str) -> Result<Quantity, QuantityError> {
         let err = |reason| QuantityError { input: input.to_string(), reason };
         let s = input.trim();
         if s.is_empty() {
@@ -126,10 +134,42 @@ impl Quantity {
     pub fn from_json(value: &serde_json::Value) -> Result<Quantity, QuantityError> {
         match value {
             serde_json::Value::String(s) => Quantity::parse(s),
-            serde_json::Value::Number(n) => Quantity::parse(&n.to_string()),
+            serde_json::Value::Number(n) => match n.as_u64().and_then(|units| i64::try_from(units).ok()) {
+                Some(units) => Ok(Quantity::from_units(units)),
+                None => Quantity::parse(&n.to_string()),
+            },
             other => Err(QuantityError { input: other.to_string(), reason: "not a string or number" }),
         }
     }
+}
+
+/// The nano-units of a quantity in the form nearly every manifest uses (`1`, `500m`, `16Gi`):
+/// up to 18 digits and at most a common suffix, nothing else. `None` for any other form,
+/// which [`Quantity::parse_any_form`] then reads (with the same result for these: it is the
+/// definition, and a property test holds them equal). A pod's quantities are parsed on every
+/// review; the general form costs several times more.
+fn plain_nanos(s: &[u8]) -> Option<i128> {
+    let digits = s.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 18 {
+        return None;
+    }
+    let mantissa = s[..digits].iter().fold(0i128, |m, d| m * 10 + i128::from(d - b'0'));
+    let nanos_per: i128 = match &s[digits..] {
+        b"" => NANOS_PER_UNIT,
+        b"m" => 1_000_000,
+        b"k" => 1_000 * NANOS_PER_UNIT,
+        b"M" => 1_000_000 * NANOS_PER_UNIT,
+        b"G" => 1_000_000_000 * NANOS_PER_UNIT,
+        b"Ki" => (1 << 10) * NANOS_PER_UNIT,
+        b"Mi" => (1 << 20) * NANOS_PER_UNIT,
+        b"Gi" => (1 << 30) * NANOS_PER_UNIT,
+        b"Ti" => (1 << 40) * NANOS_PER_UNIT,
+        _ => return None,
+    };
+    // At most 10^18 * 2^40 * 10^9 (about 1.1e39): may overflow an i128, so checked; over the
+    // largest legal quantity, the general path says why.
+    let nanos = mantissa.checked_mul(nanos_per)?;
+    (nanos <= i128::from(i64::MAX) * NANOS_PER_UNIT).then_some(nanos)
 }
 
 impl fmt::Display for Quantity {
@@ -187,6 +227,20 @@ mod tests {
         #[test]
         fn never_panics(s in ".{0,40}") {
             let _ = Quantity::parse(&s);
+        }
+
+        #[test]
+        fn the_plain_form_reads_as_every_form_does(
+            s in "(\\PC{0,3}|[0-9]{0,21})(|m|k|M|G|Ki|Mi|Gi|Ti|Pi|e3|\\.5|\\PC{0,2})",
+        ) {
+            proptest::prop_assert_eq!(Quantity::parse(&s), Quantity::parse_any_form(&s));
+        }
+
+        #[test]
+        fn json_numbers_read_as_their_text(n in proptest::prelude::any::<u64>(), f in -1e20f64..1e20) {
+            for number in [serde_json::json!(n), serde_json::json!(f)] {
+                proptest::prop_assert_eq!(Quantity::from_json(&number), Quantity::parse_any_form(&number.to_string()));
+            }
         }
 
         #[test]

@@ -1,7 +1,7 @@
 //! Validation: the built-in accelerator checks, the team's priority classes and CEL rules.
 //! Pure functions over a Pod (or Pod template seen as a Pod) and the policy set.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -13,9 +13,10 @@ use crate::gang::membership::{Membership, PodFacts};
 use crate::json::Fields;
 use crate::namespaces::TeamLookup;
 use crate::policy::{Action, Operation, PolicySet, QuotaMode, Rule};
+use crate::quantity::Quantity;
 use crate::quota::{QuotaBook, QuotaRequest, Refusal};
 use crate::request::Request;
-use crate::resources::{self, ContainerResources, ParsedContainer, accelerators_only};
+use crate::resources::{self, ContainerResources, ParsedContainer};
 use crate::workload::PodView;
 
 /// Runs the built-in accelerator checks and the team priority check on one Pod view: each
@@ -56,26 +57,35 @@ struct ContainerAccelerators<'a> {
     /// Where the container is (`spec.containers[0]`): every finding points there.
     path: &'a str,
     name: &'a str,
-    requests: resources::ResourceList,
-    limits: resources::ResourceList,
+    requests: BTreeMap<&'a str, Quantity>,
+    limits: BTreeMap<&'a str, Quantity>,
     /// Every accelerator named in requests or limits.
-    names: BTreeSet<String>,
+    names: BTreeSet<&'a str>,
     resources: &'a ContainerResources,
 }
 
 /// The per-container checks. Unparsable accelerator quantities are findings of their own
 /// (`accelerators/quantity`): the API server would refuse them, and the other checks cannot
 /// compare what they cannot read. A container without accelerators is left alone.
-fn check_container(policies: &PolicySet, parsed: &ParsedContainer, container: &Value, findings: &mut Vec<Finding>) {
+fn check_container<'a>(
+    policies: &PolicySet,
+    parsed: &'a ParsedContainer,
+    container: &'a Value,
+    findings: &mut Vec<Finding>,
+) {
     let accel = &policies.accelerators;
     let checks = &policies.checks;
     let (path, res, is_init) = (parsed.path.as_str(), &parsed.resources, parsed.is_init());
     for b in parsed.bad.iter().filter(|b| accel_path(&b.path, accel)) {
         findings.push(accelerator_finding(Check::AcceleratorQuantity, Action::Deny, &b.path, b.error.to_string()));
     }
-    let requests = accelerators_only(&res.requests, accel);
-    let limits = accelerators_only(&res.limits, accel);
-    let names: BTreeSet<String> = requests.keys().chain(limits.keys()).cloned().collect();
+    // Borrowed from the parsed container: a GPU pod is checked on every review.
+    let only_accelerators = |list: &'a resources::ResourceList| -> BTreeMap<&'a str, Quantity> {
+        list.iter().filter(|(n, _)| accel.matches(n)).map(|(n, q)| (n.as_str(), *q)).collect()
+    };
+    let requests = only_accelerators(&res.requests);
+    let limits = only_accelerators(&res.limits);
+    let names: BTreeSet<&str> = requests.keys().chain(limits.keys()).copied().collect();
     if names.is_empty() {
         return;
     }
@@ -146,7 +156,7 @@ fn whole_numbers(c: &ContainerAccelerators<'_>, action: Action, findings: &mut V
 /// An init container holding accelerators keeps them idle while it runs (sidecars excepted:
 /// they run alongside the app containers and are checked like them).
 fn init_container(c: &ContainerAccelerators<'_>, action: Action) -> Finding {
-    let list: Vec<&str> = c.names.iter().map(String::as_str).collect();
+    let list: Vec<&str> = c.names.iter().copied().collect();
     accelerator_finding(
         Check::InitContainers,
         action,
@@ -181,9 +191,10 @@ fn max_per_container(policies: &PolicySet, c: &ContainerAccelerators<'_>, findin
     let Some(max) = &policies.checks.max_per_container else {
         return;
     };
-    let effective = c.resources.effective_requests();
     for (name, limit) in &max.limits {
-        let asked = effective.get(name).map_or(0, |q| q.ceil_units());
+        // The effective request: the request, else the limit (as the API server defaults it).
+        let effective = c.resources.requests.get(name).or_else(|| c.resources.limits.get(name));
+        let asked = effective.map_or(0, |q| q.ceil_units());
         if asked > i64::from(*limit) {
             findings.push(accelerator_finding(
                 Check::MaxPerContainer,
