@@ -7,6 +7,11 @@ use serde_json::Value;
 /// showed in profiles of `Engine::validate`.
 pub trait Fields {
     fn field(&self, path: &[&str]) -> Option<&Value>;
+
+    /// The string at `path`, Kubernetes-style: empty, absent or not a string all mean unset.
+    fn text(&self, path: &[&str]) -> Option<&str> {
+        self.field(path).and_then(Value::as_str).filter(|s| !s.is_empty())
+    }
 }
 
 impl Fields for Value {
@@ -36,5 +41,14 @@ mod tests {
         }
         assert_eq!(v.field(&["metadata", "labels", "x/y"]), Some(&json!("1")), "no escapes to undo");
         assert_eq!(v.field(&["spec", "containers", "0"]), None, "object keys only");
+    }
+
+    #[test]
+    fn text_is_a_non_empty_string() {
+        let v = json!({"spec": {"a": "x", "empty": "", "number": 7, "null": null}});
+        assert_eq!(v.text(&["spec", "a"]), Some("x"));
+        for unset in ["empty", "number", "null", "absent"] {
+            assert_eq!(v.text(&["spec", unset]), None, "{unset}");
+        }
     }
 }

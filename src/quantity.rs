@@ -82,31 +82,16 @@ impl Quantity {
         }
         let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
         // Scale as (numerator * 10^exp10) * 2^exp2, all in nano-units.
-        let (exp10, exp2): (i32, u32) = match suffix {
-            "" => (0, 0),
-            "n" => (-9, 0),
-            "u" => (-6, 0),
-            "m" => (-3, 0),
-            "k" => (3, 0),
-            "M" => (6, 0),
-            "G" => (9, 0),
-            "T" => (12, 0),
-            "P" => (15, 0),
-            "E" => (18, 0),
-            "Ki" => (0, 10),
-            "Mi" => (0, 20),
-            "Gi" => (0, 30),
-            "Ti" => (0, 40),
-            "Pi" => (0, 50),
-            "Ei" => (0, 60),
-            other if other.starts_with(['e', 'E']) => {
-                let exp: i32 = other[1..].parse().map_err(|_| err("bad exponent"))?;
+        let (exp10, exp2): (i32, u32) = match suffix_scale(suffix.as_bytes()) {
+            Some(scale) => scale,
+            None if suffix.starts_with(['e', 'E']) => {
+                let exp: i32 = suffix[1..].parse().map_err(|_| err("bad exponent"))?;
                 if !(-30..=30).contains(&exp) {
                     return Err(err("exponent out of range"));
                 }
                 (exp, 0)
             }
-            _ => return Err(err("unknown suffix")),
+            None => return Err(err("unknown suffix")),
         };
         if int_part.len() + frac_part.len() > 30 {
             return Err(err("too many digits"));
@@ -143,8 +128,32 @@ impl Quantity {
     }
 }
 
+/// A unit suffix's scale, `(exp10, exp2)`: the quantity is its number × 10^exp10 × 2^exp2.
+/// `None` for anything else (an exponent such as `e3` is read by the general parser).
+fn suffix_scale(suffix: &[u8]) -> Option<(i32, u32)> {
+    Some(match suffix {
+        b"" => (0, 0),
+        b"n" => (-9, 0),
+        b"u" => (-6, 0),
+        b"m" => (-3, 0),
+        b"k" => (3, 0),
+        b"M" => (6, 0),
+        b"G" => (9, 0),
+        b"T" => (12, 0),
+        b"P" => (15, 0),
+        b"E" => (18, 0),
+        b"Ki" => (0, 10),
+        b"Mi" => (0, 20),
+        b"Gi" => (0, 30),
+        b"Ti" => (0, 40),
+        b"Pi" => (0, 50),
+        b"Ei" => (0, 60),
+        _ => return None,
+    })
+}
+
 /// The nano-units of a quantity in the form nearly every manifest uses (`1`, `500m`, `16Gi`):
-/// up to 18 digits and at most a common suffix, nothing else. `None` for any other form,
+/// up to 18 digits and at most a unit suffix, nothing else. `None` for any other form,
 /// which [`Quantity::parse_any_form`] then reads (with the same result for these: it is the
 /// definition, and a property test holds them equal). A pod's quantities are parsed on every
 /// review; the general form costs several times more.
@@ -154,20 +163,11 @@ fn plain_nanos(s: &[u8]) -> Option<i128> {
         return None;
     }
     let mantissa = s[..digits].iter().fold(0i128, |m, d| m * 10 + i128::from(d - b'0'));
-    let nanos_per: i128 = match &s[digits..] {
-        b"" => NANOS_PER_UNIT,
-        b"m" => 1_000_000,
-        b"k" => 1_000 * NANOS_PER_UNIT,
-        b"M" => 1_000_000 * NANOS_PER_UNIT,
-        b"G" => 1_000_000_000 * NANOS_PER_UNIT,
-        b"Ki" => (1 << 10) * NANOS_PER_UNIT,
-        b"Mi" => (1 << 20) * NANOS_PER_UNIT,
-        b"Gi" => (1 << 30) * NANOS_PER_UNIT,
-        b"Ti" => (1 << 40) * NANOS_PER_UNIT,
-        _ => return None,
-    };
-    // At most 10^18 * 2^40 * 10^9 (about 1.1e39): may overflow an i128, so checked; over the
-    // largest legal quantity, the general path says why.
+    let (exp10, exp2) = suffix_scale(&s[digits..])?;
+    // Nano-units per unit of the suffix: 10^(9 + exp10), from 10^0 (`n`) to 10^27 (`E`), or
+    // 10^9 × 2^exp2 up to 2^60 (`Ei`): within an i128. The product with the mantissa may not
+    // be, so checked; over the largest legal quantity, the general path says why.
+    let nanos_per = 10i128.pow((9 + exp10).unsigned_abs()) << exp2;
     let nanos = mantissa.checked_mul(nanos_per)?;
     (nanos <= i128::from(i64::MAX) * NANOS_PER_UNIT).then_some(nanos)
 }
@@ -201,6 +201,18 @@ mod tests {
             ("100n", 100),
             ("0", 0),
             ("-1", -1_000_000_000),
+            // Every unit suffix once.
+            ("3u", 3_000),
+            ("1M", 1_000_000 * 1_000_000_000),
+            ("1G", 1_000_000_000 * 1_000_000_000),
+            ("1T", 10i128.pow(12) * 1_000_000_000),
+            ("1P", 10i128.pow(15) * 1_000_000_000),
+            ("1E", 10i128.pow(18) * 1_000_000_000),
+            ("1Mi", (1 << 20) * 1_000_000_000),
+            ("16Gi", 16 * (1 << 30) * 1_000_000_000),
+            ("1Ti", (1 << 40) * 1_000_000_000),
+            ("1Pi", (1 << 50) * 1_000_000_000),
+            ("1Ei", (1 << 60) * 1_000_000_000),
         ];
         for (input, nanos) in cases {
             assert_eq!(Quantity::parse(input).map(Quantity::nanos), Ok(nanos), "{input}");
@@ -231,7 +243,7 @@ mod tests {
 
         #[test]
         fn the_plain_form_reads_as_every_form_does(
-            s in "(\\PC{0,3}|[0-9]{0,21})(|m|k|M|G|Ki|Mi|Gi|Ti|Pi|e3|\\.5|\\PC{0,2})",
+            s in "(\\PC{0,3}|[0-9]{0,21})(|n|u|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|e3|E3|\\.5|\\PC{0,2})",
         ) {
             proptest::prop_assert_eq!(Quantity::parse(&s), Quantity::parse_any_form(&s));
         }

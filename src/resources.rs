@@ -109,6 +109,11 @@ impl ContainerResources {
         }
         out
     }
+
+    /// One resource of [`ContainerResources::effective_requests`], without building the list.
+    pub fn effective_request(&self, name: &str) -> Option<&Quantity> {
+        self.requests.get(name).or_else(|| self.limits.get(name))
+    }
 }
 
 fn add_into(total: &mut ResourceList, other: &ResourceList) {
@@ -240,7 +245,15 @@ pub fn pod_requests_of<'c>(
 
 /// Keeps only the accelerator entries of a resource list.
 pub fn accelerators_only(list: &ResourceList, matcher: &ResourceMatcher) -> ResourceList {
-    list.iter().filter(|(n, _)| matcher.matches(n)).map(|(n, q)| (n.clone(), *q)).collect()
+    accelerator_entries(list, matcher).map(|(n, q)| (n.to_string(), q)).collect()
+}
+
+/// The accelerator entries of a resource list, borrowed (for checks run on every review).
+pub fn accelerator_entries<'l>(
+    list: &'l ResourceList,
+    matcher: &ResourceMatcher,
+) -> impl Iterator<Item = (&'l str, Quantity)> {
+    list.iter().filter(|(n, _)| matcher.matches(n)).map(|(n, q)| (n.as_str(), *q))
 }
 
 /// True when any container (init, sidecar or app) of the pod spec names an accelerator in its

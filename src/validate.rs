@@ -80,11 +80,8 @@ fn check_container<'a>(
         findings.push(accelerator_finding(Check::AcceleratorQuantity, Action::Deny, &b.path, b.error.to_string()));
     }
     // Borrowed from the parsed container: a GPU pod is checked on every review.
-    let only_accelerators = |list: &'a resources::ResourceList| -> BTreeMap<&'a str, Quantity> {
-        list.iter().filter(|(n, _)| accel.matches(n)).map(|(n, q)| (n.as_str(), *q)).collect()
-    };
-    let requests = only_accelerators(&res.requests);
-    let limits = only_accelerators(&res.limits);
+    let requests: BTreeMap<&str, Quantity> = resources::accelerator_entries(&res.requests, accel).collect();
+    let limits: BTreeMap<&str, Quantity> = resources::accelerator_entries(&res.limits, accel).collect();
     let names: BTreeSet<&str> = requests.keys().chain(limits.keys()).copied().collect();
     if names.is_empty() {
         return;
@@ -192,9 +189,7 @@ fn max_per_container(policies: &PolicySet, c: &ContainerAccelerators<'_>, findin
         return;
     };
     for (name, limit) in &max.limits {
-        // The effective request: the request, else the limit (as the API server defaults it).
-        let effective = c.resources.requests.get(name).or_else(|| c.resources.limits.get(name));
-        let asked = effective.map_or(0, |q| q.ceil_units());
+        let asked = c.resources.effective_request(name).map_or(0, |q| q.ceil_units());
         if asked > i64::from(*limit) {
             findings.push(accelerator_finding(
                 Check::MaxPerContainer,

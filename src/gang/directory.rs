@@ -25,7 +25,7 @@ impl Peer {
     pub fn of(pod: &Value, gang: &Membership) -> Peer {
         // `Fields::field`, not `Value::pointer`: a pointer unescapes each of its segments into a
         // new String, and this runs for every gang member under review.
-        let text = |path: &[&str]| pod.field(path).and_then(Value::as_str).filter(|s| !s.is_empty()).map(String::from);
+        let text = |path: &[&str]| pod.text(path).map(String::from);
         Peer {
             pod: text(&["metadata", "name"]).unwrap_or_default(),
             size: gang.size,

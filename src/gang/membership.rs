@@ -133,7 +133,6 @@ pub struct PodFacts<'a> {
 impl<'a> PodFacts<'a> {
     /// From a Pod as JSON (admission, CLI).
     pub fn from_json(pod: &'a Value) -> PodFacts<'a> {
-        let str_at = |p: &[&str]| pod.field(p).and_then(Value::as_str).filter(|s| !s.is_empty());
         PodFacts {
             labels: StrMap::Json(pod.field(&["metadata", "labels"]).and_then(Value::as_object)),
             annotations: StrMap::Json(pod.field(&["metadata", "annotations"]).and_then(Value::as_object)),
@@ -144,8 +143,8 @@ impl<'a> PodFacts<'a> {
                 .flatten()
                 .filter_map(|o| Some((o.get("kind")?.as_str()?, o.get("name")?.as_str()?)))
                 .collect(),
-            node_name: str_at(&["spec", "nodeName"]),
-            scheduler_name: str_at(&["spec", "schedulerName"]),
+            node_name: pod.text(&["spec", "nodeName"]),
+            scheduler_name: pod.text(&["spec", "schedulerName"]),
             native_pod_group: native_pod_group_of(pod),
             gates: pod
                 .field(&["spec", "schedulingGates"])
@@ -340,7 +339,7 @@ pub fn native_pod_group_of(pod: &Value) -> Option<&str> {
     if gated {
         return None;
     }
-    pod.field(&["spec", "schedulingGroup", "podGroupName"]).and_then(Value::as_str).filter(|s| !s.is_empty())
+    pod.text(&["spec", "schedulingGroup", "podGroupName"])
 }
 
 /// What a native PodGroup's quota group is named: a prefix no label value has (a `/`), and that
