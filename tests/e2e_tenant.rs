@@ -89,6 +89,13 @@ spec:
 ---
 apiVersion: allot.dev/v1alpha1
 kind: Team
+metadata: {name: deny-extreme-amounts}
+spec:
+  namespaces: {names: [t-extreme-amounts]}
+  quota: {mode: Deny, limits: {nvidia.com/gpu: 4}}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Team
 metadata: {name: queue-gate}
 spec:
   namespaces: {names: [t-quota-gate]}
@@ -1184,6 +1191,39 @@ fn a_recreated_member_arrives_gated() {
         let again = create(&ctx, member("w-1", "pair", "2", 1)).await.expect("recreated");
         assert!(gates(&again).contains(&GANG_GATE.to_string()), "a new pod is gated: {:?}", gates(&again));
         assert_eq!(annotation(&again, "allot.dev/gang-released"), None);
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+#[test]
+fn extreme_gpu_amounts_are_denied_by_allot() {
+    attempt("extreme_gpu_amounts_are_denied_by_allot", "t-extreme-amounts", |ctx| async move {
+        // Amounts the API server accepts for an extended resource, written in the common form
+        // (digits and a suffix, Allot's short parse) and in the others (exponent, leading
+        // zeros, the largest int64): each one is Allot's to deny, none may slip through as a
+        // wrapped or misread number. The team's deny quota is 4 GPUs.
+        // (The API server stores 8Ei, past int64, as the largest int64.) Each message names the
+        // amount as Allot read it.
+        let amounts = [
+            ("5", "asks 5"),
+            ("1k", "1000"),
+            ("8Ei", "9223372036854775807"),
+            ("9223372036854775807", "9223372036854775807"),
+            ("1e3", "1000"),
+            ("0005", "asks 5"),
+        ];
+        for (i, (amount, read_as)) in amounts.into_iter().enumerate() {
+            let name = format!("p-{i}");
+            let mut p = pod(&name, 0);
+            p["spec"]["containers"][0]["resources"] = json!({"limits": {"nvidia.com/gpu": amount}});
+            let message = denial(&format!("{amount} GPUs"), create(&ctx, p).await);
+            assert_names(&format!("{amount} GPUs"), &message, &["allot.dev", "nvidia.com/gpu", read_as]);
+        }
+        assert_eq!(gpus_in_use(&ctx).await, 0);
+        // The limit itself is fine, in either form.
+        let mut p = pod("p-fits", 0);
+        p["spec"]["containers"][0]["resources"] = json!({"limits": {"nvidia.com/gpu": "0004"}});
+        create(&ctx, p).await.expect("4 GPUs, the team's limit");
         assert_webhook_answers(&ctx).await;
     });
 }
