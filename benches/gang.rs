@@ -77,6 +77,7 @@ fn snapshot() -> Snapshot {
                 created: g as i64,
                 arrival: 0,
                 held_by: None,
+                disagreement: None,
                 starvation_after: Some(1800),
                 phantoms: None,
             }

@@ -282,6 +282,12 @@ async fn skip_allot_in_webhooks(admin: &kube::Client) {
         }
         mutating.replace(&name, &PostParams::default(), &config).await.expect("mutating webhook");
     }
+    validating_condition(admin, &condition, true).await;
+}
+
+/// Adds (`present`) or removes the match condition named `condition.name` on every validating
+/// webhook.
+async fn validating_condition(admin: &kube::Client, condition: &MatchCondition, present: bool) {
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(admin.clone());
     for name in validating
         .list(&ListParams::default())
@@ -294,7 +300,8 @@ async fn skip_allot_in_webhooks(admin: &kube::Client) {
         let mut config = validating.get(&name).await.expect("get");
         for w in config.webhooks.iter_mut().flatten() {
             let conditions = w.match_conditions.get_or_insert_with(Vec::new);
-            if !conditions.iter().any(|c| c.name == condition.name) {
+            conditions.retain(|c| c.name != condition.name);
+            if present {
                 conditions.push(condition.clone());
             }
         }
@@ -1164,6 +1171,63 @@ fn gang_members_cannot_disagree_on_their_scheduler() {
         // On the gang's own scheduler, the same member is admitted, gated.
         let created = create(&ctx, member("w-1", "ring", "2", 1)).await.expect("w-1 on the default scheduler");
         assert!(gates(&created).contains(&GANG_GATE.to_string()), "not gated: {:?}", gates(&created));
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+/// The `allot.dev/GangReady` condition of `pod`: (status, reason, message).
+fn gang_condition(pod: &Pod) -> Option<(String, String, String)> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    let c = conditions.iter().find(|c| c.type_ == "allot.dev/GangReady")?;
+    Some((c.status.clone(), c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default()))
+}
+
+#[test]
+fn members_admitted_unseen_by_each_other_are_held_until_they_agree() {
+    attempt("members_admitted_unseen_by_each_other_are_held_until_they_agree", "t-scheduler-race", |ctx| async move {
+        // Two members created at the same moment each pass validation before Allot's watch
+        // shows the other. Made deterministic here: the validating webhook skips w-1's create
+        // (a match condition the admin adds for this one request), as if it had raced w-0.
+        create(&ctx, member("w-0", "ring", "2", 1)).await.expect("the first member");
+        let skip_w1 = MatchCondition {
+            name: "e2e-w-1-unseen".into(),
+            expression: format!("!(request.namespace == '{}' && request.name == 'w-1')", ctx.ns),
+        };
+        validating_condition(&ctx.admin, &skip_w1, true).await;
+        let mut other = member("w-1", "ring", "2", 1);
+        other["spec"]["schedulerName"] = json!("volcano");
+        let created = create(&ctx, other).await;
+        validating_condition(&ctx.admin, &skip_w1, false).await;
+        let created = created.expect("w-1, unseen by validation");
+        assert!(gates(&created).contains(&GANG_GATE.to_string()), "mutation gated it: {:?}", gates(&created));
+        // The controller compares the members it holds: neither goes, both are told why.
+        let disagreeing = |pod: &Pod| {
+            gang_condition(pod).filter(|(status, reason, _)| status == "False" && reason == "MembersDisagree")
+        };
+        wait_for("both members explained as disagreeing", Duration::from_secs(30), || async {
+            disagreeing(&ctx.get("w-0").await).is_some() && disagreeing(&ctx.get("w-1").await).is_some()
+        })
+        .await;
+        let (_, _, explained) = disagreeing(&ctx.get("w-1").await).expect("still explained");
+        assert_names("the condition", &explained, &["w-0", "w-1", "schedulerName", "default-scheduler", "volcano"]);
+        for name in ["w-0", "w-1"] {
+            assert_still_gated(&ctx, name, GANG_GATE, Duration::from_secs(1)).await;
+        }
+        // The member that differs deleted and made again on the gang's scheduler: both go.
+        ctx.pods()
+            .delete("w-1", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() })
+            .await
+            .expect("delete");
+        wait_for("w-1 gone", Duration::from_secs(20), || async {
+            ctx.admin_pods().get_opt("w-1").await.ok().flatten().is_none()
+        })
+        .await;
+        create(&ctx, member("w-1", "ring", "2", 1)).await.expect("w-1 on the default scheduler");
+        wait_for("the agreeing pair released", Duration::from_secs(30), || async {
+            let (a, b) = (ctx.get("w-0").await, ctx.get("w-1").await);
+            gates(&a).is_empty() && gates(&b).is_empty()
+        })
+        .await;
         assert_webhook_answers(&ctx).await;
     });
 }

@@ -210,7 +210,7 @@ pub struct MemberReport {
 pub struct DecisionReport {
     /// The condition reason the controller writes: `Released`, `WaitingForMembers`,
     /// `InsufficientResources`, `WaitingForHigherPriority`, `HeldByOtherGate`,
-    /// `AssemblyTimeout`; `Unknown` when nodes could not be read.
+    /// `MembersDisagree`, `AssemblyTimeout`; `Unknown` when nodes could not be read.
     pub reason: String,
     /// The condition message the controller writes.
     pub message: String,
@@ -539,7 +539,7 @@ fn explain_gang(inputs: &Inputs<'_>, namespace: &str, name: &str) -> Result<Gang
             let (mut reason, _) = condition_reason(&d.verdict);
             let mut message = d.message.clone();
             let deadline = gang.created.saturating_add(gf.assembly_timeout);
-            let applies = d.verdict == Verdict::Incomplete && gf.assembly_timeout > 0;
+            let applies = d.verdict.awaits_assembly() && gf.assembly_timeout > 0;
             if applies && inputs.now >= deadline {
                 reason = TIMEOUT_REASON;
                 message = format!("{message}; not assembled within {}s", gf.assembly_timeout);

@@ -62,6 +62,12 @@ pub struct WaitingGang {
     /// team's quota queue, a third party's). Such a gang is never placed and never blocks
     /// anyone, but it is counted, explained and timed out like any waiting gang.
     pub held_by: Option<String>,
+    /// Members that disagree on what admission holds every member to (size, priority class,
+    /// scheduler), e.g. "members w-0 and w-1 disagree on schedulerName (default-scheduler and
+    /// volcano)". Admission compares a new member with those the watch has shown; two created
+    /// at the same moment each pass before the other is seen. Such a gang is never released:
+    /// half of it would hold its nodes for a peer another scheduler (or nobody) places.
+    pub disagreement: Option<String>,
     /// After this many seconds of waiting while not fitting, no later gang may pass it;
     /// `None`: never blocks.
     pub starvation_after: Option<i64>,
@@ -112,6 +118,17 @@ pub enum Verdict {
     Blocked { by: GangKey },
     /// All members exist; another gate holds some of them ([`WaitingGang::held_by`]).
     Held,
+    /// Members disagree ([`WaitingGang::disagreement`]): never released as they are, timed out
+    /// like a gang that has not assembled.
+    Disagrees,
+}
+
+impl Verdict {
+    /// The gang has not assembled as it should (members missing, or members that disagree):
+    /// its assembly timeout applies.
+    pub fn awaits_assembly(&self) -> bool {
+        matches!(self, Verdict::Incomplete | Verdict::Disagrees)
+    }
 }
 
 /// The verdict and its explanation for one gang.
@@ -250,6 +267,18 @@ fn run(snapshot: &Snapshot, detail_for: Option<&GangKey>) -> (Vec<Decision>, Opt
         }
         let present = gang.present();
         let complete = gang.expected.is_some_and(|n| present >= u64::from(n));
+        // Before completeness: members that disagree on the size disagree on what complete is.
+        if let Some(disagreement) = &gang.disagreement {
+            out.push(Decision {
+                gang: gang.key.clone(),
+                verdict: Verdict::Disagrees,
+                message: format!(
+                    "{present} members present; {disagreement}: all members of a gang must agree, \
+                     delete and recreate the one that differs"
+                ),
+            });
+            continue;
+        }
         if let Some(by) = blocker.as_ref().filter(|_| complete && gang.held_by.is_none()) {
             let message =
                 format!("{}; waiting behind higher-priority gang {by}", sim.need_message(gang, &snapshot.accelerators));

@@ -9,8 +9,14 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 /// Every reason a waiting gang's condition can give ([`super::plan`]): each is reported, at 0
 /// when no gang waits for it, so alerts and dashboards see a 0 rather than no series.
-pub const WAITING_REASONS: [&str; 5] =
-    ["WaitingForMembers", "InsufficientResources", "WaitingForHigherPriority", "HeldByOtherGate", "AssemblyTimeout"];
+pub const WAITING_REASONS: [&str; 6] = [
+    "WaitingForMembers",
+    "InsufficientResources",
+    "WaitingForHigherPriority",
+    "HeldByOtherGate",
+    "MembersDisagree",
+    "AssemblyTimeout",
+];
 
 /// Every kind of write the controller counts; each is reported from the start, at 0, so the
 /// first write shows as an increase.

@@ -44,6 +44,7 @@ pub fn condition_reason(verdict: &Verdict) -> (&'static str, bool) {
         Verdict::DoesNotFit => ("InsufficientResources", false),
         Verdict::Blocked { .. } => ("WaitingForHigherPriority", false),
         Verdict::Held => ("HeldByOtherGate", false),
+        Verdict::Disagrees => ("MembersDisagree", false),
     }
 }
 
@@ -63,7 +64,8 @@ pub fn plan(snapshot: &Snapshot, facts: &HashMap<GangKey, GangFacts>, previous: 
         let Some(gf) = facts.get(&d.gang) else { continue };
         let ns = d.gang.namespace.clone();
         let (mut reason, ready) = condition_reason(&d.verdict);
-        let mut warning = false;
+        // Members that disagree wait until their owner acts: a Warning, like a timeout.
+        let mut warning = d.verdict == Verdict::Disagrees;
         let mut message = d.message.clone();
         if let Verdict::Release { placements } = &d.verdict {
             for (pod, node) in placements {
@@ -86,14 +88,14 @@ pub fn plan(snapshot: &Snapshot, facts: &HashMap<GangKey, GangFacts>, previous: 
         }
         let deadline = created.get(&d.gang).map(|c| c.saturating_add(gf.assembly_timeout));
         // Every gang that has not assembled gets its timeout, whatever gate holds its members.
-        if d.verdict == Verdict::Incomplete
+        if d.verdict.awaits_assembly()
             && gf.assembly_timeout > 0
             && let Some(deadline) = deadline
             && snapshot.now < deadline
         {
             next_deadline = Some(next_deadline.map_or(deadline, |n: i64| n.min(deadline)));
         }
-        if d.verdict == Verdict::Incomplete
+        if d.verdict.awaits_assembly()
             && gf.assembly_timeout > 0
             && deadline.is_some_and(|deadline| snapshot.now >= deadline)
         {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::decision::{GangKey, Member, Phantoms, Snapshot, WaitingGang};
 use super::membership::{OwnerGang, QUOTA_GATE};
-use crate::cluster::{ClusterState, ClusterView, PodShape};
+use crate::cluster::{ClusterState, ClusterView, GangRef, PodShape};
 use crate::namespaces::{NamespaceLabels, TeamsByNamespace};
 use crate::policy::{OnTimeout, PolicySet};
 use crate::quantity::Quantity;
@@ -41,6 +41,8 @@ pub struct GangFacts {
     pub released: u32,
     pub assembly_timeout: i64,
     pub on_timeout: OnTimeout,
+    /// What each gated member says the gang is, to find members that disagree.
+    terms: Vec<(Arc<str>, Terms)>,
 }
 
 /// Builds the gang snapshot from a cluster view.
@@ -120,6 +122,7 @@ impl GangSnapshot for ClusterState {
                     created: p.created,
                     arrival: p.order_key().1,
                     held_by: None,
+                    disagreement: None,
                     starvation_after: Some(policy.starvation_after.as_secs() as i64),
                     phantoms: None,
                 });
@@ -129,6 +132,7 @@ impl GangSnapshot for ClusterState {
                     entry.held_by = Some("another scheduling gate".to_string());
                 }
                 entry.members.push(Member { name: p.name.to_string(), shape: p.shape() });
+                gf.terms.push((p.name.clone(), Terms::of(g)));
                 if g.leader {
                     gf.leader_first_workers =
                         owner.filter(|o| o.leader_first).map(|o| (o.size.saturating_sub(1), worker_requests(o)));
@@ -144,6 +148,11 @@ impl GangSnapshot for ClusterState {
             }
         }
         count_running(&view, &mut facts);
+        for (key, gf) in &mut facts {
+            if let Some(gang) = waiting.get_mut(key) {
+                gang.disagreement = first_disagreement(&mut gf.terms);
+            }
+        }
         let gangs = waiting
             .into_values()
             .map(|g| {
@@ -183,6 +192,45 @@ fn nodes_with_devices(view: &ClusterView<'_>, policies: &PolicySet) -> Vec<crate
             node
         })
         .collect()
+}
+
+/// What admission holds every member of a gang to agree on
+/// ([`super::directory::disagreement`]), as the watch read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Terms {
+    size: Option<u32>,
+    priority_class: Option<Arc<str>>,
+    scheduler_name: Option<Arc<str>>,
+}
+
+impl Terms {
+    fn of(gang: &GangRef) -> Terms {
+        Terms {
+            size: gang.size,
+            priority_class: gang.priority_class.clone(),
+            scheduler_name: gang.scheduler_name.clone(),
+        }
+    }
+}
+
+/// The first disagreement among a gang's gated members, in name order (the watch's order is
+/// not stable, and the message is the condition the members carry: it must not change from
+/// one pass to the next while the members stay as they are).
+fn first_disagreement(members: &mut [(Arc<str>, Terms)]) -> Option<String> {
+    members.sort_by(|a, b| a.0.cmp(&b.0));
+    let ((first, mine), rest) = members.split_first()?;
+    let text = |v: &Option<Arc<str>>| v.as_deref().unwrap_or("(unset)").to_string();
+    let size = |v: Option<u32>| v.map_or_else(|| "(unset)".to_string(), |n| n.to_string());
+    rest.iter().find(|(_, theirs)| theirs != mine).map(|(other, theirs)| {
+        let (field, a, b) = if mine.size != theirs.size {
+            ("size", size(mine.size), size(theirs.size))
+        } else if mine.priority_class != theirs.priority_class {
+            ("priorityClassName", text(&mine.priority_class), text(&theirs.priority_class))
+        } else {
+            ("schedulerName", text(&mine.scheduler_name), text(&theirs.scheduler_name))
+        };
+        format!("members {first} and {other} disagree on {field} ({a} and {b})")
+    })
 }
 
 /// Members already running (released and bound) count towards the quorum of their gang, so a

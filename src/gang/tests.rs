@@ -35,6 +35,7 @@ fn gang(name: &str, expected: u32, present: u32, gpus: i64, priority: i32, creat
         created,
         arrival: 0,
         held_by: None,
+        disagreement: None,
         starvation_after: None,
         phantoms: None,
     }
@@ -395,7 +396,8 @@ mod controller_state {
     /// The controller reads pods without knowing who wrote them: labels, annotations and owner
     /// references that admission once took for exemptions (Kueue, Volcano, DaemonSet) change
     /// nothing here. A member carrying Allot's gate is a member like any other: counted, held
-    /// until its whole gang fits, released with it.
+    /// until its whole gang fits, released with it — once all its members agree on their
+    /// scheduler (the Volcano disguise holds the whole gang until it is replaced).
     #[test]
     fn labels_alone_exempt_nothing_in_the_controller() {
         let p = policies("");
@@ -421,11 +423,18 @@ mod controller_state {
         assert_eq!(snapshot.gangs[0].members.len(), 4);
         let pass = plan(&snapshot, &facts, &mut HashMap::new());
         assert!(releases(&pass.actions).is_empty(), "{:?}", pass.actions);
-        // The fifth arrives and the gang fits: all five go together.
+        // The fifth arrives and the gang fits, but d-3 names another scheduler: none goes.
         let mut all = pods.clone();
         all.push(member("d-4", "d", 5, "2026-11-22T01:00:00Z", json!({})));
         let state = ClusterState::default();
         state.replace_nodes(vec![node("n1", 8)]);
+        state.replace_pods(all.iter().map(|pod| record(pod, &p)).collect());
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert!(releases(&pass.actions).is_empty(), "{:?}", pass.actions);
+        assert_eq!(pass.waiting.get("MembersDisagree"), Some(&1));
+        // d-3 deleted and made again on the default scheduler: all five go together.
+        all[3] = member("d-3", "d", 5, "2026-11-22T01:00:00Z", json!({}));
         state.replace_pods(all.iter().map(|pod| record(pod, &p)).collect());
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         assert_eq!(
@@ -435,6 +444,100 @@ mod controller_state {
         // And in deny mode they are charged like any member.
         let (usage, _) = state.usage_where(&mut |_| true);
         assert_eq!(usage["nvidia.com/gpu"], Quantity::from_units(5));
+    }
+
+    /// Admission denies a member that disagrees with the members the watch has shown, so two
+    /// created at the same moment pass it unseen by each other. The controller compares the
+    /// members it holds again: a gang whose members disagree on size, priority class or
+    /// scheduler is never released (half of it would hold GPUs for a peer another scheduler, or
+    /// nobody, places). It is explained with a Warning naming the two members, in the same
+    /// words whatever order the watch delivered them in, and it holds up no other gang.
+    #[test]
+    fn a_gang_whose_members_disagree_is_never_released() {
+        let p = policies("");
+        let cases = [
+            (json!({"spec": {"schedulerName": "volcano"}}), "schedulerName (default-scheduler and volcano)"),
+            (json!({"spec": {"priorityClassName": "urgent"}}), "priorityClassName (low and urgent)"),
+            (json!({"metadata": {"annotations": {"allot.dev/gang-size": "3"}}}), "size (2 and 3)"),
+        ];
+        for (odd, words) in cases {
+            let agreed = json!({"spec": {"schedulerName": "default-scheduler", "priorityClassName": "low"}});
+            let mut pods = vec![member("w-0", "ring", 2, "2026-11-22T01:00:00Z", agreed.clone())];
+            let mut second = member("w-1", "ring", 2, "2026-11-22T01:00:00Z", agreed.clone());
+            json_patch::merge(&mut second, &odd);
+            pods.push(second);
+            // A later gang that fits, and enough GPUs for both.
+            pods.extend(
+                (0..2).map(|i| member(&format!("next-{i}"), "next", 2, "2026-11-22T01:00:09Z", agreed.clone())),
+            );
+            let mut messages = Vec::new();
+            for order in [pods.clone(), pods.iter().rev().cloned().collect()] {
+                let state = cluster(&p, &order);
+                let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+                let pass = plan(&snapshot, &facts, &mut HashMap::new());
+                assert_eq!(releases(&pass.actions), ["next-0", "next-1"], "{words}: {:?}", pass.actions);
+                assert_eq!(pass.waiting.get("MembersDisagree"), Some(&1), "{words}");
+                let explained: Vec<(&str, &str, bool)> = pass
+                    .actions
+                    .iter()
+                    .filter_map(|a| match a {
+                        ControllerAction::Explain { pod, reason, message, warning, ready: false, .. }
+                            if pod.starts_with("w-") =>
+                        {
+                            Some((*reason, message.as_str(), *warning))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(explained.len(), 2, "{words}: {:?}", pass.actions);
+                for (reason, message, warning) in &explained {
+                    assert_eq!((*reason, *warning), ("MembersDisagree", true));
+                    messages.push(message.to_string());
+                }
+            }
+            let expected = format!(
+                "2 members present; members w-0 and w-1 disagree on {words}: all members of a gang must agree, \
+                 delete and recreate the one that differs"
+            );
+            assert_eq!(messages, vec![expected; 4], "{words}");
+        }
+        // Members that agree (the same fixture without the odd one out) are released.
+        let agreed = json!({"spec": {"schedulerName": "default-scheduler", "priorityClassName": "low"}});
+        let pods: Vec<Value> =
+            (0..2).map(|i| member(&format!("w-{i}"), "ring", 2, "2026-11-22T01:00:00Z", agreed.clone())).collect();
+        let state = cluster(&p, &pods);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        assert_eq!(snapshot.gangs[0].disagreement, None);
+        assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions), ["w-0", "w-1"]);
+    }
+
+    /// Members that disagree are a gang that has not assembled: its assembly timeout applies
+    /// (here `onTimeout: Fail`, so its members are deleted at the deadline, not before).
+    #[test]
+    fn a_gang_whose_members_disagree_times_out_like_an_unassembled_one() {
+        let p = policies(
+            "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  assemblyTimeout: 10s\n  onTimeout: Fail\n",
+        );
+        let pods = [
+            member("w-0", "ring", 2, "2026-11-22T01:00:00Z", json!({})),
+            member("w-1", "ring", 2, "2026-11-22T01:00:00Z", json!({"spec": {"schedulerName": "volcano"}})),
+        ];
+        let state = cluster(&p, &pods);
+        let deleted = |now: &str| {
+            let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, snapshot_time(now));
+            let pass = plan(&snapshot, &facts, &mut HashMap::new());
+            assert!(releases(&pass.actions).is_empty(), "{:?}", pass.actions);
+            let deleted: Vec<String> = pass
+                .actions
+                .iter()
+                .filter_map(|a| if let ControllerAction::Delete { pod, .. } = a { Some(pod.clone()) } else { None })
+                .collect();
+            (deleted, pass.next_deadline)
+        };
+        assert_eq!(deleted("2026-11-22T01:00:09Z"), (vec![], Some(snapshot_time("2026-11-22T01:00:10Z"))));
+        let (mut gone, _) = deleted("2026-11-22T01:00:10Z");
+        gone.sort();
+        assert_eq!(gone, ["w-0", "w-1"]);
     }
 
     #[test]
