@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::dra::{self, ClaimDemand, ClaimSource, NoClaims};
 use crate::expression::{Inputs, Needs, object_accelerators};
 use crate::finding::{Check, Finding, RuleId, any_denied};
-use crate::gang::directory::{GangDirectory, NoGangs};
+use crate::gang::directory::{GangDirectory, NoGangs, Peer};
 use crate::mutate::{self, PodContext};
 use crate::namespaces::{NamespaceLabels, TeamLookup, team_of};
 use crate::patch::{self, PatchOp};
@@ -278,6 +278,7 @@ impl<'a> Engine<'a> {
             out.findings.extend(tenant::check_owner_size(self.policies, req, team.team.map(|t| t.name.as_str())));
         }
         let mut quota_views = Vec::new();
+        let mut template_gangs = Vec::new();
         for view in views {
             let view = if view.path.is_empty() { view } else { self.as_created(req, view, &team, &mut out) };
             // Pod specs are immutable after CREATE: re-checking them on UPDATE would only block
@@ -293,6 +294,15 @@ impl<'a> Engine<'a> {
                 out.findings.extend(tenant::check_amounts(self.policies, &view, &claimed));
                 let membership = validate::pod_gang(self.policies, &view, req.namespace, &team);
                 out.findings.extend(validate::check_gang(&view, req.namespace, &membership, self.gangs));
+                if let Ok(Some(gang)) = &membership
+                    && !view.path.is_empty()
+                {
+                    template_gangs.push(validate::TemplateMember {
+                        path: view.path.clone(),
+                        gang: gang.name.clone(),
+                        peer: Peer::of(&view.pod, gang),
+                    });
+                }
                 let bypassed = || tenant::Bypassed {
                     accelerators: crate::resources::requests_any(
                         view.pod.get("spec").unwrap_or(&Value::Null),
@@ -324,6 +334,7 @@ impl<'a> Engine<'a> {
                 quota_views.push((view, gang, claims));
             }
         }
+        out.findings.extend(validate::check_template_gangs(req.namespace, &template_gangs));
         if !is_pod {
             self.run_rules(req, Subject::Object(req.object), &team, &object_target, &mut out);
         }
@@ -485,5 +496,77 @@ mod tests {
             assert_eq!(described.validate(&req).findings, silent.validate(&req).findings, "{name}");
         }
         assert!(mutated >= 1, "at least one fixture is mutated by the shipped policies");
+    }
+
+    /// A JobSet whose two templates join one explicit gang: `pod` is merged into the second.
+    fn jobset(second: Value) -> Value {
+        let template = |name: &str| {
+            serde_json::json!({"name": name, "replicas": 1, "template": {"spec": {"parallelism": 2, "template": {
+                "metadata": {"labels": {"allot.dev/gang-name": "ring"}, "annotations": {"allot.dev/gang-size": "4"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "w", "image": "ghcr.io/example/ddp:1.0.0",
+                    "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}})
+        };
+        let mut object = serde_json::json!({
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "js", "namespace": "default"},
+            "spec": {"replicatedJobs": [template("driver"), template("workers")]}
+        });
+        json_patch::merge(&mut object["spec"]["replicatedJobs"][1]["template"]["spec"]["template"], &second);
+        object
+    }
+
+    /// Templates whose pods join one gang must agree as those pods will have to: otherwise the
+    /// workload is denied at apply, naming both templates, instead of its pods one by one later.
+    #[test]
+    fn templates_joining_one_gang_must_agree() {
+        let policies = crate::policy::load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"))
+            .expect("shipped policies");
+        let engine = Engine::new(&policies, &crate::namespaces::NoNamespaces);
+        let consistency = |object: &Value| {
+            let (group, kind) = group_kind(object);
+            let req = Request {
+                uid: "u",
+                operation: RequestOperation::Create,
+                group,
+                kind,
+                namespace: "default",
+                object,
+                old_object: None,
+                dry_run: false,
+                username: "alice",
+                groups: &[],
+            };
+            let outcome = engine.validate(&req);
+            outcome
+                .findings
+                .into_iter()
+                .filter(|f| f.rule == RuleId::Check(Check::GangConsistency))
+                .map(|f| (f.path, f.message))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(consistency(&jobset(serde_json::json!({}))), [], "templates that agree");
+        let first = "spec.replicatedJobs[0].template.spec.template";
+        let second = "spec.replicatedJobs[1].template.spec.template";
+        for (odd, words) in [
+            (
+                serde_json::json!({"spec": {"schedulerName": "volcano"}}),
+                "schedulerName volcano, those of FIRST (unset)",
+            ),
+            (
+                serde_json::json!({"spec": {"priorityClassName": "high-priority"}}),
+                "priorityClassName high-priority, those of FIRST low-priority",
+            ),
+            (
+                serde_json::json!({"metadata": {"annotations": {"allot.dev/gang-size": "3"}}}),
+                "size 3, those of FIRST 4",
+            ),
+        ] {
+            let found = consistency(&jobset(odd));
+            let expected = format!(
+                "gang default/ring: this template's pods would have {}; all members of a gang must agree",
+                words.replace("FIRST", first)
+            );
+            assert_eq!(found, [(format!("{second}.metadata"), expected)], "{words}");
+        }
     }
 }

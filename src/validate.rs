@@ -279,6 +279,41 @@ pub fn check_gang(
     }
 }
 
+/// One Pod template of a workload whose pods join an explicit gang, for [`check_template_gangs`].
+#[derive(Debug, Clone)]
+pub struct TemplateMember {
+    /// The template's path in the workload (`spec.replicatedJobs[1].template.spec.template`).
+    pub path: String,
+    pub gang: String,
+    /// What its pods will be, as far as gang agreement goes (after the preview mutation).
+    pub peer: Peer,
+}
+
+/// `gang/consistency` between the templates of one workload: templates whose pods join the same
+/// gang must agree as those pods will have to. Otherwise the workload is admitted and its pods
+/// are denied one by one as its controller creates them (or, created at once, held by the gang
+/// controller), the first ones waiting for the rest until their assembly timeout. Each later
+/// template is compared with the first one of its gang.
+pub fn check_template_gangs(namespace: &str, templates: &[TemplateMember]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (i, t) in templates.iter().enumerate() {
+        let Some(first) = templates[..i].iter().find(|f| f.gang == t.gang) else { continue };
+        if let Some((field, mine, theirs)) = t.peer.first_difference(&first.peer) {
+            out.push(Finding {
+                rule: Check::GangConsistency.into(),
+                action: Action::Deny,
+                path: metadata_path(&t.path),
+                message: format!(
+                    "gang {namespace}/{}: this template's pods would have {field} {mine}, those of {} {theirs}; \
+                     all members of a gang must agree",
+                    t.gang, first.path
+                ),
+            });
+        }
+    }
+    out
+}
+
 /// `accelerators/claims` on a ResourceClaim CREATE: refused while pods of the namespace that
 /// name a claim of that name were admitted (and counted) with an earlier one. A tenant could
 /// otherwise delete a claim no pod has reserved yet (its pods still gated or pending) and make a

@@ -480,6 +480,18 @@ async fn http_get(addr: &str, path: &str) -> std::io::Result<String> {
     Ok(text)
 }
 
+/// Deletes pod `name` as alice, without grace, and waits until it is gone.
+async fn delete_now(ctx: &Ctx, name: &str) {
+    ctx.pods()
+        .delete(name, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() })
+        .await
+        .unwrap_or_else(|e| panic!("delete {name}: {e}"));
+    wait_for(&format!("{name} gone"), Duration::from_secs(20), || async {
+        ctx.admin_pods().get_opt(name).await.ok().flatten().is_none()
+    })
+    .await;
+}
+
 /// Asserts that `name` still carries `gate` after `settle` (the controller had time to act).
 async fn assert_still_gated(ctx: &Ctx, name: &str, gate: &str, settle: Duration) {
     tokio::time::sleep(settle).await;
@@ -1214,20 +1226,97 @@ fn members_admitted_unseen_by_each_other_are_held_until_they_agree() {
             assert_still_gated(&ctx, name, GANG_GATE, Duration::from_secs(1)).await;
         }
         // The member that differs deleted and made again on the gang's scheduler: both go.
-        ctx.pods()
-            .delete("w-1", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() })
-            .await
-            .expect("delete");
-        wait_for("w-1 gone", Duration::from_secs(20), || async {
-            ctx.admin_pods().get_opt("w-1").await.ok().flatten().is_none()
-        })
-        .await;
+        delete_now(&ctx, "w-1").await;
         create(&ctx, member("w-1", "ring", "2", 1)).await.expect("w-1 on the default scheduler");
         wait_for("the agreeing pair released", Duration::from_secs(30), || async {
             let (a, b) = (ctx.get("w-0").await, ctx.get("w-1").await);
             gates(&a).is_empty() && gates(&b).is_empty()
         })
         .await;
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+/// Serves JobSets (open schema, as a test stand-in for the JobSet operator's CRD; no controller
+/// runs them) once per cluster, and lets alice write them in `ns`.
+async fn serve_jobsets(ctx: &Ctx) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds = Api::<CustomResourceDefinition>::all(ctx.admin.clone());
+    let name = "jobsets.jobset.x-k8s.io";
+    if crds.get_opt(name).await.expect("get the CRD").is_none() {
+        let crd: CustomResourceDefinition = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"group": "jobset.x-k8s.io", "scope": "Namespaced",
+                     "names": {"plural": "jobsets", "singular": "jobset", "kind": "JobSet", "listKind": "JobSetList"},
+                     "versions": [{"name": "v1alpha2", "served": true, "storage": true,
+                         "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+        }))
+        .expect("crd");
+        crds.create(&PostParams::default(), &crd).await.expect("create the CRD");
+    }
+    wait_for("the JobSet CRD established", Duration::from_secs(60), || async {
+        let crd = crds.get(name).await.expect("get the CRD");
+        crd.status
+            .and_then(|s| s.conditions)
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+    })
+    .await;
+    let rules = json!([{"apiGroups": ["jobset.x-k8s.io"], "verbs": ["*"], "resources": ["jobsets"]}]);
+    support::cluster::grant_role(&ctx.admin, &ctx.ns, "jobsets", TENANT, rules).await;
+}
+
+#[test]
+fn workload_templates_joining_one_gang_must_agree() {
+    attempt("workload_templates_joining_one_gang_must_agree", "t-template-gangs", |ctx| async move {
+        use kube::api::{ApiResource, DynamicObject};
+        serve_jobsets(&ctx).await;
+        let resource = ApiResource {
+            group: "jobset.x-k8s.io".into(),
+            version: "v1alpha2".into(),
+            api_version: "jobset.x-k8s.io/v1alpha2".into(),
+            kind: "JobSet".into(),
+            plural: "jobsets".into(),
+        };
+        let jobsets: Api<DynamicObject> = Api::namespaced_with(ctx.alice.clone(), &ctx.ns, &resource);
+        // Two replicated jobs whose pods join one explicit gang of 4; the workers' template
+        // names another scheduler. Its pods would each be denied as the JobSet controller made
+        // them, after the driver's two had been admitted to wait for them.
+        let jobset = |name: &str, workers_scheduler: Option<&str>| {
+            let template = |job: &str, scheduler: Option<&str>| {
+                let mut spec = json!({"restartPolicy": "Never", "containers": [{"name": "w", "image": "busybox:1.36",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]});
+                if let Some(s) = scheduler {
+                    spec["schedulerName"] = json!(s);
+                }
+                json!({"name": job, "replicas": 1, "template": {"spec": {"parallelism": 2, "completions": 2, "template": {
+                    "metadata": {"labels": {"allot.dev/gang-name": "ring"}, "annotations": {"allot.dev/gang-size": "4"}},
+                    "spec": spec}}}})
+            };
+            let object = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": name},
+                "spec": {"replicatedJobs": [template("driver", None), template("workers", workers_scheduler)]}});
+            serde_json::from_value::<DynamicObject>(object).expect("a JobSet")
+        };
+        let message = denial(
+            "a JobSet whose templates disagree on the scheduler",
+            jobsets.create(&PostParams::default(), &jobset("split", Some("volcano"))).await,
+        );
+        assert_names(
+            "the denial",
+            &message,
+            &[
+                "validate.allot.dev",
+                "gang/consistency",
+                "spec.replicatedJobs[1].template.spec.template.metadata",
+                "schedulerName volcano",
+                "spec.replicatedJobs[0].template.spec.template (unset)",
+            ],
+        );
+        assert!(jobsets.get_opt("split").await.expect("get").is_none(), "nothing was created");
+        // The same JobSet with templates that agree is admitted.
+        jobsets.create(&PostParams::default(), &jobset("agreed", None)).await.expect("templates that agree");
+        jobsets.delete("agreed", &DeleteParams::default()).await.expect("delete");
         assert_webhook_answers(&ctx).await;
     });
 }
@@ -1244,14 +1333,7 @@ fn a_recreated_member_arrives_gated() {
             gates(&a).is_empty() && gates(&b).is_empty()
         })
         .await;
-        ctx.pods()
-            .delete("w-1", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() })
-            .await
-            .expect("delete");
-        wait_for("w-1 gone", Duration::from_secs(20), || async {
-            ctx.admin_pods().get_opt("w-1").await.ok().flatten().is_none()
-        })
-        .await;
+        delete_now(&ctx, "w-1").await;
         let again = create(&ctx, member("w-1", "pair", "2", 1)).await.expect("recreated");
         assert!(gates(&again).contains(&GANG_GATE.to_string()), "a new pod is gated: {:?}", gates(&again));
         assert_eq!(annotation(&again, "allot.dev/gang-released"), None);

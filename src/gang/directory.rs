@@ -87,27 +87,33 @@ impl GangDirectory for StaticGangs {
     }
 }
 
-/// The first disagreement between `me` and the other members, as a denial message.
-pub fn disagreement(gang: &str, me: &Peer, peers: &[Peer]) -> Option<String> {
-    for p in peers.iter().filter(|p| p.pod != me.pod) {
-        let checks: [(&str, Option<String>, Option<String>); 3] = [
-            ("size", me.size.map(|s| s.to_string()), p.size.map(|s| s.to_string())),
-            ("priorityClassName", me.priority_class.clone(), p.priority_class.clone()),
-            ("schedulerName", me.scheduler_name.clone(), p.scheduler_name.clone()),
-        ];
-        for (field, mine, theirs) in checks {
-            if mine != theirs {
-                let show = |v: Option<String>| v.unwrap_or_else(|| "(unset)".into());
-                return Some(format!(
-                    "gang {gang}: this pod has {field} {}, member {} has {}; all members of a gang must agree",
-                    show(mine),
-                    p.pod,
-                    show(theirs)
-                ));
-            }
+impl Peer {
+    /// The first field on which `self` and `other` differ, with each one's value (`(unset)` for
+    /// none), in the order members are compared: size, priority class, scheduler.
+    pub fn first_difference(&self, other: &Peer) -> Option<(&'static str, String, String)> {
+        let show = |v: Option<&str>| v.unwrap_or("(unset)").to_string();
+        let size = |v: Option<u32>| v.map_or_else(|| "(unset)".to_string(), |n| n.to_string());
+        if self.size != other.size {
+            Some(("size", size(self.size), size(other.size)))
+        } else if self.priority_class != other.priority_class {
+            Some(("priorityClassName", show(self.priority_class.as_deref()), show(other.priority_class.as_deref())))
+        } else if self.scheduler_name != other.scheduler_name {
+            Some(("schedulerName", show(self.scheduler_name.as_deref()), show(other.scheduler_name.as_deref())))
+        } else {
+            None
         }
     }
-    None
+}
+
+/// The first disagreement between `me` and the other members, as a denial message.
+pub fn disagreement(gang: &str, me: &Peer, peers: &[Peer]) -> Option<String> {
+    peers.iter().filter(|p| p.pod != me.pod).find_map(|p| {
+        let (field, mine, theirs) = me.first_difference(p)?;
+        Some(format!(
+            "gang {gang}: this pod has {field} {mine}, member {} has {theirs}; all members of a gang must agree",
+            p.pod
+        ))
+    })
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::decision::{GangKey, Member, Phantoms, Snapshot, WaitingGang};
+use super::directory::Peer;
 use super::membership::{OwnerGang, QUOTA_GATE};
 use crate::cluster::{ClusterState, ClusterView, GangRef, PodShape};
 use crate::namespaces::{NamespaceLabels, TeamsByNamespace};
@@ -194,8 +195,8 @@ fn nodes_with_devices(view: &ClusterView<'_>, policies: &PolicySet) -> Vec<crate
         .collect()
 }
 
-/// What admission holds every member of a gang to agree on
-/// ([`super::directory::disagreement`]), as the watch read it.
+/// What admission holds every member of a gang to agree on ([`Peer::first_difference`]), as the
+/// watch read it (interned: compared for every gated member on every pass).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Terms {
     size: Option<u32>,
@@ -204,6 +205,16 @@ struct Terms {
 }
 
 impl Terms {
+    /// The member `name` as admission's comparison sees it (only when one differs).
+    fn peer(&self, name: &str) -> Peer {
+        Peer {
+            pod: name.to_string(),
+            size: self.size,
+            priority_class: self.priority_class.as_deref().map(String::from),
+            scheduler_name: self.scheduler_name.as_deref().map(String::from),
+        }
+    }
+
     fn of(gang: &GangRef) -> Terms {
         Terms {
             size: gang.size,
@@ -219,18 +230,9 @@ impl Terms {
 fn first_disagreement(members: &mut [(Arc<str>, Terms)]) -> Option<String> {
     members.sort_by(|a, b| a.0.cmp(&b.0));
     let ((first, mine), rest) = members.split_first()?;
-    let text = |v: &Option<Arc<str>>| v.as_deref().unwrap_or("(unset)").to_string();
-    let size = |v: Option<u32>| v.map_or_else(|| "(unset)".to_string(), |n| n.to_string());
-    rest.iter().find(|(_, theirs)| theirs != mine).map(|(other, theirs)| {
-        let (field, a, b) = if mine.size != theirs.size {
-            ("size", size(mine.size), size(theirs.size))
-        } else if mine.priority_class != theirs.priority_class {
-            ("priorityClassName", text(&mine.priority_class), text(&theirs.priority_class))
-        } else {
-            ("schedulerName", text(&mine.scheduler_name), text(&theirs.scheduler_name))
-        };
-        format!("members {first} and {other} disagree on {field} ({a} and {b})")
-    })
+    let (other, theirs) = rest.iter().find(|(_, theirs)| theirs != mine)?;
+    let (field, a, b) = mine.peer(first).first_difference(&theirs.peer(other))?;
+    Some(format!("members {first} and {other} disagree on {field} ({a} and {b})"))
 }
 
 /// Members already running (released and bound) count towards the quorum of their gang, so a
