@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::dra::{self, ClaimDemand, ClaimSource, NoClaims};
 use crate::expression::{Inputs, Needs, object_accelerators};
 use crate::finding::{Check, Finding, RuleId, any_denied};
-use crate::gang::directory::{GangDirectory, NoGangs, Peer};
+use crate::gang::directory::{GangDirectory, NoGangs};
 use crate::mutate::{self, PodContext};
 use crate::namespaces::{NamespaceLabels, TeamLookup, team_of};
 use crate::patch::{self, PatchOp};
@@ -297,11 +297,7 @@ impl<'a> Engine<'a> {
                 if let Ok(Some(gang)) = &membership
                     && !view.path.is_empty()
                 {
-                    template_gangs.push(validate::TemplateMember {
-                        path: view.path.clone(),
-                        gang: gang.name.clone(),
-                        peer: Peer::of(&view.pod, gang),
-                    });
+                    template_gangs.push(validate::TemplateMember::of(&view, gang));
                 }
                 let bypassed = || tenant::Bypassed {
                     accelerators: crate::resources::requests_any(
@@ -334,7 +330,11 @@ impl<'a> Engine<'a> {
                 quota_views.push((view, gang, claims));
             }
         }
-        out.findings.extend(validate::check_template_gangs(req.namespace, &template_gangs));
+        // At CREATE only: a workload admitted before this check (or by an older replica) must
+        // stay updatable (Kueue toggles `suspend`); its pods are still checked as they come.
+        if operation == Operation::Create {
+            out.findings.extend(validate::check_template_gangs(req.namespace, &template_gangs));
+        }
         if !is_pod {
             self.run_rules(req, Subject::Object(req.object), &team, &object_target, &mut out);
         }
@@ -522,11 +522,11 @@ mod tests {
         let policies = crate::policy::load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"))
             .expect("shipped policies");
         let engine = Engine::new(&policies, &crate::namespaces::NoNamespaces);
-        let consistency = |object: &Value| {
+        let consistency_at = |operation: RequestOperation, object: &Value| {
             let (group, kind) = group_kind(object);
             let req = Request {
                 uid: "u",
-                operation: RequestOperation::Create,
+                operation,
                 group,
                 kind,
                 namespace: "default",
@@ -544,13 +544,20 @@ mod tests {
                 .map(|f| (f.path, f.message))
                 .collect::<Vec<_>>()
         };
+        let consistency = |object: &Value| consistency_at(RequestOperation::Create, object);
         assert_eq!(consistency(&jobset(serde_json::json!({}))), [], "templates that agree");
+        // A custom resource's template is not defaulted; its pods will be.
+        let named = serde_json::json!({"spec": {"schedulerName": "default-scheduler"}});
+        assert_eq!(consistency(&jobset(named)), [], "the default scheduler, named or not");
+        // A workload admitted before the check stays updatable (its pods are checked as they come).
+        let split = jobset(serde_json::json!({"spec": {"schedulerName": "volcano"}}));
+        assert_eq!(consistency_at(RequestOperation::Update, &split), [], "UPDATE");
         let first = "spec.replicatedJobs[0].template.spec.template";
         let second = "spec.replicatedJobs[1].template.spec.template";
         for (odd, words) in [
             (
                 serde_json::json!({"spec": {"schedulerName": "volcano"}}),
-                "schedulerName volcano, those of FIRST (unset)",
+                "schedulerName volcano, those of FIRST default-scheduler",
             ),
             (
                 serde_json::json!({"spec": {"priorityClassName": "high-priority"}}),

@@ -63,10 +63,10 @@ pub struct WaitingGang {
     /// anyone, but it is counted, explained and timed out like any waiting gang.
     pub held_by: Option<String>,
     /// Members that disagree on what admission holds every member to (size, priority class,
-    /// scheduler), e.g. "members w-0 and w-1 disagree on schedulerName (default-scheduler and
-    /// volcano)". Admission compares a new member with those the watch has shown; two created
-    /// at the same moment each pass before the other is seen. Such a gang is never released:
-    /// half of it would hold its nodes for a peer another scheduler (or nobody) places.
+    /// scheduler), e.g. "member w-3 has schedulerName volcano, 3 others have
+    /// default-scheduler". Admission compares a new member with those the watch has shown; two
+    /// created at the same moment each pass before the other is seen. Such a gang is never
+    /// released: half of it would hold its nodes for a peer another scheduler (or nobody) places.
     pub disagreement: Option<String>,
     /// After this many seconds of waiting while not fitting, no later gang may pass it;
     /// `None`: never blocks.
@@ -274,7 +274,7 @@ fn run(snapshot: &Snapshot, detail_for: Option<&GangKey>) -> (Vec<Decision>, Opt
                 verdict: Verdict::Disagrees,
                 message: format!(
                     "{present} members present; {disagreement}: all members of a gang must agree, \
-                     delete and recreate the one that differs"
+                     delete the member that differs and create it again as the others are"
                 ),
             });
             continue;

@@ -88,20 +88,32 @@ impl GangDirectory for StaticGangs {
 }
 
 impl Peer {
-    /// The first field on which `self` and `other` differ, with each one's value (`(unset)` for
-    /// none), in the order members are compared: size, priority class, scheduler.
+    /// What members of one gang must agree on, in the order they are compared.
+    pub const FIELDS: [&'static str; 3] = ["size", "priorityClassName", "schedulerName"];
+
+    /// One compared field's value as messages show it (`(unset)` for none).
+    pub fn shown(&self, field: &str) -> String {
+        let value = match field {
+            "size" => self.size.map(|n| n.to_string()),
+            "priorityClassName" => self.priority_class.clone(),
+            _ => self.scheduler_name.clone(),
+        };
+        value.unwrap_or_else(|| "(unset)".to_string())
+    }
+
+    /// The first field on which `self` and `other` differ, with each one's value as shown, in
+    /// the order members are compared: size, priority class, scheduler.
     pub fn first_difference(&self, other: &Peer) -> Option<(&'static str, String, String)> {
-        let show = |v: Option<&str>| v.unwrap_or("(unset)").to_string();
-        let size = |v: Option<u32>| v.map_or_else(|| "(unset)".to_string(), |n| n.to_string());
-        if self.size != other.size {
-            Some(("size", size(self.size), size(other.size)))
+        let field = if self.size != other.size {
+            "size"
         } else if self.priority_class != other.priority_class {
-            Some(("priorityClassName", show(self.priority_class.as_deref()), show(other.priority_class.as_deref())))
+            "priorityClassName"
         } else if self.scheduler_name != other.scheduler_name {
-            Some(("schedulerName", show(self.scheduler_name.as_deref()), show(other.scheduler_name.as_deref())))
+            "schedulerName"
         } else {
-            None
-        }
+            return None;
+        };
+        Some((field, self.shown(field), other.shown(field)))
     }
 }
 

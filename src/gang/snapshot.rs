@@ -44,6 +44,8 @@ pub struct GangFacts {
     pub on_timeout: OnTimeout,
     /// What each gated member says the gang is, to find members that disagree.
     terms: Vec<(Arc<str>, Terms)>,
+    /// Some gated member's terms differ from the first one's (then `terms` is looked at).
+    members_differ: bool,
 }
 
 /// Builds the gang snapshot from a cluster view.
@@ -133,7 +135,9 @@ impl GangSnapshot for ClusterState {
                     entry.held_by = Some("another scheduling gate".to_string());
                 }
                 entry.members.push(Member { name: p.name.to_string(), shape: p.shape() });
-                gf.terms.push((p.name.clone(), Terms::of(g)));
+                let terms = Terms::of(g);
+                gf.members_differ |= gf.terms.first().is_some_and(|(_, first)| *first != terms);
+                gf.terms.push((p.name.clone(), terms));
                 if g.leader {
                     gf.leader_first_workers =
                         owner.filter(|o| o.leader_first).map(|o| (o.size.saturating_sub(1), worker_requests(o)));
@@ -149,9 +153,13 @@ impl GangSnapshot for ClusterState {
             }
         }
         count_running(&view, &mut facts);
-        for (key, gf) in &mut facts {
+        for (key, gf) in facts.iter_mut().filter(|(_, gf)| gf.members_differ) {
             if let Some(gang) = waiting.get_mut(key) {
                 gang.disagreement = first_disagreement(&mut gf.terms);
+                // Which size the gang waits for would be whichever member the watch listed first.
+                if gf.terms.iter().any(|(_, t)| t.size != gf.terms[0].1.size) {
+                    gang.expected = None;
+                }
             }
         }
         let gangs = waiting
@@ -224,15 +232,36 @@ impl Terms {
     }
 }
 
-/// The first disagreement among a gang's gated members, in name order (the watch's order is
-/// not stable, and the message is the condition the members carry: it must not change from
-/// one pass to the next while the members stay as they are).
+/// What stands out among a gang's gated members, in words, when they disagree: on the first
+/// field ([`Peer::FIELDS`]: size, priority class, scheduler) on which any two differ, the member
+/// first by name without the value most of them share ("member w-3 has schedulerName volcano, 3
+/// others have default-scheduler"), or, when no value is shared by most, the first two by name
+/// that differ. Worked out in name order: the watch's order is not stable, and the message is
+/// the condition the members carry, which must not change from one pass to the next while they
+/// stay as they are.
 fn first_disagreement(members: &mut [(Arc<str>, Terms)]) -> Option<String> {
-    members.sort_by(|a, b| a.0.cmp(&b.0));
-    let ((first, mine), rest) = members.split_first()?;
-    let (other, theirs) = rest.iter().find(|(_, theirs)| theirs != mine)?;
-    let (field, a, b) = mine.peer(first).first_difference(&theirs.peer(other))?;
-    Some(format!("members {first} and {other} disagree on {field} ({a} and {b})"))
+    members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let peers: Vec<Peer> = members.iter().map(|(name, t)| t.peer(name)).collect();
+    let first = peers.first()?;
+    let field = Peer::FIELDS.into_iter().find(|f| peers.iter().any(|p| p.shown(f) != first.shown(f)))?;
+    let shown: Vec<String> = peers.iter().map(|p| p.shown(field)).collect();
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for value in &shown {
+        *counts.entry(value).or_default() += 1;
+    }
+    let most = counts.values().copied().max().unwrap_or(0);
+    let mut common = counts.iter().filter(|(_, n)| **n == most).map(|(value, _)| *value);
+    let odd = |than: &str| peers.iter().zip(&shown).find(|(_, v)| v.as_str() != than);
+    match (common.next(), common.next()) {
+        (Some(common), None) => {
+            let (member, value) = odd(common)?;
+            Some(format!("member {} has {field} {value}, {most} others have {common}", member.pod))
+        }
+        _ => {
+            let (other, value) = odd(&shown[0])?;
+            Some(format!("members {} and {} disagree on {field} ({} and {value})", first.pod, other.pod, shown[0]))
+        }
+    }
 }
 
 /// Members already running (released and bound) count towards the quorum of their gang, so a
@@ -269,4 +298,71 @@ fn finish(mut g: WaitingGang, gf: Option<&GangFacts>) -> WaitingGang {
     }
     g.members.sort_by(|a, b| a.name.cmp(&b.name));
     g
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{Terms, first_disagreement};
+
+    /// Members (name, terms) and the words expected for them.
+    type Case<'a> = (&'a [(&'a str, Terms)], Option<&'a str>);
+
+    fn terms(size: u32, scheduler: &str) -> Terms {
+        Terms { size: Some(size), priority_class: None, scheduler_name: Some(Arc::from(scheduler)) }
+    }
+
+    /// Every order the watch could list the members in gives the same words: the member that
+    /// stands out, or (no value shared by most) the first two by name that differ; none when
+    /// all agree.
+    #[test]
+    fn the_words_do_not_depend_on_the_order_members_come_in() {
+        let cases: [Case<'_>; 5] = [
+            (
+                &[
+                    ("a", terms(4, "default")),
+                    ("b", terms(4, "volcano")),
+                    ("c", terms(4, "default")),
+                    ("d", terms(4, "default")),
+                ],
+                Some("member b has schedulerName volcano, 3 others have default"),
+            ),
+            (
+                &[("a", terms(4, "volcano")), ("b", terms(4, "default")), ("c", terms(4, "default"))],
+                Some("member a has schedulerName volcano, 2 others have default"),
+            ),
+            (
+                &[
+                    ("a", terms(2, "default")),
+                    ("b", terms(4, "default")),
+                    ("c", terms(4, "volcano")),
+                    ("d", terms(2, "x")),
+                ],
+                Some("members a and b disagree on size (2 and 4)"),
+            ),
+            (&[("a", terms(4, "default")), ("b", terms(4, "default"))], None),
+            // The size is compared first, whichever member differs on it.
+            (
+                &[("a", terms(4, "default")), ("b", terms(4, "volcano")), ("c", terms(5, "default"))],
+                Some("member c has size 5, 2 others have 4"),
+            ),
+        ];
+        for (members, expected) in cases {
+            let mut orders = vec![members.to_vec()];
+            // Every rotation and its reverse.
+            for k in 1..members.len() {
+                let mut rotated = members.to_vec();
+                rotated.rotate_left(k);
+                orders.push(rotated);
+            }
+            for order in orders.clone() {
+                orders.push(order.into_iter().rev().collect());
+            }
+            for order in orders {
+                let mut list: Vec<(Arc<str>, Terms)> = order.iter().map(|(n, t)| (Arc::from(*n), t.clone())).collect();
+                assert_eq!(first_disagreement(&mut list).as_deref(), expected, "{order:?}");
+            }
+        }
+    }
 }

@@ -433,6 +433,11 @@ mod controller_state {
         let pass = plan(&snapshot, &facts, &mut HashMap::new());
         assert!(releases(&pass.actions).is_empty(), "{:?}", pass.actions);
         assert_eq!(pass.waiting.get("MembersDisagree"), Some(&1));
+        assert_eq!(
+            snapshot.gangs[0].disagreement.as_deref(),
+            Some("member d-3 has schedulerName volcano, 4 others have (unset)"),
+            "the one that stands out is named"
+        );
         // d-3 deleted and made again on the default scheduler: all five go together.
         all[3] = member("d-3", "d", 5, "2026-11-22T01:00:00Z", json!({}));
         state.replace_pods(all.iter().map(|pod| record(pod, &p)).collect());
@@ -497,7 +502,7 @@ mod controller_state {
             }
             let expected = format!(
                 "2 members present; members w-0 and w-1 disagree on {words}: all members of a gang must agree, \
-                 delete and recreate the one that differs"
+                 delete the member that differs and create it again as the others are"
             );
             assert_eq!(messages, vec![expected; 4], "{words}");
         }
@@ -509,6 +514,31 @@ mod controller_state {
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         assert_eq!(snapshot.gangs[0].disagreement, None);
         assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions), ["w-0", "w-1"]);
+    }
+
+    /// A gang whose members disagree never becomes the gang the others wait behind: here it
+    /// would not fit (3 GPUs a member, nodes of 2) and has waited past its starvation limit,
+    /// which makes a gang that merely does not fit hold up every later one.
+    #[test]
+    fn a_gang_whose_members_disagree_holds_up_no_one() {
+        let p = policies("");
+        let big = json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "3"}}}]}});
+        let mut odd = big.clone();
+        json_patch::merge(&mut odd, &json!({"spec": {"schedulerName": "volcano"}}));
+        let long_ago = "2026-11-01T00:00:00Z";
+        let mut pods = vec![member("w-0", "ring", 2, long_ago, big.clone()), member("w-1", "ring", 2, long_ago, odd)];
+        pods.extend((0..2).map(|i| member(&format!("next-{i}"), "next", 2, "2026-11-17T00:00:00Z", json!({}))));
+        let state = cluster(&p, &pods);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert_eq!(releases(&pass.actions), ["next-0", "next-1"], "{:?}", pass.actions);
+        // The same gang agreeing does block the later one: the check above can fail.
+        pods[1] = member("w-1", "ring", 2, long_ago, big);
+        let state = cluster(&p, &pods);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert!(releases(&pass.actions).is_empty(), "{:?}", pass.actions);
+        assert_eq!(pass.waiting.get("WaitingForHigherPriority"), Some(&1));
     }
 
     /// Members that disagree are a gang that has not assembled: its assembly timeout applies
