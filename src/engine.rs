@@ -294,8 +294,12 @@ impl<'a> Engine<'a> {
                 out.findings.extend(tenant::check_amounts(self.policies, &view, &claimed));
                 let membership = validate::pod_gang(self.policies, &view, req.namespace, &team);
                 out.findings.extend(validate::check_gang(&view, req.namespace, &membership, self.gangs));
+                // Templates are compared with each other at CREATE only: a workload admitted
+                // before this check (or by an older replica) must stay updatable (Kueue toggles
+                // `suspend`); its pods are still checked as they come.
                 if let Ok(Some(gang)) = &membership
                     && !view.path.is_empty()
+                    && operation == Operation::Create
                 {
                     template_gangs.push(validate::TemplateMember::of(&view, gang));
                 }
@@ -330,11 +334,7 @@ impl<'a> Engine<'a> {
                 quota_views.push((view, gang, claims));
             }
         }
-        // At CREATE only: a workload admitted before this check (or by an older replica) must
-        // stay updatable (Kueue toggles `suspend`); its pods are still checked as they come.
-        if operation == Operation::Create {
-            out.findings.extend(validate::check_template_gangs(req.namespace, &template_gangs));
-        }
+        out.findings.extend(validate::check_template_gangs(req.namespace, &template_gangs));
         if !is_pod {
             self.run_rules(req, Subject::Object(req.object), &team, &object_target, &mut out);
         }
@@ -444,6 +444,25 @@ pub fn group_kind(object: &Value) -> (&str, &str) {
     (workload::group_of(api_version), kind)
 }
 
+/// `object` under review at `operation` as the tenant alice sends it, in its own namespace
+/// (else `default`): the request the engine's unit tests build.
+#[cfg(test)]
+pub(crate) fn alices(operation: RequestOperation, object: &Value) -> Request<'_> {
+    let (group, kind) = group_kind(object);
+    Request {
+        uid: "u",
+        operation,
+        group,
+        kind,
+        namespace: object["metadata"]["namespace"].as_str().unwrap_or("default"),
+        object,
+        old_object: None,
+        dry_run: false,
+        username: "alice",
+        groups: &[],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -465,20 +484,7 @@ mod tests {
             "012-mutate-create-pod-plain-cpu-pod.json",
         ] {
             let object = crate::fixtures::object(name);
-            let (group, kind) = group_kind(&object);
-            let namespace = object["metadata"]["namespace"].as_str().unwrap_or("default");
-            let req = Request {
-                uid: "u",
-                operation: RequestOperation::Create,
-                group,
-                kind,
-                namespace,
-                object: &object,
-                old_object: None,
-                dry_run: false,
-                username: "alice",
-                groups: &[],
-            };
+            let req = alices(RequestOperation::Create, &object);
             let (with, without) = (described.mutate(&req), silent.mutate(&req));
             assert_eq!(with.patch, without.patch, "{name}");
             assert_eq!(with.findings, without.findings, "{name}");
@@ -523,20 +529,7 @@ mod tests {
             .expect("shipped policies");
         let engine = Engine::new(&policies, &crate::namespaces::NoNamespaces);
         let consistency_at = |operation: RequestOperation, object: &Value| {
-            let (group, kind) = group_kind(object);
-            let req = Request {
-                uid: "u",
-                operation,
-                group,
-                kind,
-                namespace: "default",
-                object,
-                old_object: None,
-                dry_run: false,
-                username: "alice",
-                groups: &[],
-            };
-            let outcome = engine.validate(&req);
+            let outcome = engine.validate(&alices(operation, object));
             outcome
                 .findings
                 .into_iter()

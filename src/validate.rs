@@ -291,7 +291,7 @@ pub struct TemplateMember {
 
 impl TemplateMember {
     /// The template seen as the Pod view `view` (already previewed) in `gang`.
-    pub fn of(view: &PodView<'_>, gang: &crate::gang::membership::Membership) -> TemplateMember {
+    pub fn of(view: &PodView<'_>, gang: &Membership) -> TemplateMember {
         let mut peer = Peer::of(&view.pod, gang);
         // A template inside a custom resource is not defaulted by the API server; its pods
         // will be, with the default scheduler, as a Job's template already is.

@@ -454,14 +454,7 @@ async fn members(pods: &Api<Pod>, names: &[String]) -> Vec<(bool, String)> {
             .as_ref()
             .and_then(|s| s.scheduling_gates.as_ref())
             .is_some_and(|g| g.iter().any(|g| g.name == "allot.dev/gang"));
-        let message = pod
-            .status
-            .and_then(|s| s.conditions)
-            .into_iter()
-            .flatten()
-            .find(|c| c.type_ == "allot.dev/GangReady")
-            .and_then(|c| c.message)
-            .unwrap_or_default();
+        let message = support::cluster::gang_condition(&pod).map(|(_, _, message)| message).unwrap_or_default();
         out.push((gated, message));
     }
     out

@@ -10,7 +10,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
-use support::cluster::{Assets, Cluster, wait_for};
+use support::cluster::{Assets, Cluster, gang_condition, wait_for};
 
 fn gpu_pod(name: &str, gang: &str, size: u32) -> Pod {
     serde_json::from_value(json!({
@@ -29,16 +29,6 @@ fn gated(pod: &Pod) -> bool {
 
 fn node_of(pod: &Pod) -> Option<String> {
     pod.spec.as_ref().and_then(|s| s.node_name.clone())
-}
-
-fn condition(pod: &Pod) -> Option<(String, String, String)> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "allot.dev/GangReady")
-        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default()))
 }
 
 async fn members(pods: &Api<Pod>, gang: &str) -> Vec<Pod> {
@@ -106,7 +96,7 @@ async fn gangs_on_a_real_control_plane() {
     }
     wait_for("the waiting gang's explanation", Duration::from_secs(30), || async {
         members(&pods, second).await.iter().all(|p| {
-            condition(p).is_some_and(|(status, reason, message)| {
+            gang_condition(p).is_some_and(|(status, reason, message)| {
                 status == "False"
                     && reason == "InsufficientResources"
                     && message.contains("needs 4 nvidia.com/gpu")
@@ -137,7 +127,7 @@ async fn gangs_on_a_real_control_plane() {
         members(&pods, second)
             .await
             .iter()
-            .all(|p| condition(p).is_some_and(|(status, reason, _)| status == "True" && reason == "Released"))
+            .all(|p| gang_condition(p).is_some_and(|(status, reason, _)| status == "True" && reason == "Released"))
     })
     .await;
     let names: Vec<String> = members(&pods, second).await.iter().filter_map(|p| p.metadata.name.clone()).collect();
@@ -152,7 +142,7 @@ async fn gangs_on_a_real_control_plane() {
         g.len() == 3
             && g.iter().all(|p| {
                 gated(p)
-                    && condition(p).is_some_and(|(_, reason, message)| {
+                    && gang_condition(p).is_some_and(|(_, reason, message)| {
                         reason == "WaitingForMembers" && message.starts_with("3/4 members present")
                     })
             })

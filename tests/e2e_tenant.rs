@@ -1187,13 +1187,6 @@ fn gang_members_cannot_disagree_on_their_scheduler() {
     });
 }
 
-/// The `allot.dev/GangReady` condition of `pod`: (status, reason, message).
-fn gang_condition(pod: &Pod) -> Option<(String, String, String)> {
-    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
-    let c = conditions.iter().find(|c| c.type_ == "allot.dev/GangReady")?;
-    Some((c.status.clone(), c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default()))
-}
-
 #[test]
 fn members_admitted_unseen_by_each_other_are_held_until_they_agree() {
     attempt("members_admitted_unseen_by_each_other_are_held_until_they_agree", "t-scheduler-race", |ctx| async move {
@@ -1222,7 +1215,8 @@ fn members_admitted_unseen_by_each_other_are_held_until_they_agree() {
         assert!(gates(&created).contains(&GANG_GATE.to_string()), "mutation gated it: {:?}", gates(&created));
         // The controller compares the members it holds: neither goes, both are told why.
         let disagreeing = |pod: &Pod| {
-            gang_condition(pod).filter(|(status, reason, _)| status == "False" && reason == "MembersDisagree")
+            support::cluster::gang_condition(pod)
+                .filter(|(status, reason, _)| status == "False" && reason == "MembersDisagree")
         };
         wait_for("both members explained as disagreeing", Duration::from_secs(30), || async {
             disagreeing(&ctx.get("w-0").await).is_some() && disagreeing(&ctx.get("w-1").await).is_some()
@@ -1248,29 +1242,8 @@ fn members_admitted_unseen_by_each_other_are_held_until_they_agree() {
 /// Serves JobSets (open schema, as a test stand-in for the JobSet operator's CRD; no controller
 /// runs them) once per cluster, and lets alice write them in `ns`.
 async fn serve_jobsets(ctx: &Ctx) {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let crds = Api::<CustomResourceDefinition>::all(ctx.admin.clone());
-    let name = "jobsets.jobset.x-k8s.io";
-    if crds.get_opt(name).await.expect("get the CRD").is_none() {
-        let crd: CustomResourceDefinition = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {"group": "jobset.x-k8s.io", "scope": "Namespaced",
-                     "names": {"plural": "jobsets", "singular": "jobset", "kind": "JobSet", "listKind": "JobSetList"},
-                     "versions": [{"name": "v1alpha2", "served": true, "storage": true,
-                         "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
-        }))
-        .expect("crd");
-        crds.create(&PostParams::default(), &crd).await.expect("create the CRD");
-    }
-    wait_for("the JobSet CRD established", Duration::from_secs(60), || async {
-        let crd = crds.get(name).await.expect("get the CRD");
-        crd.status
-            .and_then(|s| s.conditions)
-            .into_iter()
-            .flatten()
-            .any(|c| c.type_ == "Established" && c.status == "True")
-    })
-    .await;
+    let kind = ("jobset.x-k8s.io".to_string(), "v1alpha2".to_string(), "JobSet".to_string());
+    support::cluster::serve_custom_kinds(&ctx.admin, &std::collections::BTreeSet::from([kind])).await;
     let rules = json!([{"apiGroups": ["jobset.x-k8s.io"], "verbs": ["*"], "resources": ["jobsets"]}]);
     support::cluster::grant_role(&ctx.admin, &ctx.ns, "jobsets", TENANT, rules).await;
 }

@@ -137,55 +137,6 @@ fn custom_kinds_of_the_suites(root: &std::path::Path) -> std::collections::BTree
     kinds
 }
 
-/// Serves each custom kind with an open schema, as its operator's CRD would (named by Allot's
-/// plural, the one its native policies bind), and waits until every one is established.
-async fn serve_custom_kinds(client: &kube::Client, kinds: &std::collections::BTreeSet<(String, String, String)>) {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let api = Api::<CustomResourceDefinition>::all(client.clone());
-    let mut by_kind: std::collections::BTreeMap<(&str, &str), Vec<&str>> = std::collections::BTreeMap::new();
-    for (group, version, kind) in kinds {
-        by_kind.entry((group, kind)).or_default().push(version);
-    }
-    let mut names = Vec::new();
-    for ((group, kind), versions) in &by_kind {
-        let plural = format!("{}s", kind.to_lowercase());
-        let name = format!("{plural}.{group}");
-        let versions: Vec<_> = versions
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                json!({"name": v, "served": true, "storage": i == 0,
-                       "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}})
-            })
-            .collect();
-        let crd: CustomResourceDefinition = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {"group": group, "scope": "Namespaced", "versions": versions,
-                     "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind, "listKind": format!("{kind}List")}}
-        }))
-        .expect("crd");
-        api.create(&PostParams::default(), &crd).await.expect("create the CRD");
-        names.push(name);
-    }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    for name in &names {
-        loop {
-            let crd = api.get(name).await.expect("get the CRD");
-            let established = crd
-                .status
-                .and_then(|s| s.conditions)
-                .into_iter()
-                .flatten()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if established {
-                break;
-            }
-            assert!(Instant::now() < deadline, "CRD {name} not established within 60 s");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allot_test_server_compares_native_answers_with_the_suite() {
     let test = "e2e_test_server::allot_test_server_compares_native_answers_with_the_suite";
@@ -303,7 +254,7 @@ async fn allot_test_server_compares_native_answers_with_the_suite() {
     // operators' CRDs would, so the native policies answer for them too.
     let custom = custom_kinds_of_the_suites(&root);
     assert!(custom.len() >= 6, "the shipped suites create these custom kinds: {custom:?}");
-    serve_custom_kinds(&client, &custom).await;
+    support::cluster::serve_custom_kinds(&client, &custom).await;
     let (_, out, err) = allot(&["test", "--server", &kubeconfig, root.join("policy-tests").to_str().expect("path")]);
     let summary = out.lines().rev().find(|l| l.contains("on the server")).unwrap_or_default().to_string();
     eprintln!("shipped policy-tests on the server: {summary}\n{out}{err}");

@@ -116,20 +116,8 @@ fn objects() -> Vec<Value> {
     ]
 }
 
-fn request<'a>(object: &'a Value) -> Request<'a> {
-    let (group, kind) = crate::engine::group_kind(object);
-    Request {
-        uid: "u",
-        operation: RequestOperation::Create,
-        group,
-        kind,
-        namespace: object["metadata"]["namespace"].as_str().unwrap_or("default"),
-        object,
-        old_object: None,
-        dry_run: false,
-        username: "alice",
-        groups: &[],
-    }
+fn request(object: &Value) -> Request<'_> {
+    crate::engine::alices(RequestOperation::Create, object)
 }
 
 #[test]

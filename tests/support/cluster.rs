@@ -724,6 +724,65 @@ pub async fn point_webhooks_at(client: &kube::Client, from: &str, to: &str) {
     }
 }
 
+/// Serves each custom kind `(group, version, kind)` with an open schema, as its operator's CRD
+/// would (named by Allot's plural, the one its native policies bind; one already served is left
+/// as it is), and waits until every one is established.
+pub async fn serve_custom_kinds(client: &kube::Client, kinds: &std::collections::BTreeSet<(String, String, String)>) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let mut by_kind: std::collections::BTreeMap<(&str, &str), Vec<&str>> = std::collections::BTreeMap::new();
+    for (group, version, kind) in kinds {
+        by_kind.entry((group, kind)).or_default().push(version);
+    }
+    let mut names = Vec::new();
+    for ((group, kind), versions) in &by_kind {
+        let plural = format!("{}s", kind.to_lowercase());
+        let name = format!("{plural}.{group}");
+        let versions: Vec<_> = versions
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                json!({"name": v, "served": true, "storage": i == 0,
+                       "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}})
+            })
+            .collect();
+        let crd: CustomResourceDefinition = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"group": group, "scope": "Namespaced", "versions": versions,
+                     "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind, "listKind": format!("{kind}List")}}
+        }))
+        .expect("crd");
+        if api.get_opt(&name).await.expect("get the CRD").is_none() {
+            api.create(&PostParams::default(), &crd).await.expect("create the CRD");
+        }
+        names.push(name);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for name in &names {
+        loop {
+            let crd = api.get(name).await.expect("get the CRD");
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                break;
+            }
+            assert!(Instant::now() < deadline, "CRD {name} not established within 60 s");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// The `allot.dev/GangReady` condition of `pod`: (status, reason, message).
+pub fn gang_condition(pod: &k8s_openapi::api::core::v1::Pod) -> Option<(String, String, String)> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    let c = conditions.iter().find(|c| c.type_ == "allot.dev/GangReady")?;
+    Some((c.status.clone(), c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default()))
+}
+
 /// Gives `user` the Role `name` with `rules` in namespace `ns` (server-side applied, so calling
 /// it again changes nothing): how the tests make a tenant, a namespaced Role and nothing else.
 pub async fn grant_role(admin: &kube::Client, ns: &str, name: &str, user: &str, rules: serde_json::Value) {
