@@ -292,16 +292,9 @@ pub struct TemplateMember {
 impl TemplateMember {
     /// The template seen as the Pod view `view` (already previewed) in `gang`.
     pub fn of(view: &PodView<'_>, gang: &Membership) -> TemplateMember {
-        let mut peer = Peer::of(&view.pod, gang);
-        // A template inside a custom resource is not defaulted by the API server; its pods
-        // will be, with the default scheduler, as a Job's template already is.
-        peer.scheduler_name.get_or_insert_with(|| DEFAULT_SCHEDULER.to_string());
-        TemplateMember { path: view.path.clone(), gang: gang.name.clone(), peer }
+        TemplateMember { path: view.path.clone(), gang: gang.name.clone(), peer: Peer::of(&view.pod, gang) }
     }
 }
-
-/// The scheduler the API server gives a Pod that names none.
-const DEFAULT_SCHEDULER: &str = "default-scheduler";
 
 /// `gang/consistency` between the templates of one workload: templates whose pods join the same
 /// gang must agree as those pods will have to. Otherwise the workload is admitted and its pods

@@ -104,6 +104,39 @@ fn check_reads_lists_and_json() {
     assert_eq!(report["summary"]["mutated"], 1);
 }
 
+/// Gang members are compared as the API server will have them: one naming the default
+/// scheduler and one naming none agree (the API server names it on both); another scheduler
+/// does not.
+#[test]
+fn check_compares_gang_members_with_the_default_scheduler_filled_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let member = |name: &str, scheduler: Option<&str>| {
+        let mut pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "vision", "labels": {"allot.dev/gang-name": "ring"},
+                         "annotations": {"allot.dev/gang-size": "2"}},
+            "spec": {"containers": [{"name": "c", "image": "i:1", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}});
+        if let Some(s) = scheduler {
+            pod["spec"]["schedulerName"] = s.into();
+        }
+        pod
+    };
+    let run = |second: Option<&str>| {
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List",
+            "items": [member("w-0", Some("default-scheduler")), member("w-1", second)]});
+        let path = write(dir.path(), "gang.json", &list.to_string());
+        allot(&["check", "--policies", "policies", path.to_str().unwrap()])
+    };
+    let out = run(None);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let out = run(Some("volcano"));
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("this pod has schedulerName volcano, member w-0 has default-scheduler"),
+        "{}",
+        stdout(&out)
+    );
+}
+
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();

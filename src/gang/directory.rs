@@ -30,10 +30,15 @@ impl Peer {
             pod: text(&["metadata", "name"]).unwrap_or_default(),
             size: gang.size,
             priority_class: text(&["spec", "priorityClassName"]),
-            scheduler_name: text(&["spec", "schedulerName"]),
+            // As the API server defaults it: a manifest (`allot check`) or a custom resource's
+            // template names none, the pods made of it will have it.
+            scheduler_name: text(&["spec", "schedulerName"]).or_else(|| Some(DEFAULT_SCHEDULER.to_string())),
         }
     }
 }
+
+/// The scheduler the API server gives a Pod that names none.
+const DEFAULT_SCHEDULER: &str = "default-scheduler";
 
 /// Lookup of a gang's existing members.
 pub trait GangDirectory: Send + Sync {
@@ -151,7 +156,7 @@ mod tests {
         assert_eq!(me.scheduler_name.as_deref(), Some("default-scheduler"));
         // Empty, absent and non-string values all read as unset.
         let other = peer(json!({"metadata": {"name": "w-1"}, "spec": {"priorityClassName": "", "schedulerName": 7}}));
-        assert_eq!((other.priority_class, other.scheduler_name), (None, None));
+        assert_eq!((other.priority_class, other.scheduler_name.as_deref()), (None, Some("default-scheduler")));
         assert_eq!(peer(json!({"metadata": "w-2"})).pod, "");
         // Keys with '/' or '~' are not paths here: only these fields are read.
         let odd = peer(json!({"metadata": {"name": "a~1b/c"}, "spec": {"schedulerName": "x/y"}}));
@@ -165,8 +170,12 @@ mod tests {
         let message = disagreement("ns/g", &me, &[other]).expect("a disagreement");
         assert_eq!(
             message,
-            "gang ns/g: this pod has schedulerName volcano, member w-1 has (unset); all members of a gang must agree"
+            "gang ns/g: this pod has schedulerName volcano, member w-1 has default-scheduler; all members of a gang must agree"
         );
+        // The default scheduler named or not is the same: the API server names it on every pod.
+        let named = peer(json!({"metadata": {"name": "w-2"}, "spec": {"schedulerName": "default-scheduler"}}));
+        let unnamed = peer(json!({"metadata": {"name": "w-3"}, "spec": {}}));
+        assert_eq!(disagreement("ns/g", &named, &[unnamed]), None);
         assert_eq!(disagreement("ns/g", &me, std::slice::from_ref(&me)), None, "a pod never disagrees with itself");
     }
 }
