@@ -5,6 +5,7 @@
 //! unknown fields), and kube-core serialises `patch` as an array of bytes (kube-rs/kube#1781),
 //! where every other webhook — and the API server's own documentation — uses base64.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
@@ -14,7 +15,7 @@ use serde_json::Value;
 use crate::engine::{Engine, Outcome};
 use crate::finding::Finding;
 use crate::json::Fields;
-use crate::policy::Action;
+use crate::policy::{Action, LAST_APPLIED_ANNOTATION, Unread};
 use crate::request::{Request, RequestOperation};
 
 /// Which webhook is answering.
@@ -82,29 +83,82 @@ struct RequestIn {
     dry_run: Option<bool>,
 }
 
-/// `object` / `oldObject` as JSON without `metadata.managedFields`: nothing Allot decides reads
-/// them (CEL never binds them), and they are a quarter of a typical Pod's bytes and most of its
-/// small maps. Skipped while parsing, so they are never built.
+/// `object` / `oldObject` as JSON without `metadata.managedFields` (nothing Allot decides reads
+/// them, CEL never binds them, and they are a quarter of a typical Pod's bytes and most of its
+/// small maps) and without what the policy set leaves [`Unread`] (set by [`decode_for`]).
+/// Skipped while parsing, so they are never built; still parsed, so a malformed body is refused.
 fn trimmed_object<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
     struct Trimmed(Value);
     impl<'de> Deserialize<'de> for Trimmed {
         fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Trimmed, D::Error> {
-            d.deserialize_any(TrimmedVisitor(Level::Object)).map(Trimmed)
+            let unread = UNREAD.with(Cell::get);
+            d.deserialize_any(TrimmedVisitor { level: Level::Object, unread }).map(Trimmed)
         }
     }
     Option::<Trimmed>::deserialize(d).map(|o| o.map(|t| t.0))
 }
 
-/// Where [`TrimmedVisitor`] is: the object (its `metadata` is trimmed) or its `metadata`
-/// (`managedFields` is skipped).
+thread_local! {
+    /// What the review being decoded on this thread may leave out. A thread-local because
+    /// serde's derived `ReviewIn` passes no state to `trimmed_object`; set and restored around
+    /// one synchronous `serde_json` call by [`decode_for`].
+    static UNREAD: Cell<Unread> = const { Cell::new(Unread::NOTHING) };
+}
+
+/// Restores the thread's [`UNREAD`] when a decode ends, however it ends.
+struct UnreadScope(Unread);
+
+impl UnreadScope {
+    fn enter(unread: Unread) -> UnreadScope {
+        UnreadScope(UNREAD.with(|u| u.replace(unread)))
+    }
+}
+
+impl Drop for UnreadScope {
+    fn drop(&mut self) {
+        UNREAD.with(|u| u.set(self.0));
+    }
+}
+
+/// Where [`TrimmedVisitor`] is: the object, its `metadata` (`managedFields` is skipped), its
+/// `metadata.annotations` or its `spec`.
 #[derive(Clone, Copy)]
 enum Level {
     Object,
     Metadata,
+    Annotations,
+    Spec,
 }
 
-/// Builds a `Value` exactly as `Value`'s own `Deserialize` does, except for the one field.
-struct TrimmedVisitor(Level);
+/// Builds a `Value` exactly as `Value`'s own `Deserialize` does, except for what it skips.
+#[derive(Clone, Copy)]
+struct TrimmedVisitor {
+    level: Level,
+    unread: Unread,
+}
+
+impl TrimmedVisitor {
+    /// True when the field `key` at this level is skipped.
+    fn skips(self, key: &str) -> bool {
+        match (self.level, key) {
+            (Level::Metadata, "managedFields") => true,
+            (Level::Annotations, LAST_APPLIED_ANNOTATION) => self.unread.last_applied,
+            (Level::Spec, "volumes") => self.unread.volumes,
+            _ => false,
+        }
+    }
+
+    /// The level of the value under `key`, when something below it may be skipped.
+    fn below(self, key: &str) -> Option<TrimmedVisitor> {
+        let level = match (self.level, key) {
+            (Level::Object, "metadata") => Level::Metadata,
+            (Level::Object, "spec") if self.unread.volumes => Level::Spec,
+            (Level::Metadata, "annotations") if self.unread.last_applied => Level::Annotations,
+            _ => return None,
+        };
+        Some(TrimmedVisitor { level, ..self })
+    }
+}
 
 impl<'de> serde::de::DeserializeSeed<'de> for TrimmedVisitor {
     type Value = Value;
@@ -156,13 +210,13 @@ impl<'de> serde::de::Visitor<'de> for TrimmedVisitor {
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = serde_json::Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            let value = match (self.0, key.as_str()) {
-                (Level::Metadata, "managedFields") => {
-                    map.next_value::<serde::de::IgnoredAny>()?;
-                    continue;
-                }
-                (Level::Object, "metadata") => map.next_value_seed(TrimmedVisitor(Level::Metadata))?,
-                _ => map.next_value::<Value>()?,
+            if self.skips(&key) {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                continue;
+            }
+            let value = match self.below(&key) {
+                Some(below) => map.next_value_seed(below)?,
+                None => map.next_value::<Value>()?,
             };
             out.insert(key, value);
         }
@@ -202,7 +256,7 @@ pub struct BadReview(pub String);
 
 /// Decodes a review, runs the engine for `phase` and encodes the response.
 pub fn review(body: &[u8], phase: Phase, engine: &Engine<'_>) -> Result<Answer, BadReview> {
-    Ok(answer(&decode(body)?, phase, engine))
+    Ok(answer(&decode_for(body, engine.policies.unread)?, phase, engine))
 }
 
 /// A review decoded and checked, ready to be answered: [`decode`] then [`answer`] is
@@ -221,7 +275,8 @@ impl DecodedReview {
         &self.req.uid
     }
 
-    /// `request.object` as decoded (without `metadata.managedFields`, which is skipped unread).
+    /// `request.object` as decoded (without `metadata.managedFields`, which is skipped unread,
+    /// and what [`decode_for`] was told to leave out).
     pub fn object(&self) -> Option<&Value> {
         self.req.object.as_ref()
     }
@@ -234,10 +289,21 @@ impl DecodedReview {
 
 /// Decodes and checks an AdmissionReview.
 pub fn decode(body: &[u8]) -> Result<DecodedReview, BadReview> {
+    decode_for(body, Unread::NOTHING)
+}
+
+/// [`decode`], leaving out of `object` and `oldObject` what `unread` says nobody reads (the
+/// server passes its policy set's [`PolicySet::unread`](crate::policy::PolicySet)). An answer
+/// is the same as on the whole object: only the cost differs.
+pub fn decode_for(body: &[u8], unread: Unread) -> Result<DecodedReview, BadReview> {
     // UTF-8 checked once over the whole body (word at a time over ASCII), then parsed as a
     // `str`: serde_json's slice reader checks every string on its own, a tenth of decoding.
     let text = std::str::from_utf8(body).map_err(|e| BadReview(format!("invalid JSON: not UTF-8: {e}")))?;
-    let review: ReviewIn = serde_json::from_str(text).map_err(|e| BadReview(format!("invalid JSON: {e}")))?;
+    let parsed = {
+        let _scope = UnreadScope::enter(unread);
+        serde_json::from_str::<ReviewIn>(text)
+    };
+    let review = parsed.map_err(|e| BadReview(format!("invalid JSON: {e}")))?;
     if review.kind.as_deref() != Some("AdmissionReview") {
         return Err(BadReview(format!("kind must be AdmissionReview, got {:?}", review.kind.unwrap_or_default())));
     }
@@ -457,6 +523,98 @@ mod tests {
             let want = if other.is_null() { None } else { Some(other.clone()) };
             assert_eq!(decoded(other), want);
         }
+    }
+
+    const EVERYTHING_UNREAD: Unread = Unread { last_applied: true, volumes: true };
+
+    fn decoded_for(object: &Value, unread: Unread) -> (Value, Value) {
+        let review = json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
+            "request": {"uid": "u", "operation": "UPDATE", "object": object, "oldObject": object}});
+        let body = serde_json::to_vec(&review).expect("JSON");
+        let decoded = decode_for(&body, unread).expect("a review");
+        (decoded.object().expect("object").clone(), decoded.old_object().expect("oldObject").clone())
+    }
+
+    #[test]
+    fn what_the_policies_leave_unread_is_left_out_of_object_and_old_object_only_there() {
+        let pod = json!({
+            "kind": "Pod",
+            "metadata": {"name": "p", "annotations": {LAST_APPLIED_ANNOTATION: "{\"kind\":\"Pod\"}", "a": "b"},
+                "labels": {LAST_APPLIED_ANNOTATION: "kept: a label"}},
+            "spec": {
+                "volumes": [{"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}],
+                "containers": [{"name": "c", "volumeMounts": [{"name": "token", "mountPath": "/t"}], "volumes": 1}],
+                "template": {"spec": {"volumes": [{"name": "kept: a template's"}]}},
+            },
+            "status": {"volumes": "kept: not in spec"},
+            "volumes": "kept: not in spec",
+        });
+        let mut trimmed = pod.clone();
+        trimmed["metadata"]["annotations"].as_object_mut().expect("annotations").remove(LAST_APPLIED_ANNOTATION);
+        trimmed["spec"].as_object_mut().expect("spec").remove("volumes");
+        assert_eq!(decoded_for(&pod, EVERYTHING_UNREAD), (trimmed.clone(), trimmed));
+        assert_eq!(decoded_for(&pod, Unread::NOTHING), (pod.clone(), pod.clone()));
+        // Each on its own.
+        let (only_volumes, _) = decoded_for(&pod, Unread { last_applied: false, volumes: true });
+        assert_eq!(only_volumes["metadata"], pod["metadata"]);
+        assert!(only_volumes["spec"].get("volumes").is_none());
+        let (only_last_applied, _) = decoded_for(&pod, Unread { last_applied: true, volumes: false });
+        assert_eq!(only_last_applied["spec"], pod["spec"]);
+        assert_eq!(only_last_applied["metadata"]["annotations"], json!({"a": "b"}));
+        // The annotation map stays when the copy was its only entry: a patch adding an
+        // annotation is built for a map that exists, as it does on the API server's side.
+        let applied_only = json!({"metadata": {"annotations": {LAST_APPLIED_ANNOTATION: "{}"}}, "spec": {}});
+        assert_eq!(
+            decoded_for(&applied_only, EVERYTHING_UNREAD).0,
+            json!({"metadata": {"annotations": {}}, "spec": {}})
+        );
+        // `decode` is the whole object.
+        let body = serde_json::to_vec(&json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
+            "request": {"uid": "u", "operation": "CREATE", "object": pod}}))
+        .expect("JSON");
+        assert_eq!(decode(&body).expect("a review").object(), Some(&pod));
+    }
+
+    #[test]
+    fn a_malformed_part_left_out_still_refuses_the_review() {
+        for (object, why) in [
+            (r#"{"spec":{"volumes":[{"name":"v"},]}}"#, "trailing comma"),
+            (r#"{"spec":{"volumes":[{"name":"\q"}]}}"#, "bad escape"),
+            (
+                r#"{"metadata":{"annotations":{"kubectl.kubernetes.io/last-applied-configuration":"\u12"}}}"#,
+                "short escape",
+            ),
+            (r#"{"metadata":{"annotations":{"kubectl.kubernetes.io/last-applied-configuration":{"a":}}}}"#, "no value"),
+        ] {
+            let body = format!(
+                r#"{{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{{"uid":"u","operation":"CREATE","object":{object}}}}}"#
+            );
+            let error = decode_for(body.as_bytes(), EVERYTHING_UNREAD).expect_err(why);
+            assert!(error.0.starts_with("invalid JSON"), "{why}: {error}");
+            let whole = decode(body.as_bytes()).expect_err(why);
+            assert!(whole.0.starts_with("invalid JSON"), "{why}: the whole object is refused too: {whole}");
+        }
+    }
+
+    /// With the shipped policies (which read neither), every captured review is answered byte
+    /// for byte as it is on the whole object, on both webhooks.
+    #[test]
+    fn leaving_out_what_nobody_reads_changes_no_answer() {
+        let policies = crate::policy::load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"))
+            .expect("shipped policies");
+        assert_eq!(policies.unread, EVERYTHING_UNREAD, "the shipped rules read neither");
+        let engine = Engine::new(&policies, &crate::namespaces::NoNamespaces).with_change_descriptions(false);
+        let mut trimmed_any = false;
+        for (name, captured) in crate::fixtures::reviews() {
+            let body = serde_json::to_vec(&captured).expect("JSON");
+            let whole = decode(&body).expect("decodes");
+            trimmed_any |= whole.object() != decode_for(&body, policies.unread).expect("decodes").object();
+            for phase in [Phase::Mutate, Phase::Validate] {
+                let served = review(&body, phase, &engine).expect("answered").body;
+                assert_eq!(served, answer(&whole, phase, &engine).body, "{name} {phase:?}");
+            }
+        }
+        assert!(trimmed_any, "no captured review has a part left out: this test would show nothing");
     }
 
     /// fuzz/regressions/admission_review/managed-fields-not-utf8: found by the admission_review

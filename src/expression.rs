@@ -140,6 +140,18 @@ impl Projection {
         self.whole
     }
 
+    /// True when any of the value at `path` (field names from here) may be read: it, a part
+    /// of it, or something holding it is read.
+    pub fn reads(&self, path: &[&str]) -> bool {
+        if self.whole {
+            return true;
+        }
+        match path.split_first() {
+            None => !self.fields.is_empty(),
+            Some((first, rest)) => self.fields.get(*first).is_some_and(|sub| sub.reads(rest)),
+        }
+    }
+
     fn add_path(&mut self, path: &[&str]) {
         if self.whole {
             return;
@@ -189,6 +201,12 @@ impl Needs {
     /// True when `name` (one of [`VARIABLES`]) is needed.
     pub fn wants(&self, name: &str) -> bool {
         self.vars & var_bit(name) != 0
+    }
+
+    /// True when any bound object (`object`, `oldObject`, `workload`) may be read at `path`:
+    /// for a Pod under review the three are the Pod itself or its previous version.
+    pub fn reads_object_at(&self, path: &[&str]) -> bool {
+        [&self.object, &self.old_object, &self.workload].iter().any(|p| p.reads(path))
     }
 
     /// Adds what `other` needs.

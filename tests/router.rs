@@ -523,3 +523,49 @@ async fn only_allots_identity_may_remove_its_gate() {
     assert_eq!(remove_gate_as(other, other).await["allowed"], true);
     assert_eq!(remove_gate_as(ALLOT, other).await["allowed"], false);
 }
+
+const VOLUME_RULE: &str = r#"apiVersion: allot.dev/v1alpha1
+kind: Rule
+metadata:
+  name: no-projected-volumes
+spec:
+  match:
+    kinds: [Pod]
+  expression: "!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.projected))"
+  message: no projected volumes
+"#;
+
+const LAST_APPLIED_RULE: &str = r#"apiVersion: allot.dev/v1alpha1
+kind: Rule
+metadata:
+  name: not-applied-by-kubectl
+spec:
+  match:
+    kinds: [Pod]
+  expression: >-
+    !has(object.metadata.annotations) ||
+    !('kubectl.kubernetes.io/last-applied-configuration' in object.metadata.annotations)
+  message: apply through the pipeline, not kubectl
+"#;
+
+/// The server leaves out of the objects it decodes what no expression of its policy set reads
+/// (a Pod's `spec.volumes`, the last-applied annotation). A set with a Rule reading one keeps
+/// it: fixture 011 (kubectl-applied, with the service account token's projected volume) is
+/// denied by each such rule, and admitted by the shipped set, which reads neither.
+#[tokio::test]
+async fn rules_that_read_volumes_or_the_last_applied_copy_see_them() {
+    let body = || fixture("011-validate-create-pod-my-gpu-pod.json");
+    let shipped = validate_review(&state(), body()).await;
+    assert_eq!(shipped["allowed"], true, "{shipped}");
+    for (file, rule, message) in [
+        ("volumes.yaml", VOLUME_RULE, "no projected volumes"),
+        ("applied.yaml", LAST_APPLIED_RULE, "apply through the pipeline, not kubectl"),
+    ] {
+        let state = state_with(&[(file, rule)]);
+        assert_ne!(state.policies.load().unread, allot::policy::Unread { last_applied: true, volumes: true }, "{file}");
+        let response = validate_review(&state, body()).await;
+        assert_eq!(response["allowed"], false, "{file}: {response}");
+        let said = response["status"]["message"].as_str().unwrap_or_default();
+        assert!(said.contains(message), "{file}: {said}");
+    }
+}

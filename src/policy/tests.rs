@@ -342,3 +342,56 @@ fn dra_device_class_problems_name_the_field() {
     );
     assert!(errs.iter().any(|e| e.contains("unknown field `wieght`")), "{errs:?}");
 }
+
+/// What a set with this one Rule expression (or, with `placement`, Placement `when`) leaves
+/// unread of an object under review.
+fn unread_with(expression: &str, placement: bool) -> Unread {
+    let text = if placement {
+        format!(
+            "apiVersion: allot.dev/v1alpha1\nkind: Placement\nmetadata: {{name: p}}\nspec:\n  tolerations: [{{key: k, operator: Exists}}]\n  when: {expression:?}\n"
+        )
+    } else {
+        format!(
+            "apiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {{name: r}}\nspec:\n  match: {{kinds: [Pod]}}\n  expression: {expression:?}\n  message: m\n"
+        )
+    };
+    compile(&src(&text)).unwrap_or_else(|e| panic!("{expression}: {e}")).unread
+}
+
+#[test]
+fn parts_no_expression_reads_are_left_unread_and_any_read_keeps_them() {
+    let nothing = Unread::NOTHING;
+    let everything = Unread { last_applied: true, volumes: true };
+    let only_volumes = Unread { last_applied: false, volumes: true };
+    let only_last_applied = Unread { last_applied: true, volumes: false };
+    for (expression, unread) in [
+        ("true", everything),
+        ("object.spec.containers.all(c, has(c.image))", everything),
+        ("has(object.metadata.annotations.foo)", everything),
+        ("has(object.spec.template.spec.volumes)", everything),
+        ("object.metadata.name != ''", everything),
+        ("accelerators(object) == 0", everything),
+        ("request.userInfo.username != '' && namespace != '' && team == ''", everything),
+        // Read: through any bound object, by a select, an index or whole.
+        ("!has(object.spec.volumes)", only_last_applied),
+        ("size(oldObject.spec.volumes) == 0", only_last_applied),
+        ("has(workload.spec.volumes)", only_last_applied),
+        ("object.spec.size() > 0", only_last_applied),
+        ("'kubectl.kubernetes.io/last-applied-configuration' in object.metadata.annotations", only_volumes),
+        ("object.metadata.annotations['kubectl.kubernetes.io/last-applied-configuration'] != ''", only_volumes),
+        ("has(oldObject.metadata)", only_volumes),
+        ("object == oldObject", nothing),
+        (
+            "workload.kind == 'Pod' && object.spec.volumes.size() == 0 && object.metadata.annotations.size() == 0",
+            nothing,
+        ),
+    ] {
+        assert_eq!(unread_with(expression, false), unread, "Rule {expression}");
+        assert_eq!(unread_with(expression, true), unread, "Placement when {expression}");
+    }
+    // The set's is what every expression leaves unread, messages included.
+    let two = format!(
+        "{TEAM}---\napiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {{name: a}}\nspec:\n  match: {{kinds: [Pod]}}\n  expression: 'true'\n  messageExpression: 'string(object.spec.volumes)'\n---\napiVersion: allot.dev/v1alpha1\nkind: Rule\nmetadata: {{name: b}}\nspec:\n  match: {{kinds: [Pod]}}\n  expression: 'has(object.metadata.annotations)'\n  message: m\n"
+    );
+    assert_eq!(compile(&src(&two)).expect("compiles").unread, nothing);
+}
