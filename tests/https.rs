@@ -1547,6 +1547,13 @@ async fn connections_over_the_cap_are_closed_at_once_and_probes_still_answer() {
     assert_eq!(server.metrics_get("/readyz").await.status, StatusCode::OK);
     let metrics = server.metrics_text().await;
     assert!(metric(&metrics, "allot_connections_refused_total", &[]).is_some_and(|v| v >= 1.0), "{metrics}");
+    // The two served ones are counted by the protocol they negotiated; the refused one is not.
+    let accepted = |metrics: &str, protocol: &str| {
+        metric(metrics, "allot_connections_accepted_total", &[&format!("protocol=\"{protocol}\"")])
+    };
+    assert_eq!(accepted(&metrics, "http/1.1"), Some(1.0), "{metrics}");
+    assert_eq!(accepted(&metrics, "h2"), Some(1.0), "{metrics}");
+    assert_eq!(metric(&metrics, "allot_connections_open", &[]), Some(2.0), "{metrics}");
 
     // Closing one frees its slot.
     drop(first);
@@ -1571,6 +1578,13 @@ async fn connections_over_the_cap_are_closed_at_once_and_probes_still_answer() {
     assert_eq!(third.0, StatusCode::OK);
     assert!(!third.1.is_closed());
     let _ = &mut third;
+    let metrics = server.metrics_text().await;
+    assert_eq!(accepted(&metrics, "http/1.1"), Some(2.0), "{metrics}");
+    assert_eq!(
+        metric(&metrics, "allot_connections_open", &[]),
+        Some(2.0),
+        "the first closed, the third open: {metrics}"
+    );
 }
 
 /// A CA for client certificates and a client certificate it signed, as PEM.

@@ -673,11 +673,12 @@ async fn allot_at_scale() {
         ),
     )
     .expect("team policy");
+    let transport = Transport::choose();
     let certs = dir.join("allot-certs");
     let out = Command::new(&settings.allot)
         .args(["certs", "--out"])
         .arg(&certs)
-        .args(["--dns-name", "127.0.0.1", "--dns-name", "localhost"])
+        .args(["--dns-name", "127.0.0.1", "--dns-name", "localhost", "--dns-name", &transport.host])
         .output()
         .expect("allot certs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -729,7 +730,7 @@ async fn allot_at_scale() {
             most
         })
     };
-    let configs = webhook_configs(&settings.allot, &certs.join("ca.crt"), &format!("https://127.0.0.1:{port}"));
+    let configs = webhook_configs(&settings.allot, &certs.join("ca.crt"), &transport.url(port));
 
     let mut next = 0;
     let (ratio_0, with_0, without_0) = create_ratio(&client, &configs, &settings, &mut next).await;
@@ -750,7 +751,8 @@ async fn allot_at_scale() {
                 Err(_) => Some(ALLOT_PATCH.to_string()),
             };
             let patching = patch.as_deref().map(|p| Baseline::spawn(Path::new(&bin), &dir, Some(p)));
-            let configs_of = |url: &str| webhook_configs(&settings.allot, &certs.join("ca.crt"), url);
+            let configs_of =
+                |url: &str| webhook_configs(&settings.allot, &certs.join("ca.crt"), &transport.same_host(url));
             let mut contenders = vec![
                 Contender { label: "Allot", configs: configs.clone(), is_allot: true, patches: true },
                 Contender {
@@ -807,6 +809,12 @@ async fn allot_at_scale() {
         None => None,
     };
 
+    // What the API server spoke to Allot so far (the counters restart with Allot, below).
+    let connections = |protocol: &str| {
+        metric(&allot.metrics, &format!("allot_connections_accepted_total{{protocol=\"{protocol}\"}}")).unwrap_or(0.0)
+    };
+    let (over_http1, over_h2) = (connections("http/1.1"), connections("h2"));
+
     // The fill: N pods through Allot.
     let (secs, failures) = create_pods(&client, next, settings.pods, settings.clients).await;
     sampling.store(false, Ordering::Relaxed);
@@ -855,6 +863,12 @@ async fn allot_at_scale() {
         settings.pods, settings.clients
     );
     println!("allot binary: {}", settings.allot.display());
+    println!(
+        "transport: webhooks at {} ({}): the API server opened {over_http1} HTTP/1.1 and {over_h2} HTTP/2 \
+         connections to Allot before the fill",
+        transport.url(port),
+        transport.why
+    );
     println!("RSS empty:                          {:8.1} MiB  (anonymous {:.1} MiB)", mib(rss_empty), mib(anon_empty));
     println!("threads: idle {threads_idle}, most during the fill {threads_busy}");
     println!("RSS after the fill ({:>7} pods):   {:8.1} MiB", filled_pods, mib(rss_full));
@@ -899,6 +913,14 @@ async fn allot_at_scale() {
         assert!(*ratio > 0.0);
     }
 
+    // The premise of the transport chosen: the API server speaks HTTP/1.1 to a webhook under a
+    // host name, HTTP/2 to one on a loopback address (kubernetes#82090, #122558).
+    let (used, unused) = if transport.http1 { (over_http1, over_h2) } else { (over_h2, over_http1) };
+    assert!(
+        used >= 1.0 && unused == 0.0,
+        "webhooks at {}: {over_http1} HTTP/1.1, {over_h2} HTTP/2 connections",
+        transport.url(port)
+    );
     assert_eq!(restart.ready_too_early, 0, "/readyz answered 200 before the pod cache held every pod");
     assert_eq!(tracked_after, Some(grown_pods), "after the restart allot tracks every pod");
     assert!(denied_probe_after, "allot answers after its restart (a team-less GPU pod is denied)");
@@ -914,6 +936,86 @@ async fn allot_at_scale() {
     assert!(ratio_0 > 0.0 && ratio_n > 0.0);
     assert_eq!(list_pages, grown_pods.div_ceil(500).max(1), "the paged LIST saw every pod");
     allot.stop();
+}
+
+/// Where the webhooks are registered, which decides how the API server talks to them: HTTP/2
+/// (one connection for every concurrent call) to a URL on a loopback address or `localhost`
+/// (kubernetes#122558), HTTP/1.1 (a connection per concurrent call, kept alive) to any other
+/// host, as to a Service webhook in a cluster (kubernetes#82090, #75791). A name of this machine
+/// that resolves to loopback addresses only gets the production transport while staying on
+/// loopback; without one (or with `ALLOT_SCALE_TRANSPORT=h2`) the URL is 127.0.0.1.
+struct Transport {
+    host: String,
+    http1: bool,
+    why: String,
+}
+
+impl Transport {
+    fn choose() -> Transport {
+        let loopback =
+            |host: &str| Transport { host: "127.0.0.1".to_string(), http1: false, why: format!("HTTP/2: {host}") };
+        if std::env::var("ALLOT_SCALE_TRANSPORT").is_ok_and(|t| t == "h2") {
+            return loopback("a loopback address, as ALLOT_SCALE_TRANSPORT=h2 asks");
+        }
+        // From /etc/hosts, not the resolver: no DNS query leaves the machine, and the API server
+        // (Go's resolver reads the same file first) finds the same address.
+        let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+        let this_machine = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
+        match loopback_only_name(&hosts, &this_machine) {
+            Some(name) => Transport {
+                why: format!("HTTP/1.1 as to a Service webhook: /etc/hosts maps {name} to 127.0.0.1"),
+                host: name,
+                http1: true,
+            },
+            None => loopback("a loopback address: /etc/hosts maps no name but localhost to 127.0.0.1 alone"),
+        }
+    }
+
+    fn url(&self, port: u16) -> String {
+        format!("https://{}:{port}", self.host)
+    }
+
+    /// `url` (a server on 127.0.0.1) under this transport's host.
+    fn same_host(&self, url: &str) -> String {
+        url.replacen("127.0.0.1", &self.host, 1)
+    }
+}
+
+/// A name `/etc/hosts` (its text: `hosts`) maps to 127.0.0.1 and nothing else, other than
+/// `localhost…` (which the API server treats as loopback): `preferred` when it is one.
+fn loopback_only_name(hosts: &str, preferred: &str) -> Option<String> {
+    let mut addresses: std::collections::HashMap<&str, Vec<&str>> = std::collections::HashMap::new();
+    let mut order = Vec::new();
+    for line in hosts.lines() {
+        let mut fields = line.split('#').next().unwrap_or_default().split_whitespace();
+        let Some(ip) = fields.next() else { continue };
+        for name in fields {
+            if !addresses.contains_key(name) {
+                order.push(name);
+            }
+            addresses.entry(name).or_default().push(ip);
+        }
+    }
+    let usable = |name: &str| {
+        !name.to_ascii_lowercase().starts_with("localhost")
+            && name.parse::<std::net::IpAddr>().is_err()
+            && addresses[name].iter().all(|ip| *ip == "127.0.0.1")
+    };
+    let preferred = order.iter().copied().find(|n| *n == preferred && usable(n));
+    preferred.or_else(|| order.iter().copied().find(|n| usable(n))).map(str::to_string)
+}
+
+#[test]
+fn the_webhook_host_is_a_name_for_127_0_0_1_alone() {
+    let hosts = "127.0.0.1 localhost\n::1 localhost ip6-localhost\n127.0.0.1 runsc # a comment\n127.0.0.1 vm\n\
+                 127.0.1.1 debian\n127.0.0.1 both\n::1 both\n# 127.0.0.1 commented\n";
+    assert_eq!(loopback_only_name(hosts, "vm").as_deref(), Some("vm"), "the machine's own name first");
+    assert_eq!(loopback_only_name(hosts, "debian").as_deref(), Some("runsc"), "127.0.1.1: not where Allot listens");
+    assert_eq!(loopback_only_name(hosts, "both").as_deref(), Some("runsc"), "also ::1: a dial might go there");
+    assert_eq!(loopback_only_name("127.0.0.1 localhost localhost.localdomain\n", ""), None);
+    assert_eq!(loopback_only_name("", "vm"), None);
+    assert_eq!(loopback_only_name("127.0.0.1 commented\n", "x").as_deref(), Some("commented"));
+    assert_eq!(loopback_only_name("# 127.0.0.1 commented\n", "x"), None);
 }
 
 /// The number of threads of process `pid`, from /proc (0 if it is gone).

@@ -16,20 +16,65 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum_server::accept::Accept;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The protocol a connection negotiated: `h2`, `http/1.1`, or `none` (no ALPN: HTTP/1.1, or
+/// HTTP/2 with prior knowledge).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProtocolLabels {
+    pub protocol: String,
+}
+
+/// What the acceptor counts: connections refused at the cap
+/// (`allot_connections_refused_total`), accepted by protocol (`allot_connections_accepted_total`:
+/// the API server speaks HTTP/1.1 to a Service webhook, one connection per concurrent call, and
+/// HTTP/2 to a loopback URL, one connection for all) and open now (`allot_connections_open`).
+#[derive(Clone, Debug, Default)]
+pub struct ConnectionCounters {
+    pub refused: Counter,
+    pub accepted: Family<ProtocolLabels, Counter>,
+    pub open: Gauge,
+}
+
+/// A stream that knows the application protocol its handshake negotiated.
+pub trait Negotiated {
+    /// The ALPN protocol, `None` when the client offered none.
+    fn alpn(&self) -> Option<&[u8]>;
+}
+
+impl<S> Negotiated for tokio_rustls::server::TlsStream<S> {
+    fn alpn(&self) -> Option<&[u8]> {
+        self.get_ref().1.alpn_protocol()
+    }
+}
+
+/// The `protocol` label of a negotiated ALPN value (a fixed set: clients cannot add series).
+fn protocol_label(alpn: Option<&[u8]>) -> &'static str {
+    match alpn {
+        Some(b"h2") => "h2",
+        Some(b"http/1.1") => "http/1.1",
+        // The server offers only those two; anything else would have failed the handshake.
+        Some(_) => "other",
+        None => "none",
+    }
+}
 
 /// Wraps an acceptor (TLS) so that only `max` connections are open at once.
 #[derive(Clone)]
 pub struct CappedAcceptor<A> {
     inner: A,
     permits: Arc<Semaphore>,
-    refused: prometheus_client::metrics::counter::Counter,
+    counters: ConnectionCounters,
 }
 
 impl<A> CappedAcceptor<A> {
-    pub fn new(inner: A, max: usize, refused: prometheus_client::metrics::counter::Counter) -> CappedAcceptor<A> {
-        CappedAcceptor { inner, permits: Arc::new(Semaphore::new(max.max(1))), refused }
+    pub fn new(inner: A, max: usize, counters: ConnectionCounters) -> CappedAcceptor<A> {
+        CappedAcceptor { inner, permits: Arc::new(Semaphore::new(max.max(1))), counters }
     }
 }
 
@@ -37,7 +82,7 @@ impl<I, S, A> Accept<I, S> for CappedAcceptor<A>
 where
     A: Accept<I, S>,
     A::Future: Send + 'static,
-    A::Stream: Send + 'static,
+    A::Stream: Negotiated + Send + 'static,
     A::Service: Send + 'static,
 {
     type Stream = Permitted<A::Stream>;
@@ -48,14 +93,18 @@ where
         let Ok(permit) = self.permits.clone().try_acquire_owned() else {
             // Dropping the stream closes the connection before any TLS work is spent on it.
             drop(stream);
-            self.refused.inc();
+            self.counters.refused.inc();
             tracing::debug!("connection cap reached; closed a new connection");
             return Box::pin(std::future::ready(Err(io::Error::other("connection cap reached"))));
         };
         let accepted = self.inner.accept(stream, service);
+        let counters = self.counters.clone();
         Box::pin(async move {
             let (stream, service) = accepted.await?;
-            Ok((Permitted { stream, _permit: permit }, service))
+            let protocol = protocol_label(stream.alpn());
+            counters.accepted.get_or_create(&ProtocolLabels { protocol: protocol.to_string() }).inc();
+            counters.open.inc();
+            Ok((Permitted { stream, _permit: permit, open: counters.open }, service))
         })
     }
 }
@@ -64,6 +113,14 @@ where
 pub struct Permitted<S> {
     stream: S,
     _permit: OwnedSemaphorePermit,
+    /// `allot_connections_open`, lowered when the connection is dropped.
+    open: Gauge,
+}
+
+impl<S> Drop for Permitted<S> {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Permitted<S> {

@@ -13,6 +13,8 @@
 //! | `allot_certificate_reloads_total` | `result` | certificate reload attempts |
 //! | `allot_certificate_expiry_timestamp_seconds` | | when the serving certificate in force expires (0 until one is read) |
 //! | `allot_connections_refused_total` | | webhook connections closed at once: `--max-connections` reached |
+//! | `allot_connections_accepted_total` | `protocol` (h2/http/1.1/none) | webhook connections accepted, by the protocol their TLS handshake negotiated (the API server uses HTTP/1.1 for Service webhooks: one connection per concurrent call) |
+//! | `allot_connections_open` | | webhook connections open now |
 //! | `allot_gang_controller_leader` | | 1 on the replica holding the Lease |
 //! | `allot_gangs_waiting` | `reason` | waiting gangs (leader only; every reason at 0 elsewhere) |
 //! | `allot_gang_releases_total` | | gangs released |
@@ -132,7 +134,8 @@ pub struct Metrics {
     pub certificate_reloads: Family<ResultLabels, Counter>,
     /// When the serving certificate in force expires (seconds since the epoch).
     pub certificate_expiry: Gauge,
-    pub connections_refused: Counter,
+    /// Webhook connections: refused at the cap, accepted by protocol, open.
+    pub connections: super::connections::ConnectionCounters,
     /// Updated by the gang controller.
     pub controller: ControllerMetrics,
     pub team_accelerators: Family<TeamAcceleratorLabels, FloatGauge>,
@@ -202,12 +205,18 @@ impl Metrics {
             "When the serving certificate in force expires, in seconds since the epoch",
             certificate_expiry.clone(),
         );
-        let connections_refused = Counter::default();
+        let connections = super::connections::ConnectionCounters::default();
         registry.register(
             "connections_refused",
             "Webhook connections closed at once because --max-connections were open",
-            connections_refused.clone(),
+            connections.refused.clone(),
         );
+        registry.register(
+            "connections_accepted",
+            "Webhook connections accepted, by the protocol their TLS handshake negotiated",
+            connections.accepted.clone(),
+        );
+        registry.register("connections_open", "Webhook connections open now", connections.open.clone());
         let controller = ControllerMetrics::default();
         registry.register("gang_controller_leader", "1 on the replica holding the Lease", controller.leader.clone());
         registry.register("gangs_waiting", "Waiting gangs by reason (leader only)", controller.gangs_waiting.clone());
@@ -274,7 +283,7 @@ impl Metrics {
             policy_load_errors,
             certificate_reloads,
             certificate_expiry,
-            connections_refused,
+            connections,
             controller,
             team_accelerators,
             quota_limit,

@@ -722,7 +722,7 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
         .handshake_timeout(config.header_read_timeout)
         .acceptor(axum_server::accept::NoDelayAcceptor::new());
     let acceptor =
-        connections::CappedAcceptor::new(acceptor, config.max_connections, state.metrics.connections_refused.clone());
+        connections::CappedAcceptor::new(acceptor, config.max_connections, state.metrics.connections.clone());
     let mut server = axum_server::bind(config.addr).acceptor(acceptor).handle(handle.clone());
     // A slow client (slowloris) cannot hold a connection open by sending its head a byte at a
     // time; hyper needs a timer for that.
