@@ -86,7 +86,10 @@ struct RequestIn {
 /// `object` / `oldObject` as JSON without `metadata.managedFields` (nothing Allot decides reads
 /// them, CEL never binds them, and they are a quarter of a typical Pod's bytes and most of its
 /// small maps) and without what the policy set leaves [`Unread`] (set by [`decode_for`]).
-/// Skipped while parsing, so they are never built; still parsed, so a malformed body is refused.
+/// Skipped while parsing, so they are never built; still parsed, so a body that is not JSON is
+/// refused. What is valid JSON but only `serde_json::Value` refuses (a lone surrogate escape,
+/// a number past `f64`, nesting past 128 levels) passes in a skipped part, as nothing reads it
+/// (serde_json skips iteratively: no depth limit is needed for the stack).
 fn trimmed_object<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
     struct Trimmed(Value);
     impl<'de> Deserialize<'de> for Trimmed {
@@ -267,6 +270,8 @@ pub struct DecodedReview {
     req: RequestIn,
     operation: RequestOperation,
     namespace: String,
+    /// What was left out of `object` and `oldObject` (see [`decode_for`]).
+    unread: Unread,
 }
 
 impl DecodedReview {
@@ -319,12 +324,17 @@ pub fn decode_for(body: &[u8], unread: Unread) -> Result<DecodedReview, BadRevie
         BadReview(format!("request.operation {:?} is not CREATE, UPDATE, DELETE or CONNECT", req.operation))
     })?;
     let namespace = req.namespace.clone().unwrap_or_default();
-    Ok(DecodedReview { req, operation, namespace })
+    Ok(DecodedReview { req, operation, namespace, unread })
 }
 
 /// Runs the engine for `phase` on a decoded review and encodes the response.
+///
+/// `decoded` must leave out no more than `engine`'s policy set leaves unread (an answer on an
+/// object missing a part some rule reads would be wrong); [`review`] decodes for the very set it
+/// answers with.
 pub fn answer(decoded: &DecodedReview, phase: Phase, engine: &Engine<'_>) -> Answer {
-    let DecodedReview { req, operation, namespace } = decoded;
+    let DecodedReview { req, operation, namespace, unread } = decoded;
+    debug_assert!(unread.within(engine.policies.unread), "a review decoded leaving out what this policy set reads");
     let outcome = match req.object.as_ref().filter(|o| o.is_object()) {
         Some(object) => {
             let request = Request {
@@ -525,8 +535,6 @@ mod tests {
         }
     }
 
-    const EVERYTHING_UNREAD: Unread = Unread { last_applied: true, volumes: true };
-
     fn decoded_for(object: &Value, unread: Unread) -> (Value, Value) {
         let review = json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
             "request": {"uid": "u", "operation": "UPDATE", "object": object, "oldObject": object}});
@@ -552,7 +560,7 @@ mod tests {
         let mut trimmed = pod.clone();
         trimmed["metadata"]["annotations"].as_object_mut().expect("annotations").remove(LAST_APPLIED_ANNOTATION);
         trimmed["spec"].as_object_mut().expect("spec").remove("volumes");
-        assert_eq!(decoded_for(&pod, EVERYTHING_UNREAD), (trimmed.clone(), trimmed));
+        assert_eq!(decoded_for(&pod, Unread::EVERYTHING), (trimmed.clone(), trimmed));
         assert_eq!(decoded_for(&pod, Unread::NOTHING), (pod.clone(), pod.clone()));
         // Each on its own.
         let (only_volumes, _) = decoded_for(&pod, Unread { last_applied: false, volumes: true });
@@ -565,7 +573,7 @@ mod tests {
         // annotation is built for a map that exists, as it does on the API server's side.
         let applied_only = json!({"metadata": {"annotations": {LAST_APPLIED_ANNOTATION: "{}"}}, "spec": {}});
         assert_eq!(
-            decoded_for(&applied_only, EVERYTHING_UNREAD).0,
+            decoded_for(&applied_only, Unread::EVERYTHING).0,
             json!({"metadata": {"annotations": {}}, "spec": {}})
         );
         // `decode` is the whole object.
@@ -576,7 +584,7 @@ mod tests {
     }
 
     #[test]
-    fn a_malformed_part_left_out_still_refuses_the_review() {
+    fn a_part_left_out_is_still_parsed_as_json() {
         for (object, why) in [
             (r#"{"spec":{"volumes":[{"name":"v"},]}}"#, "trailing comma"),
             (r#"{"spec":{"volumes":[{"name":"\q"}]}}"#, "bad escape"),
@@ -589,10 +597,24 @@ mod tests {
             let body = format!(
                 r#"{{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{{"uid":"u","operation":"CREATE","object":{object}}}}}"#
             );
-            let error = decode_for(body.as_bytes(), EVERYTHING_UNREAD).expect_err(why);
+            let error = decode_for(body.as_bytes(), Unread::EVERYTHING).expect_err(why);
             assert!(error.0.starts_with("invalid JSON"), "{why}: {error}");
             let whole = decode(body.as_bytes()).expect_err(why);
             assert!(whole.0.starts_with("invalid JSON"), "{why}: the whole object is refused too: {whole}");
+        }
+        // Valid JSON that only `Value` refuses passes where nothing is built from it.
+        let deep = format!("{}1{}", "[".repeat(5_000), "]".repeat(5_000));
+        for (volumes, why) in [
+            (r#"[{"name":"\ud800"}]"#, "a lone surrogate escape"),
+            ("[1e400]", "a number past f64"),
+            (&deep, "deep nesting"),
+        ] {
+            let body = format!(
+                r#"{{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{{"uid":"u","operation":"CREATE","object":{{"spec":{{"volumes":{volumes}}}}}}}}}"#
+            );
+            assert!(decode(body.as_bytes()).is_err(), "{why}: refused where it is built");
+            let skipped = decode_for(body.as_bytes(), Unread::EVERYTHING).unwrap_or_else(|e| panic!("{why}: {e}"));
+            assert_eq!(skipped.object(), Some(&json!({"spec": {}})), "{why}");
         }
     }
 
@@ -602,7 +624,7 @@ mod tests {
     fn leaving_out_what_nobody_reads_changes_no_answer() {
         let policies = crate::policy::load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"))
             .expect("shipped policies");
-        assert_eq!(policies.unread, EVERYTHING_UNREAD, "the shipped rules read neither");
+        assert_eq!(policies.unread, Unread::EVERYTHING, "the shipped rules read neither");
         let engine = Engine::new(&policies, &crate::namespaces::NoNamespaces).with_change_descriptions(false);
         let mut trimmed_any = false;
         for (name, captured) in crate::fixtures::reviews() {

@@ -562,7 +562,7 @@ async fn rules_that_read_volumes_or_the_last_applied_copy_see_them() {
         ("applied.yaml", LAST_APPLIED_RULE, "apply through the pipeline, not kubectl"),
     ] {
         let state = state_with(&[(file, rule)]);
-        assert_ne!(state.policies.load().unread, allot::policy::Unread { last_applied: true, volumes: true }, "{file}");
+        assert_ne!(state.policies.load().unread, allot::policy::Unread::EVERYTHING, "{file}");
         let response = validate_review(&state, body()).await;
         assert_eq!(response["allowed"], false, "{file}: {response}");
         let said = response["status"]["message"].as_str().unwrap_or_default();

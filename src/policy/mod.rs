@@ -215,7 +215,9 @@ pub struct PolicySet {
     /// The sources the set was compiled from.
     pub files: Vec<PathBuf>,
     /// What of an object under review no expression of this set reads, so the server need not
-    /// build it ([`Unread`]). Decided once here, not per request.
+    /// build it ([`Unread`]). Decided once here, not per request, from this set's own Rules and
+    /// Placements: a set derived by removing some (the native split) may keep it, one that
+    /// added any must compute it again.
     pub unread: Unread,
     /// Every Rule and Placement expression is linear ([`crate::expression::Expression::is_linear`]):
     /// a small review's evaluation is then bounded by its size, and the server may run it in
@@ -245,6 +247,14 @@ pub struct Unread {
 impl Unread {
     /// Nothing left out: the object decoded whole (but for `managedFields`).
     pub const NOTHING: Unread = Unread { last_applied: false, volumes: false };
+    /// Every part left out (a set none of whose expressions reads them, as the shipped one).
+    pub const EVERYTHING: Unread = Unread { last_applied: true, volumes: true };
+
+    /// True when every part `self` leaves out, `other` leaves out too: an object decoded
+    /// leaving out `self` can be answered by a set that leaves out `other`.
+    pub fn within(self, other: Unread) -> bool {
+        (!self.last_applied || other.last_applied) && (!self.volumes || other.volumes)
+    }
 
     /// What expressions with these needs leave unread.
     pub fn of(needs: &crate::expression::Needs) -> Unread {

@@ -361,7 +361,7 @@ fn unread_with(expression: &str, placement: bool) -> Unread {
 #[test]
 fn parts_no_expression_reads_are_left_unread_and_any_read_keeps_them() {
     let nothing = Unread::NOTHING;
-    let everything = Unread { last_applied: true, volumes: true };
+    let everything = Unread::EVERYTHING;
     let only_volumes = Unread { last_applied: false, volumes: true };
     let only_last_applied = Unread { last_applied: true, volumes: false };
     for (expression, unread) in [

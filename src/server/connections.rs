@@ -23,17 +23,18 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// The protocol a connection negotiated: `h2`, `http/1.1`, or `none` (no ALPN: HTTP/1.1, or
-/// HTTP/2 with prior knowledge).
+/// The protocol a connection negotiated: `h2`, `http/1.1`, `none` (no ALPN: HTTP/1.1, or
+/// HTTP/2 with prior knowledge) or `other` (not expected: the server offers only the first two).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProtocolLabels {
-    pub protocol: String,
+    pub protocol: &'static str,
 }
 
 /// What the acceptor counts: connections refused at the cap
 /// (`allot_connections_refused_total`), accepted by protocol (`allot_connections_accepted_total`:
 /// the API server speaks HTTP/1.1 to a Service webhook, one connection per concurrent call, and
-/// HTTP/2 to a loopback URL, one connection for all) and open now (`allot_connections_open`).
+/// HTTP/2 to a loopback URL, one connection for all) and open now, TLS established
+/// (`allot_connections_open`; a connection still in its handshake holds a permit, not a count).
 #[derive(Clone, Debug, Default)]
 pub struct ConnectionCounters {
     pub refused: Counter,
@@ -102,7 +103,7 @@ where
         Box::pin(async move {
             let (stream, service) = accepted.await?;
             let protocol = protocol_label(stream.alpn());
-            counters.accepted.get_or_create(&ProtocolLabels { protocol: protocol.to_string() }).inc();
+            counters.accepted.get_or_create(&ProtocolLabels { protocol }).inc();
             counters.open.inc();
             Ok((Permitted { stream, _permit: permit, open: counters.open }, service))
         })

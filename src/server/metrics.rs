@@ -13,8 +13,8 @@
 //! | `allot_certificate_reloads_total` | `result` | certificate reload attempts |
 //! | `allot_certificate_expiry_timestamp_seconds` | | when the serving certificate in force expires (0 until one is read) |
 //! | `allot_connections_refused_total` | | webhook connections closed at once: `--max-connections` reached |
-//! | `allot_connections_accepted_total` | `protocol` (h2/http/1.1/none) | webhook connections accepted, by the protocol their TLS handshake negotiated (the API server uses HTTP/1.1 for Service webhooks: one connection per concurrent call) |
-//! | `allot_connections_open` | | webhook connections open now |
+//! | `allot_connections_accepted_total` | `protocol` (h2/http/1.1/none/other) | webhook connections accepted, by the protocol their TLS handshake negotiated (the API server uses HTTP/1.1 for Service webhooks: one connection per concurrent call) |
+//! | `allot_connections_open` | | webhook connections open now (TLS established) |
 //! | `allot_gang_controller_leader` | | 1 on the replica holding the Lease |
 //! | `allot_gangs_waiting` | `reason` | waiting gangs (leader only; every reason at 0 elsewhere) |
 //! | `allot_gang_releases_total` | | gangs released |
