@@ -8,7 +8,8 @@
 #
 # Runs, for each server:
 #   http/1.1  keep-alive, $H1_CLIENTS connections, for $DURATION s (the production path: the
-#             API server uses HTTP/1.1 for service webhooks);
+#             API server uses HTTP/1.1, a connection per concurrent call, for Service webhooks
+#             and any URL but a loopback one; HTTP/2 for a loopback URL);
 #   h2        $H2_CLIENTS connections x $H2_STREAMS concurrent streams, for $DURATION s;
 #   rate      http/1.1 at a fixed $RATE_CLIENTS x $RATE_PER_CLIENT req/s (2,000 by default), for
 #             $DURATION s: the latency percentiles that matter.
