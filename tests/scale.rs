@@ -962,6 +962,10 @@ impl Transport {
         }
         // From /etc/hosts, not the resolver: no DNS query leaves the machine, and the API server
         // (Go's resolver reads the same file first) finds the same address.
+        let nsswitch = std::fs::read_to_string("/etc/nsswitch.conf").unwrap_or_default();
+        if !hosts_file_first(&nsswitch) {
+            return loopback("a loopback address: /etc/nsswitch.conf asks DNS before /etc/hosts");
+        }
         let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
         let this_machine = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
         match loopback_only_name(&hosts, &this_machine) {
@@ -982,6 +986,24 @@ impl Transport {
     fn same_host(&self, url: &str) -> String {
         url.replacen("127.0.0.1", &self.host, 1)
     }
+}
+
+/// True when host names are looked up in `/etc/hosts` before anything else (`nsswitch`: the
+/// text of `/etc/nsswitch.conf`; without a `hosts:` line, resolvers read the file first): a
+/// name from it then never waits on a DNS server this machine may not reach.
+fn hosts_file_first(nsswitch: &str) -> bool {
+    let sources = nsswitch.lines().find_map(|l| l.split('#').next()?.trim().strip_prefix("hosts:"));
+    sources.is_none_or(|s| s.split_whitespace().next().is_none_or(|first| first == "files"))
+}
+
+#[test]
+fn names_are_taken_from_etc_hosts_only_when_it_is_read_first() {
+    assert!(hosts_file_first(""), "no nsswitch.conf: files first");
+    assert!(hosts_file_first("passwd: files\nhosts:          files dns\n"));
+    assert!(hosts_file_first("hosts: files mdns4_minimal [NOTFOUND=return] dns myhostname\n"));
+    assert!(!hosts_file_first("hosts: dns files\n"));
+    assert!(!hosts_file_first("# comment\nhosts: myhostname files\n"));
+    assert!(hosts_file_first("# hosts: dns\nhosts: files\n"), "a commented line is no setting");
 }
 
 /// A name `/etc/hosts` (its text: `hosts`) maps to 127.0.0.1 and nothing else, other than
