@@ -468,11 +468,8 @@ pub fn matching_rules<'p>(policies: &'p PolicySet, target: &Target<'_>) -> Vec<&
 /// What these rules read of the variables (only that is bound).
 pub fn rule_needs(rules: &[&Rule]) -> crate::expression::Needs {
     let mut needs = crate::expression::Needs::default();
-    for rule in rules {
-        needs.merge(rule.expression.needs());
-        if let Some(m) = &rule.message_expression {
-            needs.merge(m.needs());
-        }
+    for expression in rules.iter().flat_map(|r| r.expressions()) {
+        needs.merge(expression.needs());
     }
     needs
 }

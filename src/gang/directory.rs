@@ -35,6 +35,36 @@ impl Peer {
             scheduler_name: text(&["spec", "schedulerName"]).or_else(|| Some(DEFAULT_SCHEDULER.to_string())),
         }
     }
+
+    /// What members of one gang must agree on, in the order they are compared.
+    pub const FIELDS: [&'static str; 3] = ["size", "priorityClassName", "schedulerName"];
+
+    /// True when `self` and `other` differ on `field` (one of [`Peer::FIELDS`]); compares the
+    /// values themselves: this runs for every member under review.
+    pub fn differs(&self, other: &Peer, field: &str) -> bool {
+        match field {
+            "size" => self.size != other.size,
+            "priorityClassName" => self.priority_class != other.priority_class,
+            _ => self.scheduler_name != other.scheduler_name,
+        }
+    }
+
+    /// One compared field's value as messages show it (`(unset)` for none).
+    pub fn shown(&self, field: &str) -> String {
+        let value = match field {
+            "size" => self.size.map(|n| n.to_string()),
+            "priorityClassName" => self.priority_class.clone(),
+            _ => self.scheduler_name.clone(),
+        };
+        value.unwrap_or_else(|| "(unset)".to_string())
+    }
+
+    /// The first field ([`Peer::FIELDS`] order) on which `self` and `other` differ, with each
+    /// one's value as shown.
+    pub fn first_difference(&self, other: &Peer) -> Option<(&'static str, String, String)> {
+        let field = Self::FIELDS.into_iter().find(|f| self.differs(other, f))?;
+        Some((field, self.shown(field), other.shown(field)))
+    }
 }
 
 /// The scheduler the API server gives a Pod that names none.
@@ -89,36 +119,6 @@ impl StaticGangs {
 impl GangDirectory for StaticGangs {
     fn peers(&self, namespace: &str, name: &str) -> Vec<Peer> {
         self.0.get(&(namespace.to_string(), name.to_string())).cloned().unwrap_or_default()
-    }
-}
-
-impl Peer {
-    /// What members of one gang must agree on, in the order they are compared.
-    pub const FIELDS: [&'static str; 3] = ["size", "priorityClassName", "schedulerName"];
-
-    /// One compared field's value as messages show it (`(unset)` for none).
-    pub fn shown(&self, field: &str) -> String {
-        let value = match field {
-            "size" => self.size.map(|n| n.to_string()),
-            "priorityClassName" => self.priority_class.clone(),
-            _ => self.scheduler_name.clone(),
-        };
-        value.unwrap_or_else(|| "(unset)".to_string())
-    }
-
-    /// The first field on which `self` and `other` differ, with each one's value as shown, in
-    /// the order members are compared: size, priority class, scheduler.
-    pub fn first_difference(&self, other: &Peer) -> Option<(&'static str, String, String)> {
-        let field = if self.size != other.size {
-            "size"
-        } else if self.priority_class != other.priority_class {
-            "priorityClassName"
-        } else if self.scheduler_name != other.scheduler_name {
-            "schedulerName"
-        } else {
-            return None;
-        };
-        Some((field, self.shown(field), other.shown(field)))
     }
 }
 

@@ -243,7 +243,7 @@ fn first_disagreement(members: &mut [(Arc<str>, Terms)]) -> Option<String> {
     members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let peers: Vec<Peer> = members.iter().map(|(name, t)| t.peer(name)).collect();
     let first = peers.first()?;
-    let field = Peer::FIELDS.into_iter().find(|f| peers.iter().any(|p| p.shown(f) != first.shown(f)))?;
+    let field = Peer::FIELDS.into_iter().find(|f| peers.iter().any(|p| p.differs(first, f)))?;
     let shown: Vec<String> = peers.iter().map(|p| p.shown(field)).collect();
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for value in &shown {

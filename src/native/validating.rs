@@ -523,5 +523,5 @@ fn compile_rule(
 
 fn mentions(rule: &Rule, word: &str) -> bool {
     let has = |s: &str| s.split(|c: char| !c.is_ascii_alphanumeric() && c != '_').any(|w| w == word);
-    has(rule.expression.source()) || rule.message_expression.as_ref().is_some_and(|m| has(m.source()))
+    rule.expressions().any(|e| has(e.source()))
 }

@@ -190,6 +190,13 @@ pub struct Rule {
     pub message_expression: Option<Expression>,
 }
 
+impl Rule {
+    /// The rule's compiled expressions: `expression`, then `messageExpression` if any.
+    pub fn expressions(&self) -> impl Iterator<Item = &Expression> {
+        std::iter::once(&self.expression).chain(&self.message_expression)
+    }
+}
+
 /// The loaded, compiled, immutable policy set. Cheap to share (`Arc`), swapped whole on reload.
 #[derive(Debug)]
 pub struct PolicySet {
@@ -265,12 +272,16 @@ impl Unread {
     }
 }
 
-/// What every Rule (expression and message) and Placement (`when`) of a set reads.
+/// Every CEL expression of a set evaluated on objects under review: each Rule's expression and
+/// message, each Placement's `when`.
+fn reviewed_expressions<'s>(rules: &'s [Rule], placements: &'s [Placement]) -> impl Iterator<Item = &'s Expression> {
+    rules.iter().flat_map(Rule::expressions).chain(placements.iter().filter_map(|p| p.when.as_ref()))
+}
+
+/// What those expressions read, together.
 fn expression_needs(rules: &[Rule], placements: &[Placement]) -> crate::expression::Needs {
-    let rule_expressions = rules.iter().flat_map(|r| std::iter::once(&r.expression).chain(&r.message_expression));
-    let placement_expressions = placements.iter().filter_map(|p| p.when.as_ref());
     let mut needs = crate::expression::Needs::default();
-    for expression in rule_expressions.chain(placement_expressions) {
+    for expression in reviewed_expressions(rules, placements) {
         needs.merge(expression.needs());
     }
     needs
@@ -537,9 +548,7 @@ pub fn compile_with(sources: &[Source], facts: &ClusterFacts) -> Result<PolicySe
     }
     let allowed_accelerators =
         cluster.accelerators.checks.allowed_resources.as_ref().map(|a| ResourceMatcher::new(&a.names));
-    let linear =
-        rules.iter().all(|r| r.expression.is_linear() && r.message_expression.as_ref().is_none_or(|m| m.is_linear()))
-            && placements.iter().all(|p| p.when.as_ref().is_none_or(|w| w.is_linear()));
+    let linear = reviewed_expressions(&rules, &placements).all(Expression::is_linear);
     let unread = Unread::of(&expression_needs(&rules, &placements));
     Ok(PolicySet {
         linear,
