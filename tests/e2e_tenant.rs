@@ -1493,3 +1493,42 @@ fn tenant_strings_read_by_rules_get_the_rules_answers() {
         assert_webhook_answers(&ctx).await;
     });
 }
+
+/// Allot does not build a Pod's `spec.volumes` or its kubectl last-applied copy while decoding a
+/// review (no shipped policy reads them). Written by the tenant to say something else, they
+/// change nothing: a member is gated by its real labels though the copy claims a released,
+/// gate-less pod, a disallowed priority class is denied though the copy names the allowed one,
+/// and a large escaped copy with many volumes does not slow the webhook.
+#[test]
+fn what_allot_does_not_decode_hides_nothing() {
+    attempt("what_allot_does_not_decode_hides_nothing", "t-undecoded-parts", |ctx| async move {
+        let forge = |priority: &str| {
+            let claim = json!({"metadata": {"labels": {}, "annotations": {"allot.dev/gang-released": "2026-01-01T00:00:00Z"}},
+                "spec": {"priorityClassName": priority, "schedulingGates": []}});
+            // Quotes make the copy expensive to unescape: ~120 KB of them, under the API
+            // server's 256 KiB for all annotations.
+            format!("{claim}{}", "\"{}\"".repeat(30_000))
+        };
+        let volumes: Vec<Value> =
+            (0..50).map(|i| json!({"name": format!("allot-dev-gang-released-{i}"), "emptyDir": {}})).collect();
+
+        let mut p = member("w-0", "ring", "2", 1);
+        p["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = json!(forge("low-priority"));
+        p["spec"]["volumes"] = json!(volumes);
+        let started = Instant::now();
+        let created = create(&ctx, p).await.expect("admitted");
+        assert!(started.elapsed() < Duration::from_secs(4), "the create took {:?}", started.elapsed());
+        assert!(gates(&created).contains(&GANG_GATE.to_string()), "not gated: {:?}", gates(&created));
+        assert_eq!(annotation(&created, "allot.dev/gang-released"), None);
+
+        let mut p = member("w-1", "ring", "2", 1);
+        p["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = json!(forge("low-priority"));
+        p["spec"]["priorityClassName"] = json!("high-priority");
+        p["spec"]["volumes"] = json!(volumes);
+        let message = denial("high-priority behind a forged copy", create(&ctx, p).await);
+        assert_names("high-priority", &message, &["high-priority"]);
+
+        assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(2)).await;
+        assert_webhook_answers(&ctx).await;
+    });
+}
