@@ -13,7 +13,7 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
@@ -231,7 +231,25 @@ async fn exact_bursts(client: &kube::Client, pods: &Api<Pod>, reps: usize) {
         clear(client, pods, "burst").await;
 
         // Gangs of 5: a gang is charged whole at its first member, so 10 gangs fit and no
-        // gang is admitted in part.
+        // gang is admitted in part. Gang members are no demand for plain-pod allowances: once
+        // the plain burst's are given back, no replica sets any capacity aside during this
+        // burst (one did, and a member deferred behind it was refused at its deadline).
+        wait_for("the plain burst's allowances to be given back", Duration::from_secs(30), || async {
+            allowances(client, "burst").await == 0
+        })
+        .await;
+        let sampling = Arc::new(AtomicBool::new(true));
+        let sampler = tokio::spawn({
+            let (client, sampling) = (client.clone(), sampling.clone());
+            async move {
+                let mut most = 0;
+                while sampling.load(Ordering::Relaxed) {
+                    most = most.max(allowances(&client, "burst").await);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                most
+            }
+        });
         let b = burst(
             pods,
             PODS,
@@ -240,6 +258,8 @@ async fn exact_bursts(client: &kube::Client, pods: &Api<Pod>, reps: usize) {
             || {},
         )
         .await;
+        sampling.store(false, Ordering::Relaxed);
+        let set_aside = sampler.await.unwrap();
         eprintln!(
             "burst {rep} (gangs of 5): {} admitted, {} denied, {} failed in {:?}",
             b.admitted.len(),
@@ -248,6 +268,7 @@ async fn exact_bursts(client: &kube::Client, pods: &Api<Pod>, reps: usize) {
             b.elapsed
         );
         assert!(b.failed.is_empty(), "every create is answered by the quota: {:?}", b.failed);
+        assert_eq!(set_aside, 0, "GPUs set aside as allowances during a burst of gang members alone");
         for m in &b.denied {
             let used: usize = m
                 .split("team burst uses ")

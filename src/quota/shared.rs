@@ -226,10 +226,21 @@ impl Headroom {
         true
     }
 
-    /// Remembers the pod the next grant is sized for.
-    fn size_for(&mut self, quota: &Quota, request: &QuotaRequest<'_>) {
-        if let Some(shape) = allowance_shape(quota, request) {
-            self.sized_for = Some((quota.clone(), shape));
+    /// Takes note of the admissions a round is about to decide: those an allowance could have
+    /// served keep it in use (`last_used`) and size the next grant (the last of them). Others
+    /// (gang members, dry runs, shared claims) say nothing about plain pods to come: a burst of
+    /// gang members alone must not keep granting this replica plain-pod capacity, which the
+    /// members themselves then find set aside (deferred behind it, or refused at their deadline).
+    fn note_demand(&mut self, batch: &[Waiting], now: Instant) {
+        let mut servable = batch.iter().filter(|w| Headroom::may_serve(&w.request.borrow())).peekable();
+        if servable.peek().is_some() {
+            self.last_used = Some(now);
+        }
+        if let Some(w) = servable.last() {
+            let request = w.request.borrow();
+            if let Some(shape) = allowance_shape(&w.quota, &request) {
+                self.sized_for = Some((w.quota.clone(), shape));
+            }
         }
     }
 
@@ -549,12 +560,7 @@ impl SharedLedger {
         take_waiting(book, &mut batch);
         let (settling, settled) = {
             let mut headroom = book.headroom();
-            if let Some(w) = batch.iter().rev().find(|w| Headroom::may_serve(&w.request.borrow())) {
-                headroom.size_for(&w.quota, &w.request.borrow());
-            }
-            if !batch.is_empty() {
-                headroom.last_used = Some(Instant::now());
-            }
+            headroom.note_demand(&batch, Instant::now());
             if batch.is_empty() && headroom.unsettled.is_empty() && !headroom.may_hold {
                 return;
             }
@@ -714,9 +720,7 @@ impl SharedLedger {
                     let taken = batch.len();
                     take_waiting(book, &mut batch);
                     deferred.resize(batch.len(), false);
-                    if batch.len() > taken {
-                        book.headroom().last_used = Some(Instant::now());
-                    }
+                    book.headroom().note_demand(&batch[taken..], Instant::now());
                 }
                 Ok(Err(e)) => {
                     cached.object = None;

@@ -166,3 +166,41 @@ fn a_failed_round_freezes_the_allowance_and_settles_again() {
     let (settling, settled) = h.start_round();
     assert_eq!((settling.len(), n(&h.kept(&settled))), (1, 0));
 }
+
+fn waiting(q: &Quota, r: &QuotaRequest<'_>) -> Waiting {
+    Waiting {
+        quota: q.clone(),
+        request: OwnedQuotaRequest::of(r),
+        key: ledger::admission_key(r),
+        deadline: Instant::now() + Duration::from_secs(4),
+        answer: tokio::sync::oneshot::channel().0,
+    }
+}
+
+/// Only admissions an allowance could serve keep it in use: a burst of gang members after a
+/// burst of plain pods granted this replica nothing (it did, and the members then found 1/8 of
+/// the free GPUs set aside for plain pods that never came: deferred behind it, refused at
+/// their deadline, one member of a gang short). A plain pod in the batch renews the use and
+/// sizes the next grant.
+#[test]
+fn only_pods_an_allowance_could_serve_keep_it_in_use() {
+    let q = quota(100);
+    let idle_since = Instant::now() - ALLOWANCE_IDLE;
+    let mut h = Headroom { sized_for: Some((q.clone(), gpus(1))), last_used: Some(idle_since), ..Headroom::default() };
+    let free = ledger(&q, 0, &ResourceList::new());
+    let (mut member, mut dry) = (request(&q, "m", 4), request(&q, "d", 2));
+    member.gang = Some(("ddp", 5));
+    dry.dry_run = true;
+    h.note_demand(&[waiting(&q, &member), waiting(&q, &dry)], Instant::now());
+    assert_eq!(h.last_used, Some(idle_since), "gang members and dry runs are no demand for an allowance");
+    assert_eq!(h.sized_for.as_ref().map(|(_, shape)| n(shape)), Some(1));
+    let (_, settled) = h.start_round();
+    assert_eq!(n(&h.resize(&free, &ResourceList::new(), &settled, true)), 0, "nothing granted");
+    assert!(!h.wants_round(Instant::now()), "and nothing to give back");
+
+    let now = Instant::now();
+    h.note_demand(&[waiting(&q, &request(&q, "a", 1)), waiting(&q, &member), waiting(&q, &request(&q, "b", 2))], now);
+    assert_eq!(h.last_used, Some(now));
+    assert_eq!(h.sized_for.as_ref().map(|(_, shape)| n(shape)), Some(2), "sized for the last plain pod");
+    assert_eq!(n(&h.resize(&free, &ResourceList::new(), &settled, true)), 12, "100 free / 8, in pods of 2");
+}
