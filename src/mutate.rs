@@ -5,7 +5,7 @@
 //! it is — so `reinvocationPolicy: IfNeeded` and the CLI's mutate-then-revalidate see no second
 //! patch.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::expression::{Evaluator, Inputs};
 use crate::finding::{Finding, RuleId};
@@ -59,17 +59,6 @@ pub struct PodContext<'a> {
     pub describe: bool,
 }
 
-const SPEC_FIELDS: &[&str] = &[
-    "tolerations",
-    "nodeSelector",
-    "affinity",
-    "priorityClassName",
-    "priority",
-    "preemptionPolicy",
-    "schedulingGates",
-    "schedulingGroup",
-];
-
 /// Computes the patch for a Pod (`pod` is the whole Pod object; `base` the pointer of its spec,
 /// `/spec` for a Pod).
 pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_prefix: &str) -> Mutation {
@@ -80,9 +69,7 @@ pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_
     if is_mirror_pod(pod) {
         return out;
     }
-    let fields: Map<String, Value> =
-        SPEC_FIELDS.iter().filter_map(|f| spec.get(*f).map(|v| ((*f).to_string(), v.clone()))).collect();
-    let mut builder = Builder::new("/spec", fields);
+    let mut builder = Builder::new("/spec", spec);
     let spec_value = pod.get("spec").unwrap_or(&Value::Null);
     let spec_path = if path_prefix.is_empty() { "spec".to_string() } else { format!("{path_prefix}.spec") };
 
@@ -154,7 +141,7 @@ fn placement_applies(
     }
 }
 
-fn apply_placement(placement: &Placement, builder: &mut Builder, spec_path: &str, out: &mut Mutation) {
+fn apply_placement(placement: &Placement, builder: &mut Builder<'_>, spec_path: &str, out: &mut Mutation) {
     let rule = RuleId::placement(&placement.name);
     for toleration in &placement.spec.tolerations {
         let covered = builder
@@ -209,7 +196,7 @@ const REQUIRED: [&str; 3] = ["affinity", "nodeAffinity", "requiredDuringScheduli
 
 /// ANDs the placement's requirements into every required node-selector term (terms are ORed,
 /// so each must carry them), creating the affinity when there is none.
-fn add_node_affinity(placement: &Placement, builder: &mut Builder, rule: &str, out: &mut Mutation) {
+fn add_node_affinity(placement: &Placement, builder: &mut Builder<'_>, rule: &str, out: &mut Mutation) {
     let requirements: Vec<Value> =
         placement.spec.node_affinity.iter().map(|r| serde_json::to_value(r).unwrap_or(Value::Null)).collect();
     let terms_path = [REQUIRED[0], REQUIRED[1], REQUIRED[2], "nodeSelectorTerms"];
@@ -304,7 +291,7 @@ fn apply_gang_gate(
     policies: &PolicySet,
     facts: &PodFacts<'_>,
     ctx: &PodContext<'_>,
-    builder: &mut Builder,
+    builder: &mut Builder<'_>,
     out: &mut Mutation,
 ) {
     let gang = match policies.gang_of(facts, ctx.namespace, ctx.team.team.map(|t| t.name.as_str())) {
@@ -343,7 +330,7 @@ fn hand_off(
     policies: &PolicySet,
     gang: &crate::gang::membership::Membership,
     ctx: &PodContext<'_>,
-    builder: &mut Builder,
+    builder: &mut Builder<'_>,
     out: &mut Mutation,
 ) -> bool {
     let policy = policies.gang_policy(ctx.namespace, ctx.team.team.map(|t| t.name.as_str()));
@@ -363,7 +350,7 @@ fn apply_quota_gate(
     pod: &Value,
     facts: &PodFacts<'_>,
     ctx: &PodContext<'_>,
-    builder: &mut Builder,
+    builder: &mut Builder<'_>,
     out: &mut Mutation,
 ) {
     let Some(team) = ctx.team.team else { return };
@@ -389,7 +376,7 @@ pub fn default_class<'p>(policies: &'p PolicySet, team: &TeamLookup<'p>) -> Opti
     team.team.and_then(|t| t.priority.default.as_deref()).or(policies.priority.default.as_deref())
 }
 
-fn apply_default_priority(policies: &PolicySet, ctx: &PodContext<'_>, builder: &mut Builder, out: &mut Mutation) {
+fn apply_default_priority(policies: &PolicySet, ctx: &PodContext<'_>, builder: &mut Builder<'_>, out: &mut Mutation) {
     let Some(default) = default_class(policies, &ctx.team) else {
         return;
     };

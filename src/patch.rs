@@ -5,6 +5,8 @@
 //! an existing parent — so [`Builder::ensure`] adds at the highest missing level instead of
 //! assuming parents exist.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -80,26 +82,46 @@ pub fn apply_in_place(document: &mut Value, ops: &[PatchOp]) -> Result<(), Patch
     Ok(())
 }
 
-/// Accumulates operations under a base pointer (e.g. `/spec`) while keeping a working copy of
-/// the fields it touches.
+/// Accumulates operations under a base pointer (e.g. `/spec`), reading the object's own fields
+/// until an operation changes one: only a changed field is copied (a Pod's tolerations, say),
+/// once, the first time it changes.
 #[derive(Debug)]
-pub struct Builder {
+pub struct Builder<'a> {
     base: String,
-    working: Map<String, Value>,
+    /// The fields as the object has them.
+    original: &'a Map<String, Value>,
+    /// The fields operations changed: their value now, `None` once removed.
+    changed: BTreeMap<String, Option<Value>>,
     ops: Vec<PatchOp>,
 }
 
-impl Builder {
-    /// `base` is the pointer of `fields`' parent; `fields` holds the current values of the
-    /// fields that may be changed (a partial copy is enough).
-    pub fn new(base: &str, fields: Map<String, Value>) -> Builder {
-        Builder { base: base.to_string(), working: fields, ops: Vec::new() }
+impl<'a> Builder<'a> {
+    /// `base` is the pointer of `fields`' parent; `fields` are its current fields.
+    pub fn new(base: &str, fields: &'a Map<String, Value>) -> Builder<'a> {
+        Builder { base: base.to_string(), original: fields, changed: BTreeMap::new(), ops: Vec::new() }
+    }
+
+    /// The field `key` as the operations so far left it.
+    fn field(&self, key: &str) -> Option<&Value> {
+        match self.changed.get(key) {
+            Some(now) => now.as_ref(),
+            None => self.original.get(key),
+        }
+    }
+
+    /// The field `key`, copied into `changed` first if no operation changed it yet.
+    fn field_mut(&mut self, key: &str) -> Option<&mut Value> {
+        if !self.changed.contains_key(key) {
+            let copy = self.original.get(key)?.clone();
+            self.changed.insert(key.to_string(), Some(copy));
+        }
+        self.changed.get_mut(key)?.as_mut()
     }
 
     /// The current value at `segments` (after earlier operations).
     pub fn get(&self, segments: &[&str]) -> Option<&Value> {
         let (first, rest) = segments.split_first()?;
-        let mut cur = self.working.get(*first)?;
+        let mut cur = self.field(first)?;
         for s in rest {
             cur = match cur {
                 Value::Object(m) => m.get(*s)?,
@@ -173,12 +195,9 @@ impl Builder {
         if self.get(segments).is_some() {
             self.ops.push(PatchOp::Remove { path: self.pointer(segments) });
             if let Some((last, parent)) = segments.split_last() {
-                let container = if parent.is_empty() {
-                    Some(&mut self.working)
-                } else {
-                    self.get_mut(parent).and_then(Value::as_object_mut)
-                };
-                if let Some(m) = container {
+                if parent.is_empty() {
+                    self.changed.insert((*last).to_string(), None);
+                } else if let Some(m) = self.get_mut(parent).and_then(Value::as_object_mut) {
                     m.remove(*last);
                 }
             }
@@ -187,7 +206,7 @@ impl Builder {
 
     fn get_mut(&mut self, segments: &[&str]) -> Option<&mut Value> {
         let (first, rest) = segments.split_first()?;
-        let mut cur = self.working.get_mut(*first)?;
+        let mut cur = self.field_mut(first)?;
         for s in rest {
             cur = match cur {
                 Value::Object(m) => m.get_mut(*s)?,
@@ -203,7 +222,7 @@ impl Builder {
             return;
         };
         if parent.is_empty() {
-            self.working.insert((*last).to_string(), value);
+            self.changed.insert((*last).to_string(), Some(value));
             return;
         }
         match self.get_mut(parent) {
@@ -242,7 +261,8 @@ mod tests {
 
     #[test]
     fn ensure_creates_absent_parents_in_one_add() {
-        let mut b = Builder::new("/spec", fields(json!({})));
+        let spec = fields(json!({}));
+        let mut b = Builder::new("/spec", &spec);
         b.ensure(&["nodeSelector", "node-type"], json!("gpu"));
         b.ensure(&["nodeSelector", "kubernetes.io/arch"], json!("amd64"));
         let ops = b.into_ops();
@@ -260,7 +280,8 @@ mod tests {
 
     #[test]
     fn push_creates_then_appends() {
-        let mut b = Builder::new("/spec", fields(json!({})));
+        let spec = fields(json!({}));
+        let mut b = Builder::new("/spec", &spec);
         b.push(&["tolerations"], json!({"key": "a"}));
         b.push(&["tolerations"], json!({"key": "b"}));
         let ops = b.into_ops();
@@ -272,7 +293,8 @@ mod tests {
 
     #[test]
     fn ensure_descends_through_list_indices() {
-        let mut b = Builder::new("/spec", fields(json!({"terms": [{"a": 1}, {"b": 2}]})));
+        let spec = fields(json!({"terms": [{"a": 1}, {"b": 2}]}));
+        let mut b = Builder::new("/spec", &spec);
         b.push(&["terms", "1", "exprs"], json!("x"));
         b.push(&["terms", "1", "exprs"], json!("y"));
         let ops = b.into_ops();
@@ -284,7 +306,8 @@ mod tests {
 
     #[test]
     fn remove_only_what_exists() {
-        let mut b = Builder::new("/spec", fields(json!({"priority": 0})));
+        let spec = fields(json!({"priority": 0}));
+        let mut b = Builder::new("/spec", &spec);
         b.remove(&["priority"]);
         b.remove(&["preemptionPolicy"]);
         assert_eq!(b.into_ops(), vec![PatchOp::Remove { path: "/spec/priority".into() }]);
