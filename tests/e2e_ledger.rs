@@ -231,9 +231,10 @@ async fn exact_bursts(client: &kube::Client, pods: &Api<Pod>, reps: usize) {
         clear(client, pods, "burst").await;
 
         // Gangs of 5: a gang is charged whole at its first member, so 10 gangs fit and no
-        // gang is admitted in part. Gang members are no demand for plain-pod allowances: once
-        // the plain burst's are given back, no replica sets any capacity aside during this
-        // burst (one did, and a member deferred behind it was refused at its deadline).
+        // gang is admitted in part. Gang members are no demand for plain-pod allowances: no
+        // replica sets any capacity aside during this burst, even moments after the plain one
+        // (one did, and a member deferred behind it was refused at its deadline). The plain
+        // burst ended with the quota full, so nothing should be held as it starts.
         wait_for("the plain burst's allowances to be given back", Duration::from_secs(30), || async {
             allowances(client, "burst").await == 0
         })

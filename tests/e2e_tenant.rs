@@ -286,7 +286,9 @@ async fn skip_allot_in_webhooks(admin: &kube::Client) {
 }
 
 /// Adds (`present`) or removes the match condition named `condition.name` on every validating
-/// webhook.
+/// webhook. A write that meets another writer (409: Allot's certificate rotation, another
+/// test's condition) is made again on the new version, so that a condition added for one
+/// request does not stay for the rest of the shared run.
 async fn validating_condition(admin: &kube::Client, condition: &MatchCondition, present: bool) {
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(admin.clone());
     for name in validating
@@ -297,15 +299,21 @@ async fn validating_condition(admin: &kube::Client, condition: &MatchCondition, 
         .iter()
         .filter_map(|c| c.metadata.name.clone())
     {
-        let mut config = validating.get(&name).await.expect("get");
-        for w in config.webhooks.iter_mut().flatten() {
-            let conditions = w.match_conditions.get_or_insert_with(Vec::new);
-            conditions.retain(|c| c.name != condition.name);
-            if present {
-                conditions.push(condition.clone());
+        for attempt in 1.. {
+            let mut config = validating.get(&name).await.expect("get");
+            for w in config.webhooks.iter_mut().flatten() {
+                let conditions = w.match_conditions.get_or_insert_with(Vec::new);
+                conditions.retain(|c| c.name != condition.name);
+                if present {
+                    conditions.push(condition.clone());
+                }
+            }
+            match validating.replace(&name, &PostParams::default(), &config).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(s)) if s.code == 409 && attempt < 10 => continue,
+                Err(e) => panic!("validating webhook {name}: {e}"),
             }
         }
-        validating.replace(&name, &PostParams::default(), &config).await.expect("validating webhook");
     }
 }
 

@@ -226,6 +226,13 @@ impl Headroom {
         true
     }
 
+    /// Whether a round deciding `batch` may grant an allowance: the flusher's round (nothing
+    /// to decide: it renews an allowance in use), or one deciding a pod an allowance could
+    /// serve.
+    fn demands_allowance(batch: &[Waiting]) -> bool {
+        batch.is_empty() || batch.iter().any(|w| Headroom::may_serve(&w.request.borrow()))
+    }
+
     /// Takes note of the admissions a round is about to decide: those an allowance could have
     /// served keep it in use (`last_used`) and size the next grant (the last of them). Others
     /// (gang members, dry runs, shared claims) say nothing about plain pods to come: a burst of
@@ -673,7 +680,15 @@ impl SharedLedger {
             // Pods from an allowance are written as charges whatever the ledger's size: no
             // grant once it is half full (admissions then meet its limits in a round).
             let roomy = next.len() < ledger::MAX_ENTRIES / 2 && next.bytes() < ledger::MAX_BYTES / 2;
-            let may_grant = !frozen && !draining && roomy && next.reconciled && next.allowances_known;
+            // Only a round that decides a pod an allowance could serve, or the flusher's renewal
+            // of one in use, grants: a round of gang members alone (and dry runs) asks for the
+            // capacity itself, so it gives this replica's unused allowance back instead.
+            let may_grant = !frozen
+                && !draining
+                && roomy
+                && next.reconciled
+                && next.allowances_known
+                && Headroom::demands_allowance(&batch);
             let ours = book.headroom().resize(&next, &kept, &settled, may_grant);
             let keep_old = cached
                 .ledger

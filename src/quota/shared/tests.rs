@@ -197,6 +197,11 @@ fn only_pods_an_allowance_could_serve_keep_it_in_use() {
     let (_, settled) = h.start_round();
     assert_eq!(n(&h.resize(&free, &ResourceList::new(), &settled, true)), 0, "nothing granted");
     assert!(!h.wants_round(Instant::now()), "and nothing to give back");
+    // Whatever the time since the last plain pod, a round of members and dry runs alone grants
+    // nothing (and so gives back what this replica holds unused); the flusher's may renew.
+    assert!(!Headroom::demands_allowance(&[waiting(&q, &member), waiting(&q, &dry)]));
+    assert!(Headroom::demands_allowance(&[waiting(&q, &member), waiting(&q, &request(&q, "p", 1))]));
+    assert!(Headroom::demands_allowance(&[]));
 
     let now = Instant::now();
     h.note_demand(&[waiting(&q, &request(&q, "a", 1)), waiting(&q, &member), waiting(&q, &request(&q, "b", 2))], now);
