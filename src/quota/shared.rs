@@ -21,7 +21,9 @@
 //! never pass the limit. Later pods of that shape are admitted from it in memory, with no round
 //! trip ([`Headroom`]); the flusher ([`SharedLedger::spawn_flusher`]) writes their charges every
 //! [`FLUSH_INTERVAL`] in the same write that shrinks the allowance by them, so the pods move from
-//! allowance to pending charge without a moment uncounted. A refusal that only allowances cause
+//! allowance to pending charge without a moment uncounted. Only rounds that decide such a pod
+//! (and the flusher's renewals) grant: a round of gang members alone gives the allowance back,
+//! the capacity being what those members ask for. A refusal that only allowances cause
 //! is never given: this replica's own stops growing, the others are asked back (a `drain` request
 //! in the ledger, which their watches deliver; no grants for 5 s after one) and the admission
 //! waits for the next version. An allowance is used for [`ALLOWANCE_USABLE`] after the write that
