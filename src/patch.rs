@@ -1,5 +1,5 @@
-//! Minimal RFC 6902 JSON Patches, built against a working copy so that each operation is valid
-//! for the document as the previous operations left it.
+//! Minimal RFC 6902 JSON Patches, built against the document as the previous operations left it
+//! (the fields they changed, over the object's own), so that each operation is valid for it.
 //!
 //! Rules the API server holds us to: keys are escaped (`~` → `~0`, `/` → `~1`), and `add` needs
 //! an existing parent — so [`Builder::ensure`] adds at the highest missing level instead of
@@ -173,7 +173,7 @@ impl<'a> Builder<'a> {
         } else {
             PatchOp::Add { path, value: nested.clone() }
         });
-        self.set_working(&segments[..=depth], nested);
+        self.set_changed(&segments[..=depth], nested);
     }
 
     /// Appends to the list at `segments`, creating it if absent.
@@ -217,7 +217,7 @@ impl<'a> Builder<'a> {
         Some(cur)
     }
 
-    fn set_working(&mut self, segments: &[&str], value: Value) {
+    fn set_changed(&mut self, segments: &[&str], value: Value) {
         let Some((last, parent)) = segments.split_last() else {
             return;
         };

@@ -164,16 +164,22 @@ async fn ledger(client: &kube::Client, team: &str) -> Option<(usize, usize, bool
 
 /// GPUs set aside in the team's ledger by replicas' allowances (`a.` keys).
 async fn allowances(client: &kube::Client, team: &str) -> usize {
+    allowances_read(client, team).await.expect("read the ledger")
+}
+
+/// [`allowances`], or the API server's error (a loaded machine's etcd may time out a read).
+async fn allowances_read(client: &kube::Client, team: &str) -> Result<usize, kube::Error> {
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let Some(cm) = cms.get_opt(&format!("allot-quota-{team}")).await.unwrap() else { return 0 };
-    cm.data
+    let Some(cm) = cms.get_opt(&format!("allot-quota-{team}")).await? else { return Ok(0) };
+    Ok(cm
+        .data
         .unwrap_or_default()
         .iter()
         .filter(|(k, _)| k.starts_with("a."))
         .filter_map(|(_, v)| {
             serde_json::from_str::<serde_json::Value>(v).ok()?["res"]["nvidia.com/gpu"].as_str()?.parse::<usize>().ok()
         })
-        .sum()
+        .sum())
 }
 
 /// Deletes every pod of the namespace at once and waits until the ledger has released them.
@@ -233,8 +239,9 @@ async fn exact_bursts(client: &kube::Client, pods: &Api<Pod>, reps: usize) {
         // Gangs of 5: a gang is charged whole at its first member, so 10 gangs fit and no
         // gang is admitted in part. Gang members are no demand for plain-pod allowances: no
         // replica sets any capacity aside during this burst, even moments after the plain one
-        // (one did, and a member deferred behind it was refused at its deadline). The plain
-        // burst ended with the quota full, so nothing should be held as it starts.
+        // (one did, and a member deferred behind it was refused at its deadline). What the plain
+        // burst's replicas hold may still be renewed for 2 s after their last plain pod, now that
+        // `clear` has freed the quota: the burst starts once it is given back.
         wait_for("the plain burst's allowances to be given back", Duration::from_secs(30), || async {
             allowances(client, "burst").await == 0
         })
@@ -245,7 +252,8 @@ async fn exact_bursts(client: &kube::Client, pods: &Api<Pod>, reps: usize) {
             async move {
                 let mut most = 0;
                 while sampling.load(Ordering::Relaxed) {
-                    most = most.max(allowances(&client, "burst").await);
+                    // A read the API server fails is a sample missed, not a failure.
+                    most = most.max(allowances_read(&client, "burst").await.unwrap_or(0));
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
                 most

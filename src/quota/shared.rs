@@ -684,7 +684,8 @@ impl SharedLedger {
             let roomy = next.len() < ledger::MAX_ENTRIES / 2 && next.bytes() < ledger::MAX_BYTES / 2;
             // Only a round that decides a pod an allowance could serve, or the flusher's renewal
             // of one in use, grants: a round of gang members alone (and dry runs) asks for the
-            // capacity itself, so it gives this replica's unused allowance back instead.
+            // capacity itself, so it gives back what this replica holds beyond what it admitted
+            // meanwhile (in use or not: the next plain pod pays a round trip that grants again).
             let may_grant = !frozen
                 && !draining
                 && roomy
