@@ -304,6 +304,71 @@ async fn exact_bursts(client: &kube::Client, pods: &Api<Pod>, reps: usize) {
     }
 }
 
+/// Plain pods and gang members of one team at once (even indices plain, odd ones gangs of 5),
+/// `PODS` creates: the replicas hold allowances for the plain pods while the members need the
+/// same GPUs. Nothing passes the limit, every refusal is a quota refusal that the numbers
+/// justify, and no gang is admitted in part (a member refused at its deadline behind another
+/// replica's allowance would leave its gang short).
+async fn mixed_burst(client: &kube::Client, pods: &Api<Pod>) {
+    let b = burst(
+        pods,
+        PODS,
+        |i| match i % 2 {
+            0 => gpu_pod(&format!("m-{i}"), None),
+            _ => gpu_pod(&format!("m-{i}"), Some((&format!("m-g{}", i / 10), 5))),
+        },
+        0,
+        || {},
+    )
+    .await;
+    eprintln!(
+        "burst (plain and gangs of 5 mixed): {} admitted, {} denied, {} failed in {:?}",
+        b.admitted.len(),
+        b.denied.len(),
+        b.failed.len(),
+        b.elapsed
+    );
+    assert!(b.failed.is_empty(), "every create is answered by the quota: {:?}", b.failed);
+    for m in &b.denied {
+        let used: usize = m
+            .split("team burst uses ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("denied with the numbers: {m}"));
+        let asks = if m.contains("; gang m-g") {
+            assert!(
+                m.contains(" of 5 asks 5 in all") && !m.contains("more with this member"),
+                "a gang refused whole: {m}"
+            );
+            5
+        } else {
+            assert!(m.contains("this pod asks 1"), "{m}");
+            1
+        };
+        assert!(used <= LIMIT && used + asks > LIMIT, "a refusal the numbers justify: {m}");
+    }
+    let mut per_gang = std::collections::BTreeMap::<String, usize>::new();
+    let mut plain = 0;
+    for name in &b.admitted {
+        let i: usize = name.rsplit('-').next().unwrap().parse().unwrap();
+        match i % 2 {
+            0 => plain += 1,
+            _ => *per_gang.entry(format!("m-g{}", i / 10)).or_default() += 1,
+        }
+    }
+    assert!(per_gang.values().all(|n| *n == 5), "no gang admitted in part: {per_gang:?}");
+    let gpus = plain + 5 * per_gang.len();
+    eprintln!("  of which {plain} plain pods and {} whole gangs: {gpus} GPUs", per_gang.len());
+    assert!(gpus <= LIMIT, "{gpus} GPUs admitted for a limit of {LIMIT}");
+    assert_eq!(pods.list(&ListParams::default()).await.unwrap().items.len(), b.admitted.len());
+    wait_for("the leader to see every charged pod", Duration::from_secs(30), || async {
+        ledger(client, "burst").await == Some((0, b.admitted.len(), true))
+    })
+    .await;
+    clear(client, pods, "burst").await;
+}
+
 /// One round of `per_round` GPU-pod creates into `namespace`: (created, refused, time). A
 /// refusal here can only be a fail-closed one (the quota is far away): counted and shown.
 async fn create_rate(
@@ -394,6 +459,9 @@ async fn deny_quota_holds_with_three_replicas() {
     }
     let pods: Api<Pod> = Api::namespaced(alice, "quota-deny");
     exact_bursts(&client, &pods, reps).await;
+    for _ in 0..reps {
+        mixed_burst(&client, &pods).await;
+    }
     let forwarded: Vec<usize> = proxy.forwarded.iter().map(|n| n.load(Ordering::Relaxed)).collect();
     eprintln!("reviews per replica: {forwarded:?}");
     assert!(forwarded.iter().all(|n| *n > 100), "the proxy spreads reviews over all three replicas: {forwarded:?}");
