@@ -297,11 +297,21 @@ impl<'a> Engine<'a> {
                 // Templates are compared with each other at CREATE only: a workload admitted
                 // before this check (or by an older replica) must stay updatable (Kueue toggles
                 // `suspend`); its pods are still checked as they come.
-                if let Ok(Some(gang)) = &membership
-                    && !view.path.is_empty()
-                    && operation == Operation::Create
-                {
-                    template_gangs.push(validate::TemplateMember::of(&view, gang));
+                // A template without a gang of its own is compared under the gang its pods will
+                // be inferred into (JobSet, Kubeflow jobs, MPIJob workers, LeaderWorkerSet).
+                if !view.path.is_empty() && operation == Operation::Create {
+                    let inferred;
+                    let gang = match &membership {
+                        Ok(Some(gang)) => Some(gang),
+                        Ok(None) => {
+                            inferred = validate::template_inferred_gang(self.policies, &view, req, &team);
+                            inferred.as_ref()
+                        }
+                        Err(_) => None,
+                    };
+                    if let Some(gang) = gang {
+                        template_gangs.push(validate::TemplateMember::of(&view, gang));
+                    }
                 }
                 let bypassed = || tenant::Bypassed {
                     accelerators: crate::resources::requests_any(
@@ -568,5 +578,106 @@ mod tests {
             );
             assert_eq!(found, [(format!("{second}.metadata"), expected)], "{words}");
         }
+    }
+
+    /// Templates whose pods the controller's labels put into one inferred gang (JobSet, Kubeflow
+    /// jobs, MPIJob workers, a LeaderWorkerSet group) must agree too, where the GangPolicy infers
+    /// that kind; an MPIJob's launcher is no member, and a template naming its own gang is
+    /// compared under that one.
+    #[test]
+    fn templates_joining_one_inferred_gang_must_agree() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+        let mut sources = Vec::new();
+        for entry in std::fs::read_dir(&dir).expect("policies") {
+            let path = entry.expect("entry").path();
+            let text = std::fs::read_to_string(&path).expect("policy file");
+            let name = path.file_name().expect("name").to_string_lossy().into_owned();
+            sources.push(crate::policy::Source { name, text });
+        }
+        let shipped = crate::policy::compile(&sources).expect("shipped policies");
+        for s in &mut sources {
+            s.text = s.text.replace("infer: []", "infer: [JobSet, KubeflowJob, MPIJob, LeaderWorkerSet]");
+        }
+        let inferring = crate::policy::compile(&sources).expect("policies inferring gangs");
+        let consistency = |policies: &PolicySet, object: &Value| {
+            Engine::new(policies, &NoNamespaces)
+                .validate(&alices(RequestOperation::Create, object))
+                .findings
+                .into_iter()
+                .filter(|f| f.rule == RuleId::Check(Check::GangConsistency))
+                .map(|f| (f.path, f.message))
+                .collect::<Vec<_>>()
+        };
+        let pod = |extra: Value| {
+            let mut template = serde_json::json!({"spec": {"restartPolicy": "Never", "containers": [{"name": "w",
+                "image": "ghcr.io/example/ddp:1.0.0", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}});
+            json_patch::merge(&mut template, &extra);
+            template
+        };
+        let volcano = || serde_json::json!({"spec": {"schedulerName": "volcano"}});
+        let high = || serde_json::json!({"spec": {"priorityClassName": "high-priority"}});
+        let jobset = |second: Value| {
+            let job = |t: Value| serde_json::json!({"replicas": 1, "template": {"spec": {"template": t}}});
+            serde_json::json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                "metadata": {"name": "js", "namespace": "default"},
+                "spec": {"replicatedJobs": [job(pod(serde_json::json!({}))), job(second)]}})
+        };
+        let message = |gang: &str, words: &str| {
+            format!("gang default/{gang}: this template's pods would have {words}; all members of a gang must agree")
+        };
+        let split = jobset(pod(volcano()));
+        assert_eq!(consistency(&shipped, &split), [], "not inferred: nothing to compare");
+        assert_eq!(
+            consistency(&inferring, &split),
+            [(
+                "spec.replicatedJobs[1].template.spec.template.metadata".to_string(),
+                message(
+                    "jobset-js",
+                    "schedulerName volcano, those of spec.replicatedJobs[0].template.spec.template default-scheduler"
+                )
+            )]
+        );
+        assert_eq!(consistency(&inferring, &jobset(pod(serde_json::json!({})))), [], "templates that agree");
+        // A template naming its own gang joins that one, not the JobSet's.
+        let own = serde_json::json!({"metadata": {"labels": {"allot.dev/gang-name": "ring"},
+            "annotations": {"allot.dev/gang-size": "2"}}, "spec": {"schedulerName": "volcano"}});
+        assert_eq!(consistency(&inferring, &jobset(pod(own))), [], "another gang");
+
+        let kubeflow = |kind: &str, specs: &str, first: (&str, Value), second: (&str, Value)| {
+            serde_json::json!({"apiVersion": "kubeflow.org/v1", "kind": kind,
+                "metadata": {"name": "kf", "namespace": "default"},
+                "spec": {specs: {first.0: {"replicas": 1, "template": pod(first.1)},
+                                 second.0: {"replicas": 2, "template": pod(second.1)}}}})
+        };
+        let pytorch =
+            kubeflow("PyTorchJob", "pytorchReplicaSpecs", ("Master", serde_json::json!({})), ("Worker", high()));
+        assert_eq!(
+            consistency(&inferring, &pytorch),
+            [(
+                "spec.pytorchReplicaSpecs.Worker.template.metadata".to_string(),
+                message(
+                    "kubeflow-kf",
+                    "priorityClassName high-priority, those of spec.pytorchReplicaSpecs.Master.template low-priority"
+                )
+            )]
+        );
+        // The launcher is no member of its MPIJob's gang: it may differ.
+        let mpi = kubeflow("MPIJob", "mpiReplicaSpecs", ("Launcher", volcano()), ("Worker", serde_json::json!({})));
+        assert_eq!(consistency(&inferring, &mpi), [], "the launcher");
+
+        let lws = serde_json::json!({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": "l", "namespace": "default"},
+            "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 4,
+                "leaderTemplate": pod(volcano()), "workerTemplate": pod(serde_json::json!({}))}}});
+        assert_eq!(
+            consistency(&inferring, &lws),
+            [(
+                "spec.leaderWorkerTemplate.workerTemplate.metadata".to_string(),
+                message(
+                    "lws-l-0",
+                    "schedulerName default-scheduler, those of spec.leaderWorkerTemplate.leaderTemplate volcano"
+                )
+            )]
+        );
     }
 }

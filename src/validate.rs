@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::dra::ClaimDemand;
 use crate::expression::{Evaluator, Inputs};
@@ -243,6 +243,33 @@ pub fn pod_gang(
     team: &TeamLookup<'_>,
 ) -> Result<Option<Membership>, String> {
     policies.gang_of(&PodFacts::from_json(&view.pod), namespace, team.team.map(|t| t.name.as_str()))
+}
+
+/// The gang the pods of a workload template (`view`, without a gang of its own) will be
+/// inferred into once the workload's controller makes them, under the team's GangPolicy: the
+/// template with the controller's marks ([`controller_marks`]) through the very
+/// [`PolicySet::gang_of`] their pods will meet. `None` where the kind is not one inferred.
+pub fn template_inferred_gang(
+    policies: &PolicySet,
+    view: &PodView<'_>,
+    req: &Request<'_>,
+    team: &TeamLookup<'_>,
+) -> Option<Membership> {
+    let name = req.object.text(&["metadata", "name"]).unwrap_or_default();
+    let marks = crate::gang::membership::controller_marks(req.group, req.kind, name, &view.path)?;
+    let mut pod = view.pod.as_ref().clone();
+    let metadata =
+        pod.as_object_mut()?.entry("metadata").or_insert_with(|| Value::Object(Map::new())).as_object_mut()?;
+    let labels = metadata.entry("labels").or_insert_with(|| Value::Object(Map::new())).as_object_mut()?;
+    for (key, value) in marks.labels {
+        labels.insert(key.to_string(), Value::String(value));
+    }
+    if let Some(kind) = marks.owner {
+        metadata.insert("ownerReferences".into(), serde_json::json!([{"kind": kind, "name": name}]));
+    }
+    let gang =
+        policies.gang_of(&PodFacts::from_json(&pod), req.namespace, team.team.map(|t| t.name.as_str())).ok()??;
+    matches!(gang.source, crate::gang::membership::Source::Inferred(_)).then_some(gang)
 }
 
 /// Where a Pod view's metadata is (`metadata`, `spec.template.metadata`).

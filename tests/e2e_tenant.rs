@@ -37,6 +37,17 @@ const QUOTA_GATE: &str = "allot.dev/quota";
 
 /// Teams for the attempts' namespaces: each quota attempt has a team of its own, everything else
 /// belongs to `tenant`, which may only use `low-priority`.
+/// JobSets' pods form gangs unlabelled in the template test's namespace only.
+const INFERRED_JOBSETS: &str = r#"
+apiVersion: allot.dev/v1alpha1
+kind: GangPolicy
+metadata: {name: inferred-jobsets}
+spec:
+  match: {namespaces: [t-template-gangs]}
+  infer: [Job, JobSet]
+  assemblyTimeout: 10m
+"#;
+
 const TEAMS: &str = r#"
 apiVersion: allot.dev/v1alpha1
 kind: Team
@@ -231,7 +242,9 @@ where
 /// The cluster of tests/support, then Allot restarted as its deploy/ identity and the webhooks
 /// told to skip that identity, as deploy/ does.
 async fn start_shared(assets: &Assets) -> Shared {
-    let mut cluster = Cluster::start_with(assets, &[("teams-tenant-e2e.yaml", TEAMS)]).await;
+    // (Named to sort before the harness's `gangs.yaml`: the first GangPolicy that matches wins.)
+    let policies = [("teams-tenant-e2e.yaml", TEAMS), ("0-gangs-tenant-e2e.yaml", INFERRED_JOBSETS)];
+    let mut cluster = Cluster::start_with(assets, &policies).await;
     let admin_kubeconfig = std::fs::read_to_string(&cluster.kubeconfig).expect("admin kubeconfig");
     let mut allot_kubeconfig = String::new();
     for line in admin_kubeconfig.lines() {
@@ -1272,21 +1285,27 @@ fn workload_templates_joining_one_gang_must_agree() {
         // Two replicated jobs whose pods join one explicit gang of 4; the workers' template
         // names another scheduler. Its pods would each be denied as the JobSet controller made
         // them, after the driver's two had been admitted to wait for them.
-        let jobset = |name: &str, workers_scheduler: Option<&str>| {
+        let labelled = |name: &str, workers_scheduler: Option<&str>, gang: bool| {
             let template = |job: &str, scheduler: Option<&str>| {
                 let mut spec = json!({"restartPolicy": "Never", "containers": [{"name": "w", "image": "busybox:1.36",
                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]});
                 if let Some(s) = scheduler {
                     spec["schedulerName"] = json!(s);
                 }
+                let metadata = match gang {
+                    true => {
+                        json!({"labels": {"allot.dev/gang-name": "ring"}, "annotations": {"allot.dev/gang-size": "4"}})
+                    }
+                    false => json!({}),
+                };
                 json!({"name": job, "replicas": 1, "template": {"spec": {"parallelism": 2, "completions": 2, "template": {
-                    "metadata": {"labels": {"allot.dev/gang-name": "ring"}, "annotations": {"allot.dev/gang-size": "4"}},
-                    "spec": spec}}}})
+                    "metadata": metadata, "spec": spec}}}})
             };
             let object = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": name},
                 "spec": {"replicatedJobs": [template("driver", None), template("workers", workers_scheduler)]}});
             serde_json::from_value::<DynamicObject>(object).expect("a JobSet")
         };
+        let jobset = |name: &str, workers_scheduler: Option<&str>| labelled(name, workers_scheduler, true);
         let message = denial(
             "a JobSet whose templates disagree on the scheduler",
             jobsets.create(&PostParams::default(), &jobset("split", Some("volcano"))).await,
@@ -1306,6 +1325,25 @@ fn workload_templates_joining_one_gang_must_agree() {
         // The same JobSet with templates that agree is admitted.
         jobsets.create(&PostParams::default(), &jobset("agreed", None)).await.expect("templates that agree");
         jobsets.delete("agreed", &DeleteParams::default()).await.expect("delete");
+        // Unlabelled, where the GangPolicy infers JobSets: the pods' gang is the JobSet's own,
+        // and its templates are compared under it.
+        let message = denial(
+            "an unlabelled JobSet whose templates disagree, JobSets inferred",
+            jobsets.create(&PostParams::default(), &labelled("inferred", Some("volcano"), false)).await,
+        );
+        assert_names(
+            "the denial",
+            &message,
+            &[
+                "gang/consistency",
+                "jobset-inferred",
+                "spec.replicatedJobs[1].template.spec.template.metadata",
+                "schedulerName volcano",
+            ],
+        );
+        assert!(jobsets.get_opt("inferred").await.expect("get").is_none(), "nothing was created");
+        jobsets.create(&PostParams::default(), &labelled("inferred", None, false)).await.expect("unlabelled, agreeing");
+        jobsets.delete("inferred", &DeleteParams::default()).await.expect("delete");
         assert_webhook_answers(&ctx).await;
     });
 }
