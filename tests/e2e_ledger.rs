@@ -94,6 +94,35 @@ struct Burst {
     elapsed: Duration,
 }
 
+impl Burst {
+    /// Prints what the burst came to (as `what`).
+    fn report(&self, what: &str) {
+        eprintln!(
+            "burst {what}: {} admitted, {} denied, {} failed in {:?}",
+            self.admitted.len(),
+            self.denied.len(),
+            self.failed.len(),
+            self.elapsed
+        );
+    }
+
+    /// [`Burst::report`], asserting the quota answered every create.
+    fn answered(&self, what: &str) {
+        self.report(what);
+        assert!(self.failed.is_empty(), "every create is answered by the quota: {:?}", self.failed);
+    }
+}
+
+/// The GPUs a quota denial says the team uses (`team burst uses N of 50 …`).
+fn used_in(denial: &str) -> usize {
+    denial
+        .split("team burst uses ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("denied with the numbers: {denial}"))
+}
+
 /// `CLIENTS` clients create pods `0..count` (made by `make`) at once; `after` runs once `at`
 /// creates have been sent.
 async fn burst(
@@ -216,14 +245,7 @@ async fn clear(client: &kube::Client, pods: &Api<Pod>, team: &str) {
 async fn exact_bursts(client: &kube::Client, pods: &Api<Pod>, reps: usize) {
     for rep in 0..reps {
         let b = burst(pods, PODS, move |i| tenant_gpu_pod(rep, i), 0, || {}).await;
-        eprintln!(
-            "burst {rep} (plain): {} admitted, {} denied, {} failed in {:?}",
-            b.admitted.len(),
-            b.denied.len(),
-            b.failed.len(),
-            b.elapsed
-        );
-        assert!(b.failed.is_empty(), "every create is answered by the quota: {:?}", b.failed);
+        b.answered(&format!("{rep} (plain)"));
         let expected = "team burst uses 50 of 50 nvidia.com/gpu in namespaces quota-deny; this pod asks 1";
         for m in &b.denied {
             assert!(m.contains(expected), "denied with the numbers: {m}");
@@ -269,22 +291,10 @@ async fn exact_bursts(client: &kube::Client, pods: &Api<Pod>, reps: usize) {
         .await;
         sampling.store(false, Ordering::Relaxed);
         let set_aside = sampler.await.unwrap();
-        eprintln!(
-            "burst {rep} (gangs of 5): {} admitted, {} denied, {} failed in {:?}",
-            b.admitted.len(),
-            b.denied.len(),
-            b.failed.len(),
-            b.elapsed
-        );
-        assert!(b.failed.is_empty(), "every create is answered by the quota: {:?}", b.failed);
+        b.answered(&format!("{rep} (gangs of 5)"));
         assert_eq!(set_aside, 0, "GPUs set aside as allowances during a burst of gang members alone");
         for m in &b.denied {
-            let used: usize = m
-                .split("team burst uses ")
-                .nth(1)
-                .and_then(|r| r.split(' ').next())
-                .and_then(|n| n.parse().ok())
-                .unwrap_or_else(|| panic!("denied with the numbers: {m}"));
+            let used = used_in(m);
             assert!(used + 5 > LIMIT && used <= LIMIT, "{m}");
             assert!(m.contains("of 50 nvidia.com/gpu in namespaces quota-deny; gang g"), "{m}");
             assert!(m.contains(" of 5 asks 5 in all"), "{m}");
@@ -321,21 +331,9 @@ async fn mixed_burst(client: &kube::Client, pods: &Api<Pod>) {
         || {},
     )
     .await;
-    eprintln!(
-        "burst (plain and gangs of 5 mixed): {} admitted, {} denied, {} failed in {:?}",
-        b.admitted.len(),
-        b.denied.len(),
-        b.failed.len(),
-        b.elapsed
-    );
-    assert!(b.failed.is_empty(), "every create is answered by the quota: {:?}", b.failed);
+    b.answered("(plain and gangs of 5 mixed)");
     for m in &b.denied {
-        let used: usize = m
-            .split("team burst uses ")
-            .nth(1)
-            .and_then(|r| r.split(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("denied with the numbers: {m}"));
+        let used = used_in(m);
         let asks = if m.contains("; gang m-g") {
             assert!(
                 m.contains(" of 5 asks 5 in all") && !m.contains("more with this member"),
@@ -515,13 +513,7 @@ async fn deny_quota_holds_with_three_replicas() {
 
     // The leader is killed mid-burst: the others keep deciding on the same ledger.
     let b = burst(&pods, PODS, |i| gpu_pod(&format!("k-{i}"), None), 60, || cluster.kill_allot()).await;
-    eprintln!(
-        "burst with the leader killed: {} admitted, {} denied, {} failed in {:?}",
-        b.admitted.len(),
-        b.denied.len(),
-        b.failed.len(),
-        b.elapsed
-    );
+    b.report("with the leader killed");
     let existing = pods.list(&ListParams::default()).await.unwrap().items.len();
     assert!(
         b.admitted.len() <= LIMIT && existing <= LIMIT,
