@@ -298,8 +298,12 @@ impl<'a> Engine<'a> {
                 // before this check (or by an older replica) must stay updatable (Kueue toggles
                 // `suspend`); its pods are still checked as they come.
                 // A template without a gang of its own is compared under the gang its pods will
-                // be inferred into (JobSet, Kubeflow jobs, MPIJob workers, LeaderWorkerSet).
-                if !view.path.is_empty() && operation == Operation::Create {
+                // be inferred into (JobSet, LeaderWorkerSet); one that makes no pods
+                // (`replicas: 0`) is not compared.
+                if !view.path.is_empty()
+                    && operation == Operation::Create
+                    && workload::template_makes_pods(req.object, req.group, req.kind, &view.path)
+                {
                     let inferred;
                     let gang = match &membership {
                         Ok(Some(gang)) => Some(gang),
@@ -580,10 +584,11 @@ mod tests {
         }
     }
 
-    /// Templates whose pods the controller's labels put into one inferred gang (JobSet, Kubeflow
-    /// jobs, MPIJob workers, a LeaderWorkerSet group) must agree too, where the GangPolicy infers
-    /// that kind; an MPIJob's launcher is no member, and a template naming its own gang is
-    /// compared under that one.
+    /// Templates whose pods the controller's labels put into one inferred gang (a JobSet, a
+    /// LeaderWorkerSet group) must agree too, where the GangPolicy infers that kind and keeps the
+    /// gangs its own; a template naming its own gang is compared under that one, and one that
+    /// makes no pods not at all. Kubeflow jobs are not compared: their operators may fill in an
+    /// empty `schedulerName`.
     #[test]
     fn templates_joining_one_inferred_gang_must_agree() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
@@ -599,6 +604,14 @@ mod tests {
             s.text = s.text.replace("infer: []", "infer: [JobSet, KubeflowJob, MPIJob, LeaderWorkerSet]");
         }
         let inferring = crate::policy::compile(&sources).expect("policies inferring gangs");
+        for s in &mut sources {
+            s.text = s.text.replace("nativeScheduling: false", "nativeScheduling: true");
+        }
+        let native = crate::policy::compile(&sources).expect("policies handing inferred gangs over");
+        assert!(
+            native.gang_policies.iter().any(|g| g.native_scheduling),
+            "the shipped gangs.yaml names nativeScheduling"
+        );
         let consistency = |policies: &PolicySet, object: &Value| {
             Engine::new(policies, &NoNamespaces)
                 .validate(&alices(RequestOperation::Create, object))
@@ -637,33 +650,35 @@ mod tests {
                 )
             )]
         );
+        assert_eq!(consistency(&native, &split), [], "handed to native gang scheduling: not compared");
         assert_eq!(consistency(&inferring, &jobset(pod(serde_json::json!({})))), [], "templates that agree");
+        for none in [serde_json::json!({"replicas": 0}), serde_json::json!({"template": {"spec": {"parallelism": 0}}})]
+        {
+            let mut idle = split.clone();
+            json_patch::merge(&mut idle["spec"]["replicatedJobs"][1], &none);
+            assert_eq!(consistency(&inferring, &idle), [], "a replicated job making no pods: {none}");
+        }
         // A template naming its own gang joins that one, not the JobSet's.
         let own = serde_json::json!({"metadata": {"labels": {"allot.dev/gang-name": "ring"},
             "annotations": {"allot.dev/gang-size": "2"}}, "spec": {"schedulerName": "volcano"}});
         assert_eq!(consistency(&inferring, &jobset(pod(own))), [], "another gang");
 
-        let kubeflow = |kind: &str, specs: &str, first: (&str, Value), second: (&str, Value)| {
-            serde_json::json!({"apiVersion": "kubeflow.org/v1", "kind": kind,
-                "metadata": {"name": "kf", "namespace": "default"},
-                "spec": {specs: {first.0: {"replicas": 1, "template": pod(first.1)},
-                                 second.0: {"replicas": 2, "template": pod(second.1)}}}})
-        };
-        let pytorch =
-            kubeflow("PyTorchJob", "pytorchReplicaSpecs", ("Master", serde_json::json!({})), ("Worker", high()));
         assert_eq!(
-            consistency(&inferring, &pytorch),
+            consistency(&inferring, &jobset(pod(high()))),
             [(
-                "spec.pytorchReplicaSpecs.Worker.template.metadata".to_string(),
+                "spec.replicatedJobs[1].template.spec.template.metadata".to_string(),
                 message(
-                    "kubeflow-kf",
-                    "priorityClassName high-priority, those of spec.pytorchReplicaSpecs.Master.template low-priority"
+                    "jobset-js",
+                    "priorityClassName high-priority, those of spec.replicatedJobs[0].template.spec.template low-priority"
                 )
             )]
         );
-        // The launcher is no member of its MPIJob's gang: it may differ.
-        let mpi = kubeflow("MPIJob", "mpiReplicaSpecs", ("Launcher", volcano()), ("Worker", serde_json::json!({})));
-        assert_eq!(consistency(&inferring, &mpi), [], "the launcher");
+        // Kubeflow jobs are not compared (their operators may fill in an empty scheduler).
+        let pytorch = serde_json::json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "kf", "namespace": "default"},
+            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": pod(volcano())},
+                                             "Worker": {"replicas": 2, "template": pod(serde_json::json!({}))}}}});
+        assert_eq!(consistency(&inferring, &pytorch), [], "a Kubeflow job");
 
         let lws = serde_json::json!({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
             "metadata": {"name": "l", "namespace": "default"},
@@ -679,5 +694,8 @@ mod tests {
                 )
             )]
         );
+        let mut alone = lws.clone();
+        alone["spec"]["leaderWorkerTemplate"]["size"] = serde_json::json!(1);
+        assert_eq!(consistency(&inferring, &alone), [], "groups of their leader alone: no worker");
     }
 }

@@ -247,28 +247,33 @@ pub fn pod_gang(
 
 /// The gang the pods of a workload template (`view`, without a gang of its own) will be
 /// inferred into once the workload's controller makes them, under the team's GangPolicy: the
-/// template with the controller's marks ([`controller_marks`]) through the very
-/// [`PolicySet::gang_of`] their pods will meet. `None` where the kind is not one inferred.
+/// template with the controller's labels ([`controller_labels`]) through the very
+/// [`PolicySet::gang_of`] their pods will meet. `None` where the kind is not one compared, the
+/// GangPolicy infers nothing, or it hands inferred gangs to the scheduler's native gang
+/// scheduling (their pods are then not compared at admission either).
+///
+/// [`controller_labels`]: crate::gang::membership::controller_labels
 pub fn template_inferred_gang(
     policies: &PolicySet,
     view: &PodView<'_>,
     req: &Request<'_>,
     team: &TeamLookup<'_>,
 ) -> Option<Membership> {
+    let team = team.team.map(|t| t.name.as_str());
+    let policy = policies.gang_policy(req.namespace, team);
+    if policy.infer.is_empty() || policy.native_scheduling {
+        return None;
+    }
     let name = req.object.text(&["metadata", "name"]).unwrap_or_default();
-    let marks = crate::gang::membership::controller_marks(req.group, req.kind, name, &view.path)?;
+    let labels = crate::gang::membership::controller_labels(req.group, req.kind, name, &view.path)?;
     let mut pod = view.pod.as_ref().clone();
     let metadata =
         pod.as_object_mut()?.entry("metadata").or_insert_with(|| Value::Object(Map::new())).as_object_mut()?;
-    let labels = metadata.entry("labels").or_insert_with(|| Value::Object(Map::new())).as_object_mut()?;
-    for (key, value) in marks.labels {
-        labels.insert(key.to_string(), Value::String(value));
+    let own = metadata.entry("labels").or_insert_with(|| Value::Object(Map::new())).as_object_mut()?;
+    for (key, value) in labels {
+        own.insert(key.to_string(), Value::String(value));
     }
-    if let Some(kind) = marks.owner {
-        metadata.insert("ownerReferences".into(), serde_json::json!([{"kind": kind, "name": name}]));
-    }
-    let gang =
-        policies.gang_of(&PodFacts::from_json(&pod), req.namespace, team.team.map(|t| t.name.as_str())).ok()??;
+    let gang = policies.gang_of(&PodFacts::from_json(&pod), req.namespace, team).ok()??;
     matches!(gang.source, crate::gang::membership::Source::Inferred(_)).then_some(gang)
 }
 

@@ -181,6 +181,31 @@ impl<'a> PodView<'a> {
     }
 }
 
+/// False for a template of `object` (at `path`, as [`pods_of`] names it) that makes no pods as
+/// written: a JobSet's replicated job with `replicas: 0` or `parallelism: 0`, a
+/// LeaderWorkerSet's worker template where its groups are their leader alone (`size: 1` beside
+/// a `leaderTemplate`). True otherwise, and for every other kind.
+pub fn template_makes_pods(object: &Value, group: &str, kind: &str, path: &str) -> bool {
+    let count = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(1);
+    match (group, kind) {
+        ("jobset.x-k8s.io", "JobSet") => {
+            let index = path
+                .strip_prefix("spec.replicatedJobs[")
+                .and_then(|rest| rest.split(']').next())
+                .and_then(|i| i.parse::<usize>().ok());
+            let Some(job) = index.and_then(|i| object.field(&["spec", "replicatedJobs"])?.get(i)) else {
+                return true;
+            };
+            count(job.get("replicas")) > 0 && count(job.field(&["template", "spec", "parallelism"])) > 0
+        }
+        ("leaderworkerset.x-k8s.io", "LeaderWorkerSet") if path.ends_with(".workerTemplate") => {
+            let lws = object.field(&["spec", "leaderWorkerTemplate"]);
+            lws.and_then(|l| l.get("leaderTemplate")).is_none() || count(lws.and_then(|l| l.get("size"))) > 1
+        }
+        _ => true,
+    }
+}
+
 /// The Pods an object describes: itself for a Pod, one per template for a workload, none for a
 /// kind not in the table.
 pub fn pods_of<'a>(object: &'a Value, group: &str, kind_name: &str) -> Vec<PodView<'a>> {

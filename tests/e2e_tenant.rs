@@ -35,8 +35,6 @@ const TENANT: &str = "alice";
 const GANG_GATE: &str = "allot.dev/gang";
 const QUOTA_GATE: &str = "allot.dev/quota";
 
-/// Teams for the attempts' namespaces: each quota attempt has a team of its own, everything else
-/// belongs to `tenant`, which may only use `low-priority`.
 /// JobSets' pods form gangs unlabelled in the template test's namespace only.
 const INFERRED_JOBSETS: &str = r#"
 apiVersion: allot.dev/v1alpha1
@@ -48,6 +46,8 @@ spec:
   assemblyTimeout: 10m
 "#;
 
+/// Teams for the attempts' namespaces: each quota attempt has a team of its own, everything else
+/// belongs to `tenant`, which may only use `low-priority`.
 const TEAMS: &str = r#"
 apiVersion: allot.dev/v1alpha1
 kind: Team
@@ -1282,10 +1282,10 @@ fn workload_templates_joining_one_gang_must_agree() {
             plural: "jobsets".into(),
         };
         let jobsets: Api<DynamicObject> = Api::namespaced_with(ctx.alice.clone(), &ctx.ns, &resource);
-        // Two replicated jobs whose pods join one explicit gang of 4; the workers' template
-        // names another scheduler. Its pods would each be denied as the JobSet controller made
+        // Two replicated jobs whose pods join one gang (with `gang`: an explicit gang of 4,
+        // else the JobSet's inferred one); the workers' template names another scheduler. Its pods would each be denied as the JobSet controller made
         // them, after the driver's two had been admitted to wait for them.
-        let labelled = |name: &str, workers_scheduler: Option<&str>, gang: bool| {
+        let jobset_with = |name: &str, workers_scheduler: Option<&str>, gang: bool| {
             let template = |job: &str, scheduler: Option<&str>| {
                 let mut spec = json!({"restartPolicy": "Never", "containers": [{"name": "w", "image": "busybox:1.36",
                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]});
@@ -1305,7 +1305,7 @@ fn workload_templates_joining_one_gang_must_agree() {
                 "spec": {"replicatedJobs": [template("driver", None), template("workers", workers_scheduler)]}});
             serde_json::from_value::<DynamicObject>(object).expect("a JobSet")
         };
-        let jobset = |name: &str, workers_scheduler: Option<&str>| labelled(name, workers_scheduler, true);
+        let jobset = |name: &str, workers_scheduler: Option<&str>| jobset_with(name, workers_scheduler, true);
         let message = denial(
             "a JobSet whose templates disagree on the scheduler",
             jobsets.create(&PostParams::default(), &jobset("split", Some("volcano"))).await,
@@ -1329,7 +1329,7 @@ fn workload_templates_joining_one_gang_must_agree() {
         // and its templates are compared under it.
         let message = denial(
             "an unlabelled JobSet whose templates disagree, JobSets inferred",
-            jobsets.create(&PostParams::default(), &labelled("inferred", Some("volcano"), false)).await,
+            jobsets.create(&PostParams::default(), &jobset_with("inferred", Some("volcano"), false)).await,
         );
         assert_names(
             "the denial",
@@ -1342,7 +1342,10 @@ fn workload_templates_joining_one_gang_must_agree() {
             ],
         );
         assert!(jobsets.get_opt("inferred").await.expect("get").is_none(), "nothing was created");
-        jobsets.create(&PostParams::default(), &labelled("inferred", None, false)).await.expect("unlabelled, agreeing");
+        jobsets
+            .create(&PostParams::default(), &jobset_with("inferred", None, false))
+            .await
+            .expect("unlabelled, agreeing");
         jobsets.delete("inferred", &DeleteParams::default()).await.expect("delete");
         assert_webhook_answers(&ctx).await;
     });

@@ -448,32 +448,24 @@ fn infer_from_owner(facts: &PodFacts<'_>, infer: &[InferredKind]) -> Option<Memb
     None
 }
 
-/// What a workload's controller marks the pods of one of its templates with, as far as
-/// inferring their gang goes: labels, and the kind of owner it makes them with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ControllerMarks {
-    pub labels: Vec<(&'static str, String)>,
-    pub owner: Option<&'static str>,
-}
-
-/// [`ControllerMarks`] for the template at `template_path` (as [`crate::workload::pods_of`]
-/// names it) of the workload `name` of kind `(group, kind)`: the labels from which
-/// [`membership`] infers a gang (JobSet, Kubeflow jobs, MPIJob, LeaderWorkerSet; every group of
-/// a LeaderWorkerSet as its first, all being alike). `None` for other kinds, an Indexed Job
-/// (one template) among them.
-pub fn controller_marks(group: &str, kind: &str, name: &str, template_path: &str) -> Option<ControllerMarks> {
-    let marks = |labels: Vec<(&'static str, String)>, owner| Some(ControllerMarks { labels, owner });
+/// The labels a workload's controller gives the pods of the template at `template_path` (as [`crate::workload::pods_of`]
+/// names it) of the workload `name` of kind `(group, kind)`, as far as [`membership`] infers a
+/// gang from them, for the kinds whose controllers leave the compared fields as
+/// the templates have them: JobSet, and LeaderWorkerSet (every group as its first, all being
+/// alike). Not Kubeflow jobs and MPIJob: with gang scheduling on, their operators fill in a
+/// template's empty `schedulerName` (and only an empty one), so templates that differ there may
+/// make pods that agree. `None` for every other kind, an Indexed Job (one template) among them.
+pub fn controller_labels(
+    group: &str,
+    kind: &str,
+    name: &str,
+    template_path: &str,
+) -> Option<Vec<(&'static str, String)>> {
     match (group, kind) {
-        ("jobset.x-k8s.io", "JobSet") => marks(vec![(JOBSET_NAME, name.to_string())], None),
-        ("kubeflow.org", "PyTorchJob" | "TFJob" | "XGBoostJob" | "JAXJob" | "PaddleJob" | "MPIJob") => {
-            // `spec.<kind>ReplicaSpecs.<Type>.template`: the controllers label the type in lower case.
-            let replica = template_path.strip_suffix(".template")?.rsplit('.').next()?.to_ascii_lowercase();
-            let owner = if kind == "MPIJob" { Some("MPIJob") } else { None };
-            marks(vec![(KUBEFLOW_JOB, name.to_string()), (KUBEFLOW_ROLE, replica)], owner)
-        }
+        ("jobset.x-k8s.io", "JobSet") => Some(vec![(JOBSET_NAME, name.to_string())]),
         ("leaderworkerset.x-k8s.io", "LeaderWorkerSet") => {
             let worker = if template_path.ends_with(".leaderTemplate") { "0" } else { "1" };
-            marks(vec![(LWS_NAME, name.to_string()), (LWS_GROUP, "0".into()), (LWS_WORKER, worker.into())], None)
+            Some(vec![(LWS_NAME, name.to_string()), (LWS_GROUP, "0".into()), (LWS_WORKER, worker.into())])
         }
         _ => None,
     }
