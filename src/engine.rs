@@ -600,6 +600,16 @@ mod tests {
             sources.push(crate::policy::Source { name, text });
         }
         let shipped = crate::policy::compile(&sources).expect("shipped policies");
+        let only_jobsets = crate::policy::compile(
+            &sources
+                .iter()
+                .map(|s| crate::policy::Source {
+                    name: s.name.clone(),
+                    text: s.text.replace("infer: []", "infer: [JobSet]"),
+                })
+                .collect::<Vec<_>>(),
+        )
+        .expect("policies inferring JobSets only");
         for s in &mut sources {
             s.text = s.text.replace("infer: []", "infer: [JobSet, KubeflowJob, MPIJob, LeaderWorkerSet]");
         }
@@ -694,6 +704,8 @@ mod tests {
                 )
             )]
         );
+        assert_eq!(consistency(&only_jobsets, &lws), [], "LeaderWorkerSets not inferred");
+        assert_eq!(consistency(&only_jobsets, &split).len(), 1, "JobSets inferred");
         let mut alone = lws.clone();
         alone["spec"]["leaderWorkerTemplate"]["size"] = serde_json::json!(1);
         assert_eq!(consistency(&inferring, &alone), [], "groups of their leader alone: no worker");

@@ -377,6 +377,40 @@ mod tests {
     }
 
     #[test]
+    fn templates_that_make_no_pods() {
+        let jobset = json!({"spec": {"replicatedJobs": [
+            {"replicas": 2, "template": {"spec": {"parallelism": 3, "template": {}}}},
+            {"replicas": 0, "template": {"spec": {"template": {}}}},
+            {"template": {"spec": {"parallelism": 0, "template": {}}}},
+            {"template": {"spec": {"template": {}}}},
+        ]}});
+        let makes = |i: usize| {
+            template_makes_pods(
+                &jobset,
+                "jobset.x-k8s.io",
+                "JobSet",
+                &format!("spec.replicatedJobs[{i}].template.spec.template"),
+            )
+        };
+        assert_eq!((0..5).map(makes).collect::<Vec<_>>(), [true, false, false, true, true], "[4]: no such job");
+        let lws = |leader: bool, size: Value| {
+            let mut spec = json!({"size": size, "workerTemplate": {}});
+            if leader {
+                spec["leaderTemplate"] = json!({});
+            }
+            let lws = json!({"spec": {"leaderWorkerTemplate": spec}});
+            let kind = ("leaderworkerset.x-k8s.io", "LeaderWorkerSet");
+            let worker = template_makes_pods(&lws, kind.0, kind.1, "spec.leaderWorkerTemplate.workerTemplate");
+            let leader = template_makes_pods(&lws, kind.0, kind.1, "spec.leaderWorkerTemplate.leaderTemplate");
+            (leader, worker)
+        };
+        assert_eq!(lws(true, json!(1)), (true, false), "groups of their leader alone");
+        assert_eq!(lws(true, json!(4)), (true, true));
+        assert_eq!(lws(false, json!(1)), (true, true), "the worker template is the leader's too");
+        assert!(template_makes_pods(&json!({}), "kubeflow.org", "PyTorchJob", "spec.x.Worker.template"));
+    }
+
+    #[test]
     fn kubeflow_replica_maps() {
         let job = json!({"spec": {"pytorchReplicaSpecs": {
             "Master": {"replicas": 1, "template": {"spec": {"containers": []}}},

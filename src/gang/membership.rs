@@ -571,6 +571,34 @@ mod tests {
 
     use super::test_facts as facts;
 
+    /// The labels a template is given are those its pods' inference reads, for the two kinds
+    /// compared at apply; other kinds get none.
+    #[test]
+    fn controller_labels_are_those_inference_reads() {
+        let infer = [InferredKind::JobSet, InferredKind::LeaderWorkerSet];
+        let gang_of = |group: &str, kind: &str, path: &str| {
+            let labels = controller_labels(group, kind, "w", path)?;
+            let labels: serde_json::Map<String, Value> =
+                labels.into_iter().map(|(k, v)| (k.to_string(), Value::String(v))).collect();
+            let pod = json!({"metadata": {"labels": labels}});
+            membership(&PodFacts::from_json(&pod), &infer, None, MAX).ok()?.map(|g| g.name)
+        };
+        let js = ("jobset.x-k8s.io", "JobSet", "spec.replicatedJobs[0].template.spec.template");
+        assert_eq!(gang_of(js.0, js.1, js.2).as_deref(), Some("jobset-w"));
+        for path in ["spec.leaderWorkerTemplate.leaderTemplate", "spec.leaderWorkerTemplate.workerTemplate"] {
+            assert_eq!(
+                gang_of("leaderworkerset.x-k8s.io", "LeaderWorkerSet", path).as_deref(),
+                Some("lws-w-0"),
+                "{path}"
+            );
+        }
+        for (group, kind) in
+            [("kubeflow.org", "PyTorchJob"), ("kubeflow.org", "MPIJob"), ("batch", "Job"), ("apps", "Deployment")]
+        {
+            assert_eq!(controller_labels(group, kind, "w", "spec.template"), None, "{kind}");
+        }
+    }
+
     /// Issue 15: a native PodGroup's quota group, sized by its `minCount`; no other source can
     /// take its name (Kueue's annotation, the one source a `/` fits in, may not use the prefix).
     #[test]
