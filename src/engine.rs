@@ -591,33 +591,24 @@ mod tests {
     /// empty `schedulerName`.
     #[test]
     fn templates_joining_one_inferred_gang_must_agree() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
-        let mut sources = Vec::new();
-        for entry in std::fs::read_dir(&dir).expect("policies") {
-            let path = entry.expect("entry").path();
-            let text = std::fs::read_to_string(&path).expect("policy file");
-            let name = path.file_name().expect("name").to_string_lossy().into_owned();
-            sources.push(crate::policy::Source { name, text });
-        }
-        let shipped = crate::policy::compile(&sources).expect("shipped policies");
-        let only_jobsets = crate::policy::compile(
-            &sources
+        let sources = crate::policy::read_sources(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"))
+            .expect("shipped policies");
+        // The shipped set with `gangs.yaml`'s settings replaced.
+        let with = |replacements: &[(&str, &str)]| {
+            let sources: Vec<_> = sources
                 .iter()
                 .map(|s| crate::policy::Source {
                     name: s.name.clone(),
-                    text: s.text.replace("infer: []", "infer: [JobSet]"),
+                    text: replacements.iter().fold(s.text.clone(), |text, (from, to)| text.replace(from, to)),
                 })
-                .collect::<Vec<_>>(),
-        )
-        .expect("policies inferring JobSets only");
-        for s in &mut sources {
-            s.text = s.text.replace("infer: []", "infer: [JobSet, KubeflowJob, MPIJob, LeaderWorkerSet]");
-        }
-        let inferring = crate::policy::compile(&sources).expect("policies inferring gangs");
-        for s in &mut sources {
-            s.text = s.text.replace("nativeScheduling: false", "nativeScheduling: true");
-        }
-        let native = crate::policy::compile(&sources).expect("policies handing inferred gangs over");
+                .collect();
+            crate::policy::compile(&sources).expect("policies")
+        };
+        let all = "infer: [JobSet, KubeflowJob, MPIJob, LeaderWorkerSet]";
+        let shipped = with(&[]);
+        let only_jobsets = with(&[("infer: []", "infer: [JobSet]")]);
+        let inferring = with(&[("infer: []", all)]);
+        let native = with(&[("infer: []", all), ("nativeScheduling: false", "nativeScheduling: true")]);
         assert!(
             native.gang_policies.iter().any(|g| g.native_scheduling),
             "the shipped gangs.yaml names nativeScheduling"

@@ -172,11 +172,15 @@ async fn burst(
     out
 }
 
+/// The ConfigMap holding `team`'s ledger, if there is one.
+async fn ledger_object(client: &kube::Client, team: &str) -> Result<Option<ConfigMap>, kube::Error> {
+    Api::<ConfigMap>::namespaced(client.clone(), "default").get_opt(&format!("allot-quota-{team}")).await
+}
+
 /// A team's ledger: its pending charges, the pods the leader has folded into its per-namespace
 /// totals, and whether it was reconciled.
 async fn ledger(client: &kube::Client, team: &str) -> Option<(usize, usize, bool)> {
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let cm = cms.get_opt(&format!("allot-quota-{team}")).await.ok()??;
+    let cm = ledger_object(client, team).await.ok()??;
     let data = cm.data.unwrap_or_default();
     // Pending charges: `u.POD-UID`, or `r.HASH` without one (`a.` keys are replicas'
     // allowances, `drain` a request to give them back).
@@ -198,8 +202,7 @@ async fn allowances(client: &kube::Client, team: &str) -> usize {
 
 /// [`allowances`], or the API server's error (a loaded machine's etcd may time out a read).
 async fn allowances_read(client: &kube::Client, team: &str) -> Result<usize, kube::Error> {
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let Some(cm) = cms.get_opt(&format!("allot-quota-{team}")).await? else { return Ok(0) };
+    let Some(cm) = ledger_object(client, team).await? else { return Ok(0) };
     Ok(cm
         .data
         .unwrap_or_default()
@@ -442,7 +445,7 @@ async fn deny_quota_holds_with_three_replicas() {
         "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"]}]);
     support::cluster::tenant_namespace(&client, "quota-deny", TENANT, rules).await;
     let alice = support::cluster::impersonating(&cluster.kubeconfig, TENANT).await;
-    let ledger_copy = Api::<ConfigMap>::namespaced(client.clone(), "default").get("allot-quota-burst").await.unwrap();
+    let ledger_copy = ledger_object(&client, "burst").await.unwrap().expect("the burst team's ledger");
     let mut forged = ledger_copy.clone();
     forged.data.get_or_insert_with(Default::default).insert("a.alice".into(), r#"{"res":{},"until":0}"#.into());
     let as_alice = Api::<ConfigMap>::namespaced(alice.clone(), "default");

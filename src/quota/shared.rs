@@ -232,7 +232,12 @@ impl Headroom {
     /// to decide: it renews an allowance in use), or one deciding a pod an allowance could
     /// serve.
     fn demands_allowance(batch: &[Waiting]) -> bool {
-        batch.is_empty() || batch.iter().any(|w| Headroom::may_serve(&w.request.borrow()))
+        batch.is_empty() || Headroom::servable(batch).next().is_some()
+    }
+
+    /// The admissions of `batch` an allowance could serve ([`Headroom::may_serve`]).
+    fn servable(batch: &[Waiting]) -> impl Iterator<Item = &Waiting> {
+        batch.iter().filter(|w| Headroom::may_serve(&w.request.borrow()))
     }
 
     /// Takes note of the admissions a round is about to decide: those an allowance could have
@@ -241,7 +246,7 @@ impl Headroom {
     /// gang members alone must not keep granting this replica plain-pod capacity, which the
     /// members themselves then find set aside (deferred behind it, or refused at their deadline).
     fn note_demand(&mut self, batch: &[Waiting], now: Instant) {
-        let mut servable = batch.iter().filter(|w| Headroom::may_serve(&w.request.borrow())).peekable();
+        let mut servable = Headroom::servable(batch).peekable();
         if servable.peek().is_some() {
             self.last_used = Some(now);
         }
