@@ -659,6 +659,18 @@ mod tests {
             json_patch::merge(&mut idle["spec"]["replicatedJobs"][1], &none);
             assert_eq!(consistency(&inferring, &idle), [], "a replicated job making no pods: {none}");
         }
+        // What a tenant writes there decides nothing else: no name (one gang, `jobset-`), replica
+        // counts that are not counts (compared, as making pods), a huge one.
+        let mut nameless = split.clone();
+        nameless["metadata"].as_object_mut().expect("metadata").remove("name");
+        assert!(consistency(&inferring, &nameless)[0].1.starts_with("gang default/jobset-: "));
+        for replicas in
+            [serde_json::json!("0"), serde_json::json!(-1), serde_json::json!(1e300), serde_json::json!(u64::MAX)]
+        {
+            let mut odd = split.clone();
+            odd["spec"]["replicatedJobs"][1]["replicas"] = replicas.clone();
+            assert_eq!(consistency(&inferring, &odd).len(), 1, "replicas {replicas}: compared");
+        }
         // A template naming its own gang joins that one, not the JobSet's.
         let own = serde_json::json!({"metadata": {"labels": {"allot.dev/gang-name": "ring"},
             "annotations": {"allot.dev/gang-size": "2"}}, "spec": {"schedulerName": "volcano"}});
