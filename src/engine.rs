@@ -293,7 +293,13 @@ impl<'a> Engine<'a> {
                 out.findings.extend(tenant::check_reserved_keys(&view));
                 out.findings.extend(tenant::check_amounts(self.policies, &view, &claimed));
                 let membership = validate::pod_gang(self.policies, &view, req.namespace, &team);
-                out.findings.extend(validate::check_gang(&view, req.namespace, &membership, self.gangs));
+                out.findings.extend(validate::check_gang(
+                    &view,
+                    req.namespace,
+                    &membership,
+                    self.gangs,
+                    self.policies.priority.global_default.as_deref(),
+                ));
                 // Templates are compared with each other at CREATE only: a workload admitted
                 // before this check (or by an older replica) must stay updatable (Kueue toggles
                 // `suspend`); its pods are still checked as they come.
@@ -314,7 +320,11 @@ impl<'a> Engine<'a> {
                         Err(_) => None,
                     };
                     if let Some(gang) = gang {
-                        template_gangs.push(validate::TemplateMember::of(&view, gang));
+                        template_gangs.push(validate::TemplateMember::of(
+                            &view,
+                            gang,
+                            self.policies.priority.global_default.as_deref(),
+                        ));
                     }
                 }
                 let bypassed = || tenant::Bypassed {
@@ -582,6 +592,41 @@ mod tests {
             );
             assert_eq!(found, [(format!("{second}.metadata"), expected)], "{words}");
         }
+    }
+
+    /// A template naming no priority class makes pods naming the cluster's `globalDefault` (the
+    /// API server's Priority plugin fills it in): beside a template naming that class it agrees,
+    /// beside one naming another it does not. Under a Cluster policy with no `default` class,
+    /// so that Allot's own default does not decide.
+    #[test]
+    fn a_template_naming_no_priority_class_has_the_global_default() {
+        let sources = crate::policy::read_sources(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"))
+            .expect("shipped policies");
+        // The Cluster's and the teams' default classes, commented out.
+        let default = "default: low-priority";
+        assert_eq!(sources.iter().map(|s| s.text.matches(default).count()).sum::<usize>(), 3, "default classes");
+        let sources: Vec<_> = sources
+            .iter()
+            .map(|s| crate::policy::Source { name: s.name.clone(), text: s.text.replace(default, "# no default") })
+            .collect();
+        let policies = crate::policy::compile(&sources).expect("policies");
+        assert_eq!(policies.priority.default, None);
+        assert!(policies.teams.iter().all(|t| t.priority.default.is_none()));
+        let global = policies.priority.global_default.clone().expect("the shipped Cluster names a globalDefault");
+        let engine = Engine::new(&policies, &crate::namespaces::NoNamespaces);
+        let consistency = |second: Value| {
+            let outcome = engine.validate(&alices(RequestOperation::Create, &jobset(second)));
+            outcome.findings.into_iter().filter(|f| f.rule == RuleId::Check(Check::GangConsistency)).collect::<Vec<_>>()
+        };
+        assert_eq!(consistency(serde_json::json!({"spec": {"priorityClassName": global}})), [], "unset and {global}");
+        let denied = consistency(serde_json::json!({"spec": {"priorityClassName": "high-priority"}}));
+        let first = "spec.replicatedJobs[0].template.spec.template";
+        assert_eq!(denied.len(), 1, "{denied:?}");
+        assert!(
+            denied[0].message.contains(&format!("priorityClassName high-priority, those of {first} {global};")),
+            "{}",
+            denied[0].message
+        );
     }
 
     /// Templates whose pods the controller's labels put into one inferred gang (a JobSet, a

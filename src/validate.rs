@@ -293,11 +293,12 @@ pub fn check_gang(
     namespace: &str,
     gang: &Result<Option<Membership>, String>,
     directory: &dyn GangDirectory,
+    global_default: Option<&str>,
 ) -> Option<Finding> {
     match gang {
         Err(message) => Some(gang_metadata_finding(&view.path, message.clone())),
         Ok(Some(gang)) if view.path.is_empty() => {
-            let me = Peer::of(&view.pod, gang);
+            let me = Peer::of(&view.pod, gang, global_default);
             disagreement(&format!("{namespace}/{}", gang.name), &me, &directory.peers(namespace, &gang.name)).map(
                 |message| Finding {
                     rule: Check::GangConsistency.into(),
@@ -322,9 +323,14 @@ pub struct TemplateMember {
 }
 
 impl TemplateMember {
-    /// The template seen as the Pod view `view` (already previewed) in `gang`.
-    pub fn of(view: &PodView<'_>, gang: &Membership) -> TemplateMember {
-        TemplateMember { path: view.path.clone(), gang: gang.name.clone(), peer: Peer::of(&view.pod, gang) }
+    /// The template seen as the Pod view `view` (already previewed) in `gang`, in a cluster whose
+    /// `globalDefault` PriorityClass is `global_default`.
+    pub fn of(view: &PodView<'_>, gang: &Membership, global_default: Option<&str>) -> TemplateMember {
+        TemplateMember {
+            path: view.path.clone(),
+            gang: gang.name.clone(),
+            peer: Peer::of(&view.pod, gang, global_default),
+        }
     }
 }
 

@@ -21,15 +21,18 @@ pub struct Peer {
 }
 
 impl Peer {
-    /// The peer summary of a Pod (JSON) in `gang`.
-    pub fn of(pod: &Value, gang: &Membership) -> Peer {
+    /// The peer summary of a Pod (JSON) in `gang`. `global_default` is the cluster's
+    /// `globalDefault` PriorityClass (the Cluster policy's `priority.globalDefault`).
+    pub fn of(pod: &Value, gang: &Membership, global_default: Option<&str>) -> Peer {
         // `Fields::field`, not `Value::pointer`: a pointer unescapes each of its segments into a
         // new String, and this runs for every gang member under review.
         let text = |path: &[&str]| pod.text(path).map(String::from);
         Peer {
             pod: text(&["metadata", "name"]).unwrap_or_default(),
             size: gang.size,
-            priority_class: text(&["spec", "priorityClassName"]),
+            // The API server's Priority plugin names the global default on a Pod that names no
+            // class: a manifest or a template naming none makes pods that name it.
+            priority_class: text(&["spec", "priorityClassName"]).or_else(|| global_default.map(String::from)),
             // As the API server defaults it: a manifest (`allot check`) or a custom resource's
             // template names none, the pods made of it will have it.
             scheduler_name: text(&["spec", "schedulerName"]).or_else(|| Some(DEFAULT_SCHEDULER.to_string())),
@@ -109,7 +112,11 @@ impl StaticGangs {
             if let Ok(Some(gang)) =
                 policies.gang_of(&PodFacts::from_json(pod), namespace, team.map(|t| t.name.as_str()))
             {
-                map.entry((namespace.to_string(), gang.name.clone())).or_default().push(Peer::of(pod, &gang));
+                map.entry((namespace.to_string(), gang.name.clone())).or_default().push(Peer::of(
+                    pod,
+                    &gang,
+                    policies.priority.global_default.as_deref(),
+                ));
             }
         }
         StaticGangs(map)
@@ -141,7 +148,7 @@ mod tests {
     use crate::gang::membership::{Membership, Source};
 
     fn peer(pod: serde_json::Value) -> Peer {
-        Peer::of(&pod, &Membership { name: "g".into(), size: Some(2), source: Source::Explicit })
+        Peer::of(&pod, &Membership { name: "g".into(), size: Some(2), source: Source::Explicit }, None)
     }
 
     #[test]
@@ -161,6 +168,20 @@ mod tests {
         // Keys with '/' or '~' are not paths here: only these fields are read.
         let odd = peer(json!({"metadata": {"name": "a~1b/c"}, "spec": {"schedulerName": "x/y"}}));
         assert_eq!((odd.pod.as_str(), odd.scheduler_name.as_deref()), ("a~1b/c", Some("x/y")));
+    }
+
+    #[test]
+    fn a_pod_naming_no_priority_class_has_the_global_default() {
+        let gang = Membership { name: "g".into(), size: Some(2), source: Source::Explicit };
+        let of = |pod: serde_json::Value, global: Option<&str>| Peer::of(&pod, &gang, global).priority_class;
+        assert_eq!(of(json!({"spec": {}}), Some("low")).as_deref(), Some("low"));
+        assert_eq!(of(json!({"spec": {"priorityClassName": ""}}), Some("low")).as_deref(), Some("low"));
+        assert_eq!(of(json!({"spec": {"priorityClassName": "high"}}), Some("low")).as_deref(), Some("high"));
+        assert_eq!(of(json!({"spec": {}}), None), None, "no global default: no class");
+        let unset = Peer::of(&json!({"metadata": {"name": "a"}}), &gang, Some("low"));
+        let named =
+            Peer::of(&json!({"metadata": {"name": "b"}, "spec": {"priorityClassName": "low"}}), &gang, Some("low"));
+        assert_eq!(disagreement("ns/g", &unset, &[named]), None);
     }
 
     #[test]
