@@ -757,5 +757,22 @@ mod tests {
         let mut alone = lws.clone();
         alone["spec"]["leaderWorkerTemplate"]["size"] = serde_json::json!(1);
         assert_eq!(consistency(&inferring, &alone), [], "groups of their leader alone: no worker");
+
+        // A GangPolicy scoped to a team compares that team's templates only.
+        let visions = with(&[("infer: []", "match: {teams: [vision]}\n  infer: [JobSet]")]);
+        assert_eq!(visions.gang_policies.len(), 1, "the shipped set has one GangPolicy");
+        let mut in_vision = split.clone();
+        in_vision["metadata"]["namespace"] = serde_json::json!("vision-train");
+        let found = consistency(&visions, &in_vision);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0]
+                .1
+                .starts_with("gang vision-train/jobset-js: this template's pods would have schedulerName volcano")
+        );
+        assert_eq!(consistency(&visions, &split), [], "a namespace of no team: not compared");
+        let mut in_nlp = split.clone();
+        in_nlp["metadata"]["namespace"] = serde_json::json!("nlp");
+        assert_eq!(consistency(&visions, &in_nlp), [], "another team: not compared");
     }
 }
