@@ -210,6 +210,7 @@ impl<'a> Engine<'a> {
             claims: &claims,
             native_gangs: self.claims.schedules_native_gangs(),
             describe: self.describe_changes,
+            preview: false,
         };
         let m = mutate::mutate_pod(self.policies, req.object, &ctx, "");
         out.patch = m.ops;
@@ -411,19 +412,22 @@ impl<'a> Engine<'a> {
             requester: Requester::Unknown,
             claims: &claims,
             native_gangs: self.claims.schedules_native_gangs(),
-            // The preview keeps the ops and findings; its changes are nobody's to read.
+            // The preview keeps the findings and the mutated spec; its changes are nobody's
+            // to read.
             describe: false,
+            preview: true,
         };
         // (A gang metadata error is left to validation's own gang check of this view.)
         let m = mutate::mutate_pod(self.policies, &view.pod, &ctx, &view.path);
         out.findings.extend(m.findings);
-        if m.ops.is_empty() {
+        if m.spec_fields.is_empty() {
             return view;
         }
-        // A template's view owns its Pod (made from the template): patched where it is.
+        // A template's view owns its Pod (made from the template): its spec is overwritten
+        // where it is. (Mutation only changes a spec that is an object.)
         let mut pod = view.pod.into_owned();
-        if let Err(e) = patch::apply_in_place(&mut pod, &m.ops) {
-            out.notes.push(format!("{}: could not preview mutation: {e}", view.path));
+        if let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) {
+            patch::overlay(spec, m.spec_fields);
         }
         PodView::new(view.path, std::borrow::Cow::Owned(pod))
     }
@@ -526,6 +530,46 @@ mod tests {
             assert_eq!(described.validate(&req).findings, silent.validate(&req).findings, "{name}");
         }
         assert!(mutated >= 1, "at least one fixture is mutated by the shipped policies");
+    }
+
+    /// A workload template's preview (the mutated spec written over the template, no patch built)
+    /// is the Pod the API server makes of it: the template as a Pod, mutated by `/mutate`'s
+    /// JSON Patch, applied. Every example and captured workload, in every namespace they name
+    /// and in a team's.
+    #[test]
+    fn a_templates_preview_is_its_pod_patched() {
+        let policies = crate::policy::load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"))
+            .expect("shipped policies");
+        let engine = Engine::new(&policies, &NoNamespaces);
+        let examples =
+            crate::check::read_manifests(&[std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")])
+                .expect("examples");
+        let mut objects: Vec<Value> = examples.into_iter().map(|m| m.object).collect();
+        objects.extend(crate::fixtures::reviews().into_iter().map(|(_, review)| review["request"]["object"].clone()));
+        let mut in_vision = objects.clone();
+        for object in &mut in_vision {
+            object["metadata"]["namespace"] = serde_json::json!("vision");
+        }
+        objects.extend(in_vision);
+        let (mut templates, mut mutated) = (0, 0);
+        for object in &objects {
+            let req = alices(RequestOperation::Create, object);
+            let (group, kind) = group_kind(object);
+            let views = workload::pods_of(object, group, kind);
+            let previews = engine.pods_as_created(&req);
+            assert_eq!(views.len(), previews.len());
+            for (view, preview) in views.iter().zip(&previews) {
+                if view.path.is_empty() {
+                    continue;
+                }
+                templates += 1;
+                let patch = engine.mutate(&alices(RequestOperation::Create, &view.pod)).patch;
+                mutated += usize::from(!patch.is_empty());
+                let patched = patch::apply(&view.pod, &patch).expect("the patch applies");
+                assert_eq!(*preview.pod, patched, "{} in {}", view.path, req.namespace);
+            }
+        }
+        assert!(templates >= 20 && mutated >= 10, "{templates} templates, {mutated} mutated");
     }
 
     /// A JobSet whose two templates join one explicit gang: `pod` is merged into the second.

@@ -20,7 +20,11 @@ use crate::tenant::never_gate;
 /// Result of mutating one Pod.
 #[derive(Debug, Default, Clone)]
 pub struct Mutation {
+    /// The JSON Patch (none for a [`PodContext::preview`]).
     pub ops: Vec<PatchOp>,
+    /// For a [`PodContext::preview`] only: the spec's fields as the patch would leave them, to
+    /// [`crate::patch::overlay`] on the spec mutated.
+    pub spec_fields: crate::patch::ChangedFields,
     /// Human-readable changes, one per decision ("placement gpu: toleration nvidia.com/gpu…").
     pub changes: Vec<String>,
     pub findings: Vec<Finding>,
@@ -57,6 +61,9 @@ pub struct PodContext<'a> {
     /// Describe the changes in [`Mutation::changes`] (`allot check`, debug logs); without it
     /// they are not formatted.
     pub describe: bool,
+    /// The caller wants the mutated spec, not a patch (a workload template's preview): the
+    /// result is [`Mutation::spec_fields`], and no JSON Patch is built.
+    pub preview: bool,
 }
 
 /// Computes the patch for a Pod (`pod` is the whole Pod object; `base` the pointer of its spec,
@@ -69,7 +76,7 @@ pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_
     if is_mirror_pod(pod) {
         return out;
     }
-    let mut builder = Builder::new("/spec", spec);
+    let mut builder = if ctx.preview { Builder::fields_only(spec) } else { Builder::new("/spec", spec) };
     let spec_value = pod.get("spec").unwrap_or(&Value::Null);
     let spec_path = if path_prefix.is_empty() { "spec".to_string() } else { format!("{path_prefix}.spec") };
 
@@ -87,7 +94,11 @@ pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_
     }
     apply_gang_gate(policies, &facts, ctx, &mut builder, &mut out);
     apply_quota_gate(policies, pod, &facts, ctx, &mut builder, &mut out);
-    out.ops = builder.into_ops();
+    if ctx.preview {
+        out.spec_fields = builder.into_changed_fields();
+    } else {
+        out.ops = builder.into_ops();
+    }
     out
 }
 

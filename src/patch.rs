@@ -92,13 +92,36 @@ pub struct Builder<'a> {
     original: &'a Map<String, Value>,
     /// The fields operations changed: their value now, `None` once removed.
     changed: BTreeMap<String, Option<Value>>,
-    ops: Vec<PatchOp>,
+    /// The operations; `None` for a builder of [`Builder::fields_only`].
+    ops: Option<Vec<PatchOp>>,
 }
+
+/// The top-level fields a [`Builder`]'s operations changed, with their value after them (`None`:
+/// removed). Written over the fields it read ([`overlay`]), they give what applying its
+/// operations gives.
+pub type ChangedFields = BTreeMap<String, Option<Value>>;
 
 impl<'a> Builder<'a> {
     /// `base` is the pointer of `fields`' parent; `fields` are its current fields.
     pub fn new(base: &str, fields: &'a Map<String, Value>) -> Builder<'a> {
-        Builder { base: base.to_string(), original: fields, changed: BTreeMap::new(), ops: Vec::new() }
+        Builder { base: base.to_string(), original: fields, changed: BTreeMap::new(), ops: Some(Vec::new()) }
+    }
+
+    /// A builder that records no operations, only the fields they change
+    /// ([`Builder::into_changed_fields`]): for a caller that wants the result, not a patch (a
+    /// workload template's preview). No pointer is formatted and no value copied for an op.
+    pub fn fields_only(fields: &'a Map<String, Value>) -> Builder<'a> {
+        Builder { base: String::new(), original: fields, changed: BTreeMap::new(), ops: None }
+    }
+
+    /// Records the operation `make` builds, unless this builder records none.
+    fn record(&mut self, make: impl FnOnce(&Self) -> PatchOp) {
+        if self.ops.is_some() {
+            let op = make(self);
+            if let Some(ops) = &mut self.ops {
+                ops.push(op);
+            }
+        }
     }
 
     /// The field `key` as the operations so far left it.
@@ -165,13 +188,15 @@ impl<'a> Builder<'a> {
             m.insert((*s).to_string(), nested);
             nested = Value::Object(m);
         }
-        let path = self.pointer(&segments[..=depth]);
         // When it exists but is not the leaf, a non-object sits where a parent should be: it is
         // replaced whole.
-        self.ops.push(if exists {
-            PatchOp::Replace { path, value: nested.clone() }
-        } else {
-            PatchOp::Add { path, value: nested.clone() }
+        self.record(|b| {
+            let path = b.pointer(&segments[..=depth]);
+            if exists {
+                PatchOp::Replace { path, value: nested.clone() }
+            } else {
+                PatchOp::Add { path, value: nested.clone() }
+            }
         });
         self.set_changed(&segments[..=depth], nested);
     }
@@ -180,8 +205,7 @@ impl<'a> Builder<'a> {
     pub fn push(&mut self, segments: &[&str], item: Value) {
         match self.get(segments) {
             Some(Value::Array(_)) => {
-                let path = format!("{}/-", self.pointer(segments));
-                self.ops.push(PatchOp::Add { path, value: item.clone() });
+                self.record(|b| PatchOp::Add { path: format!("{}/-", b.pointer(segments)), value: item.clone() });
                 if let Some(Value::Array(list)) = self.get_mut(segments) {
                     list.push(item);
                 }
@@ -193,7 +217,7 @@ impl<'a> Builder<'a> {
     /// Removes the field at `segments` if present.
     pub fn remove(&mut self, segments: &[&str]) {
         if self.get(segments).is_some() {
-            self.ops.push(PatchOp::Remove { path: self.pointer(segments) });
+            self.record(|b| PatchOp::Remove { path: b.pointer(segments) });
             if let Some((last, parent)) = segments.split_last() {
                 if parent.is_empty() {
                     self.changed.insert((*last).to_string(), None);
@@ -238,9 +262,29 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// The operations, in order.
+    /// The operations, in order (none for a builder of [`Builder::fields_only`]).
     pub fn into_ops(self) -> Vec<PatchOp> {
-        self.ops
+        self.ops.unwrap_or_default()
+    }
+
+    /// The fields the operations changed, as they left them.
+    pub fn into_changed_fields(self) -> ChangedFields {
+        self.changed
+    }
+}
+
+/// Writes `changed` over `fields`, the fields a [`Builder`] read: the object its operations
+/// would make, without building or applying them.
+pub fn overlay(fields: &mut Map<String, Value>, changed: ChangedFields) {
+    for (key, value) in changed {
+        match value {
+            Some(value) => {
+                fields.insert(key, value);
+            }
+            None => {
+                fields.remove(&key);
+            }
+        }
     }
 }
 
@@ -253,6 +297,21 @@ mod tests {
         v.as_object().cloned().unwrap()
     }
 
+    /// The operations of `build` on `spec`, after checking that a [`Builder::fields_only`]
+    /// running the same calls, overlaid on `spec`, makes what applying them makes.
+    fn ops_of(spec: &Map<String, Value>, build: impl Fn(&mut Builder<'_>)) -> Vec<PatchOp> {
+        let mut recording = Builder::new("/spec", spec);
+        build(&mut recording);
+        let ops = recording.into_ops();
+        let mut fields_only = Builder::fields_only(spec);
+        build(&mut fields_only);
+        let mut overlaid = spec.clone();
+        overlay(&mut overlaid, fields_only.into_changed_fields());
+        let applied = apply(&json!({"spec": spec}), &ops).unwrap();
+        assert_eq!(Value::Object(overlaid), applied["spec"], "overlay of {ops:?}");
+        ops
+    }
+
     #[test]
     fn escapes_slashes_and_tildes() {
         assert_eq!(escape("nvidia.com/gpu"), "nvidia.com~1gpu");
@@ -262,10 +321,10 @@ mod tests {
     #[test]
     fn ensure_creates_absent_parents_in_one_add() {
         let spec = fields(json!({}));
-        let mut b = Builder::new("/spec", &spec);
-        b.ensure(&["nodeSelector", "node-type"], json!("gpu"));
-        b.ensure(&["nodeSelector", "kubernetes.io/arch"], json!("amd64"));
-        let ops = b.into_ops();
+        let ops = ops_of(&spec, |b| {
+            b.ensure(&["nodeSelector", "node-type"], json!("gpu"));
+            b.ensure(&["nodeSelector", "kubernetes.io/arch"], json!("amd64"));
+        });
         assert_eq!(
             ops,
             vec![
@@ -281,10 +340,10 @@ mod tests {
     #[test]
     fn push_creates_then_appends() {
         let spec = fields(json!({}));
-        let mut b = Builder::new("/spec", &spec);
-        b.push(&["tolerations"], json!({"key": "a"}));
-        b.push(&["tolerations"], json!({"key": "b"}));
-        let ops = b.into_ops();
+        let ops = ops_of(&spec, |b| {
+            b.push(&["tolerations"], json!({"key": "a"}));
+            b.push(&["tolerations"], json!({"key": "b"}));
+        });
         assert_eq!(ops[0].path(), "/spec/tolerations");
         assert_eq!(ops[1].path(), "/spec/tolerations/-");
         let patched = apply(&json!({"spec": {}}), &ops).unwrap();
@@ -294,10 +353,10 @@ mod tests {
     #[test]
     fn ensure_descends_through_list_indices() {
         let spec = fields(json!({"terms": [{"a": 1}, {"b": 2}]}));
-        let mut b = Builder::new("/spec", &spec);
-        b.push(&["terms", "1", "exprs"], json!("x"));
-        b.push(&["terms", "1", "exprs"], json!("y"));
-        let ops = b.into_ops();
+        let ops = ops_of(&spec, |b| {
+            b.push(&["terms", "1", "exprs"], json!("x"));
+            b.push(&["terms", "1", "exprs"], json!("y"));
+        });
         assert_eq!(ops[0], PatchOp::Add { path: "/spec/terms/1/exprs".into(), value: json!(["x"]) });
         assert_eq!(ops[1].path(), "/spec/terms/1/exprs/-");
         let patched = apply(&json!({"spec": {"terms": [{"a": 1}, {"b": 2}]}}), &ops).unwrap();
@@ -307,9 +366,51 @@ mod tests {
     #[test]
     fn remove_only_what_exists() {
         let spec = fields(json!({"priority": 0}));
-        let mut b = Builder::new("/spec", &spec);
-        b.remove(&["priority"]);
-        b.remove(&["preemptionPolicy"]);
-        assert_eq!(b.into_ops(), vec![PatchOp::Remove { path: "/spec/priority".into() }]);
+        let ops = ops_of(&spec, |b| {
+            b.remove(&["priority"]);
+            b.remove(&["preemptionPolicy"]);
+        });
+        assert_eq!(ops, vec![PatchOp::Remove { path: "/spec/priority".into() }]);
+    }
+
+    /// Any sequence of builder calls, on specs with existing, absent, null and mistyped fields:
+    /// the fields-only builder's overlay is what applying the recorded operations makes
+    /// (checked inside [`ops_of`]).
+    #[test]
+    fn overlaid_fields_are_the_applied_patch() {
+        let specs = [
+            json!({}),
+            json!({"tolerations": [{"key": "x"}], "nodeSelector": {"a": "b"}, "priority": 5, "schedulingGates": []}),
+            json!({"tolerations": null, "nodeSelector": "not a map", "affinity": {"nodeAffinity": 3}}),
+            json!({"affinity": {"nodeAffinity": {"required": {"terms": [{"e": []}, {}]}}}, "priorityClassName": "x"}),
+        ];
+        type Call = fn(&mut Builder<'_>);
+        let calls: [Call; 10] = [
+            |b| b.push(&["tolerations"], json!({"key": "nvidia.com/gpu"})),
+            |b| b.ensure(&["nodeSelector", "node-type"], json!("gpu")),
+            |b| b.ensure(&["nodeSelector", "a~b/c"], json!("x")),
+            |b| b.ensure(&["priorityClassName"], json!("low")),
+            |b| b.remove(&["priority"]),
+            |b| b.remove(&["nodeSelector", "a"]),
+            |b| b.push(&["schedulingGates"], json!({"name": "allot.dev/gang"})),
+            |b| b.push(&["affinity", "nodeAffinity", "required", "terms", "1", "e"], json!(1)),
+            |b| b.ensure(&["affinity", "nodeAffinity", "required", "terms", "0", "f"], json!(2)),
+            |b| b.remove(&["tolerations"]),
+        ];
+        // Every spec, every ordered pair and triple of calls (with repeats).
+        for spec in &specs {
+            let spec = fields(spec.clone());
+            for i in 0..calls.len() {
+                for j in 0..calls.len() {
+                    for k in 0..calls.len() {
+                        ops_of(&spec, |b| {
+                            calls[i](b);
+                            calls[j](b);
+                            calls[k](b);
+                        });
+                    }
+                }
+            }
+        }
     }
 }
