@@ -420,14 +420,14 @@ impl<'a> Engine<'a> {
         // (A gang metadata error is left to validation's own gang check of this view.)
         let m = mutate::mutate_pod(self.policies, &view.pod, &ctx, &view.path);
         out.findings.extend(m.findings);
-        if m.spec_fields.is_empty() {
+        if m.changed_spec_fields.is_empty() {
             return view;
         }
         // A template's view owns its Pod (made from the template): its spec is overwritten
         // where it is. (Mutation only changes a spec that is an object.)
         let mut pod = view.pod.into_owned();
         if let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) {
-            patch::overlay(spec, m.spec_fields);
+            patch::overlay(spec, m.changed_spec_fields);
         }
         PodView::new(view.path, std::borrow::Cow::Owned(pod))
     }
@@ -563,6 +563,7 @@ mod tests {
                     continue;
                 }
                 templates += 1;
+                // As alice, whom no identity exempts: the preview knows no identity either.
                 let patch = engine.mutate(&alices(RequestOperation::Create, &view.pod)).patch;
                 mutated += usize::from(!patch.is_empty());
                 let patched = patch::apply(&view.pod, &patch).expect("the patch applies");

@@ -1,5 +1,6 @@
 //! Pod mutations: placement (tolerations, nodeSelector, node affinity) and the team's default
-//! priority class. Pure: a Pod in, patch operations and findings out.
+//! priority class. Pure: a Pod in, patch operations (or, for a preview, the spec fields they
+//! change) and findings out.
 //!
 //! Idempotent by construction — every change is "make sure X holds", checked against the Pod as
 //! it is — so `reinvocationPolicy: IfNeeded` and the CLI's mutate-then-revalidate see no second
@@ -22,9 +23,9 @@ use crate::tenant::never_gate;
 pub struct Mutation {
     /// The JSON Patch (none for a [`PodContext::preview`]).
     pub ops: Vec<PatchOp>,
-    /// For a [`PodContext::preview`] only: the spec's fields as the patch would leave them, to
-    /// [`crate::patch::overlay`] on the spec mutated.
-    pub spec_fields: crate::patch::ChangedFields,
+    /// For a [`PodContext::preview`] only: the spec fields the mutation changes, as it leaves
+    /// them, to [`crate::patch::overlay`] on the spec mutated.
+    pub changed_spec_fields: crate::patch::ChangedFields,
     /// Human-readable changes, one per decision ("placement gpu: toleration nvidia.com/gpu…").
     pub changes: Vec<String>,
     pub findings: Vec<Finding>,
@@ -62,12 +63,13 @@ pub struct PodContext<'a> {
     /// they are not formatted.
     pub describe: bool,
     /// The caller wants the mutated spec, not a patch (a workload template's preview): the
-    /// result is [`Mutation::spec_fields`], and no JSON Patch is built.
+    /// result is [`Mutation::changed_spec_fields`], and no JSON Patch is built.
     pub preview: bool,
 }
 
-/// Computes the patch for a Pod (`pod` is the whole Pod object; `base` the pointer of its spec,
-/// `/spec` for a Pod).
+/// Mutates a Pod (`pod` is the whole Pod object; `path_prefix` where it is in the object under
+/// review, empty for a Pod): the JSON Patch of its spec, or for a [`PodContext::preview`] the
+/// spec fields that patch changes.
 pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_prefix: &str) -> Mutation {
     let mut out = Mutation { describe: ctx.describe, ..Mutation::default() };
     let Some(spec) = pod.get("spec").and_then(Value::as_object) else {
@@ -95,7 +97,7 @@ pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_
     apply_gang_gate(policies, &facts, ctx, &mut builder, &mut out);
     apply_quota_gate(policies, pod, &facts, ctx, &mut builder, &mut out);
     if ctx.preview {
-        out.spec_fields = builder.into_changed_fields();
+        out.changed_spec_fields = builder.into_changed_fields();
     } else {
         out.ops = builder.into_ops();
     }
@@ -232,8 +234,7 @@ fn add_node_affinity(placement: &Placement, builder: &mut Builder<'_>, rule: &st
         }
     }
     if changed {
-        out.changes
-            .push(format!("{rule}: require node affinity {} in every term", describe_requirements(&requirements)));
+        out.change(|| format!("{rule}: require node affinity {} in every term", describe_requirements(&requirements)));
     }
 }
 

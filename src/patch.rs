@@ -82,16 +82,16 @@ pub fn apply_in_place(document: &mut Value, ops: &[PatchOp]) -> Result<(), Patch
     Ok(())
 }
 
-/// Accumulates operations under a base pointer (e.g. `/spec`), reading the object's own fields
-/// until an operation changes one: only a changed field is copied (a Pod's tolerations, say),
-/// once, the first time it changes.
+/// Accumulates operations under a base pointer (e.g. `/spec`), or only the fields they change
+/// ([`Builder::fields_only`]), reading the object's own fields until an operation changes one:
+/// only a changed field is copied (a Pod's tolerations, say), once, the first time it changes.
 #[derive(Debug)]
 pub struct Builder<'a> {
     base: String,
     /// The fields as the object has them.
     original: &'a Map<String, Value>,
     /// The fields operations changed: their value now, `None` once removed.
-    changed: BTreeMap<String, Option<Value>>,
+    changed: ChangedFields,
     /// The operations; `None` for a builder of [`Builder::fields_only`].
     ops: Option<Vec<PatchOp>>,
 }
@@ -164,8 +164,8 @@ impl<'a> Builder<'a> {
         p
     }
 
-    /// Sets the value at `segments` (object keys only), creating missing parents with one `add`
-    /// at the highest missing level. Replaces an existing value.
+    /// Sets the value at `segments` (object keys, and indices into existing lists), creating
+    /// missing parents with one `add` at the highest missing level. Replaces an existing value.
     pub fn ensure(&mut self, segments: &[&str], value: Value) {
         // Descend through existing objects, and through lists where the next segment is an
         // index into them (`nodeSelectorTerms/1/matchExpressions`).
@@ -221,8 +221,18 @@ impl<'a> Builder<'a> {
             if let Some((last, parent)) = segments.split_last() {
                 if parent.is_empty() {
                     self.changed.insert((*last).to_string(), None);
-                } else if let Some(m) = self.get_mut(parent).and_then(Value::as_object_mut) {
-                    m.remove(*last);
+                } else {
+                    match self.get_mut(parent) {
+                        Some(Value::Object(m)) => {
+                            m.remove(*last);
+                        }
+                        Some(Value::Array(items)) => {
+                            if let Some(i) = last.parse::<usize>().ok().filter(|i| *i < items.len()) {
+                                items.remove(i);
+                            }
+                        }
+                        _ => {}
+                    }
                 }
             }
         }
@@ -383,9 +393,11 @@ mod tests {
             json!({"tolerations": [{"key": "x"}], "nodeSelector": {"a": "b"}, "priority": 5, "schedulingGates": []}),
             json!({"tolerations": null, "nodeSelector": "not a map", "affinity": {"nodeAffinity": 3}}),
             json!({"affinity": {"nodeAffinity": {"required": {"terms": [{"e": []}, {}]}}}, "priorityClassName": "x"}),
+            // What a tenant may write where objects belong.
+            json!({"affinity": {"nodeAffinity": {"required": {"terms": [3, null]}}}, "tolerations": "x"}),
         ];
         type Call = fn(&mut Builder<'_>);
-        let calls: [Call; 10] = [
+        let calls: [Call; 13] = [
             |b| b.push(&["tolerations"], json!({"key": "nvidia.com/gpu"})),
             |b| b.ensure(&["nodeSelector", "node-type"], json!("gpu")),
             |b| b.ensure(&["nodeSelector", "a~b/c"], json!("x")),
@@ -396,6 +408,9 @@ mod tests {
             |b| b.push(&["affinity", "nodeAffinity", "required", "terms", "1", "e"], json!(1)),
             |b| b.ensure(&["affinity", "nodeAffinity", "required", "terms", "0", "f"], json!(2)),
             |b| b.remove(&["tolerations"]),
+            |b| b.remove(&["affinity", "nodeAffinity", "required", "terms", "0"]),
+            |b| b.ensure(&["affinity", "nodeAffinity", "required", "terms", "1"], json!({"e": [0]})),
+            |b| b.ensure(&["affinity", "nodeAffinity", "required", "terms"], json!([{"e": []}])),
         ];
         // Every spec, every ordered pair and triple of calls (with repeats).
         for spec in &specs {

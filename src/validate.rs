@@ -299,14 +299,18 @@ pub fn check_gang(
         Err(message) => Some(gang_metadata_finding(&view.path, message.clone())),
         Ok(Some(gang)) if view.path.is_empty() => {
             let me = Peer::of(&view.pod, gang, global_default);
-            disagreement(&format!("{namespace}/{}", gang.name), &me, &directory.peers(namespace, &gang.name)).map(
-                |message| Finding {
-                    rule: Check::GangConsistency.into(),
-                    action: Action::Deny,
-                    path: metadata_path(""),
-                    message,
-                },
-            )
+            // Both sides alike: a watched member naming no class counts as this pod does.
+            let peers: Vec<Peer> = directory
+                .peers(namespace, &gang.name)
+                .into_iter()
+                .map(|p| p.naming_the_global_default(global_default))
+                .collect();
+            disagreement(&format!("{namespace}/{}", gang.name), &me, &peers).map(|message| Finding {
+                rule: Check::GangConsistency.into(),
+                action: Action::Deny,
+                path: metadata_path(""),
+                message,
+            })
         }
         Ok(_) => None,
     }
@@ -566,5 +570,39 @@ mod tests {
         let three = check_claim_create("pair", &["a".into(), "b".into(), "c".into()]).expect("refused");
         assert!(three.message.starts_with("pod \"a\" and 2 more of this namespace"), "{}", three.message);
         assert!(check_claim_create("pair", &[]).is_none());
+    }
+
+    /// A Pod naming no priority class beside a member the directory (the cluster's Pod watch)
+    /// knows without one: both count as the global default, so they agree; a member naming
+    /// another class does not.
+    #[test]
+    fn members_naming_no_class_agree_on_both_sides() {
+        let gang = Membership { name: "g".into(), size: Some(2), source: crate::gang::membership::Source::Explicit };
+        let member = |name: &str, class: Option<&str>| Peer {
+            pod: name.into(),
+            size: Some(2),
+            priority_class: class.map(String::from),
+            scheduler_name: Some("default-scheduler".into()),
+        };
+        let directory = |peer: Peer| {
+            crate::gang::directory::StaticGangs(
+                [(("ns".to_string(), "g".to_string()), vec![peer])].into_iter().collect(),
+            )
+        };
+        let pod = serde_json::json!({"metadata": {"name": "w-0"}, "spec": {"containers": []}});
+        let view = PodView::new(String::new(), std::borrow::Cow::Borrowed(&pod));
+        let check = |peer: Peer, global: Option<&str>| {
+            check_gang(&view, "ns", &Ok(Some(gang.clone())), &directory(peer), global)
+        };
+        assert_eq!(check(member("w-1", None), Some("low")), None);
+        assert_eq!(check(member("w-1", Some("low")), Some("low")), None);
+        assert_eq!(check(member("w-1", None), None), None);
+        let denied = check(member("w-1", Some("high")), Some("low")).expect("a disagreement");
+        assert!(
+            denied.message.contains("this pod has priorityClassName low, member w-1 has high"),
+            "{}",
+            denied.message
+        );
+        assert!(check(member("w-1", Some("low")), None).is_some(), "no global default: unset is not low");
     }
 }

@@ -30,13 +30,23 @@ impl Peer {
         Peer {
             pod: text(&["metadata", "name"]).unwrap_or_default(),
             size: gang.size,
-            // The API server's Priority plugin names the global default on a Pod that names no
-            // class: a manifest or a template naming none makes pods that name it.
-            priority_class: text(&["spec", "priorityClassName"]).or_else(|| global_default.map(String::from)),
+            priority_class: text(&["spec", "priorityClassName"]),
             // As the API server defaults it: a manifest (`allot check`) or a custom resource's
             // template names none, the pods made of it will have it.
             scheduler_name: text(&["spec", "schedulerName"]).or_else(|| Some(DEFAULT_SCHEDULER.to_string())),
         }
+        .naming_the_global_default(global_default)
+    }
+
+    /// The member as the API server makes it: its Priority plugin names the cluster's
+    /// `globalDefault` PriorityClass on a Pod that names none, so a manifest or a template
+    /// naming none makes pods that name it (and a watched Pod naming none was made where there
+    /// was no global default then).
+    pub fn naming_the_global_default(mut self, global_default: Option<&str>) -> Peer {
+        if self.priority_class.is_none() {
+            self.priority_class = global_default.map(String::from);
+        }
+        self
     }
 
     /// What members of one gang must agree on, in the order they are compared.
