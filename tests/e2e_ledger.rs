@@ -6,7 +6,9 @@
 //! against a deny limit of 50: exactly 50 are admitted and 150 denied with the numbers,
 //! repeated; the same with gangs of 5 (each charged whole at its first member); and with the
 //! leader killed mid-burst, never more than 50. Then the price: GPU-pod creates per second with
-//! the deny quota against a namespace without one, in the same run.
+//! the deny quota against a namespace without one, in the same run; and with gang members among
+//! the plain pods, or alone: how many plain pods an allowance still answers when gang members'
+//! rounds give it back (printed; only the counts' bounds are asserted).
 //!
 //! `ALLOT_LEDGER_REPS` sets the repetitions of each burst (default 2).
 
@@ -378,8 +380,18 @@ async fn create_rate(
     round: usize,
     per_round: usize,
 ) -> (usize, usize, Duration) {
+    create_rate_of(client, namespace, per_round, move |i| gpu_pod(&format!("b{round}-{i}"), None)).await
+}
+
+/// As [`create_rate`], with the pods `make` makes.
+async fn create_rate_of(
+    client: &kube::Client,
+    namespace: &str,
+    per_round: usize,
+    make: impl Fn(usize) -> Pod + Send + Sync + 'static,
+) -> (usize, usize, Duration) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let b = burst(&pods, per_round, move |i| gpu_pod(&format!("b{round}-{i}"), None), 0, || {}).await;
+    let b = burst(&pods, per_round, make, 0, || {}).await;
     if let Some(m) = b.denied.first().or(b.failed.first()) {
         eprintln!("{namespace}: {} of {per_round} refused, e.g. {m}", b.denied.len() + b.failed.len());
     }
@@ -467,16 +479,46 @@ async fn deny_quota_holds_with_three_replicas() {
     eprintln!("reviews per replica: {forwarded:?}");
     assert!(forwarded.iter().all(|n| *n > 100), "the proxy spreads reviews over all three replicas: {forwarded:?}");
 
-    // The price of the round trip: creates/s with the deny quota vs without, alternating.
+    // The price of the round trip: creates/s with the deny quota vs without, alternating. Then
+    // the price of mixing: plain pods among gang members (every other pod a member of a gang of
+    // 5), whose rounds give the allowance back (a member never uses one), so the plain pod
+    // after them pays a round trip: the share of plain pods answered from an allowance, plain
+    // alone and mixed.
     let (mut with, mut without) = ((0, Duration::ZERO), (0, Duration::ZERO));
-    let mut refused = 0;
+    let (mut refused, mut mixed_refused) = (0, 0);
+    let replicas = [&cluster.allot_metrics, &second.metrics, &third.metrics];
+    let from_allowances = || -> f64 {
+        replicas.iter().map(|m| metric(m, "allot_quota_ledger_allowance_admissions_total").unwrap_or(0.0)).sum()
+    };
+    let (mut plain_served, mut mixed_served, mut mixed_plain) = (0.0, 0.0, 0);
+    let (mut mixed, mut gangs) = ((0, Duration::ZERO), (0, Duration::ZERO));
     for round in 0..3 {
         let (n, r, t) = create_rate(&client, "bench-free", round, 100).await;
         assert_eq!(r, 0, "nothing refuses a pod of a team without quota");
         without = (without.0 + n, without.1 + t);
+        let before = from_allowances();
         let (n, r, t) = create_rate(&client, "bench-deny", round, 100).await;
+        plain_served += from_allowances() - before;
         with = (with.0 + n, with.1 + t);
         refused += r;
+        let before = from_allowances();
+        let (n, r, t) = create_rate_of(&client, "bench-deny", 100, move |i| {
+            let name = format!("x{round}-{i}");
+            if i % 2 == 0 { gpu_pod(&name, None) } else { gpu_pod(&name, Some((&format!("x{round}-g{}", i / 10), 5))) }
+        })
+        .await;
+        mixed_served += from_allowances() - before;
+        mixed = (mixed.0 + n, mixed.1 + t);
+        mixed_plain += 50;
+        mixed_refused += r;
+        let before = from_allowances();
+        let (n, r, t) = create_rate_of(&client, "bench-deny", 100, move |i| {
+            gpu_pod(&format!("y{round}-{i}"), Some((&format!("y{round}-g{}", i / 5), 5)))
+        })
+        .await;
+        assert_eq!(from_allowances(), before, "no gang member is answered from an allowance");
+        gangs = (gangs.0 + n, gangs.1 + t);
+        mixed_refused += r;
     }
     let rate = |(n, t): (usize, Duration)| n as f64 / t.as_secs_f64();
     eprintln!(
@@ -486,6 +528,15 @@ async fn deny_quota_holds_with_three_replicas() {
         rate(without),
         rate(with) / rate(without)
     );
+    eprintln!(
+        "plain pods answered from an allowance: {plain_served} of 300 alone, {mixed_served} of {mixed_plain} among \
+         gang members; creates/s with the quota: plain {:.1}, mixed {:.1}, gang members {:.1} ({mixed_refused} of \
+         600 mixed or gang creates refused)",
+        rate(with),
+        rate(mixed),
+        rate(gangs)
+    );
+    assert!(mixed_served <= mixed_plain as f64, "only plain pods are answered from an allowance");
     // Every created pod is charged and seen; a refused one may have been charged (its round
     // committed after its deadline): such charges wait for their expiry.
     let created =
@@ -508,11 +559,7 @@ async fn deny_quota_holds_with_three_replicas() {
             read("allowance_admissions")
         );
     }
-    let from_allowances: f64 = [&cluster.allot_metrics, &second.metrics, &third.metrics]
-        .iter()
-        .map(|m| metric(m, "allot_quota_ledger_allowance_admissions_total").unwrap_or(0.0))
-        .sum();
-    assert!(from_allowances > 0.0, "far from the limit, replicas admit from their allowances");
+    assert!(from_allowances() > 0.0, "far from the limit, replicas admit from their allowances");
 
     // The leader is killed mid-burst: the others keep deciding on the same ledger.
     let b = burst(&pods, PODS, |i| gpu_pod(&format!("k-{i}"), None), 60, || cluster.kill_allot()).await;
