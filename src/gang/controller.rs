@@ -306,7 +306,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         explain_rx,
         write_failed.clone(),
     ));
-    let mut explained: HashMap<GangKey, String> = HashMap::new();
+    let mut explained: HashMap<GangKey, crate::gang::plan::Explained> = HashMap::new();
     let mut queued: HashMap<(String, String), String> = HashMap::new();
     let mut handed_off = std::collections::HashSet::new();
     let mut seen_generation = u64::MAX;

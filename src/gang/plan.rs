@@ -19,8 +19,9 @@ pub struct Plan {
     pub waiting: BTreeMap<&'static str, u64>,
     /// Gangs released in this pass.
     pub released: Vec<ReleasedGang>,
-    /// The earliest time (seconds since the epoch) a waiting gang reaches its assembly timeout:
-    /// the controller looks again then, with or without events.
+    /// The earliest time (seconds since the epoch) a waiting gang reaches its assembly timeout,
+    /// or an assembling gang's count is due to be rewritten ([`COUNT_REFRESH_SECS`]): the
+    /// controller looks again then, with or without events.
     pub next_deadline: Option<i64>,
 }
 
@@ -51,9 +52,29 @@ pub fn condition_reason(verdict: &Verdict) -> (&'static str, bool) {
 /// The reason once an incomplete gang is past its assembly timeout.
 pub const TIMEOUT_REASON: &str = "AssemblyTimeout";
 
+/// How long the members of an assembling gang keep an explanation whose count of members has
+/// since changed. Its text changes with every member that arrives (`3/64 members present`):
+/// rewritten on every member each time, a gang of n members created one by one would cost n²/2
+/// condition writes and as many Events. A member that carries no explanation yet gets the
+/// current one at once.
+pub const COUNT_REFRESH_SECS: i64 = 10;
+
+/// The explanation last written to a gang's members, for [`plan`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explained {
+    pub reason: &'static str,
+    pub message: String,
+    /// When (seconds since the epoch).
+    pub at: i64,
+}
+
 /// Turns decisions into actions. `previous` holds the last explanation per gang, so unchanged
 /// explanations are not written again (and is updated).
-pub fn plan(snapshot: &Snapshot, facts: &HashMap<GangKey, GangFacts>, previous: &mut HashMap<GangKey, String>) -> Plan {
+pub fn plan(
+    snapshot: &Snapshot,
+    facts: &HashMap<GangKey, GangFacts>,
+    previous: &mut HashMap<GangKey, Explained>,
+) -> Plan {
     let mut actions = Vec::new();
     let mut waiting: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut released = Vec::new();
@@ -118,12 +139,23 @@ pub fn plan(snapshot: &Snapshot, facts: &HashMap<GangKey, GangFacts>, previous: 
         }
         // Members being deleted get the Warning Event of their deletion, not a condition too.
         let deleting = reason == TIMEOUT_REASON && gf.on_timeout == OnTimeout::Fail;
-        let changed = previous.get(&d.gang) != Some(&message);
+        let last = previous.get(&d.gang);
+        let changed = last.is_none_or(|e| e.message != message);
         if changed && !deleting {
-            previous.insert(d.gang.clone(), message.clone());
+            // Only the count of an incomplete gang changed, and its members were told less than
+            // COUNT_REFRESH_SECS ago: only those told nothing yet are told now.
+            let refresh_at = last
+                .filter(|e| d.verdict == Verdict::Incomplete && e.reason == reason)
+                .map(|e| e.at.saturating_add(COUNT_REFRESH_SECS))
+                .filter(|at| snapshot.now < *at);
+            if let Some(at) = refresh_at {
+                next_deadline = Some(next_deadline.map_or(at, |n: i64| n.min(at)));
+            } else {
+                previous.insert(d.gang.clone(), Explained { reason, message: message.clone(), at: snapshot.now });
+            }
             let written = condition_fingerprint(ready, reason, &message);
             // A member whose condition says so already (a new leader, a resync) is skipped.
-            for m in gf.gated.iter().filter(|m| m.condition != written) {
+            for m in gf.gated.iter().filter(|m| m.condition != written && (refresh_at.is_none() || m.condition == 0)) {
                 actions.push(ControllerAction::Explain {
                     namespace: ns.clone(),
                     pod: m.name.clone(),

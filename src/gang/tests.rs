@@ -943,6 +943,68 @@ mod controller_state {
         assert_eq!(explained, 3);
     }
 
+    /// A gang of 64 created one member per pass: writes (conditions, each with its Event) for
+    /// the passes at `times`, the members' condition marked as the controller marks it, and
+    /// whether every member ends up carrying the same explanation.
+    fn assembly_writes(times: &[i64]) -> (usize, bool) {
+        use crate::cluster::records::condition_fingerprint;
+        let p = policies("");
+        let state = ClusterState::default();
+        state.replace_nodes(vec![crate::cluster::fixtures::node("n1", 2)]);
+        let mut previous = HashMap::new();
+        let mut writes = 0;
+        let mut pass = |now: i64| {
+            let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, now);
+            let pass = plan(&snapshot, &facts, &mut previous);
+            for action in &pass.actions {
+                if let ControllerAction::Explain { namespace, pod, ready, reason, message, .. } = action {
+                    writes += 1;
+                    state.mark_condition(namespace, pod, false, condition_fingerprint(*ready, reason, message));
+                }
+            }
+            pass.next_deadline
+        };
+        let mut wake = None;
+        for (i, now) in times.iter().enumerate() {
+            state.upsert_pod(record(&member(&format!("w-{i}"), "big", 64, "2026-11-22T01:00:00Z", json!({})), &p));
+            wake = pass(*now);
+        }
+        // Nothing more arrives: the controller looks again when the plan asks.
+        if let Some(at) = wake.filter(|at| *at < NOW + 1_000) {
+            pass(at);
+        }
+        let conditions: std::collections::BTreeSet<u64> =
+            state.view().pods().filter(|r| r.gang.is_some()).map(|r| r.gang_condition).collect();
+        (writes, conditions.len() == 1 && !conditions.contains(&0))
+    }
+
+    /// An assembling gang's count is rewritten on its members at most every
+    /// COUNT_REFRESH_SECS: a member arriving meanwhile is told at once, the others later, so a
+    /// gang created one member at a time no longer costs n²/2 writes (2,080 for 64, then 64 more
+    /// once it is complete and does not fit).
+    #[test]
+    fn an_assembling_gangs_count_is_rewritten_at_most_every_refresh() {
+        use crate::gang::plan::COUNT_REFRESH_SECS;
+        // 63 members in one second, one pass each, and the last ten seconds later.
+        let mut burst: Vec<i64> = vec![NOW; 63];
+        burst.push(NOW + COUNT_REFRESH_SECS);
+        let (writes, converged) = assembly_writes(&burst);
+        // 63 told as they come, then all 64 told the gang is complete (it does not fit).
+        assert_eq!(writes, 63 + 64);
+        assert!(converged);
+        // One member per second: each told as it comes, the others every ten seconds.
+        let slow: Vec<i64> = (0..64).map(|i| NOW + i).collect();
+        let (writes, converged) = assembly_writes(&slow);
+        eprintln!("a gang of 64, one member per second: {writes} writes");
+        assert!(writes < 64 + 10 + 20 + 30 + 40 + 50 + 60 + 64 + 64, "{writes} writes");
+        assert!(writes > 64 + 64, "{writes} writes: the count is refreshed");
+        assert!(converged);
+        // 40 members in a second, then nothing: the refresh tells the first ones the count.
+        let (writes, converged) = assembly_writes(&[NOW; 40]);
+        assert_eq!(writes, 40 + 39);
+        assert!(converged, "the members told the count earlier are told the current one");
+    }
+
     /// Gangs created in the same second go in the order Allot saw them, not by name.
     #[test]
     fn gangs_created_in_the_same_second_go_in_arrival_order() {
