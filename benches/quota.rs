@@ -198,7 +198,7 @@ fn pending_gang(c: &mut Criterion) {
                 let p = policies(true);
                 let (mut queued, mut explained) = (Default::default(), Default::default());
                 while !stop.load(Ordering::Relaxed) {
-                    let _ = state.quota_plan(&p, &NoNamespaces, &mut queued);
+                    let _ = state.quota_plan(&p, &NoNamespaces, &mut queued, 1_795_000_000);
                     let (snapshot, facts) = state.snapshot(&p, &NoNamespaces, 1_795_000_000);
                     let pass = plan(&snapshot, &facts, &mut explained);
                     assert!(!with_gang || pass.released.is_empty());

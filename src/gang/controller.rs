@@ -307,7 +307,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         write_failed.clone(),
     ));
     let mut explained: HashMap<GangKey, crate::gang::plan::Explained> = HashMap::new();
-    let mut queued: HashMap<(String, String), String> = HashMap::new();
+    let mut queued: HashMap<(String, String), crate::quota::queue::Told> = HashMap::new();
     let mut handed_off = std::collections::HashSet::new();
     let mut seen_generation = u64::MAX;
     let mut resync_at = tokio::time::Instant::now() + config.resync;
@@ -378,7 +378,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         } else {
             let (state, p, namespaces) = (state.clone(), policies.load_full(), namespaces.clone());
             match tokio::task::spawn_blocking(move || {
-                let actions = state.quota_plan(&p, namespaces.as_ref(), &mut queued);
+                let actions = state.quota_plan(&p, namespaces.as_ref(), &mut queued, now);
                 (actions, queued)
             })
             .await

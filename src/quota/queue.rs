@@ -14,6 +14,7 @@ use crate::cluster::records::condition_fingerprint;
 use crate::cluster::tally::add_to;
 use crate::cluster::usage::{admitted_by_team, requests_by_state};
 use crate::cluster::{ClusterState, ClusterView};
+use crate::gang::plan::COUNT_REFRESH_SECS;
 use crate::namespaces::{NamespaceLabels, TeamsByNamespace};
 use crate::policy::quota::{Charge, add};
 use crate::policy::{PolicySet, QuotaMode};
@@ -24,13 +25,35 @@ pub trait QuotaQueue {
     /// The gates to lift now (`ControllerAction::ReleaseQuota`), and for every pod left in the queue an
     /// explanation (`ControllerAction::Queued`) whenever it changes: `previous` holds the last one per pod
     /// (and is updated), so `kubectl describe` says why a pod waits without an Event on every
-    /// pass.
+    /// pass. A pod's place in the queue or its gang's count of members, which every release
+    /// ahead or member arriving changes, is rewritten at most every
+    /// [`COUNT_REFRESH_SECS`] (`now`: seconds since the epoch); a pod told nothing yet is told
+    /// at once.
     fn quota_plan(
         &self,
         policies: &PolicySet,
         labels: &dyn NamespaceLabels,
-        previous: &mut HashMap<(String, String), String>,
+        previous: &mut HashMap<(String, String), Told>,
+        now: i64,
     ) -> Vec<ControllerAction>;
+}
+
+/// What a queued pod was last told, and when (seconds since the epoch).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Told {
+    pub message: String,
+    pub at: i64,
+}
+
+/// Explanations that only say where a pod stands, which every movement of its queue changes:
+/// rewritten at most every [`COUNT_REFRESH_SECS`] (a queue of q pods draining would otherwise
+/// cost q²/2 condition writes and Events).
+const BEHIND: &str = "queued behind ";
+const ASSEMBLING: &str = "gang has ";
+
+/// Whether `new` only moves `old` along: both are a place in the queue, or both a gang's count.
+fn only_moved(old: &str, new: &str) -> bool {
+    [BEHIND, ASSEMBLING].iter().any(|kind| old.starts_with(kind) && new.starts_with(kind))
 }
 
 impl QuotaQueue for ClusterState {
@@ -38,7 +61,8 @@ impl QuotaQueue for ClusterState {
         &self,
         policies: &PolicySet,
         labels: &dyn NamespaceLabels,
-        previous: &mut HashMap<(String, String), String>,
+        previous: &mut HashMap<(String, String), Told>,
+        now: i64,
     ) -> Vec<ControllerAction> {
         let view = self.view();
         let Queues { mut actions, teams } = queues(&view, policies, labels);
@@ -48,8 +72,14 @@ impl QuotaQueue for ClusterState {
                     let written = condition_fingerprint(false, QUEUED_REASON, &message);
                     for m in unit.members {
                         let key = (m.namespace, m.pod);
-                        if previous.get(&key) != Some(&message) {
-                            previous.insert(key.clone(), message.clone());
+                        let last = previous.get(&key);
+                        let recent = last.is_some_and(|t| {
+                            m.condition != 0
+                                && only_moved(&t.message, &message)
+                                && now < t.at.saturating_add(COUNT_REFRESH_SECS)
+                        });
+                        if last.is_none_or(|t| t.message != message) && !recent {
+                            previous.insert(key.clone(), Told { message: message.clone(), at: now });
                             // The pod says so already (a new leader, or a resync).
                             if m.condition == written {
                                 continue;
@@ -158,11 +188,11 @@ pub fn queues(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn Namespa
                 // A gang is charged whole: it waits for all its members, and until then it
                 // holds up no one (a gang that never assembles must not stall its team).
                 Some(format!(
-                    "gang has {}/{n} members; charged whole once all exist (meanwhile it holds up no one)",
+                    "{ASSEMBLING}{}/{n} members; charged whole once all exist (meanwhile it holds up no one)",
                     members.len()
                 ))
             } else if let Some(first) = &blocked_by {
-                Some(format!("queued behind {ahead} earlier pod(s) or gang(s) of team {team_name}: {first}"))
+                Some(format!("{BEHIND}{ahead} earlier pod(s) or gang(s) of team {team_name}: {first}"))
             } else if let Some(exceeded) = quota.exceeded(team_used, &charge) {
                 Some(format!("team {team_name} {exceeded}; this asks {}", exceeded.asked))
             } else {
@@ -294,7 +324,7 @@ mod tests {
         ];
         let state = cluster(&p, &pods);
         let mut previous = HashMap::new();
-        let actions = state.quota_plan(&p, &labels, &mut previous);
+        let actions = state.quota_plan(&p, &labels, &mut previous, 0);
         assert!(!actions.iter().any(|a| matches!(a, ControllerAction::ReleaseQuota { .. })), "{actions:?}");
         // Strict order: "small" would fit, but waits behind "big".
         assert_eq!(
@@ -309,10 +339,10 @@ mod tests {
             ]
         );
         // Nothing changed: nothing is written again.
-        assert!(state.quota_plan(&p, &labels, &mut previous).is_empty());
+        assert!(state.quota_plan(&p, &labels, &mut previous, 0).is_empty());
         // The running pod finishes: both fit in order (2, then... no: 2 + 1 > 2, so only big).
         state.remove_pod("ml", "running");
-        let actions = state.quota_plan(&p, &labels, &mut previous);
+        let actions = state.quota_plan(&p, &labels, &mut previous, 0);
         let released: Vec<_> = actions
             .iter()
             .filter_map(|a| if let ControllerAction::ReleaseQuota { pod, .. } = a { Some(pod.as_str()) } else { None })
@@ -323,6 +353,70 @@ mod tests {
             [("small".to_string(), "team ml uses 2 of 2 nvidia.com/gpu; this asks 1".to_string())]
         );
         assert!(!previous.contains_key(&("ml".to_string(), "big".to_string())));
+    }
+
+    /// Pods released from the queue in [`draining_writes`].
+    const DRAINED: i64 = 15;
+
+    /// A queue of 40 one-GPU pods draining one per second behind a limit of 2: writes (each a
+    /// condition and its Event), the conditions marked as the controller marks them, and
+    /// whether every pod still queued at the end carries its current explanation.
+    fn draining_writes(passes_after: i64) -> (usize, bool) {
+        let p = queue_policies();
+        let labels = crate::namespaces::NoNamespaces;
+        let mut pods = vec![
+            team_pod("run-a", 1, false, "2026-11-22T01:00:00Z"),
+            team_pod("run-b", 1, false, "2026-11-22T01:00:00Z"),
+        ];
+        let created = |i: usize| format!("2026-11-22T01:{:02}:{:02}Z", 1 + i / 60, i % 60);
+        pods.extend((0..40).map(|i| team_pod(&format!("q-{i:02}"), 1, true, &created(i))));
+        let state = cluster(&p, &pods);
+        let mut running: std::collections::VecDeque<String> = ["run-a".into(), "run-b".into()].into();
+        let mut previous = HashMap::new();
+        let mut writes = 0;
+        let mut pass = |now: i64, running: &mut std::collections::VecDeque<String>| {
+            for action in state.quota_plan(&p, &labels, &mut previous, now) {
+                match action {
+                    ControllerAction::Queued { namespace, pod, message } => {
+                        writes += 1;
+                        let written = condition_fingerprint(false, QUEUED_REASON, &message);
+                        state.mark_condition(&namespace, &pod, true, written);
+                    }
+                    ControllerAction::ReleaseQuota { pod, .. } => {
+                        let i: usize = pod[2..].parse().unwrap();
+                        state.upsert_pod(crate::cluster::fixtures::record(&team_pod(&pod, 1, false, &created(i)), &p));
+                        running.push_back(pod);
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+        };
+        pass(0, &mut running);
+        // One running pod finishes every second: the head of the queue goes, everyone moves up.
+        for now in 1..=DRAINED {
+            let done = running.pop_front().unwrap();
+            state.remove_pod("ml", &done);
+            pass(now, &mut running);
+        }
+        pass(DRAINED + passes_after, &mut running);
+        // A fresh plan (a new leader) finds nothing to write once every pod carries its current explanation.
+        let fresh = state.quota_plan(&p, &labels, &mut HashMap::new(), 0);
+        (writes, fresh.iter().all(|a| !matches!(a, ControllerAction::Queued { .. })))
+    }
+
+    /// A queued pod's place (`queued behind N …`), which every release ahead changes, is
+    /// rewritten at most every COUNT_REFRESH_SECS: draining 15 of a queue of 40 one per second
+    /// wrote 40 + 39 + … + 25 explanations before (520), far fewer now; the pods still queued
+    /// carry their current place once the refresh is due.
+    #[test]
+    fn a_draining_queue_rewrites_places_at_most_every_refresh() {
+        let (writes, current) = draining_writes(COUNT_REFRESH_SECS);
+        eprintln!("a queue of 40 draining {DRAINED}, one per second: {writes} writes");
+        assert!(writes < 40 + 3 * 40, "{writes} writes");
+        assert!(current, "every pod still queued carries its current place");
+        // Right after the last release the places may lag behind, not for longer.
+        let (_, current) = draining_writes(0);
+        assert!(!current, "within the refresh period the places lag");
     }
 
     fn released(actions: &[ControllerAction]) -> Vec<&str> {
@@ -349,7 +443,7 @@ mod tests {
         ];
         let state = cluster(&p, &pods);
         let mut previous = HashMap::new();
-        let actions = state.quota_plan(&p, &labels, &mut previous);
+        let actions = state.quota_plan(&p, &labels, &mut previous, 0);
         assert!(released(&actions).is_empty(), "{actions:?}");
         assert_eq!(
             queued_messages(&actions),
@@ -362,7 +456,7 @@ mod tests {
             ]
         );
         state.remove_pod("ml", "p1");
-        let actions = state.quota_plan(&p, &labels, &mut previous);
+        let actions = state.quota_plan(&p, &labels, &mut previous, 0);
         assert_eq!(released(&actions), ["p3"], "{actions:?}");
     }
 
@@ -391,7 +485,7 @@ mod tests {
             ] {
                 state.upsert_pod(crate::cluster::PodRecord::from_pod_with_claims(&pod, &p, &labels, source).unwrap());
             }
-            let actions = state.quota_plan(&p, &labels, &mut HashMap::new());
+            let actions = state.quota_plan(&p, &labels, &mut HashMap::new(), 0);
             assert!(released(&actions).is_empty(), "{actions:?}");
             let expected = "gang has 2/3 members; charged whole once all exist (meanwhile it holds up no one)";
             assert!(queued_messages(&actions).iter().all(|(_, m)| m == expected), "{actions:?}");
@@ -413,7 +507,7 @@ mod tests {
         for pod in [&running, &first, &second] {
             state.upsert_pod(crate::cluster::fixtures::record(pod, &p));
         }
-        assert_eq!(released(&state.quota_plan(&p, &labels, &mut HashMap::new())), ["zz-first"]);
+        assert_eq!(released(&state.quota_plan(&p, &labels, &mut HashMap::new(), 0)), ["zz-first"]);
 
         // A new leader that lists them (in name order) reads the arrival the old one stamped.
         let stamp = |mut pod: Value, at: &str| {
@@ -424,7 +518,7 @@ mod tests {
             &p,
             &[running, stamp(second, "2026-11-22T01:00:01.700000000Z"), stamp(first, "2026-11-22T01:00:01.200000000Z")],
         );
-        assert_eq!(released(&state.quota_plan(&p, &labels, &mut HashMap::new())), ["zz-first"]);
+        assert_eq!(released(&state.quota_plan(&p, &labels, &mut HashMap::new(), 0)), ["zz-first"]);
     }
 
     /// An arrival stamp orders pods only within their creation second: one that claims an
@@ -440,7 +534,10 @@ mod tests {
             team_pod("older", 1, true, "2026-11-22T01:00:01Z"),
         ];
         let state = cluster(&p, &pods);
-        assert_eq!(released(&state.quota_plan(&p, &crate::namespaces::NoNamespaces, &mut HashMap::new())), ["older"]);
+        assert_eq!(
+            released(&state.quota_plan(&p, &crate::namespaces::NoNamespaces, &mut HashMap::new(), 0)),
+            ["older"]
+        );
     }
 
     /// A queue explanation the pod already carries is not written again (a new leader starts
@@ -453,7 +550,7 @@ mod tests {
             "reason": "QuotaQueued", "message": "team ml uses 2 of 2 nvidia.com/gpu; this asks 1"}]);
         let pods = [team_pod("running", 2, false, "2026-11-22T01:00:00Z"), waiting];
         let state = cluster(&p, &pods);
-        let actions = state.quota_plan(&p, &crate::namespaces::NoNamespaces, &mut HashMap::new());
+        let actions = state.quota_plan(&p, &crate::namespaces::NoNamespaces, &mut HashMap::new(), 0);
         assert!(actions.is_empty(), "{actions:?}");
     }
 
@@ -483,7 +580,7 @@ mod tests {
         let state = ClusterState::default();
         state.upsert_pod(sharer("q1", "pair", true, "2026-11-22T01:00:00Z"));
         state.upsert_pod(sharer("q2", "pair", true, "2026-11-22T01:00:01Z"));
-        let mut released_now = released(&state.quota_plan(&p, &labels, &mut HashMap::new()))
+        let mut released_now = released(&state.quota_plan(&p, &labels, &mut HashMap::new(), 0))
             .into_iter()
             .map(str::to_string)
             .collect::<Vec<_>>();
@@ -496,7 +593,7 @@ mod tests {
         state.upsert_pod(sharer("r1", "pair", false, "2026-11-22T01:00:00Z"));
         state.upsert_pod(sharer("q3", "pair", true, "2026-11-22T01:00:02Z"));
         state.upsert_pod(sharer("q4", "other", true, "2026-11-22T01:00:03Z"));
-        let actions = state.quota_plan(&p, &labels, &mut HashMap::new());
+        let actions = state.quota_plan(&p, &labels, &mut HashMap::new(), 0);
         assert_eq!(released(&actions), ["q3"], "{actions:?}");
         assert_eq!(
             queued_messages(&actions),
@@ -521,7 +618,7 @@ mod tests {
         );
         for p in [deny, policies("")] {
             let state = cluster(&p, &queued);
-            let actions = state.quota_plan(&p, &crate::namespaces::NoNamespaces, &mut HashMap::new());
+            let actions = state.quota_plan(&p, &crate::namespaces::NoNamespaces, &mut HashMap::new(), 0);
             assert_eq!(
                 actions,
                 [ControllerAction::ReleaseQuota { namespace: "ml".into(), pod: "waiting".into(), gate_index: 0 }]
