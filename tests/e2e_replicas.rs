@@ -60,6 +60,14 @@ async fn two_replicas_one_leader_and_a_handover() {
         metric(&replica.metrics, LEADER) == Some(0.0)
     })
     .await;
+    // An idle follower sleeps: past its first resync period (5 s here) its loop once woke
+    // again at once, every time, and spun (46 % of a core in an e2e run).
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let before = replica.cpu_time();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle = replica.cpu_time().saturating_sub(before);
+    eprintln!("an idle follower used {idle:?} of CPU in 3 s");
+    assert!(idle < Duration::from_millis(600), "an idle follower used {idle:?} of CPU in 3 s");
 
     // A gang is released once, by the leader; the follower does nothing.
     for i in 0..2 {

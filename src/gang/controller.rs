@@ -339,6 +339,14 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         // by pod, the view is partial (a gang 1/3 present, no nodes, a queue without its
         // running pods): no pass until it is whole; the list's end wakes the loop.
         if !is_leader || !state.complete() {
+            // No pass, so none of the timed wake-ups is acted on: a resync time or deadline
+            // left in the past would wake the loop again at once, and it would spin (a
+            // follower did, from its first resync period on: 46 % of a core in an e2e run).
+            let now = tokio::time::Instant::now();
+            if now >= resync_at {
+                resync_at = now + config.resync;
+            }
+            deadline = None;
             continue;
         }
         let generation = state.generation();
@@ -444,6 +452,11 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         }
         // Explanations, deletions and stamps are written by the explainer, so the next pass's
         // gate lifts never wait behind this pass's condition patches and Events.
+        // Conditions count as written from now: a pass before the write lands does not tell
+        // the pod again (the explainer unmarks what it could not write).
+        for condition in later.iter().filter_map(Condition::of) {
+            condition.mark(&state, true);
+        }
         let _ = explain_tx.send(Later { actions: later, stamps });
     }
     drop(explain_tx);
@@ -499,6 +512,9 @@ async fn explain(
             for b in &batches {
                 for (namespace, pod, _) in &b.stamps {
                     state.mark_arrival_stamped(namespace, pod, false);
+                }
+                for condition in b.actions.iter().filter_map(Condition::of) {
+                    condition.mark(&state, false);
                 }
             }
             continue;
@@ -702,37 +718,92 @@ async fn execute_rest(
     let writer = Writer { client, recorder, metrics, now: &now };
     let failures: Vec<bool> = futures::stream::iter(actions)
         .map(|action| async move {
-            let (namespace, pod, quota, ready, reason, message, warning, action) = match action {
-                ControllerAction::Explain { namespace, pod, ready, reason, message, warning } => {
-                    (namespace, pod, false, ready, reason, message, warning, EventAction::GangScheduling)
+            if let ControllerAction::Delete { namespace, pod, reason } = &action {
+                if !writer.delete_member(namespace, pod, reason).await {
+                    state.mark_deleting(namespace, pod, false);
                 }
-                ControllerAction::Queued { namespace, pod, message } => {
-                    (namespace, pod, true, false, QUEUED_REASON, message, false, EventAction::QuotaQueueing)
-                }
-                ControllerAction::QuotaAdmitted { namespace, pod } => {
-                    let message = "the team's quota has room; released from the queue".to_string();
-                    (namespace, pod, true, true, "QuotaAdmitted", message, false, EventAction::QuotaQueueing)
-                }
-                ControllerAction::Delete { namespace, pod, reason } => {
-                    if !writer.delete_member(&namespace, &pod, &reason).await {
-                        state.mark_deleting(&namespace, &pod, false);
-                    }
-                    return false;
-                }
-                ControllerAction::Release { .. } | ControllerAction::ReleaseQuota { .. } => return false,
-            };
-            let condition = if quota { QUOTA_CONDITION } else { CONDITION };
-            if !writer.set_condition(&namespace, &pod, condition, ready, reason, &message).await {
+                return false;
+            }
+            let Some(c) = Condition::of(&action) else { return false };
+            let condition = if c.quota { QUOTA_CONDITION } else { CONDITION };
+            if !writer.set_condition(c.namespace, c.pod, condition, c.ready, c.reason, c.message).await {
+                // Marked when the pass sent it: unmarked, so the next pass tells the pod again.
+                c.mark(state, false);
                 return true;
             }
-            state.mark_condition(&namespace, &pod, quota, condition_fingerprint(ready, reason, &message));
-            writer.publish(&namespace, &pod, action, warning, reason, &message).await;
+            writer.publish(c.namespace, c.pod, c.event, c.warning, c.reason, c.message).await;
             false
         })
         .buffer_unordered(CONCURRENT_WRITES)
         .collect()
         .await;
     failures.into_iter().any(|f| f)
+}
+
+/// The message of the condition a pod released from its team's quota queue gets.
+const QUOTA_ADMITTED_MESSAGE: &str = "the team's quota has room; released from the queue";
+
+/// The condition (and Event) an explaining action writes on a pod.
+struct Condition<'a> {
+    namespace: &'a str,
+    pod: &'a str,
+    /// `allot.dev/QuotaReady`, else `allot.dev/GangReady`.
+    quota: bool,
+    ready: bool,
+    reason: &'static str,
+    message: &'a str,
+    warning: bool,
+    event: EventAction,
+}
+
+impl Condition<'_> {
+    fn of(action: &ControllerAction) -> Option<Condition<'_>> {
+        Some(match action {
+            ControllerAction::Explain { namespace, pod, ready, reason, message, warning } => Condition {
+                namespace,
+                pod,
+                quota: false,
+                ready: *ready,
+                reason,
+                message,
+                warning: *warning,
+                event: EventAction::GangScheduling,
+            },
+            ControllerAction::Queued { namespace, pod, message } => Condition {
+                namespace,
+                pod,
+                quota: true,
+                ready: false,
+                reason: QUEUED_REASON,
+                message,
+                warning: false,
+                event: EventAction::QuotaQueueing,
+            },
+            ControllerAction::QuotaAdmitted { namespace, pod } => Condition {
+                namespace,
+                pod,
+                quota: true,
+                ready: true,
+                reason: "QuotaAdmitted",
+                message: QUOTA_ADMITTED_MESSAGE,
+                warning: false,
+                event: EventAction::QuotaQueueing,
+            },
+            ControllerAction::Delete { .. }
+            | ControllerAction::Release { .. }
+            | ControllerAction::ReleaseQuota { .. } => {
+                return None;
+            }
+        })
+    }
+
+    /// Records on the pod's record that this condition is on its way (or, with `sent` false,
+    /// that it is not), so the passes meanwhile neither tell the pod again nor count it as
+    /// told nothing.
+    fn mark(&self, state: &ClusterState, sent: bool) {
+        let fingerprint = if sent { condition_fingerprint(self.ready, self.reason, self.message) } else { 0 };
+        state.mark_condition(self.namespace, self.pod, self.quota, fingerprint);
+    }
 }
 
 /// What the explaining writes share: the client, the Event recorder, the write counter and

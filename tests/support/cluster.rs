@@ -302,6 +302,11 @@ pub struct Replica {
 }
 
 impl Replica {
+    /// The CPU time (user and system) the replica's process has used so far.
+    pub fn cpu_time(&self) -> Duration {
+        process_cpu_time(self.child.id())
+    }
+
     /// Stops the replica with SIGTERM, as a rolling update does.
     pub fn stop(&mut self) {
         stop_child(&mut self.child);
@@ -823,4 +828,14 @@ pub async fn tenant_namespace(admin: &kube::Client, ns: &str, user: &str, rules:
         sas.get_opt("default").await.ok().flatten().is_some()
     })
     .await;
+}
+
+/// The CPU time (user and system) process `pid` has used, from `/proc/PID/stat` (clock ticks
+/// of 10 ms, Linux's USER_HZ); zero when it cannot be read.
+pub fn process_cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command (in parentheses, which may hold spaces): utime is the 12th, stime the 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: u64 = rest.split_whitespace().skip(11).take(2).filter_map(|f| f.parse::<u64>().ok()).sum();
+    Duration::from_millis(ticks * 10)
 }
