@@ -64,8 +64,10 @@ pub const COUNT_REFRESH_SECS: i64 = 10;
 pub struct Explained {
     pub reason: &'static str,
     pub message: String,
-    /// When (seconds since the epoch).
+    /// When every member was last told (seconds since the epoch).
     pub at: i64,
+    /// Members were held back from it (they carry an earlier count until the refresh).
+    pub behind: bool,
 }
 
 /// Turns decisions into actions. `previous` holds the last explanation per gang, so unchanged
@@ -139,26 +141,45 @@ pub fn plan(
         }
         // Members being deleted get the Warning Event of their deletion, not a condition too.
         let deleting = reason == TIMEOUT_REASON && gf.on_timeout == OnTimeout::Fail;
-        let last = previous.get(&d.gang);
-        let changed = last.is_none_or(|e| e.message != message);
-        if changed && !deleting {
-            // Only the count of an incomplete gang changed, and its members were told less than
-            // COUNT_REFRESH_SECS ago: only those told nothing yet are told now.
+        if !deleting {
+            let written = condition_fingerprint(ready, reason, &message);
+            let stale = || gf.gated.iter().filter(|m| m.condition != written);
+            let last = previous.get(&d.gang);
+            let changed = last.is_none_or(|e| e.message != message);
+            // Only the count of an incomplete gang moved, and its members were all told less
+            // than COUNT_REFRESH_SECS ago: only those told nothing yet are told now, the rest at
+            // the refresh.
             let refresh_at = last
                 .filter(|e| d.verdict == Verdict::Incomplete && e.reason == reason)
                 .map(|e| e.at.saturating_add(COUNT_REFRESH_SECS))
                 .filter(|at| snapshot.now < *at);
-            if let Some(at) = refresh_at {
-                next_deadline = Some(next_deadline.map_or(at, |n: i64| n.min(at)));
-            } else {
-                previous.insert(d.gang.clone(), Explained { reason, message: message.clone(), at: snapshot.now });
-            }
-            let written = condition_fingerprint(ready, reason, &message);
-            // A member whose condition says so already (a new leader, a resync) is skipped.
-            for m in gf.gated.iter().filter(|m| m.condition != written && (refresh_at.is_none() || m.condition == 0)) {
+            let behind = last.is_some_and(|e| e.behind);
+            let tell: Vec<&str> = match (refresh_at, last) {
+                (Some(at), Some(e)) if changed || behind => {
+                    next_deadline = Some(next_deadline.map_or(at, |n: i64| n.min(at)));
+                    let told_at = e.at;
+                    previous.insert(
+                        d.gang.clone(),
+                        Explained { reason, message: message.clone(), at: told_at, behind: true },
+                    );
+                    stale().filter(|m| m.condition == 0).map(|m| m.name.as_str()).collect()
+                }
+                // A new explanation, or one some members were held back from: everyone whose
+                // condition says otherwise (a member that says so already — a new leader, a
+                // resync — is skipped).
+                _ if changed || behind => {
+                    previous.insert(
+                        d.gang.clone(),
+                        Explained { reason, message: message.clone(), at: snapshot.now, behind: false },
+                    );
+                    stale().map(|m| m.name.as_str()).collect()
+                }
+                _ => Vec::new(),
+            };
+            for pod in tell {
                 actions.push(ControllerAction::Explain {
                     namespace: ns.clone(),
-                    pod: m.name.clone(),
+                    pod: pod.to_string(),
                     ready,
                     reason,
                     message: message.clone(),

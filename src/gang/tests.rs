@@ -1005,6 +1005,52 @@ mod controller_state {
         assert!(converged, "the members told the count earlier are told the current one");
     }
 
+    /// A count that moves and comes back while members are held back: the member arriving
+    /// last is told at once, and at the refresh every member carries the same explanation.
+    #[test]
+    fn a_count_that_comes_back_still_reaches_every_member() {
+        use crate::cluster::records::condition_fingerprint;
+        use crate::gang::plan::COUNT_REFRESH_SECS;
+        let p = policies("");
+        let state = ClusterState::default();
+        state.replace_nodes(vec![crate::cluster::fixtures::node("n1", 2)]);
+        let mut previous = HashMap::new();
+        let mut pass = |now: i64| {
+            let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, now);
+            let pass = plan(&snapshot, &facts, &mut previous);
+            let mut told = Vec::new();
+            for action in &pass.actions {
+                if let ControllerAction::Explain { namespace, pod, ready, reason, message, .. } = action {
+                    state.mark_condition(namespace, pod, false, condition_fingerprint(*ready, reason, message));
+                    told.push((pod.clone(), message[..5].to_string()));
+                }
+            }
+            (told, pass.next_deadline)
+        };
+        let add = |i: usize| {
+            state.upsert_pod(record(&member(&format!("m-{i}"), "g", 64, "2026-11-22T01:00:00Z", json!({})), &p));
+        };
+        (0..3).for_each(add);
+        assert_eq!(pass(NOW).0.len(), 3);
+        add(3);
+        let (told, wake) = pass(NOW + 1);
+        assert_eq!(told, [("m-3".to_string(), "4/64 ".to_string())]);
+        assert_eq!(wake, Some(NOW + COUNT_REFRESH_SECS));
+        state.remove_pod("ml", "m-0");
+        state.remove_pod("ml", "m-1");
+        add(4);
+        // Back to 3/64, the text the first members were told: the newcomer is told all the same.
+        let (told, wake) = pass(NOW + 2);
+        assert_eq!(told, [("m-4".to_string(), "3/64 ".to_string())]);
+        assert_eq!(wake, Some(NOW + COUNT_REFRESH_SECS));
+        assert_eq!(pass(NOW + 3).0, [], "nothing new before the refresh");
+        // The refresh tells m-3 the current count; the others carry it already.
+        assert_eq!(pass(NOW + COUNT_REFRESH_SECS).0, [("m-3".to_string(), "3/64 ".to_string())]);
+        let (told, wake) = pass(NOW + COUNT_REFRESH_SECS + 1);
+        assert_eq!(told, [], "settled");
+        assert!(wake.is_some_and(|at| at > NOW + 100), "only the assembly timeout is ahead: {wake:?}");
+    }
+
     /// Gangs created in the same second go in the order Allot saw them, not by name.
     #[test]
     fn gangs_created_in_the_same_second_go_in_arrival_order() {
