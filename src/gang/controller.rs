@@ -420,7 +420,8 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             }
         };
         explained = back;
-        deadline = pass.next_deadline;
+        // The next assembly timeout or count refresh, and the next queue place held back.
+        deadline = pass.next_deadline.into_iter().chain(queued.values().filter_map(|t| t.refresh_at())).min();
         metrics.set_waiting(&pass.waiting);
         for gang in &pass.released {
             metrics.gang_releases.inc();

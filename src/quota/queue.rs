@@ -43,6 +43,15 @@ pub trait QuotaQueue {
 pub struct Told {
     pub message: String,
     pub at: i64,
+    /// Its place has moved since, and it is told at [`Told::refresh_at`].
+    pub behind: bool,
+}
+
+impl Told {
+    /// When a pod held back from its new place is told it.
+    pub fn refresh_at(&self) -> Option<i64> {
+        self.behind.then(|| self.at.saturating_add(COUNT_REFRESH_SECS))
+    }
 }
 
 /// Explanations that only say where a pod stands, which every movement of its queue changes:
@@ -78,8 +87,13 @@ impl QuotaQueue for ClusterState {
                                 && only_moved(&t.message, &message)
                                 && now < t.at.saturating_add(COUNT_REFRESH_SECS)
                         });
-                        if last.is_none_or(|t| t.message != message) && !recent {
-                            previous.insert(key.clone(), Told { message: message.clone(), at: now });
+                        let changed = last.is_none_or(|t| t.message != message);
+                        if let Some(told) = previous.get_mut(&key) {
+                            // Held back: the controller looks again at the refresh.
+                            told.behind = changed && recent;
+                        }
+                        if changed && !recent {
+                            previous.insert(key.clone(), Told { message: message.clone(), at: now, behind: false });
                             // The pod says so already (a new leader, or a resync).
                             if m.condition == written {
                                 continue;
@@ -390,15 +404,21 @@ mod tests {
                     other => panic!("{other:?}"),
                 }
             }
+            // When the controller is asked to look again for a place held back.
+            previous.values().filter_map(Told::refresh_at).min()
         };
-        pass(0, &mut running);
+        let mut refresh = pass(0, &mut running);
         // One running pod finishes every second: the head of the queue goes, everyone moves up.
         for now in 1..=DRAINED {
             let done = running.pop_front().unwrap();
             state.remove_pod("ml", &done);
-            pass(now, &mut running);
+            refresh = pass(now, &mut running);
         }
         pass(DRAINED + passes_after, &mut running);
+        if passes_after == 0 {
+            // Held back at the last release: the controller is asked to look again at the refresh.
+            assert!(refresh.is_some_and(|at| at > DRAINED && at <= DRAINED + COUNT_REFRESH_SECS), "{refresh:?}");
+        }
         // A fresh plan (a new leader) finds nothing to write once every pod carries its current explanation.
         let fresh = state.quota_plan(&p, &labels, &mut HashMap::new(), 0);
         (writes, fresh.iter().all(|a| !matches!(a, ControllerAction::Queued { .. })))
