@@ -660,6 +660,18 @@ impl ClusterState {
         }
     }
 
+    /// Undoes [`ClusterState::mark_condition`] of `fingerprint` (a write that failed), unless
+    /// the pod's record carries another condition by now (a newer one on its way, or the watch's).
+    pub fn unmark_condition(&self, namespace: &str, name: &str, quota: bool, fingerprint: u64) {
+        let mut inner = write(&self.inner);
+        if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
+            let marked = if quota { &mut p.quota_condition } else { &mut p.gang_condition };
+            if *marked == fingerprint {
+                *marked = 0;
+            }
+        }
+    }
+
     /// A counter that changes whenever the state does.
     pub fn generation(&self) -> u64 {
         read(&self.inner).generation

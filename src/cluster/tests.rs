@@ -409,3 +409,19 @@ fn a_pods_shape_counts_what_the_whole_spec_counts() {
     assert_eq!(whole.get("cpu"), Some(&Quantity::parse("7250m").unwrap()));
     assert_eq!(whole.get("nvidia.com/gpu"), Some(&Quantity::from_units(4)));
 }
+
+/// A condition write that failed is unmarked, unless a newer one was marked for the pod since:
+/// that one is on its way.
+#[test]
+fn a_failed_write_unmarks_only_its_own_condition() {
+    let p = policies("");
+    let state = cluster(&p, &[member("w-0", "g", 2, "2026-11-22T01:00:00Z", json!({}))]);
+    let condition = |state: &super::ClusterState| state.view().pod("ml", "w-0").map(|r| r.gang_condition);
+    state.mark_condition("ml", "w-0", false, 5);
+    state.mark_condition("ml", "w-0", false, 7);
+    state.unmark_condition("ml", "w-0", false, 5);
+    assert_eq!(condition(&state), Some(7), "the newer one stays marked");
+    state.unmark_condition("ml", "w-0", false, 7);
+    assert_eq!(condition(&state), Some(0));
+    state.unmark_condition("ml", "gone", false, 7);
+}

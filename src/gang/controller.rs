@@ -341,7 +341,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         if !is_leader || !state.complete() {
             // No pass, so none of the timed wake-ups is acted on: a resync time or deadline
             // left in the past would wake the loop again at once, and it would spin (a
-            // follower did, from its first resync period on: 46 % of a core in an e2e run).
+            // follower did, from its first resync period on: 3.27 s of CPU in 3 s in an e2e run).
             let now = tokio::time::Instant::now();
             if now >= resync_at {
                 resync_at = now + config.resync;
@@ -382,7 +382,8 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         // however large the cluster view, it never occupies the async workers that answer
         // /mutate, /validate and /readyz.
         let (quota_actions, back) = if quota_gated == 0 {
-            (Vec::new(), std::mem::take(&mut queued))
+            // Nothing queued: nothing to remember (nor any place to refresh).
+            (Vec::new(), HashMap::new())
         } else {
             let (state, p, namespaces) = (state.clone(), policies.load_full(), namespaces.clone());
             match tokio::task::spawn_blocking(move || {
@@ -421,7 +422,13 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         };
         explained = back;
         // The next assembly timeout or count refresh, and the next queue place held back.
-        deadline = pass.next_deadline.into_iter().chain(queued.values().filter_map(|t| t.refresh_at())).min();
+        // (Only times ahead: a place this pass did not look at, a pod terminating say, must not
+        // make the next pass due at once, and the one after.)
+        deadline = pass
+            .next_deadline
+            .into_iter()
+            .chain(queued.values().filter_map(|t| t.refresh_at()).filter(|at| *at > now))
+            .min();
         metrics.set_waiting(&pass.waiting);
         for gang in &pass.released {
             metrics.gang_releases.inc();
@@ -728,7 +735,8 @@ async fn execute_rest(
             let Some(c) = Condition::of(&action) else { return false };
             let condition = if c.quota { QUOTA_CONDITION } else { CONDITION };
             if !writer.set_condition(c.namespace, c.pod, condition, c.ready, c.reason, c.message).await {
-                // Marked when the pass sent it: unmarked, so the next pass tells the pod again.
+                // Marked when the pass sent it: unmarked (unless a newer one is on its way), so
+                // the next pass tells the pod again.
                 c.mark(state, false);
                 return true;
             }
@@ -802,8 +810,12 @@ impl Condition<'_> {
     /// that it is not), so the passes meanwhile neither tell the pod again nor count it as
     /// told nothing.
     fn mark(&self, state: &ClusterState, sent: bool) {
-        let fingerprint = if sent { condition_fingerprint(self.ready, self.reason, self.message) } else { 0 };
-        state.mark_condition(self.namespace, self.pod, self.quota, fingerprint);
+        let fingerprint = condition_fingerprint(self.ready, self.reason, self.message);
+        if sent {
+            state.mark_condition(self.namespace, self.pod, self.quota, fingerprint);
+        } else {
+            state.unmark_condition(self.namespace, self.pod, self.quota, fingerprint);
+        }
     }
 }
 
