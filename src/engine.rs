@@ -532,47 +532,6 @@ mod tests {
         assert!(mutated >= 1, "at least one fixture is mutated by the shipped policies");
     }
 
-    /// A workload template's preview (the mutated spec written over the template, no patch built)
-    /// is the Pod the API server makes of it: the template as a Pod, mutated by `/mutate`'s
-    /// JSON Patch, applied. Every example and captured workload, in every namespace they name
-    /// and in a team's.
-    #[test]
-    fn a_templates_preview_is_its_pod_patched() {
-        let policies = crate::policy::load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"))
-            .expect("shipped policies");
-        let engine = Engine::new(&policies, &NoNamespaces);
-        let examples =
-            crate::check::read_manifests(&[std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")])
-                .expect("examples");
-        let mut objects: Vec<Value> = examples.into_iter().map(|m| m.object).collect();
-        objects.extend(crate::fixtures::reviews().into_iter().map(|(_, review)| review["request"]["object"].clone()));
-        let mut in_vision = objects.clone();
-        for object in &mut in_vision {
-            object["metadata"]["namespace"] = serde_json::json!("vision");
-        }
-        objects.extend(in_vision);
-        let (mut templates, mut mutated) = (0, 0);
-        for object in &objects {
-            let req = alices(RequestOperation::Create, object);
-            let (group, kind) = group_kind(object);
-            let views = workload::pods_of(object, group, kind);
-            let previews = engine.pods_as_created(&req);
-            assert_eq!(views.len(), previews.len());
-            for (view, preview) in views.iter().zip(&previews) {
-                if view.path.is_empty() {
-                    continue;
-                }
-                templates += 1;
-                // As alice, whom no identity exempts: the preview knows no identity either.
-                let patch = engine.mutate(&alices(RequestOperation::Create, &view.pod)).patch;
-                mutated += usize::from(!patch.is_empty());
-                let patched = patch::apply(&view.pod, &patch).expect("the patch applies");
-                assert_eq!(*preview.pod, patched, "{} in {}", view.path, req.namespace);
-            }
-        }
-        assert!(templates >= 20 && mutated >= 10, "{templates} templates, {mutated} mutated");
-    }
-
     /// A JobSet whose two templates join one explicit gang: `pod` is merged into the second.
     fn jobset(second: Value) -> Value {
         let template = |name: &str| {

@@ -882,3 +882,61 @@ fn native_scheduling_hands_inferred_gangs_to_the_scheduler_where_it_can() {
     labelled["metadata"]["annotations"] = json!({"allot.dev/gang-size": "2"});
     assert_eq!(gate_and_group(&mutated_with(&policies, &labelled, &NativeGangs)), (true, None));
 }
+
+/// A workload template's preview (the mutated spec written over the template, no patch built)
+/// is the Pod the API server makes of it: the template as a Pod, mutated by `/mutate`'s JSON
+/// Patch, applied. Every example and captured workload, in every namespace they name and in a
+/// team's.
+#[test]
+fn a_templates_preview_is_its_pod_patched() {
+    let policies = shipped();
+    let engine = Engine::new(&policies, &NoNamespaces);
+    let examples = allot::check::read_manifests(&[Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")]).unwrap();
+    let mut objects: Vec<Value> = examples.into_iter().map(|m| m.object).collect();
+    let reviews = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission-reviews");
+    for entry in std::fs::read_dir(&reviews).expect("fixtures") {
+        let name = entry.expect("fixture").file_name().to_string_lossy().into_owned();
+        objects.push(fixture(&name)["request"]["object"].clone());
+    }
+    let mut in_vision = objects.clone();
+    for object in &mut in_vision {
+        object["metadata"]["namespace"] = json!("vision");
+    }
+    objects.extend(in_vision);
+    let (mut templates, mut mutated) = (0, 0);
+    for object in &objects {
+        let req = create_request(object);
+        let views = allot::workload::pods_of(object, req.group, req.kind);
+        let previews = engine.pods_as_created(&req);
+        assert_eq!(views.len(), previews.len());
+        for (view, preview) in views.iter().zip(&previews) {
+            if view.path.is_empty() {
+                continue;
+            }
+            templates += 1;
+            let patch = engine.mutate(&create_request(&view.pod)).patch;
+            mutated += usize::from(!patch.is_empty());
+            let patched = allot::patch::apply(&view.pod, &patch).expect("the patch applies");
+            assert_eq!(*preview.pod, patched, "{} in {}", view.path, req.namespace);
+        }
+    }
+    assert!(templates >= 20 && mutated >= 10, "{templates} templates, {mutated} mutated");
+}
+
+/// A CREATE of `object` by alice, whom no identity exempts (a template's preview knows no
+/// identity either).
+fn create_request(object: &Value) -> Request<'_> {
+    let (group, kind) = group_kind(object);
+    Request {
+        uid: "u",
+        operation: RequestOperation::Create,
+        group,
+        kind,
+        namespace: object["metadata"]["namespace"].as_str().unwrap_or("default"),
+        object,
+        old_object: None,
+        dry_run: false,
+        username: "alice",
+        groups: &[],
+    }
+}
