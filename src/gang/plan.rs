@@ -59,6 +59,14 @@ pub const TIMEOUT_REASON: &str = "AssemblyTimeout";
 /// current one at once.
 pub const COUNT_REFRESH_SECS: i64 = 10;
 
+/// How long pods already told keep a count that has moved, when `told` of them would be told
+/// again: [`COUNT_REFRESH_SECS`], and 10 s more per 64 beyond the first 64, so refreshing a
+/// gang or a queue costs at most about 6 writes a second however large it is (a gang of 1,024
+/// created one member at a time over an hour would otherwise be rewritten whole every 10 s).
+pub fn refresh_secs(told: usize) -> i64 {
+    COUNT_REFRESH_SECS.saturating_mul(i64::try_from(told.div_ceil(64).max(1)).unwrap_or(i64::MAX))
+}
+
 /// The explanation last written to a gang's members, for [`plan`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Explained {
@@ -151,7 +159,7 @@ pub fn plan(
             // the refresh.
             let refresh_at = last
                 .filter(|e| d.verdict == Verdict::Incomplete && e.reason == reason)
-                .map(|e| e.at.saturating_add(COUNT_REFRESH_SECS))
+                .map(|e| e.at.saturating_add(refresh_secs(gf.gated.len())))
                 .filter(|at| snapshot.now < *at);
             let behind = last.is_some_and(|e| e.behind);
             let tell: Vec<&str> = match (refresh_at, last) {

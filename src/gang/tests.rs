@@ -947,6 +947,11 @@ mod controller_state {
     /// the passes at `times`, the members' condition marked as the controller marks it, and
     /// whether every member ends up carrying the same explanation.
     fn assembly_writes(times: &[i64]) -> (usize, bool) {
+        assembly_writes_of(64, times)
+    }
+
+    /// [`assembly_writes`] for a gang of `size`.
+    fn assembly_writes_of(size: u32, times: &[i64]) -> (usize, bool) {
         use crate::cluster::records::condition_fingerprint;
         let p = policies("");
         let state = ClusterState::default();
@@ -966,7 +971,7 @@ mod controller_state {
         };
         let mut wake = None;
         for (i, now) in times.iter().enumerate() {
-            state.upsert_pod(record(&member(&format!("w-{i}"), "big", 64, "2026-11-22T01:00:00Z", json!({})), &p));
+            state.upsert_pod(record(&member(&format!("w-{i}"), "big", size, "2026-11-22T01:00:00Z", json!({})), &p));
             wake = pass(*now);
         }
         // Nothing more arrives: the controller looks again when the plan asks.
@@ -998,6 +1003,14 @@ mod controller_state {
         eprintln!("a gang of 64, one member per second: {writes} writes");
         assert!(writes < 64 + 10 + 20 + 30 + 40 + 50 + 60 + 64 + 64, "{writes} writes");
         assert!(writes > 64 + 64, "{writes} writes: the count is refreshed");
+        assert!(converged);
+        // A gang of 1,024 (the default maxGangSize) created one member per second: refreshed
+        // every 10 s it cost 54,577 writes (525,824 before any refresh period); the period
+        // grows with the members to tell, about 6 writes a second at most.
+        let slow: Vec<i64> = (0..1024).map(|i| NOW + i).collect();
+        let (writes, converged) = assembly_writes_of(1024, &slow);
+        eprintln!("a gang of 1,024, one member per second: {writes} writes");
+        assert!(writes <= 1024 + 1024 + 6 * 1024, "{writes} writes");
         assert!(converged);
         // 40 members in a second, then nothing: the refresh tells the first ones the count.
         let (writes, converged) = assembly_writes(&[NOW; 40]);

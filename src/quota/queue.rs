@@ -14,7 +14,7 @@ use crate::cluster::records::condition_fingerprint;
 use crate::cluster::tally::add_to;
 use crate::cluster::usage::{admitted_by_team, requests_by_state};
 use crate::cluster::{ClusterState, ClusterView};
-use crate::gang::plan::COUNT_REFRESH_SECS;
+use crate::gang::plan::refresh_secs;
 use crate::namespaces::{NamespaceLabels, TeamsByNamespace};
 use crate::policy::quota::{Charge, add};
 use crate::policy::{PolicySet, QuotaMode};
@@ -27,7 +27,7 @@ pub trait QuotaQueue {
     /// (and is updated), so `kubectl describe` says why a pod waits without an Event on every
     /// pass. A pod's place in the queue or its gang's count of members, which every release
     /// ahead or member arriving changes, is rewritten at most every
-    /// [`COUNT_REFRESH_SECS`] (`now`: seconds since the epoch); a pod told nothing yet is told
+    /// [`refresh_secs`] (`now`: seconds since the epoch); a pod told nothing yet is told
     /// at once.
     fn quota_plan(
         &self,
@@ -43,6 +43,8 @@ pub trait QuotaQueue {
 pub struct Told {
     pub message: String,
     pub at: i64,
+    /// How long it keeps a place that has moved ([`refresh_secs`] of its team's queue then).
+    pub every: i64,
     /// Its place has moved since, and it is told at [`Told::refresh_at`].
     pub behind: bool,
 }
@@ -50,12 +52,12 @@ pub struct Told {
 impl Told {
     /// When a pod held back from its new place is told it.
     pub fn refresh_at(&self) -> Option<i64> {
-        self.behind.then(|| self.at.saturating_add(COUNT_REFRESH_SECS))
+        self.behind.then(|| self.at.saturating_add(self.every))
     }
 }
 
 /// Explanations that only say where a pod stands, which every movement of its queue changes:
-/// rewritten at most every [`COUNT_REFRESH_SECS`] (a queue of q pods draining would otherwise
+/// rewritten at most every [`refresh_secs`] (a queue of q pods draining would otherwise
 /// cost q²/2 condition writes and Events).
 const BEHIND: &str = "queued behind ";
 const ASSEMBLING: &str = "gang has ";
@@ -75,7 +77,12 @@ impl QuotaQueue for ClusterState {
     ) -> Vec<ControllerAction> {
         let view = self.view();
         let Queues { mut actions, teams } = queues(&view, policies, labels);
-        for unit in teams.into_values().flatten() {
+        let units = teams.into_values().flat_map(|line| {
+            // The pods of the team's queue a refresh may tell again.
+            let every = refresh_secs(line.iter().filter(|u| u.waits.is_some()).map(|u| u.members.len()).sum());
+            line.into_iter().map(move |unit| (unit, every))
+        });
+        for (unit, every) in units {
             match unit.waits {
                 Some(message) => {
                     let written = condition_fingerprint(false, QUEUED_REASON, &message);
@@ -83,9 +90,7 @@ impl QuotaQueue for ClusterState {
                         let key = (m.namespace, m.pod);
                         let last = previous.get(&key);
                         let recent = last.is_some_and(|t| {
-                            m.condition != 0
-                                && only_moved(&t.message, &message)
-                                && now < t.at.saturating_add(COUNT_REFRESH_SECS)
+                            m.condition != 0 && only_moved(&t.message, &message) && now < t.at.saturating_add(t.every)
                         });
                         let changed = last.is_none_or(|t| t.message != message);
                         if let Some(told) = previous.get_mut(&key) {
@@ -93,7 +98,8 @@ impl QuotaQueue for ClusterState {
                             told.behind = changed && recent;
                         }
                         if changed && !recent {
-                            previous.insert(key.clone(), Told { message: message.clone(), at: now, behind: false });
+                            previous
+                                .insert(key.clone(), Told { message: message.clone(), at: now, every, behind: false });
                             // The pod says so already (a new leader, or a resync).
                             if m.condition == written {
                                 continue;
@@ -316,6 +322,7 @@ mod tests {
 
     use super::*;
     use crate::cluster::fixtures::{cluster, policies, queue_policies, team_pod};
+    use crate::gang::plan::COUNT_REFRESH_SECS;
 
     fn queued_messages(actions: &[ControllerAction]) -> Vec<(String, String)> {
         actions
