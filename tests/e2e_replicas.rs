@@ -69,6 +69,14 @@ async fn two_replicas_one_leader_and_a_handover() {
     let idle = replica.cpu_time().saturating_sub(before);
     eprintln!("an idle follower used {idle:?} of CPU in 3 s");
     assert!(idle < Duration::from_millis(600), "an idle follower used {idle:?} of CPU in 3 s");
+    // Nor does an idle leader pass over and over: a wake-up time already past would make every
+    // pass due at once (resync 5 s here: at most one in 3 s, besides a straggling event).
+    let passes = || metric(&cluster.allot_metrics, "allot_gang_controller_passes_total").unwrap_or(-1.0);
+    let before = passes();
+    assert!(before >= 0.0, "the leader's passes are counted");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle_passes = passes() - before;
+    assert!(idle_passes <= 3.0, "an idle leader ran {idle_passes} passes in 3 s");
 
     // A gang is released once, by the leader; the follower does nothing.
     for i in 0..2 {
