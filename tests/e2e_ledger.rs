@@ -65,6 +65,13 @@ fn gpu_pod(name: &str, gang: Option<(&str, u32)>) -> Pod {
     serde_json::from_value(pod).unwrap()
 }
 
+/// Pod `i` of a mixed burst: even ones plain, odd ones members of gang `PREFIX-gN` of 5 (the
+/// odd pods of each ten).
+fn mixed_pod(prefix: &str, i: usize) -> Pod {
+    let name = format!("{prefix}-{i}");
+    if i.is_multiple_of(2) { gpu_pod(&name, None) } else { gpu_pod(&name, Some((&format!("{prefix}-g{}", i / 10), 5))) }
+}
+
 /// Pod `i` of a tenant's plain burst: one GPU each, in the shapes a tenant may write to look
 /// smaller or to slip past a per-pod record — a native sidecar holding the GPU, the GPU written
 /// as `1000m`, a server-generated name — besides the plain pod. (A GPU in a plain init container
@@ -325,17 +332,7 @@ async fn exact_bursts(client: &kube::Client, pods: &Api<Pod>, reps: usize) {
 /// justify, and no gang is admitted in part (a member refused at its deadline behind another
 /// replica's allowance would leave its gang short).
 async fn mixed_burst(client: &kube::Client, pods: &Api<Pod>) {
-    let b = burst(
-        pods,
-        PODS,
-        |i| match i % 2 {
-            0 => gpu_pod(&format!("m-{i}"), None),
-            _ => gpu_pod(&format!("m-{i}"), Some((&format!("m-g{}", i / 10), 5))),
-        },
-        0,
-        || {},
-    )
-    .await;
+    let b = burst(pods, PODS, |i| mixed_pod("m", i), 0, || {}).await;
     b.answered("(plain and gangs of 5 mixed)");
     for m in &b.denied {
         let used = used_in(m);
@@ -502,11 +499,7 @@ async fn deny_quota_holds_with_three_replicas() {
         with = (with.0 + n, with.1 + t);
         refused += r;
         let before = from_allowances();
-        let (n, r, t) = create_rate_of(&client, "bench-deny", 100, move |i| {
-            let name = format!("x{round}-{i}");
-            if i % 2 == 0 { gpu_pod(&name, None) } else { gpu_pod(&name, Some((&format!("x{round}-g{}", i / 10), 5))) }
-        })
-        .await;
+        let (n, r, t) = create_rate_of(&client, "bench-deny", 100, move |i| mixed_pod(&format!("x{round}"), i)).await;
         mixed_served += from_allowances() - before;
         mixed = (mixed.0 + n, mixed.1 + t);
         mixed_plain += 50;

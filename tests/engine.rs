@@ -228,19 +228,24 @@ fn engine_mutate(policies: &PolicySet, pod: &Value) -> allot::engine::Outcome {
 
 /// The mutating webhook's answer for `pod`, created in `vision` by `username`.
 fn mutate_as(engine: &Engine<'_>, pod: &Value, username: &str) -> allot::engine::Outcome {
-    let (group, kind) = group_kind(pod);
-    engine.mutate(&Request {
+    engine.mutate(&create_request(pod, "vision", username))
+}
+
+/// A CREATE of `object` in `namespace` by `username`.
+fn create_request<'a>(object: &'a Value, namespace: &'a str, username: &'a str) -> Request<'a> {
+    let (group, kind) = group_kind(object);
+    Request {
         uid: "test",
         operation: RequestOperation::Create,
         group,
         kind,
-        namespace: "vision",
-        object: pod,
+        namespace,
+        object,
         old_object: None,
         dry_run: false,
         username,
         groups: &[],
-    })
+    }
 }
 
 const POOL: &str = r#"
@@ -905,7 +910,9 @@ fn a_templates_preview_is_its_pod_patched() {
     objects.extend(in_vision);
     let (mut templates, mut mutated) = (0, 0);
     for object in &objects {
-        let req = create_request(object);
+        // As alice, whom no identity exempts: a template's preview knows no identity either.
+        let namespace = object["metadata"]["namespace"].as_str().unwrap_or("default");
+        let req = create_request(object, namespace, "alice");
         let views = allot::workload::pods_of(object, req.group, req.kind);
         let previews = engine.pods_as_created(&req);
         assert_eq!(views.len(), previews.len());
@@ -914,29 +921,11 @@ fn a_templates_preview_is_its_pod_patched() {
                 continue;
             }
             templates += 1;
-            let patch = engine.mutate(&create_request(&view.pod)).patch;
+            let patch = engine.mutate(&create_request(&view.pod, namespace, "alice")).patch;
             mutated += usize::from(!patch.is_empty());
             let patched = allot::patch::apply(&view.pod, &patch).expect("the patch applies");
             assert_eq!(*preview.pod, patched, "{} in {}", view.path, req.namespace);
         }
     }
     assert!(templates >= 20 && mutated >= 10, "{templates} templates, {mutated} mutated");
-}
-
-/// A CREATE of `object` by alice, whom no identity exempts (a template's preview knows no
-/// identity either).
-fn create_request(object: &Value) -> Request<'_> {
-    let (group, kind) = group_kind(object);
-    Request {
-        uid: "u",
-        operation: RequestOperation::Create,
-        group,
-        kind,
-        namespace: object["metadata"]["namespace"].as_str().unwrap_or("default"),
-        object,
-        old_object: None,
-        dry_run: false,
-        username: "alice",
-        groups: &[],
-    }
 }

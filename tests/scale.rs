@@ -37,7 +37,7 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::KilledOnDrop;
-use support::cluster::{ControlPlane, binaries_from_env, metric, ready};
+use support::cluster::{ControlPlane, binaries_from_env, metric, process_ticks, ready};
 
 /// Namespaces the scale team owns.
 const NAMESPACES: usize = 20;
@@ -508,16 +508,6 @@ fn comparison_report(
         lines.push(format!("CPU per create, {label:<14} answered by {}", per.join(", ")));
     }
     lines
-}
-
-/// User + system CPU ticks of process `pid` (0 if it is gone).
-fn process_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // After the command name (which may hold spaces): state is field 3, utime 14, stime 15.
-    let fields: Vec<&str> =
-        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
-    let field = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    field(11) + field(12)
 }
 
 /// Busy CPU ticks of the whole machine from /proc/stat's first line: user, nice, system, irq

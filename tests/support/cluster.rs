@@ -304,7 +304,7 @@ pub struct Replica {
 impl Replica {
     /// The CPU time (user and system) the replica's process has used so far.
     pub fn cpu_time(&self) -> Duration {
-        process_cpu_time(self.child.id())
+        Duration::from_millis(process_ticks(self.child.id()) * 10)
     }
 
     /// Stops the replica with SIGTERM, as a rolling update does.
@@ -830,12 +830,12 @@ pub async fn tenant_namespace(admin: &kube::Client, ns: &str, user: &str, rules:
     .await;
 }
 
-/// The CPU time (user and system) process `pid` has used, from `/proc/PID/stat` (clock ticks
-/// of 10 ms, Linux's USER_HZ); zero when it cannot be read.
-pub fn process_cpu_time(pid: u32) -> Duration {
+/// User + system CPU ticks of process `pid` (0 if it is gone), in Linux's USER_HZ (100 a second).
+pub fn process_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command (in parentheses, which may hold spaces): utime is the 12th, stime the 13th.
-    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let ticks: u64 = rest.split_whitespace().skip(11).take(2).filter_map(|f| f.parse::<u64>().ok()).sum();
-    Duration::from_millis(ticks * 10)
+    // After the command name (which may hold spaces): state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let field = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    field(11) + field(12)
 }
