@@ -532,6 +532,20 @@ mod tests {
         assert!(mutated >= 1, "at least one fixture is mutated by the shipped policies");
     }
 
+    /// The shipped policies with each `(from, to)` replaced in their text.
+    fn shipped_with(replacements: &[(&str, &str)]) -> PolicySet {
+        let sources = crate::policy::read_sources(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"))
+            .expect("shipped policies");
+        let sources: Vec<_> = sources
+            .iter()
+            .map(|s| crate::policy::Source {
+                name: s.name.clone(),
+                text: replacements.iter().fold(s.text.clone(), |text, (from, to)| text.replace(from, to)),
+            })
+            .collect();
+        crate::policy::compile(&sources).expect("policies")
+    }
+
     /// A JobSet whose two templates join one explicit gang: `pod` is merged into the second.
     fn jobset(second: Value) -> Value {
         let template = |name: &str| {
@@ -604,16 +618,12 @@ mod tests {
     /// so that Allot's own default does not decide.
     #[test]
     fn a_template_naming_no_priority_class_has_the_global_default() {
-        let sources = crate::policy::read_sources(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"))
-            .expect("shipped policies");
         // The Cluster's and the teams' default classes, commented out.
         let default = "default: low-priority";
-        assert_eq!(sources.iter().map(|s| s.text.matches(default).count()).sum::<usize>(), 3, "default classes");
-        let sources: Vec<_> = sources
-            .iter()
-            .map(|s| crate::policy::Source { name: s.name.clone(), text: s.text.replace(default, "# no default") })
-            .collect();
-        let policies = crate::policy::compile(&sources).expect("policies");
+        let shipped = crate::policy::read_sources(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"))
+            .expect("shipped policies");
+        assert_eq!(shipped.iter().map(|s| s.text.matches(default).count()).sum::<usize>(), 3, "default classes");
+        let policies = shipped_with(&[(default, "# no default")]);
         assert_eq!(policies.priority.default, None);
         assert!(policies.teams.iter().all(|t| t.priority.default.is_none()));
         let global = policies.priority.global_default.clone().expect("the shipped Cluster names a globalDefault");
@@ -640,19 +650,8 @@ mod tests {
     /// empty `schedulerName`.
     #[test]
     fn templates_joining_one_inferred_gang_must_agree() {
-        let sources = crate::policy::read_sources(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"))
-            .expect("shipped policies");
         // The shipped set with `gangs.yaml`'s settings replaced.
-        let with = |replacements: &[(&str, &str)]| {
-            let sources: Vec<_> = sources
-                .iter()
-                .map(|s| crate::policy::Source {
-                    name: s.name.clone(),
-                    text: replacements.iter().fold(s.text.clone(), |text, (from, to)| text.replace(from, to)),
-                })
-                .collect();
-            crate::policy::compile(&sources).expect("policies")
-        };
+        let with = shipped_with;
         let all = "infer: [JobSet, KubeflowJob, MPIJob, LeaderWorkerSet]";
         let shipped = with(&[]);
         let only_jobsets = with(&[("infer: []", "infer: [JobSet]")]);
