@@ -3,8 +3,9 @@
 //! carries out its actions: lift gates, explain on every member, enforce assembly timeouts.
 //!
 //! Event-driven: every change to the cluster view wakes the loop (coalesced over [`DEBOUNCE`]);
-//! it also wakes at the next assembly timeout and, as a safety net, every resync period. The
-//! gate lifts of a pass go out together, before its explanations.
+//! it also wakes at the next assembly timeout, after a backoff when a write failed ([`Retry`]),
+//! and, as a safety net, every resync period. The gate lifts of a pass go out together, before
+//! its explanations.
 //!
 //! Restart-safe: all state comes from the API (gates, gang metadata, the
 //! `allot.dev/gang-released` and `allot.dev/arrival` annotations, the conditions already
@@ -275,8 +276,49 @@ pub const DEBOUNCE: Duration = Duration::from_millis(5);
 /// How many API calls of one kind (gate lifts; explanations and stamps) run at once.
 const CONCURRENT_WRITES: usize = 16;
 
+/// The first wait before a write the API server refused is tried again; it doubles while the
+/// writes keep failing, up to the resync period.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+
+/// When the loop tries again after a write that failed (a 5xx, a timeout: not a conflict or a
+/// 404, which a watch event follows). A failure leaves no event behind, so without this a gang
+/// half released by a refused gate patch, or a condition never written, waited for the next
+/// unrelated change or the resync period (30 s by default).
+#[derive(Debug)]
+struct Retry {
+    /// The pass that tries again; `None` when nothing failed since the last pass.
+    at: Option<tokio::time::Instant>,
+    backoff: Duration,
+    most: Duration,
+    last_failure: Option<tokio::time::Instant>,
+}
+
+impl Retry {
+    fn new(most: Duration) -> Retry {
+        Retry { at: None, backoff: RETRY_FIRST, most: most.max(RETRY_FIRST), last_failure: None }
+    }
+
+    /// A write failed at `now`: a pass is due after the backoff (unless one is already set).
+    /// Failures that follow each other within twice the backoff double it; after a quiet
+    /// while it starts again from [`RETRY_FIRST`].
+    fn failed(&mut self, now: tokio::time::Instant) {
+        if self.at.is_some() {
+            return;
+        }
+        let recent = self.last_failure.is_some_and(|last| now.saturating_duration_since(last) <= self.backoff * 2);
+        self.backoff = if recent { (self.backoff * 2).min(self.most) } else { RETRY_FIRST };
+        self.last_failure = Some(now);
+        self.at = Some(now + self.backoff);
+    }
+
+    fn due(&self, now: tokio::time::Instant) -> bool {
+        self.at.is_some_and(|at| now >= at)
+    }
+}
+
 /// What the loop does at its next wake-up.
-fn next_wake(resync_at: tokio::time::Instant, deadline: Option<i64>) -> tokio::time::Instant {
+fn next_wake(resync_at: tokio::time::Instant, deadline: Option<i64>, retry: &Retry) -> tokio::time::Instant {
+    let resync_at = retry.at.map_or(resync_at, |at| at.min(resync_at));
     let Some(deadline) = deadline else { return resync_at };
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     // Just past the second the deadline falls in (the plan compares whole seconds).
@@ -300,12 +342,14 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         Recorder::new(client.clone(), Reporter { controller: "allot".into(), instance: Some(config.identity.clone()) });
     let (explain_tx, explain_rx) = tokio::sync::mpsc::unbounded_channel();
     let write_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let write_retry = Arc::new(tokio::sync::Notify::new());
     let explainer = tokio::spawn(explain(
         Writers { client: client.clone(), recorder, state: state.clone(), metrics: metrics.clone() },
         leader.clone(),
         explain_rx,
-        write_failed.clone(),
+        Failures { conditions: write_failed.clone(), wake: write_retry.clone() },
     ));
+    let mut retry = Retry::new(config.resync);
     let mut explained: HashMap<GangKey, crate::gang::plan::Explained> = HashMap::new();
     let mut queued: HashMap<(String, String), crate::quota::queue::Told> = HashMap::new();
     let mut handed_off = std::collections::HashSet::new();
@@ -317,7 +361,9 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         tokio::select! {
             // Pod and Node events (and the controller's own local marks) wake the loop.
             () = state.changed() => tokio::time::sleep(DEBOUNCE).await,
-            () = tokio::time::sleep_until(next_wake(resync_at, deadline)) => {}
+            () = tokio::time::sleep_until(next_wake(resync_at, deadline, &retry)) => {}
+            // A write of the explainer failed: try again after the backoff.
+            () = write_retry.notified() => retry.failed(tokio::time::Instant::now()),
             Ok(()) = leader.changed() => {}
             // Err (the handle was dropped, not used to stop) disables this branch: keep running.
             Ok(()) = stopped.changed() => if *stopped.borrow() { break },
@@ -347,15 +393,20 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
                 resync_at = now + config.resync;
             }
             deadline = None;
+            retry.at = None;
             continue;
         }
         let generation = state.generation();
         let now = unix_now();
         let resync = tokio::time::Instant::now() >= resync_at;
         let due = deadline.is_some_and(|d| now >= d);
-        if generation == seen_generation && !resync && !due {
+        let retrying = retry.due(tokio::time::Instant::now());
+        if generation == seen_generation && !resync && !due && !retrying {
             continue;
         }
+        // This pass tries again whatever failed before it (the plan is made from the pods, and
+        // what failed was unmarked); a failure in it sets the next try.
+        retry.at = None;
         if resync {
             resync_at = tokio::time::Instant::now() + config.resync;
             // The safety net: forget what was written; only pods whose conditions differ from
@@ -402,7 +453,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         queued = back;
         // Quota first: a gang member is released by the gang controller only once its quota
         // gate is gone. Only the gate lifts wait; explanations go out after the gang's lifts.
-        let mut later = execute_lifts(&client, &state, &metrics, quota_actions).await;
+        let (mut later, quota_lifts_failed) = execute_lifts(&client, &state, &metrics, quota_actions).await;
         let (pass, back) = if gang_gated == 0 && state.gated().0 == 0 {
             (Plan::default(), std::mem::take(&mut explained))
         } else {
@@ -442,7 +493,11 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
                 "releasing gang"
             );
         }
-        later.extend(execute_lifts(&client, &state, &metrics, pass.actions).await);
+        let (rest, gang_lifts_failed) = execute_lifts(&client, &state, &metrics, pass.actions).await;
+        later.extend(rest);
+        if quota_lifts_failed || gang_lifts_failed {
+            retry.failed(tokio::time::Instant::now());
+        }
         // After the lifts: a pod released in this pass needs no place in the queue.
         let stamps = {
             let state = state.clone();
@@ -493,6 +548,14 @@ struct Later {
     stamps: Vec<(String, String, i64)>,
 }
 
+/// How the explainer reports writes that failed to the loop.
+struct Failures {
+    /// A condition could not be written: the next pass forgets what it told.
+    conditions: Arc<std::sync::atomic::AtomicBool>,
+    /// Any write failed (a condition, a deletion, an arrival stamp): the loop sets a retry.
+    wake: Arc<tokio::sync::Notify>,
+}
+
 /// What the explainer writes with.
 struct Writers {
     client: kube::Client,
@@ -508,7 +571,7 @@ async fn explain(
     writers: Writers,
     leader: tokio::sync::watch::Receiver<bool>,
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Later>,
-    failed: Arc<std::sync::atomic::AtomicBool>,
+    failures: Failures,
 ) {
     let Writers { client, recorder, state, metrics } = writers;
     while let Some(first) = rx.recv().await {
@@ -528,10 +591,14 @@ async fn explain(
             continue;
         }
         let (actions, stamps) = coalesce(batches);
-        if execute_rest(&client, &recorder, &state, &metrics, actions).await {
-            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (conditions_failed, others_failed) = execute_rest(&client, &recorder, &state, &metrics, actions).await;
+        if conditions_failed {
+            failures.conditions.store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        stamp_arrivals(&client, &state, &metrics, stamps).await;
+        let stamps_failed = stamp_arrivals(&client, &state, &metrics, stamps).await;
+        if conditions_failed || others_failed || stamps_failed {
+            failures.wake.notify_one();
+        }
     }
 }
 
@@ -573,13 +640,16 @@ fn arrivals_to_stamp(state: &ClusterState) -> Vec<(String, String, i64)> {
 }
 
 /// Writes `allot.dev/arrival` on pods that lack it (once per pod), so a later leader orders them
-/// as this one did.
+/// as this one did. True when a stamp could not be written (it is unmarked; a later pass tries
+/// again).
 async fn stamp_arrivals(
     client: &kube::Client,
     state: &ClusterState,
     metrics: &ControllerMetrics,
     stamps: Vec<(String, String, i64)>,
-) {
+) -> bool {
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let failed_ref = &failed;
     futures::stream::iter(stamps)
         .for_each_concurrent(CONCURRENT_WRITES, |(namespace, pod, arrival)| async move {
             let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
@@ -590,11 +660,13 @@ async fn stamp_arrivals(
                 Err(e) if is_status(&e, &[404]) => {}
                 Err(e) => {
                     state.mark_arrival_stamped(&namespace, &pod, false);
+                    failed_ref.store(true, std::sync::atomic::Ordering::Relaxed);
                     tracing::debug!(%namespace, %pod, error = %e, "cannot stamp the arrival; retrying later")
                 }
             }
         })
         .await;
+    failed.into_inner()
 }
 
 fn unix_now() -> i64 {
@@ -650,19 +722,20 @@ pub fn release_patch(gate_index: usize, has_annotations: bool, released_at: &str
 
 /// Lifts gates, all at once (a gang's members go out together, not one round trip after the
 /// other); returns the other actions, plus the explanation owed for each pod lifted from its
-/// quota queue, for [`execute_rest`].
+/// quota queue, for [`execute_rest`]; and true when a lift failed for another reason than a
+/// change the watch will report (a 5xx, a timeout): the loop then sets a [`Retry`].
 async fn execute_lifts(
     client: &kube::Client,
     state: &ClusterState,
     metrics: &ControllerMetrics,
     actions: Vec<ControllerAction>,
-) -> Vec<ControllerAction> {
+) -> (Vec<ControllerAction>, bool) {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     let (lifts, mut rest): (Vec<_>, Vec<_>) = actions
         .into_iter()
         .partition(|a| matches!(a, ControllerAction::Release { .. } | ControllerAction::ReleaseQuota { .. }));
     let now = &now;
-    let admitted: Vec<Option<ControllerAction>> = futures::stream::iter(lifts)
+    let admitted: Vec<(Option<ControllerAction>, bool)> = futures::stream::iter(lifts)
         .map(|action| async move {
             match action {
                 ControllerAction::Release { namespace, pod, gate_index, has_annotations, node } => {
@@ -679,10 +752,11 @@ async fn execute_lifts(
                             tracing::info!(%namespace, %pod, error = %e, "gate list changed; retrying on the next pass")
                         }
                         Err(e) => {
-                            tracing::warn!(%namespace, %pod, error = %e, "release failed; retrying on the next pass")
+                            tracing::warn!(%namespace, %pod, error = %e, "release failed; retrying after a backoff");
+                            return (None, true);
                         }
                     }
-                    None
+                    (None, false)
                 }
                 ControllerAction::ReleaseQuota { namespace, pod, gate_index } => {
                     metrics.wrote("gate");
@@ -691,62 +765,66 @@ async fn execute_lifts(
                             state.mark_quota_released(&namespace, &pod);
                             metrics.quota_releases.inc();
                             tracing::info!(%namespace, %pod, "released from the quota queue");
-                            Some(ControllerAction::QuotaAdmitted { namespace, pod })
+                            (Some(ControllerAction::QuotaAdmitted { namespace, pod }), false)
                         }
                         Err(e) if is_status(&e, &[404, 409, 422]) => {
                             tracing::debug!(%namespace, %pod, error = %e, "quota release skipped; retrying on the next pass");
-                            None
+                            (None, false)
                         }
                         Err(e) => {
-                            tracing::warn!(%namespace, %pod, error = %e, "quota release failed; retrying on the next pass");
-                            None
+                            tracing::warn!(%namespace, %pod, error = %e, "quota release failed; retrying after a backoff");
+                            (None, true)
                         }
                     }
                 }
-                _ => None,
+                _ => (None, false),
             }
         })
         .buffered(CONCURRENT_WRITES)
         .collect()
         .await;
-    rest.extend(admitted.into_iter().flatten());
-    rest
+    let failed = admitted.iter().any(|(_, failed)| *failed);
+    rest.extend(admitted.into_iter().filter_map(|(action, _)| action));
+    (rest, failed)
 }
 
-/// Conditions, Events and deletions, concurrently. Returns true when a condition could not be
-/// written (the loop then forgets what it wrote, and the next pass tries again).
+/// Conditions, Events and deletions, concurrently. Returns (a condition could not be written:
+/// the loop then forgets what it wrote; a deletion could not be made); either way the next
+/// pass, after a [`Retry`] backoff, tries again.
 async fn execute_rest(
     client: &kube::Client,
     recorder: &Recorder,
     state: &ClusterState,
     metrics: &ControllerMetrics,
     actions: Vec<ControllerAction>,
-) -> bool {
+) -> (bool, bool) {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     let writer = Writer { client, recorder, metrics, now: &now };
-    let failures: Vec<bool> = futures::stream::iter(actions)
+    // (condition failed, deletion failed) per action.
+    let outcomes: Vec<(bool, bool)> = futures::stream::iter(actions)
         .map(|action| async move {
             if let ControllerAction::Delete { namespace, pod, reason } = &action {
                 if !writer.delete_member(namespace, pod, reason).await {
                     state.mark_deleting(namespace, pod, false);
+                    return (false, true);
                 }
-                return false;
+                return (false, false);
             }
-            let Some(c) = Condition::of(&action) else { return false };
+            let Some(c) = Condition::of(&action) else { return (false, false) };
             let condition = if c.quota { QUOTA_CONDITION } else { CONDITION };
             if !writer.set_condition(c.namespace, c.pod, condition, c.ready, c.reason, c.message).await {
                 // Marked when the pass sent it: unmarked (unless a newer one is on its way), so
                 // the next pass tells the pod again.
                 c.mark(state, false);
-                return true;
+                return (true, false);
             }
             writer.publish(c.namespace, c.pod, c.event, c.warning, c.reason, c.message).await;
-            false
+            (false, false)
         })
         .buffer_unordered(CONCURRENT_WRITES)
         .collect()
         .await;
-    failures.into_iter().any(|f| f)
+    (outcomes.iter().any(|o| o.0), outcomes.iter().any(|o| o.1))
 }
 
 /// The message of the condition a pod released from its team's quota queue gets.
@@ -1022,5 +1100,42 @@ mod claim_wait_tests {
         let started = std::time::Instant::now();
         wait_for_claims(&with_claims_in(Duration::from_secs(3600)), &none, Duration::from_secs(20)).await;
         assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}
+
+#[cfg(test)]
+mod retry_tests {
+    use super::{RETRY_FIRST, Retry};
+    use std::time::Duration;
+
+    #[test]
+    fn a_retry_backs_off_while_failures_follow_each_other_and_starts_over_after_a_quiet_while() {
+        let start = tokio::time::Instant::now();
+        let mut retry = Retry::new(Duration::from_secs(30));
+        assert!(!retry.due(start));
+        retry.failed(start);
+        assert_eq!(retry.at, Some(start + RETRY_FIRST));
+        // A second failure before the pass changes nothing: one retry is set.
+        retry.failed(start + Duration::from_millis(10));
+        assert_eq!(retry.at, Some(start + RETRY_FIRST));
+        assert!(!retry.due(start + Duration::from_millis(999)));
+        assert!(retry.due(start + RETRY_FIRST));
+        // Each retry pass fails again: 2 s, 4 s, … up to the resync period.
+        let mut now = start;
+        let mut waits = Vec::new();
+        for _ in 0..7 {
+            now = retry.at.expect("a retry is set");
+            retry.at = None; // the pass ran
+            retry.failed(now);
+            waits.push(retry.at.expect("set again").duration_since(now).as_secs());
+        }
+        assert_eq!(waits, [2, 4, 8, 16, 30, 30, 30]);
+        // A failure long after the last one starts again from the first wait.
+        retry.at = None;
+        let later = now + Duration::from_secs(600);
+        retry.failed(later);
+        assert_eq!(retry.at, Some(later + RETRY_FIRST));
+        // A resync period shorter than the first wait does not shorten it.
+        assert_eq!(Retry::new(Duration::from_millis(100)).most, RETRY_FIRST);
     }
 }
