@@ -109,6 +109,12 @@ struct Inner {
     removed: std::collections::VecDeque<(std::time::Instant, Key)>,
     /// The same, by pod: the last time each was seen deleted.
     removed_at: HashMap<Key, std::time::Instant>,
+    /// Conditions the controller has sent and whose write has not completed: `[gang, quota]`
+    /// fingerprints (0: none). A watch event of the pod meanwhile (the scheduler's
+    /// `PodScheduled`, a label) carries the pod as it was before the write; without these the
+    /// record would lose the mark and the next pass would tell the pod again (a duplicate write
+    /// and Event). Only pods with a write under way have an entry.
+    conditions_in_flight: HashMap<Key, [u64; 2]>,
     /// Bumped on every change, so the loop knows when to look again.
     generation: u64,
     /// The last arrival assigned to a pod without an `allot.dev/arrival` stamp (nanoseconds):
@@ -156,6 +162,18 @@ pub struct Tracked {
 pub const REMOVED_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Inner {
+    /// Ends the flight of `fingerprint` (unless a newer condition is on its way).
+    fn end_flight(&mut self, key: &Key, quota: bool, fingerprint: u64) {
+        let Some(flight) = self.conditions_in_flight.get_mut(key) else { return };
+        let slot = &mut flight[usize::from(quota)];
+        if *slot == fingerprint {
+            *slot = 0;
+        }
+        if *flight == [0, 0] {
+            self.conditions_in_flight.remove(key);
+        }
+    }
+
     /// Now (nanoseconds since the epoch), but always after the last arrival assigned.
     fn next_arrival(&mut self) -> i64 {
         let now = std::time::SystemTime::now()
@@ -255,6 +273,14 @@ impl Inner {
             && let Some(old) = self.pods.get(&key)
         {
             carry_claim_devices(old, &mut record);
+        }
+        if let Some([gang, quota]) = self.conditions_in_flight.get(&key) {
+            if *gang != 0 {
+                record.gang_condition = *gang;
+            }
+            if *quota != 0 {
+                record.quota_condition = *quota;
+            }
         }
         self.unindex(&key);
         if let Some(g) = &record.gang {
@@ -406,6 +432,7 @@ impl ClusterState {
         let mut inner = write(&self.inner);
         let key = key(namespace, name);
         inner.unindex(&key);
+        inner.conditions_in_flight.remove(&key);
         let now = std::time::Instant::now();
         while let Some((at, old)) = inner.removed.front().cloned()
             && now.duration_since(at) >= REMOVED_TTL
@@ -454,6 +481,7 @@ impl ClusterState {
         let gone: Vec<Key> = inner.pods.iter().filter(|(_, p)| p.relist != current).map(|(k, _)| k.clone()).collect();
         for key in &gone {
             inner.unindex(key);
+            inner.conditions_in_flight.remove(key);
         }
         inner.pods.shrink_to_fit();
         inner.relisting = false;
@@ -488,6 +516,8 @@ impl ClusterState {
         for r in records {
             inner.index(r);
         }
+        let Inner { pods, conditions_in_flight, .. } = &mut *inner;
+        conditions_in_flight.retain(|k, _| pods.contains_key(k));
         inner.pods_listed = true;
         inner.generation += 1;
         self.wake.notify_one();
@@ -647,24 +677,36 @@ impl ClusterState {
         }
     }
 
-    /// Records the condition the controller just wrote on a pod (see
-    /// [`PodRecord::gang_condition`]), so it is not written again before the watch echoes it.
+    /// Records the condition the controller is writing on a pod (see
+    /// [`PodRecord::gang_condition`]), so it is not written again before the watch echoes it;
+    /// watch events of the pod meanwhile keep the mark until the write completes
+    /// ([`ClusterState::condition_landed`], [`ClusterState::unmark_condition`]).
     pub fn mark_condition(&self, namespace: &str, name: &str, quota: bool, fingerprint: u64) {
         let mut inner = write(&self.inner);
-        if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
-            if quota {
-                p.quota_condition = fingerprint;
-            } else {
-                p.gang_condition = fingerprint;
-            }
+        let key = key(namespace, name);
+        let Some(p) = inner.pods.get_mut(&key) else { return };
+        if quota {
+            p.quota_condition = fingerprint;
+        } else {
+            p.gang_condition = fingerprint;
         }
+        inner.conditions_in_flight.entry(key).or_default()[usize::from(quota)] = fingerprint;
+    }
+
+    /// The write of `fingerprint` completed: watch events of the pod from now on carry it (or
+    /// whatever replaced it since), so the record follows them again.
+    pub fn condition_landed(&self, namespace: &str, name: &str, quota: bool, fingerprint: u64) {
+        let mut inner = write(&self.inner);
+        inner.end_flight(&key(namespace, name), quota, fingerprint);
     }
 
     /// Undoes [`ClusterState::mark_condition`] of `fingerprint` (a write that failed), unless
     /// the pod's record carries another condition by now (a newer one on its way, or the watch's).
     pub fn unmark_condition(&self, namespace: &str, name: &str, quota: bool, fingerprint: u64) {
         let mut inner = write(&self.inner);
-        if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
+        let key = key(namespace, name);
+        inner.end_flight(&key, quota, fingerprint);
+        if let Some(p) = inner.pods.get_mut(&key) {
             let marked = if quota { &mut p.quota_condition } else { &mut p.gang_condition };
             if *marked == fingerprint {
                 *marked = 0;

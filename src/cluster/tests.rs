@@ -425,3 +425,41 @@ fn a_failed_write_unmarks_only_its_own_condition() {
     assert_eq!(condition(&state), Some(0));
     state.unmark_condition("ml", "gone", false, 7);
 }
+
+/// A condition the controller is writing stays marked through watch events of the pod that
+/// predate the write (kube-scheduler's `PodScheduled` on a new gated pod), until the write
+/// completes; from then on the record follows the watch again. Before, such an event dropped
+/// the mark and the next pass told the pod again (a duplicate write and Event).
+#[test]
+fn a_condition_in_flight_survives_watch_events_until_its_write_completes() {
+    let p = policies("");
+    let pod = member("w-0", "g", 2, "2026-11-22T01:00:00Z", json!({}));
+    let state = cluster(&p, std::slice::from_ref(&pod));
+    let condition =
+        |state: &super::ClusterState| state.view().pod("ml", "w-0").map(|r| (r.gang_condition, r.quota_condition));
+    let event = |state: &super::ClusterState| state.upsert_pod(super::fixtures::record(&pod, &p));
+
+    state.mark_condition("ml", "w-0", false, 5);
+    event(&state);
+    assert_eq!(condition(&state), Some((5, 0)), "an event while the write is under way keeps the mark");
+    state.mark_condition("ml", "w-0", true, 9);
+    event(&state);
+    assert_eq!(condition(&state), Some((5, 9)), "both conditions in flight");
+    state.condition_landed("ml", "w-0", false, 5);
+    state.unmark_condition("ml", "w-0", true, 9);
+    assert_eq!(condition(&state), Some((5, 0)), "the failed one unmarked at once");
+    event(&state);
+    assert_eq!(condition(&state), Some((0, 0)), "after the write, the record follows the watch (here: no condition)");
+
+    // A newer condition marked while an older one flies: the older one's completion ends nothing.
+    state.mark_condition("ml", "w-0", false, 5);
+    state.mark_condition("ml", "w-0", false, 7);
+    state.condition_landed("ml", "w-0", false, 5);
+    event(&state);
+    assert_eq!(condition(&state), Some((7, 0)));
+
+    // A pod deleted while its condition flies: a pod made again under the name starts untold.
+    state.remove_pod("ml", "w-0");
+    event(&state);
+    assert_eq!(condition(&state), Some((0, 0)));
+}

@@ -818,6 +818,7 @@ async fn execute_rest(
                 c.mark(state, false);
                 return (true, false);
             }
+            c.landed(state);
             writer.publish(c.namespace, c.pod, c.event, c.warning, c.reason, c.message).await;
             (false, false)
         })
@@ -888,12 +889,20 @@ impl Condition<'_> {
     /// that it is not), so the passes meanwhile neither tell the pod again nor count it as
     /// told nothing.
     fn mark(&self, state: &ClusterState, sent: bool) {
-        let fingerprint = condition_fingerprint(self.ready, self.reason, self.message);
         if sent {
-            state.mark_condition(self.namespace, self.pod, self.quota, fingerprint);
+            state.mark_condition(self.namespace, self.pod, self.quota, self.fingerprint());
         } else {
-            state.unmark_condition(self.namespace, self.pod, self.quota, fingerprint);
+            state.unmark_condition(self.namespace, self.pod, self.quota, self.fingerprint());
         }
+    }
+
+    /// Records that the write completed: the pod's watch events carry it from now on.
+    fn landed(&self, state: &ClusterState) {
+        state.condition_landed(self.namespace, self.pod, self.quota, self.fingerprint());
+    }
+
+    fn fingerprint(&self) -> u64 {
+        condition_fingerprint(self.ready, self.reason, self.message)
     }
 }
 
