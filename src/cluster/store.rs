@@ -732,6 +732,23 @@ impl ClusterState {
         (inner.gang_gated, inner.quota_gated)
     }
 
+    /// Pods Allot holds in a quota queue whose arrival is not on them yet: `(namespace, name,
+    /// arrival)`. The controller asks after every pass (a pass follows every burst of watch
+    /// events), so it is O(1) when nothing is queued: the walk over every pod it was before cost
+    /// Allot ~11 % of its CPU with a few thousand pods and nothing queued (perf, scale.sh).
+    pub fn arrivals_to_stamp(&self) -> Vec<(String, String, i64)> {
+        let inner = read(&self.inner);
+        if inner.quota_gated == 0 {
+            return Vec::new();
+        }
+        inner
+            .pods
+            .values()
+            .filter(|p| p.needs_arrival_stamp())
+            .filter_map(|p| Some((p.namespace.to_string(), p.name.to_string(), p.arrival?)))
+            .collect()
+    }
+
     /// How much the view holds, for the `allot_cluster_*` gauges: O(1).
     pub fn tracked(&self) -> Tracked {
         let inner = read(&self.inner);

@@ -463,3 +463,28 @@ fn a_condition_in_flight_survives_watch_events_until_its_write_completes() {
     event(&state);
     assert_eq!(condition(&state), Some((0, 0)));
 }
+
+/// Arrival stamps go to queued pods without one, and only to them.
+#[test]
+fn only_queued_pods_without_a_stamp_are_stamped() {
+    let p = queue_policies();
+    let running = team_pod("running", 1, false, "2026-11-22T01:00:00Z");
+    let queued = team_pod("queued", 1, true, "2026-11-22T01:00:01Z");
+    let mut stamped = team_pod("stamped", 1, true, "2026-11-22T01:00:02Z");
+    stamped["metadata"]["annotations"]["allot.dev/arrival"] = json!("2026-11-22T01:00:02.000000001Z");
+    let state = cluster(&p, &[running.clone(), queued, stamped]);
+    let names = |state: &super::ClusterState| -> Vec<String> {
+        state.arrivals_to_stamp().into_iter().map(|(ns, name, _)| format!("{ns}/{name}")).collect()
+    };
+    assert_eq!(names(&state), ["ml/queued"]);
+    state.mark_arrival_stamped("ml", "queued", true);
+    assert!(names(&state).is_empty(), "marked as being written");
+    state.mark_arrival_stamped("ml", "queued", false);
+    assert_eq!(names(&state), ["ml/queued"], "the write failed: again");
+    state.mark_quota_released("ml", "queued");
+    assert!(names(&state).is_empty(), "released: no place in the queue to keep");
+    assert_eq!(state.gated().1, 1, "the stamped one still waits");
+    let nothing_queued = cluster(&p, &[running]);
+    assert_eq!(nothing_queued.gated().1, 0);
+    assert!(names(&nothing_queued).is_empty());
+}

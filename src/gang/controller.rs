@@ -499,9 +499,13 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             retry.failed(tokio::time::Instant::now());
         }
         // After the lifts: a pod released in this pass needs no place in the queue.
-        let stamps = {
+        // Only queued pods are stamped: with none (the common case), no walk over every pod
+        // after every pass, i.e. after every watch event.
+        let stamps = if state.gated().1 == 0 {
+            Vec::new()
+        } else {
             let state = state.clone();
-            tokio::task::spawn_blocking(move || arrivals_to_stamp(&state)).await.unwrap_or_default()
+            tokio::task::spawn_blocking(move || state.arrivals_to_stamp()).await.unwrap_or_default()
         };
         for (namespace, pod, _) in &stamps {
             state.mark_arrival_stamped(namespace, pod, true);
@@ -628,15 +632,6 @@ fn coalesce(batches: Vec<Later>) -> (Vec<ControllerAction>, Vec<(String, String,
     stamps.sort();
     stamps.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
     (actions.into_iter().flatten().collect(), stamps)
-}
-
-/// Pods Allot holds whose arrival is not on them yet: `(namespace, name, arrival)`.
-fn arrivals_to_stamp(state: &ClusterState) -> Vec<(String, String, i64)> {
-    let view = state.view();
-    view.pods()
-        .filter(|p| p.needs_arrival_stamp())
-        .filter_map(|p| Some((p.namespace.to_string(), p.name.to_string(), p.arrival?)))
-        .collect()
 }
 
 /// Writes `allot.dev/arrival` on pods that lack it (once per pod), so a later leader orders them
