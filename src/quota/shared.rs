@@ -1011,6 +1011,10 @@ pub fn recount_by_team(
         .filter(|t| t.quota.as_ref().is_some_and(|q| q.mode == crate::policy::QuotaMode::Deny))
         .map(|t| (t.name.clone(), Recount::at(unix_now())))
         .collect();
+    if out.is_empty() {
+        // No deny-mode team: nothing to count, and no walk over every pod.
+        return out;
+    }
     let mut team_of: HashMap<String, Option<(String, Quota)>> = HashMap::new();
     for pod in view.pods() {
         let team = match team_of.get(&*pod.namespace) {
@@ -1107,7 +1111,20 @@ pub fn spawn_reconciler(
             {
                 continue;
             }
-            let teams = recount_by_team(&state.view(), &current, labels.as_ref());
+            // A walk over every pod (100,000 in a large cluster): on a blocking thread, never on
+            // the async workers that answer admission.
+            let teams = {
+                let (state, current, labels) = (state.clone(), current.clone(), labels.clone());
+                match tokio::task::spawn_blocking(move || recount_by_team(&state.view(), &current, labels.as_ref()))
+                    .await
+                {
+                    Ok(teams) => teams,
+                    Err(e) => {
+                        tracing::error!(error = %e, "the quota recount failed; retrying");
+                        continue;
+                    }
+                }
+            };
             let mut clean = true;
             // A pending charge whose pod the watch saw deleted since it was charged.
             let (now_unix, now) = (unix_now(), Instant::now());
