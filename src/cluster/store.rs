@@ -356,6 +356,11 @@ pub struct ClusterView<'a> {
 }
 
 impl ClusterView<'_> {
+    /// A relist is being applied: this view lacks pods it has not seen again yet.
+    pub fn relisting(&self) -> bool {
+        self.inner.relisting
+    }
+
     /// Every Pod the watch has seen (finished ones included), in no particular order.
     pub fn pods(&self) -> impl Iterator<Item = &PodRecord> {
         self.inner.pods.values().map(|p| &**p)
@@ -693,8 +698,9 @@ impl ClusterState {
         inner.conditions_in_flight.entry(key).or_default()[usize::from(quota)] = fingerprint;
     }
 
-    /// The write of `fingerprint` completed: watch events of the pod from now on carry it (or
-    /// whatever replaced it since), so the record follows them again.
+    /// The write of `fingerprint` completed: the record follows the pod's watch events again.
+    /// (An event the watch delivers late, older than the write, still drops the mark: the pod
+    /// may then be told twice, a duplicate write and Event, never a lost one.)
     pub fn condition_landed(&self, namespace: &str, name: &str, quota: bool, fingerprint: u64) {
         let mut inner = write(&self.inner);
         inner.end_flight(&key(namespace, name), quota, fingerprint);
@@ -733,9 +739,10 @@ impl ClusterState {
     }
 
     /// Pods Allot holds in a quota queue whose arrival is not on them yet: `(namespace, name,
-    /// arrival)`. The controller asks after every pass (a pass follows every burst of watch
-    /// events), so it is O(1) when nothing is queued: the walk over every pod it was before cost
-    /// Allot ~11 % of its CPU with a few thousand pods and nothing queued (perf, scale.sh).
+    /// arrival)`. O(1) when nothing is queued: the controller's passes follow every burst of
+    /// watch events, and the walk over every pod after each of them cost Allot ~11 % of its CPU
+    /// with a few thousand pods and nothing queued (perf, scale.sh). While pods are queued it
+    /// walks every pod (as that pass's queue plan does).
     pub fn arrivals_to_stamp(&self) -> Vec<(String, String, i64)> {
         let inner = read(&self.inner);
         if inner.quota_gated == 0 {

@@ -273,6 +273,21 @@ async fn watch_nodes(client: kube::Client, state: Arc<ClusterState>) {
 /// members created together, the echoes of its own patches) becomes one pass.
 pub const DEBOUNCE: Duration = Duration::from_millis(5);
 
+/// After a change, the loop waits at least this many times as long as the last pass's planning
+/// took (and at most [`MOST_SETTLE`]): a pass walks every pod while anything is gated, so with a
+/// large cluster changing fast, passes back to back would take a core; this way they take at
+/// most about a fifth of one (the planning's walks; passes a timer wakes do not wait), and a
+/// small cluster keeps the [`DEBOUNCE`].
+const SETTLE_PER_PLANNING: u32 = 4;
+
+/// The longest wait after a change, however long the last pass took.
+const MOST_SETTLE: Duration = Duration::from_secs(1);
+
+/// How long the loop waits after a change before its pass.
+fn settle_time(last_planning: Duration) -> Duration {
+    (last_planning * SETTLE_PER_PLANNING).clamp(DEBOUNCE, MOST_SETTLE)
+}
+
 /// How many API calls of one kind (gate lifts; explanations and stamps) run at once.
 const CONCURRENT_WRITES: usize = 16;
 
@@ -280,34 +295,41 @@ const CONCURRENT_WRITES: usize = 16;
 /// writes keep failing, up to the resync period.
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 
-/// When the loop tries again after a write that failed (a 5xx, a timeout: not a conflict or a
-/// 404, which a watch event follows). A failure leaves no event behind, so without this a gang
-/// half released by a refused gate patch, or a condition never written, waited for the next
-/// unrelated change or the resync period (30 s by default).
+/// When the loop tries again after a write that failed for another reason than a conflict or a
+/// missing pod (which a watch event follows): a 5xx, a timeout, a 429, a refusal. Such a failure
+/// leaves no event behind, so without this a gang half released by a refused gate patch, or a
+/// condition never written, waited for the next unrelated change or the resync period (30 s by
+/// default).
 #[derive(Debug)]
 struct Retry {
-    /// The pass that tries again; `None` when nothing failed since the last pass.
+    /// The pass that tries again; `None` when none is due (nothing failed since the last pass,
+    /// or this replica does not lead).
     at: Option<tokio::time::Instant>,
     backoff: Duration,
     most: Duration,
-    last_failure: Option<tokio::time::Instant>,
+    /// The pass under way is a retry: a failure now doubles the backoff.
+    retrying: bool,
 }
 
 impl Retry {
     fn new(most: Duration) -> Retry {
-        Retry { at: None, backoff: RETRY_FIRST, most: most.max(RETRY_FIRST), last_failure: None }
+        Retry { at: None, backoff: RETRY_FIRST, most: most.max(RETRY_FIRST), retrying: false }
+    }
+
+    /// A pass begins at `now`: whether it is the retry, which it then takes over.
+    fn begin_pass(&mut self, now: tokio::time::Instant) {
+        self.retrying = self.due(now);
+        self.at = None;
     }
 
     /// A write failed at `now`: a pass is due after the backoff (unless one is already set).
-    /// Failures that follow each other within twice the backoff double it; after a quiet
-    /// while it starts again from [`RETRY_FIRST`].
+    /// A failure after a retry pass doubles the backoff (up to the resync period), however long
+    /// the failing writes took (a timeout); any other starts again from [`RETRY_FIRST`].
     fn failed(&mut self, now: tokio::time::Instant) {
         if self.at.is_some() {
             return;
         }
-        let recent = self.last_failure.is_some_and(|last| now.saturating_duration_since(last) <= self.backoff * 2);
-        self.backoff = if recent { (self.backoff * 2).min(self.most) } else { RETRY_FIRST };
-        self.last_failure = Some(now);
+        self.backoff = if self.retrying { (self.backoff * 2).min(self.most) } else { RETRY_FIRST };
         self.at = Some(now + self.backoff);
     }
 
@@ -357,10 +379,12 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
     let mut resync_at = tokio::time::Instant::now() + config.resync;
     let mut deadline: Option<i64> = None;
     let mut was_leader = false;
+    // How long the last pass's planning (its walks over the pods) took.
+    let mut last_planning = Duration::ZERO;
     loop {
         tokio::select! {
             // Pod and Node events (and the controller's own local marks) wake the loop.
-            () = state.changed() => tokio::time::sleep(DEBOUNCE).await,
+            () = state.changed() => tokio::time::sleep(settle_time(last_planning)).await,
             () = tokio::time::sleep_until(next_wake(resync_at, deadline, &retry)) => {}
             // A write of the explainer failed: try again after the backoff.
             () = write_retry.notified() => retry.failed(tokio::time::Instant::now()),
@@ -406,7 +430,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         }
         // This pass tries again whatever failed before it (the plan is made from the pods, and
         // what failed was unmarked); a failure in it sets the next try.
-        retry.at = None;
+        retry.begin_pass(tokio::time::Instant::now());
         if resync {
             resync_at = tokio::time::Instant::now() + config.resync;
             // The safety net: forget what was written; only pods whose conditions differ from
@@ -432,6 +456,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         // The pure work of a pass (quota queue, snapshot, decision) runs on a blocking thread:
         // however large the cluster view, it never occupies the async workers that answer
         // /mutate, /validate and /readyz.
+        let planning_started = std::time::Instant::now();
         let (quota_actions, back) = if quota_gated == 0 {
             // Nothing queued: nothing to remember (nor any place to refresh).
             (Vec::new(), HashMap::new())
@@ -451,9 +476,11 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             }
         };
         queued = back;
+        let mut planning = planning_started.elapsed();
         // Quota first: a gang member is released by the gang controller only once its quota
         // gate is gone. Only the gate lifts wait; explanations go out after the gang's lifts.
         let (mut later, quota_lifts_failed) = execute_lifts(&client, &state, &metrics, quota_actions).await;
+        let planning_started = std::time::Instant::now();
         let (pass, back) = if gang_gated == 0 && state.gated().0 == 0 {
             (Plan::default(), std::mem::take(&mut explained))
         } else {
@@ -472,6 +499,8 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             }
         };
         explained = back;
+        planning += planning_started.elapsed();
+        last_planning = planning;
         // The next assembly timeout or count refresh, and the next queue place held back.
         // (Only times ahead: a place this pass did not look at, a pod terminating say, must not
         // make the next pass due at once, and the one after.)
@@ -1113,10 +1142,20 @@ mod retry_tests {
     use std::time::Duration;
 
     #[test]
-    fn a_retry_backs_off_while_failures_follow_each_other_and_starts_over_after_a_quiet_while() {
+    fn the_wait_after_a_change_grows_with_the_last_pass_only_when_it_was_expensive() {
+        use super::{DEBOUNCE, MOST_SETTLE, settle_time};
+        assert_eq!(settle_time(Duration::ZERO), DEBOUNCE);
+        assert_eq!(settle_time(Duration::from_micros(300)), DEBOUNCE, "a small cluster's pass: the debounce");
+        assert_eq!(settle_time(Duration::from_millis(20)), Duration::from_millis(80), "a fifth of a core at most");
+        assert_eq!(settle_time(Duration::from_secs(3)), MOST_SETTLE);
+    }
+
+    #[test]
+    fn a_retry_backs_off_while_retries_fail_and_starts_over_after_a_pass_that_was_no_retry() {
         let start = tokio::time::Instant::now();
         let mut retry = Retry::new(Duration::from_secs(30));
         assert!(!retry.due(start));
+        retry.begin_pass(start);
         retry.failed(start);
         assert_eq!(retry.at, Some(start + RETRY_FIRST));
         // A second failure before the pass changes nothing: one retry is set.
@@ -1124,21 +1163,25 @@ mod retry_tests {
         assert_eq!(retry.at, Some(start + RETRY_FIRST));
         assert!(!retry.due(start + Duration::from_millis(999)));
         assert!(retry.due(start + RETRY_FIRST));
-        // Each retry pass fails again: 2 s, 4 s, … up to the resync period.
-        let mut now = start;
+        // Each retry pass fails again, however long its writes take (a 10 s timeout here):
+        // 2 s, 4 s, … up to the resync period.
         let mut waits = Vec::new();
         for _ in 0..7 {
-            now = retry.at.expect("a retry is set");
-            retry.at = None; // the pass ran
+            let mut now = retry.at.expect("a retry is set");
+            retry.begin_pass(now);
+            assert!(retry.at.is_none(), "the pass takes the retry over");
+            now += Duration::from_secs(10);
             retry.failed(now);
             waits.push(retry.at.expect("set again").duration_since(now).as_secs());
         }
         assert_eq!(waits, [2, 4, 8, 16, 30, 30, 30]);
-        // A failure long after the last one starts again from the first wait.
-        retry.at = None;
-        let later = now + Duration::from_secs(600);
-        retry.failed(later);
-        assert_eq!(retry.at, Some(later + RETRY_FIRST));
+        // A failure in a pass that was no retry (an event's) starts again from the first wait.
+        let later = retry.at.expect("set") + Duration::from_secs(1);
+        retry.begin_pass(later);
+        let event = later + Duration::from_secs(5);
+        retry.begin_pass(event);
+        retry.failed(event);
+        assert_eq!(retry.at, Some(event + RETRY_FIRST));
         // A resync period shorter than the first wait does not shorten it.
         assert_eq!(Retry::new(Duration::from_millis(100)).most, RETRY_FIRST);
     }

@@ -1115,10 +1115,14 @@ pub fn spawn_reconciler(
             // the async workers that answer admission.
             let teams = {
                 let (state, current, labels) = (state.clone(), current.clone(), labels.clone());
-                match tokio::task::spawn_blocking(move || recount_by_team(&state.view(), &current, labels.as_ref()))
-                    .await
-                {
-                    Ok(teams) => teams,
+                // The relist check again, under the view's own lock: one may have begun since.
+                let recount = move || {
+                    let view = state.view();
+                    (!view.relisting()).then(|| recount_by_team(&view, &current, labels.as_ref()))
+                };
+                match tokio::task::spawn_blocking(recount).await {
+                    Ok(Some(teams)) => teams,
+                    Ok(None) => continue,
                     Err(e) => {
                         tracing::error!(error = %e, "the quota recount failed; retrying");
                         continue;
