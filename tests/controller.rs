@@ -675,6 +675,16 @@ async fn a_gang_gate_behind_the_quota_gate_is_lifted_at_its_new_index() {
     }
 }
 
+/// `writes` (of one kind, to one pod) were one refusal, then one try after the retry backoff:
+/// about a second later, not at once in a loop, not at the next resync.
+fn assert_one_retry_after_the_backoff(writes: &[&Request], log: &str) {
+    let statuses: Vec<u16> = writes.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [500, 200], "one refusal, then one try after the backoff:\n{log}");
+    let waited = writes[1].at.duration_since(writes[0].at);
+    assert!(waited >= Duration::from_millis(900), "tried again after {waited:?}, before the backoff:\n{log}");
+    assert!(waited < Duration::from_secs(10), "tried again only after {waited:?}:\n{log}");
+}
+
 /// Fails every write to pod `name` (gate patches, conditions, stamps) until the returned flag
 /// is set: an API server in trouble for a moment, whose refusals leave no watch event behind.
 fn refuse_writes_to(fake: &FakeApi, name: &'static str) -> Arc<std::sync::atomic::AtomicBool> {
@@ -710,22 +720,14 @@ async fn a_refused_gate_lift_is_tried_again_after_a_backoff() {
             && pod_name(r) == "solo-0"
     });
     let (handle, _) = start(&fake, "allot-0", Duration::from_secs(3600), "");
-    let first = fake
-        .wait_for("the refused lift", PATIENCE, |r| gate_patches(r, "allot-0").iter().any(|p| p.status == 500))
-        .await;
-    let refused_at = gate_patches(&first, "allot-0").iter().find(|p| p.status == 500).map(|p| p.at).unwrap();
+    fake.wait_for("the refused lift", PATIENCE, |r| gate_patches(r, "allot-0").iter().any(|p| p.status == 500)).await;
     recovered.store(true, std::sync::atomic::Ordering::SeqCst);
     let requests = fake
         .wait_for("the lift tried again", PATIENCE, |r| gate_patches(r, "allot-0").iter().any(|p| p.status == 200))
         .await;
     handle.shutdown(Duration::from_secs(5)).await;
     let log = dump(&requests);
-    let lifts = gate_patches(&requests, "allot-0");
-    let statuses: Vec<u16> = lifts.iter().map(|r| r.status).collect();
-    assert_eq!(statuses, [500, 200], "one refusal, then one try after the backoff:\n{log}");
-    let waited = lifts[1].at.duration_since(refused_at);
-    assert!(waited >= Duration::from_millis(900), "tried again after {waited:?}, before the backoff:\n{log}");
-    assert!(waited < Duration::from_secs(10), "tried again only after {waited:?}:\n{log}");
+    assert_one_retry_after_the_backoff(&gate_patches(&requests, "allot-0"), &log);
     assert!(gates(&fake.get("pods", "ml", "solo-0").unwrap()).is_empty());
     assert!(condition_patches(&requests, "allot-0").is_empty(), "the pod already said it:\n{log}");
 }
@@ -739,12 +741,10 @@ async fn a_refused_condition_is_written_after_a_backoff() {
     fake.add([member("ml", "pair", 2, 0, &now())]);
     let recovered = refuse_writes_to(&fake, "pair-0");
     let (handle, _) = start(&fake, "allot-0", Duration::from_secs(3600), "");
-    let first = fake
-        .wait_for("the refused condition", PATIENCE, |r| {
-            condition_patches(r, "allot-0").iter().any(|p| p.status == 500)
-        })
-        .await;
-    let refused_at = condition_patches(&first, "allot-0").iter().find(|p| p.status == 500).map(|p| p.at).unwrap();
+    fake.wait_for("the refused condition", PATIENCE, |r| {
+        condition_patches(r, "allot-0").iter().any(|p| p.status == 500)
+    })
+    .await;
     recovered.store(true, std::sync::atomic::Ordering::SeqCst);
     let requests = fake
         .wait_for("the condition written", PATIENCE, |r| {
@@ -754,10 +754,6 @@ async fn a_refused_condition_is_written_after_a_backoff() {
     handle.shutdown(Duration::from_secs(5)).await;
     let log = dump(&requests);
     let conditions = condition_patches(&requests, "allot-0");
-    let statuses: Vec<u16> = conditions.iter().map(|r| r.status).collect();
-    assert_eq!(statuses, [500, 200], "{log}");
-    let waited = conditions[1].at.duration_since(refused_at);
-    assert!(waited >= Duration::from_millis(900), "tried again after {waited:?}:\n{log}");
-    assert!(waited < Duration::from_secs(10), "tried again only after {waited:?}:\n{log}");
+    assert_one_retry_after_the_backoff(&conditions, &log);
     assert_eq!(condition(conditions[1])["reason"], "WaitingForMembers", "{log}");
 }
