@@ -988,9 +988,15 @@ fn deny_team_of(
 
 /// What the ledger counts of `pod` under `quota`: its counted requests and shared claims,
 /// unless it has none of either and no gang (the admission book charges nothing for it).
+///
+/// Runs for every pod of every deny-mode team each second on the leader: only what the quota
+/// counts is copied (`ledger::counted` on the pod's requests, without a copy of them all first).
 fn counted_pod(pod: &crate::cluster::PodRecord, quota: &Quota) -> Option<(ResourceList, crate::dra::SharedClaims)> {
-    let requests: ResourceList = pod.request_pairs().map(|(k, v)| (k.to_string(), v)).collect();
-    let requests = ledger::counted(quota, &requests);
+    let requests: ResourceList = pod
+        .request_pairs()
+        .filter(|(k, v)| (quota.limits.contains_key(*k) || quota.equivalents.contains_key(*k)) && v.nanos() != 0)
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
     let claims: crate::dra::SharedClaims =
         pod.held_claims().iter().map(|h| (h.name.to_string(), h.device_list())).collect();
     let claims = ledger::counted_claims(quota, &claims);
@@ -1015,14 +1021,13 @@ pub fn recount_by_team(
         // No deny-mode team: nothing to count, and no walk over every pod.
         return out;
     }
-    let mut team_of: HashMap<String, Option<(String, Quota)>> = HashMap::new();
+    // Keyed by the address of the record's namespace, which records share (interned): no
+    // hashing and comparing of the namespace's text per pod. Two records naming one namespace
+    // through two allocations would only make two entries with the same team.
+    let mut team_of: HashMap<*const u8, Option<(String, Quota)>> = HashMap::new();
     for pod in view.pods() {
-        let team = match team_of.get(&*pod.namespace) {
-            Some(team) => team,
-            None => team_of
-                .entry(pod.namespace.to_string())
-                .or_insert_with(|| deny_team_of(policies, labels, &pod.namespace)),
-        };
+        let team =
+            team_of.entry(pod.namespace.as_ptr()).or_insert_with(|| deny_team_of(policies, labels, &pod.namespace));
         let Some((team, quota)) = team else { continue };
         let Some((requests, claims)) = counted_pod(pod, quota) else { continue };
         if let Some(recount) = out.get_mut(team.as_str()) {

@@ -593,3 +593,38 @@ fn the_pods_naming_a_shared_claim_are_known_also_after_a_restart() {
     restarted.remove_pod("vision", "a");
     assert!(restarted.pods_naming_claim("vision", "pair").is_empty());
 }
+
+/// The leader's recount counts each deny-mode team's pods as admission charges them: pods asking
+/// what the quota counts, and gang members whatever they ask; not CPU-only pods, not pods of
+/// namespaces outside the team. Without a deny-mode team it counts nothing.
+#[test]
+fn the_recount_counts_what_admission_charges() {
+    let p = policies(8);
+    let state = ClusterState::default();
+    let mut other = pod("elsewhere", 2, None);
+    other["metadata"]["namespace"] = json!("unowned");
+    let mut cpu_only = pod("cpu-only", 0, None);
+    cpu_only["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "2"}});
+    let mut finished = pod("done", 1, None);
+    finished["status"]["phase"] = json!("Succeeded");
+    let pods = [pod("gpu", 2, None), pod("member", 0, Some(("g", 2))), cpu_only, finished, other];
+    state.replace_pods(pods.iter().map(|pod| record(pod, &p)).collect());
+    let teams = super::shared::recount_by_team(&state.view(), &p, &NoNamespaces);
+    assert_eq!(teams.keys().collect::<Vec<_>>(), ["vision"]);
+    let vision = &teams["vision"];
+    assert_eq!(vision.pods(), 3, "the GPU pod, the gang member and the finished pod");
+    assert!(vision.find("vision", "gpu").is_some_and(|s| !s.finished));
+    assert!(vision.find("vision", "member").is_some());
+    assert!(vision.find("vision", "done").is_some_and(|s| s.finished));
+    assert!(vision.find("vision", "cpu-only").is_none(), "asks nothing the quota counts");
+    assert!(vision.find("unowned", "elsewhere").is_none(), "not the team's namespace");
+
+    let queue = compile(&[Source {
+        name: "q.yaml".into(),
+        text: "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: vision}\nspec:\n  namespaces: {names: [vision]}\n  \
+               quota: {mode: Queue, limits: {nvidia.com/gpu: 8}}\n"
+            .into(),
+    }])
+    .unwrap();
+    assert!(super::shared::recount_by_team(&state.view(), &queue, &NoNamespaces).is_empty());
+}
