@@ -990,13 +990,10 @@ fn deny_team_of(
 /// unless it has none of either and no gang (the admission book charges nothing for it).
 ///
 /// Runs for every pod of every deny-mode team each second on the leader: only what the quota
-/// counts is copied (`ledger::counted` on the pod's requests, without a copy of them all first).
+/// counts is copied ([`ledger::counted`] on the pod's requests, without a copy of them all first).
 fn counted_pod(pod: &crate::cluster::PodRecord, quota: &Quota) -> Option<(ResourceList, crate::dra::SharedClaims)> {
-    let requests: ResourceList = pod
-        .request_pairs()
-        .filter(|(k, v)| (quota.limits.contains_key(*k) || quota.equivalents.contains_key(*k)) && v.nanos() != 0)
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
+    let requests: ResourceList =
+        pod.request_pairs().filter(|(k, v)| ledger::counts(quota, k, *v)).map(|(k, v)| (k.to_string(), v)).collect();
     let claims: crate::dra::SharedClaims =
         pod.held_claims().iter().map(|h| (h.name.to_string(), h.device_list())).collect();
     let claims = ledger::counted_claims(quota, &claims);
