@@ -651,12 +651,11 @@ mod tests {
     #[test]
     fn templates_joining_one_inferred_gang_must_agree() {
         // The shipped set with `gangs.yaml`'s settings replaced.
-        let with = shipped_with;
         let all = "infer: [JobSet, KubeflowJob, MPIJob, LeaderWorkerSet]";
-        let shipped = with(&[]);
-        let only_jobsets = with(&[("infer: []", "infer: [JobSet]")]);
-        let inferring = with(&[("infer: []", all)]);
-        let native = with(&[("infer: []", all), ("nativeScheduling: false", "nativeScheduling: true")]);
+        let shipped = shipped_with(&[]);
+        let only_jobsets = shipped_with(&[("infer: []", "infer: [JobSet]")]);
+        let inferring = shipped_with(&[("infer: []", all)]);
+        let native = shipped_with(&[("infer: []", all), ("nativeScheduling: false", "nativeScheduling: true")]);
         assert!(
             native.gang_policies.iter().any(|g| g.native_scheduling),
             "the shipped gangs.yaml names nativeScheduling"
@@ -762,7 +761,7 @@ mod tests {
         assert_eq!(consistency(&inferring, &alone), [], "groups of their leader alone: no worker");
 
         // A GangPolicy scoped to a team compares that team's templates only.
-        let visions = with(&[("infer: []", "match: {teams: [vision]}\n  infer: [JobSet]")]);
+        let visions = shipped_with(&[("infer: []", "match: {teams: [vision]}\n  infer: [JobSet]")]);
         assert_eq!(visions.gang_policies.len(), 1, "the shipped set has one GangPolicy");
         let mut in_vision = split.clone();
         in_vision["metadata"]["namespace"] = serde_json::json!("vision-train");

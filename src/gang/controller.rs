@@ -551,7 +551,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         // Conditions count as written from now: a pass before the write lands does not tell
         // the pod again (the explainer unmarks what it could not write).
         for condition in later.iter().filter_map(Condition::of) {
-            condition.mark(&state, true);
+            condition.sent(&state);
         }
         let _ = explain_tx.send(Later { actions: later, stamps });
     }
@@ -618,7 +618,7 @@ async fn explain(
                     state.mark_arrival_stamped(namespace, pod, false);
                 }
                 for condition in b.actions.iter().filter_map(Condition::of) {
-                    condition.mark(&state, false);
+                    condition.failed(&state);
                 }
             }
             continue;
@@ -839,7 +839,7 @@ async fn execute_rest(
             if !writer.set_condition(c.namespace, c.pod, condition, c.ready, c.reason, c.message).await {
                 // Marked when the pass sent it: unmarked (unless a newer one is on its way), so
                 // the next pass tells the pod again.
-                c.mark(state, false);
+                c.failed(state);
                 return (true, false);
             }
             c.landed(state);
@@ -909,15 +909,15 @@ impl Condition<'_> {
         })
     }
 
-    /// Records on the pod's record that this condition is on its way (or, with `sent` false,
-    /// that it is not), so the passes meanwhile neither tell the pod again nor count it as
-    /// told nothing.
-    fn mark(&self, state: &ClusterState, sent: bool) {
-        if sent {
-            state.mark_condition(self.namespace, self.pod, self.quota, self.fingerprint());
-        } else {
-            state.unmark_condition(self.namespace, self.pod, self.quota, self.fingerprint());
-        }
+    /// Records on the pod's record that this condition is on its way, so the passes meanwhile
+    /// neither tell the pod again nor count it as told nothing.
+    fn sent(&self, state: &ClusterState) {
+        state.mark_condition(self.namespace, self.pod, self.quota, self.fingerprint());
+    }
+
+    /// Records that it was not written (or not sent): unmarked, unless a newer one is on its way.
+    fn failed(&self, state: &ClusterState) {
+        state.unmark_condition(self.namespace, self.pod, self.quota, self.fingerprint());
     }
 
     /// Records that the write completed: the pod's watch events carry it from now on.

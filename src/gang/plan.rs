@@ -157,15 +157,15 @@ pub fn plan(
             // Only the count of an incomplete gang moved, and its members were all told less
             // than COUNT_REFRESH_SECS ago: only those told nothing yet are told now, the rest at
             // the refresh.
-            let refresh_at = last
+            // (When the members were last told all, and when they are told again.)
+            let refresh = last
                 .filter(|e| d.verdict == Verdict::Incomplete && e.reason == reason)
-                .map(|e| e.at.saturating_add(refresh_secs(gf.gated.len())))
-                .filter(|at| snapshot.now < *at);
+                .map(|e| (e.at, e.at.saturating_add(refresh_secs(gf.gated.len()))))
+                .filter(|(_, at)| snapshot.now < *at);
             let behind = last.is_some_and(|e| e.behind);
-            let tell: Vec<&str> = match (refresh_at, last) {
-                (Some(at), Some(e)) if changed || behind => {
+            let tell: Vec<&str> = match refresh {
+                Some((told_at, at)) if changed || behind => {
                     next_deadline = Some(next_deadline.map_or(at, |n: i64| n.min(at)));
-                    let told_at = e.at;
                     previous.insert(
                         d.gang.clone(),
                         Explained { reason, message: message.clone(), at: told_at, behind: true },
