@@ -109,12 +109,13 @@ struct Inner {
     removed: std::collections::VecDeque<(std::time::Instant, Key)>,
     /// The same, by pod: the last time each was seen deleted.
     removed_at: HashMap<Key, std::time::Instant>,
-    /// Conditions the controller has sent and whose write has not completed: `[gang, quota]`
-    /// fingerprints (0: none). A watch event of the pod meanwhile (the scheduler's
-    /// `PodScheduled`, a label) carries the pod as it was before the write; without these the
-    /// record would lose the mark and the next pass would tell the pod again (a duplicate write
-    /// and Event). Only pods with a write under way have an entry.
-    conditions_in_flight: HashMap<Key, [u64; 2]>,
+    /// Conditions the controller has sent whose echo the watch has not delivered yet, `[gang,
+    /// quota]`. A watch event of the pod meanwhile (the scheduler's `PodScheduled`, a label)
+    /// carries the pod as it was before the write, also one the watch delivers after the
+    /// write's response; without these the record would lose the mark and the next pass would
+    /// tell the pod again (a duplicate write and Event). Only pods with such a write have an
+    /// entry.
+    conditions_in_flight: HashMap<Key, [Flight; 2]>,
     /// Bumped on every change, so the loop knows when to look again.
     generation: u64,
     /// The last arrival assigned to a pod without an `allot.dev/arrival` stamp (nanoseconds):
@@ -161,15 +162,45 @@ pub struct Tracked {
 /// How long a deletion is remembered: as long as a reservation waits for its pod.
 pub const REMOVED_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// How long after its write completed a condition stays marked without the watch echoing it.
+/// The echo normally comes within milliseconds; past this the watch's view wins again (another
+/// replica, leading after a fail-over, may have written the condition since).
+pub const ECHO_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// One condition the controller wrote (or is writing) on a pod.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Flight {
+    /// Its fingerprint ([`super::records::condition_fingerprint`]); 0: none.
+    fingerprint: u64,
+    /// When its write completed; `None` while under way.
+    landed: Option<std::time::Instant>,
+}
+
+impl Flight {
+    /// What the record of a watch event carrying condition fingerprint `seen` holds: the
+    /// flight's fingerprint while it flies; the watch's once the event echoes the write, or the
+    /// write landed more than [`ECHO_WAIT`] ago (the flight ends then).
+    fn follow(&mut self, seen: u64, now: std::time::Instant) -> u64 {
+        let echoed = seen == self.fingerprint;
+        let waited_out = self.landed.is_some_and(|at| now.saturating_duration_since(at) >= ECHO_WAIT);
+        if self.fingerprint == 0 || echoed || waited_out {
+            *self = Flight::default();
+            seen
+        } else {
+            self.fingerprint
+        }
+    }
+}
+
 impl Inner {
     /// Ends the flight of `fingerprint` (unless a newer condition is on its way).
     fn end_flight(&mut self, key: &Key, quota: bool, fingerprint: u64) {
-        let Some(flight) = self.conditions_in_flight.get_mut(key) else { return };
-        let slot = &mut flight[usize::from(quota)];
-        if *slot == fingerprint {
-            *slot = 0;
+        let Some(flights) = self.conditions_in_flight.get_mut(key) else { return };
+        let slot = &mut flights[usize::from(quota)];
+        if slot.fingerprint == fingerprint {
+            *slot = Flight::default();
         }
-        if *flight == [0, 0] {
+        if *flights == [Flight::default(); 2] {
             self.conditions_in_flight.remove(key);
         }
     }
@@ -274,12 +305,13 @@ impl Inner {
         {
             carry_claim_devices(old, &mut record);
         }
-        if let Some([gang, quota]) = self.conditions_in_flight.get(&key) {
-            if *gang != 0 {
-                record.gang_condition = *gang;
-            }
-            if *quota != 0 {
-                record.quota_condition = *quota;
+        if let Some(flights) = self.conditions_in_flight.get_mut(&key) {
+            let now = std::time::Instant::now();
+            let [gang, quota] = flights;
+            record.gang_condition = gang.follow(record.gang_condition, now);
+            record.quota_condition = quota.follow(record.quota_condition, now);
+            if *flights == [Flight::default(); 2] {
+                self.conditions_in_flight.remove(&key);
             }
         }
         self.unindex(&key);
@@ -695,15 +727,19 @@ impl ClusterState {
         } else {
             p.gang_condition = fingerprint;
         }
-        inner.conditions_in_flight.entry(key).or_default()[usize::from(quota)] = fingerprint;
+        inner.conditions_in_flight.entry(key).or_default()[usize::from(quota)] = Flight { fingerprint, landed: None };
     }
 
-    /// The write of `fingerprint` completed: the record follows the pod's watch events again.
-    /// (An event the watch delivers late, older than the write, still drops the mark: the pod
-    /// may then be told twice, a duplicate write and Event, never a lost one.)
+    /// The write of `fingerprint` completed. The mark stays until the watch echoes it (an event
+    /// the watch delivers late, older than the write, still carries the pod without it), or
+    /// for [`ECHO_WAIT`] at most.
     pub fn condition_landed(&self, namespace: &str, name: &str, quota: bool, fingerprint: u64) {
         let mut inner = write(&self.inner);
-        inner.end_flight(&key(namespace, name), quota, fingerprint);
+        let Some(flights) = inner.conditions_in_flight.get_mut(&key(namespace, name)) else { return };
+        let slot = &mut flights[usize::from(quota)];
+        if slot.fingerprint == fingerprint {
+            slot.landed = Some(std::time::Instant::now());
+        }
     }
 
     /// Undoes [`ClusterState::mark_condition`] of `fingerprint` (a write that failed), unless
@@ -836,5 +872,30 @@ impl GangDirectory for ClusterState {
             .collect();
         pods.sort();
         pods
+    }
+}
+
+#[cfg(test)]
+mod flight_tests {
+    use super::{ECHO_WAIT, Flight};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_flight_holds_its_mark_until_the_echo_or_the_wait_ends() {
+        let now = Instant::now();
+        let mut none = Flight::default();
+        assert_eq!(none.follow(7, now), 7, "no flight: the watch's");
+
+        let mut under_way = Flight { fingerprint: 5, landed: None };
+        assert_eq!(under_way.follow(0, now + ECHO_WAIT * 10), 5, "no wait while the write is under way");
+        assert_eq!(under_way.follow(3, now), 5, "another condition seen (an older one): still ours");
+        assert_eq!(under_way, Flight { fingerprint: 5, landed: None });
+        assert_eq!(under_way.follow(5, now), 5, "the echo");
+        assert_eq!(under_way, Flight::default(), "ends the flight");
+
+        let mut landed = Flight { fingerprint: 5, landed: Some(now) };
+        assert_eq!(landed.follow(0, now + ECHO_WAIT - Duration::from_millis(1)), 5);
+        assert_eq!(landed.follow(3, now + ECHO_WAIT), 3, "waited out: the watch's");
+        assert_eq!(landed, Flight::default());
     }
 }

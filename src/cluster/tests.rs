@@ -427,38 +427,59 @@ fn a_failed_write_unmarks_only_its_own_condition() {
 }
 
 /// A condition the controller is writing stays marked through watch events of the pod that
-/// predate the write (kube-scheduler's `PodScheduled` on a new gated pod), until the write
-/// completes; from then on the record follows the watch again. Before, such an event dropped
-/// the mark and the next pass told the pod again (a duplicate write and Event).
+/// predate the write (kube-scheduler's `PodScheduled` on a new gated pod), also those the watch
+/// delivers after the write completed, until the watch echoes the condition; from then on the
+/// record follows the watch again. Before, such an event dropped the mark and the next pass told
+/// the pod again (a duplicate write and Event).
 #[test]
-fn a_condition_in_flight_survives_watch_events_until_its_write_completes() {
+fn a_condition_in_flight_survives_watch_events_until_the_watch_echoes_it() {
     let p = policies("");
     let pod = member("w-0", "g", 2, "2026-11-22T01:00:00Z", json!({}));
     let state = cluster(&p, std::slice::from_ref(&pod));
     let condition =
         |state: &super::ClusterState| state.view().pod("ml", "w-0").map(|r| (r.gang_condition, r.quota_condition));
     let event = |state: &super::ClusterState| state.upsert_pod(super::fixtures::record(&pod, &p));
+    let told = |reason: &str| {
+        let fingerprint = super::records::condition_fingerprint(false, reason, "m");
+        let mut told = pod.clone();
+        told["status"] = json!({"conditions": [
+            {"type": super::action::CONDITION, "status": "False", "reason": reason, "message": "m"}
+        ]});
+        (fingerprint, told)
+    };
+    let (five, told_five) = told("Five");
+    let (seven, told_seven) = told("Seven");
 
-    state.mark_condition("ml", "w-0", false, 5);
+    state.mark_condition("ml", "w-0", false, five);
     event(&state);
-    assert_eq!(condition(&state), Some((5, 0)), "an event while the write is under way keeps the mark");
+    assert_eq!(condition(&state), Some((five, 0)), "an event while the write is under way keeps the mark");
     state.mark_condition("ml", "w-0", true, 9);
     event(&state);
-    assert_eq!(condition(&state), Some((5, 9)), "both conditions in flight");
-    state.condition_landed("ml", "w-0", false, 5);
+    assert_eq!(condition(&state), Some((five, 9)), "both conditions in flight");
+    state.condition_landed("ml", "w-0", false, five);
     state.unmark_condition("ml", "w-0", true, 9);
-    assert_eq!(condition(&state), Some((5, 0)), "the failed one unmarked at once");
+    assert_eq!(condition(&state), Some((five, 0)), "the failed one unmarked at once");
     event(&state);
-    assert_eq!(condition(&state), Some((0, 0)), "after the write, the record follows the watch (here: no condition)");
+    assert_eq!(condition(&state), Some((five, 0)), "an event older than the landed write keeps the mark");
+    state.upsert_pod(super::fixtures::record(&told_five, &p));
+    assert_eq!(condition(&state), Some((five, 0)), "the echo");
+    event(&state);
+    assert_eq!(condition(&state), Some((0, 0)), "after the echo, the record follows the watch (here: no condition)");
 
-    // A newer condition marked while an older one flies: the older one's completion ends nothing.
-    state.mark_condition("ml", "w-0", false, 5);
-    state.mark_condition("ml", "w-0", false, 7);
-    state.condition_landed("ml", "w-0", false, 5);
+    // A newer condition marked while an older one flies: neither the older one's completion
+    // nor its echo ends the newer one's flight.
+    state.mark_condition("ml", "w-0", false, five);
+    state.mark_condition("ml", "w-0", false, seven);
+    state.condition_landed("ml", "w-0", false, five);
+    state.upsert_pod(super::fixtures::record(&told_five, &p));
+    assert_eq!(condition(&state), Some((seven, 0)));
+    state.condition_landed("ml", "w-0", false, seven);
+    state.upsert_pod(super::fixtures::record(&told_seven, &p));
     event(&state);
-    assert_eq!(condition(&state), Some((7, 0)));
+    assert_eq!(condition(&state), Some((0, 0)), "the newer one echoed: the watch again");
 
     // A pod deleted while its condition flies: a pod made again under the name starts untold.
+    state.mark_condition("ml", "w-0", false, five);
     state.remove_pod("ml", "w-0");
     event(&state);
     assert_eq!(condition(&state), Some((0, 0)));
