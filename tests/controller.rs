@@ -158,21 +158,24 @@ fn assert_event(r: &Request, pod: &str, type_: &str, reason: &str, note: &str) {
 }
 
 /// The JSON Patch that releases a member whose `allot.dev/gang` gate is at `index` and that has
-/// annotations: test + remove of the gate, the released annotation.
+/// annotations: test of the pod's uid (the fake's `uid-NS-NAME`), test + remove of the gate, the
+/// released annotation.
 fn assert_release_patch(r: &Request, index: usize) -> String {
     assert_eq!(r.content_type, "application/json-patch+json", "{}", r.line());
     let ops = r.body.as_array().unwrap_or_else(|| panic!("{}", r.line()));
-    assert_eq!(ops.len(), 3, "{}", r.line());
+    assert_eq!(ops.len(), 4, "{}", r.line());
+    let uid = format!("uid-{}-{}", r.call.namespace.as_deref().unwrap_or_default(), pod_name(r));
+    assert_eq!(ops[0], json!({"op": "test", "path": "/metadata/uid", "value": uid}));
     assert_eq!(
-        ops[0],
+        ops[1],
         json!({"op": "test", "path": format!("/spec/schedulingGates/{index}/name"), "value": "allot.dev/gang"})
     );
-    assert_eq!(ops[1], json!({"op": "remove", "path": format!("/spec/schedulingGates/{index}")}));
+    assert_eq!(ops[2], json!({"op": "remove", "path": format!("/spec/schedulingGates/{index}")}));
     assert_eq!(
-        (ops[2]["op"].as_str(), ops[2]["path"].as_str()),
+        (ops[3]["op"].as_str(), ops[3]["path"].as_str()),
         (Some("add"), Some("/metadata/annotations/allot.dev~1gang-released"))
     );
-    let at = ops[2]["value"].as_str().unwrap_or_else(|| panic!("{}", r.line()));
+    let at = ops[3]["value"].as_str().unwrap_or_else(|| panic!("{}", r.line()));
     assert!(at.parse::<k8s_openapi::jiff::Timestamp>().is_ok(), "{at}");
     at.to_string()
 }
@@ -620,7 +623,8 @@ async fn quota_then_gang(order: [&str; 2]) -> Vec<Request> {
     let (handle, _) = start(&fake, "allot-0", Duration::from_secs(3600), QUEUE_TEAM);
     fake.wait_for("both kinds of patch tried on both members", PATIENCE, |r| {
         let patches = gate_patches(r, "allot-0");
-        let tried = |gate: &str| patches.iter().filter(|p| p.body[0]["value"] == gate).count() >= 2;
+        // Each lift tests the pod's uid first, then the gate's name.
+        let tried = |gate: &str| patches.iter().filter(|p| p.body[1]["value"] == gate).count() >= 2;
         tried("allot.dev/quota") && tried("allot.dev/gang")
     })
     .await;
@@ -637,10 +641,13 @@ async fn quota_then_gang(order: [&str; 2]) -> Vec<Request> {
     requests
 }
 
+/// A lift of `gate` at `index` from the pod the pass saw: its uid tested first.
 fn assert_lift(r: &Request, gate: &str, index: usize) {
     assert_eq!(r.status, 200, "{}", r.line());
-    assert_eq!(r.body[0], json!({"op": "test", "path": format!("/spec/schedulingGates/{index}/name"), "value": gate}));
-    assert_eq!(r.body[1], json!({"op": "remove", "path": format!("/spec/schedulingGates/{index}")}));
+    let uid = format!("uid-{}-{}", r.call.namespace.as_deref().unwrap_or_default(), pod_name(r));
+    assert_eq!(r.body[0], json!({"op": "test", "path": "/metadata/uid", "value": uid}));
+    assert_eq!(r.body[1], json!({"op": "test", "path": format!("/spec/schedulingGates/{index}/name"), "value": gate}));
+    assert_eq!(r.body[2], json!({"op": "remove", "path": format!("/spec/schedulingGates/{index}")}));
 }
 
 /// The webhook's order (gang gate first): quota gate at 1, then the gang gate at 0.
@@ -652,7 +659,7 @@ async fn a_queued_gang_is_released_from_the_quota_gate_then_the_gang_gate() {
     assert_eq!(patches.len(), 4, "{log}");
     for r in &patches[..2] {
         assert_lift(r, "allot.dev/quota", 1);
-        assert_eq!(r.body.as_array().map(Vec::len), Some(2), "{}", r.line());
+        assert_eq!(r.body.as_array().map(Vec::len), Some(3), "{}", r.line());
     }
     for r in &patches[2..] {
         assert_release_patch(r, 0);

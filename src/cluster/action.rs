@@ -12,13 +12,22 @@ pub const QUOTA_CONDITION: &str = "allot.dev/QuotaReady";
 /// Something the controller does to the API.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ControllerAction {
-    /// Lift Allot's gate (test + remove at `gate_index`) and mark the member released.
-    Release { namespace: String, pod: String, gate_index: usize, has_annotations: bool, node: String },
+    /// Lift Allot's gate (test + remove at `gate_index`, on the pod of that `uid`) and mark the
+    /// member released.
+    Release {
+        namespace: String,
+        pod: String,
+        uid: Option<std::sync::Arc<str>>,
+        gate_index: usize,
+        has_annotations: bool,
+        node: String,
+    },
     /// Set the `allot.dev/GangReady` condition and publish an Event, because the explanation
     /// changed.
     Explain { namespace: String, pod: String, ready: bool, reason: &'static str, message: String, warning: bool },
-    /// Lift the quota gate (test + remove at `gate_index`): the team has room.
-    ReleaseQuota { namespace: String, pod: String, gate_index: usize },
+    /// Lift the quota gate (test + remove at `gate_index`, on the pod of that `uid`): the team
+    /// has room.
+    ReleaseQuota { namespace: String, pod: String, uid: Option<std::sync::Arc<str>>, gate_index: usize },
     /// Say that a pod left its team's queue (condition + Event), after its quota gate was lifted.
     QuotaAdmitted { namespace: String, pod: String },
     /// Say why a pod stays in its team's queue (condition + Event), because the reason changed.

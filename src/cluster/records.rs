@@ -150,6 +150,10 @@ impl HeldClaim {
 pub struct PodRecord {
     pub namespace: Arc<str>,
     pub name: Arc<str>,
+    /// `metadata.uid`. The controller's gate lifts test it: a pod deleted and made again under
+    /// its name between a pass and the write (with other requests) is not released in its
+    /// predecessor's place.
+    pub uid: Option<Arc<str>>,
     pub node_name: Option<Arc<str>>,
     /// Succeeded or Failed: holds nothing any more.
     pub finished: bool,
@@ -368,6 +372,7 @@ impl PodRecord {
             gang,
             namespace: intern(&namespace),
             name: Arc::from(name),
+            uid: pod.metadata.uid.as_deref().map(Arc::from),
         })
     }
 
@@ -434,7 +439,11 @@ impl PodRecord {
                     .map(|h| std::mem::size_of::<HeldClaim>() + arc_str(&h.name) + std::mem::size_of_val(&*h.devices))
                     .sum::<usize>()
         });
-        arc_str(&self.name) + std::mem::size_of_val(&*self.requests) + gang + claims
+        arc_str(&self.name)
+            + self.uid.as_deref().map_or(0, arc_str)
+            + std::mem::size_of_val(&*self.requests)
+            + gang
+            + claims
     }
 
     /// The shared claims it names (empty for most pods).

@@ -724,18 +724,23 @@ fn is_status(e: &kube::Error, codes: &[u16]) -> bool {
     matches!(e, kube::Error::Api(s) if codes.contains(&s.code))
 }
 
-/// Test-and-remove of one gate: `test` guards the index, so a concurrent change of the gate
-/// list makes the patch fail instead of removing another gate.
-pub fn lift_gate_ops(gate: &str, gate_index: usize) -> Vec<Value> {
-    vec![
-        json!({"op": "test", "path": format!("/spec/schedulingGates/{gate_index}/name"), "value": gate}),
-        json!({"op": "remove", "path": format!("/spec/schedulingGates/{gate_index}")}),
-    ]
+/// Test-and-remove of one gate: the `test`s guard the pod and the index, so a pod made again
+/// under the name since the pass decided (another pod, maybe asking more) or a concurrent
+/// change of the gate list makes the patch fail (422) instead of removing the wrong gate.
+pub fn lift_gate_ops(gate: &str, gate_index: usize, uid: Option<&str>) -> Vec<Value> {
+    let uid = uid.map(|uid| json!({"op": "test", "path": "/metadata/uid", "value": uid}));
+    uid.into_iter()
+        .chain([
+            json!({"op": "test", "path": format!("/spec/schedulingGates/{gate_index}/name"), "value": gate}),
+            json!({"op": "remove", "path": format!("/spec/schedulingGates/{gate_index}")}),
+        ])
+        .collect()
 }
 
-/// The JSON Patch that lifts Allot's gang gate and only it, and marks the member released.
-pub fn release_patch(gate_index: usize, has_annotations: bool, released_at: &str) -> Value {
-    let mut ops = lift_gate_ops(GATE, gate_index);
+/// The JSON Patch that lifts Allot's gang gate and only it, from the pod of that `uid`, and
+/// marks the member released.
+pub fn release_patch(gate_index: usize, uid: Option<&str>, has_annotations: bool, released_at: &str) -> Value {
+    let mut ops = lift_gate_ops(GATE, gate_index, uid);
     ops.push(if has_annotations {
         json!({"op": "add", "path": format!("/metadata/annotations/{}", escape(RELEASED_ANNOTATION)), "value": released_at})
     } else {
@@ -762,9 +767,10 @@ async fn execute_lifts(
     let admitted: Vec<(Option<ControllerAction>, bool)> = futures::stream::iter(lifts)
         .map(|action| async move {
             match action {
-                ControllerAction::Release { namespace, pod, gate_index, has_annotations, node } => {
+                ControllerAction::Release { namespace, pod, uid, gate_index, has_annotations, node } => {
                     metrics.wrote("gate");
-                    match patch_pod(client, &namespace, &pod, release_patch(gate_index, has_annotations, now)).await {
+                    let patch = release_patch(gate_index, uid.as_deref(), has_annotations, now);
+                    match patch_pod(client, &namespace, &pod, patch).await {
                         Ok(_) => {
                             state.mark_released(&namespace, std::slice::from_ref(&pod), unix_now());
                             tracing::info!(%namespace, %pod, simulated_node = %node, "released gang member");
@@ -782,9 +788,10 @@ async fn execute_lifts(
                     }
                     (None, false)
                 }
-                ControllerAction::ReleaseQuota { namespace, pod, gate_index } => {
+                ControllerAction::ReleaseQuota { namespace, pod, uid, gate_index } => {
                     metrics.wrote("gate");
-                    match patch_pod(client, &namespace, &pod, Value::Array(lift_gate_ops(QUOTA_GATE, gate_index))).await {
+                    let patch = Value::Array(lift_gate_ops(QUOTA_GATE, gate_index, uid.as_deref()));
+                    match patch_pod(client, &namespace, &pod, patch).await {
                         Ok(_) => {
                             state.mark_quota_released(&namespace, &pod);
                             metrics.quota_releases.inc();

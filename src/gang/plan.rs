@@ -104,6 +104,7 @@ pub fn plan(
                     actions.push(ControllerAction::Release {
                         namespace: ns.clone(),
                         pod: pod.clone(),
+                        uid: m.uid.clone(),
                         gate_index: m.gate_index,
                         has_annotations: m.has_annotations,
                         node: node.clone(),

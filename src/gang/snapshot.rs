@@ -18,6 +18,7 @@ use crate::resources::{self, ResourceList};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberRef {
     pub name: String,
+    pub uid: Option<std::sync::Arc<str>>,
     pub gate_index: usize,
     pub has_annotations: bool,
     /// Fingerprint of its `allot.dev/GangReady` condition as the pod carries it (0: none).
@@ -109,6 +110,7 @@ impl GangSnapshot for ClusterState {
             if let Some(gate_index) = p.gate_index {
                 gf.gated.push(MemberRef {
                     name: p.name.to_string(),
+                    uid: p.uid.clone(),
                     gate_index,
                     has_annotations: p.has_annotations,
                     condition: p.gang_condition,

@@ -637,24 +637,55 @@ mod controller_state {
     }
 
     #[test]
-    fn the_release_patch_removes_only_our_gate() {
+    fn the_release_patch_removes_only_our_gate_from_that_very_pod() {
         let mut pod = member("m", "g", 1, "2026-11-22T01:00:00Z", json!({}));
+        pod["metadata"]["uid"] = json!("u-1");
         pod["spec"]["schedulingGates"] = json!([{"name": "example.com/other"}, {"name": "allot.dev/gang"}]);
-        let patch: json_patch::Patch = serde_json::from_value(release_patch(1, true, "now")).unwrap();
+        let release = |index, uid, has_annotations| -> json_patch::Patch {
+            serde_json::from_value(release_patch(index, uid, has_annotations, "now")).unwrap()
+        };
         let mut released = pod.clone();
-        json_patch::patch(&mut released, &patch).unwrap();
+        json_patch::patch(&mut released, &release(1, Some("u-1"), true)).unwrap();
         assert_eq!(released["spec"]["schedulingGates"], json!([{"name": "example.com/other"}]));
         assert_eq!(released["metadata"]["annotations"]["allot.dev/gang-released"], "now");
         let _: Pod = serde_json::from_value(released).unwrap();
         // A stale index fails the test op instead of removing someone else's gate.
-        let stale: json_patch::Patch = serde_json::from_value(release_patch(0, true, "now")).unwrap();
-        assert!(json_patch::patch(&mut pod.clone(), &stale).is_err());
+        assert!(json_patch::patch(&mut pod.clone(), &release(0, Some("u-1"), true)).is_err());
+        // A pod made again under the name since the pass decided (another uid, maybe asking
+        // more) keeps its gate: the pass decided on its predecessor.
+        let mut made_again = pod.clone();
+        made_again["metadata"]["uid"] = json!("u-2");
+        assert!(json_patch::patch(&mut made_again, &release(1, Some("u-1"), true)).is_err());
         // Pods without annotations get the whole map.
         let mut bare = pod.clone();
         bare["metadata"].as_object_mut().unwrap().remove("annotations");
-        let p: json_patch::Patch = serde_json::from_value(release_patch(1, false, "now")).unwrap();
-        json_patch::patch(&mut bare, &p).unwrap();
+        json_patch::patch(&mut bare, &release(1, Some("u-1"), false)).unwrap();
         assert_eq!(bare["metadata"]["annotations"], json!({"allot.dev/gang-released": "now"}));
+    }
+
+    /// Each release names the uid of the pod the pass decided on, which the lift tests.
+    #[test]
+    fn a_release_carries_the_uid_the_pass_saw() {
+        let p = policies("");
+        let pods: Vec<Value> = (0..2)
+            .map(|i| {
+                let mut pod = member(&format!("w-{i}"), "ring", 2, "2026-11-22T01:00:00Z", json!({}));
+                pod["metadata"]["uid"] = json!(format!("u-{i}"));
+                pod
+            })
+            .collect();
+        let state = cluster(&p, &pods);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        let mut uids: Vec<(String, Option<String>)> = plan(&snapshot, &facts, &mut HashMap::new())
+            .actions
+            .into_iter()
+            .filter_map(|a| match a {
+                ControllerAction::Release { pod, uid, .. } => Some((pod, uid.map(|u| u.to_string()))),
+                _ => None,
+            })
+            .collect();
+        uids.sort();
+        assert_eq!(uids, [("w-0".into(), Some("u-0".into())), ("w-1".into(), Some("u-1".into()))]);
     }
 
     /// The leader (worker index 0) of LeaderWorkerSet `llm`'s group 0, gated, asking 1 GPU.

@@ -118,6 +118,7 @@ impl QuotaQueue for ClusterState {
                         actions.push(ControllerAction::ReleaseQuota {
                             namespace: m.namespace,
                             pod: m.pod,
+                            uid: m.uid,
                             gate_index: m.gate_index,
                         });
                     }
@@ -162,6 +163,7 @@ pub struct QueuedUnit {
 pub struct QueuedMember {
     pub namespace: String,
     pub pod: String,
+    pub uid: Option<std::sync::Arc<str>>,
     pub gate_index: usize,
     /// Fingerprint of its current `allot.dev/QuotaReady` condition.
     pub condition: u64,
@@ -229,10 +231,6 @@ pub fn queues(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn Namespa
                     claimed.extend(claims.into_keys());
                 }
             }
-            let members = members
-                .into_iter()
-                .map(|(namespace, pod, gate_index, condition)| QueuedMember { namespace, pod, gate_index, condition })
-                .collect();
             line.push(QueuedUnit { key, priority, members, charge, size, waits: why });
         }
         out.insert(team_name.to_string(), line);
@@ -249,8 +247,7 @@ struct Unit {
     priority: i32,
     /// The earliest member's place in arrival order ([`crate::cluster::PodRecord::order_key`]).
     order: (i64, i64),
-    /// (namespace, pod, index of the quota gate, fingerprint of its current quota condition).
-    members: Vec<(String, String, usize, u64)>,
+    members: Vec<QueuedMember>,
     /// What its members ask for themselves.
     charge: Charge,
     /// The shared claims its members name, by (namespace, claim), with their devices (resource
@@ -284,6 +281,7 @@ fn queued_units<'p>(
             actions.push(ControllerAction::ReleaseQuota {
                 namespace: p.namespace.to_string(),
                 pod: p.name.to_string(),
+                uid: p.uid.clone(),
                 gate_index,
             });
             continue;
@@ -305,7 +303,13 @@ fn queued_units<'p>(
         // sizes the unit.
         unit.size = unit.size.max(size);
         unit.order = unit.order.min(p.order_key());
-        unit.members.push((p.namespace.to_string(), p.name.to_string(), gate_index, p.quota_condition));
+        unit.members.push(QueuedMember {
+            namespace: p.namespace.to_string(),
+            pod: p.name.to_string(),
+            uid: p.uid.clone(),
+            gate_index,
+            condition: p.quota_condition,
+        });
         add(&mut unit.charge, &charge);
         for claim in p.held_claims() {
             unit.claims.entry((p.namespace.clone(), claim.name.clone())).or_insert_with(|| claim.device_list());
@@ -639,7 +643,9 @@ mod tests {
     /// the team left queue mode (or had no quota), because only queue-mode teams were looked at.
     #[test]
     fn a_quota_gate_nothing_queues_any_more_is_lifted() {
-        let queued = [team_pod("waiting", 1, true, "2026-11-22T01:00:01Z")];
+        let mut waiting = team_pod("waiting", 1, true, "2026-11-22T01:00:01Z");
+        waiting["metadata"]["uid"] = serde_json::json!("u-waiting");
+        let queued = [waiting];
         let deny = policies(
             "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: ml}\nspec:\n  namespaces: {names: [ml]}\n  quota:\n    mode: Deny\n    limits: {nvidia.com/gpu: 2}\n",
         );
@@ -648,7 +654,13 @@ mod tests {
             let actions = state.quota_plan(&p, &crate::namespaces::NoNamespaces, &mut HashMap::new(), 0);
             assert_eq!(
                 actions,
-                [ControllerAction::ReleaseQuota { namespace: "ml".into(), pod: "waiting".into(), gate_index: 0 }]
+                [ControllerAction::ReleaseQuota {
+                    namespace: "ml".into(),
+                    pod: "waiting".into(),
+                    uid: Some("u-waiting".into()),
+                    gate_index: 0
+                }],
+                "the lift tests the uid of the pod the plan saw"
             );
         }
     }
