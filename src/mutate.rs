@@ -75,7 +75,9 @@ pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_
     let Some(spec) = pod.get("spec").and_then(Value::as_object) else {
         return out;
     };
-    if is_mirror_pod(pod) {
+    if is_mirror_pod(pod) && ctx.requester.is_node() {
+        // The kubelet's own copy of a static pod cannot be changed. The annotation alone is
+        // no trust: anyone else writing it gets placement and gates like any pod.
         return out;
     }
     let mut builder = if ctx.preview { Builder::fields_only(spec) } else { Builder::new("/spec", spec) };

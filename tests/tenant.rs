@@ -294,6 +294,22 @@ mod creates {
         assert!(gated(&create(&shipped, &volcano, "alice").0));
     }
 
+    /// The mirror-pod annotation exempts from placement and gates only a kubelet's pod: a
+    /// tenant writing it on a gang member still gets the gang gate and the pool's toleration.
+    #[test]
+    fn a_mirror_pod_annotation_exempts_only_a_kubelets_pod() {
+        let policies = shipped();
+        let mut pod = gated_worker();
+        pod["spec"].as_object_mut().unwrap().remove("schedulingGates");
+        pod["spec"].as_object_mut().unwrap().remove("tolerations");
+        pod["metadata"]["annotations"]["kubernetes.io/config.mirror"] = json!("forged");
+        let mutation = create(&policies, &pod, "alice").0;
+        assert!(gated(&mutation), "{:?}", mutation.patch);
+        let patch = serde_json::to_string(&mutation.patch).unwrap();
+        assert!(patch.contains("/spec/tolerations"), "placed like any GPU pod: {patch}");
+        assert!(!gated(&create(&policies, &pod, "system:node:n1").0), "the kubelet's mirror pod");
+    }
+
     #[test]
     fn daemon_set_pods_are_exempt_only_from_the_daemon_set_controller() {
         let policies = shipped();
