@@ -371,7 +371,7 @@ fn apply_quota_gate(
     let Some(quota) = team.quota.as_ref().filter(|q| q.mode == crate::policy::QuotaMode::Queue) else { return };
     let Some(spec) = pod.get("spec") else { return };
     if quota.charge(&crate::dra::held_quota_requests(&crate::resources::pod_requests(spec), ctx.claims)).is_empty()
-        || never_gate(facts, &policies.tenancy, ctx.requester).is_some()
+        || never_gate(facts, &policies.tenancy, ctx.requester).is_some_and(|e| e.from_the_quota_queue())
     {
         return;
     }

@@ -424,7 +424,32 @@ pub fn check_charge_change(quota: &crate::policy::quota::Quota, old: &Value, new
     })
 }
 
-/// Why a Pod must never carry Allot's gate, or `None`.
+/// Why a Pod never carries Allot's gang gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exemption {
+    /// Created with `spec.nodeName`: the API server refuses gates on it.
+    Bound,
+    /// A kubelet's mirror of a static pod.
+    Mirror,
+    /// A DaemonSet's pod, from a trusted DaemonSet controller: one per node, never a gang.
+    DaemonSet,
+    /// Managed by a gang or queue manager the cluster runs.
+    Kueue,
+    Volcano,
+    Coscheduling,
+}
+
+impl Exemption {
+    /// Also keeps the quota gate off. Not for a DaemonSet's pods: what they hold counts
+    /// against their team like any pod's, and a tenant's own DaemonSet asking GPUs would
+    /// otherwise run on every node past a queue-mode quota.
+    pub fn from_the_quota_queue(self) -> bool {
+        self != Exemption::DaemonSet
+    }
+}
+
+/// Why a Pod must never carry Allot's gang gate, or `None` ([`Exemption::from_the_quota_queue`]
+/// says whether the quota gate too).
 ///
 /// Exemptions go by trust, not by label: a DaemonSet ownerReference counts only when the
 /// DaemonSet controller created the Pod, a mirror annotation only from a kubelet, and Kueue's,
@@ -435,35 +460,35 @@ pub fn never_gate(
     facts: &membership::PodFacts<'_>,
     tenancy: &TenantPolicy,
     requester: Requester<'_>,
-) -> Option<&'static str> {
+) -> Option<Exemption> {
     if facts.node_name.is_some() {
         // The API server refuses scheduling gates on a Pod created with nodeName; whether such
         // a Pod is admitted at all is validation's call (`tenant/bound-pod`).
-        return Some("spec.nodeName is set (the pod is bound already)");
+        return Some(Exemption::Bound);
     }
     if facts.annotations.contains_key("kubernetes.io/config.mirror") && requester.is_node() {
-        return Some("mirror pod");
+        return Some(Exemption::Mirror);
     }
     if facts.owners.iter().any(|(kind, _)| *kind == "DaemonSet") && requester.is_one_of(&tenancy.daemon_set_controllers)
     {
-        return Some("DaemonSet pod");
+        return Some(Exemption::DaemonSet);
     }
     let runs = |s| tenancy.external_schedulers.contains(&s);
     if runs(ExternalScheduler::Kueue)
         && (facts.gates.contains(&membership::KUEUE_GATE)
             || facts.labels.get(membership::KUEUE_MANAGED) == Some("true"))
     {
-        return Some("managed by Kueue");
+        return Some(Exemption::Kueue);
     }
     if runs(ExternalScheduler::Volcano)
         && (facts.scheduler_name == Some("volcano") || facts.annotations.contains_key(membership::VOLCANO_GROUP))
     {
-        return Some("managed by Volcano");
+        return Some(Exemption::Volcano);
     }
     if runs(ExternalScheduler::Coscheduling)
         && facts.labels.get(membership::COSCHEDULING_LABEL).is_some_and(|v| !v.is_empty())
     {
-        return Some("managed by the coscheduling plugin");
+        return Some(Exemption::Coscheduling);
     }
     None
 }

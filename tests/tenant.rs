@@ -24,10 +24,17 @@ fn shipped() -> PolicySet {
 
 /// The shipped policies with `old` replaced by `new` in the document of `kind`.
 fn with_spec(kind: &str, old: &str, new: &str) -> PolicySet {
+    with_specs(&[(kind, old, new)])
+}
+
+/// [`with_spec`], for several edits.
+fn with_specs(edits: &[(&str, &str, &str)]) -> PolicySet {
     let mut sources = sources();
-    let doc = sources.iter_mut().find(|s| s.text.contains(&format!("kind: {kind}"))).expect("document");
-    assert!(doc.text.contains(old), "{old:?} not in the shipped {kind}");
-    doc.text = doc.text.replacen(old, new, 1);
+    for (kind, old, new) in edits {
+        let doc = sources.iter_mut().find(|s| s.text.contains(&format!("kind: {kind}"))).expect("document");
+        assert!(doc.text.contains(old), "{old:?} not in the shipped {kind}");
+        doc.text = doc.text.replacen(old, new, 1);
+    }
     policy::compile(&sources).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -326,6 +333,28 @@ mod creates {
         );
         assert!(gated(&create(&custom, &pod, DS_CONTROLLER).0));
         assert!(!gated(&create(&custom, &pod, "system:serviceaccount:kube-system:ds").0));
+    }
+
+    /// A trusted DaemonSet's pods are no gang, but in a queue-mode team what they ask counts
+    /// like any pod's: they wait behind the quota gate (a tenant's own DaemonSet asking GPUs
+    /// would otherwise run on every node past the queue).
+    #[test]
+    fn daemon_set_pods_queue_for_their_teams_quota() {
+        let to_queue = ("Team", "mode: Deny                        # Deny | Queue", "mode: Queue");
+        let queue = with_specs(&[to_queue]);
+        let mut pod = gpu_pod(json!(8));
+        pod["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "x", "controller": true}]);
+        let queued = |mutation: &Outcome| serde_json::to_string(&mutation.patch).unwrap().contains("allot.dev/quota");
+        let from_the_controller = create(&queue, &pod, DS_CONTROLLER).0;
+        assert!(queued(&from_the_controller), "{:?}", from_the_controller.patch);
+        assert!(queued(&create(&queue, &pod, "alice").0));
+        // A Kueue-managed pod, where the cluster runs Kueue, is Kueue's to queue.
+        let kueue = with_specs(&[to_queue, ("Cluster", "externalSchedulers: []", "externalSchedulers: [Kueue]")]);
+        let mut managed = gpu_pod(json!(8));
+        managed["metadata"]["labels"] = json!({"kueue.x-k8s.io/managed": "true"});
+        assert!(queued(&create(&queue, &managed, "alice").0), "a label alone exempts nothing");
+        assert!(!queued(&create(&kueue, &managed, "alice").0));
     }
 
     #[test]
