@@ -206,12 +206,21 @@ pub fn queues(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn Namespa
             }
             add(&mut charge, &quota.charge(&unclaimed));
             let incomplete = size.filter(|n| (members.len() as u32) < *n);
+            // More than the whole quota: it can never go, and a strict queue would hold every
+            // later unit of the team behind it for ever.
+            let never_fits = quota.exceeded(&Charge::new(), &charge);
             let why = if let Some(n) = incomplete {
                 // A gang is charged whole: it waits for all its members, and until then it
                 // holds up no one (a gang that never assembles must not stall its team).
                 Some(format!(
                     "{ASSEMBLING}{}/{n} members; charged whole once all exist (meanwhile it holds up no one)",
                     members.len()
+                ))
+            } else if let Some(never) = &never_fits {
+                Some(format!(
+                    "asks {} {}, more than team {team_name}'s whole quota ({}): it is never released \
+                     (meanwhile it holds up no one); delete it, or raise the quota",
+                    never.asked, never.resource, never.limit
                 ))
             } else if let Some(first) = &blocked_by {
                 Some(format!("{BEHIND}{ahead} earlier pod(s) or gang(s) of team {team_name}: {first}"))
@@ -221,7 +230,7 @@ pub fn queues(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn Namespa
                 None
             };
             match &why {
-                Some(message) if incomplete.is_none() => {
+                Some(message) if incomplete.is_none() && never_fits.is_none() => {
                     blocked_by.get_or_insert_with(|| message.clone());
                     ahead += 1;
                 }
@@ -336,6 +345,32 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// A unit asking more than the team's whole quota can never go: it is told so, and holds
+    /// up no one (a strict queue behind it would wait for ever).
+    #[test]
+    fn a_unit_larger_than_the_whole_quota_holds_up_no_one() {
+        let p = queue_policies();
+        let labels = crate::namespaces::NoNamespaces;
+        let pods =
+            [team_pod("huge", 3, true, "2026-11-22T01:00:01Z"), team_pod("small", 1, true, "2026-11-22T01:00:02Z")];
+        let state = cluster(&p, &pods);
+        let actions = state.quota_plan(&p, &labels, &mut HashMap::new(), 0);
+        let released: Vec<_> = actions
+            .iter()
+            .filter_map(|a| if let ControllerAction::ReleaseQuota { pod, .. } = a { Some(pod.as_str()) } else { None })
+            .collect();
+        assert_eq!(released, ["small"], "{actions:?}");
+        assert_eq!(
+            queued_messages(&actions),
+            [(
+                "huge".to_string(),
+                "asks 3 nvidia.com/gpu, more than team ml's whole quota (2): it is never released (meanwhile it \
+                 holds up no one); delete it, or raise the quota"
+                    .to_string()
+            )]
+        );
     }
 
     #[test]
