@@ -1042,6 +1042,29 @@ pub fn recount_by_team(
     out
 }
 
+/// Whether a pending charge whose pod the leader's recount did not find was the charge of a pod
+/// the watch saw deleted (`removed_since(t)`: a pod of its name was removed at or after `t`): it
+/// is released then, not at expiry.
+///
+/// `at` has whole seconds: a charge made at 10.9 s reads as 10 s, so a removal up to a second
+/// before the charge looks like one after it. Were the charge released at once, a tenant who
+/// deletes pod `x` and creates `x` again asking more would see the new charge released before
+/// the leader's watch shows the new `x`, which then, too young to fold ([`ledger::FOLD_DELAY_SECS`]),
+/// is counted nowhere for seconds: room for another pod past the quota. So a charge is released
+/// this way only once it is older than the fold delay: by then a pod created under it is in the
+/// watch (the recount finds it, and this is not asked), and a pod deleted before the leader
+/// looked holds its charge a few seconds, not until it expires (120 s of spurious usage).
+fn charge_of_a_deleted_pod(
+    e: &ledger::Entry,
+    now_unix: i64,
+    now: Instant,
+    removed_since: impl Fn(Instant) -> bool,
+) -> bool {
+    let age = now_unix.saturating_sub(e.at);
+    let ago = Duration::from_secs(u64::try_from(age).unwrap_or(0) + 1);
+    age > ledger::FOLD_DELAY_SECS && now.checked_sub(ago).is_some_and(removed_since)
+}
+
 /// How long an admission waits before it reads a missing ledger again.
 const MISSING_LEDGER_RETRY: Duration = Duration::from_millis(100);
 
@@ -1136,13 +1159,7 @@ pub fn spawn_reconciler(
             let (now_unix, now) = (unix_now(), Instant::now());
             let store = state.clone();
             let deleted = move |e: &ledger::Entry| {
-                // `at` has whole seconds: a charge made at 10.9 s reads as 10 s. Counting back one
-                // second more keeps a pod charged, created and deleted within the second of the
-                // reconcile from holding its charge until it expires (120 s of spurious usage).
-                // The cost: a same-name pod deleted up to 1 s before a new one was charged
-                // releases the new charge until the leader sees that pod (the next reconcile).
-                let ago = Duration::from_secs(u64::try_from(now_unix.saturating_sub(e.at)).unwrap_or(0) + 1);
-                now.checked_sub(ago).is_some_and(|since| store.removed_since(&e.namespace, &e.name, since))
+                charge_of_a_deleted_pod(e, now_unix, now, |since| store.removed_since(&e.namespace, &e.name, since))
             };
             for (team, recount) in &teams {
                 // Pods too young to fold, and allowances (their holder may stop renewing them),

@@ -208,3 +208,37 @@ fn only_pods_an_allowance_could_serve_keep_it_in_use() {
     assert_eq!(h.sized_for.as_ref().map(|(_, shape)| n(shape)), Some(2), "sized for the last plain pod");
     assert_eq!(n(&h.resize(&free, &ResourceList::new(), &settled, true)), 12, "100 free / 8, in pods of 2");
 }
+
+/// A charge the recount did not find is released as a deleted pod's only once it is older than
+/// the fold delay: before that, a removal of its name may be its predecessor's (a tenant
+/// deleting `x` and creating `x` again asking more), whose new pod the leader's watch may not
+/// show yet.
+#[test]
+fn a_charge_is_released_as_a_deleted_pods_only_after_the_fold_delay() {
+    let charge = ledger::Entry {
+        namespace: "vision".into(),
+        name: "x".into(),
+        created: 1_000,
+        at: 1_000,
+        requests: gpus(8),
+        gang: None,
+        claims: Default::default(),
+        seen: false,
+        terminating: false,
+    };
+    let now = Instant::now();
+    // Charged at 1000.7 s; a pod named x removed at 1000.2 s (its predecessor), or at 1000.9 s
+    // (the charged pod itself, deleted before the leader looked).
+    let removed = |wall_now: f64, removed_at_wall: f64| {
+        let removed_at = now - Duration::from_secs_f64(wall_now - removed_at_wall);
+        move |since: Instant| removed_at >= since
+    };
+    // A reconcile at 1001.0 s: too early to tell the two apart; nothing released.
+    assert!(!charge_of_a_deleted_pod(&charge, 1_001, now, removed(1_001.0, 1_000.2)));
+    assert!(!charge_of_a_deleted_pod(&charge, 1_001, now, removed(1_001.0, 1_000.9)));
+    // At 1004.5 s a pod created under the charge would be in the watch (the recount would have
+    // found it): a removal means the charged pod is gone.
+    assert!(charge_of_a_deleted_pod(&charge, 1_004, now, removed(1_004.5, 1_000.9)));
+    // No removal of the name: not released (it expires, or its pod is found).
+    assert!(!charge_of_a_deleted_pod(&charge, 1_004, now, |_| false));
+}
