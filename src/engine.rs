@@ -293,6 +293,7 @@ impl<'a> Engine<'a> {
                 out.findings.extend(validate::check_pod_with_claims(self.policies, &view, &team, &claimed));
                 out.findings.extend(tenant::check_reserved_keys(&view));
                 out.findings.extend(tenant::check_amounts(self.policies, &view, &claimed));
+                out.findings.extend(tenant::check_uncounted_accelerators(self.policies, &view, &claims, team.team));
                 let membership = validate::pod_gang(self.policies, &view, req.namespace, &team);
                 out.findings.extend(validate::check_gang(
                     &view,

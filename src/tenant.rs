@@ -110,6 +110,44 @@ pub fn check_reserved_keys(view: &PodView<'_>) -> Vec<Finding> {
     findings
 }
 
+/// A team with a quota counts every accelerator its pods ask for. One its quota neither limits
+/// nor weighs as an equivalent would otherwise be used without limit: a team limited in
+/// `nvidia.com/gpu` asking `nvidia.com/mig-7g.80gb: 8` or `amd.com/gpu`, or the devices of a DRA
+/// DeviceClass whose `countsAs` its quota does not count. Denied in both modes (a queue-mode
+/// pod asking only those would not even be queued), naming the fix.
+pub fn check_uncounted_accelerators(
+    policies: &PolicySet,
+    view: &PodView<'_>,
+    claims: &crate::dra::ClaimDemand,
+    team: Option<&crate::policy::Team>,
+) -> Option<Finding> {
+    let team = team?;
+    let quota = team.quota.as_ref()?;
+    let asked = crate::dra::held_quota_requests(view.requests(), claims);
+    let uncounted: Vec<&str> = asked
+        .iter()
+        .filter(|(name, q)| {
+            **q > Quantity::ZERO
+                && (policies.accelerators.matches(name) || name.starts_with(crate::dra::CLASS_RESOURCE_PREFIX))
+                && quota.charge(&ResourceList::from([((*name).clone(), **q)])).is_empty()
+        })
+        .map(|(name, _)| name.as_str())
+        .collect();
+    if uncounted.is_empty() {
+        return None;
+    }
+    let names = uncounted.join(", ");
+    Some(deny(
+        Check::TeamQuota,
+        view.spec_path(),
+        format!(
+            "team {}'s quota does not count {names}: its pods may not ask for it (add it to the quota's limits, or \
+             to its equivalents with a weight)",
+            team.name
+        ),
+    ))
+}
+
 /// Accelerator amounts are bounded: no container and no Pod asks more than `max_amount` of one
 /// accelerator resource, and none asks a negative amount. A Pod's total counts the devices of
 /// its DRA claims (`claimed`, in accelerator terms) too.
