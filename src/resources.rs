@@ -197,7 +197,8 @@ pub fn parse_containers(spec: &Value, spec_path: &str) -> Vec<ParsedContainer> {
 
 /// A Pod's effective request per resource, as the kube-scheduler computes it:
 /// `max(Σ app containers + Σ sidecars, max over init containers of (init + sidecars started
-/// before it)) + overhead`.
+/// before it)) + overhead`, where a pod-level request (`spec.resources`, cpu, memory and huge
+/// pages) replaces the containers' sum of that resource.
 pub fn pod_requests(spec: &Value) -> ResourceList {
     let mut ignored = Vec::new();
     let parsed: Vec<_> = containers(spec, &ASKING_LISTS)
@@ -230,6 +231,7 @@ pub fn pod_requests_of<'c>(
     }
     add_into(&mut app, &sidecars);
     max_into(&mut app, &init_peak);
+    app.extend(pod_level_requests(spec));
     if let Some(Value::Object(overhead)) = spec.get("overhead") {
         let mut extra = ResourceList::new();
         for (name, raw) in overhead {
@@ -241,6 +243,25 @@ pub fn pod_requests_of<'c>(
     }
     app.retain(|_, q| *q != Quantity::ZERO);
     app
+}
+
+/// The pod-level requests of `spec.resources` (Kubernetes 1.34+, PodLevelResources), which the
+/// scheduler uses instead of the containers' sum for the resources a pod may set there (cpu,
+/// memory, huge pages; the API server refuses others). A limit without a request is the request,
+/// as the API server defaults it (an undefaulted manifest in `allot check` counts the same).
+fn pod_level_requests(spec: &Value) -> ResourceList {
+    let Some(Value::Object(resources)) = spec.get("resources") else { return ResourceList::new() };
+    let pod_level = |name: &str| name == "cpu" || name == "memory" || name.starts_with("hugepages-");
+    let mut out = ResourceList::new();
+    for list in ["limits", "requests"] {
+        let Some(Value::Object(entries)) = resources.get(list) else { continue };
+        for (name, raw) in entries.iter().filter(|(name, _)| pod_level(name)) {
+            if let Ok(q) = Quantity::from_json(raw) {
+                out.insert(name.clone(), q);
+            }
+        }
+    }
+    out
 }
 
 /// Keeps only the accelerator entries of a resource list.
@@ -311,6 +332,25 @@ mod tests {
         assert_eq!(r.get("cpu"), Some(&q("5.1")));
         // gpu: max(2, 1) = 2
         assert_eq!(r.get("nvidia.com/gpu"), Some(&q("2")));
+    }
+
+    /// Pod-level requests (`spec.resources`) replace the containers' sum of cpu and memory, as
+    /// the scheduler counts them: a pod whose containers ask nothing but which asks 64 CPUs at
+    /// the pod level holds 64 CPUs (a cpu quota must charge them).
+    #[test]
+    fn pod_level_requests_replace_the_containers_sum() {
+        let spec = json!({
+            "resources": {"requests": {"cpu": "64"}, "limits": {"memory": "256Gi", "nvidia.com/gpu": "8"}},
+            "containers": [
+                {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "1"}}},
+                {"resources": {}}
+            ],
+            "overhead": {"cpu": "250m"}
+        });
+        let r = pod_requests(&spec);
+        assert_eq!(r.get("cpu"), Some(&q("64.25")), "the pod-level request, plus the overhead");
+        assert_eq!(r.get("memory"), Some(&q("256Gi")), "a pod-level limit without a request is the request");
+        assert_eq!(r.get("nvidia.com/gpu"), Some(&q("1")), "not a pod-level resource: the containers' sum");
     }
 
     #[test]

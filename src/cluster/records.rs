@@ -234,6 +234,7 @@ pub fn shape_of(pod: &Pod) -> PodShape {
         "containers": spec.containers.iter().map(container).collect::<Vec<_>>(),
         "initContainers": spec.init_containers.iter().flatten().map(container).collect::<Vec<_>>(),
         "overhead": spec.overhead,
+        "resources": spec.resources,
     });
     let mut requests = resources::pod_requests(&formula_fields);
     requests.insert("pods".into(), Quantity::from_units(1));

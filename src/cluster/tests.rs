@@ -411,6 +411,17 @@ fn a_pods_shape_counts_what_the_whole_spec_counts() {
     // max(2 + 1, 3 + 1) = 4 GPUs.
     assert_eq!(whole.get("cpu"), Some(&Quantity::parse("7250m").unwrap()));
     assert_eq!(whole.get("nvidia.com/gpu"), Some(&Quantity::from_units(4)));
+
+    // Pod-level requests (`spec.resources`) replace the containers' cpu: 64 + 0.25 overhead,
+    // in the shape as in the whole spec, and through the watch's slim decoding too.
+    let mut pod_level = serde_json::to_value(&pod).unwrap();
+    pod_level["spec"]["resources"] = json!({"requests": {"cpu": "64"}});
+    let pod_level: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod_level).unwrap();
+    let shape = super::shape_of(&pod_level);
+    assert_eq!(shape.requests.get("cpu"), Some(&Quantity::parse("64250m").unwrap()));
+    let watched: super::WatchedPod = serde_json::from_value(serde_json::to_value(&pod_level).unwrap()).unwrap();
+    let watched = watched.0;
+    assert_eq!(super::shape_of(&watched).requests, shape.requests);
 }
 
 /// A condition write that failed is unmarked, unless a newer one was marked for the pod since:

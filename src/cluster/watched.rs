@@ -89,6 +89,7 @@ struct SlimSpec {
     containers: Option<Vec<SlimContainer>>,
     init_containers: Option<Vec<SlimContainer>>,
     overhead: Option<BTreeMap<String, Quantity>>,
+    resources: Option<ResourceRequirements>,
     node_name: Option<String>,
     node_selector: Option<BTreeMap<String, String>>,
     affinity: Option<SlimAffinity>,
@@ -150,6 +151,7 @@ impl From<SlimPod> for Pod {
                 containers: containers(s.containers).unwrap_or_default(),
                 init_containers: containers(s.init_containers),
                 overhead: s.overhead,
+                resources: s.resources,
                 node_name: s.node_name,
                 node_selector: s.node_selector,
                 affinity: s.affinity.map(|a| k8s_openapi::api::core::v1::Affinity {
