@@ -16,11 +16,13 @@
 //! `resourceClaimName` may be shared by many pods and is kept apart ([`ClaimDemand::shared`]):
 //! each pod's own checks (accelerators, placement, CEL) see its devices, and team quotas charge
 //! them once per claim, while any pod that names it lives ([`SharedClaims`]; every quota book
-//! keeps the claims it counted by name). A claim
-//! the scheduler creates for a pod's own extended resource (annotation
-//! [`EXTENDED_RESOURCE_CLAIM_ANNOTATION`]) stands for a request already in the containers'
-//! resources and is never counted again. A claim or template that cannot be
-//! found is not "free": it is reported in [`ClaimDemand::missing`] and admission denies naming it.
+//! keeps the claims it counted by name). A claim the scheduler creates for a pod's own extended
+//! resource (DRAExtendedResource) stands for a request already in the containers' resources and is
+//! never counted again: it is named in the pod's `status.extendedResourceClaimStatus`, never in
+//! its `spec.resourceClaims`, and only those are counted. Every claim a pod names there counts by
+//! its devices, whatever its annotations ([`EXTENDED_RESOURCE_CLAIM_ANNOTATION`] included: a
+//! tenant writes those). A claim or template that cannot be found is not "free": it is reported
+//! in [`ClaimDemand::missing`] and admission denies naming it.
 
 pub mod slices;
 
@@ -33,7 +35,9 @@ use crate::quantity::Quantity;
 use crate::resources::ResourceList;
 
 /// The annotation the scheduler puts on the claim it creates for a pod's extended-resource
-/// request backed by DRA (DRAExtendedResource).
+/// request backed by DRA (DRAExtendedResource). Not trusted to mean anything: anyone who may
+/// create ResourceClaims may write it, and the claim the scheduler made is told by where it is
+/// named (the pod's status), not by its annotations ([`pod_demand`]).
 pub const EXTENDED_RESOURCE_CLAIM_ANNOTATION: &str = "resource.kubernetes.io/extended-resource-claim";
 
 /// What `allocationMode: All` counts as when the policy does not say (the in-tree quota's 32).
@@ -341,8 +345,13 @@ pub fn pod_demand(pod: &Value, namespace: &str, classes: &DeviceClasses, source:
                 },
             }
         } else if let Some(name) = entry.get("resourceClaimName").and_then(Value::as_str) {
+            // Counted whatever its annotations. The scheduler's own extended-resource claim
+            // (annotated EXTENDED_RESOURCE_CLAIM_ANNOTATION) is named only in the pod's
+            // `status.extendedResourceClaimStatus`, never here (the spec is immutable and that
+            // claim is made after it, under a generated name), so nothing legitimate is skipped
+            // by counting it: a claim named here that carries the annotation is a tenant's own,
+            // and skipping it would make its devices free (kubernetes#135404 is the same class).
             match source.claim(namespace, name) {
-                Some(claim) if is_extended_resource_claim(&claim) => {}
                 Some(claim) => {
                     let counts = claim_devices(claim.get("spec"), classes);
                     if !counts.is_empty() {
@@ -394,14 +403,6 @@ fn generated_claim(pod: &Value, entry: &str, namespace: &str, source: &dyn Claim
         })
     });
     owned.then_some(claim)
-}
-
-/// True for the claim the scheduler made for a pod's extended-resource request: the request is
-/// already counted from the containers' resources.
-pub fn is_extended_resource_claim(claim: &Value) -> bool {
-    claim.field(&["metadata", "annotations"]).and_then(Value::as_object).is_some_and(|a| {
-        a.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION).and_then(Value::as_str).is_some_and(|v| v != "false")
-    })
 }
 
 /// The mapped devices a claim spec (`{devices: {requests: [...]}}`) asks for.

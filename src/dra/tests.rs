@@ -127,11 +127,33 @@ fn shared_claims_are_kept_apart_and_counted_once_per_claim() {
     assert_eq!(gpus(&d), Some(Quantity::from_units(4)));
 }
 
+/// A claim named in `spec.resourceClaims` counts by its devices whatever its annotations: the
+/// extended-resource annotation on it is a tenant's forgery (the scheduler's claim is never
+/// named there). Before, it was skipped, and its 8 GPUs were free.
+#[test]
+fn a_claim_named_in_the_spec_counts_even_with_the_extended_resource_annotation() {
+    for value in ["true", "", "yes"] {
+        let mut c = claim("free", json!([exactly("gpu.nvidia.com", 8)]));
+        c["metadata"]["annotations"] = json!({EXTENDED_RESOURCE_CLAIM_ANNOTATION: value});
+        let p = pod(json!([{"name": "g", "resourceClaimName": "free"}]));
+        let d = pod_demand(&p, "ml", &classes(), &source(&[c]));
+        assert_eq!(gpus(&d), Some(Quantity::from_units(8)), "{value:?}: {d:?}");
+        assert_eq!(d.shared.len(), 1, "charged once per claim, as any shared claim");
+    }
+}
+
+/// The scheduler's own extended-resource claim is named in the pod's status, not its spec: it
+/// stands for the containers' `nvidia.com/gpu` and is not counted again.
 #[test]
 fn the_schedulers_extended_resource_claim_is_not_counted_again() {
-    let mut c = claim("pod-gpu-extended-resources-x", json!([exactly("gpu.nvidia.com", 1)]));
+    let mut c = claim("p-extended-resources-x7k2q", json!([exactly("gpu.nvidia.com", 1)]));
     c["metadata"]["annotations"] = json!({EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"});
-    let p = pod(json!([{"name": "a", "resourceClaimName": "pod-gpu-extended-resources-x"}]));
+    let mut p = pod(json!([]));
+    p["spec"]["containers"][0]["resources"] = json!({"limits": {"nvidia.com/gpu": "1"}});
+    p["status"] = json!({"extendedResourceClaimStatus": {
+        "resourceClaimName": "p-extended-resources-x7k2q",
+        "requestMappings": [{"containerName": "c", "resourceName": "nvidia.com/gpu", "requestName": "container-0-request-0"}]
+    }});
     let d = pod_demand(&p, "ml", &classes(), &source(&[c]));
     assert!(d.is_empty(), "{d:?}");
 }
