@@ -319,9 +319,42 @@ pub fn held_quota_requests(requests: &ResourceList, claims: &ClaimDemand) -> Res
     requests
 }
 
-/// The claims `pod` (a Pod object, or a template seen as one) asks for, resolved in `namespace`.
-/// Nothing is looked up when no DeviceClass is mapped.
+/// The claims `pod` asks for, resolved in `namespace`, `pod` being as the API server stores it
+/// (the Pod watch; an UPDATE's object): its `status` is written by Kubernetes' own controllers
+/// and names the claims made from its templates, which are what it holds. Nothing is looked up
+/// when no DeviceClass is mapped.
 pub fn pod_demand(pod: &Value, namespace: &str, classes: &DeviceClasses, source: &dyn ClaimSource) -> ClaimDemand {
+    demand_of(pod, StatusRead::Trusted, namespace, classes, source)
+}
+
+/// [`pod_demand`] for a Pod being created (or a template seen as one): admission at CREATE, a dry
+/// run's manifests. Its `status` is not read: at CREATE it is whatever the request carries (the
+/// tenant's own, which the API server replaces only after the mutating webhooks), so a status
+/// naming some small claim "made from" a template must not stand for the template. The pod has
+/// no claim of its own yet; its templates are what it will get.
+pub fn created_pod_demand(
+    pod: &Value,
+    namespace: &str,
+    classes: &DeviceClasses,
+    source: &dyn ClaimSource,
+) -> ClaimDemand {
+    demand_of(pod, StatusRead::Ignored, namespace, classes, source)
+}
+
+/// Whether a pod's `status` names the claims made from its templates ([`generated_claim`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StatusRead {
+    Trusted,
+    Ignored,
+}
+
+fn demand_of(
+    pod: &Value,
+    status: StatusRead,
+    namespace: &str,
+    classes: &DeviceClasses,
+    source: &dyn ClaimSource,
+) -> ClaimDemand {
     let mut demand = ClaimDemand::default();
     if classes.is_empty() {
         return demand;
@@ -331,18 +364,21 @@ pub fn pod_demand(pod: &Value, namespace: &str, classes: &DeviceClasses, source:
         let path = format!("spec.resourceClaims[{i}]");
         if let Some(name) = entry.get("resourceClaimTemplateName").and_then(Value::as_str) {
             let entry_name = entry.get("name").and_then(Value::as_str).unwrap_or_default();
-            match source.template(namespace, name) {
+            // The claim made from the template, once there is one, before the template: the
+            // claim is immutable and is what the pod holds, while a template can be deleted and
+            // made again smaller under the same name (a record rebuilt against it would count
+            // the smaller one). The template only before the claim exists (at CREATE, always).
+            let generated = match status {
+                StatusRead::Trusted => generated_claim(pod, entry_name, namespace, source),
+                StatusRead::Ignored => None,
+            };
+            if let Some(claim) = generated {
+                add_counts(&mut demand.own, &claim_devices(claim.get("spec"), classes));
+            } else if let Some(template) = source.template(namespace, name) {
                 // A template's claim spec is at spec.spec.
-                Some(template) => {
-                    add_counts(&mut demand.own, &claim_devices(template.field(&["spec", "spec"]), classes))
-                }
-                None => match generated_claim(pod, entry_name, namespace, source) {
-                    // The template is gone, the claim made from it is not: it is what the pod holds.
-                    Some(claim) => add_counts(&mut demand.own, &claim_devices(claim.get("spec"), classes)),
-                    None => {
-                        demand.missing.push(MissingClaim { kind: "ResourceClaimTemplate", name: name.into(), path })
-                    }
-                },
+                add_counts(&mut demand.own, &claim_devices(template.field(&["spec", "spec"]), classes));
+            } else {
+                demand.missing.push(MissingClaim { kind: "ResourceClaimTemplate", name: name.into(), path });
             }
         } else if let Some(name) = entry.get("resourceClaimName").and_then(Value::as_str) {
             // Counted whatever its annotations. The scheduler's own extended-resource claim
@@ -383,9 +419,10 @@ pub fn shared_claim_name(key: &str) -> &str {
 
 /// The ResourceClaim Kubernetes made from a template for the pod's claim entry `entry`: named in
 /// the pod's `status.resourceClaimStatuses` and controlled by the pod (its ownerReference with
-/// the pod's UID). A pod that exists has one (admission, at CREATE, has no status yet), and it
-/// outlives the template: a pod whose template was deleted before Allot (re)started is counted
-/// from it, not as asking nothing.
+/// the pod's UID). A pod that exists has one once the resourceclaim controller made it
+/// (admission, at CREATE, has none yet), and it is counted rather than the template: it outlives
+/// the template (a pod whose template was deleted before Allot (re)started is counted from it,
+/// not as asking nothing) and cannot change, whatever becomes of the template.
 fn generated_claim(pod: &Value, entry: &str, namespace: &str, source: &dyn ClaimSource) -> Option<Value> {
     let uid = pod.field(&["metadata", "uid"]).and_then(Value::as_str).filter(|u| !u.is_empty())?;
     let name = pod

@@ -863,6 +863,48 @@ fn a_forged_extended_resource_claim_is_placed_and_checked() {
     assert!(nine.findings.iter().any(|f| f.message.contains("nvidia.com/gpu")), "{:?}", nine.findings);
 }
 
+/// At CREATE a pod's `status` is the requester's (the API server resets it only after the
+/// mutating webhooks): a tenant's status naming a small claim "made from" her 9-GPU template,
+/// owned by the UID she wrote, does not stand for the template. The template is counted, and
+/// the pod is held to `maxPerPod` and placed.
+#[test]
+fn a_created_pods_status_does_not_replace_its_template() {
+    let manifest = |document: usize, object: Value| allot::check::Manifest {
+        source: "status.yaml".into(),
+        document,
+        line: 0,
+        object,
+    };
+    let template = json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "nine", "namespace": "vision"},
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 9}}
+        ]}}}
+    });
+    let tiny = json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "tiny", "namespace": "vision",
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "forged", "controller": true}]},
+        "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}]}}
+    });
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "vision", "uid": "forged"},
+        "spec": {
+            "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "nine"}],
+            "containers": [{"name": "c", "image": "ghcr.io/example/train:1.0.0", "resources": {"claims": [{"name": "g"}]}}]
+        },
+        "status": {"resourceClaimStatuses": [{"name": "g", "resourceClaimName": "tiny"}]}
+    });
+    let policies = shipped();
+    let engine = Engine::new(&policies, &NoNamespaces);
+    let report = allot::check::run(&engine, &[manifest(1, template), manifest(2, tiny), manifest(3, pod)]);
+    let result = report.results.iter().find(|r| r.name == "p").expect("the pod");
+    assert!(!result.allowed, "9 template GPUs over maxPerPod 8: {:?}", result.findings);
+    assert!(result.findings.iter().any(|f| f.message.contains("nvidia.com/gpu")), "{:?}", result.findings);
+}
+
 /// `pod` as the mutating webhook leaves it, claims and PodGroups looked up in `claims`.
 fn mutated_with(policies: &PolicySet, pod: &Value, claims: &dyn allot::dra::ClaimSource) -> Pod {
     let outcome = mutate_as(&Engine::new(policies, &NoNamespaces).with_claims(claims), pod, "alice");

@@ -202,6 +202,30 @@ fn a_deleted_template_is_counted_from_the_claim_made_from_it() {
     assert_eq!(d.missing.len(), 1);
 }
 
+/// A template deleted and made again smaller under the same name changes nothing for a pod
+/// whose claim was made from the old one: once its status names that claim, the claim (what it
+/// holds, immutable) is counted, not the template. Before: 1 GPU counted while 8 were held.
+#[test]
+fn the_claim_made_from_a_template_counts_rather_than_the_template_made_again() {
+    let mut p = pod(json!([{"name": "gpus", "resourceClaimTemplateName": "t"}]));
+    p["metadata"]["uid"] = json!("pod-uid");
+    p["status"] = json!({"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "p-gpus-x7k2q"}]});
+    let mut generated = claim("p-gpus-x7k2q", json!([exactly("gpu.nvidia.com", 8)]));
+    generated["metadata"]["ownerReferences"] =
+        json!([{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "pod-uid", "controller": true}]);
+    let remade = template("t", json!([exactly("gpu.nvidia.com", 1)]));
+    let s = source(&[remade, generated]);
+    let d = pod_demand(&p, "ml", &classes(), &s);
+    assert_eq!((gpus(&d), d.missing.len()), (Some(Quantity::from_units(8)), 0), "{d:?}");
+    // Before the claim exists (not made yet, not in the cache yet): the template.
+    let d = pod_demand(&p, "ml", &classes(), &source(&[template("t", json!([exactly("gpu.nvidia.com", 1)]))]));
+    assert_eq!(gpus(&d), Some(Quantity::from_units(1)));
+    // At CREATE the status is the requester's: not read, the template counts, whatever claim
+    // that status names and however it is owned.
+    let d = created_pod_demand(&p, "ml", &classes(), &s);
+    assert_eq!(gpus(&d), Some(Quantity::from_units(1)));
+}
+
 #[test]
 fn claims_in_another_namespace_are_not_found() {
     let mut other = template("t", json!([exactly("gpu.nvidia.com", 1)]));
