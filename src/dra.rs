@@ -27,6 +27,7 @@
 pub mod slices;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -102,11 +103,16 @@ impl DeviceClasses {
 }
 
 /// Where claims and templates are looked up.
+///
+/// Objects are handed out shared and may be reduced to what counting reads of them
+/// ([`claim_as_read`], [`template_as_read`]): a lookup is made for every claim entry of every pod
+/// view, several times per review, and a tenant writes the objects (annotations, opaque driver
+/// parameters, selectors: hundreds of KiB), so a lookup must not copy or convert them whole.
 pub trait ClaimSource: Send + Sync {
     /// The ResourceClaimTemplate object `name` in `namespace`.
-    fn template(&self, namespace: &str, name: &str) -> Option<Value>;
+    fn template(&self, namespace: &str, name: &str) -> Option<Arc<Value>>;
     /// The ResourceClaim object `name` in `namespace`.
-    fn claim(&self, namespace: &str, name: &str) -> Option<Value>;
+    fn claim(&self, namespace: &str, name: &str) -> Option<Arc<Value>>;
     /// How a missing object is described ("not among the manifests", "not found in the
     /// cluster"), after its kind and name.
     fn missing_phrase(&self) -> &'static str {
@@ -139,10 +145,10 @@ pub trait ClaimSource: Send + Sync {
 pub struct NoClaims;
 
 impl ClaimSource for NoClaims {
-    fn template(&self, _: &str, _: &str) -> Option<Value> {
+    fn template(&self, _: &str, _: &str) -> Option<Arc<Value>> {
         None
     }
-    fn claim(&self, _: &str, _: &str) -> Option<Value> {
+    fn claim(&self, _: &str, _: &str) -> Option<Arc<Value>> {
         None
     }
     fn missing_phrase(&self) -> &'static str {
@@ -150,11 +156,12 @@ impl ClaimSource for NoClaims {
     }
 }
 
-/// Claims and templates held in memory, by (namespace, name): `allot check`'s manifests, tests.
+/// Claims and templates held in memory, by (namespace, name), as counting reads them
+/// ([`claim_as_read`]): `allot check`'s manifests, `allot explain`'s lists, tests.
 #[derive(Debug, Clone, Default)]
 pub struct ClaimObjects {
-    templates: BTreeMap<(String, String), Value>,
-    claims: BTreeMap<(String, String), Value>,
+    templates: BTreeMap<(String, String), Arc<Value>>,
+    claims: BTreeMap<(String, String), Arc<Value>>,
     pod_groups: BTreeMap<(String, String), Value>,
     missing_phrase: &'static str,
 }
@@ -178,11 +185,17 @@ impl ClaimObjects {
             object.field(&["metadata", "namespace"]).and_then(Value::as_str).unwrap_or(default_namespace).to_string();
         let key = (namespace, name.to_string());
         match (group, object.get("kind").and_then(Value::as_str)) {
-            ("resource.k8s.io", Some("ResourceClaimTemplate")) => self.templates.insert(key, object.clone()),
-            ("resource.k8s.io", Some("ResourceClaim")) => self.claims.insert(key, object.clone()),
-            ("scheduling.k8s.io", Some("PodGroup")) => self.pod_groups.insert(key, object.clone()),
+            ("resource.k8s.io", Some("ResourceClaimTemplate")) => {
+                self.templates.insert(key, Arc::new(template_as_read(object)));
+            }
+            ("resource.k8s.io", Some("ResourceClaim")) => {
+                self.claims.insert(key, Arc::new(claim_as_read(object)));
+            }
+            ("scheduling.k8s.io", Some("PodGroup")) => {
+                self.pod_groups.insert(key, object.clone());
+            }
             _ => return false,
-        };
+        }
         true
     }
 
@@ -193,10 +206,10 @@ impl ClaimObjects {
 }
 
 impl ClaimSource for ClaimObjects {
-    fn template(&self, namespace: &str, name: &str) -> Option<Value> {
+    fn template(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
         self.templates.get(&(namespace.to_string(), name.to_string())).cloned()
     }
-    fn claim(&self, namespace: &str, name: &str) -> Option<Value> {
+    fn claim(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
         self.claims.get(&(namespace.to_string(), name.to_string())).cloned()
     }
     fn missing_phrase(&self) -> &'static str {
@@ -423,7 +436,7 @@ pub fn shared_claim_name(key: &str) -> &str {
 /// (admission, at CREATE, has none yet), and it is counted rather than the template: it outlives
 /// the template (a pod whose template was deleted before Allot (re)started is counted from it,
 /// not as asking nothing) and cannot change, whatever becomes of the template.
-fn generated_claim(pod: &Value, entry: &str, namespace: &str, source: &dyn ClaimSource) -> Option<Value> {
+fn generated_claim(pod: &Value, entry: &str, namespace: &str, source: &dyn ClaimSource) -> Option<Arc<Value>> {
     let uid = pod.field(&["metadata", "uid"]).and_then(Value::as_str).filter(|u| !u.is_empty())?;
     let name = pod
         .field(&["status", "resourceClaimStatuses"])
@@ -433,13 +446,70 @@ fn generated_claim(pod: &Value, entry: &str, namespace: &str, source: &dyn Claim
         .get("resourceClaimName")
         .and_then(Value::as_str)?;
     let claim = source.claim(namespace, name)?;
-    let owned = claim.field(&["metadata", "ownerReferences"]).and_then(Value::as_array).is_some_and(|owners| {
+    controlled_by(&claim, uid).then_some(claim)
+}
+
+/// True when `claim`'s controller (an owner reference with `controller: true`) has UID `uid`.
+fn controlled_by(claim: &Value, uid: &str) -> bool {
+    claim.field(&["metadata", "ownerReferences"]).and_then(Value::as_array).is_some_and(|owners| {
         owners.iter().any(|o| {
             o.get("uid").and_then(Value::as_str) == Some(uid)
                 && o.get("controller").and_then(Value::as_bool) == Some(true)
         })
+    })
+}
+
+/// A ResourceClaim (the whole object, or any part of it holding what is read) reduced to what
+/// [`pod_demand`] reads of it: `metadata.uid` (a shared claim's key), each owner reference's
+/// `uid` and `controller` (a pod's generated claim) and `spec.devices.requests` as
+/// [`requests_as_read`] keeps them. Annotations, managedFields, status, opaque driver
+/// parameters and selectors are left out: a source keeps this, made once per object version,
+/// so a lookup costs what is read, not what the tenant wrote.
+pub fn claim_as_read(claim: &Value) -> Value {
+    let mut metadata = serde_json::Map::new();
+    if let Some(uid) = claim.field(&["metadata", "uid"]).filter(|u| u.is_string()) {
+        metadata.insert("uid".into(), uid.clone());
+    }
+    if let Some(owners) = claim.field(&["metadata", "ownerReferences"]).and_then(Value::as_array) {
+        let owners = owners.iter().map(|o| pick(o, &["uid", "controller"])).collect();
+        metadata.insert("ownerReferences".into(), Value::Array(owners));
+    }
+    serde_json::json!({
+        "metadata": metadata,
+        "spec": {"devices": {"requests": requests_as_read(claim.field(&["spec", "devices", "requests"]))}},
+    })
+}
+
+/// A ResourceClaimTemplate reduced to what [`pod_demand`] reads of it: the device requests of
+/// its claim spec (`spec.spec.devices.requests`), as [`requests_as_read`] keeps them.
+pub fn template_as_read(template: &Value) -> Value {
+    let requests = requests_as_read(template.field(&["spec", "spec", "devices", "requests"]));
+    serde_json::json!({"spec": {"spec": {"devices": {"requests": requests}}}})
+}
+
+/// A claim spec's `devices.requests` reduced to what [`claim_devices`] reads: per request, its
+/// `exactly`, else its `firstAvailable` options, else its own (pre-v1) fields, each kept to
+/// `deviceClassName`, `allocationMode` and `count`. Counts the same as the requests it is made
+/// from, whatever they hold (`null` where they are not a list).
+pub fn requests_as_read(requests: Option<&Value>) -> Value {
+    const READ: [&str; 3] = ["deviceClassName", "allocationMode", "count"];
+    let Some(requests) = requests.and_then(Value::as_array) else { return Value::Null };
+    let reduced = requests.iter().map(|request| {
+        if let Some(exactly) = request.get("exactly") {
+            serde_json::json!({"exactly": pick(exactly, &READ)})
+        } else if let Some(options) = request.get("firstAvailable").and_then(Value::as_array) {
+            serde_json::json!({"firstAvailable": options.iter().map(|o| pick(o, &READ)).collect::<Vec<_>>()})
+        } else {
+            pick(request, &READ)
+        }
     });
-    owned.then_some(claim)
+    Value::Array(reduced.collect())
+}
+
+/// The fields `keys` of `object` (none when it is not an object).
+fn pick(object: &Value, keys: &[&str]) -> Value {
+    let kept = keys.iter().filter_map(|k| Some(((*k).to_string(), object.get(*k)?.clone())));
+    Value::Object(kept.collect())
 }
 
 /// The mapped devices a claim spec (`{devices: {requests: [...]}}`) asks for.

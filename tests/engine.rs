@@ -924,10 +924,10 @@ fn gate_and_group(pod: &Pod) -> (bool, Option<String>) {
 struct NativeGangs;
 
 impl allot::dra::ClaimSource for NativeGangs {
-    fn template(&self, _: &str, _: &str) -> Option<Value> {
+    fn template(&self, _: &str, _: &str) -> Option<std::sync::Arc<Value>> {
         None
     }
-    fn claim(&self, _: &str, _: &str) -> Option<Value> {
+    fn claim(&self, _: &str, _: &str) -> Option<std::sync::Arc<Value>> {
         None
     }
     fn schedules_native_gangs(&self) -> bool {

@@ -254,6 +254,47 @@ fn only_resource_k8s_io_claims_and_templates_are_kept() {
     assert!(s.claim("ml", "c").is_some());
 }
 
+/// A claim and a template padded the way a tenant can (a huge annotation map, managedFields,
+/// opaque driver parameters, long selectors, a status) are kept as counting reads them: a lookup
+/// hands out a few hundred bytes, not the padding, and counts exactly what the whole object does.
+#[test]
+fn claims_and_templates_are_kept_as_read_without_what_the_tenant_padded() {
+    let annotations: serde_json::Map<String, Value> =
+        (0..2000).map(|i| (format!("example.com/pad-{i}"), Value::from("x".repeat(200)))).collect();
+    let pad = |object: &mut Value, devices: &str| {
+        object["metadata"]["annotations"] = Value::Object(annotations.clone());
+        object["metadata"]["managedFields"] = json!([{"manager": "kubectl", "fieldsV1": {"f:metadata": {}}}]);
+        let devices = object.pointer_mut(devices).expect("devices");
+        devices["config"] =
+            json!([{"opaque": {"driver": "gpu.nvidia.com", "parameters": {"blob": "y".repeat(100_000)}}}]);
+        devices["requests"][0]["exactly"]["selectors"] = json!([{"cel": {"expression": "z".repeat(10_000)}}]);
+    };
+    let mut c = claim("big", json!([exactly("gpu.nvidia.com", 3)]));
+    c["metadata"]["uid"] = json!("uid-big");
+    c["status"] = json!({"reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}]});
+    pad(&mut c, "/spec/devices");
+    let mut t = template("big-t", json!([exactly("gpu.nvidia.com", 2)]));
+    pad(&mut t, "/spec/spec/devices");
+    let whole = serde_json::to_string(&c).unwrap().len();
+    assert!(whole > 500_000, "{whole}");
+
+    let s = source(&[c.clone(), t.clone()]);
+    for (read, object) in [(s.claim("ml", "big").unwrap(), &c), (s.template("ml", "big-t").unwrap(), &t)] {
+        let text = serde_json::to_string(&*read).unwrap();
+        assert!(text.len() < 300, "{} bytes: {text}", text.len());
+        for padded in ["annotations", "managedFields", "config", "selectors", "pad-", "status"] {
+            assert!(!text.contains(padded), "{padded} in {text}");
+        }
+        let spec = |o: &Value| o.get("spec").and_then(|s| s.get("spec").or(Some(s))).cloned();
+        assert_eq!(claim_devices(spec(&read).as_ref(), &classes()), claim_devices(spec(object).as_ref(), &classes()));
+    }
+    let p =
+        pod(json!([{"name": "a", "resourceClaimName": "big"}, {"name": "b", "resourceClaimTemplateName": "big-t"}]));
+    let d = pod_demand(&p, "ml", &classes(), &s);
+    assert_eq!(gpus(&d), Some(Quantity::from_units(5)));
+    assert_eq!(d.shared.keys().collect::<Vec<_>>(), ["big/uid-big"], "the UID is read");
+}
+
 fn hostile_value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
@@ -304,6 +345,33 @@ proptest! {
         let d = pod_demand(&json!({"spec": {"resourceClaims": claims}}), "default", &classes(), &s);
         let _ = d.accelerators(&classes());
         let _ = d.quota_resources();
+    }
+
+    /// What a claim or template is kept as ([`claim_as_read`], [`template_as_read`]) counts
+    /// exactly as the object it is made from, whatever a tenant writes in it.
+    #[test]
+    fn kept_as_read_counts_as_the_whole_object(
+        requests in hostile_value(),
+        uid in hostile_value(),
+        owners in prop_oneof![
+            hostile_value(),
+            prop::collection::vec((hostile_value(), hostile_value(), hostile_value()), 0..4).prop_map(|owners| {
+                owners.into_iter().map(|(uid, controller, kind)| json!({"uid": uid, "controller": controller, "kind": kind})).collect()
+            }),
+            Just(json!([{"uid": "t", "controller": true, "name": "p"}])),
+        ],
+    ) {
+        let claim = json!({"metadata": {"uid": uid, "ownerReferences": owners}, "spec": {"devices": {"requests": requests.clone()}}});
+        let read = claim_as_read(&claim);
+        prop_assert_eq!(claim_devices(read.get("spec"), &classes()), claim_devices(claim.get("spec"), &classes()));
+        prop_assert_eq!(shared_claim_key("c", &read), shared_claim_key("c", &claim));
+        prop_assert_eq!(controlled_by(&read, "t"), controlled_by(&claim, "t"));
+        let template = json!({"spec": {"spec": {"devices": {"requests": requests}}}});
+        let read = template_as_read(&template);
+        prop_assert_eq!(
+            claim_devices(read.field(&["spec", "spec"]), &classes()),
+            claim_devices(template.field(&["spec", "spec"]), &classes())
+        );
     }
 
     /// A pod's claim count is the sum of its requests, each at least one device and never more
