@@ -16,15 +16,18 @@
 //! `resourceClaimName` may be shared by many pods and is kept apart ([`ClaimDemand::shared`]):
 //! each pod's own checks (accelerators, placement, CEL) see its devices, and team quotas charge
 //! them once per claim, while any pod that names it lives ([`SharedClaims`]; every quota book
-//! keeps the claims it counted by name). A claim
-//! the scheduler creates for a pod's own extended resource (annotation
-//! [`EXTENDED_RESOURCE_CLAIM_ANNOTATION`]) stands for a request already in the containers'
-//! resources and is never counted again. A claim or template that cannot be
-//! found is not "free": it is reported in [`ClaimDemand::missing`] and admission denies naming it.
+//! keeps the claims it counted by name). A claim the scheduler creates for a pod's own extended
+//! resource (DRAExtendedResource) stands for a request already in the containers' resources and is
+//! never counted again: it is named in the pod's `status.extendedResourceClaimStatus`, never in
+//! its `spec.resourceClaims`, and only those are counted. Every claim a pod names there counts by
+//! its devices, whatever its annotations ([`EXTENDED_RESOURCE_CLAIM_ANNOTATION`] included: a
+//! tenant writes those). A claim or template that cannot be found is not "free": it is reported
+//! in [`ClaimDemand::missing`] and admission denies naming it.
 
 pub mod slices;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -33,7 +36,9 @@ use crate::quantity::Quantity;
 use crate::resources::ResourceList;
 
 /// The annotation the scheduler puts on the claim it creates for a pod's extended-resource
-/// request backed by DRA (DRAExtendedResource).
+/// request backed by DRA (DRAExtendedResource). Not trusted to mean anything: anyone who may
+/// create ResourceClaims may write it, and the claim the scheduler made is told by where it is
+/// named (the pod's status), not by its annotations ([`pod_demand`]).
 pub const EXTENDED_RESOURCE_CLAIM_ANNOTATION: &str = "resource.kubernetes.io/extended-resource-claim";
 
 /// What `allocationMode: All` counts as when the policy does not say (the in-tree quota's 32).
@@ -98,11 +103,16 @@ impl DeviceClasses {
 }
 
 /// Where claims and templates are looked up.
+///
+/// Objects are handed out shared and may be reduced to what counting reads of them
+/// ([`claim_as_read`], [`template_as_read`]): a lookup is made for every claim entry of every pod
+/// view, several times per review, and a tenant writes the objects (annotations, opaque driver
+/// parameters, selectors: hundreds of KiB), so a lookup must not copy or convert them whole.
 pub trait ClaimSource: Send + Sync {
     /// The ResourceClaimTemplate object `name` in `namespace`.
-    fn template(&self, namespace: &str, name: &str) -> Option<Value>;
+    fn template(&self, namespace: &str, name: &str) -> Option<Arc<Value>>;
     /// The ResourceClaim object `name` in `namespace`.
-    fn claim(&self, namespace: &str, name: &str) -> Option<Value>;
+    fn claim(&self, namespace: &str, name: &str) -> Option<Arc<Value>>;
     /// How a missing object is described ("not among the manifests", "not found in the
     /// cluster"), after its kind and name.
     fn missing_phrase(&self) -> &'static str {
@@ -135,10 +145,10 @@ pub trait ClaimSource: Send + Sync {
 pub struct NoClaims;
 
 impl ClaimSource for NoClaims {
-    fn template(&self, _: &str, _: &str) -> Option<Value> {
+    fn template(&self, _: &str, _: &str) -> Option<Arc<Value>> {
         None
     }
-    fn claim(&self, _: &str, _: &str) -> Option<Value> {
+    fn claim(&self, _: &str, _: &str) -> Option<Arc<Value>> {
         None
     }
     fn missing_phrase(&self) -> &'static str {
@@ -146,11 +156,12 @@ impl ClaimSource for NoClaims {
     }
 }
 
-/// Claims and templates held in memory, by (namespace, name): `allot check`'s manifests, tests.
+/// Claims and templates held in memory, by (namespace, name), as counting reads them
+/// ([`claim_as_read`]): `allot check`'s manifests, `allot explain`'s lists, tests.
 #[derive(Debug, Clone, Default)]
 pub struct ClaimObjects {
-    templates: BTreeMap<(String, String), Value>,
-    claims: BTreeMap<(String, String), Value>,
+    templates: BTreeMap<(String, String), Arc<Value>>,
+    claims: BTreeMap<(String, String), Arc<Value>>,
     pod_groups: BTreeMap<(String, String), Value>,
     missing_phrase: &'static str,
 }
@@ -174,11 +185,17 @@ impl ClaimObjects {
             object.field(&["metadata", "namespace"]).and_then(Value::as_str).unwrap_or(default_namespace).to_string();
         let key = (namespace, name.to_string());
         match (group, object.get("kind").and_then(Value::as_str)) {
-            ("resource.k8s.io", Some("ResourceClaimTemplate")) => self.templates.insert(key, object.clone()),
-            ("resource.k8s.io", Some("ResourceClaim")) => self.claims.insert(key, object.clone()),
-            ("scheduling.k8s.io", Some("PodGroup")) => self.pod_groups.insert(key, object.clone()),
+            ("resource.k8s.io", Some("ResourceClaimTemplate")) => {
+                self.templates.insert(key, Arc::new(template_as_read(object)));
+            }
+            ("resource.k8s.io", Some("ResourceClaim")) => {
+                self.claims.insert(key, Arc::new(claim_as_read(object)));
+            }
+            ("scheduling.k8s.io", Some("PodGroup")) => {
+                self.pod_groups.insert(key, object.clone());
+            }
             _ => return false,
-        };
+        }
         true
     }
 
@@ -189,10 +206,10 @@ impl ClaimObjects {
 }
 
 impl ClaimSource for ClaimObjects {
-    fn template(&self, namespace: &str, name: &str) -> Option<Value> {
+    fn template(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
         self.templates.get(&(namespace.to_string(), name.to_string())).cloned()
     }
-    fn claim(&self, namespace: &str, name: &str) -> Option<Value> {
+    fn claim(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
         self.claims.get(&(namespace.to_string(), name.to_string())).cloned()
     }
     fn missing_phrase(&self) -> &'static str {
@@ -315,9 +332,42 @@ pub fn held_quota_requests(requests: &ResourceList, claims: &ClaimDemand) -> Res
     requests
 }
 
-/// The claims `pod` (a Pod object, or a template seen as one) asks for, resolved in `namespace`.
-/// Nothing is looked up when no DeviceClass is mapped.
+/// The claims `pod` asks for, resolved in `namespace`, `pod` being as the API server stores it
+/// (the Pod watch; an UPDATE's object): its `status` is written by Kubernetes' own controllers
+/// and names the claims made from its templates, which are what it holds. Nothing is looked up
+/// when no DeviceClass is mapped.
 pub fn pod_demand(pod: &Value, namespace: &str, classes: &DeviceClasses, source: &dyn ClaimSource) -> ClaimDemand {
+    demand_of(pod, StatusRead::Trusted, namespace, classes, source)
+}
+
+/// [`pod_demand`] for a Pod being created (or a template seen as one): admission at CREATE, a dry
+/// run's manifests. Its `status` is not read: at CREATE it is whatever the request carries (the
+/// tenant's own, which the API server replaces only after the mutating webhooks), so a status
+/// naming some small claim "made from" a template must not stand for the template. The pod has
+/// no claim of its own yet; its templates are what it will get.
+pub fn created_pod_demand(
+    pod: &Value,
+    namespace: &str,
+    classes: &DeviceClasses,
+    source: &dyn ClaimSource,
+) -> ClaimDemand {
+    demand_of(pod, StatusRead::Ignored, namespace, classes, source)
+}
+
+/// Whether a pod's `status` names the claims made from its templates ([`generated_claim`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StatusRead {
+    Trusted,
+    Ignored,
+}
+
+fn demand_of(
+    pod: &Value,
+    status: StatusRead,
+    namespace: &str,
+    classes: &DeviceClasses,
+    source: &dyn ClaimSource,
+) -> ClaimDemand {
     let mut demand = ClaimDemand::default();
     if classes.is_empty() {
         return demand;
@@ -327,22 +377,30 @@ pub fn pod_demand(pod: &Value, namespace: &str, classes: &DeviceClasses, source:
         let path = format!("spec.resourceClaims[{i}]");
         if let Some(name) = entry.get("resourceClaimTemplateName").and_then(Value::as_str) {
             let entry_name = entry.get("name").and_then(Value::as_str).unwrap_or_default();
-            match source.template(namespace, name) {
+            // The claim made from the template, once there is one, before the template: the
+            // claim is immutable and is what the pod holds, while a template can be deleted and
+            // made again smaller under the same name (a record rebuilt against it would count
+            // the smaller one). The template only before the claim exists (at CREATE, always).
+            let generated = match status {
+                StatusRead::Trusted => generated_claim(pod, entry_name, namespace, source),
+                StatusRead::Ignored => None,
+            };
+            if let Some(claim) = generated {
+                add_counts(&mut demand.own, &claim_devices(claim.get("spec"), classes));
+            } else if let Some(template) = source.template(namespace, name) {
                 // A template's claim spec is at spec.spec.
-                Some(template) => {
-                    add_counts(&mut demand.own, &claim_devices(template.field(&["spec", "spec"]), classes))
-                }
-                None => match generated_claim(pod, entry_name, namespace, source) {
-                    // The template is gone, the claim made from it is not: it is what the pod holds.
-                    Some(claim) => add_counts(&mut demand.own, &claim_devices(claim.get("spec"), classes)),
-                    None => {
-                        demand.missing.push(MissingClaim { kind: "ResourceClaimTemplate", name: name.into(), path })
-                    }
-                },
+                add_counts(&mut demand.own, &claim_devices(template.field(&["spec", "spec"]), classes));
+            } else {
+                demand.missing.push(MissingClaim { kind: "ResourceClaimTemplate", name: name.into(), path });
             }
         } else if let Some(name) = entry.get("resourceClaimName").and_then(Value::as_str) {
+            // Counted whatever its annotations. The scheduler's own extended-resource claim
+            // (annotated EXTENDED_RESOURCE_CLAIM_ANNOTATION) is named only in the pod's
+            // `status.extendedResourceClaimStatus`, never here (the spec is immutable and that
+            // claim is made after it, under a generated name), so nothing legitimate is skipped
+            // by counting it: a claim named here that carries the annotation is a tenant's own,
+            // and skipping it would make its devices free (kubernetes#135404 is the same class).
             match source.claim(namespace, name) {
-                Some(claim) if is_extended_resource_claim(&claim) => {}
                 Some(claim) => {
                     let counts = claim_devices(claim.get("spec"), classes);
                     if !counts.is_empty() {
@@ -374,10 +432,11 @@ pub fn shared_claim_name(key: &str) -> &str {
 
 /// The ResourceClaim Kubernetes made from a template for the pod's claim entry `entry`: named in
 /// the pod's `status.resourceClaimStatuses` and controlled by the pod (its ownerReference with
-/// the pod's UID). A pod that exists has one (admission, at CREATE, has no status yet), and it
-/// outlives the template: a pod whose template was deleted before Allot (re)started is counted
-/// from it, not as asking nothing.
-fn generated_claim(pod: &Value, entry: &str, namespace: &str, source: &dyn ClaimSource) -> Option<Value> {
+/// the pod's UID). A pod that exists has one once the resourceclaim controller made it
+/// (admission, at CREATE, has none yet), and it is counted rather than the template: it outlives
+/// the template (a pod whose template was deleted before Allot (re)started is counted from it,
+/// not as asking nothing) and cannot change, whatever becomes of the template.
+fn generated_claim(pod: &Value, entry: &str, namespace: &str, source: &dyn ClaimSource) -> Option<Arc<Value>> {
     let uid = pod.field(&["metadata", "uid"]).and_then(Value::as_str).filter(|u| !u.is_empty())?;
     let name = pod
         .field(&["status", "resourceClaimStatuses"])
@@ -387,21 +446,70 @@ fn generated_claim(pod: &Value, entry: &str, namespace: &str, source: &dyn Claim
         .get("resourceClaimName")
         .and_then(Value::as_str)?;
     let claim = source.claim(namespace, name)?;
-    let owned = claim.field(&["metadata", "ownerReferences"]).and_then(Value::as_array).is_some_and(|owners| {
+    controlled_by(&claim, uid).then_some(claim)
+}
+
+/// True when `claim`'s controller (an owner reference with `controller: true`) has UID `uid`.
+fn controlled_by(claim: &Value, uid: &str) -> bool {
+    claim.field(&["metadata", "ownerReferences"]).and_then(Value::as_array).is_some_and(|owners| {
         owners.iter().any(|o| {
             o.get("uid").and_then(Value::as_str) == Some(uid)
                 && o.get("controller").and_then(Value::as_bool) == Some(true)
         })
-    });
-    owned.then_some(claim)
+    })
 }
 
-/// True for the claim the scheduler made for a pod's extended-resource request: the request is
-/// already counted from the containers' resources.
-pub fn is_extended_resource_claim(claim: &Value) -> bool {
-    claim.field(&["metadata", "annotations"]).and_then(Value::as_object).is_some_and(|a| {
-        a.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION).and_then(Value::as_str).is_some_and(|v| v != "false")
+/// A ResourceClaim (the whole object, or any part of it holding what is read) reduced to what
+/// [`pod_demand`] reads of it: `metadata.uid` (a shared claim's key), each owner reference's
+/// `uid` and `controller` (a pod's generated claim) and `spec.devices.requests` as
+/// [`requests_as_read`] keeps them. Annotations, managedFields, status, opaque driver
+/// parameters and selectors are left out: a source keeps this, made once per object version,
+/// so a lookup costs what is read, not what the tenant wrote.
+pub fn claim_as_read(claim: &Value) -> Value {
+    let mut metadata = serde_json::Map::new();
+    if let Some(uid) = claim.field(&["metadata", "uid"]).filter(|u| u.is_string()) {
+        metadata.insert("uid".into(), uid.clone());
+    }
+    if let Some(owners) = claim.field(&["metadata", "ownerReferences"]).and_then(Value::as_array) {
+        let owners = owners.iter().map(|o| pick(o, &["uid", "controller"])).collect();
+        metadata.insert("ownerReferences".into(), Value::Array(owners));
+    }
+    serde_json::json!({
+        "metadata": metadata,
+        "spec": {"devices": {"requests": requests_as_read(claim.field(&["spec", "devices", "requests"]))}},
     })
+}
+
+/// A ResourceClaimTemplate reduced to what [`pod_demand`] reads of it: the device requests of
+/// its claim spec (`spec.spec.devices.requests`), as [`requests_as_read`] keeps them.
+pub fn template_as_read(template: &Value) -> Value {
+    let requests = requests_as_read(template.field(&["spec", "spec", "devices", "requests"]));
+    serde_json::json!({"spec": {"spec": {"devices": {"requests": requests}}}})
+}
+
+/// A claim spec's `devices.requests` reduced to what [`claim_devices`] reads: per request, its
+/// `exactly`, else its `firstAvailable` options, else its own (pre-v1) fields, each kept to
+/// `deviceClassName`, `allocationMode` and `count`. Counts the same as the requests it is made
+/// from, whatever they hold (`null` where they are not a list).
+pub fn requests_as_read(requests: Option<&Value>) -> Value {
+    const READ: [&str; 3] = ["deviceClassName", "allocationMode", "count"];
+    let Some(requests) = requests.and_then(Value::as_array) else { return Value::Null };
+    let reduced = requests.iter().map(|request| {
+        if let Some(exactly) = request.get("exactly") {
+            serde_json::json!({"exactly": pick(exactly, &READ)})
+        } else if let Some(options) = request.get("firstAvailable").and_then(Value::as_array) {
+            serde_json::json!({"firstAvailable": options.iter().map(|o| pick(o, &READ)).collect::<Vec<_>>()})
+        } else {
+            pick(request, &READ)
+        }
+    });
+    Value::Array(reduced.collect())
+}
+
+/// The fields `keys` of `object` (none when it is not an object).
+fn pick(object: &Value, keys: &[&str]) -> Value {
+    let kept = keys.iter().filter_map(|k| Some(((*k).to_string(), object.get(*k)?.clone())));
+    Value::Object(kept.collect())
 }
 
 /// The mapped devices a claim spec (`{devices: {requests: [...]}}`) asks for.

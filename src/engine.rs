@@ -111,9 +111,16 @@ impl<'a> Engine<'a> {
         Engine { claims, ..self }
     }
 
-    /// What `pod` asks through DRA claims, resolved in `namespace`.
-    fn claim_demand(&self, pod: &Value, namespace: &str) -> ClaimDemand {
-        dra::pod_demand(pod, namespace, &self.policies.device_classes, self.claims)
+    /// What `pod` (the object of `req`, or a template of it) asks through DRA claims, resolved in
+    /// the request's namespace. At CREATE the pod's `status` is the requester's, not yet the API
+    /// server's: it is not read ([`dra::created_pod_demand`]).
+    fn claim_demand(&self, req: &Request<'_>, pod: &Value) -> ClaimDemand {
+        let classes = &self.policies.device_classes;
+        if req.operation == RequestOperation::Create {
+            dra::created_pod_demand(pod, req.namespace, classes, self.claims)
+        } else {
+            dra::pod_demand(pod, req.namespace, classes, self.claims)
+        }
     }
 
     /// The same engine, trusting `username` as Allot's own identity.
@@ -180,7 +187,7 @@ impl<'a> Engine<'a> {
             }),
             object_accelerators: if needs.vars & crate::expression::OBJECT_ACCELERATORS_BIT != 0 {
                 // Devices asked through DRA claims count like those in the containers' resources.
-                let claimed = self.claim_demand(object, req.namespace).accelerators(&self.policies.device_classes);
+                let claimed = self.claim_demand(req, object).accelerators(&self.policies.device_classes);
                 let claimed = crate::resources::accelerators_only(&claimed, &self.policies.accelerators);
                 object_accelerators(object, view, &self.policies.accelerators)
                     .and_then(|units| claimed.values().try_fold(units, |sum, q| sum.checked_add(q.ceil_units())))
@@ -201,7 +208,7 @@ impl<'a> Engine<'a> {
         let team = self.team(req.namespace, &mut out.notes);
         let view = PodView::new(String::new(), Cow::Borrowed(req.object));
         let make_inputs = |needs: &Needs| self.inputs(req, Subject::Pod(&view), &team, needs.clone());
-        let claims = self.claim_demand(req.object, req.namespace);
+        let claims = self.claim_demand(req, req.object);
         let ctx = PodContext {
             namespace: req.namespace,
             team,
@@ -286,7 +293,7 @@ impl<'a> Engine<'a> {
             // label edits and our own gate removal on pods admitted under older policies.
             let checked = !(is_pod && operation == Operation::Update);
             let mut gang = None;
-            let claims = self.claim_demand(&view.pod, req.namespace);
+            let claims = self.claim_demand(req, &view.pod);
             let claimed = claims.accelerators(&self.policies.device_classes);
             if checked {
                 out.findings.extend(validate::check_claims(&view, &claims, self.claims.missing_phrase()));
@@ -405,7 +412,7 @@ impl<'a> Engine<'a> {
         let make_inputs = |needs: &Needs| self.inputs(req, Subject::Pod(&view), team, needs.clone());
         // The Pods of a template are created by its workload's controller, whose identity
         // is not known here: no identity-based exemption.
-        let claims = self.claim_demand(&view.pod, req.namespace);
+        let claims = self.claim_demand(req, &view.pod);
         let ctx = PodContext {
             namespace: req.namespace,
             team: *team,

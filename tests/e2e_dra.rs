@@ -217,6 +217,19 @@ async fn claim_gpus_are_placed_and_counted_on_a_real_control_plane() {
     let err = create("fifth", from_template("one-gpu")).await.expect_err("the 5th claim GPU");
     assert!(err.contains("team dra-team uses 4 of 4 nvidia.com/gpu") && err.contains("this pod asks 1"), "{err}");
 
+    // A claim alice annotates as the scheduler's extended-resource claim (the API server lets
+    // her) is hers all the same: counted by its devices. Before, the annotation alone made its
+    // 8 GPUs free.
+    let mut forged = claim("free", gpus(8));
+    forged.metadata.annotations =
+        Some([("resource.kubernetes.io/extended-resource-claim".to_string(), "true".to_string())].into());
+    claims.create(&pp, &forged).await.expect("alice annotates her own claim");
+    let err =
+        create_when_claims_known(&pods, &claim_pod("forged", json!([{"name": "gpus", "resourceClaimName": "free"}])))
+            .await
+            .expect_err("a claim with a forged extended-resource annotation");
+    assert!(err.contains("uses 4 of 4 nvidia.com/gpu") && err.contains("this pod asks 8"), "{err}");
+
     // A template that does not exist is denied by name, never free.
     let err = create("ghost", from_template("no-such-template")).await.expect_err("a missing template");
     assert!(err.contains("references ResourceClaimTemplate \"no-such-template\""), "{err}");

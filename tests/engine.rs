@@ -810,6 +810,101 @@ fn check_resolves_claim_templates_among_its_manifests() {
     assert!(!alone.results[0].allowed);
 }
 
+/// A ResourceClaim a tenant annotates as the scheduler's extended-resource claim and names in
+/// her pod's `spec.resourceClaims` counts by its devices: the pod is placed like any GPU pod and
+/// held to `maxPerPod` (before: skipped for the annotation, so 9 GPUs passed the 8-GPU check
+/// and 8 got no placement).
+#[test]
+fn a_forged_extended_resource_claim_is_placed_and_checked() {
+    let manifest = |document: usize, object: Value| allot::check::Manifest {
+        source: "forged.yaml".into(),
+        document,
+        line: 0,
+        object,
+    };
+    let claim = |name: &str, count: u32| {
+        json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "vision",
+                         "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"}},
+            "spec": {"devices": {"requests": [
+                {"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count}}
+            ]}}
+        })
+    };
+    let pod = |name: &str, claim: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "vision"},
+            "spec": {
+                "resourceClaims": [{"name": "g", "resourceClaimName": claim}],
+                "containers": [{"name": "c", "image": "ghcr.io/example/train:1.0.0", "resources": {"claims": [{"name": "g"}]}}]
+            }
+        })
+    };
+    let policies = shipped();
+    let engine = Engine::new(&policies, &NoNamespaces);
+    let manifests = vec![
+        manifest(1, claim("free", 8)),
+        manifest(2, claim("freer", 9)),
+        manifest(3, pod("eight", "free")),
+        manifest(4, pod("nine", "freer")),
+    ];
+    let report = allot::check::run(&engine, &manifests);
+    let by_name = |name: &str| report.results.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("{name}"));
+    let eight = by_name("eight");
+    assert!(
+        eight.patch.iter().any(|op| serde_json::to_string(op).unwrap().contains("nvidia.com/gpu")),
+        "the GPU toleration: {:?}",
+        eight.patch
+    );
+    let nine = by_name("nine");
+    assert!(!nine.allowed, "9 claim GPUs over maxPerPod 8: {:?}", nine.findings);
+    assert!(nine.findings.iter().any(|f| f.message.contains("nvidia.com/gpu")), "{:?}", nine.findings);
+}
+
+/// At CREATE a pod's `status` is the requester's (the API server resets it only after the
+/// mutating webhooks): a tenant's status naming a small claim "made from" her 9-GPU template,
+/// owned by the UID she wrote, does not stand for the template. The template is counted, and
+/// the pod is held to `maxPerPod` and placed.
+#[test]
+fn a_created_pods_status_does_not_replace_its_template() {
+    let manifest = |document: usize, object: Value| allot::check::Manifest {
+        source: "status.yaml".into(),
+        document,
+        line: 0,
+        object,
+    };
+    let template = json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "nine", "namespace": "vision"},
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 9}}
+        ]}}}
+    });
+    let tiny = json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "tiny", "namespace": "vision",
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "forged", "controller": true}]},
+        "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}]}}
+    });
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "vision", "uid": "forged"},
+        "spec": {
+            "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "nine"}],
+            "containers": [{"name": "c", "image": "ghcr.io/example/train:1.0.0", "resources": {"claims": [{"name": "g"}]}}]
+        },
+        "status": {"resourceClaimStatuses": [{"name": "g", "resourceClaimName": "tiny"}]}
+    });
+    let policies = shipped();
+    let engine = Engine::new(&policies, &NoNamespaces);
+    let report = allot::check::run(&engine, &[manifest(1, template), manifest(2, tiny), manifest(3, pod)]);
+    let result = report.results.iter().find(|r| r.name == "p").expect("the pod");
+    assert!(!result.allowed, "9 template GPUs over maxPerPod 8: {:?}", result.findings);
+    assert!(result.findings.iter().any(|f| f.message.contains("nvidia.com/gpu")), "{:?}", result.findings);
+}
+
 /// `pod` as the mutating webhook leaves it, claims and PodGroups looked up in `claims`.
 fn mutated_with(policies: &PolicySet, pod: &Value, claims: &dyn allot::dra::ClaimSource) -> Pod {
     let outcome = mutate_as(&Engine::new(policies, &NoNamespaces).with_claims(claims), pod, "alice");
@@ -829,10 +924,10 @@ fn gate_and_group(pod: &Pod) -> (bool, Option<String>) {
 struct NativeGangs;
 
 impl allot::dra::ClaimSource for NativeGangs {
-    fn template(&self, _: &str, _: &str) -> Option<Value> {
+    fn template(&self, _: &str, _: &str) -> Option<std::sync::Arc<Value>> {
         None
     }
-    fn claim(&self, _: &str, _: &str) -> Option<Value> {
+    fn claim(&self, _: &str, _: &str) -> Option<std::sync::Arc<Value>> {
         None
     }
     fn schedules_native_gangs(&self) -> bool {

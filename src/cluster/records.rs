@@ -312,7 +312,8 @@ impl PodRecord {
             .filter(|c| !c.is_empty() && !policies.device_classes.is_empty())
         {
             // Only the fields the claims are read from: no copy of the whole pod per watch event.
-            // (The status names the claims made from templates, which outlive their templates.)
+            // (The status names the claims made from templates: those are counted rather than
+            // the templates, which can be deleted and made again smaller; see `dra::pod_demand`.)
             let claims_only = serde_json::json!({
                 "metadata": {"uid": pod.metadata.uid},
                 "spec": {"resourceClaims": resource_claims},

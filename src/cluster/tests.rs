@@ -378,6 +378,48 @@ mod watched_claim_records {
         state.upsert_pod(record(&template_pod("q", "Running"), &with_template));
         assert_eq!(claim_devices(&state, "q"), Some(Quantity::from_units(4)));
     }
+
+    /// The tenant deletes template `four` of her running pod and makes it again asking 1 GPU,
+    /// then touches the pod: its record still counts the 4 GPUs of the claim made from the old
+    /// template (named in its status, controlled by it), not the new template's 1.
+    #[test]
+    fn a_template_made_again_smaller_does_not_shrink_a_running_pods_count() {
+        let policies = policies();
+        let labels = StaticNamespaces::default();
+        let made = |pod: &Pod| {
+            let mut pod = pod.clone();
+            pod.metadata.uid = Some("pod-uid".into());
+            let status = pod.status.get_or_insert_with(Default::default);
+            status.resource_claim_statuses = Some(vec![k8s_openapi::api::core::v1::PodResourceClaimStatus {
+                name: "gpus".into(),
+                resource_claim_name: Some("p-gpus-x7k2q".into()),
+            }]);
+            pod
+        };
+        let with_claim = |template_gpus: u64| {
+            let mut source = templates(&[("four", template_gpus)]);
+            let claim = json!({
+                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": "p-gpus-x7k2q", "namespace": "ml",
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "pod-uid", "controller": true}]},
+                "spec": {"devices": {"requests": [{"name": "r",
+                    "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 4}}]}}
+            });
+            assert!(source.insert(&claim, "ml"));
+            source
+        };
+        let state = ClusterState::default();
+        let record = |pod: &Pod, claims: &dyn ClaimSource| {
+            PodRecord::from_pod_with_claims(pod, &policies, &labels, claims).expect("a record")
+        };
+        state.upsert_pod(record(&made(&template_pod("p", "Running")), &with_claim(4)));
+        assert_eq!(claim_devices(&state, "p"), Some(Quantity::from_units(4)));
+        // Template `four` deleted and made again with 1 GPU; the pod is relabelled.
+        let touched = record(&made(&template_pod("p", "Running")), &with_claim(1));
+        assert!(!touched.claims_unresolved);
+        state.upsert_pod(touched);
+        assert_eq!(claim_devices(&state, "p"), Some(Quantity::from_units(4)), "the 4 GPUs it holds");
+    }
 }
 
 /// A pod's shape reads only the fields of the scheduler's formula (containers' and init

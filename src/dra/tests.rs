@@ -127,11 +127,33 @@ fn shared_claims_are_kept_apart_and_counted_once_per_claim() {
     assert_eq!(gpus(&d), Some(Quantity::from_units(4)));
 }
 
+/// A claim named in `spec.resourceClaims` counts by its devices whatever its annotations: the
+/// extended-resource annotation on it is a tenant's forgery (the scheduler's claim is never
+/// named there). Before, it was skipped, and its 8 GPUs were free.
+#[test]
+fn a_claim_named_in_the_spec_counts_even_with_the_extended_resource_annotation() {
+    for value in ["true", "", "yes"] {
+        let mut c = claim("free", json!([exactly("gpu.nvidia.com", 8)]));
+        c["metadata"]["annotations"] = json!({EXTENDED_RESOURCE_CLAIM_ANNOTATION: value});
+        let p = pod(json!([{"name": "g", "resourceClaimName": "free"}]));
+        let d = pod_demand(&p, "ml", &classes(), &source(&[c]));
+        assert_eq!(gpus(&d), Some(Quantity::from_units(8)), "{value:?}: {d:?}");
+        assert_eq!(d.shared.len(), 1, "charged once per claim, as any shared claim");
+    }
+}
+
+/// The scheduler's own extended-resource claim is named in the pod's status, not its spec: it
+/// stands for the containers' `nvidia.com/gpu` and is not counted again.
 #[test]
 fn the_schedulers_extended_resource_claim_is_not_counted_again() {
-    let mut c = claim("pod-gpu-extended-resources-x", json!([exactly("gpu.nvidia.com", 1)]));
+    let mut c = claim("p-extended-resources-x7k2q", json!([exactly("gpu.nvidia.com", 1)]));
     c["metadata"]["annotations"] = json!({EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"});
-    let p = pod(json!([{"name": "a", "resourceClaimName": "pod-gpu-extended-resources-x"}]));
+    let mut p = pod(json!([]));
+    p["spec"]["containers"][0]["resources"] = json!({"limits": {"nvidia.com/gpu": "1"}});
+    p["status"] = json!({"extendedResourceClaimStatus": {
+        "resourceClaimName": "p-extended-resources-x7k2q",
+        "requestMappings": [{"containerName": "c", "resourceName": "nvidia.com/gpu", "requestName": "container-0-request-0"}]
+    }});
     let d = pod_demand(&p, "ml", &classes(), &source(&[c]));
     assert!(d.is_empty(), "{d:?}");
 }
@@ -180,6 +202,30 @@ fn a_deleted_template_is_counted_from_the_claim_made_from_it() {
     assert_eq!(d.missing.len(), 1);
 }
 
+/// A template deleted and made again smaller under the same name changes nothing for a pod
+/// whose claim was made from the old one: once its status names that claim, the claim (what it
+/// holds, immutable) is counted, not the template. Before: 1 GPU counted while 8 were held.
+#[test]
+fn the_claim_made_from_a_template_counts_rather_than_the_template_made_again() {
+    let mut p = pod(json!([{"name": "gpus", "resourceClaimTemplateName": "t"}]));
+    p["metadata"]["uid"] = json!("pod-uid");
+    p["status"] = json!({"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "p-gpus-x7k2q"}]});
+    let mut generated = claim("p-gpus-x7k2q", json!([exactly("gpu.nvidia.com", 8)]));
+    generated["metadata"]["ownerReferences"] =
+        json!([{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "pod-uid", "controller": true}]);
+    let remade = template("t", json!([exactly("gpu.nvidia.com", 1)]));
+    let s = source(&[remade, generated]);
+    let d = pod_demand(&p, "ml", &classes(), &s);
+    assert_eq!((gpus(&d), d.missing.len()), (Some(Quantity::from_units(8)), 0), "{d:?}");
+    // Before the claim exists (not made yet, not in the cache yet): the template.
+    let d = pod_demand(&p, "ml", &classes(), &source(&[template("t", json!([exactly("gpu.nvidia.com", 1)]))]));
+    assert_eq!(gpus(&d), Some(Quantity::from_units(1)));
+    // At CREATE the status is the requester's: not read, the template counts, whatever claim
+    // that status names and however it is owned.
+    let d = created_pod_demand(&p, "ml", &classes(), &s);
+    assert_eq!(gpus(&d), Some(Quantity::from_units(1)));
+}
+
 #[test]
 fn claims_in_another_namespace_are_not_found() {
     let mut other = template("t", json!([exactly("gpu.nvidia.com", 1)]));
@@ -206,6 +252,47 @@ fn only_resource_k8s_io_claims_and_templates_are_kept() {
     assert!(!s.insert(&json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim"}), "ml"));
     assert!(s.insert(&claim("c", json!([])), "ml"));
     assert!(s.claim("ml", "c").is_some());
+}
+
+/// A claim and a template padded the way a tenant can (a huge annotation map, managedFields,
+/// opaque driver parameters, long selectors, a status) are kept as counting reads them: a lookup
+/// hands out a few hundred bytes, not the padding, and counts exactly what the whole object does.
+#[test]
+fn claims_and_templates_are_kept_as_read_without_what_the_tenant_padded() {
+    let annotations: serde_json::Map<String, Value> =
+        (0..2000).map(|i| (format!("example.com/pad-{i}"), Value::from("x".repeat(200)))).collect();
+    let pad = |object: &mut Value, devices: &str| {
+        object["metadata"]["annotations"] = Value::Object(annotations.clone());
+        object["metadata"]["managedFields"] = json!([{"manager": "kubectl", "fieldsV1": {"f:metadata": {}}}]);
+        let devices = object.pointer_mut(devices).expect("devices");
+        devices["config"] =
+            json!([{"opaque": {"driver": "gpu.nvidia.com", "parameters": {"blob": "y".repeat(100_000)}}}]);
+        devices["requests"][0]["exactly"]["selectors"] = json!([{"cel": {"expression": "z".repeat(10_000)}}]);
+    };
+    let mut c = claim("big", json!([exactly("gpu.nvidia.com", 3)]));
+    c["metadata"]["uid"] = json!("uid-big");
+    c["status"] = json!({"reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}]});
+    pad(&mut c, "/spec/devices");
+    let mut t = template("big-t", json!([exactly("gpu.nvidia.com", 2)]));
+    pad(&mut t, "/spec/spec/devices");
+    let whole = serde_json::to_string(&c).unwrap().len();
+    assert!(whole > 500_000, "{whole}");
+
+    let s = source(&[c.clone(), t.clone()]);
+    for (read, object) in [(s.claim("ml", "big").unwrap(), &c), (s.template("ml", "big-t").unwrap(), &t)] {
+        let text = serde_json::to_string(&*read).unwrap();
+        assert!(text.len() < 300, "{} bytes: {text}", text.len());
+        for padded in ["annotations", "managedFields", "config", "selectors", "pad-", "status"] {
+            assert!(!text.contains(padded), "{padded} in {text}");
+        }
+        let spec = |o: &Value| o.get("spec").and_then(|s| s.get("spec").or(Some(s))).cloned();
+        assert_eq!(claim_devices(spec(&read).as_ref(), &classes()), claim_devices(spec(object).as_ref(), &classes()));
+    }
+    let p =
+        pod(json!([{"name": "a", "resourceClaimName": "big"}, {"name": "b", "resourceClaimTemplateName": "big-t"}]));
+    let d = pod_demand(&p, "ml", &classes(), &s);
+    assert_eq!(gpus(&d), Some(Quantity::from_units(5)));
+    assert_eq!(d.shared.keys().collect::<Vec<_>>(), ["big/uid-big"], "the UID is read");
 }
 
 fn hostile_value() -> impl Strategy<Value = Value> {
@@ -258,6 +345,33 @@ proptest! {
         let d = pod_demand(&json!({"spec": {"resourceClaims": claims}}), "default", &classes(), &s);
         let _ = d.accelerators(&classes());
         let _ = d.quota_resources();
+    }
+
+    /// What a claim or template is kept as ([`claim_as_read`], [`template_as_read`]) counts
+    /// exactly as the object it is made from, whatever a tenant writes in it.
+    #[test]
+    fn kept_as_read_counts_as_the_whole_object(
+        requests in hostile_value(),
+        uid in hostile_value(),
+        owners in prop_oneof![
+            hostile_value(),
+            prop::collection::vec((hostile_value(), hostile_value(), hostile_value()), 0..4).prop_map(|owners| {
+                owners.into_iter().map(|(uid, controller, kind)| json!({"uid": uid, "controller": controller, "kind": kind})).collect()
+            }),
+            Just(json!([{"uid": "t", "controller": true, "name": "p"}])),
+        ],
+    ) {
+        let claim = json!({"metadata": {"uid": uid, "ownerReferences": owners}, "spec": {"devices": {"requests": requests.clone()}}});
+        let read = claim_as_read(&claim);
+        prop_assert_eq!(claim_devices(read.get("spec"), &classes()), claim_devices(claim.get("spec"), &classes()));
+        prop_assert_eq!(shared_claim_key("c", &read), shared_claim_key("c", &claim));
+        prop_assert_eq!(controlled_by(&read, "t"), controlled_by(&claim, "t"));
+        let template = json!({"spec": {"spec": {"devices": {"requests": requests}}}});
+        let read = template_as_read(&template);
+        prop_assert_eq!(
+            claim_devices(read.field(&["spec", "spec"]), &classes()),
+            claim_devices(template.field(&["spec", "spec"]), &classes())
+        );
     }
 
     /// A pod's claim count is the sum of its requests, each at least one device and never more

@@ -1073,10 +1073,10 @@ mod claim_wait_tests {
     struct SyncedAt(std::time::Instant);
 
     impl crate::dra::ClaimSource for SyncedAt {
-        fn template(&self, _: &str, _: &str) -> Option<serde_json::Value> {
+        fn template(&self, _: &str, _: &str) -> Option<Arc<serde_json::Value>> {
             None
         }
-        fn claim(&self, _: &str, _: &str) -> Option<serde_json::Value> {
+        fn claim(&self, _: &str, _: &str) -> Option<Arc<serde_json::Value>> {
             None
         }
         fn synced(&self) -> bool {

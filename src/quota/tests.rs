@@ -540,6 +540,29 @@ fn the_dry_run_charges_a_shared_claim_once() {
     assert!(big.contains("this pod asks 3"), "{big}");
 }
 
+/// A tenant's ResourceClaim carrying the scheduler's extended-resource annotation, named by her
+/// pod: charged like any shared claim, at admission and in the watch's records (before: skipped
+/// for the annotation alone, 8 GPUs held and none counted).
+#[test]
+fn a_claim_with_a_forged_extended_resource_annotation_is_charged() {
+    let p = dra_policies(4);
+    let state = Arc::new(ClusterState::default());
+    let book = LiveQuota::new(state.clone(), Arc::new(ArcSwap::from_pointee(dra_policies(4))), Arc::new(NoNamespaces));
+    let mut objects = crate::dra::ClaimObjects::new("not found");
+    let forged = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                        "metadata": {"name": "free", "namespace": "vision", "uid": "u-free",
+                                     "annotations": {crate::dra::EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"}},
+                        "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 8}}]}}});
+    assert!(objects.insert(&forged, "vision"));
+    let denied = admit_with_claims(&book, &p, &sharer("a", &["free"]), &objects, "ua").unwrap_err();
+    assert!(denied.contains("this pod asks 8"), "{denied}");
+    // A pod admitted before (another replica, the webhook bypassed) is counted by the watch.
+    state.upsert_pod(watched_with(&sharer("a", &["free"]), &p, &objects));
+    assert_eq!(charged_gpus(&state, &p), 8);
+    let over = admit(&book, &quota_of(&p), &pod("next", 1, None), "unext").unwrap_err();
+    assert!(over.contains("team vision uses 8 of 4"), "{over}");
+}
+
 /// A tenant deletes a shared claim no pod has reserved yet and creates a larger one under the
 /// same name: the new claim is another claim (its UID), charged in full, never "counted already"
 /// at the old size; once the first pod's record reads the new claim too, it is counted once.

@@ -6,9 +6,14 @@
 //! policy file never replaces the set in force: the error is logged, counted, and shown on
 //! `/readyz` until fixed.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
+use kube::runtime::reflector::{Lookup, ObjectRef, Store};
+use kube::runtime::watcher;
 
 use notify::{RecursiveMode, Watcher};
 use sha2::{Digest, Sha256};
@@ -254,10 +259,11 @@ pub fn watch_namespaces(client: kube::Client, caches: Arc<super::startup::Caches
 }
 
 /// DRA ResourceClaims and ResourceClaimTemplates from kube-runtime reflectors: where admission
-/// resolves the claims a Pod names ([`crate::dra`]).
+/// resolves the claims a Pod names ([`crate::dra`]). The reflectors keep each object as
+/// counting reads it ([`AsRead`]), never the object itself.
 struct WatchedClaims {
-    claims: kube::runtime::reflector::Store<k8s_openapi::api::resource::v1::ResourceClaim>,
-    templates: kube::runtime::reflector::Store<k8s_openapi::api::resource::v1::ResourceClaimTemplate>,
+    claims: Store<AsRead<ResourceClaim>>,
+    templates: Store<AsRead<ResourceClaimTemplate>>,
     /// Native PodGroups, where the cluster serves them.
     pod_groups: Arc<super::pod_groups::PodGroups>,
     /// Both claim watches have had their first list.
@@ -265,14 +271,12 @@ struct WatchedClaims {
 }
 
 impl crate::dra::ClaimSource for WatchedClaims {
-    fn template(&self, namespace: &str, name: &str) -> Option<serde_json::Value> {
-        let found = self.templates.get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))?;
-        serde_json::to_value(found.as_ref()).ok()
+    fn template(&self, namespace: &str, name: &str) -> Option<Arc<serde_json::Value>> {
+        Some(self.templates.get(&ObjectRef::new(name).within(namespace))?.read.clone())
     }
 
-    fn claim(&self, namespace: &str, name: &str) -> Option<serde_json::Value> {
-        let found = self.claims.get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))?;
-        serde_json::to_value(found.as_ref()).ok()
+    fn claim(&self, namespace: &str, name: &str) -> Option<Arc<serde_json::Value>> {
+        Some(self.claims.get(&ObjectRef::new(name).within(namespace))?.read.clone())
     }
 
     fn missing_phrase(&self) -> &'static str {
@@ -295,17 +299,130 @@ impl crate::dra::ClaimSource for WatchedClaims {
     }
 }
 
-/// Runs one reflector's watch until the process ends, logging its errors.
-fn spawn_reflector<K>(api: kube::Api<K>, what: &'static str) -> kube::runtime::reflector::Store<K>
+/// A ResourceClaim or ResourceClaimTemplate (`K`) as claim counting reads it
+/// ([`crate::dra::claim_as_read`], [`crate::dra::template_as_read`]), made once per watch event.
+///
+/// Why not the object, converted at lookup: every claim entry of every pod view is looked up,
+/// several times per review, and converting a whole tenant-written object (annotations,
+/// managedFields, opaque driver parameters: hundreds of KiB) each time let one large template
+/// named many times slow the webhook far beyond what the review's body size suggests (the small
+/// body fast path has no deadline). Here a lookup is one `Arc` clone, and the cache holds only
+/// what is read.
+#[derive(Debug)]
+struct AsRead<K> {
+    name: String,
+    namespace: Option<String>,
+    resource_version: Option<String>,
+    uid: Option<String>,
+    read: Arc<serde_json::Value>,
+    kind: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for AsRead<K> {
+    fn clone(&self) -> Self {
+        AsRead {
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            resource_version: self.resource_version.clone(),
+            uid: self.uid.clone(),
+            read: self.read.clone(),
+            kind: std::marker::PhantomData,
+        }
+    }
+}
+
+/// How each watched kind is reduced: only the parts counting reads are converted to JSON (the
+/// device requests, and a claim's UID and owner references), then cut to the fields read.
+trait ReadForClaims: kube::Resource<DynamicType = ()> {
+    fn as_read(&self) -> serde_json::Value;
+}
+
+impl ReadForClaims for ResourceClaim {
+    fn as_read(&self) -> serde_json::Value {
+        let requests = self.spec.as_ref().and_then(|s| s.devices.as_ref()).and_then(|d| d.requests.as_ref());
+        let parts = serde_json::json!({
+            "metadata": {"uid": self.metadata.uid, "ownerReferences": self.metadata.owner_references},
+            "spec": {"devices": {"requests": requests}},
+        });
+        crate::dra::claim_as_read(&parts)
+    }
+}
+
+impl ReadForClaims for ResourceClaimTemplate {
+    fn as_read(&self) -> serde_json::Value {
+        let spec = self.spec.as_ref().and_then(|t| t.spec.as_ref());
+        let requests = spec.and_then(|s| s.devices.as_ref()).and_then(|d| d.requests.as_ref());
+        crate::dra::template_as_read(&serde_json::json!({"spec": {"spec": {"devices": {"requests": requests}}}}))
+    }
+}
+
+impl<K: ReadForClaims> AsRead<K> {
+    fn of(object: &K) -> Self {
+        let meta = object.meta();
+        AsRead {
+            name: meta.name.clone().unwrap_or_default(),
+            namespace: meta.namespace.clone(),
+            resource_version: meta.resource_version.clone(),
+            uid: meta.uid.clone(),
+            read: Arc::new(object.as_read()),
+            kind: std::marker::PhantomData,
+        }
+    }
+
+    /// A watch event with its object reduced.
+    fn event(event: watcher::Event<K>) -> watcher::Event<Self> {
+        use watcher::Event;
+        match event {
+            Event::Apply(o) => Event::Apply(Self::of(&o)),
+            Event::Delete(o) => Event::Delete(Self::of(&o)),
+            Event::Init => Event::Init,
+            Event::InitApply(o) => Event::InitApply(Self::of(&o)),
+            Event::InitDone => Event::InitDone,
+        }
+    }
+}
+
+impl<K: kube::Resource<DynamicType = ()>> Lookup for AsRead<K> {
+    type DynamicType = ();
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        K::kind(&())
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        K::group(&())
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        K::version(&())
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        K::plural(&())
+    }
+    fn name(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(&self.name))
+    }
+    fn namespace(&self) -> Option<Cow<'_, str>> {
+        self.namespace.as_deref().map(Cow::Borrowed)
+    }
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        self.resource_version.as_deref().map(Cow::Borrowed)
+    }
+    fn uid(&self) -> Option<Cow<'_, str>> {
+        self.uid.as_deref().map(Cow::Borrowed)
+    }
+}
+
+/// Runs one kind's watch until the process ends, keeping its objects as read
+/// ([`AsRead`]) and logging its errors.
+fn spawn_reflector<K>(api: kube::Api<K>, what: &'static str) -> Store<AsRead<K>>
 where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+    K: ReadForClaims + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
-    use futures::StreamExt;
-    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    use futures::{StreamExt, TryStreamExt};
+    use kube::runtime::{WatchStreamExt, reflector};
 
     let (reader, writer) = reflector::store();
-    let stream = reflector(writer, watcher(api, watcher::Config::default())).default_backoff().applied_objects();
+    let events = watcher(api, watcher::Config::default()).map_ok(AsRead::event);
+    let stream = reflector(writer, events).default_backoff().applied_objects();
     tokio::spawn(async move {
         stream
             .for_each(|event| async move {
@@ -338,4 +455,72 @@ pub fn watch_claims(
     });
     let pod_groups = super::pod_groups::watch(client, cluster);
     Arc::new(WatchedClaims { claims, templates, pod_groups, synced })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dra::ClaimSource;
+
+    /// A ResourceClaim as the watch delivers it, padded by its tenant: 2,000 annotations of 200
+    /// bytes, managedFields, an opaque parameter blob of 100 KiB.
+    fn padded_claim() -> ResourceClaim {
+        let annotations: serde_json::Map<String, serde_json::Value> =
+            (0..2000).map(|i| (format!("example.com/pad-{i}"), "x".repeat(200).into())).collect();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "big", "namespace": "ml", "uid": "uid-big", "resourceVersion": "7",
+                         "annotations": annotations,
+                         "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {}}]},
+            "spec": {"devices": {
+                "requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 3,
+                              "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}}],
+                "config": [{"opaque": {"driver": "gpu.nvidia.com", "parameters": {"blob": "y".repeat(100_000)}}}]
+            }}
+        }))
+        .expect("a ResourceClaim")
+    }
+
+    fn watched(claims: Store<AsRead<ResourceClaim>>) -> WatchedClaims {
+        WatchedClaims {
+            claims,
+            templates: kube::runtime::reflector::store().0,
+            pod_groups: Arc::default(),
+            synced: Arc::default(),
+        }
+    }
+
+    /// A lookup hands out what the watch made of the object when it arrived: without the
+    /// padding, and the same allocation for every reference (no conversion per lookup), so a
+    /// review naming one large claim many times costs what is read, not what was written.
+    #[test]
+    fn a_claim_is_converted_once_per_watch_event_and_looked_up_without_its_padding() {
+        let (store, mut writer) = kube::runtime::reflector::store::<AsRead<ResourceClaim>>();
+        let claim = padded_claim();
+        assert!(serde_json::to_string(&claim).unwrap().len() > 500_000);
+        writer.apply_watcher_event(&watcher::Event::Apply(AsRead::of(&claim)));
+        let source = watched(store);
+
+        let first = source.claim("ml", "big").expect("found");
+        let text = serde_json::to_string(&*first).unwrap();
+        assert!(text.len() < 300, "{} bytes: {text}", text.len());
+        for padded in ["annotations", "managedFields", "config", "selectors", "pad-"] {
+            assert!(!text.contains(padded), "{padded} in {text}");
+        }
+        assert_eq!(first.pointer("/metadata/uid"), Some(&serde_json::json!("uid-big")));
+        assert_eq!(first.pointer("/spec/devices/requests/0/exactly/count"), Some(&serde_json::json!(3)));
+        for _ in 0..100 {
+            assert!(Arc::ptr_eq(&first, &source.claim("ml", "big").expect("found")), "no per-lookup copy");
+        }
+        assert!(source.claim("other", "big").is_none());
+
+        // A new version of the object is read anew, once.
+        let mut changed = claim;
+        changed.metadata.resource_version = Some("8".into());
+        writer.apply_watcher_event(&watcher::Event::Apply(AsRead::of(&changed)));
+        let second = source.claim("ml", "big").expect("found");
+        assert!(!Arc::ptr_eq(&first, &second));
+        assert_eq!(first, second);
+        writer.apply_watcher_event(&watcher::Event::Delete(AsRead::of(&changed)));
+        assert!(source.claim("ml", "big").is_none());
+    }
 }
