@@ -416,6 +416,12 @@ impl ClusterView<'_> {
         }
     }
 
+    /// How many members of a gang are present (neither finished nor being deleted), whether a
+    /// gate holds them or not.
+    pub fn gang_present(&self, namespace: &str, gang: &str) -> u32 {
+        self.inner.tallies.get(namespace).and_then(|g| g.get(gang)).map_or(0, |t| t.live)
+    }
+
     /// What an inferred gang's owner declares, once resolved.
     pub fn owner_gang(&self, namespace: &str, gang: &str) -> Option<&OwnerGang> {
         self.inner.owner_gangs.get(&(namespace.to_string(), gang.to_string()))

@@ -197,7 +197,7 @@ pub fn queues(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn Namespa
         // Units ahead that hold the queue (an incomplete gang holds nothing).
         let mut ahead = 0;
         let mut line = Vec::with_capacity(units.len());
-        for (key, Unit { members, mut charge, claims, size, priority, .. }) in units {
+        for (key, Unit { members, mut charge, claims, size, priority, present, .. }) in units {
             let mut unclaimed = ResourceList::new();
             for (id, devices) in &claims {
                 if !claimed.contains(id) {
@@ -205,7 +205,9 @@ pub fn queues(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn Namespa
                 }
             }
             add(&mut charge, &quota.charge(&unclaimed));
-            let incomplete = size.filter(|n| (members.len() as u32) < *n);
+            // Its gated members, or all its present members when some need no quota gate.
+            let present = present.max(u32::try_from(members.len()).unwrap_or(u32::MAX));
+            let incomplete = size.filter(|n| present < *n);
             // More than the whole quota: it can never go, and a strict queue would hold every
             // later unit of the team behind it for ever.
             let never_fits = quota.exceeded(&Charge::new(), &charge);
@@ -213,8 +215,7 @@ pub fn queues(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn Namespa
                 // A gang is charged whole: it waits for all its members, and until then it
                 // holds up no one (a gang that never assembles must not stall its team).
                 Some(format!(
-                    "{ASSEMBLING}{}/{n} members; charged whole once all exist (meanwhile it holds up no one)",
-                    members.len()
+                    "{ASSEMBLING}{present}/{n} members; charged whole once all exist (meanwhile it holds up no one)"
                 ))
             } else if let Some(never) = &never_fits {
                 Some(format!(
@@ -264,6 +265,9 @@ struct Unit {
     claims: BTreeMap<(Arc<str>, Arc<str>), ResourceList>,
     /// The gang's size, if it has one: the unit waits until all members exist.
     size: Option<u32>,
+    /// Members of its gang present in all, queued or not (a launcher asking nothing the quota
+    /// counts has no quota gate, yet is one of the gang's members); for a pod, 1.
+    present: u32,
 }
 
 /// The quota-gated pods grouped into units per team (by unit key). A pod that nothing queues any
@@ -299,6 +303,7 @@ fn queued_units<'p>(
             Some(g) => (format!("gang/{}/{}", p.namespace, g.name), g.size),
             None => (format!("pod/{}/{}", p.namespace, p.name), None),
         };
+        let present = p.gang.as_ref().map_or(1, |g| view.gang_present(&p.namespace, &g.name));
         let unit = queued.entry(team.name.as_str()).or_default().entry(key).or_insert_with(|| Unit {
             priority: p.priority,
             order: p.order_key(),
@@ -306,6 +311,7 @@ fn queued_units<'p>(
             charge: Charge::new(),
             claims: BTreeMap::new(),
             size,
+            present,
         });
         unit.priority = unit.priority.max(p.priority);
         // Members recorded before their native PodGroup was known carry no size: any that does
@@ -524,6 +530,37 @@ mod tests {
         state.remove_pod("ml", "p1");
         let actions = state.quota_plan(&p, &labels, &mut previous, 0);
         assert_eq!(released(&actions), ["p3"], "{actions:?}");
+    }
+
+    /// A gang whose launcher asks nothing the quota counts (an MPI launcher on CPUs: no quota
+    /// gate) is complete once all its members exist, gated or not: its workers go. Before, the
+    /// queue counted only its quota-gated members and the gang assembled for ever.
+    #[test]
+    fn a_gang_with_a_member_asking_no_quota_is_complete_when_all_exist() {
+        let p = queue_policies();
+        let labels = crate::namespaces::NoNamespaces;
+        let created = "2026-11-22T01:00:00Z";
+        let launcher = crate::cluster::fixtures::member(
+            "mpi-launcher",
+            "mpi",
+            3,
+            created,
+            json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}]}}),
+        );
+        let worker = |name: &str| {
+            let mut w = crate::cluster::fixtures::member(name, "mpi", 3, created, json!({}));
+            w["spec"]["schedulingGates"] = json!([{"name": "allot.dev/gang"}, {"name": "allot.dev/quota"}]);
+            w
+        };
+        let state = cluster(&p, &[worker("mpi-0"), worker("mpi-1")]);
+        let mut previous = HashMap::new();
+        let actions = state.quota_plan(&p, &labels, &mut previous, 0);
+        assert!(released(&actions).is_empty(), "two of three members: {actions:?}");
+        state.upsert_pod(crate::cluster::fixtures::record(&launcher, &p));
+        let actions = state.quota_plan(&p, &labels, &mut previous, 0);
+        let mut workers = released(&actions);
+        workers.sort_unstable();
+        assert_eq!(workers, ["mpi-0", "mpi-1"], "{actions:?}");
     }
 
     /// A native PodGroup in a queue-mode team waits whole for its `minCount`, even when its
