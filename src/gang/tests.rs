@@ -1154,6 +1154,92 @@ mod controller_state {
         assert!(wake.is_some_and(|at| at > NOW + 100), "only the assembly timeout is ahead: {wake:?}");
     }
 
+    /// A gang waiting for room (or behind another gang) says what is free on its nodes, which
+    /// any pod started or deleted there changes: a tenant looping create/delete of a 1-GPU pod
+    /// rewrote every waiting member's condition (and an Event) at each change. Now the figures
+    /// alone are rewritten at most every refresh period, like an assembling gang's count; a new
+    /// verdict is written at once.
+    #[test]
+    fn free_capacity_churn_rewrites_a_waiting_gang_at_most_every_refresh() {
+        use crate::cluster::fixtures::team_pod;
+        use crate::cluster::records::condition_fingerprint;
+        use crate::gang::plan::COUNT_REFRESH_SECS;
+        let p = policies("");
+        // 2 × 2 GPUs on two 2-GPU nodes, one GPU of n1 taken: does not fit, 3 free.
+        let mut pods: Vec<Value> = (0..2)
+            .map(|i| {
+                let two = json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}});
+                member(&format!("big-{i}"), "big", 2, "2026-11-22T01:00:00Z", two)
+            })
+            .collect();
+        pods.push(team_pod("r1", 1, false, "2026-11-22T01:00:00Z"));
+        let state = cluster(&p, &pods);
+        let mut previous = HashMap::new();
+        let mut pass = |now: i64| {
+            let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, now);
+            let pass = plan(&snapshot, &facts, &mut previous);
+            let mut told = Vec::new();
+            for action in &pass.actions {
+                if let ControllerAction::Explain { namespace, pod, ready, reason, message, .. } = action {
+                    state.mark_condition(namespace, pod, false, condition_fingerprint(*ready, reason, message));
+                    if pod.starts_with("big-") {
+                        told.push((pod.clone(), *reason, message.clone()));
+                    }
+                }
+            }
+            told.sort();
+            (told, pass.next_deadline)
+        };
+        let churn = |on: bool| {
+            if on {
+                state.upsert_pod(record(&team_pod("churn", 1, false, "2026-11-22T01:00:00Z"), &p));
+            } else {
+                state.remove_pod("ml", "churn");
+            }
+        };
+        let both = |reason: &'static str, message: &str| {
+            ["big-0", "big-1"].map(|pod| (pod.to_string(), reason, message.to_string())).to_vec()
+        };
+        let fits_not = |free: u32| format!("2/2 members present; needs 4 nvidia.com/gpu on any node, {free} free");
+        let behind = |free: u32| format!("{}; waiting behind higher-priority gang ml/whale", fits_not(free));
+        let t0 = NOW;
+        assert_eq!(pass(t0).0, both("InsufficientResources", &fits_not(3)));
+
+        // The free count moves, and moves back: nothing is written, the loop wakes at the refresh.
+        churn(true);
+        let (told, wake) = pass(t0 + 1);
+        assert_eq!(told, [], "only the free count changed");
+        assert_eq!(wake, Some(t0 + COUNT_REFRESH_SECS));
+        churn(false);
+        assert_eq!(pass(t0 + 2).0, []);
+
+        // A new verdict is written at once: an older gang competing for the same nodes starves.
+        let whale = json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}});
+        for i in 0..2 {
+            state.upsert_pod(record(
+                &member(&format!("whale-{i}"), "whale", 2, "2026-11-01T00:00:00Z", whale.clone()),
+                &p,
+            ));
+        }
+        assert_eq!(pass(t0 + 3).0, both("WaitingForHigherPriority", &behind(3)));
+        // Behind it, the free count moves again: nothing, until the refresh.
+        churn(true);
+        let (told, wake) = pass(t0 + 4);
+        assert_eq!(told, []);
+        assert_eq!(wake, Some(t0 + 3 + COUNT_REFRESH_SECS));
+        assert_eq!(pass(t0 + 3 + COUNT_REFRESH_SECS - 1).0, []);
+        // After the period the new figures are written.
+        assert_eq!(pass(t0 + 3 + COUNT_REFRESH_SECS).0, both("WaitingForHigherPriority", &behind(2)));
+        assert_eq!(pass(t0 + 3 + COUNT_REFRESH_SECS + 1).0, [], "settled");
+
+        // Room at last: the release is written at once, whatever the period.
+        for pod in ["whale-0", "whale-1", "churn", "r1"] {
+            state.remove_pod("ml", pod);
+        }
+        let (told, _) = pass(t0 + 3 + COUNT_REFRESH_SECS + 2);
+        assert_eq!(told, both("Released", "2/2 members present; the whole gang fits, releasing"));
+    }
+
     /// Gangs created in the same second go in the order Allot saw them, not by name.
     #[test]
     fn gangs_created_in_the_same_second_go_in_arrival_order() {
