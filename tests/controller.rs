@@ -764,3 +764,100 @@ async fn a_refused_condition_is_written_after_a_backoff() {
     assert_one_retry_after_the_backoff(&conditions, &log);
     assert_eq!(condition(conditions[1])["reason"], "WaitingForMembers", "{log}");
 }
+
+/// Gang inference for JobSets: a JobSet's pods form a gang sized from the JobSet.
+const INFER_JOBSET: &str =
+    "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: infer}\nspec:\n  infer: [JobSet]\n";
+
+/// A tenant's bare pod, gated, labelled as a pod of JobSet `r{index}` — which does not exist:
+/// the label alone names the owner its gang is sized from.
+fn pod_naming_a_jobset(index: u32) -> Value {
+    gated_pod(
+        "ml",
+        &format!("bare-{index}"),
+        "allot.dev/gang",
+        &now(),
+        json!({"jobset.sigs.k8s.io/jobset-name": format!("r{index}")}),
+        json!({}),
+        None,
+    )
+}
+
+/// The owner lookups (GETs of JobSets) `client` made, by JobSet name.
+fn owner_lookups<'a>(requests: &'a [Request], client: &str) -> Vec<&'a str> {
+    requests.iter().filter(|r| is(r, client, "get", "jobsets")).map(pod_name).collect()
+}
+
+/// A tenant's 100 bare pods, each naming a JobSet that does not exist: a pass asks for at most
+/// `LOOKUPS_PER_PASS` owners, the passes after it ask for the others, and once each was found
+/// missing a pass asks for none (before, every pass asked for all 100, one after the other,
+/// before any decision).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_reads_few_owners_and_none_found_missing_before_a_backoff() {
+    use allot::gang::owners::{LOOKUPS_PER_PASS, resolve_owner_sizes};
+    let fake = world(&["ml"], &[]);
+    let p = policies(INFER_JOBSET);
+    let state = allot::cluster::ClusterState::default();
+    state.replace_pods(
+        (0..100)
+            .map(|i| {
+                let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod_naming_a_jobset(i)).unwrap();
+                allot::cluster::PodRecord::from_pod(&pod, &p, &allot::namespaces::NoNamespaces).expect("a record")
+            })
+            .collect(),
+    );
+    let client = fake.client("allot-0");
+    let lookups = || owner_lookups(&fake.requests(), "allot-0").len();
+
+    assert!(resolve_owner_sizes(&client, &state, std::time::Instant::now()).await, "owners are left");
+    assert_eq!(lookups(), LOOKUPS_PER_PASS, "{}", dump(&fake.requests()));
+    let mut passes = 1;
+    let mut left = true;
+    while left {
+        let before = lookups();
+        left = resolve_owner_sizes(&client, &state, std::time::Instant::now()).await;
+        assert!(lookups() - before <= LOOKUPS_PER_PASS);
+        passes += 1;
+        assert!(passes <= 100 / LOOKUPS_PER_PASS + 1, "{passes} passes");
+    }
+    let requests = fake.requests();
+    let mut asked = owner_lookups(&requests, "allot-0");
+    asked.sort();
+    asked.dedup();
+    assert_eq!((asked.len(), lookups()), (100, 100), "each owner once:\n{}", dump(&requests));
+
+    // A pass right after: nothing is due.
+    assert!(!resolve_owner_sizes(&client, &state, std::time::Instant::now()).await);
+    assert_eq!(lookups(), 100);
+}
+
+/// The same through the controller: the 100 owners are each asked for once (then they wait out
+/// their backoff), a gang of another tenant that fits is released meanwhile, and no pass asks
+/// again through a Lease renewal. Before, every pass (one after each burst of watch events, the
+/// echoes of the explanations it wrote on the 100 pods among them) asked for all 100 again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owners_found_missing_are_asked_for_once_through_the_controller() {
+    let fake = world(&["ml", "other"], &[("gpu-1", 8)]);
+    fake.add((0..100).map(pod_naming_a_jobset));
+    let created = now();
+    fake.add((0..2).map(|i| member("other", "train", 2, i, &created)));
+    let (handle, _) = start(&fake, "allot-0", Duration::from_secs(3600), INFER_JOBSET);
+    let requests = fake
+        .wait_for("every owner asked for, the other gang released, a Lease renewal after", PATIENCE * 2, |r| {
+            let Some(last) =
+                r.iter().enumerate().filter(|(_, r)| is(r, "allot-0", "get", "jobsets")).nth(99).map(|(i, _)| i)
+            else {
+                return false;
+            };
+            gate_patches(r, "allot-0").len() >= 2 && renewals(&r[last..], "allot-0") >= 1
+        })
+        .await;
+    handle.shutdown(Duration::from_secs(5)).await;
+    let log = dump(&requests);
+    assert_eq!(names(&gate_patches(&requests, "allot-0")), ["train-0", "train-1"], "{log}");
+    let mut asked = owner_lookups(&requests, "allot-0");
+    let total = asked.len();
+    asked.sort();
+    asked.dedup();
+    assert_eq!((asked.len(), total), (100, 100), "each owner once:\n{log}");
+}

@@ -92,8 +92,13 @@ struct Inner {
     /// (namespace, gang) → member pod names
     gangs: HashMap<(Arc<str>, String), BTreeSet<Arc<str>>>,
     nodes: BTreeMap<String, NodeInfo>,
-    /// What the owners of inferred gangs say about them.
+    /// What the owners of inferred gangs say about them. Only gangs with a pod in `gangs`: an
+    /// entry goes with the gang's last pod.
     owner_gangs: HashMap<(String, String), OwnerGang>,
+    /// When each owner an inferred gang's pods name was last asked for, and whether it could be
+    /// read ([`ClusterState::owners_to_resolve`]); per owner, since a gang's pods may name
+    /// several (each then waits out its own failures); pruned like `owner_gangs`.
+    owner_lookups: HashMap<(String, String), HashMap<Owner, OwnerLookup>>,
     /// Requests of the non-finished pods of each namespace (gated and terminating ones
     /// included).
     ns_usage: HashMap<Arc<str>, ResourceList>,
@@ -166,6 +171,26 @@ pub const REMOVED_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 /// The echo normally comes within milliseconds; past this the watch's view wins again (another
 /// replica, leading after a fail-over, may have written the condition since).
 pub const ECHO_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The first wait before the owner of an inferred gang that could not be read (not found, no
+/// usable size, an error) is asked for again; it doubles at each failure, up to
+/// [`OWNER_RETRY_MOST`]. The pods naming an owner are a tenant's: bare pods labelled
+/// `jobset.sigs.k8s.io/jobset-name: rN` name owners that never exist, and asking on every pass
+/// cost one GET per such pod after every watch event.
+pub const OWNER_RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The longest wait before an owner that could not be read is asked for again.
+pub const OWNER_RETRY_MOST: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The last lookup of an inferred gang's owner.
+#[derive(Debug, Clone, Copy)]
+struct OwnerLookup {
+    /// When it was asked for.
+    at: std::time::Instant,
+    /// It could not be read: not asked for again before the first, and the wait that led there
+    /// (doubled at the next failure).
+    retry: Option<(std::time::Instant, std::time::Duration)>,
+}
 
 /// One condition the controller wrote (or is writing) on a pod.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -271,19 +296,35 @@ impl Inner {
         }
     }
 
-    fn unindex(&mut self, key: &Key) {
-        let Some(old) = self.pods.remove(key) else { return };
+    /// Takes a pod out of the indexes; returns its gang if it was the gang's last pod (see
+    /// [`Inner::forget_owner_if_gone`]).
+    fn unindex(&mut self, key: &Key) -> Option<(Arc<str>, String)> {
+        let old = self.pods.remove(key)?;
         self.count_gates(&old, -1);
         self.usage_delta(&old, -1);
-        if let Some(g) = &old.gang {
-            let gk = (old.namespace.clone(), g.name.clone());
-            if let Some(set) = self.gangs.get_mut(&gk) {
-                set.remove(&old.name);
-                if set.is_empty() {
-                    self.gangs.remove(&gk);
-                }
-            }
+        let g = old.gang.as_ref()?;
+        let gk = (old.namespace.clone(), g.name.clone());
+        let set = self.gangs.get_mut(&gk)?;
+        set.remove(&old.name);
+        if !set.is_empty() {
+            return None;
         }
+        self.gangs.remove(&gk);
+        Some(gk)
+    }
+
+    /// Forgets what was read of the owner of `gang` when the gang has no pod left: without
+    /// this, every gang ever seen (one per label value a tenant wrote) stayed in memory.
+    fn forget_owner_if_gone(&mut self, gang: Option<(Arc<str>, String)>) {
+        let Some(gang) = gang.filter(|g| !self.gangs.contains_key(g)) else { return };
+        let key = (gang.0.to_string(), gang.1);
+        self.owner_gangs.remove(&key);
+        self.owner_lookups.remove(&key);
+    }
+
+    /// Whether the gang has a pod the watch has seen.
+    fn has_gang(&self, namespace: &str, gang: &str) -> bool {
+        self.gangs.contains_key(&(Arc::from(namespace), gang.to_string()))
     }
 
     fn index(&mut self, mut record: PodRecord) {
@@ -314,13 +355,15 @@ impl Inner {
                 self.conditions_in_flight.remove(&key);
             }
         }
-        self.unindex(&key);
+        let emptied = self.unindex(&key);
         if let Some(g) = &record.gang {
             self.gangs.entry((record.namespace.clone(), g.name.clone())).or_default().insert(record.name.clone());
         }
         self.usage_delta(&record, 1);
         self.count_gates(&record, 1);
         self.pods.insert(key, Box::new(record));
+        // A pod that moved to another gang may have been its old gang's last.
+        self.forget_owner_if_gone(emptied);
     }
 }
 
@@ -474,7 +517,8 @@ impl ClusterState {
     pub fn remove_pod(&self, namespace: &str, name: &str) {
         let mut inner = write(&self.inner);
         let key = key(namespace, name);
-        inner.unindex(&key);
+        let emptied = inner.unindex(&key);
+        inner.forget_owner_if_gone(emptied);
         inner.conditions_in_flight.remove(&key);
         let now = std::time::Instant::now();
         while let Some((at, old)) = inner.removed.front().cloned()
@@ -523,7 +567,8 @@ impl ClusterState {
         let current = inner.relist;
         let gone: Vec<Key> = inner.pods.iter().filter(|(_, p)| p.relist != current).map(|(k, _)| k.clone()).collect();
         for key in &gone {
-            inner.unindex(key);
+            let emptied = inner.unindex(key);
+            inner.forget_owner_if_gone(emptied);
             inner.conditions_in_flight.remove(key);
         }
         inner.pods.shrink_to_fit();
@@ -559,8 +604,12 @@ impl ClusterState {
         for r in records {
             inner.index(r);
         }
-        let Inner { pods, conditions_in_flight, .. } = &mut *inner;
+        let Inner { pods, conditions_in_flight, gangs, owner_gangs, owner_lookups, .. } = &mut *inner;
         conditions_in_flight.retain(|k, _| pods.contains_key(k));
+        let alive =
+            |(namespace, gang): &(String, String)| gangs.contains_key(&(Arc::from(namespace.as_str()), gang.clone()));
+        owner_gangs.retain(|k, _| alive(k));
+        owner_lookups.retain(|k, _| alive(k));
         inner.pods_listed = true;
         inner.generation += 1;
         self.wake.notify_one();
@@ -599,13 +648,49 @@ impl ClusterState {
         self.wake.notify_one();
     }
 
-    /// Records what an inferred gang's owner declares.
+    /// Records what an inferred gang's owner declares (nothing when the gang has no pod left).
     pub fn set_owner_gang(&self, namespace: &str, gang: &str, owner: OwnerGang) {
         let mut inner = write(&self.inner);
+        if !inner.has_gang(namespace, gang) {
+            return;
+        }
         let previous = inner.owner_gangs.insert((namespace.to_string(), gang.to_string()), owner.clone());
         if previous.as_ref() != Some(&owner) {
             inner.generation += 1;
             self.wake.notify_one();
+        }
+    }
+
+    /// Records a lookup of `owner`, the owner of inferred gang `gang`, made at `at`: what it
+    /// declares, or `None` when it could not be read (not found, no usable size, an error), in
+    /// which case it is not asked for again before [`OWNER_RETRY_FIRST`], doubling at each
+    /// failure up to [`OWNER_RETRY_MOST`]. Nothing is kept for a gang whose pods are gone.
+    pub fn owner_looked_up(
+        &self,
+        namespace: &str,
+        gang: &str,
+        owner: &Owner,
+        declared: Option<OwnerGang>,
+        at: std::time::Instant,
+    ) {
+        {
+            let mut inner = write(&self.inner);
+            if !inner.has_gang(namespace, gang) {
+                return;
+            }
+            let lookups = inner.owner_lookups.entry((namespace.to_string(), gang.to_string())).or_default();
+            let retry = match &declared {
+                Some(_) => None,
+                None => {
+                    let waited = lookups.get(owner).and_then(|last| last.retry).map(|(_, wait)| wait);
+                    let wait = waited.map_or(OWNER_RETRY_FIRST, |w| w.saturating_mul(2).min(OWNER_RETRY_MOST));
+                    Some((at + wait, wait))
+                }
+            };
+            lookups.insert(owner.clone(), OwnerLookup { at, retry });
+        }
+        if let Some(declared) = declared {
+            self.set_owner_gang(namespace, gang, declared);
         }
     }
 
@@ -825,10 +910,15 @@ impl ClusterState {
         out
     }
 
-    /// Inferred gangs whose owner size is needed: (namespace, gang, owner).
-    pub fn owners_to_resolve(&self) -> Vec<(String, String, Owner)> {
+    /// Inferred gangs with a gated member whose owner is due to be read in the round that
+    /// began at `round` (one controller pass): at most `most` of them, as (namespace, gang,
+    /// owner), and whether more were due. Due: an owner never asked for (first), then one last
+    /// asked for before `round` that is not waiting out a failure ([`OWNER_RETRY_FIRST`]),
+    /// longest ago first — so an elastic owner is read again on every pass the cap allows
+    /// (its size followed, never a stale one), and those a pass leaves come first in the next.
+    pub fn owners_to_resolve(&self, round: std::time::Instant, most: usize) -> (Vec<(String, String, Owner)>, bool) {
         let inner = read(&self.inner);
-        let mut out: Vec<_> = inner
+        let mut wanted: Vec<_> = inner
             .pods
             .values()
             .filter(|p| p.gate_index.is_some())
@@ -837,9 +927,24 @@ impl ClusterState {
                 Some((p.namespace.to_string(), g.name.clone(), g.owner.clone()?))
             })
             .collect();
-        out.sort();
-        out.dedup();
-        out
+        wanted.sort();
+        wanted.dedup();
+        // (When last asked for: `None`, never.)
+        let mut due: Vec<(Option<std::time::Instant>, (String, String, Owner))> = wanted
+            .into_iter()
+            .filter_map(|(namespace, gang, owner)| {
+                let last = inner.owner_lookups.get(&(namespace.clone(), gang.clone())).and_then(|l| l.get(&owner));
+                match last {
+                    None => Some((None, (namespace, gang, owner))),
+                    Some(l) if l.at >= round || l.retry.is_some_and(|(not_before, _)| not_before > round) => None,
+                    Some(l) => Some((Some(l.at), (namespace, gang, owner))),
+                }
+            })
+            .collect();
+        // Stable: in name order among equals.
+        due.sort_by_key(|(at, _)| *at);
+        let more = due.len() > most;
+        (due.into_iter().take(most).map(|(_, owner)| owner).collect(), more)
     }
 }
 
@@ -903,5 +1008,144 @@ mod flight_tests {
         assert_eq!(landed.follow(0, now + ECHO_WAIT - Duration::from_millis(1)), 5);
         assert_eq!(landed.follow(3, now + ECHO_WAIT), 3, "waited out: the watch's");
         assert_eq!(landed, Flight::default());
+    }
+}
+
+#[cfg(test)]
+mod owner_lookup_tests {
+    use std::time::{Duration, Instant};
+
+    use serde_json::json;
+
+    use super::{ClusterState, OWNER_RETRY_FIRST, OWNER_RETRY_MOST};
+    use crate::cluster::fixtures::{member, policies, record};
+    use crate::gang::membership::OwnerGang;
+
+    const INFER_JOBSET: &str =
+        "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  infer: [JobSet]\n";
+
+    /// Gated pod `name` labelled as a pod of JobSet `jobset` (gang `jobset-<jobset>`).
+    fn jobset_pod(name: &str, jobset: &str) -> crate::cluster::PodRecord {
+        let mut pod = member(name, "-", 1, "2026-11-22T01:00:00Z", json!({}));
+        pod["metadata"]["labels"] = json!({"jobset.sigs.k8s.io/jobset-name": jobset});
+        pod["metadata"]["annotations"] = json!({});
+        record(&pod, &policies(INFER_JOBSET))
+    }
+
+    fn sized(size: u32) -> OwnerGang {
+        OwnerGang { size, leader_first: false, worker_template: None }
+    }
+
+    /// Which gangs' owners are due at `at` (one at most per call when `most` is 1).
+    fn due(state: &ClusterState, at: Instant, most: usize) -> (Vec<String>, bool) {
+        let (owners, more) = state.owners_to_resolve(at, most);
+        (owners.into_iter().map(|(_, gang, _)| gang).collect(), more)
+    }
+
+    /// An owner that could not be read is not asked for again before a backoff that doubles,
+    /// up to its most; one that was read is asked for again on every later round (its size
+    /// followed), never twice in one; those never asked for come first, then the longest ago.
+    #[test]
+    fn an_owner_that_cannot_be_read_waits_out_a_doubling_backoff() {
+        let state = ClusterState::default();
+        state.replace_pods(vec![jobset_pod("a-0", "a"), jobset_pod("b-0", "b")]);
+        let t0 = Instant::now();
+        assert_eq!(due(&state, t0, 1), (vec!["jobset-a".to_string()], true), "the cap leaves one");
+        let (owners, _) = state.owners_to_resolve(t0, 2);
+        let (ns, gang, owner) = owners[0].clone();
+        state.owner_looked_up(&ns, &gang, &owner, None, t0);
+        assert_eq!(due(&state, t0, 1), (vec!["jobset-b".to_string()], false), "a is not due");
+
+        let mut failed_at = t0;
+        let mut waits = Vec::new();
+        for _ in 0..7 {
+            let wait = (1..=OWNER_RETRY_MOST.as_secs())
+                .map(Duration::from_secs)
+                .find(|w| due(&state, failed_at + *w, 2).0.contains(&gang))
+                .expect("due again after at most the longest wait");
+            waits.push(wait.as_secs());
+            failed_at += wait;
+            state.owner_looked_up(&ns, &gang, &owner, None, failed_at);
+        }
+        let first = OWNER_RETRY_FIRST.as_secs();
+        assert_eq!(waits, [first, 2 * first, 4 * first, 8 * first, 16 * first, 600, 600]);
+
+        // Read at last: asked for again in every later round (an elastic owner), not in this one.
+        state.owner_looked_up(&ns, &gang, &owner, Some(sized(4)), failed_at);
+        assert_eq!(state.view().owner_gang(&ns, &gang).map(|o| o.size), Some(4));
+        assert!(!due(&state, failed_at, 2).0.contains(&gang));
+        let next_round = failed_at + Duration::from_millis(1);
+        assert!(due(&state, next_round, 2).0.contains(&gang));
+        // b was never asked for: it comes first.
+        assert_eq!(due(&state, next_round, 1).0, ["jobset-b"]);
+        // A failure after a success starts the backoff again from its first wait.
+        state.owner_looked_up(&ns, &gang, &owner, None, next_round);
+        assert!(!due(&state, next_round + OWNER_RETRY_FIRST - Duration::from_secs(1), 2).0.contains(&gang));
+        assert!(due(&state, next_round + OWNER_RETRY_FIRST, 2).0.contains(&gang));
+    }
+
+    /// Pods of one gang that name different owners (a Job gang's name comes from a label, its
+    /// owner from the ownerReferences): each owner waits out its own failure, rather than each
+    /// lookup making the other look new and both being asked for on every pass.
+    #[test]
+    fn owners_named_by_one_gang_each_wait_out_their_failures() {
+        let p =
+            policies("apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  infer: [Job]\n");
+        let job_pod = |name: &str, owner: &str| {
+            let mut pod = member(name, "-", 1, "2026-11-22T01:00:00Z", json!({}));
+            pod["metadata"]["labels"] =
+                json!({"batch.kubernetes.io/job-name": "x", "batch.kubernetes.io/job-completion-index": "0"});
+            pod["metadata"]["annotations"] = json!({});
+            pod["metadata"]["ownerReferences"] =
+                json!([{"apiVersion": "batch/v1", "kind": "Job", "name": owner, "uid": format!("uid-{owner}")}]);
+            record(&pod, &p)
+        };
+        let state = ClusterState::default();
+        state.replace_pods(vec![job_pod("a", "y1"), job_pod("b", "y2")]);
+        let t0 = Instant::now();
+        let (owners, more) = state.owners_to_resolve(t0, 16);
+        assert_eq!((owners.len(), more), (2, false), "{owners:?}");
+        for (ns, gang, owner) in &owners {
+            state.owner_looked_up(ns, gang, owner, None, t0);
+        }
+        assert_eq!(state.owners_to_resolve(t0 + Duration::from_secs(1), 16).0, []);
+        assert_eq!(state.owners_to_resolve(t0 + OWNER_RETRY_FIRST, 16).0.len(), 2);
+    }
+
+    /// What an owner said, and when it was asked for, goes with the last pod of its gang
+    /// (deleted, or missing from a relist), not with an update of it; a lookup that answers
+    /// after the gang went keeps nothing. Before, `owner_gangs` kept every gang ever seen.
+    #[test]
+    fn what_an_owner_said_goes_with_its_gangs_last_pod() {
+        let state = ClusterState::default();
+        state.replace_pods(vec![jobset_pod("r-0", "r"), jobset_pod("r-1", "r")]);
+        let owner = state.owners_to_resolve(Instant::now(), 1).0.remove(0).2;
+        state.set_owner_gang("ml", "jobset-r", sized(2));
+        let size = |state: &ClusterState| state.view().owner_gang("ml", "jobset-r").map(|o| o.size);
+        state.remove_pod("ml", "r-0");
+        state.upsert_pod(jobset_pod("r-1", "r"));
+        assert_eq!(size(&state), Some(2), "the gang still has a pod");
+        state.remove_pod("ml", "r-1");
+        assert_eq!(size(&state), None);
+        state.owner_looked_up("ml", "jobset-r", &owner, Some(sized(2)), Instant::now());
+        assert_eq!(size(&state), None, "a late answer for a gang that is gone");
+
+        state.upsert_pod(jobset_pod("r-2", "r"));
+        assert_eq!(due(&state, Instant::now(), 1).0, ["jobset-r"], "asked for anew");
+        state.owner_looked_up("ml", "jobset-r", &owner, None, Instant::now());
+        state.set_owner_gang("ml", "jobset-r", sized(2));
+        // A pod that moves to another gang takes its old gang's owner along when it was the last.
+        state.upsert_pod(jobset_pod("r-2", "elsewhere"));
+        assert_eq!(size(&state), None);
+        assert_eq!(due(&state, Instant::now(), 2).0, ["jobset-elsewhere"]);
+        // A relist without the gang's pods forgets it too (replaced whole, or pod by pod).
+        state.upsert_pod(jobset_pod("r-3", "r"));
+        state.set_owner_gang("ml", "jobset-r", sized(2));
+        state.replace_pods(vec![jobset_pod("r-2", "elsewhere")]);
+        assert_eq!(size(&state), None);
+        state.set_owner_gang("ml", "jobset-elsewhere", sized(1));
+        state.begin_relist();
+        state.finish_relist();
+        assert_eq!(state.view().owner_gang("ml", "jobset-elsewhere"), None);
     }
 }

@@ -287,7 +287,9 @@ pub async fn gather(
         Err(source) => return Err(LiveError::List { what: "pods".into(), source }),
     }
     state.replace_pods(records);
-    crate::gang::controller::resolve_owner_sizes(client, &state).await;
+    // Every owner once (a pass reads a few at a time; each read or failed is not due again).
+    let round = std::time::Instant::now();
+    while crate::gang::owners::resolve_owner_sizes(client, &state, round).await {}
     Ok(World { state, labels, pods, visibility })
 }
 

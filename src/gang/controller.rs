@@ -19,7 +19,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
@@ -28,7 +28,7 @@ use super::decision::GangKey;
 use super::lease::{self, LeaseConfig, LeaseTiming};
 use super::membership::{ARRIVAL_ANNOTATION, GATE, QUOTA_GATE, RELEASED_ANNOTATION};
 use super::metrics::ControllerMetrics;
-use super::owners::owner_api;
+use super::owners::resolve_owner_sizes;
 pub use super::owners::{OWNER_APIS, OwnerApi};
 use super::plan::{Plan, plan};
 use super::snapshot::GangSnapshot;
@@ -447,9 +447,9 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         // Both passes walk every pod; with nothing behind a gate they have nothing to do, and at
         // 100,000 pods a walk every 250 ms is CPU the webhooks lack (issue 18).
         let (gang_gated, quota_gated) = state.gated();
-        if gang_gated > 0 {
-            resolve_owner_sizes(&client, &state).await;
-        }
+        // Bounded (a few GETs at once, none for owners waiting out a failure): the decisions
+        // below wait for them, the next pass does those left.
+        let owners_left = gang_gated > 0 && resolve_owner_sizes(&client, &state, std::time::Instant::now()).await;
         super::hand_off::create_missing(&client, &state, &mut handed_off).await;
         seen_generation = state.generation();
         metrics.passes.inc();
@@ -501,13 +501,15 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         explained = back;
         planning += planning_started.elapsed();
         last_planning = planning;
-        // The next assembly timeout or count refresh, and the next queue place held back.
+        // The next assembly timeout or count refresh, the next queue place held back, and,
+        // when owners were left unread, a pass within a second (events or not) to read them.
         // (Only times ahead: a place this pass did not look at, a pod terminating say, must not
         // make the next pass due at once, and the one after.)
         deadline = pass
             .next_deadline
             .into_iter()
             .chain(queued.values().filter_map(|t| t.refresh_at()).filter(|at| *at > now))
+            .chain(owners_left.then_some(now + 1))
             .min();
         metrics.set_waiting(&pass.waiting);
         for gang in &pass.released {
@@ -695,29 +697,6 @@ async fn stamp_arrivals(
 
 fn unix_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
-}
-
-/// Reads the size of inferred gangs from their owners (elastic owners are re-read on every
-/// pass, so a changed `parallelism` is followed, never a stale size).
-pub async fn resolve_owner_sizes(client: &kube::Client, state: &ClusterState) {
-    for (namespace, gang, owner) in state.owners_to_resolve() {
-        let Some(api) = owner_api(owner.kind, &owner.api_kind) else {
-            // Only the kinds of the table are read (and granted by deploy/'s RBAC).
-            tracing::warn!(%namespace, %gang, owner = %owner.name, kind = %owner.api_kind, "not a known owner kind for inferred gangs");
-            continue;
-        };
-        let gvk = GroupVersionKind::gvk(api.group, api.version, &owner.api_kind);
-        let resource = ApiResource::from_gvk_with_plural(&gvk, &api.plural(&owner.api_kind));
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
-        match api.get_opt(&owner.name).await {
-            Ok(Some(obj)) => match super::membership::owner_gang(owner.kind, &obj.data) {
-                Some(info) => state.set_owner_gang(&namespace, &gang, info),
-                None => tracing::warn!(%namespace, %gang, owner = %owner.name, "owner declares no usable size"),
-            },
-            Ok(None) => tracing::debug!(%namespace, %gang, owner = %owner.name, "owner not found (yet)"),
-            Err(e) => tracing::warn!(%namespace, %gang, owner = %owner.name, error = %e, "cannot read gang owner"),
-        }
-    }
 }
 
 fn is_status(e: &kube::Error, codes: &[u16]) -> bool {

@@ -10,7 +10,12 @@
 //!
 //! **Backfill and starvation.** A gang that does not fit does not stop smaller, later gangs from
 //! using what is free (backfill) — until it has waited `starvation_after`; from then on no gang
-//! behind it is released, so what frees up accumulates for it. Incomplete gangs never block.
+//! behind it that competes for its nodes is released, so what frees up there accumulates for it.
+//! Incomplete gangs never block. A starving gang holds back only what could help it, since every
+//! field of it is a tenant's: it must fit the nodes as if they were empty (a gang that never
+//! could — a selector no node matches, more GPUs than a node has — is told so and blocks
+//! nobody), and it holds back only gangs that may use one of the nodes it may use (a gang in
+//! another pool goes on backfilling there).
 //!
 //! **Speed.** Static filters (selector, affinity, taints) are computed once per distinct pod
 //! placement key; free capacity of the nodes of each key is indexed per accelerator in a
@@ -68,8 +73,8 @@ pub struct WaitingGang {
     /// created at the same moment each pass before the other is seen. Such a gang is never
     /// released: half of it would hold its nodes for a peer another scheduler (or nobody) places.
     pub disagreement: Option<String>,
-    /// After this many seconds of waiting while not fitting, no later gang may pass it;
-    /// `None`: never blocks.
+    /// After this many seconds of waiting while not fitting, no later gang competing for its
+    /// nodes may pass it (if it could fit them empty); `None`: never blocks.
     pub starvation_after: Option<i64>,
     /// Members that do not exist yet but must fit with the gang (a LeaderReady group's
     /// workers): one shape and a count, never one entry per member, since the count comes
@@ -114,7 +119,8 @@ pub enum Verdict {
     Incomplete,
     /// All members exist; the nodes cannot hold them all now.
     DoesNotFit,
-    /// Held behind a higher-priority gang that has waited past its starvation limit.
+    /// Held behind a higher-priority gang that has waited past its starvation limit, could fit
+    /// the nodes if they were empty, and may use some node this gang may use.
     Blocked { by: GangKey },
     /// All members exist; another gate holds some of them ([`WaitingGang::held_by`]).
     Held,
@@ -259,7 +265,10 @@ fn run(snapshot: &Snapshot, detail_for: Option<&GangKey>) -> (Vec<Decision>, Opt
     let mut gangs = snapshot.gangs.clone();
     order(&mut gangs);
     let mut out = Vec::with_capacity(gangs.len());
-    let mut blocker: Option<GangKey> = None;
+    let mut blockers: Vec<Blocker> = Vec::new();
+    // The nodes with nothing on them: whether a starving gang could ever fit (made once, when
+    // the first gang starves).
+    let mut empty: Option<Simulation<'_>> = None;
     let mut detail = None;
     for (position, gang) in gangs.iter().enumerate() {
         if detail_for == Some(&gang.key) {
@@ -279,10 +288,16 @@ fn run(snapshot: &Snapshot, detail_for: Option<&GangKey>) -> (Vec<Decision>, Opt
             });
             continue;
         }
-        if let Some(by) = blocker.as_ref().filter(|_| complete && gang.held_by.is_none()) {
+        let blocked_by = if complete && gang.held_by.is_none() && !blockers.is_empty() {
+            let classes = sim.classes_of(gang);
+            blockers.iter().find(|b| sim.may_use_any(&classes, &b.nodes)).map(|b| b.gang.clone())
+        } else {
+            None
+        };
+        if let Some(by) = blocked_by {
             let message =
                 format!("{}; waiting behind higher-priority gang {by}", sim.need_message(gang, &snapshot.accelerators));
-            out.push(Decision { gang: gang.key.clone(), verdict: Verdict::Blocked { by: by.clone() }, message });
+            out.push(Decision { gang: gang.key.clone(), verdict: Verdict::Blocked { by }, message });
             continue;
         }
         if !complete {
@@ -308,15 +323,34 @@ fn run(snapshot: &Snapshot, detail_for: Option<&GangKey>) -> (Vec<Decision>, Opt
                 message: format!("{present}/{present} members present; the whole gang fits, releasing"),
             }),
             None => {
-                let message = sim.need_message(gang, &snapshot.accelerators);
+                let mut message = sim.need_message(gang, &snapshot.accelerators);
                 if gang.starvation_after.is_some_and(|limit| snapshot.now - gang.created >= limit) {
-                    blocker = Some(gang.key.clone());
+                    let empty = empty.get_or_insert_with(|| Simulation::new(&snapshot.nodes));
+                    if empty.could_hold(gang) {
+                        blockers.push(Blocker { gang: gang.key.clone(), nodes: sim.usable_nodes(gang) });
+                    } else {
+                        // Waiting frees nothing it could use: it holds nobody back.
+                        message.push_str(NEVER_FITS);
+                    }
                 }
                 out.push(Decision { gang: gang.key.clone(), verdict: Verdict::DoesNotFit, message });
             }
         }
     }
     (out, detail)
+}
+
+/// Ends the explanation of a gang past its starvation limit that would not fit its nodes even
+/// if they were empty: waiting frees nothing it could use, so nobody waits behind it. (Only
+/// then: before, the figures say enough, and the check costs a placement.)
+pub const NEVER_FITS: &str = "; cannot fit even on empty nodes";
+
+/// A gang past its starvation limit that could fit the empty nodes: later gangs that may use one
+/// of its nodes wait behind it.
+struct Blocker {
+    gang: GangKey,
+    /// By node index: the nodes some member of it may use (static filters only).
+    nodes: Vec<bool>,
 }
 
 type IndexKey = (usize, String);
@@ -436,6 +470,55 @@ impl<'a> Simulation<'a> {
 
     /// Places every member or none.
     fn place_gang(&mut self, gang: &WaitingGang) -> Option<Vec<(String, String)>> {
+        let done = self.place_members(gang)?;
+        let mut placements: Vec<(String, String)> =
+            done.into_iter().map(|(node, m)| (m.name.clone(), self.nodes[node].name.clone())).collect();
+        placements.sort();
+        Some(placements)
+    }
+
+    /// Whether the whole gang fits what is free now; the simulation is left as it was.
+    fn could_hold(&mut self, gang: &WaitingGang) -> bool {
+        let Some(done) = self.place_members(gang) else { return false };
+        for (node, m) in done {
+            self.adjust(node, &m.shape.requests, -1);
+        }
+        true
+    }
+
+    /// The nodes (by index) whose static filters admit some member of the gang, phantoms
+    /// included.
+    fn usable_nodes(&mut self, gang: &WaitingGang) -> Vec<bool> {
+        let mut usable = vec![false; self.nodes.len()];
+        for class in self.classes_of(gang) {
+            for &i in &self.class_nodes[class] {
+                usable[i] = true;
+            }
+        }
+        usable
+    }
+
+    /// True when a member of one of the placement `classes` may use one of `nodes`.
+    fn may_use_any(&self, classes: &[usize], nodes: &[bool]) -> bool {
+        classes.iter().any(|&class| self.class_nodes[class].iter().any(|&i| nodes[i]))
+    }
+
+    /// The placement classes of the gang's members and phantoms, each once.
+    fn classes_of(&mut self, gang: &WaitingGang) -> Vec<usize> {
+        let mut classes: Vec<usize> = Vec::new();
+        let shapes = gang.members.iter().map(|m| &m.shape).chain(gang.phantoms.as_ref().map(|p| &p.shape));
+        for shape in shapes {
+            let class = self.class_of(shape);
+            if !classes.contains(&class) {
+                classes.push(class);
+            }
+        }
+        classes
+    }
+
+    /// Places every member (and checks the phantoms fit) or none: the members placed, with the
+    /// node each took (committed).
+    fn place_members<'g>(&mut self, gang: &'g WaitingGang) -> Option<Vec<(usize, &'g Member)>> {
         let mut members: Vec<&Member> = gang.members.iter().collect();
         // First-fit decreasing: the largest members first.
         members.sort_by(|a, b| {
@@ -465,10 +548,7 @@ impl<'a> Simulation<'a> {
             }
             return None;
         }
-        let mut placements: Vec<(String, String)> =
-            done.into_iter().map(|(node, m)| (m.name.clone(), self.nodes[node].name.clone())).collect();
-        placements.sort();
-        Some(placements)
+        Some(done)
     }
 
     /// Tries to place `count` copies of one shape, then gives everything back (phantoms are not

@@ -20,7 +20,7 @@ pub struct Plan {
     /// Gangs released in this pass.
     pub released: Vec<ReleasedGang>,
     /// The earliest time (seconds since the epoch) a waiting gang reaches its assembly timeout,
-    /// or an assembling gang's count is due to be rewritten ([`COUNT_REFRESH_SECS`]): the
+    /// or a waiting gang's figures are due to be rewritten ([`COUNT_REFRESH_SECS`]): the
     /// controller looks again then, with or without events.
     pub next_deadline: Option<i64>,
 }
@@ -52,24 +52,56 @@ pub fn condition_reason(verdict: &Verdict) -> (&'static str, bool) {
 /// The reason once an incomplete gang is past its assembly timeout.
 pub const TIMEOUT_REASON: &str = "AssemblyTimeout";
 
-/// How long the members of an assembling gang keep an explanation whose count of members has
-/// since changed. Its text changes with every member that arrives (`3/64 members present`):
-/// rewritten on every member each time, a gang of n members created one by one would cost n²/2
-/// condition writes and as many Events. A member that carries no explanation yet gets the
-/// current one at once.
+/// How long the members of a waiting gang keep an explanation whose figures alone have since
+/// changed ([`refreshes_figures`]). An assembling gang's text changes with every member that
+/// arrives (`3/64 members present`): rewritten on every member each time, a gang of n members
+/// created one by one would cost n²/2 condition writes and as many Events. A gang waiting for
+/// room (or behind another) says what is free on its nodes (`…, 4 free`), which changes with
+/// every pod anyone starts or deletes there: rewritten at each change, one tenant looping
+/// create/delete of a 1-GPU pod would rewrite every waiting member in that pool, in every
+/// namespace, each with an Event. A member that carries no explanation yet gets the current one
+/// at once; a change of verdict or of its words is written at once too.
 pub const COUNT_REFRESH_SECS: i64 = 10;
 
-/// How long pods already told keep a count that has moved, when `told` of them would be told
-/// again: [`COUNT_REFRESH_SECS`], and 10 s more per 64 beyond the first 64, so refreshing a
+/// How long pods already told keep a count (or other figures) that has moved, when `told` of
+/// them would be told again: [`COUNT_REFRESH_SECS`], and 10 s more per 64 beyond the first 64, so refreshing a
 /// gang or a queue costs at most about 6 writes a second however large it is (a gang of 1,024
 /// created one member at a time over an hour would otherwise be rewritten whole every 10 s).
 pub fn refresh_secs(told: usize) -> i64 {
     COUNT_REFRESH_SECS.saturating_mul(i64::try_from(told.div_ceil(64).max(1)).unwrap_or(i64::MAX))
 }
 
+/// Whether an explanation given for `verdict` carries figures that move while the verdict
+/// stays (members present, capacity free), so that a change in them alone is written at most
+/// every [`refresh_secs`].
+pub fn refreshes_figures(verdict: &Verdict) -> bool {
+    matches!(verdict, Verdict::Incomplete | Verdict::DoesNotFit | Verdict::Blocked { .. })
+}
+
+/// True when two explanations differ at most in their figures: each run of digits stands for
+/// one figure, whatever its value (`3/4 members present; …, 2 free` and `4/4 …, 12 free`).
+/// Anything else that differs (words, names, a unit) is a new explanation.
+fn differ_only_in_figures(a: &str, b: &str) -> bool {
+    let (mut a, mut b) = (a.chars().peekable(), b.chars().peekable());
+    loop {
+        match (a.next(), b.next()) {
+            (None, None) => return true,
+            (Some(x), Some(y)) if x.is_ascii_digit() && y.is_ascii_digit() => {
+                while a.next_if(char::is_ascii_digit).is_some() {}
+                while b.next_if(char::is_ascii_digit).is_some() {}
+            }
+            (Some(x), Some(y)) if x == y => {}
+            _ => return false,
+        }
+    }
+}
+
 /// The explanation last written to a gang's members, for [`plan`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Explained {
+    /// The verdict it explains: a change of verdict (another gang to wait behind, say) is
+    /// written at once.
+    pub verdict: Verdict,
     pub reason: &'static str,
     pub message: String,
     /// When every member was last told (seconds since the epoch).
@@ -155,12 +187,17 @@ pub fn plan(
             let stale = || gf.gated.iter().filter(|m| m.condition != written);
             let last = previous.get(&d.gang);
             let changed = last.is_none_or(|e| e.message != message);
-            // Only the count of an incomplete gang moved, and its members were all told less
-            // than COUNT_REFRESH_SECS ago: only those told nothing yet are told now, the rest at
-            // the refresh.
+            // Only the figures of a waiting gang moved (members present, capacity free), and its
+            // members were all told less than COUNT_REFRESH_SECS ago: only those told nothing
+            // yet are told now, the rest at the refresh.
             // (When the members were last told all, and when they are told again.)
             let refresh = last
-                .filter(|e| d.verdict == Verdict::Incomplete && e.reason == reason)
+                .filter(|e| {
+                    refreshes_figures(&d.verdict)
+                        && e.verdict == d.verdict
+                        && e.reason == reason
+                        && differ_only_in_figures(&e.message, &message)
+                })
                 .map(|e| (e.at, e.at.saturating_add(refresh_secs(gf.gated.len()))))
                 .filter(|(_, at)| snapshot.now < *at);
             let behind = last.is_some_and(|e| e.behind);
@@ -169,7 +206,13 @@ pub fn plan(
                     next_deadline = Some(next_deadline.map_or(at, |n: i64| n.min(at)));
                     previous.insert(
                         d.gang.clone(),
-                        Explained { reason, message: message.clone(), at: told_at, behind: true },
+                        Explained {
+                            verdict: d.verdict.clone(),
+                            reason,
+                            message: message.clone(),
+                            at: told_at,
+                            behind: true,
+                        },
                     );
                     stale().filter(|m| m.condition == 0).map(|m| m.name.as_str()).collect()
                 }
@@ -179,7 +222,13 @@ pub fn plan(
                 _ if changed || behind => {
                     previous.insert(
                         d.gang.clone(),
-                        Explained { reason, message: message.clone(), at: snapshot.now, behind: false },
+                        Explained {
+                            verdict: d.verdict.clone(),
+                            reason,
+                            message: message.clone(),
+                            at: snapshot.now,
+                            behind: false,
+                        },
                     );
                     stale().map(|m| m.name.as_str()).collect()
                 }
@@ -200,4 +249,26 @@ pub fn plan(
     // Forget explanations of gangs that are gone.
     previous.retain(|k, _| facts.contains_key(k));
     Plan { actions, waiting, released, next_deadline }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::differ_only_in_figures;
+
+    #[test]
+    fn only_figures_may_differ() {
+        let was = "3/4 members present; needs 4 nvidia.com/gpu on nodes matching pool=a, 2 free";
+        assert!(differ_only_in_figures(was, was));
+        assert!(differ_only_in_figures(
+            was,
+            "4/4 members present; needs 4 nvidia.com/gpu on nodes matching pool=a, 12 free"
+        ));
+        assert!(!differ_only_in_figures(
+            was,
+            "3/4 members present; needs 4 nvidia.com/gpu on nodes matching pool=b, 2 free"
+        ));
+        assert!(!differ_only_in_figures(was, &format!("{was}; cannot fit even on empty nodes")));
+        assert!(!differ_only_in_figures("needs 1500m x", "needs 2 x"), "a unit is a word");
+        assert!(!differ_only_in_figures("2 members present, gang size not known yet", "2/4 members present"));
+    }
 }

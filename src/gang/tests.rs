@@ -138,9 +138,10 @@ fn selectors_taints_and_cordons_count() {
 
 #[test]
 fn backfill_until_the_big_gang_starves() {
-    let big = gang("big", 2, 2, 4, 0, 0); // needs 8, only 4 free
+    let big = gang("big", 2, 2, 4, 0, 0); // needs 8: the node has them, but only 4 free
     let small = gang("small", 2, 2, 1, 0, 500);
-    let mut s = snapshot(vec![node("n1", 4)], vec![big.clone(), small.clone()]);
+    let mut s = snapshot(vec![node("n1", 8)], vec![big.clone(), small.clone()]);
+    s.bound = vec![("n1".into(), shape(4).requests)];
     let d = decide(&s);
     assert_eq!(verdict_of(&d, "big").verdict, Verdict::DoesNotFit);
     assert!(matches!(verdict_of(&d, "small").verdict, Verdict::Release { .. }), "backfill");
@@ -154,6 +155,68 @@ fn backfill_until_the_big_gang_starves() {
         Verdict::Blocked { by: GangKey { namespace: "ml".into(), name: "big".into() } }
     );
     assert!(verdict_of(&d, "small").message.contains("waiting behind higher-priority gang ml/big"));
+}
+
+/// A node of the pool `pool` (label `pool=<pool>`) with `gpus` GPUs.
+fn pool_node(name: &str, pool: &str, gpus: i64) -> NodeInfo {
+    let mut n = node(name, gpus);
+    n.labels.insert("pool".into(), pool.into());
+    n
+}
+
+/// The gang, its members kept to the nodes of `pool`.
+fn in_pool(mut g: WaitingGang, pool: &str) -> WaitingGang {
+    for m in &mut g.members {
+        m.shape.node_selector.insert("pool".into(), pool.into());
+    }
+    g
+}
+
+/// A gang past its starvation limit that could not fit even if every node were empty (a
+/// selector no node matches, asking nothing; more GPUs than any node has) holds nobody back:
+/// a tenant's one impossible pod no longer stalls every later gang of the cluster. It is told
+/// why waiting will not help.
+#[test]
+fn a_starving_gang_that_can_never_fit_blocks_no_one() {
+    let mut nowhere = gang("hog", 1, 1, 0, 0, 0);
+    nowhere.members[0].shape.requests = BTreeMap::from([("pods".into(), q(1))]);
+    nowhere.members[0].shape.node_selector.insert("nope".into(), "nope".into());
+    let mut too_big = gang("whale", 1, 1, 16, 0, 0);
+    for hog in [&mut nowhere, &mut too_big] {
+        hog.starvation_after = Some(600);
+    }
+    let mut later = gang("later", 2, 2, 1, 0, 500);
+    later.key.namespace = "other-team".into();
+    for hog in [nowhere, too_big] {
+        let s = snapshot(vec![node("n1", 8)], vec![hog.clone(), later.clone()]);
+        let d = decide(&s);
+        assert!(matches!(verdict_of(&d, "later").verdict, Verdict::Release { .. }), "{d:?}");
+        let told = verdict_of(&d, &hog.key.name);
+        assert_eq!(told.verdict, Verdict::DoesNotFit);
+        assert!(told.message.ends_with(NEVER_FITS), "{}", told.message);
+    }
+}
+
+/// A starving gang holds back only gangs that may use its nodes: one in another pool goes on
+/// backfilling there, one that may use its pool (a smaller gang of the same pool, a gang that
+/// may go anywhere) waits behind it.
+#[test]
+fn a_starving_gang_blocks_only_gangs_that_compete_for_its_nodes() {
+    let nodes = vec![pool_node("a1", "a", 8), pool_node("b1", "b", 4)];
+    let mut big = in_pool(gang("big", 2, 2, 4, 0, 0), "a"); // 8 of a's 8, 4 free now
+    big.starvation_after = Some(600);
+    let elsewhere = in_pool(gang("elsewhere", 2, 2, 1, 0, 500), "b");
+    let same_pool = in_pool(gang("same-pool", 2, 2, 1, 0, 500), "a");
+    let anywhere = gang("anywhere", 1, 1, 1, 0, 500);
+    let mut s = snapshot(nodes, vec![big, elsewhere, same_pool, anywhere]);
+    s.bound = vec![("a1".into(), shape(4).requests)];
+    let d = decide(&s);
+    let behind_big = Verdict::Blocked { by: GangKey { namespace: "ml".into(), name: "big".into() } };
+    assert_eq!(verdict_of(&d, "big").verdict, Verdict::DoesNotFit);
+    assert!(!verdict_of(&d, "big").message.contains(NEVER_FITS), "it can fit its pool empty");
+    assert!(matches!(verdict_of(&d, "elsewhere").verdict, Verdict::Release { .. }), "{d:?}");
+    assert_eq!(verdict_of(&d, "same-pool").verdict, behind_big);
+    assert_eq!(verdict_of(&d, "anywhere").verdict, behind_big);
 }
 
 fn arb_nodes() -> impl Strategy<Value = Vec<NodeInfo>> {
@@ -517,17 +580,19 @@ mod controller_state {
     }
 
     /// A gang whose members disagree never becomes the gang the others wait behind: here it
-    /// would not fit (3 GPUs a member, nodes of 2) and has waited past its starvation limit,
-    /// which makes a gang that merely does not fit hold up every later one.
+    /// would not fit now (2 GPUs a member, nodes of 2, one GPU of n1 taken), could fit the empty
+    /// nodes, and has waited past its starvation limit, which makes a gang that merely does not
+    /// fit hold up every later one that competes for its nodes.
     #[test]
     fn a_gang_whose_members_disagree_holds_up_no_one() {
         let p = policies("");
-        let big = json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "3"}}}]}});
+        let big = json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}});
         let mut odd = big.clone();
         json_patch::merge(&mut odd, &json!({"spec": {"schedulerName": "volcano"}}));
         let long_ago = "2026-11-01T00:00:00Z";
         let mut pods = vec![member("w-0", "ring", 2, long_ago, big.clone()), member("w-1", "ring", 2, long_ago, odd)];
         pods.extend((0..2).map(|i| member(&format!("next-{i}"), "next", 2, "2026-11-17T00:00:00Z", json!({}))));
+        pods.push(crate::cluster::fixtures::team_pod("running", 1, false, long_ago));
         let state = cluster(&p, &pods);
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         let pass = plan(&snapshot, &facts, &mut HashMap::new());
@@ -539,6 +604,31 @@ mod controller_state {
         let pass = plan(&snapshot, &facts, &mut HashMap::new());
         assert!(releases(&pass.actions).is_empty(), "{:?}", pass.actions);
         assert_eq!(pass.waiting.get("WaitingForHigherPriority"), Some(&1));
+    }
+
+    /// The review's trigger: one tenant's gang of one pod asking no GPU, whose nodeSelector no
+    /// node matches, past its starvation limit. A later gang of another namespace that fits
+    /// goes; nobody is told to wait behind the impossible gang, which is told it cannot fit.
+    #[test]
+    fn one_impossible_pod_past_its_starvation_limit_holds_up_no_one() {
+        let p = policies("");
+        let long_ago = "2026-11-01T00:00:00Z";
+        let nowhere = json!({"spec": {"nodeSelector": {"nope": "nope"}, "containers": [{"name": "c", "image": "i"}]}});
+        let mut pods = vec![member("hog-0", "hog", 1, long_ago, nowhere)];
+        let other = json!({"metadata": {"namespace": "other"}});
+        pods.extend((0..2).map(|i| member(&format!("next-{i}"), "next", 2, "2026-11-17T00:00:00Z", other.clone())));
+        let state = cluster(&p, &pods);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert_eq!(releases(&pass.actions), ["next-0", "next-1"], "{:?}", pass.actions);
+        assert_eq!(pass.waiting.get("WaitingForHigherPriority"), None);
+        let hog = pass.actions.iter().find_map(|a| match a {
+            ControllerAction::Explain { pod, reason, message, .. } if pod == "hog-0" => Some((*reason, message)),
+            _ => None,
+        });
+        let (reason, message) = hog.expect("the hog is told");
+        assert_eq!(reason, "InsufficientResources");
+        assert!(message.ends_with(NEVER_FITS), "{message}");
     }
 
     /// Members that disagree are a gang that has not assembled: its assembly timeout applies
@@ -1093,6 +1183,92 @@ mod controller_state {
         let (told, wake) = pass(NOW + COUNT_REFRESH_SECS + 1);
         assert_eq!(told, [], "settled");
         assert!(wake.is_some_and(|at| at > NOW + 100), "only the assembly timeout is ahead: {wake:?}");
+    }
+
+    /// A gang waiting for room (or behind another gang) says what is free on its nodes, which
+    /// any pod started or deleted there changes: a tenant looping create/delete of a 1-GPU pod
+    /// rewrote every waiting member's condition (and an Event) at each change. Now the figures
+    /// alone are rewritten at most every refresh period, like an assembling gang's count; a new
+    /// verdict is written at once.
+    #[test]
+    fn free_capacity_churn_rewrites_a_waiting_gang_at_most_every_refresh() {
+        use crate::cluster::fixtures::team_pod;
+        use crate::cluster::records::condition_fingerprint;
+        use crate::gang::plan::COUNT_REFRESH_SECS;
+        let p = policies("");
+        // 2 × 2 GPUs on two 2-GPU nodes, one GPU of n1 taken: does not fit, 3 free.
+        let mut pods: Vec<Value> = (0..2)
+            .map(|i| {
+                let two = json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}});
+                member(&format!("big-{i}"), "big", 2, "2026-11-22T01:00:00Z", two)
+            })
+            .collect();
+        pods.push(team_pod("r1", 1, false, "2026-11-22T01:00:00Z"));
+        let state = cluster(&p, &pods);
+        let mut previous = HashMap::new();
+        let mut pass = |now: i64| {
+            let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, now);
+            let pass = plan(&snapshot, &facts, &mut previous);
+            let mut told = Vec::new();
+            for action in &pass.actions {
+                if let ControllerAction::Explain { namespace, pod, ready, reason, message, .. } = action {
+                    state.mark_condition(namespace, pod, false, condition_fingerprint(*ready, reason, message));
+                    if pod.starts_with("big-") {
+                        told.push((pod.clone(), *reason, message.clone()));
+                    }
+                }
+            }
+            told.sort();
+            (told, pass.next_deadline)
+        };
+        let churn = |on: bool| {
+            if on {
+                state.upsert_pod(record(&team_pod("churn", 1, false, "2026-11-22T01:00:00Z"), &p));
+            } else {
+                state.remove_pod("ml", "churn");
+            }
+        };
+        let both = |reason: &'static str, message: &str| {
+            ["big-0", "big-1"].map(|pod| (pod.to_string(), reason, message.to_string())).to_vec()
+        };
+        let fits_not = |free: u32| format!("2/2 members present; needs 4 nvidia.com/gpu on any node, {free} free");
+        let behind = |free: u32| format!("{}; waiting behind higher-priority gang ml/whale", fits_not(free));
+        let t0 = NOW;
+        assert_eq!(pass(t0).0, both("InsufficientResources", &fits_not(3)));
+
+        // The free count moves, and moves back: nothing is written, the loop wakes at the refresh.
+        churn(true);
+        let (told, wake) = pass(t0 + 1);
+        assert_eq!(told, [], "only the free count changed");
+        assert_eq!(wake, Some(t0 + COUNT_REFRESH_SECS));
+        churn(false);
+        assert_eq!(pass(t0 + 2).0, []);
+
+        // A new verdict is written at once: an older gang competing for the same nodes starves.
+        let whale = json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}});
+        for i in 0..2 {
+            state.upsert_pod(record(
+                &member(&format!("whale-{i}"), "whale", 2, "2026-11-01T00:00:00Z", whale.clone()),
+                &p,
+            ));
+        }
+        assert_eq!(pass(t0 + 3).0, both("WaitingForHigherPriority", &behind(3)));
+        // Behind it, the free count moves again: nothing, until the refresh.
+        churn(true);
+        let (told, wake) = pass(t0 + 4);
+        assert_eq!(told, []);
+        assert_eq!(wake, Some(t0 + 3 + COUNT_REFRESH_SECS));
+        assert_eq!(pass(t0 + 3 + COUNT_REFRESH_SECS - 1).0, []);
+        // After the period the new figures are written.
+        assert_eq!(pass(t0 + 3 + COUNT_REFRESH_SECS).0, both("WaitingForHigherPriority", &behind(2)));
+        assert_eq!(pass(t0 + 3 + COUNT_REFRESH_SECS + 1).0, [], "settled");
+
+        // Room at last: the release is written at once, whatever the period.
+        for pod in ["whale-0", "whale-1", "churn", "r1"] {
+            state.remove_pod("ml", pod);
+        }
+        let (told, _) = pass(t0 + 3 + COUNT_REFRESH_SECS + 2);
+        assert_eq!(told, both("Released", "2/2 members present; the whole gang fits, releasing"));
     }
 
     /// Gangs created in the same second go in the order Allot saw them, not by name.
