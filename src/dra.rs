@@ -307,6 +307,15 @@ fn class_resources(counts: &ClassCounts) -> ResourceList {
         .collect()
 }
 
+/// Class by class, the larger of two counts.
+fn larger_counts(mut a: ClassCounts, b: &ClassCounts) -> ClassCounts {
+    for (class, n) in b {
+        let slot = a.entry(class.clone()).or_default();
+        *slot = (*slot).max(*n);
+    }
+    a
+}
+
 fn add_counts(total: &mut ClassCounts, other: &ClassCounts) {
     for (class, n) in other {
         let slot = total.entry(class.clone()).or_default();
@@ -377,21 +386,25 @@ fn demand_of(
         let path = format!("spec.resourceClaims[{i}]");
         if let Some(name) = entry.get("resourceClaimTemplateName").and_then(Value::as_str) {
             let entry_name = entry.get("name").and_then(Value::as_str).unwrap_or_default();
-            // The claim made from the template, once there is one, before the template: the
-            // claim is immutable and is what the pod holds, while a template can be deleted and
-            // made again smaller under the same name (a record rebuilt against it would count
-            // the smaller one). The template only before the claim exists (at CREATE, always).
+            // The claim made from the template (once there is one) and the template: the larger
+            // of the two, class by class. The claim is immutable and is what the pod holds, while
+            // a template can be deleted and made again smaller under the same name (a record
+            // rebuilt against it would count the smaller one); and a status is not beyond a
+            // tenant whose Role reaches pods/status, who could name a small claim of her own
+            // there (made with an ownerReference to the pod). Only the claim when the template
+            // is gone; only the template before the claim exists (at CREATE, always).
             let generated = match status {
                 StatusRead::Trusted => generated_claim(pod, entry_name, namespace, source),
                 StatusRead::Ignored => None,
             };
-            if let Some(claim) = generated {
-                add_counts(&mut demand.own, &claim_devices(claim.get("spec"), classes));
-            } else if let Some(template) = source.template(namespace, name) {
-                // A template's claim spec is at spec.spec.
-                add_counts(&mut demand.own, &claim_devices(template.field(&["spec", "spec"]), classes));
-            } else {
-                demand.missing.push(MissingClaim { kind: "ResourceClaimTemplate", name: name.into(), path });
+            // A template's claim spec is at spec.spec.
+            let template = source.template(namespace, name).map(|t| claim_devices(t.field(&["spec", "spec"]), classes));
+            match (generated.map(|c| claim_devices(c.get("spec"), classes)), template) {
+                (Some(claim), Some(template)) => add_counts(&mut demand.own, &larger_counts(claim, &template)),
+                (Some(counts), None) | (None, Some(counts)) => add_counts(&mut demand.own, &counts),
+                (None, None) => {
+                    demand.missing.push(MissingClaim { kind: "ResourceClaimTemplate", name: name.into(), path })
+                }
             }
         } else if let Some(name) = entry.get("resourceClaimName").and_then(Value::as_str) {
             // Counted whatever its annotations. The scheduler's own extended-resource claim

@@ -14,7 +14,7 @@ use crate::gang::directory::{GangDirectory, NoGangs};
 use crate::mutate::{self, PodContext};
 use crate::namespaces::{NamespaceLabels, TeamLookup, team_of};
 use crate::patch::{self, PatchOp};
-use crate::policy::{Operation, PolicySet};
+use crate::policy::{Action, Operation, PolicySet};
 use crate::quota::{NoUsage, QuotaBook};
 /// The engine's input, re-exported because it is part of the engine's public API (tests,
 /// benches and fuzz targets build requests through `allot::engine`).
@@ -300,7 +300,18 @@ impl<'a> Engine<'a> {
                 out.findings.extend(validate::check_pod_with_claims(self.policies, &view, &team, &claimed));
                 out.findings.extend(tenant::check_reserved_keys(&view));
                 out.findings.extend(tenant::check_amounts(self.policies, &view, &claimed));
-                out.findings.extend(tenant::check_uncounted_accelerators(self.policies, &view, &claims, team.team));
+                // On a workload's UPDATE only a warning: its pods are denied at their creation
+                // anyway, and a workload admitted before the check (an upgrade) must stay
+                // editable (scaling, suspending, a rolling update's other fields).
+                out.findings.extend(
+                    tenant::check_uncounted_accelerators(self.policies, &view, &claims, team.team).map(|mut f| {
+                        if operation == Operation::Update {
+                            f.action = Action::Warn;
+                            f.message.push_str("; its pods will be denied when created");
+                        }
+                        f
+                    }),
+                );
                 let membership = validate::pod_gang(self.policies, &view, req.namespace, &team);
                 out.findings.extend(validate::check_gang(
                     &view,

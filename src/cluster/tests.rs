@@ -419,6 +419,27 @@ mod watched_claim_records {
         assert!(!touched.claims_unresolved);
         state.upsert_pod(touched);
         assert_eq!(claim_devices(&state, "p"), Some(Quantity::from_units(4)), "the 4 GPUs it holds");
+        // The template gone and the status naming a 1-GPU claim (a tenant's own, owned by the
+        // pod): the same pod (uid) keeps what its claims counted, since they cannot change.
+        let mut small = crate::dra::ClaimObjects::new("x");
+        assert!(small.insert(
+            &json!({
+                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": "p-gpus-x7k2q", "namespace": "ml",
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "pod-uid", "controller": true}]},
+                "spec": {"devices": {"requests": [{"name": "r",
+                    "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1}}]}}
+            }),
+            "ml"
+        ));
+        let forged = record(&made(&template_pod("p", "Running")), &small);
+        state.upsert_pod(forged.clone());
+        assert_eq!(claim_devices(&state, "p"), Some(Quantity::from_units(4)), "never fewer for the same pod");
+        // Another pod under the name (another uid) counts its own.
+        let mut other = forged;
+        other.uid = Some("another-uid".into());
+        state.upsert_pod(other);
+        assert_eq!(claim_devices(&state, "p"), Some(Quantity::from_units(1)));
     }
 }
 

@@ -312,6 +312,7 @@ mod tests {
             ),
             Just(json!({"spec": {"initContainers": [{"name": "i", "resources": {"requests": {"cpu": "4"}}}]}})),
             Just(json!({"spec": {"overhead": {"cpu": "250m"}}})),
+            Just(json!({"spec": {"resources": {"requests": {"cpu": "64"}, "limits": {"memory": "8Gi"}}}})),
             Just(json!({"spec": {"nodeName": "node-1"}})),
             Just(json!({"spec": {"nodeSelector": {"node-type": "my-precious"}}})),
             Just(

@@ -224,6 +224,14 @@ fn the_claim_made_from_a_template_counts_rather_than_the_template_made_again() {
     // that status names and however it is owned.
     let d = created_pod_demand(&p, "ml", &classes(), &s);
     assert_eq!(gpus(&d), Some(Quantity::from_units(1)));
+    // A status naming a smaller claim of a tenant's own (one whose Role reaches pods/status,
+    // the claim made with an ownerReference to the pod) does not stand for the template: the
+    // larger of the two counts.
+    let mut forged = claim("p-gpus-x7k2q", json!([exactly("gpu.nvidia.com", 1)]));
+    forged["metadata"]["ownerReferences"] =
+        json!([{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "pod-uid", "controller": true}]);
+    let d = pod_demand(&p, "ml", &classes(), &source(&[template("t", json!([exactly("gpu.nvidia.com", 8)])), forged]));
+    assert_eq!(gpus(&d), Some(Quantity::from_units(8)), "{d:?}");
 }
 
 #[test]

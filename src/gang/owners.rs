@@ -61,28 +61,44 @@ pub const LOOKUPS_PER_PASS: usize = 16;
 /// Reads the size of inferred gangs from their owners, at most [`LOOKUPS_PER_PASS`] at once:
 /// those never read first, then those read longest ago; an elastic owner is read again on
 /// every pass (round: the instant the pass began) the cap allows, so a changed `parallelism` is
-/// followed, never a stale size. An owner that cannot be read (not found, no usable size, an
-/// error) waits out a backoff before it is asked for again
-/// ([`crate::cluster::store::OWNER_RETRY_FIRST`]): pods naming owners that do not exist cost a
-/// GET each per backoff, not one per pass. True when owners were left for a later pass.
+/// followed, never a stale size. An owner that is not there or declares no usable size waits
+/// out a backoff before it is asked for again ([`crate::cluster::store::OWNER_RETRY_FIRST`]):
+/// pods naming owners that do not exist cost a GET each per backoff, not one per pass. A read
+/// that failed (the API server in trouble) is not held against the owner: it is asked for again
+/// about a second later. True when a pass should follow soon: owners never read were left over,
+/// or a read failed.
 pub async fn resolve_owner_sizes(client: &kube::Client, state: &ClusterState, round: std::time::Instant) -> bool {
     let (due, left) = state.owners_to_resolve(round, LOOKUPS_PER_PASS);
+    let failed = std::sync::atomic::AtomicBool::new(false);
     futures::stream::iter(due)
-        .for_each_concurrent(LOOKUPS_PER_PASS, |(namespace, gang, owner)| async move {
-            let declared = read_owner(client, &namespace, &gang, &owner).await;
-            state.owner_looked_up(&namespace, &gang, &owner, declared, std::time::Instant::now());
+        .for_each_concurrent(LOOKUPS_PER_PASS, |(namespace, gang, owner)| {
+            let failed = &failed;
+            async move {
+                match read_owner(client, &namespace, &gang, &owner).await {
+                    Ok(declared) => {
+                        state.owner_looked_up(&namespace, &gang, &owner, declared, std::time::Instant::now())
+                    }
+                    Err(()) => failed.store(true, std::sync::atomic::Ordering::Relaxed),
+                }
+            }
         })
         .await;
-    left
+    left || failed.into_inner()
 }
 
-/// What the owner of inferred gang `gang` declares; `None` when it cannot be read (said in the
-/// log: once per backoff).
-async fn read_owner(client: &kube::Client, namespace: &str, gang: &str, owner: &Owner) -> Option<OwnerGang> {
+/// What the owner of inferred gang `gang` declares; `Ok(None)` when it is not there, of an
+/// unknown kind or declares no usable size (said in the log: once per backoff), `Err` when the
+/// read failed.
+async fn read_owner(
+    client: &kube::Client,
+    namespace: &str,
+    gang: &str,
+    owner: &Owner,
+) -> Result<Option<OwnerGang>, ()> {
     let Some(api) = owner_api(owner.kind, &owner.api_kind) else {
         // Only the kinds of the table are read (and granted by deploy/'s RBAC).
         tracing::warn!(%namespace, %gang, owner = %owner.name, kind = %owner.api_kind, "not a known owner kind for inferred gangs");
-        return None;
+        return Ok(None);
     };
     let gvk = GroupVersionKind::gvk(api.group, api.version, &owner.api_kind);
     let resource = ApiResource::from_gvk_with_plural(&gvk, &api.plural(&owner.api_kind));
@@ -93,15 +109,15 @@ async fn read_owner(client: &kube::Client, namespace: &str, gang: &str, owner: &
             if declared.is_none() {
                 tracing::warn!(%namespace, %gang, owner = %owner.name, "owner declares no usable size");
             }
-            declared
+            Ok(declared)
         }
         Ok(None) => {
             tracing::debug!(%namespace, %gang, owner = %owner.name, "owner not found (yet)");
-            None
+            Ok(None)
         }
         Err(e) => {
-            tracing::warn!(%namespace, %gang, owner = %owner.name, error = %e, "cannot read gang owner");
-            None
+            tracing::warn!(%namespace, %gang, owner = %owner.name, error = %e, "cannot read gang owner; retrying");
+            Err(())
         }
     }
 }

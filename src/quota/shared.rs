@@ -1054,15 +1054,21 @@ pub fn recount_by_team(
 /// this way only once it is older than the fold delay: by then a pod created under it is in the
 /// watch (the recount finds it, and this is not asked), and a pod deleted before the leader
 /// looked holds its charge a few seconds, not until it expires (120 s of spurious usage).
+/// `None`: a removal was seen, but the charge is too young to tell whose (look again soon).
 fn charge_of_a_deleted_pod(
     e: &ledger::Entry,
     now_unix: i64,
     now: Instant,
     removed_since: impl Fn(Instant) -> bool,
-) -> bool {
+) -> Option<bool> {
     let age = now_unix.saturating_sub(e.at);
     let ago = Duration::from_secs(u64::try_from(age).unwrap_or(0) + 1);
-    age > ledger::FOLD_DELAY_SECS && now.checked_sub(ago).is_some_and(removed_since)
+    let removed = now.checked_sub(ago).is_some_and(removed_since);
+    match (removed, age > ledger::FOLD_DELAY_SECS) {
+        (false, _) => Some(false),
+        (true, true) => Some(true),
+        (true, false) => None,
+    }
 }
 
 /// How long an admission waits before it reads a missing ledger again.
@@ -1157,9 +1163,17 @@ pub fn spawn_reconciler(
             let mut clean = true;
             // A pending charge whose pod the watch saw deleted since it was charged.
             let (now_unix, now) = (unix_now(), Instant::now());
-            let store = state.clone();
-            let deleted = move |e: &ledger::Entry| {
-                charge_of_a_deleted_pod(e, now_unix, now, |since| store.removed_since(&e.namespace, &e.name, since))
+            // A release put off (a removal seen, the charge too young to tell whose): looked at
+            // again within a second, not at the next 10 s reconcile.
+            let put_off = std::sync::atomic::AtomicBool::new(false);
+            let deleted = |e: &ledger::Entry| {
+                let released = charge_of_a_deleted_pod(e, now_unix, now, |since| {
+                    state.removed_since(&e.namespace, &e.name, since)
+                });
+                if released.is_none() {
+                    put_off.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                released == Some(true)
             };
             for (team, recount) in &teams {
                 // Pods too young to fold, and allowances (their holder may stop renewing them),
@@ -1167,7 +1181,11 @@ pub fn spawn_reconciler(
                 if recount.young() > 0 {
                     clean = false;
                 }
-                match ledger.reconcile_with(team, recount, &deleted).await {
+                let reconciled = ledger.reconcile_with(team, recount, &deleted).await;
+                if put_off.load(std::sync::atomic::Ordering::Relaxed) {
+                    clean = false;
+                }
+                match reconciled {
                     Ok(report) => {
                         if report.changed() {
                             tracing::info!(%team, pods = recount.pods(), ?report, "quota ledger reconciled");

@@ -233,12 +233,13 @@ fn a_charge_is_released_as_a_deleted_pods_only_after_the_fold_delay() {
         let removed_at = now - Duration::from_secs_f64(wall_now - removed_at_wall);
         move |since: Instant| removed_at >= since
     };
-    // A reconcile at 1001.0 s: too early to tell the two apart; nothing released.
-    assert!(!charge_of_a_deleted_pod(&charge, 1_001, now, removed(1_001.0, 1_000.2)));
-    assert!(!charge_of_a_deleted_pod(&charge, 1_001, now, removed(1_001.0, 1_000.9)));
+    // A reconcile at 1001.0 s: too early to tell the two apart; nothing released yet.
+    assert_eq!(charge_of_a_deleted_pod(&charge, 1_001, now, removed(1_001.0, 1_000.2)), None);
+    assert_eq!(charge_of_a_deleted_pod(&charge, 1_001, now, removed(1_001.0, 1_000.9)), None);
     // At 1004.5 s a pod created under the charge would be in the watch (the recount would have
     // found it): a removal means the charged pod is gone.
-    assert!(charge_of_a_deleted_pod(&charge, 1_004, now, removed(1_004.5, 1_000.9)));
+    assert_eq!(charge_of_a_deleted_pod(&charge, 1_004, now, removed(1_004.5, 1_000.9)), Some(true));
     // No removal of the name: not released (it expires, or its pod is found).
-    assert!(!charge_of_a_deleted_pod(&charge, 1_004, now, |_| false));
+    assert_eq!(charge_of_a_deleted_pod(&charge, 1_004, now, |_| false), Some(false));
+    assert_eq!(charge_of_a_deleted_pod(&charge, 1_001, now, |_| false), Some(false));
 }
