@@ -335,6 +335,35 @@ mod creates {
         assert!(!gated(&create(&custom, &pod, "system:serviceaccount:kube-system:ds").0));
     }
 
+    /// An accelerator the team's quota does not count: denied in a Pod and in a workload's
+    /// template at CREATE; on the workload's UPDATE only a warning (one admitted before the
+    /// check must stay editable; its pods are denied when created).
+    #[test]
+    fn an_uncounted_accelerator_is_denied_at_create_and_warned_on_a_workload_update() {
+        let policies = shipped();
+        let job = |parallelism: u32| {
+            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "vision"},
+                "spec": {"parallelism": parallelism, "template": {"spec": {"restartPolicy": "Never", "containers": [
+                    {"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/mig-3g.40gb": 1}}}]}}}})
+        };
+        let findings = |outcome: &Outcome| -> Vec<(Action, String)> {
+            outcome.findings.iter().filter(|f| f.rule == "team/quota").map(|f| (f.action, f.message.clone())).collect()
+        };
+        let created = create(&policies, &gpu_pod(json!(0)), "alice").1;
+        assert!(findings(&created).is_empty(), "a pod asking nothing uncounted: {:?}", created.findings);
+        let mut pod = gpu_pod(json!(0));
+        pod["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/mig-3g.40gb": 1});
+        let denied = findings(&create(&policies, &pod, "alice").1);
+        assert_eq!(denied.len(), 1, "{denied:?}");
+        assert_eq!(denied[0].0, Action::Deny);
+        assert!(denied[0].1.contains("does not count nvidia.com/mig-3g.40gb"), "{}", denied[0].1);
+        assert_eq!(findings(&create(&policies, &job(1), "alice").1)[0].0, Action::Deny);
+        let updated = findings(&update(&policies, &job(1), &job(2), "alice"));
+        assert_eq!(updated.len(), 1, "{updated:?}");
+        assert_eq!(updated[0].0, Action::Warn);
+        assert!(updated[0].1.ends_with("its pods will be denied when created"), "{}", updated[0].1);
+    }
+
     /// A trusted DaemonSet's pods are no gang, but in a queue-mode team what they ask counts
     /// like any pod's: they wait behind the quota gate (a tenant's own DaemonSet asking GPUs
     /// would otherwise run on every node past the queue).
