@@ -959,7 +959,7 @@ impl ClusterState {
         wanted.sort();
         wanted.dedup();
         // (When last asked for: `None`, never.)
-        let mut due: Vec<(Option<std::time::Instant>, (String, String, Owner))> = wanted
+        let due: Vec<(Option<std::time::Instant>, (String, String, Owner))> = wanted
             .into_iter()
             .filter_map(|(namespace, gang, owner)| {
                 let last = inner.owner_lookups.get(&(namespace.clone(), gang.clone())).and_then(|l| l.get(&owner));

@@ -1139,27 +1139,40 @@ mod controller_state {
         assert!(converged, "the members told the count earlier are told the current one");
     }
 
+    /// One controller pass over `state` at `now`: the explanations it sends, as (pod, reason,
+    /// message), each marked on its pod as the controller marks what it writes; and when the
+    /// loop would wake next.
+    fn plan_and_mark(
+        state: &ClusterState,
+        p: &crate::policy::PolicySet,
+        previous: &mut HashMap<GangKey, crate::gang::plan::Explained>,
+        now: i64,
+    ) -> (Vec<(String, &'static str, String)>, Option<i64>) {
+        let (snapshot, facts) = state.snapshot(p, &crate::namespaces::NoNamespaces, now);
+        let pass = plan(&snapshot, &facts, previous);
+        let mut told = Vec::new();
+        for action in &pass.actions {
+            if let ControllerAction::Explain { namespace, pod, ready, reason, message, .. } = action {
+                let fingerprint = crate::cluster::records::condition_fingerprint(*ready, reason, message);
+                state.mark_condition(namespace, pod, false, fingerprint);
+                told.push((pod.clone(), *reason, message.clone()));
+            }
+        }
+        (told, pass.next_deadline)
+    }
+
     /// A count that moves and comes back while members are held back: the member arriving
     /// last is told at once, and at the refresh every member carries the same explanation.
     #[test]
     fn a_count_that_comes_back_still_reaches_every_member() {
-        use crate::cluster::records::condition_fingerprint;
         use crate::gang::plan::COUNT_REFRESH_SECS;
         let p = policies("");
         let state = ClusterState::default();
         state.replace_nodes(vec![crate::cluster::fixtures::node("n1", 2)]);
         let mut previous = HashMap::new();
         let mut pass = |now: i64| {
-            let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, now);
-            let pass = plan(&snapshot, &facts, &mut previous);
-            let mut told = Vec::new();
-            for action in &pass.actions {
-                if let ControllerAction::Explain { namespace, pod, ready, reason, message, .. } = action {
-                    state.mark_condition(namespace, pod, false, condition_fingerprint(*ready, reason, message));
-                    told.push((pod.clone(), message[..5].to_string()));
-                }
-            }
-            (told, pass.next_deadline)
+            let (told, wake) = plan_and_mark(&state, &p, &mut previous, now);
+            (told.into_iter().map(|(pod, _, message)| (pod, message[..5].to_string())).collect::<Vec<_>>(), wake)
         };
         let add = |i: usize| {
             state.upsert_pod(record(&member(&format!("m-{i}"), "g", 64, "2026-11-22T01:00:00Z", json!({})), &p));
@@ -1193,7 +1206,6 @@ mod controller_state {
     #[test]
     fn free_capacity_churn_rewrites_a_waiting_gang_at_most_every_refresh() {
         use crate::cluster::fixtures::team_pod;
-        use crate::cluster::records::condition_fingerprint;
         use crate::gang::plan::COUNT_REFRESH_SECS;
         let p = policies("");
         // 2 × 2 GPUs on two 2-GPU nodes, one GPU of n1 taken: does not fit, 3 free.
@@ -1207,19 +1219,10 @@ mod controller_state {
         let state = cluster(&p, &pods);
         let mut previous = HashMap::new();
         let mut pass = |now: i64| {
-            let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, now);
-            let pass = plan(&snapshot, &facts, &mut previous);
-            let mut told = Vec::new();
-            for action in &pass.actions {
-                if let ControllerAction::Explain { namespace, pod, ready, reason, message, .. } = action {
-                    state.mark_condition(namespace, pod, false, condition_fingerprint(*ready, reason, message));
-                    if pod.starts_with("big-") {
-                        told.push((pod.clone(), *reason, message.clone()));
-                    }
-                }
-            }
+            let (mut told, wake) = plan_and_mark(&state, &p, &mut previous, now);
+            told.retain(|(pod, _, _)| pod.starts_with("big-"));
             told.sort();
-            (told, pass.next_deadline)
+            (told, wake)
         };
         let churn = |on: bool| {
             if on {
