@@ -349,6 +349,11 @@ impl Inner {
         if let Some(old) = self.pods.get(&key).filter(|old| old.uid.is_some() && old.uid == record.uid) {
             keep_claim_devices(old, &mut record);
         }
+        if self.pods.get(&key).is_some_and(|old| old.uid.is_some() && record.uid.is_some() && old.uid != record.uid) {
+            // Another pod under the name (made again while the watch was away, no deletion
+            // seen): what was written to its predecessor was not written to it.
+            self.conditions_in_flight.remove(&key);
+        }
         if let Some(flights) = self.conditions_in_flight.get_mut(&key) {
             let now = std::time::Instant::now();
             let [gang, quota] = flights;

@@ -555,6 +555,14 @@ fn a_condition_in_flight_survives_watch_events_until_the_watch_echoes_it() {
     event(&state);
     assert_eq!(condition(&state), Some((0, 0)), "the newer one echoed: the watch again");
 
+    // A pod made again under the name while its predecessor's condition flies, its deletion
+    // not seen (a relist): it starts untold.
+    state.mark_condition("ml", "w-0", false, five);
+    let mut again = pod.clone();
+    again["metadata"]["uid"] = json!("another-uid");
+    state.upsert_pod(super::fixtures::record(&again, &p));
+    assert_eq!(condition(&state), Some((0, 0)));
+
     // A pod deleted while its condition flies: a pod made again under the name starts untold.
     state.mark_condition("ml", "w-0", false, five);
     state.remove_pod("ml", "w-0");
