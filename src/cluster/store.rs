@@ -172,14 +172,14 @@ pub const REMOVED_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 /// replica, leading after a fail-over, may have written the condition since).
 pub const ECHO_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The first wait before the owner of an inferred gang that could not be read (not found, no
-/// usable size, an error) is asked for again; it doubles at each failure, up to
-/// [`OWNER_RETRY_MOST`]. The pods naming an owner are a tenant's: bare pods labelled
+/// The first wait before the owner of an inferred gang that is not there or declares no usable
+/// size is asked for again (a read that failed is not held against it: `gang::owners`); it
+/// doubles each time, up to [`OWNER_RETRY_MOST`]. The pods naming an owner are a tenant's: bare pods labelled
 /// `jobset.sigs.k8s.io/jobset-name: rN` name owners that never exist, and asking on every pass
 /// cost one GET per such pod after every watch event.
 pub const OWNER_RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The longest wait before an owner that could not be read is asked for again.
+/// The longest wait before an owner not there (or declaring no usable size) is asked for again.
 pub const OWNER_RETRY_MOST: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The last lookup of an inferred gang's owner.
@@ -187,8 +187,8 @@ pub const OWNER_RETRY_MOST: std::time::Duration = std::time::Duration::from_secs
 struct OwnerLookup {
     /// When it was asked for.
     at: std::time::Instant,
-    /// It could not be read: not asked for again before the first, and the wait that led there
-    /// (doubled at the next failure).
+    /// It was not there or declared no usable size: not asked for again before the first, and
+    /// the wait that led there (doubled at the next such lookup).
     retry: Option<(std::time::Instant, std::time::Duration)>,
 }
 
@@ -218,14 +218,17 @@ impl Flight {
 }
 
 impl Inner {
+    /// The flight of `fingerprint` on the pod, unless a newer condition took its slot.
+    fn flight(&mut self, key: &Key, quota: bool, fingerprint: u64) -> Option<&mut Flight> {
+        let slot = &mut self.conditions_in_flight.get_mut(key)?[usize::from(quota)];
+        (slot.fingerprint == fingerprint).then_some(slot)
+    }
+
     /// Ends the flight of `fingerprint` (unless a newer condition is on its way).
     fn end_flight(&mut self, key: &Key, quota: bool, fingerprint: u64) {
-        let Some(flights) = self.conditions_in_flight.get_mut(key) else { return };
-        let slot = &mut flights[usize::from(quota)];
-        if slot.fingerprint == fingerprint {
-            *slot = Flight::default();
-        }
-        if *flights == [Flight::default(); 2] {
+        let Some(slot) = self.flight(key, quota, fingerprint) else { return };
+        *slot = Flight::default();
+        if self.conditions_in_flight.get(key) == Some(&[Flight::default(); 2]) {
             self.conditions_in_flight.remove(key);
         }
     }
@@ -341,18 +344,19 @@ impl Inner {
                 None => record.arrival = Some(self.next_arrival()),
             }
         }
-        if record.claims_unresolved
-            && let Some(old) = self.pods.get(&key)
-        {
-            carry_claim_devices(old, &mut record);
-        }
-        if let Some(old) = self.pods.get(&key).filter(|old| old.uid.is_some() && old.uid == record.uid) {
-            keep_claim_devices(old, &mut record);
-        }
-        if self.pods.get(&key).is_some_and(|old| old.uid.is_some() && record.uid.is_some() && old.uid != record.uid) {
-            // Another pod under the name (made again while the watch was away, no deletion
-            // seen): what was written to its predecessor was not written to it.
-            self.conditions_in_flight.remove(&key);
+        if let Some(old) = self.pods.get(&key) {
+            if record.claims_unresolved {
+                carry_claim_devices(old, &mut record);
+            }
+            match (&old.uid, &record.uid) {
+                (Some(was), Some(is)) if was == is => raise_claim_devices(old, &mut record, true),
+                // Another pod under the name (made again while the watch was away, no deletion
+                // seen): what was written to its predecessor was not written to it.
+                (Some(_), Some(_)) => {
+                    self.conditions_in_flight.remove(&key);
+                }
+                _ => {}
+            }
         }
         if let Some(flights) = self.conditions_in_flight.get_mut(&key) {
             let now = std::time::Instant::now();
@@ -392,29 +396,24 @@ fn carry_claim_devices(old: &PodRecord, record: &mut PodRecord) {
         held.retain(|n| !(n.devices.is_empty() && kept.iter().any(|k| name_of(&k.name) == name_of(&n.name))));
         held.extend(kept);
     }
-    let carried: Vec<(Arc<str>, Quantity)> = old
-        .requests
-        .iter()
-        .filter(|(name, _)| name.starts_with(crate::dra::CLASS_RESOURCE_PREFIX))
-        .filter(|(name, _)| !record.requests.iter().any(|(n, _)| n == name))
-        .cloned()
-        .collect();
-    if !carried.is_empty() {
-        record.requests = record.requests.iter().cloned().chain(carried).collect();
-    }
+    raise_claim_devices(old, record, false);
 }
 
-/// A pod's claims cannot change (`spec.resourceClaims` is immutable), so what they counted for
-/// one pod (the same uid) never drops from one of its events to the next: a later event that
-/// resolves them smaller (a template deleted and made again smaller, a status naming another
-/// claim) keeps the larger count.
-fn keep_claim_devices(old: &PodRecord, record: &mut PodRecord) {
+/// The claim devices (DeviceClass resources) `old` counted that `record` lacks are added to
+/// it; with `up_to_old`, those it counts fewer of are raised to `old`'s count too.
+///
+/// Without `up_to_old`, for a record that cannot resolve its claims ([`carry_claim_devices`]).
+/// With it, for a later record of the same pod (the same uid): its claims cannot change
+/// (`spec.resourceClaims` is immutable), so what they counted never drops from one event to
+/// the next, when a later one resolves them smaller (a template deleted and made again
+/// smaller, a status naming another claim).
+fn raise_claim_devices(old: &PodRecord, record: &mut PodRecord, up_to_old: bool) {
     let is_class = |name: &str| name.starts_with(crate::dra::CLASS_RESOURCE_PREFIX);
     let mut changed = false;
     let mut requests: Vec<(Arc<str>, Quantity)> = record.requests.to_vec();
     for (name, before) in old.requests.iter().filter(|(name, _)| is_class(name)) {
         match requests.iter_mut().find(|(n, _)| n == name) {
-            Some((_, now)) if *now < *before => {
+            Some((_, now)) if up_to_old && *now < *before => {
                 *now = *before;
                 changed = true;
             }
@@ -696,9 +695,10 @@ impl ClusterState {
     }
 
     /// Records a lookup of `owner`, the owner of inferred gang `gang`, made at `at`: what it
-    /// declares, or `None` when it could not be read (not found, no usable size, an error), in
-    /// which case it is not asked for again before [`OWNER_RETRY_FIRST`], doubling at each
-    /// failure up to [`OWNER_RETRY_MOST`]. Nothing is kept for a gang whose pods are gone.
+    /// declares, or `None` when it is not there or declares no usable size, in which case it is
+    /// not asked for again before [`OWNER_RETRY_FIRST`], doubling each time up to
+    /// [`OWNER_RETRY_MOST`]. (A read that failed is not recorded.) Nothing is kept for a gang
+    /// whose pods are gone.
     pub fn owner_looked_up(
         &self,
         namespace: &str,
@@ -860,9 +860,7 @@ impl ClusterState {
     /// for [`ECHO_WAIT`] at most.
     pub fn condition_landed(&self, namespace: &str, name: &str, quota: bool, fingerprint: u64) {
         let mut inner = write(&self.inner);
-        let Some(flights) = inner.conditions_in_flight.get_mut(&key(namespace, name)) else { return };
-        let slot = &mut flights[usize::from(quota)];
-        if slot.fingerprint == fingerprint {
+        if let Some(slot) = inner.flight(&key(namespace, name), quota, fingerprint) {
             slot.landed = Some(std::time::Instant::now());
         }
     }
@@ -963,31 +961,28 @@ impl ClusterState {
             .collect();
         wanted.sort();
         wanted.dedup();
-        // (When last asked for: `None`, never.)
-        let due: Vec<(Option<std::time::Instant>, (String, String, Owner))> = wanted
+        // Ordered by when last asked for (`None`: never, first), then, among equals (owners
+        // never read, above all), one namespace at a time in turn: a tenant naming hundreds of
+        // made-up owners takes one place per round, not every place until hers are done (which
+        // name order would give her namespace, or a later one's).
+        let mut turn: HashMap<String, usize> = HashMap::new();
+        let mut due: Vec<_> = wanted
             .into_iter()
             .filter_map(|(namespace, gang, owner)| {
                 let last = inner.owner_lookups.get(&(namespace.clone(), gang.clone())).and_then(|l| l.get(&owner));
-                match last {
-                    None => Some((None, (namespace, gang, owner))),
-                    Some(l) if l.at >= round || l.retry.is_some_and(|(not_before, _)| not_before > round) => None,
-                    Some(l) => Some((Some(l.at), (namespace, gang, owner))),
-                }
-            })
-            .collect();
-        // Among equals (owners never read, above all), one namespace at a time in turn: a
-        // tenant naming hundreds of made-up owners takes one place per round, not every place
-        // until hers are done (which name order would give her namespace, or a later one's).
-        let mut turn: HashMap<String, usize> = HashMap::new();
-        let mut due: Vec<_> = due
-            .into_iter()
-            .map(|(at, owner)| {
-                let n = turn.entry(owner.0.clone()).or_default();
+                let at = match last {
+                    None => None,
+                    Some(l) if l.at >= round || l.retry.is_some_and(|(not_before, _)| not_before > round) => {
+                        return None;
+                    }
+                    Some(l) => Some(l.at),
+                };
+                let n = turn.entry(namespace.clone()).or_default();
                 *n += 1;
-                ((at, *n), owner)
+                Some(((at, *n), (namespace, gang, owner)))
             })
             .collect();
-        due.sort_by(|(a, x), (b, y)| a.cmp(b).then_with(|| x.cmp(y)));
+        due.sort();
         // Soon again only for owners never read: those read before are read again by the
         // passes that come anyway (a pass a second for ever otherwise, once over the cap).
         let more = due.iter().skip(most).any(|((at, _), _)| at.is_none());
