@@ -123,19 +123,24 @@ pub fn check_uncounted_accelerators(
 ) -> Option<Finding> {
     let team = team?;
     let quota = team.quota.as_ref()?;
-    let asked = crate::dra::held_quota_requests(view.requests(), claims);
-    let uncounted: Vec<&str> = asked
-        .iter()
+    // What the pod holds in quota terms (`dra::held_quota_requests`: the claims' entries over
+    // the requests'), without a copy of its requests: this runs on every review of a pod of a
+    // team with a quota.
+    let claimed = claims.quota_resources();
+    let requests = view.requests().iter().filter(|(name, _)| !claimed.contains_key(*name));
+    let mut uncounted: Vec<&str> = requests
+        .chain(&claimed)
         .filter(|(name, q)| {
             **q > Quantity::ZERO
                 && (policies.accelerators.matches(name) || name.starts_with(crate::dra::CLASS_RESOURCE_PREFIX))
-                && quota.charge(&ResourceList::from([((*name).clone(), **q)])).is_empty()
+                && !quota.counts(name, **q)
         })
         .map(|(name, _)| name.as_str())
         .collect();
     if uncounted.is_empty() {
         return None;
     }
+    uncounted.sort_unstable();
     let names = uncounted.join(", ");
     Some(deny(
         Check::TeamQuota,

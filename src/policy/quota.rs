@@ -106,6 +106,12 @@ impl Quota {
         Ok(Quota { mode: spec.mode, limits, equivalents, denominator })
     }
 
+    /// Whether this quota counts `amount` of `resource`: a limited or weighted resource, and not
+    /// zero (what [`Quota::charge`] leaves a charge for).
+    pub fn counts(&self, resource: &str, amount: Quantity) -> bool {
+        (self.limits.contains_key(resource) || self.equivalents.contains_key(resource)) && amount.nanos() != 0
+    }
+
     /// What `requests` count against each limit. Empty when nothing limited is requested.
     pub fn charge(&self, requests: &ResourceList) -> Charge {
         let mut out = Charge::new();

@@ -1015,12 +1015,7 @@ fn with_claims_per_pod<'a>(quota: &Quota, request: &QuotaRequest<'a>) -> QuotaRe
 /// The requests of the resources `quota` counts (limits and their equivalents): all a ledger
 /// keeps of a pod.
 pub fn counted(quota: &Quota, requests: &ResourceList) -> ResourceList {
-    requests.iter().filter(|(k, v)| counts(quota, k, **v)).map(|(k, v)| (k.clone(), *v)).collect()
-}
-
-/// Whether `quota` counts `amount` of `resource`: a limited or weighted resource, and not zero.
-pub fn counts(quota: &Quota, resource: &str, amount: Quantity) -> bool {
-    (quota.limits.contains_key(resource) || quota.equivalents.contains_key(resource)) && amount.nanos() != 0
+    requests.iter().filter(|(k, v)| quota.counts(k, **v)).map(|(k, v)| (k.clone(), *v)).collect()
 }
 
 /// A ConfigMap data key: `[-._a-zA-Z0-9]+`, at most 253 characters.

@@ -993,7 +993,7 @@ fn deny_team_of(
 /// counts is copied ([`ledger::counted`] on the pod's requests, without a copy of them all first).
 fn counted_pod(pod: &crate::cluster::PodRecord, quota: &Quota) -> Option<(ResourceList, crate::dra::SharedClaims)> {
     let requests: ResourceList =
-        pod.request_pairs().filter(|(k, v)| ledger::counts(quota, k, *v)).map(|(k, v)| (k.to_string(), v)).collect();
+        pod.request_pairs().filter(|(k, v)| quota.counts(k, *v)).map(|(k, v)| (k.to_string(), v)).collect();
     let claims: crate::dra::SharedClaims =
         pod.held_claims().iter().map(|h| (h.name.to_string(), h.device_list())).collect();
     let claims = ledger::counted_claims(quota, &claims);
