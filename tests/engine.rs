@@ -762,35 +762,46 @@ mod gangs {
 
 /// `allot check` resolves DRA claims among the manifests it is given: a Pod whose template is
 /// among them is placed and counted; one whose template is not is denied, saying so.
+/// Pod `name` in vision whose one container uses its one claim, `entry` (a `spec.resourceClaims`
+/// entry: its name, and the claim or template it names).
+fn claiming_pod(name: &str, entry: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "vision"},
+        "spec": {
+            "resourceClaims": [entry.clone()],
+            "containers": [{"name": "c", "image": "ghcr.io/example/train:1.0.0", "resources": {"claims": [{"name": entry["name"]}]}}]
+        }
+    })
+}
+
+/// ResourceClaimTemplate `name` in vision asking `count` devices of class gpu.nvidia.com.
+fn gpu_template(name: &str, count: u32) -> Value {
+    json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "vision"},
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count}}
+        ]}}}
+    })
+}
+
+/// `objects` as the documents 1, 2, … of file `source`, for `allot check`.
+fn manifests(source: &str, objects: Vec<Value>) -> Vec<allot::check::Manifest> {
+    let numbered = objects.into_iter().zip(1..);
+    numbered
+        .map(|(object, document)| allot::check::Manifest { source: source.into(), document, line: 0, object })
+        .collect()
+}
+
 #[test]
 fn check_resolves_claim_templates_among_its_manifests() {
-    let manifest = |document: usize, object: Value| allot::check::Manifest {
-        source: "dra.yaml".into(),
-        document,
-        line: 0,
-        object,
-    };
-    let template = json!({
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "two-gpus", "namespace": "vision"},
-        "spec": {"spec": {"devices": {"requests": [
-            {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}
-        ]}}}
-    });
-    let pod = |name: &str, template: &str| {
-        json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "vision"},
-            "spec": {
-                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
-                "containers": [{"name": "c", "image": "ghcr.io/example/train:1.0.0", "resources": {"claims": [{"name": "gpus"}]}}]
-            }
-        })
-    };
+    let template = gpu_template("two-gpus", 2);
+    let pod =
+        |name: &str, template: &str| claiming_pod(name, json!({"name": "gpus", "resourceClaimTemplateName": template}));
     let policies = shipped();
     let engine = Engine::new(&policies, &NoNamespaces);
-    let manifests =
-        vec![manifest(1, template), manifest(2, pod("placed", "two-gpus")), manifest(3, pod("ghost", "gone"))];
+    let manifests = manifests("dra.yaml", vec![template, pod("placed", "two-gpus"), pod("ghost", "gone")]);
     let report = allot::check::run(&engine, &manifests);
     let by_name = |name: &str| report.results.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("{name}"));
     let placed = by_name("placed");
@@ -816,12 +827,6 @@ fn check_resolves_claim_templates_among_its_manifests() {
 /// and 8 got no placement).
 #[test]
 fn a_forged_extended_resource_claim_is_placed_and_checked() {
-    let manifest = |document: usize, object: Value| allot::check::Manifest {
-        source: "forged.yaml".into(),
-        document,
-        line: 0,
-        object,
-    };
     let claim = |name: &str, count: u32| {
         json!({
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
@@ -832,24 +837,11 @@ fn a_forged_extended_resource_claim_is_placed_and_checked() {
             ]}}
         })
     };
-    let pod = |name: &str, claim: &str| {
-        json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "vision"},
-            "spec": {
-                "resourceClaims": [{"name": "g", "resourceClaimName": claim}],
-                "containers": [{"name": "c", "image": "ghcr.io/example/train:1.0.0", "resources": {"claims": [{"name": "g"}]}}]
-            }
-        })
-    };
+    let pod = |name: &str, claim: &str| claiming_pod(name, json!({"name": "g", "resourceClaimName": claim}));
     let policies = shipped();
     let engine = Engine::new(&policies, &NoNamespaces);
-    let manifests = vec![
-        manifest(1, claim("free", 8)),
-        manifest(2, claim("freer", 9)),
-        manifest(3, pod("eight", "free")),
-        manifest(4, pod("nine", "freer")),
-    ];
+    let manifests =
+        manifests("forged.yaml", vec![claim("free", 8), claim("freer", 9), pod("eight", "free"), pod("nine", "freer")]);
     let report = allot::check::run(&engine, &manifests);
     let by_name = |name: &str| report.results.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("{name}"));
     let eight = by_name("eight");
@@ -869,37 +861,19 @@ fn a_forged_extended_resource_claim_is_placed_and_checked() {
 /// the pod is held to `maxPerPod` and placed.
 #[test]
 fn a_created_pods_status_does_not_replace_its_template() {
-    let manifest = |document: usize, object: Value| allot::check::Manifest {
-        source: "status.yaml".into(),
-        document,
-        line: 0,
-        object,
-    };
-    let template = json!({
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "nine", "namespace": "vision"},
-        "spec": {"spec": {"devices": {"requests": [
-            {"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 9}}
-        ]}}}
-    });
+    let template = gpu_template("nine", 9);
     let tiny = json!({
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
         "metadata": {"name": "tiny", "namespace": "vision",
                      "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "forged", "controller": true}]},
         "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}]}}
     });
-    let pod = json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "vision", "uid": "forged"},
-        "spec": {
-            "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "nine"}],
-            "containers": [{"name": "c", "image": "ghcr.io/example/train:1.0.0", "resources": {"claims": [{"name": "g"}]}}]
-        },
-        "status": {"resourceClaimStatuses": [{"name": "g", "resourceClaimName": "tiny"}]}
-    });
+    let mut pod = claiming_pod("p", json!({"name": "g", "resourceClaimTemplateName": "nine"}));
+    pod["metadata"]["uid"] = json!("forged");
+    pod["status"] = json!({"resourceClaimStatuses": [{"name": "g", "resourceClaimName": "tiny"}]});
     let policies = shipped();
     let engine = Engine::new(&policies, &NoNamespaces);
-    let report = allot::check::run(&engine, &[manifest(1, template), manifest(2, tiny), manifest(3, pod)]);
+    let report = allot::check::run(&engine, &manifests("status.yaml", vec![template, tiny, pod]));
     let result = report.results.iter().find(|r| r.name == "p").expect("the pod");
     assert!(!result.allowed, "9 template GPUs over maxPerPod 8: {:?}", result.findings);
     assert!(result.findings.iter().any(|f| f.message.contains("nvidia.com/gpu")), "{:?}", result.findings);

@@ -303,7 +303,6 @@ fn queued_units<'p>(
             Some(g) => (format!("gang/{}/{}", p.namespace, g.name), g.size),
             None => (format!("pod/{}/{}", p.namespace, p.name), None),
         };
-        let present = p.gang.as_ref().map_or(1, |g| view.gang_present(&p.namespace, &g.name));
         let unit = queued.entry(team.name.as_str()).or_default().entry(key).or_insert_with(|| Unit {
             priority: p.priority,
             order: p.order_key(),
@@ -311,7 +310,7 @@ fn queued_units<'p>(
             charge: Charge::new(),
             claims: BTreeMap::new(),
             size,
-            present,
+            present: p.gang.as_ref().map_or(1, |g| view.gang_present(&p.namespace, &g.name)),
         });
         unit.priority = unit.priority.max(p.priority);
         // Members recorded before their native PodGroup was known carry no size: any that does
@@ -363,11 +362,7 @@ mod tests {
             [team_pod("huge", 3, true, "2026-11-22T01:00:01Z"), team_pod("small", 1, true, "2026-11-22T01:00:02Z")];
         let state = cluster(&p, &pods);
         let actions = state.quota_plan(&p, &labels, &mut HashMap::new(), 0);
-        let released: Vec<_> = actions
-            .iter()
-            .filter_map(|a| if let ControllerAction::ReleaseQuota { pod, .. } = a { Some(pod.as_str()) } else { None })
-            .collect();
-        assert_eq!(released, ["small"], "{actions:?}");
+        assert_eq!(released(&actions), ["small"], "{actions:?}");
         assert_eq!(
             queued_messages(&actions),
             [(
