@@ -107,6 +107,13 @@ spec:
 ---
 apiVersion: allot.dev/v1alpha1
 kind: Team
+metadata: {name: deny-forged-trust}
+spec:
+  namespaces: {names: [t-forged-trust]}
+  quota: {mode: Deny, limits: {nvidia.com/gpu: 4}}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Team
 metadata: {name: queue-gate}
 spec:
   namespaces: {names: [t-quota-gate]}
@@ -837,6 +844,31 @@ fn volcano_annotation_does_not_exempt_a_gang() {
         let created = create(&ctx, p).await.expect("admitted");
         assert!(gates(&created).contains(&GANG_GATE.to_string()), "not gated: {:?}", gates(&created));
         assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(2)).await;
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+/// Trust is not read from what alice writes, and what her team's quota does not count she may
+/// not ask. A pod she annotates as a kubelet's mirror pod: the API server requires `nodeName`
+/// with the annotation, and a GPU pod or gang member naming its node is denied to her (the
+/// engine no longer skips mutation for the annotation either: `tests/tenant.rs`). A MIG
+/// profile her team's quota neither limits nor weighs is denied, not free.
+#[test]
+fn forged_mirror_pods_and_uncounted_accelerators_get_nothing_for_free() {
+    attempt("forged_mirror_pods_and_uncounted_accelerators_get_nothing_for_free", "t-forged-trust", |ctx| async move {
+        for (name, mut p) in [("mirror", pod("mirror", 1)), ("w-0", member("w-0", "ring", "4", 1))] {
+            p["metadata"]["annotations"]["kubernetes.io/config.mirror"] = json!("forged");
+            p["spec"]["nodeName"] = json!("gpu-node-1");
+            let message = denial(name, create(&ctx, p).await);
+            assert_names(name, &message, &["nodeName"]);
+            assert!(ctx.admin_pods().get_opt(name).await.expect("get").is_none(), "{name} exists");
+        }
+
+        let mut slice = pod("slice", 0);
+        slice["spec"]["containers"][0]["resources"] = json!({"limits": {"nvidia.com/mig-3g.40gb": "2"}});
+        let message = denial("slice", create(&ctx, slice).await);
+        assert_names("slice", &message, &["quota does not count nvidia.com/mig-3g.40gb"]);
+        assert!(ctx.admin_pods().get_opt("slice").await.expect("get").is_none(), "slice exists");
         assert_webhook_answers(&ctx).await;
     });
 }
