@@ -11,6 +11,7 @@ use crate::dra::{self, ClaimDemand, ClaimSource, NoClaims};
 use crate::expression::{Inputs, Needs, object_accelerators};
 use crate::finding::{Check, Finding, RuleId, any_denied};
 use crate::gang::directory::{GangDirectory, NoGangs};
+use crate::json::Fields;
 use crate::mutate::{self, PodContext};
 use crate::namespaces::{NamespaceLabels, TeamLookup, team_of};
 use crate::patch::{self, PatchOp};
@@ -216,6 +217,7 @@ impl<'a> Engine<'a> {
             requester: Requester::User(req.username),
             claims: &claims,
             native_gangs: self.claims.schedules_native_gangs(),
+            cluster: self.gangs,
             describe: self.describe_changes,
             preview: false,
         };
@@ -284,6 +286,12 @@ impl<'a> Engine<'a> {
         }
         if !is_pod {
             out.findings.extend(tenant::check_owner_size(self.policies, req, team.team.map(|t| t.name.as_str())));
+        }
+        if is_pod
+            && operation == Operation::Update
+            && let Some(old) = req.old_object
+        {
+            out.findings.extend(self.added_tolerations(req, old, &team));
         }
         let mut quota_views = Vec::new();
         let mut template_gangs = Vec::new();
@@ -411,6 +419,34 @@ impl<'a> Engine<'a> {
         out.findings.extend(validate::run_rules(self.policies, &rules, target, &inputs));
     }
 
+    /// A Pod UPDATE may add tolerations (the API server lets a Pod gain them, never lose them):
+    /// those of taints a Placement keeps for other pods are judged as at CREATE
+    /// ([`mutate::reserved_taints`]). Nothing is evaluated unless the tolerations changed.
+    fn added_tolerations(&self, req: &Request<'_>, old: &Value, team: &TeamLookup<'a>) -> Vec<crate::finding::Finding> {
+        let tolerations = ["spec", "tolerations"];
+        if team.team.is_none() || req.object.field(&tolerations) == old.field(&tolerations) {
+            return Vec::new();
+        }
+        let view = PodView::new(String::new(), Cow::Borrowed(req.object));
+        let make_inputs = |needs: &Needs| self.inputs(req, Subject::Pod(&view), team, needs.clone());
+        let claims = self.claim_demand(req, req.object);
+        let ctx = PodContext {
+            namespace: req.namespace,
+            team: *team,
+            inputs: &make_inputs,
+            requester: Requester::User(req.username),
+            claims: &claims,
+            native_gangs: self.claims.schedules_native_gangs(),
+            cluster: self.gangs,
+            describe: false,
+            preview: true,
+        };
+        // A `when` that cannot be evaluated applies no placement, so its reservation holds.
+        let (applied, _) = mutate::applying_placements(self.policies, req.object, &ctx);
+        let spec = req.object.get("spec").unwrap_or(&Value::Null);
+        mutate::reserved_taints(self.policies, spec, &ctx, &applied, old.get("spec"), "spec")
+    }
+
     /// A template as the Pods made from it will arrive at validation: mutated by the same
     /// placement and priority policies. Conflicts found on the way are reported at its path.
     fn as_created<'v>(
@@ -431,6 +467,7 @@ impl<'a> Engine<'a> {
             requester: Requester::Unknown,
             claims: &claims,
             native_gangs: self.claims.schedules_native_gangs(),
+            cluster: self.gangs,
             // The preview keeps the findings and the mutated spec; its changes are nobody's
             // to read.
             describe: false,
@@ -438,7 +475,18 @@ impl<'a> Engine<'a> {
         };
         // (A gang metadata error is left to validation's own gang check of this view.)
         let m = mutate::mutate_pod(self.policies, &view.pod, &ctx, &view.path);
-        out.findings.extend(m.findings);
+        out.findings.extend(m.findings.into_iter().map(|mut f| {
+            // As for uncounted accelerators: a workload admitted before its Placement reserved
+            // its tolerations stays editable; the Pods it makes are denied when created.
+            if req.operation == RequestOperation::Update
+                && f.rule == RuleId::Check(Check::TenantTolerations)
+                && f.action == Action::Deny
+            {
+                f.action = Action::Warn;
+                f.message.push_str("; its pods will be denied when created");
+            }
+            f
+        }));
         if m.changed_spec_fields.is_empty() {
             return view;
         }

@@ -129,6 +129,8 @@ pub enum Check {
     TenantResize,
     /// `tenant/ephemeral-containers`: ephemeral containers asking for accelerators.
     TenantEphemeralContainers,
+    /// `tenant/tolerations`: a toleration of a taint a Placement keeps for the pods it places.
+    TenantTolerations,
     /// `api-server/validation`: what the API server itself would refuse (`allot check` only).
     ApiServerValidation,
 }
@@ -156,6 +158,7 @@ impl Check {
             Check::TenantBoundPod => "tenant/bound-pod",
             Check::TenantResize => "tenant/resize",
             Check::TenantEphemeralContainers => "tenant/ephemeral-containers",
+            Check::TenantTolerations => "tenant/tolerations",
             Check::ApiServerValidation => "api-server/validation",
         }
     }

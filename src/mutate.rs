@@ -59,6 +59,8 @@ pub struct PodContext<'a> {
     /// The cluster gangs native PodGroups ([`crate::dra::ClaimSource::schedules_native_gangs`]):
     /// only then is a Pod that names one left to the scheduler's gang scheduling, ungated.
     pub native_gangs: bool,
+    /// What the cluster view knows: the taints of the node a Pod names in `spec.nodeName`.
+    pub cluster: &'a dyn crate::gang::directory::GangDirectory,
     /// Describe the changes in [`Mutation::changes`] (`allot check`, debug logs); without it
     /// they are not formatted.
     pub describe: bool,
@@ -84,12 +86,15 @@ pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_
     let spec_value = pod.get("spec").unwrap_or(&Value::Null);
     let spec_path = if path_prefix.is_empty() { "spec".to_string() } else { format!("{path_prefix}.spec") };
 
+    let mut applied = Vec::with_capacity(policies.placements.len());
     for placement in &policies.placements {
-        if !placement_applies(policies, placement, spec_value, ctx, path_prefix, &mut out) {
-            continue;
+        let applies = placement_applies(policies, placement, spec_value, ctx, path_prefix, &mut out);
+        applied.push(applies);
+        if applies {
+            apply_placement(placement, &mut builder, &spec_path, &mut out);
         }
-        apply_placement(placement, &mut builder, &spec_path, &mut out);
     }
+    out.findings.extend(reserved_taints(policies, spec_value, ctx, &applied, None, &spec_path));
     apply_default_priority(policies, ctx, &mut builder, &mut out);
     let mut facts = PodFacts::from_json(pod);
     if !ctx.native_gangs {
@@ -110,6 +115,224 @@ fn is_mirror_pod(pod: &Value) -> bool {
     pod.field(&["metadata", "annotations"])
         .and_then(Value::as_object)
         .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
+}
+
+/// Which of the policy set's placements apply to `pod` (in their order), as [`mutate_pod`]
+/// decides it, with the findings of `when` conditions that could not be evaluated.
+pub fn applying_placements(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>) -> (Vec<bool>, Vec<Finding>) {
+    let mut out = Mutation::default();
+    let spec = pod.get("spec").unwrap_or(&Value::Null);
+    let applied = policies.placements.iter().map(|p| placement_applies(policies, p, spec, ctx, "", &mut out)).collect();
+    (applied, out.findings)
+}
+
+/// The pod's tolerations of taints a Placement keeps for the pods it places
+/// (`reserveTolerations`), where that Placement does not place this pod: a CPU pod tolerating
+/// the GPU taint, or every taint (`operator: Exists` without a key), would take the CPU and
+/// memory of the nodes that taint guards, and another team's pod would take its pool. One
+/// finding per such toleration, and one for a `spec.nodeName` past such a taint
+/// ([`bound_past_reserved_taint`]). `applied` says which placements apply ([`applying_placements`]);
+/// `before`, on an UPDATE, the tolerations the pod had: the API server lets a pod gain
+/// tolerations, so only the ones added are judged. Namespaces of no team are the platform's
+/// (device plugins and node agents tolerate every taint) and are not checked.
+pub fn reserved_taints(
+    policies: &PolicySet,
+    spec: &Value,
+    ctx: &PodContext<'_>,
+    applied: &[bool],
+    before: Option<&Value>,
+    spec_path: &str,
+) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let tolerations = spec.get("tolerations").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let bound = spec.get("nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+    if ctx.team.team.is_none() || (tolerations.is_empty() && !bound) {
+        return findings;
+    }
+    if !policies.placements.iter().any(|p| p.spec.reserve_tolerations.and_then(|a| a.action()).is_some()) {
+        return findings;
+    }
+    let claimed = ctx.claims.accelerators(&policies.device_classes);
+    let asks = |matcher: &resources::ResourceMatcher| {
+        resources::requests_any(spec, matcher) || claimed.keys().any(|name| matcher.matches(name))
+    };
+    // A pod asking for accelerators, none of them a reserving placement's, can only run where
+    // its own devices are: that placement's taint guards nodes it cannot use.
+    let elsewhere = |p: &Placement| {
+        p.spec.applies_to == AppliesTo::AcceleratorPods && !asks(&p.resources) && asks(&policies.accelerators)
+    };
+    let granted: Vec<&Toleration> = policies
+        .placements
+        .iter()
+        .zip(applied)
+        .filter(|(_, applies)| **applies)
+        .flat_map(|(p, _)| &p.spec.tolerations)
+        .collect();
+    let had =
+        |t: &Value| before.and_then(|b| b.get("tolerations")).and_then(Value::as_array).is_some_and(|b| b.contains(t));
+    for (i, toleration) in tolerations.iter().enumerate() {
+        if had(toleration) {
+            continue;
+        }
+        let reserving = policies.placements.iter().zip(applied).filter(|(_, applies)| !**applies).find_map(|(p, _)| {
+            let action = p.spec.reserve_tolerations.and_then(|a| a.action())?;
+            if elsewhere(p) {
+                return None;
+            }
+            let taint = p.spec.tolerations.iter().find(|r| {
+                is_reserving(r)
+                    && tolerates_some_taint_of(toleration, r)
+                    && !granted.iter().any(|g| covers(&serde_json::to_value(g).unwrap_or(Value::Null), r))
+            })?;
+            Some((p, taint, action))
+        });
+        let Some((placement, taint, action)) = reserving else {
+            continue;
+        };
+        let wildcard = toleration.get("key").and_then(Value::as_str).is_none_or(str::is_empty);
+        let what = if wildcard {
+            format!("tolerates every taint (operator Exists without a key), {} among them", describe_taint(taint))
+        } else {
+            format!("tolerates the taint {}", describe_taint(taint))
+        };
+        findings.push(Finding {
+            rule: crate::finding::Check::TenantTolerations.into(),
+            action,
+            path: format!("{spec_path}.tolerations[{i}]"),
+            message: format!(
+                "{what}, which placement {} keeps for {}; this pod is not one of them: remove \
+                 the toleration{}",
+                placement.name,
+                placed_pods(placement),
+                if wildcard { " or give it a key" } else { "" }
+            ),
+        });
+    }
+    findings.extend(bound_past_reserved_taint(policies, spec, ctx, applied, before, spec_path, &granted, elsewhere));
+    findings
+}
+
+/// A Pod created with `spec.nodeName` skips the scheduler, and the kubelet admits it past
+/// `NoSchedule` taints: one naming a node that a reserving Placement's taint guards, where
+/// that Placement does not place it, would take that node's CPU and memory as surely as a
+/// toleration would. Whoever creates it (a DaemonSet's template can name the node). Only for
+/// nodes the cluster view knows.
+#[allow(clippy::too_many_arguments)]
+fn bound_past_reserved_taint(
+    policies: &PolicySet,
+    spec: &Value,
+    ctx: &PodContext<'_>,
+    applied: &[bool],
+    before: Option<&Value>,
+    spec_path: &str,
+    granted: &[&Toleration],
+    elsewhere: impl Fn(&Placement) -> bool,
+) -> Option<Finding> {
+    let node = spec.get("nodeName").and_then(Value::as_str).filter(|n| !n.is_empty())?;
+    if before.is_some() || ctx.requester.is_node() {
+        return None;
+    }
+    let taints = ctx.cluster.node_taints(node)?;
+    let (placement, taint, action) =
+        policies.placements.iter().zip(applied).filter(|(_, a)| !**a).find_map(|(p, _)| {
+            let action = p.spec.reserve_tolerations.and_then(|a| a.action())?;
+            if elsewhere(p) {
+                return None;
+            }
+            let taint = taints.iter().find(|taint| {
+                taint.effect != "PreferNoSchedule"
+                    && p.spec.tolerations.iter().any(|r| is_reserving(r) && tolerates_taint(r, taint))
+                    && !granted.iter().any(|g| tolerates_taint(g, taint))
+            })?;
+            Some((p, taint, action))
+        })?;
+    let value = taint.value.as_deref().filter(|v| !v.is_empty()).map(|v| format!("={v}")).unwrap_or_default();
+    Some(Finding {
+        rule: crate::finding::Check::TenantTolerations.into(),
+        action,
+        path: format!("{spec_path}.nodeName"),
+        message: format!(
+            "node {node} has the taint {}{value}:{}, which placement {} keeps for {}; a pod bound by name skips \
+             the taint, and this pod is not one of them: remove spec.nodeName",
+            taint.key,
+            taint.effect,
+            placement.name,
+            placed_pods(placement)
+        ),
+    })
+}
+
+/// True when the Placement toleration `t` tolerates the node's `taint`, as the scheduler
+/// matches them.
+fn tolerates_taint(t: &Toleration, taint: &k8s_openapi::api::core::v1::Taint) -> bool {
+    let key_ok = match t.key.as_deref().filter(|k| !k.is_empty()) {
+        None => t.operator == Some(TolerationOperator::Exists),
+        Some(k) => k == taint.key,
+    };
+    let effect_ok = t.effect.is_none_or(|e| effect_name(e) == taint.effect);
+    let value_ok = t.operator == Some(TolerationOperator::Exists)
+        || t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("");
+    key_ok && effect_ok && value_ok
+}
+
+/// A Placement toleration that keeps other pods off nodes: one for a named taint whose effect
+/// keeps pods away (`PreferNoSchedule` only steers the scheduler; a toleration without a key
+/// names no taint of its own).
+fn is_reserving(t: &Toleration) -> bool {
+    t.key.as_deref().is_some_and(|k| !k.is_empty()) && t.effect != Some(TaintEffect::PreferNoSchedule)
+}
+
+/// True when some taint the Placement toleration `reserved` is for is also tolerated by the
+/// pod's toleration `pod`. Operators other than `Exists` and `Equal` (the feature-gated `Lt`
+/// and `Gt`) are taken to match any value.
+fn tolerates_some_taint_of(pod: &Value, reserved: &Toleration) -> bool {
+    let field = |name: &str| pod.get(name).and_then(Value::as_str).filter(|s| !s.is_empty());
+    let operator = field("operator").unwrap_or("Equal");
+    let key_ok = match field("key") {
+        None => operator == "Exists",
+        Some(k) => reserved.key.as_deref() == Some(k),
+    };
+    let effect_ok = match field("effect") {
+        None => true,
+        Some("PreferNoSchedule") => false,
+        Some(e) => reserved.effect.is_none_or(|r| effect_name(r) == e),
+    };
+    let value_ok = operator != "Equal"
+        || reserved.operator == Some(TolerationOperator::Exists)
+        || field("value") == reserved.value.as_deref().filter(|v| !v.is_empty());
+    key_ok && effect_ok && value_ok
+}
+
+fn describe_taint(t: &Toleration) -> String {
+    let key = t.key.as_deref().unwrap_or("*");
+    let value = match (t.operator, t.value.as_deref()) {
+        (Some(TolerationOperator::Exists), _) | (_, None | Some("")) => String::new(),
+        (_, Some(v)) => format!("={v}"),
+    };
+    let effect = t.effect.map(|e| format!(":{}", effect_name(e))).unwrap_or_default();
+    format!("{key}{value}{effect}")
+}
+
+/// The pods a Placement places, in words: "pods asking for nvidia.com/gpu or amd.com/gpu of
+/// team vision".
+fn placed_pods(p: &Placement) -> String {
+    let (exact, prefixes) = p.resources.patterns();
+    let names: Vec<String> = exact.iter().cloned().chain(prefixes.iter().map(|x| format!("{x}*"))).collect();
+    let mut out = match p.spec.applies_to {
+        AppliesTo::AcceleratorPods => format!("pods asking for {}", names.join(" or ")),
+        AppliesTo::OtherPods => format!("pods asking for none of {}", names.join(", ")),
+        AppliesTo::AllPods => "the pods it places".to_string(),
+    };
+    if !p.spec.scope.teams.is_empty() {
+        out.push_str(&format!(" of team {}", p.spec.scope.teams.join(" or ")));
+    }
+    if !p.spec.scope.namespaces.is_empty() {
+        out.push_str(&format!(" in namespaces {}", p.spec.scope.namespaces.join(", ")));
+    }
+    if p.when.is_some() {
+        out.push_str(" when its condition holds");
+    }
+    out
 }
 
 fn placement_applies(

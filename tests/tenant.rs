@@ -648,3 +648,251 @@ mod property {
         }
     }
 }
+
+/// Placement `reserveTolerations`: the GPU taint keeps other pods off GPU nodes only while
+/// tenants cannot write its toleration themselves.
+mod tolerations {
+    use super::*;
+
+    fn pod_in(namespace: &str, tolerations: Value, resources: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": namespace},
+            "spec": {"tolerations": tolerations,
+                     "containers": [{"name": "c", "image": "i", "resources": resources}]}})
+    }
+
+    fn cpu_pod(tolerations: Value) -> Value {
+        pod_in("vision", tolerations, json!({"requests": {"cpu": "16"}}))
+    }
+
+    fn in_namespace(policies: &PolicySet, object: &Value, namespace: &str) -> (Outcome, Outcome) {
+        let engine = Engine::new(policies, &NoNamespaces);
+        let request = Request { namespace, ..request(RequestOperation::Create, object, None, "alice") };
+        let admission = engine.admit(&request);
+        (admission.mutation, admission.validation)
+    }
+
+    const GPU_TAINT: &str = r#"{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}"#;
+
+    fn toleration(text: &str) -> Value {
+        serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn a_cpu_pod_may_not_tolerate_the_gpu_taint_in_any_form_that_gets_it_there() {
+        let policies = shipped();
+        for t in [
+            GPU_TAINT,
+            r#"{"key": "nvidia.com/gpu", "operator": "Exists"}"#,
+            r#"{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}"#,
+            r#"{"key": "nvidia.com/gpu", "value": "present"}"#,
+            r#"{"operator": "Exists"}"#,
+            r#"{"key": "", "operator": "Exists", "effect": "NoSchedule"}"#,
+        ] {
+            let pod = cpu_pod(json!([{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                "effect": "NoExecute", "tolerationSeconds": 300}, toleration(t)]));
+            let (mutation, _) = create(&policies, &pod, "alice");
+            let denied = denials(&mutation, "tenant/tolerations");
+            assert_eq!(denied.len(), 1, "{t}: {:?}", mutation.findings);
+            assert_eq!(denied[0].path, "spec.tolerations[1]", "{t}");
+            assert!(
+                denied[0].message.contains("placement nvidia-gpu keeps for pods asking for nvidia.com/gpu"),
+                "{}",
+                denied[0].message
+            );
+            assert!(!mutation.allowed(), "{t}");
+        }
+    }
+
+    #[test]
+    fn tolerations_that_do_not_reach_past_the_taint_are_left_alone() {
+        let policies = shipped();
+        for t in [
+            // The API server's defaults (DefaultTolerationSeconds) and unrelated taints.
+            r#"{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}"#,
+            r#"{"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}"#,
+            // Another effect only: the NoSchedule taint still keeps the pod off.
+            r#"{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "PreferNoSchedule"}"#,
+            r#"{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}"#,
+        ] {
+            let (mutation, validation) = create(&policies, &cpu_pod(json!([toleration(t)])), "alice");
+            assert!(
+                mutation.allowed() && validation.allowed(),
+                "{t}: {:?} {:?}",
+                mutation.findings,
+                validation.findings
+            );
+        }
+    }
+
+    #[test]
+    fn pods_a_placement_applies_to_keep_their_own_tolerations() {
+        let policies = shipped();
+        // A GPU pod may write the toleration it would get anyway, or tolerate everything: the
+        // AMD taint guards nodes without the NVIDIA GPUs it asks for.
+        for t in [GPU_TAINT, r#"{"operator": "Exists"}"#] {
+            let pod = pod_in("vision", json!([toleration(t)]), json!({"limits": {"nvidia.com/gpu": 1}}));
+            let (mutation, validation) = create(&policies, &pod, "alice");
+            assert!(
+                mutation.allowed() && validation.allowed(),
+                "{t}: {:?} {:?}",
+                mutation.findings,
+                validation.findings
+            );
+        }
+        // An NVIDIA pod tolerating the AMD taint by name is fine too, for the same reason.
+        let pod = pod_in(
+            "vision",
+            json!([{"key": "amd.com/gpu", "operator": "Exists"}]),
+            json!({"limits": {"nvidia.com/gpu": 1}}),
+        );
+        assert!(create(&policies, &pod, "alice").0.allowed());
+    }
+
+    #[test]
+    fn namespaces_of_no_team_are_the_platforms() {
+        let policies = shipped();
+        let plugin = pod_in("gpu-operator", json!([toleration(GPU_TAINT)]), json!({}));
+        let (mutation, validation) = in_namespace(&policies, &plugin, "gpu-operator");
+        assert!(mutation.allowed() && validation.allowed(), "{:?} {:?}", mutation.findings, validation.findings);
+        // The same pod in a team namespace is a tenant's.
+        let (mutation, _) = in_namespace(&policies, &plugin, "nlp");
+        assert_eq!(denials(&mutation, "tenant/tolerations").len(), 1);
+    }
+
+    #[test]
+    fn off_warn_and_audit_as_the_placement_says() {
+        let pod = cpu_pod(json!([toleration(GPU_TAINT)]));
+        let off = with_spec("Placement", "  reserveTolerations: Deny\n", "  reserveTolerations: Off\n");
+        let (mutation, _) = create(&off, &pod, "alice");
+        assert!(mutation.findings.iter().all(|f| f.rule != "tenant/tolerations"), "{:?}", mutation.findings);
+        let warn = with_spec("Placement", "  reserveTolerations: Deny\n", "  reserveTolerations: Warn\n");
+        let (mutation, _) = create(&warn, &pod, "alice");
+        assert!(mutation.allowed());
+        assert!(mutation.findings.iter().any(|f| f.rule == "tenant/tolerations" && f.action == Action::Warn));
+    }
+
+    /// A Placement scoped to one team's pool: another team's GPU pod tolerating that pool's
+    /// taint would take the pool.
+    #[test]
+    fn another_teams_pool_is_not_for_the_taking() {
+        let mut sources = sources();
+        let doc = sources.iter_mut().find(|s| s.text.contains("kind: Placement")).expect("placements");
+        doc.text.push_str(
+            "---\napiVersion: allot.dev/v1alpha1\nkind: Placement\nmetadata: {name: vision-pool}\nspec:\n  \
+             match: {teams: [vision]}\n  resources: [nvidia.com/gpu]\n  \
+             tolerations: [{key: example.com/pool, operator: Equal, value: vision, effect: NoSchedule}]\n  \
+             nodeSelector: {example.com/pool: vision}\n  reserveTolerations: Deny\n",
+        );
+        let policies = policy::compile(&sources).unwrap_or_else(|e| panic!("{e}"));
+        let pool = json!([{"key": "example.com/pool", "operator": "Equal", "value": "vision", "effect": "NoSchedule"}]);
+        let gpus = json!({"limits": {"nvidia.com/gpu": 1}});
+        let (mutation, _) = in_namespace(&policies, &pod_in("nlp", pool.clone(), gpus.clone()), "nlp");
+        let denied = denials(&mutation, "tenant/tolerations");
+        assert_eq!(denied.len(), 1, "{:?}", mutation.findings);
+        assert!(
+            denied[0].message.contains("placement vision-pool keeps for pods asking for nvidia.com/gpu of team vision")
+        );
+        // Vision's own pod gets the pool, and may write its toleration.
+        let (mutation, _) = in_namespace(&policies, &pod_in("vision", pool, gpus), "vision");
+        assert!(mutation.allowed(), "{:?}", mutation.findings);
+    }
+
+    #[test]
+    fn an_update_may_not_add_what_a_create_may_not_have() {
+        let policies = shipped();
+        let old = cpu_pod(json!([]));
+        let mut new = old.clone();
+        new["spec"]["tolerations"] = json!([toleration(GPU_TAINT)]);
+        let out = update(&policies, &old, &new, "alice");
+        let denied = denials(&out, "tenant/tolerations");
+        assert_eq!(denied.len(), 1, "{:?}", out.findings);
+        assert_eq!(denied[0].path, "spec.tolerations[0]");
+        // A pod that had it before (created before the policy said so) keeps its label edits.
+        let mut relabelled = new.clone();
+        relabelled["metadata"]["labels"] = json!({"tier": "web"});
+        assert!(update(&policies, &new, &relabelled, "alice").allowed());
+        // Adding an unrelated toleration next to it judges only the added one.
+        let mut more = new.clone();
+        more["spec"]["tolerations"].as_array_mut().unwrap().push(json!({"key": "spot", "operator": "Exists"}));
+        assert!(update(&policies, &new, &more, "alice").allowed());
+    }
+
+    /// The cluster view's nodes, for `spec.nodeName`.
+    struct Nodes;
+
+    impl allot::gang::directory::GangDirectory for Nodes {
+        fn peers(&self, _: &str, _: &str) -> Vec<allot::gang::directory::Peer> {
+            Vec::new()
+        }
+        fn node_taints(&self, name: &str) -> Option<Vec<k8s_openapi::api::core::v1::Taint>> {
+            let taint = |key: &str, value: Option<&str>, effect: &str| k8s_openapi::api::core::v1::Taint {
+                key: key.into(),
+                value: value.map(Into::into),
+                effect: effect.into(),
+                ..Default::default()
+            };
+            match name {
+                "gpu-1" => Some(vec![taint("nvidia.com/gpu", Some("present"), "NoSchedule")]),
+                "gpu-soft" => Some(vec![taint("nvidia.com/gpu", None, "PreferNoSchedule")]),
+                "cpu-1" => Some(vec![taint("spot", Some("true"), "NoSchedule")]),
+                _ => None,
+            }
+        }
+    }
+
+    fn bound(node: &str, namespace: &str, username: &str) -> Outcome {
+        let policies = shipped();
+        let mut pod = pod_in(namespace, json!([]), json!({"requests": {"cpu": "60"}}));
+        pod["spec"]["nodeName"] = json!(node);
+        let engine = Engine::new(&policies, &NoNamespaces).with_gangs(&Nodes);
+        let request = Request { namespace, ..request(RequestOperation::Create, &pod, None, username) };
+        engine.admit(&request).mutation
+    }
+
+    /// The kubelet admits a pod bound by name past a NoSchedule taint: naming a GPU node is
+    /// the toleration without writing it.
+    #[test]
+    fn a_cpu_pod_may_not_name_a_node_the_gpu_taint_guards() {
+        for who in ["alice", DS_CONTROLLER] {
+            let out = bound("gpu-1", "vision", who);
+            let denied = denials(&out, "tenant/tolerations");
+            assert_eq!(denied.len(), 1, "{who}: {:?}", out.findings);
+            assert_eq!(denied[0].path, "spec.nodeName");
+            assert!(
+                denied[0].message.contains(
+                    "names node gpu-1, whose taint nvidia.com/gpu=present:NoSchedule placement nvidia-gpu keeps"
+                ),
+                "{}",
+                denied[0].message
+            );
+        }
+        // Other nodes, nodes the view does not know, soft taints and the platform's namespaces.
+        for (node, namespace) in
+            [("cpu-1", "vision"), ("unknown", "vision"), ("gpu-soft", "vision"), ("gpu-1", "gpu-operator")]
+        {
+            let out = bound(node, namespace, "alice");
+            assert!(
+                out.findings.iter().all(|f| f.rule != "tenant/tolerations"),
+                "{node} {namespace}: {:?}",
+                out.findings
+            );
+        }
+    }
+
+    #[test]
+    fn workload_templates_are_denied_at_create_and_warned_at_update() {
+        let policies = shipped();
+        let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "vision"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "c", "image": "i"}]}}}});
+        let (_, validation) = create(&policies, &job, "alice");
+        let denied = denials(&validation, "tenant/tolerations");
+        assert_eq!(denied.len(), 1, "{:?}", validation.findings);
+        assert_eq!(denied[0].path, "spec.template.spec.tolerations[0]");
+        let out = update(&policies, &job, &job, "alice");
+        assert!(out.allowed(), "{:?}", out.findings);
+        assert!(out.findings.iter().any(|f| f.rule == "tenant/tolerations"
+            && f.action == Action::Warn
+            && f.message.ends_with("its pods will be denied when created")));
+    }
+}

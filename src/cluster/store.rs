@@ -9,6 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
+use k8s_openapi::api::core::v1::Taint;
+
 use super::records::{ClaimDevices, ClaimId, Key, NodeInfo, Owner, PodRecord, key};
 use super::tally::{GangTally, add_to};
 use crate::gang::directory::{GangDirectory, Peer};
@@ -1008,6 +1010,10 @@ impl GangDirectory for ClusterState {
                 })
             })
             .collect()
+    }
+
+    fn node_taints(&self, name: &str) -> Option<Vec<Taint>> {
+        read(&self.inner).nodes.get(name).map(|n| n.taints.clone())
     }
 
     /// Walks the namespace's pods only when one of them holds a shared claim of that name.

@@ -92,6 +92,11 @@ pub trait GangDirectory: Send + Sync {
     fn pods_naming_claim(&self, _namespace: &str, _claim: &str) -> Vec<String> {
         Vec::new()
     }
+    /// The taints of node `name`, where the cluster view knows the node (`None` elsewhere, and
+    /// for a node it has not seen).
+    fn node_taints(&self, _name: &str) -> Option<Vec<k8s_openapi::api::core::v1::Taint>> {
+        None
+    }
 }
 
 /// No knowledge of other members.

@@ -117,6 +117,15 @@ pub(super) fn placement(policies: &PolicySet, placement: &Placement, team: Resul
         Ok(lines) => coverage.compiled.extend(lines),
         Err(why) => coverage.webhook_only.push(Line::whole(why)),
     }
+    if let Some(action) = placement.spec.reserve_tolerations.and_then(|a| a.action()) {
+        // Which pods a toleration is reserved against depends on every Placement that places
+        // them (a toleration another placement grants is theirs), so the webhook keeps it all.
+        coverage.webhook_only.push(Line::whole(format!(
+            "reserveTolerations ({}): other pods' tolerations of its taints are judged against every Placement \
+             that places them",
+            action.label()
+        )));
+    }
     out.coverage.push(coverage);
 }
 

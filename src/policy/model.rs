@@ -442,6 +442,12 @@ pub struct PlacementSpec {
     /// What to do when the pod already sets one of `nodeSelector`'s keys to another value.
     #[serde(default)]
     pub on_conflict: OnConflict,
+    /// What happens to a pod this placement does not apply to that tolerates the taints its
+    /// `tolerations` are for (a toleration without a key tolerates every taint): `Deny` keeps
+    /// CPU pods, and pods the placement's `match` leaves out, off the nodes those taints guard.
+    /// Pods in namespaces of no team (device plugins, node agents) are never checked.
+    /// Omitted: `Off`.
+    pub reserve_tolerations: Option<CheckAction>,
 }
 
 /// Namespaces and teams a policy applies to; empty lists mean "all".

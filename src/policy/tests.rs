@@ -104,6 +104,24 @@ fn semantic_checks() {
     assert!(e[0].contains("spec.accelerators.checks.wholeNumbers"), "{e:?}");
 }
 
+/// `Off` is what the docs and the shipped files say turns a check off; YAML 1.1 reads it
+/// unquoted as `false`, which no check accepted.
+#[test]
+fn checks_written_off_unquoted_are_off() {
+    let set = compile(&src(
+        "apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: a}\nspec:\n  accelerators:\n    \
+         checks: {wholeNumbers: Off, requestsEqualLimits: Deny}\n",
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(set.checks.whole_numbers, Some(crate::policy::CheckAction::Off));
+    assert_eq!(set.checks.requests_equal_limits, Some(crate::policy::CheckAction::Deny));
+    // Only the exact spelling is a value; a lower-case `off` is an error naming the field.
+    let e = errors(
+        "apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {name: a}\nspec:\n  accelerators:\n    checks: {initContainers: off}\n",
+    );
+    assert!(e[0].contains("spec.accelerators.checks.initContainers"), "{e:?}");
+}
+
 #[test]
 fn empty_documents_and_empty_dirs() {
     let set = compile(&src("---\n---\n")).unwrap();
