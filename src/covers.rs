@@ -133,7 +133,7 @@ fn placement_covered(c: &Coverage, placement: &policy::Placement) -> bool {
         && (spec.node_selector.is_empty() || count(Part::SelectorConflicts) > 0)
         && !c.compiled.is_empty()
         && (spec.node_affinity.is_empty() || count(Part::NodeAffinity) > 0)
-        && c.webhook_only.is_empty()
+        && c.webhook_only.iter().all(|l| l.part == Part::ReserveTolerations)
 }
 
 /// Names the compiled objects: the first 12 hex digits of the SHA-256 of their YAML (what

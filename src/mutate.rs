@@ -166,7 +166,7 @@ pub fn reserved_taints(
         .iter()
         .zip(applied)
         .filter(|(_, applies)| **applies)
-        .flat_map(|(p, _)| &p.spec.tolerations)
+        .flat_map(|(p, _)| &p.declared_tolerations)
         .collect();
     let had =
         |t: &Value| before.and_then(|b| b.get("tolerations")).and_then(Value::as_array).is_some_and(|b| b.contains(t));
@@ -179,7 +179,7 @@ pub fn reserved_taints(
             if elsewhere(p) {
                 return None;
             }
-            let taint = p.spec.tolerations.iter().find(|r| {
+            let taint = p.declared_tolerations.iter().find(|r| {
                 is_reserving(r)
                     && tolerates_some_taint_of(toleration, r)
                     && !granted.iter().any(|g| covers(&serde_json::to_value(g).unwrap_or(Value::Null), r))
@@ -241,7 +241,7 @@ fn bound_past_reserved_taint(
             }
             let taint = taints.iter().find(|taint| {
                 taint.effect != "PreferNoSchedule"
-                    && p.spec.tolerations.iter().any(|r| is_reserving(r) && tolerates_taint(r, taint))
+                    && p.declared_tolerations.iter().any(|r| is_reserving(r) && tolerates_taint(r, taint))
                     && !granted.iter().any(|g| tolerates_taint(g, taint))
             })?;
             Some((p, taint, action))

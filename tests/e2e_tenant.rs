@@ -883,10 +883,53 @@ fn gpu_pod_with_node_name_is_denied() {
             assert!(ctx.admin_pods().get_opt(name).await.expect("get").is_none(), "{name} exists");
         }
         assert_eq!(gpus_in_use(&ctx).await, 0);
-        // A CPU pod may still name its node (only accelerators are guarded).
+        // A CPU pod may not name it either: the node's GPU taint is reserveTolerations'
+        // (the kubelet admits a pod bound by name past a NoSchedule taint).
         let mut cpu = pod("cpu", 0);
         cpu["spec"]["nodeName"] = json!("gpu-node-1");
-        create(&ctx, cpu).await.expect("a CPU pod with nodeName");
+        let message = denial("a CPU pod naming a GPU node", create(&ctx, cpu).await);
+        assert_names("cpu", &message, &["tenant/tolerations", "node gpu-node-1 has the taint nvidia.com/gpu"]);
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+/// reserveTolerations on the real API server, as alice: a pod asking for no GPU cannot get
+/// onto the GPU nodes by tolerating their taint (by name, or every taint), by adding the
+/// toleration later (the API server lets a pod gain tolerations), or through a Job's template;
+/// the API server's own default tolerations pass.
+#[test]
+fn cpu_pods_cannot_squat_on_gpu_nodes() {
+    attempt("cpu_pods_cannot_squat_on_gpu_nodes", "t-squat", |ctx| async move {
+        let gpu_taint = json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"});
+        for (name, toleration) in [("gpu-taint", gpu_taint.clone()), ("everything", json!({"operator": "Exists"}))] {
+            let mut p = pod(name, 0);
+            p["spec"]["tolerations"] = json!([toleration]);
+            let message = denial(name, create(&ctx, p).await);
+            assert_names(name, &message, &["tenant/tolerations", "placement nvidia-gpu keeps for pods asking for"]);
+            assert!(ctx.admin_pods().get_opt(name).await.expect("get").is_none(), "{name} exists");
+        }
+        // The API server gives every pod the not-ready/unreachable NoExecute tolerations.
+        let plain = create(&ctx, pod("plain", 0)).await.expect("a plain CPU pod");
+        let defaults = plain.spec.as_ref().and_then(|s| s.tolerations.clone()).unwrap_or_default();
+        assert!(!defaults.is_empty(), "DefaultTolerationSeconds added none");
+        let add = json_patch(json!([{"op": "add", "path": "/spec/tolerations/-", "value": gpu_taint}]));
+        let message =
+            denial("adding the GPU toleration", ctx.pods().patch("plain", &PatchParams::default(), &add).await);
+        assert_names("plain", &message, &["tenant/tolerations", "spec.tolerations["]);
+        assert_eq!(ctx.get("plain").await.spec.and_then(|s| s.tolerations).map(|t| t.len()), Some(defaults.len()));
+        // Other edits of the pod still pass.
+        let label = json_patch(json!([{"op": "add", "path": "/metadata/labels", "value": {"tier": "web"}}]));
+        ctx.pods().patch("plain", &PatchParams::default(), &label).await.expect("a label edit");
+
+        let job: Job = serde_json::from_value(json!({
+            "metadata": {"name": "squat"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "w", "image": "busybox:1.36"}]}}}
+        }))
+        .expect("a job");
+        let message =
+            denial("a Job whose template tolerates everything", ctx.jobs().create(&PostParams::default(), &job).await);
+        assert_names("job", &message, &["tenant/tolerations", "spec.template.spec.tolerations[0]"]);
         assert_webhook_answers(&ctx).await;
     });
 }

@@ -110,6 +110,10 @@ struct Inner {
     /// (namespace, shared ResourceClaim) → how many non-finished pods name it, and the devices
     /// it counted with the first of them: in `ns_usage` once while any pod names it.
     claim_holders: HashMap<ClaimId, (u32, ClaimDevices)>,
+    /// (namespace, shared ResourceClaim name) → the non-finished pods naming it (and how many
+    /// of their entries do): what a ResourceClaim CREATE asks, answered without walking the
+    /// pods of the cluster (any user's dry-run claim create reaches it, on the request path).
+    claim_pods: HashMap<ClaimId, BTreeMap<Arc<str>, u32>>,
     /// Pods the watch saw deleted recently, oldest first, and when: the deny-mode ledger drops
     /// a reservation whose pod came and went between two admissions (without this it would
     /// count a pod that no longer exists until the reservation expires).
@@ -269,6 +273,20 @@ impl Inner {
             *slot = Quantity::from_nanos(slot.nanos() + sign * q.nanos());
         }
         for claim in record.held_claims() {
+            let by_name = (record.namespace.clone(), Arc::from(crate::dra::shared_claim_name(&claim.name)));
+            let pods = self.claim_pods.entry(by_name.clone()).or_default();
+            let entries = pods.entry(record.name.clone()).or_default();
+            if sign > 0 {
+                *entries += 1;
+            } else {
+                *entries = entries.saturating_sub(1);
+                if *entries == 0 {
+                    pods.remove(&record.name);
+                }
+            }
+            if pods.is_empty() {
+                self.claim_pods.remove(&by_name);
+            }
             let id = (record.namespace.clone(), claim.name.clone());
             // A shared claim counts once: when its first holder comes, and until its last goes.
             let counted = if sign > 0 {
@@ -634,6 +652,7 @@ impl ClusterState {
         inner.ns_usage.clear();
         inner.tallies.clear();
         inner.claim_holders.clear();
+        inner.claim_pods.clear();
         inner.gang_gated = 0;
         inner.quota_gated = 0;
         for r in records {
@@ -1016,21 +1035,11 @@ impl GangDirectory for ClusterState {
         read(&self.inner).nodes.get(name).map(|n| n.taints.clone())
     }
 
-    /// Walks the namespace's pods only when one of them holds a shared claim of that name.
+    /// From the index kept with the usage: O(pods naming the claim), in name order.
     fn pods_naming_claim(&self, namespace: &str, claim: &str) -> Vec<String> {
         let inner = read(&self.inner);
-        let named = |key: &str| crate::dra::shared_claim_name(key) == claim;
-        if !inner.claim_holders.keys().any(|(ns, key)| &**ns == namespace && named(key)) {
-            return Vec::new();
-        }
-        let mut pods: Vec<String> = inner
-            .pods
-            .values()
-            .filter(|p| &*p.namespace == namespace && !p.finished && p.held_claims().iter().any(|h| named(&h.name)))
-            .map(|p| p.name.to_string())
-            .collect();
-        pods.sort();
-        pods
+        let id: ClaimId = (Arc::from(namespace), Arc::from(claim));
+        inner.claim_pods.get(&id).map(|pods| pods.keys().map(|p| p.to_string()).collect()).unwrap_or_default()
     }
 }
 

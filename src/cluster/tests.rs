@@ -69,6 +69,30 @@ fn accelerator_gauges_split_each_team_by_state_and_quota_units_count_mig_slices(
     );
 }
 
+/// Label values never come from a Pod: names the policies do not write out (pods asking
+/// `nvidia.com/mig-x0001` … in a team without a quota; they never start, but they exist) are
+/// summed under the prefix they match, so a tenant cannot make a series of each.
+#[test]
+fn accelerator_gauges_label_unlisted_names_by_their_prefix() {
+    let p = queue_policies();
+    let mut pods: Vec<_> = (0..300)
+        .map(|i| {
+            let mut pod = team_pod(&format!("odd-{i}"), 0, false, "2026-11-22T01:00:00Z");
+            pod["spec"]["containers"][0]["resources"]["limits"] = json!({format!("nvidia.com/mig-x{i:04}"): "1"});
+            pod
+        })
+        .collect();
+    let mut listed = team_pod("listed", 0, false, "2026-11-22T01:00:00Z");
+    listed["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/mig-1g.10gb": "7"});
+    pods.push(listed);
+    let state = cluster(&p, &pods);
+    let usage = state.accelerator_usage(&p, &crate::namespaces::NoNamespaces);
+    let resources: std::collections::BTreeSet<&str> = usage.requested.iter().map(|g| g.resource.as_str()).collect();
+    assert_eq!(resources, ["nvidia.com/mig-*", "nvidia.com/mig-1g.10gb"].into(), "{:?}", usage.requested);
+    let odd = usage.requested.iter().find(|g| g.resource == "nvidia.com/mig-*").map(|g| g.amount);
+    assert_eq!(odd, Some(300.0), "summed, not dropped");
+}
+
 #[test]
 fn the_directory_serves_admission_from_the_watch() {
     let p = policies("");

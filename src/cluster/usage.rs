@@ -21,11 +21,12 @@ impl ClusterState {
     pub fn accelerator_usage(&self, policies: &PolicySet, labels: &dyn NamespaceLabels) -> AcceleratorUsage {
         let sums = requests_by_state(&self.view());
         let mut teams = TeamsByNamespace::new(policies, labels);
+        let named = NamedResources::of(policies);
         let mut by_state: BTreeMap<(String, String, UsageState), i128> = BTreeMap::new();
         for ((namespace, state, name), nanos) in &sums {
             if policies.accelerators.matches(name) {
                 let team_name = teams.get(namespace).map_or("", |t| t.name.as_str());
-                let slot = by_state.entry((team_name.to_string(), name.to_string(), *state)).or_default();
+                let slot = by_state.entry((team_name.to_string(), named.label(name), *state)).or_default();
                 *slot = slot.saturating_add(*nanos);
             }
         }
@@ -54,6 +55,39 @@ impl ClusterState {
             })
             .collect();
         AcceleratorUsage { requested, quotas }
+    }
+}
+
+/// The accelerator names the policies write out, which may be metric label values as they
+/// are. Any other name a pod asks is under a prefix (`nvidia.com/mig-*`): a tenant asking for
+/// `nvidia.com/mig-x0001` … `x5000` (pods that never start, in a team without a quota) would
+/// otherwise make a series of each, in every replica and in Prometheus.
+struct NamedResources<'p> {
+    exact: std::collections::HashSet<&'p str>,
+    prefixes: &'p [String],
+}
+
+impl<'p> NamedResources<'p> {
+    fn of(policies: &'p PolicySet) -> NamedResources<'p> {
+        let (exact, prefixes) = policies.accelerators.patterns();
+        let quotas = policies.teams.iter().filter_map(|t| t.quota.as_ref());
+        let exact = exact
+            .iter()
+            .map(String::as_str)
+            .chain(quotas.flat_map(|q| q.limits.keys().chain(q.equivalents.keys()).map(String::as_str)))
+            .chain(policies.device_classes.iter().map(|(_, w)| w.counts_as.as_str()))
+            .collect();
+        NamedResources { exact, prefixes }
+    }
+
+    fn label(&self, name: &str) -> String {
+        if self.exact.contains(name) {
+            return name.to_string();
+        }
+        match self.prefixes.iter().filter(|p| name.starts_with(p.as_str())).max_by_key(|p| p.len()) {
+            Some(prefix) => format!("{prefix}*"),
+            None => name.to_string(),
+        }
     }
 }
 

@@ -170,6 +170,10 @@ pub enum Part {
     NodeSelector,
     SelectorConflicts,
     NodeAffinity,
+    /// A Placement's `reserveTolerations`: always the webhook's (it judges other pods against
+    /// every Placement, and a node's taints), without taking the placement itself from the
+    /// native policies.
+    ReserveTolerations,
     /// The policy as a whole: a compiled line that stands alone (a Rule, a default), or a
     /// webhook-only reason that keeps the whole policy in the webhook.
     Whole,

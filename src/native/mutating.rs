@@ -119,12 +119,15 @@ pub(super) fn placement(policies: &PolicySet, placement: &Placement, team: Resul
     }
     if let Some(action) = placement.spec.reserve_tolerations.and_then(|a| a.action()) {
         // Which pods a toleration is reserved against depends on every Placement that places
-        // them (a toleration another placement grants is theirs), so the webhook keeps it all.
-        coverage.webhook_only.push(Line::whole(format!(
-            "reserveTolerations ({}): other pods' tolerations of its taints are judged against every Placement \
-             that places them",
-            action.label()
-        )));
+        // them, and a bound pod on its node's taints: the webhook keeps that part, and only it.
+        coverage.webhook_only.push(Line::new(
+            Part::ReserveTolerations,
+            format!(
+                "reserveTolerations ({}): other pods' tolerations of its taints, and nodeName on its nodes, are judged \
+             against every Placement that places them and the nodes' taints",
+                action.label()
+            ),
+        ));
     }
     out.coverage.push(coverage);
 }

@@ -129,7 +129,8 @@ impl Compile for PlacementSpec {
             Some(list) => Arc::new(ResourceMatcher::new(list)),
             None => cx.accelerators.clone(),
         };
-        Some(Placement { name, spec, resources, namespaces, when })
+        let declared_tolerations = spec.tolerations.clone();
+        Some(Placement { name, spec, declared_tolerations, resources, namespaces, when })
     }
 }
 

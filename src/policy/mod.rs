@@ -97,6 +97,10 @@ pub struct Team {
 pub struct Placement {
     pub name: String,
     pub spec: PlacementSpec,
+    /// `spec.tolerations` as written. The webhook's share of a native split clears the spec's
+    /// (the native policy adds them), but `reserveTolerations` stays with the webhook and
+    /// judges other pods' tolerations against these.
+    pub declared_tolerations: Vec<crate::policy::Toleration>,
     pub resources: Arc<ResourceMatcher>,
     pub namespaces: NameGlobs,
     pub when: Option<Expression>,

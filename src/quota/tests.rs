@@ -617,6 +617,30 @@ fn the_pods_naming_a_shared_claim_are_known_also_after_a_restart() {
     assert!(restarted.pods_naming_claim("vision", "pair").is_empty());
 }
 
+/// The index a ResourceClaim CREATE reads (instead of walking every pod of the cluster, which
+/// any user's dry-run claim create made the request path do) follows pods as they come, finish
+/// and go.
+#[test]
+fn the_pods_naming_a_claim_are_indexed_as_they_come_finish_and_go() {
+    let p = dra_policies(8);
+    let mut objects = crate::dra::ClaimObjects::new("not found");
+    shared_claim(&mut objects, "pair", 1);
+    let state = ClusterState::default();
+    for name in ["a", "b", "c"] {
+        state.upsert_pod(watched_with(&sharer(name, &["pair"]), &p, &objects));
+    }
+    state.upsert_pod(watched_with(&sharer("a", &["pair"]), &p, &objects));
+    assert_eq!(state.pods_naming_claim("vision", "pair"), ["a", "b", "c"]);
+    let mut done = sharer("b", &["pair"]);
+    done["status"] = serde_json::json!({"phase": "Succeeded"});
+    state.upsert_pod(watched_with(&done, &p, &objects));
+    assert_eq!(state.pods_naming_claim("vision", "pair"), ["a", "c"], "a finished pod holds nothing");
+    state.remove_pod("vision", "c");
+    assert_eq!(state.pods_naming_claim("vision", "pair"), ["a"]);
+    state.remove_pod("vision", "a");
+    assert!(state.pods_naming_claim("vision", "pair").is_empty());
+}
+
 /// The leader's recount counts each deny-mode team's pods as admission charges them: pods asking
 /// what the quota counts, and gang members whatever they ask; not CPU-only pods, not pods of
 /// namespaces outside the team. Without a deny-mode team it counts nothing.
