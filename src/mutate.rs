@@ -161,13 +161,15 @@ pub fn reserved_taints(
     let elsewhere = |p: &Placement| {
         p.spec.applies_to == AppliesTo::AcceleratorPods && !asks(&p.resources) && asks(&policies.accelerators)
     };
-    let granted: Vec<&Toleration> = policies
-        .placements
-        .iter()
-        .zip(applied)
-        .filter(|(_, applies)| **applies)
-        .flat_map(|(p, _)| &p.declared_tolerations)
-        .collect();
+    // What the placements that do apply grant: theirs to add, not reserved against this pod.
+    let granted = || {
+        policies
+            .placements
+            .iter()
+            .zip(applied)
+            .filter(|(_, applies)| **applies)
+            .flat_map(|(p, _)| &p.declared_tolerations)
+    };
     let had =
         |t: &Value| before.and_then(|b| b.get("tolerations")).and_then(Value::as_array).is_some_and(|b| b.contains(t));
     for (i, toleration) in tolerations.iter().enumerate() {
@@ -182,7 +184,7 @@ pub fn reserved_taints(
             let taint = p.declared_tolerations.iter().find(|r| {
                 is_reserving(r)
                     && tolerates_some_taint_of(toleration, r)
-                    && !granted.iter().any(|g| covers(&serde_json::to_value(g).unwrap_or(Value::Null), r))
+                    && !granted().any(|g| covers(&serde_json::to_value(g).unwrap_or(Value::Null), r))
             })?;
             Some((p, taint, action))
         });
@@ -208,7 +210,7 @@ pub fn reserved_taints(
             ),
         });
     }
-    findings.extend(bound_past_reserved_taint(policies, spec, ctx, applied, before, spec_path, &granted, elsewhere));
+    findings.extend(bound_past_reserved_taint(policies, spec, ctx, applied, before, spec_path, granted, elsewhere));
     findings
 }
 
@@ -218,14 +220,14 @@ pub fn reserved_taints(
 /// toleration would. Whoever creates it (a DaemonSet's template can name the node). Only for
 /// nodes the cluster view knows.
 #[allow(clippy::too_many_arguments)]
-fn bound_past_reserved_taint(
-    policies: &PolicySet,
+fn bound_past_reserved_taint<'p, G: Iterator<Item = &'p Toleration>>(
+    policies: &'p PolicySet,
     spec: &Value,
     ctx: &PodContext<'_>,
     applied: &[bool],
     before: Option<&Value>,
     spec_path: &str,
-    granted: &[&Toleration],
+    granted: impl Fn() -> G,
     elsewhere: impl Fn(&Placement) -> bool,
 ) -> Option<Finding> {
     let node = spec.get("nodeName").and_then(Value::as_str).filter(|n| !n.is_empty())?;
@@ -242,7 +244,7 @@ fn bound_past_reserved_taint(
             let taint = taints.iter().find(|taint| {
                 taint.effect != "PreferNoSchedule"
                     && p.declared_tolerations.iter().any(|r| is_reserving(r) && tolerates_taint(r, taint))
-                    && !granted.iter().any(|g| tolerates_taint(g, taint))
+                    && !granted().any(|g| tolerates_taint(g, taint))
             })?;
             Some((p, taint, action))
         })?;

@@ -860,7 +860,7 @@ mod tolerations {
             assert_eq!(denied[0].path, "spec.nodeName");
             assert!(
                 denied[0].message.contains(
-                    "names node gpu-1, whose taint nvidia.com/gpu=present:NoSchedule placement nvidia-gpu keeps"
+                    "node gpu-1 has the taint nvidia.com/gpu=present:NoSchedule, which placement nvidia-gpu keeps"
                 ),
                 "{}",
                 denied[0].message
