@@ -99,7 +99,7 @@ pub struct Phantoms {
 
 impl WaitingGang {
     /// Members the decision counts as present: the gated ones and the phantoms.
-    fn present(&self) -> u64 {
+    pub fn present(&self) -> u64 {
         self.members.len() as u64 + u64::from(self.phantoms.as_ref().map_or(0, |p| p.count))
     }
 }

@@ -1274,6 +1274,57 @@ mod controller_state {
         assert_eq!(told, both("Released", "2/2 members present; the whole gang fits, releasing"));
     }
 
+    /// Free capacity moves for every waiting gang at once, so its rewrites are paced by all the
+    /// members told it, not gang by gang: in a Queue-mode team (incomplete queued gangs are
+    /// never charged), 200 gangs of one member each (size 2) are told the free GPUs once; a
+    /// pod started elsewhere moves the figure, and 10 s later not all 200 are rewritten (before,
+    /// each gang's own period was 10 s: 200 conditions and 200 Events every 10 s while capacity
+    /// moved, 10,000 gangs saturating the explainer). They are once the period for 200 members
+    /// is up. A member told nothing yet, and a gang whose state changes, is told at once.
+    #[test]
+    fn free_capacity_churn_rewrites_many_waiting_gangs_within_one_budget() {
+        use crate::cluster::fixtures::{queue_policies, team_pod};
+        use crate::gang::plan::refresh_secs;
+        let p = queue_policies();
+        let queued = |name: &str, gang: &str| {
+            let both = json!({"spec": {"schedulingGates": [{"name": "allot.dev/gang"}, {"name": "allot.dev/quota"}]}});
+            member(name, gang, 2, "2026-11-18T11:00:00Z", both)
+        };
+        let pods: Vec<Value> = (0..200).map(|i| queued(&format!("g{i}-0"), &format!("g{i}"))).collect();
+        let state = cluster(&p, &pods);
+        let mut previous = HashMap::new();
+        let t0 = NOW;
+        let (told, _) = plan_and_mark(&state, &p, &mut previous, t0);
+        assert_eq!(told.len(), 200, "each member told once");
+        assert!(
+            told.iter().all(|(_, reason, message)| *reason == "WaitingForMembers" && message.ends_with(", 4 free"))
+        );
+
+        // Someone's pod starts: every gang's free figure moves.
+        state.upsert_pod(record(&team_pod("churn", 1, false, "2026-11-18T11:00:00Z"), &p));
+        let every = refresh_secs(200);
+        let (told, wake) = plan_and_mark(&state, &p, &mut previous, t0 + 1);
+        assert_eq!(told, [], "only the free figure changed");
+        assert_eq!(wake, Some(t0 + every));
+        let (told, _) = plan_and_mark(&state, &p, &mut previous, t0 + 10);
+        assert!(told.len() <= 64, "{} rewrites 10 s later", told.len());
+
+        // A new gang's member is told at once; so is a gang whose verdict changes (complete:
+        // its team's queue holds it now).
+        state.upsert_pod(record(&queued("new-0", "new"), &p));
+        state.upsert_pod(record(&queued("g0-1", "g0"), &p));
+        let (mut told, _) = plan_and_mark(&state, &p, &mut previous, t0 + 11);
+        told.sort();
+        let who: Vec<(&str, &str)> = told.iter().map(|(pod, reason, _)| (pod.as_str(), *reason)).collect();
+        assert_eq!(who, [("g0-0", "HeldByOtherGate"), ("g0-1", "HeldByOtherGate"), ("new-0", "WaitingForMembers")]);
+
+        // The period for all the members told is up: the others carry the current figure.
+        let (told, _) = plan_and_mark(&state, &p, &mut previous, t0 + every);
+        assert_eq!(told.len(), 199, "g1..g199 (new-0 was told the current figure)");
+        assert!(told.iter().all(|(_, _, message)| message.ends_with(", 3 free")), "{told:?}");
+        assert_eq!(plan_and_mark(&state, &p, &mut previous, t0 + every + 1).0, [], "settled");
+    }
+
     /// Gangs created in the same second go in the order Allot saw them, not by name.
     #[test]
     fn gangs_created_in_the_same_second_go_in_arrival_order() {
