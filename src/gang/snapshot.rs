@@ -280,7 +280,8 @@ fn first_disagreement(members: &mut [(Arc<str>, Terms)]) -> Option<String> {
 }
 
 /// Members already running (released and bound) count towards the quorum of their gang, so a
-/// replacement or a member whose release failed can still go.
+/// replacement or a member whose release failed can still go ([`finish`]: only while they
+/// and the gated members fit in the declared size).
 fn count_running(view: &ClusterView<'_>, facts: &mut HashMap<GangKey, GangFacts>) {
     for p in view.pods() {
         if p.present()
@@ -298,7 +299,17 @@ fn count_running(view: &ClusterView<'_>, facts: &mut HashMap<GangKey, GangFacts>
 /// A waiting gang as the decision takes it: the bar lowered by what already runs, phantom
 /// workers for a LeaderReady leader, members in name order.
 fn finish(mut g: WaitingGang, gf: Option<&GangFacts>) -> WaitingGang {
+    // Members already released count towards the quorum only while they and the gated ones
+    // fit in the declared size. More means the name was used again (4 members of an earlier
+    // gang g still running, 4 new pods labelled g): counting them would lower the bar to
+    // nothing and release the new ones one by one.
     let released = gf.map_or(0, |f| f.released);
+    let gated = u64::try_from(g.members.len()).unwrap_or(u64::MAX);
+    let released = if g.expected.is_some_and(|n| u64::from(released).saturating_add(gated) <= u64::from(n)) {
+        released
+    } else {
+        0
+    };
     // Able to go since its newest member came (gated or not), or since its team's quota let
     // it go if that is later: the tie within that second stays the newest member's arrival.
     if let Some(newest) = gf.and_then(|f| f.newest_ungated) {

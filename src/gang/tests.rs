@@ -682,6 +682,38 @@ mod controller_state {
         assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions), ["w-3-replacement"]);
     }
 
+    /// Members already running count towards a new member's quorum only while they and the
+    /// gated ones fit in the declared size: 4 tiny CPU pods of gang g running, a fifth pod
+    /// labelled g (size 4, asking a GPU) is a new gang of 1/4, not a replacement released
+    /// alone (before, each of 4 such GPU pods was released one by one).
+    #[test]
+    fn a_reused_gang_name_does_not_count_the_old_members() {
+        let p = policies("");
+        let cpu = json!({"spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "100m"}}}]}});
+        let mut pods: Vec<Value> = (0..4)
+            .map(|i| {
+                let mut pod = member(&format!("old-{i}"), "g", 4, "2026-11-18T10:00:00Z", cpu.clone());
+                pod["spec"].as_object_mut().unwrap().remove("schedulingGates");
+                pod["status"]["phase"] = json!("Running");
+                pod
+            })
+            .collect();
+        pods.push(member("new-0", "g", 4, "2026-11-18T11:00:00Z", json!({})));
+        let state = cluster(&p, &pods);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert!(releases(&pass.actions).is_empty(), "{:?}", pass.actions);
+        let told = pass.actions.iter().find_map(|a| match a {
+            ControllerAction::Explain { pod, reason, message, .. } if pod == "new-0" => {
+                Some((*reason, message.clone()))
+            }
+            _ => None,
+        });
+        let (reason, message) = told.expect("new-0 is told");
+        assert_eq!(reason, "WaitingForMembers");
+        assert!(message.starts_with("1/4 members present"), "{message}");
+    }
+
     #[test]
     fn assembly_timeouts_warn_or_fail() {
         let incomplete: Vec<Value> =
