@@ -75,7 +75,7 @@ fn snapshot() -> Snapshot {
                 members: (0..members).map(|m| Member { name: format!("gang-{g}-{m}"), shape: shape.clone() }).collect(),
                 priority: (g % 3) as i32,
                 created: g as i64,
-                arrival: 0,
+                ready: (g as i64, 0),
                 held_by: None,
                 disagreement: None,
                 starvation_after: Some(1800),

@@ -659,7 +659,16 @@ async fn a_queued_gang_is_released_from_the_quota_gate_then_the_gang_gate() {
     assert_eq!(patches.len(), 4, "{log}");
     for r in &patches[..2] {
         assert_lift(r, "allot.dev/quota", 1);
-        assert_eq!(r.body.as_array().map(Vec::len), Some(3), "{}", r.line());
+        // …and says when: its gang's order and starvation clock start no earlier.
+        assert_eq!(r.body.as_array().map(Vec::len), Some(4), "{}", r.line());
+        assert_eq!(
+            (r.body[3]["op"].as_str(), r.body[3]["path"].as_str()),
+            (Some("add"), Some("/metadata/annotations/allot.dev~1quota-released")),
+            "{}",
+            r.line()
+        );
+        let at = r.body[3]["value"].as_str().unwrap_or_default();
+        assert!(at.parse::<k8s_openapi::jiff::Timestamp>().is_ok(), "{}", r.line());
     }
     for r in &patches[2..] {
         assert_release_patch(r, 0);

@@ -25,9 +25,15 @@ pub enum ControllerAction {
     /// Set the `allot.dev/GangReady` condition and publish an Event, because the explanation
     /// changed.
     Explain { namespace: String, pod: String, ready: bool, reason: &'static str, message: String, warning: bool },
-    /// Lift the quota gate (test + remove at `gate_index`, on the pod of that `uid`): the team
-    /// has room.
-    ReleaseQuota { namespace: String, pod: String, uid: Option<std::sync::Arc<str>>, gate_index: usize },
+    /// Lift the quota gate (test + remove at `gate_index`, on the pod of that `uid`) and stamp
+    /// `allot.dev/quota-released`: the team has room.
+    ReleaseQuota {
+        namespace: String,
+        pod: String,
+        uid: Option<std::sync::Arc<str>>,
+        gate_index: usize,
+        has_annotations: bool,
+    },
     /// Say that a pod left its team's queue (condition + Event), after its quota gate was lifted.
     QuotaAdmitted { namespace: String, pod: String },
     /// Say why a pod stays in its team's queue (condition + Event), because the reason changed.

@@ -11,7 +11,8 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 use k8s_openapi::api::core::v1::{Node, NodeSelectorTerm, Pod, Taint, Toleration};
 
 use crate::gang::membership::{
-    self, ARRIVAL_ANNOTATION, GATE, InferredKind, LWS_NAME, PodFacts, QUOTA_GATE, RELEASED_ANNOTATION, Source,
+    self, ARRIVAL_ANNOTATION, GATE, InferredKind, LWS_NAME, PodFacts, QUOTA_GATE, QUOTA_RELEASED_ANNOTATION,
+    RELEASED_ANNOTATION, Source,
 };
 use crate::namespaces::NamespaceLabels;
 use crate::policy::PolicySet;
@@ -174,9 +175,12 @@ pub struct PodRecord {
     pub quota_gate_index: Option<usize>,
     /// Gates that are neither of Allot's (Kueue's, Volcano's, …).
     pub other_gates: bool,
-    /// When Allot released it (the `allot.dev/gang-released` annotation, seconds since the
-    /// epoch); `None` when absent or not a time. What it reserves is bounded: see
-    /// [`PodRecord::reserves_release`].
+    /// When Allot last lifted one of its gates from it (seconds since the epoch): the later of
+    /// the `allot.dev/gang-released` and `allot.dev/quota-released` annotations; `None` when
+    /// neither is a time. One field for both, so the record does not grow: on a member still
+    /// behind the gang gate it can only be the quota lift (when its gang became able to go,
+    /// see `gang::snapshot`), on an ungated member the gang release (the quota gate goes
+    /// first). What it reserves is bounded: see [`PodRecord::reserves_release`].
     pub released_at: Option<i64>,
     pub has_annotations: bool,
     /// Which relist last saw it (see `ClusterState::begin_relist`).
@@ -360,7 +364,10 @@ impl PodRecord {
             gate_index: facts.gates.iter().position(|g| *g == GATE),
             quota_gate_index: facts.gates.iter().position(|g| *g == QUOTA_GATE),
             other_gates: facts.gates.iter().any(|g| *g != GATE && *g != QUOTA_GATE),
-            released_at: facts.annotations.get(RELEASED_ANNOTATION).and_then(parse_time),
+            released_at: [RELEASED_ANNOTATION, QUOTA_RELEASED_ANNOTATION]
+                .into_iter()
+                .filter_map(|key| facts.annotations.get(key).and_then(parse_time))
+                .max(),
             has_annotations: pod.metadata.annotations.is_some(),
             relist: 0,
             priority: spec.and_then(|s| s.priority).unwrap_or(0),

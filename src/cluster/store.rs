@@ -810,11 +810,16 @@ impl ClusterState {
         read(&self.inner).removed_at.get(&key(namespace, name)).is_some_and(|at| *at >= since)
     }
 
-    /// Marks a pod's quota gate lifted locally, before the watch confirms it. A gang gate after
-    /// it moves up one place, so a release in the same pass tests and removes the right index.
-    pub fn mark_quota_released(&self, namespace: &str, name: &str) {
+    /// Marks a pod's quota gate lifted locally at `at` (seconds since the epoch), before the
+    /// watch confirms it. A gang gate after it moves up one place, so a release in the same pass
+    /// tests and removes the right index.
+    pub fn mark_quota_released(&self, namespace: &str, name: &str, at: i64) {
         let mut inner = write(&self.inner);
         if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
+            // What the lift patch wrote in `allot.dev/quota-released` (so the pod has
+            // annotations now: a gang release in the same pass adds its key to them).
+            p.released_at = p.released_at.max(Some(at));
+            p.has_annotations = true;
             if let (Some(quota), Some(gang)) = (p.quota_gate_index, p.gate_index)
                 && gang > quota
             {

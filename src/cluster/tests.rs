@@ -611,7 +611,7 @@ fn only_queued_pods_without_a_stamp_are_stamped() {
     assert!(names(&state).is_empty(), "marked as being written");
     state.mark_arrival_stamped("ml", "queued", false);
     assert_eq!(names(&state), ["ml/queued"], "the write failed: again");
-    state.mark_quota_released("ml", "queued");
+    state.mark_quota_released("ml", "queued", 0);
     assert!(names(&state).is_empty(), "released: no place in the queue to keep");
     assert_eq!(state.gated().1, 1, "the stamped one still waits");
     let nothing_queued = cluster(&p, &[running]);

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 use super::decision::GangKey;
 use super::lease::{self, LeaseConfig, LeaseTiming};
-use super::membership::{ARRIVAL_ANNOTATION, GATE, QUOTA_GATE, RELEASED_ANNOTATION};
+use super::membership::{ARRIVAL_ANNOTATION, GATE, QUOTA_GATE, QUOTA_RELEASED_ANNOTATION, RELEASED_ANNOTATION};
 use super::metrics::ControllerMetrics;
 use super::owners::resolve_owner_sizes;
 pub use super::owners::{OWNER_APIS, OwnerApi};
@@ -719,11 +719,30 @@ pub fn lift_gate_ops(gate: &str, gate_index: usize, uid: Option<&str>) -> Vec<Va
 /// The JSON Patch that lifts Allot's gang gate and only it, from the pod of that `uid`, and
 /// marks the member released.
 pub fn release_patch(gate_index: usize, uid: Option<&str>, has_annotations: bool, released_at: &str) -> Value {
-    let mut ops = lift_gate_ops(GATE, gate_index, uid);
+    lift_and_stamp(GATE, RELEASED_ANNOTATION, gate_index, uid, has_annotations, released_at)
+}
+
+/// The JSON Patch that lifts Allot's quota gate and only it, from the pod of that `uid`, and
+/// stamps when (`allot.dev/quota-released`): a gang member is not able to go before its
+/// team's quota lets it, so its gang's order and starvation clock start no earlier.
+pub fn quota_release_patch(gate_index: usize, uid: Option<&str>, has_annotations: bool, released_at: &str) -> Value {
+    lift_and_stamp(QUOTA_GATE, QUOTA_RELEASED_ANNOTATION, gate_index, uid, has_annotations, released_at)
+}
+
+/// Lifts `gate` (see [`lift_gate_ops`]) and sets `annotation` to `at` in the same patch.
+fn lift_and_stamp(
+    gate: &str,
+    annotation: &str,
+    gate_index: usize,
+    uid: Option<&str>,
+    has_annotations: bool,
+    at: &str,
+) -> Value {
+    let mut ops = lift_gate_ops(gate, gate_index, uid);
     ops.push(if has_annotations {
-        json!({"op": "add", "path": format!("/metadata/annotations/{}", escape(RELEASED_ANNOTATION)), "value": released_at})
+        json!({"op": "add", "path": format!("/metadata/annotations/{}", escape(annotation)), "value": at})
     } else {
-        json!({"op": "add", "path": "/metadata/annotations", "value": {RELEASED_ANNOTATION: released_at}})
+        json!({"op": "add", "path": "/metadata/annotations", "value": {annotation: at}})
     });
     Value::Array(ops)
 }
@@ -767,12 +786,12 @@ async fn execute_lifts(
                     }
                     (None, false)
                 }
-                ControllerAction::ReleaseQuota { namespace, pod, uid, gate_index } => {
+                ControllerAction::ReleaseQuota { namespace, pod, uid, gate_index, has_annotations } => {
                     metrics.wrote("gate");
-                    let patch = Value::Array(lift_gate_ops(QUOTA_GATE, gate_index, uid.as_deref()));
+                    let patch = quota_release_patch(gate_index, uid.as_deref(), has_annotations, now);
                     match patch_pod(client, &namespace, &pod, patch).await {
                         Ok(_) => {
-                            state.mark_quota_released(&namespace, &pod);
+                            state.mark_quota_released(&namespace, &pod, unix_now());
                             metrics.quota_releases.inc();
                             tracing::info!(%namespace, %pod, "released from the quota queue");
                             (Some(ControllerAction::QuotaAdmitted { namespace, pod }), false)

@@ -3,13 +3,15 @@
 //!
 //! **Algorithm.** Resources start as node allocatable minus bound pods; then members released
 //! earlier but not yet bound (the reservation ledger) are placed, so two gangs are never released
-//! onto the same free GPUs. Waiting gangs are taken by priority (high first), then creation time
-//! (old first). A gang is released only when all its expected members exist and every member
+//! onto the same free GPUs. Waiting gangs are taken by priority (high first), then by when each
+//! became able to go (its newest member's creation, or its team's quota lift if later; earlier
+//! first). A gang is released only when all its expected members exist and every member
 //! finds a node at once (first-fit-decreasing, best fit on the member's largest accelerator, all
 //! scheduler filters of [`super::fit`]); a gang that does not fit leaves the resources as they were.
 //!
 //! **Backfill and starvation.** A gang that does not fit does not stop smaller, later gangs from
-//! using what is free (backfill) — until it has waited `starvation_after`; from then on no gang
+//! using what is free (backfill) — until it has waited `starvation_after` since it became able
+//! to go ([`WaitingGang::ready`]); from then on no gang
 //! behind it that competes for its nodes is released, so what frees up there accumulates for it.
 //! Incomplete gangs never block. A starving gang holds back only what could help it, since every
 //! field of it is a tenant's: it must fit the nodes as if they were empty (a gang that never
@@ -58,11 +60,17 @@ pub struct WaitingGang {
     /// Gated members present.
     pub members: Vec<Member>,
     pub priority: i32,
-    /// Creation time of the oldest member (seconds).
+    /// Creation time of the oldest member (seconds): its assembly timeout runs from here.
     pub created: i64,
-    /// The earliest member's arrival within its creation second (nanoseconds; see
-    /// [`crate::cluster::PodRecord::order_key`]): orders gangs created in the same second.
-    pub arrival: i64,
+    /// When the gang became able to go, as `(second, nanoseconds)`: its newest present
+    /// member's place in arrival order ([`crate::cluster::PodRecord::order_key`]: creation
+    /// second, then arrival), moved to the second its team's quota queue let it go if that is
+    /// later (the tie within that second still broken by the newest member's arrival). Gangs
+    /// are ordered by it, and its starvation clock starts from it. Not the oldest member:
+    /// one placeholder created a month early would otherwise put a gang ahead of every gang
+    /// completed since and make it a starving blocker the moment it is complete; nor the time
+    /// it waited behind its own team's quota, which it could not have used.
+    pub ready: (i64, i64),
     /// Why some member is not Allot's to release yet: another gate it still carries (its
     /// team's quota queue, a third party's). Such a gang is never placed and never blocks
     /// anyone, but it is counted, explained and timed out like any waiting gang.
@@ -91,7 +99,7 @@ pub struct Phantoms {
 
 impl WaitingGang {
     /// Members the decision counts as present: the gated ones and the phantoms.
-    fn present(&self) -> u64 {
+    pub fn present(&self) -> u64 {
         self.members.len() as u64 + u64::from(self.phantoms.as_ref().map_or(0, |p| p.count))
     }
 }
@@ -147,16 +155,11 @@ pub struct Decision {
     pub message: String,
 }
 
-/// Orders gangs as they are considered: priority, then arrival (creation second, then the
-/// order Allot saw them in); the name only where both are equal.
+/// Orders gangs as they are considered: priority, then when each became able to go
+/// ([`WaitingGang::ready`]: its newest member's creation second, then the order Allot saw that
+/// member in); the name only where both are equal.
 pub fn order(gangs: &mut [WaitingGang]) {
-    gangs.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(a.created.cmp(&b.created))
-            .then(a.arrival.cmp(&b.arrival))
-            .then_with(|| a.key.cmp(&b.key))
-    });
+    gangs.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.ready.cmp(&b.ready)).then_with(|| a.key.cmp(&b.key)));
 }
 
 /// What a gang asks of the nodes and what they have free for it, when the decision looks at it:
@@ -324,7 +327,8 @@ fn run(snapshot: &Snapshot, detail_for: Option<&GangKey>) -> (Vec<Decision>, Opt
             }),
             None => {
                 let mut message = sim.need_message(gang, &snapshot.accelerators);
-                if gang.starvation_after.is_some_and(|limit| snapshot.now - gang.created >= limit) {
+                // Waiting counts from when it could go (complete, past its team's quota).
+                if gang.starvation_after.is_some_and(|limit| snapshot.now.saturating_sub(gang.ready.0) >= limit) {
                     let empty = empty.get_or_insert_with(|| Simulation::new(&snapshot.nodes));
                     if empty.could_hold(gang) {
                         blockers.push(Blocker { gang: gang.key.clone(), nodes: sim.usable_nodes(gang) });

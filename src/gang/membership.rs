@@ -24,6 +24,12 @@ pub const SIZE_ANNOTATION: &str = "allot.dev/gang-size";
 /// Set by the controller in the patch that lifts the gate: marks a member as released (its
 /// resources are reserved until it is bound), and survives controller restarts.
 pub const RELEASED_ANNOTATION: &str = "allot.dev/gang-released";
+/// Set by the controller in the patch that lifts the quota gate (RFC 3339): when the team's
+/// quota let the pod go. A gang member still behind the gang gate was not able to go before
+/// then, so its gang's order and starvation clock start no earlier (`gang::snapshot`); it
+/// survives controller restarts like the release mark. Tenants cannot write it (every
+/// `allot.dev/` key is Allot's), and a value that got there anyway can only make a gang later.
+pub const QUOTA_RELEASED_ANNOTATION: &str = "allot.dev/quota-released";
 /// Set by the leading controller on a pod in a team's quota queue, once: when the watch first
 /// saw the pod (RFC 3339, nanoseconds). Breaks ties of `creationTimestamp` (one-second
 /// resolution) in queue order, so the order is arrival as Allot saw it, the same after a leader

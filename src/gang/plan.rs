@@ -67,6 +67,11 @@ pub const COUNT_REFRESH_SECS: i64 = 10;
 /// them would be told again: [`COUNT_REFRESH_SECS`], and 10 s more per 64 beyond the first 64, so refreshing a
 /// gang or a queue costs at most about 6 writes a second however large it is (a gang of 1,024
 /// created one member at a time over an hour would otherwise be rewritten whole every 10 s).
+///
+/// A gang's own member count takes the period of its own members ([`plan`]); the free
+/// capacity the waiting gangs are told takes the period of *all* members told such figures,
+/// since one pod started or deleted moves it for every gang at once: a tenant's 10,000 gangs of
+/// one member each would otherwise cost 10,000 writes every 10 s while capacity moves.
 pub fn refresh_secs(told: usize) -> i64 {
     COUNT_REFRESH_SECS.saturating_mul(i64::try_from(told.div_ceil(64).max(1)).unwrap_or(i64::MAX))
 }
@@ -108,6 +113,9 @@ pub struct Explained {
     pub at: i64,
     /// Members were held back from it (they carry an earlier count until the refresh).
     pub behind: bool,
+    /// The gang's count (members present, expected) every member was told at `at`: when it has
+    /// moved since, the gang's own refresh period applies, else the global one of free capacity.
+    pub count: Option<(u64, Option<u32>)>,
 }
 
 /// Turns decisions into actions. `previous` holds the last explanation per gang, so unchanged
@@ -123,6 +131,18 @@ pub fn plan(
     let mut next_deadline: Option<i64> = None;
     let decisions = decide(snapshot);
     let created: HashMap<&GangKey, i64> = snapshot.gangs.iter().map(|g| (&g.key, g.created)).collect();
+    let counts: HashMap<&GangKey, (u64, Option<u32>)> =
+        snapshot.gangs.iter().map(|g| (&g.key, (g.present(), g.expected))).collect();
+    // Free capacity moves for every waiting gang at once (any pod started or deleted on their
+    // nodes): rewriting figures alone is paced by every member told such figures, not per gang,
+    // so their total rate stays about 6 writes a second however many gangs wait.
+    let figures_told: usize = decisions
+        .iter()
+        .filter(|d| refreshes_figures(&d.verdict))
+        .filter_map(|d| facts.get(&d.gang))
+        .map(|gf| gf.gated.len())
+        .sum();
+    let capacity_every = refresh_secs(figures_told);
     for d in decisions {
         let Some(gf) = facts.get(&d.gang) else { continue };
         let ns = d.gang.namespace.clone();
@@ -187,10 +207,13 @@ pub fn plan(
             let stale = || gf.gated.iter().filter(|m| m.condition != written);
             let last = previous.get(&d.gang);
             let changed = last.is_none_or(|e| e.message != message);
+            let count = counts.get(&d.gang).copied();
             // Only the figures of a waiting gang moved (members present, capacity free), and its
-            // members were all told less than COUNT_REFRESH_SECS ago: only those told nothing
-            // yet are told now, the rest at the refresh.
-            // (When the members were last told all, and when they are told again.)
+            // members were all told less than a refresh period ago: only those told nothing yet
+            // are told now, the rest at the refresh. Its own count moving (its members come and
+            // go) is paced by its own members; capacity alone by everyone's (`capacity_every`).
+            // (When the members were last told all, their count then, and when they are told
+            // again.)
             let refresh = last
                 .filter(|e| {
                     refreshes_figures(&d.verdict)
@@ -198,11 +221,14 @@ pub fn plan(
                         && e.reason == reason
                         && differ_only_in_figures(&e.message, &message)
                 })
-                .map(|e| (e.at, e.at.saturating_add(refresh_secs(gf.gated.len()))))
-                .filter(|(_, at)| snapshot.now < *at);
+                .map(|e| {
+                    let every = if e.count == count { capacity_every } else { refresh_secs(gf.gated.len()) };
+                    (e.at, e.count, e.at.saturating_add(every))
+                })
+                .filter(|(_, _, at)| snapshot.now < *at);
             let behind = last.is_some_and(|e| e.behind);
             let tell: Vec<&str> = match refresh {
-                Some((told_at, at)) if changed || behind => {
+                Some((told_at, told_count, at)) if changed || behind => {
                     next_deadline = Some(next_deadline.map_or(at, |n: i64| n.min(at)));
                     previous.insert(
                         d.gang.clone(),
@@ -212,6 +238,7 @@ pub fn plan(
                             message: message.clone(),
                             at: told_at,
                             behind: true,
+                            count: told_count,
                         },
                     );
                     stale().filter(|m| m.condition == 0).map(|m| m.name.as_str()).collect()
@@ -228,6 +255,7 @@ pub fn plan(
                             message: message.clone(),
                             at: snapshot.now,
                             behind: false,
+                            count,
                         },
                     );
                     stale().map(|m| m.name.as_str()).collect()

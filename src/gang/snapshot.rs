@@ -47,6 +47,11 @@ pub struct GangFacts {
     terms: Vec<(Arc<str>, Terms)>,
     /// Some gated member's terms differ from the first one's (then `terms` is looked at).
     members_differ: bool,
+    /// The newest present member Allot's gang gate no longer holds (released, running),
+    /// by [`crate::cluster::PodRecord::order_key`]: the gang is complete only since it came too.
+    newest_ungated: Option<(i64, i64)>,
+    /// The latest quota lift among its gated members (seconds): the gang could not go before.
+    quota_lifted: Option<i64>,
 }
 
 /// Builds the gang snapshot from a cluster view.
@@ -105,6 +110,9 @@ impl GangSnapshot for ClusterState {
             let Some(g) = &p.gang else { continue };
             let key = GangKey { namespace: p.namespace.to_string(), name: g.name.clone() };
             let gf = facts.entry(key.clone()).or_default();
+            if p.gate_index.is_none() {
+                gf.newest_ungated = gf.newest_ungated.max(Some(p.order_key()));
+            }
             // Members another gate still holds (the quota queue's, a third party's) are waiting
             // members too: counted, explained and timed out, never released before it goes.
             if let Some(gate_index) = p.gate_index {
@@ -125,7 +133,7 @@ impl GangSnapshot for ClusterState {
                     members: Vec::new(),
                     priority: p.priority,
                     created: p.created,
-                    arrival: p.order_key().1,
+                    ready: p.order_key(),
                     held_by: None,
                     disagreement: None,
                     starvation_after: Some(policy.starvation_after.as_secs() as i64),
@@ -145,7 +153,12 @@ impl GangSnapshot for ClusterState {
                         owner.filter(|o| o.leader_first).map(|o| (o.size.saturating_sub(1), worker_requests(o)));
                 }
                 entry.priority = entry.priority.max(p.priority);
-                (entry.created, entry.arrival) = (entry.created, entry.arrival).min(p.order_key());
+                // The oldest member starts the assembly timeout; the newest says since when
+                // the gang is complete (its order and starvation clock, see `finish`).
+                entry.created = entry.created.min(p.created);
+                entry.ready = entry.ready.max(p.order_key());
+                // On a member still behind the gang gate, only the quota lift can have set it.
+                gf.quota_lifted = gf.quota_lifted.max(p.released_at);
                 gf.assembly_timeout = policy.assembly_timeout.as_secs() as i64;
                 gf.on_timeout = policy.on_timeout;
             } else if p.reserves_release(now) {
@@ -267,7 +280,8 @@ fn first_disagreement(members: &mut [(Arc<str>, Terms)]) -> Option<String> {
 }
 
 /// Members already running (released and bound) count towards the quorum of their gang, so a
-/// replacement or a member whose release failed can still go.
+/// replacement or a member whose release failed can still go ([`finish`]: only while they
+/// and the gated members fit in the declared size).
 fn count_running(view: &ClusterView<'_>, facts: &mut HashMap<GangKey, GangFacts>) {
     for p in view.pods() {
         if p.present()
@@ -277,6 +291,7 @@ fn count_running(view: &ClusterView<'_>, facts: &mut HashMap<GangKey, GangFacts>
             && let Some(gf) = facts.get_mut(&GangKey { namespace: p.namespace.to_string(), name: g.name.clone() })
         {
             gf.released += 1;
+            gf.newest_ungated = gf.newest_ungated.max(Some(p.order_key()));
         }
     }
 }
@@ -284,7 +299,27 @@ fn count_running(view: &ClusterView<'_>, facts: &mut HashMap<GangKey, GangFacts>
 /// A waiting gang as the decision takes it: the bar lowered by what already runs, phantom
 /// workers for a LeaderReady leader, members in name order.
 fn finish(mut g: WaitingGang, gf: Option<&GangFacts>) -> WaitingGang {
+    // Members already released count towards the quorum only while they and the gated ones
+    // fit in the declared size. More means the name was used again (4 members of an earlier
+    // gang g still running, 4 new pods labelled g): counting them would lower the bar to
+    // nothing and release the new ones one by one.
     let released = gf.map_or(0, |f| f.released);
+    let gated = u64::try_from(g.members.len()).unwrap_or(u64::MAX);
+    let released = if g.expected.is_some_and(|n| u64::from(released).saturating_add(gated) <= u64::from(n)) {
+        released
+    } else {
+        0
+    };
+    // Able to go since its newest member came (gated or not), or since its team's quota let
+    // it go if that is later: the tie within that second stays the newest member's arrival.
+    if let Some(newest) = gf.and_then(|f| f.newest_ungated) {
+        g.ready = g.ready.max(newest);
+    }
+    if let Some(lifted) = gf.and_then(|f| f.quota_lifted)
+        && lifted > g.ready.0
+    {
+        g.ready.0 = lifted;
+    }
     // The decision counts gated members; lower the bar by what already runs.
     g.expected = g.expected.map(|n| n.saturating_sub(released));
     // LeaderReady: the leader alone is gated, its workers do not exist yet. It goes when the

@@ -33,7 +33,7 @@ fn gang(name: &str, expected: u32, present: u32, gpus: i64, priority: i32, creat
         members: (0..present).map(|i| Member { name: format!("{name}-{i}"), shape: shape(gpus) }).collect(),
         priority,
         created,
-        arrival: 0,
+        ready: (created, 0),
         held_by: None,
         disagreement: None,
         starvation_after: None,
@@ -682,6 +682,38 @@ mod controller_state {
         assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions), ["w-3-replacement"]);
     }
 
+    /// Members already running count towards a new member's quorum only while they and the
+    /// gated ones fit in the declared size: 4 tiny CPU pods of gang g running, a fifth pod
+    /// labelled g (size 4, asking a GPU) is a new gang of 1/4, not a replacement released
+    /// alone (before, each of 4 such GPU pods was released one by one).
+    #[test]
+    fn a_reused_gang_name_does_not_count_the_old_members() {
+        let p = policies("");
+        let cpu = json!({"spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "100m"}}}]}});
+        let mut pods: Vec<Value> = (0..4)
+            .map(|i| {
+                let mut pod = member(&format!("old-{i}"), "g", 4, "2026-11-18T10:00:00Z", cpu.clone());
+                pod["spec"].as_object_mut().unwrap().remove("schedulingGates");
+                pod["status"]["phase"] = json!("Running");
+                pod
+            })
+            .collect();
+        pods.push(member("new-0", "g", 4, "2026-11-18T11:00:00Z", json!({})));
+        let state = cluster(&p, &pods);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert!(releases(&pass.actions).is_empty(), "{:?}", pass.actions);
+        let told = pass.actions.iter().find_map(|a| match a {
+            ControllerAction::Explain { pod, reason, message, .. } if pod == "new-0" => {
+                Some((*reason, message.clone()))
+            }
+            _ => None,
+        });
+        let (reason, message) = told.expect("new-0 is told");
+        assert_eq!(reason, "WaitingForMembers");
+        assert!(message.starts_with("1/4 members present"), "{message}");
+    }
+
     #[test]
     fn assembly_timeouts_warn_or_fail() {
         let incomplete: Vec<Value> =
@@ -976,7 +1008,7 @@ mod controller_state {
             {"name": "allot.dev/gang"}, {"name": "allot.dev/quota"}, {"name": "example.com/hold"}
         ]}});
         let state = cluster(&p, &[member("solo-0", "solo", 1, "2026-11-22T01:00:00Z", gates)]);
-        state.mark_quota_released("ml", "solo-0");
+        state.mark_quota_released("ml", "solo-0", NOW);
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         assert_eq!(snapshot.gangs[0].held_by.as_deref(), Some("another scheduling gate"), "{:?}", snapshot.gangs);
         let pass = plan(&snapshot, &facts, &mut HashMap::new());
@@ -1274,6 +1306,57 @@ mod controller_state {
         assert_eq!(told, both("Released", "2/2 members present; the whole gang fits, releasing"));
     }
 
+    /// Free capacity moves for every waiting gang at once, so its rewrites are paced by all the
+    /// members told it, not gang by gang: in a Queue-mode team (incomplete queued gangs are
+    /// never charged), 200 gangs of one member each (size 2) are told the free GPUs once; a
+    /// pod started elsewhere moves the figure, and 10 s later not all 200 are rewritten (before,
+    /// each gang's own period was 10 s: 200 conditions and 200 Events every 10 s while capacity
+    /// moved, 10,000 gangs saturating the explainer). They are once the period for 200 members
+    /// is up. A member told nothing yet, and a gang whose state changes, is told at once.
+    #[test]
+    fn free_capacity_churn_rewrites_many_waiting_gangs_within_one_budget() {
+        use crate::cluster::fixtures::{queue_policies, team_pod};
+        use crate::gang::plan::refresh_secs;
+        let p = queue_policies();
+        let queued = |name: &str, gang: &str| {
+            let both = json!({"spec": {"schedulingGates": [{"name": "allot.dev/gang"}, {"name": "allot.dev/quota"}]}});
+            member(name, gang, 2, "2026-11-18T11:00:00Z", both)
+        };
+        let pods: Vec<Value> = (0..200).map(|i| queued(&format!("g{i}-0"), &format!("g{i}"))).collect();
+        let state = cluster(&p, &pods);
+        let mut previous = HashMap::new();
+        let t0 = NOW;
+        let (told, _) = plan_and_mark(&state, &p, &mut previous, t0);
+        assert_eq!(told.len(), 200, "each member told once");
+        assert!(
+            told.iter().all(|(_, reason, message)| *reason == "WaitingForMembers" && message.ends_with(", 4 free"))
+        );
+
+        // Someone's pod starts: every gang's free figure moves.
+        state.upsert_pod(record(&team_pod("churn", 1, false, "2026-11-18T11:00:00Z"), &p));
+        let every = refresh_secs(200);
+        let (told, wake) = plan_and_mark(&state, &p, &mut previous, t0 + 1);
+        assert_eq!(told, [], "only the free figure changed");
+        assert_eq!(wake, Some(t0 + every));
+        let (told, _) = plan_and_mark(&state, &p, &mut previous, t0 + 10);
+        assert!(told.len() <= 64, "{} rewrites 10 s later", told.len());
+
+        // A new gang's member is told at once; so is a gang whose verdict changes (complete:
+        // its team's queue holds it now).
+        state.upsert_pod(record(&queued("new-0", "new"), &p));
+        state.upsert_pod(record(&queued("g0-1", "g0"), &p));
+        let (mut told, _) = plan_and_mark(&state, &p, &mut previous, t0 + 11);
+        told.sort();
+        let who: Vec<(&str, &str)> = told.iter().map(|(pod, reason, _)| (pod.as_str(), *reason)).collect();
+        assert_eq!(who, [("g0-0", "HeldByOtherGate"), ("g0-1", "HeldByOtherGate"), ("new-0", "WaitingForMembers")]);
+
+        // The period for all the members told is up: the others carry the current figure.
+        let (told, _) = plan_and_mark(&state, &p, &mut previous, t0 + every);
+        assert_eq!(told.len(), 199, "g1..g199 (new-0 was told the current figure)");
+        assert!(told.iter().all(|(_, _, message)| message.ends_with(", 3 free")), "{told:?}");
+        assert_eq!(plan_and_mark(&state, &p, &mut previous, t0 + every + 1).0, [], "settled");
+    }
+
     /// Gangs created in the same second go in the order Allot saw them, not by name.
     #[test]
     fn gangs_created_in_the_same_second_go_in_arrival_order() {
@@ -1291,6 +1374,140 @@ mod controller_state {
         }
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions), ["z-0", "z-1"]);
+    }
+
+    /// The reasons a plan gives the members of `gang` (one per member told).
+    fn reasons_of(pass: &crate::gang::plan::Plan, gang: &str) -> Vec<&'static str> {
+        pass.actions
+            .iter()
+            .filter_map(|a| match a {
+                ControllerAction::Explain { pod, reason, .. } if pod.starts_with(&format!("{gang}-")) => Some(*reason),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A 2-GPU member of gang `gang` (size `size`), created at `created`.
+    fn two_gpu_member(name: &str, gang: &str, size: u32, created: &str) -> Value {
+        let two = json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}});
+        member(name, gang, size, created, two)
+    }
+
+    /// A gang is ordered from when it became complete (its newest member), not from its oldest
+    /// member: gang a's placeholder a-0, created a month before the rest (default `onTimeout:
+    /// Warn` never deletes it), does not put a ahead of gang v, complete since 10:50 while a
+    /// is complete only since 11:06. Both ask the cluster's 4 GPUs: v goes, a waits. (Before,
+    /// a went, and it had been "waiting" a month.) The assembly timeout still runs from a-0.
+    #[test]
+    fn a_placeholder_member_does_not_make_its_gang_old() {
+        let p = policies("");
+        let mut pods = vec![member("a-0", "a", 4, "2026-10-18T11:00:00Z", json!({}))];
+        pods.extend((1..4).map(|i| member(&format!("a-{i}"), "a", 4, "2026-11-18T11:06:00Z", json!({}))));
+        pods.extend((0..4).map(|i| member(&format!("v-{i}"), "v", 4, "2026-11-18T10:50:00Z", json!({}))));
+        for order in [pods.clone(), pods.iter().rev().cloned().collect()] {
+            let state = cluster(&p, &order);
+            let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+            let a = snapshot.gangs.iter().find(|g| g.key.name == "a").expect("a waits");
+            assert_eq!(a.created, snapshot_time("2026-10-18T11:00:00Z"), "the assembly timeout's start");
+            assert_eq!(a.ready.0, snapshot_time("2026-11-18T11:06:00Z"), "complete since its last member");
+            let pass = plan(&snapshot, &facts, &mut HashMap::new());
+            assert_eq!(releases(&pass.actions), ["v-0", "v-1", "v-2", "v-3"], "{:?}", pass.actions);
+            assert_eq!(reasons_of(&pass, "a"), ["InsufficientResources"; 4]);
+        }
+    }
+
+    /// Pods for the starvation tests: gang `big` of two 2-GPU members (`first`, `last`
+    /// created), one GPU of n1 taken by a running pod (so big does not fit now but could on
+    /// empty nodes), and gang `next` of two 1-GPU members created after big is complete, which
+    /// fits what is free: it goes unless big is a starving blocker.
+    fn starvation_pods(first: &str, last: &str) -> Vec<Value> {
+        let mut pods = vec![two_gpu_member("big-0", "big", 2, first), two_gpu_member("big-1", "big", 2, last)];
+        pods.extend((0..2).map(|i| member(&format!("next-{i}"), "next", 2, "2026-11-18T11:06:10Z", json!({}))));
+        pods.push(crate::cluster::fixtures::team_pod("running", 1, false, "2026-11-01T00:00:00Z"));
+        pods
+    }
+
+    /// A placeholder does not start the starvation clock either: gang big, one member
+    /// created on 1 November and the other a minute ago, has waited a minute, not 17 days, so
+    /// the later gang next backfills what is free. Complete for over `starvationTimeout` (30
+    /// minutes by default), big does hold next back (before, it did from its first minute).
+    #[test]
+    fn a_placeholder_member_does_not_start_the_starvation_clock() {
+        let p = policies("");
+        let pass = |pods: &[Value]| {
+            let state = cluster(&p, pods);
+            let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+            plan(&snapshot, &facts, &mut HashMap::new())
+        };
+        let placeholder = pass(&starvation_pods("2026-11-01T00:00:00Z", "2026-11-18T11:05:40Z"));
+        assert_eq!(releases(&placeholder.actions), ["next-0", "next-1"], "{:?}", placeholder.actions);
+        assert_eq!(reasons_of(&placeholder, "big"), ["InsufficientResources"; 2]);
+        assert_eq!(placeholder.waiting.get("WaitingForHigherPriority"), None);
+
+        let starving = pass(&starvation_pods("2026-11-01T00:00:00Z", "2026-11-18T10:30:00Z"));
+        assert!(releases(&starving.actions).is_empty(), "{:?}", starving.actions);
+        assert_eq!(reasons_of(&starving, "next"), ["WaitingForHigherPriority"; 2]);
+    }
+
+    /// A gang that waited in its own team's quota queue could not go meanwhile: that time does
+    /// not count towards its starvation. Gang big, complete since 10:00, waits in its team's
+    /// queue until its quota gate is lifted (locally marked, then as a new leader reads the
+    /// `allot.dev/quota-released` annotation the lift wrote): right after, the later gang next
+    /// still backfills; `starvationTimeout` after the lift, big holds it back. (Before, big was
+    /// a starving blocker the moment its quota gate went.)
+    #[test]
+    fn time_behind_the_teams_quota_does_not_count_towards_starvation() {
+        use crate::quota::queue::QuotaQueue;
+        // When the team's queue let big go: a minute ago, before gang next was created (30 s
+        // ago), so big comes first.
+        const LIFTED: i64 = NOW - 60;
+        let p = policies(
+            "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: ml}\nspec:\n  namespaces: {names: [ml]}\n  quota: {mode: Queue, limits: {nvidia.com/gpu: 8}}\n",
+        );
+        let labels = crate::namespaces::NoNamespaces;
+        let mut pods = starvation_pods("2026-11-18T10:00:00Z", "2026-11-18T10:00:00Z");
+        for pod in pods.iter_mut().filter(|p| p["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("big-"))) {
+            pod["spec"]["schedulingGates"] = json!([{"name": "allot.dev/gang"}, {"name": "allot.dev/quota"}]);
+        }
+        let state = cluster(&p, &pods);
+        let (snapshot, facts) = state.snapshot(&p, &labels, NOW);
+        let held = plan(&snapshot, &facts, &mut HashMap::new());
+        assert_eq!(releases(&held.actions), ["next-0", "next-1"], "held by its quota gate: {:?}", held.actions);
+        // The team has room: the queue lifts big's quota gates.
+        let lifted = state.quota_plan(&p, &labels, &mut HashMap::new(), LIFTED);
+        let mut big = Vec::new();
+        for action in &lifted {
+            if let ControllerAction::ReleaseQuota { pod, .. } = action {
+                state.mark_quota_released("ml", pod, LIFTED);
+                big.push(pod.clone());
+            }
+        }
+        big.sort();
+        assert_eq!(big, ["big-0", "big-1"], "{lifted:?}");
+        let at = |state: &ClusterState, now: i64| {
+            let (snapshot, facts) = state.snapshot(&p, &labels, now);
+            plan(&snapshot, &facts, &mut HashMap::new())
+        };
+        let starving_after = 30 * 60;
+        // The same pods as a new leader reads them: the lift's annotation, no quota gate.
+        let mut read_again = pods.clone();
+        for pod in
+            read_again.iter_mut().filter(|p| p["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("big-")))
+        {
+            let patch: json_patch::Patch =
+                serde_json::from_value(crate::gang::controller::quota_release_patch(1, None, true, &rfc3339(LIFTED)))
+                    .unwrap();
+            json_patch::patch(pod, &patch).unwrap();
+            assert_eq!(pod["spec"]["schedulingGates"], json!([{"name": "allot.dev/gang"}]));
+        }
+        for state in [state, cluster(&p, &read_again)] {
+            let just_lifted = at(&state, NOW);
+            assert_eq!(releases(&just_lifted.actions), ["next-0", "next-1"], "{:?}", just_lifted.actions);
+            assert_eq!(reasons_of(&just_lifted, "big"), ["InsufficientResources"; 2]);
+            let later = at(&state, LIFTED + starving_after);
+            assert!(releases(&later.actions).is_empty(), "{:?}", later.actions);
+            assert_eq!(reasons_of(&later, "next"), ["WaitingForHigherPriority"; 2]);
+        }
     }
 
     /// A gang whose GPUs come from DRA claims waits whole until the nodes' ResourceSlices offer

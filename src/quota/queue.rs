@@ -1,7 +1,7 @@
 //! Queue-mode quotas: which quota-gated pods to release now, from the cluster view. Per team,
 //! queued units (a gang whole, once all its members exist, or a single pod) go in order —
 //! priority, then arrival (creation second, then the order Allot saw the pods in: never the
-//! name) — while the team's usage (every non-finished pod not behind the quota gate) leaves
+//! name; a gang's is its newest present member's, when it became complete) — while the team's usage (every non-finished pod not behind the quota gate) leaves
 //! room. The order is strict: a unit that does not fit stops the team's queue, so a large job is
 //! never starved by smaller ones behind it. A gang whose members do not all exist yet is not in
 //! that line: it waits without holding anyone up (its assembly timeout is the gang plan's).
@@ -120,6 +120,7 @@ impl QuotaQueue for ClusterState {
                             pod: m.pod,
                             uid: m.uid,
                             gate_index: m.gate_index,
+                            has_annotations: m.has_annotations,
                         });
                     }
                 }
@@ -165,6 +166,8 @@ pub struct QueuedMember {
     pub pod: String,
     pub uid: Option<std::sync::Arc<str>>,
     pub gate_index: usize,
+    /// Whether it has annotations (the lift adds `allot.dev/quota-released` to them).
+    pub has_annotations: bool,
     /// Fingerprint of its current `allot.dev/QuotaReady` condition.
     pub condition: u64,
 }
@@ -255,8 +258,13 @@ pub const QUEUED_REASON: &str = "QuotaQueued";
 struct Unit {
     /// The highest priority among the members.
     priority: i32,
-    /// The earliest member's place in arrival order ([`crate::cluster::PodRecord::order_key`]).
+    /// Its place in arrival order ([`crate::cluster::PodRecord::order_key`]): a pod's own; a
+    /// gang's newest present member's, queued or not, i.e. when the gang became complete and
+    /// could first go. Not its first member's: one placeholder created days before the rest
+    /// would put the whole gang ahead of everything its team queued meanwhile.
     order: (i64, i64),
+    /// `(namespace, gang)` for a gang's unit: where its newest member is looked up.
+    gang: Option<(Arc<str>, String)>,
     members: Vec<QueuedMember>,
     /// What its members ask for themselves.
     charge: Charge,
@@ -279,8 +287,15 @@ fn queued_units<'p>(
     actions: &mut Vec<ControllerAction>,
 ) -> HashMap<&'p str, BTreeMap<String, Unit>> {
     let mut queued: HashMap<&'p str, BTreeMap<String, Unit>> = HashMap::new();
+    // Every gang's newest present member, whatever gate holds it (a launcher asking nothing the
+    // quota counts has none, yet completes its gang when it comes).
+    let mut newest: HashMap<(&str, &str), (i64, i64)> = HashMap::new();
     // A pod being deleted leaves the queue: it will not run, and it is no member of its gang.
     for p in view.pods().filter(|p| p.present()) {
+        if let Some(g) = &p.gang {
+            let slot = newest.entry((&*p.namespace, g.name.as_str())).or_insert((i64::MIN, i64::MIN));
+            *slot = (*slot).max(p.order_key());
+        }
         let Some(gate_index) = p.quota_gate_index else { continue };
         let team = teams.get(&p.namespace).filter(|t| t.quota.as_ref().is_some_and(|q| q.mode == QuotaMode::Queue));
         let team_and_charge = team.and_then(|team| {
@@ -296,6 +311,7 @@ fn queued_units<'p>(
                 pod: p.name.to_string(),
                 uid: p.uid.clone(),
                 gate_index,
+                has_annotations: p.has_annotations,
             });
             continue;
         };
@@ -306,6 +322,7 @@ fn queued_units<'p>(
         let unit = queued.entry(team.name.as_str()).or_default().entry(key).or_insert_with(|| Unit {
             priority: p.priority,
             order: p.order_key(),
+            gang: p.gang.as_ref().map(|g| (p.namespace.clone(), g.name.clone())),
             members: Vec::new(),
             charge: Charge::new(),
             claims: BTreeMap::new(),
@@ -316,17 +333,25 @@ fn queued_units<'p>(
         // Members recorded before their native PodGroup was known carry no size: any that does
         // sizes the unit.
         unit.size = unit.size.max(size);
-        unit.order = unit.order.min(p.order_key());
+        unit.order = unit.order.max(p.order_key());
         unit.members.push(QueuedMember {
             namespace: p.namespace.to_string(),
             pod: p.name.to_string(),
             uid: p.uid.clone(),
             gate_index,
+            has_annotations: p.has_annotations,
             condition: p.quota_condition,
         });
         add(&mut unit.charge, &charge);
         for claim in p.held_claims() {
             unit.claims.entry((p.namespace.clone(), claim.name.clone())).or_insert_with(|| claim.device_list());
+        }
+    }
+    for unit in queued.values_mut().flat_map(BTreeMap::values_mut) {
+        if let Some((namespace, gang)) = &unit.gang
+            && let Some(at) = newest.get(&(&**namespace, gang.as_str()))
+        {
+            unit.order = unit.order.max(*at);
         }
     }
     queued
@@ -527,6 +552,38 @@ mod tests {
         assert_eq!(released(&actions), ["p3"], "{actions:?}");
     }
 
+    /// A gang goes in its team's line when it became complete (its newest member, queued or
+    /// not), not when its first member came: gang a's placeholder a-0, created a month
+    /// before the rest, does not put it ahead of pod v, queued at 10:50 while a is complete
+    /// only since 11:06 (its last GPU member, or a CPU launcher the quota does not gate). The
+    /// team's 2 GPUs go to v. (Before, a went.)
+    #[test]
+    fn a_placeholder_member_does_not_put_its_gang_ahead_in_the_queue() {
+        let p = queue_policies();
+        let labels = crate::namespaces::NoNamespaces;
+        let queued = |name: &str, created: &str| {
+            let mut m = crate::cluster::fixtures::member(name, "a", 2, created, json!({}));
+            m["spec"]["schedulingGates"] = json!([{"name": "allot.dev/gang"}, {"name": "allot.dev/quota"}]);
+            m
+        };
+        let cpu_launcher = crate::cluster::fixtures::member(
+            "a-launcher",
+            "a",
+            2,
+            "2026-11-18T11:06:00Z",
+            json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}]}}),
+        );
+        let v = team_pod("v", 2, true, "2026-11-18T10:50:00Z");
+        for last in [queued("a-1", "2026-11-18T11:06:00Z"), cpu_launcher] {
+            let pods = [queued("a-0", "2026-10-18T11:00:00Z"), last, v.clone()];
+            for order in [pods.to_vec(), pods.iter().rev().cloned().collect()] {
+                let state = cluster(&p, &order);
+                let actions = state.quota_plan(&p, &labels, &mut HashMap::new(), 0);
+                assert_eq!(released(&actions), ["v"], "{actions:?}");
+            }
+        }
+    }
+
     /// A gang whose launcher asks nothing the quota counts (an MPI launcher on CPUs: no quota
     /// gate) is complete once all its members exist, gated or not: its workers go. Before, the
     /// queue counted only its quota-gated members and the gang assembled for ever.
@@ -725,7 +782,8 @@ mod tests {
                     namespace: "ml".into(),
                     pod: "waiting".into(),
                     uid: Some("u-waiting".into()),
-                    gate_index: 0
+                    gate_index: 0,
+                    has_annotations: true,
                 }],
                 "the lift tests the uid of the pod the plan saw"
             );
