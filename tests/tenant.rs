@@ -936,6 +936,23 @@ mod placement_size {
         assert!(denials(&validation, "tenant/placement-size").is_empty(), "{:?}", validation.findings);
     }
 
+    /// Kueue's pod-group name may come from an annotation, which nothing but the Pod's size
+    /// bounds: a gang name longer than an object name is invalid gang metadata.
+    #[test]
+    fn a_gang_name_from_an_annotation_is_bounded() {
+        let mut kueue = pod(json!([]), false);
+        kueue["metadata"]["annotations"] = json!({"kueue.x-k8s.io/pod-group-name": "g".repeat(254),
+            "kueue.x-k8s.io/pod-group-total-count": "2"});
+        let (mutation, validation) = create(&shipped(), &kueue, "alice");
+        let denied: Vec<&Finding> =
+            denials(&mutation, "gang/metadata").into_iter().chain(denials(&validation, "gang/metadata")).collect();
+        assert!(!denied.is_empty(), "{:?} {:?}", mutation.findings, validation.findings);
+        assert!(denied[0].message.contains("is 254 bytes long; a gang name has at most 253"), "{}", denied[0].message);
+        kueue["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-name"] = json!("g".repeat(253));
+        let (mutation, validation) = create(&shipped(), &kueue, "alice");
+        assert!(denials(&mutation, "gang/metadata").is_empty() && denials(&validation, "gang/metadata").is_empty());
+    }
+
     #[test]
     fn a_plain_pod_is_not_held_to_it() {
         let (mutation, validation) = create(&shipped(), &pod(tolerations(5_000), false), "alice");

@@ -306,9 +306,10 @@ pub fn shape_of(pod: &Pod) -> PodShape {
 }
 
 /// A spec's nodeSelector, required node-affinity terms and tolerations, borrowed.
-fn placement_fields(
-    spec: &k8s_openapi::api::core::v1::PodSpec,
-) -> (Option<&BTreeMap<String, String>>, Option<&[NodeSelectorTerm]>, &[Toleration]) {
+type PlacementFields<'a> = (Option<&'a BTreeMap<String, String>>, Option<&'a [NodeSelectorTerm]>, &'a [Toleration]);
+
+/// The [`PlacementFields`] of a spec.
+fn placement_fields(spec: &k8s_openapi::api::core::v1::PodSpec) -> PlacementFields<'_> {
     let affinity = spec
         .affinity
         .as_ref()
@@ -662,8 +663,20 @@ fn owner_of(facts: &PodFacts<'_>, kind: InferredKind) -> Option<Owner> {
         return Some(Owner { kind, api_kind: "LeaderWorkerSet".into(), name });
     }
     let (api_kind, name) = facts.owners.first()?;
+    // The API server bounds neither an owner reference's name nor its kind (only the Pod's
+    // size does), and the view keeps them with each member and in its owner indexes. One
+    // longer than an object name or a kind names no object: no owner to read, as for one
+    // that is not there (the gang's size stays unknown, and it is told so).
+    if name.len() > MAX_OWNER_NAME || api_kind.len() > MAX_OWNER_KIND {
+        return None;
+    }
     Some(Owner { kind, api_kind: api_kind.to_string(), name: name.to_string() })
 }
+
+/// The longest owner name the view keeps: an object name's (a DNS subdomain).
+const MAX_OWNER_NAME: usize = 253;
+/// The longest owner kind it keeps: a kind is a DNS label at most (a CRD's `names.kind`).
+const MAX_OWNER_KIND: usize = 63;
 
 /// What the cluster view knows of a Node.
 pub fn node_info(node: &Node) -> Option<NodeInfo> {

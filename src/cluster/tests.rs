@@ -198,6 +198,34 @@ fn hostile_pods_do_not_grow_the_view() {
     assert!(hostile < 1024, "{hostile} bytes a pod");
 }
 
+/// Names a tenant writes without a bound of the API server's (an owner reference's name and
+/// kind, Kueue's pod-group name as an annotation) are not kept beyond an object name's length.
+#[test]
+fn unbounded_names_are_not_kept() {
+    let p = policies(
+        "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  infer: [Job, KubeflowJob]\n",
+    );
+    let long = "x".repeat(100_000);
+    let mut pod = typical_pod("w-0");
+    pod["metadata"]["labels"] = json!({"training.kubeflow.org/job-name": "t"});
+    pod["metadata"]["ownerReferences"] =
+        json!([{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": long, "uid": "o"}]);
+    let r = super::fixtures::record(&pod, &p);
+    let gang = r.gang.as_ref().expect("an inferred member");
+    assert!(gang.owner.is_none(), "no owner kept for a name no object has");
+    assert!(r.owned_heap_bytes() < 512, "{}", r.owned_heap_bytes());
+    pod["metadata"]["ownerReferences"][0]["name"] = json!("t");
+    pod["metadata"]["ownerReferences"][0]["kind"] = json!(long);
+    assert!(super::fixtures::record(&pod, &p).gang.is_some_and(|g| g.owner.is_none()), "nor for such a kind");
+    pod["metadata"]["ownerReferences"][0]["kind"] = json!("PyTorchJob");
+    assert!(super::fixtures::record(&pod, &p).gang.is_some_and(|g| g.owner.is_some_and(|o| &*o.name == "t")));
+    // Kueue's group name from an annotation: invalid gang metadata (admission denies it), no gang.
+    let mut kueue = typical_pod("k-0");
+    kueue["metadata"]["annotations"] =
+        json!({"kueue.x-k8s.io/pod-group-name": long, "kueue.x-k8s.io/pod-group-total-count": "2"});
+    assert!(super::fixtures::record(&kueue, &p).gang.is_none());
+}
+
 /// The controller decides nothing until Pods and Nodes have each been listed once, and not
 /// while a relist is half applied (CI saw a pass with the pods in and no node yet write
 /// "InsufficientResources: 0 free" on a gang that fits).
