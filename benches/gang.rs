@@ -78,6 +78,7 @@ fn snapshot() -> Snapshot {
                 ready: (g as i64, 0),
                 held_by: None,
                 disagreement: None,
+                unplaceable: None,
                 starvation_after: Some(1800),
                 phantoms: None,
             }

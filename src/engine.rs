@@ -321,6 +321,20 @@ impl<'a> Engine<'a> {
                     }),
                 );
                 let membership = validate::pod_gang(self.policies, &view, req.namespace, &team);
+                // A pod Allot holds keeps its placement in every replica: bounded. A template's
+                // pods are held when their gang is inferred from the workload too.
+                let held = matches!(membership, Ok(Some(_)))
+                    || tenant::gated_by_allot(&view.pod)
+                    || (!view.path.is_empty() && self.infers_gangs_of(req, &team));
+                out.findings.extend(tenant::check_placement_size(&view, held).map(|mut f| {
+                    // As for uncounted accelerators: a workload admitted before the check stays
+                    // editable; the Pods it makes are denied when created.
+                    if operation == Operation::Update {
+                        f.action = Action::Warn;
+                        f.message.push_str("; its pods will be denied when created");
+                    }
+                    f
+                }));
                 out.findings.extend(validate::check_gang(
                     &view,
                     req.namespace,
@@ -399,6 +413,18 @@ impl<'a> Engine<'a> {
             }
         }
         out
+    }
+
+    /// True when the namespace's GangPolicy infers gangs from this workload's kind (a CronJob's
+    /// from the Jobs it makes): its template's pods will be gang members.
+    fn infers_gangs_of(&self, req: &Request<'_>, team: &TeamLookup<'_>) -> bool {
+        let kind = match (req.group, req.kind) {
+            ("batch", "CronJob") => Some(crate::gang::membership::InferredKind::Job),
+            (group, kind) => tenant::inferred_kind(group, kind),
+        };
+        kind.is_some_and(|k| {
+            self.policies.gang_policy(req.namespace, team.team.map(|t| t.name.as_str())).infer.contains(&k)
+        })
     }
 
     /// Runs the rules that match `target` on `object`, binding only the variables they read

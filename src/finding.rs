@@ -131,6 +131,9 @@ pub enum Check {
     TenantEphemeralContainers,
     /// `tenant/tolerations`: a toleration of a taint a Placement keeps for the pods it places.
     TenantTolerations,
+    /// `tenant/placement-size`: a pod Allot holds whose nodeSelector, required node affinity or
+    /// tolerations are over the bounds of [`crate::gang::bounds`].
+    TenantPlacementSize,
     /// `api-server/validation`: what the API server itself would refuse (`allot check` only).
     ApiServerValidation,
 }
@@ -159,6 +162,7 @@ impl Check {
             Check::TenantResize => "tenant/resize",
             Check::TenantEphemeralContainers => "tenant/ephemeral-containers",
             Check::TenantTolerations => "tenant/tolerations",
+            Check::TenantPlacementSize => "tenant/placement-size",
             Check::ApiServerValidation => "api-server/validation",
         }
     }

@@ -12,7 +12,8 @@
 //! - Pods created with `spec.nodeName` skip the scheduler and every gate, so accelerator Pods,
 //!   gang members and queued Pods may set it only from a trusted identity ([`check_bound_pod`]);
 //! - every accelerator amount is bounded ([`check_amounts`]), as gang sizes are in
-//!   [`crate::gang::membership::parse_size`];
+//!   [`crate::gang::membership::parse_size`], and so is the placement of a pod Allot holds
+//!   ([`check_placement_size`]);
 //! - in-place resizes and ephemeral containers never change what a Pod holds of accelerators.
 
 use std::collections::BTreeMap;
@@ -196,6 +197,34 @@ pub fn check_amounts(policies: &PolicySet, view: &PodView<'_>, claimed: &Resourc
         }
     }
     findings
+}
+
+/// A pod Allot holds (a gang member, or one behind either of Allot's gates: `held`) may not
+/// carry a placement over [`crate::gang::bounds`]: every replica keeps a gang member's placement
+/// for the gang fit, and Kubernetes bounds none of those lists (27,000 tolerations fit in a
+/// Pod). The same measure as the cluster view's, so a pod admitted here is never one the view
+/// drops. Other pods are not checked: the view keeps no placement of theirs.
+pub fn check_placement_size(view: &PodView<'_>, held: bool) -> Option<Finding> {
+    if !held {
+        return None;
+    }
+    let excess = crate::gang::bounds::excess_of_spec(view.pod.get("spec")?)?;
+    let spec = view.spec_path();
+    Some(deny(
+        Check::TenantPlacementSize,
+        spec.clone(),
+        format!(
+            "{}: Allot holds this pod (a gang member, or queued behind its team's quota) and keeps its \
+             placement in every replica, so no larger one is accepted; keep only the tolerations, selector \
+             keys and affinity terms the pod needs",
+            excess.in_spec(&spec)
+        ),
+    ))
+}
+
+/// True when a Pod (as JSON) carries one of Allot's gates.
+pub fn gated_by_allot(pod: &Value) -> bool {
+    !allot_gates(pod).is_empty()
 }
 
 /// What a Pod created with `spec.nodeName` would skip, if anything Allot guards.

@@ -896,3 +896,91 @@ mod tolerations {
             && f.message.ends_with("its pods will be denied when created")));
     }
 }
+
+/// A pod Allot holds keeps its placement in every replica, and Kubernetes bounds none of its
+/// lists: a gang member (or a template whose pods will be) over `allot::gang::bounds` is denied
+/// at admission, naming the field and the bound; a plain pod is not (the view keeps none of it).
+mod placement_size {
+    use super::*;
+
+    fn tolerations(n: usize) -> Value {
+        (0..n).map(|i| json!({"key": format!("k{i}"), "operator": "Exists"})).collect()
+    }
+
+    fn pod(tolerations: Value, gang: bool) -> Value {
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "vision"},
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "10m"}}}],
+                "nodeSelector": {"nowhere": "x"}, "tolerations": tolerations}});
+        if gang {
+            pod["metadata"]["labels"] = json!({"allot.dev/gang-name": "ring"});
+            pod["metadata"]["annotations"] = json!({"allot.dev/gang-size": "2"});
+        }
+        pod
+    }
+
+    #[test]
+    fn a_gang_member_over_the_bound_is_denied_naming_the_field_and_the_bound() {
+        let policies = shipped();
+        let (mutation, validation) = create(&policies, &pod(tolerations(5_000), true), "alice");
+        assert!(gated(&mutation), "a gang member: {:?}", mutation.patch);
+        let denied = denials(&validation, "tenant/placement-size");
+        assert_eq!(denied.len(), 1, "{:?}", validation.findings);
+        assert_eq!(denied[0].path, "spec");
+        assert!(
+            denied[0].message.starts_with("spec.tolerations has 5000 tolerations; at most 64: Allot holds this pod"),
+            "{}",
+            denied[0].message
+        );
+        // At the bound it is admitted.
+        let (_, validation) = create(&policies, &pod(tolerations(64), true), "alice");
+        assert!(denials(&validation, "tenant/placement-size").is_empty(), "{:?}", validation.findings);
+    }
+
+    /// Kueue's pod-group name may come from an annotation, which nothing but the Pod's size
+    /// bounds: a gang name longer than an object name is invalid gang metadata.
+    #[test]
+    fn a_gang_name_from_an_annotation_is_bounded() {
+        let mut kueue = pod(json!([]), false);
+        kueue["metadata"]["annotations"] = json!({"kueue.x-k8s.io/pod-group-name": "g".repeat(254),
+            "kueue.x-k8s.io/pod-group-total-count": "2"});
+        let (mutation, validation) = create(&shipped(), &kueue, "alice");
+        let denied: Vec<&Finding> =
+            denials(&mutation, "gang/metadata").into_iter().chain(denials(&validation, "gang/metadata")).collect();
+        assert!(!denied.is_empty(), "{:?} {:?}", mutation.findings, validation.findings);
+        assert!(denied[0].message.contains("is 254 bytes long; a gang name has at most 253"), "{}", denied[0].message);
+        kueue["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-name"] = json!("g".repeat(253));
+        let (mutation, validation) = create(&shipped(), &kueue, "alice");
+        assert!(denials(&mutation, "gang/metadata").is_empty() && denials(&validation, "gang/metadata").is_empty());
+    }
+
+    #[test]
+    fn a_plain_pod_is_not_held_to_it() {
+        let (mutation, validation) = create(&shipped(), &pod(tolerations(5_000), false), "alice");
+        assert!(!gated(&mutation));
+        assert!(denials(&validation, "tenant/placement-size").is_empty(), "{:?}", validation.findings);
+    }
+
+    #[test]
+    fn a_template_whose_pods_are_gang_members_is_denied_too() {
+        let template = pod(tolerations(100), true);
+        let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "vision"},
+            "spec": {"completions": 2, "parallelism": 2,
+                "template": {"metadata": template["metadata"].clone(), "spec": template["spec"].clone()}}});
+        let (_, validation) = create(&shipped(), &job, "alice");
+        let denied = denials(&validation, "tenant/placement-size");
+        assert_eq!(denied.len(), 1, "{:?}", validation.findings);
+        assert_eq!(denied[0].path, "spec.template.spec");
+        assert!(denied[0].message.starts_with("spec.template.spec.tolerations has 100 tolerations; at most 64"));
+        // Affinity and selector are bounded alike.
+        let mut affinity = pod(json!([]), true);
+        let terms: Vec<Value> = (0..17)
+            .map(|i| json!({"matchExpressions": [{"key": "k", "operator": "In", "values": [i.to_string()]}]}))
+            .collect();
+        affinity["spec"]["affinity"] =
+            json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}});
+        let (_, validation) = create(&shipped(), &affinity, "alice");
+        let denied = denials(&validation, "tenant/placement-size");
+        assert_eq!(denied.len(), 1, "{:?}", validation.findings);
+        assert!(denied[0].message.contains("nodeSelectorTerms has 17 terms; at most 16"), "{}", denied[0].message);
+    }
+}

@@ -10,6 +10,7 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use k8s_openapi::api::core::v1::{Node, NodeSelectorTerm, Pod, Taint, Toleration};
 
+use crate::gang::bounds::{self, PlacementExcess};
 use crate::gang::membership::{
     self, ARRIVAL_ANNOTATION, GATE, InferredKind, LWS_NAME, PodFacts, QUOTA_GATE, QUOTA_RELEASED_ANNOTATION,
     RELEASED_ANNOTATION, Source,
@@ -80,44 +81,106 @@ pub struct GangRef {
     pub native: bool,
 }
 
-/// Where an unbound pod may go (selector, required affinity, tolerations): the same for every
-/// pod of one template, so records share one copy ([`Placement::interned`]).
+/// Where an unbound gang member may go (selector, required affinity, tolerations): the same for
+/// every pod of one template, so records share one copy ([`Placement::interned`]). Kept only for
+/// the pods whose decisions read it ([`PodRecord::placement`]), and only within
+/// [`crate::gang::bounds`]: a placement over them is not kept, `excess` says which bound it
+/// passed (the three fields then empty), and the gang controller never places such a member.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Placement {
     pub node_selector: BTreeMap<String, String>,
     pub affinity: Option<Vec<NodeSelectorTerm>>,
     pub tolerations: Vec<Toleration>,
+    /// The placement was over a bound and is not kept: which one.
+    pub excess: Option<PlacementExcess>,
 }
 
 impl Placement {
+    /// The placement of a pod's spec, or the marker of one over the bounds (measured before
+    /// anything is copied).
+    fn bounded(spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Placement {
+        let Some(spec) = spec else { return Placement::default() };
+        let (node_selector, affinity, tolerations) = placement_fields(spec);
+        let empty = BTreeMap::new();
+        match bounds::excess(node_selector.unwrap_or(&empty), affinity, tolerations) {
+            None => Placement {
+                node_selector: node_selector.cloned().unwrap_or_default(),
+                affinity: affinity.map(<[NodeSelectorTerm]>::to_vec),
+                tolerations: tolerations.to_vec(),
+                excess: None,
+            },
+            excess => Placement { excess, ..Placement::default() },
+        }
+    }
+
     /// The one shared copy of `self` (a weak table: placements no record holds any more are
-    /// dropped as the table grows).
+    /// dropped as the table grows). Keyed by a hash of the serialized fields (written into the
+    /// hasher, never into a string: the key costs 8 bytes, not a second copy of the placement);
+    /// a hash that collides with another live placement only goes unshared.
     fn interned(self) -> Arc<Placement> {
-        type Table = HashMap<String, Weak<Placement>>;
-        static TABLE: LazyLock<Mutex<(Table, usize)>> = LazyLock::new(Default::default);
-        let shape = PodShape {
-            requests: ResourceList::new(),
-            node_selector: self.node_selector,
-            affinity: self.affinity,
-            tolerations: self.tolerations,
-        };
-        let key = shape.placement_key();
+        type Table = HashMap<u64, Weak<Placement>>;
+        static TABLE: LazyLock<Mutex<(Table, usize, std::hash::RandomState)>> = LazyLock::new(Default::default);
         let mut guard = TABLE.lock().unwrap_or_else(|e| e.into_inner());
-        let (table, sweep_at) = &mut *guard;
-        if let Some(found) = table.get(&key).and_then(Weak::upgrade) {
+        let (table, sweep_at, state) = &mut *guard;
+        let key = self.fingerprint(state);
+        if let Some(found) = table.get(&key).and_then(Weak::upgrade)
+            && *found == self
+        {
             return found;
         }
-        let new = Arc::new(Placement {
-            node_selector: shape.node_selector,
-            affinity: shape.affinity,
-            tolerations: shape.tolerations,
-        });
+        let new = Arc::new(self);
         table.insert(key, Arc::downgrade(&new));
         if table.len() > (*sweep_at).max(64) {
             table.retain(|_, w| w.strong_count() > 0);
             *sweep_at = table.len() * 2;
         }
         new
+    }
+
+    /// A keyed hash of the fields as JSON, and of the marker.
+    fn fingerprint(&self, state: &std::hash::RandomState) -> u64 {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        struct Hashing<H>(H);
+        impl<H: Hasher> std::io::Write for Hashing<H> {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.write(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut hashing = Hashing(state.build_hasher());
+        // Writing into a hasher cannot fail; a field that would not serialize only hashes less.
+        let _ = serde_json::to_writer(&mut hashing, &(&self.node_selector, &self.affinity, &self.tolerations));
+        self.excess.hash(&mut hashing.0);
+        hashing.0.finish()
+    }
+
+    /// About what one copy holds on the heap (the lists and their strings): what the view pays
+    /// for each distinct placement it keeps.
+    pub fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let text = |s: &Option<String>| s.as_ref().map_or(0, String::capacity);
+        let selector =
+            self.node_selector.iter().map(|(k, v)| size_of::<(String, String)>() + k.capacity() + v.capacity());
+        let tolerations = self
+            .tolerations
+            .iter()
+            .map(|t| size_of::<Toleration>() + text(&t.key) + text(&t.operator) + text(&t.value) + text(&t.effect));
+        let requirements = self
+            .affinity
+            .iter()
+            .flatten()
+            .flat_map(|t| t.match_expressions.iter().flatten().chain(t.match_fields.iter().flatten()));
+        let affinity = requirements.map(|r| {
+            std::mem::size_of_val(r)
+                + r.key.capacity()
+                + r.operator.capacity()
+                + r.values.iter().flatten().map(|v| size_of::<String>() + v.capacity()).sum::<usize>()
+        });
+        let terms = self.affinity.as_ref().map_or(0, |t| t.capacity() * size_of::<NodeSelectorTerm>());
+        selector.sum::<usize>() + tolerations.sum::<usize>() + affinity.sum::<usize>() + terms
     }
 }
 
@@ -164,8 +227,14 @@ pub struct PodRecord {
     pub terminating: bool,
     /// Effective requests (with `pods: 1`), names interned.
     pub requests: Box<[(Arc<str>, Quantity)]>,
-    /// Where it may go: kept only while the pod is not bound, shared with every pod of the
-    /// same placement.
+    /// Where it may go, for the gang fit: kept only for an unbound gang member behind Allot's
+    /// gang gate (a member the controller may release) or released by it (its reservation is
+    /// placed until it binds), the only records whose decisions read it (`gang::snapshot`);
+    /// shared with every pod of the same placement. Every other pod keeps none: a plain pod,
+    /// a quota-queued one (the queue charges amounts, never nodes), a bound one (it only takes
+    /// capacity), one an external scheduler gangs. Keeping it for every unbound pod let a
+    /// tenant's pods that never bind (a selector no node matches, a gate of her own) hold
+    /// megabytes each in every replica. Within [`crate::gang::bounds`], or only the marker.
     pub placement: Option<Arc<Placement>>,
     /// Boxed: most pods are in no gang and pay 8 bytes for this, not a hundred.
     pub gang: Option<Box<GangRef>>,
@@ -231,6 +300,31 @@ fn condition_of(pod: &Pod, type_: &str) -> u64 {
 /// The shape of a Pod (effective requests + `pods: 1`, selector, required affinity, tolerations).
 pub fn shape_of(pod: &Pod) -> PodShape {
     let Some(spec) = pod.spec.as_ref() else { return PodShape::default() };
+    let (node_selector, affinity, tolerations) = placement_fields(spec);
+    PodShape {
+        requests: requests_of(spec),
+        node_selector: node_selector.cloned().unwrap_or_default(),
+        affinity: affinity.map(<[NodeSelectorTerm]>::to_vec),
+        tolerations: tolerations.to_vec(),
+    }
+}
+
+/// A spec's nodeSelector, required node-affinity terms and tolerations, borrowed.
+type PlacementFields<'a> = (Option<&'a BTreeMap<String, String>>, Option<&'a [NodeSelectorTerm]>, &'a [Toleration]);
+
+/// The [`PlacementFields`] of a spec.
+fn placement_fields(spec: &k8s_openapi::api::core::v1::PodSpec) -> PlacementFields<'_> {
+    let affinity = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+        .map(|r| r.node_selector_terms.as_slice());
+    (spec.node_selector.as_ref(), affinity, spec.tolerations.as_deref().unwrap_or_default())
+}
+
+/// Effective requests of a spec, with `pods: 1`.
+fn requests_of(spec: &k8s_openapi::api::core::v1::PodSpec) -> ResourceList {
     // Only the fields the scheduler's formula reads, not the whole spec (env, volumes, probes):
     // this runs for every pod on every watch event and relist.
     let container = |c: &k8s_openapi::api::core::v1::Container| serde_json::json!({"resources": c.resources, "restartPolicy": c.restart_policy});
@@ -242,17 +336,7 @@ pub fn shape_of(pod: &Pod) -> PodShape {
     });
     let mut requests = resources::pod_requests(&formula_fields);
     requests.insert("pods".into(), Quantity::from_units(1));
-    PodShape {
-        requests,
-        node_selector: spec.node_selector.clone().unwrap_or_default(),
-        affinity: spec
-            .affinity
-            .as_ref()
-            .and_then(|a| a.node_affinity.as_ref())
-            .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
-            .map(|r| r.node_selector_terms.clone()),
-        tolerations: spec.tolerations.clone().unwrap_or_default(),
-    }
+    requests
 }
 
 impl PodRecord {
@@ -307,8 +391,8 @@ impl PodRecord {
         };
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let finished = matches!(phase, Some("Succeeded" | "Failed"));
-        let shape = shape_of(pod);
-        let mut counted = std::borrow::Cow::Borrowed(&shape.requests);
+        let own_requests = spec.map(requests_of).unwrap_or_default();
+        let mut counted = std::borrow::Cow::Borrowed(&own_requests);
         let mut claims_unresolved = false;
         let mut shared_claims = None;
         if let Some(resource_claims) = spec
@@ -350,24 +434,25 @@ impl PodRecord {
             shared_claims = (!held.is_empty()).then(|| Box::new(HeldClaims(held)));
         }
         let requests = counted.iter().map(|(k, v)| (intern(k), *v)).collect();
-        // A bound pod only takes capacity: where it may go no longer matters.
-        let placement = facts.node_name.is_none().then(|| {
-            Placement { node_selector: shape.node_selector, affinity: shape.affinity, tolerations: shape.tolerations }
-                .interned()
-        });
+        // Where it may go only matters to the gang fit ([`PodRecord::placement`]): a bound pod
+        // only takes capacity, and a pod Allot neither holds nor released is no decision's.
+        let gate_index = facts.gates.iter().position(|g| *g == GATE);
+        let released_at = facts.annotations.get(RELEASED_ANNOTATION).and_then(parse_time);
+        // The later of the two releases is the one a gang's order counts from (gang::snapshot).
+        let quota_released_at = facts.annotations.get(QUOTA_RELEASED_ANNOTATION).and_then(parse_time);
+        let placement =
+            (facts.node_name.is_none() && gang.is_some() && (gate_index.is_some() || released_at.is_some()))
+                .then(|| Placement::bounded(spec).interned());
         Some(PodRecord {
             node_name: facts.node_name.map(intern),
             finished,
             terminating: !finished && pod.metadata.deletion_timestamp.is_some(),
             requests,
             placement,
-            gate_index: facts.gates.iter().position(|g| *g == GATE),
+            gate_index,
             quota_gate_index: facts.gates.iter().position(|g| *g == QUOTA_GATE),
             other_gates: facts.gates.iter().any(|g| *g != GATE && *g != QUOTA_GATE),
-            released_at: [RELEASED_ANNOTATION, QUOTA_RELEASED_ANNOTATION]
-                .into_iter()
-                .filter_map(|key| facts.annotations.get(key).and_then(parse_time))
-                .max(),
+            released_at: [released_at, quota_released_at].into_iter().flatten().max(),
             has_annotations: pod.metadata.annotations.is_some(),
             relist: 0,
             priority: spec.and_then(|s| s.priority).unwrap_or(0),
@@ -474,6 +559,14 @@ impl PodRecord {
             crate::cluster::tally::add_to(&mut requests, &claim.device_list(), 1);
         }
         match &self.placement {
+            // Where a released member over the bounds may go is not known: its reservation may
+            // take room on any node (tolerating every taint), so that it is held somewhere
+            // rather than nowhere. A gated one is never placed ([`PodRecord::placement_excess`]).
+            Some(p) if p.excess.is_some() => PodShape {
+                requests,
+                tolerations: vec![Toleration { operator: Some("Exists".into()), ..Toleration::default() }],
+                ..PodShape::default()
+            },
             Some(p) => PodShape {
                 requests,
                 node_selector: p.node_selector.clone(),
@@ -482,6 +575,12 @@ impl PodRecord {
             },
             None => PodShape { requests, ..PodShape::default() },
         }
+    }
+
+    /// The bound its placement was over, when it was (then the gang fit does not know where it
+    /// may go, and never releases its gang).
+    pub fn placement_excess(&self) -> Option<PlacementExcess> {
+        self.placement.as_ref().and_then(|p| p.excess)
     }
 }
 
@@ -570,8 +669,20 @@ fn owner_of(facts: &PodFacts<'_>, kind: InferredKind) -> Option<Owner> {
         return Some(Owner { kind, api_kind: "LeaderWorkerSet".into(), name });
     }
     let (api_kind, name) = facts.owners.first()?;
+    // The API server bounds neither an owner reference's name nor its kind (only the Pod's
+    // size does), and the view keeps them with each member and in its owner indexes. One
+    // longer than an object name or a kind names no object: no owner to read, as for one
+    // that is not there (the gang's size stays unknown, and it is told so).
+    if name.len() > MAX_OWNER_NAME || api_kind.len() > MAX_OWNER_KIND {
+        return None;
+    }
     Some(Owner { kind, api_kind: api_kind.to_string(), name: name.to_string() })
 }
+
+/// The longest owner name the view keeps: an object name's (a DNS subdomain).
+const MAX_OWNER_NAME: usize = 253;
+/// The longest owner kind it keeps: a kind is a DNS label at most (a CRD's `names.kind`).
+const MAX_OWNER_KIND: usize = 63;
 
 /// What the cluster view knows of a Node.
 pub fn node_info(node: &Node) -> Option<NodeInfo> {

@@ -142,8 +142,18 @@ fn a_typical_pod_record_stays_small() {
     // Name (16 + 19 bytes), uid (16 + 23 here; 36 for the API server's) and two requests
     // (nvidia.com/gpu, pods: 32 bytes each).
     assert_eq!(a.owned_heap_bytes(), 16 + 19 + 16 + 23 + 2 * 32);
-    // The placement (three tolerations) and the namespace are one shared copy, not one a pod.
-    let (pa, pb) = (a.placement.as_ref().expect("pending: placement kept"), b.placement.as_ref().expect("placement"));
+    // A plain pod keeps no placement (no decision reads it); a gated gang member keeps one,
+    // and the placement (three tolerations) and the namespace are one shared copy, not one a pod.
+    assert!(a.placement.is_none() && b.placement.is_none(), "a plain pod keeps no placement");
+    let gated = |name: &str| {
+        let mut pod = typical_pod(name);
+        pod["metadata"]["labels"] = json!({"allot.dev/gang-name": "trainer"});
+        pod["metadata"]["annotations"] = json!({"allot.dev/gang-size": "2"});
+        pod["spec"]["schedulingGates"] = json!([{"name": "allot.dev/gang"}]);
+        super::fixtures::record(&pod, &p)
+    };
+    let (a, b) = (gated("trainer-7f9c2-00001"), gated("trainer-7f9c2-00002"));
+    let (pa, pb) = (a.placement.as_ref().expect("gated: placement kept"), b.placement.as_ref().expect("placement"));
     assert!(std::sync::Arc::ptr_eq(pa, pb), "pods of one template share their placement");
     assert_eq!(pa.tolerations.len(), 3);
     assert!(std::sync::Arc::ptr_eq(&a.namespace, &b.namespace), "namespaces are interned");
@@ -151,11 +161,93 @@ fn a_typical_pod_record_stays_small() {
     let mut bound = typical_pod("bound");
     bound["spec"]["nodeName"] = json!("n1");
     assert!(super::fixtures::record(&bound, &p).placement.is_none());
-    // Its shape for the simulation is still whole.
+    // A member's shape for the simulation is whole.
     let shape = a.shape();
     assert_eq!(shape.tolerations.len(), 3);
     assert_eq!(shape.requests["nvidia.com/gpu"], Quantity::from_units(1));
     assert_eq!(shape.requests["pods"], Quantity::from_units(1));
+}
+
+/// A pod that never binds (a selector no node matches) with thousands of distinct tolerations:
+/// Kubernetes bounds neither list, and the view once kept both for every unbound pod, several
+/// MB of each such pod in every replica. A plain pod keeps none of it; a gang member over the
+/// bounds keeps a marker. What each costs is what a typical pod costs.
+fn hostile_pod(name: &str, tolerations: usize, gang: bool) -> serde_json::Value {
+    let mut pod = typical_pod(name);
+    pod["spec"]["tolerations"] =
+        (0..tolerations).map(|i| json!({"key": format!("{name}-k{i}"), "operator": "Exists"})).collect();
+    pod["spec"]["nodeSelector"] = json!({"nowhere": name});
+    pod["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "10m"}});
+    if gang {
+        pod["metadata"]["labels"] = json!({"allot.dev/gang-name": name});
+        pod["metadata"]["annotations"] = json!({"allot.dev/gang-size": "2"});
+        pod["spec"]["schedulingGates"] = json!([{"name": "allot.dev/gang"}]);
+    }
+    pod
+}
+
+/// Heap bytes of a record with its placement counted whole (as if nothing were shared).
+fn heap_with_placement(r: &super::PodRecord) -> usize {
+    r.owned_heap_bytes() + r.placement.as_ref().map_or(0, |p| std::mem::size_of_val(&**p) + p.heap_bytes())
+}
+
+#[test]
+fn a_plain_unbound_pod_keeps_no_placement_however_large() {
+    let p = policies("");
+    let plain = super::fixtures::record(&hostile_pod("h-0", 5_000, false), &p);
+    assert!(plain.placement.is_none(), "a plain pod keeps no placement");
+    // Name, uid and two requests (cpu, pods): about what a typical pod costs.
+    assert!(heap_with_placement(&plain) < 256, "{} heap bytes", heap_with_placement(&plain));
+    let member = super::fixtures::record(&hostile_pod("h-1", 5_000, true), &p);
+    assert!(member.placement_excess().is_some(), "a gang member over the bounds keeps the marker");
+    assert!(heap_with_placement(&member) < 1024, "{} heap bytes", heap_with_placement(&member));
+}
+
+/// N hostile pods upserted into the store cost what N typical pods do: the approximate heap of
+/// the view (records and the placements they hold) grows by well under a kilobyte a pod.
+#[test]
+fn hostile_pods_do_not_grow_the_view() {
+    let p = policies("");
+    let state = super::ClusterState::default();
+    let per_pod = |state: &super::ClusterState| {
+        let view = state.view();
+        let (n, bytes) = view.pods().fold((0, 0), |(n, b), r| (n + 1, b + heap_with_placement(r)));
+        bytes / n.max(1)
+    };
+    for i in 0..50 {
+        state.upsert_pod(super::fixtures::record(&hostile_pod(&format!("h-{i}"), 2_000, i % 2 == 0), &p));
+    }
+    let hostile = per_pod(&state);
+    assert_eq!(state.tracked().pods, 50);
+    assert!(hostile < 1024, "{hostile} bytes a pod");
+}
+
+/// Names a tenant writes without a bound of the API server's (an owner reference's name and
+/// kind, Kueue's pod-group name as an annotation) are not kept beyond an object name's length.
+#[test]
+fn unbounded_names_are_not_kept() {
+    let p = policies(
+        "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  infer: [Job, KubeflowJob]\n",
+    );
+    let long = "x".repeat(100_000);
+    let mut pod = typical_pod("w-0");
+    pod["metadata"]["labels"] = json!({"training.kubeflow.org/job-name": "t"});
+    pod["metadata"]["ownerReferences"] =
+        json!([{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": long, "uid": "o"}]);
+    let r = super::fixtures::record(&pod, &p);
+    let gang = r.gang.as_ref().expect("an inferred member");
+    assert!(gang.owner.is_none(), "no owner kept for a name no object has");
+    assert!(r.owned_heap_bytes() < 512, "{}", r.owned_heap_bytes());
+    pod["metadata"]["ownerReferences"][0]["name"] = json!("t");
+    pod["metadata"]["ownerReferences"][0]["kind"] = json!(long);
+    assert!(super::fixtures::record(&pod, &p).gang.is_some_and(|g| g.owner.is_none()), "nor for such a kind");
+    pod["metadata"]["ownerReferences"][0]["kind"] = json!("PyTorchJob");
+    assert!(super::fixtures::record(&pod, &p).gang.is_some_and(|g| g.owner.is_some_and(|o| &*o.name == "t")));
+    // Kueue's group name from an annotation: invalid gang metadata (admission denies it), no gang.
+    let mut kueue = typical_pod("k-0");
+    kueue["metadata"]["annotations"] =
+        json!({"kueue.x-k8s.io/pod-group-name": long, "kueue.x-k8s.io/pod-group-total-count": "2"});
+    assert!(super::fixtures::record(&kueue, &p).gang.is_none());
 }
 
 /// The controller decides nothing until Pods and Nodes have each been listed once, and not

@@ -210,7 +210,8 @@ pub struct MemberReport {
 pub struct DecisionReport {
     /// The condition reason the controller writes: `Released`, `WaitingForMembers`,
     /// `InsufficientResources`, `WaitingForHigherPriority`, `HeldByOtherGate`,
-    /// `MembersDisagree`, `AssemblyTimeout`; `Unknown` when nodes could not be read.
+    /// `MembersDisagree`, `PlacementTooLarge`, `AssemblyTimeout`; `Unknown` when nodes could not
+    /// be read.
     pub reason: String,
     /// The condition message the controller writes.
     pub message: String,

@@ -26,6 +26,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use super::bounds::PlacementExcess;
 use super::fit::{NodeRefusal, copies_that_fit, fits, node_admits, node_refusal, shortfall, take, unjudged};
 use crate::cluster::{NodeInfo, PodShape};
 use crate::quantity::Quantity;
@@ -81,6 +82,10 @@ pub struct WaitingGang {
     /// created at the same moment each pass before the other is seen. Such a gang is never
     /// released: half of it would hold its nodes for a peer another scheduler (or nobody) places.
     pub disagreement: Option<String>,
+    /// A gated member whose placement was over Allot's bounds ([`crate::gang::bounds`]), the
+    /// first by name: the view did not keep where it may go, so the gang is never released
+    /// (releasing it blind could hold nodes none of it may use), and is told why.
+    pub unplaceable: Option<Unplaceable>,
     /// After this many seconds of waiting while not fitting, no later gang competing for its
     /// nodes may pass it (if it could fit them empty); `None`: never blocks.
     pub starvation_after: Option<i64>,
@@ -88,6 +93,13 @@ pub struct WaitingGang {
     /// workers): one shape and a count, never one entry per member, since the count comes
     /// from an object a tenant writes.
     pub phantoms: Option<Phantoms>,
+}
+
+/// A member over the placement bounds and the bound it passed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unplaceable {
+    pub member: String,
+    pub excess: PlacementExcess,
 }
 
 /// `count` members of one shape that are not created yet.
@@ -135,13 +147,16 @@ pub enum Verdict {
     /// Members disagree ([`WaitingGang::disagreement`]): never released as they are, timed out
     /// like a gang that has not assembled.
     Disagrees,
+    /// A member's placement is over the bounds ([`WaitingGang::unplaceable`]): never released,
+    /// timed out like a gang that has not assembled.
+    Unplaceable,
 }
 
 impl Verdict {
     /// The gang has not assembled as it should (members missing, or members that disagree):
     /// its assembly timeout applies.
     pub fn awaits_assembly(&self) -> bool {
-        matches!(self, Verdict::Incomplete | Verdict::Disagrees)
+        matches!(self, Verdict::Incomplete | Verdict::Disagrees | Verdict::Unplaceable)
     }
 }
 
@@ -287,6 +302,18 @@ fn run(snapshot: &Snapshot, detail_for: Option<&GangKey>) -> (Vec<Decision>, Opt
                 message: format!(
                     "{present} members present; {disagreement}: all members of a gang must agree, \
                      delete the member that differs and create it again as the others are"
+                ),
+            });
+            continue;
+        }
+        if let Some(u) = &gang.unplaceable {
+            out.push(Decision {
+                gang: gang.key.clone(),
+                verdict: Verdict::Unplaceable,
+                message: format!(
+                    "{present} members present; member {}: {}, more than Allot keeps for a pod it holds, so this \
+                     gang can never be placed: delete its members and create them again within the bound",
+                    u.member, u.excess
                 ),
             });
             continue;

@@ -245,6 +245,11 @@ pub const MEMBERSHIP_KEYS: &[&str] = &[
     LWS_WORKER,
 ];
 
+/// The longest gang name: an object name's (a DNS subdomain). Labels give at most 63 bytes;
+/// Kueue's pod-group name may come from an annotation, which the API server bounds only by the
+/// Pod's whole size (256 KiB of annotations).
+pub const MAX_GANG_NAME: usize = 253;
+
 /// The largest gang size allowed when no GangPolicy says otherwise: far above any real
 /// training job on one cluster, and small enough that per-member work stays cheap.
 pub const DEFAULT_MAX_GANG_SIZE: u32 = 1024;
@@ -305,6 +310,11 @@ pub fn membership(
         }));
     }
     if let Some(name) = facts.label_or_annotation(KUEUE_GROUP) {
+        // The one gang name an annotation can give, so bounded by nothing but the Pod's size:
+        // every replica keeps a gang's name in each member's record and in its indexes.
+        if name.len() > MAX_GANG_NAME {
+            return Err(format!("{KUEUE_GROUP} is {} bytes long; a gang name has at most {MAX_GANG_NAME}", name.len()));
+        }
         if name.starts_with(NATIVE_GROUP_PREFIX) {
             return Err(format!(
                 "{KUEUE_GROUP} {name:?}: names starting {NATIVE_GROUP_PREFIX:?} are native PodGroups'"

@@ -9,12 +9,13 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 /// Every reason a waiting gang's condition can give ([`super::plan`]): each is reported, at 0
 /// when no gang waits for it, so alerts and dashboards see a 0 rather than no series.
-pub const WAITING_REASONS: [&str; 6] = [
+pub const WAITING_REASONS: [&str; 7] = [
     "WaitingForMembers",
     "InsufficientResources",
     "WaitingForHigherPriority",
     "HeldByOtherGate",
     "MembersDisagree",
+    "PlacementTooLarge",
     "AssemblyTimeout",
 ];
 

@@ -1,8 +1,10 @@
 //! Gangs: Pods that must start together. Membership at admission ([`membership`], checked
-//! against peers through [`directory`]), the placement simulation ([`fit`]), the pure decision
-//! ([`decision`]) over a [`snapshot`] of the cluster view, the [`plan`] that turns decisions into
-//! actions, and the [`controller`] that watches, plans and calls the API.
+//! against peers through [`directory`]), how large a member's placement may be ([`bounds`]),
+//! the placement simulation ([`fit`]), the pure decision ([`decision`]) over a [`snapshot`] of
+//! the cluster view, the [`plan`] that turns decisions into actions, and the [`controller`] that
+//! watches, plans and calls the API.
 
+pub mod bounds;
 pub mod controller;
 pub mod decision;
 pub mod devices;

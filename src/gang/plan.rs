@@ -46,6 +46,7 @@ pub fn condition_reason(verdict: &Verdict) -> (&'static str, bool) {
         Verdict::Blocked { .. } => ("WaitingForHigherPriority", false),
         Verdict::Held => ("HeldByOtherGate", false),
         Verdict::Disagrees => ("MembersDisagree", false),
+        Verdict::Unplaceable => ("PlacementTooLarge", false),
     }
 }
 
@@ -147,8 +148,9 @@ pub fn plan(
         let Some(gf) = facts.get(&d.gang) else { continue };
         let ns = d.gang.namespace.clone();
         let (mut reason, ready) = condition_reason(&d.verdict);
-        // Members that disagree wait until their owner acts: a Warning, like a timeout.
-        let mut warning = d.verdict == Verdict::Disagrees;
+        // Members that disagree, or that can never be placed, wait until their owner acts: a
+        // Warning, like a timeout.
+        let mut warning = matches!(d.verdict, Verdict::Disagrees | Verdict::Unplaceable);
         let mut message = d.message.clone();
         if let Verdict::Release { placements } = &d.verdict {
             for (pod, node) in placements {

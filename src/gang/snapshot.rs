@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use super::decision::{GangKey, Member, Phantoms, Snapshot, WaitingGang};
+use super::decision::{GangKey, Member, Phantoms, Snapshot, Unplaceable, WaitingGang};
 use super::directory::Peer;
 use super::membership::{OwnerGang, QUOTA_GATE};
 use crate::cluster::{ClusterState, ClusterView, GangRef, PodShape};
@@ -136,6 +136,7 @@ impl GangSnapshot for ClusterState {
                     ready: p.order_key(),
                     held_by: None,
                     disagreement: None,
+                    unplaceable: None,
                     starvation_after: Some(policy.starvation_after.as_secs() as i64),
                     phantoms: None,
                 });
@@ -143,6 +144,12 @@ impl GangSnapshot for ClusterState {
                     entry.held_by = Some(format!("the team's quota queue ({QUOTA_GATE})"));
                 } else if p.other_gates && entry.held_by.is_none() {
                     entry.held_by = Some("another scheduling gate".to_string());
+                }
+                if let Some(excess) = p.placement_excess()
+                    && entry.unplaceable.as_ref().is_none_or(|u| *p.name < *u.member)
+                {
+                    // The first by name: the watch's order is not stable, the words must be.
+                    entry.unplaceable = Some(Unplaceable { member: p.name.to_string(), excess });
                 }
                 entry.members.push(Member { name: p.name.to_string(), shape: p.shape() });
                 let terms = Terms::of(g);

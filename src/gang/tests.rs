@@ -36,6 +36,7 @@ fn gang(name: &str, expected: u32, present: u32, gpus: i64, priority: i32, creat
         ready: (created, 0),
         held_by: None,
         disagreement: None,
+        unplaceable: None,
         starvation_after: None,
         phantoms: None,
     }
@@ -577,6 +578,65 @@ mod controller_state {
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
         assert_eq!(snapshot.gangs[0].disagreement, None);
         assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions), ["w-0", "w-1"]);
+    }
+
+    /// A gated member whose placement is over the bounds (admitted before the admission check,
+    /// or while the webhook was bypassed) keeps only a marker in the view: its gang is never
+    /// released (where it may go is not known), its members are told why with a Warning, the
+    /// same words whatever order the watch delivered them in, and a later gang still goes.
+    #[test]
+    fn a_member_over_the_placement_bounds_is_never_placed_and_is_told_why() {
+        let p = policies("");
+        let many: Vec<Value> = (0..5_000).map(|i| json!({"key": format!("k{i}"), "operator": "Exists"})).collect();
+        let mut huge = member("w-1", "ring", 2, "2026-11-22T01:00:00Z", json!({}));
+        huge["spec"]["tolerations"] = Value::Array(many);
+        let r = record(&huge, &p);
+        let excess = r.placement_excess().expect("a marker, not the placement");
+        assert_eq!(excess.to_string(), "spec.tolerations has 5000 tolerations; at most 64");
+        assert!(r.placement.as_ref().is_some_and(|p| p.tolerations.is_empty() && p.heap_bytes() == 0));
+        let mut pods = vec![member("w-0", "ring", 2, "2026-11-22T01:00:00Z", json!({})), huge];
+        pods.extend((0..2).map(|i| member(&format!("next-{i}"), "next", 2, "2026-11-22T01:00:09Z", json!({}))));
+        let mut messages = Vec::new();
+        for order in [pods.clone(), pods.iter().rev().cloned().collect()] {
+            let state = cluster(&p, &order);
+            let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+            let pass = plan(&snapshot, &facts, &mut HashMap::new());
+            assert_eq!(releases(&pass.actions), ["next-0", "next-1"], "{:?}", pass.actions);
+            assert_eq!(pass.waiting.get("PlacementTooLarge"), Some(&1));
+            for action in &pass.actions {
+                if let ControllerAction::Explain { pod, reason, message, warning, ready: false, .. } = action
+                    && pod.starts_with("w-")
+                {
+                    assert_eq!((*reason, *warning), ("PlacementTooLarge", true));
+                    messages.push(message.clone());
+                }
+            }
+        }
+        let expected = "2 members present; member w-1: spec.tolerations has 5000 tolerations; at most 64, more \
+                        than Allot keeps for a pod it holds, so this gang can never be placed: delete its members \
+                        and create them again within the bound";
+        assert_eq!(messages, vec![expected.to_string(); 4]);
+        // Its assembly timeout applies, as to a gang that has not assembled.
+        assert!(crate::gang::decision::Verdict::Unplaceable.awaits_assembly());
+    }
+
+    /// A member released with a placement over the bounds (by an older version) still holds a
+    /// reservation until it binds: on some node with room (where it may go is not known), not
+    /// nowhere, so the next gang is not released onto the GPUs it will take.
+    #[test]
+    fn a_released_member_over_the_bounds_still_reserves() {
+        let p = policies("");
+        let many: Vec<Value> = (0..100).map(|i| json!({"key": format!("k{i}"), "operator": "Exists"})).collect();
+        let at = k8s_openapi::jiff::Timestamp::from_second(NOW - 5).map(|t| t.to_string()).unwrap_or_default();
+        let mut released = member("r-0", "r", 1, "2026-11-22T01:00:00Z", json!({}));
+        released["spec"]["tolerations"] = Value::Array(many);
+        released["spec"]["schedulingGates"] = json!([]);
+        released["metadata"]["annotations"]["allot.dev/gang-released"] = json!(at);
+        released["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!("2");
+        let state = cluster(&p, &[released]);
+        let (snapshot, _) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
+        assert_eq!(snapshot.in_flight.len(), 1);
+        assert!(snapshot.nodes.iter().any(|n| node_admits(n, &snapshot.in_flight[0])), "reserved somewhere");
     }
 
     /// A gang whose members disagree never becomes the gang the others wait behind: here it
