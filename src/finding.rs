@@ -131,6 +131,8 @@ pub enum Check {
     TenantEphemeralContainers,
     /// `tenant/tolerations`: a toleration of a taint a Placement keeps for the pods it places.
     TenantTolerations,
+    /// `tenant/resource-names`: more distinct resource names than a pod may ask.
+    TenantResourceNames,
     /// `tenant/placement-size`: a pod Allot holds whose nodeSelector, required node affinity or
     /// tolerations are over the bounds of [`crate::gang::bounds`].
     TenantPlacementSize,
@@ -162,6 +164,7 @@ impl Check {
             Check::TenantResize => "tenant/resize",
             Check::TenantEphemeralContainers => "tenant/ephemeral-containers",
             Check::TenantTolerations => "tenant/tolerations",
+            Check::TenantResourceNames => "tenant/resource-names",
             Check::TenantPlacementSize => "tenant/placement-size",
             Check::ApiServerValidation => "api-server/validation",
         }

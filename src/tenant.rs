@@ -157,6 +157,35 @@ pub fn check_uncounted_accelerators(
 /// Accelerator amounts are bounded: no container and no Pod asks more than `max_amount` of one
 /// accelerator resource, and none asks a negative amount. A Pod's total counts the devices of
 /// its DRA claims (`claimed`, in accelerator terms) too.
+/// The most distinct resource names one pod may ask (its containers' and its own requests and
+/// limits together). Kubernetes bounds only their format: a pod asking `example.com/r1` …
+/// `r20000` (it never starts) cost every replica megabytes of records and usage tables. Real
+/// pods ask a handful (cpu, memory, ephemeral-storage, huge pages, an accelerator or two, RDMA).
+pub const MAX_RESOURCE_NAMES: usize = 64;
+
+/// A pod asking more than [`MAX_RESOURCE_NAMES`] distinct resources is denied.
+pub fn check_resource_names(view: &PodView<'_>) -> Option<Finding> {
+    let requests = view.requests();
+    let limits = || view.containers().iter().flat_map(|c| c.resources.limits.keys());
+    // Most pods: every limit is among the effective requests (the API server defaults a missing
+    // request to its limit), so no set is built.
+    if requests.len() <= MAX_RESOURCE_NAMES && limits().all(|k| requests.contains_key(k)) {
+        return None;
+    }
+    let names: std::collections::BTreeSet<&str> = requests.keys().chain(limits()).map(String::as_str).collect();
+    if names.len() <= MAX_RESOURCE_NAMES {
+        return None;
+    }
+    Some(deny(
+        Check::TenantResourceNames,
+        view.spec_path(),
+        format!(
+            "the pod asks {} distinct resources in its requests and limits; at most {MAX_RESOURCE_NAMES}",
+            names.len()
+        ),
+    ))
+}
+
 pub fn check_amounts(policies: &PolicySet, view: &PodView<'_>, claimed: &ResourceList) -> Vec<Finding> {
     let mut findings = Vec::new();
     let max = policies.tenancy.max_amount;

@@ -984,3 +984,38 @@ mod placement_size {
         assert!(denied[0].message.contains("nodeSelectorTerms has 17 terms; at most 16"), "{}", denied[0].message);
     }
 }
+
+/// `tenant/resource-names`: Kubernetes bounds only the format of resource names; a pod asking
+/// twenty thousand made-up ones never starts but cost every replica megabytes.
+mod resource_names {
+    use super::*;
+
+    fn asking(n: usize) -> Value {
+        let mut pod = gpu_pod(json!(1));
+        let limits = pod["spec"]["containers"][0]["resources"]["limits"].as_object_mut().unwrap();
+        for i in 1..n {
+            limits.insert(format!("example.com/r{i}"), json!("1"));
+        }
+        pod
+    }
+
+    #[test]
+    fn a_pod_or_template_asking_too_many_resources_is_denied() {
+        let policies = shipped();
+        let (_, validation) = create(&policies, &asking(64), "alice");
+        assert!(denials(&validation, "tenant/resource-names").is_empty(), "{:?}", validation.findings);
+        let (_, validation) = create(&policies, &asking(65), "alice");
+        let denied = denials(&validation, "tenant/resource-names");
+        assert_eq!(denied.len(), 1, "{:?}", validation.findings);
+        assert!(denied[0].message.contains("asks 65 distinct resources"), "{}", denied[0].message);
+        // Requests and limits count together; and a Job's template likewise.
+        let mut split = asking(40);
+        let c = &mut split["spec"]["containers"][0]["resources"];
+        c["requests"] =
+            json!((0..30).map(|i| (format!("example.com/q{i}"), json!("1"))).collect::<serde_json::Map<_, _>>());
+        assert_eq!(denials(&create(&policies, &split, "alice").1, "tenant/resource-names").len(), 1);
+        let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "vision"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": asking(100)["spec"]["containers"]}}}});
+        assert_eq!(denials(&create(&policies, &job, "alice").1, "tenant/resource-names").len(), 1);
+    }
+}

@@ -433,7 +433,7 @@ impl PodRecord {
             );
             shared_claims = (!held.is_empty()).then(|| Box::new(HeldClaims(held)));
         }
-        let requests = counted.iter().map(|(k, v)| (intern(k), *v)).collect();
+        let requests = kept_requests(&counted, policies);
         // Where it may go only matters to the gang fit ([`PodRecord::placement`]): a bound pod
         // only takes capacity, and a pod Allot neither holds nor released is no decision's.
         let gate_index = facts.gates.iter().position(|g| *g == GATE);
@@ -618,6 +618,31 @@ pub(super) fn key(namespace: &str, name: &str) -> Key {
 /// Shares the few distinct strings (namespaces, nodes, resource names, priority classes)
 /// among all records. Strings no record holds any more are dropped as the table grows, so
 /// namespaces and nodes that come and go do not pile up.
+/// The requests a record keeps: all of them, but for a pod over
+/// [`crate::tenant::MAX_RESOURCE_NAMES`] distinct names (admitted before admission bounded
+/// them, or while the webhook was bypassed), only that many, those decisions read first (the
+/// scheduler's own resources, accelerators, what a quota counts): a pod asking twenty thousand
+/// made-up resources would otherwise cost every replica megabytes. It never starts anyway.
+fn kept_requests(counted: &ResourceList, policies: &PolicySet) -> Box<[(Arc<str>, Quantity)]> {
+    let max = crate::tenant::MAX_RESOURCE_NAMES;
+    if counted.len() <= max {
+        return counted.iter().map(|(k, v)| (intern(k), *v)).collect();
+    }
+    let counts = |name: &str| {
+        let quotas = policies.teams.iter().filter_map(|t| t.quota.as_ref());
+        quotas.into_iter().any(|q| q.limits.contains_key(name) || q.equivalents.contains_key(name))
+    };
+    let read = |name: &str| {
+        matches!(name, "cpu" | "memory" | "ephemeral-storage" | "pods")
+            || name.starts_with("hugepages-")
+            || policies.accelerators.matches(name)
+            || counts(name)
+    };
+    let mut names: Vec<(&String, &Quantity)> = counted.iter().collect();
+    names.sort_by_key(|(name, _)| !read(name));
+    names.into_iter().take(max).map(|(k, v)| (intern(k), *v)).collect()
+}
+
 fn intern(s: &str) -> Arc<str> {
     static TABLE: LazyLock<Mutex<(HashSet<Arc<str>>, usize)>> = LazyLock::new(Default::default);
     let mut guard = TABLE.lock().unwrap_or_else(|e| e.into_inner());

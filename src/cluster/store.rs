@@ -268,9 +268,18 @@ impl Inner {
             }
         }
         let usage = self.ns_usage.entry(record.namespace.clone()).or_default();
+        // A name whose sum falls to zero goes: names a namespace asked once (and pods gone
+        // since) would otherwise stay for good, one entry each.
+        let add = |usage: &mut ResourceList, name: &str, q: &Quantity| {
+            let sum = usage.get(name).map_or(0, |s| s.nanos()) + sign * q.nanos();
+            if sum == 0 {
+                usage.remove(name);
+            } else {
+                usage.insert(name.to_string(), Quantity::from_nanos(sum));
+            }
+        };
         for (name, q) in &record.requests {
-            let slot = usage.entry(name.to_string()).or_default();
-            *slot = Quantity::from_nanos(slot.nanos() + sign * q.nanos());
+            add(usage, name, q);
         }
         for claim in record.held_claims() {
             let by_name = (record.namespace.clone(), Arc::from(crate::dra::shared_claim_name(&claim.name)));
@@ -304,8 +313,7 @@ impl Inner {
                 }
             };
             for (name, q) in counted.iter().flatten() {
-                let slot = usage.entry(name.to_string()).or_default();
-                *slot = Quantity::from_nanos(slot.nanos() + sign * q.nanos());
+                add(usage, name, q);
             }
         }
     }

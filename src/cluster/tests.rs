@@ -222,6 +222,37 @@ fn hostile_pods_do_not_grow_the_view() {
     assert!(hostile < 1024, "{hostile} bytes a pod");
 }
 
+/// A pod asking thousands of made-up resources (over `tenant::MAX_RESOURCE_NAMES`, admitted
+/// before admission bounded them) keeps that many in its record, those decisions read first;
+/// and a namespace's usage forgets a name once no pod asks it (a loop of such pods created and
+/// deleted grew it for good).
+#[test]
+fn made_up_resource_names_are_bounded_and_forgotten() {
+    let p = policies("");
+    let mut pod = typical_pod("many");
+    let mut limits = serde_json::Map::new();
+    for i in 0..5_000 {
+        limits.insert(format!("example.com/r{i:05}"), json!("1"));
+    }
+    limits.insert("nvidia.com/gpu".into(), json!("1"));
+    limits.insert("cpu".into(), json!("2"));
+    pod["spec"]["containers"][0]["resources"] = json!({"limits": limits.clone(), "requests": limits});
+    let r = super::fixtures::record(&pod, &p);
+    assert_eq!(r.requests.len(), crate::tenant::MAX_RESOURCE_NAMES);
+    assert!(r.requests.iter().any(|(n, _)| &**n == "nvidia.com/gpu") && r.requests.iter().any(|(n, _)| &**n == "cpu"));
+    assert!(r.owned_heap_bytes() < 8 * 1024, "{}", r.owned_heap_bytes());
+
+    let state = super::ClusterState::default();
+    for i in 0..20 {
+        let mut p2 = typical_pod(&format!("odd-{i}"));
+        p2["spec"]["containers"][0]["resources"] = json!({"requests": {format!("example.com/once-{i}"): "1"}});
+        state.upsert_pod(super::fixtures::record(&p2, &p));
+        state.remove_pod("ml", &format!("odd-{i}"));
+    }
+    let (usage, namespaces) = state.usage_where(&mut |_| true);
+    assert!(usage.is_empty() && namespaces.is_empty(), "{usage:?}");
+}
+
 /// Names a tenant writes without a bound of the API server's (an owner reference's name and
 /// kind, Kueue's pod-group name as an annotation) are not kept beyond an object name's length.
 #[test]
