@@ -308,7 +308,14 @@ impl<'a> Engine<'a> {
                 out.findings.extend(validate::check_pod_with_claims(self.policies, &view, &team, &claimed));
                 out.findings.extend(tenant::check_reserved_keys(&view));
                 out.findings.extend(tenant::check_amounts(self.policies, &view, &claimed));
-                out.findings.extend(tenant::check_resource_names(&view));
+                out.findings.extend(tenant::check_resource_names(&view).map(|mut f| {
+                    // As for the other bounds: a workload admitted before stays editable.
+                    if operation == Operation::Update {
+                        f.action = Action::Warn;
+                        f.message.push_str("; its pods will be denied when created");
+                    }
+                    f
+                }));
                 // On a workload's UPDATE only a warning: its pods are denied at their creation
                 // anyway, and a workload admitted before the check (an upgrade) must stay
                 // editable (scaling, suspending, a rolling update's other fields).

@@ -170,13 +170,19 @@ pub fn reserved_taints(
             .filter(|(_, applies)| **applies)
             .flat_map(|(p, _)| &p.declared_tolerations)
     };
-    let had =
-        |t: &Value| before.and_then(|b| b.get("tolerations")).and_then(Value::as_array).is_some_and(|b| b.contains(t));
-    for (i, toleration) in tolerations.iter().enumerate() {
-        if had(toleration) {
-            continue;
-        }
-        let reserving = policies.placements.iter().zip(applied).filter(|(_, applies)| !**applies).find_map(|(p, _)| {
+    // What the pod had before an UPDATE, as a set built once (a pod may carry tens of thousands
+    // of tolerations; a list search per toleration was quadratic on the request path). The API
+    // server keeps every old toleration, `tolerationSeconds` aside, so it is left out.
+    let identity = toleration_identity;
+    let had: std::collections::HashSet<_> = before
+        .and_then(|b| b.get("tolerations"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(identity)
+        .collect();
+    let reserving = |toleration: &Value| {
+        policies.placements.iter().zip(applied).filter(|(_, applies)| !**applies).find_map(|(p, _)| {
             let action = p.spec.reserve_tolerations.and_then(|a| a.action())?;
             if elsewhere(p) {
                 return None;
@@ -187,15 +193,26 @@ pub fn reserved_taints(
                     && !granted().any(|g| covers(&serde_json::to_value(g).unwrap_or(Value::Null), r))
             })?;
             Some((p, taint, action))
-        });
-        let Some((placement, taint, action)) = reserving else {
-            continue;
-        };
+        })
+    };
+    // One finding for the pod, at its first such toleration: a pod carrying thousands of them
+    // gets one line, not a denial of megabytes.
+    let mut offending = tolerations
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !had.contains(&identity(t)))
+        .filter_map(|(i, t)| reserving(t).map(|found| (i, t, found)));
+    if let Some((i, toleration, (placement, taint, action))) = offending.next() {
+        let more = offending.count();
         let wildcard = toleration.get("key").and_then(Value::as_str).is_none_or(str::is_empty);
         let what = if wildcard {
             format!("tolerates every taint (operator Exists without a key), {} among them", describe_taint(taint))
         } else {
             format!("tolerates the taint {}", describe_taint(taint))
+        };
+        let others = match more {
+            0 => String::new(),
+            n => format!(" ({n} more of its tolerations do the same)"),
         };
         findings.push(Finding {
             rule: crate::finding::Check::TenantTolerations.into(),
@@ -203,7 +220,7 @@ pub fn reserved_taints(
             path: format!("{spec_path}.tolerations[{i}]"),
             message: format!(
                 "{what}, which placement {} keeps for {}; this pod is not one of them: remove \
-                 the toleration{}",
+                 the toleration{}{others}",
                 placement.name,
                 placed_pods(placement),
                 if wildcard { " or give it a key" } else { "" }
@@ -212,6 +229,15 @@ pub fn reserved_taints(
     }
     findings.extend(bound_past_reserved_taint(policies, spec, ctx, applied, before, spec_path, granted, elsewhere));
     findings
+}
+
+/// A toleration as the API server tells old ones from new on an UPDATE (`tolerationSeconds`
+/// may change; an omitted operator is `Equal`).
+type TolerationIdentity<'t> = (Option<&'t str>, &'t str, Option<&'t str>, Option<&'t str>);
+
+fn toleration_identity(t: &Value) -> TolerationIdentity<'_> {
+    let field = |name: &str| t.get(name).and_then(Value::as_str).filter(|s| !s.is_empty());
+    (field("key"), field("operator").unwrap_or("Equal"), field("value"), field("effect"))
 }
 
 /// A Pod created with `spec.nodeName` skips the scheduler, and the kubelet admits it past

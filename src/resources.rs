@@ -277,15 +277,24 @@ pub fn accelerator_entries<'l>(
     list.iter().filter(|(n, _)| matcher.matches(n)).map(|(n, q)| (n.as_str(), *q))
 }
 
-/// True when any container (init, sidecar or app) of the pod spec names an accelerator in its
-/// requests or limits.
+/// True when any container (init, sidecar or app) of the pod spec asks for an accelerator in
+/// its requests or limits: names it with an amount other than zero. `nvidia.com/gpu: 0` asks
+/// for nothing (the scheduler fits it on nodes without GPUs), so it neither gets a GPU
+/// placement nor counts as asking for a GPU (it got the GPU toleration and the pool's nodes
+/// while charged nothing). An amount that does not parse counts as asking: it is denied
+/// elsewhere, and must not slip out of what accelerator pods get.
 pub fn requests_any(spec: &Value, matcher: &ResourceMatcher) -> bool {
+    let nonzero = |v: &Value| match v {
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(s) => Quantity::parse(s).ok() != Some(Quantity::ZERO),
+        _ => true,
+    };
     containers(spec, &ASKING_LISTS).any(|(_, _, c)| {
         ["requests", "limits"].iter().any(|field| {
             c.get("resources")
                 .and_then(|r| r.get(*field))
                 .and_then(Value::as_object)
-                .is_some_and(|m| m.keys().any(|k| matcher.matches(k)))
+                .is_some_and(|m| m.iter().any(|(k, v)| matcher.matches(k) && nonzero(v)))
         })
     })
 }
@@ -359,5 +368,11 @@ mod tests {
         let spec = json!({"initContainers": [{"resources": {"limits": {"amd.com/gpu": 1}}}], "containers": [{}]});
         assert!(requests_any(&spec, &m));
         assert!(!requests_any(&json!({"containers": [{"resources": {"limits": {"cpu": 1}}}]}), &m));
+        // Zero asks for nothing, however written; what does not parse counts as asking.
+        for zero in [json!(0), json!("0"), json!("0m"), json!(0.0)] {
+            let spec = json!({"containers": [{"resources": {"limits": {"nvidia.com/gpu": zero}}}]});
+            assert!(!requests_any(&spec, &m), "{spec}");
+        }
+        assert!(requests_any(&json!({"containers": [{"resources": {"limits": {"nvidia.com/gpu": "x"}}}]}), &m));
     }
 }

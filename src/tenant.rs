@@ -154,9 +154,6 @@ pub fn check_uncounted_accelerators(
     ))
 }
 
-/// Accelerator amounts are bounded: no container and no Pod asks more than `max_amount` of one
-/// accelerator resource, and none asks a negative amount. A Pod's total counts the devices of
-/// its DRA claims (`claimed`, in accelerator terms) too.
 /// The most distinct resource names one pod may ask (its containers' and its own requests and
 /// limits together). Kubernetes bounds only their format: a pod asking `example.com/r1` …
 /// `r20000` (it never starts) cost every replica megabytes of records and usage tables. Real
@@ -186,6 +183,9 @@ pub fn check_resource_names(view: &PodView<'_>) -> Option<Finding> {
     ))
 }
 
+/// Accelerator amounts are bounded: no container and no Pod asks more than `max_amount` of one
+/// accelerator resource, and none asks a negative amount. A Pod's total counts the devices of
+/// its DRA claims (`claimed`, in accelerator terms) too.
 pub fn check_amounts(policies: &PolicySet, view: &PodView<'_>, claimed: &ResourceList) -> Vec<Finding> {
     let mut findings = Vec::new();
     let max = policies.tenancy.max_amount;

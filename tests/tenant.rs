@@ -879,6 +879,42 @@ mod tolerations {
         }
     }
 
+    /// `nvidia.com/gpu: 0` asks for nothing: no GPU placement from Allot, and no exemption as
+    /// a pod of another accelerator (`amd.com/gpu: 0`) either.
+    #[test]
+    fn zero_of_an_accelerator_is_a_cpu_pod() {
+        let policies = shipped();
+        let zero = pod_in("vision", json!([]), json!({"limits": {"nvidia.com/gpu": 0}}));
+        let (mutation, _) = create(&policies, &zero, "alice");
+        let patch = serde_json::to_string(&mutation.patch).unwrap();
+        assert!(!patch.contains("nvidia.com/gpu"), "no GPU toleration for zero GPUs: {patch}");
+        let sneaky = pod_in("vision", json!([toleration(GPU_TAINT)]), json!({"limits": {"amd.com/gpu": "0"}}));
+        let (mutation, _) = create(&policies, &sneaky, "alice");
+        assert_eq!(denials(&mutation, "tenant/tolerations").len(), 1, "{:?}", mutation.findings);
+    }
+
+    /// Thousands of tolerations give one finding, and an UPDATE over them is judged in linear
+    /// time (a list search per toleration was quadratic on the request path).
+    #[test]
+    fn many_tolerations_cost_one_finding_and_linear_time() {
+        let policies = shipped();
+        let many: Vec<Value> = (0..3_000).map(|_| toleration(GPU_TAINT)).collect();
+        let (mutation, _) = create(&policies, &cpu_pod(json!(many)), "alice");
+        let denied = denials(&mutation, "tenant/tolerations");
+        assert_eq!(denied.len(), 1, "one finding per pod");
+        assert!(denied[0].message.ends_with("(2999 more of its tolerations do the same)"), "{}", denied[0].message);
+
+        let harmless: Vec<Value> = (0..30_000).map(|i| json!({"key": format!("k{i}"), "operator": "Exists"})).collect();
+        let old = cpu_pod(json!(harmless));
+        let mut new = old.clone();
+        new["spec"]["tolerations"].as_array_mut().unwrap().push(toleration(GPU_TAINT));
+        let started = std::time::Instant::now();
+        let out = update(&policies, &old, &new, "alice");
+        assert_eq!(denials(&out, "tenant/tolerations")[0].path, "spec.tolerations[30000]");
+        // (Quadratic was ~450 million comparisons: seconds even in a release build.)
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+    }
+
     #[test]
     fn workload_templates_are_denied_at_create_and_warned_at_update() {
         let policies = shipped();

@@ -27,14 +27,17 @@ pub fn resource_matches(matcher: &ResourceMatcher, key: &str) -> String {
     if terms.is_empty() { "false".to_string() } else { format!("({})", terms.join(" || ")) }
 }
 
-/// The container `c` names a matching resource in its requests or its limits (what
-/// `resources::requests_any` reads).
+/// The container `c` asks for a matching resource, an amount other than zero, in its requests
+/// or its limits (what `resources::requests_any` reads).
 pub fn container_names_any(matcher: &ResourceMatcher, c: &str) -> String {
     let m = resource_matches(matcher, "k");
-    format!(
-        "(has({c}.resources) && ((has({c}.resources.requests) && {c}.resources.requests.exists(k, {m})) || \
-         (has({c}.resources.limits) && {c}.resources.limits.exists(k, {m}))))"
-    )
+    let asks = |list: &str| {
+        format!(
+            "(has({c}.resources.{list}) && {c}.resources.{list}.exists(k, {m} && \
+             quantity(string({c}.resources.{list}[k])).compareTo(quantity('0')) != 0))"
+        )
+    };
+    format!("(has({c}.resources) && ({} || {}))", asks("requests"), asks("limits"))
 }
 
 /// Every container of the pod spec `s`, init containers included.
