@@ -275,7 +275,7 @@ impl Expression {
         let rewritten = precompute_object_accelerators(program.expression(), &mut Vec::new());
         let mut needs = Needs::default();
         collect_needs(&rewritten, &mut Vec::new(), &mut needs);
-        let linear = is_linear(&rewritten, 0);
+        let linear = is_linear(&rewritten, None);
         let direct = direct::Direct::compile(&rewritten);
         let (instrumented, comprehensions) = budget::instrument(&rewritten);
         let tree_depth = depth::tree_depth(&instrumented);
@@ -544,29 +544,49 @@ pub const LINEAR_FUNCTIONS: &[&str] = &[
     "upperAscii",
 ];
 
-/// See [`Expression::is_linear`]; `depth`: comprehensions around `expr`.
-fn is_linear(expr: &IdedExpr, depth: usize) -> bool {
+/// See [`Expression::is_linear`]; `within`: the iteration variable of the innermost
+/// comprehension around `expr` (`None` outside any).
+///
+/// A comprehension inside another is linear too when it walks a part of the outer one's
+/// element (`object.spec.containers.all(c, !has(c.env) || c.env.all(e, …))`): each element's
+/// part is walked once, so the walks together are linear in the object, not the product of
+/// two lists (`containers.all(c, containers.all(d, …))`, or two parts of one element,
+/// `c.a.all(x, c.b.all(y, …))`, are not: there the inner walk is rooted elsewhere).
+fn is_linear(expr: &IdedExpr, within: Option<&str>) -> bool {
     match &expr.expr {
         Expr::Call(call) => {
             (check::is_operator(&call.func_name) || LINEAR_FUNCTIONS.contains(&call.func_name.as_str()))
-                && call.target.as_deref().is_none_or(|t| is_linear(t, depth))
-                && call.args.iter().all(|a| is_linear(a, depth))
+                && call.target.as_deref().is_none_or(|t| is_linear(t, within))
+                && call.args.iter().all(|a| is_linear(a, within))
         }
         Expr::Comprehension(comp) => {
-            depth == 0
+            within.is_none_or(|var| part_of(&comp.iter_range, var))
+                && comp.iter_var2.is_none()
                 && !matches!(comp.accu_init.expr, Expr::List(_) | Expr::Map(_))
-                && is_linear(&comp.iter_range, depth)
-                && is_linear(&comp.accu_init, depth)
-                && [&comp.loop_cond, &comp.loop_step, &comp.result].iter().all(|e| is_linear(e, depth + 1))
+                && is_linear(&comp.iter_range, within)
+                && is_linear(&comp.accu_init, within)
+                && [&comp.loop_cond, &comp.loop_step, &comp.result]
+                    .iter()
+                    .all(|e| is_linear(e, Some(comp.iter_var.as_str())))
         }
-        Expr::List(list) => list.elements.iter().all(|e| is_linear(e, depth)),
+        Expr::List(list) => list.elements.iter().all(|e| is_linear(e, within)),
         Expr::Map(map) => map.entries.iter().all(|e| match &e.expr {
-            EntryExpr::MapEntry(m) => is_linear(&m.key, depth) && is_linear(&m.value, depth),
+            EntryExpr::MapEntry(m) => is_linear(&m.key, within) && is_linear(&m.value, within),
             EntryExpr::StructField(_) => false,
         }),
-        Expr::Select(select) => is_linear(&select.operand, depth),
+        Expr::Select(select) => is_linear(&select.operand, within),
         Expr::Ident(_) | Expr::Literal(_) => true,
         Expr::Struct(_) | Expr::Unspecified => false,
+    }
+}
+
+/// `expr` is a field of the iteration variable `var` (`c.env`, `c.resources.limits`).
+fn part_of(expr: &IdedExpr, var: &str) -> bool {
+    match &expr.expr {
+        Expr::Select(select) if !select.test => {
+            matches!(&select.operand.expr, Expr::Ident(name) if name == var) || part_of(&select.operand, var)
+        }
+        _ => false,
     }
 }
 
@@ -1262,12 +1282,19 @@ mod tests {
              (c.image.substring(c.image.lastIndexOf('/') + 1).contains(':') && !c.image.endsWith(':latest')))",
             "!has(object.spec.priorityClassName) || object.spec.priorityClassName != 'high-priority'",
             "'high-priority pod requesting ' + string(accelerators(object)) + ' accelerator(s)'",
+            // A walk over each element's own part: linear in the object together.
+            "object.spec.containers.all(c, !has(c.env) || c.env.all(e, e.name != 'NVIDIA_VISIBLE_DEVICES'))",
+            "object.spec.containers.all(c, c.ports.all(p, p.containerPort > 0))",
         ] {
             assert!(linear(source), "{source}");
         }
         for source in [
             // Nested: quadratic in the list.
             "object.spec.containers.all(c, object.spec.containers.all(d, c.name == d.name))",
+            // Two parts of one element walked one inside the other, or a part of something
+            // other than the innermost element.
+            "object.spec.containers.all(c, c.env.all(e, c.ports.all(p, e.name != p.name)))",
+            "object.spec.containers.all(c, c.env.all(e, c.env.all(f, e.name != f.name)))",
             // map/filter copy their accumulated list on every step.
             "object.spec.containers.map(c, c.name).size() > 0",
             "object.spec.containers.filter(c, c.name == 'x').size() == 0",

@@ -104,6 +104,18 @@ fn semantic_checks() {
     assert!(e[0].contains("spec.accelerators.checks.wholeNumbers"), "{e:?}");
 }
 
+/// The shipped policies are linear, so small reviews are evaluated in place: a rule with a
+/// nested walk sends every review to the blocking pool (two thread wake-ups each, and a thread
+/// per concurrent review: the scale test saw 6 → 21 threads at 32 clients).
+#[test]
+fn the_shipped_policies_are_evaluated_in_place() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    let set = compile(&read_sources(&dir).expect("shipped")).unwrap_or_else(|e| panic!("{e}"));
+    let nested: Vec<&str> =
+        set.rules.iter().flat_map(|r| r.expressions()).filter(|e| !e.is_linear()).map(|e| e.source()).collect();
+    assert!(set.linear && nested.is_empty(), "{nested:?}");
+}
+
 /// `Off` is what the docs and the shipped files say turns a check off; YAML 1.1 reads it
 /// unquoted as `false`, which no check accepted.
 #[test]
