@@ -1288,6 +1288,11 @@ mod tests {
         ] {
             assert!(linear(source), "{source}");
         }
+        // The shipped nested walk is also evaluated directly over the JSON (not by the
+        // interpreter, which converts every bound object first).
+        let nested = "object.spec.containers.all(c, !has(c.env) || accelerators(c) > 0 || \
+                      c.env.all(e, e.name != 'NVIDIA_VISIBLE_DEVICES' || (has(e.value) && e.value in ['void', 'none'])))";
+        assert!(Expression::compile(nested).is_ok_and(|e| e.is_direct() && e.is_linear()));
         for source in [
             // Nested: quadratic in the list.
             "object.spec.containers.all(c, object.spec.containers.all(d, c.name == d.name))",
