@@ -130,8 +130,8 @@ pub fn applying_placements(policies: &PolicySet, pod: &Value, ctx: &PodContext<'
 /// (`reserveTolerations`), where that Placement does not place this pod: a CPU pod tolerating
 /// the GPU taint, or every taint (`operator: Exists` without a key), would take the CPU and
 /// memory of the nodes that taint guards, and another team's pod would take its pool. One
-/// finding per such toleration, and one for a `spec.nodeName` past such a taint
-/// ([`bound_past_reserved_taint`]). `applied` says which placements apply ([`applying_placements`]);
+/// finding for the pod, at its first such toleration (saying how many more), and one for a
+/// `spec.nodeName` past such a taint ([`bound_past_reserved_taint`]). `applied` says which placements apply ([`applying_placements`]);
 /// `before`, on an UPDATE, the tolerations the pod had: the API server lets a pod gain
 /// tolerations, so only the ones added are judged. Namespaces of no team are the platform's
 /// (device plugins and node agents tolerate every taint) and are not checked.
@@ -152,9 +152,11 @@ pub fn reserved_taints(
     if !policies.placements.iter().any(|p| p.spec.reserve_tolerations.and_then(|a| a.action()).is_some()) {
         return findings;
     }
-    let claimed = ctx.claims.accelerators(&policies.device_classes);
+    // (Only computed for a toleration or node that meets a reserved taint: most pods carry
+    // only the API server's default tolerations and never get here.)
     let asks = |matcher: &resources::ResourceMatcher| {
-        resources::requests_any(spec, matcher) || claimed.keys().any(|name| matcher.matches(name))
+        resources::requests_any(spec, matcher)
+            || ctx.claims.accelerators(&policies.device_classes).keys().any(|name| matcher.matches(name))
     };
     // A pod asking for accelerators, none of them a reserving placement's, can only run where
     // its own devices are: that placement's taint guards nodes it cannot use.
@@ -173,26 +175,22 @@ pub fn reserved_taints(
     // What the pod had before an UPDATE, as a set built once (a pod may carry tens of thousands
     // of tolerations; a list search per toleration was quadratic on the request path). The API
     // server keeps every old toleration, `tolerationSeconds` aside, so it is left out.
-    let identity = toleration_identity;
     let had: std::collections::HashSet<_> = before
         .and_then(|b| b.get("tolerations"))
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .map(identity)
+        .map(toleration_identity)
         .collect();
     let reserving = |toleration: &Value| {
         policies.placements.iter().zip(applied).filter(|(_, applies)| !**applies).find_map(|(p, _)| {
             let action = p.spec.reserve_tolerations.and_then(|a| a.action())?;
-            if elsewhere(p) {
-                return None;
-            }
             let taint = p.declared_tolerations.iter().find(|r| {
                 is_reserving(r)
                     && tolerates_some_taint_of(toleration, r)
                     && !granted().any(|g| covers(&serde_json::to_value(g).unwrap_or(Value::Null), r))
             })?;
-            Some((p, taint, action))
+            (!elsewhere(p)).then_some((p, taint, action))
         })
     };
     // One finding for the pod, at its first such toleration: a pod carrying thousands of them
@@ -200,7 +198,7 @@ pub fn reserved_taints(
     let mut offending = tolerations
         .iter()
         .enumerate()
-        .filter(|(_, t)| !had.contains(&identity(t)))
+        .filter(|(_, t)| !had.contains(&toleration_identity(t)))
         .filter_map(|(i, t)| reserving(t).map(|found| (i, t, found)));
     if let Some((i, toleration, (placement, taint, action))) = offending.next() {
         let more = offending.count();
