@@ -308,25 +308,11 @@ impl<'a> Engine<'a> {
                 out.findings.extend(validate::check_pod_with_claims(self.policies, &view, &team, &claimed));
                 out.findings.extend(tenant::check_reserved_keys(&view));
                 out.findings.extend(tenant::check_amounts(self.policies, &view, &claimed));
-                out.findings.extend(tenant::check_resource_names(&view).map(|mut f| {
-                    // As for the other bounds: a workload admitted before stays editable.
-                    if operation == Operation::Update {
-                        f.action = Action::Warn;
-                        f.message.push_str("; its pods will be denied when created");
-                    }
-                    f
-                }));
-                // On a workload's UPDATE only a warning: its pods are denied at their creation
-                // anyway, and a workload admitted before the check (an upgrade) must stay
-                // editable (scaling, suspending, a rolling update's other fields).
+                let update = operation == Operation::Update;
+                out.findings.extend(tenant::check_resource_names(&view).map(|f| warn_on_workload_update(f, update)));
                 out.findings.extend(
-                    tenant::check_uncounted_accelerators(self.policies, &view, &claims, team.team).map(|mut f| {
-                        if operation == Operation::Update {
-                            f.action = Action::Warn;
-                            f.message.push_str("; its pods will be denied when created");
-                        }
-                        f
-                    }),
+                    tenant::check_uncounted_accelerators(self.policies, &view, &claims, team.team)
+                        .map(|f| warn_on_workload_update(f, update)),
                 );
                 let membership = validate::pod_gang(self.policies, &view, req.namespace, &team);
                 // A pod Allot holds keeps its placement in every replica: bounded. A template's
@@ -334,15 +320,8 @@ impl<'a> Engine<'a> {
                 let held = matches!(membership, Ok(Some(_)))
                     || tenant::gated_by_allot(&view.pod)
                     || (!view.path.is_empty() && self.infers_gangs_of(req, &team));
-                out.findings.extend(tenant::check_placement_size(&view, held).map(|mut f| {
-                    // As for uncounted accelerators: a workload admitted before the check stays
-                    // editable; the Pods it makes are denied when created.
-                    if operation == Operation::Update {
-                        f.action = Action::Warn;
-                        f.message.push_str("; its pods will be denied when created");
-                    }
-                    f
-                }));
+                out.findings
+                    .extend(tenant::check_placement_size(&view, held).map(|f| warn_on_workload_update(f, update)));
                 out.findings.extend(validate::check_gang(
                     &view,
                     req.namespace,
@@ -509,17 +488,9 @@ impl<'a> Engine<'a> {
         };
         // (A gang metadata error is left to validation's own gang check of this view.)
         let m = mutate::mutate_pod(self.policies, &view.pod, &ctx, &view.path);
-        out.findings.extend(m.findings.into_iter().map(|mut f| {
-            // As for uncounted accelerators: a workload admitted before its Placement reserved
-            // its tolerations stays editable; the Pods it makes are denied when created.
-            if req.operation == RequestOperation::Update
-                && f.rule == RuleId::Check(Check::TenantTolerations)
-                && f.action == Action::Deny
-            {
-                f.action = Action::Warn;
-                f.message.push_str("; its pods will be denied when created");
-            }
-            f
+        let update = req.operation == RequestOperation::Update;
+        out.findings.extend(m.findings.into_iter().map(|f| {
+            if f.rule == RuleId::Check(Check::TenantTolerations) { warn_on_workload_update(f, update) } else { f }
         }));
         if m.changed_spec_fields.is_empty() {
             return view;
@@ -590,6 +561,17 @@ pub(crate) fn alices(operation: RequestOperation, object: &Value) -> Request<'_>
         username: "alice",
         groups: &[],
     }
+}
+
+/// A template's denial by a tenant bound or reservation, on its workload's UPDATE: a warning.
+/// The workload's pods are denied when created anyway, and a workload admitted before the check
+/// (an upgrade) must stay editable (scaling, suspending, a rolling update's other fields).
+fn warn_on_workload_update(mut finding: crate::finding::Finding, update: bool) -> crate::finding::Finding {
+    if update && finding.action == Action::Deny {
+        finding.action = Action::Warn;
+        finding.message.push_str("; its pods will be denied when created");
+    }
+    finding
 }
 
 #[cfg(test)]

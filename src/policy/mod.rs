@@ -361,15 +361,17 @@ pub fn version_of(sources: &[Source]) -> String {
 /// their 1-based document numbers. YAML 1.1 booleans, as kubectl reads manifests (test suites,
 /// namespaces and state files hold Kubernetes objects).
 pub fn parse_documents(name: &str, text: &str) -> Result<Vec<(usize, Value)>, String> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| format!("{name}: invalid YAML: {e}"))?;
-    Ok(docs.into_iter().enumerate().filter(|(_, d)| !d.is_null()).map(|(i, d)| (i + 1, d)).collect())
+    parse_documents_with(name, text, serde_saphyr::Options::default())
 }
 
 /// [`parse_documents`] for policy files: booleans are YAML 1.2's `true` and `false` only. In
 /// YAML 1.1 an unquoted `Off` (the value that turns a check off), `no` or `on` is a boolean,
 /// and a documented `wholeNumbers: Off` failed to load as "invalid type: boolean".
 pub fn parse_policy_documents(name: &str, text: &str) -> Result<Vec<(usize, Value)>, String> {
-    let options = serde_saphyr::options! { strict_booleans: true };
+    parse_documents_with(name, text, serde_saphyr::options! { strict_booleans: true })
+}
+
+fn parse_documents_with(name: &str, text: &str, options: serde_saphyr::Options) -> Result<Vec<(usize, Value)>, String> {
     let docs: Vec<Value> =
         serde_saphyr::from_multiple_with_options(text, options).map_err(|e| format!("{name}: invalid YAML: {e}"))?;
     Ok(docs.into_iter().enumerate().filter(|(_, d)| !d.is_null()).map(|(i, d)| (i + 1, d)).collect())
