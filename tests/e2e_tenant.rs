@@ -893,6 +893,31 @@ fn gpu_pod_with_node_name_is_denied() {
     });
 }
 
+/// The bounds on what every replica keeps, on the real API server, as alice: a gang member
+/// with more tolerations than Allot keeps, and a pod asking more made-up resources than a pod
+/// may, are refused at apply and never exist.
+#[test]
+fn oversized_placements_and_made_up_resources_are_refused() {
+    attempt("oversized_placements_and_made_up_resources_are_refused", "t-oversized", |ctx| async move {
+        let mut big = member("big-0", "big", "2", 1);
+        big["spec"]["tolerations"] =
+            (0..100).map(|i| json!({"key": format!("example.com/k{i}"), "operator": "Exists"})).collect();
+        let message = denial("a gang member with 100 tolerations", create(&ctx, big).await);
+        assert_names("big-0", &message, &["tenant/placement-size", "at most 64"]);
+        let mut many = pod("many", 1);
+        let limits = many["spec"]["containers"][0]["resources"]["limits"].as_object_mut().expect("limits");
+        for i in 0..70 {
+            limits.insert(format!("example.com/r{i}"), json!("1"));
+        }
+        let message = denial("a pod asking 71 resources", create(&ctx, many).await);
+        assert_names("many", &message, &["tenant/resource-names", "asks 71 distinct resources"]);
+        for name in ["big-0", "many"] {
+            assert!(ctx.admin_pods().get_opt(name).await.expect("get").is_none(), "{name} exists");
+        }
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
 /// reserveTolerations on the real API server, as alice: a pod asking for no GPU cannot get
 /// onto the GPU nodes by tolerating their taint (by name, or every taint), by adding the
 /// toleration later (the API server lets a pod gain tolerations), or through a Job's template;
