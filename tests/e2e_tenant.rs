@@ -121,6 +121,12 @@ spec:
 ---
 apiVersion: allot.dev/v1alpha1
 kind: Team
+metadata: {name: open-priority}
+spec:
+  namespaces: {names: [t-open-priority]}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Team
 metadata: {name: tenant}
 spec:
   namespaces: {names: ["t-*"]}
@@ -1276,6 +1282,27 @@ fn priority_class_outside_the_team_is_denied() {
         p["spec"]["priorityClassName"] = json!("low-priority");
         let created = create(&ctx, p).await.expect("low-priority is allowed");
         assert!(gates(&created).contains(&GANG_GATE.to_string()));
+        assert_webhook_answers(&ctx).await;
+    });
+}
+
+/// A team that lists no allowed classes (team open-priority) may use any class but the system
+/// ones: alice's GPU pod at system-node-critical would preempt every other team's pods.
+#[test]
+fn system_priority_classes_are_denied_to_a_team_without_a_list() {
+    attempt("system_priority_classes_are_denied_to_a_team_without_a_list", "t-open-priority", |ctx| async move {
+        for class in ["system-node-critical", "system-cluster-critical"] {
+            let mut p = pod("critical", 1);
+            p["spec"]["priorityClassName"] = json!(class);
+            let message = denial(class, create(&ctx, p).await);
+            assert_names(class, &message, &["team/priority-class", &format!("{class} is a system priority class")]);
+            assert!(ctx.admin_pods().get_opt("critical").await.expect("get").is_none(), "{class}: the pod exists");
+        }
+        // Any other class is the team's to use.
+        let mut p = pod("high", 1);
+        p["spec"]["priorityClassName"] = json!("high-priority");
+        let created = create(&ctx, p).await.expect("high-priority for a team without a list");
+        assert_eq!(created.spec.and_then(|s| s.priority), Some(1_000_000));
         assert_webhook_answers(&ctx).await;
     });
 }

@@ -1055,3 +1055,86 @@ mod resource_names {
         assert_eq!(denials(&create(&policies, &job, "alice").1, "tenant/resource-names").len(), 1);
     }
 }
+
+/// A team that lists no allowed priority classes may use any class but the system ones: at
+/// `system-node-critical` (2,000,001,000, usable in any namespace since Kubernetes 1.17) its pods
+/// would preempt every other team's on their way to a GPU.
+mod system_priority {
+    use super::*;
+
+    fn at(class: Option<&str>) -> Value {
+        let mut pod = gpu_pod(json!(1));
+        if let Some(class) = class {
+            pod["spec"]["priorityClassName"] = json!(class);
+        }
+        pod
+    }
+
+    fn open_vision() -> PolicySet {
+        with_spec("Team", "    allowed: [low-priority, high-priority]\n", "")
+    }
+
+    #[test]
+    fn a_team_without_a_list_may_not_use_a_system_class() {
+        let policies = open_vision();
+        for class in ["system-node-critical", "system-cluster-critical"] {
+            let (_, validation) = create(&policies, &at(Some(class)), "alice");
+            let denied = denials(&validation, "team/priority-class");
+            assert_eq!(denied.len(), 1, "{class}: {:?}", validation.findings);
+            assert_eq!(denied[0].path, "spec.priorityClassName");
+            assert!(
+                denied[0].message.contains(&format!("{class} is a system priority class"))
+                    && denied[0].message.contains("team vision lists no allowed classes"),
+                "{}",
+                denied[0].message
+            );
+        }
+        // Any other class, the default and the cluster's globalDefault (what asking nothing
+        // gives) stay allowed; so does a template's system class in a Job, judged like a Pod's.
+        for class in [Some("high-priority"), Some("anything-else"), Some("low-priority"), None] {
+            let (_, validation) = create(&policies, &at(class), "alice");
+            assert!(denials(&validation, "team/priority-class").is_empty(), "{class:?}: {:?}", validation.findings);
+        }
+        let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "vision"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "priorityClassName": "system-node-critical",
+                "containers": at(None)["spec"]["containers"]}}}});
+        let denied = create(&policies, &job, "alice").1;
+        assert_eq!(denials(&denied, "team/priority-class").len(), 1, "{:?}", denied.findings);
+    }
+
+    #[test]
+    fn a_team_may_list_a_system_class_and_a_namespace_of_no_team_is_not_judged() {
+        let listed = with_spec(
+            "Team",
+            "allowed: [low-priority, high-priority]",
+            "allowed: [low-priority, high-priority, system-cluster-critical]",
+        );
+        let (_, validation) = create(&listed, &at(Some("system-cluster-critical")), "alice");
+        assert!(denials(&validation, "team/priority-class").is_empty(), "{:?}", validation.findings);
+        // Outside team namespaces (kube-system, the device plugins') Allot does not judge classes.
+        let policies = open_vision();
+        let mut pod = at(Some("system-node-critical"));
+        pod["metadata"]["namespace"] = json!("kube-system");
+        let engine = Engine::new(&policies, &NoNamespaces);
+        let mut req = request(RequestOperation::Create, &pod, None, "system:serviceaccount:kube-system:x");
+        req.namespace = "kube-system";
+        let validation = engine.admit(&req).validation;
+        assert!(denials(&validation, "team/priority-class").is_empty(), "{:?}", validation.findings);
+    }
+
+    #[test]
+    fn a_system_default_without_a_list_is_refused_by_the_parser() {
+        let mut sources = sources();
+        let doc = sources.iter_mut().find(|s| s.text.contains("kind: Team")).expect("teams");
+        doc.text = doc.text.replacen(
+            "    default: low-priority             # pods that ask for no class get this one\n    allowed: [low-priority, high-priority]\n",
+            "    default: system-node-critical\n",
+            1,
+        );
+        let error = policy::compile(&sources).expect_err("a system default without a list").to_string();
+        assert!(
+            error.contains("spec.priority.default: \"system-node-critical\" is a system priority class"),
+            "{error}"
+        );
+    }
+}

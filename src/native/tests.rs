@@ -841,6 +841,57 @@ fn native_messages_name_the_engines_paths_body() {
     );
 }
 
+/// A team that lists no allowed priority classes may use any class but the system ones,
+/// natively as in the engine, with the engine's words; a namespace of no team is not judged.
+#[test]
+fn a_team_without_a_list_may_not_use_a_system_class_natively() {
+    on_big_stack(a_team_without_a_list_may_not_use_a_system_class_natively_body);
+}
+
+fn a_team_without_a_list_may_not_use_a_system_class_natively_body() {
+    let mut sources =
+        crate::policy::read_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).expect("shipped sources");
+    let teams = sources.iter_mut().find(|s| s.text.contains("kind: Team")).expect("the teams");
+    teams.text = teams.text.replacen("    allowed: [low-priority, high-priority]\n", "", 1);
+    let set = crate::policy::compile(&sources).expect("policies compile");
+    let compiled = compile(&set);
+    let policy = validating_policy(&compiled, "allot-team-priority-classes-pod");
+    let pod = |class: Option<&str>| {
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "x:1", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}});
+        if let Some(class) = class {
+            pod["spec"]["priorityClassName"] = json!(class);
+        }
+        pod
+    };
+    let engine_says = |object: &Value, namespace: &str| -> Vec<String> {
+        let team = crate::namespaces::team_of(&set, namespace, &crate::namespaces::NoNamespaces);
+        crate::workload::pods_of(object, "", "Pod")
+            .iter()
+            .flat_map(|view| crate::validate::check_pod(&set, view, &team))
+            .filter(|f| f.rule.as_str() == "team/priority-class")
+            .map(|f| format!("[team/priority-class] {}: {}", f.path, f.message))
+            .collect()
+    };
+    for class in ["system-node-critical", "system-cluster-critical"] {
+        let object = pod(Some(class));
+        let said = engine_says(&object, "vision");
+        assert_eq!(said.len(), 1, "the engine denies {class}");
+        assert_eq!(messages_of(&policy, &object, "vision", json!({})), said);
+    }
+    for class in [Some("high-priority"), Some("other"), Some("low-priority"), None] {
+        let object = pod(class);
+        assert!(engine_says(&object, "vision").is_empty(), "{class:?}");
+        assert!(admits(&policy, &object, "vision"), "{class:?}");
+    }
+    // nlp keeps its list, and its words.
+    let high = pod(Some("high-priority"));
+    assert_eq!(messages_of(&policy, &high, "nlp", json!({})), engine_says(&high, "nlp"));
+    // A namespace of no team is left alone (the team condition reads the namespace's labels,
+    // so it guards the validations rather than matching).
+    assert!(admits(&policy, &pod(Some("system-node-critical")), "kube-system"));
+}
+
 /// The per-container checks' native messages are the engine's, path included, on Pods and on
 /// the templates of workloads (one container asking one accelerator: CEL walks a container's
 /// resources in no fixed order, the engine in name order).

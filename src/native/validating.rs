@@ -308,12 +308,13 @@ fn container_exceeds(c: &str, name: &str, limit: u32) -> String {
 }
 
 /// The team's allowed priority classes (the class a Pod ends up with, the cluster's
-/// globalDefault when it names none), on Pods and templates.
+/// globalDefault when it names none), on Pods and templates; a team that lists none may use
+/// any class but the system ones (`system-…`: the engine's `team/priority-class`).
 pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &str>, out: &mut Compiled) {
-    let limited: Vec<_> = policies.teams.iter().filter(|t| t.priority.allowed.is_some()).collect();
-    if limited.is_empty() {
+    if policies.teams.is_empty() {
         return;
     }
+    let limited: Vec<_> = policies.teams.iter().filter(|t| t.priority.allowed.is_some()).collect();
     let mut coverage = Coverage::new(Subject::TeamPriorityClasses);
     let team = match team {
         Ok(t) => t,
@@ -340,7 +341,16 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
         ),
         None => format!("(has({POD}.spec.priorityClassName) ? {POD}.spec.priorityClassName : '')"),
     };
-    let body = format!("{class} == '' || {class} in variables.allowedClasses[variables.team]");
+    // A team without a list: any class but a system one, its globalDefault aside (the parser
+    // refuses a system default without a list).
+    let open = match &policies.priority.global_default {
+        Some(g) => format!("!{class}.startsWith({SYSTEM}) || {class} == {}", cel::string(g)),
+        None => format!("!{class}.startsWith({SYSTEM})"),
+    };
+    let body = format!(
+        "{class} == '' || (variables.team in variables.allowedClasses ? {class} in \
+         variables.allowedClasses[variables.team] : ({open}))"
+    );
     // The engine's words: the classes the team lists (its default aside), the class asked, at
     // the first Pod or template that asks one outside them.
     let listed: Vec<String> = limited
@@ -354,10 +364,20 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
         })
         .collect();
     let asked = format!("[variables.allotPods[allotAt]].map({POD}, {class})[0]");
+    let system_words = format!(
+        "{asked} + {} + variables.team + {} + {asked} + {}",
+        cel::string(
+            " is a system priority class, kept for the cluster's own components: a pod at it would preempt every \
+             other team's pods; team "
+        ),
+        cel::string(" lists no allowed classes, which allows any class but the system ones (list "),
+        cel::string(" in the team's priority.allowed to permit it)")
+    );
     let message_expression = at_first_pod(
         &format!("has({POD}.spec) && !({body})"),
         &format!(
-            "'[team/priority-class] ' + {} + 'team ' + variables.team + ' may use priority classes ' + {{{}}}[variables.team] + '; this pod asks ' + {asked}",
+            "'[team/priority-class] ' + {} + (variables.team in variables.allowedClasses ? 'team ' + variables.team + \
+             ' may use priority classes ' + {{{}}}[variables.team] + '; this pod asks ' + {asked} : {system_words})",
             spec_path_then(".priorityClassName: "),
             listed.join(", ")
         ),
@@ -376,10 +396,7 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
             &name,
             Action::Deny,
             match_resources(source.rules(&["CREATE", "UPDATE"])),
-            vec![
-                not_kubelet(),
-                condition("team-with-allowed-classes", format!("{team} in {{{}}}", allowed.join(", "))),
-            ],
+            vec![not_kubelet(), condition("namespace-of-a-team", format!("{team} != ''"))],
             vec![
                 variable("team", team),
                 variable("allowedClasses", format!("{{{}}}", allowed.join(", "))),
@@ -389,13 +406,17 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
             vec![v],
         );
     }
-    for t in &limited {
-        coverage
-            .compiled
-            .push(Line::whole(format!("team {}: allowed priority classes on Pods and Pod templates", t.name)));
+    for t in &policies.teams {
+        coverage.compiled.push(Line::whole(match t.priority.allowed {
+            Some(_) => format!("team {}: allowed priority classes on Pods and Pod templates", t.name),
+            None => format!("team {}: no system priority class on Pods and Pod templates", t.name),
+        }));
     }
     out.coverage.push(coverage);
 }
+
+/// The CEL string of [`crate::validate::SYSTEM_PRIORITY_PREFIX`].
+const SYSTEM: &str = "'system-'";
 
 /// A CEL Rule: one policy per Pod source (kinds: [Pod]) or one for the named kind.
 pub(super) fn rule(policies: &PolicySet, rule: &Rule, team: Result<&str, &str>, out: &mut Compiled) {

@@ -98,6 +98,14 @@ impl Compile for TeamSpec {
             problems
                 .push(format_args!("spec.priority.default: {default:?} is not in spec.priority.allowed {allowed:?}"));
         }
+        if let (Some(default), None) = (&spec.priority.default, &spec.priority.allowed)
+            && default.starts_with(crate::validate::SYSTEM_PRIORITY_PREFIX)
+        {
+            problems.push(format_args!(
+                "spec.priority.default: {default:?} is a system priority class, which a team without \
+                 spec.priority.allowed may not use: list it there to give it to the team's pods"
+            ));
+        }
         problems.extend(values::team_priority(&spec.priority));
         // The quota's error already starts with its field path below `spec.`.
         let quota =
