@@ -193,12 +193,24 @@ pub fn reserved_taints(
             (!elsewhere(p)).then_some((p, taint, action))
         })
     };
+    // A toleration with a key meets only reserved taints of that key: most pods carry only the
+    // API server's default tolerations (`node.kubernetes.io/not-ready`, ...), which no
+    // placement reserves, and are let go on one string compare per reserved taint.
+    let may_meet_a_reserved_taint = |toleration: &Value| match toleration.get("key").and_then(Value::as_str) {
+        None | Some("") => true,
+        Some(key) => policies
+            .placements
+            .iter()
+            .flat_map(|p| &p.declared_tolerations)
+            .any(|r| is_reserving(r) && r.key.as_deref() == Some(key)),
+    };
     // One finding for the pod, at its first such toleration: a pod carrying thousands of them
     // gets one line, not a denial of megabytes.
     let mut offending = tolerations
         .iter()
         .enumerate()
-        .filter(|(_, t)| !had.contains(&toleration_identity(t)))
+        .filter(|(_, t)| may_meet_a_reserved_taint(t))
+        .filter(|(_, t)| had.is_empty() || !had.contains(&toleration_identity(t)))
         .filter_map(|(i, t)| reserving(t).map(|found| (i, t, found)));
     if let Some((i, toleration, (placement, taint, action))) = offending.next() {
         let more = offending.count();
