@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::expression::{Evaluator, Inputs};
 use crate::finding::{Finding, RuleId};
+use crate::gang::directory::NodeLookup;
 use crate::gang::membership::{GATE, PodFacts, QUOTA_GATE};
 use crate::json::Fields;
 use crate::namespaces::TeamLookup;
@@ -253,8 +254,10 @@ fn toleration_identity(t: &Value) -> TolerationIdentity<'_> {
 /// A Pod created with `spec.nodeName` skips the scheduler, and the kubelet admits it past
 /// `NoSchedule` taints: one naming a node that a reserving Placement's taint guards, where
 /// that Placement does not place it, would take that node's CPU and memory as surely as a
-/// toleration would. Whoever creates it (a DaemonSet's template can name the node). Only for
-/// nodes the cluster view knows.
+/// toleration would. Whoever creates it (a DaemonSet's template can name the node). A node the
+/// view has listed no node by is refused too: the pod would wait for a node of that name to
+/// join (the next GPU node an autoscaler names predictably) and run there past its taints.
+/// Where the nodes are not watched (`allot check`, a view not listed yet) nothing is said.
 #[allow(clippy::too_many_arguments)]
 fn bound_past_reserved_taint<'p, G: Iterator<Item = &'p Toleration>>(
     policies: &'p PolicySet,
@@ -270,26 +273,49 @@ fn bound_past_reserved_taint<'p, G: Iterator<Item = &'p Toleration>>(
     if before.is_some() || ctx.requester.is_node() {
         return None;
     }
-    let taints = ctx.cluster.node_taints(node)?;
-    let (placement, taint, action) =
-        policies.placements.iter().zip(applied).filter(|(_, a)| !**a).find_map(|(p, _)| {
-            let action = p.spec.reserve_tolerations.and_then(|a| a.action())?;
-            if elsewhere(p) {
-                return None;
-            }
-            let taint = taints.iter().find(|taint| {
-                taint.effect != "PreferNoSchedule"
-                    && p.declared_tolerations.iter().any(|r| is_reserving(r) && tolerates_taint(r, taint))
-                    && !granted().any(|g| tolerates_taint(g, taint))
-            })?;
-            Some((p, taint, action))
-        })?;
-    let value = taint.value.as_deref().filter(|v| !v.is_empty()).map(|v| format!("={v}")).unwrap_or_default();
-    Some(Finding {
+    // The placements that keep their taints from this pod.
+    let mut reserving = policies
+        .placements
+        .iter()
+        .zip(applied)
+        .filter(|(_, a)| !**a)
+        .filter_map(|(p, _)| Some((p, p.spec.reserve_tolerations.and_then(|a| a.action())?)))
+        .filter(|(p, _)| !elsewhere(p));
+    let finding = |action, message| Finding {
         rule: crate::finding::Check::TenantTolerations.into(),
         action,
         path: format!("{spec_path}.nodeName"),
-        message: format!(
+        message,
+    };
+    let taints = match ctx.cluster.node(node) {
+        NodeLookup::NotWatched => return None,
+        NodeLookup::Unknown => {
+            let (placement, action) = reserving.next()?;
+            return Some(finding(
+                action,
+                format!(
+                    "no node {node} is known to Allot: a pod bound by name waits for a node of that name to join \
+                     and skips its taints, which placement {} keeps for {}, and this pod is not one of them: \
+                     remove spec.nodeName",
+                    placement.name,
+                    placed_pods(placement)
+                ),
+            ));
+        }
+        NodeLookup::Taints(taints) => taints,
+    };
+    let (placement, taint, action) = reserving.find_map(|(p, action)| {
+        let taint = taints.iter().find(|taint| {
+            taint.effect != "PreferNoSchedule"
+                && p.declared_tolerations.iter().any(|r| is_reserving(r) && tolerates_taint(r, taint))
+                && !granted().any(|g| tolerates_taint(g, taint))
+        })?;
+        Some((p, taint, action))
+    })?;
+    let value = taint.value.as_deref().filter(|v| !v.is_empty()).map(|v| format!("={v}")).unwrap_or_default();
+    Some(finding(
+        action,
+        format!(
             "node {node} has the taint {}{value}:{}, which placement {} keeps for {}; a pod bound by name skips \
              the taint, and this pod is not one of them: remove spec.nodeName",
             taint.key,
@@ -297,7 +323,7 @@ fn bound_past_reserved_taint<'p, G: Iterator<Item = &'p Toleration>>(
             placement.name,
             placed_pods(placement)
         ),
-    })
+    ))
 }
 
 /// True when the Placement toleration `t` tolerates the node's `taint`, as the scheduler

@@ -895,6 +895,12 @@ fn gpu_pod_with_node_name_is_denied() {
         cpu["spec"]["nodeName"] = json!("gpu-node-1");
         let message = denial("a CPU pod naming a GPU node", create(&ctx, cpu).await);
         assert_names("cpu", &message, &["tenant/tolerations", "node gpu-node-1 has the taint nvidia.com/gpu"]);
+        // Nor a node nobody has seen: it would run on the next node to join under that name.
+        let mut cpu = pod("cpu", 0);
+        cpu["spec"]["nodeName"] = json!("gpu-node-9");
+        let message = denial("a CPU pod naming a node that does not exist", create(&ctx, cpu).await);
+        assert_names("cpu", &message, &["tenant/tolerations", "no node gpu-node-9 is known to Allot"]);
+        assert!(ctx.admin_pods().get_opt("cpu").await.expect("get").is_none(), "the pod exists");
         assert_webhook_answers(&ctx).await;
     });
 }

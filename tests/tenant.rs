@@ -653,6 +653,7 @@ mod property {
 /// tenants cannot write its toleration themselves.
 mod tolerations {
     use super::*;
+    use allot::gang::directory::NodeLookup;
 
     fn pod_in(namespace: &str, tolerations: Value, resources: Value) -> Value {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": namespace},
@@ -824,7 +825,7 @@ mod tolerations {
         fn peers(&self, _: &str, _: &str) -> Vec<allot::gang::directory::Peer> {
             Vec::new()
         }
-        fn node_taints(&self, name: &str) -> Option<Vec<k8s_openapi::api::core::v1::Taint>> {
+        fn node(&self, name: &str) -> NodeLookup {
             let taint = |key: &str, value: Option<&str>, effect: &str| k8s_openapi::api::core::v1::Taint {
                 key: key.into(),
                 value: value.map(Into::into),
@@ -832,10 +833,10 @@ mod tolerations {
                 ..Default::default()
             };
             match name {
-                "gpu-1" => Some(vec![taint("nvidia.com/gpu", Some("present"), "NoSchedule")]),
-                "gpu-soft" => Some(vec![taint("nvidia.com/gpu", None, "PreferNoSchedule")]),
-                "cpu-1" => Some(vec![taint("spot", Some("true"), "NoSchedule")]),
-                _ => None,
+                "gpu-1" => NodeLookup::Taints(vec![taint("nvidia.com/gpu", Some("present"), "NoSchedule")]),
+                "gpu-soft" => NodeLookup::Taints(vec![taint("nvidia.com/gpu", None, "PreferNoSchedule")]),
+                "cpu-1" => NodeLookup::Taints(vec![taint("spot", Some("true"), "NoSchedule")]),
+                _ => NodeLookup::Unknown,
             }
         }
     }
@@ -847,6 +848,30 @@ mod tolerations {
         let engine = Engine::new(&policies, &NoNamespaces).with_gangs(&Nodes);
         let request = Request { namespace, ..request(RequestOperation::Create, &pod, None, username) };
         engine.admit(&request).mutation
+    }
+
+    /// A node the view has listed no node by: the pod would wait for one of that name to join
+    /// (the next GPU node, named predictably) and run there past its taints. Where nodes are
+    /// not watched (`allot check`), nothing is said.
+    #[test]
+    fn a_cpu_pod_may_not_name_a_node_nobody_has_seen() {
+        let out = bound("gpu-node-9", "vision", "alice");
+        let denied = denials(&out, "tenant/tolerations");
+        assert_eq!(denied.len(), 1, "{:?}", out.findings);
+        assert_eq!(denied[0].path, "spec.nodeName");
+        assert!(
+            denied[0].message.starts_with("no node gpu-node-9 is known to Allot")
+                && denied[0].message.contains("placement nvidia-gpu keeps"),
+            "{}",
+            denied[0].message
+        );
+        assert!(denials(&bound("gpu-node-9", "gpu-operator", "alice"), "tenant/tolerations").is_empty());
+        let policies = shipped();
+        let mut pod = pod_in("vision", json!([]), json!({"requests": {"cpu": "1"}}));
+        pod["spec"]["nodeName"] = json!("gpu-node-9");
+        let unwatched =
+            Engine::new(&policies, &NoNamespaces).admit(&request(RequestOperation::Create, &pod, None, "alice"));
+        assert!(denials(&unwatched.mutation, "tenant/tolerations").is_empty(), "{:?}", unwatched.mutation.findings);
     }
 
     /// The kubelet admits a pod bound by name past a NoSchedule taint: naming a GPU node is
@@ -866,10 +891,8 @@ mod tolerations {
                 denied[0].message
             );
         }
-        // Other nodes, nodes the view does not know, soft taints and the platform's namespaces.
-        for (node, namespace) in
-            [("cpu-1", "vision"), ("unknown", "vision"), ("gpu-soft", "vision"), ("gpu-1", "gpu-operator")]
-        {
+        // Other nodes, soft taints and the platform's namespaces.
+        for (node, namespace) in [("cpu-1", "vision"), ("gpu-soft", "vision"), ("gpu-1", "gpu-operator")] {
             let out = bound(node, namespace, "alice");
             assert!(
                 out.findings.iter().all(|f| f.rule != "tenant/tolerations"),

@@ -9,11 +9,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
-use k8s_openapi::api::core::v1::Taint;
-
 use super::records::{ClaimDevices, ClaimId, Key, NodeInfo, Owner, PodRecord, key};
 use super::tally::{GangTally, add_to};
-use crate::gang::directory::{GangDirectory, Peer};
+use crate::gang::directory::{GangDirectory, NodeLookup, Peer};
 use crate::gang::membership::OwnerGang;
 use crate::quantity::Quantity;
 use crate::resources::ResourceList;
@@ -1044,8 +1042,13 @@ impl GangDirectory for ClusterState {
             .collect()
     }
 
-    fn node_taints(&self, name: &str) -> Option<Vec<Taint>> {
-        read(&self.inner).nodes.get(name).map(|n| n.taints.clone())
+    fn node(&self, name: &str) -> NodeLookup {
+        let inner = read(&self.inner);
+        match inner.nodes.get(name) {
+            Some(n) => NodeLookup::Taints(n.taints.clone()),
+            None if inner.nodes_listed => NodeLookup::Unknown,
+            None => NodeLookup::NotWatched,
+        }
     }
 
     /// From the index kept with the usage: O(pods naming the claim), in name order.

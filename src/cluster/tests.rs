@@ -302,6 +302,30 @@ fn the_view_is_complete_only_once_pods_and_nodes_are_listed_and_no_relist_is_und
     assert!(!nodes_first.complete(), "nodes listed, pods not");
 }
 
+/// `spec.nodeName` is judged against the nodes only once they are listed: before, nothing
+/// can be said; after, a name no node has is unknown (admission refuses it), a node's taints
+/// are its own.
+#[test]
+fn a_node_is_unknown_only_once_the_nodes_are_listed() {
+    use crate::gang::directory::NodeLookup;
+    let state = super::ClusterState::default();
+    assert_eq!(state.node("gpu-1"), NodeLookup::NotWatched);
+    let taint = k8s_openapi::api::core::v1::Taint {
+        key: "nvidia.com/gpu".into(),
+        effect: "NoSchedule".into(),
+        ..Default::default()
+    };
+    state.replace_nodes(vec![super::records::NodeInfo {
+        name: "gpu-1".into(),
+        labels: Default::default(),
+        taints: vec![taint.clone()],
+        unschedulable: false,
+        allocatable: Default::default(),
+    }]);
+    assert_eq!(state.node("gpu-1"), NodeLookup::Taints(vec![taint]));
+    assert_eq!(state.node("gpu-9"), NodeLookup::Unknown);
+}
+
 /// A member the controller is deleting stops counting for its gang's quorum at once (the next
 /// pass must not delete it twice), keeps its devices in the tallies until the watch says it is
 /// gone, and counts again if the deletion failed.

@@ -92,11 +92,22 @@ pub trait GangDirectory: Send + Sync {
     fn pods_naming_claim(&self, _namespace: &str, _claim: &str) -> Vec<String> {
         Vec::new()
     }
-    /// The taints of node `name`, where the cluster view knows the node (`None` elsewhere, and
-    /// for a node it has not seen).
-    fn node_taints(&self, _name: &str) -> Option<Vec<k8s_openapi::api::core::v1::Taint>> {
-        None
+    /// What the cluster view knows of node `name` ([`NodeLookup::NotWatched`] where there is
+    /// no view of the nodes: `allot check`, a view not listed yet).
+    fn node(&self, _name: &str) -> NodeLookup {
+        NodeLookup::NotWatched
     }
+}
+
+/// A node named by a Pod's `spec.nodeName`, as the cluster view knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeLookup {
+    /// Nodes are not watched here, or not listed yet: nothing can be said.
+    NotWatched,
+    /// The nodes are listed and none has this name (yet: one may join under it later).
+    Unknown,
+    /// The node, with its taints.
+    Taints(Vec<k8s_openapi::api::core::v1::Taint>),
 }
 
 /// No knowledge of other members.
