@@ -303,6 +303,13 @@ pub fn check_bound_pod(
     ))
 }
 
+/// True when the Pod carries the scheduling gate `name`.
+fn has_gate(pod: &Value, name: &str) -> bool {
+    pod.field(&["spec", "schedulingGates"])
+        .and_then(Value::as_array)
+        .is_some_and(|gates| gates.iter().any(|g| g.get("name").and_then(Value::as_str) == Some(name)))
+}
+
 /// Allot's gates of a Pod, in order.
 fn allot_gates(pod: &Value) -> Vec<&str> {
     pod.field(&["spec", "schedulingGates"])
@@ -364,6 +371,22 @@ pub fn check_pod_update(policies: &PolicySet, old: &Value, new: &Value, username
             format!(
                 "only Allot ({allot}) may remove or change the scheduling gate {changed}, not {who}; Allot lifts it \
                  when the whole gang fits and the team's quota has room (delete the pod to give up its place)"
+            ),
+        ));
+    }
+    if policies.tenancy.external_schedulers.contains(&ExternalScheduler::Kueue)
+        && has_gate(old, membership::KUEUE_GATE)
+        && !has_gate(new, membership::KUEUE_GATE)
+        && !policies.tenancy.is_kueue(username)
+    {
+        findings.push(deny(
+            Check::TenantAllotGates,
+            "spec.schedulingGates".into(),
+            format!(
+                "the scheduling gate {} keeps this pod out of Allot's gang and quota gates, for Kueue to admit \
+                 it: only Kueue ({}) may lift it, not {who} (the Cluster policy's trust.kueueControllers)",
+                membership::KUEUE_GATE,
+                policies.tenancy.kueue_controllers.join(", ")
             ),
         ));
     }
@@ -575,15 +598,14 @@ pub fn never_gate(
         return Some(Exemption::DaemonSet);
     }
     let runs = |s| tenancy.external_schedulers.contains(&s);
-    if runs(ExternalScheduler::Kueue)
-        && (facts.gates.contains(&membership::KUEUE_GATE)
-            || facts.labels.get(membership::KUEUE_MANAGED) == Some("true"))
-    {
+    // Kueue's gate holds the pod until Kueue admits it, and only Kueue may lift it
+    // ([`check_pod_update`]); its `managed` label alone holds nothing (a tenant writes it).
+    if runs(ExternalScheduler::Kueue) && facts.gates.contains(&membership::KUEUE_GATE) {
         return Some(Exemption::Kueue);
     }
-    if runs(ExternalScheduler::Volcano)
-        && (facts.scheduler_name == Some("volcano") || facts.annotations.contains_key(membership::VOLCANO_GROUP))
-    {
+    // Volcano queues the pods its scheduler places; its group annotation on a pod the default
+    // scheduler places holds nothing.
+    if runs(ExternalScheduler::Volcano) && facts.scheduler_name == Some("volcano") {
         return Some(Exemption::Volcano);
     }
     if runs(ExternalScheduler::Coscheduling)
@@ -642,10 +664,48 @@ mod tests {
             ..TenantPolicy::default()
         };
         assert!(gate(json!({}), kueue_gate, &all, tenant).is_some());
-        assert!(gate(kueue_label, json!({}), &all, tenant).is_some());
         assert!(gate(json!({}), volcano, &all, tenant).is_some());
-        assert!(gate(volcano_group, json!({}), &all, tenant).is_some());
         assert!(gate(cosched, json!({}), &all, tenant).is_some());
+        // Markers that hold nothing: Kueue's label without its gate (the pod would run at
+        // once), Volcano's group on a pod the default scheduler places.
+        assert!(gate(kueue_label, json!({}), &all, tenant).is_none());
+        assert!(gate(volcano_group.clone(), json!({}), &all, tenant).is_none());
+        assert!(gate(volcano_group, json!({"schedulerName": "default-scheduler"}), &all, tenant).is_none());
         assert!(gate(json!({}), json!({"schedulerName": "default-scheduler"}), &all, tenant).is_none());
+    }
+
+    /// Where the cluster runs Kueue, its gate exempts a pod from Allot's gates: only Kueue's
+    /// identities may lift it (a tenant lifting her own would have skipped every gate).
+    #[test]
+    fn only_kueue_lifts_kueues_gate_where_kueue_exempts() {
+        let kueue = "system:serviceaccount:kueue-system:kueue-controller-manager";
+        let allot = DEFAULT_ALLOT_USERNAME;
+        let gated = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"schedulingGates": [{"name": KUEUE_GATE}], "containers": [{"name": "c", "image": "i"}]}});
+        let mut lifted = gated.clone();
+        lifted["spec"]["schedulingGates"] = json!([]);
+        let with = |schedulers: &str| {
+            crate::policy::compile(&[crate::policy::Source {
+                name: "cluster.yaml".into(),
+                text: format!("apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: c}}\nspec:\n  externalSchedulers: {schedulers}\n"),
+            }])
+            .expect("a Cluster policy")
+        };
+        let runs_kueue = with("[Kueue]");
+        let denied = check_pod_update(&runs_kueue, &gated, &lifted, "alice", allot);
+        assert_eq!(denied.len(), 1, "{denied:?}");
+        assert!(
+            denied[0].message.contains(&format!("only Kueue ({kueue}) may lift it, not alice")),
+            "{}",
+            denied[0].message
+        );
+        assert!(check_pod_update(&runs_kueue, &gated, &lifted, kueue, allot).is_empty());
+        assert!(check_pod_update(&runs_kueue, &gated, &lifted, allot, allot).is_empty());
+        // Where Kueue is not listed its gate exempts nothing: hers to lift.
+        assert!(check_pod_update(&with("[]"), &gated, &lifted, "alice", allot).is_empty());
+        // Other edits of a Kueue-gated pod pass.
+        let mut labelled = gated.clone();
+        labelled["metadata"]["labels"] = json!({"tier": "web"});
+        assert!(check_pod_update(&runs_kueue, &gated, &labelled, "alice", allot).is_empty());
     }
 }

@@ -273,6 +273,16 @@ async fn start_shared(assets: &Assets) -> Shared {
     std::fs::write(&path, allot_kubeconfig).expect("allot kubeconfig");
     cluster.stop_allot();
     cluster.kubeconfig = path;
+    // The cluster runs Kueue (as far as Allot is told): its gate exempts a pod from Allot's
+    // gates, so who may lift it matters (`kueue_markers_exempt_nothing_alice_can_lift`).
+    let cluster_policy = cluster.dir.path().join("policies/cluster.yaml");
+    let text = std::fs::read_to_string(&cluster_policy).expect("the Cluster policy");
+    assert!(text.contains("\n  externalSchedulers: []\n"), "the shipped Cluster policy changed");
+    std::fs::write(
+        &cluster_policy,
+        text.replacen("\n  externalSchedulers: []\n", "\n  externalSchedulers: [Kueue]\n", 1),
+    )
+    .expect("write the Cluster policy");
     cluster.start_allot();
     wait_until_ready(&cluster.allot_metrics).await;
     skip_allot_in_webhooks(&cluster.client).await;
@@ -818,20 +828,27 @@ fn reserved_keys_cannot_be_written_through_pods_status() {
 // 4. Exemptions a tenant can write
 // ---------------------------------------------------------------------------------------------
 
+/// The Cluster policy here lists Kueue. Kueue's label alone holds nothing (the pod would run at
+/// once), so it exempts nothing; Kueue's gate exempts a pod from Allot's gates because it holds
+/// the pod for Kueue, so only Kueue may lift it: alice cannot.
 #[test]
-fn kueue_label_does_not_exempt_a_gang() {
-    attempt("kueue_label_does_not_exempt_a_gang", "t-kueue-label", |ctx| async move {
+fn kueue_markers_exempt_nothing_alice_can_lift() {
+    attempt("kueue_markers_exempt_nothing_alice_can_lift", "t-kueue-label", |ctx| async move {
         let mut p = member("w-0", "ring", "4", 1);
         p["metadata"]["labels"]["kueue.x-k8s.io/managed"] = json!("true");
         let created = create(&ctx, p).await.expect("admitted");
         assert!(gates(&created).contains(&GANG_GATE.to_string()), "not gated: {:?}", gates(&created));
-        // Kueue's own gate, written by alice: she may lift it herself, so it exempts nothing.
+        // Kueue's own gate, written by alice: Kueue's to lift, so Allot leaves the pod to it.
         let mut p = member("w-1", "ring", "4", 1);
         p["spec"]["schedulingGates"] = json!([{"name": "kueue.x-k8s.io/admission"}]);
         let created = create(&ctx, p).await.expect("admitted");
-        assert!(gates(&created).contains(&GANG_GATE.to_string()), "not gated: {:?}", gates(&created));
+        assert_eq!(gates(&created), ["kueue.x-k8s.io/admission"]);
+        let lift = json_patch(json!([{"op": "remove", "path": "/spec/schedulingGates/0"}]));
+        let message =
+            denial("alice lifting Kueue's gate", ctx.pods().patch("w-1", &PatchParams::default(), &lift).await);
+        assert_names("w-1", &message, &["tenant/allot-gates", "only Kueue", "kueue-controller-manager"]);
+        assert_still_gated(&ctx, "w-1", "kueue.x-k8s.io/admission", Duration::ZERO).await;
         assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(2)).await;
-        assert_still_gated(&ctx, "w-1", GANG_GATE, Duration::ZERO).await;
         assert_webhook_answers(&ctx).await;
     });
 }

@@ -285,6 +285,19 @@ mod creates {
         let shipped = shipped();
         let mut pod = gated_worker();
         pod["spec"].as_object_mut().unwrap().remove("schedulingGates");
+        // Markers that hold the pod for their manager: Kueue's gate, Volcano's scheduler.
+        let mut kueue_gated = pod.clone();
+        kueue_gated["spec"]["schedulingGates"] = json!([{"name": "kueue.x-k8s.io/admission"}]);
+        let mut volcano = pod.clone();
+        volcano["spec"]["schedulerName"] = json!("volcano");
+        for (marked, scheduler) in [(&kueue_gated, "Kueue"), (&volcano, "Volcano")] {
+            assert!(gated(&create(&shipped, marked, "alice").0), "{scheduler} is not listed: no exemption");
+            let runs = with_spec("Cluster", "externalSchedulers: []", &format!("externalSchedulers: [{scheduler}]"));
+            assert!(!gated(&create(&runs, marked, "alice").0), "{scheduler} runs here");
+        }
+        // Markers that hold nothing exempt nothing, even where their manager runs: Kueue's label
+        // without its gate (the pod would run at once), Volcano's group on a pod the default
+        // scheduler places.
         let markers = [
             ("labels", "kueue.x-k8s.io/managed", "true", "Kueue"),
             ("annotations", "scheduling.k8s.io/group-name", "pg", "Volcano"),
@@ -294,11 +307,8 @@ mod creates {
             marked["metadata"][field][key] = json!(value);
             assert!(gated(&create(&shipped, &marked, "alice").0), "{key} alone must not exempt");
             let runs = with_spec("Cluster", "externalSchedulers: []", &format!("externalSchedulers: [{scheduler}]"));
-            assert!(!gated(&create(&runs, &marked, "alice").0), "{scheduler} runs here");
+            assert!(gated(&create(&runs, &marked, "alice").0), "{key} alone must not exempt where {scheduler} runs");
         }
-        let mut volcano = pod.clone();
-        volcano["spec"]["schedulerName"] = json!("volcano");
-        assert!(gated(&create(&shipped, &volcano, "alice").0));
     }
 
     /// The mirror-pod annotation exempts from placement and gates only a kubelet's pod: a
@@ -378,11 +388,15 @@ mod creates {
         let from_the_controller = create(&queue, &pod, DS_CONTROLLER).0;
         assert!(queued(&from_the_controller), "{:?}", from_the_controller.patch);
         assert!(queued(&create(&queue, &pod, "alice").0));
-        // A Kueue-managed pod, where the cluster runs Kueue, is Kueue's to queue.
+        // A pod behind Kueue's gate, where the cluster runs Kueue, is Kueue's to queue; its
+        // label alone (no gate: the pod would run at once) exempts nothing.
         let kueue = with_specs(&[to_queue, ("Cluster", "externalSchedulers: []", "externalSchedulers: [Kueue]")]);
         let mut managed = gpu_pod(json!(8));
         managed["metadata"]["labels"] = json!({"kueue.x-k8s.io/managed": "true"});
         assert!(queued(&create(&queue, &managed, "alice").0), "a label alone exempts nothing");
+        assert!(queued(&create(&kueue, &managed, "alice").0), "a label alone exempts nothing");
+        managed["spec"]["schedulingGates"] = json!([{"name": "kueue.x-k8s.io/admission"}]);
+        assert!(queued(&create(&queue, &managed, "alice").0), "Kueue is not listed");
         assert!(!queued(&create(&kueue, &managed, "alice").0));
     }
 
@@ -816,6 +830,26 @@ mod tolerations {
         let mut more = new.clone();
         more["spec"]["tolerations"].as_array_mut().unwrap().push(json!({"key": "spot", "operator": "Exists"}));
         assert!(update(&policies, &new, &more, "alice").allowed());
+    }
+
+    /// Where the cluster runs Kueue, Kueue lifts its gate and adds the tolerations of the flavor
+    /// it admitted the pod to in one UPDATE: the admins' ResourceFlavors, let through; the
+    /// same UPDATE by alice is not (nor may she lift Kueue's gate).
+    #[test]
+    fn kueue_may_add_its_flavors_tolerations_as_it_admits_a_pod() {
+        const KUEUE: &str = "system:serviceaccount:kueue-system:kueue-controller-manager";
+        let policies = with_spec("Cluster", "externalSchedulers: []", "externalSchedulers: [Kueue]");
+        let mut old = cpu_pod(json!([]));
+        old["spec"]["schedulingGates"] = json!([{"name": "kueue.x-k8s.io/admission"}]);
+        let mut new = old.clone();
+        new["spec"]["schedulingGates"] = json!([]);
+        new["spec"]["tolerations"] = json!([toleration(GPU_TAINT)]);
+        assert!(update(&policies, &old, &new, KUEUE).allowed(), "{:?}", update(&policies, &old, &new, KUEUE).findings);
+        let by_alice = update(&policies, &old, &new, "alice");
+        assert_eq!(denials(&by_alice, "tenant/tolerations").len(), 1, "{:?}", by_alice.findings);
+        assert_eq!(denials(&by_alice, "tenant/allot-gates").len(), 1, "{:?}", by_alice.findings);
+        // Where Kueue is not listed, its identity is nobody special.
+        assert_eq!(denials(&update(&shipped(), &old, &new, KUEUE), "tenant/tolerations").len(), 1);
     }
 
     /// The cluster view's nodes, for `spec.nodeName`.

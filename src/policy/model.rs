@@ -148,9 +148,10 @@ pub struct DeviceClassMapping {
 /// A gang or queue manager besides Allot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize, JsonSchema)]
 pub enum ExternalScheduler {
-    /// Kueue: pods with its `kueue.x-k8s.io/admission` gate or `kueue.x-k8s.io/managed: "true"`.
+    /// Kueue: pods created with its `kueue.x-k8s.io/admission` gate, which only Kueue's
+    /// identities (`trust.kueueControllers`) may lift.
     Kueue,
-    /// Volcano: `schedulerName: volcano` or the `scheduling.k8s.io/group-name` annotation.
+    /// Volcano: pods with `schedulerName: volcano` (Volcano's scheduler, which queues them).
     Volcano,
     /// The scheduler-plugins coscheduling PodGroup: label `scheduling.x-k8s.io/pod-group`.
     Coscheduling,
@@ -169,6 +170,11 @@ pub struct TrustSpec {
     /// every gate). Default: the same identities as `daemonSetControllers`.
     #[serde(default = "default_daemon_set_controllers")]
     pub bound_pod_creators: Vec<String>,
+    /// Where `externalSchedulers` lists Kueue: who may lift Kueue's `kueue.x-k8s.io/admission`
+    /// gate (it keeps a pod out of Allot's gates) and add the tolerations of the flavor Kueue
+    /// admitted the pod to. Default: Kueue's controller in its standard install.
+    #[serde(default = "default_kueue_controllers")]
+    pub kueue_controllers: Vec<String>,
 }
 
 impl Default for TrustSpec {
@@ -176,8 +182,13 @@ impl Default for TrustSpec {
         TrustSpec {
             daemon_set_controllers: default_daemon_set_controllers(),
             bound_pod_creators: default_daemon_set_controllers(),
+            kueue_controllers: default_kueue_controllers(),
         }
     }
+}
+
+fn default_kueue_controllers() -> Vec<String> {
+    vec!["system:serviceaccount:kueue-system:kueue-controller-manager".to_string()]
 }
 
 fn default_daemon_set_controllers() -> Vec<String> {

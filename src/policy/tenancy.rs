@@ -17,6 +17,8 @@ pub struct TenantPolicy {
     pub daemon_set_controllers: Vec<String>,
     /// Identities that may create accelerator Pods with `spec.nodeName`.
     pub bound_pod_creators: Vec<String>,
+    /// Identities that may lift Kueue's gate and add its flavors' tolerations.
+    pub kueue_controllers: Vec<String>,
     /// The most of one accelerator resource per Pod.
     pub max_amount: u32,
 }
@@ -28,12 +30,19 @@ impl Default for TenantPolicy {
 }
 
 impl TenantPolicy {
+    /// True where the cluster runs Kueue and `username` is one of its trusted identities.
+    pub fn is_kueue(&self, username: &str) -> bool {
+        self.external_schedulers.contains(&ExternalScheduler::Kueue)
+            && self.kueue_controllers.iter().any(|k| k == username)
+    }
+
     /// From the Cluster document (or its defaults).
     pub fn from_cluster(cluster: &ClusterSpec) -> TenantPolicy {
         TenantPolicy {
             external_schedulers: cluster.external_schedulers.clone(),
             daemon_set_controllers: cluster.trust.daemon_set_controllers.clone(),
             bound_pod_creators: cluster.trust.bound_pod_creators.clone(),
+            kueue_controllers: cluster.trust.kueue_controllers.clone(),
             max_amount: cluster.accelerators.max_amount.unwrap_or(DEFAULT_MAX_AMOUNT),
         }
     }
