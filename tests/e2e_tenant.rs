@@ -44,6 +44,13 @@ spec:
   match: {namespaces: [t-template-gangs]}
   infer: [Job, JobSet]
   assemblyTimeout: 10m
+---
+apiVersion: allot.dev/v1alpha1
+kind: GangPolicy
+metadata: {name: start-timeout}
+spec:
+  match: {namespaces: [t-start-timeout]}
+  startTimeout: 8s
 "#;
 
 /// Teams for the attempts' namespaces: each quota attempt has a team of its own, everything else
@@ -1730,4 +1737,85 @@ fn what_allot_does_not_decode_hides_nothing() {
         assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(2)).await;
         assert_webhook_answers(&ctx).await;
     });
+}
+
+/// A gang alice gets released whose members never bind (they mount a PersistentVolumeClaim she
+/// has not created) keeps the GPUs it was released onto: her second gang, needing the same GPUs,
+/// stays gated while any member of the first exists. At the start timeout (`8s` in this
+/// namespace's GangPolicy, `onStartTimeout` left at its default, `Fail`) every member of the
+/// first gang is deleted with a Warning Event saying bare pods are not recreated, and only then
+/// does the second gang go.
+#[test]
+fn a_released_gang_that_never_binds_is_deleted_at_its_start_timeout_before_another_takes_its_gpus() {
+    attempt(
+        "a_released_gang_that_never_binds_is_deleted_at_its_start_timeout_before_another_takes_its_gpus",
+        "t-start-timeout",
+        |ctx| async move {
+            use k8s_openapi::api::events::v1::Event;
+            let gated = |p: &Pod| gates(p).contains(&GANG_GATE.to_string());
+            let list = |gang: &'static str| {
+                let pods = ctx.admin_pods();
+                async move {
+                    let selector = format!("allot.dev/gang-name={gang}");
+                    let all = pods.list(&ListParams::default().labels(&selector)).await.expect("list").items;
+                    all.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect::<Vec<Pod>>()
+                }
+            };
+            // Two members of 2 GPUs each fill both shared nodes (2 GPUs each).
+            for i in 0..2 {
+                let mut p = member(&format!("stuck-{i}"), "stuck", "2", 2);
+                p["spec"]["volumes"] =
+                    json!([{"name": "data", "persistentVolumeClaim": {"claimName": "not-created-yet"}}]);
+                p["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+                create(&ctx, p).await.expect("a member mounting a claim that does not exist");
+            }
+            wait_for("the stuck gang released", Duration::from_secs(30), || async {
+                let stuck = list("stuck").await;
+                stuck.len() == 2 && stuck.iter().all(|p| !gated(p))
+            })
+            .await;
+            let released = Instant::now();
+            for i in 0..2 {
+                create(&ctx, member(&format!("next-{i}"), "next", "2", 2)).await.expect("the second gang");
+            }
+            // While any member of the stuck gang is there, the second gang stays gated.
+            let gone = loop {
+                let stuck = list("stuck").await;
+                let next = list("next").await;
+                assert!(stuck.iter().all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()), "bound?");
+                if stuck.is_empty() {
+                    break released.elapsed();
+                }
+                assert!(
+                    next.iter().all(gated),
+                    "the second gang was released onto the stuck gang's GPUs after {:?}",
+                    released.elapsed()
+                );
+                assert!(released.elapsed() < Duration::from_secs(60), "the stuck gang was never deleted");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            };
+            // Not before its start timeout (8 s after the release second; a second of slack for
+            // the annotation's resolution and the poll).
+            assert!(gone >= Duration::from_secs(6), "deleted after {gone:?}, before its start timeout");
+            let events: Api<Event> = Api::namespaced(ctx.admin.clone(), &ctx.ns);
+            wait_for("the StartTimeout Warning on each member", Duration::from_secs(10), || async {
+                let all = events.list(&ListParams::default()).await.expect("events").items;
+                ["stuck-0", "stuck-1"].iter().all(|name| {
+                    all.iter().any(|e| {
+                        e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(*name)
+                            && e.reason.as_deref() == Some("StartTimeout")
+                            && e.type_.as_deref() == Some("Warning")
+                            && e.note.as_deref().is_some_and(|n| n.contains("bare pods are not recreated"))
+                    })
+                })
+            })
+            .await;
+            // Then the second gang goes, whole.
+            wait_for("the second gang released", Duration::from_secs(30), || async {
+                let next = list("next").await;
+                next.len() == 2 && next.iter().all(|p| !gated(p))
+            })
+            .await;
+        },
+    );
 }

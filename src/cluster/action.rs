@@ -38,6 +38,7 @@ pub enum ControllerAction {
     QuotaAdmitted { namespace: String, pod: String },
     /// Say why a pod stays in its team's queue (condition + Event), because the reason changed.
     Queued { namespace: String, pod: String, message: String },
-    /// Delete a member (assembly timeout with `onTimeout: Fail`).
-    Delete { namespace: String, pod: String, reason: String },
+    /// Delete a member (assembly timeout with `onTimeout: Fail`, start timeout with
+    /// `onStartTimeout: Fail`), after a Warning Event with `event_reason` and `reason`.
+    Delete { namespace: String, pod: String, event_reason: &'static str, reason: String },
 }

@@ -476,17 +476,38 @@ impl PodRecord {
         self.other_gates || self.quota_gate_index.is_some()
     }
 
-    /// True when the pod's release still reserves capacity at `now`: a gang member, ungated,
-    /// not bound, released at most [`RELEASE_RESERVATION`] ago. The annotation is a pod field:
-    /// one that a user wrote (admission denies that now, but not for pods admitted before, or
-    /// while the webhook was down) must not hold capacity for long, nor from the future.
-    pub fn reserves_release(&self, now: i64) -> bool {
+    /// When the release of this pod started its gang's start clock, if Allot released it and
+    /// it waits for the scheduler: a gang member, ungated, not bound, with a release time.
+    /// The annotation is a pod field: one that a user wrote (admission denies that now, but not
+    /// for pods admitted before, or while the webhook was down) is believed only within bounds.
+    /// A time from the future (beyond [`CLOCK_SKEW`]) is no release at all: it reserves nothing
+    /// and times nothing out (else it would hold capacity until then). A time before the pod
+    /// was created (`creationTimestamp`, which the API server sets) counts from the creation:
+    /// a release cannot be older than its pod, so an old forged time neither ends a
+    /// reservation early nor makes the gang's start timeout fire before a real release's would.
+    pub fn released_since(&self, now: i64) -> Option<i64> {
+        if self.gang.is_none() || self.gate_index.is_some() || self.node_name.is_some() {
+            return None;
+        }
+        self.released_at.filter(|at| *at <= now.saturating_add(CLOCK_SKEW)).map(|at| at.max(self.created))
+    }
+
+    /// True when the pod's release still reserves capacity at `now`: it was released
+    /// ([`PodRecord::released_since`]) less than `hold` seconds ago (its gang's start timeout,
+    /// see `gang::snapshot`). Never longer: every reservation ends.
+    pub fn reserves_release(&self, now: i64, hold: i64) -> bool {
+        self.released_since(now).is_some_and(|since| now < since.saturating_add(hold))
+    }
+
+    /// A gang member Allot released (a release time, believable or not) that is present and not
+    /// bound: its gang's start clock may run ([`PodRecord::released_since`]). Counted by the
+    /// store, so the controller knows when a pass has such members to look at.
+    pub fn awaits_bind(&self) -> bool {
         self.gang.is_some()
             && self.gate_index.is_none()
             && self.node_name.is_none()
-            && self
-                .released_at
-                .is_some_and(|at| at <= now.saturating_add(CLOCK_SKEW) && now.saturating_sub(at) < RELEASE_RESERVATION)
+            && self.released_at.is_some()
+            && self.present()
     }
 
     /// Counts for its gang's quorum: neither finished nor being deleted.
@@ -584,13 +605,8 @@ impl PodRecord {
     }
 }
 
-/// How long a released member holds its reservation while it waits for the scheduler
-/// (seconds): the scheduler binds a pod that fits within seconds; one it cannot place is its
-/// problem, and keeping the reservation longer would only hold other gangs back.
-pub const RELEASE_RESERVATION: i64 = 120;
-
 /// How far in the future a release time may lie (seconds of clock skew between replicas).
-const CLOCK_SKEW: i64 = 60;
+pub const CLOCK_SKEW: i64 = 60;
 
 /// An RFC 3339 time (what the controller writes), in seconds since the epoch.
 fn parse_time(value: &str) -> Option<i64> {

@@ -143,6 +143,10 @@ struct Inner {
     /// the controller skips its passes over every pod when nothing waits (issue 18).
     gang_gated: usize,
     quota_gated: usize,
+    /// Gang members Allot released that are not bound yet ([`PodRecord::awaits_bind`]): while
+    /// there are any, the gang pass runs although nothing is gated (their reservations end and
+    /// their start timeouts fire there).
+    awaiting_bind: usize,
     /// What DRA devices the nodes offer (from ResourceSlices), if watched.
     devices: Devices,
 }
@@ -322,6 +326,9 @@ impl Inner {
         }
         if record.quota_gate_index.is_some() {
             self.quota_gated = self.quota_gated.saturating_add_signed(sign);
+        }
+        if record.awaits_bind() {
+            self.awaiting_bind = self.awaiting_bind.saturating_add_signed(sign);
         }
     }
 
@@ -661,6 +668,7 @@ impl ClusterState {
         inner.claim_pods.clear();
         inner.gang_gated = 0;
         inner.quota_gated = 0;
+        inner.awaiting_bind = 0;
         for r in records {
             inner.index(r);
         }
@@ -761,10 +769,15 @@ impl ClusterState {
         let mut inner = write(&self.inner);
         for n in names {
             if let Some(p) = inner.pods.get_mut(&key(namespace, n)) {
+                let awaited = p.awaits_bind();
                 let was_gated = p.gate_index.take().is_some();
                 p.released_at = Some(at);
+                let awaits = p.awaits_bind();
                 if was_gated {
                     inner.gang_gated = inner.gang_gated.saturating_sub(1);
+                }
+                if awaits && !awaited {
+                    inner.awaiting_bind += 1;
                 }
             }
         }
@@ -824,7 +837,9 @@ impl ClusterState {
         if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
             // What the lift patch wrote in `allot.dev/quota-released` (so the pod has
             // annotations now: a gang release in the same pass adds its key to them).
+            let awaited = p.awaits_bind();
             p.released_at = p.released_at.max(Some(at));
+            let newly_awaits = p.awaits_bind() && !awaited;
             p.has_annotations = true;
             if let (Some(quota), Some(gang)) = (p.quota_gate_index, p.gate_index)
                 && gang > quota
@@ -833,6 +848,9 @@ impl ClusterState {
             }
             if p.quota_gate_index.take().is_some() {
                 inner.quota_gated = inner.quota_gated.saturating_sub(1);
+            }
+            if newly_awaits {
+                inner.awaiting_bind += 1;
             }
         }
         inner.generation += 1;
@@ -927,6 +945,13 @@ impl ClusterState {
     pub fn gated(&self) -> (usize, usize) {
         let inner = read(&self.inner);
         (inner.gang_gated, inner.quota_gated)
+    }
+
+    /// Gang members Allot released that are not bound yet ([`PodRecord::awaits_bind`]): when
+    /// there are any, the gang pass has reservations to hold or end and start timeouts to
+    /// apply, even with nothing gated. O(1).
+    pub fn awaiting_bind(&self) -> usize {
+        read(&self.inner).awaiting_bind
     }
 
     /// Pods Allot holds in a quota queue whose arrival is not on them yet: `(namespace, name,

@@ -31,7 +31,7 @@ use crate::gang::membership::{GATE, QUOTA_GATE};
 use crate::gang::plan::{TIMEOUT_REASON, condition_reason};
 use crate::gang::snapshot::GangSnapshot;
 use crate::namespaces::{NamespaceLabels, TeamsByNamespace};
-use crate::policy::{OnTimeout, PolicySet, QuotaMode};
+use crate::policy::{OnStartTimeout, OnTimeout, PolicySet, QuotaMode};
 use crate::quantity::Quantity;
 use crate::quota::queue::queues;
 use crate::resources::ResourceList;
@@ -188,6 +188,8 @@ pub struct GangReport {
     /// or nothing waits).
     pub nodes: Vec<NodeReport>,
     pub assembly: Option<Assembly>,
+    /// The start timeout, while members Allot released are not bound yet.
+    pub start: Option<Start>,
     /// The `allot.dev/GangReady` condition on a waiting member, as the controller wrote it.
     pub condition: Option<ConditionReport>,
     pub notes: Vec<String>,
@@ -274,6 +276,23 @@ pub struct Assembly {
     pub on_timeout: String,
     /// Whether the timeout applies now: only a gang that has not assembled times out.
     pub applies: bool,
+}
+
+/// The start timeout of a gang Allot released, while some released member is not bound: its
+/// reservation holds until the deadline, then the gang has failed to start.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Start {
+    pub timeout_seconds: i64,
+    /// The earliest release of a member still unbound (seconds since the epoch).
+    pub since: i64,
+    pub deadline: i64,
+    /// Negative once past.
+    pub remaining_seconds: i64,
+    /// `Fail` (every member deleted) or `Warn` (the reservation ends).
+    pub on_start_timeout: String,
+    /// Released members not bound yet, by name.
+    pub unbound: Vec<String>,
 }
 
 /// `allot explain team`.
@@ -535,6 +554,20 @@ fn explain_gang(inputs: &Inputs<'_>, namespace: &str, name: &str) -> Result<Gang
     let key = GangKey { namespace: namespace.into(), name: name.into() };
     let (snapshot, facts) = inputs.state.snapshot(inputs.policies, inputs.labels, inputs.now);
     let waiting = snapshot.gangs.iter().find(|g| g.key == key).cloned();
+    let start = facts.get(&key).and_then(|gf| {
+        let deadline = gf.start_deadline()?;
+        Some(Start {
+            timeout_seconds: gf.start_timeout,
+            since: deadline.saturating_sub(gf.start_timeout),
+            deadline,
+            remaining_seconds: deadline.saturating_sub(inputs.now),
+            on_start_timeout: match gf.on_start_timeout {
+                OnStartTimeout::Fail => "Fail".into(),
+                OnStartTimeout::Warn => "Warn".into(),
+            },
+            unbound: gf.started.iter().filter(|m| m.unbound_since.is_some()).map(|m| m.name.clone()).collect(),
+        })
+    });
     let (decision, nodes, assembly) = match (waiting, decision::explain(&snapshot, &key), facts.get(&key)) {
         (Some(gang), Some((d, detail)), Some(gf)) => {
             let (mut reason, _) = condition_reason(&d.verdict);
@@ -601,6 +634,10 @@ fn explain_gang(inputs: &Inputs<'_>, namespace: &str, name: &str) -> Result<Gang
             });
             (Some(decision), nodes, assembly)
         }
+        _ if start.is_some() => {
+            notes.push("no member waits behind the gang gate; released members wait to be bound".into());
+            (None, Vec::new(), None)
+        }
         _ => {
             notes.push("no member waits behind the gang gate: the controller has nothing to decide".into());
             (None, Vec::new(), None)
@@ -615,6 +652,7 @@ fn explain_gang(inputs: &Inputs<'_>, namespace: &str, name: &str) -> Result<Gang
         decision,
         nodes,
         assembly,
+        start,
         condition,
         notes,
     })

@@ -115,6 +115,21 @@ fn gang(out: &mut String, g: &GangReport, indent: &str) {
             a.timeout_seconds, a.on_timeout
         );
     }
+    if let Some(st) = &g.start {
+        let when = if st.remaining_seconds >= 0 {
+            format!("{}s left", st.remaining_seconds)
+        } else {
+            format!("passed {}s ago", st.remaining_seconds.unsigned_abs())
+        };
+        let then = if st.on_start_timeout == "Fail" { "every member deleted" } else { "the reservation ends" };
+        let _ = writeln!(
+            out,
+            "{indent}  start timeout: {}s, {when}; on start timeout: {} ({then}); not bound yet: {}",
+            st.timeout_seconds,
+            st.on_start_timeout,
+            st.unbound.join(", ")
+        );
+    }
     match &g.condition {
         Some(c) => {
             let _ = writeln!(

@@ -294,3 +294,35 @@ fn gang_json_is_the_documented_shape() {
     let missing = with_inputs(&p, &state, &pods, now, Visibility::default(), |i| explain_gang(i, "ml", "zz"));
     assert!(missing.unwrap_err().to_string().starts_with("no pod of gang ml/zz found"));
 }
+
+/// A released gang whose members are not all bound shows its start timeout: how long is left,
+/// what happens then, and which members the scheduler has not bound yet.
+#[test]
+fn a_released_gang_not_yet_bound_shows_its_start_timeout() {
+    let p = policies("");
+    let released = |name: &str, node: Option<&str>| {
+        let mut pod = member(name, "a", 2, "2026-11-22T01:00:00Z", json!({}));
+        pod["spec"].as_object_mut().unwrap().remove("schedulingGates");
+        pod["metadata"]["annotations"]["allot.dev/gang-released"] = json!("2026-11-22T01:01:00Z");
+        if let Some(node) = node {
+            pod["spec"]["nodeName"] = json!(node);
+        }
+        pod
+    };
+    let pods = [released("a-0", Some("n1")), released("a-1", None)];
+    let state = state_of(&p, &pods, vec![node("n1", 2)]);
+    let now = created(&state, "a-0") + 60 + 100;
+    let report = gang_report(&p, &state, &pods, now, "a");
+    let start = report.start.as_ref().expect("a start timeout");
+    assert_eq!((start.timeout_seconds, start.remaining_seconds), (600, 500));
+    assert_eq!((start.on_start_timeout.as_str(), start.unbound.as_slice()), ("Fail", &["a-1".to_string()][..]));
+    assert!(report.decision.is_none());
+    let text = render::text(&Report::Gang(report));
+    assert!(
+        text.contains(
+            "start timeout: 600s, 500s left; on start timeout: Fail (every member deleted); not bound yet: a-1"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("released members wait to be bound"), "{text}");
+}

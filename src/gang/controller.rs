@@ -481,7 +481,9 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         // gate is gone. Only the gate lifts wait; explanations go out after the gang's lifts.
         let (mut later, quota_lifts_failed) = execute_lifts(&client, &state, &metrics, quota_actions).await;
         let planning_started = std::time::Instant::now();
-        let (pass, back) = if gang_gated == 0 && state.gated().0 == 0 {
+        // Released members not bound yet need passes too, gated pods or not: their
+        // reservations end and their gangs' start timeouts fire there.
+        let (pass, back) = if gang_gated == 0 && state.gated().0 == 0 && state.awaiting_bind() == 0 {
             (Plan::default(), std::mem::take(&mut explained))
         } else {
             let (state, p, namespaces) = (state.clone(), policies.load_full(), namespaces.clone());
@@ -501,7 +503,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         explained = back;
         planning += planning_started.elapsed();
         last_planning = planning;
-        // The next assembly timeout or count refresh, the next queue place held back, and,
+        // The next assembly or start timeout, reservation end or count refresh, the next queue place held back, and,
         // when owners were left unread, a pass within a second (events or not) to read them.
         // (Only times ahead: a place this pass did not look at, a pod terminating say, must not
         // make the next pass due at once, and the one after.)
@@ -832,8 +834,8 @@ async fn execute_rest(
     // (condition failed, deletion failed) per action.
     let outcomes: Vec<(bool, bool)> = futures::stream::iter(actions)
         .map(|action| async move {
-            if let ControllerAction::Delete { namespace, pod, reason } = &action {
-                if !writer.delete_member(namespace, pod, reason).await {
+            if let ControllerAction::Delete { namespace, pod, event_reason, reason } = &action {
+                if !writer.delete_member(namespace, pod, event_reason, reason).await {
                     state.mark_deleting(namespace, pod, false);
                     return (false, true);
                 }
@@ -990,15 +992,15 @@ impl Writer<'_> {
         publish(self.recorder, namespace, pod, action, warning, reason, message).await;
     }
 
-    /// Assembly timeout under `onTimeout: Fail`: a Warning Event, then the deletion; false when
-    /// the pod could not be deleted (it is still there).
-    async fn delete_member(&self, namespace: &str, pod: &str, reason: &str) -> bool {
-        self.publish(namespace, pod, EventAction::GangScheduling, true, "AssemblyTimeout", reason).await;
+    /// Assembly or start timeout under `Fail`: a Warning Event (`event_reason`, `reason`), then
+    /// the deletion; false when the pod could not be deleted (it is still there).
+    async fn delete_member(&self, namespace: &str, pod: &str, event_reason: &str, reason: &str) -> bool {
+        self.publish(namespace, pod, EventAction::GangScheduling, true, event_reason, reason).await;
         self.metrics.wrote("delete");
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         match api.delete(pod, &DeleteParams::default()).await {
             Ok(_) => {
-                tracing::warn!(%namespace, %pod, %reason, "deleted gang member after assembly timeout");
+                tracing::warn!(%namespace, %pod, %event_reason, %reason, "deleted gang member after its gang's timeout");
                 true
             }
             Err(e) if is_status(&e, &[404]) => true,

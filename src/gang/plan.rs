@@ -1,14 +1,14 @@
 //! The gang action plan: turns the decision over a [`Snapshot`] into the [`ControllerAction`]s the
-//! controller carries out (lift gates, explain, delete on timeout), and what metrics and logs
+//! controller carries out (lift gates, explain, delete on an assembly or start timeout), and what metrics and logs
 //! report about the pass.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::decision::{GangKey, Snapshot, Verdict, decide};
 use super::snapshot::GangFacts;
 use crate::cluster::action::ControllerAction;
 use crate::cluster::records::condition_fingerprint;
-use crate::policy::OnTimeout;
+use crate::policy::{OnStartTimeout, OnTimeout};
 
 /// What one pass of the controller decided: the API calls to make, and what the metrics and
 /// logs report about it.
@@ -20,8 +20,9 @@ pub struct Plan {
     /// Gangs released in this pass.
     pub released: Vec<ReleasedGang>,
     /// The earliest time (seconds since the epoch) a waiting gang reaches its assembly timeout,
-    /// or a waiting gang's figures are due to be rewritten ([`COUNT_REFRESH_SECS`]): the
-    /// controller looks again then, with or without events.
+    /// a released gang its start timeout, a released member's reservation ends, or a waiting
+    /// gang's figures are due to be rewritten ([`COUNT_REFRESH_SECS`]): the controller looks
+    /// again then, with or without events.
     pub next_deadline: Option<i64>,
 }
 
@@ -52,6 +53,96 @@ pub fn condition_reason(verdict: &Verdict) -> (&'static str, bool) {
 
 /// The reason once an incomplete gang is past its assembly timeout.
 pub const TIMEOUT_REASON: &str = "AssemblyTimeout";
+
+/// The reason once a released gang has not started: a member Allot released is still not
+/// bound at its start timeout.
+pub const START_TIMEOUT_REASON: &str = "StartTimeout";
+
+/// What a gang that has not started within its start timeout is told (every present member
+/// Allot released under `Warn`, the Warning Event of each deletion under `Fail`), or `None`
+/// while it has time or no released member waits. No figure in it moves while the gang stays
+/// as it is, so a member told once is not told again.
+pub fn start_timeout_message(gf: &GangFacts, now: i64) -> Option<String> {
+    let deadline = gf.start_deadline()?;
+    if now < deadline {
+        return None;
+    }
+    let unbound: Vec<&str> = gf.started.iter().filter(|m| m.unbound_since.is_some()).map(|m| m.name.as_str()).collect();
+    let first = unbound.first()?;
+    let head = format!(
+        "the gang did not start: {}/{} released members not bound within {}s of their release (first: {first})",
+        unbound.len(),
+        gf.started.len(),
+        gf.start_timeout
+    );
+    Some(match gf.on_start_timeout {
+        OnStartTimeout::Fail => format!(
+            "{head}; deleting all {} members (their controllers recreate them; bare pods are not recreated)",
+            gf.gated.len() + gf.started.len()
+        ),
+        OnStartTimeout::Warn => format!(
+            "{head}; their reservation has ended: other gangs may be released onto the capacity they would take"
+        ),
+    })
+}
+
+/// The start timeouts of the gangs Allot released ([`GangFacts::start_deadline`]): under `Fail`
+/// every present member of a gang that has not started is deleted, bound and gated ones too (a
+/// partly started gang only holds its nodes; its reservation lasts while they go, see
+/// [`super::snapshot::FAILED_START_HOLD`]); under `Warn` its released members get a Warning condition and Event,
+/// once. Also the next time a start timeout fires or a reservation ends (the controller looks
+/// again then). Returns the gangs being deleted: nothing else is done to them in this pass.
+fn plan_starts(
+    now: i64,
+    facts: &HashMap<GangKey, GangFacts>,
+    actions: &mut Vec<ControllerAction>,
+    next_deadline: &mut Option<i64>,
+) -> HashSet<GangKey> {
+    let mut failing = HashSet::new();
+    let mut gangs: Vec<(&GangKey, &GangFacts)> = facts.iter().filter(|(_, gf)| gf.start_deadline().is_some()).collect();
+    gangs.sort_by(|a, b| a.0.cmp(b.0));
+    for (key, gf) in gangs {
+        let hold = gf.reservation_hold();
+        // When the gang's timeout fires, and when each member's reservation ends.
+        let times = gf
+            .start_deadline()
+            .into_iter()
+            .chain(gf.started.iter().filter_map(|m| m.unbound_since).map(|since| since.saturating_add(hold)));
+        if let Some(next) = times.filter(|at| *at > now).min() {
+            *next_deadline = Some(next_deadline.map_or(next, |n| n.min(next)));
+        }
+        let Some(message) = start_timeout_message(gf, now) else { continue };
+        let ns = &key.namespace;
+        match gf.on_start_timeout {
+            OnStartTimeout::Fail => {
+                let members = gf.gated.iter().map(|m| &m.name).chain(gf.started.iter().map(|m| &m.name));
+                for pod in members {
+                    actions.push(ControllerAction::Delete {
+                        namespace: ns.clone(),
+                        pod: pod.clone(),
+                        event_reason: START_TIMEOUT_REASON,
+                        reason: message.clone(),
+                    });
+                }
+                failing.insert(key.clone());
+            }
+            OnStartTimeout::Warn => {
+                let written = condition_fingerprint(false, START_TIMEOUT_REASON, &message);
+                for m in gf.started.iter().filter(|m| m.condition != written) {
+                    actions.push(ControllerAction::Explain {
+                        namespace: ns.clone(),
+                        pod: m.name.clone(),
+                        ready: false,
+                        reason: START_TIMEOUT_REASON,
+                        message: message.clone(),
+                        warning: true,
+                    });
+                }
+            }
+        }
+    }
+    failing
+}
 
 /// How long the members of a waiting gang keep an explanation whose figures alone have since
 /// changed ([`refreshes_figures`]). An assembling gang's text changes with every member that
@@ -144,8 +235,13 @@ pub fn plan(
         .map(|gf| gf.gated.len())
         .sum();
     let capacity_every = refresh_secs(figures_told);
+    let failing = plan_starts(snapshot.now, facts, &mut actions, &mut next_deadline);
     for d in decisions {
         let Some(gf) = facts.get(&d.gang) else { continue };
+        // Being deleted whole: its gated members are neither released nor told anything.
+        if failing.contains(&d.gang) {
+            continue;
+        }
         let ns = d.gang.namespace.clone();
         let (mut reason, ready) = condition_reason(&d.verdict);
         // Members that disagree, or that can never be placed, wait until their owner acts: a
@@ -194,6 +290,7 @@ pub fn plan(
                     actions.push(ControllerAction::Delete {
                         namespace: ns.clone(),
                         pod: m.name.clone(),
+                        event_reason: TIMEOUT_REASON,
                         reason: message.clone(),
                     });
                 }

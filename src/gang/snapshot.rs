@@ -10,7 +10,7 @@ use super::directory::Peer;
 use super::membership::{OwnerGang, QUOTA_GATE};
 use crate::cluster::{ClusterState, ClusterView, GangRef, PodShape};
 use crate::namespaces::{NamespaceLabels, TeamsByNamespace};
-use crate::policy::{OnTimeout, PolicySet};
+use crate::policy::{OnStartTimeout, OnTimeout, PolicySet};
 use crate::quantity::Quantity;
 use crate::resources::{self, ResourceList};
 
@@ -43,6 +43,13 @@ pub struct GangFacts {
     pub released: u32,
     pub assembly_timeout: i64,
     pub on_timeout: OnTimeout,
+    /// Seconds a released member may stay unbound before the gang has failed to start
+    /// ([`crate::policy::GangPolicy::start_timeout`]), and what happens then.
+    pub start_timeout: i64,
+    pub on_start_timeout: OnStartTimeout,
+    /// Its present members Allot's gang gate no longer holds (released, bound or not), by name:
+    /// whose start it times, and whom it deletes when the gang fails to start.
+    pub started: Vec<StartedMember>,
     /// What each gated member says the gang is, to find members that disagree.
     terms: Vec<(Arc<str>, Terms)>,
     /// Some gated member's terms differ from the first one's (then `terms` is looked at).
@@ -52,6 +59,42 @@ pub struct GangFacts {
     newest_ungated: Option<(i64, i64)>,
     /// The latest quota lift among its gated members (seconds): the gang could not go before.
     quota_lifted: Option<i64>,
+}
+
+/// A present member the gang gate no longer holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartedMember {
+    pub name: String,
+    /// Fingerprint of its `allot.dev/GangReady` condition as the pod carries it (0: none).
+    pub condition: u64,
+    /// Not bound yet, released by Allot at this time (seconds, as
+    /// [`crate::cluster::PodRecord::released_since`] believes it): its gang's start clock runs.
+    pub unbound_since: Option<i64>,
+}
+
+/// How long past its start timeout a gang that failed to start under `onStartTimeout: Fail`
+/// keeps its reservation (seconds): its members are being deleted, and until they are gone
+/// (or their deletion has been retried this long) no other gang is released onto the capacity
+/// a member not yet deleted may still take. Bounded, so a deletion the API keeps refusing does
+/// not hold the nodes forever.
+pub const FAILED_START_HOLD: i64 = 60;
+
+impl GangFacts {
+    /// When the gang has failed to start if some member is still unbound by then: its earliest
+    /// unbound member's release plus its start timeout; `None` when no released member waits.
+    pub fn start_deadline(&self) -> Option<i64> {
+        let earliest = self.started.iter().filter_map(|m| m.unbound_since).min()?;
+        Some(earliest.saturating_add(self.start_timeout))
+    }
+
+    /// How long after its release a member of this gang reserves capacity while unbound: the
+    /// start timeout, and under `Fail` the time its deletion may take ([`FAILED_START_HOLD`]).
+    pub fn reservation_hold(&self) -> i64 {
+        match self.on_start_timeout {
+            OnStartTimeout::Fail => self.start_timeout.saturating_add(FAILED_START_HOLD),
+            OnStartTimeout::Warn => self.start_timeout,
+        }
+    }
 }
 
 /// Builds the gang snapshot from a cluster view.
@@ -110,8 +153,17 @@ impl GangSnapshot for ClusterState {
             let Some(g) = &p.gang else { continue };
             let key = GangKey { namespace: p.namespace.to_string(), name: g.name.clone() };
             let gf = facts.entry(key.clone()).or_default();
+            let team = teams.get(&p.namespace).map(|t| t.name.as_str());
+            let policy = policies.gang_policy(&p.namespace, team);
+            gf.start_timeout = i64::try_from(policy.start_timeout.as_secs()).unwrap_or(i64::MAX);
+            gf.on_start_timeout = policy.on_start_timeout;
             if p.gate_index.is_none() {
                 gf.newest_ungated = gf.newest_ungated.max(Some(p.order_key()));
+                gf.started.push(StartedMember {
+                    name: p.name.to_string(),
+                    condition: p.gang_condition,
+                    unbound_since: p.released_since(now),
+                });
             }
             // Members another gate still holds (the quota queue's, a third party's) are waiting
             // members too: counted, explained and timed out, never released before it goes.
@@ -123,8 +175,6 @@ impl GangSnapshot for ClusterState {
                     has_annotations: p.has_annotations,
                     condition: p.gang_condition,
                 });
-                let team = teams.get(&p.namespace).map(|t| t.name.as_str());
-                let policy = policies.gang_policy(&p.namespace, team);
                 let owner = view.owner_gang(&p.namespace, &g.name);
                 let size = g.size.or_else(|| owner.map(|o| o.size));
                 let entry = waiting.entry(key.clone()).or_insert_with(|| WaitingGang {
@@ -168,8 +218,9 @@ impl GangSnapshot for ClusterState {
                 gf.quota_lifted = gf.quota_lifted.max(p.released_at);
                 gf.assembly_timeout = policy.assembly_timeout.as_secs() as i64;
                 gf.on_timeout = policy.on_timeout;
-            } else if p.reserves_release(now) {
-                // Released, not yet bound: the reservation ledger.
+            } else if p.reserves_release(now, gf.reservation_hold()) {
+                // Released, not yet bound: the reservation ledger, held until the gang's start
+                // timeout (then it has failed to start, see `plan`).
                 in_flight.push(p.shape());
                 gf.released += 1;
             }
@@ -299,7 +350,16 @@ fn count_running(view: &ClusterView<'_>, facts: &mut HashMap<GangKey, GangFacts>
         {
             gf.released += 1;
             gf.newest_ungated = gf.newest_ungated.max(Some(p.order_key()));
+            gf.started.push(StartedMember {
+                name: p.name.to_string(),
+                condition: p.gang_condition,
+                unbound_since: None,
+            });
         }
+    }
+    for gf in facts.values_mut() {
+        // By name: the watch's order is not stable, the plan's actions and words must be.
+        gf.started.sort_by(|a, b| a.name.cmp(&b.name));
     }
 }
 

@@ -356,10 +356,12 @@ mod controller_state {
 
     use super::*;
     use crate::cluster::fixtures::{cluster, member, policies, record, two_gangs};
+    use crate::cluster::records::condition_fingerprint;
     use crate::cluster::{ClusterState, ControllerAction, PodRecord};
     use crate::gang::controller::release_patch;
     use crate::gang::plan::plan;
     use crate::gang::snapshot::GangSnapshot;
+    use crate::policy::PolicySet;
 
     fn releases(actions: &[ControllerAction]) -> Vec<String> {
         let mut out: Vec<String> = actions
@@ -378,35 +380,265 @@ mod controller_state {
     }
 
     /// The `allot.dev/gang-released` annotation reserves capacity only as the controller
-    /// writes it: on an ungated, unbound gang member, for a limited time after the release.
-    /// One a user wrote (any value, an old or a future time) cannot hold nodes for long.
+    /// writes it: on an ungated, unbound gang member, from its release (never before its pod
+    /// was created) until its gang's start timeout. One a user wrote (any value, an old or a
+    /// future time) cannot hold nodes for long.
     #[test]
-    fn a_release_reserves_capacity_only_briefly_and_only_for_a_gang_member() {
-        let p = policies("");
+    fn a_release_reserves_capacity_until_the_start_timeout_and_only_for_a_gang_member() {
+        let warn = policies(START_WARN);
         let released = |name: &str, value: &str, gang: bool| {
-            let mut pod = member(name, "a", 4, "2026-11-22T01:00:00Z", json!({}));
-            pod["spec"].as_object_mut().unwrap().remove("schedulingGates");
+            let mut pod = released_member(name, "a", 4, 0, None);
             pod["metadata"]["annotations"]["allot.dev/gang-released"] = json!(value);
             if !gang {
                 pod["metadata"]["labels"] = json!({});
             }
             pod
         };
-        let in_flight = |pods: &[Value]| {
-            let state = cluster(&p, pods);
-            state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW).0.in_flight.len()
+        let in_flight = |p: &PolicySet, pods: &[Value], now: i64| {
+            let state = cluster(p, pods);
+            state.snapshot(p, &crate::namespaces::NoNamespaces, now).0.in_flight.len()
         };
-        assert_eq!(in_flight(&[released("fresh", &rfc3339(NOW - 10), true)]), 1);
-        let limit = crate::cluster::records::RELEASE_RESERVATION;
-        assert_eq!(in_flight(&[released("expired", &rfc3339(NOW - limit), true)]), 0);
-        assert_eq!(in_flight(&[released("future", &rfc3339(NOW + 86_400), true)]), 0);
-        assert_eq!(in_flight(&[released("no-time", "true", true)]), 0);
-        assert_eq!(in_flight(&[released("not-a-member", &rfc3339(NOW - 10), false)]), 0);
+        assert_eq!(in_flight(&warn, &[released("fresh", &rfc3339(RELEASED), true)], RELEASED + 10), 1);
+        // Past the two minutes a release used to hold: held until the start timeout (5m here).
+        assert_eq!(in_flight(&warn, &[released("slow", &rfc3339(RELEASED), true)], RELEASED + 121), 1);
+        assert_eq!(in_flight(&warn, &[released("slow", &rfc3339(RELEASED), true)], RELEASED + 299), 1);
+        assert_eq!(in_flight(&warn, &[released("expired", &rfc3339(RELEASED), true)], RELEASED + 300), 0);
+        // Under Fail, a minute longer while its members are being deleted.
+        let fail = policies(START_FAIL);
+        assert_eq!(in_flight(&fail, &[released("failing", &rfc3339(RELEASED), true)], RELEASED + 359), 1);
+        assert_eq!(in_flight(&fail, &[released("failed", &rfc3339(RELEASED), true)], RELEASED + 360), 0);
+        assert_eq!(in_flight(&warn, &[released("future", &rfc3339(RELEASED + 86_400), true)], RELEASED), 0);
+        assert_eq!(in_flight(&warn, &[released("no-time", "true", true)], RELEASED), 0);
+        assert_eq!(in_flight(&warn, &[released("not-a-member", &rfc3339(RELEASED), false)], RELEASED), 0);
         // The controller's own mark counts from the moment it releases.
-        let state = cluster(&p, &[member("m", "a", 1, "2026-11-22T01:00:00Z", json!({}))]);
-        state.mark_released("ml", &["m".into()], NOW - 5);
-        assert_eq!(state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW).0.in_flight.len(), 1);
-        assert_eq!(state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW + limit).0.in_flight.len(), 0);
+        let state = cluster(&warn, &[member("m", "a", 1, CREATED, json!({}))]);
+        state.mark_released("ml", &["m".into()], RELEASED);
+        assert_eq!(state.awaiting_bind(), 1, "the pass runs for it with nothing gated");
+        assert_eq!(state.snapshot(&warn, &crate::namespaces::NoNamespaces, RELEASED + 299).0.in_flight.len(), 1);
+        assert_eq!(state.snapshot(&warn, &crate::namespaces::NoNamespaces, RELEASED + 300).0.in_flight.len(), 0);
+    }
+
+    /// Start timeout 5 minutes, deleting the gang (the default `onStartTimeout`).
+    const START_FAIL: &str =
+        "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  startTimeout: 5m\n";
+    /// Start timeout 5 minutes, a Warning only.
+    const START_WARN: &str = "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  startTimeout: 5m\n  onStartTimeout: Warn\n";
+    /// When the members of the start-timeout tests were created, and when gang a was released.
+    const CREATED: &str = "2026-11-18T10:00:00Z";
+    const RELEASED: i64 = 1_794_999_660; // 2026-11-18T11:01:00Z
+
+    /// A member of `gang` (`size`, 1 GPU) Allot released at [`RELEASED`] plus `after` seconds:
+    /// ungated, on `node` or not bound.
+    fn released_member(name: &str, gang: &str, size: u32, after: i64, node: Option<&str>) -> Value {
+        let mut pod = member(name, gang, size, CREATED, json!({}));
+        pod["spec"].as_object_mut().unwrap().remove("schedulingGates");
+        pod["metadata"]["annotations"]["allot.dev/gang-released"] = json!(rfc3339(RELEASED + after));
+        if let Some(node) = node {
+            pod["spec"]["nodeName"] = json!(node);
+            pod["status"]["phase"] = json!("Running");
+        }
+        pod
+    }
+
+    /// Gang a: four 1-GPU members released at [`RELEASED`], none bound (a PVC that does not
+    /// exist, say), which fill both nodes; gang b: four gated members needing the same GPUs.
+    fn stuck_gang_and_a_waiting_one() -> Vec<Value> {
+        let mut pods: Vec<Value> = (0..4).map(|i| released_member(&format!("a-{i}"), "a", 4, 0, None)).collect();
+        pods.extend((0..4).map(|i| member(&format!("b-{i}"), "b", 4, "2026-11-18T10:00:05Z", json!({}))));
+        pods
+    }
+
+    fn deletions(actions: &[ControllerAction]) -> Vec<(String, &'static str, String)> {
+        let mut out: Vec<_> = actions
+            .iter()
+            .filter_map(|a| match a {
+                ControllerAction::Delete { namespace, pod, event_reason, reason } => {
+                    Some((format!("{namespace}/{pod}"), *event_reason, reason.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// (a) A released gang whose members do not bind keeps the GPUs it was released onto past
+    /// the two minutes a release used to hold them: the next gang needing them is not released
+    /// onto them until the first gang's start timeout, and the loop is told to wake then.
+    #[test]
+    fn a_released_gang_that_does_not_bind_blocks_the_next_until_its_start_timeout() {
+        let p = policies(START_FAIL);
+        let state = cluster(&p, &stuck_gang_and_a_waiting_one());
+        for after in [10, 121, 299] {
+            let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + after);
+            assert_eq!(snapshot.in_flight.len(), 4, "+{after}s: all four still reserved");
+            let pass = plan(&snapshot, &facts, &mut HashMap::new());
+            assert!(releases(&pass.actions).is_empty(), "+{after}s: {:?}", pass.actions);
+            assert!(deletions(&pass.actions).is_empty(), "+{after}s: {:?}", pass.actions);
+            assert_eq!(pass.next_deadline, Some(RELEASED + 300), "+{after}s: wakes at the start timeout");
+        }
+    }
+
+    /// (b) At the start timeout under `Fail`, every present member of the gang that did not
+    /// start is deleted, the bound ones too, each with a message saying bare pods are not
+    /// recreated; nothing of another namespace's gang of the same name. The next gang is not
+    /// released in that pass (the members are still there), nor while bound members still
+    /// terminate, and goes in the pass after they are gone.
+    #[test]
+    fn at_the_start_timeout_fail_deletes_every_member_then_the_next_gang_goes() {
+        let p = policies(START_FAIL);
+        let mut pods = vec![
+            released_member("a-0", "a", 4, 0, Some("n1")),
+            released_member("a-1", "a", 4, 0, Some("n1")),
+            released_member("a-2", "a", 4, 0, None),
+            released_member("a-3", "a", 4, 0, None),
+        ];
+        pods.extend((0..4).map(|i| member(&format!("b-{i}"), "b", 4, "2026-11-18T10:00:05Z", json!({}))));
+        // Another team's gang named a, waiting in its own namespace: none of the first gang's.
+        pods.push(member("a-0", "a", 2, CREATED, json!({"metadata": {"namespace": "other"}})));
+        let state = cluster(&p, &pods);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 299);
+        assert!(deletions(&plan(&snapshot, &facts, &mut HashMap::new()).actions).is_empty());
+
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 300);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        let deleted = deletions(&pass.actions);
+        let names: Vec<&str> = deleted.iter().map(|(pod, _, _)| pod.as_str()).collect();
+        assert_eq!(names, ["ml/a-0", "ml/a-1", "ml/a-2", "ml/a-3"], "{:?}", pass.actions);
+        for (_, event_reason, message) in &deleted {
+            assert_eq!(*event_reason, "StartTimeout");
+            assert_eq!(
+                message,
+                "the gang did not start: 2/4 released members not bound within 300s of their release (first: a-2); \
+                 deleting all 4 members (their controllers recreate them; bare pods are not recreated)"
+            );
+        }
+        assert!(releases(&pass.actions).is_empty(), "not onto GPUs a member being deleted may still take");
+        assert_eq!(pass.next_deadline, Some(RELEASED + 360), "wakes when the reservation ends at the latest");
+
+        // As the controller does: the members it deletes are no members for the next pass.
+        for pod in ["a-0", "a-1", "a-2", "a-3"] {
+            state.mark_deleting("ml", pod, true);
+        }
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 301);
+        assert!(snapshot.in_flight.is_empty());
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert!(deletions(&pass.actions).is_empty(), "deleted once");
+        assert!(releases(&pass.actions).is_empty(), "a-0 and a-1 still hold n1 while they terminate");
+
+        // They are gone: b goes, whole.
+        let remaining: Vec<Value> =
+            pods.into_iter().filter(|p| !p["metadata"]["name"].as_str().unwrap().starts_with("a-")).collect();
+        let after = cluster(&p, &remaining);
+        let (snapshot, facts) = after.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 302);
+        assert_eq!(releases(&plan(&snapshot, &facts, &mut HashMap::new()).actions), ["b-0", "b-1", "b-2", "b-3"]);
+    }
+
+    /// (c) Under `onStartTimeout: Warn` nothing is deleted: the released members are told with a
+    /// Warning (once), and their reservation ends, so the next gang may go.
+    #[test]
+    fn at_the_start_timeout_warn_ends_the_reservation_with_a_warning() {
+        let p = policies(START_WARN);
+        let state = cluster(&p, &stuck_gang_and_a_waiting_one());
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 300);
+        assert!(snapshot.in_flight.is_empty(), "the reservation has ended");
+        let mut explained = HashMap::new();
+        let pass = plan(&snapshot, &facts, &mut explained);
+        assert!(deletions(&pass.actions).is_empty(), "{:?}", pass.actions);
+        assert_eq!(releases(&pass.actions), ["b-0", "b-1", "b-2", "b-3"]);
+        let warned: Vec<(&str, &str)> = pass
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                ControllerAction::Explain { pod, reason, message, warning: true, ready: false, .. }
+                    if *reason == "StartTimeout" =>
+                {
+                    Some((pod.as_str(), message.as_str()))
+                }
+                _ => None,
+            })
+            .collect();
+        let expected = "the gang did not start: 4/4 released members not bound within 300s of their release \
+                        (first: a-0); their reservation has ended: other gangs may be released onto the capacity \
+                        they would take";
+        assert_eq!(warned, [("a-0", expected), ("a-1", expected), ("a-2", expected), ("a-3", expected)]);
+        // Told once: the conditions the controller wrote are not written again.
+        for (pod, message) in &warned {
+            state.mark_condition("ml", pod, false, condition_fingerprint(false, "StartTimeout", message));
+        }
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 400);
+        let pass = plan(&snapshot, &facts, &mut explained);
+        assert!(
+            !pass.actions.iter().any(|a| matches!(a, ControllerAction::Explain { pod, .. } if pod.starts_with("a-"))),
+            "{:?}",
+            pass.actions
+        );
+    }
+
+    /// (d) A member that binds ends its own reservation at once; a gang all of whose members
+    /// bound in time has started, and its start timeout never fires.
+    #[test]
+    fn a_member_that_binds_ends_its_reservation_and_a_started_gang_never_times_out() {
+        let p = policies(START_FAIL);
+        let mut pods = stuck_gang_and_a_waiting_one();
+        pods[0] = released_member("a-0", "a", 4, 0, Some("n1"));
+        let state = cluster(&p, &pods);
+        let (snapshot, _) = state.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 10);
+        assert_eq!(snapshot.in_flight.len(), 3, "a-0 takes its GPU as a bound pod instead");
+        let bound: Vec<Value> = (0..4)
+            .map(|i| released_member(&format!("a-{i}"), "a", 4, 0, Some(if i < 2 { "n1" } else { "n2" })))
+            .collect();
+        let state = cluster(&p, &bound);
+        assert_eq!(state.awaiting_bind(), 0);
+        for after in [10, 300, 100_000] {
+            let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + after);
+            assert!(snapshot.in_flight.is_empty());
+            assert!(plan(&snapshot, &facts, &mut HashMap::new()).actions.is_empty(), "+{after}s");
+        }
+    }
+
+    /// (e) Release times a user forged. One from the future is no release: it holds nothing
+    /// and deletes nothing. One from long ago counts from the pod's creation (set by the API
+    /// server): it neither drops the reservation nor fails the gang before a real release at
+    /// its creation would. Either way a reservation ends, and only the gang's own members are
+    /// deleted.
+    #[test]
+    fn forged_release_times_neither_hold_capacity_for_long_nor_fail_a_gang_early() {
+        let p = policies(START_FAIL);
+        let forged = |value: &str| {
+            let mut pods = stuck_gang_and_a_waiting_one();
+            for pod in pods.iter_mut().take(4) {
+                pod["metadata"]["annotations"]["allot.dev/gang-released"] = json!(value);
+                pod["metadata"]["creationTimestamp"] = json!(rfc3339(RELEASED));
+            }
+            cluster(&p, &pods)
+        };
+        // From the future: b goes now, and a is never timed out before its time comes.
+        let future = forged(&rfc3339(RELEASED + 86_400));
+        let (snapshot, facts) = future.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 10);
+        assert!(snapshot.in_flight.is_empty());
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert!(deletions(&pass.actions).is_empty());
+        assert_eq!(releases(&pass.actions).len(), 4);
+        // From 1970: held from the creation on, for the start timeout, and no longer.
+        let old = forged("1970-01-01T00:00:01Z");
+        let (snapshot, facts) = old.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 299);
+        assert_eq!(snapshot.in_flight.len(), 4, "held as if released at its creation");
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert!(deletions(&pass.actions).is_empty(), "not failed before its time: {:?}", pass.actions);
+        assert!(releases(&pass.actions).is_empty());
+        let (snapshot, facts) = old.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 300);
+        let names: Vec<String> =
+            deletions(&plan(&snapshot, &facts, &mut HashMap::new()).actions).into_iter().map(|d| d.0).collect();
+        assert_eq!(names, ["ml/a-0", "ml/a-1", "ml/a-2", "ml/a-3"], "only its own members");
+        let (snapshot, _) = old.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 360);
+        assert!(snapshot.in_flight.is_empty(), "the reservation ends even if the deletions never land");
+        // Just within the clock skew: held from then, and for no longer.
+        let skewed = forged(&rfc3339(RELEASED + 70));
+        for (now, held) in [(RELEASED + 10, 4), (RELEASED + 70 + 359, 4), (RELEASED + 70 + 360, 0)] {
+            let (snapshot, _) = skewed.snapshot(&p, &crate::namespaces::NoNamespaces, now);
+            assert_eq!(snapshot.in_flight.len(), held, "at {now}");
+        }
     }
 
     #[test]

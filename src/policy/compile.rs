@@ -10,8 +10,9 @@ use std::fmt::Display;
 use std::sync::Arc;
 
 use super::{
-    ClusterSpec, DEFAULT_ASSEMBLY_TIMEOUT, DEFAULT_STARVATION, GangPolicy, GangPolicySpec, KindMatch, NameGlobs,
-    Placement, PlacementSpec, Rule, RuleSpec, SelectorOperator, Team, TeamSpec, parse_duration, quota, values,
+    ClusterSpec, DEFAULT_ASSEMBLY_TIMEOUT, DEFAULT_START_TIMEOUT, DEFAULT_STARVATION, GangPolicy, GangPolicySpec,
+    KindMatch, NameGlobs, Placement, PlacementSpec, Rule, RuleSpec, SelectorOperator, Team, TeamSpec, parse_duration,
+    quota, values,
 };
 use crate::dra::{ClassWeight, DeviceClasses};
 use crate::expression::Expression;
@@ -184,6 +185,13 @@ impl Compile for GangPolicySpec {
         };
         let assembly_timeout = duration("assemblyTimeout", &spec.assembly_timeout, DEFAULT_ASSEMBLY_TIMEOUT);
         let starvation_after = duration("starvationTimeout", &spec.starvation_timeout, DEFAULT_STARVATION);
+        let mut start_timeout = duration("startTimeout", &spec.start_timeout, DEFAULT_START_TIMEOUT);
+        if start_timeout.as_secs() == 0 {
+            // No "never": the reservation of a released gang lasts until this timeout, and one
+            // that lasted forever would let a member that never binds hold its nodes for good.
+            problems.push("spec.startTimeout: must be at least 1s (a released gang's reservation ends at it)");
+            start_timeout = DEFAULT_START_TIMEOUT;
+        }
         let namespaces = problems.ok("spec.match.namespaces", NameGlobs::compile(&spec.scope.namespaces))?;
         Some(GangPolicy {
             name,
@@ -193,6 +201,8 @@ impl Compile for GangPolicySpec {
             coscheduling_size: spec.coscheduling_size,
             assembly_timeout,
             on_timeout: spec.on_timeout,
+            start_timeout,
+            on_start_timeout: spec.on_start_timeout,
             starvation_after,
             max_size: spec.max_gang_size.unwrap_or(crate::gang::membership::DEFAULT_MAX_GANG_SIZE),
             native_scheduling: spec.native_scheduling,

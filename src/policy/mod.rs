@@ -116,6 +116,10 @@ pub struct GangPolicy {
     pub coscheduling_size: Option<u32>,
     pub assembly_timeout: std::time::Duration,
     pub on_timeout: OnTimeout,
+    /// How long a released member may stay unbound before its gang has failed to start (and
+    /// how long the gang's reservation lasts at most).
+    pub start_timeout: std::time::Duration,
+    pub on_start_timeout: OnStartTimeout,
     pub starvation_after: std::time::Duration,
     /// The largest gang a Pod may declare or an owner imply.
     pub max_size: u32,
@@ -133,6 +137,8 @@ impl Default for GangPolicy {
             coscheduling_size: None,
             assembly_timeout: DEFAULT_ASSEMBLY_TIMEOUT,
             on_timeout: OnTimeout::Warn,
+            start_timeout: DEFAULT_START_TIMEOUT,
+            on_start_timeout: OnStartTimeout::Fail,
             starvation_after: DEFAULT_STARVATION,
             max_size: crate::gang::membership::DEFAULT_MAX_GANG_SIZE,
             native_scheduling: false,
@@ -142,6 +148,13 @@ impl Default for GangPolicy {
 
 /// Default time for a gang's members to all exist.
 pub const DEFAULT_ASSEMBLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+/// Default time a released gang member may stay unbound ([`GangPolicy::start_timeout`]): 10
+/// minutes, twice Kueue's `waitForPodsReady` default (which also waits for image pulls and
+/// readiness, where this only waits for the bind). It outlasts the scheduler's own waits before
+/// a bind: a pod found unschedulable once is retried at least every 5 minutes
+/// (`podMaxInUnschedulablePodsDuration`), and a member that preempts waits for its victims'
+/// termination grace period. A gang that cannot start holds its reservation this long.
+pub const DEFAULT_START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 /// Default wait after which a gang that does not fit stops backfill past it.
 pub const DEFAULT_STARVATION: std::time::Duration = std::time::Duration::from_secs(1800);
 

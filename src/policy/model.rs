@@ -573,6 +573,22 @@ pub enum OnTimeout {
     Fail,
 }
 
+/// What the gang controller does when a gang it released has not started in time: some member
+/// it released is still not bound `startTimeout` after its release.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, Default, PartialEq, Eq)]
+pub enum OnStartTimeout {
+    /// Delete every present member, bound ones too (their controllers recreate the gang; bare
+    /// Pods are gone for good), after a Warning Event on each. The default: the capacity the
+    /// gang was released onto stays reserved for it until its members are gone, so no other
+    /// gang is ever released onto GPUs a late member of it may still take.
+    #[default]
+    Fail,
+    /// A Warning Event and condition on the members, which stay; the gang's reservation ends,
+    /// so another gang may be released onto the capacity its unbound members would take, and
+    /// both may end up partly placed if they bind later.
+    Warn,
+}
+
 /// `kind: GangPolicy` — how gangs in some namespaces are found and waited for. The first
 /// GangPolicy whose `match` fits a pod's namespace and team applies; without one, the defaults.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
@@ -595,6 +611,18 @@ pub struct GangPolicySpec {
     /// What happens when the gang has not assembled within `assemblyTimeout`.
     #[serde(default)]
     pub on_timeout: OnTimeout,
+    /// How long a member Allot released may stay unbound (`10m`, the default): until then the
+    /// capacity the gang was released onto stays reserved for it; then the gang has failed to
+    /// start and `onStartTimeout` applies. Longer than the scheduler's own waits before a bind
+    /// (unschedulable pods are retried at least every 5 minutes, preemption victims take their
+    /// grace period to leave).
+    #[serde(default)]
+    #[schemars(schema_with = "schema::duration")]
+    pub start_timeout: Option<String>,
+    /// What happens when a released member is not bound within `startTimeout` (default `Fail`:
+    /// every member is deleted).
+    #[serde(default)]
+    pub on_start_timeout: OnStartTimeout,
     /// After waiting this long without fitting, a gang stops later gangs from backfilling past
     /// it (`30m`, the default; `0s` = strict order).
     #[serde(default)]

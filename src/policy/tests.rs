@@ -425,3 +425,22 @@ fn parts_no_expression_reads_are_left_unread_and_any_read_keeps_them() {
     );
     assert_eq!(compile(&src(&two)).expect("compiles").unread, nothing);
 }
+
+/// `startTimeout` defaults to 10 minutes and `onStartTimeout` to `Fail` (a released gang that
+/// cannot start is deleted rather than raced by the next one); `0s` is refused, since the
+/// reservation of a released gang lasts until it.
+#[test]
+fn start_timeout_defaults_to_ten_minutes_and_fail_and_is_never_zero() {
+    let policy = |spec: &str| {
+        let text = format!("apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {{name: g}}\nspec:\n{spec}");
+        compile(&src(&text)).unwrap_or_else(|e| panic!("{e:?}")).gang_policy("ml", None).into_owned()
+    };
+    let default = policy("  assemblyTimeout: 5m\n");
+    assert_eq!((default.start_timeout.as_secs(), default.on_start_timeout), (600, OnStartTimeout::Fail));
+    assert_eq!(GangPolicy::default().on_start_timeout, OnStartTimeout::Fail);
+    let warn = policy("  startTimeout: 90s\n  onStartTimeout: Warn\n");
+    assert_eq!((warn.start_timeout.as_secs(), warn.on_start_timeout), (90, OnStartTimeout::Warn));
+    let errs =
+        errors("apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  startTimeout: 0s\n");
+    assert!(errs.iter().any(|e| e.contains("spec.startTimeout: must be at least 1s")), "{errs:?}");
+}
