@@ -461,10 +461,6 @@ pub fn quota_denial(spec_path: String, team: &str, refusal: &Refusal) -> Finding
     Finding { rule: Check::TeamQuota.into(), action: Action::Deny, path: spec_path, message: refusal.message(team) }
 }
 
-/// The prefix Kubernetes reserves for its own PriorityClasses (`system-node-critical`,
-/// `system-cluster-critical`: priorities above a billion, usable in any namespace since 1.17).
-pub const SYSTEM_PRIORITY_PREFIX: &str = "system-";
-
 /// A team's pods may use the classes its `priority.allowed` lists (and its default); a team
 /// that lists none may use any class but the system ones: a tenant's pod at
 /// `system-node-critical` would preempt every other team's pods on its way to a GPU.
@@ -481,7 +477,7 @@ fn check_priority_class(policies: &PolicySet, view: &PodView<'_>, team: &TeamLoo
             format!("team {} may use priority classes {}; this pod asks {class}", t.name, allowed.join(", "))
         }
         // The cluster's globalDefault is what the pod gets by asking nothing: never judged here.
-        None if class.starts_with(SYSTEM_PRIORITY_PREFIX)
+        None if class.starts_with(crate::policy::SYSTEM_PRIORITY_PREFIX)
             && policies.priority.global_default.as_deref() != Some(class) =>
         {
             format!(

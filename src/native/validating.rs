@@ -415,7 +415,7 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
     out.coverage.push(coverage);
 }
 
-/// The CEL string of [`crate::validate::SYSTEM_PRIORITY_PREFIX`].
+/// The CEL string of [`crate::policy::SYSTEM_PRIORITY_PREFIX`].
 const SYSTEM: &str = "'system-'";
 
 /// A CEL Rule: one policy per Pod source (kinds: [Pod]) or one for the named kind.

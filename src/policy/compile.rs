@@ -100,7 +100,7 @@ impl Compile for TeamSpec {
                 .push(format_args!("spec.priority.default: {default:?} is not in spec.priority.allowed {allowed:?}"));
         }
         if let (Some(default), None) = (&spec.priority.default, &spec.priority.allowed)
-            && default.starts_with(crate::validate::SYSTEM_PRIORITY_PREFIX)
+            && default.starts_with(super::SYSTEM_PRIORITY_PREFIX)
         {
             problems.push(format_args!(
                 "spec.priority.default: {default:?} is a system priority class, which a team without \

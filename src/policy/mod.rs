@@ -252,6 +252,10 @@ pub struct PolicySet {
 /// The annotation `kubectl apply` keeps its copy of the manifest in.
 pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
+/// The prefix Kubernetes reserves for its own PriorityClasses (`system-node-critical`,
+/// `system-cluster-critical`: priorities above a billion, usable in any namespace since 1.17).
+pub const SYSTEM_PRIORITY_PREFIX: &str = "system-";
+
 /// Parts of an object under review (`request.object`, `request.oldObject`) that Allot's own
 /// checks never read and that no Rule or Placement expression of a set can read: the server
 /// skips them while decoding a review, so they are never built. On a Pod applied with
