@@ -572,6 +572,9 @@ impl Exemption {
     }
 }
 
+/// The scheduler the API server gives a Pod that names none.
+const DEFAULT_SCHEDULER: &str = "default-scheduler";
+
 /// Why a Pod must never carry Allot's gang gate, or `None` ([`Exemption::from_the_quota_queue`]
 /// says whether the quota gate too).
 ///
@@ -603,12 +606,16 @@ pub fn never_gate(
     if runs(ExternalScheduler::Kueue) && facts.gates.contains(&membership::KUEUE_GATE) {
         return Some(Exemption::Kueue);
     }
-    // Volcano queues the pods its scheduler places; its group annotation on a pod the default
-    // scheduler places holds nothing.
-    if runs(ExternalScheduler::Volcano) && facts.scheduler_name == Some("volcano") {
+    // A scheduler's marker holds a pod only where that scheduler places it: Volcano's group on
+    // a pod the default scheduler places, or the pod-group label on one a scheduler without
+    // the coscheduling plugin places, holds nothing. A pod naming no scheduler gets the default.
+    let scheduler = facts.scheduler_name.unwrap_or(DEFAULT_SCHEDULER);
+    let placed_by = |names: &[String]| names.iter().any(|n| n == scheduler);
+    if runs(ExternalScheduler::Volcano) && placed_by(&tenancy.volcano_schedulers) {
         return Some(Exemption::Volcano);
     }
     if runs(ExternalScheduler::Coscheduling)
+        && placed_by(&tenancy.coscheduling_schedulers)
         && facts.labels.get(membership::COSCHEDULING_LABEL).is_some_and(|v| !v.is_empty())
     {
         return Some(Exemption::Coscheduling);
@@ -665,7 +672,13 @@ mod tests {
         };
         assert!(gate(json!({}), kueue_gate, &all, tenant).is_some());
         assert!(gate(json!({}), volcano, &all, tenant).is_some());
-        assert!(gate(cosched, json!({}), &all, tenant).is_some());
+        let plugins = json!({"schedulerName": "scheduler-plugins-scheduler"});
+        assert!(gate(cosched.clone(), plugins, &all, tenant).is_some());
+        // The pod-group label on a pod the default scheduler places (without the plugin).
+        assert!(gate(cosched.clone(), json!({}), &all, tenant).is_none());
+        // Where the plugin runs in the default scheduler, the Cluster policy says so.
+        let in_default = TenantPolicy { coscheduling_schedulers: vec!["default-scheduler".into()], ..all.clone() };
+        assert!(gate(cosched, json!({}), &in_default, tenant).is_some());
         // Markers that hold nothing: Kueue's label without its gate (the pod would run at
         // once), Volcano's group on a pod the default scheduler places.
         assert!(gate(kueue_label, json!({}), &all, tenant).is_none());

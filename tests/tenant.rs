@@ -290,7 +290,10 @@ mod creates {
         kueue_gated["spec"]["schedulingGates"] = json!([{"name": "kueue.x-k8s.io/admission"}]);
         let mut volcano = pod.clone();
         volcano["spec"]["schedulerName"] = json!("volcano");
-        for (marked, scheduler) in [(&kueue_gated, "Kueue"), (&volcano, "Volcano")] {
+        let mut cosched = pod.clone();
+        cosched["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] = json!("pg");
+        cosched["spec"]["schedulerName"] = json!("scheduler-plugins-scheduler");
+        for (marked, scheduler) in [(&kueue_gated, "Kueue"), (&volcano, "Volcano"), (&cosched, "Coscheduling")] {
             assert!(gated(&create(&shipped, marked, "alice").0), "{scheduler} is not listed: no exemption");
             let runs = with_spec("Cluster", "externalSchedulers: []", &format!("externalSchedulers: [{scheduler}]"));
             assert!(!gated(&create(&runs, marked, "alice").0), "{scheduler} runs here");
@@ -301,6 +304,7 @@ mod creates {
         let markers = [
             ("labels", "kueue.x-k8s.io/managed", "true", "Kueue"),
             ("annotations", "scheduling.k8s.io/group-name", "pg", "Volcano"),
+            ("labels", "scheduling.x-k8s.io/pod-group", "pg", "Coscheduling"),
         ];
         for (field, key, value, scheduler) in markers {
             let mut marked = pod.clone();

@@ -98,6 +98,10 @@ pub struct ClusterSpec {
     /// only when listed here (default: none, so a label alone changes nothing).
     #[serde(default)]
     pub external_schedulers: Vec<ExternalScheduler>,
+    /// The scheduler names (`spec.schedulerName`) under which the external schedulers place
+    /// pods: a pod is theirs only when it names one, else its marker holds nothing.
+    #[serde(default)]
+    pub scheduler_names: SchedulerNamesSpec,
     /// Identities trusted for what a tenant may not do.
     #[serde(default)]
     pub trust: TrustSpec,
@@ -151,10 +155,41 @@ pub enum ExternalScheduler {
     /// Kueue: pods created with its `kueue.x-k8s.io/admission` gate, which only Kueue's
     /// identities (`trust.kueueControllers`) may lift.
     Kueue,
-    /// Volcano: pods with `schedulerName: volcano` (Volcano's scheduler, which queues them).
+    /// Volcano: pods Volcano's scheduler places (`schedulerNames.volcano`), which it queues.
     Volcano,
-    /// The scheduler-plugins coscheduling PodGroup: label `scheduling.x-k8s.io/pod-group`.
+    /// The scheduler-plugins coscheduling PodGroup: label `scheduling.x-k8s.io/pod-group` on a
+    /// pod a scheduler running the plugin places (`schedulerNames.coscheduling`).
     Coscheduling,
+}
+
+/// Which scheduler places the pods of Volcano and of the coscheduling plugin. A marker on a pod
+/// another scheduler places holds nothing (the default scheduler ignores Volcano's group and,
+/// without the plugin, the pod-group label): such a pod gets Allot's gates.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SchedulerNamesSpec {
+    /// Volcano's scheduler names. Default `[volcano]`.
+    #[serde(default = "default_volcano_schedulers")]
+    pub volcano: Vec<String>,
+    /// The schedulers running the coscheduling plugin. Default `[scheduler-plugins-scheduler]`
+    /// (scheduler-plugins installed as a second scheduler); list `default-scheduler` only where
+    /// the plugin runs in the default scheduler itself.
+    #[serde(default = "default_coscheduling_schedulers")]
+    pub coscheduling: Vec<String>,
+}
+
+impl Default for SchedulerNamesSpec {
+    fn default() -> Self {
+        SchedulerNamesSpec { volcano: default_volcano_schedulers(), coscheduling: default_coscheduling_schedulers() }
+    }
+}
+
+fn default_volcano_schedulers() -> Vec<String> {
+    vec!["volcano".to_string()]
+}
+
+fn default_coscheduling_schedulers() -> Vec<String> {
+    vec!["scheduler-plugins-scheduler".to_string()]
 }
 
 /// Identities (AdmissionReview `userInfo.username`) trusted for what tenants may not do.

@@ -19,6 +19,9 @@ pub struct TenantPolicy {
     pub bound_pod_creators: Vec<String>,
     /// Identities that may lift Kueue's gate and add its flavors' tolerations.
     pub kueue_controllers: Vec<String>,
+    /// The scheduler names Volcano and the coscheduling plugin place pods under.
+    pub volcano_schedulers: Vec<String>,
+    pub coscheduling_schedulers: Vec<String>,
     /// The most of one accelerator resource per Pod.
     pub max_amount: u32,
 }
@@ -43,6 +46,8 @@ impl TenantPolicy {
             daemon_set_controllers: cluster.trust.daemon_set_controllers.clone(),
             bound_pod_creators: cluster.trust.bound_pod_creators.clone(),
             kueue_controllers: cluster.trust.kueue_controllers.clone(),
+            volcano_schedulers: cluster.scheduler_names.volcano.clone(),
+            coscheduling_schedulers: cluster.scheduler_names.coscheduling.clone(),
             max_amount: cluster.accelerators.max_amount.unwrap_or(DEFAULT_MAX_AMOUNT),
         }
     }
