@@ -564,11 +564,13 @@ pub enum Exemption {
 }
 
 impl Exemption {
-    /// Also keeps the quota gate off. Not for a DaemonSet's pods: what they hold counts
+    /// Also keeps the quota gate off: only for a manager that queues pods itself (Kueue's
+    /// ClusterQueues, Volcano's queues). Not for a DaemonSet's pods (what they hold counts
     /// against their team like any pod's, and a tenant's own DaemonSet asking GPUs would
-    /// otherwise run on every node past a queue-mode quota.
+    /// otherwise run on every node past a queue-mode quota), nor for coscheduling's (a gang
+    /// mechanism, no quota: a tenant's own one-member PodGroup would skip her team's queue).
     pub fn from_the_quota_queue(self) -> bool {
-        self != Exemption::DaemonSet
+        !matches!(self, Exemption::DaemonSet | Exemption::Coscheduling)
     }
 }
 

@@ -402,6 +402,16 @@ mod creates {
         managed["spec"]["schedulingGates"] = json!([{"name": "kueue.x-k8s.io/admission"}]);
         assert!(queued(&create(&queue, &managed, "alice").0), "Kueue is not listed");
         assert!(!queued(&create(&kueue, &managed, "alice").0));
+        // Coscheduling gangs a pod but queues nothing: its pods keep their team's quota gate
+        // (a one-member PodGroup of her own would otherwise skip the queue), not the gang gate.
+        let cosched =
+            with_specs(&[to_queue, ("Cluster", "externalSchedulers: []", "externalSchedulers: [Coscheduling]")]);
+        let mut grouped = gpu_pod(json!(8));
+        grouped["metadata"]["labels"] = json!({"scheduling.x-k8s.io/pod-group": "mine"});
+        grouped["spec"]["schedulerName"] = json!("scheduler-plugins-scheduler");
+        let mutation = create(&cosched, &grouped, "alice").0;
+        assert!(queued(&mutation), "{:?}", mutation.patch);
+        assert!(!gated(&mutation), "the plugin gangs it: {:?}", mutation.patch);
     }
 
     #[test]
