@@ -9,7 +9,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 /// Every reason a waiting gang's condition can give ([`super::plan`]): each is reported, at 0
 /// when no gang waits for it, so alerts and dashboards see a 0 rather than no series.
-pub const WAITING_REASONS: [&str; 7] = [
+pub const WAITING_REASONS: [&str; 8] = [
     "WaitingForMembers",
     "InsufficientResources",
     "WaitingForHigherPriority",
@@ -17,6 +17,8 @@ pub const WAITING_REASONS: [&str; 7] = [
     "MembersDisagree",
     "PlacementTooLarge",
     "AssemblyTimeout",
+    // Released, not bound within the start timeout (counted while it is told or deleted).
+    "StartTimeout",
 ];
 
 /// Every kind of write the controller counts; each is reported from the start, at 0, so the

@@ -91,14 +91,16 @@ pub fn start_timeout_message(gf: &GangFacts, now: i64) -> Option<String> {
 /// partly started gang only holds its nodes; its reservation lasts while they go, see
 /// [`super::snapshot::FAILED_START_HOLD`]); under `Warn` its released members get a Warning condition and Event,
 /// once. Also the next time a start timeout fires or a reservation ends (the controller looks
-/// again then). Returns the gangs being deleted: nothing else is done to them in this pass.
+/// again then). Returns the gangs being deleted (nothing else is done to them in this pass), and
+/// how many gangs are past their start timeout (`StartTimeout` in the waiting-gang counts).
 fn plan_starts(
     now: i64,
     facts: &HashMap<GangKey, GangFacts>,
     actions: &mut Vec<ControllerAction>,
     next_deadline: &mut Option<i64>,
-) -> HashSet<GangKey> {
+) -> (HashSet<GangKey>, u64) {
     let mut failing = HashSet::new();
+    let mut not_started = 0;
     let mut gangs: Vec<(&GangKey, &GangFacts)> = facts.iter().filter(|(_, gf)| gf.start_deadline().is_some()).collect();
     gangs.sort_by(|a, b| a.0.cmp(b.0));
     for (key, gf) in gangs {
@@ -112,6 +114,7 @@ fn plan_starts(
             *next_deadline = Some(next_deadline.map_or(next, |n| n.min(next)));
         }
         let Some(message) = start_timeout_message(gf, now) else { continue };
+        not_started += 1;
         let ns = &key.namespace;
         match gf.on_start_timeout {
             OnStartTimeout::Fail => {
@@ -141,7 +144,7 @@ fn plan_starts(
             }
         }
     }
-    failing
+    (failing, not_started)
 }
 
 /// How long the members of a waiting gang keep an explanation whose figures alone have since
@@ -235,7 +238,10 @@ pub fn plan(
         .map(|gf| gf.gated.len())
         .sum();
     let capacity_every = refresh_secs(figures_told);
-    let failing = plan_starts(snapshot.now, facts, &mut actions, &mut next_deadline);
+    let (failing, not_started) = plan_starts(snapshot.now, facts, &mut actions, &mut next_deadline);
+    if not_started > 0 {
+        waiting.insert(START_TIMEOUT_REASON, not_started);
+    }
     for d in decisions {
         let Some(gf) = facts.get(&d.gang) else { continue };
         // Being deleted whole: its gated members are neither released nor told anything.

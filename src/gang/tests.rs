@@ -562,6 +562,8 @@ mod controller_state {
                         (first: a-0); their reservation has ended: other gangs may be released onto the capacity \
                         they would take";
         assert_eq!(warned, [("a-0", expected), ("a-1", expected), ("a-2", expected), ("a-3", expected)]);
+        // Counted for the metrics (allot_gangs_waiting{reason="StartTimeout"}, an alert).
+        assert_eq!(pass.waiting.get("StartTimeout"), Some(&1), "{:?}", pass.waiting);
         // Told once: the conditions the controller wrote are not written again.
         for (pod, message) in &warned {
             state.mark_condition("ml", pod, false, condition_fingerprint(false, "StartTimeout", message));
@@ -573,6 +575,7 @@ mod controller_state {
             "{:?}",
             pass.actions
         );
+        assert_eq!(pass.waiting.get("StartTimeout"), Some(&1), "still past its start timeout");
     }
 
     /// (d) A member that binds ends its own reservation at once; a gang all of whose members
