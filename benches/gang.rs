@@ -91,6 +91,7 @@ fn snapshot() -> Snapshot {
         in_flight: Vec::new(),
         gangs,
         accelerators: ResourceMatcher::new(["nvidia.com/gpu"]),
+        strays: Vec::new(),
     }
 }
 

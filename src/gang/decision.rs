@@ -128,6 +128,20 @@ pub struct Snapshot {
     pub gangs: Vec<WaitingGang>,
     /// Which resources messages talk about.
     pub accelerators: ResourceMatcher,
+    /// Pods behind Allot's gang gate that are in no gang under the current policies: never
+    /// released, only told why (the decision does not read them).
+    pub strays: Vec<StrayMember>,
+}
+
+/// A pod behind Allot's gang gate whose metadata names no valid gang under the current
+/// policies: a GangPolicy that inferred its gang changed, a `maxGangSize` lowered below its
+/// size, or it was created while Allot's webhook was down. Allot cannot release it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StrayMember {
+    pub namespace: String,
+    pub name: String,
+    /// Fingerprint of its `allot.dev/GangReady` condition as the pod carries it (0: none).
+    pub condition: u64,
 }
 
 /// What happens to one gang.

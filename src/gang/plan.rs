@@ -379,9 +379,34 @@ pub fn plan(
             }
         }
     }
+    explain_strays(snapshot, &mut actions);
     // Forget explanations of gangs that are gone.
     previous.retain(|k, _| facts.contains_key(k));
     Plan { actions, waiting, released, next_deadline }
+}
+
+/// The reason on a pod behind Allot's gang gate that is in no gang ([`StrayMember`]).
+pub const STRAY_REASON: &str = "InvalidGangMetadata";
+
+/// What a [`StrayMember`] is told, once (a Warning: it waits for nothing that will come).
+pub const STRAY_MESSAGE: &str = "held by the allot.dev/gang gate, but under the current policies its labels and \
+     annotations name no valid gang (a GangPolicy that inferred its gang changed, maxGangSize was lowered below its \
+     size, or it was created while Allot's webhook was down): Allot will not release it; delete it and create it \
+     again (allot check says what its metadata lacks)";
+
+/// Every stray member not yet told why it waits gets a Warning condition and Event, once.
+fn explain_strays(snapshot: &Snapshot, actions: &mut Vec<ControllerAction>) {
+    let written = condition_fingerprint(false, STRAY_REASON, STRAY_MESSAGE);
+    for stray in snapshot.strays.iter().filter(|s| s.condition != written) {
+        actions.push(ControllerAction::Explain {
+            namespace: stray.namespace.clone(),
+            pod: stray.name.clone(),
+            ready: false,
+            reason: STRAY_REASON,
+            message: STRAY_MESSAGE.to_string(),
+            warning: true,
+        });
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use super::decision::{GangKey, Member, Phantoms, Snapshot, Unplaceable, WaitingGang};
+use super::decision::{GangKey, Member, Phantoms, Snapshot, StrayMember, Unplaceable, WaitingGang};
 use super::directory::Peer;
 use super::membership::{OwnerGang, QUOTA_GATE};
 use crate::cluster::{ClusterState, ClusterView, GangRef, PodShape};
@@ -123,6 +123,7 @@ impl GangSnapshot for ClusterState {
         let mut bound_claims: HashSet<(Arc<str>, Arc<str>)> = HashSet::new();
         let mut waiting: BTreeMap<GangKey, WaitingGang> = BTreeMap::new();
         let mut facts: HashMap<GangKey, GangFacts> = HashMap::new();
+        let mut strays = Vec::new();
         for p in view.pods() {
             if p.finished {
                 continue;
@@ -150,7 +151,16 @@ impl GangSnapshot for ClusterState {
             if p.terminating {
                 continue;
             }
-            let Some(g) = &p.gang else { continue };
+            let Some(g) = &p.gang else {
+                if p.gate_index.is_some() {
+                    strays.push(StrayMember {
+                        namespace: p.namespace.to_string(),
+                        name: p.name.to_string(),
+                        condition: p.gang_condition,
+                    });
+                }
+                continue;
+            };
             let key = GangKey { namespace: p.namespace.to_string(), name: g.name.clone() };
             let gf = facts.entry(key.clone()).or_default();
             let team = teams.get(&p.namespace).map(|t| t.name.as_str());
@@ -251,6 +261,7 @@ impl GangSnapshot for ClusterState {
             in_flight,
             gangs,
             accelerators: (*policies.accelerators).clone(),
+            strays,
         };
         (snapshot, facts)
     }

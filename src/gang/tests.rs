@@ -1981,3 +1981,63 @@ fn a_streaming_list_falls_back_to_pages_only_where_the_api_server_cannot_stream(
     assert!(!refused(&Error::WatchError(status(410, "too old resource version"))));
     assert!(!refused(&Error::NoResourceVersion));
 }
+
+/// A pod behind Allot's gang gate that names no valid gang under the current policies (its
+/// size above a lowered `maxGangSize`, its gang gate with no gang metadata at all) is never
+/// released and, before this, was never told why: it gets one Warning condition; a real
+/// gang beside it goes as usual.
+#[test]
+fn a_gated_pod_in_no_gang_is_told_why_once() {
+    use crate::cluster::fixtures::{cluster, member, policies};
+    use crate::cluster::records::condition_fingerprint;
+    use crate::gang::plan::{STRAY_MESSAGE, STRAY_REASON, plan};
+    use crate::gang::snapshot::GangSnapshot;
+    use serde_json::json;
+    use std::collections::HashMap;
+    let lowered = "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  maxGangSize: 4\n";
+    let p = policies(lowered);
+    let created = "2026-11-18T10:00:00Z";
+    let oversized = member("big-0", "big", 8, created, json!({}));
+    let mut unnamed = member("plain", "-", 1, created, json!({}));
+    unnamed["metadata"]["labels"] = json!({});
+    unnamed["metadata"]["annotations"] = json!({});
+    let pods = [oversized, unnamed, member("ok-0", "ok", 1, created, json!({}))];
+    let state = cluster(&p, &pods);
+    let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, 1_795_000_000);
+    let mut explained = HashMap::new();
+    let pass = plan(&snapshot, &facts, &mut explained);
+    let told: Vec<&str> =
+        pass.actions
+            .iter()
+            .filter_map(|a| match a {
+                crate::cluster::ControllerAction::Explain {
+                    pod, reason, message, warning: true, ready: false, ..
+                } if *reason == STRAY_REASON && message == STRAY_MESSAGE => Some(pod.as_str()),
+                _ => None,
+            })
+            .collect();
+    let mut told = told;
+    told.sort();
+    assert_eq!(told, ["big-0", "plain"], "{:?}", pass.actions);
+    assert!(
+        pass.actions
+            .iter()
+            .any(|a| matches!(a, crate::cluster::ControllerAction::Release { pod, .. } if pod == "ok-0")),
+        "{:?}",
+        pass.actions
+    );
+    // Told once: with the condition on the pods, the next pass says nothing to them.
+    for pod in ["big-0", "plain"] {
+        state.mark_condition("ml", pod, false, condition_fingerprint(false, STRAY_REASON, STRAY_MESSAGE));
+    }
+    let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, 1_795_000_010);
+    let pass = plan(&snapshot, &facts, &mut explained);
+    assert!(
+        !pass
+            .actions
+            .iter()
+            .any(|a| matches!(a, crate::cluster::ControllerAction::Explain { reason, .. } if *reason == STRAY_REASON)),
+        "{:?}",
+        pass.actions
+    );
+}
