@@ -311,6 +311,10 @@ impl<'a> Engine<'a> {
                 let update = operation == Operation::Update;
                 out.findings.extend(tenant::check_resource_names(&view).map(|f| warn_on_workload_update(f, update)));
                 out.findings.extend(
+                    validate::check_system_priority_class(self.policies, &view, &team)
+                        .map(|f| warn_on_workload_update(f, update)),
+                );
+                out.findings.extend(
                     tenant::check_uncounted_accelerators(self.policies, &view, &claims, team.team)
                         .map(|f| warn_on_workload_update(f, update)),
                 );
@@ -441,8 +445,8 @@ impl<'a> Engine<'a> {
             return Vec::new();
         }
         // Kueue adds the tolerations of the flavor it admitted the pod to as it lifts its gate:
-        // the admins' ResourceFlavors, not the tenant's words.
-        if self.policies.tenancy.is_kueue(req.username) {
+        // the admins' ResourceFlavors, not the tenant's words. Only that UPDATE.
+        if self.policies.tenancy.is_kueue(req.username) && tenant::lifts_kueue_gate(old, req.object) {
             return Vec::new();
         }
         let view = PodView::new(String::new(), Cow::Borrowed(req.object));

@@ -604,6 +604,9 @@ fn apply_gang_gate(
         }
     };
     if never_gate(facts, &policies.tenancy, ctx.requester).is_some() {
+        // Reinvoked after a later webhook added the marker (Kueue's webhook adds its gate after
+        // Allot's, whose configuration sorts first): the gate Allot's first call added comes off.
+        take_gate_off(builder, GATE, out);
         return;
     }
     if hand_off(policies, &gang, ctx, builder, out) {
@@ -657,9 +660,22 @@ fn apply_quota_gate(
     let Some(team) = ctx.team.team else { return };
     let Some(quota) = team.quota.as_ref().filter(|q| q.mode == crate::policy::QuotaMode::Queue) else { return };
     let Some(spec) = pod.get("spec") else { return };
-    if quota.charge(&crate::dra::held_quota_requests(&crate::resources::pod_requests(spec), ctx.claims)).is_empty()
-        || never_gate(facts, &policies.tenancy, ctx.requester).is_some_and(|e| e.from_the_quota_queue())
-    {
+    if quota.charge(&crate::dra::held_quota_requests(&crate::resources::pod_requests(spec), ctx.claims)).is_empty() {
+        return;
+    }
+    let exempt = match never_gate(facts, &policies.tenancy, ctx.requester) {
+        // A coscheduling group queues as one unit only where its size is known (GangPolicy
+        // `coschedulingSize`): without it the queue would release part of a group, which could
+        // then hold the team's quota waiting for members queued behind it.
+        Some(crate::tenant::Exemption::Coscheduling) => policies
+            .gang_of(facts, ctx.namespace, Some(team.name.as_str()))
+            .is_ok_and(|m| m.is_none_or(|m| m.size.is_none())),
+        Some(e) => e.from_the_quota_queue(),
+        None => false,
+    };
+    if exempt {
+        // As for the gang gate: what Allot's first call added comes off on reinvocation.
+        take_gate_off(builder, QUOTA_GATE, out);
         return;
     }
     let gated = builder
@@ -669,6 +685,19 @@ fn apply_quota_gate(
     if !gated {
         builder.push(&["schedulingGates"], serde_json::json!({ "name": QUOTA_GATE }));
         out.change(|| format!("team {} quota (queue): scheduling gate {QUOTA_GATE}", team.name));
+    }
+}
+
+/// Removes Allot's gate `name` if the pod carries it (a CREATE reinvoked after another webhook
+/// made the pod one Allot never gates).
+fn take_gate_off(builder: &mut Builder<'_>, name: &str, out: &mut Mutation) {
+    let index = builder
+        .get(&["schedulingGates"])
+        .and_then(Value::as_array)
+        .and_then(|gates| gates.iter().position(|g| g.get("name").and_then(Value::as_str) == Some(name)));
+    if let Some(index) = index {
+        builder.remove(&["schedulingGates", &index.to_string()]);
+        out.change(|| format!("scheduling gate {name} taken off: the pod is left to the scheduler that manages it"));
     }
 }
 

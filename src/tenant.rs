@@ -303,6 +303,11 @@ pub fn check_bound_pod(
     ))
 }
 
+/// True when an UPDATE takes Kueue's admission gate off the Pod (Kueue admitting it).
+pub fn lifts_kueue_gate(old: &Value, new: &Value) -> bool {
+    has_gate(old, membership::KUEUE_GATE) && !has_gate(new, membership::KUEUE_GATE)
+}
+
 /// True when the Pod carries the scheduling gate `name`.
 fn has_gate(pod: &Value, name: &str) -> bool {
     pod.field(&["spec", "schedulingGates"])
@@ -375,8 +380,7 @@ pub fn check_pod_update(policies: &PolicySet, old: &Value, new: &Value, username
         ));
     }
     if policies.tenancy.external_schedulers.contains(&ExternalScheduler::Kueue)
-        && has_gate(old, membership::KUEUE_GATE)
-        && !has_gate(new, membership::KUEUE_GATE)
+        && lifts_kueue_gate(old, new)
         && !policies.tenancy.is_kueue(username)
     {
         findings.push(deny(

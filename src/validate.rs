@@ -461,39 +461,47 @@ pub fn quota_denial(spec_path: String, team: &str, refusal: &Refusal) -> Finding
     Finding { rule: Check::TeamQuota.into(), action: Action::Deny, path: spec_path, message: refusal.message(team) }
 }
 
-/// A team's pods may use the classes its `priority.allowed` lists (and its default); a team
-/// that lists none may use any class but the system ones: a tenant's pod at
-/// `system-node-critical` would preempt every other team's pods on its way to a GPU.
+/// A team's pods may use the classes its `priority.allowed` lists (and its default).
 fn check_priority_class(policies: &PolicySet, view: &PodView<'_>, team: &TeamLookup<'_>) -> Option<Finding> {
     let t = team.team?;
-    let asked = view.pod.field(&["spec", "priorityClassName"]).and_then(Value::as_str).filter(|c| !c.is_empty());
-    let class = asked.or(policies.priority.global_default.as_deref())?;
-    if t.priority.default.as_deref() == Some(class) {
+    let allowed = t.priority.allowed.as_ref()?;
+    let class = view.pod.field(&["spec", "priorityClassName"]).and_then(Value::as_str).filter(|c| !c.is_empty());
+    let class = class.or(policies.priority.global_default.as_deref())?;
+    if allowed.iter().any(|a| a == class) || t.priority.default.as_deref() == Some(class) {
         return None;
     }
-    let message = match &t.priority.allowed {
-        Some(allowed) if allowed.iter().any(|a| a == class) => return None,
-        Some(allowed) => {
-            format!("team {} may use priority classes {}; this pod asks {class}", t.name, allowed.join(", "))
-        }
-        // The cluster's globalDefault is what the pod gets by asking nothing: never judged here.
-        None if class.starts_with(crate::policy::SYSTEM_PRIORITY_PREFIX)
-            && policies.priority.global_default.as_deref() != Some(class) =>
-        {
-            format!(
-                "{class} is a system priority class, kept for the cluster's own components: a pod at it would \
-                 preempt every other team's pods; team {} lists no allowed classes, which allows any class but \
-                 the system ones (list {class} in the team's priority.allowed to permit it)",
-                t.name
-            )
-        }
-        None => return None,
-    };
     Some(Finding {
         rule: Check::TeamPriorityClass.into(),
         action: Action::Deny,
         path: format!("{}.priorityClassName", view.spec_path()),
-        message,
+        message: format!("team {} may use priority classes {}; this pod asks {class}", t.name, allowed.join(", ")),
+    })
+}
+
+/// A team that lists no allowed classes may use any class but the system ones: a tenant's pod
+/// at `system-node-critical` would preempt every other team's pods on its way to a GPU. (The
+/// engine softens it to a warning on a workload UPDATE: a workload admitted before this check
+/// must stay updatable, its pods are still denied when created.)
+pub fn check_system_priority_class(policies: &PolicySet, view: &PodView<'_>, team: &TeamLookup<'_>) -> Option<Finding> {
+    let t = team.team.filter(|t| t.priority.allowed.is_none())?;
+    let class = view.pod.field(&["spec", "priorityClassName"]).and_then(Value::as_str).filter(|c| !c.is_empty())?;
+    // The cluster's globalDefault is what the pod gets by asking nothing: never judged here.
+    if !class.starts_with(crate::policy::SYSTEM_PRIORITY_PREFIX)
+        || t.priority.default.as_deref() == Some(class)
+        || policies.priority.global_default.as_deref() == Some(class)
+    {
+        return None;
+    }
+    Some(Finding {
+        rule: Check::TeamPriorityClass.into(),
+        action: Action::Deny,
+        path: format!("{}.priorityClassName", view.spec_path()),
+        message: format!(
+            "{class} is a system priority class, kept for the cluster's own components: a pod at it would preempt \
+             every other team's pods; team {} lists no allowed classes, which allows any class but the system ones \
+             (list {class} in the team's priority.allowed to permit it)",
+            t.name
+        ),
     })
 }
 

@@ -402,16 +402,63 @@ mod creates {
         managed["spec"]["schedulingGates"] = json!([{"name": "kueue.x-k8s.io/admission"}]);
         assert!(queued(&create(&queue, &managed, "alice").0), "Kueue is not listed");
         assert!(!queued(&create(&kueue, &managed, "alice").0));
-        // Coscheduling gangs a pod but queues nothing: its pods keep their team's quota gate
-        // (a one-member PodGroup of her own would otherwise skip the queue), not the gang gate.
-        let cosched =
-            with_specs(&[to_queue, ("Cluster", "externalSchedulers: []", "externalSchedulers: [Coscheduling]")]);
+        // Coscheduling gangs a pod but queues nothing: where its groups' size is known
+        // (GangPolicy coschedulingSize) the group queues as one unit for its team's quota (a
+        // one-member PodGroup of her own would otherwise skip the queue); where it is not, the
+        // queue could release part of a group, which would hold the quota waiting for the rest
+        // queued behind it: then the plugin's pods are left to it, as before.
+        let cluster = ("Cluster", "externalSchedulers: []", "externalSchedulers: [Coscheduling]");
+        let sized = ("GangPolicy", "name: default\nspec:\n", "name: default\nspec:\n  coschedulingSize: 2\n");
         let mut grouped = gpu_pod(json!(8));
         grouped["metadata"]["labels"] = json!({"scheduling.x-k8s.io/pod-group": "mine"});
         grouped["spec"]["schedulerName"] = json!("scheduler-plugins-scheduler");
-        let mutation = create(&cosched, &grouped, "alice").0;
+        let mutation = create(&with_specs(&[to_queue, cluster, sized]), &grouped, "alice").0;
         assert!(queued(&mutation), "{:?}", mutation.patch);
         assert!(!gated(&mutation), "the plugin gangs it: {:?}", mutation.patch);
+        let mutation = create(&with_specs(&[to_queue, cluster]), &grouped, "alice").0;
+        assert!(!queued(&mutation) && !gated(&mutation), "{:?}", mutation.patch);
+    }
+
+    /// Allot's mutating webhook runs before Kueue's (configurations go by name): its first call
+    /// gates a pod Kueue will manage; Kueue then adds its gate, and the API server calls Allot
+    /// again (reinvocationPolicy IfNeeded), which takes its own gates back off. Before, every
+    /// Kueue pod stayed behind Allot's gates as well, queued twice.
+    #[test]
+    fn a_reinvocation_after_kueue_gated_the_pod_takes_allots_gates_off() {
+        let to_queue = ("Team", "mode: Deny                        # Deny | Queue", "mode: Queue");
+        let kueue = with_specs(&[to_queue, ("Cluster", "externalSchedulers: []", "externalSchedulers: [Kueue]")]);
+        let mut pod = gpu_pod(json!(8));
+        pod["metadata"]["labels"] = json!({"allot.dev/gang-name": "g"});
+        pod["metadata"]["annotations"] = json!({"allot.dev/gang-size": "2"});
+        let apply = |object: &Value, outcome: &Outcome| {
+            let patch: json_patch::Patch =
+                serde_json::from_value(serde_json::to_value(&outcome.patch).unwrap()).unwrap();
+            let mut out = object.clone();
+            json_patch::patch(&mut out, &patch).expect("the patch applies");
+            out
+        };
+        let gate_names = |pod: &Value| -> Vec<String> {
+            pod["spec"]["schedulingGates"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|g| g["name"].as_str().map(String::from))
+                .collect()
+        };
+        let first = apply(&pod, &create(&kueue, &pod, "alice").0);
+        assert_eq!(gate_names(&first), ["allot.dev/gang", "allot.dev/quota"]);
+        let mut by_kueue = first.clone();
+        by_kueue["spec"]["schedulingGates"].as_array_mut().unwrap().push(json!({"name": "kueue.x-k8s.io/admission"}));
+        let again = apply(&by_kueue, &create(&kueue, &by_kueue, "alice").0);
+        assert_eq!(gate_names(&again), ["kueue.x-k8s.io/admission"]);
+        // Idempotent: a further call changes nothing.
+        assert!(
+            create(&kueue, &again, "alice")
+                .0
+                .patch
+                .iter()
+                .all(|op| !serde_json::to_string(op).unwrap().contains("schedulingGates"))
+        );
     }
 
     #[test]
@@ -862,8 +909,12 @@ mod tolerations {
         let by_alice = update(&policies, &old, &new, "alice");
         assert_eq!(denials(&by_alice, "tenant/tolerations").len(), 1, "{:?}", by_alice.findings);
         assert_eq!(denials(&by_alice, "tenant/allot-gates").len(), 1, "{:?}", by_alice.findings);
-        // Where Kueue is not listed, its identity is nobody special.
+        // Where Kueue is not listed, its identity is nobody special; nor is it on an UPDATE
+        // that lifts no gate of its own.
         assert_eq!(denials(&update(&shipped(), &old, &new, KUEUE), "tenant/tolerations").len(), 1);
+        let mut ungated = old.clone();
+        ungated["spec"]["schedulingGates"] = json!([]);
+        assert_eq!(denials(&update(&policies, &ungated, &new, KUEUE), "tenant/tolerations").len(), 1);
     }
 
     /// The cluster view's nodes, for `spec.nodeName`.
@@ -1171,6 +1222,19 @@ mod system_priority {
                 "containers": at(None)["spec"]["containers"]}}}});
         let denied = create(&policies, &job, "alice").1;
         assert_eq!(denials(&denied, "team/priority-class").len(), 1, "{:?}", denied.findings);
+        // A Job admitted before this check stays updatable (the garbage collector removing a
+        // finalizer, Kueue toggling suspend): a warning; its pods are still denied.
+        let mut edited = job.clone();
+        edited["metadata"]["labels"] = json!({"tier": "batch"});
+        let updated = update(&policies, &job, &edited, "alice");
+        assert!(updated.allowed(), "{:?}", updated.findings);
+        assert!(
+            updated.findings.iter().any(|f| f.rule == "team/priority-class"
+                && f.action == Action::Warn
+                && f.message.ends_with("its pods will be denied when created")),
+            "{:?}",
+            updated.findings
+        );
     }
 
     #[test]
@@ -1207,5 +1271,20 @@ mod system_priority {
             error.contains("spec.priority.default: \"system-node-critical\" is a system priority class"),
             "{error}"
         );
+        // Nor may the Cluster's default or globalDefault be one.
+        for field in ["globalDefault", "default"] {
+            let old = format!("    {field}: low-priority\n");
+            let mut sources = super::sources();
+            let doc = sources.iter_mut().find(|s| s.text.contains("kind: Cluster")).expect("cluster");
+            assert!(doc.text.contains(&old), "{old:?}");
+            doc.text = doc.text.replacen(&old, &format!("    {field}: system-cluster-critical\n"), 1);
+            let error = policy::compile(&sources).expect_err(field).to_string();
+            assert!(
+                error.contains(&format!(
+                    "spec.priority.{field}: \"system-cluster-critical\" is a system priority class"
+                )),
+                "{error}"
+            );
+        }
     }
 }

@@ -251,6 +251,11 @@ pub struct PodRecord {
     /// see `gang::snapshot`), on an ungated member the gang release (the quota gate goes
     /// first). What it reserves is bounded: see [`PodRecord::reserves_release`].
     pub released_at: Option<i64>,
+    /// Allot lifted its gang gate (`allot.dev/gang-released` is a time, or the controller marked
+    /// the release): only such members reserve capacity and run a start clock. A quota lift
+    /// alone does neither: a pod another gang scheduler places (coscheduling, a native
+    /// PodGroup) legitimately waits unbound while its group does not fit.
+    pub gang_released: bool,
     pub has_annotations: bool,
     /// Which relist last saw it (see `ClusterState::begin_relist`).
     pub(super) relist: u8,
@@ -453,6 +458,7 @@ impl PodRecord {
             quota_gate_index: facts.gates.iter().position(|g| *g == QUOTA_GATE),
             other_gates: facts.gates.iter().any(|g| *g != GATE && *g != QUOTA_GATE),
             released_at: [released_at, quota_released_at].into_iter().flatten().max(),
+            gang_released: released_at.is_some(),
             has_annotations: pod.metadata.annotations.is_some(),
             relist: 0,
             priority: spec.and_then(|s| s.priority).unwrap_or(0),
@@ -486,7 +492,7 @@ impl PodRecord {
     /// a release cannot be older than its pod, so an old forged time neither ends a
     /// reservation early nor makes the gang's start timeout fire before a real release's would.
     pub fn released_since(&self, now: i64) -> Option<i64> {
-        if self.gang.is_none() || self.gate_index.is_some() || self.node_name.is_some() {
+        if self.gang.is_none() || !self.gang_released || self.gate_index.is_some() || self.node_name.is_some() {
             return None;
         }
         self.released_at.filter(|at| *at <= now.saturating_add(CLOCK_SKEW)).map(|at| at.max(self.created))
@@ -504,6 +510,7 @@ impl PodRecord {
     /// store, so the controller knows when a pass has such members to look at.
     pub fn awaits_bind(&self) -> bool {
         self.gang.is_some()
+            && self.gang_released
             && self.gate_index.is_none()
             && self.node_name.is_none()
             && self.released_at.is_some()

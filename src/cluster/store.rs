@@ -772,6 +772,7 @@ impl ClusterState {
                 let awaited = p.awaits_bind();
                 let was_gated = p.gate_index.take().is_some();
                 p.released_at = Some(at);
+                p.gang_released = true;
                 let awaits = p.awaits_bind();
                 if was_gated {
                     inner.gang_gated = inner.gang_gated.saturating_sub(1);

@@ -996,10 +996,11 @@ impl Writer<'_> {
     /// the deletion; false when the pod could not be deleted (it is still there).
     async fn delete_member(&self, namespace: &str, pod: &str, event_reason: &str, reason: &str) -> bool {
         self.publish(namespace, pod, EventAction::GangScheduling, true, event_reason, reason).await;
-        self.metrics.wrote("delete");
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         match api.delete(pod, &DeleteParams::default()).await {
             Ok(_) => {
+                // Deletions made, not tried: what AllotGangMembersDeleted alerts on.
+                self.metrics.wrote("delete");
                 tracing::warn!(%namespace, %pod, %event_reason, %reason, "deleted gang member after its gang's timeout");
                 true
             }

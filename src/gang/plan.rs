@@ -76,10 +76,19 @@ pub fn start_timeout_message(gf: &GangFacts, now: i64) -> Option<String> {
         gf.start_timeout
     );
     Some(match gf.on_start_timeout {
-        OnStartTimeout::Fail => format!(
-            "{head}; deleting all {} members (their controllers recreate them; bare pods are not recreated)",
-            gf.gated.len() + gf.started.len()
-        ),
+        OnStartTimeout::Fail => {
+            let doomed = gf.failed_start_members().len();
+            let all = gf.gated.len() + gf.started.len();
+            let which = if doomed == all {
+                format!("all {all} members")
+            } else {
+                format!(
+                    "the {doomed} members released with them or after (the {} that ran before keep running)",
+                    all - doomed
+                )
+            };
+            format!("{head}; deleting {which} (their controllers recreate them; bare pods are not recreated)")
+        }
         OnStartTimeout::Warn => format!(
             "{head}; their reservation has ended: other gangs may be released onto the capacity they would take"
         ),
@@ -118,11 +127,10 @@ fn plan_starts(
         let ns = &key.namespace;
         match gf.on_start_timeout {
             OnStartTimeout::Fail => {
-                let members = gf.gated.iter().map(|m| &m.name).chain(gf.started.iter().map(|m| &m.name));
-                for pod in members {
+                for pod in gf.failed_start_members() {
                     actions.push(ControllerAction::Delete {
                         namespace: ns.clone(),
-                        pod: pod.clone(),
+                        pod: pod.to_string(),
                         event_reason: START_TIMEOUT_REASON,
                         reason: message.clone(),
                     });

@@ -70,6 +70,10 @@ pub struct StartedMember {
     /// Not bound yet, released by Allot at this time (seconds, as
     /// [`crate::cluster::PodRecord::released_since`] believes it): its gang's start clock runs.
     pub unbound_since: Option<i64>,
+    /// Bound, released by Allot at this time (as believed the same way): whether it started
+    /// with the members still unbound, or long before them (a running gang's older members,
+    /// which a late replacement must not take down with it).
+    pub bound_released: Option<i64>,
 }
 
 /// How long past its start timeout a gang that failed to start under `onStartTimeout: Fail`
@@ -80,6 +84,16 @@ pub struct StartedMember {
 pub const FAILED_START_HOLD: i64 = 60;
 
 impl GangFacts {
+    /// The members a failed start takes down: every one released with the unbound ones or
+    /// after them (bound or not), and the gated ones. Members that ran before the earliest
+    /// unbound one was released (a running gang whose replacement cannot bind) keep running.
+    pub fn failed_start_members(&self) -> Vec<&str> {
+        let Some(batch) = self.started.iter().filter_map(|m| m.unbound_since).min() else { return Vec::new() };
+        let started =
+            self.started.iter().filter(|m| m.unbound_since.is_some() || m.bound_released.is_some_and(|at| at >= batch));
+        self.gated.iter().map(|m| m.name.as_str()).chain(started.map(|m| m.name.as_str())).collect()
+    }
+
     /// When the gang has failed to start if some member is still unbound by then: its earliest
     /// unbound member's release plus its start timeout; `None` when no released member waits.
     pub fn start_deadline(&self) -> Option<i64> {
@@ -173,6 +187,7 @@ impl GangSnapshot for ClusterState {
                     name: p.name.to_string(),
                     condition: p.gang_condition,
                     unbound_since: p.released_since(now),
+                    bound_released: None,
                 });
             }
             // Members another gate still holds (the quota queue's, a third party's) are waiting
@@ -235,7 +250,7 @@ impl GangSnapshot for ClusterState {
                 gf.released += 1;
             }
         }
-        count_running(&view, &mut facts);
+        count_running(&view, &mut facts, now);
         for (key, gf) in facts.iter_mut().filter(|(_, gf)| gf.members_differ) {
             if let Some(gang) = waiting.get_mut(key) {
                 gang.disagreement = first_disagreement(&mut gf.terms);
@@ -351,7 +366,7 @@ fn first_disagreement(members: &mut [(Arc<str>, Terms)]) -> Option<String> {
 /// Members already running (released and bound) count towards the quorum of their gang, so a
 /// replacement or a member whose release failed can still go ([`finish`]: only while they
 /// and the gated members fit in the declared size).
-fn count_running(view: &ClusterView<'_>, facts: &mut HashMap<GangKey, GangFacts>) {
+fn count_running(view: &ClusterView<'_>, facts: &mut HashMap<GangKey, GangFacts>, now: i64) {
     for p in view.pods() {
         if p.present()
             && p.node_name.is_some()
@@ -365,6 +380,12 @@ fn count_running(view: &ClusterView<'_>, facts: &mut HashMap<GangKey, GangFacts>
                 name: p.name.to_string(),
                 condition: p.gang_condition,
                 unbound_since: None,
+                bound_released: p
+                    .gang_released
+                    .then_some(p.released_at)
+                    .flatten()
+                    .filter(|at| *at <= now.saturating_add(crate::cluster::records::CLOCK_SKEW))
+                    .map(|at| at.max(p.created)),
             });
         }
     }

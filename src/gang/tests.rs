@@ -418,6 +418,53 @@ mod controller_state {
         assert_eq!(state.snapshot(&warn, &crate::namespaces::NoNamespaces, RELEASED + 300).0.in_flight.len(), 0);
     }
 
+    /// A running gang whose replacement cannot bind: at the start timeout only the replacement
+    /// (released long after the others) is deleted; the members that have run for an hour keep
+    /// running (before, a late replacement took the whole job down).
+    #[test]
+    fn a_late_replacement_fails_alone_not_the_gang_that_runs() {
+        let fail = policies(START_FAIL);
+        let mut pods: Vec<Value> = (0..3)
+            .map(|i| released_member(&format!("r-{i}"), "r", 4, -3_600, Some(if i == 0 { "n1" } else { "n2" })))
+            .collect();
+        pods.push(released_member("r-3", "r", 4, 0, None));
+        let state = cluster(&fail, &pods);
+        let (snapshot, facts) = state.snapshot(&fail, &crate::namespaces::NoNamespaces, RELEASED + 300);
+        let mut explained = HashMap::new();
+        let pass = plan(&snapshot, &facts, &mut explained);
+        let deleted = deletions(&pass.actions);
+        assert_eq!(deleted.len(), 1, "{deleted:?}");
+        assert_eq!(deleted[0].0, "ml/r-3");
+        assert!(
+            deleted[0]
+                .2
+                .contains("deleting the 1 members released with them or after (the 3 that ran before keep running)"),
+            "{}",
+            deleted[0].2
+        );
+    }
+
+    /// A gang member only its team's quota queue released (Allot never held it behind the gang
+    /// gate: coscheduling's, a native PodGroup's) waits unbound for its own gang scheduler: it
+    /// reserves nothing, runs no start clock, and is never deleted at a start timeout.
+    #[test]
+    fn a_quota_release_alone_starts_no_clock_and_reserves_nothing() {
+        let fail = policies(START_FAIL);
+        let mut pod = released_member("q-0", "q", 2, 0, None);
+        let annotations = pod["metadata"]["annotations"].as_object_mut().unwrap();
+        annotations.remove("allot.dev/gang-released");
+        annotations.insert("allot.dev/quota-released".into(), json!(rfc3339(RELEASED)));
+        let state = cluster(&fail, &[pod]);
+        assert_eq!(state.awaiting_bind(), 0, "nothing for the pass to time");
+        for now in [RELEASED + 10, RELEASED + 3_600] {
+            let (snapshot, facts) = state.snapshot(&fail, &crate::namespaces::NoNamespaces, now);
+            assert!(snapshot.in_flight.is_empty(), "{now}");
+            let mut explained = HashMap::new();
+            let pass = plan(&snapshot, &facts, &mut explained);
+            assert!(deletions(&pass.actions).is_empty(), "{:?}", pass.actions);
+        }
+    }
+
     /// Start timeout 5 minutes, deleting the gang (the default `onStartTimeout`).
     const START_FAIL: &str =
         "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: g}\nspec:\n  startTimeout: 5m\n";

@@ -868,7 +868,11 @@ fn a_team_without_a_list_may_not_use_a_system_class_natively_body() {
         let team = crate::namespaces::team_of(&set, namespace, &crate::namespaces::NoNamespaces);
         crate::workload::pods_of(object, "", "Pod")
             .iter()
-            .flat_map(|view| crate::validate::check_pod(&set, view, &team))
+            .flat_map(|view| {
+                let mut found = crate::validate::check_pod(&set, view, &team);
+                found.extend(crate::validate::check_system_priority_class(&set, view, &team));
+                found
+            })
             .filter(|f| f.rule.as_str() == "team/priority-class")
             .map(|f| format!("[team/priority-class] {}: {}", f.path, f.message))
             .collect()

@@ -342,10 +342,13 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
         None => format!("(has({POD}.spec.priorityClassName) ? {POD}.spec.priorityClassName : '')"),
     };
     // A team without a list: any class but a system one, its globalDefault aside (the parser
-    // refuses a system default without a list).
+    // refuses a system default without a list), at CREATE: a workload admitted before the
+    // check stays updatable (the webhook warns on its UPDATE; natively nothing is said).
     let open = match &policies.priority.global_default {
-        Some(g) => format!("!{class}.startsWith({SYSTEM}) || {class} == {}", cel::string(g)),
-        None => format!("!{class}.startsWith({SYSTEM})"),
+        Some(g) => {
+            format!("request.operation == 'UPDATE' || !{class}.startsWith({SYSTEM}) || {class} == {}", cel::string(g))
+        }
+        None => format!("request.operation == 'UPDATE' || !{class}.startsWith({SYSTEM})"),
     };
     let body = format!(
         "{class} == '' || (variables.team in variables.allowedClasses ? {class} in \
@@ -409,7 +412,11 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
     for t in &policies.teams {
         coverage.compiled.push(Line::whole(match t.priority.allowed {
             Some(_) => format!("team {}: allowed priority classes on Pods and Pod templates", t.name),
-            None => format!("team {}: no system priority class on Pods and Pod templates", t.name),
+            None => format!(
+                "team {}: no system priority class on Pods and Pod templates at CREATE (the webhook also warns on a \
+                 workload UPDATE)",
+                t.name
+            ),
         }));
     }
     out.coverage.push(coverage);

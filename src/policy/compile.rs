@@ -217,6 +217,17 @@ impl Compile for ClusterSpec {
 
     fn compile(self, _: String, _: &Context<'_>, problems: &mut Problems<'_>) -> Option<ClusterSpec> {
         problems.extend(values::cluster_priority(&self.priority));
+        // A system class as the cluster's default would be given to every pod of a team without
+        // a default, then denied to it (team/priority-class); as its globalDefault it would be
+        // what asking nothing means, allowed everywhere.
+        for (field, class) in [("globalDefault", &self.priority.global_default), ("default", &self.priority.default)] {
+            if let Some(class) = class.as_deref().filter(|c| c.starts_with(super::SYSTEM_PRIORITY_PREFIX)) {
+                problems.push(format_args!(
+                    "spec.priority.{field}: {class:?} is a system priority class, kept for the cluster's own components: \
+                     name one of your own"
+                ));
+            }
+        }
         Some(self)
     }
 }
