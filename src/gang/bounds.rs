@@ -161,6 +161,39 @@ pub fn excess(
     counted.or_else(|| bytes_over(&(node_selector, affinity, tolerations)))
 }
 
+/// An upper bound on the bytes `values` serialize to as JSON, and so on the bytes of any typed
+/// value decoded from them (which keeps a subset of their fields, the same strings and
+/// numbers): every string byte as a six-byte escape, every number at its longest, every
+/// bracket, quote, colon and comma. `None` once past `limit`, where only the exact measure can
+/// tell.
+fn json_size_bound(values: &[Option<&Value>], limit: usize) -> Option<usize> {
+    fn string(s: &str) -> usize {
+        s.len().saturating_mul(6).saturating_add(3)
+    }
+    fn add(v: &Value, total: &mut usize, limit: usize) -> bool {
+        *total = total.saturating_add(match v {
+            Value::String(s) => string(s),
+            Value::Number(_) => 25,
+            Value::Bool(_) | Value::Null => 6,
+            Value::Array(_) | Value::Object(_) => 3,
+        });
+        if *total > limit {
+            return false;
+        }
+        match v {
+            Value::Array(items) => items.iter().all(|item| add(item, total, limit)),
+            Value::Object(map) => map.iter().all(|(key, item)| {
+                *total = total.saturating_add(string(key) + 1);
+                add(item, total, limit)
+            }),
+            _ => true,
+        }
+    }
+    // The tuple's own brackets and commas, and what its parts write when absent (`[{},null,[]]`).
+    let mut total = 16;
+    values.iter().flatten().all(|v| add(v, &mut total, limit)).then_some(total)
+}
+
 /// The same measure over a Pod spec as JSON (admission, `allot check`): counts first, so a
 /// hostile list is refused without being read into typed values.
 pub fn excess_of_spec(spec: &Value) -> Option<PlacementExcess> {
@@ -188,6 +221,12 @@ pub fn excess_of_spec(spec: &Value) -> Option<PlacementExcess> {
     ]);
     if counted.is_some() {
         return counted;
+    }
+    // Most placements are a few short strings: a bound from the JSON alone says so without
+    // decoding them into typed values and serializing those (13,000 instructions per review
+    // of a held gang member, measured on fixture 019).
+    if json_size_bound(&[node_selector, affinity, tolerations], MAX_PLACEMENT_BYTES).is_some() {
+        return None;
     }
     // The bytes as the record measures them: from the typed fields (what the API server keeps
     // is what the watch decodes), so that a pod admitted here is never over the bound there.
@@ -246,5 +285,34 @@ mod tests {
             let typed: Vec<Toleration> = serde_json::from_value(spec["tolerations"].clone()).expect("tolerations");
             assert_eq!(excess_of_spec(&spec), excess(&BTreeMap::new(), None, &typed), "{n}");
         }
+    }
+
+    /// The quick bound is never below what the exact measure serializes, escapes included, so
+    /// a placement it lets through is under the bound there too.
+    #[test]
+    fn the_json_size_bound_is_never_below_the_typed_size() {
+        let specs = [
+            serde_json::json!({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule",
+                "tolerationSeconds": 300}], "nodeSelector": {"pool": "a\u{1}\"b\\"}}),
+            serde_json::json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "In", "values": ["é", "\n", "x"]}]}]}}}}),
+            serde_json::json!({}),
+        ];
+        for spec in specs {
+            let terms =
+                spec.pointer("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms");
+            let bound = json_size_bound(&[spec.get("nodeSelector"), terms, spec.get("tolerations")], usize::MAX)
+                .expect("no limit");
+            let selector: BTreeMap<String, String> =
+                spec.get("nodeSelector").map(|v| serde_json::from_value(v.clone()).unwrap()).unwrap_or_default();
+            let affinity: Option<Vec<NodeSelectorTerm>> = terms.map(|v| serde_json::from_value(v.clone()).unwrap());
+            let tolerations: Vec<Toleration> =
+                spec.get("tolerations").map(|v| serde_json::from_value(v.clone()).unwrap()).unwrap_or_default();
+            let exact = serde_json::to_vec(&(&selector, affinity.as_deref(), &tolerations)).unwrap().len();
+            assert!(bound >= exact, "{bound} < {exact} for {spec}");
+        }
+        // Past the limit it gives up, and the exact measure decides.
+        let long = serde_json::json!({"big": "x".repeat(3_000)});
+        assert_eq!(json_size_bound(&[Some(&long)], MAX_PLACEMENT_BYTES), None);
     }
 }
