@@ -572,7 +572,9 @@ impl Exemption {
     /// ClusterQueues, Volcano's queues). Not for a DaemonSet's pods (what they hold counts
     /// against their team like any pod's, and a tenant's own DaemonSet asking GPUs would
     /// otherwise run on every node past a queue-mode quota), nor for coscheduling's (a gang
-    /// mechanism, no quota: a tenant's own one-member PodGroup would skip her team's queue).
+    /// mechanism, no quota: a tenant's own one-member PodGroup would skip her team's queue),
+    /// except where its group's size is unknown (`mutate::apply_quota_gate` decides: the queue
+    /// cannot release such a group whole).
     pub fn from_the_quota_queue(self) -> bool {
         !matches!(self, Exemption::DaemonSet | Exemption::Coscheduling)
     }
