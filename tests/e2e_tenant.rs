@@ -252,7 +252,17 @@ where
         }
         if let Err(e) = outcome {
             match e.try_into_panic() {
-                Ok(panic) => std::panic::resume_unwind(panic),
+                Ok(panic) => {
+                    // The body ran on a runtime worker, whose panic message the harness may not
+                    // show with this test's output: say it here.
+                    let message = panic
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| panic.downcast_ref::<&str>().copied())
+                        .unwrap_or("(not a string)");
+                    eprintln!("{test} panicked: {message}");
+                    std::panic::resume_unwind(panic)
+                }
                 Err(e) => panic!("{test}: {e}"),
             }
         }
@@ -1424,6 +1434,20 @@ async fn serve_jobsets(ctx: &Ctx) {
     support::cluster::serve_custom_kinds(&ctx.admin, &std::collections::BTreeSet::from([kind])).await;
     let rules = json!([{"apiGroups": ["jobset.x-k8s.io"], "verbs": ["*"], "resources": ["jobsets"]}]);
     support::cluster::grant_role(&ctx.admin, &ctx.ns, "jobsets", TENANT, rules).await;
+    // The new kind's discovery and alice's new Role reach the API server's caches a moment
+    // later (a full CI run once saw the first create fail at once): wait until she may list.
+    let resource = kube::api::ApiResource {
+        group: "jobset.x-k8s.io".into(),
+        version: "v1alpha2".into(),
+        api_version: "jobset.x-k8s.io/v1alpha2".into(),
+        kind: "JobSet".into(),
+        plural: "jobsets".into(),
+    };
+    let jobsets: Api<kube::api::DynamicObject> = Api::namespaced_with(ctx.alice.clone(), &ctx.ns, &resource);
+    wait_for("alice may list JobSets", Duration::from_secs(30), || async {
+        jobsets.list(&ListParams::default()).await.is_ok()
+    })
+    .await;
 }
 
 #[test]
