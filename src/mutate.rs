@@ -612,11 +612,7 @@ fn apply_gang_gate(
     if hand_off(policies, &gang, ctx, builder, out) {
         return;
     }
-    let gated = builder
-        .get(&["schedulingGates"])
-        .and_then(Value::as_array)
-        .is_some_and(|gates| gates.iter().any(|g| g.get("name").and_then(Value::as_str) == Some(GATE)));
-    if gated {
+    if gate_position(builder, GATE).is_some() {
         return;
     }
     builder.push(&["schedulingGates"], serde_json::json!({ "name": GATE }));
@@ -678,24 +674,24 @@ fn apply_quota_gate(
         take_gate_off(builder, QUOTA_GATE, out);
         return;
     }
-    let gated = builder
-        .get(&["schedulingGates"])
-        .and_then(Value::as_array)
-        .is_some_and(|gates| gates.iter().any(|g| g.get("name").and_then(Value::as_str) == Some(QUOTA_GATE)));
-    if !gated {
+    if gate_position(builder, QUOTA_GATE).is_none() {
         builder.push(&["schedulingGates"], serde_json::json!({ "name": QUOTA_GATE }));
         out.change(|| format!("team {} quota (queue): scheduling gate {QUOTA_GATE}", team.name));
     }
 }
 
+/// Where the scheduling gate `name` is among the pod's gates, as the patch has them so far.
+fn gate_position(builder: &Builder<'_>, name: &str) -> Option<usize> {
+    builder
+        .get(&["schedulingGates"])
+        .and_then(Value::as_array)
+        .and_then(|gates| gates.iter().position(|g| g.get("name").and_then(Value::as_str) == Some(name)))
+}
+
 /// Removes Allot's gate `name` if the pod carries it (a CREATE reinvoked after another webhook
 /// made the pod one Allot never gates).
 fn take_gate_off(builder: &mut Builder<'_>, name: &str, out: &mut Mutation) {
-    let index = builder
-        .get(&["schedulingGates"])
-        .and_then(Value::as_array)
-        .and_then(|gates| gates.iter().position(|g| g.get("name").and_then(Value::as_str) == Some(name)));
-    if let Some(index) = index {
+    if let Some(index) = gate_position(builder, name) {
         builder.remove(&["schedulingGates", &index.to_string()]);
         out.change(|| format!("scheduling gate {name} taken off: the pod is left to the scheduler that manages it"));
     }

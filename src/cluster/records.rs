@@ -483,19 +483,27 @@ impl PodRecord {
     }
 
     /// When the release of this pod started its gang's start clock, if Allot released it and
-    /// it waits for the scheduler: a gang member, ungated, not bound, with a release time.
-    /// The annotation is a pod field: one that a user wrote (admission denies that now, but not
-    /// for pods admitted before, or while the webhook was down) is believed only within bounds.
-    /// A time from the future (beyond [`CLOCK_SKEW`]) is no release at all: it reserves nothing
-    /// and times nothing out (else it would hold capacity until then). A time before the pod
-    /// was created (`creationTimestamp`, which the API server sets) counts from the creation:
-    /// a release cannot be older than its pod, so an old forged time neither ends a
-    /// reservation early nor makes the gang's start timeout fire before a real release's would.
+    /// it waits for the scheduler: a gang member, ungated, not bound, with a release time
+    /// ([`PodRecord::believed_gang_release`]).
     pub fn released_since(&self, now: i64) -> Option<i64> {
-        if self.gang.is_none() || !self.gang_released || self.gate_index.is_some() || self.node_name.is_some() {
+        if self.gang.is_none() || self.gate_index.is_some() || self.node_name.is_some() {
             return None;
         }
-        self.released_at.filter(|at| *at <= now.saturating_add(CLOCK_SKEW)).map(|at| at.max(self.created))
+        self.believed_gang_release(now)
+    }
+
+    /// When Allot lifted this pod's gang gate, as far as it is believed at `now`. The annotation
+    /// is a pod field: one that a user wrote (admission denies that now, but not for pods
+    /// admitted before, or while the webhook was down) is believed only within bounds. A time
+    /// from the future (beyond [`CLOCK_SKEW`]) is no release at all: it reserves nothing and
+    /// times nothing out (else it would hold capacity until then). A time before the pod was
+    /// created (`creationTimestamp`, which the API server sets) counts from the creation: a
+    /// release cannot be older than its pod, so an old forged time neither ends a reservation
+    /// early nor makes the gang's start timeout fire before a real release's would.
+    pub fn believed_gang_release(&self, now: i64) -> Option<i64> {
+        self.released_at
+            .filter(|at| self.gang_released && *at <= now.saturating_add(CLOCK_SKEW))
+            .map(|at| at.max(self.created))
     }
 
     /// True when the pod's release still reserves capacity at `now`: it was released
@@ -613,7 +621,7 @@ impl PodRecord {
 }
 
 /// How far in the future a release time may lie (seconds of clock skew between replicas).
-pub const CLOCK_SKEW: i64 = 60;
+const CLOCK_SKEW: i64 = 60;
 
 /// An RFC 3339 time (what the controller writes), in seconds since the epoch.
 fn parse_time(value: &str) -> Option<i64> {

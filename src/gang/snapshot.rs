@@ -380,12 +380,7 @@ fn count_running(view: &ClusterView<'_>, facts: &mut HashMap<GangKey, GangFacts>
                 name: p.name.to_string(),
                 condition: p.gang_condition,
                 unbound_since: None,
-                bound_released: p
-                    .gang_released
-                    .then_some(p.released_at)
-                    .flatten()
-                    .filter(|at| *at <= now.saturating_add(crate::cluster::records::CLOCK_SKEW))
-                    .map(|at| at.max(p.created)),
+                bound_released: p.believed_gang_release(now),
             });
         }
     }
