@@ -92,6 +92,7 @@ fn snapshot() -> Snapshot {
         gangs,
         accelerators: ResourceMatcher::new(["nvidia.com/gpu"]),
         strays: Vec::new(),
+        told_late: Vec::new(),
     }
 }
 

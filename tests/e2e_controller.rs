@@ -297,4 +297,29 @@ async fn queues_never_stall_and_the_controller_reacts_at_once() {
     assert!(passes >= 4.0, "the resync kept running: {passes} passes");
     assert_eq!(allot_delta, 0.0, "the controller wrote with nothing changing");
     assert_eq!(api_delta, 0.0, "pod or event writes at the API server with nothing changing");
+
+    // --- A timeout's deletion names the uid the pass saw: a pod made again under the name
+    // since (a StatefulSet's or LeaderWorkerSet's stable names) is refused (409), not deleted.
+    let cpu_pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "stable-name"},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}
+    }))
+    .unwrap();
+    let first = queue.create(&PostParams::default(), &cpu_pod).await.expect("create");
+    let first_uid = first.metadata.uid.clone().expect("a uid");
+    delete_now(&queue, "stable-name").await;
+    wait_for("the first pod gone", Duration::from_secs(20), || async {
+        queue.get_opt("stable-name").await.expect("get").is_none()
+    })
+    .await;
+    let successor = queue.create(&PostParams::default(), &cpu_pod).await.expect("create again");
+    let refused = queue.delete("stable-name", &allot::gang::controller::delete_params(Some(&first_uid))).await;
+    assert!(matches!(&refused, Err(kube::Error::Api(s)) if s.code == 409), "{refused:?}");
+    let still = queue.get("stable-name").await.expect("the successor is still there");
+    assert_eq!(still.metadata.uid, successor.metadata.uid);
+    let successor_uid = successor.metadata.uid.expect("a uid");
+    queue
+        .delete("stable-name", &allot::gang::controller::delete_params(Some(&successor_uid)))
+        .await
+        .expect("its own uid deletes it");
 }

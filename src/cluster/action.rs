@@ -5,6 +5,10 @@
 /// The condition type Allot sets on gang members.
 pub const CONDITION: &str = "allot.dev/GangReady";
 
+/// The reason of the `allot.dev/GangReady` condition once a released gang has not started: a
+/// member Allot released is still not bound at its start timeout (`onStartTimeout: Warn`).
+pub const START_TIMEOUT_REASON: &str = "StartTimeout";
+
 /// The condition type Allot sets on pods in a team's quota queue (False while queued, True once
 /// released).
 pub const QUOTA_CONDITION: &str = "allot.dev/QuotaReady";
@@ -39,6 +43,14 @@ pub enum ControllerAction {
     /// Say why a pod stays in its team's queue (condition + Event), because the reason changed.
     Queued { namespace: String, pod: String, message: String },
     /// Delete a member (assembly timeout with `onTimeout: Fail`, start timeout with
-    /// `onStartTimeout: Fail`), after a Warning Event with `event_reason` and `reason`.
-    Delete { namespace: String, pod: String, event_reason: &'static str, reason: String },
+    /// `onStartTimeout: Fail`), after a Warning Event with `event_reason` and `reason`. The
+    /// `uid` is a precondition: a pod made again under the name since the pass decided (a
+    /// LeaderWorkerSet's or StatefulSet's stable names) is another pod, and is not deleted.
+    Delete {
+        namespace: String,
+        pod: String,
+        uid: Option<std::sync::Arc<str>>,
+        event_reason: &'static str,
+        reason: String,
+    },
 }

@@ -278,6 +278,10 @@ pub struct PodRecord {
     /// controller writes a condition only when its text changes, also after a leader change.
     pub gang_condition: u64,
     pub quota_condition: u64,
+    /// Its `allot.dev/GangReady` condition, as the pod carries it, says its gang did not start
+    /// in time ([`super::action::START_TIMEOUT_REASON`], `onStartTimeout: Warn`): once bound,
+    /// it is told that the gang started after all ([`PodRecord::told_late_and_bound`]).
+    pub told_start_timeout: bool,
 }
 
 /// A fingerprint of a condition's status, reason and message (never 0).
@@ -286,6 +290,15 @@ pub fn condition_fingerprint(ready: bool, reason: &str, message: &str) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (ready, reason, message).hash(&mut h);
     h.finish().max(1)
+}
+
+/// True when `pod`'s condition `type_` is False with `reason`.
+fn condition_says(pod: &Pod, type_: &str, reason: &str) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == type_))
+        .is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some(reason))
 }
 
 /// The fingerprint of condition `type_` on `pod` (0 when absent).
@@ -469,6 +482,7 @@ impl PodRecord {
             shared_claims,
             gang_condition: condition_of(pod, super::action::CONDITION),
             quota_condition: condition_of(pod, super::action::QUOTA_CONDITION),
+            told_start_timeout: condition_says(pod, super::action::CONDITION, super::action::START_TIMEOUT_REASON),
             gang,
             namespace: intern(&namespace),
             name: Arc::from(name),
@@ -523,6 +537,13 @@ impl PodRecord {
             && self.node_name.is_none()
             && self.released_at.is_some()
             && self.present()
+    }
+
+    /// A gang member that carries the start-timeout condition and is bound now: the gang pass
+    /// has to tell it that its gang started after all. Counted by the store like
+    /// [`PodRecord::awaits_bind`].
+    pub fn told_late_and_bound(&self) -> bool {
+        self.gang.is_some() && self.told_start_timeout && self.node_name.is_some() && self.present()
     }
 
     /// Counts for its gang's quorum: neither finished nor being deleted.

@@ -147,6 +147,8 @@ struct Inner {
     /// there are any, the gang pass runs although nothing is gated (their reservations end and
     /// their start timeouts fire there).
     awaiting_bind: usize,
+    /// Bound gang members still told their gang did not start ([`PodRecord::told_late_and_bound`]).
+    told_late: usize,
     /// What DRA devices the nodes offer (from ResourceSlices), if watched.
     devices: Devices,
 }
@@ -329,6 +331,9 @@ impl Inner {
         }
         if record.awaits_bind() {
             self.awaiting_bind = self.awaiting_bind.saturating_add_signed(sign);
+        }
+        if record.told_late_and_bound() {
+            self.told_late = self.told_late.saturating_add_signed(sign);
         }
     }
 
@@ -669,6 +674,7 @@ impl ClusterState {
         inner.gang_gated = 0;
         inner.quota_gated = 0;
         inner.awaiting_bind = 0;
+        inner.told_late = 0;
         for r in records {
             inner.index(r);
         }
@@ -953,6 +959,12 @@ impl ClusterState {
     /// apply, even with nothing gated. O(1).
     pub fn awaiting_bind(&self) -> usize {
         read(&self.inner).awaiting_bind
+    }
+
+    /// Bound gang members still told that their gang did not start
+    /// ([`PodRecord::told_late_and_bound`]): the gang pass has conditions to set right. O(1).
+    pub fn told_late(&self) -> usize {
+        read(&self.inner).told_late
     }
 
     /// Pods Allot holds in a quota queue whose arrival is not on them yet: `(namespace, name,

@@ -19,7 +19,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
@@ -482,8 +482,10 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         let (mut later, quota_lifts_failed) = execute_lifts(&client, &state, &metrics, quota_actions).await;
         let planning_started = std::time::Instant::now();
         // Released members not bound yet need passes too, gated pods or not: their
-        // reservations end and their gangs' start timeouts fire there.
-        let (pass, back) = if gang_gated == 0 && state.gated().0 == 0 && state.awaiting_bind() == 0 {
+        // reservations end and their gangs' start timeouts fire there; so do bound members
+        // still told their gang did not start.
+        let idle = gang_gated == 0 && state.gated().0 == 0 && state.awaiting_bind() == 0 && state.told_late() == 0;
+        let (pass, back) = if idle {
             (Plan::default(), std::mem::take(&mut explained))
         } else {
             let (state, p, namespaces) = (state.clone(), policies.load_full(), namespaces.clone());
@@ -834,8 +836,8 @@ async fn execute_rest(
     // (condition failed, deletion failed) per action.
     let outcomes: Vec<(bool, bool)> = futures::stream::iter(actions)
         .map(|action| async move {
-            if let ControllerAction::Delete { namespace, pod, event_reason, reason } = &action {
-                if !writer.delete_member(namespace, pod, event_reason, reason).await {
+            if let ControllerAction::Delete { namespace, pod, uid, event_reason, reason } = &action {
+                if !writer.delete_member(namespace, pod, uid.as_deref(), event_reason, reason).await {
                     state.mark_deleting(namespace, pod, false);
                     return (false, true);
                 }
@@ -993,11 +995,19 @@ impl Writer<'_> {
     }
 
     /// Assembly or start timeout under `Fail`: a Warning Event (`event_reason`, `reason`), then
-    /// the deletion; false when the pod could not be deleted (it is still there).
-    async fn delete_member(&self, namespace: &str, pod: &str, event_reason: &str, reason: &str) -> bool {
+    /// the deletion of the pod of that `uid`; false when the pod could not be deleted (it is
+    /// still there).
+    async fn delete_member(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: Option<&str>,
+        event_reason: &str,
+        reason: &str,
+    ) -> bool {
         self.publish(namespace, pod, EventAction::GangScheduling, true, event_reason, reason).await;
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        match api.delete(pod, &DeleteParams::default()).await {
+        match api.delete(pod, &delete_params(uid)).await {
             Ok(_) => {
                 // Deletions made, not tried: what AllotGangMembersDeleted alerts on.
                 self.metrics.wrote("delete");
@@ -1005,12 +1015,25 @@ impl Writer<'_> {
                 true
             }
             Err(e) if is_status(&e, &[404]) => true,
+            // The uid precondition failed: the pod of that name now is another one (made again
+            // since the pass decided); the member meant is gone, and this one is not ours to take.
+            Err(e) if is_status(&e, &[409]) => {
+                tracing::info!(%namespace, %pod, "gang member to delete was replaced under its name; left alone");
+                true
+            }
             Err(e) => {
                 tracing::warn!(%namespace, %pod, error = %e, "cannot delete gang member");
                 false
             }
         }
     }
+}
+
+/// Deletes only the pod of that `uid` (when known): the API server answers 409 Conflict when
+/// the name now belongs to another pod.
+pub fn delete_params(uid: Option<&str>) -> DeleteParams {
+    let preconditions = uid.map(|uid| Preconditions { uid: Some(uid.to_string()), resource_version: None });
+    DeleteParams { preconditions, ..DeleteParams::default() }
 }
 
 /// Sends one of this module's JSON Patches (gate removals) to a Pod.

@@ -131,6 +131,19 @@ pub struct Snapshot {
     /// Pods behind Allot's gang gate that are in no gang under the current policies: never
     /// released, only told why (the decision does not read them).
     pub strays: Vec<StrayMember>,
+    /// Bound gang members whose condition still says their gang did not start: told it
+    /// started after all once it is no longer past its start timeout.
+    pub told_late: Vec<ToldLate>,
+}
+
+/// A bound gang member carrying the start-timeout condition
+/// ([`crate::cluster::PodRecord::told_late_and_bound`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToldLate {
+    pub gang: GangKey,
+    pub name: String,
+    /// Fingerprint of its `allot.dev/GangReady` condition as the pod carries it.
+    pub condition: u64,
 }
 
 /// A pod behind Allot's gang gate whose metadata names no valid gang under the current

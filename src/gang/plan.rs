@@ -4,11 +4,13 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::decision::{GangKey, Snapshot, Verdict, decide};
+use super::decision::{GangKey, Snapshot, ToldLate, Verdict, decide};
 use super::snapshot::GangFacts;
 use crate::cluster::action::ControllerAction;
 use crate::cluster::records::condition_fingerprint;
 use crate::policy::{OnStartTimeout, OnTimeout};
+
+pub use crate::cluster::action::START_TIMEOUT_REASON;
 
 /// What one pass of the controller decided: the API calls to make, and what the metrics and
 /// logs report about it.
@@ -54,9 +56,12 @@ pub fn condition_reason(verdict: &Verdict) -> (&'static str, bool) {
 /// The reason once an incomplete gang is past its assembly timeout.
 pub const TIMEOUT_REASON: &str = "AssemblyTimeout";
 
-/// The reason once a released gang has not started: a member Allot released is still not
-/// bound at its start timeout.
-pub const START_TIMEOUT_REASON: &str = "StartTimeout";
+/// The reason once a gang told [`START_TIMEOUT_REASON`] has started after all.
+pub const STARTED_LATE_REASON: &str = "StartedLate";
+
+/// What the members of a gang told [`START_TIMEOUT_REASON`] are told once no member Allot
+/// released waits unbound past the start timeout any more.
+pub const STARTED_LATE_MESSAGE: &str = "the gang started after its start timeout: its released members are bound";
 
 /// What a gang that has not started within its start timeout is told (every present member
 /// Allot released under `Warn`, the Warning Event of each deletion under `Fail`), or `None`
@@ -100,16 +105,19 @@ pub fn start_timeout_message(gf: &GangFacts, now: i64) -> Option<String> {
 /// partly started gang only holds its nodes; its reservation lasts while they go, see
 /// [`super::snapshot::FAILED_START_HOLD`]); under `Warn` its released members get a Warning condition and Event,
 /// once. Also the next time a start timeout fires or a reservation ends (the controller looks
-/// again then). Returns the gangs being deleted (nothing else is done to them in this pass), and
-/// how many gangs are past their start timeout (`StartTimeout` in the waiting-gang counts).
+/// again then). Members told so that are bound since, of a gang no longer past its start
+/// timeout, are told it started after all. Returns the gangs being deleted (nothing else is
+/// done to them in this pass), and the gangs past their start timeout (counted once, as
+/// `StartTimeout`, in the waiting-gang counts).
 fn plan_starts(
     now: i64,
     facts: &HashMap<GangKey, GangFacts>,
+    told_late: &[ToldLate],
     actions: &mut Vec<ControllerAction>,
     next_deadline: &mut Option<i64>,
-) -> (HashSet<GangKey>, u64) {
+) -> (HashSet<GangKey>, HashSet<GangKey>) {
     let mut failing = HashSet::new();
-    let mut not_started = 0;
+    let mut not_started = HashSet::new();
     let mut gangs: Vec<(&GangKey, &GangFacts)> = facts.iter().filter(|(_, gf)| gf.start_deadline().is_some()).collect();
     gangs.sort_by(|a, b| a.0.cmp(b.0));
     for (key, gf) in gangs {
@@ -123,14 +131,15 @@ fn plan_starts(
             *next_deadline = Some(next_deadline.map_or(next, |n| n.min(next)));
         }
         let Some(message) = start_timeout_message(gf, now) else { continue };
-        not_started += 1;
+        not_started.insert(key.clone());
         let ns = &key.namespace;
         match gf.on_start_timeout {
             OnStartTimeout::Fail => {
-                for pod in gf.failed_start_members() {
+                for (pod, uid) in gf.failed_start_members() {
                     actions.push(ControllerAction::Delete {
                         namespace: ns.clone(),
                         pod: pod.to_string(),
+                        uid: uid.cloned(),
                         event_reason: START_TIMEOUT_REASON,
                         reason: message.clone(),
                     });
@@ -151,6 +160,17 @@ fn plan_starts(
                 }
             }
         }
+    }
+    let started = condition_fingerprint(true, STARTED_LATE_REASON, STARTED_LATE_MESSAGE);
+    for m in told_late.iter().filter(|m| m.condition != started && !not_started.contains(&m.gang)) {
+        actions.push(ControllerAction::Explain {
+            namespace: m.gang.namespace.clone(),
+            pod: m.name.clone(),
+            ready: true,
+            reason: STARTED_LATE_REASON,
+            message: STARTED_LATE_MESSAGE.to_string(),
+            warning: false,
+        });
     }
     (failing, not_started)
 }
@@ -246,9 +266,10 @@ pub fn plan(
         .map(|gf| gf.gated.len())
         .sum();
     let capacity_every = refresh_secs(figures_told);
-    let (failing, not_started) = plan_starts(snapshot.now, facts, &mut actions, &mut next_deadline);
-    if not_started > 0 {
-        waiting.insert(START_TIMEOUT_REASON, not_started);
+    let (failing, not_started) =
+        plan_starts(snapshot.now, facts, &snapshot.told_late, &mut actions, &mut next_deadline);
+    if !not_started.is_empty() {
+        waiting.insert(START_TIMEOUT_REASON, not_started.len() as u64);
     }
     for d in decisions {
         let Some(gf) = facts.get(&d.gang) else { continue };
@@ -304,13 +325,16 @@ pub fn plan(
                     actions.push(ControllerAction::Delete {
                         namespace: ns.clone(),
                         pod: m.name.clone(),
+                        uid: m.uid.clone(),
                         event_reason: TIMEOUT_REASON,
                         reason: message.clone(),
                     });
                 }
             }
         }
-        if !ready {
+        // A gang past its start timeout (under Warn, with gated replacements) is counted once,
+        // as StartTimeout.
+        if !ready && !not_started.contains(&d.gang) {
             *waiting.entry(reason).or_default() += 1;
         }
         // Members being deleted get the Warning Event of their deletion, not a condition too.

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use super::decision::{GangKey, Member, Phantoms, Snapshot, StrayMember, Unplaceable, WaitingGang};
+use super::decision::{GangKey, Member, Phantoms, Snapshot, StrayMember, ToldLate, Unplaceable, WaitingGang};
 use super::directory::Peer;
 use super::membership::{OwnerGang, QUOTA_GATE};
 use crate::cluster::{ClusterState, ClusterView, GangRef, PodShape};
@@ -65,6 +65,7 @@ pub struct GangFacts {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartedMember {
     pub name: String,
+    pub uid: Option<std::sync::Arc<str>>,
     /// Fingerprint of its `allot.dev/GangReady` condition as the pod carries it (0: none).
     pub condition: u64,
     /// Not bound yet, released by Allot at this time (seconds, as
@@ -87,11 +88,12 @@ impl GangFacts {
     /// The members a failed start takes down: every one released with the unbound ones or
     /// after them (bound or not), and the gated ones. Members that ran before the earliest
     /// unbound one was released (a running gang whose replacement cannot bind) keep running.
-    pub fn failed_start_members(&self) -> Vec<&str> {
+    pub fn failed_start_members(&self) -> Vec<(&str, Option<&Arc<str>>)> {
         let Some(batch) = self.started.iter().filter_map(|m| m.unbound_since).min() else { return Vec::new() };
         let started =
             self.started.iter().filter(|m| m.unbound_since.is_some() || m.bound_released.is_some_and(|at| at >= batch));
-        self.gated.iter().map(|m| m.name.as_str()).chain(started.map(|m| m.name.as_str())).collect()
+        let gated = self.gated.iter().map(|m| (m.name.as_str(), m.uid.as_ref()));
+        gated.chain(started.map(|m| (m.name.as_str(), m.uid.as_ref()))).collect()
     }
 
     /// When the gang has failed to start if some member is still unbound by then: its earliest
@@ -138,9 +140,19 @@ impl GangSnapshot for ClusterState {
         let mut waiting: BTreeMap<GangKey, WaitingGang> = BTreeMap::new();
         let mut facts: HashMap<GangKey, GangFacts> = HashMap::new();
         let mut strays = Vec::new();
+        let mut told_late = Vec::new();
         for p in view.pods() {
             if p.finished {
                 continue;
+            }
+            if p.told_late_and_bound()
+                && let Some(g) = &p.gang
+            {
+                told_late.push(ToldLate {
+                    gang: GangKey { namespace: p.namespace.to_string(), name: g.name.clone() },
+                    name: p.name.to_string(),
+                    condition: p.gang_condition,
+                });
             }
             if let Some(node) = &p.node_name {
                 // A terminating pod still holds its devices until it is gone: it counts here.
@@ -185,6 +197,7 @@ impl GangSnapshot for ClusterState {
                 gf.newest_ungated = gf.newest_ungated.max(Some(p.order_key()));
                 gf.started.push(StartedMember {
                     name: p.name.to_string(),
+                    uid: p.uid.clone(),
                     condition: p.gang_condition,
                     unbound_since: p.released_since(now),
                     bound_released: None,
@@ -269,6 +282,8 @@ impl GangSnapshot for ClusterState {
             .collect();
         let mut bound: Vec<(String, ResourceList)> = bound.into_iter().map(|(n, r)| (n.to_string(), r)).collect();
         bound.sort_by(|a, b| a.0.cmp(&b.0));
+        // By name: the watch's order is not stable, the plan's actions must be.
+        told_late.sort_by(|a, b| (&a.gang, &a.name).cmp(&(&b.gang, &b.name)));
         let snapshot = Snapshot {
             now,
             nodes: nodes_with_devices(&view, policies),
@@ -277,6 +292,7 @@ impl GangSnapshot for ClusterState {
             gangs,
             accelerators: (*policies.accelerators).clone(),
             strays,
+            told_late,
         };
         (snapshot, facts)
     }
@@ -378,6 +394,7 @@ fn count_running(view: &ClusterView<'_>, facts: &mut HashMap<GangKey, GangFacts>
             gf.newest_ungated = gf.newest_ungated.max(Some(p.order_key()));
             gf.started.push(StartedMember {
                 name: p.name.to_string(),
+                uid: p.uid.clone(),
                 condition: p.gang_condition,
                 unbound_since: None,
                 bound_released: p.believed_gang_release(now),

@@ -499,7 +499,7 @@ mod controller_state {
         let mut out: Vec<_> = actions
             .iter()
             .filter_map(|a| match a {
-                ControllerAction::Delete { namespace, pod, event_reason, reason } => {
+                ControllerAction::Delete { namespace, pod, event_reason, reason, .. } => {
                     Some((format!("{namespace}/{pod}"), *event_reason, reason.clone()))
                 }
                 _ => None,
@@ -623,6 +623,81 @@ mod controller_state {
             pass.actions
         );
         assert_eq!(pass.waiting.get("StartTimeout"), Some(&1), "still past its start timeout");
+    }
+
+    /// (c2) Under `Warn`, a gang past its start timeout that also has a gated replacement is
+    /// counted once, as StartTimeout (it was counted under two reasons). When its members bind
+    /// after all, the condition that said it did not start is set right ("StartedLate", True),
+    /// once, and the pass runs for them although nothing is gated or unbound.
+    #[test]
+    fn under_warn_a_late_gang_is_counted_once_and_told_when_it_starts() {
+        let p = policies(START_WARN);
+        let told = |name: &str, node: Option<&str>, message: &str| {
+            let mut pod = released_member(name, "a", 3, 0, node);
+            pod["status"]["conditions"] = json!([{
+                "type": "allot.dev/GangReady", "status": "False", "reason": "StartTimeout", "message": message
+            }]);
+            pod
+        };
+        let mut pods = vec![released_member("a-0", "a", 3, 0, None), released_member("a-1", "a", 3, 0, Some("n1"))];
+        pods.push(member("a-2", "a", 3, CREATED, json!({})));
+        let state = cluster(&p, &pods);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 300);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        let expected: BTreeMap<&str, u64> = BTreeMap::from([("StartTimeout", 1)]);
+        assert_eq!(pass.waiting, expected, "counted once: {:?}", pass.actions);
+        let message = |a: &ControllerAction| match a {
+            ControllerAction::Explain { pod, reason, .. } if *reason == "StartTimeout" => Some(pod.clone()),
+            _ => None,
+        };
+        let told_now: Vec<String> = pass.actions.iter().filter_map(message).collect();
+        assert_eq!(told_now, ["a-0", "a-1"], "{:?}", pass.actions);
+
+        // Later every member is bound; two still carry the condition the pass wrote.
+        let old = "the gang did not start: …";
+        let bound = vec![
+            told("a-0", Some("n1"), old),
+            told("a-1", Some("n1"), old),
+            released_member("a-2", "a", 3, 60, Some("n2")),
+        ];
+        let state = cluster(&p, &bound);
+        assert_eq!((state.gated().0, state.awaiting_bind()), (0, 0));
+        assert_eq!(state.told_late(), 2, "the pass runs for them");
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 400);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        let started: Vec<(&str, bool, &str)> = pass
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                ControllerAction::Explain { pod, ready, reason, warning: false, .. } => {
+                    Some((pod.as_str(), *ready, *reason))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(started, [("a-0", true, "StartedLate"), ("a-1", true, "StartedLate")], "{:?}", pass.actions);
+        assert!(pass.waiting.is_empty(), "{:?}", pass.waiting);
+        // Told once: written, the conditions are not written again.
+        for pod in ["a-0", "a-1"] {
+            let written = condition_fingerprint(
+                true,
+                crate::gang::plan::STARTED_LATE_REASON,
+                crate::gang::plan::STARTED_LATE_MESSAGE,
+            );
+            state.mark_condition("ml", pod, false, written);
+        }
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 410);
+        assert!(plan(&snapshot, &facts, &mut HashMap::new()).actions.is_empty());
+
+        // While one is still unbound past the timeout, the bound one keeps the StartTimeout words.
+        let state = cluster(&p, &[told("a-0", None, old), told("a-1", Some("n1"), old)]);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 400);
+        let pass = plan(&snapshot, &facts, &mut HashMap::new());
+        assert!(
+            !pass.actions.iter().any(|a| matches!(a, ControllerAction::Explain { reason: "StartedLate", .. })),
+            "{:?}",
+            pass.actions
+        );
     }
 
     /// (d) A member that binds ends its own reservation at once; a gang all of whose members
@@ -1150,6 +1225,57 @@ mod controller_state {
             .collect();
         uids.sort();
         assert_eq!(uids, [("w-0".into(), Some("u-0".into())), ("w-1".into(), Some("u-1".into()))]);
+    }
+
+    /// Each deletion (assembly timeout, start timeout) names the uid of the pod the pass
+    /// decided on, which the delete takes as its precondition: a same-name successor made since
+    /// (a LeaderWorkerSet's stable names) is not deleted by a retry.
+    #[test]
+    fn a_deletion_carries_the_uid_the_pass_saw() {
+        let with_uid = |mut pod: Value, i: usize| {
+            pod["metadata"]["uid"] = json!(format!("u-{i}"));
+            pod
+        };
+        let deleted_uids = |actions: Vec<ControllerAction>| {
+            let mut uids: Vec<(String, Option<String>)> = actions
+                .into_iter()
+                .filter_map(|a| match a {
+                    ControllerAction::Delete { pod, uid, .. } => Some((pod, uid.map(|u| u.to_string()))),
+                    _ => None,
+                })
+                .collect();
+            uids.sort();
+            uids
+        };
+        // Start timeout: one bound member released with the stuck one, one gated replacement.
+        let p = policies(START_FAIL);
+        let pods = vec![
+            with_uid(released_member("a-0", "a", 3, 0, Some("n1")), 0),
+            with_uid(released_member("a-1", "a", 3, 0, None), 1),
+            with_uid(member("a-2", "a", 3, CREATED, json!({})), 2),
+        ];
+        let state = cluster(&p, &pods);
+        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 300);
+        let expected: Vec<(String, Option<String>)> =
+            (0..3).map(|i| (format!("a-{i}"), Some(format!("u-{i}")))).collect();
+        assert_eq!(deleted_uids(plan(&snapshot, &facts, &mut HashMap::new()).actions), expected);
+        // Assembly timeout: the gated members of a gang that never assembled.
+        let p = policies(QUEUE_TIMEOUT);
+        let state = cluster(&p, &[with_uid(member("g-0", "g", 3, "2026-11-22T01:00:00Z", json!({})), 7)]);
+        let (snapshot, facts) =
+            state.snapshot(&p, &crate::namespaces::NoNamespaces, snapshot_time("2026-11-22T01:00:10Z"));
+        let uids = deleted_uids(plan(&snapshot, &facts, &mut HashMap::new()).actions);
+        assert_eq!(uids, [("g-0".to_string(), Some("u-7".to_string()))]);
+    }
+
+    /// The delete's precondition is the uid when known, none otherwise (a pod seen without one).
+    #[test]
+    fn delete_params_hold_the_uid_as_precondition() {
+        let with = crate::gang::controller::delete_params(Some("u-1"));
+        let preconditions = with.preconditions.expect("a precondition");
+        assert_eq!(preconditions.uid.as_deref(), Some("u-1"));
+        assert_eq!(preconditions.resource_version, None);
+        assert!(crate::gang::controller::delete_params(None).preconditions.is_none());
     }
 
     /// The leader (worker index 0) of LeaderWorkerSet `llm`'s group 0, gated, asking 1 GPU.
