@@ -51,6 +51,14 @@ metadata: {name: start-timeout}
 spec:
   match: {namespaces: [t-start-timeout]}
   startTimeout: 8s
+---
+apiVersion: allot.dev/v1alpha1
+kind: GangPolicy
+metadata: {name: start-late}
+spec:
+  match: {namespaces: [t-start-late]}
+  startTimeout: 5s
+  onStartTimeout: Warn
 "#;
 
 /// Teams for the attempts' namespaces: each quota attempt has a team of its own, everything else
@@ -1761,6 +1769,80 @@ fn what_allot_does_not_decode_hides_nothing() {
         assert_still_gated(&ctx, "w-0", GANG_GATE, Duration::from_secs(2)).await;
         assert_webhook_answers(&ctx).await;
     });
+}
+
+/// Under `onStartTimeout: Warn` (5 s in this namespace) a gang whose members wait for a claim
+/// is told it did not start (`GangReady=False StartTimeout`) and nothing is deleted; once the
+/// claim exists and the scheduler binds the members, their condition says the gang started
+/// after all (`True StartedLate`) instead of keeping the Warning on running pods.
+#[test]
+fn under_warn_a_gang_that_binds_after_its_start_timeout_is_told_it_started() {
+    attempt(
+        "under_warn_a_gang_that_binds_after_its_start_timeout_is_told_it_started",
+        "t-start-late",
+        |ctx| async move {
+            use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+            let reasons = || {
+                let pods = ctx.admin_pods();
+                async move {
+                    let mut out = Vec::new();
+                    for name in ["late-0", "late-1"] {
+                        let pod = pods.get(name).await.expect("the member is still there");
+                        let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone()).is_some();
+                        let condition = support::cluster::gang_condition(&pod)
+                            .map(|(status, reason, _)| format!("{status} {reason}"));
+                        out.push((bound, condition.unwrap_or_default()));
+                    }
+                    out
+                }
+            };
+            for i in 0..2 {
+                let mut p = member(&format!("late-{i}"), "late", "2", 1);
+                p["spec"]["volumes"] = json!([{"name": "data", "persistentVolumeClaim": {"claimName": "late-data"}}]);
+                p["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+                create(&ctx, p).await.expect("a member mounting a claim that does not exist yet");
+            }
+            wait_for("both members told their gang did not start", Duration::from_secs(40), || async {
+                reasons().await
+                    == [(false, "False StartTimeout".to_string()), (false, "False StartTimeout".to_string())]
+            })
+            .await;
+            // The claim appears, pre-bound to a volume: the scheduler binds both members.
+            let volume_name = format!("{}-pv", ctx.ns);
+            let volumes: Api<PersistentVolume> = Api::all(ctx.admin.clone());
+            let volume: PersistentVolume = serde_json::from_value(json!({
+                "metadata": {"name": volume_name},
+                "spec": {
+                    "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "manual",
+                    "hostPath": {"path": "/tmp/allot-e2e"},
+                    "claimRef": {"namespace": ctx.ns, "name": "late-data"}
+                }
+            }))
+            .expect("a volume");
+            volumes.create(&PostParams::default(), &volume).await.expect("create the volume");
+            let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.admin.clone(), &ctx.ns);
+            let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+                "metadata": {"name": "late-data"},
+                "spec": {
+                    "accessModes": ["ReadWriteMany"], "storageClassName": "manual", "volumeName": volume_name,
+                    "resources": {"requests": {"storage": "1Gi"}}
+                }
+            }))
+            .expect("a claim");
+            claims.create(&PostParams::default(), &claim).await.expect("create the claim");
+            wait_for("both members bound and told their gang started late", Duration::from_secs(90), || async {
+                reasons().await == [(true, "True StartedLate".to_string()), (true, "True StartedLate".to_string())]
+            })
+            .await;
+            let pods = ctx.admin_pods();
+            let now = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+            for name in ["late-0", "late-1"] {
+                let _ = pods.delete(name, &now).await;
+            }
+            let _ = claims.delete("late-data", &DeleteParams::default()).await;
+            let _ = volumes.delete(&volume_name, &DeleteParams::default()).await;
+        },
+    );
 }
 
 /// A gang alice gets released whose members never bind (they mount a PersistentVolumeClaim she
