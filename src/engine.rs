@@ -318,6 +318,17 @@ impl<'a> Engine<'a> {
                     tenant::check_uncounted_accelerators(self.policies, &view, &claims, team.team)
                         .map(|f| warn_on_workload_update(f, update)),
                 );
+                out.findings.extend(
+                    tenant::check_quota_queue_skip(
+                        self.policies,
+                        &view,
+                        req.namespace,
+                        team.team,
+                        Requester::User(req.username),
+                        |quota| !quota.charge(&dra::held_quota_requests(view.requests(), &claims)).is_empty(),
+                    )
+                    .map(|f| warn_on_workload_update(f, update)),
+                );
                 let membership = validate::pod_gang(self.policies, &view, req.namespace, &team);
                 // A pod Allot holds keeps its placement in every replica: bounded. A template's
                 // pods are held when their gang is inferred from the workload too.

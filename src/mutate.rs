@@ -659,17 +659,9 @@ fn apply_quota_gate(
     if quota.charge(&crate::dra::held_quota_requests(&crate::resources::pod_requests(spec), ctx.claims)).is_empty() {
         return;
     }
-    let exempt = match never_gate(facts, &policies.tenancy, ctx.requester) {
-        // A coscheduling group queues as one unit only where its size is known (GangPolicy
-        // `coschedulingSize`): without it the queue would release part of a group, which could
-        // then hold the team's quota waiting for members queued behind it.
-        Some(crate::tenant::Exemption::Coscheduling) => policies
-            .gang_of(facts, ctx.namespace, Some(team.name.as_str()))
-            .is_ok_and(|m| m.is_none_or(|m| m.size.is_none())),
-        Some(e) => e.from_the_quota_queue(),
-        None => false,
-    };
-    if exempt {
+    // (Validation denies the exempt pods whose scheduler would not hold them to the quota:
+    // `tenant::check_quota_queue_skip`.)
+    if crate::tenant::quota_queue_exemption(policies, facts, ctx.namespace, &team.name, ctx.requester).is_some() {
         // As for the gang gate: what Allot's first call added comes off on reinvocation.
         take_gate_off(builder, QUOTA_GATE, out);
         return;

@@ -573,7 +573,7 @@ impl Exemption {
     /// against their team like any pod's, and a tenant's own DaemonSet asking GPUs would
     /// otherwise run on every node past a queue-mode quota), nor for coscheduling's (a gang
     /// mechanism, no quota: a tenant's own one-member PodGroup would skip her team's queue),
-    /// except where its group's size is unknown (`mutate::apply_quota_gate` decides: the queue
+    /// except where its group's size is unknown ([`quota_queue_exemption`] decides: the queue
     /// cannot release such a group whole).
     pub fn from_the_quota_queue(self) -> bool {
         !matches!(self, Exemption::DaemonSet | Exemption::Coscheduling)
@@ -582,6 +582,74 @@ impl Exemption {
 
 /// The scheduler the API server gives a Pod that names none.
 const DEFAULT_SCHEDULER: &str = "default-scheduler";
+
+/// Why a pod that counts against its team's queue-mode quota is kept out of Allot's quota
+/// queue, or `None` when the queue holds it: a [`never_gate`] exemption that
+/// [`Exemption::from_the_quota_queue`], and a coscheduling pod only where its group's size is
+/// not known (GangPolicy `coschedulingSize`): the queue would release part of such a group,
+/// which could then hold the team's quota waiting for members queued behind it. One rule for
+/// mutation (which then adds no quota gate) and validation ([`check_quota_queue_skip`]).
+pub fn quota_queue_exemption(
+    policies: &PolicySet,
+    facts: &membership::PodFacts<'_>,
+    namespace: &str,
+    team: &str,
+    requester: Requester<'_>,
+) -> Option<Exemption> {
+    match never_gate(facts, &policies.tenancy, requester)? {
+        Exemption::Coscheduling => policies
+            .gang_of(facts, namespace, Some(team))
+            .is_ok_and(|m| m.is_none_or(|m| m.size.is_none()))
+            .then_some(Exemption::Coscheduling),
+        e => e.from_the_quota_queue().then_some(e),
+    }
+}
+
+/// A pod that counts against its team's queue-mode quota, placed by a scheduler whose pods
+/// Allot's quota queue does not hold (Volcano, whose queues a tenant picks herself; the
+/// coscheduling plugin with groups of unknown size), would run past the team's quota:
+/// denied, with what to do instead. Kueue's pods stay exempt: they wait in the LocalQueues the
+/// cluster's admins give each namespace. Bound pods are [`check_bound_pod`]'s. Only pods naming
+/// one of those schedulers pay for more than a team lookup and a string compare;
+/// `counts_against_quota` is asked only for them.
+pub fn check_quota_queue_skip(
+    policies: &PolicySet,
+    view: &PodView<'_>,
+    namespace: &str,
+    team: Option<&crate::policy::Team>,
+    requester: Requester<'_>,
+    counts_against_quota: impl FnOnce(&crate::policy::quota::Quota) -> bool,
+) -> Option<Finding> {
+    let team = team?;
+    let quota = team.quota.as_ref().filter(|q| q.mode == crate::policy::QuotaMode::Queue)?;
+    let scheduler = view.pod.text(&["spec", "schedulerName"])?;
+    let tenancy = &policies.tenancy;
+    let listed = |names: &[String]| names.iter().any(|n| n == scheduler);
+    if !listed(&tenancy.volcano_schedulers) && !listed(&tenancy.coscheduling_schedulers) {
+        return None;
+    }
+    if !counts_against_quota(quota) {
+        return None;
+    }
+    let facts = membership::PodFacts::from_json(&view.pod);
+    let instead = match quota_queue_exemption(policies, &facts, namespace, &team.name, requester)? {
+        Exemption::Volcano => "Volcano's queues do not hold it to this quota",
+        Exemption::Coscheduling => {
+            "the coscheduling plugin's group size is not known here, so the queue cannot hold the group whole              (set coschedulingSize in this namespace's GangPolicy)"
+        }
+        _ => return None,
+    };
+    Some(deny(
+        Check::TeamQuota,
+        format!("{}.schedulerName", view.spec_path()),
+        format!(
+            "team {} queues what its quota counts in Allot's quota queue (quota mode Queue), and this pod, \
+             placed by scheduler {scheduler:?}, would not wait in it: {instead}; it would run past the team's \
+             quota. Leave schedulerName to the default scheduler (a gang waits behind Allot's gang gate)",
+            team.name
+        ),
+    ))
+}
 
 /// Why a Pod must never carry Allot's gang gate, or `None` ([`Exemption::from_the_quota_queue`]
 /// says whether the quota gate too).

@@ -136,6 +136,13 @@ spec:
 ---
 apiVersion: allot.dev/v1alpha1
 kind: Team
+metadata: {name: queue-volcano}
+spec:
+  namespaces: {names: [t-queue-volcano]}
+  quota: {mode: Queue, limits: {nvidia.com/gpu: 1}}
+---
+apiVersion: allot.dev/v1alpha1
+kind: Team
 metadata: {name: open-priority}
 spec:
   namespaces: {names: [t-open-priority]}
@@ -299,15 +306,20 @@ async fn start_shared(assets: &Assets) -> Shared {
     cluster.stop_allot();
     cluster.kubeconfig = path;
     // The cluster runs Kueue (as far as Allot is told): its gate exempts a pod from Allot's
-    // gates, so who may lift it matters (`kueue_markers_exempt_nothing_alice_can_lift`).
+    // gates, so who may lift it matters (`kueue_markers_exempt_nothing_alice_can_lift`). And
+    // Volcano, under a scheduler name of its own here (other attempts use `volcano` as a
+    // scheduler nobody declared): `a_volcano_pod_does_not_run_past_a_queue_mode_quota`.
     let cluster_policy = cluster.dir.path().join("policies/cluster.yaml");
     let text = std::fs::read_to_string(&cluster_policy).expect("the Cluster policy");
-    assert!(text.contains("\n  externalSchedulers: []\n"), "the shipped Cluster policy changed");
-    std::fs::write(
-        &cluster_policy,
-        text.replacen("\n  externalSchedulers: []\n", "\n  externalSchedulers: [Kueue]\n", 1),
-    )
-    .expect("write the Cluster policy");
+    for shipped in ["\n  externalSchedulers: []\n", "\n    volcano: [volcano]\n"] {
+        assert!(text.contains(shipped), "the shipped Cluster policy changed: {shipped:?} is gone");
+    }
+    let text = text.replacen("\n  externalSchedulers: []\n", "\n  externalSchedulers: [Kueue, Volcano]\n", 1).replacen(
+        "\n    volcano: [volcano]\n",
+        &format!("\n    volcano: [{VOLCANO_E2E}]\n"),
+        1,
+    );
+    std::fs::write(&cluster_policy, text).expect("write the Cluster policy");
     cluster.start_allot();
     wait_until_ready(&cluster.allot_metrics).await;
     skip_allot_in_webhooks(&cluster.client).await;
@@ -852,6 +864,29 @@ fn reserved_keys_cannot_be_written_through_pods_status() {
 // ---------------------------------------------------------------------------------------------
 // 4. Exemptions a tenant can write
 // ---------------------------------------------------------------------------------------------
+
+/// The scheduler name the Cluster policy gives Volcano in these attempts.
+const VOLCANO_E2E: &str = "volcano-tenant-e2e";
+
+/// Alice's team queues its GPUs (quota mode Queue, 1 GPU). The Cluster lists Volcano, whose
+/// pods Allot's quota queue does not hold; a pod naming Volcano's scheduler ran at once, past
+/// her quota (Volcano's queue is hers to pick). Now denied, with what to do instead; the same pod
+/// for the default scheduler queues, and one asking no GPU is admitted for Volcano.
+#[test]
+fn a_volcano_pod_does_not_run_past_a_queue_mode_quota() {
+    attempt("a_volcano_pod_does_not_run_past_a_queue_mode_quota", "t-queue-volcano", |ctx| async move {
+        let mut p = pod("v-0", 1);
+        p["spec"]["schedulerName"] = json!(VOLCANO_E2E);
+        let message = denial("a GPU pod for Volcano in a queue-mode team", create(&ctx, p).await);
+        assert_names("v-0", &message, &["team/quota", "queue-volcano", "would not wait in it", "Volcano's queues"]);
+        let mut cpu = pod("v-1", 0);
+        cpu["spec"]["schedulerName"] = json!(VOLCANO_E2E);
+        create(&ctx, cpu).await.expect("a pod asking nothing the quota counts");
+        let queued = create(&ctx, pod("d-0", 1)).await.expect("the same pod for the default scheduler");
+        assert!(gates(&queued).contains(&"allot.dev/quota".to_string()), "not queued: {:?}", gates(&queued));
+        assert_webhook_answers(&ctx).await;
+    });
+}
 
 /// The Cluster policy here lists Kueue. Kueue's label alone holds nothing (the pod would run at
 /// once), so it exempts nothing; Kueue's gate exempts a pod from Allot's gates because it holds

@@ -378,6 +378,85 @@ mod creates {
         assert!(updated[0].1.ends_with("its pods will be denied when created"), "{}", updated[0].1);
     }
 
+    /// A queue-mode team's quota holds whatever scheduler the tenant names. Volcano's pods and
+    /// coscheduling's of unknown group size are kept out of Allot's quota queue (it cannot hold
+    /// them whole), so where they count against the quota they are denied: the tenant picks
+    /// Volcano's queue herself, and a pod naming `schedulerName: volcano` ran past her team's
+    /// quota. Kueue's pods (behind its gate) wait in the LocalQueues the admins set: admitted.
+    /// A workload's template is denied at CREATE, warned about on UPDATE.
+    #[test]
+    fn a_foreign_scheduler_does_not_take_a_pod_past_a_queue_mode_quota() {
+        let to_queue = ("Team", "mode: Deny                        # Deny | Queue", "mode: Queue");
+        let lists =
+            |scheduler: &str| ("Cluster", "externalSchedulers: []", format!("externalSchedulers: [{scheduler}]"));
+        let policies = |edits: &[(&str, &str, &str)]| with_specs(edits);
+        let skip = |outcome: &Outcome| -> Vec<String> {
+            denials(outcome, "team/quota").iter().map(|f| format!("{}: {}", f.path, f.message)).collect()
+        };
+        let (c, o, n) = lists("Volcano");
+        let volcano_queue = policies(&[to_queue, (c, o, &n)]);
+        let mut pod = gpu_pod(json!(8));
+        pod["spec"]["schedulerName"] = json!("volcano");
+        let (mutation, validation) = create(&volcano_queue, &pod, "alice");
+        let queued = serde_json::to_string(&mutation.patch).unwrap().contains("allot.dev/quota");
+        assert!(!queued && !gated(&mutation), "Volcano's pod is left to Volcano: {:?}", mutation.patch);
+        let denied = skip(&validation);
+        assert_eq!(denied.len(), 1, "{:?}", validation.findings);
+        assert!(denied[0].starts_with("spec.schedulerName: team "), "{}", denied[0]);
+        assert!(
+            denied[0].contains("placed by scheduler \"volcano\", would not wait in it: Volcano's queues"),
+            "{}",
+            denied[0]
+        );
+        // Asking nothing the quota counts, it goes.
+        assert!(skip(&create(&volcano_queue, &gpu_pod(json!(0)), "alice").1).is_empty());
+        // In a deny-mode team the pod is charged at admission like any other: this check is silent.
+        assert!(skip(&create(&policies(&[(c, o, &n)]), &pod, "alice").1).is_empty());
+        // Where the cluster does not run Volcano, its name exempts nothing: the pod queues.
+        let (mutation, validation) = create(&policies(&[to_queue]), &pod, "alice");
+        assert!(serde_json::to_string(&mutation.patch).unwrap().contains("allot.dev/quota"));
+        assert!(skip(&validation).is_empty(), "{:?}", validation.findings);
+
+        // Coscheduling: denied where its group's size is unknown, queued where it is known.
+        let (c, o, n) = lists("Coscheduling");
+        let sized = ("GangPolicy", "name: default\nspec:\n", "name: default\nspec:\n  coschedulingSize: 2\n");
+        let mut grouped = gpu_pod(json!(8));
+        grouped["metadata"]["labels"] = json!({"scheduling.x-k8s.io/pod-group": "mine"});
+        grouped["spec"]["schedulerName"] = json!("scheduler-plugins-scheduler");
+        let denied = skip(&create(&policies(&[to_queue, (c, o, &n)]), &grouped, "alice").1);
+        assert_eq!(denied.len(), 1);
+        assert!(denied[0].contains("set coschedulingSize"), "{}", denied[0]);
+        let (mutation, validation) = create(&policies(&[to_queue, (c, o, &n), sized]), &grouped, "alice");
+        assert!(serde_json::to_string(&mutation.patch).unwrap().contains("allot.dev/quota"));
+        assert!(skip(&validation).is_empty(), "{:?}", validation.findings);
+
+        // Kueue's pods behind its gate are Kueue's to queue.
+        let (c, o, n) = lists("Kueue");
+        let mut managed = gpu_pod(json!(8));
+        managed["spec"]["schedulingGates"] = json!([{"name": "kueue.x-k8s.io/admission"}]);
+        managed["spec"]["schedulerName"] = json!("volcano");
+        assert!(skip(&create(&policies(&[to_queue, (c, o, &n)]), &managed, "alice").1).is_empty());
+
+        // A Job whose pods Volcano would place: denied at CREATE, a warning on UPDATE.
+        let job = |parallelism: u32| {
+            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "vision"},
+                "spec": {"parallelism": parallelism, "template": {"spec": {"restartPolicy": "Never",
+                    "schedulerName": "volcano", "containers": [
+                    {"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}})
+        };
+        let created = create(&volcano_queue, &job(1), "alice").1;
+        let denied = skip(&created);
+        assert_eq!(denied.len(), 1, "{:?}", created.findings);
+        assert!(denied[0].starts_with("spec.template.spec.schedulerName: "), "{}", denied[0]);
+        let updated = update(&volcano_queue, &job(1), &job(2), "alice");
+        assert!(updated.allowed(), "{:?}", updated.findings);
+        assert!(
+            updated.findings.iter().any(|f| f.rule == "team/quota" && f.action == Action::Warn),
+            "{:?}",
+            updated.findings
+        );
+    }
+
     /// A trusted DaemonSet's pods are no gang, but in a queue-mode team what they ask counts
     /// like any pod's: they wait behind the quota gate (a tenant's own DaemonSet asking GPUs
     /// would otherwise run on every node past the queue).
