@@ -318,17 +318,22 @@ impl<'a> Engine<'a> {
                     tenant::check_uncounted_accelerators(self.policies, &view, &claims, team.team)
                         .map(|f| warn_on_workload_update(f, update)),
                 );
-                out.findings.extend(
-                    tenant::check_quota_queue_skip(
-                        self.policies,
-                        &view,
-                        req.namespace,
-                        team.team,
-                        Requester::User(req.username),
-                        |quota| !quota.charge(&dra::held_quota_requests(view.requests(), &claims)).is_empty(),
-                    )
-                    .map(|f| warn_on_workload_update(f, update)),
-                );
+                // A DaemonSet's pods come from a trusted controller, which keeps them in the
+                // quota queue whatever scheduler they name: its template is not judged here.
+                if view.path.is_empty() || (req.group, req.kind) != ("apps", "DaemonSet") {
+                    out.findings.extend(
+                        tenant::check_quota_queue_skip(
+                            self.policies,
+                            &view,
+                            req.namespace,
+                            team.team,
+                            Requester::User(req.username),
+                            self.workload_scheduler(req, &view),
+                            |quota| !quota.charge(&dra::held_quota_requests(view.requests(), &claims)).is_empty(),
+                        )
+                        .map(|f| warn_on_workload_update(f, update)),
+                    );
+                }
                 let membership = validate::pod_gang(self.policies, &view, req.namespace, &team);
                 // A pod Allot holds keeps its placement in every replica: bounded. A template's
                 // pods are held when their gang is inferred from the workload too.
@@ -415,6 +420,20 @@ impl<'a> Engine<'a> {
             }
         }
         out
+    }
+
+    /// The scheduler a workload gives the pods of a template that names none: a Volcano Job's
+    /// `spec.schedulerName`, or Volcano's first scheduler name (its webhook's default).
+    fn workload_scheduler<'r>(&'r self, req: &Request<'r>, view: &PodView<'_>) -> Option<&'r str> {
+        if view.path.is_empty() || (req.group, req.kind) != ("batch.volcano.sh", "Job") {
+            return None;
+        }
+        req.object.text(&["spec", "schedulerName"]).or(self
+            .policies
+            .tenancy
+            .volcano_schedulers
+            .first()
+            .map(String::as_str))
     }
 
     /// True when the namespace's GangPolicy infers gangs from this workload's kind (a CronJob's

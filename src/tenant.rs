@@ -609,33 +609,42 @@ pub fn quota_queue_exemption(
 /// Allot's quota queue does not hold (Volcano, whose queues a tenant picks herself; the
 /// coscheduling plugin with groups of unknown size), would run past the team's quota:
 /// denied, with what to do instead. Kueue's pods stay exempt: they wait in the LocalQueues the
-/// cluster's admins give each namespace. Bound pods are [`check_bound_pod`]'s. Only pods naming
-/// one of those schedulers pay for more than a team lookup and a string compare;
-/// `counts_against_quota` is asked only for them.
+/// cluster's admins give each namespace. Bound pods are [`check_bound_pod`]'s.
+///
+/// A pod naming no scheduler gets `workload_scheduler` (what a Volcano Job gives the pods of
+/// its tasks) or the default one. Only a pod whose scheduler is one of Volcano's, or one of
+/// coscheduling's with its group label, pays for more than a team lookup and a few string
+/// compares; `counts_against_quota` is asked only for them.
 pub fn check_quota_queue_skip(
     policies: &PolicySet,
     view: &PodView<'_>,
     namespace: &str,
     team: Option<&crate::policy::Team>,
     requester: Requester<'_>,
+    workload_scheduler: Option<&str>,
     counts_against_quota: impl FnOnce(&crate::policy::quota::Quota) -> bool,
 ) -> Option<Finding> {
     let team = team?;
     let quota = team.quota.as_ref().filter(|q| q.mode == crate::policy::QuotaMode::Queue)?;
-    let scheduler = view.pod.text(&["spec", "schedulerName"])?;
+    let scheduler = view.pod.text(&["spec", "schedulerName"]).or(workload_scheduler).unwrap_or(DEFAULT_SCHEDULER);
     let tenancy = &policies.tenancy;
     let listed = |names: &[String]| names.iter().any(|n| n == scheduler);
-    if !listed(&tenancy.volcano_schedulers) && !listed(&tenancy.coscheduling_schedulers) {
+    let grouped = || view.pod.text(&["metadata", "labels", membership::COSCHEDULING_LABEL]).is_some();
+    let skips_the_queue =
+        listed(&tenancy.volcano_schedulers) || (listed(&tenancy.coscheduling_schedulers) && grouped());
+    if !skips_the_queue {
         return None;
     }
     if !counts_against_quota(quota) {
         return None;
     }
-    let facts = membership::PodFacts::from_json(&view.pod);
+    let mut facts = membership::PodFacts::from_json(&view.pod);
+    facts.scheduler_name = Some(scheduler);
     let instead = match quota_queue_exemption(policies, &facts, namespace, &team.name, requester)? {
         Exemption::Volcano => "Volcano's queues do not hold it to this quota",
         Exemption::Coscheduling => {
-            "the coscheduling plugin's group size is not known here, so the queue cannot hold the group whole              (set coschedulingSize in this namespace's GangPolicy)"
+            "the coscheduling plugin's group size is not known here, so the queue cannot hold the group whole \
+             (set coschedulingSize in this namespace's GangPolicy)"
         }
         _ => return None,
     };

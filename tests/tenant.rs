@@ -425,7 +425,7 @@ mod creates {
         grouped["spec"]["schedulerName"] = json!("scheduler-plugins-scheduler");
         let denied = skip(&create(&policies(&[to_queue, (c, o, &n)]), &grouped, "alice").1);
         assert_eq!(denied.len(), 1);
-        assert!(denied[0].contains("set coschedulingSize"), "{}", denied[0]);
+        assert!(denied[0].contains("cannot hold the group whole (set coschedulingSize"), "{}", denied[0]);
         let (mutation, validation) = create(&policies(&[to_queue, (c, o, &n), sized]), &grouped, "alice");
         assert!(serde_json::to_string(&mutation.patch).unwrap().contains("allot.dev/quota"));
         assert!(skip(&validation).is_empty(), "{:?}", validation.findings);
@@ -455,6 +455,43 @@ mod creates {
             "{:?}",
             updated.findings
         );
+
+        // A Volcano Job names its scheduler once, for every task (Volcano's webhook fills in
+        // `volcano` when it is left out): its tasks' templates name none, its pods will.
+        let vcjob = |scheduler: Option<&str>| {
+            let mut job = json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+                "metadata": {"name": "vj", "namespace": "vision"},
+                "spec": {"minAvailable": 1, "tasks": [{"name": "t", "replicas": 1, "template": {"spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}});
+            if let Some(s) = scheduler {
+                job["spec"]["schedulerName"] = json!(s);
+            }
+            job
+        };
+        for scheduler in [None, Some("volcano")] {
+            let created = create(&volcano_queue, &vcjob(scheduler), "alice").1;
+            let denied = skip(&created);
+            assert_eq!(denied.len(), 1, "{scheduler:?}: {:?}", created.findings);
+            assert!(denied[0].starts_with("spec.tasks[0].template.spec.schedulerName: "), "{}", denied[0]);
+        }
+        let created = create(&volcano_queue, &vcjob(Some("default-scheduler")), "alice").1;
+        assert!(skip(&created).is_empty(), "{:?}", created.findings);
+        // A DaemonSet's pods come from the trusted controller, which keeps them in the queue
+        // (they get the quota gate): its template is not denied.
+        let daemon_set = json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "d", "namespace": "vision"},
+            "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {
+                "schedulerName": "volcano",
+                "containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}});
+        let created = create(&volcano_queue, &daemon_set, "alice").1;
+        assert!(skip(&created).is_empty(), "{:?}", created.findings);
+        let mut from_the_controller = gpu_pod(json!(1));
+        from_the_controller["spec"]["schedulerName"] = json!("volcano");
+        from_the_controller["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "x", "controller": true}]);
+        let (mutation, validation) = create(&volcano_queue, &from_the_controller, DS_CONTROLLER);
+        assert!(serde_json::to_string(&mutation.patch).unwrap().contains("allot.dev/quota"), "{:?}", mutation.patch);
+        assert!(skip(&validation).is_empty(), "{:?}", validation.findings);
     }
 
     /// A trusted DaemonSet's pods are no gang, but in a queue-mode team what they ask counts

@@ -874,11 +874,12 @@ impl ClusterState {
     /// Fail`) before the watch says so: the next pass must not count it as a member again and
     /// delete it twice (CI saw the second member deleted again, 404, with a second Event, when a
     /// pass ran between the two deletions' watch events). `false` when the deletion failed
-    /// (a later pass tries again).
-    pub fn mark_deleting(&self, namespace: &str, name: &str, deleting: bool) {
+    /// (a later pass tries again). Only the pod of `uid`, when given: a pod made again under
+    /// the name since the pass decided is not the one being deleted.
+    pub fn mark_deleting(&self, namespace: &str, name: &str, uid: Option<&str>, deleting: bool) {
         let mut inner = write(&self.inner);
         let Some(record) = inner.pods.get(&key(namespace, name)) else { return };
-        if record.terminating == deleting || record.finished {
+        if record.terminating == deleting || record.finished || uid.is_some_and(|u| record.uid.as_deref() != Some(u)) {
             return;
         }
         let mut record = (**record).clone();

@@ -336,17 +336,25 @@ fn a_member_marked_deleting_leaves_the_quorum_but_not_the_usage_until_it_is_gone
     let before = state.gang_tally("ml", "a");
     assert_eq!((before.members, before.live), (4, 4));
     let (usage, _) = state.usage_where(&mut |ns| ns == "ml");
-    state.mark_deleting("ml", "a-0", true);
-    state.mark_deleting("ml", "a-0", true);
+    state.mark_deleting("ml", "a-0", None, true);
+    state.mark_deleting("ml", "a-0", None, true);
     let marked = state.gang_tally("ml", "a");
     assert_eq!((marked.members, marked.live), (4, 3), "no longer live, still holding its devices");
     assert_eq!(state.usage_where(&mut |ns| ns == "ml").0, usage);
     assert!(state.view().pod("ml", "a-0").is_some_and(|r| r.terminating));
-    state.mark_deleting("ml", "a-0", false);
+    state.mark_deleting("ml", "a-0", None, false);
     let back = state.gang_tally("ml", "a");
     assert_eq!((back.members, back.live), (4, 4), "a failed deletion: a member again");
-    state.mark_deleting("ml", "missing", true);
+    state.mark_deleting("ml", "missing", None, true);
     assert_eq!(state.tracked().pods, 8);
+    // A deletion meant for another pod of that name (a uid the record does not carry) marks
+    // nothing: the pod made again since is a member.
+    let uid = state.view().pod("ml", "a-0").and_then(|r| r.uid.clone());
+    assert!(uid.is_some(), "the fixture's pods carry uids");
+    state.mark_deleting("ml", "a-0", Some("the-uid-of-an-earlier-a-0"), true);
+    assert!(state.view().pod("ml", "a-0").is_some_and(|r| !r.terminating));
+    state.mark_deleting("ml", "a-0", uid.as_deref(), true);
+    assert!(state.view().pod("ml", "a-0").is_some_and(|r| r.terminating));
 }
 
 /// A relist applies pods one by one into the live view and, when done, drops those it did not

@@ -548,8 +548,8 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         // A member this pass deletes is no member for the next pass, whatever the watch has
         // delivered by then.
         for action in &later {
-            if let ControllerAction::Delete { namespace, pod, .. } = action {
-                state.mark_deleting(namespace, pod, true);
+            if let ControllerAction::Delete { namespace, pod, uid, .. } = action {
+                state.mark_deleting(namespace, pod, uid.as_deref(), true);
             }
         }
         // Explanations, deletions and stamps are written by the explainer, so the next pass's
@@ -838,7 +838,7 @@ async fn execute_rest(
         .map(|action| async move {
             if let ControllerAction::Delete { namespace, pod, uid, event_reason, reason } = &action {
                 if !writer.delete_member(namespace, pod, uid.as_deref(), event_reason, reason).await {
-                    state.mark_deleting(namespace, pod, false);
+                    state.mark_deleting(namespace, pod, uid.as_deref(), false);
                     return (false, true);
                 }
                 return (false, false);
@@ -994,9 +994,10 @@ impl Writer<'_> {
         publish(self.recorder, namespace, pod, action, warning, reason, message).await;
     }
 
-    /// Assembly or start timeout under `Fail`: a Warning Event (`event_reason`, `reason`), then
-    /// the deletion of the pod of that `uid`; false when the pod could not be deleted (it is
-    /// still there).
+    /// Assembly or start timeout under `Fail`: the deletion of the pod of that `uid`, then a
+    /// Warning Event (`event_reason`, `reason`) on it (after: a pod made again under the name,
+    /// which the uid spares, is not told it was deleted); false when the pod could not be
+    /// deleted (it is still there).
     async fn delete_member(
         &self,
         namespace: &str,
@@ -1005,10 +1006,10 @@ impl Writer<'_> {
         event_reason: &str,
         reason: &str,
     ) -> bool {
-        self.publish(namespace, pod, EventAction::GangScheduling, true, event_reason, reason).await;
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         match api.delete(pod, &delete_params(uid)).await {
             Ok(_) => {
+                self.publish(namespace, pod, EventAction::GangScheduling, true, event_reason, reason).await;
                 // Deletions made, not tried: what AllotGangMembersDeleted alerts on.
                 self.metrics.wrote("delete");
                 tracing::warn!(%namespace, %pod, %event_reason, %reason, "deleted gang member after its gang's timeout");

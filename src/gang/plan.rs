@@ -105,8 +105,8 @@ pub fn start_timeout_message(gf: &GangFacts, now: i64) -> Option<String> {
 /// partly started gang only holds its nodes; its reservation lasts while they go, see
 /// [`super::snapshot::FAILED_START_HOLD`]); under `Warn` its released members get a Warning condition and Event,
 /// once. Also the next time a start timeout fires or a reservation ends (the controller looks
-/// again then). Members told so that are bound since, of a gang no longer past its start
-/// timeout, are told it started after all. Returns the gangs being deleted (nothing else is
+/// again then). Members told so that are bound since, of a gang all of whose present members
+/// are bound now, are told it started after all. Returns the gangs being deleted (nothing else is
 /// done to them in this pass), and the gangs past their start timeout (counted once, as
 /// `StartTimeout`, in the waiting-gang counts).
 fn plan_starts(
@@ -161,8 +161,10 @@ fn plan_starts(
             }
         }
     }
+    // Only a gang every present member of which is bound has started: one with a gated or
+    // unbound member has facts (a stuck member deleted and its replacement waiting, say).
     let started = condition_fingerprint(true, STARTED_LATE_REASON, STARTED_LATE_MESSAGE);
-    for m in told_late.iter().filter(|m| m.condition != started && !not_started.contains(&m.gang)) {
+    for m in told_late.iter().filter(|m| m.condition != started && !facts.contains_key(&m.gang)) {
         actions.push(ControllerAction::Explain {
             namespace: m.gang.namespace.clone(),
             pod: m.name.clone(),

@@ -565,7 +565,7 @@ mod controller_state {
 
         // As the controller does: the members it deletes are no members for the next pass.
         for pod in ["a-0", "a-1", "a-2", "a-3"] {
-            state.mark_deleting("ml", pod, true);
+            state.mark_deleting("ml", pod, None, true);
         }
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 301);
         assert!(snapshot.in_flight.is_empty());
@@ -689,15 +689,20 @@ mod controller_state {
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 410);
         assert!(plan(&snapshot, &facts, &mut HashMap::new()).actions.is_empty());
 
-        // While one is still unbound past the timeout, the bound one keeps the StartTimeout words.
-        let state = cluster(&p, &[told("a-0", None, old), told("a-1", Some("n1"), old)]);
-        let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 400);
-        let pass = plan(&snapshot, &facts, &mut HashMap::new());
-        assert!(
-            !pass.actions.iter().any(|a| matches!(a, ControllerAction::Explain { reason: "StartedLate", .. })),
-            "{:?}",
-            pass.actions
-        );
+        // While one is still unbound past the timeout, or was deleted and its replacement waits
+        // gated, the bound one keeps the StartTimeout words: the gang has not started.
+        let unbound = [told("a-0", None, old), told("a-1", Some("n1"), old)];
+        let replaced = [member("a-0", "a", 3, CREATED, json!({})), told("a-1", Some("n1"), old)];
+        for pods in [&unbound[..], &replaced[..]] {
+            let state = cluster(&p, pods);
+            let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 400);
+            let pass = plan(&snapshot, &facts, &mut HashMap::new());
+            assert!(
+                !pass.actions.iter().any(|a| matches!(a, ControllerAction::Explain { reason: "StartedLate", .. })),
+                "{:?}",
+                pass.actions
+            );
+        }
     }
 
     /// (d) A member that binds ends its own reservation at once; a gang all of whose members
