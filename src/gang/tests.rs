@@ -1220,16 +1220,23 @@ mod controller_state {
             .collect();
         let state = cluster(&p, &pods);
         let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, NOW);
-        let mut uids: Vec<(String, Option<String>)> = plan(&snapshot, &facts, &mut HashMap::new())
-            .actions
+        let uids = action_uids(plan(&snapshot, &facts, &mut HashMap::new()).actions, false);
+        assert_eq!(uids, [("w-0".into(), Some("u-0".into())), ("w-1".into(), Some("u-1".into()))]);
+    }
+
+    /// `(pod, uid)` of the releases (or, with `deletes`, the deletions) among `actions`, sorted.
+    fn action_uids(actions: Vec<ControllerAction>, deletes: bool) -> Vec<(String, Option<String>)> {
+        let mut uids: Vec<(String, Option<String>)> = actions
             .into_iter()
             .filter_map(|a| match a {
-                ControllerAction::Release { pod, uid, .. } => Some((pod, uid.map(|u| u.to_string()))),
+                ControllerAction::Release { pod, uid, .. } if !deletes => Some((pod, uid)),
+                ControllerAction::Delete { pod, uid, .. } if deletes => Some((pod, uid)),
                 _ => None,
             })
+            .map(|(pod, uid)| (pod, uid.map(|u| u.to_string())))
             .collect();
         uids.sort();
-        assert_eq!(uids, [("w-0".into(), Some("u-0".into())), ("w-1".into(), Some("u-1".into()))]);
+        uids
     }
 
     /// Each deletion (assembly timeout, start timeout) names the uid of the pod the pass
@@ -1241,17 +1248,7 @@ mod controller_state {
             pod["metadata"]["uid"] = json!(format!("u-{i}"));
             pod
         };
-        let deleted_uids = |actions: Vec<ControllerAction>| {
-            let mut uids: Vec<(String, Option<String>)> = actions
-                .into_iter()
-                .filter_map(|a| match a {
-                    ControllerAction::Delete { pod, uid, .. } => Some((pod, uid.map(|u| u.to_string()))),
-                    _ => None,
-                })
-                .collect();
-            uids.sort();
-            uids
-        };
+        let deleted_uids = |actions: Vec<ControllerAction>| action_uids(actions, true);
         // Start timeout: one bound member released with the stuck one, one gated replacement.
         let p = policies(START_FAIL);
         let pods = vec![
