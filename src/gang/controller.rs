@@ -852,7 +852,7 @@ async fn execute_rest(
                 return (true, false);
             }
             c.landed(state);
-            writer.publish(c.namespace, c.pod, c.event, c.warning, c.reason, c.message).await;
+            writer.publish(c.namespace, c.pod, None, c.event, c.warning, c.reason, c.message).await;
             (false, false)
         })
         .buffer_unordered(CONCURRENT_WRITES)
@@ -981,23 +981,27 @@ impl Writer<'_> {
         }
     }
 
+    /// An Event about the pod (the one of `uid`, when known).
+    #[allow(clippy::too_many_arguments)]
     async fn publish(
         &self,
         namespace: &str,
         pod: &str,
+        uid: Option<&str>,
         action: EventAction,
         warning: bool,
         reason: &str,
         message: &str,
     ) {
         self.metrics.wrote("event");
-        publish(self.recorder, namespace, pod, action, warning, reason, message).await;
+        publish(self.recorder, namespace, pod, uid, action, warning, reason, message).await;
     }
 
-    /// Assembly or start timeout under `Fail`: the deletion of the pod of that `uid`, then a
-    /// Warning Event (`event_reason`, `reason`) on it (after: a pod made again under the name,
-    /// which the uid spares, is not told it was deleted); false when the pod could not be
-    /// deleted (it is still there).
+    /// Assembly or start timeout under `Fail`: a Warning Event (`event_reason`, `reason`) on the
+    /// pod of that `uid` (before: a deletion that fails and is retried repeats it, and the pod's
+    /// Events say why it went), then its deletion; false when the pod could not be deleted (it
+    /// is still there). A pod made again under the name since is spared by the uid, and the
+    /// Event names the uid, so the successor's `kubectl describe` does not show it.
     async fn delete_member(
         &self,
         namespace: &str,
@@ -1006,10 +1010,10 @@ impl Writer<'_> {
         event_reason: &str,
         reason: &str,
     ) -> bool {
+        self.publish(namespace, pod, uid, EventAction::GangScheduling, true, event_reason, reason).await;
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         match api.delete(pod, &delete_params(uid)).await {
             Ok(_) => {
-                self.publish(namespace, pod, EventAction::GangScheduling, true, event_reason, reason).await;
                 // Deletions made, not tried: what AllotGangMembersDeleted alerts on.
                 self.metrics.wrote("delete");
                 tracing::warn!(%namespace, %pod, %event_reason, %reason, "deleted gang member after its gang's timeout");
@@ -1062,10 +1066,12 @@ impl EventAction {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn publish(
     recorder: &Recorder,
     namespace: &str,
     pod: &str,
+    uid: Option<&str>,
     action: EventAction,
     warning: bool,
     reason: &str,
@@ -1076,6 +1082,7 @@ async fn publish(
         kind: Some("Pod".into()),
         name: Some(pod.into()),
         namespace: Some(namespace.into()),
+        uid: uid.map(str::to_string),
         ..Default::default()
     };
     let event = Event {
