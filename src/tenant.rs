@@ -305,25 +305,12 @@ pub fn check_bound_pod(
 
 /// True when an UPDATE takes Kueue's admission gate off the Pod (Kueue admitting it).
 pub fn lifts_kueue_gate(old: &Value, new: &Value) -> bool {
-    has_gate(old, membership::KUEUE_GATE) && !has_gate(new, membership::KUEUE_GATE)
-}
-
-/// True when the Pod carries the scheduling gate `name`.
-fn has_gate(pod: &Value, name: &str) -> bool {
-    pod.field(&["spec", "schedulingGates"])
-        .and_then(Value::as_array)
-        .is_some_and(|gates| gates.iter().any(|g| g.get("name").and_then(Value::as_str) == Some(name)))
+    membership::has_gate(old, membership::KUEUE_GATE) && !membership::has_gate(new, membership::KUEUE_GATE)
 }
 
 /// Allot's gates of a Pod, in order.
 fn allot_gates(pod: &Value) -> Vec<&str> {
-    pod.field(&["spec", "schedulingGates"])
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|g| g.get("name").and_then(Value::as_str))
-        .filter(|g| *g == GATE || *g == QUOTA_GATE)
-        .collect()
+    membership::gate_names(pod).filter(|g| *g == GATE || *g == QUOTA_GATE).collect()
 }
 
 /// True for a label or annotation key only Allot may change after CREATE.
@@ -627,14 +614,9 @@ pub fn check_quota_queue_skip(
     let team = team?;
     let quota = team.quota.as_ref().filter(|q| q.mode == crate::policy::QuotaMode::Queue)?;
     let scheduler = view.pod.text(&["spec", "schedulerName"]).or(workload_scheduler).unwrap_or(DEFAULT_SCHEDULER);
-    let tenancy = &policies.tenancy;
-    let listed = |names: &[String]| names.iter().any(|n| n == scheduler);
+    // The quick test: only a pod an external scheduler places reads on.
     let grouped = || view.pod.text(&["metadata", "labels", membership::COSCHEDULING_LABEL]).is_some();
-    let skips_the_queue =
-        listed(&tenancy.volcano_schedulers) || (listed(&tenancy.coscheduling_schedulers) && grouped());
-    if !skips_the_queue {
-        return None;
-    }
+    placed_by_external_scheduler(&policies.tenancy, scheduler, grouped)?;
     if !counts_against_quota(quota) {
         return None;
     }
@@ -685,24 +667,35 @@ pub fn never_gate(
     {
         return Some(Exemption::DaemonSet);
     }
-    let runs = |s| tenancy.external_schedulers.contains(&s);
     // Kueue's gate holds the pod until Kueue admits it, and only Kueue may lift it
     // ([`check_pod_update`]); its `managed` label alone holds nothing (a tenant writes it).
-    if runs(ExternalScheduler::Kueue) && facts.gates.contains(&membership::KUEUE_GATE) {
+    if tenancy.external_schedulers.contains(&ExternalScheduler::Kueue) && facts.gates.contains(&membership::KUEUE_GATE)
+    {
         return Some(Exemption::Kueue);
     }
-    // A scheduler's marker holds a pod only where that scheduler places it: Volcano's group on
-    // a pod the default scheduler places, or the pod-group label on one a scheduler without
-    // the coscheduling plugin places, holds nothing. A pod naming no scheduler gets the default.
+    // A pod naming no scheduler gets the default.
     let scheduler = facts.scheduler_name.unwrap_or(DEFAULT_SCHEDULER);
+    placed_by_external_scheduler(tenancy, scheduler, || {
+        facts.labels.get(membership::COSCHEDULING_LABEL).is_some_and(|v| !v.is_empty())
+    })
+}
+
+/// The external scheduler that places a pod `scheduler` places, where the cluster runs it:
+/// Volcano under its scheduler names; coscheduling under the names of the schedulers running
+/// the plugin, for a pod with its pod-group label (`grouped`). A marker holds a pod only where
+/// that scheduler places it: Volcano's group on a pod the default scheduler places, or the
+/// pod-group label on one a scheduler without the plugin places, holds nothing.
+fn placed_by_external_scheduler(
+    tenancy: &TenantPolicy,
+    scheduler: &str,
+    grouped: impl FnOnce() -> bool,
+) -> Option<Exemption> {
+    let runs = |s| tenancy.external_schedulers.contains(&s);
     let placed_by = |names: &[String]| names.iter().any(|n| n == scheduler);
     if runs(ExternalScheduler::Volcano) && placed_by(&tenancy.volcano_schedulers) {
         return Some(Exemption::Volcano);
     }
-    if runs(ExternalScheduler::Coscheduling)
-        && placed_by(&tenancy.coscheduling_schedulers)
-        && facts.labels.get(membership::COSCHEDULING_LABEL).is_some_and(|v| !v.is_empty())
-    {
+    if runs(ExternalScheduler::Coscheduling) && placed_by(&tenancy.coscheduling_schedulers) && grouped() {
         return Some(Exemption::Coscheduling);
     }
     None

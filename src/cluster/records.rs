@@ -292,27 +292,25 @@ pub fn condition_fingerprint(ready: bool, reason: &str, message: &str) -> u64 {
     h.finish().max(1)
 }
 
+/// The condition `type_` on `pod`, if it carries one.
+fn condition<'p>(pod: &'p Pod, type_: &str) -> Option<&'p k8s_openapi::api::core::v1::PodCondition> {
+    pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_)
+}
+
 /// True when `pod`'s condition `type_` is False with `reason`.
 fn condition_says(pod: &Pod, type_: &str, reason: &str) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == type_))
-        .is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some(reason))
+    condition(pod, type_).is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some(reason))
 }
 
 /// The fingerprint of condition `type_` on `pod` (0 when absent).
 fn condition_of(pod: &Pod, type_: &str) -> u64 {
-    pod.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|c| c.iter().find(|c| c.type_ == type_)).map_or(
-        0,
-        |c| {
-            condition_fingerprint(
-                c.status == "True",
-                c.reason.as_deref().unwrap_or_default(),
-                c.message.as_deref().unwrap_or_default(),
-            )
-        },
-    )
+    condition(pod, type_).map_or(0, |c| {
+        condition_fingerprint(
+            c.status == "True",
+            c.reason.as_deref().unwrap_or_default(),
+            c.message.as_deref().unwrap_or_default(),
+        )
+    })
 }
 
 /// The shape of a Pod (effective requests + `pods: 1`, selector, required affinity, tolerations).

@@ -152,13 +152,7 @@ impl<'a> PodFacts<'a> {
             node_name: pod.text(&["spec", "nodeName"]),
             scheduler_name: pod.text(&["spec", "schedulerName"]),
             native_pod_group: native_pod_group_of(pod),
-            gates: pod
-                .field(&["spec", "schedulingGates"])
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(|g| g.get("name").and_then(Value::as_str))
-                .collect(),
+            gates: gate_names(pod).collect(),
         }
     }
 
@@ -348,14 +342,24 @@ pub fn gang_min_count(pod_group: &Value) -> Option<u32> {
 /// the cluster does not gang PodGroups, so a gated pod is an Allot gang member by its labels
 /// wherever it is read (validation, the watch, the controller), whatever the field says.
 pub fn native_pod_group_of(pod: &Value) -> Option<&str> {
-    let gated = pod
-        .field(&["spec", "schedulingGates"])
-        .and_then(Value::as_array)
-        .is_some_and(|gates| gates.iter().any(|g| g.get("name").and_then(Value::as_str) == Some(GATE)));
-    if gated {
+    if has_gate(pod, GATE) {
         return None;
     }
     pod.text(&["spec", "schedulingGroup", "podGroupName"])
+}
+
+/// The names of a Pod's (as JSON) scheduling gates, in order.
+pub fn gate_names(pod: &Value) -> impl Iterator<Item = &str> {
+    pod.field(&["spec", "schedulingGates"])
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g.get("name").and_then(Value::as_str))
+}
+
+/// True when the Pod (as JSON) carries the scheduling gate `name`.
+pub fn has_gate(pod: &Value, name: &str) -> bool {
+    gate_names(pod).any(|g| g == name)
 }
 
 /// What a native PodGroup's quota group is named: a prefix no label value has (a `/`), and that

@@ -163,17 +163,9 @@ fn plan_starts(
     }
     // Only a gang every present member of which is bound has started: one with a gated or
     // unbound member has facts (a stuck member deleted and its replacement waiting, say).
-    let started = condition_fingerprint(true, STARTED_LATE_REASON, STARTED_LATE_MESSAGE);
-    for m in told_late.iter().filter(|m| m.condition != started && !facts.contains_key(&m.gang)) {
-        actions.push(ControllerAction::Explain {
-            namespace: m.gang.namespace.clone(),
-            pod: m.name.clone(),
-            ready: true,
-            reason: STARTED_LATE_REASON,
-            message: STARTED_LATE_MESSAGE.to_string(),
-            warning: false,
-        });
-    }
+    let started = told_late.iter().filter(|m| !facts.contains_key(&m.gang));
+    let started = started.map(|m| (m.gang.namespace.as_str(), m.name.as_str(), m.condition));
+    tell_once(started, (true, STARTED_LATE_REASON, STARTED_LATE_MESSAGE), actions);
     (failing, not_started)
 }
 
@@ -430,15 +422,27 @@ pub const STRAY_MESSAGE: &str = "held by the allot.dev/gang gate, but under the 
 
 /// Every stray member not yet told why it waits gets a Warning condition and Event, once.
 fn explain_strays(snapshot: &Snapshot, actions: &mut Vec<ControllerAction>) {
-    let written = condition_fingerprint(false, STRAY_REASON, STRAY_MESSAGE);
-    for stray in snapshot.strays.iter().filter(|s| s.condition != written) {
+    let strays = snapshot.strays.iter().map(|s| (s.namespace.as_str(), s.name.as_str(), s.condition));
+    tell_once(strays, (false, STRAY_REASON, STRAY_MESSAGE), actions);
+}
+
+/// A fixed explanation `(ready, reason, message)` for each `(namespace, pod, condition
+/// fingerprint)` that does not carry it yet: a condition and an Event, a Warning when not
+/// ready; never twice, as the pod's fingerprint then matches.
+fn tell_once<'p>(
+    pods: impl Iterator<Item = (&'p str, &'p str, u64)>,
+    (ready, reason, message): (bool, &'static str, &'static str),
+    actions: &mut Vec<ControllerAction>,
+) {
+    let written = condition_fingerprint(ready, reason, message);
+    for (namespace, pod, _) in pods.filter(|(_, _, condition)| *condition != written) {
         actions.push(ControllerAction::Explain {
-            namespace: stray.namespace.clone(),
-            pod: stray.name.clone(),
-            ready: false,
-            reason: STRAY_REASON,
-            message: STRAY_MESSAGE.to_string(),
-            warning: true,
+            namespace: namespace.to_string(),
+            pod: pod.to_string(),
+            ready,
+            reason,
+            message: message.to_string(),
+            warning: !ready,
         });
     }
 }
