@@ -884,6 +884,27 @@ fn a_volcano_pod_does_not_run_past_a_queue_mode_quota() {
         create(&ctx, cpu).await.expect("a pod asking nothing the quota counts");
         let queued = create(&ctx, pod("d-0", 1)).await.expect("the same pod for the default scheduler");
         assert!(gates(&queued).contains(&"allot.dev/quota".to_string()), "not queued: {:?}", gates(&queued));
+        // Kueue's gate written by alice on her Volcano pod: Kueue's to admit (the cluster lists
+        // Kueue), so admitted behind that gate alone, which she cannot lift herself.
+        let mut kueued = pod("v-2", 1);
+        kueued["spec"]["schedulerName"] = json!(VOLCANO_E2E);
+        kueued["spec"]["schedulingGates"] = json!([{"name": "kueue.x-k8s.io/admission"}]);
+        let created = create(&ctx, kueued).await.expect("behind Kueue's gate");
+        assert_eq!(gates(&created), ["kueue.x-k8s.io/admission"]);
+        let lift = json_patch(json!([{"op": "remove", "path": "/spec/schedulingGates/0"}]));
+        let message =
+            denial("alice lifting Kueue's gate", ctx.pods().patch("v-2", &PatchParams::default(), &lift).await);
+        assert_names("v-2", &message, &["tenant/allot-gates", "only Kueue"]);
+        assert_still_gated(&ctx, "v-2", "kueue.x-k8s.io/admission", Duration::ZERO).await;
+        // A Job whose pods Volcano would place: refused as a template, before any pod.
+        let job: Job = serde_json::from_value(json!({
+            "metadata": {"name": "via-volcano"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "schedulerName": VOLCANO_E2E, "containers": [
+                {"name": "w", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}
+        }))
+        .expect("a Job");
+        let message = denial("a Job for Volcano", ctx.jobs().create(&PostParams::default(), &job).await);
+        assert_names("via-volcano", &message, &["team/quota", "spec.template.spec.schedulerName"]);
         assert_webhook_answers(&ctx).await;
     });
 }
