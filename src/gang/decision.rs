@@ -144,6 +144,11 @@ pub struct ToldLate {
     pub name: String,
     /// Fingerprint of its `allot.dev/GangReady` condition as the pod carries it.
     pub condition: u64,
+    /// Its gang is whole: as many members present (neither finished nor being deleted) as it
+    /// declares, and none unbound and being deleted. Without it, the bound members of a gang
+    /// one of whose members was just deleted (its replacement not made yet) would be told the
+    /// gang started.
+    pub gang_whole: bool,
 }
 
 /// A pod behind Allot's gang gate whose metadata names no valid gang under the current

@@ -161,9 +161,10 @@ fn plan_starts(
             }
         }
     }
-    // Only a gang every present member of which is bound has started: one with a gated or
-    // unbound member has facts (a stuck member deleted and its replacement waiting, say).
-    let started = told_late.iter().filter(|m| !facts.contains_key(&m.gang));
+    // Only a whole gang every present member of which is bound has started: one with a gated
+    // or unbound member has facts (a stuck member's replacement waiting, say), one with a member
+    // being deleted or gone and not yet replaced is not whole.
+    let started = told_late.iter().filter(|m| m.gang_whole && !facts.contains_key(&m.gang));
     let started = started.map(|m| (m.gang.namespace.as_str(), m.name.as_str(), m.condition));
     tell_once(started, (true, STARTED_LATE_REASON, STARTED_LATE_MESSAGE), actions);
     (failing, not_started)

@@ -690,10 +690,15 @@ mod controller_state {
         assert!(plan(&snapshot, &facts, &mut HashMap::new()).actions.is_empty());
 
         // While one is still unbound past the timeout, or was deleted and its replacement waits
-        // gated, the bound one keeps the StartTimeout words: the gang has not started.
+        // gated, or is being deleted or gone with no replacement made yet, the bound ones keep
+        // the StartTimeout words: the gang has not started.
         let unbound = [told("a-0", None, old), told("a-1", Some("n1"), old)];
         let replaced = [member("a-0", "a", 3, CREATED, json!({})), told("a-1", Some("n1"), old)];
-        for pods in [&unbound[..], &replaced[..]] {
+        let mut deleting = told("a-0", None, old);
+        deleting["metadata"]["deletionTimestamp"] = json!(rfc3339(RELEASED + 390));
+        let leaving = [deleting, told("a-1", Some("n1"), old), released_member("a-2", "a", 3, 60, Some("n2"))];
+        let gone = [told("a-1", Some("n1"), old), released_member("a-2", "a", 3, 60, Some("n2"))];
+        for pods in [&unbound[..], &replaced[..], &leaving[..], &gone[..]] {
             let state = cluster(&p, pods);
             let (snapshot, facts) = state.snapshot(&p, &crate::namespaces::NoNamespaces, RELEASED + 400);
             let pass = plan(&snapshot, &facts, &mut HashMap::new());
