@@ -145,9 +145,9 @@ pub struct ToldLate {
     /// Fingerprint of its `allot.dev/GangReady` condition as the pod carries it.
     pub condition: u64,
     /// Its gang is whole: as many members present (neither finished nor being deleted) as it
-    /// declares, and none unbound and being deleted. Without it, the bound members of a gang
-    /// one of whose members was just deleted (its replacement not made yet) would be told the
-    /// gang started.
+    /// or its owner declares. Without it, the bound members of a gang one of whose members is
+    /// being deleted or was just deleted (its replacement not made yet) would be told the gang
+    /// started. (A told member's gang was released, so its size is known.)
     pub gang_whole: bool,
 }
 

@@ -141,7 +141,6 @@ impl GangSnapshot for ClusterState {
         let mut facts: HashMap<GangKey, GangFacts> = HashMap::new();
         let mut strays = Vec::new();
         let mut told_late = Vec::new();
-        let mut leaving: HashSet<GangKey> = HashSet::new();
         for p in view.pods() {
             if p.finished {
                 continue;
@@ -176,11 +175,8 @@ impl GangSnapshot for ClusterState {
                 continue;
             }
             // An unbound pod being deleted will not be scheduled: it reserves nothing on a node,
-            // and it is no member of its gang's quorum any more; its gang is not whole.
+            // and it is no member of its gang's quorum any more.
             if p.terminating {
-                if let Some(g) = &p.gang {
-                    leaving.insert(GangKey { namespace: p.namespace.to_string(), name: g.name.clone() });
-                }
                 continue;
             }
             let Some(g) = &p.gang else {
@@ -288,9 +284,6 @@ impl GangSnapshot for ClusterState {
             .collect();
         let mut bound: Vec<(String, ResourceList)> = bound.into_iter().map(|(n, r)| (n.to_string(), r)).collect();
         bound.sort_by(|a, b| a.0.cmp(&b.0));
-        for m in told_late.iter_mut().filter(|m| leaving.contains(&m.gang)) {
-            m.gang_whole = false;
-        }
         // By name: the watch's order is not stable, the plan's actions must be.
         told_late.sort_by(|a, b| (&a.gang, &a.name).cmp(&(&b.gang, &b.name)));
         let snapshot = Snapshot {
