@@ -81,6 +81,14 @@ pub struct GangRef {
     pub native: bool,
 }
 
+impl GangRef {
+    /// The size the gang declares: its members' own, else (an inferred gang) its owner's, once
+    /// read.
+    pub fn declared_size(&self, owner: Option<&membership::OwnerGang>) -> Option<u32> {
+        self.size.or_else(|| owner.map(|o| o.size))
+    }
+}
+
 /// Where an unbound gang member may go (selector, required affinity, tolerations): the same for
 /// every pod of one template, so records share one copy ([`Placement::interned`]). Kept only for
 /// the pods whose decisions read it ([`PodRecord::placement`]), and only within

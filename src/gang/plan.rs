@@ -105,8 +105,8 @@ pub fn start_timeout_message(gf: &GangFacts, now: i64) -> Option<String> {
 /// partly started gang only holds its nodes; its reservation lasts while they go, see
 /// [`super::snapshot::FAILED_START_HOLD`]); under `Warn` its released members get a Warning condition and Event,
 /// once. Also the next time a start timeout fires or a reservation ends (the controller looks
-/// again then). Members told so that are bound since, of a gang all of whose present members
-/// are bound now, are told it started after all. Returns the gangs being deleted (nothing else is
+/// again then). Members told so that are bound since, of a whole gang (as many members present
+/// as it declares) all of whose present members are bound now, are told it started after all. Returns the gangs being deleted (nothing else is
 /// done to them in this pass), and the gangs past their start timeout (counted once, as
 /// `StartTimeout`, in the waiting-gang counts).
 fn plan_starts(

@@ -148,7 +148,7 @@ impl GangSnapshot for ClusterState {
             if p.told_late_and_bound()
                 && let Some(g) = &p.gang
             {
-                let size = g.size.or_else(|| view.owner_gang(&p.namespace, &g.name).map(|o| o.size));
+                let size = g.declared_size(view.owner_gang(&p.namespace, &g.name));
                 told_late.push(ToldLate {
                     gang: GangKey { namespace: p.namespace.to_string(), name: g.name.clone() },
                     name: p.name.to_string(),
@@ -216,7 +216,7 @@ impl GangSnapshot for ClusterState {
                     condition: p.gang_condition,
                 });
                 let owner = view.owner_gang(&p.namespace, &g.name);
-                let size = g.size.or_else(|| owner.map(|o| o.size));
+                let size = g.declared_size(owner);
                 let entry = waiting.entry(key.clone()).or_insert_with(|| WaitingGang {
                     key: key.clone(),
                     expected: size,
