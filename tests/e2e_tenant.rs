@@ -56,7 +56,7 @@ apiVersion: allot.dev/v1alpha1
 kind: GangPolicy
 metadata: {name: start-late}
 spec:
-  match: {namespaces: [t-start-late]}
+  match: {namespaces: [t-start-late, t-start-late-leaving]}
   startTimeout: 5s
   onStartTimeout: Warn
 "#;
@@ -579,6 +579,64 @@ async fn assert_still_gated(ctx: &Ctx, name: &str, gate: &str, settle: Duration)
     let p = ctx.get(name).await;
     assert!(gates(&p).iter().any(|g| g == gate), "{name} lost {gate}: gates {:?}", gates(&p));
     assert!(p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none(), "{name} was bound");
+}
+
+/// `pod` mounting the PersistentVolumeClaim `claim` (which need not exist: then it never binds).
+fn mounting(mut pod: Value, claim: &str) -> Value {
+    pod["spec"]["volumes"] = json!([{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]);
+    pod["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+    pod
+}
+
+/// Creates, as the admin, the claim `claim` in the attempt's namespace, pre-bound to a volume
+/// of its own, so that the scheduler can bind the pods mounting it; [`delete_claim`] removes
+/// both.
+async fn bound_claim(ctx: &Ctx, claim: &str) {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let volume_name = format!("{}-{claim}", ctx.ns);
+    let volume: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": volume_name},
+        "spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "manual",
+            "hostPath": {"path": "/tmp/allot-e2e"},
+            "claimRef": {"namespace": ctx.ns, "name": claim}
+        }
+    }))
+    .expect("a volume");
+    let volumes: Api<PersistentVolume> = Api::all(ctx.admin.clone());
+    volumes.create(&PostParams::default(), &volume).await.expect("create the volume");
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": claim},
+        "spec": {
+            "accessModes": ["ReadWriteMany"], "storageClassName": "manual", "volumeName": volume_name,
+            "resources": {"requests": {"storage": "1Gi"}}
+        }
+    }))
+    .expect("a claim");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.admin.clone(), &ctx.ns);
+    claims.create(&PostParams::default(), &pvc).await.expect("create the claim");
+}
+
+/// Deletes what [`bound_claim`] made.
+async fn delete_claim(ctx: &Ctx, claim: &str) {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.admin.clone(), &ctx.ns);
+    let _ = claims.delete(claim, &DeleteParams::default()).await;
+    let volumes: Api<PersistentVolume> = Api::all(ctx.admin.clone());
+    let _ = volumes.delete(&format!("{}-{claim}", ctx.ns), &DeleteParams::default()).await;
+}
+
+/// Whether each of `names` is bound, and its `allot.dev/GangReady` condition as `"STATUS
+/// REASON"` (empty when it has none).
+async fn gang_states(ctx: &Ctx, names: &[&str]) -> Vec<(bool, String)> {
+    let mut out = Vec::new();
+    for name in names {
+        let pod = ctx.get(name).await;
+        let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone()).is_some();
+        let condition = support::cluster::gang_condition(&pod).map(|(status, reason, _)| format!("{status} {reason}"));
+        out.push((bound, condition.unwrap_or_default()));
+    }
+    out
 }
 
 /// Creates a member of an incomplete gang (it can never be released) and returns it, gated.
@@ -1837,66 +1895,77 @@ fn under_warn_a_gang_that_binds_after_its_start_timeout_is_told_it_started() {
         "under_warn_a_gang_that_binds_after_its_start_timeout_is_told_it_started",
         "t-start-late",
         |ctx| async move {
-            use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-            let reasons = || {
-                let pods = ctx.admin_pods();
-                async move {
-                    let mut out = Vec::new();
-                    for name in ["late-0", "late-1"] {
-                        let pod = pods.get(name).await.expect("the member is still there");
-                        let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone()).is_some();
-                        let condition = support::cluster::gang_condition(&pod)
-                            .map(|(status, reason, _)| format!("{status} {reason}"));
-                        out.push((bound, condition.unwrap_or_default()));
-                    }
-                    out
-                }
-            };
+            let states = || gang_states(&ctx, &["late-0", "late-1"]);
             for i in 0..2 {
-                let mut p = member(&format!("late-{i}"), "late", "2", 1);
-                p["spec"]["volumes"] = json!([{"name": "data", "persistentVolumeClaim": {"claimName": "late-data"}}]);
-                p["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+                let p = mounting(member(&format!("late-{i}"), "late", "2", 1), "late-data");
                 create(&ctx, p).await.expect("a member mounting a claim that does not exist yet");
             }
+            let told = (false, "False StartTimeout".to_string());
             wait_for("both members told their gang did not start", Duration::from_secs(40), || async {
-                reasons().await
-                    == [(false, "False StartTimeout".to_string()), (false, "False StartTimeout".to_string())]
+                states().await == [told.clone(), told.clone()]
             })
             .await;
             // The claim appears, pre-bound to a volume: the scheduler binds both members.
-            let volume_name = format!("{}-pv", ctx.ns);
-            let volumes: Api<PersistentVolume> = Api::all(ctx.admin.clone());
-            let volume: PersistentVolume = serde_json::from_value(json!({
-                "metadata": {"name": volume_name},
-                "spec": {
-                    "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "manual",
-                    "hostPath": {"path": "/tmp/allot-e2e"},
-                    "claimRef": {"namespace": ctx.ns, "name": "late-data"}
-                }
-            }))
-            .expect("a volume");
-            volumes.create(&PostParams::default(), &volume).await.expect("create the volume");
-            let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.admin.clone(), &ctx.ns);
-            let claim: PersistentVolumeClaim = serde_json::from_value(json!({
-                "metadata": {"name": "late-data"},
-                "spec": {
-                    "accessModes": ["ReadWriteMany"], "storageClassName": "manual", "volumeName": volume_name,
-                    "resources": {"requests": {"storage": "1Gi"}}
-                }
-            }))
-            .expect("a claim");
-            claims.create(&PostParams::default(), &claim).await.expect("create the claim");
+            bound_claim(&ctx, "late-data").await;
+            let started = (true, "True StartedLate".to_string());
             wait_for("both members bound and told their gang started late", Duration::from_secs(90), || async {
-                reasons().await == [(true, "True StartedLate".to_string()), (true, "True StartedLate".to_string())]
+                states().await == [started.clone(), started.clone()]
             })
             .await;
-            let pods = ctx.admin_pods();
-            let now = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
             for name in ["late-0", "late-1"] {
-                let _ = pods.delete(name, &now).await;
+                delete_now(&ctx, name).await;
             }
-            let _ = claims.delete("late-data", &DeleteParams::default()).await;
-            let _ = volumes.delete(&volume_name, &DeleteParams::default()).await;
+            delete_claim(&ctx, "late-data").await;
+        },
+    );
+}
+
+/// The same, with a member alice deletes: `late-0` binds after the start timeout while `late-1`
+/// waits for a claim that never comes; she deletes `late-1`. The gang now has one member of
+/// the two it declares, so `late-0` keeps `StartTimeout` (it was told `StartedLate` as soon as
+/// its unbound peer was gone); once she makes `late-1` again, mounting the claim that exists,
+/// the gang is released whole, binds, and `late-0` is told it started late.
+#[test]
+fn under_warn_a_gang_missing_a_deleted_member_is_not_told_it_started() {
+    attempt(
+        "under_warn_a_gang_missing_a_deleted_member_is_not_told_it_started",
+        "t-start-late-leaving",
+        |ctx| async move {
+            create(&ctx, mounting(member("late-0", "leave", "2", 1), "data-0")).await.expect("late-0");
+            create(&ctx, mounting(member("late-1", "leave", "2", 1), "never-made")).await.expect("late-1");
+            let told = (false, "False StartTimeout".to_string());
+            wait_for("both members told their gang did not start", Duration::from_secs(40), || async {
+                gang_states(&ctx, &["late-0", "late-1"]).await == [told.clone(), told.clone()]
+            })
+            .await;
+            bound_claim(&ctx, "data-0").await;
+            let bound_told = (true, "False StartTimeout".to_string());
+            wait_for("late-0 bound, still told StartTimeout", Duration::from_secs(60), || async {
+                gang_states(&ctx, &["late-0"]).await == [bound_told.clone()]
+            })
+            .await;
+            delete_now(&ctx, "late-1").await;
+            // Passes run on the deletion's watch events (a told member is bound): none may say
+            // the gang started while it is missing a member.
+            let until = Instant::now() + Duration::from_secs(6);
+            while Instant::now() < until {
+                assert_eq!(
+                    gang_states(&ctx, &["late-0"]).await,
+                    std::slice::from_ref(&bound_told),
+                    "a gang of one of two"
+                );
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            create(&ctx, mounting(member("late-1", "leave", "2", 1), "data-0")).await.expect("late-1 again");
+            wait_for("the gang whole and bound: late-0 told it started late", Duration::from_secs(90), || async {
+                let states = gang_states(&ctx, &["late-0", "late-1"]).await;
+                states[0] == (true, "True StartedLate".to_string()) && states[1].0
+            })
+            .await;
+            for name in ["late-0", "late-1"] {
+                delete_now(&ctx, name).await;
+            }
+            delete_claim(&ctx, "data-0").await;
         },
     );
 }
@@ -1925,10 +1994,7 @@ fn a_released_gang_that_never_binds_is_deleted_at_its_start_timeout_before_anoth
             };
             // Two members of 2 GPUs each fill both shared nodes (2 GPUs each).
             for i in 0..2 {
-                let mut p = member(&format!("stuck-{i}"), "stuck", "2", 2);
-                p["spec"]["volumes"] =
-                    json!([{"name": "data", "persistentVolumeClaim": {"claimName": "not-created-yet"}}]);
-                p["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+                let p = mounting(member(&format!("stuck-{i}"), "stuck", "2", 2), "not-created-yet");
                 create(&ctx, p).await.expect("a member mounting a claim that does not exist");
             }
             wait_for("the stuck gang released", Duration::from_secs(30), || async {
