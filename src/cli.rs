@@ -236,10 +236,14 @@ pub struct ServeArgs {
     /// servers with the WatchList feature off).
     #[arg(long, value_enum, default_value = "streaming", env = "ALLOT_INITIAL_LIST")]
     pub initial_list: crate::gang::controller::InitialList,
-    /// Allot's own user name as the API server reports it (its service account): the only
-    /// identity allowed to remove Allot's scheduling gates and change its reserved keys.
-    #[arg(long, env = "ALLOT_USERNAME", default_value = crate::tenant::DEFAULT_ALLOT_USERNAME)]
-    pub allot_username: String,
+    /// Allot's own user name: the only identity allowed to remove Allot's scheduling gates and
+    /// change its reserved keys. By default Allot asks the API server who it is at start
+    /// (SelfSubjectReview); this flag is for webhook replicas that cannot ask (no kubeconfig,
+    /// `--no-kube`), where it names the identity the gang controller writes as. Where the API
+    /// server answers, a different name here stops `allot serve` (exit 2). Without either:
+    /// system:serviceaccount:allot-system:allot.
+    #[arg(long, env = "ALLOT_USERNAME")]
+    pub allot_username: Option<String>,
 }
 
 /// The Lease name every replica competes for; not a flag, since replicas must agree on it.

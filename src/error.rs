@@ -22,6 +22,10 @@ pub enum Error {
     /// Certificates could not be generated, read or used.
     #[error("certificates: {0}")]
     Certificates(String),
+    /// `allot serve` cannot tell who it is, or was told something the API server contradicts
+    /// (`server::identity`).
+    #[error("identity: {0}")]
+    Identity(String),
 }
 
 /// The library's result type.

@@ -32,8 +32,43 @@ use crate::resources::{self, ContainerResources, ResourceList, ResourceMatcher, 
 use crate::workload::PodView;
 
 /// The user name Allot runs as in the shipped `deploy/` (service account `allot` in
-/// `allot-system`); `allot serve --allot-username` sets another.
+/// `allot-system`): what `allot serve` allows where it cannot ask the API server who it is and
+/// no `--allot-username` says (see `server::identity`), and the name `allot compile` and
+/// `allot webhooks` skip by default.
 pub const DEFAULT_ALLOT_USERNAME: &str = "system:serviceaccount:allot-system:allot";
+
+/// A service account's user name (`system:serviceaccount:NAMESPACE:NAME`) as its namespace and
+/// name, where both are plain DNS names.
+pub fn service_account_of(username: &str) -> Option<(&str, &str)> {
+    let rest = username.strip_prefix("system:serviceaccount:")?;
+    let (namespace, name) = rest.split_once(':')?;
+    let plain = |s: &str| {
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    };
+    (plain(namespace) && plain(name)).then_some((namespace, name))
+}
+
+/// `username` as a CEL string expression quoted with `quote` (`'` or `"`). A service account's
+/// name is written as the sum `'system:serviceaccount:' + 'NAMESPACE' + ':' + 'NAME'`: split at
+/// the quote, the namespace is part 3 and the name part 7, which is how `deploy/identity`'s
+/// kustomize replacements put an overlay's namespace and ServiceAccount name into the webhooks'
+/// and native policies' `not-allot-itself` conditions. Any other name is one escaped literal.
+pub fn username_cel(username: &str, quote: char) -> String {
+    if let Some((namespace, name)) = service_account_of(username) {
+        let q = quote;
+        return format!("{q}system:serviceaccount:{q} + {q}{namespace}{q} + {q}:{q} + {q}{name}{q}");
+    }
+    let mut out = String::with_capacity(username.len() + 2);
+    out.push(quote);
+    for c in username.chars() {
+        if c == quote || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push(quote);
+    out
+}
 /// The prefix of every key Allot owns.
 pub const RESERVED_PREFIX: &str = "allot.dev/";
 
@@ -709,6 +744,28 @@ mod tests {
     use crate::gang::membership::{COSCHEDULING_LABEL, KUEUE_GATE, KUEUE_MANAGED, VOLCANO_GROUP};
 
     use crate::gang::membership::test_facts as facts;
+
+    #[test]
+    fn a_service_account_name_is_written_in_parts_an_overlay_can_replace() {
+        use kube::core::cel::cel::{Context, Program, Value as CelValue};
+        let cel = username_cel(DEFAULT_ALLOT_USERNAME, '\'');
+        assert_eq!(cel, "'system:serviceaccount:' + 'allot-system' + ':' + 'allot'");
+        let parts: Vec<&str> = cel.split('\'').collect();
+        assert_eq!((parts[3], parts[7]), ("allot-system", "allot"), "deploy/identity replaces these parts");
+        for (username, quote) in [
+            (DEFAULT_ALLOT_USERNAME, '\''),
+            ("system:serviceaccount:platform:gpu-allot", '"'),
+            ("ad'm\"in\\", '\''),
+            ("ad'm\"in", '"'),
+        ] {
+            let program = Program::compile(&username_cel(username, quote)).expect("compiles");
+            let value = program.execute(&Context::default()).expect("evaluates");
+            assert_eq!(value, CelValue::String(std::sync::Arc::new(username.to_string())), "{username}");
+        }
+        assert_eq!(service_account_of("system:serviceaccount:a:b"), Some(("a", "b")));
+        assert_eq!(service_account_of("system:serviceaccount:a:b:c"), None);
+        assert_eq!(service_account_of("admin"), None);
+    }
 
     #[test]
     fn pods_that_are_never_gated() {

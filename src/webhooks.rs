@@ -108,7 +108,7 @@ fn match_conditions(opts: &WebhookOptions) -> Vec<MatchCondition> {
     if let Some(sa) = &opts.service_account {
         out.push(MatchCondition {
             name: "not-allot-itself".into(),
-            expression: format!("request.userInfo.username != '{sa}'"),
+            expression: format!("request.userInfo.username != {}", crate::tenant::username_cel(sa, '\'')),
         });
     }
     out

@@ -602,15 +602,13 @@ fn check_install(r: &Rendered) {
             "/etc/allot/tls/tls.crt",
             "--tls-key",
             "/etc/allot/tls/tls.key",
-            "--allot-username",
-            "system:serviceaccount:allot-system:allot"
         ],
         "{what}"
     );
-    // The identity allowed to lift gates is the one this Deployment runs as, and the default.
-    let sa = pod.service_account_name.clone().unwrap_or_default();
-    assert_eq!(args[8], format!("system:serviceaccount:allot-system:{sa}"), "{what}");
-    assert_eq!(args[8], serve_default("--allot-username"), "{what}");
+    // No identity is written down: `allot serve` asks the API server who it is (the Pod's
+    // ServiceAccount), so an overlay that moves or renames it needs no flag.
+    assert!(!args.iter().any(|a| a.contains("allot-username")), "{what}: {args:?}");
+    assert!(!container.env.iter().flatten().any(|e| e.name == "ALLOT_USERNAME"), "{what}");
     let env: BTreeMap<String, String> = container
         .env
         .clone()
@@ -1023,6 +1021,83 @@ fn the_native_covers_component_is_allot_compile_with_its_webhooks() {
     let plain: BTreeSet<_> = root_render(&kubectl).inventory();
     let here: BTreeSet<_> = r.inventory().into_iter().filter(|(k, _, _)| !k.contains("AdmissionPolicy")).collect();
     assert_eq!(here, plain);
+}
+
+/// deploy/overlays/other-namespace (namespace `platform`, ServiceAccount `gpu-allot`), with and
+/// without the native-covers component: no `allot-system` and no `:allot` identity is left
+/// anywhere, and what kustomize's own transformers do not reach (the webhooks' and native
+/// policies' exclusion of Allot's namespace and identity, cert-manager's names) follows.
+#[test]
+fn an_overlay_in_another_namespace_leaves_no_trace_of_allot_system() {
+    let Some(kubectl) = kubectl_or_skip("an_overlay_in_another_namespace_leaves_no_trace_of_allot_system") else {
+        return;
+    };
+    let text = kustomize(&kubectl, &root().join("deploy/overlays/other-namespace"));
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&root().join("deploy"), &dir.path().join("deploy"), &|_, _| false);
+    let user = dir.path().join("deploy/overlays/native");
+    std::fs::create_dir_all(&user).unwrap();
+    let overlay = std::fs::read_to_string(root().join("deploy/overlays/other-namespace/kustomization.yaml")).unwrap();
+    let overlay = overlay.replace(
+        "  - ../../components/cert-manager\n",
+        "  - ../../components/cert-manager\n  - ../../components/native-covers\n",
+    );
+    std::fs::write(user.join("kustomization.yaml"), overlay).unwrap();
+    let native_text = kustomize(&kubectl, &user);
+    for (what, text) in [("other-namespace", &text), ("other-namespace + native-covers", &native_text)] {
+        assert!(!text.contains("allot-system"), "{what} still names allot-system:\n{text}");
+        let r = Rendered::parse(text, what);
+        let sa: ServiceAccount = r.one("gpu-allot");
+        assert_eq!(sa.metadata.namespace.as_deref(), Some("platform"), "{what}");
+        let deployment: Deployment = r.one("allot");
+        let spec = deployment.spec.template.spec.unwrap();
+        assert_eq!(spec.service_account_name.as_deref(), Some("gpu-allot"), "{what}");
+        // Every `not-allot-itself` condition and namespace exclusion, evaluated as written.
+        let mut conditions = 0;
+        let mut exclusions = 0;
+        for object in &r.objects {
+            let webhooks = object["webhooks"].as_array().cloned().unwrap_or_default();
+            let specs: Vec<Value> = if webhooks.is_empty() { vec![object["spec"].clone()] } else { webhooks };
+            for spec in specs {
+                let selector =
+                    spec.get("namespaceSelector").or_else(|| spec.pointer("/matchConstraints/namespaceSelector"));
+                if let Some(values) = selector.and_then(|s| s.pointer("/matchExpressions/0/values")) {
+                    assert_eq!(values, &json!(["kube-system", "platform"]), "{what}: {}", describe(object));
+                    exclusions += 1;
+                }
+                for c in spec["matchConditions"].as_array().into_iter().flatten() {
+                    if c["name"] == "not-allot-itself" {
+                        let expression = c["expression"].as_str().unwrap();
+                        let rhs = expression.strip_prefix("request.userInfo.username != ").unwrap();
+                        let value = kube::core::cel::cel::Program::compile(rhs)
+                            .unwrap()
+                            .execute(&kube::core::cel::cel::Context::default())
+                            .unwrap();
+                        assert_eq!(
+                            value,
+                            kube::core::cel::cel::Value::String(std::sync::Arc::new(
+                                "system:serviceaccount:platform:gpu-allot".into()
+                            )),
+                            "{what}: {}",
+                            describe(object)
+                        );
+                        conditions += 1;
+                    }
+                }
+            }
+        }
+        assert!(conditions >= 3 && exclusions >= 3, "{what}: {conditions} conditions, {exclusions} exclusions");
+        let certificate =
+            r.raw("cert-manager.io/v1", "Certificate").into_iter().find(|c| c["metadata"]["name"] == "allot-serving");
+        assert_eq!(
+            certificate.unwrap()["spec"]["dnsNames"],
+            json!(["allot.platform.svc", "allot.platform.svc.cluster.local"]),
+            "{what}"
+        );
+    }
+    // The plain install is what it was: the transformer changes nothing where nothing moved.
+    let plain = root_render(&kubectl);
+    assert!(plain.objects.iter().any(|o| o["metadata"]["namespace"] == NAMESPACE));
 }
 
 /// The two copies deploy/sync.sh maintains are up to date (checked on the files, so this runs
@@ -1759,6 +1834,185 @@ fn the_rendered_install_applies_to_a_real_apiserver_whose_rbac_agrees() {
         assert!(disagreements.is_empty(), "the API server's RBAC disagrees:\n  {}", disagreements.join("\n  "));
     });
     runtime.shutdown_timeout(Duration::from_millis(100));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Another namespace, for real
+
+/// A kubeconfig for the API server of `admin_kubeconfig` that authenticates with `token`.
+fn kubeconfig_with_token(admin_kubeconfig: &Path, token: &str, out: &Path) {
+    let text = std::fs::read_to_string(admin_kubeconfig).unwrap();
+    let server = text.lines().find_map(|l| l.trim().strip_prefix("server: ")).unwrap().to_string();
+    std::fs::write(
+        out,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {server}\n    insecure-skip-tls-verify: true\nusers:\n- name: sa\n  user:\n    token: {token}\ncontexts:\n- name: e2e\n  context: {{cluster: e2e, user: sa}}\ncurrent-context: e2e\n"
+        ),
+    )
+    .unwrap();
+}
+
+/// `allot serve` on loopback with `kubeconfig` and `extra` flags: (process, https, metrics), or
+/// the process's exit status and stderr when it stops before serving.
+fn serve_with(
+    dir: &Path,
+    kubeconfig: &Path,
+    extra: &[&str],
+) -> Result<(support::KilledOnDrop, String, String), String> {
+    let certs = dir.join("certs");
+    if !certs.join("tls.crt").exists() {
+        let out = Command::new(allot_bin())
+            .args(["certs", "--out", certs.to_str().unwrap(), "--dns-name", "127.0.0.1"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let stderr = dir.join(format!("allot-{}.log", extra.len()));
+    let mut child = Command::new(allot_bin())
+        .args(["serve", "--policies", root().join("policies").to_str().unwrap()])
+        .args([
+            "--tls-cert",
+            certs.join("tls.crt").to_str().unwrap(),
+            "--tls-key",
+            certs.join("tls.key").to_str().unwrap(),
+        ])
+        .args(["--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--lease-namespace", "platform"])
+        .args(["--identity", "e2e", "--resync-secs", "2"])
+        .args(extra)
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "info,kube=warn")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut child = support::KilledOnDrop::new(child);
+    match support::first_line(stdout, Duration::from_secs(60)).filter(|l| !l.is_empty()) {
+        Some(line) => {
+            let (https, metrics) = support::serving_addresses(&line).expect("address line");
+            Ok((child, https, metrics))
+        }
+        None => {
+            let status = child.wait().unwrap();
+            Err(format!("{status}: {}", std::fs::read_to_string(&stderr).unwrap_or_default()))
+        }
+    }
+}
+
+/// deploy/overlays/other-namespace (namespace `platform`, ServiceAccount `gpu-allot`) applied to a
+/// real API server, Allot running with that ServiceAccount's token and no identity flag: it asks
+/// who it is, releases a tenant's gang (its own webhook lets its lifts through) and still
+/// refuses the tenant's own gate lift, naming the identity it allows. A flag that contradicts
+/// the API server stops `allot serve` (exit 2, both names).
+#[test]
+fn an_install_in_another_namespace_releases_gangs_as_its_own_service_account() {
+    const TEST: &str = "an_install_in_another_namespace_releases_gangs_as_its_own_service_account";
+    let Some(kubectl) = kubectl_or_skip(TEST) else { return };
+    let Some([etcd, apiserver]) = binaries_from_env(TEST, ["TEST_ASSET_ETCD", "TEST_ASSET_KUBE_APISERVER"]) else {
+        return;
+    };
+    let rendered =
+        Rendered::parse(&kustomize(&kubectl, &root().join("deploy/overlays/other-namespace")), "other-namespace");
+    allot::install_crypto_provider();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        use k8s_openapi::api::authentication::v1::TokenRequest;
+        use k8s_openapi::api::core::v1::Pod;
+        use kube::api::{Api, Patch, PatchParams, PostParams};
+        use support::cluster::{
+            add_gpu_node, gang_gated as gated, gang_member as member, grant_role, impersonating, wait_for,
+        };
+
+        let server = ControlPlane::start(&etcd, &apiserver).await;
+        let admin = server.client.clone();
+        let (webhooks, rest): (Vec<Value>, Vec<Value>) = rendered
+            .objects
+            .iter()
+            .filter(|o| o["apiVersion"] != "cert-manager.io/v1")
+            .cloned()
+            .partition(|o| o["kind"].as_str().is_some_and(|k| k.ends_with("WebhookConfiguration")));
+        let failures = apply(&admin, &rest, false).await;
+        assert!(failures.is_empty(), "the overlay does not apply:\n  {}", failures.join("\n  "));
+        let request: TokenRequest = serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}})).unwrap();
+        let token = Api::<ServiceAccount>::namespaced(admin.clone(), "platform")
+            .create_token_request("gpu-allot", &PostParams::default(), &request)
+            .await
+            .expect("a token for platform/gpu-allot")
+            .status
+            .and_then(|s| s.token)
+            .expect("the token");
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("gpu-allot.kubeconfig");
+        kubeconfig_with_token(&server.kubeconfig, &token, &kubeconfig);
+        let identity = "system:serviceaccount:platform:gpu-allot";
+
+        // A flag that the API server contradicts: refused at start, both names said.
+        let refused = serve_with(dir.path(), &kubeconfig, &["--allot-username", "admin"]).err().expect("allot serve refuses");
+        assert!(refused.contains("exit status: 2"), "{refused}");
+        assert!(refused.contains("\"admin\"") && refused.contains(identity), "{refused}");
+
+        let (_allot, https, metrics) = serve_with(dir.path(), &kubeconfig, &[]).expect("allot serve as gpu-allot");
+        wait_for("allot ready", Duration::from_secs(60), || async { support::cluster::ready(&metrics) }).await;
+        let info = http_get(&metrics, "/metrics");
+        assert!(
+            info.contains(&format!("allot_identity_info{{username=\"{identity}\",source=\"api-server\"}} 1")),
+            "{info}"
+        );
+        // The overlay's webhooks, pointed at this process (no Service endpoint here).
+        let ca = base64(&std::fs::read(dir.path().join("certs/ca.crt")).unwrap());
+        let pointed: Vec<Value> = webhooks
+            .into_iter()
+            .map(|mut config| {
+                for webhook in config["webhooks"].as_array_mut().unwrap() {
+                    let path = webhook["clientConfig"]["service"]["path"].as_str().unwrap().to_string();
+                    webhook["clientConfig"] = json!({"url": format!("https://{https}{path}"), "caBundle": ca});
+                }
+                config
+            })
+            .collect();
+        let failures = apply(&admin, &pointed, false).await;
+        assert!(failures.is_empty(), "the webhooks do not apply:\n  {}", failures.join("\n  "));
+
+        // A tenant of team vision, two GPU nodes.
+        let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": "vision"}})).unwrap();
+        Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+        let default_sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap();
+        Api::<ServiceAccount>::namespaced(admin.clone(), "vision").create(&PostParams::default(), &default_sa).await.unwrap();
+        grant_role(&admin, "vision", "tenant", "alice", json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "watch", "patch", "update", "delete"]}])).await;
+        for node in ["gpu-node-1", "gpu-node-2"] {
+            add_gpu_node(&admin, node, 2).await;
+        }
+        let alice = impersonating(&server.kubeconfig, "alice").await;
+        let pods: Api<Pod> = Api::namespaced(alice, "vision");
+        for name in ["train-0", "train-1"] {
+            let pod = pods.create(&PostParams::default(), &member(name, "train", 2)).await.expect("alice creates a member");
+            assert!(gated(&pod), "{name} is gated at CREATE");
+        }
+        wait_for("the gang released by Allot as gpu-allot", Duration::from_secs(60), || async {
+            let a = pods.get("train-0").await.unwrap();
+            let b = pods.get("train-1").await.unwrap();
+            !gated(&a) && !gated(&b)
+        })
+        .await;
+        let metrics_text = http_get(&metrics, "/metrics");
+        assert!(metrics_text.contains("allot_gang_controller_refused_lifts_total{kind=\"gate\"} 0"), "{metrics_text}");
+
+        // Alice's own lift of a gate is still refused, naming the identity that may.
+        pods.create(&PostParams::default(), &member("solo-0", "solo", 2)).await.expect("a lone member");
+        let lift = json!([{"op": "test", "path": "/spec/schedulingGates/0/name", "value": "allot.dev/gang"},
+                          {"op": "remove", "path": "/spec/schedulingGates/0"}]);
+        let patch: json_patch::Patch = serde_json::from_value(lift).unwrap();
+        let err = pods.patch("solo-0", &PatchParams::default(), &Patch::Json::<()>(patch)).await.expect_err("alice cannot lift the gate");
+        let text = err.to_string();
+        assert!(text.contains("tenant/allot-gates") && text.contains(identity), "{text}");
+        assert!(gated(&pods.get("solo-0").await.unwrap()));
+    });
+    runtime.shutdown_timeout(Duration::from_millis(100));
+}
+
+fn base64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 // ---------------------------------------------------------------------------------------------

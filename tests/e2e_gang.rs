@@ -11,22 +11,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
-use support::cluster::{Assets, Cluster, gang_condition, wait_for};
-
-fn gpu_pod(name: &str, gang: &str, size: u32) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"allot.dev/gang-name": gang}, "annotations": {"allot.dev/gang-size": size.to_string()}},
-        "spec": {"containers": [{"name": "worker", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
-    }))
-    .unwrap()
-}
-
-fn gated(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.scheduling_gates.as_ref())
-        .is_some_and(|g| g.iter().any(|g| g.name == "allot.dev/gang"))
-}
+use support::cluster::{Assets, Cluster, gang_condition, gang_gated as gated, gang_member as gpu_pod, wait_for};
 
 fn node_of(pod: &Pod) -> Option<String> {
     pod.spec.as_ref().and_then(|s| s.node_name.clone())

@@ -103,7 +103,7 @@ impl Allot {
             .arg("--tls-key")
             .arg(dir.join("allot-certs/tls.key"))
             .args(["--addr", &format!("127.0.0.1:{port}"), "--metrics-addr", "127.0.0.1:0"])
-            .args(["--lease-namespace", "default", "--identity", "scale", "--allot-username", "admin"])
+            .args(["--lease-namespace", "default", "--identity", "scale"])
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())

@@ -31,6 +31,7 @@ use super::metrics::ControllerMetrics;
 use super::owners::resolve_owner_sizes;
 pub use super::owners::{OWNER_APIS, OwnerApi};
 use super::plan::{Plan, plan};
+use super::refusal::{RefusedLifts, admission_refusal};
 use super::snapshot::GangSnapshot;
 use crate::cluster::records::{condition_fingerprint, format_nanos};
 use crate::cluster::{CONDITION, ClusterState, ControllerAction, PodRecord, QUOTA_CONDITION, WatchedPod, node_info};
@@ -372,6 +373,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         Failures { conditions: write_failed.clone(), wake: write_retry.clone() },
     ));
     let mut retry = Retry::new(config.resync);
+    let refused = RefusedLifts::default();
     let mut explained: HashMap<GangKey, crate::gang::plan::Explained> = HashMap::new();
     let mut queued: HashMap<(String, String), crate::quota::queue::Told> = HashMap::new();
     let mut handed_off = std::collections::HashSet::new();
@@ -479,7 +481,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         let mut planning = planning_started.elapsed();
         // Quota first: a gang member is released by the gang controller only once its quota
         // gate is gone. Only the gate lifts wait; explanations go out after the gang's lifts.
-        let (mut later, quota_lifts_failed) = execute_lifts(&client, &state, &metrics, quota_actions).await;
+        let (mut later, quota_lifts_failed) = execute_lifts(&client, &state, &metrics, &refused, quota_actions).await;
         let planning_started = std::time::Instant::now();
         // Released members not bound yet need passes too, gated pods or not: their
         // reservations end and their gangs' start timeouts fire there; so do bound members
@@ -528,7 +530,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
                 "releasing gang"
             );
         }
-        let (rest, gang_lifts_failed) = execute_lifts(&client, &state, &metrics, pass.actions).await;
+        let (rest, gang_lifts_failed) = execute_lifts(&client, &state, &metrics, &refused, pass.actions).await;
         later.extend(rest);
         if quota_lifts_failed || gang_lifts_failed {
             retry.failed(tokio::time::Instant::now());
@@ -759,6 +761,7 @@ async fn execute_lifts(
     client: &kube::Client,
     state: &ClusterState,
     metrics: &ControllerMetrics,
+    refused: &RefusedLifts,
     actions: Vec<ControllerAction>,
 ) -> (Vec<ControllerAction>, bool) {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
@@ -776,19 +779,25 @@ async fn execute_lifts(
                         Ok(_) => {
                             state.mark_released(&namespace, std::slice::from_ref(&pod), unix_now());
                             tracing::info!(%namespace, %pod, simulated_node = %node, "released gang member");
+                            (refused.lifted(&namespace, &pod), false)
+                        }
+                        Err(e) if admission_refusal(&e).is_some() => {
+                            let admission = admission_refusal(&e).unwrap_or_default();
+                            (refused.refused(metrics, "gate", &namespace, &pod, admission), true)
                         }
                         Err(e) if is_status(&e, &[404]) => {
-                            tracing::debug!(%namespace, %pod, "member gone before release")
+                            tracing::debug!(%namespace, %pod, "member gone before release");
+                            (None, false)
                         }
                         Err(e) if is_status(&e, &[409, 422]) => {
-                            tracing::info!(%namespace, %pod, error = %e, "gate list changed; retrying on the next pass")
+                            tracing::info!(%namespace, %pod, error = %e, "gate list changed; retrying on the next pass");
+                            (None, false)
                         }
                         Err(e) => {
                             tracing::warn!(%namespace, %pod, error = %e, "release failed; retrying after a backoff");
-                            return (None, true);
+                            (None, true)
                         }
                     }
-                    (None, false)
                 }
                 ControllerAction::ReleaseQuota { namespace, pod, uid, gate_index, has_annotations } => {
                     metrics.wrote("gate");
@@ -799,6 +808,13 @@ async fn execute_lifts(
                             metrics.quota_releases.inc();
                             tracing::info!(%namespace, %pod, "released from the quota queue");
                             (Some(ControllerAction::QuotaAdmitted { namespace, pod }), false)
+                        }
+                        Err(e) if admission_refusal(&e).is_some() => {
+                            let admission = admission_refusal(&e).unwrap_or_default();
+                            // (The pod keeps its queue condition; the count, the alert and the
+                            // error line say why it does not leave the queue.)
+                            let _ = refused.refused(metrics, "quota", &namespace, &pod, admission);
+                            (None, true)
                         }
                         Err(e) if is_status(&e, &[404, 409, 422]) => {
                             tracing::debug!(%namespace, %pod, error = %e, "quota release skipped; retrying on the next pass");

@@ -25,6 +25,9 @@ pub const WAITING_REASONS: [&str; 8] = [
 /// first write shows as an increase.
 pub const WRITE_KINDS: [&str; 5] = ["gate", "condition", "event", "delete", "arrival"];
 
+/// The gates whose lifts [`ControllerMetrics::refused_lifts`] counts.
+pub const LIFT_KINDS: [&str; 2] = ["gate", "quota"];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: &'static str,
@@ -49,6 +52,10 @@ pub struct ControllerMetrics {
     /// Writes to the API by kind (`gate`, `condition`, `event`, `delete`, `arrival`), Lease
     /// renewals aside: with nothing changing, none.
     pub writes: Family<WriteLabels, Counter>,
+    /// Gate lifts (`gate`: the gang gate, `quota`: the quota gate) that admission refused: Allot's
+    /// own webhook allowing another identity than the one the controller writes as, or a
+    /// policy in the way. Every such refusal leaves gangs gated for ever: alert on any.
+    pub refused_lifts: Family<WriteLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -67,10 +74,14 @@ impl Default for ControllerMetrics {
             quota_releases: Counter::default(),
             passes: Counter::default(),
             writes: Family::default(),
+            refused_lifts: Family::default(),
         };
         metrics.clear_waiting();
         for kind in WRITE_KINDS {
             metrics.writes.get_or_create(&WriteLabels { kind }).inc_by(0);
+        }
+        for kind in LIFT_KINDS {
+            metrics.refused_lifts.get_or_create(&WriteLabels { kind }).inc_by(0);
         }
         metrics
     }
@@ -120,12 +131,16 @@ mod tests {
         let mut registry = prometheus_client::registry::Registry::default();
         registry.register("w", "w", m.gangs_waiting.clone());
         registry.register("x", "x", m.writes.clone());
+        registry.register("r", "r", m.refused_lifts.clone());
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for reason in WAITING_REASONS {
             assert!(text.contains(&format!("w{{reason=\"{reason}\"}} 0")), "{text}");
         }
         for kind in WRITE_KINDS {
             assert!(text.contains(&format!("x_total{{kind=\"{kind}\"}} 0")), "{text}");
+        }
+        for kind in LIFT_KINDS {
+            assert!(text.contains(&format!("r_total{{kind=\"{kind}\"}} 0")), "{text}");
         }
     }
 

@@ -16,6 +16,7 @@ pub mod membership;
 pub mod metrics;
 pub mod owners;
 pub mod plan;
+pub mod refusal;
 pub mod snapshot;
 
 #[cfg(test)]

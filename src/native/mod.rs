@@ -299,8 +299,10 @@ pub fn compile(policies: &PolicySet) -> Compiled {
 /// so a Deny Rule on UPDATE must not refuse the gang controller a gate lift natively either.
 pub fn compile_for(policies: &PolicySet, allot_username: &str) -> Compiled {
     let mut out = compile_objects(policies);
-    let skip_allot =
-        condition("not-allot-itself", format!("request.userInfo.username != {}", cel::string(allot_username)));
+    let skip_allot = condition(
+        "not-allot-itself",
+        format!("request.userInfo.username != {}", crate::tenant::username_cel(allot_username, '"')),
+    );
     for object in &mut out.objects {
         let conditions = match object {
             NativeObject::MutatingPolicy(o) => o.spec.as_mut().map(|s| &mut s.match_conditions),

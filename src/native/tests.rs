@@ -205,12 +205,15 @@ fn every_policy_skips_allot_itself_and_nothing_else_moves() {
         policies += 1;
         let skip: Vec<_> = conditions.iter().flatten().filter(|c| c.name == "not-allot-itself").collect();
         assert_eq!(skip.len(), 1, "{}", object.name());
-        assert_eq!(skip[0].expression, r#"request.userInfo.username != "system:serviceaccount:gpu-ops:allot""#);
+        assert_eq!(
+            skip[0].expression,
+            r#"request.userInfo.username != "system:serviceaccount:" + "gpu-ops" + ":" + "allot""#
+        );
         assert!(conditions.iter().flatten().any(|c| c.name == "not-kubelet"), "{}", object.name());
     }
     assert!(policies > 10, "{policies}");
     // The condition is a real CEL condition: Allot's request is skipped, a tenant's is not.
-    let skip = r#"request.userInfo.username != "system:serviceaccount:gpu-ops:allot""#;
+    let skip = r#"request.userInfo.username != "system:serviceaccount:" + "gpu-ops" + ":" + "allot""#;
     for (user, matched) in [("system:serviceaccount:gpu-ops:allot", false), ("alice", true)] {
         let mut ctx = Context::default();
         ctx.add_variable_from_value("request", json_to_cel(&json!({"userInfo": {"username": user}})));

@@ -21,6 +21,8 @@
 //! | `allot_gang_wait_seconds` | | oldest member created → gang released |
 //! | `allot_quota_queue_releases_total` | | pods released from a quota queue |
 //! | `allot_gang_controller_passes_total` | | decision passes (leader only) |
+//! | `allot_gang_controller_refused_lifts_total` | `kind` (gate/quota) | gate lifts that admission refused (Allot's own webhook allowing another identity, or a policy in the way): gangs stay gated; alert `AllotGateLiftsRefused` |
+//! | `allot_identity_info` | `username`, `source` (api-server/flag/default) | 1 for the identity whose writes may move Allot's gates (asked of the API server at start) |
 //! | `allot_gang_controller_writes_total` | `kind` (gate/condition/event/delete/arrival) | the controller's writes to the API, Lease aside (every kind from 0) |
 //! | `allot_team_accelerators` | `team`, `resource`, `state` | accelerators requested by non-finished pods |
 //! | `allot_quota_limit`, `allot_quota_used` | `team`, `resource` | a quota's limit and what counts against it |
@@ -95,6 +97,12 @@ pub struct TeamResourceLabels {
 type FloatGauge = Gauge<f64, AtomicU64>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IdentityLabels {
+    pub username: String,
+    pub source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VersionLabels {
     pub version: String,
 }
@@ -152,6 +160,8 @@ pub struct Metrics {
     pub gate_oldest_seconds: Family<GateLabels, Gauge>,
     /// Reviews sent to a `--native-covers` path, by whether the native half was left out.
     pub native_covers: Family<ResultLabels, Counter>,
+    /// 1 for the identity in force and where it came from ([`super::identity`]).
+    pub identity_info: Family<IdentityLabels, Gauge>,
     current_version: Mutex<Option<String>>,
 }
 
@@ -241,6 +251,17 @@ impl Metrics {
             "Writes of the gang controller to the API by kind, Lease renewals aside",
             controller.writes.clone(),
         );
+        registry.register(
+            "gang_controller_refused_lifts",
+            "Gate lifts of the controller that admission refused (gangs stay gated): the identity Allot's webhook allows is not the one the controller writes as, or a policy is in the way",
+            controller.refused_lifts.clone(),
+        );
+        let identity_info = Family::<IdentityLabels, Gauge>::default();
+        registry.register(
+            "identity_info",
+            "1 for the user name whose writes may move Allot's gates, by where it came from (api-server, flag, default)",
+            identity_info.clone(),
+        );
         let team_accelerators = Family::<TeamAcceleratorLabels, FloatGauge>::default();
         let quota_limit = Family::<TeamResourceLabels, FloatGauge>::default();
         let quota_used = Family::<TeamResourceLabels, FloatGauge>::default();
@@ -295,6 +316,7 @@ impl Metrics {
             gated_pods,
             gate_oldest_seconds,
             native_covers,
+            identity_info,
             current_version: Mutex::new(None),
         }
     }
@@ -321,6 +343,12 @@ impl Metrics {
             "Deny-mode admissions answered from this replica's allowance, without a round trip",
             ledger.allowance_admissions.clone(),
         );
+    }
+
+    /// Sets `allot_identity_info` (once, at start).
+    pub fn set_identity(&self, username: &str, source: &'static str) {
+        self.identity_info.clear();
+        self.identity_info.get_or_create(&IdentityLabels { username: username.to_string(), source }).set(1);
     }
 
     /// Points `allot_policy_set_info` at a new version.

@@ -11,6 +11,7 @@
 
 pub mod connections;
 pub mod device_classes;
+pub mod identity;
 pub mod metrics;
 pub mod pod_groups;
 pub mod reload;
@@ -73,9 +74,10 @@ pub struct ServeConfig {
     pub use_kube: bool,
     /// Run the gang controller (leader-elected) when the API is available.
     pub gang_controller: Option<crate::gang::controller::ControllerConfig>,
-    /// Allot's own user name in AdmissionReviews: the only one that may move its gates and
-    /// reserved keys on Pod UPDATE.
-    pub allot_username: String,
+    /// `--allot-username`: Allot's own user name in AdmissionReviews (the only one that may move
+    /// its gates and reserved keys on Pod UPDATE) where the API server cannot be asked; where it
+    /// can, it must agree with the API server's answer ([`identity`]).
+    pub allot_username: Option<String>,
 }
 
 /// The state requests read: swapped whole on reload, never locked on the hot path.
@@ -628,6 +630,11 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
     let rustls = axum_server::tls_rustls::RustlsConfig::from_config(tls);
 
     let client = if config.use_kube { reload::kube_client().await } else { None };
+    // Before anything is served: the name Allot's own gate lifts carry decides what the
+    // validating webhook lets through.
+    let identity = identity::resolve(client.as_ref(), config.allot_username.as_deref())
+        .await
+        .map_err(|e| Error::Identity(e.to_string()))?;
     let caches = Arc::new(Caches::default());
     let namespaces: Arc<dyn NamespaceLabels> = match &client {
         Some(c) => {
@@ -656,9 +663,10 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
         namespaces,
         cluster.clone(),
         caches.clone(),
-        config.allot_username.clone(),
+        identity.username.clone(),
         ledger.clone(),
     );
+    state.metrics.set_identity(&identity.username, identity.source.as_str());
     state.set_native_split(&sources);
     if let Some(c) = &client {
         // (Set once, here, before the server accepts a request.)

@@ -557,10 +557,8 @@ impl Cluster {
                 identity,
                 "--resync-secs",
                 "5",
-                // Allot talks to the API server with the admin token here: that is its identity,
-                // the only one its validating webhook lets lift gates. (Tenants are impersonated.)
-                "--allot-username",
-                "admin",
+                // No --allot-username: Allot asks the API server who it is (the admin token
+                // here), and that identity alone may lift its gates. (Tenants are impersonated.)
             ])
             .args(&self.allot_args)
             .env("KUBECONFIG", &self.kubeconfig)
@@ -651,23 +649,28 @@ impl Cluster {
 
     /// A fake GPU node: tainted for GPU pods only, `gpus` allocatable, Ready.
     pub async fn add_gpu_node(&self, name: &str, gpus: u32) {
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "node-type": "my-precious"}},
-            "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}
-        }))
-        .unwrap();
-        nodes.create(&PostParams::default(), &node).await.expect("node");
-        let resources = json!({"cpu": "32", "memory": "128Gi", "pods": "110", "nvidia.com/gpu": gpus.to_string()});
-        let status = json!({"status": {"capacity": resources, "allocatable": resources, "conditions": [
-            {"type": "Ready", "status": "True", "reason": "E2E", "message": "fake node", "lastHeartbeatTime": now(), "lastTransitionTime": now()}
-        ]}});
-        nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(status)).await.expect("node status");
-        // The API server taints new nodes not-ready; with no kubelet nothing lifts it.
-        let taints =
-            json!({"spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}});
-        nodes.patch(name, &PatchParams::default(), &Patch::Merge(taints)).await.expect("node taints");
+        add_gpu_node(&self.client, name, gpus).await;
     }
+}
+
+/// A fake GPU node (labelled `node-type: my-precious`, as the shipped Placement selects):
+/// tainted for GPU pods only, `gpus` allocatable, Ready.
+pub async fn add_gpu_node(client: &kube::Client, name: &str, gpus: u32) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "node-type": "my-precious"}},
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.expect("node");
+    let resources = json!({"cpu": "32", "memory": "128Gi", "pods": "110", "nvidia.com/gpu": gpus.to_string()});
+    let status = json!({"status": {"capacity": resources, "allocatable": resources, "conditions": [
+        {"type": "Ready", "status": "True", "reason": "E2E", "message": "fake node", "lastHeartbeatTime": now(), "lastTransitionTime": now()}
+    ]}});
+    nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(status)).await.expect("node status");
+    // The API server taints new nodes not-ready; with no kubelet nothing lifts it.
+    let taints = json!({"spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}});
+    nodes.patch(name, &PatchParams::default(), &Patch::Merge(taints)).await.expect("node taints");
 }
 
 fn now() -> String {
@@ -786,6 +789,23 @@ pub fn gang_condition(pod: &k8s_openapi::api::core::v1::Pod) -> Option<(String, 
     let conditions = pod.status.as_ref()?.conditions.as_ref()?;
     let c = conditions.iter().find(|c| c.type_ == "allot.dev/GangReady")?;
     Some((c.status.clone(), c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default()))
+}
+
+/// A one-GPU member of the explicit gang `gang` of `size` (label and annotation).
+pub fn gang_member(name: &str, gang: &str, size: u32) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"allot.dev/gang-name": gang}, "annotations": {"allot.dev/gang-size": size.to_string()}},
+        "spec": {"containers": [{"name": "worker", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    }))
+    .expect("a gang member")
+}
+
+/// The pod still carries Allot's gang gate.
+pub fn gang_gated(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| g.iter().any(|g| g.name == "allot.dev/gang"))
 }
 
 /// Gives `user` the Role `name` with `rules` in namespace `ns` (server-side applied, so calling
