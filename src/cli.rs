@@ -163,7 +163,7 @@ pub enum ExplainSubject {
 pub enum ExplainOutput {
     /// For people: a few lines per subject.
     Text,
-    /// For tools: one JSON document (structure in the README).
+    /// For tools: one JSON document (structure in docs/src/explain.md).
     Json,
 }
 

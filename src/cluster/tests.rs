@@ -134,11 +134,11 @@ fn a_typical_pod_record_stays_small() {
     let a = super::fixtures::record(&typical_pod("trainer-7f9c2-00001"), &p);
     let b = super::fixtures::record(&typical_pod("trainer-7f9c2-00002"), &p);
     // 152 bytes at issue 18's measurement; + 32 for the queue's arrival order and the two
-    // condition fingerprints (issue 12): 3 MiB at 100,000 pods, inside the README's figure;
+    // condition fingerprints (issue 12): 3 MiB at 100,000 pods, inside docs/src/sizing.md's figure;
     // + 8 for the shared claims' pointer (issue 15): 0.8 MB more at 100,000 pods; + 16 for the
     // uid the gate lifts test (a pod made again under its name is not released in its
     // predecessor's place), with its 16 + 36 heap bytes: 6.8 MB more at 100,000 pods.
-    assert_eq!(std::mem::size_of::<PodRecord>(), 208, "size_of::<PodRecord>() changed: update README sizing");
+    assert_eq!(std::mem::size_of::<PodRecord>(), 208, "size_of::<PodRecord>() changed: update docs/src/sizing.md");
     // Name (16 + 19 bytes), uid (16 + 23 here; 36 for the API server's) and two requests
     // (nvidia.com/gpu, pods: 32 bytes each).
     assert_eq!(a.owned_heap_bytes(), 16 + 19 + 16 + 23 + 2 * 32);

@@ -12,7 +12,7 @@ use crate::resources::ResourceList;
 /// ledger of pods admitted but not yet seen in the watch, keyed by the AdmissionRequest uid (the
 /// API server retries with the same uid, so a retry is not charged twice). Check-and-reserve is
 /// one critical section: concurrent admissions cannot race past a limit. The ledger is per
-/// replica (see README, "Quotas").
+/// replica (see docs/src/quotas.md, "Quotas").
 pub struct LiveQuota {
     pub state: std::sync::Arc<ClusterState>,
     pub policies: std::sync::Arc<arc_swap::ArcSwap<crate::policy::PolicySet>>,
