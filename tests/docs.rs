@@ -439,6 +439,25 @@ fn the_readme_is_a_front_door() {
     assert!(lines <= 300, "README.md has {lines} lines, over 300: move the detail into a page of docs/src/");
 }
 
+/// The lines of the first fenced block after the heading `heading` in `text`.
+fn first_block_after(text: &str, heading: &str) -> Vec<String> {
+    let mut lines =
+        text.lines().skip_while(|line| line.trim() != heading).skip_while(|line| fence_opening(line).is_none());
+    lines.next();
+    lines.take_while(|line| fence_opening(line).is_none()).map(String::from).collect()
+}
+
+/// The README and the book's first page show the same two commands, and `.ci/run` is the second.
+#[test]
+fn the_readme_and_the_book_give_the_same_two_commands() {
+    let root = repository();
+    let readme = fs::read_to_string(root.join("README.md")).expect("README.md");
+    let book = fs::read_to_string(root.join("docs/src/introduction.md")).expect("docs/src/introduction.md");
+    let commands = first_block_after(&readme, "## The two commands");
+    assert!(commands.iter().any(|line| line == ".ci/run"), "README.md's two commands: {commands:#?}");
+    assert_eq!(commands, first_block_after(&book, "## The two commands"));
+}
+
 #[test]
 fn anchors_are_made_as_mdbook_and_github_make_them() {
     let doc = read_document(
