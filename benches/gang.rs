@@ -81,6 +81,7 @@ fn snapshot() -> Snapshot {
                 unplaceable: None,
                 starvation_after: Some(1800),
                 phantoms: None,
+                topology: None,
             }
         })
         .collect();
@@ -96,16 +97,49 @@ fn snapshot() -> Snapshot {
     }
 }
 
+/// [`snapshot`] with its nodes in 5 zones of 20 racks of 50 nodes, each rack 5 NVLink cliques of
+/// 10 (three topology levels), and every gang placed by them: the even ones require their rack
+/// (a clique first), the odd ones prefer a clique, then a rack, then a zone.
+fn topology_snapshot() -> Snapshot {
+    use allot::gang::decision::GangTopology;
+    let mut s = snapshot();
+    for (i, node) in s.nodes.iter_mut().enumerate() {
+        node.labels.insert("topology.kubernetes.io/zone".into(), format!("zone-{}", i / 1000));
+        node.labels.insert("topology.kubernetes.io/rack".into(), format!("rack-{:03}", i / 50));
+        node.labels.insert("nvidia.com/gpu.clique".into(), format!("clique-{:03}", i / 10));
+    }
+    let levels = |n: usize| {
+        ["nvidia.com/gpu.clique", "topology.kubernetes.io/rack", "topology.kubernetes.io/zone"][..n]
+            .iter()
+            .map(|l| l.to_string())
+            .collect()
+    };
+    for (g, gang) in s.gangs.iter_mut().enumerate() {
+        gang.topology = Some(if g % 2 == 0 {
+            GangTopology { levels: levels(2), required: true }
+        } else {
+            GangTopology { levels: levels(3), required: false }
+        });
+    }
+    s
+}
+
+fn released(s: &Snapshot) -> usize {
+    decide(s).iter().filter(|d| matches!(d.verdict, allot::gang::decision::Verdict::Release { .. })).count()
+}
+
 fn bench(c: &mut Criterion) {
     let s = snapshot();
-    let decisions = decide(&s);
-    let released =
-        decisions.iter().filter(|d| matches!(d.verdict, allot::gang::decision::Verdict::Release { .. })).count();
-    eprintln!("decision pass: {} gangs, {} nodes, {released} released", s.gangs.len(), s.nodes.len());
+    let t = topology_snapshot();
+    eprintln!("decision pass: {} gangs, {} nodes, {} released", s.gangs.len(), s.nodes.len(), released(&s));
+    eprintln!("with 3 topology levels (100 racks): {} released", released(&t));
     let mut group = c.benchmark_group("gang");
     group.sample_size(20);
     group.bench_function("baseline_clone_snapshot", |b| b.iter(|| std::hint::black_box(s.clone())));
     group.bench_function("decide_1000_gangs_5000_nodes", |b| b.iter(|| std::hint::black_box(decide(&s))));
+    group.bench_function("decide_1000_gangs_5000_nodes_100_racks_3_levels", |b| {
+        b.iter(|| std::hint::black_box(decide(&t)))
+    });
     group.finish();
 
     use allot::dra::slices::{DeviceClassMatcher, slice_devices};

@@ -117,9 +117,12 @@ fn string_map<'v>(pod: &'v Value, field: &str) -> BTreeMap<&'v str, &'v Value> {
         .unwrap_or_default()
 }
 
-/// True for a key users may write at CREATE to declare a gang (label or annotation as given).
+/// True for a key users may write at CREATE to declare a gang (label or annotation as given):
+/// its name, its size, and the topology level it asks for (checked against its GangPolicy's
+/// levels with the gang's metadata, [`crate::policy::topology`]).
 fn user_declared(field: &str, key: &str) -> bool {
-    (field == "labels" && key == NAME_LABEL) || (field == "annotations" && key == SIZE_ANNOTATION)
+    (field == "labels" && key == NAME_LABEL)
+        || (field == "annotations" && (key == SIZE_ANNOTATION || key == crate::policy::topology::TOPOLOGY_ANNOTATION))
 }
 
 /// `allot.dev/` labels and annotations a user wrote, other than the gang-name label and the
@@ -137,8 +140,9 @@ pub fn check_reserved_keys(view: &PodView<'_>) -> Vec<Finding> {
                 format!("{}.{field}", metadata_path(&view.path)),
                 format!(
                     "{what} {} is reserved for Allot and may not be set by users; remove it (the only allot.dev/ \
-                     keys you may write are the label {NAME_LABEL} and the annotation {SIZE_ANNOTATION})",
-                    shorten(key)
+                     keys you may write are the label {NAME_LABEL} and the annotations {SIZE_ANNOTATION} and {})",
+                    shorten(key),
+                    crate::policy::topology::TOPOLOGY_ANNOTATION
                 ),
             ));
         }

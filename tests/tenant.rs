@@ -270,6 +270,28 @@ mod creates {
         // Under the wrong kind of metadata they are reserved too.
         pod["metadata"]["labels"] = json!({"allot.dev/gang-name": "g", "allot.dev/gang-size": "2"});
         assert!(!create(&policies, &pod, "alice").1.allowed());
+        // A topology level: one of the GangPolicy's, never another (nor any, where it has none).
+        pod["metadata"]["labels"] = json!({"allot.dev/gang-name": "g"});
+        let racks = with_spec(
+            "GangPolicy",
+            "nativeScheduling: false\n",
+            "nativeScheduling: false\n  topology: {required: topology.kubernetes.io/rack, preferred: [nvidia.com/gpu.clique, topology.kubernetes.io/rack]}\n",
+        );
+        for (level, shipped_allows, racks_allows) in [
+            ("nvidia.com/gpu.clique", false, true),
+            ("topology.kubernetes.io/rack", false, true),
+            ("topology.kubernetes.io/zone", false, false),
+        ] {
+            pod["metadata"]["annotations"] = json!({"allot.dev/gang-size": "2", "allot.dev/topology": level});
+            for (set, allows) in [(&policies, shipped_allows), (&racks, racks_allows)] {
+                let (_, validation) = create(set, &pod, "alice");
+                assert_eq!(validation.allowed(), allows, "{level}: {:?}", validation.findings);
+                if !allows {
+                    let denied = denials(&validation, "gang/metadata");
+                    assert!(denied.len() == 1 && denied[0].message.contains(level), "{:?}", validation.findings);
+                }
+            }
+        }
 
         let mut job = fixture("009-validate-create-job-gang-a.json")["request"]["object"].clone();
         job["spec"]["template"]["metadata"]["annotations"]["allot.dev/gang-released"] = json!("now");

@@ -25,6 +25,10 @@ pub enum ControllerAction {
         gate_index: usize,
         has_annotations: bool,
         node: String,
+        /// The topology domain the gang was released into: `(label key, value)`, added to the
+        /// member's `spec.nodeSelector` in the same patch, so the scheduler cannot spread it.
+        pin: Option<(String, String)>,
+        has_node_selector: bool,
     },
     /// Set the `allot.dev/GangReady` condition and publish an Event, because the explanation
     /// changed.

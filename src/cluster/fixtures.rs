@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Pod, Taint};
+use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
 use serde_json::{Value, json};
 
-use super::{ClusterState, NodeInfo, PodRecord};
+use super::{ClusterState, NodeInfo, PodRecord, PodShape};
 use crate::policy::{PolicySet, Source, compile};
 use crate::quantity::Quantity;
 
@@ -21,6 +21,24 @@ pub(crate) fn node(name: &str, gpus: i64) -> NodeInfo {
             ("cpu".into(), Quantity::from_units(64)),
             ("pods".into(), Quantity::from_units(110)),
         ]),
+    }
+}
+
+/// The shape of a gang member asking `gpus` GPUs, one CPU and a pod slot, tolerating the GPU
+/// taint of [`node`].
+pub(crate) fn gpu_shape(gpus: i64) -> PodShape {
+    PodShape {
+        requests: BTreeMap::from([
+            ("nvidia.com/gpu".into(), Quantity::from_units(gpus)),
+            ("cpu".into(), Quantity::from_units(1)),
+            ("pods".into(), Quantity::from_units(1)),
+        ]),
+        tolerations: vec![Toleration {
+            key: Some("nvidia.com/gpu".into()),
+            operator: Some("Exists".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
     }
 }
 

@@ -79,6 +79,8 @@ pub struct GangRef {
     /// A native PodGroup's quota group (`PodGroup/NAME`): charged as a gang, never gated or
     /// released by Allot (the scheduler gangs it).
     pub native: bool,
+    /// The topology level the member asks for (`allot.dev/topology`, interned), if any.
+    pub topology: Option<Arc<str>>,
 }
 
 impl GangRef {
@@ -410,6 +412,7 @@ impl PodRecord {
                 leader: membership::is_group_leader(&facts),
                 priority_class: spec.and_then(|s| s.priority_class_name.as_deref()).map(intern),
                 scheduler_name: spec.and_then(|s| s.scheduler_name.as_deref()).map(intern),
+                topology: facts.annotations.get(crate::policy::topology::TOPOLOGY_ANNOTATION).map(intern),
             })),
             _ => None,
         };
@@ -616,6 +619,17 @@ impl PodRecord {
     /// A shared claim's devices are in it too: the simulation does not know whether another
     /// pod's allocation already holds them, so a member asking them is placed as if it needed
     /// them (waiting, never over-placing).
+    /// Adds `key: value` to its node selector (a topology pin, [`super::ClusterState::pin_placement`]).
+    /// A placement over the bounds stays as it is: where that member may go is not known anyway.
+    pub fn pin_placement(&mut self, key: &str, value: &str) {
+        let mut placement = self.placement.as_deref().cloned().unwrap_or_default();
+        if placement.excess.is_some() {
+            return;
+        }
+        placement.node_selector.insert(key.to_string(), value.to_string());
+        self.placement = Some(placement.interned());
+    }
+
     pub fn shape(&self) -> PodShape {
         let mut requests: ResourceList = self.requests.iter().map(|(k, v)| (k.to_string(), *v)).collect();
         for claim in self.held_claims() {

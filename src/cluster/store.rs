@@ -792,6 +792,15 @@ impl ClusterState {
         self.wake.notify_one();
     }
 
+    /// A released member now carries the node selector `key: value` (its gang's topology
+    /// domain): its record's placement says so before the watch shows the patch.
+    pub fn pin_placement(&self, namespace: &str, name: &str, key: &str, value: &str) {
+        let mut inner = write(&self.inner);
+        if let Some(p) = inner.pods.get_mut(&self::key(namespace, name)) {
+            p.pin_placement(key, value);
+        }
+    }
+
     /// What the non-finished pods of the namespaces `include` accepts count against a quota,
     /// in resource terms: their requests (terminating pods included: they hold their devices
     /// until they are gone), plus, for each gang that has fewer members than it declares, its

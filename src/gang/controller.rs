@@ -406,6 +406,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             seen_generation = u64::MAX;
             metrics.leader.set(i64::from(is_leader));
             metrics.clear_waiting();
+            metrics.set_waiting_for_domain(&Default::default());
         }
         // Before the first lists of Pods and Nodes are in, or while a (re)list is applied pod
         // by pod, the view is partial (a gang 1/3 present, no nodes, a queue without its
@@ -452,7 +453,14 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         // Bounded (a few GETs at once, none for owners waiting out a failure): the decisions
         // below wait for them, the next pass does those left.
         let owners_left = gang_gated > 0 && resolve_owner_sizes(&client, &state, std::time::Instant::now()).await;
-        super::hand_off::create_missing(&client, &state, &mut handed_off).await;
+        let (current, labels) = (policies.load_full(), namespaces.clone());
+        // A required topology level goes to the native PodGroup as its constraint.
+        let required_level = move |namespace: &str| {
+            let team = crate::namespaces::team_of(&current, namespace, labels.as_ref()).team.map(|t| t.name.as_str());
+            let policy = current.gang_policy(namespace, team);
+            policy.topology.as_ref().filter(|t| t.required).and_then(|t| t.levels.last().cloned())
+        };
+        super::hand_off::create_missing(&client, &state, &mut handed_off, &required_level).await;
         seen_generation = state.generation();
         metrics.passes.inc();
         // The pure work of a pass (quota queue, snapshot, decision) runs on a blocking thread:
@@ -518,6 +526,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             .chain(owners_left.then_some(now + 1))
             .min();
         metrics.set_waiting(&pass.waiting);
+        metrics.set_waiting_for_domain(&pass.waiting_for_domain);
         for gang in &pass.released {
             metrics.gang_releases.inc();
             metrics.gang_wait_seconds.observe(gang.waited_secs as f64);
@@ -728,6 +737,19 @@ pub fn release_patch(gate_index: usize, uid: Option<&str>, has_annotations: bool
     lift_and_stamp(GATE, RELEASED_ANNOTATION, gate_index, uid, has_annotations, released_at)
 }
 
+/// Pins a released member to its gang's topology domain: `spec.nodeSelector[key] = value`.
+/// The API server lets a gated pod gain node selectors (only additions), and checks the gates
+/// of the pod before the patch, so it goes in the same patch as the gate lift. A selector that
+/// already names the key names this value (the domain was chosen among the nodes it admits),
+/// so the add changes nothing there.
+pub fn pin_op(key: &str, value: &str, has_node_selector: bool) -> Value {
+    if has_node_selector {
+        json!({"op": "add", "path": format!("/spec/nodeSelector/{}", escape(key)), "value": value})
+    } else {
+        json!({"op": "add", "path": "/spec/nodeSelector", "value": {key: value}})
+    }
+}
+
 /// The JSON Patch that lifts Allot's quota gate and only it, from the pod of that `uid`, and
 /// stamps when (`allot.dev/quota-released`): a gang member is not able to go before its
 /// team's quota lets it, so its gang's order and starvation clock start no earlier.
@@ -772,12 +794,29 @@ async fn execute_lifts(
     let admitted: Vec<(Option<ControllerAction>, bool)> = futures::stream::iter(lifts)
         .map(|action| async move {
             match action {
-                ControllerAction::Release { namespace, pod, uid, gate_index, has_annotations, node } => {
+                ControllerAction::Release {
+                    namespace,
+                    pod,
+                    uid,
+                    gate_index,
+                    has_annotations,
+                    node,
+                    pin,
+                    has_node_selector,
+                } => {
                     metrics.wrote("gate");
-                    let patch = release_patch(gate_index, uid.as_deref(), has_annotations, now);
+                    let mut patch = release_patch(gate_index, uid.as_deref(), has_annotations, now);
+                    if let (Some((key, value)), Value::Array(ops)) = (&pin, &mut patch) {
+                        ops.push(pin_op(key, value, has_node_selector));
+                    }
                     match patch_pod(client, &namespace, &pod, patch).await {
                         Ok(_) => {
                             state.mark_released(&namespace, std::slice::from_ref(&pod), unix_now());
+                            if let Some((key, value)) = &pin {
+                                // The reservation of this member is in its domain from the next
+                                // pass on, whether or not the watch has shown the patch yet.
+                                state.pin_placement(&namespace, &pod, key, value);
+                            }
                             tracing::info!(%namespace, %pod, simulated_node = %node, "released gang member");
                             (refused.lifted(&namespace, &pod), false)
                         }

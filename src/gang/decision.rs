@@ -29,6 +29,7 @@ use std::collections::{BTreeSet, HashMap};
 use super::bounds::PlacementExcess;
 use super::fit::{NodeRefusal, copies_that_fit, fits, node_admits, node_refusal, shortfall, take, unjudged};
 use crate::cluster::{NodeInfo, PodShape};
+pub use crate::policy::topology::GangTopology;
 use crate::quantity::Quantity;
 use crate::resources::{ResourceList, ResourceMatcher};
 
@@ -93,6 +94,9 @@ pub struct WaitingGang {
     /// workers): one shape and a count, never one entry per member, since the count comes
     /// from an object a tenant writes.
     pub phantoms: Option<Phantoms>,
+    /// The topology levels it must or should land wholly inside (its GangPolicy's `topology`,
+    /// tightened by its members' `allot.dev/topology`); `None`: any nodes.
+    pub topology: Option<GangTopology>,
 }
 
 /// A member over the placement bounds and the bound it passed.
@@ -165,8 +169,9 @@ pub struct StrayMember {
 /// What happens to one gang.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
-    /// Lift the gates now; `(member, node)` is where the simulation placed each.
-    Release { placements: Vec<(String, String)> },
+    /// Lift the gates now; `(member, node)` is where the simulation placed each, and the
+    /// topology domain the whole gang was placed in (its members are pinned there), if any.
+    Release { placements: Vec<(String, String)>, domain: Option<Domain> },
     /// Not all members exist yet (or the size is unknown).
     Incomplete,
     /// All members exist; the nodes cannot hold them all now.
@@ -190,6 +195,13 @@ impl Verdict {
     pub fn awaits_assembly(&self) -> bool {
         matches!(self, Verdict::Incomplete | Verdict::Disagrees | Verdict::Unplaceable)
     }
+}
+
+/// One domain of a topology level: the nodes whose label `level` has the value `value`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Domain {
+    pub level: String,
+    pub value: String,
 }
 
 /// The verdict and its explanation for one gang.
@@ -224,6 +236,8 @@ pub struct Need {
     /// Per accelerator resource: what the whole gang asks (members not created yet counted as
     /// copies of the first), and what is free of it on the nodes the first member may use.
     pub resources: Vec<NeedOf>,
+    /// Where the gang requires one topology domain: what the domains have for it.
+    pub within: Option<Within>,
 }
 
 /// One resource of a [`Need`].
@@ -243,6 +257,9 @@ impl Need {
             None => format!("{present} members present, gang size not known yet"),
         };
         let Some(nodes) = &self.nodes else { return head };
+        if let Some(within) = &self.within {
+            return format!("{head}; {}", within.message());
+        }
         let mut parts: Vec<String> = self
             .resources
             .iter()
@@ -378,11 +395,17 @@ fn run(snapshot: &Snapshot, detail_for: Option<&GangKey>) -> (Vec<Decision>, Opt
             });
             continue;
         }
-        match sim.place_gang(gang) {
-            Some(placements) => out.push(Decision {
+        match sim.place_for(gang) {
+            Some((placements, domain)) => out.push(Decision {
                 gang: gang.key.clone(),
-                verdict: Verdict::Release { placements },
-                message: format!("{present}/{present} members present; the whole gang fits, releasing"),
+                message: match &domain {
+                    Some(d) => format!(
+                        "{present}/{present} members present; the whole gang fits within {} {}, releasing",
+                        d.level, d.value
+                    ),
+                    None => format!("{present}/{present} members present; the whole gang fits, releasing"),
+                },
+                verdict: Verdict::Release { placements, domain },
             }),
             None => {
                 let mut message = sim.need_message(gang, &snapshot.accelerators);
@@ -416,6 +439,9 @@ struct Blocker {
     nodes: Vec<bool>,
 }
 
+mod topology;
+pub use topology::Within;
+
 type IndexKey = (usize, String);
 
 struct Simulation<'a> {
@@ -429,6 +455,8 @@ struct Simulation<'a> {
     class_member: Vec<Vec<bool>>,
     /// (class, resource) → (free, node) ordered, and the class's total free of the resource
     index: HashMap<IndexKey, (BTreeSet<(Quantity, usize)>, Quantity)>,
+    /// Topology levels seen this pass: their domains and each domain's free, per resource.
+    levels: topology::Levels,
 }
 
 impl<'a> Simulation<'a> {
@@ -441,6 +469,7 @@ impl<'a> Simulation<'a> {
             class_nodes: Vec::new(),
             class_member: Vec::new(),
             index: HashMap::new(),
+            levels: topology::Levels::default(),
         }
     }
 
@@ -520,6 +549,7 @@ impl<'a> Simulation<'a> {
             set.insert((after, node));
             *total = Quantity::from_nanos(total.nanos() - sign * q.nanos());
         }
+        self.levels.adjust(node, requests, sign);
         for (name, q) in requests {
             if let Some(f) = self.free[node].get_mut(name) {
                 *f = Quantity::from_nanos(f.nanos() - sign * q.nanos());
@@ -533,18 +563,22 @@ impl<'a> Simulation<'a> {
 
     /// Places every member or none.
     fn place_gang(&mut self, gang: &WaitingGang) -> Option<Vec<(String, String)>> {
-        let done = self.place_members(gang)?;
+        let done = self.place_members(gang, None)?;
         let mut placements: Vec<(String, String)> =
             done.into_iter().map(|(node, m)| (m.name.clone(), self.nodes[node].name.clone())).collect();
         placements.sort();
         Some(placements)
     }
 
-    /// Whether the whole gang fits what is free now; the simulation is left as it was.
+    /// Whether the whole gang fits what is free now (inside one domain where its topology
+    /// requires one); the simulation is left as it was.
     fn could_hold(&mut self, gang: &WaitingGang) -> bool {
-        let Some(done) = self.place_members(gang) else { return false };
-        for (node, m) in done {
-            self.adjust(node, &m.shape.requests, -1);
+        let Some((placements, _)) = self.place_for(gang) else { return false };
+        let by_name: HashMap<&str, &Member> = gang.members.iter().map(|m| (m.name.as_str(), m)).collect();
+        for (member, node) in &placements {
+            if let (Some(m), Some(&i)) = (by_name.get(member.as_str()), self.by_name.get(node.as_str())) {
+                self.adjust(i, &m.shape.requests, -1);
+            }
         }
         true
     }
@@ -581,7 +615,11 @@ impl<'a> Simulation<'a> {
 
     /// Places every member (and checks the phantoms fit) or none: the members placed, with the
     /// node each took (committed).
-    fn place_members<'g>(&mut self, gang: &'g WaitingGang) -> Option<Vec<(usize, &'g Member)>> {
+    fn place_members<'g>(
+        &mut self,
+        gang: &'g WaitingGang,
+        within: Option<&[usize]>,
+    ) -> Option<Vec<(usize, &'g Member)>> {
         let mut members: Vec<&Member> = gang.members.iter().collect();
         // First-fit decreasing: the largest members first.
         members.sort_by(|a, b| {
@@ -590,7 +628,11 @@ impl<'a> Simulation<'a> {
         });
         let mut done: Vec<(usize, &Member)> = Vec::with_capacity(members.len());
         for m in members {
-            match self.place(&m.shape) {
+            let node = match within {
+                None => self.place(&m.shape),
+                Some(nodes) => self.place_on(&m.shape, nodes),
+            };
+            match node {
                 Some(node) => {
                     self.commit(node, &m.shape.requests);
                     done.push((node, m));
@@ -604,7 +646,7 @@ impl<'a> Simulation<'a> {
             }
         }
         if let Some(phantoms) = &gang.phantoms
-            && !self.place_copies(phantoms)
+            && !self.place_copies(phantoms, within)
         {
             for (node, m) in done {
                 self.adjust(node, &m.shape.requests, -1);
@@ -619,12 +661,17 @@ impl<'a> Simulation<'a> {
     /// the count: a count beyond the class's total free of any resource it asks (`pods: 1`
     /// always among them) is refused before a single copy is placed, and otherwise each copy
     /// placed takes a pod slot that exists.
-    fn place_copies(&mut self, phantoms: &Phantoms) -> bool {
+    fn place_copies(&mut self, phantoms: &Phantoms, within: Option<&[usize]>) -> bool {
         let class = self.class_of(&phantoms.shape);
         let count = i128::from(phantoms.count);
         for (resource, need) in phantoms.shape.requests.iter().filter(|(_, q)| **q > Quantity::ZERO) {
-            self.ensure_index(class, resource);
-            let total = self.index[&(class, resource.clone())].1;
+            let total = match within {
+                None => {
+                    self.ensure_index(class, resource);
+                    self.index[&(class, resource.clone())].1
+                }
+                Some(nodes) => self.free_on(class, resource, nodes),
+            };
             if need.nanos().saturating_mul(count) > total.nanos() {
                 return false;
             }
@@ -632,7 +679,11 @@ impl<'a> Simulation<'a> {
         let mut placed: Vec<usize> = Vec::new();
         let mut fits_all = true;
         for _ in 0..phantoms.count {
-            match self.place(&phantoms.shape) {
+            let node = match within {
+                None => self.place(&phantoms.shape),
+                Some(nodes) => self.place_on(&phantoms.shape, nodes),
+            };
+            match node {
                 Some(node) => {
                     self.commit(node, &phantoms.shape.requests);
                     placed.push(node);
@@ -660,7 +711,7 @@ impl<'a> Simulation<'a> {
     /// multiplication, whatever size the gang declares.
     fn need(&mut self, gang: &WaitingGang, accelerators: &ResourceMatcher) -> Need {
         let present = gang.present();
-        let mut need = Need { present, expected: gang.expected, nodes: None, resources: Vec::new() };
+        let mut need = Need { present, expected: gang.expected, nodes: None, resources: Vec::new(), within: None };
         let Some(first) = gang.members.first() else { return need };
         let expected = gang.expected.map_or(present, |n| u64::from(n).max(present));
         let mut totals: ResourceList = ResourceList::new();
@@ -682,6 +733,7 @@ impl<'a> Simulation<'a> {
         // Members not created yet are assumed to look like the first one.
         add(&first.shape.requests, expected - present);
         let class = self.class_of(&first.shape);
+        need.within = self.within(gang, &totals);
         for (name, needed) in totals {
             // DRA claim devices only where the nodes say how many they offer (slices read).
             if name.starts_with(crate::dra::CLASS_RESOURCE_PREFIX) && self.free.iter().all(|f| unjudged(f, &name)) {

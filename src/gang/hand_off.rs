@@ -41,9 +41,13 @@ pub async fn serves_pod_groups(client: &kube::Client) -> Result<bool, kube::Erro
 }
 
 /// The Workload and PodGroup for a handed-off gang of `min_count` named `name`, owned by
-/// `owner` (an ownerReference: apiVersion, kind, name, uid). Pure, for tests.
-pub fn objects(name: &str, owner: &Value, min_count: u32) -> (Value, Value) {
+/// `owner` (an ownerReference: apiVersion, kind, name, uid), kept inside one domain of the node
+/// label `topology` where its GangPolicy requires one (KEP-5732's `schedulingConstraints`, one
+/// key, no preference: an API server without TopologyAwareWorkloadScheduling drops the field).
+/// Pure, for tests.
+pub fn objects(name: &str, owner: &Value, min_count: u32, topology: Option<&str>) -> (Value, Value) {
     let policy = json!({"gang": {"minCount": min_count}});
+    let constraints = topology.map(|key| json!({"topology": [{"key": key}]}));
     let metadata =
         json!({"name": name, "labels": {"app.kubernetes.io/managed-by": "allot"}, "ownerReferences": [owner]});
     let workload = json!({
@@ -54,13 +58,18 @@ pub fn objects(name: &str, owner: &Value, min_count: u32) -> (Value, Value) {
             "podGroupTemplates": [{"name": TEMPLATE, "schedulingPolicy": policy}]
         }
     });
-    let pod_group = json!({
+    let mut pod_group = json!({
         "apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup", "metadata": metadata,
         "spec": {
             "podGroupTemplateRef": {"workload": {"workloadName": name, "podGroupTemplateName": TEMPLATE}},
             "schedulingPolicy": policy
         }
     });
+    let mut workload = workload;
+    if let Some(constraints) = constraints {
+        workload["spec"]["podGroupTemplates"][0]["schedulingConstraints"] = constraints.clone();
+        pod_group["spec"]["schedulingConstraints"] = constraints;
+    }
     (workload, pod_group)
 }
 
@@ -72,7 +81,12 @@ const PER_PASS: usize = 16;
 /// Creates what is missing for each handed-off gang with a live member. `tried` remembers the
 /// groups created (or being retried) since the last resync, so a pass does not ask twice while
 /// the watch has not shown the PodGroup yet; an object that exists already is left as it is.
-pub async fn create_missing(client: &kube::Client, state: &ClusterState, tried: &mut HashSet<(String, String)>) {
+pub async fn create_missing(
+    client: &kube::Client,
+    state: &ClusterState,
+    tried: &mut HashSet<(String, String)>,
+    required_level: &(dyn Fn(&str) -> Option<String> + Sync),
+) {
     let missing = state.hand_offs().into_iter().filter(|(namespace, name, _)| {
         state.claims().pod_group(namespace, name).is_none() && !tried.contains(&(namespace.clone(), name.clone()))
     });
@@ -82,7 +96,8 @@ pub async fn create_missing(client: &kube::Client, state: &ClusterState, tried: 
             tracing::warn!(%namespace, pod_group = %name, kind = %owner.api_kind, "not a known owner kind for inferred gangs");
             continue;
         };
-        match create(client, &namespace, &name, api, &owner).await {
+        let level = required_level(&namespace);
+        match create(client, &namespace, &name, api, &owner, level.as_deref()).await {
             Ok(min_count) => {
                 tracing::info!(%namespace, pod_group = %name, owner = %owner.name, min_count, "gang handed to the scheduler: PodGroup created")
             }
@@ -100,6 +115,7 @@ async fn create(
     name: &str,
     api: &OwnerApi,
     owner: &crate::cluster::Owner,
+    topology: Option<&str>,
 ) -> Result<u32, String> {
     let gvk = GroupVersionKind::gvk(api.group, api.version, &owner.api_kind);
     let owners: Api<DynamicObject> = Api::namespaced_with(
@@ -112,7 +128,7 @@ async fn create(
     let uid = found.metadata.uid.ok_or("the owner has no uid")?;
     let reference = json!({"apiVersion": format!("{}/{}", api.group, api.version), "kind": owner.api_kind,
                            "name": owner.name, "uid": uid});
-    let (workload, pod_group) = objects(name, &reference, size);
+    let (workload, pod_group) = objects(name, &reference, size, topology);
     for (object, kind, plural) in [(workload, "Workload", "workloads"), (pod_group, "PodGroup", "podgroups")] {
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource(kind, plural));
         let object: DynamicObject = serde_json::from_value(object).map_err(|e| e.to_string())?;
@@ -132,7 +148,7 @@ mod tests {
     #[test]
     fn the_objects_are_the_gangs_and_owned_by_its_owner() {
         let owner = json!({"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-1"});
-        let (workload, pod_group) = objects("allot-job-train", &owner, 4);
+        let (workload, pod_group) = objects("allot-job-train", &owner, 4, None);
         assert_eq!(workload["spec"]["controllerRef"], json!({"apiGroup": "batch", "kind": "Job", "name": "train"}));
         assert_eq!(workload["spec"]["podGroupTemplates"][0]["schedulingPolicy"]["gang"]["minCount"], 4);
         assert_eq!(pod_group["spec"]["schedulingPolicy"]["gang"]["minCount"], 4);
@@ -141,6 +157,16 @@ mod tests {
             assert_eq!(object["metadata"]["name"], "allot-job-train");
             assert_eq!(object["metadata"]["ownerReferences"], json!([owner]));
             let _: DynamicObject = serde_json::from_value(object.clone()).expect("a dynamic object");
+            assert!(object["spec"].get("schedulingConstraints").is_none());
         }
+    }
+
+    #[test]
+    fn a_required_level_is_the_native_topology_constraint() {
+        let owner = json!({"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-1"});
+        let (workload, pod_group) = objects("allot-job-train", &owner, 4, Some("topology.kubernetes.io/rack"));
+        let constraint = json!({"topology": [{"key": "topology.kubernetes.io/rack"}]});
+        assert_eq!(workload["spec"]["podGroupTemplates"][0]["schedulingConstraints"], constraint);
+        assert_eq!(pod_group["spec"]["schedulingConstraints"], constraint);
     }
 }

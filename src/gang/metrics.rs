@@ -56,6 +56,14 @@ pub struct ControllerMetrics {
     /// own webhook allowing another identity than the one the controller writes as, or a
     /// policy in the way. Every such refusal leaves gangs gated for ever: alert on any.
     pub refused_lifts: Family<WriteLabels, Counter>,
+    /// Complete gangs waiting because no domain of their required topology level holds them,
+    /// by level (leader only).
+    pub gangs_waiting_for_domain: Family<LevelLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LevelLabels {
+    pub level: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -75,6 +83,7 @@ impl Default for ControllerMetrics {
             passes: Counter::default(),
             writes: Family::default(),
             refused_lifts: Family::default(),
+            gangs_waiting_for_domain: Family::default(),
         };
         metrics.clear_waiting();
         for kind in WRITE_KINDS {
@@ -91,6 +100,15 @@ impl ControllerMetrics {
     /// Counts one write of `kind`.
     pub fn wrote(&self, kind: &'static str) {
         self.writes.get_or_create(&WriteLabels { kind }).inc();
+    }
+
+    /// Replaces the per-level gauges with one pass's counts (levels no gang waits for go).
+    pub fn set_waiting_for_domain(&self, waiting: &std::collections::BTreeMap<String, u64>) {
+        self.gangs_waiting_for_domain.clear();
+        for (level, n) in waiting {
+            let labels = LevelLabels { level: level.clone() };
+            self.gangs_waiting_for_domain.get_or_create(&labels).set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
     }
 
     /// Sets every waiting-gang gauge to 0 (a replica that does not lead counts none).

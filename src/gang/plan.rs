@@ -19,6 +19,9 @@ pub struct Plan {
     pub actions: Vec<ControllerAction>,
     /// Gangs still waiting, by the reason on their members' condition.
     pub waiting: BTreeMap<&'static str, u64>,
+    /// Complete gangs that wait because no domain of the topology level they require holds
+    /// them, by that level (outermost they may use).
+    pub waiting_for_domain: BTreeMap<String, u64>,
     /// Gangs released in this pass.
     pub released: Vec<ReleasedGang>,
     /// The earliest time (seconds since the epoch) a waiting gang reaches its assembly timeout,
@@ -245,6 +248,12 @@ pub fn plan(
 ) -> Plan {
     let mut actions = Vec::new();
     let mut waiting: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut waiting_for_domain: BTreeMap<String, u64> = BTreeMap::new();
+    let required_level: HashMap<&GangKey, String> = snapshot
+        .gangs
+        .iter()
+        .filter_map(|g| Some((&g.key, g.topology.as_ref().filter(|t| t.required)?.outermost().to_string())))
+        .collect();
     let mut released = Vec::new();
     let mut next_deadline: Option<i64> = None;
     let decisions = decide(snapshot);
@@ -278,7 +287,7 @@ pub fn plan(
         // Warning, like a timeout.
         let mut warning = matches!(d.verdict, Verdict::Disagrees | Verdict::Unplaceable);
         let mut message = d.message.clone();
-        if let Verdict::Release { placements } = &d.verdict {
+        if let Verdict::Release { placements, domain } = &d.verdict {
             for (pod, node) in placements {
                 if let Some(m) = gf.gated.iter().find(|m| &m.name == pod) {
                     actions.push(ControllerAction::Release {
@@ -288,6 +297,8 @@ pub fn plan(
                         gate_index: m.gate_index,
                         has_annotations: m.has_annotations,
                         node: node.clone(),
+                        pin: domain.as_ref().map(|d| (d.level.clone(), d.value.clone())),
+                        has_node_selector: m.has_node_selector,
                     });
                 }
             }
@@ -331,6 +342,11 @@ pub fn plan(
         // as StartTimeout.
         if !ready && !not_started.contains(&d.gang) {
             *waiting.entry(reason).or_default() += 1;
+            if d.verdict == Verdict::DoesNotFit
+                && let Some(level) = required_level.get(&d.gang)
+            {
+                *waiting_for_domain.entry(level.clone()).or_default() += 1;
+            }
         }
         // Members being deleted get the Warning Event of their deletion, not a condition too.
         let deleting = reason == TIMEOUT_REASON && gf.on_timeout == OnTimeout::Fail;
@@ -409,7 +425,7 @@ pub fn plan(
     explain_strays(snapshot, &mut actions);
     // Forget explanations of gangs that are gone.
     previous.retain(|k, _| facts.contains_key(k));
-    Plan { actions, waiting, released, next_deadline }
+    Plan { actions, waiting, waiting_for_domain, released, next_deadline }
 }
 
 /// The reason on a pod behind Allot's gang gate that is in no gang ([`StrayMember`]).

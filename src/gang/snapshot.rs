@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use super::decision::{GangKey, Member, Phantoms, Snapshot, StrayMember, ToldLate, Unplaceable, WaitingGang};
+use super::decision::{
+    GangKey, GangTopology, Member, Phantoms, Snapshot, StrayMember, ToldLate, Unplaceable, WaitingGang,
+};
 use super::directory::Peer;
 use super::membership::{OwnerGang, QUOTA_GATE};
 use crate::cluster::{ClusterState, ClusterView, GangRef, PodShape};
@@ -21,8 +23,29 @@ pub struct MemberRef {
     pub uid: Option<std::sync::Arc<str>>,
     pub gate_index: usize,
     pub has_annotations: bool,
+    /// `spec.nodeSelector` has entries: a topology pin is added to it, else set whole.
+    pub has_node_selector: bool,
     /// Fingerprint of its `allot.dev/GangReady` condition as the pod carries it (0: none).
     pub condition: u64,
+}
+
+/// The levels a gang is placed by, one more member seen: the policy's, tightened by the level
+/// the member asks for (`allot.dev/topology`) where that is tighter than what the gang has. An
+/// ask the policy does not allow is left out: admission refuses it at CREATE, and a pod that
+/// carries one from before a policy change gets the policy's own levels.
+fn tighter(
+    current: Option<GangTopology>,
+    policy: Option<&crate::policy::topology::Topology>,
+    asked: Option<&str>,
+) -> Option<GangTopology> {
+    let policy = policy?;
+    let mine = policy.for_gang(asked).or_else(|_| policy.for_gang(None)).ok()?;
+    match current {
+        Some(current) if (current.levels.len(), !current.required) <= (mine.levels.len(), !mine.required) => {
+            Some(current)
+        }
+        _ => Some(mine),
+    }
 }
 
 /// Effective requests (+ `pods: 1`) of a LeaderWorkerSet's worker template.
@@ -213,6 +236,7 @@ impl GangSnapshot for ClusterState {
                     uid: p.uid.clone(),
                     gate_index,
                     has_annotations: p.has_annotations,
+                    has_node_selector: p.placement.as_ref().is_some_and(|pl| !pl.node_selector.is_empty()),
                     condition: p.gang_condition,
                 });
                 let owner = view.owner_gang(&p.namespace, &g.name);
@@ -229,7 +253,9 @@ impl GangSnapshot for ClusterState {
                     unplaceable: None,
                     starvation_after: Some(policy.starvation_after.as_secs() as i64),
                     phantoms: None,
+                    topology: None,
                 });
+                entry.topology = tighter(entry.topology.take(), policy.topology.as_ref(), g.topology.as_deref());
                 if p.quota_gate_index.is_some() {
                     entry.held_by = Some(format!("the team's quota queue ({QUOTA_GATE})"));
                 } else if p.other_gates && entry.held_by.is_none() {

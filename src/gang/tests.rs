@@ -1,12 +1,11 @@
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Toleration;
 use proptest::prelude::*;
 
 use super::decision::*;
 use super::fit::node_admits;
+use crate::cluster::NodeInfo;
 use crate::cluster::fixtures::node;
-use crate::cluster::{NodeInfo, PodShape};
 use crate::quantity::Quantity;
 use crate::resources::{ResourceList, ResourceMatcher};
 
@@ -14,17 +13,7 @@ fn q(n: i64) -> Quantity {
     Quantity::from_units(n)
 }
 
-fn shape(gpus: i64) -> PodShape {
-    PodShape {
-        requests: BTreeMap::from([("nvidia.com/gpu".into(), q(gpus)), ("cpu".into(), q(1)), ("pods".into(), q(1))]),
-        tolerations: vec![Toleration {
-            key: Some("nvidia.com/gpu".into()),
-            operator: Some("Exists".into()),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
+use crate::cluster::fixtures::gpu_shape as shape;
 
 fn gang(name: &str, expected: u32, present: u32, gpus: i64, priority: i32, created: i64) -> WaitingGang {
     WaitingGang {
@@ -39,6 +28,7 @@ fn gang(name: &str, expected: u32, present: u32, gpus: i64, priority: i32, creat
         unplaceable: None,
         starvation_after: None,
         phantoms: None,
+        topology: None,
     }
 }
 
@@ -55,7 +45,7 @@ fn the_two_by_four_deadlock_cannot_happen() {
     // 4 GPUs on 2 nodes; two gangs of 4 × 1 GPU, interleaved.
     let s = snapshot(vec![node("n1", 2), node("n2", 2)], vec![gang("b", 4, 4, 1, 0, 20), gang("a", 4, 4, 1, 0, 10)]);
     let d = decide(&s);
-    assert!(matches!(&verdict_of(&d, "a").verdict, Verdict::Release { placements } if placements.len() == 4));
+    assert!(matches!(&verdict_of(&d, "a").verdict, Verdict::Release { placements, .. } if placements.len() == 4));
     let b = verdict_of(&d, "b");
     assert_eq!(b.verdict, Verdict::DoesNotFit);
     assert_eq!(b.message, "4/4 members present; needs 4 nvidia.com/gpu on any node, 0 free");
@@ -102,7 +92,7 @@ fn members_spread_across_nodes_and_respect_per_node_capacity() {
     // 9 GPUs free, but 2-GPU members fit 2 + 1 + 1 = 4 times: exactly the gang.
     let s = snapshot(vec![node("n1", 4), node("n2", 3), node("n3", 2)], vec![gang("a", 4, 4, 2, 0, 1)]);
     let d = decide(&s);
-    let Verdict::Release { placements } = &d[0].verdict else { panic!("{d:?}") };
+    let Verdict::Release { placements, .. } = &d[0].verdict else { panic!("{d:?}") };
     let mut per_node: BTreeMap<&str, i64> = BTreeMap::new();
     for (_, n) in placements {
         *per_node.entry(n).or_default() += 2;
@@ -281,7 +271,7 @@ proptest! {
             add(&mut used, node, r);
         }
         for decision in &d {
-            if let Verdict::Release { placements } = &decision.verdict {
+            if let Verdict::Release { placements, .. } = &decision.verdict {
                 let gang = gangs.iter().find(|g| g.key == decision.gang).unwrap();
                 prop_assert!(gang.members.len() >= gang.expected.unwrap() as usize, "released an incomplete gang");
                 prop_assert_eq!(placements.len(), gang.members.len());

@@ -192,8 +192,17 @@ impl Compile for GangPolicySpec {
             problems.push("spec.startTimeout: must be at least 1s (a released gang's reservation ends at it)");
             start_timeout = DEFAULT_START_TIMEOUT;
         }
+        let topology = match spec.topology.as_ref().map(super::topology::TopologySpec::compile) {
+            Some(Ok(topology)) => Some(topology),
+            Some(Err(found)) => {
+                problems.extend(found);
+                None
+            }
+            None => None,
+        };
         let namespaces = problems.ok("spec.match.namespaces", NameGlobs::compile(&spec.scope.namespaces))?;
         Some(GangPolicy {
+            topology,
             name,
             namespaces,
             teams: spec.scope.teams,

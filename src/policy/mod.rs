@@ -12,6 +12,7 @@ pub mod model;
 pub mod quota;
 pub mod schema;
 pub mod tenancy;
+pub mod topology;
 mod values;
 
 use std::collections::{BTreeMap, HashSet};
@@ -125,6 +126,8 @@ pub struct GangPolicy {
     pub max_size: u32,
     /// Inferred gangs go to the scheduler's native gang scheduling where the cluster has it.
     pub native_scheduling: bool,
+    /// The topology levels its gangs are released inside ([`topology`]); `None`: anywhere.
+    pub topology: Option<topology::Topology>,
 }
 
 impl Default for GangPolicy {
@@ -142,6 +145,7 @@ impl Default for GangPolicy {
             starvation_after: DEFAULT_STARVATION,
             max_size: crate::gang::membership::DEFAULT_MAX_GANG_SIZE,
             native_scheduling: false,
+            topology: None,
         }
     }
 }
@@ -688,7 +692,21 @@ impl PolicySet {
         team: Option<&str>,
     ) -> Result<Option<crate::gang::membership::Membership>, String> {
         let policy = self.gang_policy(namespace, team);
-        crate::gang::membership::membership(facts, &policy.infer, policy.coscheduling_size, policy.max_size)
+        let gang =
+            crate::gang::membership::membership(facts, &policy.infer, policy.coscheduling_size, policy.max_size)?;
+        // A level a gang asks for must be one of its policy's: never a looser one, never a way
+        // out of the levels the platform set.
+        if gang.is_some()
+            && let Some(asked) = facts.annotations.get(topology::TOPOLOGY_ANNOTATION)
+        {
+            match &policy.topology {
+                Some(levels) => {
+                    levels.for_gang(Some(asked))?;
+                }
+                None => return Err(topology::no_levels(asked)),
+            }
+        }
+        Ok(gang)
     }
 
     /// Counts of each kind, for logs and `/readyz`.

@@ -674,6 +674,11 @@ pub struct GangPolicySpec {
     /// named by labels, Allot gates and releases them itself. Default false.
     #[serde(default)]
     pub native_scheduling: bool,
+    /// Node-label levels a gang is released only inside one domain of (a rack, an NVLink
+    /// domain), and pinned there: `required` (a gang never leaves it) and/or `preferred`
+    /// (innermost first, falling back outward). Members may ask for a tighter one of these
+    /// levels with the annotation `allot.dev/topology`, never a looser one.
+    pub topology: Option<super::topology::TopologySpec>,
 }
 
 /// Operations a Rule runs on.

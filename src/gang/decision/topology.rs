@@ -1,0 +1,257 @@
+//! Topology in the decision: a gang whose GangPolicy names topology levels is placed wholly
+//! inside one domain (one value of a node label), the tightest level first; among the domains
+//! of a level that can hold it, the best fit (least of its main accelerator left free, then the
+//! domain's name). Domains are read from the nodes' labels once per pass and level; each keeps
+//! its free capacity per resource up to date as the pass places gangs (the same `adjust` that
+//! keeps the per-node index), so choosing a domain costs O(domains), and placing a gang in one
+//! O(members × the domain's nodes).
+//!
+//! Reservations follow from the same bookkeeping: a released gang's members carry the domain's
+//! node selector, so the pass that reserves them (in flight, not bound yet) places them in that
+//! domain, and two gangs are never released onto one domain's last GPUs.
+
+use std::collections::HashMap;
+
+use super::{Domain, Member, Quantity, ResourceList, Simulation, WaitingGang, fits};
+
+/// `(member, node)` for every member of a gang, by member name.
+type Placements = Vec<(String, String)>;
+
+/// The levels the pass has looked at, by label key.
+#[derive(Debug, Default)]
+pub(super) struct Levels {
+    by_key: HashMap<String, Level>,
+}
+
+/// One level: its domains (by name), which domain each node is in, and each domain's free.
+#[derive(Debug)]
+struct Level {
+    names: Vec<String>,
+    /// By node index: its domain (`None`: the node lacks the label, so it is in none).
+    of_node: Vec<Option<usize>>,
+    /// By domain: its nodes.
+    nodes: Vec<Vec<usize>>,
+    /// By resource, by domain: free on all its nodes (whatever they admit).
+    free: HashMap<String, Vec<Quantity>>,
+}
+
+impl Levels {
+    /// A node's free capacity changed by `sign × requests` (see `Simulation::adjust`).
+    pub(super) fn adjust(&mut self, node: usize, requests: &ResourceList, sign: i128) {
+        for level in self.by_key.values_mut() {
+            let Some(domain) = level.of_node[node] else { continue };
+            for (resource, q) in requests {
+                if let Some(free) = level.free.get_mut(resource) {
+                    free[domain] = Quantity::from_nanos(free[domain].nanos() - sign * q.nanos());
+                }
+            }
+        }
+    }
+}
+
+/// Why a gang that needs a domain finds none: the figures of its message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Within {
+    /// The loosest level it may use.
+    pub level: String,
+    /// Its main accelerator, and how much of it the whole gang asks.
+    pub resource: String,
+    pub needed: Quantity,
+    /// The most free in one domain of the level now, and which (`None`: no node has the label).
+    pub most_free: Option<(Quantity, String)>,
+    /// Free in all the nodes the gang's first member may use.
+    pub free_in_all: Quantity,
+    /// Where no domain could hold it even with nothing running: the largest domain's
+    /// allocatable and its name.
+    pub never: Option<(Quantity, String)>,
+}
+
+impl Within {
+    /// "needs 4 nvidia.com/gpu within one topology.kubernetes.io/rack; most free in one rack: 3
+    /// (rack-b); 6 free in all".
+    pub fn message(&self) -> String {
+        let short = short_name(&self.level);
+        let most = match &self.most_free {
+            Some((q, domain)) => format!("most free in one {short}: {q} ({domain})"),
+            None => format!("no node has the label {}", self.level),
+        };
+        let mut out = format!(
+            "needs {} {} within one {}; {most}; {} free in all",
+            self.needed, self.resource, self.level, self.free_in_all
+        );
+        if let Some((capacity, domain)) = &self.never {
+            out.push_str(&format!(
+                "; no {short} can ever hold it (the largest has {capacity} {} in all: {domain}), so it waits for a \
+                 policy or node change and holds nobody back",
+                self.resource
+            ));
+        }
+        out
+    }
+}
+
+/// `topology.kubernetes.io/rack` → `rack`: how messages name one domain of a level.
+fn short_name(level: &str) -> &str {
+    level.rsplit('/').next().unwrap_or(level)
+}
+
+impl Simulation<'_> {
+    /// Places every member of `gang` (or none): inside one domain where its topology asks,
+    /// with the domain chosen; anywhere otherwise (and where a preferred-only topology finds
+    /// no domain). Committed.
+    pub(super) fn place_for(&mut self, gang: &WaitingGang) -> Option<(Placements, Option<Domain>)> {
+        let Some(topology) = &gang.topology else { return self.place_gang(gang).map(|p| (p, None)) };
+        let main = main_need(gang);
+        for level in &topology.levels {
+            for domain in self.candidates(level, main.as_ref()) {
+                let nodes = self.levels.by_key[level].nodes[domain].clone();
+                if let Some(done) = self.place_members(gang, Some(&nodes)) {
+                    let value = self.levels.by_key[level].names[domain].clone();
+                    return Some((self.named(done), Some(Domain { level: level.clone(), value })));
+                }
+            }
+        }
+        if topology.required { None } else { self.place_gang(gang).map(|p| (p, None)) }
+    }
+
+    /// `(member, node)` by member name.
+    fn named(&self, done: Vec<(usize, &Member)>) -> Placements {
+        let mut placements: Vec<(String, String)> =
+            done.into_iter().map(|(node, m)| (m.name.clone(), self.nodes[node].name.clone())).collect();
+        placements.sort();
+        placements
+    }
+
+    /// The domains of `level` worth trying, best fit first: those with at least `main`'s
+    /// amount free (all, when the gang asks no accelerator), by what is left over, then name.
+    fn candidates(&mut self, level: &str, main: Option<&(String, Quantity)>) -> Vec<usize> {
+        self.ensure_level(level);
+        let Some((resource, needed)) = main else { return (0..self.levels.by_key[level].names.len()).collect() };
+        let free = self.domain_free(level, resource).clone();
+        let mut fitting: Vec<(Quantity, usize)> = free
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| **f >= *needed)
+            .map(|(d, f)| (Quantity::from_nanos(f.nanos() - needed.nanos()), d))
+            .collect();
+        // (Domains are numbered in name order: the index breaks ties by name.)
+        fitting.sort();
+        fitting.into_iter().map(|(_, d)| d).collect()
+    }
+
+    /// Reads a level's domains from the nodes' labels (once per pass).
+    fn ensure_level(&mut self, level: &str) {
+        if self.levels.by_key.contains_key(level) {
+            return;
+        }
+        let mut names: Vec<String> = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.labels.get(level).cloned())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        names.shrink_to_fit();
+        let index: HashMap<&str, usize> = names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
+        let of_node: Vec<Option<usize>> =
+            self.nodes.iter().map(|n| n.labels.get(level).and_then(|v| index.get(v.as_str()).copied())).collect();
+        let mut nodes = vec![Vec::new(); names.len()];
+        for (i, d) in of_node.iter().enumerate() {
+            if let Some(d) = d {
+                nodes[*d].push(i);
+            }
+        }
+        self.levels.by_key.insert(level.to_string(), Level { names, of_node, nodes, free: HashMap::new() });
+    }
+
+    /// Each domain's free `resource` now (computed once, then kept up to date by `adjust`).
+    fn domain_free(&mut self, level: &str, resource: &str) -> &Vec<Quantity> {
+        self.ensure_level(level);
+        let free = &self.free;
+        let entry = self.levels.by_key.get_mut(level).map(|l| {
+            let nodes = &l.nodes;
+            l.free.entry(resource.to_string()).or_insert_with(|| {
+                nodes
+                    .iter()
+                    .map(|ns| sum(ns.iter().map(|&i| free[i].get(resource).copied().unwrap_or(Quantity::ZERO))))
+                    .collect()
+            })
+        });
+        entry.expect("ensure_level made the level")
+    }
+
+    /// A node among `nodes` for `shape` given current free capacity: one its static filters
+    /// admit, best fit on the member's main resource, then the lowest index.
+    pub(super) fn place_on(&mut self, shape: &crate::cluster::PodShape, nodes: &[usize]) -> Option<usize> {
+        let class = self.class_of(shape);
+        let primary = Self::primary(shape);
+        nodes
+            .iter()
+            .copied()
+            .filter(|&i| self.class_member[class][i] && fits(&self.free[i], &shape.requests))
+            .min_by_key(|&i| (primary.map(|r| self.free[i].get(r).copied().unwrap_or(Quantity::ZERO)), i))
+    }
+
+    /// Free `resource` on those of `nodes` that `class` admits.
+    pub(super) fn free_on(&mut self, class: usize, resource: &str, nodes: &[usize]) -> Quantity {
+        sum(nodes
+            .iter()
+            .filter(|&&i| self.class_member[class][i])
+            .map(|&i| self.free[i].get(resource).copied().unwrap_or(Quantity::ZERO)))
+    }
+
+    /// Why a gang that requires a domain waits, at the loosest level it may use; `None` for a
+    /// gang without a required topology (its plain figures say it) or without members.
+    pub(super) fn within(&mut self, gang: &WaitingGang, needed: &ResourceList) -> Option<Within> {
+        let topology = gang.topology.as_ref().filter(|t| t.required)?;
+        let first = gang.members.first()?;
+        let resource = Self::primary(&first.shape)?.to_string();
+        let needed = needed.get(&resource).copied().unwrap_or(Quantity::ZERO);
+        let level = topology.outermost().to_string();
+        let class = self.class_of(&first.shape);
+        self.ensure_level(&level);
+        let domains = self.levels.by_key[&level].nodes.clone();
+        let names = self.levels.by_key[&level].names.clone();
+        let mut most_free: Option<(Quantity, String)> = None;
+        let mut largest: Option<(Quantity, String)> = None;
+        for (d, nodes) in domains.iter().enumerate() {
+            let free = self.free_on(class, &resource, nodes);
+            if most_free.as_ref().is_none_or(|(q, _)| free > *q) {
+                most_free = Some((free, names[d].clone()));
+            }
+            let capacity = sum(nodes
+                .iter()
+                .filter(|&&i| self.class_member[class][i])
+                .map(|&i| self.nodes[i].allocatable.get(&resource).copied().unwrap_or(Quantity::ZERO)));
+            if largest.as_ref().is_none_or(|(q, _)| capacity > *q) {
+                largest = Some((capacity, names[d].clone()));
+            }
+        }
+        let all: Vec<usize> = (0..self.nodes.len()).collect();
+        let free_in_all = self.free_on(class, &resource, &all);
+        let never = largest.filter(|(capacity, _)| *capacity < needed);
+        Some(Within { level, resource, needed, most_free, free_in_all, never })
+    }
+}
+
+/// The gang's main accelerator (its first member's largest) and how much of it all its members
+/// and phantoms ask: what a domain must have free to be worth trying.
+fn main_need(gang: &WaitingGang) -> Option<(String, Quantity)> {
+    let first = gang.members.first()?;
+    let resource = Simulation::primary(&first.shape)?.to_string();
+    let of = |requests: &ResourceList| requests.get(&resource).copied().unwrap_or(Quantity::ZERO);
+    let mut needed = sum(gang.members.iter().map(|m| of(&m.shape.requests)));
+    if let Some(p) = &gang.phantoms {
+        needed = needed
+            .saturating_add(Quantity::from_nanos(of(&p.shape.requests).nanos().saturating_mul(i128::from(p.count))));
+    }
+    Some((resource, needed))
+}
+
+fn sum(quantities: impl Iterator<Item = Quantity>) -> Quantity {
+    quantities.fold(Quantity::ZERO, Quantity::saturating_add)
+}
+
+#[cfg(test)]
+#[path = "topology_tests.rs"]
+mod tests;
