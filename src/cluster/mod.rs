@@ -18,7 +18,9 @@ pub mod watched;
 mod tests;
 
 pub use action::{CONDITION, ControllerAction, QUOTA_CONDITION};
-pub use records::{GangRef, NodeInfo, Owner, PodRecord, PodShape, node_info, shape_of};
+pub use records::{
+    DISRUPTION_TARGET, DisruptionCause, GangRef, NodeInfo, Owner, PodRecord, PodShape, node_info, shape_of,
+};
 pub use store::{ClusterState, ClusterView, Devices, Tracked};
 pub use tally::GangTally;
 pub use usage::{AcceleratorGauge, AcceleratorUsage, Gate, GateGauge, QuotaGauge, UsageState};

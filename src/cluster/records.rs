@@ -292,6 +292,9 @@ pub struct PodRecord {
     /// in time ([`super::action::START_TIMEOUT_REASON`], `onStartTimeout: Warn`): once bound,
     /// it is told that the gang started after all ([`PodRecord::told_late_and_bound`]).
     pub told_start_timeout: bool,
+    /// Being deleted by a disruption (its `DisruptionTarget` condition): the scheduler's
+    /// preemption, an eviction (a drain), a taint or the pod GC. A user's plain delete sets none.
+    pub disruption: Option<DisruptionCause>,
 }
 
 /// A fingerprint of a condition's status, reason and message (never 0).
@@ -305,6 +308,45 @@ pub fn condition_fingerprint(ready: bool, reason: &str, message: &str) -> u64 {
 /// The condition `type_` on `pod`, if it carries one.
 fn condition<'p>(pod: &'p Pod, type_: &str) -> Option<&'p k8s_openapi::api::core::v1::PodCondition> {
     pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_)
+}
+
+/// The condition Kubernetes puts on a pod it is about to delete for a disruption.
+pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+
+/// Why a pod is being deleted, from its `DisruptionTarget` condition's reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DisruptionCause {
+    PreemptionByScheduler,
+    EvictionByEvictionAPI,
+    DeletionByTaintManager,
+    DeletionByPodGC,
+    TerminationByKubelet,
+    Other,
+}
+
+impl DisruptionCause {
+    fn of(reason: &str) -> DisruptionCause {
+        match reason {
+            "PreemptionByScheduler" | "PreemptionByKubeScheduler" => DisruptionCause::PreemptionByScheduler,
+            "EvictionByEvictionAPI" => DisruptionCause::EvictionByEvictionAPI,
+            "DeletionByTaintManager" => DisruptionCause::DeletionByTaintManager,
+            "DeletionByPodGC" => DisruptionCause::DeletionByPodGC,
+            "TerminationByKubelet" => DisruptionCause::TerminationByKubelet,
+            _ => DisruptionCause::Other,
+        }
+    }
+
+    /// What it is, for messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DisruptionCause::PreemptionByScheduler => "preempted by the scheduler",
+            DisruptionCause::EvictionByEvictionAPI => "evicted (Eviction API: a drain, a descheduler)",
+            DisruptionCause::DeletionByTaintManager => "deleted for a NoExecute taint",
+            DisruptionCause::DeletionByPodGC => "deleted by the pod garbage collector",
+            DisruptionCause::TerminationByKubelet => "terminated by the kubelet",
+            DisruptionCause::Other => "disrupted",
+        }
+    }
 }
 
 /// True when `pod`'s condition `type_` is False with `reason`.
@@ -492,6 +534,11 @@ impl PodRecord {
             gang_condition: condition_of(pod, super::action::CONDITION),
             quota_condition: condition_of(pod, super::action::QUOTA_CONDITION),
             told_start_timeout: condition_says(pod, super::action::CONDITION, super::action::START_TIMEOUT_REASON),
+            disruption: (!finished && pod.metadata.deletion_timestamp.is_some())
+                .then(|| condition(pod, DISRUPTION_TARGET))
+                .flatten()
+                .filter(|c| c.status == "True")
+                .map(|c| DisruptionCause::of(c.reason.as_deref().unwrap_or_default())),
             gang,
             namespace: intern(&namespace),
             name: Arc::from(name),
@@ -553,6 +600,16 @@ impl PodRecord {
     /// [`PodRecord::awaits_bind`].
     pub fn told_late_and_bound(&self) -> bool {
         self.gang.is_some() && self.told_start_timeout && self.node_name.is_some() && self.present()
+    }
+
+    /// A member of a gang Allot released that a disruption is taking away: its gang cannot
+    /// make progress without it ([`crate::gang::disruption`]).
+    pub fn disrupts_gang(&self) -> bool {
+        self.disruption.is_some()
+            && self.terminating
+            && self.gang.as_ref().is_some_and(|g| !g.native)
+            && self.gate_index.is_none()
+            && (self.node_name.is_some() || self.gang_released)
     }
 
     /// Counts for its gang's quorum: neither finished nor being deleted.

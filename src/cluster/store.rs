@@ -147,6 +147,8 @@ struct Inner {
     /// there are any, the gang pass runs although nothing is gated (their reservations end and
     /// their start timeouts fire there).
     awaiting_bind: usize,
+    /// Members of released gangs that a disruption is taking away ([`PodRecord::disrupts_gang`]).
+    disrupted: usize,
     /// Bound gang members still told their gang did not start ([`PodRecord::told_late_and_bound`]).
     told_late: usize,
     /// What DRA devices the nodes offer (from ResourceSlices), if watched.
@@ -334,6 +336,9 @@ impl Inner {
         }
         if record.told_late_and_bound() {
             self.told_late = self.told_late.saturating_add_signed(sign);
+        }
+        if record.disrupts_gang() {
+            self.disrupted = self.disrupted.saturating_add_signed(sign);
         }
     }
 
@@ -675,6 +680,7 @@ impl ClusterState {
         inner.quota_gated = 0;
         inner.awaiting_bind = 0;
         inner.told_late = 0;
+        inner.disrupted = 0;
         for r in records {
             inner.index(r);
         }
@@ -967,6 +973,12 @@ impl ClusterState {
     /// Gang members Allot released that are not bound yet ([`PodRecord::awaits_bind`]): when
     /// there are any, the gang pass has reservations to hold or end and start timeouts to
     /// apply, even with nothing gated. O(1).
+    /// Members of released gangs that a disruption is taking away: with none, no pass needs
+    /// to look for broken gangs.
+    pub fn disrupted(&self) -> usize {
+        read(&self.inner).disrupted
+    }
+
     pub fn awaiting_bind(&self) -> usize {
         read(&self.inner).awaiting_bind
     }

@@ -454,13 +454,16 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         // below wait for them, the next pass does those left.
         let owners_left = gang_gated > 0 && resolve_owner_sizes(&client, &state, std::time::Instant::now()).await;
         let (current, labels) = (policies.load_full(), namespaces.clone());
-        // A required topology level goes to the native PodGroup as its constraint.
-        let required_level = move |namespace: &str| {
+        // A required topology level and whole-gang disruption go to the native PodGroup.
+        let terms_of = move |namespace: &str| {
             let team = crate::namespaces::team_of(&current, namespace, labels.as_ref()).team.map(|t| t.name.as_str());
             let policy = current.gang_policy(namespace, team);
-            policy.topology.as_ref().filter(|t| t.required).and_then(|t| t.levels.last().cloned())
+            super::hand_off::Terms {
+                topology: policy.topology.as_ref().filter(|t| t.required).and_then(|t| t.levels.last().cloned()),
+                whole_gang_disruption: policy.disruption == crate::policy::Disruption::Gang,
+            }
         };
-        super::hand_off::create_missing(&client, &state, &mut handed_off, &required_level).await;
+        super::hand_off::create_missing(&client, &state, &mut handed_off, &terms_of).await;
         seen_generation = state.generation();
         metrics.passes.inc();
         // The pure work of a pass (quota queue, snapshot, decision) runs on a blocking thread:
@@ -494,7 +497,11 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         // Released members not bound yet need passes too, gated pods or not: their
         // reservations end and their gangs' start timeouts fire there; so do bound members
         // still told their gang did not start.
-        let idle = gang_gated == 0 && state.gated().0 == 0 && state.awaiting_bind() == 0 && state.told_late() == 0;
+        let idle = gang_gated == 0
+            && state.gated().0 == 0
+            && state.awaiting_bind() == 0
+            && state.told_late() == 0
+            && state.disrupted() == 0;
         let (pass, back) = if idle {
             (Plan::default(), std::mem::take(&mut explained))
         } else {
@@ -541,6 +548,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         }
         let (rest, gang_lifts_failed) = execute_lifts(&client, &state, &metrics, &refused, pass.actions).await;
         later.extend(rest);
+        later.extend(disruption_deletions(&state, &policies, &namespaces).await);
         if quota_lifts_failed || gang_lifts_failed {
             retry.failed(tokio::time::Instant::now());
         }
@@ -590,6 +598,31 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         }
         Err(e) => tracing::warn!(error = %e, "gang controller stopped; the election task failed"),
     }
+}
+
+/// The deletions that take down the rest of gangs a disruption broke ([`super::disruption`]):
+/// none, without a walk over the pods, while no released member is being disrupted.
+async fn disruption_deletions(
+    state: &Arc<ClusterState>,
+    policies: &Arc<ArcSwap<PolicySet>>,
+    namespaces: &Arc<dyn NamespaceLabels>,
+) -> Vec<ControllerAction> {
+    if state.disrupted() == 0 {
+        return Vec::new();
+    }
+    let (state, p, namespaces) = (state.clone(), policies.load_full(), namespaces.clone());
+    let deletions = tokio::task::spawn_blocking(move || {
+        let view = state.view();
+        super::disruption::deletions(|| view.pods(), &p, namespaces.as_ref())
+    })
+    .await
+    .unwrap_or_default();
+    for action in &deletions {
+        if let ControllerAction::Delete { namespace, pod, reason, .. } = action {
+            tracing::warn!(%namespace, %pod, %reason, "deleting a member of a disrupted gang");
+        }
+    }
+    deletions
 }
 
 /// What a pass leaves to the explainer.
@@ -1067,11 +1100,21 @@ impl Writer<'_> {
     ) -> bool {
         self.publish(namespace, pod, uid, EventAction::GangScheduling, true, event_reason, reason).await;
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        if event_reason == super::disruption::GANG_DISRUPTED_REASON {
+            // As the scheduler and the Eviction API do: a Job whose podFailurePolicy ignores
+            // disruptions (onPodConditions DisruptionTarget) replaces the member without counting
+            // a failure or waiting out a backoff. Deleted whether or not this lands.
+            let condition =
+                super::disruption::disruption_condition(reason, &k8s_openapi::jiff::Timestamp::now().to_string());
+            if let Err(e) = api.patch_status(pod, &PatchParams::default(), &Patch::Strategic(condition)).await {
+                tracing::debug!(%namespace, %pod, error = %e, "DisruptionTarget condition not written");
+            }
+        }
         match api.delete(pod, &delete_params(uid)).await {
             Ok(_) => {
                 // Deletions made, not tried: what AllotGangMembersDeleted alerts on.
                 self.metrics.wrote("delete");
-                tracing::warn!(%namespace, %pod, %event_reason, %reason, "deleted gang member after its gang's timeout");
+                tracing::warn!(%namespace, %pod, %event_reason, %reason, "deleted gang member");
                 true
             }
             Err(e) if is_status(&e, &[404]) => true,

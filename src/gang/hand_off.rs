@@ -40,12 +40,22 @@ pub async fn serves_pod_groups(client: &kube::Client) -> Result<bool, kube::Erro
     }
 }
 
+/// What a handed-off gang's GangPolicy asks of the native objects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Terms {
+    /// The topology level it requires (`schedulingConstraints.topology`).
+    pub topology: Option<String>,
+    /// `disruption: Gang`: the PodGroup's `disruptionMode: PodGroup`.
+    pub whole_gang_disruption: bool,
+}
+
 /// The Workload and PodGroup for a handed-off gang of `min_count` named `name`, owned by
 /// `owner` (an ownerReference: apiVersion, kind, name, uid), kept inside one domain of the node
-/// label `topology` where its GangPolicy requires one (KEP-5732's `schedulingConstraints`, one
-/// key, no preference: an API server without TopologyAwareWorkloadScheduling drops the field).
+/// label `terms.topology` where its GangPolicy requires one (KEP-5732's `schedulingConstraints`,
+/// one key, no preference: an API server without TopologyAwareWorkloadScheduling drops the field).
 /// Pure, for tests.
-pub fn objects(name: &str, owner: &Value, min_count: u32, topology: Option<&str>) -> (Value, Value) {
+pub fn objects(name: &str, owner: &Value, min_count: u32, terms: &Terms) -> (Value, Value) {
+    let topology = terms.topology.as_deref();
     let policy = json!({"gang": {"minCount": min_count}});
     let constraints = topology.map(|key| json!({"topology": [{"key": key}]}));
     let metadata =
@@ -70,6 +80,11 @@ pub fn objects(name: &str, owner: &Value, min_count: u32, topology: Option<&str>
         workload["spec"]["podGroupTemplates"][0]["schedulingConstraints"] = constraints.clone();
         pod_group["spec"]["schedulingConstraints"] = constraints;
     }
+    if terms.whole_gang_disruption {
+        // KEP-5710 (WorkloadAwarePreemption): the scheduler preempts the group whole. Dropped by
+        // an API server without the gate.
+        pod_group["spec"]["disruptionMode"] = json!("PodGroup");
+    }
     (workload, pod_group)
 }
 
@@ -85,7 +100,7 @@ pub async fn create_missing(
     client: &kube::Client,
     state: &ClusterState,
     tried: &mut HashSet<(String, String)>,
-    required_level: &(dyn Fn(&str) -> Option<String> + Sync),
+    terms_of: &(dyn Fn(&str) -> Terms + Sync),
 ) {
     let missing = state.hand_offs().into_iter().filter(|(namespace, name, _)| {
         state.claims().pod_group(namespace, name).is_none() && !tried.contains(&(namespace.clone(), name.clone()))
@@ -96,8 +111,8 @@ pub async fn create_missing(
             tracing::warn!(%namespace, pod_group = %name, kind = %owner.api_kind, "not a known owner kind for inferred gangs");
             continue;
         };
-        let level = required_level(&namespace);
-        match create(client, &namespace, &name, api, &owner, level.as_deref()).await {
+        let terms = terms_of(&namespace);
+        match create(client, &namespace, &name, api, &owner, &terms).await {
             Ok(min_count) => {
                 tracing::info!(%namespace, pod_group = %name, owner = %owner.name, min_count, "gang handed to the scheduler: PodGroup created")
             }
@@ -115,7 +130,7 @@ async fn create(
     name: &str,
     api: &OwnerApi,
     owner: &crate::cluster::Owner,
-    topology: Option<&str>,
+    terms: &Terms,
 ) -> Result<u32, String> {
     let gvk = GroupVersionKind::gvk(api.group, api.version, &owner.api_kind);
     let owners: Api<DynamicObject> = Api::namespaced_with(
@@ -128,7 +143,7 @@ async fn create(
     let uid = found.metadata.uid.ok_or("the owner has no uid")?;
     let reference = json!({"apiVersion": format!("{}/{}", api.group, api.version), "kind": owner.api_kind,
                            "name": owner.name, "uid": uid});
-    let (workload, pod_group) = objects(name, &reference, size, topology);
+    let (workload, pod_group) = objects(name, &reference, size, terms);
     for (object, kind, plural) in [(workload, "Workload", "workloads"), (pod_group, "PodGroup", "podgroups")] {
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource(kind, plural));
         let object: DynamicObject = serde_json::from_value(object).map_err(|e| e.to_string())?;
@@ -148,7 +163,7 @@ mod tests {
     #[test]
     fn the_objects_are_the_gangs_and_owned_by_its_owner() {
         let owner = json!({"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-1"});
-        let (workload, pod_group) = objects("allot-job-train", &owner, 4, None);
+        let (workload, pod_group) = objects("allot-job-train", &owner, 4, &Terms::default());
         assert_eq!(workload["spec"]["controllerRef"], json!({"apiGroup": "batch", "kind": "Job", "name": "train"}));
         assert_eq!(workload["spec"]["podGroupTemplates"][0]["schedulingPolicy"]["gang"]["minCount"], 4);
         assert_eq!(pod_group["spec"]["schedulingPolicy"]["gang"]["minCount"], 4);
@@ -158,15 +173,18 @@ mod tests {
             assert_eq!(object["metadata"]["ownerReferences"], json!([owner]));
             let _: DynamicObject = serde_json::from_value(object.clone()).expect("a dynamic object");
             assert!(object["spec"].get("schedulingConstraints").is_none());
+            assert!(object["spec"].get("disruptionMode").is_none());
         }
     }
 
     #[test]
     fn a_required_level_is_the_native_topology_constraint() {
         let owner = json!({"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-1"});
-        let (workload, pod_group) = objects("allot-job-train", &owner, 4, Some("topology.kubernetes.io/rack"));
+        let terms = Terms { topology: Some("topology.kubernetes.io/rack".into()), whole_gang_disruption: true };
+        let (workload, pod_group) = objects("allot-job-train", &owner, 4, &terms);
         let constraint = json!({"topology": [{"key": "topology.kubernetes.io/rack"}]});
         assert_eq!(workload["spec"]["podGroupTemplates"][0]["schedulingConstraints"], constraint);
         assert_eq!(pod_group["spec"]["schedulingConstraints"], constraint);
+        assert_eq!(pod_group["spec"]["disruptionMode"], "PodGroup");
     }
 }

@@ -9,6 +9,7 @@ pub mod controller;
 pub mod decision;
 pub mod devices;
 pub mod directory;
+pub mod disruption;
 pub mod fit;
 pub mod hand_off;
 pub mod lease;

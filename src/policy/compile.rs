@@ -203,6 +203,7 @@ impl Compile for GangPolicySpec {
         let namespaces = problems.ok("spec.match.namespaces", NameGlobs::compile(&spec.scope.namespaces))?;
         Some(GangPolicy {
             topology,
+            disruption: spec.disruption,
             name,
             namespaces,
             teams: spec.scope.teams,

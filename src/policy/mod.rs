@@ -128,6 +128,8 @@ pub struct GangPolicy {
     pub native_scheduling: bool,
     /// The topology levels its gangs are released inside ([`topology`]); `None`: anywhere.
     pub topology: Option<topology::Topology>,
+    /// What a disruption of one released member does to the others.
+    pub disruption: Disruption,
 }
 
 impl Default for GangPolicy {
@@ -146,6 +148,7 @@ impl Default for GangPolicy {
             max_size: crate::gang::membership::DEFAULT_MAX_GANG_SIZE,
             native_scheduling: false,
             topology: None,
+            disruption: Disruption::Gang,
         }
     }
 }

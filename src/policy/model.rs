@@ -679,6 +679,21 @@ pub struct GangPolicySpec {
     /// (innermost first, falling back outward). Members may ask for a tighter one of these
     /// levels with the annotation `allot.dev/topology`, never a looser one.
     pub topology: Option<super::topology::TopologySpec>,
+    /// What happens to a released gang when a disruption (the scheduler's preemption, an
+    /// eviction, a taint) takes one of its members: `Gang` (default) deletes the others too,
+    /// so that it re-assembles and starts whole; `Pod` leaves them running.
+    #[serde(default)]
+    pub disruption: Disruption,
+}
+
+/// `GangPolicy.spec.disruption`.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum Disruption {
+    /// A gang is disrupted whole: the other members of one that lost a member are deleted.
+    #[default]
+    Gang,
+    /// Members are disrupted one by one; the others keep running.
+    Pod,
 }
 
 /// Operations a Rule runs on.
