@@ -82,6 +82,7 @@ fn snapshot() -> Snapshot {
                 starvation_after: Some(1800),
                 phantoms: None,
                 topology: None,
+                joins: None,
             }
         })
         .collect();

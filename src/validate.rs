@@ -245,6 +245,17 @@ pub fn pod_gang(
     policies.gang_of(&PodFacts::from_json(&view.pod), namespace, team.team.map(|t| t.name.as_str()))
 }
 
+/// Why a Pod view's gang member asks for a topology level its GangPolicy does not allow
+/// ([`PolicySet::topology_refusal`]).
+pub fn topology_refusal(
+    policies: &PolicySet,
+    view: &PodView<'_>,
+    namespace: &str,
+    team: &TeamLookup<'_>,
+) -> Option<String> {
+    policies.topology_refusal(&PodFacts::from_json(&view.pod), namespace, team.team.map(|t| t.name.as_str()))
+}
+
 /// The gang the pods of a workload template (`view`, without a gang of its own) will be
 /// inferred into once the workload's controller makes them, under the team's GangPolicy: the
 /// template with the controller's labels ([`controller_labels`]) through the very

@@ -290,6 +290,14 @@ mod creates {
                     let denied = denials(&validation, "gang/metadata");
                     assert!(denied.len() == 1 && denied[0].message.contains(level), "{:?}", validation.findings);
                 }
+                // Judged at CREATE only: a member admitted before a policy change keeps its gang
+                // in the controller's view (it gets the policy's own levels there).
+                let mut existing = pod.clone();
+                existing["metadata"]["name"] = json!("w-0");
+                existing["metadata"]["namespace"] = json!("vision");
+                let typed: k8s_openapi::api::core::v1::Pod = serde_json::from_value(existing).unwrap();
+                let record = allot::cluster::PodRecord::from_pod(&typed, set, &NoNamespaces).expect("record");
+                assert!(record.gang.is_some(), "{level}: the member keeps its gang");
             }
         }
 

@@ -672,10 +672,6 @@ impl PodRecord {
         (self.namespace.clone(), self.name.clone())
     }
 
-    /// The pod's shape for the simulation (requests only, for a bound pod).
-    /// A shared claim's devices are in it too: the simulation does not know whether another
-    /// pod's allocation already holds them, so a member asking them is placed as if it needed
-    /// them (waiting, never over-placing).
     /// Adds `key: value` to its node selector (a topology pin, [`super::ClusterState::pin_placement`]).
     /// A placement over the bounds stays as it is: where that member may go is not known anyway.
     pub fn pin_placement(&mut self, key: &str, value: &str) {
@@ -687,6 +683,10 @@ impl PodRecord {
         self.placement = Some(placement.interned());
     }
 
+    /// The pod's shape for the simulation (requests only, for a bound pod).
+    /// A shared claim's devices are in it too: the simulation does not know whether another
+    /// pod's allocation already holds them, so a member asking them is placed as if it needed
+    /// them (waiting, never over-placing).
     pub fn shape(&self) -> PodShape {
         let mut requests: ResourceList = self.requests.iter().map(|(k, v)| (k.to_string(), *v)).collect();
         for claim in self.held_claims() {

@@ -403,6 +403,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             explained.clear();
             queued.clear();
             handed_off.clear();
+            refused.clear();
             seen_generation = u64::MAX;
             metrics.leader.set(i64::from(is_leader));
             metrics.clear_waiting();
@@ -855,6 +856,7 @@ async fn execute_lifts(
                         }
                         Err(e) if admission_refusal(&e).is_some() => {
                             let admission = admission_refusal(&e).unwrap_or_default();
+                            refused.refused_now(&namespace, &pod);
                             (refused.refused(metrics, "gate", &namespace, &pod, admission), true)
                         }
                         Err(e) if is_status(&e, &[404]) => {
@@ -905,6 +907,9 @@ async fn execute_lifts(
         .collect()
         .await;
     let failed = admitted.iter().any(|(_, failed)| *failed);
+    // A member whose lift was refused is not told the plan's "releasing": it keeps what the
+    // refusal says (else whichever condition write landed last would win).
+    refused.drop_plans_for_refused(&mut rest);
     rest.extend(admitted.into_iter().filter_map(|(action, _)| action));
     (rest, failed)
 }

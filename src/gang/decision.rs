@@ -97,6 +97,9 @@ pub struct WaitingGang {
     /// The topology levels it must or should land wholly inside (its GangPolicy's `topology`,
     /// tightened by its members' `allot.dev/topology`); `None`: any nodes.
     pub topology: Option<GangTopology>,
+    /// The topology domain its released members already run in: the gated ones (replacements,
+    /// a lift that failed) must join them there, whatever domain would suit them alone.
+    pub joins: Option<Domain>,
 }
 
 /// A member over the placement bounds and the bound it passed.
@@ -549,7 +552,7 @@ impl<'a> Simulation<'a> {
             set.insert((after, node));
             *total = Quantity::from_nanos(total.nanos() - sign * q.nanos());
         }
-        self.levels.adjust(node, requests, sign);
+        self.levels.adjust(node, requests, sign, &self.class_member);
         for (name, q) in requests {
             if let Some(f) = self.free[node].get_mut(name) {
                 *f = Quantity::from_nanos(f.nanos() - sign * q.nanos());
@@ -587,9 +590,11 @@ impl<'a> Simulation<'a> {
     /// included.
     fn usable_nodes(&mut self, gang: &WaitingGang) -> Vec<bool> {
         let mut usable = vec![false; self.nodes.len()];
+        // A gang that requires a topology level can use only nodes in some domain of it.
+        let level = gang.topology.as_ref().filter(|t| t.required).map(|t| t.outermost());
         for class in self.classes_of(gang) {
             for &i in &self.class_nodes[class] {
-                usable[i] = true;
+                usable[i] = level.is_none_or(|l| self.nodes[i].labels.contains_key(l));
             }
         }
         usable

@@ -56,8 +56,8 @@ pub struct ControllerMetrics {
     /// own webhook allowing another identity than the one the controller writes as, or a
     /// policy in the way. Every such refusal leaves gangs gated for ever: alert on any.
     pub refused_lifts: Family<WriteLabels, Counter>,
-    /// Complete gangs waiting because no domain of their required topology level holds them,
-    /// by level (leader only).
+    /// Complete gangs with a required topology level that do not fit now, by that level (leader
+    /// only): their messages say whether a domain or the cluster is short.
     pub gangs_waiting_for_domain: Family<LevelLabels, Gauge>,
 }
 

@@ -19,8 +19,8 @@ pub struct Plan {
     pub actions: Vec<ControllerAction>,
     /// Gangs still waiting, by the reason on their members' condition.
     pub waiting: BTreeMap<&'static str, u64>,
-    /// Complete gangs that wait because no domain of the topology level they require holds
-    /// them, by that level (outermost they may use).
+    /// Complete gangs with a required topology level that do not fit now, by that level (the
+    /// outermost they may use).
     pub waiting_for_domain: BTreeMap<String, u64>,
     /// Gangs released in this pass.
     pub released: Vec<ReleasedGang>,

@@ -36,7 +36,20 @@ pub fn refused_message(admission: &str) -> String {
 /// The members whose gang-gate lift admission refused, so that each is told once (not at every
 /// retry) and told again once its gate is lifted after all.
 #[derive(Debug, Default)]
-pub struct RefusedLifts(std::sync::Mutex<std::collections::HashSet<(String, String)>>);
+pub struct RefusedLifts {
+    /// Told it was refused (bounded by [`MAX_TOLD`]; cleared when leadership changes).
+    told: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+    /// Refused in the pass under way: the plan's own explanation of them is dropped.
+    this_pass: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+}
+
+/// Members remembered as told at most: past it a refusal is still counted and logged, but not
+/// told on the member (a long misconfiguration with churning Jobs must not grow the set).
+const MAX_TOLD: usize = 10_000;
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 impl RefusedLifts {
     /// Counts and logs a refused lift of `kind`; the explanation for the member the first
@@ -51,8 +64,10 @@ impl RefusedLifts {
     ) -> Option<ControllerAction> {
         metrics.refused_lifts.get_or_create(&WriteLabels { kind }).inc();
         tracing::error!(%namespace, %pod, gate = kind, error = %admission, "admission refused Allot's gate lift: the gang stays gated until the identity Allot's webhook allows (allot_identity_info) is the one this controller writes as");
-        let first = kind == "gate"
-            && self.0.lock().unwrap_or_else(|e| e.into_inner()).insert((namespace.to_string(), pod.to_string()));
+        let first = kind == "gate" && {
+            let mut told = lock(&self.told);
+            told.len() < MAX_TOLD && told.insert((namespace.to_string(), pod.to_string()))
+        };
         first.then(|| ControllerAction::Explain {
             namespace: namespace.to_string(),
             pod: pod.to_string(),
@@ -63,11 +78,33 @@ impl RefusedLifts {
         })
     }
 
+    /// The gang-gate lift of this member was refused in the pass under way.
+    pub fn refused_now(&self, namespace: &str, pod: &str) {
+        lock(&self.this_pass).insert((namespace.to_string(), pod.to_string()));
+    }
+
+    /// Drops the plan's explanations of the members refused in this pass (they keep the
+    /// refusal's), and starts the next pass afresh.
+    pub fn drop_plans_for_refused(&self, actions: &mut Vec<ControllerAction>) {
+        let refused = std::mem::take(&mut *lock(&self.this_pass));
+        if refused.is_empty() {
+            return;
+        }
+        actions.retain(|a| match a {
+            ControllerAction::Explain { namespace, pod, .. } => !refused.contains(&(namespace.clone(), pod.clone())),
+            _ => true,
+        });
+    }
+
+    /// Forgets every member told (a new leader starts from the pods).
+    pub fn clear(&self) {
+        lock(&self.told).clear();
+    }
+
     /// A member's gate was lifted: if it was told its lift was refused, it is told it is
     /// released now.
     pub fn lifted(&self, namespace: &str, pod: &str) -> Option<ControllerAction> {
-        let was_refused =
-            self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&(namespace.to_string(), pod.to_string()));
+        let was_refused = lock(&self.told).remove(&(namespace.to_string(), pod.to_string()));
         was_refused.then(|| ControllerAction::Explain {
             namespace: namespace.to_string(),
             pod: pod.to_string(),
@@ -94,6 +131,36 @@ mod tests {
         let policy = "pods \"p\" is forbidden: ValidatingAdmissionPolicy 'allot-rules' with binding 'allot-rules' denied request: no";
         assert_eq!(admission_refusal(&api_error(403, policy)), Some(policy));
         assert!(refused_message(webhook).contains("[tenant/allot-gates]"));
+    }
+
+    #[test]
+    fn a_refused_member_is_told_once_keeps_the_refusal_over_the_plan_and_is_told_when_lifted() {
+        let refused = RefusedLifts::default();
+        let metrics = ControllerMetrics::default();
+        let explain = |ready: bool| ControllerAction::Explain {
+            namespace: "ml".into(),
+            pod: "w-0".into(),
+            ready,
+            reason: "Released",
+            message: "releasing".into(),
+            warning: false,
+        };
+        refused.refused_now("ml", "w-0");
+        let told = refused.refused(&metrics, "gate", "ml", "w-0", "denied");
+        assert!(matches!(told, Some(ControllerAction::Explain { reason: RELEASE_REFUSED_REASON, ready: false, .. })));
+        assert!(refused.refused(&metrics, "gate", "ml", "w-0", "denied").is_none(), "told once");
+        // The plan's "releasing" for the refused member is dropped; others' are kept.
+        let mut plans =
+            vec![explain(true), ControllerAction::QuotaAdmitted { namespace: "ml".into(), pod: "w-0".into() }];
+        refused.drop_plans_for_refused(&mut plans);
+        assert_eq!(plans.len(), 1);
+        let mut next_pass = vec![explain(true)];
+        refused.drop_plans_for_refused(&mut next_pass);
+        assert_eq!(next_pass.len(), 1, "only the pass that was refused");
+        assert!(matches!(refused.lifted("ml", "w-0"), Some(ControllerAction::Explain { ready: true, .. })));
+        assert!(refused.lifted("ml", "w-0").is_none());
+        let counted = metrics.refused_lifts.get_or_create(&WriteLabels { kind: "gate" }).get();
+        assert_eq!(counted, 2);
     }
 
     #[test]

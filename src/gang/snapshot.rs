@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::decision::{
-    GangKey, GangTopology, Member, Phantoms, Snapshot, StrayMember, ToldLate, Unplaceable, WaitingGang,
+    Domain, GangKey, GangTopology, Member, Phantoms, Snapshot, StrayMember, ToldLate, Unplaceable, WaitingGang,
 };
 use super::directory::Peer;
 use super::membership::{OwnerGang, QUOTA_GATE};
@@ -27,6 +27,21 @@ pub struct MemberRef {
     pub has_node_selector: bool,
     /// Fingerprint of its `allot.dev/GangReady` condition as the pod carries it (0: none).
     pub condition: u64,
+}
+
+/// The topology domain a gang's released members are in, innermost level first: from a bound
+/// member's node labels or a released member's node selector (its pin).
+fn peer_domain(g: &WaitingGang, gf: &GangFacts, nodes: &[crate::cluster::NodeInfo]) -> Option<Domain> {
+    let topology = g.topology.as_ref()?;
+    topology.levels.iter().find_map(|level| {
+        let pinned = gf.peer_selectors.iter().find(|(k, _)| k == level).map(|(_, v)| v.clone());
+        let bound = || {
+            gf.peer_nodes.iter().find_map(|name| {
+                nodes.iter().find(|n| n.name.as_str() == &**name).and_then(|n| n.labels.get(level).cloned())
+            })
+        };
+        pinned.or_else(bound).map(|value| Domain { level: level.clone(), value })
+    })
 }
 
 /// The levels a gang is placed by, one more member seen: the policy's, tightened by the level
@@ -82,6 +97,11 @@ pub struct GangFacts {
     newest_ungated: Option<(i64, i64)>,
     /// The latest quota lift among its gated members (seconds): the gang could not go before.
     quota_lifted: Option<i64>,
+    /// Where its released members are: the nodes of the bound ones, the node selectors of the
+    /// others (their topology pin among them). A gated member joining them must land in their
+    /// topology domain, not in the best one for itself.
+    peer_nodes: Vec<Arc<str>>,
+    peer_selectors: Vec<(String, String)>,
 }
 
 /// A present member the gang gate no longer holds.
@@ -254,6 +274,7 @@ impl GangSnapshot for ClusterState {
                     starvation_after: Some(policy.starvation_after.as_secs() as i64),
                     phantoms: None,
                     topology: None,
+                    joins: None,
                 });
                 entry.topology = tighter(entry.topology.take(), policy.topology.as_ref(), g.topology.as_deref());
                 if p.quota_gate_index.is_some() {
@@ -289,6 +310,9 @@ impl GangSnapshot for ClusterState {
                 // timeout (then it has failed to start, see `plan`).
                 in_flight.push(p.shape());
                 gf.released += 1;
+                if let Some(placement) = &p.placement {
+                    gf.peer_selectors.extend(placement.node_selector.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
             }
         }
         count_running(&view, &mut facts, now);
@@ -301,11 +325,12 @@ impl GangSnapshot for ClusterState {
                 }
             }
         }
+        let nodes = nodes_with_devices(&view, policies);
         let gangs = waiting
             .into_values()
             .map(|g| {
                 let gf = facts.get(&g.key);
-                finish(g, gf)
+                finish(g, gf, &nodes)
             })
             .collect();
         let mut bound: Vec<(String, ResourceList)> = bound.into_iter().map(|(n, r)| (n.to_string(), r)).collect();
@@ -314,7 +339,7 @@ impl GangSnapshot for ClusterState {
         told_late.sort_by(|a, b| (&a.gang, &a.name).cmp(&(&b.gang, &b.name)));
         let snapshot = Snapshot {
             now,
-            nodes: nodes_with_devices(&view, policies),
+            nodes,
             bound,
             in_flight,
             gangs,
@@ -419,6 +444,7 @@ fn count_running(view: &ClusterView<'_>, facts: &mut HashMap<GangKey, GangFacts>
             && let Some(gf) = facts.get_mut(&GangKey { namespace: p.namespace.to_string(), name: g.name.clone() })
         {
             gf.released += 1;
+            gf.peer_nodes.extend(p.node_name.clone());
             gf.newest_ungated = gf.newest_ungated.max(Some(p.order_key()));
             gf.started.push(StartedMember {
                 name: p.name.to_string(),
@@ -437,7 +463,7 @@ fn count_running(view: &ClusterView<'_>, facts: &mut HashMap<GangKey, GangFacts>
 
 /// A waiting gang as the decision takes it: the bar lowered by what already runs, phantom
 /// workers for a LeaderReady leader, members in name order.
-fn finish(mut g: WaitingGang, gf: Option<&GangFacts>) -> WaitingGang {
+fn finish(mut g: WaitingGang, gf: Option<&GangFacts>, nodes: &[crate::cluster::NodeInfo]) -> WaitingGang {
     // Members already released count towards the quorum only while they and the gated ones
     // fit in the declared size. More means the name was used again (4 members of an earlier
     // gang g still running, 4 new pods labelled g): counting them would lower the bar to
@@ -461,6 +487,11 @@ fn finish(mut g: WaitingGang, gf: Option<&GangFacts>) -> WaitingGang {
     }
     // The decision counts gated members; lower the bar by what already runs.
     g.expected = g.expected.map(|n| n.saturating_sub(released));
+    if released > 0
+        && let Some(gf) = gf
+    {
+        g.joins = peer_domain(&g, gf, nodes);
+    }
     // LeaderReady: the leader alone is gated, its workers do not exist yet. It goes when the
     // whole group would fit: its workers are placed as phantoms (one shape and a count, never one
     // entry per declared worker: the count is the tenant's number), so only the leader is released.

@@ -29,6 +29,7 @@ fn gang(name: &str, expected: u32, present: u32, gpus: i64, priority: i32, creat
         starvation_after: None,
         phantoms: None,
         topology: None,
+        joins: None,
     }
 }
 

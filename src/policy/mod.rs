@@ -695,21 +695,24 @@ impl PolicySet {
         team: Option<&str>,
     ) -> Result<Option<crate::gang::membership::Membership>, String> {
         let policy = self.gang_policy(namespace, team);
-        let gang =
-            crate::gang::membership::membership(facts, &policy.infer, policy.coscheduling_size, policy.max_size)?;
-        // A level a gang asks for must be one of its policy's: never a looser one, never a way
-        // out of the levels the platform set.
-        if gang.is_some()
-            && let Some(asked) = facts.annotations.get(topology::TOPOLOGY_ANNOTATION)
-        {
-            match &policy.topology {
-                Some(levels) => {
-                    levels.for_gang(Some(asked))?;
-                }
-                None => return Err(topology::no_levels(asked)),
-            }
+        crate::gang::membership::membership(facts, &policy.infer, policy.coscheduling_size, policy.max_size)
+    }
+
+    /// Why the topology level a gang member asks for (`allot.dev/topology`) is not one its
+    /// GangPolicy allows (never a looser one, never a way out of the levels the platform set);
+    /// `None` when it asks none or an allowed one. Judged at CREATE only: a member admitted
+    /// before a policy change keeps its gang (the controller then uses the policy's levels).
+    pub fn topology_refusal(
+        &self,
+        facts: &crate::gang::membership::PodFacts<'_>,
+        namespace: &str,
+        team: Option<&str>,
+    ) -> Option<String> {
+        let asked = facts.annotations.get(topology::TOPOLOGY_ANNOTATION)?;
+        match &self.gang_policy(namespace, team).topology {
+            Some(levels) => levels.for_gang(Some(asked)).err(),
+            None => Some(topology::no_levels(asked)),
         }
-        Ok(gang)
     }
 
     /// Counts of each kind, for logs and `/readyz`.

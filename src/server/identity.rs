@@ -19,8 +19,11 @@ pub enum Reported {
     Username(String),
     /// No Kubernetes API (no kubeconfig, no in-cluster config, or `--no-kube`).
     NoApi,
-    /// The API answered, but not with a user name (refused, timed out, an old API server):
-    /// why.
+    /// The API server will not say (an API server older than 1.28, RBAC that takes
+    /// `selfsubjectreviews` away, no user in the answer): why.
+    Refused(String),
+    /// The API server did not answer in time, or failed (a timeout, a 5xx): why. Asking again
+    /// later may work, so Allot does not guess.
     Failed(String),
 }
 
@@ -62,6 +65,12 @@ pub enum IdentityError {
          asks the API server who it is), or run Allot with the credentials of {flag:?}"
     )]
     Mismatch { flag: String, reported: String },
+    #[error(
+        "cannot ask the API server who Allot is ({why}); starting with a guessed identity would let \
+         Allot's webhook refuse its own gate lifts, so it stops here and its restart asks again (or \
+         set --allot-username)"
+    )]
+    Unreachable { why: String },
 }
 
 impl IdentityError {
@@ -69,6 +78,7 @@ impl IdentityError {
     pub fn metric_label(&self) -> &'static str {
         match self {
             IdentityError::Mismatch { .. } => "mismatch",
+            IdentityError::Unreachable { .. } => "unreachable",
         }
     }
 }
@@ -84,10 +94,11 @@ pub fn decide(reported: &Reported, flag: Option<&str>) -> Result<Identity, Ident
             Err(IdentityError::Mismatch { flag: flag.to_string(), reported: reported.clone() })
         }
         (Reported::Username(reported), _) => Ok(Identity { username: reported.clone(), source: Source::ApiServer }),
-        (Reported::NoApi | Reported::Failed(_), Some(flag)) => {
+        (Reported::NoApi | Reported::Refused(_) | Reported::Failed(_), Some(flag)) => {
             Ok(Identity { username: flag.to_string(), source: Source::Flag })
         }
-        (Reported::NoApi | Reported::Failed(_), None) => {
+        (Reported::Failed(why), None) => Err(IdentityError::Unreachable { why: why.clone() }),
+        (Reported::NoApi | Reported::Refused(_), None) => {
             Ok(Identity { username: crate::tenant::DEFAULT_ALLOT_USERNAME.to_string(), source: Source::Default })
         }
     }
@@ -111,12 +122,12 @@ pub async fn ask(client: &kube::Client) -> Reported {
                 let username = review.status.and_then(|s| s.user_info).and_then(|u| u.username);
                 match username.filter(|u| !u.is_empty()) {
                     Some(username) => return Reported::Username(username),
-                    None => return Reported::Failed("the SelfSubjectReview names no user".into()),
+                    None => return Reported::Refused("the SelfSubjectReview names no user".into()),
                 }
             }
             // Refused for good: asking again changes nothing.
             Ok(Err(kube::Error::Api(e))) if matches!(e.code, 401 | 403 | 404) => {
-                return Reported::Failed(format!("SelfSubjectReview refused: {e}"));
+                return Reported::Refused(format!("SelfSubjectReview refused: {e}"));
             }
             Ok(Err(e)) => why = format!("SelfSubjectReview failed: {e}"),
             Err(_) => why = format!("SelfSubjectReview timed out after {}s", ATTEMPT_TIMEOUT.as_secs()),
@@ -139,7 +150,7 @@ pub async fn resolve(client: Option<&kube::Client>, flag: Option<&str>) -> Resul
         (_, Source::ApiServer) => {
             tracing::info!(username = %identity.username, "Allot's identity, as the API server reports it")
         }
-        (Reported::Failed(why), source) => tracing::warn!(
+        (Reported::Refused(why) | Reported::Failed(why), source) => tracing::warn!(
             username = %identity.username,
             source = source.as_str(),
             error = %why,
@@ -183,8 +194,17 @@ mod tests {
     }
 
     #[test]
+    fn an_api_server_that_does_not_answer_stops_allot_unless_a_flag_says() {
+        let failed = Reported::Failed("SelfSubjectReview timed out after 5s".into());
+        let err = decide(&failed, None).unwrap_err();
+        assert_eq!(err.metric_label(), "unreachable");
+        assert!(err.to_string().contains("timed out"), "{err}");
+        assert_eq!(decide(&failed, Some("ops:allot")).unwrap().source, Source::Flag);
+    }
+
+    #[test]
     fn without_api_access_the_flag_stands_else_the_default() {
-        for reported in [Reported::NoApi, Reported::Failed("timed out".into())] {
+        for reported in [Reported::NoApi, Reported::Refused("404 the server could not find the resource".into())] {
             let flagged = decide(&reported, Some("ops:allot")).unwrap();
             assert_eq!(flagged, Identity { username: "ops:allot".into(), source: Source::Flag });
             let default = decide(&reported, None).unwrap();

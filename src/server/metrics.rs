@@ -22,7 +22,7 @@
 //! | `allot_quota_queue_releases_total` | | pods released from a quota queue |
 //! | `allot_gang_controller_passes_total` | | decision passes (leader only) |
 //! | `allot_gang_controller_refused_lifts_total` | `kind` (gate/quota) | gate lifts that admission refused (Allot's own webhook allowing another identity, or a policy in the way): gangs stay gated; alert `AllotGateLiftsRefused` |
-//! | `allot_gangs_waiting_for_topology` | `level` | complete gangs waiting because no domain of the topology level they require holds them (leader only; the level comes from the policies) |
+//! | `allot_gangs_waiting_for_topology` | `level` | complete gangs with a required topology level that do not fit now (leader only; the level comes from the policies) |
 //! | `allot_identity_info` | `username`, `source` (api-server/flag/default) | 1 for the identity whose writes may move Allot's gates (asked of the API server at start) |
 //! | `allot_gang_controller_writes_total` | `kind` (gate/condition/event/delete/arrival) | the controller's writes to the API, Lease aside (every kind from 0) |
 //! | `allot_team_accelerators` | `team`, `resource`, `state` | accelerators requested by non-finished pods |
@@ -254,7 +254,7 @@ impl Metrics {
         );
         registry.register(
             "gangs_waiting_for_topology",
-            "Complete gangs waiting because no domain of their required topology level holds them, by level (leader only)",
+            "Complete gangs with a required topology level that do not fit now, by that level (leader only)",
             controller.gangs_waiting_for_domain.clone(),
         );
         registry.register(

@@ -31,17 +31,22 @@ struct Level {
     of_node: Vec<Option<usize>>,
     /// By domain: its nodes.
     nodes: Vec<Vec<usize>>,
-    /// By resource, by domain: free on all its nodes (whatever they admit).
-    free: HashMap<String, Vec<Quantity>>,
+    /// By (placement class, resource), by domain: free on the domain's nodes that class admits.
+    free: HashMap<(usize, String), Vec<Quantity>>,
+    /// By (placement class, resource): the domain with the most allocatable on the nodes that
+    /// class admits, and how much (what a gang could ever have in one domain).
+    largest: HashMap<(usize, String), Option<(Quantity, usize)>>,
 }
 
 impl Levels {
     /// A node's free capacity changed by `sign × requests` (see `Simulation::adjust`).
-    pub(super) fn adjust(&mut self, node: usize, requests: &ResourceList, sign: i128) {
+    pub(super) fn adjust(&mut self, node: usize, requests: &ResourceList, sign: i128, class_member: &[Vec<bool>]) {
         for level in self.by_key.values_mut() {
             let Some(domain) = level.of_node[node] else { continue };
-            for (resource, q) in requests {
-                if let Some(free) = level.free.get_mut(resource) {
+            for ((class, resource), free) in level.free.iter_mut() {
+                if let Some(q) = requests.get(resource)
+                    && class_member[*class][node]
+                {
                     free[domain] = Quantity::from_nanos(free[domain].nanos() - sign * q.nanos());
                 }
             }
@@ -101,7 +106,10 @@ impl Simulation<'_> {
     /// no domain). Committed.
     pub(super) fn place_for(&mut self, gang: &WaitingGang) -> Option<(Placements, Option<Domain>)> {
         let Some(topology) = &gang.topology else { return self.place_gang(gang).map(|p| (p, None)) };
-        let main = main_need(gang);
+        if let Some(peers) = &gang.joins {
+            return self.place_in_domain(gang, peers);
+        }
+        let main = main_need(self, gang);
         for level in &topology.levels {
             for domain in self.candidates(level, main.as_ref()) {
                 let nodes = self.levels.by_key[level].nodes[domain].clone();
@@ -114,6 +122,16 @@ impl Simulation<'_> {
         if topology.required { None } else { self.place_gang(gang).map(|p| (p, None)) }
     }
 
+    /// Places the gang in `domain` alone (where its released members are), or nowhere.
+    fn place_in_domain(&mut self, gang: &WaitingGang, domain: &Domain) -> Option<(Placements, Option<Domain>)> {
+        self.ensure_level(&domain.level);
+        let level = &self.levels.by_key[&domain.level];
+        let index = level.names.binary_search(&domain.value).ok()?;
+        let nodes = level.nodes[index].clone();
+        let done = self.place_members(gang, Some(&nodes))?;
+        Some((self.named(done), Some(domain.clone())))
+    }
+
     /// `(member, node)` by member name.
     fn named(&self, done: Vec<(usize, &Member)>) -> Placements {
         let mut placements: Vec<(String, String)> =
@@ -124,11 +142,13 @@ impl Simulation<'_> {
 
     /// The domains of `level` worth trying, best fit first: those with at least `main`'s
     /// amount free (all, when the gang asks no accelerator), by what is left over, then name.
-    fn candidates(&mut self, level: &str, main: Option<&(String, Quantity)>) -> Vec<usize> {
+    fn candidates(&mut self, level: &str, main: Option<&(usize, String, Quantity)>) -> Vec<usize> {
         self.ensure_level(level);
-        let Some((resource, needed)) = main else { return (0..self.levels.by_key[level].names.len()).collect() };
-        let free = self.domain_free(level, resource).clone();
-        let mut fitting: Vec<(Quantity, usize)> = free
+        let Some((class, resource, needed)) = main else {
+            return (0..self.levels.by_key[level].names.len()).collect();
+        };
+        let mut fitting: Vec<(Quantity, usize)> = self
+            .domain_free(level, *class, resource)
             .iter()
             .enumerate()
             .filter(|(_, f)| **f >= *needed)
@@ -161,23 +181,37 @@ impl Simulation<'_> {
                 nodes[*d].push(i);
             }
         }
-        self.levels.by_key.insert(level.to_string(), Level { names, of_node, nodes, free: HashMap::new() });
+        let level_data = Level { names, of_node, nodes, free: HashMap::new(), largest: HashMap::new() };
+        self.levels.by_key.insert(level.to_string(), level_data);
     }
 
-    /// Each domain's free `resource` now (computed once, then kept up to date by `adjust`).
-    fn domain_free(&mut self, level: &str, resource: &str) -> &Vec<Quantity> {
+    /// Each domain's free `resource` on the nodes `class` admits, now (computed once, then kept
+    /// up to date by `adjust`).
+    fn domain_free(&mut self, level: &str, class: usize, resource: &str) -> &Vec<Quantity> {
         self.ensure_level(level);
-        let free = &self.free;
+        let (free, admits) = (&self.free, &self.class_member[class]);
         let entry = self.levels.by_key.get_mut(level).map(|l| {
             let nodes = &l.nodes;
-            l.free.entry(resource.to_string()).or_insert_with(|| {
-                nodes
-                    .iter()
-                    .map(|ns| sum(ns.iter().map(|&i| free[i].get(resource).copied().unwrap_or(Quantity::ZERO))))
-                    .collect()
+            l.free.entry((class, resource.to_string())).or_insert_with(|| {
+                let of = |i: &usize| free[*i].get(resource).copied().unwrap_or(Quantity::ZERO);
+                nodes.iter().map(|ns| sum(ns.iter().filter(|i| admits[**i]).map(of))).collect()
             })
         });
         entry.expect("ensure_level made the level")
+    }
+
+    /// The domain of `level` with the most allocatable `resource` on the nodes `class` admits
+    /// (computed once per pass).
+    fn largest_domain(&mut self, level: &str, class: usize, resource: &str) -> Option<(Quantity, usize)> {
+        self.ensure_level(level);
+        let (nodes, admits) = (self.nodes, &self.class_member[class]);
+        let l = self.levels.by_key.get_mut(level)?;
+        let domains = &l.nodes;
+        *l.largest.entry((class, resource.to_string())).or_insert_with(|| {
+            let of = |i: &usize| nodes[*i].allocatable.get(resource).copied().unwrap_or(Quantity::ZERO);
+            let capacity = domains.iter().map(|ns| sum(ns.iter().filter(|i| admits[**i]).map(of)));
+            capacity.enumerate().map(|(d, q)| (q, d)).max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
+        })
     }
 
     /// A node among `nodes` for `shape` given current free capacity: one its static filters
@@ -193,7 +227,7 @@ impl Simulation<'_> {
     }
 
     /// Free `resource` on those of `nodes` that `class` admits.
-    pub(super) fn free_on(&mut self, class: usize, resource: &str, nodes: &[usize]) -> Quantity {
+    pub(super) fn free_on(&self, class: usize, resource: &str, nodes: &[usize]) -> Quantity {
         sum(nodes
             .iter()
             .filter(|&&i| self.class_member[class][i])
@@ -201,51 +235,41 @@ impl Simulation<'_> {
     }
 
     /// Why a gang that requires a domain waits, at the loosest level it may use; `None` for a
-    /// gang without a required topology (its plain figures say it) or without members.
+    /// gang without a required topology (its plain figures say it) or without members. Costs
+    /// O(domains): each domain's free and the largest domain are kept per placement class.
     pub(super) fn within(&mut self, gang: &WaitingGang, needed: &ResourceList) -> Option<Within> {
         let topology = gang.topology.as_ref().filter(|t| t.required)?;
         let first = gang.members.first()?;
         let resource = Self::primary(&first.shape)?.to_string();
         let needed = needed.get(&resource).copied().unwrap_or(Quantity::ZERO);
-        let level = topology.outermost().to_string();
+        let level = gang.joins.as_ref().map_or_else(|| topology.outermost().to_string(), |d| d.level.clone());
         let class = self.class_of(&first.shape);
-        self.ensure_level(&level);
-        let domains = self.levels.by_key[&level].nodes.clone();
-        let names = self.levels.by_key[&level].names.clone();
-        let mut most_free: Option<(Quantity, String)> = None;
-        let mut largest: Option<(Quantity, String)> = None;
-        for (d, nodes) in domains.iter().enumerate() {
-            let free = self.free_on(class, &resource, nodes);
-            if most_free.as_ref().is_none_or(|(q, _)| free > *q) {
-                most_free = Some((free, names[d].clone()));
-            }
-            let capacity = sum(nodes
-                .iter()
-                .filter(|&&i| self.class_member[class][i])
-                .map(|&i| self.nodes[i].allocatable.get(&resource).copied().unwrap_or(Quantity::ZERO)));
-            if largest.as_ref().is_none_or(|(q, _)| capacity > *q) {
-                largest = Some((capacity, names[d].clone()));
-            }
-        }
-        let all: Vec<usize> = (0..self.nodes.len()).collect();
-        let free_in_all = self.free_on(class, &resource, &all);
-        let never = largest.filter(|(capacity, _)| *capacity < needed);
+        self.ensure_index(class, &resource);
+        let free_in_all = self.index[&(class, resource.clone())].1;
+        let largest = self.largest_domain(&level, class, &resource);
+        let free = self.domain_free(&level, class, &resource);
+        // The most free, the first by name among equals (domains are numbered in name order).
+        let most = free.iter().enumerate().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(&a.0))).map(|(d, q)| (*q, d));
+        let names = &self.levels.by_key[&level].names;
+        let most_free = most.map(|(q, d)| (q, names[d].clone()));
+        let never = largest.filter(|(capacity, _)| *capacity < needed).map(|(q, d)| (q, names[d].clone()));
         Some(Within { level, resource, needed, most_free, free_in_all, never })
     }
 }
 
 /// The gang's main accelerator (its first member's largest) and how much of it all its members
 /// and phantoms ask: what a domain must have free to be worth trying.
-fn main_need(gang: &WaitingGang) -> Option<(String, Quantity)> {
+fn main_need(sim: &mut Simulation<'_>, gang: &WaitingGang) -> Option<(usize, String, Quantity)> {
     let first = gang.members.first()?;
     let resource = Simulation::primary(&first.shape)?.to_string();
+    let class = sim.class_of(&first.shape);
     let of = |requests: &ResourceList| requests.get(&resource).copied().unwrap_or(Quantity::ZERO);
     let mut needed = sum(gang.members.iter().map(|m| of(&m.shape.requests)));
     if let Some(p) = &gang.phantoms {
         needed = needed
             .saturating_add(Quantity::from_nanos(of(&p.shape.requests).nanos().saturating_mul(i128::from(p.count))));
     }
-    Some((resource, needed))
+    Some((class, resource, needed))
 }
 
 fn sum(quantities: impl Iterator<Item = Quantity>) -> Quantity {

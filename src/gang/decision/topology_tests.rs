@@ -43,6 +43,7 @@ fn gang(name: &str, members: u32, gpus: i64, topology: Option<GangTopology>) -> 
         starvation_after: None,
         phantoms: None,
         topology,
+        joins: None,
     }
 }
 
@@ -134,11 +135,27 @@ fn a_gang_no_rack_can_ever_hold_is_told_so_and_holds_nobody_back() {
 }
 
 #[test]
+fn a_member_joining_its_running_peers_goes_to_their_rack_or_waits() {
+    // Its three peers run in rack-b (one GPU left there); rack-a, all free, would suit it best.
+    let mut g = gang("g", 1, 1, topology(&[RACK], true));
+    g.joins = Some(Domain { level: RACK.into(), value: "rack-b".into() });
+    let s = two_racks(&["b1", "b2", "b2"], vec![g.clone()]);
+    let d = decide(&s);
+    let (placements, domain) = released(&d[0]).expect("released");
+    assert_eq!(domain.as_ref().map(|d| d.value.as_str()), Some("rack-b"));
+    assert_eq!(placements, &vec![("g-0".to_string(), "b1".to_string())]);
+    // With rack-b full it waits, though rack-a is empty: half a gang per rack is no gang.
+    let s = two_racks(&["b1", "b1", "b2", "b2"], vec![g]);
+    assert_eq!(decide(&s)[0].verdict, Verdict::DoesNotFit);
+}
+
+#[test]
 fn a_released_gangs_reservation_keeps_to_its_rack() {
-    // Two members released into rack-a, not bound yet (pinned there): rack-a has 2 left, so a
-    // gang of 3 goes to rack-b, and a second gang of 3 waits.
+    // Two members released into rack-b, not bound yet (pinned there; unpinned, best fit would
+    // reserve them in rack-a): rack-b has 2 left, so a gang of 3 goes to rack-a, and a second
+    // gang of 3 waits.
     let mut pinned = shape(1);
-    pinned.node_selector.insert(RACK.into(), "rack-a".into());
+    pinned.node_selector.insert(RACK.into(), "rack-b".into());
     let mut s = two_racks(
         &[],
         vec![gang("first", 3, 1, topology(&[RACK], true)), gang("second", 3, 1, topology(&[RACK], true))],
@@ -147,7 +164,7 @@ fn a_released_gangs_reservation_keeps_to_its_rack() {
     s.in_flight = vec![pinned.clone(), pinned];
     let d = decide(&s);
     let first = d.iter().find(|d| d.gang.name == "first").unwrap();
-    assert_eq!(released(first).and_then(|(_, d)| d.as_ref()).map(|d| d.value.as_str()), Some("rack-b"));
+    assert_eq!(released(first).and_then(|(_, d)| d.as_ref()).map(|d| d.value.as_str()), Some("rack-a"));
     assert_eq!(d.iter().find(|d| d.gang.name == "second").unwrap().verdict, Verdict::DoesNotFit);
 }
 
