@@ -264,7 +264,9 @@ fn webhooks_render_valid_configurations() {
             .as_ref()
             .unwrap()
             .iter()
-            .any(|c| c.expression.contains("system:serviceaccount:allot-system:allot"))
+            .any(|c| c.name == "not-allot-itself"
+                && c.expression
+                    == "request.userInfo.username != 'system:serviceaccount:' + 'allot-system' + ':' + 'allot'")
     );
     let v = &validating.webhooks.unwrap()[0];
     assert_eq!(v.side_effects, "None");
