@@ -124,15 +124,14 @@ fn constant_int(expr: &IdedExpr) -> Option<i64> {
 fn negation_column(source: &str, value: i64) -> Option<usize> {
     let digits = value.unsigned_abs().to_string();
     let chars: Vec<char> = source.chars().collect();
-    let text: String = chars.iter().collect();
     let skip_back = |mut i: usize, skip: &[char]| {
         while i > 0 && skip.contains(&chars[i - 1]) {
             i -= 1;
         }
         i
     };
-    text.match_indices(digits.as_str()).find_map(|(byte, _)| {
-        let start = text[..byte].chars().count();
+    source.match_indices(digits.as_str()).find_map(|(byte, _)| {
+        let start = source[..byte].chars().count();
         let end = start + digits.chars().count();
         if chars.get(end).is_some_and(|c| c.is_ascii_alphanumeric() || *c == '.') {
             return None;
