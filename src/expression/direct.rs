@@ -441,27 +441,7 @@ impl<'a> Run<'_, 'a> {
                 let right = self.eval(right)?;
                 Val::Bool(compare(*comparison, &left, &right)?)
             }
-            Node::Add(left, right) => {
-                let left = self.eval(left)?;
-                let right = self.eval(right)?;
-                let sum = match (left, right) {
-                    (Val::Int(l), Val::Int(r)) => Val::Int(l.checked_add(r).ok_or(GiveUp)?),
-                    (Val::Str(l), Val::Str(r)) => Val::Str(Cow::Owned([l.as_ref(), r.as_ref()].concat())),
-                    _ => return Err(GiveUp),
-                };
-                self.charge(&sum)?;
-                sum
-            }
-            Node::Subtract(left, right) => {
-                let (left, right) = (self.eval(left)?.as_int()?, self.eval(right)?.as_int()?);
-                Val::Int(left.checked_sub(right).ok_or(GiveUp)?)
-            }
-            // An int that cannot be negated is the interpreter's overflow error (`super::arith`).
-            Node::Negate(operand) => match self.eval(operand)? {
-                Val::Int(i) => Val::Int(i.checked_neg().ok_or(GiveUp)?),
-                Val::Double(d) => Val::Double(-d),
-                _ => return Err(GiveUp),
-            },
+            Node::Add(..) | Node::Subtract(..) | Node::Negate(_) => self.arithmetic(node)?,
             Node::Index(container, key) => {
                 let container = self.eval(container)?;
                 let key = self.eval(key)?;
@@ -486,6 +466,34 @@ impl<'a> Run<'_, 'a> {
                 result
             }
             Node::Comprehension(comp) => self.comprehension(comp)?,
+        })
+    }
+
+    /// `+`, binary `-` and unary `-`: checked, an overflow gives up (the interpreter errs).
+    fn arithmetic(&mut self, node: &'a Node) -> Eval<Val<'a>> {
+        Ok(match node {
+            Node::Add(left, right) => {
+                let left = self.eval(left)?;
+                let right = self.eval(right)?;
+                let sum = match (left, right) {
+                    (Val::Int(l), Val::Int(r)) => Val::Int(l.checked_add(r).ok_or(GiveUp)?),
+                    (Val::Str(l), Val::Str(r)) => Val::Str(Cow::Owned([l.as_ref(), r.as_ref()].concat())),
+                    _ => return Err(GiveUp),
+                };
+                self.charge(&sum)?;
+                sum
+            }
+            Node::Subtract(left, right) => {
+                let (left, right) = (self.eval(left)?.as_int()?, self.eval(right)?.as_int()?);
+                Val::Int(left.checked_sub(right).ok_or(GiveUp)?)
+            }
+            // An int that cannot be negated is the interpreter's overflow error (`super::arith`).
+            Node::Negate(operand) => match self.eval(operand)? {
+                Val::Int(i) => Val::Int(i.checked_neg().ok_or(GiveUp)?),
+                Val::Double(d) => Val::Double(-d),
+                _ => return Err(GiveUp),
+            },
+            _ => return Err(GiveUp),
         })
     }
 
