@@ -35,6 +35,7 @@
 //! a variable used any other way is bound whole. `accelerators(object)` is answered from the
 //! JSON before evaluation and bound as a number ([`OBJECT_ACCELERATORS`]).
 
+pub mod arith;
 pub mod budget;
 pub mod check;
 pub mod depth;
@@ -278,6 +279,7 @@ impl Expression {
         let linear = is_linear(&rewritten, None);
         let direct = direct::Direct::compile(&rewritten);
         let (instrumented, comprehensions) = budget::instrument(&rewritten);
+        let instrumented = arith::guard(&instrumented);
         let tree_depth = depth::tree_depth(&instrumented);
         if tree_depth > depth::MAX_TREE_DEPTH {
             return Err(depth::tree_message(tree_depth));
@@ -679,7 +681,7 @@ impl ForeignExpression {
             let parsed = panics::contain(&"CEL parser", || Program::compile(source))
                 .map_err(|panic| format!("CEL syntax error: the parser failed on this expression ({panic})"))?;
             let program = parsed.map_err(|e| format!("CEL syntax error: {e}"))?;
-            let tree = program.expression().clone();
+            let tree = arith::guard(program.expression());
             let tree_depth = depth::tree_depth(&tree);
             if tree_depth > depth::MAX_TREE_DEPTH {
                 return Err(depth::tree_message(tree_depth));
@@ -721,6 +723,7 @@ pub fn library_context() -> Context<'static> {
     root.register_all();
     quantity::register(&mut root);
     fixes::register(&mut root);
+    arith::register(&mut root);
     root
 }
 
@@ -746,6 +749,7 @@ impl Environment {
         quantity::register(&mut root);
         fixes::register(&mut root);
         budget::register(&mut root);
+        arith::register(&mut root);
         let m = accelerators.clone();
         root.add_function("accelerators", move |v: CelValue| -> Result<CelValue, ExecutionError> {
             let list = requests_of(&v, &m, "accelerators")?;

@@ -259,15 +259,8 @@ fn webhooks_render_valid_configurations() {
     let excluded =
         m.namespace_selector.as_ref().unwrap().match_expressions.as_ref().unwrap()[0].values.clone().unwrap();
     assert_eq!(excluded, vec!["kube-system", "allot-system"]);
-    assert!(
-        m.match_conditions
-            .as_ref()
-            .unwrap()
-            .iter()
-            .any(|c| c.name == "not-allot-itself"
-                && c.expression
-                    == "request.userInfo.username != 'system:serviceaccount:' + 'allot-system' + ':' + 'allot'")
-    );
+    assert!(m.match_conditions.as_ref().unwrap().iter().any(|c| c.name == "not-allot-itself"
+        && c.expression == "request.userInfo.username != 'system:serviceaccount:' + 'allot-system' + ':' + 'allot'"));
     let v = &validating.webhooks.unwrap()[0];
     assert_eq!(v.side_effects, "None");
     let rules = v.rules.as_ref().unwrap();

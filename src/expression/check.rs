@@ -13,12 +13,14 @@
 //! - a constant `lists.range(n)` or `format` precision beyond the evaluation budget's limits
 //!   ([`budget`]): it would fail on every request (evaluated unguarded, it would allocate
 //!   without bound);
+//! - a negation of a constant that overflows (`-(-9223372036854775808)`, [`arith`]): it
+//!   would fail on every request;
 //! - parts of the tree the interpreter does not evaluate (unspecified nodes, struct fields in
 //!   a map literal, two-variable comprehensions).
 
 use kube::core::cel::cel::common::ast::{CallExpr, EntryExpr, Expr, IdedEntryExpr, IdedExpr, LiteralValue};
 
-use super::budget;
+use super::{arith, budget};
 
 /// Allot's own functions, each called as `name(x)` with exactly one argument.
 pub const HELPERS: &[&str] = &["accelerators", "acceleratorRequests", "acceleratorLimits"];
@@ -223,6 +225,7 @@ fn walk(expr: &IdedExpr, source: &str, out: &mut Vec<String>) {
         Expr::Call(call) => {
             check_call(&call.func_name, call.target.as_deref(), call.args.len(), out);
             check_constant_sizes(call, out);
+            out.extend(arith::constant_overflow(call, source));
             if let Some(target) = &call.target {
                 walk(target, source, out);
             }

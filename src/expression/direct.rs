@@ -25,7 +25,7 @@
 //! What is compiled (anything else leaves the expression to the interpreter alone): literals
 //! (not bytes); the policy variables and comprehension variables; field selection and `has()`;
 //! `!`, `&&`, `||`, `?:`; `==`, `!=`, `<`, `<=`, `>`, `>=`; `+` and `-` on ints (and `+` on
-//! strings); `[]` on maps and lists; `in`; list literals; `all`, `exists`, `exists_one`;
+//! strings), unary `-` on ints and doubles (an overflow gives up); `[]` on maps and lists; `in`; list literals; `all`, `exists`, `exists_one`;
 //! `size`, `contains`, `startsWith`, `endsWith`, `indexOf`, `lastIndexOf` (one argument),
 //! `substring`, `string`, `int`, and `accelerators` — but not a method called on an identifier
 //! that also names a function namespace (`sets.contains(x)` is kube-cel's `sets.contains` in the
@@ -86,6 +86,7 @@ enum Node {
     Compare(Comparison, Box<Node>, Box<Node>),
     Add(Box<Node>, Box<Node>),
     Subtract(Box<Node>, Box<Node>),
+    Negate(Box<Node>),
     Index(Box<Node>, Box<Node>),
     In(Box<Node>, Box<Node>),
     NotStrictlyFalse(Box<Node>),
@@ -270,6 +271,7 @@ impl<'e> Compiler<'e> {
             (op::CONDITIONAL, 3) => Node::Conditional(Box::new([*next()?, *next()?, *next()?])),
             (op::ADD, 2) => Node::Add(next()?, next()?),
             (op::SUBSTRACT, 2) => Node::Subtract(next()?, next()?),
+            (op::NEGATE, 1) => Node::Negate(next()?),
             (op::INDEX, 2) => Node::Index(next()?, next()?),
             (op::IN, 2) => Node::In(next()?, next()?),
             (op::EQUALS | op::NOT_EQUALS | op::LESS | op::LESS_EQUALS | op::GREATER | op::GREATER_EQUALS, _) => {
@@ -439,21 +441,7 @@ impl<'a> Run<'_, 'a> {
                 let right = self.eval(right)?;
                 Val::Bool(compare(*comparison, &left, &right)?)
             }
-            Node::Add(left, right) => {
-                let left = self.eval(left)?;
-                let right = self.eval(right)?;
-                let sum = match (left, right) {
-                    (Val::Int(l), Val::Int(r)) => Val::Int(l.checked_add(r).ok_or(GiveUp)?),
-                    (Val::Str(l), Val::Str(r)) => Val::Str(Cow::Owned([l.as_ref(), r.as_ref()].concat())),
-                    _ => return Err(GiveUp),
-                };
-                self.charge(&sum)?;
-                sum
-            }
-            Node::Subtract(left, right) => {
-                let (left, right) = (self.eval(left)?.as_int()?, self.eval(right)?.as_int()?);
-                Val::Int(left.checked_sub(right).ok_or(GiveUp)?)
-            }
+            Node::Add(..) | Node::Subtract(..) | Node::Negate(_) => self.arithmetic(node)?,
             Node::Index(container, key) => {
                 let container = self.eval(container)?;
                 let key = self.eval(key)?;
@@ -478,6 +466,34 @@ impl<'a> Run<'_, 'a> {
                 result
             }
             Node::Comprehension(comp) => self.comprehension(comp)?,
+        })
+    }
+
+    /// `+`, binary `-` and unary `-`: checked, an overflow gives up (the interpreter errs).
+    fn arithmetic(&mut self, node: &'a Node) -> Eval<Val<'a>> {
+        Ok(match node {
+            Node::Add(left, right) => {
+                let left = self.eval(left)?;
+                let right = self.eval(right)?;
+                let sum = match (left, right) {
+                    (Val::Int(l), Val::Int(r)) => Val::Int(l.checked_add(r).ok_or(GiveUp)?),
+                    (Val::Str(l), Val::Str(r)) => Val::Str(Cow::Owned([l.as_ref(), r.as_ref()].concat())),
+                    _ => return Err(GiveUp),
+                };
+                self.charge(&sum)?;
+                sum
+            }
+            Node::Subtract(left, right) => {
+                let (left, right) = (self.eval(left)?.as_int()?, self.eval(right)?.as_int()?);
+                Val::Int(left.checked_sub(right).ok_or(GiveUp)?)
+            }
+            // An int that cannot be negated is the interpreter's overflow error (`super::arith`).
+            Node::Negate(operand) => match self.eval(operand)? {
+                Val::Int(i) => Val::Int(i.checked_neg().ok_or(GiveUp)?),
+                Val::Double(d) => Val::Double(-d),
+                _ => return Err(GiveUp),
+            },
+            _ => return Err(GiveUp),
         })
     }
 

@@ -1,16 +1,16 @@
-//! Set-up shared by the fuzz targets: the repository's shipped policies and sample inputs, read
-//! once per process.
-
-#![allow(dead_code)] // each target uses a different part of this module
+//! Set-up shared by the checks: the repository's shipped policies and sample inputs, read once
+//! per process.
 
 use std::path::{Path, PathBuf};
 
 use allot::namespaces::{self, StaticNamespaces};
 use allot::policy::{self, PolicySet};
 
-/// The repository root (this crate lives in `fuzz/`).
+/// The repository root: the fuzz package lives in `fuzz/`, the main crate (whose test replays
+/// the regressions) at the root.
 pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if manifest.join("policies").is_dir() { manifest.to_path_buf() } else { manifest.join("..") }
 }
 
 /// `policies/`, compiled with [`policy::compile`]. Panics (at start-up, not as a finding) if the
