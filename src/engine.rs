@@ -334,13 +334,8 @@ impl<'a> Engine<'a> {
                         .map(|f| warn_on_workload_update(f, update)),
                     );
                 }
-                let mut membership = validate::pod_gang(self.policies, &view, req.namespace, &team);
-                if operation == Operation::Create
-                    && matches!(membership, Ok(Some(_)))
-                    && let Some(refusal) = validate::topology_refusal(self.policies, &view, req.namespace, &team)
-                {
-                    membership = Err(refusal);
-                }
+                let membership =
+                    validate::pod_gang(self.policies, &view, req.namespace, &team, operation == Operation::Create);
                 // A pod Allot holds keeps its placement in every replica: bounded. A template's
                 // pods are held when their gang is inferred from the workload too.
                 let held = matches!(membership, Ok(Some(_)))

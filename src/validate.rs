@@ -235,25 +235,27 @@ fn accel_path(path: &str, accel: &resources::ResourceMatcher) -> bool {
     path.rsplit_once('[').and_then(|(_, n)| n.strip_suffix(']')).is_some_and(|n| accel.matches(n))
 }
 
-/// The gang of a Pod view, computed once per view and shared by the gang and quota checks.
+/// The gang of a Pod view, computed once per view and shared by the gang and quota checks. At
+/// CREATE a topology level its members ask for must be one its GangPolicy allows
+/// ([`PolicySet::topology_refusal`]); later it is not judged again, so a member admitted before
+/// a policy change keeps its gang.
 pub fn pod_gang(
     policies: &PolicySet,
     view: &PodView<'_>,
     namespace: &str,
     team: &TeamLookup<'_>,
+    at_create: bool,
 ) -> Result<Option<Membership>, String> {
-    policies.gang_of(&PodFacts::from_json(&view.pod), namespace, team.team.map(|t| t.name.as_str()))
-}
-
-/// Why a Pod view's gang member asks for a topology level its GangPolicy does not allow
-/// ([`PolicySet::topology_refusal`]).
-pub fn topology_refusal(
-    policies: &PolicySet,
-    view: &PodView<'_>,
-    namespace: &str,
-    team: &TeamLookup<'_>,
-) -> Option<String> {
-    policies.topology_refusal(&PodFacts::from_json(&view.pod), namespace, team.team.map(|t| t.name.as_str()))
+    let facts = PodFacts::from_json(&view.pod);
+    let team = team.team.map(|t| t.name.as_str());
+    let gang = policies.gang_of(&facts, namespace, team)?;
+    if at_create
+        && gang.is_some()
+        && let Some(refusal) = policies.topology_refusal(&facts, namespace, team)
+    {
+        return Err(refusal);
+    }
+    Ok(gang)
 }
 
 /// The gang the pods of a workload template (`view`, without a gang of its own) will be

@@ -454,17 +454,8 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         // Bounded (a few GETs at once, none for owners waiting out a failure): the decisions
         // below wait for them, the next pass does those left.
         let owners_left = gang_gated > 0 && resolve_owner_sizes(&client, &state, std::time::Instant::now()).await;
-        let (current, labels) = (policies.load_full(), namespaces.clone());
-        // A required topology level and whole-gang disruption go to the native PodGroup.
-        let terms_of = move |namespace: &str| {
-            let team = crate::namespaces::team_of(&current, namespace, labels.as_ref()).team.map(|t| t.name.as_str());
-            let policy = current.gang_policy(namespace, team);
-            super::hand_off::Terms {
-                topology: policy.topology.as_ref().filter(|t| t.required).and_then(|t| t.levels.last().cloned()),
-                whole_gang_disruption: policy.disruption == crate::policy::Disruption::Gang,
-            }
-        };
-        super::hand_off::create_missing(&client, &state, &mut handed_off, &terms_of).await;
+        let current = policies.load_full();
+        super::hand_off::create_missing(&client, &state, &mut handed_off, &current, namespaces.as_ref()).await;
         seen_generation = state.generation();
         metrics.passes.inc();
         // The pure work of a pass (quota queue, snapshot, decision) runs on a blocking thread:

@@ -49,6 +49,23 @@ pub struct Terms {
     pub whole_gang_disruption: bool,
 }
 
+impl Terms {
+    /// What the GangPolicy of `namespace` asks: its required topology level (a preference has
+    /// no native equivalent) and whether a disruption takes the whole group.
+    pub fn of(
+        policies: &crate::policy::PolicySet,
+        labels: &dyn crate::namespaces::NamespaceLabels,
+        namespace: &str,
+    ) -> Terms {
+        let team = crate::namespaces::team_of(policies, namespace, labels).team.map(|t| t.name.as_str());
+        let policy = policies.gang_policy(namespace, team);
+        Terms {
+            topology: policy.topology.as_ref().filter(|t| t.required).and_then(|t| t.levels.last().cloned()),
+            whole_gang_disruption: policy.disruption == crate::policy::Disruption::Gang,
+        }
+    }
+}
+
 /// The Workload and PodGroup for a handed-off gang of `min_count` named `name`, owned by
 /// `owner` (an ownerReference: apiVersion, kind, name, uid), kept inside one domain of the node
 /// label `terms.topology` where its GangPolicy requires one (KEP-5732's `schedulingConstraints`,
@@ -100,7 +117,8 @@ pub async fn create_missing(
     client: &kube::Client,
     state: &ClusterState,
     tried: &mut HashSet<(String, String)>,
-    terms_of: &(dyn Fn(&str) -> Terms + Sync),
+    policies: &crate::policy::PolicySet,
+    labels: &dyn crate::namespaces::NamespaceLabels,
 ) {
     let missing = state.hand_offs().into_iter().filter(|(namespace, name, _)| {
         state.claims().pod_group(namespace, name).is_none() && !tried.contains(&(namespace.clone(), name.clone()))
@@ -111,7 +129,7 @@ pub async fn create_missing(
             tracing::warn!(%namespace, pod_group = %name, kind = %owner.api_kind, "not a known owner kind for inferred gangs");
             continue;
         };
-        let terms = terms_of(&namespace);
+        let terms = Terms::of(policies, labels, &namespace);
         match create(client, &namespace, &name, api, &owner, &terms).await {
             Ok(min_count) => {
                 tracing::info!(%namespace, pod_group = %name, owner = %owner.name, min_count, "gang handed to the scheduler: PodGroup created")

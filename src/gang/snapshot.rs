@@ -276,7 +276,10 @@ impl GangSnapshot for ClusterState {
                     topology: None,
                     joins: None,
                 });
-                entry.topology = tighter(entry.topology.take(), policy.topology.as_ref(), g.topology.as_deref());
+                // (A member that asks nothing leaves the gang's levels as they are: no copy.)
+                if entry.topology.is_none() || g.topology.is_some() {
+                    entry.topology = tighter(entry.topology.take(), policy.topology.as_ref(), g.topology.as_deref());
+                }
                 if p.quota_gate_index.is_some() {
                     entry.held_by = Some(format!("the team's quota queue ({QUOTA_GATE})"));
                 } else if p.other_gates && entry.held_by.is_none() {
