@@ -169,8 +169,10 @@ mod updates {
     fn reserved_and_membership_keys_are_frozen_for_tenants() {
         let policies = shipped();
         let old = gated_worker();
-        let edits: [(&str, &str, Option<&str>); 9] = [
+        let edits: [(&str, &str, Option<&str>); 10] = [
             ("annotations", "allot.dev/gang-released", Some("2026-11-22T01:00:00Z")),
+            // Writable at CREATE only: a gang pinned by its level must not move after.
+            ("annotations", "allot.dev/topology", Some("topology.kubernetes.io/zone")),
             // An earlier arrival would move a queued pod ahead in its team's queue.
             ("annotations", "allot.dev/arrival", Some("2020-01-01T00:00:00Z")),
             ("labels", "allot.dev/gang-name", Some("other")),
