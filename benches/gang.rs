@@ -83,6 +83,7 @@ fn snapshot() -> Snapshot {
                 phantoms: None,
                 topology: None,
                 joins: None,
+                preemptor: None,
             }
         })
         .collect();
@@ -95,6 +96,8 @@ fn snapshot() -> Snapshot {
         accelerators: ResourceMatcher::new(["nvidia.com/gpu"]),
         strays: Vec::new(),
         told_late: Vec::new(),
+        running: Vec::new(),
+        preemptions: Vec::new(),
     }
 }
 

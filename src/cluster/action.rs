@@ -9,6 +9,10 @@ pub const CONDITION: &str = "allot.dev/GangReady";
 /// member Allot released is still not bound at its start timeout (`onStartTimeout: Warn`).
 pub const START_TIMEOUT_REASON: &str = "StartTimeout";
 
+/// The reason of the `DisruptionTarget` condition (and the Warning Event) on a pod Allot evicts
+/// to make room for a higher-priority gang.
+pub const PREEMPTED_REASON: &str = "PreemptionByAllot";
+
 /// The condition type Allot sets on pods in a team's quota queue (False while queued, True once
 /// released).
 pub const QUOTA_CONDITION: &str = "allot.dev/QuotaReady";

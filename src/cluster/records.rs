@@ -295,6 +295,9 @@ pub struct PodRecord {
     /// Being deleted by a disruption (its `DisruptionTarget` condition): the scheduler's
     /// preemption, an eviction (a drain), a taint or the pod GC. A user's plain delete sets none.
     pub disruption: Option<DisruptionCause>,
+    /// `spec.preemptionPolicy: Never` (the PriorityClass's, filled in by the API server): a gang
+    /// with such a member waits rather than evicts ([`crate::gang::preemption`]).
+    pub preempt_never: bool,
 }
 
 /// A fingerprint of a condition's status, reason and message (never 0).
@@ -321,6 +324,8 @@ pub enum DisruptionCause {
     DeletionByTaintManager,
     DeletionByPodGC,
     TerminationByKubelet,
+    /// Allot's own preemption, for a higher-priority gang ([`crate::gang::preemption`]).
+    PreemptionByAllot,
     Other,
 }
 
@@ -332,6 +337,7 @@ impl DisruptionCause {
             "DeletionByTaintManager" => DisruptionCause::DeletionByTaintManager,
             "DeletionByPodGC" => DisruptionCause::DeletionByPodGC,
             "TerminationByKubelet" => DisruptionCause::TerminationByKubelet,
+            crate::cluster::action::PREEMPTED_REASON => DisruptionCause::PreemptionByAllot,
             _ => DisruptionCause::Other,
         }
     }
@@ -344,6 +350,7 @@ impl DisruptionCause {
             DisruptionCause::DeletionByTaintManager => "deleted for a NoExecute taint",
             DisruptionCause::DeletionByPodGC => "deleted by the pod garbage collector",
             DisruptionCause::TerminationByKubelet => "terminated by the kubelet",
+            DisruptionCause::PreemptionByAllot => "preempted by Allot for a higher-priority gang",
             DisruptionCause::Other => "disrupted",
         }
     }
@@ -539,6 +546,7 @@ impl PodRecord {
                 .flatten()
                 .filter(|c| c.status == "True")
                 .map(|c| DisruptionCause::of(c.reason.as_deref().unwrap_or_default())),
+            preempt_never: spec.and_then(|s| s.preemption_policy.as_deref()) == Some("Never"),
             gang,
             namespace: intern(&namespace),
             name: Arc::from(name),

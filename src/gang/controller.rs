@@ -361,8 +361,11 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
     };
     let election = tokio::spawn(lease::run(client.clone(), lease_config, leader_tx, stopped.clone()));
     let mut stopped = stopped;
-    let recorder =
-        Recorder::new(client.clone(), Reporter { controller: "allot".into(), instance: Some(config.identity.clone()) });
+    let reporter = Reporter { controller: "allot".into(), instance: Some(config.identity.clone()) };
+    let recorder = Recorder::new(client.clone(), reporter.clone());
+    // Evictions are made in the loop (they must land before the next pass decides again).
+    let eviction_recorder = Recorder::new(client.clone(), reporter);
+    let mut preemptions = super::preemption::Memory::default();
     let (explain_tx, explain_rx) = tokio::sync::mpsc::unbounded_channel();
     let write_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let write_retry = Arc::new(tokio::sync::Notify::new());
@@ -404,6 +407,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             queued.clear();
             handed_off.clear();
             refused.clear();
+            preemptions.clear();
             seen_generation = u64::MAX;
             metrics.leader.set(i64::from(is_leader));
             metrics.clear_waiting();
@@ -494,24 +498,27 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             && state.awaiting_bind() == 0
             && state.told_late() == 0
             && state.disrupted() == 0;
-        let (pass, back) = if idle {
-            (Plan::default(), std::mem::take(&mut explained))
+        let (pass, back, memory) = if idle {
+            (Plan::default(), std::mem::take(&mut explained), std::mem::take(&mut preemptions))
         } else {
             let (state, p, namespaces) = (state.clone(), policies.load_full(), namespaces.clone());
+            let mut memory = std::mem::take(&mut preemptions);
             match tokio::task::spawn_blocking(move || {
-                let (snapshot, facts) = state.snapshot(&p, namespaces.as_ref(), now);
-                (plan(&snapshot, &facts, &mut explained), explained)
+                let (mut snapshot, facts) = state.snapshot(&p, namespaces.as_ref(), now);
+                memory.apply(&mut snapshot, &state.view());
+                (plan(&snapshot, &facts, &mut explained), explained, memory)
             })
             .await
             {
                 Ok(done) => done,
                 Err(e) => {
                     tracing::error!(error = %e, "the gang pass failed; retrying on the next change");
-                    (Plan::default(), HashMap::new())
+                    (Plan::default(), HashMap::new(), super::preemption::Memory::default())
                 }
             }
         };
         explained = back;
+        preemptions = memory;
         planning += planning_started.elapsed();
         last_planning = planning;
         // The next assembly or start timeout, reservation end or count refresh, the next queue place held back, and,
@@ -540,6 +547,14 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         }
         let (rest, gang_lifts_failed) = execute_lifts(&client, &state, &metrics, &refused, pass.actions).await;
         later.extend(rest);
+        for gang in &pass.released {
+            preemptions.released(&gang.gang);
+        }
+        let evictor = super::eviction::ApiEvictor { client: &client, recorder: &eviction_recorder, metrics: &metrics };
+        if preempt(&evictor, &state, &mut preemptions, &pass.preemptions, now).await {
+            // Refused: the next pass, within a second, chooses other victims or waits.
+            deadline = Some(deadline.map_or(now + 1, |d| d.min(now + 1)));
+        }
         later.extend(disruption_deletions(&state, &policies, &namespaces).await);
         if quota_lifts_failed || gang_lifts_failed {
             retry.failed(tokio::time::Instant::now());
@@ -590,6 +605,45 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         }
         Err(e) => tracing::warn!(error = %e, "gang controller stopped; the election task failed"),
     }
+}
+
+/// Carries out a pass's preemptions ([`super::preemption::evict`]) and marks the victims
+/// evicted as being deleted, so the next pass neither counts them as members nor chooses them
+/// again; true when an eviction was refused.
+async fn preempt(
+    evictor: &super::eviction::ApiEvictor<'_>,
+    state: &ClusterState,
+    memory: &mut super::preemption::Memory,
+    preemptions: &[super::preemption::Preemption],
+    now: i64,
+) -> bool {
+    use super::metrics::{EvictedLabels, TeamLabels};
+    use super::preemption::Outcome;
+    let mut refused = false;
+    for p in preemptions {
+        let team = TeamLabels { team: p.team.clone().unwrap_or_default() };
+        let outcome = super::preemption::evict(p, evictor, memory, now).await;
+        let evicted = match &outcome {
+            Outcome::Evicted { pods } => {
+                evictor.metrics.preemptions.get_or_create(&team).inc();
+                *pods
+            }
+            Outcome::Refused { unit, pod, why, evicted } => {
+                tracing::warn!(gang = %p.preemptor, victim = %unit, %pod, %why, "preemption refused");
+                evictor.metrics.refused_evictions.get_or_create(&team).inc();
+                refused = true;
+                *evicted
+            }
+        };
+        for (unit, pod) in p.victims.iter().flat_map(|u| u.pods.iter().map(move |pod| (u, pod))).take(evicted) {
+            state.mark_deleting(&pod.namespace, &pod.name, pod.uid.as_deref(), true);
+            let labels = EvictedLabels { team: unit.team.clone().unwrap_or_default(), reason: "Preempted" };
+            evictor.metrics.evicted_pods.get_or_create(&labels).inc();
+            tracing::warn!(gang = %p.preemptor, victim = %unit.key, namespace = %pod.namespace, pod = %pod.name,
+                priority = unit.priority, preemptor_priority = p.priority, "evicted for a higher-priority gang");
+        }
+    }
+    refused
 }
 
 /// The deletions that take down the rest of gangs a disruption broke ([`super::disruption`]):
@@ -1142,13 +1196,15 @@ async fn patch_pod(client: &kube::Client, namespace: &str, pod: &str, ops: Value
     api.patch(pod, &PatchParams::default(), &Patch::Json::<()>(patch)).await.map(|_| ())
 }
 
-/// An Event's `action`: which of the controller's two jobs the Event is about.
+/// An Event's `action`: which of the controller's jobs the Event is about.
 #[derive(Debug, Clone, Copy)]
-enum EventAction {
+pub(super) enum EventAction {
     /// Releasing, explaining or timing out a gang.
     GangScheduling,
     /// Holding or releasing a pod in its team's quota queue.
     QuotaQueueing,
+    /// Evicting lower-priority work for a gang ([`super::preemption`]).
+    Preemption,
 }
 
 impl EventAction {
@@ -1156,12 +1212,13 @@ impl EventAction {
         match self {
             EventAction::GangScheduling => "GangScheduling",
             EventAction::QuotaQueueing => "QuotaQueueing",
+            EventAction::Preemption => "Preemption",
         }
     }
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn publish(
+pub(super) async fn publish(
     recorder: &Recorder,
     namespace: &str,
     pod: &str,

@@ -100,6 +100,8 @@ pub struct WaitingGang {
     /// The topology domain its released members already run in: the gated ones (replacements,
     /// a lift that failed) must join them there, whatever domain would suit them alone.
     pub joins: Option<Domain>,
+    /// What it may evict when it does not fit ([`preemption`]); `None`: it waits instead.
+    pub preemptor: Option<Preemptor>,
 }
 
 /// A member over the placement bounds and the bound it passed.
@@ -141,6 +143,10 @@ pub struct Snapshot {
     /// Bound gang members whose condition still says their gang did not start: told it
     /// started after all once it is no longer past its start timeout.
     pub told_late: Vec<ToldLate>,
+    /// Running work a preemption may evict (plain pods and whole released gangs).
+    pub running: Vec<RunningUnit>,
+    /// Preemptions in flight: their victims' nodes, and the gangs they make room for.
+    pub preemptions: Vec<InFlight>,
 }
 
 /// A bound gang member carrying the start-timeout condition
@@ -190,6 +196,12 @@ pub enum Verdict {
     /// A member's placement is over the bounds ([`WaitingGang::unplaceable`]): never released,
     /// timed out like a gang that has not assembled.
     Unplaceable,
+    /// All members exist and do not fit; evicting these (cheapest first) makes room, and the
+    /// gang would then go to `placements` (in `domain`).
+    Preempt { victims: Vec<RunningUnit>, placements: Placements, domain: Option<Domain> },
+    /// Its preemption is in flight: it waits for its victims to go, and no later gang is
+    /// released onto the nodes it may use meanwhile.
+    Preempting,
 }
 
 impl Verdict {
@@ -340,6 +352,7 @@ fn run(snapshot: &Snapshot, detail_for: Option<&GangKey>) -> (Vec<Decision>, Opt
     // the first gang starves).
     let mut empty: Option<Simulation<'_>> = None;
     let mut detail = None;
+    let mut candidates = preemption::Candidates::new(snapshot, &sim);
     for (position, gang) in gangs.iter().enumerate() {
         if detail_for == Some(&gang.key) {
             detail = Some(sim.detail(gang, &snapshot.accelerators, position));
@@ -411,7 +424,17 @@ fn run(snapshot: &Snapshot, detail_for: Option<&GangKey>) -> (Vec<Decision>, Opt
                 verdict: Verdict::Release { placements, domain },
             }),
             None => {
+                let why = match preemption_verdict(&mut sim, &mut candidates, snapshot, gang) {
+                    Ok(decision) => {
+                        out.push(decision);
+                        continue;
+                    }
+                    Err(why) => why,
+                };
                 let mut message = sim.need_message(gang, &snapshot.accelerators);
+                if why == NoVictims::InFlight {
+                    message.push_str(IN_FLIGHT);
+                }
                 // Waiting counts from when it could go (complete, past its team's quota).
                 if gang.starvation_after.is_some_and(|limit| snapshot.now.saturating_sub(gang.ready.0) >= limit) {
                     let empty = empty.get_or_insert_with(|| Simulation::new(&snapshot.nodes));
@@ -429,6 +452,72 @@ fn run(snapshot: &Snapshot, detail_for: Option<&GangKey>) -> (Vec<Decision>, Opt
     (out, detail)
 }
 
+/// The decision for a complete gang that does not fit, where preemption has one: released
+/// once the victims of its preemption in flight are gone, waiting while they go, or evicting
+/// the cheapest set of lower-priority work that makes room. Whatever it is, the room is its: its
+/// members are placed where the search put them (over the victims, still there, so those
+/// nodes have nothing left for any later gang). `None`: it simply does not fit (and `message`
+/// says why where a preemption in flight stops it).
+fn preemption_verdict(
+    sim: &mut Simulation<'_>,
+    candidates: &mut preemption::Candidates<'_>,
+    snapshot: &Snapshot,
+    gang: &WaitingGang,
+) -> Result<Decision, NoVictims> {
+    let present = gang.present();
+    let flight = snapshot.preemptions.iter().find(|f| f.preemptor.as_ref() == Some(&gang.key));
+    let covers = |placements: &Placements| gang.members.iter().all(|m| placements.iter().any(|(n, _)| *n == m.name));
+    let (verdict, message, placements) = match flight {
+        Some(flight) if flight.nodes.is_empty() && covers(&flight.placements) => {
+            // Its victims are gone. Whatever took their room meanwhile (a plain pod the
+            // scheduler bound first) has a lower priority: the scheduler preempts it for the
+            // released members, which it sees once their gates are gone.
+            let message = format!("{present}/{present} members present; the pods it preempted are gone, releasing");
+            let verdict = Verdict::Release { placements: flight.placements.clone(), domain: flight.domain.clone() };
+            (verdict, message, &flight.placements)
+        }
+        Some(flight) if covers(&flight.placements) => {
+            candidates.mark_busy(sim, &flight.nodes);
+            let need = sim.need_message(gang, &snapshot.accelerators);
+            let on = flight.nodes.join(", ");
+            let message = format!("{need}; preempting to make room: waiting for its victims to go (on {on})");
+            (Verdict::Preempting, message, &flight.placements)
+        }
+        // (Members changed since: what it preempted for is not what waits now.)
+        _ => {
+            let chosen = sim.preempt_for(gang, candidates)?;
+            let named: Vec<String> = chosen.victims.iter().map(|v| v.describe(&snapshot.accelerators)).collect();
+            let message = format!(
+                "{}; preempting {} to make room",
+                sim.need_message(gang, &snapshot.accelerators),
+                and_list(&named)
+            );
+            let placements = chosen.placements.clone();
+            let preempt =
+                Verdict::Preempt { victims: chosen.victims, placements: chosen.placements, domain: chosen.domain };
+            let decision = Decision { gang: gang.key.clone(), verdict: preempt, message };
+            sim.reserve(gang, &placements);
+            return Ok(decision);
+        }
+    };
+    sim.reserve(gang, placements);
+    Ok(Decision { gang: gang.key.clone(), verdict, message })
+}
+
+/// "a, b and c"; past three, "a, b, c and 4 more".
+fn and_list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [first @ .., last] if items.len() <= 3 => format!("{} and {last}", first.join(", ")),
+        _ => format!("{} and {} more", items[..3].join(", "), items.len() - 3),
+    }
+}
+
+/// Ends the explanation of a gang that could preempt but for a preemption in flight on the
+/// nodes it may use (one at a time per domain).
+pub const IN_FLIGHT: &str = "; another preemption is in flight on its nodes, waiting for it to finish";
+
 /// Ends the explanation of a gang past its starvation limit that would not fit its nodes even
 /// if they were empty: waiting frees nothing it could use, so nobody waits behind it. (Only
 /// then: before, the figures say enough, and the check costs a placement.)
@@ -442,8 +531,13 @@ struct Blocker {
     nodes: Vec<bool>,
 }
 
+mod preemption;
 mod topology;
+pub use preemption::{InFlight, NoVictims, Preemptor, RunningPod, RunningUnit, UnitKey, set_cost};
 pub use topology::Within;
+
+/// `(member, node)` for every member of a gang, by member name.
+pub type Placements = Vec<(String, String)>;
 
 type IndexKey = (usize, String);
 
@@ -745,7 +839,8 @@ impl<'a> Simulation<'a> {
                 continue;
             }
             self.ensure_index(class, &name);
-            let free = self.index[&(class, name.clone())].1;
+            // (Below zero where a preemption's room is reserved over its victims still there.)
+            let free = self.index[&(class, name.clone())].1.max(Quantity::ZERO);
             need.resources.push(NeedOf { resource: name, needed, free });
         }
         need.nodes = Some(first.shape.describe_nodes());

@@ -9,13 +9,15 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 /// Every reason a waiting gang's condition can give ([`super::plan`]): each is reported, at 0
 /// when no gang waits for it, so alerts and dashboards see a 0 rather than no series.
-pub const WAITING_REASONS: [&str; 8] = [
+pub const WAITING_REASONS: [&str; 9] = [
     "WaitingForMembers",
     "InsufficientResources",
     "WaitingForHigherPriority",
     "HeldByOtherGate",
     "MembersDisagree",
     "PlacementTooLarge",
+    // Evicting lower-priority work to make room, or waiting for it to go.
+    "Preempting",
     "AssemblyTimeout",
     // Released, not bound within the start timeout (counted while it is told or deleted).
     "StartTimeout",
@@ -23,7 +25,7 @@ pub const WAITING_REASONS: [&str; 8] = [
 
 /// Every kind of write the controller counts; each is reported from the start, at 0, so the
 /// first write shows as an increase.
-pub const WRITE_KINDS: [&str; 5] = ["gate", "condition", "event", "delete", "arrival"];
+pub const WRITE_KINDS: [&str; 6] = ["gate", "condition", "event", "delete", "arrival", "evict"];
 
 /// The gates whose lifts [`ControllerMetrics::refused_lifts`] counts.
 pub const LIFT_KINDS: [&str; 2] = ["gate", "quota"];
@@ -59,6 +61,24 @@ pub struct ControllerMetrics {
     /// Complete gangs with a required topology level that do not fit now, by that level (leader
     /// only): their messages say whether a domain or the cluster is short.
     pub gangs_waiting_for_domain: Family<LevelLabels, Gauge>,
+    /// Preemptions carried out (every victim evicted), by the preemptor's team (`""`: none).
+    pub preemptions: Family<TeamLabels, Counter>,
+    /// Pods Allot evicted or deleted for other work, by their team and why: `Preempted` (a
+    /// victim of a preemption), `GangDisrupted` (the rest of a gang that lost a member).
+    pub evicted_pods: Family<EvictedLabels, Counter>,
+    /// Evictions a PodDisruptionBudget (or the API) refused, by the preemptor's team.
+    pub refused_evictions: Family<TeamLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TeamLabels {
+    pub team: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvictedLabels {
+    pub team: String,
+    pub reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -84,6 +104,9 @@ impl Default for ControllerMetrics {
             writes: Family::default(),
             refused_lifts: Family::default(),
             gangs_waiting_for_domain: Family::default(),
+            preemptions: Family::default(),
+            evicted_pods: Family::default(),
+            refused_evictions: Family::default(),
         };
         metrics.clear_waiting();
         for kind in WRITE_KINDS {

@@ -10,6 +10,7 @@ pub mod decision;
 pub mod devices;
 pub mod directory;
 pub mod disruption;
+pub mod eviction;
 pub mod fit;
 pub mod hand_off;
 pub mod lease;
@@ -17,8 +18,10 @@ pub mod membership;
 pub mod metrics;
 pub mod owners;
 pub mod plan;
+pub mod preemption;
 pub mod refusal;
 pub mod snapshot;
+pub mod victims;
 
 #[cfg(test)]
 mod tests;

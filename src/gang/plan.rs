@@ -24,6 +24,8 @@ pub struct Plan {
     pub waiting_for_domain: BTreeMap<String, u64>,
     /// Gangs released in this pass.
     pub released: Vec<ReleasedGang>,
+    /// What to evict for gangs that preempt ([`super::preemption`]), in consideration order.
+    pub preemptions: Vec<super::preemption::Preemption>,
     /// The earliest time (seconds since the epoch) a waiting gang reaches its assembly timeout,
     /// a released gang its start timeout, a released member's reservation ends, or a waiting
     /// gang's figures are due to be rewritten ([`COUNT_REFRESH_SECS`]): the controller looks
@@ -53,6 +55,7 @@ pub fn condition_reason(verdict: &Verdict) -> (&'static str, bool) {
         Verdict::Held => ("HeldByOtherGate", false),
         Verdict::Disagrees => ("MembersDisagree", false),
         Verdict::Unplaceable => ("PlacementTooLarge", false),
+        Verdict::Preempt { .. } | Verdict::Preempting => ("Preempting", false),
     }
 }
 
@@ -255,6 +258,7 @@ pub fn plan(
         .filter_map(|g| Some((&g.key, g.topology.as_ref().filter(|t| t.required)?.outermost().to_string())))
         .collect();
     let mut released = Vec::new();
+    let mut preemptions = Vec::new();
     let mut next_deadline: Option<i64> = None;
     let decisions = decide(snapshot);
     let created: HashMap<&GangKey, i64> = snapshot.gangs.iter().map(|g| (&g.key, g.created)).collect();
@@ -287,6 +291,18 @@ pub fn plan(
         // Warning, like a timeout.
         let mut warning = matches!(d.verdict, Verdict::Disagrees | Verdict::Unplaceable);
         let mut message = d.message.clone();
+        if let Verdict::Preempt { victims, placements, domain } = &d.verdict {
+            let gang = snapshot.gangs.iter().find(|g| g.key == d.gang);
+            preemptions.push(super::preemption::Preemption {
+                preemptor: d.gang.clone(),
+                team: gang.and_then(|g| g.preemptor.as_ref()).and_then(|p| p.team.clone()),
+                priority: gang.map_or(0, |g| g.priority),
+                first_member: gf.gated.iter().map(|m| &m.name).min().cloned(),
+                victims: victims.clone(),
+                placements: placements.clone(),
+                domain: domain.clone(),
+            });
+        }
         if let Verdict::Release { placements, domain } = &d.verdict {
             for (pod, node) in placements {
                 if let Some(m) = gf.gated.iter().find(|m| &m.name == pod) {
@@ -425,7 +441,7 @@ pub fn plan(
     explain_strays(snapshot, &mut actions);
     // Forget explanations of gangs that are gone.
     previous.retain(|k, _| facts.contains_key(k));
-    Plan { actions, waiting, waiting_for_domain, released, next_deadline }
+    Plan { actions, waiting, waiting_for_domain, released, preemptions, next_deadline }
 }
 
 /// The reason on a pod behind Allot's gang gate that is in no gang ([`StrayMember`]).

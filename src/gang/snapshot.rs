@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::decision::{
-    Domain, GangKey, GangTopology, Member, Phantoms, Snapshot, StrayMember, ToldLate, Unplaceable, WaitingGang,
+    Domain, GangKey, GangTopology, Member, Phantoms, Preemptor, Snapshot, StrayMember, ToldLate, Unplaceable,
+    WaitingGang,
 };
 use super::directory::Peer;
 use super::membership::{OwnerGang, QUOTA_GATE};
@@ -61,6 +62,16 @@ fn tighter(
         }
         _ => Some(mine),
     }
+}
+
+/// What a gang of `team` may evict ([`crate::policy::preemption`]); `None`: nothing.
+fn preemptor_of(policies: &PolicySet, team: Option<&crate::policy::Team>) -> Option<Preemptor> {
+    let rights = policies.preemption_of(team);
+    rights.evicts_anyone().then(|| Preemptor {
+        team: team.map(|t| t.name.clone()),
+        within_team: rights.within_team,
+        other_teams: rights.other_teams,
+    })
 }
 
 /// Effective requests (+ `pods: 1`) of a LeaderWorkerSet's worker template.
@@ -234,7 +245,8 @@ impl GangSnapshot for ClusterState {
             };
             let key = GangKey { namespace: p.namespace.to_string(), name: g.name.clone() };
             let gf = facts.entry(key.clone()).or_default();
-            let team = teams.get(&p.namespace).map(|t| t.name.as_str());
+            let team_ref = teams.get(&p.namespace);
+            let team = team_ref.map(|t| t.name.as_str());
             let policy = policies.gang_policy(&p.namespace, team);
             gf.start_timeout = i64::try_from(policy.start_timeout.as_secs()).unwrap_or(i64::MAX);
             gf.on_start_timeout = policy.on_start_timeout;
@@ -275,7 +287,11 @@ impl GangSnapshot for ClusterState {
                     phantoms: None,
                     topology: None,
                     joins: None,
+                    preemptor: preemptor_of(policies, team_ref),
                 });
+                if p.preempt_never {
+                    entry.preemptor = None;
+                }
                 // (A member that asks nothing leaves the gang's levels as they are: no copy.)
                 if entry.topology.is_none() || g.topology.is_some() {
                     entry.topology = tighter(entry.topology.take(), policy.topology.as_ref(), g.topology.as_deref());
@@ -335,7 +351,13 @@ impl GangSnapshot for ClusterState {
                 let gf = facts.get(&g.key);
                 finish(g, gf, &nodes)
             })
-            .collect();
+            .collect::<Vec<WaitingGang>>();
+        // Running work is read only when some waiting gang could evict it (a second walk).
+        let preempting = gangs.iter().filter(|g| g.preemptor.is_some()).map(|g| g.priority).max();
+        let running = preempting
+            .map(|below| super::victims::running_units(&view, policies, labels, below, now))
+            .unwrap_or_default();
+        let preemptions = super::victims::preemptions_shown(&view);
         let mut bound: Vec<(String, ResourceList)> = bound.into_iter().map(|(n, r)| (n.to_string(), r)).collect();
         bound.sort_by(|a, b| a.0.cmp(&b.0));
         // By name: the watch's order is not stable, the plan's actions must be.
@@ -349,6 +371,8 @@ impl GangSnapshot for ClusterState {
             accelerators: (*policies.accelerators).clone(),
             strays,
             told_late,
+            running,
+            preemptions,
         };
         (snapshot, facts)
     }

@@ -30,6 +30,7 @@ fn gang(name: &str, expected: u32, present: u32, gpus: i64, priority: i32, creat
         phantoms: None,
         topology: None,
         joins: None,
+        preemptor: None,
     }
 }
 

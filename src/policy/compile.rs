@@ -55,6 +55,8 @@ pub(super) struct Context<'a> {
     pub accelerators: &'a Arc<ResourceMatcher>,
     /// The Cluster's DRA DeviceClasses: a team quota weighs their devices.
     pub device_classes: &'a DeviceClasses,
+    /// The Cluster's `preemption`: what a Team's overrides.
+    pub preemption: super::preemption::Preemption,
 }
 
 impl Context<'_> {
@@ -117,8 +119,12 @@ impl Compile for TeamSpec {
                     None
                 }
             };
+        let preemption = cx.preemption.overlaid(&spec.preemption).unwrap_or_else(|e| {
+            problems.push(format_args!("spec.{e}"));
+            cx.preemption
+        });
         let names = problems.ok("spec.namespaces.names", NameGlobs::compile(&spec.namespaces.names))?;
-        Some(Team { name, names, selector: spec.namespaces.selector, priority: spec.priority, quota })
+        Some(Team { name, names, selector: spec.namespaces.selector, priority: spec.priority, quota, preemption })
     }
 }
 
@@ -227,6 +233,9 @@ impl Compile for ClusterSpec {
 
     fn compile(self, _: String, _: &Context<'_>, problems: &mut Problems<'_>) -> Option<ClusterSpec> {
         problems.extend(values::cluster_priority(&self.priority));
+        if let Err(e) = super::preemption::Preemption::default().overlaid(&self.preemption) {
+            problems.push(format_args!("spec.{e}"));
+        }
         // A system class as the cluster's default would be given to every pod of a team without
         // a default, then denied to it (team/priority-class); as its globalDefault it would be
         // what asking nothing means, allowed everywhere.

@@ -9,6 +9,7 @@
 
 mod compile;
 pub mod model;
+pub mod preemption;
 pub mod quota;
 pub mod schema;
 pub mod tenancy;
@@ -91,6 +92,8 @@ pub struct Team {
     pub selector: Option<LabelSelector>,
     pub priority: TeamPrioritySpec,
     pub quota: Option<quota::Quota>,
+    /// Its `preemption`, over the Cluster's.
+    pub preemption: preemption::Preemption,
 }
 
 /// A compiled `Placement`.
@@ -228,6 +231,9 @@ pub struct PolicySet {
     pub checks: ChecksSpec,
     pub allowed_accelerators: Option<ResourceMatcher>,
     pub priority: ClusterPrioritySpec,
+    /// The Cluster's `preemption`: what gangs in no team's namespace may do, and how long their
+    /// pods run before they may be evicted.
+    pub preemption: preemption::Preemption,
     pub teams: Vec<Team>,
     pub placements: Vec<Placement>,
     pub rules: Vec<Rule>,
@@ -557,7 +563,12 @@ pub fn compile_with(sources: &[Source], facts: &ClusterFacts) -> Result<PolicySe
             let none = HashSet::new();
             let placeholder = Arc::new(ResourceMatcher::new(DEFAULT_ACCELERATORS));
             let no_classes = DeviceClasses::default();
-            let cx = Context { team_names: &none, accelerators: &placeholder, device_classes: &no_classes };
+            let cx = Context {
+                team_names: &none,
+                accelerators: &placeholder,
+                device_classes: &no_classes,
+                preemption: preemption::Preemption::default(),
+            };
             spec.compile(String::new(), &cx, &mut Problems::new(&location, &mut errors)).unwrap_or_default()
         }
         None => ClusterSpec::default(),
@@ -578,7 +589,14 @@ pub fn compile_with(sources: &[Source], facts: &ClusterFacts) -> Result<PolicySe
     } else {
         (device_classes, BTreeMap::new())
     };
-    let cx = Context { team_names: &team_names, accelerators: &accelerators, device_classes: &device_classes };
+    // (A bad Cluster minRuntime was reported when the Cluster compiled.)
+    let cluster_preemption = preemption::Preemption::default().overlaid(&cluster.preemption).unwrap_or_default();
+    let cx = Context {
+        team_names: &team_names,
+        accelerators: &accelerators,
+        device_classes: &device_classes,
+        preemption: cluster_preemption,
+    };
     let teams = compile_all(team_specs, &cx, &mut errors);
     let placements = compile_all(placement_specs, &cx, &mut errors);
     let rules = compile_all(rule_specs, &cx, &mut errors);
@@ -603,6 +621,7 @@ pub fn compile_with(sources: &[Source], facts: &ClusterFacts) -> Result<PolicySe
         checks: cluster.accelerators.checks,
         allowed_accelerators,
         priority: cluster.priority,
+        preemption: cluster_preemption,
         teams,
         placements,
         rules,
@@ -677,6 +696,11 @@ fn decode_doc(value: Value) -> Result<(Metadata, Doc), String> {
 }
 
 impl PolicySet {
+    /// The `preemption` of `team` (the Cluster's for a namespace of no team).
+    pub fn preemption_of(&self, team: Option<&Team>) -> preemption::Preemption {
+        team.map_or(self.preemption, |t| t.preemption)
+    }
+
     /// The first GangPolicy whose scope matches, or the defaults.
     pub fn gang_policy(&self, namespace: &str, team: Option<&str>) -> std::borrow::Cow<'_, GangPolicy> {
         self.gang_policies

@@ -109,6 +109,10 @@ pub struct ClusterSpec {
     /// ResourceClaimTemplates): which DeviceClasses count as which accelerator resource.
     #[serde(default)]
     pub dra: DraSpec,
+    /// Defaults of every Team's `preemption` (and what gangs in no team's namespace may do):
+    /// whom a waiting gang may evict to make room, how long work runs before it may be evicted.
+    #[serde(default)]
+    pub preemption: super::preemption::PreemptionSpec,
 }
 
 /// How devices asked through DRA claims are counted. A claim's devices of a DeviceClass listed
@@ -316,6 +320,10 @@ pub struct TeamSpec {
     pub priority: TeamPrioritySpec,
     /// Accelerator quota; omitted: none.
     pub quota: Option<QuotaSpec>,
+    /// Whom the team's waiting gangs may evict to make room, and how long the team's own work
+    /// runs before anyone may evict it (each field defaults to the Cluster's).
+    #[serde(default)]
+    pub preemption: super::preemption::PreemptionSpec,
 }
 
 /// What a team may use at once, and what happens past it.

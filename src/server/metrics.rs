@@ -262,6 +262,21 @@ impl Metrics {
             "Gate lifts of the controller that admission refused (gangs stay gated): the identity Allot's webhook allows is not the one the controller writes as, or a policy is in the way",
             controller.refused_lifts.clone(),
         );
+        registry.register(
+            "gang_preemptions",
+            "Preemptions the gang controller carried out for waiting gangs, by the preemptor's team",
+            controller.preemptions.clone(),
+        );
+        registry.register(
+            "evicted_pods",
+            "Pods the gang controller evicted or deleted for other work, by their team and reason (Preempted, GangDisrupted)",
+            controller.evicted_pods.clone(),
+        );
+        registry.register(
+            "gang_preemption_refused_evictions",
+            "Evictions of a preemption that a PodDisruptionBudget or the API refused, by the preemptor's team",
+            controller.refused_evictions.clone(),
+        );
         let identity_info = Family::<IdentityLabels, Gauge>::default();
         registry.register(
             "identity_info",

@@ -12,25 +12,22 @@
 
 use std::collections::HashMap;
 
-use super::{Domain, Member, Quantity, ResourceList, Simulation, WaitingGang, fits};
-
-/// `(member, node)` for every member of a gang, by member name.
-type Placements = Vec<(String, String)>;
+use super::{Domain, Member, Placements, Quantity, ResourceList, Simulation, WaitingGang, fits};
 
 /// The levels the pass has looked at, by label key.
 #[derive(Debug, Default)]
 pub(super) struct Levels {
-    by_key: HashMap<String, Level>,
+    pub(super) by_key: HashMap<String, Level>,
 }
 
 /// One level: its domains (by name), which domain each node is in, and each domain's free.
 #[derive(Debug)]
-struct Level {
-    names: Vec<String>,
+pub(super) struct Level {
+    pub(super) names: Vec<String>,
     /// By node index: its domain (`None`: the node lacks the label, so it is in none).
     of_node: Vec<Option<usize>>,
     /// By domain: its nodes.
-    nodes: Vec<Vec<usize>>,
+    pub(super) nodes: Vec<Vec<usize>>,
     /// By (placement class, resource), by domain: free on the domain's nodes that class admits.
     free: HashMap<(usize, String), Vec<Quantity>>,
     /// By (placement class, resource): the domain with the most allocatable on the nodes that
@@ -133,7 +130,7 @@ impl Simulation<'_> {
     }
 
     /// `(member, node)` by member name.
-    fn named(&self, done: Vec<(usize, &Member)>) -> Placements {
+    pub(super) fn named(&self, done: Vec<(usize, &Member)>) -> Placements {
         let mut placements: Vec<(String, String)> =
             done.into_iter().map(|(node, m)| (m.name.clone(), self.nodes[node].name.clone())).collect();
         placements.sort();
@@ -160,7 +157,7 @@ impl Simulation<'_> {
     }
 
     /// Reads a level's domains from the nodes' labels (once per pass).
-    fn ensure_level(&mut self, level: &str) {
+    pub(super) fn ensure_level(&mut self, level: &str) {
         if self.levels.by_key.contains_key(level) {
             return;
         }
@@ -245,13 +242,13 @@ impl Simulation<'_> {
         let level = gang.joins.as_ref().map_or_else(|| topology.outermost().to_string(), |d| d.level.clone());
         let class = self.class_of(&first.shape);
         self.ensure_index(class, &resource);
-        let free_in_all = self.index[&(class, resource.clone())].1;
+        let free_in_all = self.index[&(class, resource.clone())].1.max(Quantity::ZERO);
         let largest = self.largest_domain(&level, class, &resource);
         let free = self.domain_free(&level, class, &resource);
         // The most free, the first by name among equals (domains are numbered in name order).
         let most = free.iter().enumerate().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(&a.0))).map(|(d, q)| (*q, d));
         let names = &self.levels.by_key[&level].names;
-        let most_free = most.map(|(q, d)| (q, names[d].clone()));
+        let most_free = most.map(|(q, d)| (q.max(Quantity::ZERO), names[d].clone()));
         let never = largest.filter(|(capacity, _)| *capacity < needed).map(|(q, d)| (q, names[d].clone()));
         Some(Within { level, resource, needed, most_free, free_in_all, never })
     }

@@ -44,6 +44,7 @@ fn gang(name: &str, members: u32, gpus: i64, topology: Option<GangTopology>) -> 
         phantoms: None,
         topology,
         joins: None,
+        preemptor: None,
     }
 }
 
