@@ -272,7 +272,11 @@ fn cost_compares_priority_then_work_lost_then_newest_then_pods() {
 
 /// A small random cluster: nodes of 2–4 GPUs in two racks, running plain pods and 2-member
 /// gangs of random priorities and ages, and one waiting gang.
-fn arbitrary_case() -> impl Strategy<Value = (Vec<i64>, Vec<(u8, u8, i32, i64, bool)>, (u32, i64, i32, bool))> {
+/// Node GPUs; running units as (node, second node, priority, started, is a gang); the waiting
+/// gang as (members, GPUs each, priority, requires a rack).
+type Case = (Vec<i64>, Vec<(u8, u8, i32, i64, bool)>, (u32, i64, i32, bool));
+
+fn arbitrary_case() -> impl Strategy<Value = Case> {
     let nodes = proptest::collection::vec(2i64..=4, 2..=6);
     // (node, second node, priority, started, is a gang)
     let units = proptest::collection::vec((0u8..6, 0u8..6, 0i32..4, 0i64..9_000, any::<bool>()), 0..14);
@@ -280,7 +284,7 @@ fn arbitrary_case() -> impl Strategy<Value = (Vec<i64>, Vec<(u8, u8, i32, i64, b
     (nodes, units, waiting)
 }
 
-fn build(case: &(Vec<i64>, Vec<(u8, u8, i32, i64, bool)>, (u32, i64, i32, bool))) -> Snapshot {
+fn build(case: &Case) -> Snapshot {
     let (gpus, units, (members, size, priority, rack)) = case;
     let nodes: Vec<NodeInfo> = gpus
         .iter()
@@ -295,7 +299,7 @@ fn build(case: &(Vec<i64>, Vec<(u8, u8, i32, i64, bool)>, (u32, i64, i32, bool))
     let mut running = Vec::new();
     for (i, (a, b, p, started, is_gang)) in units.iter().enumerate() {
         let (a, b) = (*a as usize % nodes.len(), *b as usize % nodes.len());
-        if *is_gang && free[a] >= 1 && free[b] >= 1 + i64::from(a == b) {
+        if *is_gang && free[a] >= 1 && free[b] > i64::from(a == b) {
             free[a] -= 1;
             free[b] -= 1;
             running.push(running_gang(&format!("g{i}"), &[&nodes[a].name, &nodes[b].name], *p, *started));
