@@ -15,39 +15,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use support::cluster::{Assets, Cluster, gang_gated, impersonating, tenant_namespace, wait_for};
-
-/// Finishes the deletion of every pod of `namespace` that has been terminating for `grace`: what
-/// a kubelet does once the containers have stopped. Runs until aborted.
-fn fake_kubelet(admin: kube::Client, namespace: &str, grace: Duration) -> tokio::task::JoinHandle<()> {
-    let pods: Api<Pod> = Api::namespaced(admin, namespace);
-    tokio::spawn(async move {
-        loop {
-            if let Ok(list) = pods.list(&ListParams::default()).await {
-                let now = k8s_openapi::jiff::Timestamp::now();
-                for p in list.items {
-                    // (The timestamp is when the pod's own grace period ends: the deletion plus it.)
-                    let own_grace = p.metadata.deletion_grace_period_seconds.unwrap_or(0);
-                    let due = p.metadata.deletion_timestamp.as_ref().is_some_and(|t| {
-                        let terminating_for = now.duration_since(t.0).as_secs() + own_grace;
-                        terminating_for >= i64::try_from(grace.as_secs()).unwrap_or(0)
-                    });
-                    if due && let Some(name) = &p.metadata.name {
-                        // The containers stopped: the pod is terminal (a Job's tracking finalizer
-                        // waits for that), then gone.
-                        let failed = json!({"status": {"phase": "Failed"}});
-                        let _ = pods.patch_status(name, &PatchParams::default(), &Patch::Merge(failed)).await;
-                        let force = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
-                        let _ = pods.delete(name, &force).await;
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    })
-}
+use support::kubelet::fake_kubelet;
 
 fn workers_job() -> Job {
     serde_json::from_value(json!({

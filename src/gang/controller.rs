@@ -69,9 +69,26 @@ pub enum InitialList {
 /// Called once the Pod watch's first list is in `state` (quota answers wait for it).
 pub type OnSynced = Box<dyn Fn() + Send + Sync>;
 
+/// The API clients of the controller.
+#[derive(Clone)]
+pub struct Clients {
+    /// Watches and writes (retrying what the API server throttles).
+    pub api: kube::Client,
+    /// Evictions, which a PodDisruptionBudget refuses with 429: a client that does not retry
+    /// them, so a refusal is an answer, not minutes of backoff.
+    pub evictions: kube::Client,
+}
+
+impl From<kube::Client> for Clients {
+    /// One client for both (its 429s retried: only where nothing evicts, as in tests).
+    fn from(api: kube::Client) -> Clients {
+        Clients { evictions: api.clone(), api }
+    }
+}
+
 /// Starts the watches and the control loop; returns at once.
 pub fn spawn(
-    client: kube::Client,
+    clients: impl Into<Clients>,
     state: Arc<ClusterState>,
     policies: Arc<ArcSwap<PolicySet>>,
     namespaces: Arc<dyn NamespaceLabels>,
@@ -79,6 +96,7 @@ pub fn spawn(
     metrics: ControllerMetrics,
     pods_synced: OnSynced,
 ) -> ControllerHandle {
+    let Clients { api: client, evictions } = clients.into();
     tokio::spawn(watch_pods(
         client.clone(),
         state.clone(),
@@ -90,7 +108,7 @@ pub fn spawn(
     tokio::spawn(watch_nodes(client.clone(), state.clone()));
     tokio::spawn(super::devices::watch(client.clone(), state.clone(), policies.clone()));
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let context = Context { client, state, policies, namespaces, config, metrics };
+    let context = Context { client, evictions, state, policies, namespaces, config, metrics };
     let done = tokio::spawn(control_loop(context, stopped));
     ControllerHandle { stop, done }
 }
@@ -98,6 +116,7 @@ pub fn spawn(
 /// What the control loop works with.
 struct Context {
     client: kube::Client,
+    evictions: kube::Client,
     state: Arc<ClusterState>,
     policies: Arc<ArcSwap<PolicySet>>,
     namespaces: Arc<dyn NamespaceLabels>,
@@ -351,7 +370,7 @@ fn next_wake(resync_at: tokio::time::Instant, deadline: Option<i64>, retry: &Ret
 }
 
 async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bool>) {
-    let Context { client, state, policies, namespaces, config, metrics } = context;
+    let Context { client, evictions, state, policies, namespaces, config, metrics } = context;
     let (leader_tx, mut leader) = tokio::sync::watch::channel(false);
     let lease_config = LeaseConfig {
         namespace: config.lease_namespace.clone(),
@@ -430,6 +449,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         }
         let generation = state.generation();
         let now = unix_now();
+        tracing::debug!(generation, "gang pass: start");
         let resync = tokio::time::Instant::now() >= resync_at;
         let due = deadline.is_some_and(|d| now >= d);
         let retrying = retry.due(tokio::time::Instant::now());
@@ -519,6 +539,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         };
         explained = back;
         preemptions = memory;
+        tracing::debug!(preemptions = pass.preemptions.len(), actions = pass.actions.len(), "gang pass: planned");
         planning += planning_started.elapsed();
         last_planning = planning;
         // The next assembly or start timeout, reservation end or count refresh, the next queue place held back, and,
@@ -550,7 +571,8 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
         for gang in &pass.released {
             preemptions.released(&gang.gang);
         }
-        let evictor = super::eviction::ApiEvictor { client: &client, recorder: &eviction_recorder, metrics: &metrics };
+        let evictor =
+            super::eviction::ApiEvictor { client: &evictions, recorder: &eviction_recorder, metrics: &metrics };
         if preempt(&evictor, &state, &mut preemptions, &pass.preemptions, now).await {
             // Refused: the next pass, within a second, chooses other victims or waits.
             deadline = Some(deadline.map_or(now + 1, |d| d.min(now + 1)));

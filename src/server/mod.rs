@@ -680,8 +680,10 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
             tracing::info!(lease = %controller.lease_name, namespace = %controller.lease_namespace, identity = %controller.identity, "starting the gang controller");
             caches.pods.expect();
             let synced = caches.clone();
+            let evictions = reload::kube_client_without_retries().await.unwrap_or_else(|| c.clone());
+            let clients = crate::gang::controller::Clients { api: c.clone(), evictions };
             Some(crate::gang::controller::spawn(
-                c.clone(),
+                clients,
                 cluster.clone(),
                 state.policies.clone(),
                 state.namespaces.clone(),

@@ -231,6 +231,16 @@ pub async fn kube_client() -> Option<kube::Client> {
     }
 }
 
+/// A client like [`kube_client`]'s that does not retry what the API server refuses with 429:
+/// an eviction a PodDisruptionBudget refuses answers 429, which kube's default client retries
+/// with a backoff for minutes (the gang controller would wait all that time). `None` where
+/// there is no configuration.
+pub async fn kube_client_without_retries() -> Option<kube::Client> {
+    let mut config = tokio::time::timeout(Duration::from_secs(5), kube::Config::infer()).await.ok()?.ok()?;
+    config.default_retry = false;
+    kube::Client::try_from(config).ok()
+}
+
 /// Starts a Namespace watch; its labels are what Team selectors match. Marks
 /// `caches.namespaces` synced once the first list is in.
 pub fn watch_namespaces(client: kube::Client, caches: Arc<super::startup::Caches>) -> Arc<dyn NamespaceLabels> {

@@ -372,7 +372,7 @@ impl Drop for Cluster {
             }
             let allot = std::fs::read_to_string(self.dir.path().join("allot.log")).unwrap_or_default();
             eprintln!("--- allot.log (last 40 lines) ---");
-            for l in allot.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev() {
+            for l in allot.lines().rev().take(400).collect::<Vec<_>>().into_iter().rev() {
                 eprintln!("{l}");
             }
         }
@@ -562,7 +562,7 @@ impl Cluster {
             ])
             .args(&self.allot_args)
             .env("KUBECONFIG", &self.kubeconfig)
-            .env("RUST_LOG", "info,kube=warn")
+            .env("RUST_LOG", std::env::var("ALLOT_E2E_LOG").unwrap_or_else(|_| "info,kube=warn".into()))
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
