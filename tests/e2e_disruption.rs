@@ -115,5 +115,10 @@ async fn a_preempted_member_takes_its_gang_down_whole() {
     assert_eq!(disrupted.len(), 3, "one Warning per other member: {disrupted:?}");
     let note = disrupted[0].message.as_deref().unwrap_or_default();
     assert!(note.contains("was preempted by the scheduler"), "{note}");
+    let deleted = support::cluster::metric(
+        &cluster.allot_metrics,
+        "allot_evicted_pods_total{team=\"vision\",reason=\"GangDisrupted\"}",
+    );
+    assert_eq!(deleted, Some(3.0), "the three members counted");
     kubelet.abort();
 }

@@ -14,6 +14,7 @@
 
 pub mod live;
 pub mod render;
+pub mod victims;
 
 #[cfg(test)]
 mod tests;
@@ -212,7 +213,7 @@ pub struct MemberReport {
 pub struct DecisionReport {
     /// The condition reason the controller writes: `Released`, `WaitingForMembers`,
     /// `InsufficientResources`, `WaitingForHigherPriority`, `HeldByOtherGate`,
-    /// `MembersDisagree`, `PlacementTooLarge`, `AssemblyTimeout`; `Unknown` when nodes could not
+    /// `MembersDisagree`, `PlacementTooLarge`, `Preempting`, `AssemblyTimeout`; `Unknown` when nodes could not
     /// be read.
     pub reason: String,
     /// The condition message the controller writes.
@@ -229,6 +230,9 @@ pub struct DecisionReport {
     pub needs: Vec<NeedReport>,
     /// The gang it waits behind (`WaitingForHigherPriority`).
     pub blocked_by: Option<String>,
+    /// What it would evict now (`Preempting`), cheapest first: a what-if, nothing is written.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub victims: Vec<victims::VictimReport>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -619,6 +623,7 @@ fn explain_gang(inputs: &Inputs<'_>, namespace: &str, name: &str) -> Result<Gang
                 nodes: detail.need.nodes.clone(),
                 needs,
                 blocked_by,
+                victims: victims::victims(&d.verdict, &snapshot.accelerators, inputs.now),
             };
             let nodes = if placement_known { detail.nodes.iter().map(node_report).collect() } else { Vec::new() };
             let assembly = (gf.assembly_timeout > 0).then(|| Assembly {

@@ -98,6 +98,9 @@ fn gang(out: &mut String, g: &GangReport, indent: &str) {
         if let Some(by) = &d.blocked_by {
             let _ = writeln!(out, "{indent}    waits behind gang {by}");
         }
+        for v in &d.victims {
+            let _ = writeln!(out, "{indent}    would evict {}", super::victims::line(v));
+        }
     }
     if !g.nodes.is_empty() {
         nodes(out, &g.nodes, indent);

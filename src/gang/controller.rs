@@ -577,7 +577,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             // Refused: the next pass, within a second, chooses other victims or waits.
             deadline = Some(deadline.map_or(now + 1, |d| d.min(now + 1)));
         }
-        later.extend(disruption_deletions(&state, &policies, &namespaces).await);
+        later.extend(disruption_deletions(&metrics, &state, &policies, &namespaces).await);
         if quota_lifts_failed || gang_lifts_failed {
             retry.failed(tokio::time::Instant::now());
         }
@@ -671,6 +671,7 @@ async fn preempt(
 /// The deletions that take down the rest of gangs a disruption broke ([`super::disruption`]):
 /// none, without a walk over the pods, while no released member is being disrupted.
 async fn disruption_deletions(
+    metrics: &ControllerMetrics,
     state: &Arc<ClusterState>,
     policies: &Arc<ArcSwap<PolicySet>>,
     namespaces: &Arc<dyn NamespaceLabels>,
@@ -678,16 +679,21 @@ async fn disruption_deletions(
     if state.disrupted() == 0 {
         return Vec::new();
     }
-    let (state, p, namespaces) = (state.clone(), policies.load_full(), namespaces.clone());
+    let (state, p, labels) = (state.clone(), policies.load_full(), namespaces.clone());
     let deletions = tokio::task::spawn_blocking(move || {
         let view = state.view();
-        super::disruption::deletions(|| view.pods(), &p, namespaces.as_ref())
+        super::disruption::deletions(|| view.pods(), &p, labels.as_ref())
     })
     .await
     .unwrap_or_default();
+    let current = policies.load();
     for action in &deletions {
         if let ControllerAction::Delete { namespace, pod, reason, .. } = action {
             tracing::warn!(%namespace, %pod, %reason, "deleting a member of a disrupted gang");
+            let team = crate::namespaces::team_of(&current, namespace, namespaces.as_ref()).team;
+            let team = team.map(|t| t.name.clone()).unwrap_or_default();
+            let labels = super::metrics::EvictedLabels { team, reason: super::disruption::GANG_DISRUPTED_REASON };
+            metrics.evicted_pods.get_or_create(&labels).inc();
         }
     }
     deletions

@@ -352,8 +352,11 @@ impl GangSnapshot for ClusterState {
                 finish(g, gf, &nodes)
             })
             .collect::<Vec<WaitingGang>>();
-        // Running work is read only when some waiting gang could evict it (a second walk).
-        let preempting = gangs.iter().filter(|g| g.preemptor.is_some()).map(|g| g.priority).max();
+        // Running work is read only when some complete waiting gang could evict it (a second
+        // walk): below the highest priority among them, nothing else can be a victim.
+        let complete =
+            |g: &&WaitingGang| g.held_by.is_none() && g.expected.is_some_and(|n| g.present() >= u64::from(n));
+        let preempting = gangs.iter().filter(|g| g.preemptor.is_some()).filter(complete).map(|g| g.priority).max();
         let running = preempting
             .map(|below| super::victims::running_units(&view, policies, labels, below, now))
             .unwrap_or_default();
