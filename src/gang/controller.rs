@@ -18,13 +18,14 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use super::decision::GangKey;
+use super::events::{EventAction, publish};
 use super::lease::{self, LeaseConfig, LeaseTiming};
 use super::membership::{ARRIVAL_ANNOTATION, GATE, QUOTA_GATE, QUOTA_RELEASED_ANNOTATION, RELEASED_ANNOTATION};
 use super::metrics::ControllerMetrics;
@@ -385,6 +386,8 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
     // Evictions are made in the loop (they must land before the next pass decides again).
     let eviction_recorder = Recorder::new(client.clone(), reporter);
     let mut preemptions = super::preemption::Memory::default();
+    // The members of disrupted gangs already counted in `allot_evicted_pods_total` (bounded).
+    let mut disrupted_counted = std::collections::HashSet::new();
     let (explain_tx, explain_rx) = tokio::sync::mpsc::unbounded_channel();
     let write_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let write_retry = Arc::new(tokio::sync::Notify::new());
@@ -577,7 +580,7 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
             // Refused: the next pass, within a second, chooses other victims or waits.
             deadline = Some(deadline.map_or(now + 1, |d| d.min(now + 1)));
         }
-        later.extend(disruption_deletions(&metrics, &state, &policies, &namespaces).await);
+        later.extend(disruption_deletions(&mut disrupted_counted, &metrics, &state, &policies, &namespaces).await);
         if quota_lifts_failed || gang_lifts_failed {
             retry.failed(tokio::time::Instant::now());
         }
@@ -671,6 +674,7 @@ async fn preempt(
 /// The deletions that take down the rest of gangs a disruption broke ([`super::disruption`]):
 /// none, without a walk over the pods, while no released member is being disrupted.
 async fn disruption_deletions(
+    counted: &mut std::collections::HashSet<(String, String, Option<Arc<str>>)>,
     metrics: &ControllerMetrics,
     state: &Arc<ClusterState>,
     policies: &Arc<ArcSwap<PolicySet>>,
@@ -687,9 +691,17 @@ async fn disruption_deletions(
     .await
     .unwrap_or_default();
     let current = policies.load();
+    if counted.len() > 10_000 {
+        counted.clear();
+    }
     for action in &deletions {
-        if let ControllerAction::Delete { namespace, pod, reason, .. } = action {
+        if let ControllerAction::Delete { namespace, pod, reason, uid, .. } = action {
             tracing::warn!(%namespace, %pod, %reason, "deleting a member of a disrupted gang");
+            // Counted once per pod: a watch event older than the deletion can make a later pass
+            // decide it again (the second deletion finds it gone).
+            if !counted.insert((namespace.clone(), pod.clone(), uid.clone())) {
+                continue;
+            }
             let team = crate::namespaces::team_of(&current, namespace, namespaces.as_ref()).team;
             let team = team.map(|t| t.name.clone()).unwrap_or_default();
             let labels = super::metrics::EvictedLabels { team, reason: super::disruption::GANG_DISRUPTED_REASON };
@@ -1222,58 +1234,6 @@ async fn patch_pod(client: &kube::Client, namespace: &str, pod: &str, ops: Value
     let patch: json_patch::Patch = serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     api.patch(pod, &PatchParams::default(), &Patch::Json::<()>(patch)).await.map(|_| ())
-}
-
-/// An Event's `action`: which of the controller's jobs the Event is about.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum EventAction {
-    /// Releasing, explaining or timing out a gang.
-    GangScheduling,
-    /// Holding or releasing a pod in its team's quota queue.
-    QuotaQueueing,
-    /// Evicting lower-priority work for a gang ([`super::preemption`]).
-    Preemption,
-}
-
-impl EventAction {
-    fn as_str(self) -> &'static str {
-        match self {
-            EventAction::GangScheduling => "GangScheduling",
-            EventAction::QuotaQueueing => "QuotaQueueing",
-            EventAction::Preemption => "Preemption",
-        }
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn publish(
-    recorder: &Recorder,
-    namespace: &str,
-    pod: &str,
-    uid: Option<&str>,
-    action: EventAction,
-    warning: bool,
-    reason: &str,
-    message: &str,
-) {
-    let reference = ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Pod".into()),
-        name: Some(pod.into()),
-        namespace: Some(namespace.into()),
-        uid: uid.map(str::to_string),
-        ..Default::default()
-    };
-    let event = Event {
-        type_: if warning { EventType::Warning } else { EventType::Normal },
-        reason: reason.into(),
-        note: Some(message.chars().take(1000).collect()),
-        action: action.as_str().into(),
-        secondary: None,
-    };
-    if let Err(e) = recorder.publish(&event, &reference).await {
-        tracing::debug!(%namespace, %pod, error = %e, "cannot publish event");
-    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::Recorder;
 use serde_json::json;
 
-use super::controller::{EventAction, publish};
+use super::events::{EventAction, publish};
 use super::metrics::ControllerMetrics;
 use super::preemption::{Evictor, PREEMPTED_REASON};
 

@@ -10,6 +10,7 @@ pub mod decision;
 pub mod devices;
 pub mod directory;
 pub mod disruption;
+pub mod events;
 pub mod eviction;
 pub mod fit;
 pub mod hand_off;

@@ -83,6 +83,12 @@ struct Remembered {
 /// What the leader remembers of its preemptions between passes.
 #[derive(Debug, Clone, Default)]
 pub struct Memory {
+    /// When this replica's leadership began (its first pass): preemptions the pods show in
+    /// flight (victims' conditions) count only for [`IN_FLIGHT_MAX_SECS`] after it. They are
+    /// the previous leader's, whose victims are gone within their grace period; later, the
+    /// condition is believed only on pods this leader evicted (a tenant who may write her pods'
+    /// status could otherwise keep nodes from preemption with a pod she keeps terminating).
+    leading_since: Option<i64>,
     in_flight: HashMap<GangKey, Remembered>,
     /// Units evicted by a preemption, or refused by a budget: not evictable before the time.
     spared: HashMap<UnitKey, i64>,
@@ -91,6 +97,7 @@ pub struct Memory {
 impl Memory {
     /// Forgets everything (a leader change: the pods say what is in flight).
     pub fn clear(&mut self) {
+        self.leading_since = None;
         self.in_flight.clear();
         self.spared.clear();
     }
@@ -101,6 +108,10 @@ impl Memory {
     /// [`IN_FLIGHT_MAX_SECS`]; a spared time passed.
     pub fn apply(&mut self, snapshot: &mut Snapshot, view: &ClusterView<'_>) {
         let now = snapshot.now;
+        let since = *self.leading_since.get_or_insert(now);
+        if now >= since.saturating_add(IN_FLIGHT_MAX_SECS) {
+            snapshot.preemptions.retain(|f| f.preemptor.is_some());
+        }
         let waiting: std::collections::HashSet<&GangKey> = snapshot.gangs.iter().map(|g| &g.key).collect();
         self.in_flight.retain(|gang, r| waiting.contains(gang) && now < r.since.saturating_add(IN_FLIGHT_MAX_SECS));
         self.spared.retain(|_, until| now < *until);

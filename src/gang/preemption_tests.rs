@@ -67,6 +67,11 @@ fn a_gang_starting_or_going_is_no_victim_and_min_runtime_protects_the_new() {
     starting["spec"]["nodeName"] = Value::Null;
     let mut going = running_member("d-1", "d", "n2", 0);
     going["metadata"]["deletionTimestamp"] = json!("2026-11-20T11:00:00Z");
+    going["status"]["conditions"] =
+        json!([{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}]);
+    // Its owner deleting a member (a finalizer may keep it terminating) protects the rest.
+    let mut deleted = running_member("x-1", "x", "n2", 0);
+    deleted["metadata"]["deletionTimestamp"] = json!("2026-11-20T11:00:00Z");
     let pods = [
         running_member("s-0", "s", "n1", 0),
         starting,
@@ -74,11 +79,15 @@ fn a_gang_starting_or_going_is_no_victim_and_min_runtime_protects_the_new() {
         going,
         running_member("ok-0", "ok", "n1", 0),
         running_member("ok-1", "ok", "n2", 0),
+        running_member("x-0", "x", "n1", 0),
+        deleted,
     ];
     let state = cluster(&p, &pods);
-    let units = running_units(&state.view(), &p, &NoNamespaces, 100, NOW);
-    assert_eq!(units.iter().map(|u| u.key.to_string()).collect::<Vec<_>>(), ["gang ml/ok"]);
+    let mut units = running_units(&state.view(), &p, &NoNamespaces, 100, NOW);
+    units.sort_by(|a, b| a.key.cmp(&b.key));
+    assert_eq!(units.iter().map(|u| u.key.to_string()).collect::<Vec<_>>(), ["gang ml/ok", "gang ml/x"]);
     assert_eq!(units[0].evictable_from, seconds("2026-11-20T10:00:00Z") + 3600);
+    assert_eq!(units[1].pods.len(), 1, "the member still running");
 }
 
 #[test]
@@ -279,6 +288,26 @@ fn a_refusal_after_the_dry_run_keeps_what_was_evicted_in_flight() {
     let outcome = run(&api, &mut memory);
     assert!(matches!(&outcome, Outcome::Refused { evicted: 1, .. }), "{outcome:?}");
     assert!(memory.in_flight.contains_key(&GangKey { namespace: "ml".into(), name: "high".into() }));
+}
+
+#[test]
+fn what_the_pods_show_in_flight_counts_only_early_in_a_leadership() {
+    let p = policies(TEAM);
+    let mut victim = plain_on("v", "n2", 0);
+    victim["metadata"]["deletionTimestamp"] = json!("2026-11-20T11:00:00Z");
+    victim["status"] = json!({"phase": "Running", "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": PREEMPTED_REASON}]});
+    let state = cluster(&p, &[victim]);
+    let mut memory = Memory::default();
+    let (mut s, _) = state.snapshot(&p, &NoNamespaces, NOW);
+    memory.apply(&mut s, &state.view());
+    assert_eq!(s.preemptions.len(), 1, "a new leader keeps the previous leader's victims' nodes busy");
+    let (mut s, _) = state.snapshot(&p, &NoNamespaces, NOW + IN_FLIGHT_MAX_SECS);
+    memory.apply(&mut s, &state.view());
+    assert!(s.preemptions.is_empty(), "a condition on a pod this leader never evicted holds nothing for ever");
+    memory.clear();
+    let (mut s, _) = state.snapshot(&p, &NoNamespaces, NOW + IN_FLIGHT_MAX_SECS + 1);
+    memory.apply(&mut s, &state.view());
+    assert_eq!(s.preemptions.len(), 1, "a leadership begins again");
 }
 
 #[test]

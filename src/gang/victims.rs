@@ -4,8 +4,8 @@
 //!
 //! A unit is running accelerator work only: a bound, present pod asking some accelerator. A
 //! released gang is one unit of every such member, and none at all while any member of it is
-//! starting (released, not bound) or being deleted: a gang is evicted whole and only once it
-//! runs, never while it assembles or is already going. Gangs another scheduler places (native
+//! starting (released, not bound) or being disrupted: a gang is evicted whole and only once it
+//! runs, never while it starts or a disruption already takes it down. Gangs another scheduler places (native
 //! PodGroups) are left to it.
 
 use std::collections::{HashMap, HashSet};
@@ -33,9 +33,13 @@ pub fn running_units(
     for p in view.pods().filter(|p| !p.finished) {
         let gang = p.gang.as_ref().filter(|g| !g.native);
         let Some(node) = p.node_name.as_ref().filter(|_| p.present()) else {
-            // A released member not bound yet, or one being deleted: its gang is not running whole.
+            // A released member not bound yet (its gang is starting, for at most its start
+            // timeout), or one a disruption takes (whole-gang disruption deletes the rest): the
+            // gang is no victim. A member its owner deletes (a plain delete, a finalizer keeping
+            // it) protects nothing: the rest still runs and may be evicted.
+            let starting = !p.terminating && p.gate_index.is_none();
             if let Some(g) = gang
-                && (p.terminating || p.gate_index.is_none())
+                && (starting || p.disruption.is_some())
             {
                 not_running.insert(GangKey { namespace: p.namespace.to_string(), name: g.name.clone() });
             }

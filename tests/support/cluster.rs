@@ -842,12 +842,38 @@ pub async fn tenant_namespace(admin: &kube::Client, ns: &str, user: &str, rules:
         let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
         namespaces.create(&PostParams::default(), &namespace).await.expect("namespace");
     }
-    grant_role(admin, ns, "tenant", user, rules).await;
+    grant_role(admin, ns, "tenant", user, rules.clone()).await;
+    wait_until_allowed(admin, ns, user, &rules).await;
     let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
     wait_for("the default service account", Duration::from_secs(60), || async {
         sas.get_opt("default").await.ok().flatten().is_some()
     })
     .await;
+}
+
+/// Waits until the API server's authorizer lets `user` do the first verb of each of `rules` on
+/// its first resource in `ns`: a RoleBinding just made reaches the authorizer's cache a moment
+/// later (a full CI run once saw a tenant's first create refused with 403).
+pub async fn wait_until_allowed(admin: &kube::Client, ns: &str, user: &str, rules: &serde_json::Value) {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let reviews: Api<SubjectAccessReview> = Api::all(admin.clone());
+    for rule in rules.as_array().into_iter().flatten() {
+        let first = |key: &str| rule[key].get(0).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+        let (group, resource, verb) = (first("apiGroups"), first("resources"), first("verbs"));
+        let (resource, subresource) = match resource.split_once('/') {
+            Some((r, s)) => (r.to_string(), s.to_string()),
+            None => (resource, String::new()),
+        };
+        let review: SubjectAccessReview = serde_json::from_value(json!({"spec": {"user": user,
+            "resourceAttributes": {"namespace": ns, "group": group, "resource": resource,
+                "subresource": subresource, "verb": if verb == "*" { "create" } else { verb.as_str() }}}}))
+        .expect("a review");
+        wait_for(&format!("{user} allowed on {resource} in {ns}"), Duration::from_secs(30), || async {
+            let answer = reviews.create(&PostParams::default(), &review).await;
+            answer.ok().and_then(|r| r.status).is_some_and(|s| s.allowed)
+        })
+        .await;
+    }
 }
 
 /// User + system CPU ticks of process `pid` (0 if it is gone), in Linux's USER_HZ (100 a second).
