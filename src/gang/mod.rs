@@ -23,6 +23,8 @@ pub mod preemption;
 pub mod refusal;
 pub mod snapshot;
 pub mod victims;
+pub mod watches;
+pub mod writes;
 
 #[cfg(test)]
 mod tests;
