@@ -11,7 +11,6 @@ const LIMIT: usize = 700;
 /// Files over [`LIMIT`] when the bound came in, with their size then: a ceiling each.
 const OVERSIZED: &[(&str, usize)] = &[
     ("src/cluster/records.rs", 866),
-    ("src/cluster/store.rs", 1284),
     ("src/cluster/tests.rs", 775),
     ("src/engine.rs", 903),
     ("src/explain/mod.rs", 844),
