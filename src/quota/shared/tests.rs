@@ -4,6 +4,8 @@
 
 use super::*;
 use crate::policy::{Source, compile};
+use crate::quantity::Quantity;
+use crate::resources::ResourceList;
 
 fn quota(limit: u32) -> Quota {
     let text = format!(
