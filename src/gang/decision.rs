@@ -199,8 +199,8 @@ pub enum Verdict {
     /// All members exist and do not fit; evicting these (cheapest first) makes room, and the
     /// gang would then go to `placements` (in `domain`).
     Preempt { victims: Vec<RunningUnit>, placements: Placements, domain: Option<Domain> },
-    /// Its preemption is in flight: it waits for its victims to go, and no later gang is
-    /// released onto the nodes it may use meanwhile.
+    /// Its preemption is in flight: it waits for its victims to go, and the room they leave is
+    /// held for it (no later gang is released there meanwhile).
     Preempting,
 }
 
@@ -456,8 +456,8 @@ fn run(snapshot: &Snapshot, detail_for: Option<&GangKey>) -> (Vec<Decision>, Opt
 /// once the victims of its preemption in flight are gone, waiting while they go, or evicting
 /// the cheapest set of lower-priority work that makes room. Whatever it is, the room is its: its
 /// members are placed where the search put them (over the victims, still there, so those
-/// nodes have nothing left for any later gang). `None`: it simply does not fit (and `message`
-/// says why where a preemption in flight stops it).
+/// nodes have nothing left for any later gang). `Err`: it simply does not fit, and why it
+/// evicts nobody (a preemption in flight on its nodes is said in its message).
 fn preemption_verdict(
     sim: &mut Simulation<'_>,
     candidates: &mut preemption::Candidates<'_>,

@@ -249,25 +249,35 @@ impl Simulation<'_> {
             return Err(NoVictims::NoSet);
         }
         let usable = self.usable_nodes(gang);
-        let eligible: Vec<usize> = (0..lower)
-            .filter(|&v| {
-                let unit = candidates.units[v];
-                !candidates.taken[v]
-                    && candidates.now >= unit.evictable_from
-                    && preemptor.may_evict(unit)
-                    && candidates.nodes[v].iter().flatten().any(|&i| usable[i])
-            })
-            .collect();
+        // Who may go is worked out only once some scope has no preemption in flight: behind one
+        // (most waiting gangs, once a preemption is under way), the check costs O(its nodes).
+        let mut eligible: Option<Vec<usize>> = None;
         let scopes = self.preemption_scopes(gang, &usable);
         let mut busy_everywhere = !scopes.is_empty();
         let mut best: Option<(Vec<usize>, Placements, Option<Domain>)> = None;
         for level in scopes {
             for (nodes, domain) in level {
-                let in_scope = |i: &usize| nodes.as_ref().is_none_or(|ns| ns.binary_search(i).is_ok());
-                if (0..self.nodes.len()).filter(in_scope).any(|i| usable[i] && candidates.busy[i]) {
+                let busy = |i: usize| usable[i] && candidates.busy[i];
+                let in_flight = match &nodes {
+                    None => (0..self.nodes.len()).any(busy),
+                    Some(ns) => ns.iter().any(|&i| busy(i)),
+                };
+                if in_flight {
                     continue;
                 }
                 busy_everywhere = false;
+                let eligible = eligible.get_or_insert_with(|| {
+                    (0..lower)
+                        .filter(|&v| {
+                            let unit = candidates.units[v];
+                            !candidates.taken[v]
+                                && candidates.now >= unit.evictable_from
+                                && preemptor.may_evict(unit)
+                                && candidates.nodes[v].iter().flatten().any(|&i| usable[i])
+                        })
+                        .collect()
+                });
+                let in_scope = |i: &usize| nodes.as_ref().is_none_or(|ns| ns.binary_search(i).is_ok());
                 let inside: Vec<usize> =
                     eligible.iter().copied().filter(|&v| candidates.nodes[v].iter().flatten().any(&in_scope)).collect();
                 let Some((victims, placements)) = self.smallest_set(gang, candidates, &inside, nodes.as_deref()) else {
