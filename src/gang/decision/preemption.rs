@@ -23,11 +23,30 @@
 //! domain, where it requires one), and victims chosen in a pass are no candidates for another
 //! gang in it. A gang whose preemption is in flight holds back later gangs that may use its
 //! nodes (the freed capacity is reserved for it), and is released once its victims are gone.
+//!
+//! **Speed, same answers.** A pass may search for hundreds of gangs over tens of thousands of
+//! running units, so what the search reads is built once per pass, when a gang first searches
+//! (`candidates`: flat arrays in cost order; `domains`: per domain, the units with a pod there);
+//! domains are searched by a lower bound on the priority a set there can have, and the search
+//! stops once no domain left can beat the best set found (`bounds`); a probe answers "no"
+//! without placing anything when the aggregate free capacity is short, and a gang of one shape
+//! is tested by counting copies of it instead of placing it (`search`, `copies`). None of these
+//! may change an answer: `reference_tests` decides random clusters with both searches, this one
+//! and the plain one the paragraphs above describe, and asks for the same decisions.
 
 use std::cmp::Reverse;
 use std::sync::Arc;
 
-use super::{Domain, GangKey, Placements, ResourceList, Simulation, WaitingGang};
+mod bounds;
+mod candidates;
+mod copies;
+mod domains;
+#[cfg(test)]
+mod reference_tests;
+pub(super) use candidates::Candidates;
+mod search;
+
+use super::{Domain, GangKey, Placements, Quantity, ResourceList, Simulation, WaitingGang};
 use crate::resources::ResourceMatcher;
 
 /// What a unit of running work is: a plain pod or a whole gang.
@@ -84,9 +103,17 @@ impl RunningUnit {
     }
 
     /// Work lost if it is evicted now: devices × seconds running (device-nanos × seconds).
+    /// ([`RunningUnit::devices`] summed, without building its map: a pass asks it of every
+    /// running unit.)
     fn work_lost(&self, now: i64, accelerators: &ResourceMatcher) -> i128 {
-        let devices: i128 = self.devices(accelerators).values().map(|q| q.nanos()).sum();
-        devices.saturating_mul(i128::from(now.saturating_sub(self.started).max(0)))
+        let mut devices: Vec<(&str, Quantity)> = Vec::new();
+        for (name, q) in self.pods.iter().flat_map(|p| p.requests.iter()).filter(|(n, _)| accelerators.matches(n)) {
+            match devices.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, sum)) => *sum = sum.saturating_add(*q),
+                None => devices.push((name, *q)),
+            }
+        }
+        work_lost_of(&mut devices, self.started, now)
     }
 
     /// "gang research/a (2 pods, 2 nvidia.com/gpu)".
@@ -104,6 +131,15 @@ impl RunningUnit {
     }
 }
 
+/// Work lost by evicting a unit that started at `started` and holds `devices` (per resource,
+/// summed saturating): all of them (in name order, as [`RunningUnit::devices`] lists them) ×
+/// seconds running.
+fn work_lost_of(devices: &mut [(&str, Quantity)], started: i64, now: i64) -> i128 {
+    devices.sort_unstable_by_key(|(name, _)| *name);
+    let devices: i128 = devices.iter().map(|(_, q)| q.nanos()).sum();
+    devices.saturating_mul(i128::from(now.saturating_sub(started).max(0)))
+}
+
 /// What a waiting gang may evict: from its team's `preemption` and its members'
 /// `preemptionPolicy` (`None` on [`WaitingGang::preemptor`]: it never evicts).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,12 +147,6 @@ pub struct Preemptor {
     pub team: Option<String>,
     pub within_team: bool,
     pub other_teams: bool,
-}
-
-impl Preemptor {
-    fn may_evict(&self, unit: &RunningUnit) -> bool {
-        if unit.team.is_some() && unit.team == self.team { self.within_team } else { self.other_teams }
-    }
 }
 
 /// A preemption in flight: victims Allot evicted that are not gone yet, or all gone but the
@@ -160,67 +190,8 @@ pub fn set_cost(
 /// Where a gang's members go, and the domain they go in.
 type Placed = (Placements, Option<Domain>);
 
-/// The pass's candidates: every running unit, cheapest first, with its pods' node indices;
-/// which are taken by a preemption chosen earlier in the pass; which nodes have one in flight.
-pub(super) struct Candidates<'s> {
-    units: Vec<&'s RunningUnit>,
-    /// By unit (as ordered): its pods' node indices (`None`: a node the view does not have).
-    nodes: Vec<Vec<Option<usize>>>,
-    taken: Vec<bool>,
-    /// By node index: a preemption is in flight there.
-    busy: Vec<bool>,
-    now: i64,
-    accelerators: &'s ResourceMatcher,
-}
-
-impl<'s> Candidates<'s> {
-    pub(super) fn new(snapshot: &'s super::Snapshot, sim: &Simulation<'_>) -> Candidates<'s> {
-        let now = snapshot.now;
-        let accelerators = &snapshot.accelerators;
-        let mut units: Vec<&RunningUnit> = snapshot.running.iter().collect();
-        let mut keyed: Vec<(i128, &RunningUnit)> =
-            units.drain(..).map(|u| (u.work_lost(now, accelerators), u)).collect();
-        keyed.sort_by(|(la, a), (lb, b)| {
-            (a.priority, la, Reverse(a.started), a.pods.len(), &a.key).cmp(&(
-                b.priority,
-                lb,
-                Reverse(b.started),
-                b.pods.len(),
-                &b.key,
-            ))
-        });
-        let units: Vec<&RunningUnit> = keyed.into_iter().map(|(_, u)| u).collect();
-        let nodes =
-            units.iter().map(|u| u.pods.iter().map(|p| sim.by_name.get(p.node.as_str()).copied()).collect()).collect();
-        let mut busy = vec![false; sim.nodes.len()];
-        for node in snapshot.preemptions.iter().flat_map(|f| f.nodes.iter()) {
-            if let Some(&i) = sim.by_name.get(node.as_str()) {
-                busy[i] = true;
-            }
-        }
-        let taken = vec![false; units.len()];
-        Candidates { units, nodes, taken, busy, now, accelerators }
-    }
-
-    /// Marks the victims of a preemption just chosen: taken, and their nodes busy.
-    fn claim(&mut self, victims: &[usize]) {
-        for &v in victims {
-            self.taken[v] = true;
-            for i in self.nodes[v].iter().flatten() {
-                self.busy[*i] = true;
-            }
-        }
-    }
-
-    /// Marks nodes busy: a preemption for a gang is in flight there.
-    pub(super) fn mark_busy(&mut self, sim: &Simulation<'_>, nodes: &[String]) {
-        for node in nodes {
-            if let Some(&i) = sim.by_name.get(node.as_str()) {
-                self.busy[i] = true;
-            }
-        }
-    }
-}
+/// What [`set_cost`] returns.
+type Cost = (i32, i128, Reverse<i64>, usize);
 
 /// Why a gang that does not fit evicts nobody, for its message (`None`: nothing to add).
 #[derive(Debug, Clone, PartialEq)]
@@ -233,6 +204,13 @@ pub enum NoVictims {
     NoSet,
 }
 
+/// Where the search runs for one gang: the domains of one level of its required topology (or
+/// only the one its released members are in), or all nodes.
+enum Scope {
+    Anywhere,
+    Level { level: String, only: Option<usize> },
+}
+
 impl Simulation<'_> {
     /// The cheapest set of victims whose eviction lets `gang` fit (see the module doc), or why
     /// there is none. The simulation is left as it was; the victims are claimed in
@@ -243,60 +221,37 @@ impl Simulation<'_> {
         candidates: &mut Candidates<'_>,
     ) -> Result<Chosen, NoVictims> {
         let Some(preemptor) = &gang.preemptor else { return Err(NoVictims::Never) };
+        candidates.order(self);
+        #[cfg(test)]
+        if reference_tests::active() {
+            return self.reference_preempt_for(gang, candidates);
+        }
+        candidates.bounds.searching();
         // Candidates are a prefix of the cost order (priority first): those of lower priority.
-        let lower = candidates.units.partition_point(|u| u.priority < gang.priority);
+        let lower = candidates.priority.partition_point(|p| *p < gang.priority);
         if lower == 0 {
             return Err(NoVictims::NoSet);
         }
-        let usable = self.usable_nodes(gang);
-        // Who may go is worked out only once some scope has no preemption in flight: behind one
-        // (most waiting gangs, once a preemption is under way), the check costs O(its nodes).
-        let mut eligible: Option<Vec<usize>> = None;
-        let scopes = self.preemption_scopes(gang, &usable);
+        let demand = search::Demand::of(self, candidates, gang);
+        let (usable_id, usable) = candidates.indexes.usable(self, gang, &demand.classes);
+        let team = preemptor.team.as_deref().and_then(|t| candidates.teams.get(t).copied());
+        let who = search::Eligible { lower, preemptor, team, usable: &usable, usable_id };
+        let scopes = self.preemption_scopes(gang);
         let mut busy_everywhere = !scopes.is_empty();
-        let mut best: Option<(Vec<usize>, Placements, Option<Domain>)> = None;
-        for level in scopes {
-            for (nodes, domain) in level {
-                let busy = |i: usize| usable[i] && candidates.busy[i];
-                let in_flight = match &nodes {
-                    None => (0..self.nodes.len()).any(busy),
-                    Some(ns) => ns.iter().any(|&i| busy(i)),
-                };
-                if in_flight {
-                    continue;
-                }
-                busy_everywhere = false;
-                let eligible = eligible.get_or_insert_with(|| {
-                    (0..lower)
-                        .filter(|&v| {
-                            let unit = candidates.units[v];
-                            !candidates.taken[v]
-                                && candidates.now >= unit.evictable_from
-                                && preemptor.may_evict(unit)
-                                && candidates.nodes[v].iter().flatten().any(|&i| usable[i])
-                        })
-                        .collect()
-                });
-                let in_scope = |i: &usize| nodes.as_ref().is_none_or(|ns| ns.binary_search(i).is_ok());
-                let inside: Vec<usize> =
-                    eligible.iter().copied().filter(|&v| candidates.nodes[v].iter().flatten().any(&in_scope)).collect();
-                let Some((victims, placements)) = self.smallest_set(gang, candidates, &inside, nodes.as_deref()) else {
-                    continue;
-                };
-                let cost = |set: &[usize]| {
-                    let units: Vec<&RunningUnit> = set.iter().map(|&v| candidates.units[v]).collect();
-                    set_cost(&units, candidates.now, candidates.accelerators)
-                };
-                if best.as_ref().is_none_or(|(b, _, _)| cost(&victims) < cost(b)) {
-                    let (placements, placed_in) = placements;
-                    best = Some((victims, placements, domain.clone().or(placed_in)));
-                }
-            }
+        let mut found = None;
+        // Tightest level first; the first level where some set makes room decides.
+        for scope in &scopes {
+            let (best, searched) = match scope {
+                Scope::Anywhere => self.search_anywhere(gang, candidates, &who, &demand),
+                Scope::Level { level, only } => self.search_level(gang, candidates, &who, &demand, level, *only),
+            };
+            busy_everywhere &= !searched;
             if best.is_some() {
+                found = best;
                 break;
             }
         }
-        let Some((victims, placements, domain)) = best else {
+        let Some(domains::Found { victims, placements, domain, .. }) = found else {
             return Err(if busy_everywhere { NoVictims::InFlight } else { NoVictims::NoSet });
         };
         candidates.claim(&victims);
@@ -304,94 +259,24 @@ impl Simulation<'_> {
         Ok(Chosen { victims, placements, domain })
     }
 
-    /// Where the search runs, by level, tightest first: each domain's nodes (sorted) and the
-    /// domain; one scope of all nodes (`None`) for a gang without a required topology.
-    #[allow(clippy::type_complexity)]
-    fn preemption_scopes(
-        &mut self,
-        gang: &WaitingGang,
-        usable: &[bool],
-    ) -> Vec<Vec<(Option<Vec<usize>>, Option<Domain>)>> {
+    /// Where the search runs, by level, tightest first: the domain its released members are in
+    /// (nowhere if no node has it any more), each level of its required topology, or all nodes.
+    fn preemption_scopes(&mut self, gang: &WaitingGang) -> Vec<Scope> {
         if let Some(domain) = &gang.joins {
             self.ensure_level(&domain.level);
             let level = &self.levels.by_key[&domain.level];
             let Ok(index) = level.names.binary_search(&domain.value) else { return Vec::new() };
-            return vec![vec![(Some(level.nodes[index].clone()), Some(domain.clone()))]];
+            return vec![Scope::Level { level: domain.level.clone(), only: Some(index) }];
         }
         let Some(topology) = gang.topology.as_ref().filter(|t| t.required) else {
-            return vec![vec![(None, None)]];
+            return vec![Scope::Anywhere];
         };
-        let mut out = Vec::new();
-        for level in &topology.levels {
-            self.ensure_level(level);
-            let l = &self.levels.by_key[level];
-            let domains = l
-                .nodes
-                .iter()
-                .zip(&l.names)
-                .filter(|(nodes, _)| nodes.iter().any(|&i| usable[i]))
-                .map(|(nodes, name)| (Some(nodes.clone()), Some(Domain { level: level.clone(), value: name.clone() })))
-                .collect();
-            out.push(domains);
-        }
-        out
-    }
-
-    /// The smallest cheapest-first prefix of `eligible` whose removal lets the gang fit within
-    /// `scope`, then each victim given back (most expensive first) where it is not needed.
-    /// `None` when even all of them do not make room. The simulation is left as it was.
-    fn smallest_set(
-        &mut self,
-        gang: &WaitingGang,
-        candidates: &Candidates<'_>,
-        eligible: &[usize],
-        scope: Option<&[usize]>,
-    ) -> Option<(Vec<usize>, Placed)> {
-        let mut removed = 0;
-        let set_removed = |sim: &mut Self, to: usize, removed: &mut usize| {
-            while *removed < to {
-                sim.evict(candidates, eligible[*removed], -1);
-                *removed += 1;
-            }
-            while *removed > to {
-                *removed -= 1;
-                sim.evict(candidates, eligible[*removed], 1);
-            }
-        };
-        set_removed(self, eligible.len(), &mut removed);
-        if self.fits_within(gang, scope).is_none() {
-            set_removed(self, 0, &mut removed);
-            return None;
-        }
-        // Fit is monotone in the prefix: the smallest one that fits, by bisection.
-        let (mut lo, mut hi) = (0, eligible.len());
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            set_removed(self, mid, &mut removed);
-            if self.fits_within(gang, scope).is_some() { hi = mid } else { lo = mid }
-        }
-        set_removed(self, hi, &mut removed);
-        // Give back the most expensive first while the gang still fits without them.
-        let mut victims: Vec<usize> = eligible[..hi].to_vec();
-        for index in (0..victims.len()).rev() {
-            let v = victims[index];
-            self.evict(candidates, v, 1);
-            if self.fits_within(gang, scope).is_some() {
-                victims.remove(index);
-            } else {
-                self.evict(candidates, v, -1);
-            }
-        }
-        let placements = self.fits_within(gang, scope);
-        for &v in &victims {
-            self.evict(candidates, v, 1);
-        }
-        Some((victims, placements?))
+        topology.levels.iter().map(|level| Scope::Level { level: level.clone(), only: None }).collect()
     }
 
     /// Gives back (`sign` -1) or takes again (1) what unit `v`'s pods hold on their nodes.
     fn evict(&mut self, candidates: &Candidates<'_>, v: usize, sign: i128) {
-        for (pod, node) in candidates.units[v].pods.iter().zip(&candidates.nodes[v]) {
+        for (pod, node) in candidates.units[v].pods.iter().zip(candidates.pod_nodes(v)) {
             if let Some(i) = node {
                 self.adjust(*i, &pod.requests, sign);
             }

@@ -25,7 +25,7 @@ pub(super) struct Levels {
 pub(super) struct Level {
     pub(super) names: Vec<String>,
     /// By node index: its domain (`None`: the node lacks the label, so it is in none).
-    of_node: Vec<Option<usize>>,
+    pub(super) of_node: Vec<Option<usize>>,
     /// By domain: its nodes.
     pub(super) nodes: Vec<Vec<usize>>,
     /// By (placement class, resource), by domain: free on the domain's nodes that class admits.
@@ -184,7 +184,7 @@ impl Simulation<'_> {
 
     /// Each domain's free `resource` on the nodes `class` admits, now (computed once, then kept
     /// up to date by `adjust`).
-    fn domain_free(&mut self, level: &str, class: usize, resource: &str) -> &Vec<Quantity> {
+    pub(super) fn domain_free(&mut self, level: &str, class: usize, resource: &str) -> &Vec<Quantity> {
         self.ensure_level(level);
         let (free, admits) = (&self.free, &self.class_member[class]);
         let entry = self.levels.by_key.get_mut(level).map(|l| {
@@ -257,16 +257,22 @@ impl Simulation<'_> {
 /// The gang's main accelerator (its first member's largest) and how much of it all its members
 /// and phantoms ask: what a domain must have free to be worth trying.
 fn main_need(sim: &mut Simulation<'_>, gang: &WaitingGang) -> Option<(usize, String, Quantity)> {
+    let (resource, needed) = main_amount(gang)?;
+    let class = sim.class_of(&gang.members.first()?.shape);
+    Some((class, resource, needed))
+}
+
+/// [`main_need`] without the class: the main accelerator and how much of it the gang asks.
+pub(super) fn main_amount(gang: &WaitingGang) -> Option<(String, Quantity)> {
     let first = gang.members.first()?;
     let resource = Simulation::primary(&first.shape)?.to_string();
-    let class = sim.class_of(&first.shape);
     let of = |requests: &ResourceList| requests.get(&resource).copied().unwrap_or(Quantity::ZERO);
     let mut needed = sum(gang.members.iter().map(|m| of(&m.shape.requests)));
     if let Some(p) = &gang.phantoms {
         needed = needed
             .saturating_add(Quantity::from_nanos(of(&p.shape.requests).nanos().saturating_mul(i128::from(p.count))));
     }
-    Some((class, resource, needed))
+    Some((resource, needed))
 }
 
 fn sum(quantities: impl Iterator<Item = Quantity>) -> Quantity {
