@@ -24,6 +24,8 @@ use crate::tenant::{self, Requester};
 use crate::validate::{self, Target};
 use crate::workload::{self, PodView};
 
+mod pod_checks;
+
 /// What one phase decided.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Outcome {
@@ -275,24 +277,7 @@ impl<'a> Engine<'a> {
             path: "",
         };
 
-        if is_pod
-            && operation == Operation::Update
-            && req.username != self.allot_username
-            && let (Some(old), Some(quota)) = (req.old_object, team.team.and_then(|t| t.quota.as_ref()))
-            // (A changed accelerator amount is reported once, above.)
-            && !out.findings.iter().any(|f| f.rule == RuleId::Check(Check::TenantResize))
-        {
-            out.findings.extend(tenant::check_charge_change(quota, old, req.object));
-        }
-        if !is_pod {
-            out.findings.extend(tenant::check_owner_size(self.policies, req, team.team.map(|t| t.name.as_str())));
-        }
-        if is_pod
-            && operation == Operation::Update
-            && let Some(old) = req.old_object
-        {
-            out.findings.extend(self.added_tolerations(req, old, &team));
-        }
+        self.object_checks(req, operation, &team, &mut out);
         let mut quota_views = Vec::new();
         let mut template_gangs = Vec::new();
         for view in views {
@@ -304,98 +289,9 @@ impl<'a> Engine<'a> {
             let claims = self.claim_demand(req, &view.pod);
             let claimed = claims.accelerators(&self.policies.device_classes);
             if checked {
-                out.findings.extend(validate::check_claims(&view, &claims, self.claims.missing_phrase()));
-                out.findings.extend(validate::check_pod_with_claims(self.policies, &view, &team, &claimed));
-                out.findings.extend(tenant::check_reserved_keys(&view));
-                out.findings.extend(tenant::check_amounts(self.policies, &view, &claimed));
-                let update = operation == Operation::Update;
-                out.findings.extend(tenant::check_resource_names(&view).map(|f| warn_on_workload_update(f, update)));
-                out.findings.extend(
-                    validate::check_system_priority_class(self.policies, &view, &team)
-                        .map(|f| warn_on_workload_update(f, update)),
-                );
-                out.findings.extend(
-                    tenant::check_uncounted_accelerators(self.policies, &view, &claims, team.team)
-                        .map(|f| warn_on_workload_update(f, update)),
-                );
-                // A DaemonSet's pods come from a trusted controller, which keeps them in the
-                // quota queue whatever scheduler they name: its template is not judged here.
-                if view.path.is_empty() || (req.group, req.kind) != ("apps", "DaemonSet") {
-                    out.findings.extend(
-                        tenant::check_quota_queue_skip(
-                            self.policies,
-                            &view,
-                            req.namespace,
-                            team.team,
-                            Requester::User(req.username),
-                            self.workload_scheduler(req, &view),
-                            |quota| !quota.charge(&dra::held_quota_requests(view.requests(), &claims)).is_empty(),
-                        )
-                        .map(|f| warn_on_workload_update(f, update)),
-                    );
-                }
-                let membership =
-                    validate::pod_gang(self.policies, &view, req.namespace, &team, operation == Operation::Create);
-                // A pod Allot holds keeps its placement in every replica: bounded. A template's
-                // pods are held when their gang is inferred from the workload too.
-                let held = matches!(membership, Ok(Some(_)))
-                    || tenant::gated_by_allot(&view.pod)
-                    || (!view.path.is_empty() && self.infers_gangs_of(req, &team));
-                out.findings
-                    .extend(tenant::check_placement_size(&view, held).map(|f| warn_on_workload_update(f, update)));
-                out.findings.extend(validate::check_gang(
-                    &view,
-                    req.namespace,
-                    &membership,
-                    self.gangs,
-                    self.policies.priority.global_default.as_deref(),
-                ));
-                // Templates are compared with each other at CREATE only: a workload admitted
-                // before this check (or by an older replica) must stay updatable (Kueue toggles
-                // `suspend`); its pods are still checked as they come.
-                // A template without a gang of its own is compared under the gang its pods will
-                // be inferred into (JobSet, LeaderWorkerSet); one that makes no pods
-                // (`replicas: 0`) is not compared.
-                if !view.path.is_empty()
-                    && operation == Operation::Create
-                    && workload::template_makes_pods(req.object, req.group, req.kind, &view.path)
-                {
-                    let inferred;
-                    let gang = match &membership {
-                        Ok(Some(gang)) => Some(gang),
-                        Ok(None) => {
-                            inferred = validate::template_inferred_gang(self.policies, &view, req, &team);
-                            inferred.as_ref()
-                        }
-                        Err(_) => None,
-                    };
-                    if let Some(gang) = gang {
-                        template_gangs.push(validate::TemplateMember::of(
-                            &view,
-                            gang,
-                            self.policies.priority.global_default.as_deref(),
-                        ));
-                    }
-                }
-                let bypassed = || tenant::Bypassed {
-                    accelerators: crate::resources::requests_any(
-                        view.pod.get("spec").unwrap_or(&Value::Null),
-                        &self.policies.accelerators,
-                    ) || !claimed.is_empty(),
-                    gang: matches!(membership, Ok(Some(_))),
-                    queued: team.team.and_then(|t| t.quota.as_ref()).is_some_and(|q| {
-                        q.mode == crate::policy::QuotaMode::Queue
-                            && !q.charge(&dra::held_quota_requests(view.requests(), &claims)).is_empty()
-                    }),
-                };
-                let requester = Requester::User(req.username);
-                out.findings.extend(tenant::check_bound_pod(self.policies, &view, requester, bypassed));
-                // A native PodGroup's member is gated and placed by the scheduler, not Allot, but
-                // its team's quota is charged for the whole group, as an Allot gang's is.
-                gang = membership.ok().flatten().or_else(|| {
-                    let pod_group = crate::gang::membership::native_pod_group_of(&view.pod);
-                    crate::gang::membership::native_group(pod_group, req.namespace, self.claims)
-                });
+                let template;
+                (gang, template) = self.check_pod(req, &view, &team, (&claims, &claimed), operation, &mut out);
+                template_gangs.extend(template);
             }
             self.run_rules(
                 req,
@@ -421,6 +317,30 @@ impl<'a> Engine<'a> {
             }
         }
         out
+    }
+
+    /// The checks of the object as a whole, after Allot's own keys: a tenant's change of what
+    /// a Pod is charged, a workload's size, tolerations added on a Pod UPDATE.
+    fn object_checks(&self, req: &Request<'_>, operation: Operation, team: &TeamLookup<'_>, out: &mut Outcome) {
+        let is_pod = req.group.is_empty() && req.kind == "Pod";
+        if is_pod
+            && operation == Operation::Update
+            && req.username != self.allot_username
+            && let (Some(old), Some(quota)) = (req.old_object, team.team.and_then(|t| t.quota.as_ref()))
+            // (A changed accelerator amount is reported once, above.)
+            && !out.findings.iter().any(|f| f.rule == RuleId::Check(Check::TenantResize))
+        {
+            out.findings.extend(tenant::check_charge_change(quota, old, req.object));
+        }
+        if !is_pod {
+            out.findings.extend(tenant::check_owner_size(self.policies, req, team.team.map(|t| t.name.as_str())));
+        }
+        if is_pod
+            && operation == Operation::Update
+            && let Some(old) = req.old_object
+        {
+            out.findings.extend(self.added_tolerations(req, old, team));
+        }
     }
 
     /// The scheduler a workload gives the pods of a template that names none: a Volcano Job's
