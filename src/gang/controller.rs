@@ -12,7 +12,7 @@
 //! written), so a new leader rebuilds it from a list, releases nothing twice and rewrites no
 //! explanation a pod already carries. Leadership: [`super::lease`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -198,191 +198,302 @@ fn next_wake(resync_at: tokio::time::Instant, deadline: Option<i64>, retry: &Ret
     resync_at.min(tokio::time::Instant::now() + wait)
 }
 
-async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bool>) {
-    let Context { client, evictions, state, policies, namespaces, config, metrics } = context;
+/// What the leader remembers between passes. A new leader starts from the pods (what they
+/// carry: gates, conditions, stamps), with none of this.
+#[derive(Default)]
+struct Remembered {
+    /// What each gang's members were last told.
+    explained: HashMap<GangKey, crate::gang::plan::Explained>,
+    /// Each queued pod's place, as last told.
+    queued: HashMap<(String, String), crate::quota::queue::Told>,
+    /// Gangs whose native PodGroup this leader tried to create.
+    handed_off: HashSet<(String, String)>,
+    /// Preemptions in flight, and units spared for a while.
+    preemptions: super::preemption::Memory,
+}
+
+/// The control loop's state between two wake-ups.
+struct ControlLoop {
+    context: Context,
+    /// Evictions are made in the loop (they must land before the next pass decides again).
+    eviction_recorder: Recorder,
+    refused: RefusedLifts,
+    /// Set by the explainer when a write failed: its conditions are written again.
+    write_failed: Arc<std::sync::atomic::AtomicBool>,
+    explain_tx: tokio::sync::mpsc::UnboundedSender<Later>,
+    remembered: Remembered,
+    /// The members of disrupted gangs already counted in `allot_evicted_pods_total` (bounded).
+    disrupted_counted: HashSet<(String, String, Option<Arc<str>>)>,
+    retry: Retry,
+    /// The view's generation the last pass saw (`u64::MAX`: none yet).
+    seen_generation: u64,
+    resync_at: tokio::time::Instant,
+    /// The next assembly or start timeout, reservation end or queue refresh (seconds).
+    deadline: Option<i64>,
+    was_leader: bool,
+    /// How long the last pass's planning (its walks over the pods) took.
+    last_planning: Duration,
+}
+
+async fn control_loop(context: Context, mut stopped: tokio::sync::watch::Receiver<bool>) {
     let (leader_tx, mut leader) = tokio::sync::watch::channel(false);
     let lease_config = LeaseConfig {
-        namespace: config.lease_namespace.clone(),
-        name: config.lease_name.clone(),
-        identity: config.identity.clone(),
+        namespace: context.config.lease_namespace.clone(),
+        name: context.config.lease_name.clone(),
+        identity: context.config.identity.clone(),
         timing: LeaseTiming::default(),
     };
-    let election = tokio::spawn(lease::run(client.clone(), lease_config, leader_tx, stopped.clone()));
-    let mut stopped = stopped;
-    let reporter = Reporter { controller: "allot".into(), instance: Some(config.identity.clone()) };
-    let recorder = Recorder::new(client.clone(), reporter.clone());
-    // Evictions are made in the loop (they must land before the next pass decides again).
-    let eviction_recorder = Recorder::new(client.clone(), reporter);
-    let mut preemptions = super::preemption::Memory::default();
-    // The members of disrupted gangs already counted in `allot_evicted_pods_total` (bounded).
-    let mut disrupted_counted = std::collections::HashSet::new();
-    let (explain_tx, explain_rx) = tokio::sync::mpsc::unbounded_channel();
-    let write_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let write_retry = Arc::new(tokio::sync::Notify::new());
-    let explainer = tokio::spawn(explain(
-        Writers { client: client.clone(), recorder, state: state.clone(), metrics: metrics.clone() },
-        leader.clone(),
-        explain_rx,
-        Failures { conditions: write_failed.clone(), wake: write_retry.clone() },
-    ));
-    let mut retry = Retry::new(config.resync);
-    let refused = RefusedLifts::default();
-    let mut explained: HashMap<GangKey, crate::gang::plan::Explained> = HashMap::new();
-    let mut queued: HashMap<(String, String), crate::quota::queue::Told> = HashMap::new();
-    let mut handed_off = std::collections::HashSet::new();
-    let mut seen_generation = u64::MAX;
-    let mut resync_at = tokio::time::Instant::now() + config.resync;
-    let mut deadline: Option<i64> = None;
-    let mut was_leader = false;
-    // How long the last pass's planning (its walks over the pods) took.
-    let mut last_planning = Duration::ZERO;
+    let election = tokio::spawn(lease::run(context.client.clone(), lease_config, leader_tx, stopped.clone()));
+    let (mut control, explainer, write_retry) = ControlLoop::start(context, leader.clone());
     loop {
+        let wake = next_wake(control.resync_at, control.deadline, &control.retry);
         tokio::select! {
             // Pod and Node events (and the controller's own local marks) wake the loop.
-            () = state.changed() => tokio::time::sleep(settle_time(last_planning)).await,
-            () = tokio::time::sleep_until(next_wake(resync_at, deadline, &retry)) => {}
+            () = control.context.state.changed() => tokio::time::sleep(settle_time(control.last_planning)).await,
+            () = tokio::time::sleep_until(wake) => {}
             // A write of the explainer failed: try again after the backoff.
-            () = write_retry.notified() => retry.failed(tokio::time::Instant::now()),
+            () = write_retry.notified() => control.retry.failed(tokio::time::Instant::now()),
             Ok(()) = leader.changed() => {}
             // Err (the handle was dropped, not used to stop) disables this branch: keep running.
             Ok(()) = stopped.changed() => if *stopped.borrow() { break },
         }
         let is_leader = *leader.borrow_and_update();
-        if is_leader != was_leader {
-            tracing::info!(leader = is_leader, identity = %config.identity, "gang controller leadership changed");
-            was_leader = is_leader;
-            // A new leader starts from the pods: what they carry (gates, conditions, stamps),
-            // not from what this replica remembered while it led before.
-            explained.clear();
-            queued.clear();
-            handed_off.clear();
-            refused.clear();
-            preemptions.clear();
-            seen_generation = u64::MAX;
-            metrics.leader.set(i64::from(is_leader));
-            metrics.clear_waiting();
-            metrics.set_waiting_for_domain(&Default::default());
-        }
+        control.follow_leadership(is_leader);
         // Before the first lists of Pods and Nodes are in, or while a (re)list is applied pod
         // by pod, the view is partial (a gang 1/3 present, no nodes, a queue without its
         // running pods): no pass until it is whole; the list's end wakes the loop.
-        if !is_leader || !state.complete() {
-            // No pass, so none of the timed wake-ups is acted on: a resync time or deadline
-            // left in the past would wake the loop again at once, and it would spin (a
-            // follower did, from its first resync period on: 3.27 s of CPU in 3 s in an e2e run).
-            let now = tokio::time::Instant::now();
-            if now >= resync_at {
-                resync_at = now + config.resync;
-            }
-            deadline = None;
-            retry.at = None;
+        if !is_leader || !control.context.state.complete() {
+            control.idle();
             continue;
         }
-        let generation = state.generation();
-        let now = unix_now();
-        tracing::debug!(generation, "gang pass: start");
-        let resync = tokio::time::Instant::now() >= resync_at;
-        let due = deadline.is_some_and(|d| now >= d);
-        let retrying = retry.due(tokio::time::Instant::now());
-        if generation == seen_generation && !resync && !due && !retrying {
-            continue;
+        control.pass().await;
+    }
+    let ControlLoop { context, explain_tx, .. } = control;
+    drop(explain_tx);
+    drop(leader);
+    context.metrics.leader.set(0);
+    let ended = election.await;
+    // (The explainer writes nothing once this replica no longer leads.)
+    if tokio::time::timeout(Duration::from_secs(5), explainer).await.is_err() {
+        tracing::warn!("the explainer did not finish in time");
+    }
+    let identity = &context.config.identity;
+    match ended {
+        Ok(lease::Ended::Released) => tracing::info!(%identity, "gang controller stopped; Lease released"),
+        Ok(lease::Ended::Follower) => tracing::info!(%identity, "gang controller stopped"),
+        Ok(lease::Ended::NotReleased(e)) => {
+            tracing::warn!(error = %e, "gang controller stopped; the Lease could not be released")
+        }
+        Err(e) => tracing::warn!(error = %e, "gang controller stopped; the election task failed"),
+    }
+}
+
+impl ControlLoop {
+    /// The loop before its first wake-up, its explainer started (and the explainer's signal
+    /// that a write failed).
+    fn start(
+        context: Context,
+        leader: tokio::sync::watch::Receiver<bool>,
+    ) -> (ControlLoop, tokio::task::JoinHandle<()>, Arc<tokio::sync::Notify>) {
+        let reporter = Reporter { controller: "allot".into(), instance: Some(context.config.identity.clone()) };
+        let recorder = Recorder::new(context.client.clone(), reporter.clone());
+        let eviction_recorder = Recorder::new(context.client.clone(), reporter);
+        let (explain_tx, explain_rx) = tokio::sync::mpsc::unbounded_channel();
+        let write_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let write_retry = Arc::new(tokio::sync::Notify::new());
+        let writers = Writers {
+            client: context.client.clone(),
+            recorder,
+            state: context.state.clone(),
+            metrics: context.metrics.clone(),
+        };
+        let failures = Failures { conditions: write_failed.clone(), wake: write_retry.clone() };
+        let explainer = tokio::spawn(explain(writers, leader, explain_rx, failures));
+        let control = ControlLoop {
+            retry: Retry::new(context.config.resync),
+            resync_at: tokio::time::Instant::now() + context.config.resync,
+            context,
+            eviction_recorder,
+            refused: RefusedLifts::default(),
+            write_failed,
+            explain_tx,
+            remembered: Remembered::default(),
+            disrupted_counted: HashSet::new(),
+            seen_generation: u64::MAX,
+            deadline: None,
+            was_leader: false,
+            last_planning: Duration::ZERO,
+        };
+        (control, explainer, write_retry)
+    }
+
+    /// A new leader starts from the pods, not from what this replica remembered while it led
+    /// before.
+    fn follow_leadership(&mut self, is_leader: bool) {
+        if is_leader == self.was_leader {
+            return;
+        }
+        tracing::info!(leader = is_leader, identity = %self.context.config.identity, "gang controller leadership changed");
+        self.was_leader = is_leader;
+        self.remembered = Remembered::default();
+        self.refused.clear();
+        self.seen_generation = u64::MAX;
+        let metrics = &self.context.metrics;
+        metrics.leader.set(i64::from(is_leader));
+        metrics.clear_waiting();
+        metrics.set_waiting_for_domain(&Default::default());
+    }
+
+    /// No pass, so none of the timed wake-ups is acted on: a resync time or deadline left in
+    /// the past would wake the loop again at once, and it would spin (a follower did, from its
+    /// first resync period on: 3.27 s of CPU in 3 s in an e2e run).
+    fn idle(&mut self) {
+        let now = tokio::time::Instant::now();
+        if now >= self.resync_at {
+            self.resync_at = now + self.context.config.resync;
+        }
+        self.deadline = None;
+        self.retry.at = None;
+    }
+
+    /// Whether a pass is due (the view changed, the resync period, a deadline or a retry), and
+    /// what it forgets first.
+    fn begin_pass(&mut self, generation: u64, now: i64) -> bool {
+        let resync = tokio::time::Instant::now() >= self.resync_at;
+        let due = self.deadline.is_some_and(|d| now >= d);
+        let retrying = self.retry.due(tokio::time::Instant::now());
+        if generation == self.seen_generation && !resync && !due && !retrying {
+            return false;
         }
         // This pass tries again whatever failed before it (the plan is made from the pods, and
         // what failed was unmarked); a failure in it sets the next try.
-        retry.begin_pass(tokio::time::Instant::now());
+        self.retry.begin_pass(tokio::time::Instant::now());
         if resync {
-            resync_at = tokio::time::Instant::now() + config.resync;
+            self.resync_at = tokio::time::Instant::now() + self.context.config.resync;
             // The safety net: forget what was written; only pods whose conditions differ from
             // the plan's (compared on the pods themselves) are written again.
-            explained.clear();
-            queued.clear();
-            handed_off.clear();
+            self.remembered.explained.clear();
+            self.remembered.queued.clear();
+            self.remembered.handed_off.clear();
         }
-        if write_failed.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        if self.write_failed.swap(false, std::sync::atomic::Ordering::Relaxed) {
             // A condition that could not be written is tried again in this pass.
-            explained.clear();
-            queued.clear();
+            self.remembered.explained.clear();
+            self.remembered.queued.clear();
+        }
+        true
+    }
+
+    /// One pass: the quota queue's lifts, then the gangs' (plan, lifts, preemptions,
+    /// disruptions), then what the explainer writes.
+    async fn pass(&mut self) {
+        let state = self.context.state.clone();
+        let (generation, now) = (state.generation(), unix_now());
+        tracing::debug!(generation, "gang pass: start");
+        if !self.begin_pass(generation, now) {
+            return;
         }
         // Both passes walk every pod; with nothing behind a gate they have nothing to do, and at
         // 100,000 pods a walk every 250 ms is CPU the webhooks lack (issue 18).
         let (gang_gated, quota_gated) = state.gated();
         // Bounded (a few GETs at once, none for owners waiting out a failure): the decisions
         // below wait for them, the next pass does those left.
-        let owners_left = gang_gated > 0 && resolve_owner_sizes(&client, &state, std::time::Instant::now()).await;
-        let current = policies.load_full();
-        super::hand_off::create_missing(&client, &state, &mut handed_off, &current, namespaces.as_ref()).await;
-        seen_generation = state.generation();
-        metrics.passes.inc();
-        // The pure work of a pass (quota queue, snapshot, decision) runs on a blocking thread:
-        // however large the cluster view, it never occupies the async workers that answer
-        // /mutate, /validate and /readyz.
+        let client = &self.context.client;
+        let owners_left = gang_gated > 0 && resolve_owner_sizes(client, &state, std::time::Instant::now()).await;
+        let current = self.context.policies.load_full();
+        let handed_off = &mut self.remembered.handed_off;
+        super::hand_off::create_missing(client, &state, handed_off, &current, self.context.namespaces.as_ref()).await;
+        self.seen_generation = state.generation();
+        self.context.metrics.passes.inc();
         let planning_started = std::time::Instant::now();
-        let (quota_actions, back) = if quota_gated == 0 {
+        let quota_actions = if quota_gated == 0 {
             // Nothing queued: nothing to remember (nor any place to refresh).
-            (Vec::new(), HashMap::new())
+            self.remembered.queued.clear();
+            Vec::new()
         } else {
-            let (state, p, namespaces) = (state.clone(), policies.load_full(), namespaces.clone());
-            match tokio::task::spawn_blocking(move || {
-                let actions = state.quota_plan(&p, namespaces.as_ref(), &mut queued, now);
-                (actions, queued)
-            })
-            .await
-            {
-                Ok(done) => done,
-                Err(e) => {
-                    tracing::error!(error = %e, "the quota pass failed; retrying on the next change");
-                    (Vec::new(), HashMap::new())
-                }
-            }
+            self.plan_quota(now).await
         };
-        queued = back;
         let mut planning = planning_started.elapsed();
         // Quota first: a gang member is released by the gang controller only once its quota
         // gate is gone. Only the gate lifts wait; explanations go out after the gang's lifts.
-        let (mut later, quota_lifts_failed) = execute_lifts(&client, &state, &metrics, &refused, quota_actions).await;
+        let (client, metrics) = (&self.context.client, &self.context.metrics);
+        let (later, quota_lifts_failed) = execute_lifts(client, &state, metrics, &self.refused, quota_actions).await;
         let planning_started = std::time::Instant::now();
-        // Released members not bound yet need passes too, gated pods or not: their
-        // reservations end and their gangs' start timeouts fire there; so do bound members
-        // still told their gang did not start.
+        let pass = self.plan_gangs(gang_gated, now).await;
+        tracing::debug!(preemptions = pass.preemptions.len(), actions = pass.actions.len(), "gang pass: planned");
+        planning += planning_started.elapsed();
+        self.last_planning = planning;
+        // The next assembly or start timeout, reservation end or count refresh, the next queue
+        // place held back, and, when owners were left unread, a pass within a second (events or
+        // not) to read them. (Only times ahead: a place this pass did not look at, a pod
+        // terminating say, must not make the next pass due at once, and the one after.)
+        let refreshes = self.remembered.queued.values().filter_map(|t| t.refresh_at()).filter(|at| *at > now);
+        self.deadline = pass.next_deadline.into_iter().chain(refreshes).chain(owners_left.then_some(now + 1)).min();
+        self.act(pass, later, quota_lifts_failed, now).await;
+    }
+
+    /// The quota queue's plan (on a blocking thread: however large the cluster view, it never
+    /// occupies the async workers that answer /mutate, /validate and /readyz).
+    async fn plan_quota(&mut self, now: i64) -> Vec<ControllerAction> {
+        let (state, p, namespaces) =
+            (self.context.state.clone(), self.context.policies.load_full(), self.context.namespaces.clone());
+        let mut queued = std::mem::take(&mut self.remembered.queued);
+        let planned = tokio::task::spawn_blocking(move || {
+            let actions = state.quota_plan(&p, namespaces.as_ref(), &mut queued, now);
+            (actions, queued)
+        })
+        .await;
+        match planned {
+            Ok((actions, queued)) => {
+                self.remembered.queued = queued;
+                actions
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the quota pass failed; retrying on the next change");
+                Vec::new()
+            }
+        }
+    }
+
+    /// The gangs' plan (on a blocking thread, as the quota's). Released members not bound yet
+    /// need passes too, gated pods or not: their reservations end and their gangs' start
+    /// timeouts fire there; so do bound members still told their gang did not start.
+    async fn plan_gangs(&mut self, gang_gated: usize, now: i64) -> Plan {
+        let state = self.context.state.clone();
         let idle = gang_gated == 0
             && state.gated().0 == 0
             && state.awaiting_bind() == 0
             && state.told_late() == 0
             && state.disrupted() == 0;
-        let (pass, back, memory) = if idle {
-            (Plan::default(), std::mem::take(&mut explained), std::mem::take(&mut preemptions))
-        } else {
-            let (state, p, namespaces) = (state.clone(), policies.load_full(), namespaces.clone());
-            let mut memory = std::mem::take(&mut preemptions);
-            match tokio::task::spawn_blocking(move || {
-                let (mut snapshot, facts) = state.snapshot(&p, namespaces.as_ref(), now);
-                memory.apply(&mut snapshot, &state.view());
-                (plan(&snapshot, &facts, &mut explained), explained, memory)
-            })
-            .await
-            {
-                Ok(done) => done,
-                Err(e) => {
-                    tracing::error!(error = %e, "the gang pass failed; retrying on the next change");
-                    (Plan::default(), HashMap::new(), super::preemption::Memory::default())
-                }
+        if idle {
+            return Plan::default();
+        }
+        let (p, namespaces) = (self.context.policies.load_full(), self.context.namespaces.clone());
+        let mut memory = std::mem::take(&mut self.remembered.preemptions);
+        let mut explained = std::mem::take(&mut self.remembered.explained);
+        let planned = tokio::task::spawn_blocking(move || {
+            let (mut snapshot, facts) = state.snapshot(&p, namespaces.as_ref(), now);
+            memory.apply(&mut snapshot, &state.view());
+            (plan(&snapshot, &facts, &mut explained), explained, memory)
+        })
+        .await;
+        match planned {
+            Ok((pass, explained, memory)) => {
+                self.remembered.explained = explained;
+                self.remembered.preemptions = memory;
+                pass
             }
-        };
-        explained = back;
-        preemptions = memory;
-        tracing::debug!(preemptions = pass.preemptions.len(), actions = pass.actions.len(), "gang pass: planned");
-        planning += planning_started.elapsed();
-        last_planning = planning;
-        // The next assembly or start timeout, reservation end or count refresh, the next queue place held back, and,
-        // when owners were left unread, a pass within a second (events or not) to read them.
-        // (Only times ahead: a place this pass did not look at, a pod terminating say, must not
-        // make the next pass due at once, and the one after.)
-        deadline = pass
-            .next_deadline
-            .into_iter()
-            .chain(queued.values().filter_map(|t| t.refresh_at()).filter(|at| *at > now))
-            .chain(owners_left.then_some(now + 1))
-            .min();
+            Err(e) => {
+                tracing::error!(error = %e, "the gang pass failed; retrying on the next change");
+                Plan::default()
+            }
+        }
+    }
+
+    /// Carries out a gang plan: the releases' lifts, the preemptions, the deletions of disrupted
+    /// gangs; then hands explanations, deletions and stamps to the explainer.
+    async fn act(&mut self, pass: Plan, mut later: Vec<ControllerAction>, quota_lifts_failed: bool, now: i64) {
+        let Context { client, evictions, state, policies, namespaces, metrics, .. } = &self.context;
         metrics.set_waiting(&pass.waiting);
         metrics.set_waiting_for_domain(&pass.waiting_for_domain);
         for gang in &pass.released {
@@ -397,22 +508,29 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
                 "releasing gang"
             );
         }
-        let (rest, gang_lifts_failed) = execute_lifts(&client, &state, &metrics, &refused, pass.actions).await;
+        let (rest, gang_lifts_failed) = execute_lifts(client, state, metrics, &self.refused, pass.actions).await;
         later.extend(rest);
+        let memory = &mut self.remembered.preemptions;
         for gang in &pass.released {
-            preemptions.released(&gang.gang);
+            memory.released(&gang.gang);
         }
-        let evictor =
-            super::eviction::ApiEvictor { client: &evictions, recorder: &eviction_recorder, metrics: &metrics };
-        if preempt(&evictor, &state, &mut preemptions, &pass.preemptions, now).await {
+        let evictor = super::eviction::ApiEvictor { client: evictions, recorder: &self.eviction_recorder, metrics };
+        if preempt(&evictor, state, memory, &pass.preemptions, now).await {
             // Refused: the next pass, within a second, chooses other victims or waits.
-            deadline = Some(deadline.map_or(now + 1, |d| d.min(now + 1)));
+            self.deadline = Some(self.deadline.map_or(now + 1, |d| d.min(now + 1)));
         }
-        later.extend(disruption_deletions(&mut disrupted_counted, &metrics, &state, &policies, &namespaces).await);
+        later.extend(disruption_deletions(&mut self.disrupted_counted, metrics, state, policies, namespaces).await);
         if quota_lifts_failed || gang_lifts_failed {
-            retry.failed(tokio::time::Instant::now());
+            self.retry.failed(tokio::time::Instant::now());
         }
-        // After the lifts: a pod released in this pass needs no place in the queue.
+        self.hand_to_explainer(later).await;
+    }
+
+    /// After the lifts (a pod released in this pass needs no place in the queue): the queue's
+    /// stamps, and what the explainer writes, so the next pass's gate lifts never wait behind
+    /// this pass's condition patches and Events.
+    async fn hand_to_explainer(&self, later: Vec<ControllerAction>) {
+        let state = &self.context.state;
         // Only queued pods are stamped: with none (the common case), no walk over every pod
         // after every pass, i.e. after every watch event.
         let stamps = if state.gated().1 == 0 {
@@ -431,32 +549,12 @@ async fn control_loop(context: Context, stopped: tokio::sync::watch::Receiver<bo
                 state.mark_deleting(namespace, pod, uid.as_deref(), true);
             }
         }
-        // Explanations, deletions and stamps are written by the explainer, so the next pass's
-        // gate lifts never wait behind this pass's condition patches and Events.
         // Conditions count as written from now: a pass before the write lands does not tell
         // the pod again (the explainer unmarks what it could not write).
         for condition in later.iter().filter_map(Condition::of) {
-            condition.sent(&state);
+            condition.sent(state);
         }
-        let _ = explain_tx.send(Later { actions: later, stamps });
-    }
-    drop(explain_tx);
-    drop(leader);
-    metrics.leader.set(0);
-    let ended = election.await;
-    // (The explainer writes nothing once this replica no longer leads.)
-    if tokio::time::timeout(Duration::from_secs(5), explainer).await.is_err() {
-        tracing::warn!("the explainer did not finish in time");
-    }
-    match ended {
-        Ok(lease::Ended::Released) => {
-            tracing::info!(identity = %config.identity, "gang controller stopped; Lease released")
-        }
-        Ok(lease::Ended::Follower) => tracing::info!(identity = %config.identity, "gang controller stopped"),
-        Ok(lease::Ended::NotReleased(e)) => {
-            tracing::warn!(error = %e, "gang controller stopped; the Lease could not be released")
-        }
-        Err(e) => tracing::warn!(error = %e, "gang controller stopped; the election task failed"),
+        let _ = self.explain_tx.send(Later { actions: later, stamps });
     }
 }
 
