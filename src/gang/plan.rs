@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::decision::{GangKey, Snapshot, ToldLate, Verdict, decide};
+use super::decision::{Decision, Domain, GangKey, Placements, Snapshot, ToldLate, Verdict, WaitingGang, decide};
 use super::snapshot::GangFacts;
 use crate::cluster::action::ControllerAction;
 use crate::cluster::records::condition_fingerprint;
@@ -249,199 +249,258 @@ pub fn plan(
     facts: &HashMap<GangKey, GangFacts>,
     previous: &mut HashMap<GangKey, Explained>,
 ) -> Plan {
-    let mut actions = Vec::new();
-    let mut waiting: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let mut waiting_for_domain: BTreeMap<String, u64> = BTreeMap::new();
-    let required_level: HashMap<&GangKey, String> = snapshot
-        .gangs
-        .iter()
-        .filter_map(|g| Some((&g.key, g.topology.as_ref().filter(|t| t.required)?.outermost().to_string())))
-        .collect();
-    let mut released = Vec::new();
-    let mut preemptions = Vec::new();
-    let mut next_deadline: Option<i64> = None;
+    let mut out = Plan::default();
     let decisions = decide(snapshot);
-    let created: HashMap<&GangKey, i64> = snapshot.gangs.iter().map(|g| (&g.key, g.created)).collect();
-    let counts: HashMap<&GangKey, (u64, Option<u32>)> =
-        snapshot.gangs.iter().map(|g| (&g.key, (g.present(), g.expected))).collect();
-    // Free capacity moves for every waiting gang at once (any pod started or deleted on their
-    // nodes): rewriting figures alone is paced by every member told such figures, not per gang,
-    // so their total rate stays about 6 writes a second however many gangs wait.
-    let figures_told: usize = decisions
-        .iter()
-        .filter(|d| refreshes_figures(&d.verdict))
-        .filter_map(|d| facts.get(&d.gang))
-        .map(|gf| gf.gated.len())
-        .sum();
-    let capacity_every = refresh_secs(figures_told);
+    let pass = PassFacts::of(snapshot, facts, &decisions);
     let (failing, not_started) =
-        plan_starts(snapshot.now, facts, &snapshot.told_late, &mut actions, &mut next_deadline);
+        plan_starts(snapshot.now, facts, &snapshot.told_late, &mut out.actions, &mut out.next_deadline);
     if !not_started.is_empty() {
-        waiting.insert(START_TIMEOUT_REASON, not_started.len() as u64);
+        out.waiting.insert(START_TIMEOUT_REASON, not_started.len() as u64);
     }
-    for d in decisions {
+    for d in &decisions {
         let Some(gf) = facts.get(&d.gang) else { continue };
         // Being deleted whole: its gated members are neither released nor told anything.
         if failing.contains(&d.gang) {
             continue;
         }
-        let ns = d.gang.namespace.clone();
-        let (mut reason, ready) = condition_reason(&d.verdict);
+        out.plan_gang(&pass, d, gf, not_started.contains(&d.gang), previous);
+    }
+    explain_strays(snapshot, &mut out.actions);
+    // Forget explanations of gangs that are gone.
+    previous.retain(|k, _| facts.contains_key(k));
+    out
+}
+
+/// What the plan of each gang reads about the whole pass.
+struct PassFacts<'s> {
+    snapshot: &'s Snapshot,
+    created: HashMap<&'s GangKey, i64>,
+    /// By gang: its members present, and how many it declares.
+    counts: HashMap<&'s GangKey, (u64, Option<u32>)>,
+    /// By gang with a required topology: the outermost level it may use.
+    required_level: HashMap<&'s GangKey, String>,
+    /// How often a waiting gang's members are told figures that only free capacity moved.
+    capacity_every: i64,
+}
+
+impl<'s> PassFacts<'s> {
+    fn of(snapshot: &'s Snapshot, facts: &HashMap<GangKey, GangFacts>, decisions: &[Decision]) -> PassFacts<'s> {
+        let gangs = &snapshot.gangs;
+        let required =
+            |g: &'s WaitingGang| Some((&g.key, g.topology.as_ref().filter(|t| t.required)?.outermost().to_string()));
+        // Free capacity moves for every waiting gang at once (any pod started or deleted on
+        // their nodes): rewriting figures alone is paced by every member told such figures, not
+        // per gang, so their total rate stays about 6 writes a second however many gangs wait.
+        let figures_told: usize = decisions
+            .iter()
+            .filter(|d| refreshes_figures(&d.verdict))
+            .filter_map(|d| facts.get(&d.gang))
+            .map(|gf| gf.gated.len())
+            .sum();
+        PassFacts {
+            snapshot,
+            created: gangs.iter().map(|g| (&g.key, g.created)).collect(),
+            counts: gangs.iter().map(|g| (&g.key, (g.present(), g.expected))).collect(),
+            required_level: gangs.iter().filter_map(required).collect(),
+            capacity_every: refresh_secs(figures_told),
+        }
+    }
+}
+
+/// What a gang's members are told: their condition and its Event.
+struct Telling {
+    ready: bool,
+    reason: &'static str,
+    message: String,
+    warning: bool,
+}
+
+impl Plan {
+    /// The controller looks again at `at` at the latest.
+    fn look_again_at(&mut self, at: i64) {
+        self.next_deadline = Some(self.next_deadline.map_or(at, |n| n.min(at)));
+    }
+
+    /// One gang's part of the plan: its preemption or release, its assembly timeout, its count
+    /// among the waiting, and what its members are told.
+    fn plan_gang(
+        &mut self,
+        pass: &PassFacts<'_>,
+        d: &Decision,
+        gf: &GangFacts,
+        not_started: bool,
+        previous: &mut HashMap<GangKey, Explained>,
+    ) {
+        let (reason, ready) = condition_reason(&d.verdict);
         // Members that disagree, or that can never be placed, wait until their owner acts: a
         // Warning, like a timeout.
-        let mut warning = matches!(d.verdict, Verdict::Disagrees | Verdict::Unplaceable);
-        let mut message = d.message.clone();
-        if let Verdict::Preempt { victims, placements, domain } = &d.verdict {
-            let gang = snapshot.gangs.iter().find(|g| g.key == d.gang);
-            preemptions.push(super::preemption::Preemption {
-                preemptor: d.gang.clone(),
-                team: gang.and_then(|g| g.preemptor.as_ref()).and_then(|p| p.team.clone()),
-                priority: gang.map_or(0, |g| g.priority),
-                first_member: gf.gated.iter().map(|m| &m.name).min().cloned(),
-                victims: victims.clone(),
-                placements: placements.clone(),
-                domain: domain.clone(),
-            });
-        }
-        if let Verdict::Release { placements, domain } = &d.verdict {
-            for (pod, node) in placements {
-                if let Some(m) = gf.gated.iter().find(|m| &m.name == pod) {
-                    actions.push(ControllerAction::Release {
-                        namespace: ns.clone(),
-                        pod: pod.clone(),
-                        uid: m.uid.clone(),
-                        gate_index: m.gate_index,
-                        has_annotations: m.has_annotations,
-                        node: node.clone(),
-                        pin: domain.as_ref().map(|d| (d.level.clone(), d.value.clone())),
-                        has_node_selector: m.has_node_selector,
-                    });
-                }
+        let warning = matches!(d.verdict, Verdict::Disagrees | Verdict::Unplaceable);
+        let mut telling = Telling { ready, reason, message: d.message.clone(), warning };
+        match &d.verdict {
+            Verdict::Preempt { victims, placements, domain } => {
+                let gang = pass.snapshot.gangs.iter().find(|g| g.key == d.gang);
+                self.preemptions.push(super::preemption::Preemption {
+                    preemptor: d.gang.clone(),
+                    team: gang.and_then(|g| g.preemptor.as_ref()).and_then(|p| p.team.clone()),
+                    priority: gang.map_or(0, |g| g.priority),
+                    first_member: gf.gated.iter().map(|m| &m.name).min().cloned(),
+                    victims: victims.clone(),
+                    placements: placements.clone(),
+                    domain: domain.clone(),
+                });
             }
-            released.push(ReleasedGang {
-                gang: d.gang.clone(),
-                members: placements.len(),
-                waited_secs: created.get(&d.gang).map_or(0, |c| (snapshot.now - c).max(0)),
-                message: d.message.clone(),
-            });
+            Verdict::Release { placements, domain } => self.release(pass, d, gf, placements, domain.as_ref()),
+            _ => {}
         }
-        let deadline = created.get(&d.gang).map(|c| c.saturating_add(gf.assembly_timeout));
-        // Every gang that has not assembled gets its timeout, whatever gate holds its members.
-        if d.verdict.awaits_assembly()
-            && gf.assembly_timeout > 0
-            && let Some(deadline) = deadline
-            && snapshot.now < deadline
-        {
-            next_deadline = Some(next_deadline.map_or(deadline, |n: i64| n.min(deadline)));
-        }
-        if d.verdict.awaits_assembly()
-            && gf.assembly_timeout > 0
-            && deadline.is_some_and(|deadline| snapshot.now >= deadline)
-        {
-            reason = TIMEOUT_REASON;
-            warning = true;
-            message = format!("{message}; not assembled within {}s", gf.assembly_timeout);
-            if gf.on_timeout == OnTimeout::Fail {
-                message.push_str("; deleting the members (bare pods are not recreated)");
-                for m in &gf.gated {
-                    actions.push(ControllerAction::Delete {
-                        namespace: ns.clone(),
-                        pod: m.name.clone(),
-                        uid: m.uid.clone(),
-                        event_reason: TIMEOUT_REASON,
-                        reason: message.clone(),
-                    });
-                }
-            }
-        }
+        self.assembly_timeout(pass, d, gf, &mut telling);
         // A gang past its start timeout (under Warn, with gated replacements) is counted once,
         // as StartTimeout.
-        if !ready && !not_started.contains(&d.gang) {
-            *waiting.entry(reason).or_default() += 1;
+        if !telling.ready && !not_started {
+            *self.waiting.entry(telling.reason).or_default() += 1;
             if d.verdict == Verdict::DoesNotFit
-                && let Some(level) = required_level.get(&d.gang)
+                && let Some(level) = pass.required_level.get(&d.gang)
             {
-                *waiting_for_domain.entry(level.clone()).or_default() += 1;
+                *self.waiting_for_domain.entry(level.clone()).or_default() += 1;
             }
         }
         // Members being deleted get the Warning Event of their deletion, not a condition too.
-        let deleting = reason == TIMEOUT_REASON && gf.on_timeout == OnTimeout::Fail;
+        let deleting = telling.reason == TIMEOUT_REASON && gf.on_timeout == OnTimeout::Fail;
         if !deleting {
-            let written = condition_fingerprint(ready, reason, &message);
-            let stale = || gf.gated.iter().filter(|m| m.condition != written);
-            let last = previous.get(&d.gang);
-            let changed = last.is_none_or(|e| e.message != message);
-            let count = counts.get(&d.gang).copied();
-            // Only the figures of a waiting gang moved (members present, capacity free), and its
-            // members were all told less than a refresh period ago: only those told nothing yet
-            // are told now, the rest at the refresh. Its own count moving (its members come and
-            // go) is paced by its own members; capacity alone by everyone's (`capacity_every`).
-            // (When the members were last told all, their count then, and when they are told
-            // again.)
-            let refresh = last
-                .filter(|e| {
-                    refreshes_figures(&d.verdict)
-                        && e.verdict == d.verdict
-                        && e.reason == reason
-                        && differ_only_in_figures(&e.message, &message)
-                })
-                .map(|e| {
-                    let every = if e.count == count { capacity_every } else { refresh_secs(gf.gated.len()) };
-                    (e.at, e.count, e.at.saturating_add(every))
-                })
-                .filter(|(_, _, at)| snapshot.now < *at);
-            let behind = last.is_some_and(|e| e.behind);
-            let tell: Vec<&str> = match refresh {
-                Some((told_at, told_count, at)) if changed || behind => {
-                    next_deadline = Some(next_deadline.map_or(at, |n: i64| n.min(at)));
-                    previous.insert(
-                        d.gang.clone(),
-                        Explained {
-                            verdict: d.verdict.clone(),
-                            reason,
-                            message: message.clone(),
-                            at: told_at,
-                            behind: true,
-                            count: told_count,
-                        },
-                    );
-                    stale().filter(|m| m.condition == 0).map(|m| m.name.as_str()).collect()
-                }
-                // A new explanation, or one some members were held back from: everyone whose
-                // condition says otherwise (a member that says so already — a new leader, a
-                // resync — is skipped).
-                _ if changed || behind => {
-                    previous.insert(
-                        d.gang.clone(),
-                        Explained {
-                            verdict: d.verdict.clone(),
-                            reason,
-                            message: message.clone(),
-                            at: snapshot.now,
-                            behind: false,
-                            count,
-                        },
-                    );
-                    stale().map(|m| m.name.as_str()).collect()
-                }
-                _ => Vec::new(),
-            };
-            for pod in tell {
-                actions.push(ControllerAction::Explain {
-                    namespace: ns.clone(),
-                    pod: pod.to_string(),
-                    ready,
-                    reason,
-                    message: message.clone(),
-                    warning,
+            self.explain_gang(pass, d, gf, telling, previous);
+        }
+    }
+
+    /// Lifts the gates of a gang released onto `placements` (pinned to `domain`).
+    fn release(
+        &mut self,
+        pass: &PassFacts<'_>,
+        d: &Decision,
+        gf: &GangFacts,
+        placements: &Placements,
+        domain: Option<&Domain>,
+    ) {
+        for (pod, node) in placements {
+            if let Some(m) = gf.gated.iter().find(|m| &m.name == pod) {
+                self.actions.push(ControllerAction::Release {
+                    namespace: d.gang.namespace.clone(),
+                    pod: pod.clone(),
+                    uid: m.uid.clone(),
+                    gate_index: m.gate_index,
+                    has_annotations: m.has_annotations,
+                    node: node.clone(),
+                    pin: domain.map(|d| (d.level.clone(), d.value.clone())),
+                    has_node_selector: m.has_node_selector,
+                });
+            }
+        }
+        self.released.push(ReleasedGang {
+            gang: d.gang.clone(),
+            members: placements.len(),
+            waited_secs: pass.created.get(&d.gang).map_or(0, |c| (pass.snapshot.now - c).max(0)),
+            message: d.message.clone(),
+        });
+    }
+
+    /// Every gang that has not assembled gets its timeout, whatever gate holds its members;
+    /// past it, its members are told so (and deleted under `Fail`).
+    fn assembly_timeout(&mut self, pass: &PassFacts<'_>, d: &Decision, gf: &GangFacts, telling: &mut Telling) {
+        let now = pass.snapshot.now;
+        let Some(deadline) = pass.created.get(&d.gang).map(|c| c.saturating_add(gf.assembly_timeout)) else {
+            return;
+        };
+        if !d.verdict.awaits_assembly() || gf.assembly_timeout <= 0 {
+            return;
+        }
+        if now < deadline {
+            self.look_again_at(deadline);
+            return;
+        }
+        telling.reason = TIMEOUT_REASON;
+        telling.warning = true;
+        telling.message = format!("{}; not assembled within {}s", telling.message, gf.assembly_timeout);
+        if gf.on_timeout == OnTimeout::Fail {
+            telling.message.push_str("; deleting the members (bare pods are not recreated)");
+            for m in &gf.gated {
+                self.actions.push(ControllerAction::Delete {
+                    namespace: d.gang.namespace.clone(),
+                    pod: m.name.clone(),
+                    uid: m.uid.clone(),
+                    event_reason: TIMEOUT_REASON,
+                    reason: telling.message.clone(),
                 });
             }
         }
     }
-    explain_strays(snapshot, &mut actions);
-    // Forget explanations of gangs that are gone.
-    previous.retain(|k, _| facts.contains_key(k));
-    Plan { actions, waiting, waiting_for_domain, released, preemptions, next_deadline }
+
+    /// Tells the gang's members what `telling` says, those whose condition says otherwise, and
+    /// paces what only moved figures ([`refresh_secs`]).
+    fn explain_gang(
+        &mut self,
+        pass: &PassFacts<'_>,
+        d: &Decision,
+        gf: &GangFacts,
+        telling: Telling,
+        previous: &mut HashMap<GangKey, Explained>,
+    ) {
+        let Telling { ready, reason, message, warning } = telling;
+        let written = condition_fingerprint(ready, reason, &message);
+        let stale = || gf.gated.iter().filter(|m| m.condition != written);
+        let last = previous.get(&d.gang);
+        let changed = last.is_none_or(|e| e.message != message);
+        let count = pass.counts.get(&d.gang).copied();
+        // Only the figures of a waiting gang moved (members present, capacity free), and its
+        // members were all told less than a refresh period ago: only those told nothing yet
+        // are told now, the rest at the refresh. Its own count moving (its members come and
+        // go) is paced by its own members; capacity alone by everyone's (`capacity_every`).
+        // (When the members were last told all, their count then, and when they are told
+        // again.)
+        let refresh = last
+            .filter(|e| {
+                refreshes_figures(&d.verdict)
+                    && e.verdict == d.verdict
+                    && e.reason == reason
+                    && differ_only_in_figures(&e.message, &message)
+            })
+            .map(|e| {
+                let every = if e.count == count { pass.capacity_every } else { refresh_secs(gf.gated.len()) };
+                (e.at, e.count, e.at.saturating_add(every))
+            })
+            .filter(|(_, _, at)| pass.snapshot.now < *at);
+        let behind = last.is_some_and(|e| e.behind);
+        let explained = |at, behind, count| Explained {
+            verdict: d.verdict.clone(),
+            reason,
+            message: message.clone(),
+            at,
+            behind,
+            count,
+        };
+        let tell: Vec<&str> = match refresh {
+            Some((told_at, told_count, at)) if changed || behind => {
+                self.look_again_at(at);
+                previous.insert(d.gang.clone(), explained(told_at, true, told_count));
+                stale().filter(|m| m.condition == 0).map(|m| m.name.as_str()).collect()
+            }
+            // A new explanation, or one some members were held back from: everyone whose
+            // condition says otherwise (a member that says so already — a new leader, a
+            // resync — is skipped).
+            _ if changed || behind => {
+                previous.insert(d.gang.clone(), explained(pass.snapshot.now, false, count));
+                stale().map(|m| m.name.as_str()).collect()
+            }
+            _ => Vec::new(),
+        };
+        for pod in tell {
+            self.actions.push(ControllerAction::Explain {
+                namespace: d.gang.namespace.clone(),
+                pod: pod.to_string(),
+                ready,
+                reason,
+                message: message.clone(),
+                warning,
+            });
+        }
+    }
 }
 
 /// The reason on a pod behind Allot's gang gate that is in no gang ([`StrayMember`]).
