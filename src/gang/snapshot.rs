@@ -11,9 +11,9 @@ use super::decision::{
 };
 use super::directory::Peer;
 use super::membership::{OwnerGang, QUOTA_GATE};
-use crate::cluster::{ClusterState, ClusterView, GangRef, PodShape};
+use crate::cluster::{ClusterState, ClusterView, GangRef, PodRecord, PodShape};
 use crate::namespaces::{NamespaceLabels, TeamsByNamespace};
-use crate::policy::{OnStartTimeout, OnTimeout, PolicySet};
+use crate::policy::{GangPolicy, OnStartTimeout, OnTimeout, PolicySet};
 use crate::quantity::Quantity;
 use crate::resources::{self, ResourceList};
 
@@ -186,164 +186,13 @@ impl GangSnapshot for ClusterState {
         now: i64,
     ) -> (Snapshot, HashMap<GangKey, GangFacts>) {
         let view = self.view();
-        let mut teams = TeamsByNamespace::new(policies, labels);
-        let mut bound: HashMap<Arc<str>, ResourceList> = HashMap::new();
-        let mut in_flight = Vec::new();
-        // Shared claims a bound pod holds: their devices are taken once, on its node.
-        let mut bound_claims: HashSet<(Arc<str>, Arc<str>)> = HashSet::new();
-        let mut waiting: BTreeMap<GangKey, WaitingGang> = BTreeMap::new();
-        let mut facts: HashMap<GangKey, GangFacts> = HashMap::new();
-        let mut strays = Vec::new();
-        let mut told_late = Vec::new();
+        let mut walk = Walk::new(TeamsByNamespace::new(policies, labels));
         for p in view.pods() {
-            if p.finished {
-                continue;
-            }
-            if p.told_late_and_bound()
-                && let Some(g) = &p.gang
-            {
-                let size = g.declared_size(view.owner_gang(&p.namespace, &g.name));
-                told_late.push(ToldLate {
-                    gang: GangKey { namespace: p.namespace.to_string(), name: g.name.clone() },
-                    name: p.name.to_string(),
-                    condition: p.gang_condition,
-                    gang_whole: size.is_none_or(|n| view.gang_present(&p.namespace, &g.name) >= n),
-                });
-            }
-            if let Some(node) = &p.node_name {
-                // A terminating pod still holds its devices until it is gone: it counts here.
-                // Summed per node: 5,000 entries for the simulation, not 100,000.
-                let used = bound.entry(node.clone()).or_default();
-                for (name, q) in &p.requests {
-                    let slot = used.entry(name.to_string()).or_default();
-                    *slot = slot.saturating_add(*q);
-                }
-                for claim in p.held_claims() {
-                    if bound_claims.insert((p.namespace.clone(), claim.name.clone())) {
-                        for (name, q) in claim.devices.iter() {
-                            let slot = used.entry(name.to_string()).or_default();
-                            *slot = slot.saturating_add(*q);
-                        }
-                    }
-                }
-                continue;
-            }
-            // An unbound pod being deleted will not be scheduled: it reserves nothing on a node,
-            // and it is no member of its gang's quorum any more.
-            if p.terminating {
-                continue;
-            }
-            let Some(g) = &p.gang else {
-                if p.gate_index.is_some() {
-                    strays.push(StrayMember {
-                        namespace: p.namespace.to_string(),
-                        name: p.name.to_string(),
-                        condition: p.gang_condition,
-                    });
-                }
-                continue;
-            };
-            let key = GangKey { namespace: p.namespace.to_string(), name: g.name.clone() };
-            let gf = facts.entry(key.clone()).or_default();
-            let team_ref = teams.get(&p.namespace);
-            let team = team_ref.map(|t| t.name.as_str());
-            let policy = policies.gang_policy(&p.namespace, team);
-            gf.start_timeout = i64::try_from(policy.start_timeout.as_secs()).unwrap_or(i64::MAX);
-            gf.on_start_timeout = policy.on_start_timeout;
-            if p.gate_index.is_none() {
-                gf.newest_ungated = gf.newest_ungated.max(Some(p.order_key()));
-                gf.started.push(StartedMember {
-                    name: p.name.to_string(),
-                    uid: p.uid.clone(),
-                    condition: p.gang_condition,
-                    unbound_since: p.released_since(now),
-                    bound_released: None,
-                });
-            }
-            // Members another gate still holds (the quota queue's, a third party's) are waiting
-            // members too: counted, explained and timed out, never released before it goes.
-            if let Some(gate_index) = p.gate_index {
-                gf.gated.push(MemberRef {
-                    name: p.name.to_string(),
-                    uid: p.uid.clone(),
-                    gate_index,
-                    has_annotations: p.has_annotations,
-                    has_node_selector: p.placement.as_ref().is_some_and(|pl| !pl.node_selector.is_empty()),
-                    condition: p.gang_condition,
-                });
-                let owner = view.owner_gang(&p.namespace, &g.name);
-                let size = g.declared_size(owner);
-                let entry = waiting.entry(key.clone()).or_insert_with(|| WaitingGang {
-                    key: key.clone(),
-                    expected: size,
-                    members: Vec::new(),
-                    priority: p.priority,
-                    created: p.created,
-                    ready: p.order_key(),
-                    held_by: None,
-                    disagreement: None,
-                    unplaceable: None,
-                    starvation_after: Some(policy.starvation_after.as_secs() as i64),
-                    phantoms: None,
-                    topology: None,
-                    joins: None,
-                    preemptor: preemptor_of(policies, team_ref),
-                });
-                if p.preempt_never {
-                    entry.preemptor = None;
-                }
-                // (A member that asks nothing leaves the gang's levels as they are: no copy.)
-                if entry.topology.is_none() || g.topology.is_some() {
-                    entry.topology = tighter(entry.topology.take(), policy.topology.as_ref(), g.topology.as_deref());
-                }
-                if p.quota_gate_index.is_some() {
-                    entry.held_by = Some(format!("the team's quota queue ({QUOTA_GATE})"));
-                } else if p.other_gates && entry.held_by.is_none() {
-                    entry.held_by = Some("another scheduling gate".to_string());
-                }
-                if let Some(excess) = p.placement_excess()
-                    && entry.unplaceable.as_ref().is_none_or(|u| *p.name < *u.member)
-                {
-                    // The first by name: the watch's order is not stable, the words must be.
-                    entry.unplaceable = Some(Unplaceable { member: p.name.to_string(), excess });
-                }
-                entry.members.push(Member { name: p.name.to_string(), shape: p.shape() });
-                let terms = Terms::of(g);
-                gf.members_differ |= gf.terms.first().is_some_and(|(_, first)| *first != terms);
-                gf.terms.push((p.name.clone(), terms));
-                if g.leader {
-                    gf.leader_first_workers =
-                        owner.filter(|o| o.leader_first).map(|o| (o.size.saturating_sub(1), worker_requests(o)));
-                }
-                entry.priority = entry.priority.max(p.priority);
-                // The oldest member starts the assembly timeout; the newest says since when
-                // the gang is complete (its order and starvation clock, see `finish`).
-                entry.created = entry.created.min(p.created);
-                entry.ready = entry.ready.max(p.order_key());
-                // On a member still behind the gang gate, only the quota lift can have set it.
-                gf.quota_lifted = gf.quota_lifted.max(p.released_at);
-                gf.assembly_timeout = policy.assembly_timeout.as_secs() as i64;
-                gf.on_timeout = policy.on_timeout;
-            } else if p.reserves_release(now, gf.reservation_hold()) {
-                // Released, not yet bound: the reservation ledger, held until the gang's start
-                // timeout (then it has failed to start, see `plan`).
-                in_flight.push(p.shape());
-                gf.released += 1;
-                if let Some(placement) = &p.placement {
-                    gf.peer_selectors.extend(placement.node_selector.iter().map(|(k, v)| (k.clone(), v.clone())));
-                }
-            }
+            walk.pod(&view, p, policies, now);
         }
-        count_running(&view, &mut facts, now);
-        for (key, gf) in facts.iter_mut().filter(|(_, gf)| gf.members_differ) {
-            if let Some(gang) = waiting.get_mut(key) {
-                gang.disagreement = first_disagreement(&mut gf.terms);
-                // Which size the gang waits for would be whichever member the watch listed first.
-                if gf.terms.iter().any(|(_, t)| t.size != gf.terms[0].1.size) {
-                    gang.expected = None;
-                }
-            }
-        }
+        count_running(&view, &mut walk.facts, now);
+        walk.disagreements();
+        let Walk { bound, in_flight, waiting, facts, strays, mut told_late, .. } = walk;
         let nodes = nodes_with_devices(&view, policies);
         let gangs = waiting
             .into_values()
@@ -378,6 +227,208 @@ impl GangSnapshot for ClusterState {
             preemptions,
         };
         (snapshot, facts)
+    }
+}
+
+/// What the walk over the pods gathers for a snapshot.
+struct Walk<'p> {
+    teams: TeamsByNamespace<'p>,
+    /// By node: what its bound pods request, summed (5,000 entries for the simulation, not
+    /// 100,000).
+    bound: HashMap<Arc<str>, ResourceList>,
+    /// Shared claims a bound pod holds: their devices are taken once, on its node.
+    bound_claims: HashSet<(Arc<str>, Arc<str>)>,
+    /// Released members not bound yet: what they will take.
+    in_flight: Vec<PodShape>,
+    waiting: BTreeMap<GangKey, WaitingGang>,
+    facts: HashMap<GangKey, GangFacts>,
+    strays: Vec<StrayMember>,
+    told_late: Vec<ToldLate>,
+}
+
+impl<'p> Walk<'p> {
+    fn new(teams: TeamsByNamespace<'p>) -> Walk<'p> {
+        Walk {
+            teams,
+            bound: HashMap::new(),
+            bound_claims: HashSet::new(),
+            in_flight: Vec::new(),
+            waiting: BTreeMap::new(),
+            facts: HashMap::new(),
+            strays: Vec::new(),
+            told_late: Vec::new(),
+        }
+    }
+
+    /// Takes in one pod.
+    fn pod(&mut self, view: &ClusterView<'_>, p: &PodRecord, policies: &'p PolicySet, now: i64) {
+        if p.finished {
+            return;
+        }
+        if p.told_late_and_bound()
+            && let Some(g) = &p.gang
+        {
+            let size = g.declared_size(view.owner_gang(&p.namespace, &g.name));
+            self.told_late.push(ToldLate {
+                gang: GangKey { namespace: p.namespace.to_string(), name: g.name.clone() },
+                name: p.name.to_string(),
+                condition: p.gang_condition,
+                gang_whole: size.is_none_or(|n| view.gang_present(&p.namespace, &g.name) >= n),
+            });
+        }
+        if let Some(node) = &p.node_name {
+            // A terminating pod still holds its devices until it is gone: it counts here.
+            self.bound_pod(node, p);
+            return;
+        }
+        // An unbound pod being deleted will not be scheduled: it reserves nothing on a node,
+        // and it is no member of its gang's quorum any more.
+        if p.terminating {
+            return;
+        }
+        let Some(g) = &p.gang else {
+            if p.gate_index.is_some() {
+                let (namespace, name) = (p.namespace.to_string(), p.name.to_string());
+                self.strays.push(StrayMember { namespace, name, condition: p.gang_condition });
+            }
+            return;
+        };
+        let key = GangKey { namespace: p.namespace.to_string(), name: g.name.clone() };
+        let team = self.teams.get(&p.namespace);
+        let policy = policies.gang_policy(&p.namespace, team.map(|t| t.name.as_str()));
+        let gf = self.facts.entry(key.clone()).or_default();
+        gf.start_timeout = i64::try_from(policy.start_timeout.as_secs()).unwrap_or(i64::MAX);
+        gf.on_start_timeout = policy.on_start_timeout;
+        if p.gate_index.is_none() {
+            gf.newest_ungated = gf.newest_ungated.max(Some(p.order_key()));
+            gf.started.push(StartedMember {
+                name: p.name.to_string(),
+                uid: p.uid.clone(),
+                condition: p.gang_condition,
+                unbound_since: p.released_since(now),
+                bound_released: None,
+            });
+        }
+        // Members another gate still holds (the quota queue's, a third party's) are waiting
+        // members too: counted, explained and timed out, never released before it goes.
+        if let Some(gate_index) = p.gate_index {
+            let preemptor = || preemptor_of(policies, team);
+            self.gated_member(view, p, g, key, gate_index, &policy, preemptor);
+        } else if p.reserves_release(now, gf.reservation_hold()) {
+            // Released, not yet bound: the reservation ledger, held until the gang's start
+            // timeout (then it has failed to start, see `plan`).
+            self.in_flight.push(p.shape());
+            gf.released += 1;
+            if let Some(placement) = &p.placement {
+                gf.peer_selectors.extend(placement.node_selector.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+        }
+    }
+
+    /// A bound pod: what it and the shared claims it holds take on its node.
+    fn bound_pod(&mut self, node: &Arc<str>, p: &PodRecord) {
+        let used = self.bound.entry(node.clone()).or_default();
+        for (name, q) in &p.requests {
+            let slot = used.entry(name.to_string()).or_default();
+            *slot = slot.saturating_add(*q);
+        }
+        for claim in p.held_claims() {
+            if self.bound_claims.insert((p.namespace.clone(), claim.name.clone())) {
+                for (name, q) in claim.devices.iter() {
+                    let slot = used.entry(name.to_string()).or_default();
+                    *slot = slot.saturating_add(*q);
+                }
+            }
+        }
+    }
+
+    /// A member behind a gate: one more of its waiting gang.
+    #[allow(clippy::too_many_arguments)]
+    fn gated_member(
+        &mut self,
+        view: &ClusterView<'_>,
+        p: &PodRecord,
+        g: &GangRef,
+        key: GangKey,
+        gate_index: usize,
+        policy: &GangPolicy,
+        preemptor: impl FnOnce() -> Option<Preemptor>,
+    ) {
+        let gf = self.facts.entry(key.clone()).or_default();
+        gf.gated.push(MemberRef {
+            name: p.name.to_string(),
+            uid: p.uid.clone(),
+            gate_index,
+            has_annotations: p.has_annotations,
+            has_node_selector: p.placement.as_ref().is_some_and(|pl| !pl.node_selector.is_empty()),
+            condition: p.gang_condition,
+        });
+        let owner = view.owner_gang(&p.namespace, &g.name);
+        let entry = self.waiting.entry(key.clone()).or_insert_with(|| WaitingGang {
+            key,
+            expected: g.declared_size(owner),
+            members: Vec::new(),
+            priority: p.priority,
+            created: p.created,
+            ready: p.order_key(),
+            held_by: None,
+            disagreement: None,
+            unplaceable: None,
+            starvation_after: Some(policy.starvation_after.as_secs() as i64),
+            phantoms: None,
+            topology: None,
+            joins: None,
+            preemptor: preemptor(),
+        });
+        if p.preempt_never {
+            entry.preemptor = None;
+        }
+        // (A member that asks nothing leaves the gang's levels as they are: no copy.)
+        if entry.topology.is_none() || g.topology.is_some() {
+            entry.topology = tighter(entry.topology.take(), policy.topology.as_ref(), g.topology.as_deref());
+        }
+        if p.quota_gate_index.is_some() {
+            entry.held_by = Some(format!("the team's quota queue ({QUOTA_GATE})"));
+        } else if p.other_gates && entry.held_by.is_none() {
+            entry.held_by = Some("another scheduling gate".to_string());
+        }
+        if let Some(excess) = p.placement_excess()
+            && entry.unplaceable.as_ref().is_none_or(|u| *p.name < *u.member)
+        {
+            // The first by name: the watch's order is not stable, the words must be.
+            entry.unplaceable = Some(Unplaceable { member: p.name.to_string(), excess });
+        }
+        entry.members.push(Member { name: p.name.to_string(), shape: p.shape() });
+        let terms = Terms::of(g);
+        gf.members_differ |= gf.terms.first().is_some_and(|(_, first)| *first != terms);
+        gf.terms.push((p.name.clone(), terms));
+        if g.leader {
+            gf.leader_first_workers =
+                owner.filter(|o| o.leader_first).map(|o| (o.size.saturating_sub(1), worker_requests(o)));
+        }
+        entry.priority = entry.priority.max(p.priority);
+        // The oldest member starts the assembly timeout; the newest says since when the gang is
+        // complete (its order and starvation clock, see `finish`).
+        entry.created = entry.created.min(p.created);
+        entry.ready = entry.ready.max(p.order_key());
+        // On a member still behind the gang gate, only the quota lift can have set it.
+        gf.quota_lifted = gf.quota_lifted.max(p.released_at);
+        gf.assembly_timeout = policy.assembly_timeout.as_secs() as i64;
+        gf.on_timeout = policy.on_timeout;
+    }
+
+    /// Members of one gang that disagree on its terms: the first disagreement, said on the
+    /// gang, and no size to wait for.
+    fn disagreements(&mut self) {
+        for (key, gf) in self.facts.iter_mut().filter(|(_, gf)| gf.members_differ) {
+            if let Some(gang) = self.waiting.get_mut(key) {
+                gang.disagreement = first_disagreement(&mut gf.terms);
+                // Which size the gang waits for would be whichever member the watch listed first.
+                if gf.terms.iter().any(|(_, t)| t.size != gf.terms[0].1.size) {
+                    gang.expected = None;
+                }
+            }
+        }
     }
 }
 
