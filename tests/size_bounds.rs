@@ -25,7 +25,6 @@ const OVERSIZED: &[(&str, usize)] = &[
     ("src/quota/ledger.rs", 1096),
     ("src/quota/ledger/tests.rs", 869),
     ("src/quota/queue.rs", 792),
-    ("src/quota/shared.rs", 760),
     ("src/server/mod.rs", 849),
     ("src/tenant.rs", 863),
     ("tests/controller.rs", 878),

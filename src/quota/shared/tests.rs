@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::policy::{Source, compile};
+use crate::quota::ledger::Allowance;
 use crate::quantity::Quantity;
 use crate::resources::ResourceList;
 
