@@ -331,186 +331,114 @@ pub fn explain(snapshot: &Snapshot, gang: &GangKey) -> Option<(Decision, GangDet
 
 /// The pass: every decision, and the detail of `detail_for` taken when the pass reaches it.
 fn run(snapshot: &Snapshot, detail_for: Option<&GangKey>) -> (Vec<Decision>, Option<GangDetail>) {
-    let mut sim = Simulation::new(&snapshot.nodes);
-    for (node, requests) in &snapshot.bound {
-        if let Some(&i) = sim.by_name.get(node.as_str()) {
-            take(&mut sim.free[i], requests);
-        }
-    }
-    for shape in &snapshot.in_flight {
-        // Reserve where the scheduler is likely to put it; if it fits nowhere it is the
-        // scheduler's problem and reserves nothing.
-        if let Some(node) = sim.place(shape) {
-            sim.commit(node, &shape.requests);
-        }
-    }
+    let mut pass =
+        Pass { snapshot, sim: Simulation::seeded(snapshot), blockers: Vec::new(), empty: None, candidates: None };
     let mut gangs = snapshot.gangs.clone();
     order(&mut gangs);
     let mut out = Vec::with_capacity(gangs.len());
-    let mut blockers: Vec<Blocker> = Vec::new();
-    // The nodes with nothing on them: whether a starving gang could ever fit (made once, when
-    // the first gang starves).
-    let mut empty: Option<Simulation<'_>> = None;
     let mut detail = None;
-    let mut candidates = preemption::Candidates::new(snapshot, &sim);
     for (position, gang) in gangs.iter().enumerate() {
         if detail_for == Some(&gang.key) {
-            detail = Some(sim.detail(gang, &snapshot.accelerators, position));
+            detail = Some(pass.sim.detail(gang, &snapshot.accelerators, position));
         }
-        let present = gang.present();
-        let complete = gang.expected.is_some_and(|n| present >= u64::from(n));
-        // Before completeness: members that disagree on the size disagree on what complete is.
-        if let Some(disagreement) = &gang.disagreement {
-            out.push(Decision {
-                gang: gang.key.clone(),
-                verdict: Verdict::Disagrees,
-                message: format!(
-                    "{present} members present; {disagreement}: all members of a gang must agree, \
-                     delete the member that differs and create it again as the others are"
-                ),
-            });
-            continue;
-        }
-        if let Some(u) = &gang.unplaceable {
-            out.push(Decision {
-                gang: gang.key.clone(),
-                verdict: Verdict::Unplaceable,
-                message: format!(
-                    "{present} members present; member {}: {}, more than Allot keeps for a pod it holds, so this \
-                     gang can never be placed: delete its members and create them again within the bound",
-                    u.member, u.excess
-                ),
-            });
-            continue;
-        }
-        let blocked_by = if complete && gang.held_by.is_none() && !blockers.is_empty() {
-            let classes = sim.classes_of(gang);
-            blockers.iter().find(|b| sim.may_use_any(&classes, &b.nodes)).map(|b| b.gang.clone())
-        } else {
-            None
+        let decision = match pass.not_tried(gang) {
+            Some(decision) => decision,
+            None => pass.try_place(gang),
         };
-        if let Some(by) = blocked_by {
-            let message =
-                format!("{}; waiting behind higher-priority gang {by}", sim.need_message(gang, &snapshot.accelerators));
-            out.push(Decision { gang: gang.key.clone(), verdict: Verdict::Blocked { by }, message });
-            continue;
-        }
-        if !complete {
-            out.push(Decision {
-                gang: gang.key.clone(),
-                verdict: Verdict::Incomplete,
-                message: sim.need_message(gang, &snapshot.accelerators),
-            });
-            continue;
-        }
-        if let Some(held_by) = &gang.held_by {
-            out.push(Decision {
-                gang: gang.key.clone(),
-                verdict: Verdict::Held,
-                message: format!("{present}/{present} members present; waiting for {held_by} before placement"),
-            });
-            continue;
-        }
-        match sim.place_for(gang) {
-            Some((placements, domain)) => out.push(Decision {
-                gang: gang.key.clone(),
-                message: match &domain {
-                    Some(d) => format!(
-                        "{present}/{present} members present; the whole gang fits within {} {}, releasing",
-                        d.level, d.value
-                    ),
-                    None => format!("{present}/{present} members present; the whole gang fits, releasing"),
-                },
-                verdict: Verdict::Release { placements, domain },
-            }),
-            None => {
-                let why = match preemption_verdict(&mut sim, &mut candidates, snapshot, gang) {
-                    Ok(decision) => {
-                        out.push(decision);
-                        continue;
-                    }
-                    Err(why) => why,
-                };
-                let mut message = sim.need_message(gang, &snapshot.accelerators);
-                if why == NoVictims::InFlight {
-                    message.push_str(IN_FLIGHT);
-                }
-                // Waiting counts from when it could go (complete, past its team's quota).
-                if gang.starvation_after.is_some_and(|limit| snapshot.now.saturating_sub(gang.ready.0) >= limit) {
-                    let empty = empty.get_or_insert_with(|| Simulation::new(&snapshot.nodes));
-                    if empty.could_hold(gang) {
-                        blockers.push(Blocker { gang: gang.key.clone(), nodes: sim.usable_nodes(gang) });
-                    } else {
-                        // Waiting frees nothing it could use: it holds nobody back.
-                        message.push_str(NEVER_FITS);
-                    }
-                }
-                out.push(Decision { gang: gang.key.clone(), verdict: Verdict::DoesNotFit, message });
-            }
-        }
+        out.push(decision);
     }
     (out, detail)
 }
 
-/// The decision for a complete gang that does not fit, where preemption has one: released
-/// once the victims of its preemption in flight are gone, waiting while they go, or evicting
-/// the cheapest set of lower-priority work that makes room. Whatever it is, the room is its: its
-/// members are placed where the search put them (over the victims, still there, so those
-/// nodes have nothing left for any later gang). `Err`: it simply does not fit, and why it
-/// evicts nobody (a preemption in flight on its nodes is said in its message).
-fn preemption_verdict(
-    sim: &mut Simulation<'_>,
-    candidates: &mut preemption::Candidates<'_>,
-    snapshot: &Snapshot,
-    gang: &WaitingGang,
-) -> Result<Decision, NoVictims> {
-    let present = gang.present();
-    let flight = snapshot.preemptions.iter().find(|f| f.preemptor.as_ref() == Some(&gang.key));
-    let covers = |placements: &Placements| gang.members.iter().all(|m| placements.iter().any(|(n, _)| *n == m.name));
-    let (verdict, message, placements) = match flight {
-        Some(flight) if flight.nodes.is_empty() && covers(&flight.placements) => {
-            // Its victims are gone. Whatever took their room meanwhile (a plain pod the
-            // scheduler bound first) has a lower priority: the scheduler preempts it for the
-            // released members, which it sees once their gates are gone.
-            let message = format!("{present}/{present} members present; the pods it preempted are gone, releasing");
-            let verdict = Verdict::Release { placements: flight.placements.clone(), domain: flight.domain.clone() };
-            (verdict, message, &flight.placements)
-        }
-        Some(flight) if covers(&flight.placements) => {
-            candidates.mark_busy(sim, &flight.nodes);
-            let need = sim.need_message(gang, &snapshot.accelerators);
-            let on = flight.nodes.join(", ");
-            let message = format!("{need}; preempting to make room: waiting for its victims to go (on {on})");
-            (Verdict::Preempting, message, &flight.placements)
-        }
-        // (Members changed since: what it preempted for is not what waits now.)
-        _ => {
-            let chosen = sim.preempt_for(gang, candidates)?;
-            let named: Vec<String> = chosen.victims.iter().map(|v| v.describe(&snapshot.accelerators)).collect();
-            let message = format!(
-                "{}; preempting {} to make room",
-                sim.need_message(gang, &snapshot.accelerators),
-                and_list(&named)
-            );
-            let placements = chosen.placements.clone();
-            let preempt =
-                Verdict::Preempt { victims: chosen.victims, placements: chosen.placements, domain: chosen.domain };
-            let decision = Decision { gang: gang.key.clone(), verdict: preempt, message };
-            sim.reserve(gang, &placements);
-            return Ok(decision);
-        }
-    };
-    sim.reserve(gang, placements);
-    Ok(Decision { gang: gang.key.clone(), verdict, message })
+/// One decision pass: the simulation every gang is placed in, in order, and what earlier
+/// gangs leave to later ones.
+struct Pass<'s> {
+    snapshot: &'s Snapshot,
+    sim: Simulation<'s>,
+    /// Starving gangs: no later gang is released onto nodes they may use.
+    blockers: Vec<Blocker>,
+    /// The nodes with nothing on them: whether a starving gang could ever fit (made once, when
+    /// the first gang starves).
+    empty: Option<Simulation<'s>>,
+    /// The running work a preemption may evict (made when a gang first does not fit).
+    candidates: Option<preemption::Candidates<'s>>,
 }
 
-/// "a, b and c"; past three, "a, b, c and 4 more".
-fn and_list(items: &[String]) -> String {
-    match items {
-        [] => String::new(),
-        [one] => one.clone(),
-        [first @ .., last] if items.len() <= 3 => format!("{} and {last}", first.join(", ")),
-        _ => format!("{} and {} more", items[..3].join(", "), items.len() - 3),
+impl Pass<'_> {
+    /// Why `gang` is not even tried now (members that disagree or can never be placed, a
+    /// starving gang ahead, not complete, held by another gate); `None`: it is tried.
+    fn not_tried(&mut self, gang: &WaitingGang) -> Option<Decision> {
+        let accelerators = &self.snapshot.accelerators;
+        let present = gang.present();
+        let complete = gang.expected.is_some_and(|n| present >= u64::from(n));
+        let decision = |verdict, message| Some(Decision { gang: gang.key.clone(), verdict, message });
+        // Before completeness: members that disagree on the size disagree on what complete is.
+        if let Some(disagreement) = &gang.disagreement {
+            let message = format!(
+                "{present} members present; {disagreement}: all members of a gang must agree, delete the member \
+                 that differs and create it again as the others are"
+            );
+            return decision(Verdict::Disagrees, message);
+        }
+        if let Some(u) = &gang.unplaceable {
+            let message = format!(
+                "{present} members present; member {}: {}, more than Allot keeps for a pod it holds, so this gang can \
+                 never be placed: delete its members and create them again within the bound",
+                u.member, u.excess
+            );
+            return decision(Verdict::Unplaceable, message);
+        }
+        if complete && gang.held_by.is_none() && !self.blockers.is_empty() {
+            let classes = self.sim.classes_of(gang);
+            if let Some(by) = self.blockers.iter().find(|b| self.sim.may_use_any(&classes, &b.nodes)) {
+                let by = by.gang.clone();
+                let message =
+                    format!("{}; waiting behind higher-priority gang {by}", self.sim.need_message(gang, accelerators));
+                return decision(Verdict::Blocked { by }, message);
+            }
+        }
+        if !complete {
+            return decision(Verdict::Incomplete, self.sim.need_message(gang, accelerators));
+        }
+        let held_by = gang.held_by.as_ref()?;
+        decision(Verdict::Held, format!("{present}/{present} members present; waiting for {held_by} before placement"))
+    }
+
+    /// Places a complete, unheld gang; where it does not fit, preempts for it or says why it
+    /// waits (and whether it now holds later gangs back).
+    fn try_place(&mut self, gang: &WaitingGang) -> Decision {
+        let present = gang.present();
+        if let Some((placements, domain)) = self.sim.place_for(gang) {
+            let message = match &domain {
+                Some(d) => format!(
+                    "{present}/{present} members present; the whole gang fits within {} {}, releasing",
+                    d.level, d.value
+                ),
+                None => format!("{present}/{present} members present; the whole gang fits, releasing"),
+            };
+            return Decision { gang: gang.key.clone(), message, verdict: Verdict::Release { placements, domain } };
+        }
+        let (snapshot, sim) = (self.snapshot, &mut self.sim);
+        let candidates = self.candidates.get_or_insert_with(|| preemption::Candidates::new(snapshot, sim));
+        let why = match preemption::verdict(sim, candidates, snapshot, gang) {
+            Ok(decision) => return decision,
+            Err(why) => why,
+        };
+        let mut message = sim.need_message(gang, &snapshot.accelerators);
+        if why == NoVictims::InFlight {
+            message.push_str(IN_FLIGHT);
+        }
+        // Waiting counts from when it could go (complete, past its team's quota).
+        if gang.starvation_after.is_some_and(|limit| snapshot.now.saturating_sub(gang.ready.0) >= limit) {
+            let empty = self.empty.get_or_insert_with(|| Simulation::new(&snapshot.nodes));
+            if empty.could_hold(gang) {
+                self.blockers.push(Blocker { gang: gang.key.clone(), nodes: sim.usable_nodes(gang) });
+            } else {
+                // Waiting frees nothing it could use: it holds nobody back.
+                message.push_str(NEVER_FITS);
+            }
+        }
+        Decision { gang: gang.key.clone(), verdict: Verdict::DoesNotFit, message }
     }
 }
 
@@ -568,6 +496,24 @@ impl<'a> Simulation<'a> {
             index: HashMap::new(),
             levels: topology::Levels::default(),
         }
+    }
+
+    /// The cluster as the pass starts: what bound pods take, and what released members not
+    /// bound yet will take where the scheduler is likely to put them (a member that fits nowhere
+    /// is the scheduler's problem and reserves nothing).
+    fn seeded(snapshot: &'a Snapshot) -> Self {
+        let mut sim = Simulation::new(&snapshot.nodes);
+        for (node, requests) in &snapshot.bound {
+            if let Some(&i) = sim.by_name.get(node.as_str()) {
+                take(&mut sim.free[i], requests);
+            }
+        }
+        for shape in &snapshot.in_flight {
+            if let Some(node) = sim.place(shape) {
+                sim.commit(node, &shape.requests);
+            }
+        }
+        sim
     }
 
     fn class_of(&mut self, shape: &PodShape) -> usize {

@@ -46,7 +46,9 @@ mod reference_tests;
 pub(super) use candidates::Candidates;
 mod search;
 
-use super::{Domain, GangKey, Placements, Quantity, ResourceList, Simulation, WaitingGang};
+use super::{
+    Decision, Domain, GangKey, Placements, Quantity, ResourceList, Simulation, Snapshot, Verdict, WaitingGang,
+};
 use crate::resources::ResourceMatcher;
 
 /// What a unit of running work is: a plain pod or a whole gang.
@@ -317,6 +319,68 @@ impl Simulation<'_> {
                 self.adjust(i, &m.shape.requests, -1);
             }
         }
+    }
+}
+
+/// The decision for a complete gang that does not fit, where preemption has one: released
+/// once the victims of its preemption in flight are gone, waiting while they go, or evicting
+/// the cheapest set of lower-priority work that makes room. Whatever it is, the room is its: its
+/// members are placed where the search put them (over the victims, still there, so those
+/// nodes have nothing left for any later gang). `Err`: it simply does not fit, and why it
+/// evicts nobody (a preemption in flight on its nodes is said in its message).
+pub(super) fn verdict(
+    sim: &mut Simulation<'_>,
+    candidates: &mut Candidates<'_>,
+    snapshot: &Snapshot,
+    gang: &WaitingGang,
+) -> Result<Decision, NoVictims> {
+    let present = gang.present();
+    let flight = snapshot.preemptions.iter().find(|f| f.preemptor.as_ref() == Some(&gang.key));
+    let covers = |placements: &Placements| gang.members.iter().all(|m| placements.iter().any(|(n, _)| *n == m.name));
+    let (verdict, message, placements) = match flight {
+        Some(flight) if flight.nodes.is_empty() && covers(&flight.placements) => {
+            // Its victims are gone. Whatever took their room meanwhile (a plain pod the
+            // scheduler bound first) has a lower priority: the scheduler preempts it for the
+            // released members, which it sees once their gates are gone.
+            let message = format!("{present}/{present} members present; the pods it preempted are gone, releasing");
+            let verdict = Verdict::Release { placements: flight.placements.clone(), domain: flight.domain.clone() };
+            (verdict, message, &flight.placements)
+        }
+        Some(flight) if covers(&flight.placements) => {
+            candidates.mark_busy(sim, &flight.nodes);
+            let need = sim.need_message(gang, &snapshot.accelerators);
+            let on = flight.nodes.join(", ");
+            let message = format!("{need}; preempting to make room: waiting for its victims to go (on {on})");
+            (Verdict::Preempting, message, &flight.placements)
+        }
+        // (Members changed since: what it preempted for is not what waits now.)
+        _ => {
+            let chosen = sim.preempt_for(gang, candidates)?;
+            let named: Vec<String> = chosen.victims.iter().map(|v| v.describe(&snapshot.accelerators)).collect();
+            let message = format!(
+                "{}; preempting {} to make room",
+                sim.need_message(gang, &snapshot.accelerators),
+                and_list(&named)
+            );
+            let placements = chosen.placements.clone();
+            let preempt =
+                Verdict::Preempt { victims: chosen.victims, placements: chosen.placements, domain: chosen.domain };
+            let decision = Decision { gang: gang.key.clone(), verdict: preempt, message };
+            sim.reserve(gang, &placements);
+            return Ok(decision);
+        }
+    };
+    sim.reserve(gang, placements);
+    Ok(Decision { gang: gang.key.clone(), verdict, message })
+}
+
+/// "a, b and c"; past three, "a, b, c and 4 more".
+fn and_list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [first @ .., last] if items.len() <= 3 => format!("{} and {last}", first.join(", ")),
+        _ => format!("{} and {} more", items[..3].join(", "), items.len() - 3),
     }
 }
 

@@ -4,8 +4,8 @@
 
 use super::*;
 use crate::policy::{Source, compile};
-use crate::quota::ledger::Allowance;
 use crate::quantity::Quantity;
+use crate::quota::ledger::Allowance;
 use crate::resources::ResourceList;
 
 fn quota(limit: u32) -> Quota {
