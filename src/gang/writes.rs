@@ -222,81 +222,13 @@ pub(super) async fn execute_lifts(
     let (lifts, mut rest): (Vec<_>, Vec<_>) = actions
         .into_iter()
         .partition(|a| matches!(a, ControllerAction::Release { .. } | ControllerAction::ReleaseQuota { .. }));
-    let now = &now;
+    let lifter = &Lifter { client, state, metrics, refused, now: &now };
     let admitted: Vec<(Option<ControllerAction>, bool)> = futures::stream::iter(lifts)
         .map(|action| async move {
             match action {
-                ControllerAction::Release {
-                    namespace,
-                    pod,
-                    uid,
-                    gate_index,
-                    has_annotations,
-                    node,
-                    pin,
-                    has_node_selector,
-                } => {
-                    metrics.wrote("gate");
-                    let mut patch = release_patch(gate_index, uid.as_deref(), has_annotations, now);
-                    if let (Some((key, value)), Value::Array(ops)) = (&pin, &mut patch) {
-                        ops.push(pin_op(key, value, has_node_selector));
-                    }
-                    match patch_pod(client, &namespace, &pod, patch).await {
-                        Ok(_) => {
-                            state.mark_released(&namespace, std::slice::from_ref(&pod), unix_now());
-                            if let Some((key, value)) = &pin {
-                                // The reservation of this member is in its domain from the next
-                                // pass on, whether or not the watch has shown the patch yet.
-                                state.pin_placement(&namespace, &pod, key, value);
-                            }
-                            tracing::info!(%namespace, %pod, simulated_node = %node, "released gang member");
-                            (refused.lifted(&namespace, &pod), false)
-                        }
-                        Err(e) if admission_refusal(&e).is_some() => {
-                            let admission = admission_refusal(&e).unwrap_or_default();
-                            refused.refused_now(&namespace, &pod);
-                            (refused.refused(metrics, "gate", &namespace, &pod, admission), true)
-                        }
-                        Err(e) if is_status(&e, &[404]) => {
-                            tracing::debug!(%namespace, %pod, "member gone before release");
-                            (None, false)
-                        }
-                        Err(e) if is_status(&e, &[409, 422]) => {
-                            tracing::info!(%namespace, %pod, error = %e, "gate list changed; retrying on the next pass");
-                            (None, false)
-                        }
-                        Err(e) => {
-                            tracing::warn!(%namespace, %pod, error = %e, "release failed; retrying after a backoff");
-                            (None, true)
-                        }
-                    }
-                }
+                ControllerAction::Release { .. } => lifter.lift_gang_gate(action).await,
                 ControllerAction::ReleaseQuota { namespace, pod, uid, gate_index, has_annotations } => {
-                    metrics.wrote("gate");
-                    let patch = quota_release_patch(gate_index, uid.as_deref(), has_annotations, now);
-                    match patch_pod(client, &namespace, &pod, patch).await {
-                        Ok(_) => {
-                            state.mark_quota_released(&namespace, &pod, unix_now());
-                            metrics.quota_releases.inc();
-                            tracing::info!(%namespace, %pod, "released from the quota queue");
-                            (Some(ControllerAction::QuotaAdmitted { namespace, pod }), false)
-                        }
-                        Err(e) if admission_refusal(&e).is_some() => {
-                            let admission = admission_refusal(&e).unwrap_or_default();
-                            // (The pod keeps its queue condition; the count, the alert and the
-                            // error line say why it does not leave the queue.)
-                            let _ = refused.refused(metrics, "quota", &namespace, &pod, admission);
-                            (None, true)
-                        }
-                        Err(e) if is_status(&e, &[404, 409, 422]) => {
-                            tracing::debug!(%namespace, %pod, error = %e, "quota release skipped; retrying on the next pass");
-                            (None, false)
-                        }
-                        Err(e) => {
-                            tracing::warn!(%namespace, %pod, error = %e, "quota release failed; retrying after a backoff");
-                            (None, true)
-                        }
-                    }
+                    lifter.lift_quota_gate(namespace, pod, uid, gate_index, has_annotations).await
                 }
                 _ => (None, false),
             }
@@ -310,6 +242,107 @@ pub(super) async fn execute_lifts(
     refused.drop_plans_for_refused(&mut rest);
     rest.extend(admitted.into_iter().filter_map(|(action, _)| action));
     (rest, failed)
+}
+
+/// What a gate lift writes with: each lift returns what the explainer should write after it
+/// (if anything), and whether it failed in a way only a retry after a backoff mends.
+struct Lifter<'a> {
+    client: &'a kube::Client,
+    state: &'a ClusterState,
+    metrics: &'a ControllerMetrics,
+    refused: &'a RefusedLifts,
+    /// The time written on the released pods.
+    now: &'a str,
+}
+
+impl Lifter<'_> {
+    /// Lifts the gang gate of a released member (pinned to its domain, where it has one).
+    async fn lift_gang_gate(&self, action: ControllerAction) -> (Option<ControllerAction>, bool) {
+        let ControllerAction::Release {
+            namespace,
+            pod,
+            uid,
+            gate_index,
+            has_annotations,
+            node,
+            pin,
+            has_node_selector,
+        } = action
+        else {
+            return (None, false);
+        };
+        let (state, metrics, refused) = (self.state, self.metrics, self.refused);
+        metrics.wrote("gate");
+        let mut patch = release_patch(gate_index, uid.as_deref(), has_annotations, self.now);
+        if let (Some((key, value)), Value::Array(ops)) = (&pin, &mut patch) {
+            ops.push(pin_op(key, value, has_node_selector));
+        }
+        match patch_pod(self.client, &namespace, &pod, patch).await {
+            Ok(_) => {
+                state.mark_released(&namespace, std::slice::from_ref(&pod), unix_now());
+                if let Some((key, value)) = &pin {
+                    // The reservation of this member is in its domain from the next pass on,
+                    // whether or not the watch has shown the patch yet.
+                    state.pin_placement(&namespace, &pod, key, value);
+                }
+                tracing::info!(%namespace, %pod, simulated_node = %node, "released gang member");
+                (refused.lifted(&namespace, &pod), false)
+            }
+            Err(e) if admission_refusal(&e).is_some() => {
+                let admission = admission_refusal(&e).unwrap_or_default();
+                refused.refused_now(&namespace, &pod);
+                (refused.refused(metrics, "gate", &namespace, &pod, admission), true)
+            }
+            Err(e) if is_status(&e, &[404]) => {
+                tracing::debug!(%namespace, %pod, "member gone before release");
+                (None, false)
+            }
+            Err(e) if is_status(&e, &[409, 422]) => {
+                tracing::info!(%namespace, %pod, error = %e, "gate list changed; retrying on the next pass");
+                (None, false)
+            }
+            Err(e) => {
+                tracing::warn!(%namespace, %pod, error = %e, "release failed; retrying after a backoff");
+                (None, true)
+            }
+        }
+    }
+
+    /// Lifts the quota gate of a pod the queue admits.
+    async fn lift_quota_gate(
+        &self,
+        namespace: String,
+        pod: String,
+        uid: Option<Arc<str>>,
+        gate_index: usize,
+        has_annotations: bool,
+    ) -> (Option<ControllerAction>, bool) {
+        self.metrics.wrote("gate");
+        let patch = quota_release_patch(gate_index, uid.as_deref(), has_annotations, self.now);
+        match patch_pod(self.client, &namespace, &pod, patch).await {
+            Ok(_) => {
+                self.state.mark_quota_released(&namespace, &pod, unix_now());
+                self.metrics.quota_releases.inc();
+                tracing::info!(%namespace, %pod, "released from the quota queue");
+                (Some(ControllerAction::QuotaAdmitted { namespace, pod }), false)
+            }
+            Err(e) if admission_refusal(&e).is_some() => {
+                let admission = admission_refusal(&e).unwrap_or_default();
+                // (The pod keeps its queue condition; the count, the alert and the error line
+                // say why it does not leave the queue.)
+                let _ = self.refused.refused(self.metrics, "quota", &namespace, &pod, admission);
+                (None, true)
+            }
+            Err(e) if is_status(&e, &[404, 409, 422]) => {
+                tracing::debug!(%namespace, %pod, error = %e, "quota release skipped; retrying on the next pass");
+                (None, false)
+            }
+            Err(e) => {
+                tracing::warn!(%namespace, %pod, error = %e, "quota release failed; retrying after a backoff");
+                (None, true)
+            }
+        }
+    }
 }
 
 /// Conditions, Events and deletions, concurrently. Returns (a condition could not be written:
