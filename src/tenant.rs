@@ -31,6 +31,9 @@ use crate::quantity::Quantity;
 use crate::resources::{self, ContainerResources, ResourceList, ResourceMatcher, accelerators_only};
 use crate::workload::PodView;
 
+mod update;
+pub use update::check_pod_update;
+
 /// The user name Allot runs as in the shipped `deploy/` (service account `allot` in
 /// `allot-system`): what `allot serve` allows where it cannot ask the API server who it is and
 /// no `--allot-username` says (see `server::identity`), and the name `allot compile` and
@@ -379,111 +382,6 @@ fn accelerator_amounts(spec: &Value, matcher: &ResourceMatcher) -> BTreeMap<Stri
             (name, res)
         })
         .collect()
-}
-
-/// A Pod UPDATE (any subresource: the object is the whole Pod) by `username`. Allot's own
-/// identity (`allot`) may do anything here; everyone else may change neither Allot's gates nor
-/// guarded keys ([`is_guarded_key`]), nor what the Pod holds of accelerators (an in-place resize
-/// of CPU and memory stays allowed), nor add accelerators in ephemeral containers.
-pub fn check_pod_update(policies: &PolicySet, old: &Value, new: &Value, username: &str, allot: &str) -> Vec<Finding> {
-    let mut findings = Vec::new();
-    if username == allot {
-        return findings;
-    }
-    let who = if username.is_empty() { "an anonymous user" } else { username };
-    let (old_gates, new_gates) = (allot_gates(old), allot_gates(new));
-    if old_gates != new_gates {
-        let removed: Vec<&str> = old_gates.iter().filter(|g| !new_gates.contains(g)).copied().collect();
-        let changed = if removed.is_empty() { old_gates.join(", ") } else { removed.join(", ") };
-        let changed = if changed.is_empty() { new_gates.join(", ") } else { changed };
-        findings.push(deny(
-            Check::TenantAllotGates,
-            "spec.schedulingGates".into(),
-            format!(
-                "only Allot ({allot}) may remove or change the scheduling gate {changed}, not {who}; Allot lifts it \
-                 when the whole gang fits and the team's quota has room (delete the pod to give up its place)"
-            ),
-        ));
-    }
-    if policies.tenancy.external_schedulers.contains(&ExternalScheduler::Kueue)
-        && lifts_kueue_gate(old, new)
-        && !policies.tenancy.is_kueue(username)
-    {
-        findings.push(deny(
-            Check::TenantAllotGates,
-            "spec.schedulingGates".into(),
-            format!(
-                "the scheduling gate {} keeps this pod out of Allot's gang and quota gates, for Kueue to admit \
-                 it: only Kueue ({}) may lift it, not {who} (the Cluster policy's trust.kueueControllers)",
-                membership::KUEUE_GATE,
-                policies.tenancy.kueue_controllers.join(", ")
-            ),
-        ));
-    }
-    for (field, what) in [("labels", "label"), ("annotations", "annotation")] {
-        let (before, after) = (string_map(old, field), string_map(new, field));
-        let keys: std::collections::BTreeSet<&str> =
-            before.keys().chain(after.keys()).copied().filter(|k| is_guarded_key(k)).collect();
-        for key in keys.into_iter().filter(|k| before.get(k) != after.get(k)) {
-            findings.push(deny(
-                Check::TenantReservedKeys,
-                format!("metadata.{field}"),
-                format!(
-                    "{what} {} decides how Allot gates and counts this pod; after creation only Allot ({allot}) may \
-                     change it, not {who} (from {} to {}); delete and recreate the pod instead",
-                    shorten(key),
-                    describe(before.get(key)),
-                    describe(after.get(key))
-                ),
-            ));
-        }
-    }
-    if let Some(finding) = check_owner_change(old, new, username, allot, who) {
-        findings.push(finding);
-    }
-    let (Some(old_spec), Some(new_spec)) = (old.get("spec"), new.get("spec")) else {
-        return findings;
-    };
-    let (before, after) =
-        (accelerator_amounts(old_spec, &policies.accelerators), accelerator_amounts(new_spec, &policies.accelerators));
-    for (name, res) in &after {
-        let was = before.get(name).cloned().unwrap_or_default();
-        if was != *res {
-            findings.push(deny(
-                Check::TenantResize,
-                "spec.containers".into(),
-                format!(
-                    "container {name}: accelerator requests/limits may not change after creation ({} -> {}); \
-                     resize CPU and memory only, or recreate the pod",
-                    show(&was),
-                    show(res)
-                ),
-            ));
-        }
-    }
-    let view = PodView::new(String::new(), std::borrow::Cow::Borrowed(new));
-    if let Some(list) = new_spec.get("ephemeralContainers").and_then(Value::as_array) {
-        for (i, container) in list.iter().enumerate() {
-            let path = format!("{}.ephemeralContainers[{i}]", view.spec_path());
-            let res = ContainerResources::from_container(container, &path, &mut Vec::new());
-            let names: std::collections::BTreeSet<String> = accelerators_only(&res.requests, &policies.accelerators)
-                .into_keys()
-                .chain(accelerators_only(&res.limits, &policies.accelerators).into_keys())
-                .collect();
-            if !names.is_empty() {
-                let cname = container.get("name").and_then(Value::as_str).unwrap_or("?");
-                findings.push(deny(
-                    Check::TenantEphemeralContainers,
-                    path,
-                    format!(
-                        "ephemeral container {cname} asks for {}; ephemeral containers may not use accelerators",
-                        names.into_iter().collect::<Vec<_>>().join(", ")
-                    ),
-                ));
-            }
-        }
-    }
-    findings
 }
 
 /// A Pod's owners decide which inferred gang it belongs to and how large that gang is (the
