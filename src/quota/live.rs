@@ -97,34 +97,7 @@ impl QuotaBook for LiveQuota {
         drop(cache);
         let watched: BTreeSet<(&str, &str)> =
             wanted.iter().zip(held).filter(|(_, held)| *held).map(|(claim, _)| *claim).collect();
-        // Reservations not seen in the watch yet: a plain pod adds its requests; a gang member
-        // joins its gang's tally, which then replaces the watch's tally of that gang (the same
-        // formula over more members, so the ledger and the watch agree once the pods show up).
-        let mut gangs: BTreeMap<(String, String), (GangTally, GangTally)> = BTreeMap::new();
-        // Shared claims a reservation names that no pod in the watch holds: counted once.
-        let mut reserved_claims: BTreeSet<(&str, &str)> = BTreeSet::new();
-        for p in ledger.values().filter(|p| p.team == request.team) {
-            for (claim, devices) in &p.shared_claims {
-                let id = (p.namespace.as_str(), claim.as_str());
-                if !watched.contains(&id) && reserved_claims.insert(id) {
-                    add_to(&mut usage, devices, 1);
-                }
-            }
-            match &p.gang {
-                None => add_to(&mut usage, &p.resources, 1),
-                Some((ns, g, declared)) => {
-                    let (_, merged) = gangs.entry((ns.clone(), g.clone())).or_insert_with(|| {
-                        let watch = self.state.gang_tally(ns, g);
-                        (watch.clone(), watch)
-                    });
-                    merged.add(p.resources.iter().map(|(k, v)| (k.as_str(), *v)), Some(*declared), false);
-                }
-            }
-        }
-        for (watch, merged) in gangs.values() {
-            add_to(&mut usage, &merged.total(), 1);
-            add_to(&mut usage, &watch.total(), -1);
-        }
+        let (gangs, reserved_claims) = self.add_reservations(&ledger, request.team, &watched, &mut usage);
         let gang_key = request.gang.map(|(g, n)| (request.namespace.to_string(), g.to_string(), n));
         let before = match &gang_key {
             Some((ns, g, _)) => match gangs.get(&(ns.clone(), g.clone())) {
@@ -157,5 +130,49 @@ impl QuotaBook for LiveQuota {
             );
         }
         Ok(())
+    }
+}
+
+/// Per gang with reservations: the watch's tally, and the tally with the reservations added.
+type GangTallies = BTreeMap<(String, String), (GangTally, GangTally)>;
+
+impl LiveQuota {
+    /// Adds to `usage` the reservations of `team` not seen in the watch yet: a plain pod adds
+    /// its requests; a gang member joins its gang's tally, which then replaces the watch's
+    /// tally of that gang (the same formula over more members, so the ledger and the watch
+    /// agree once the pods show up). Returns those gangs' tallies and the shared claims a
+    /// reservation names that no pod in the watch holds (counted once).
+    fn add_reservations<'l>(
+        &self,
+        ledger: &'l BTreeMap<String, Pending>,
+        team: &str,
+        watched: &BTreeSet<(&str, &str)>,
+        usage: &mut ResourceList,
+    ) -> (GangTallies, BTreeSet<(&'l str, &'l str)>) {
+        let mut gangs: GangTallies = BTreeMap::new();
+        let mut reserved_claims: BTreeSet<(&str, &str)> = BTreeSet::new();
+        for p in ledger.values().filter(|p| p.team == team) {
+            for (claim, devices) in &p.shared_claims {
+                let id = (p.namespace.as_str(), claim.as_str());
+                if !watched.contains(&id) && reserved_claims.insert(id) {
+                    add_to(usage, devices, 1);
+                }
+            }
+            match &p.gang {
+                None => add_to(usage, &p.resources, 1),
+                Some((ns, g, declared)) => {
+                    let (_, merged) = gangs.entry((ns.clone(), g.clone())).or_insert_with(|| {
+                        let watch = self.state.gang_tally(ns, g);
+                        (watch.clone(), watch)
+                    });
+                    merged.add(p.resources.iter().map(|(k, v)| (k.as_str(), *v)), Some(*declared), false);
+                }
+            }
+        }
+        for (watch, merged) in gangs.values() {
+            add_to(usage, &merged.total(), 1);
+            add_to(usage, &watch.total(), -1);
+        }
+        (gangs, reserved_claims)
     }
 }
