@@ -10,7 +10,7 @@ const LIMIT: usize = 700;
 
 /// Files over [`LIMIT`] when the bound came in, with their size then: a ceiling each.
 const OVERSIZED: &[(&str, usize)] = &[
-    ("src/cluster/records.rs", 866),
+    ("src/cluster/records.rs", 812),
     ("src/cluster/tests.rs", 775),
     ("src/engine.rs", 823),
     ("src/explain/mod.rs", 844),

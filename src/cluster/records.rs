@@ -20,6 +20,8 @@ use crate::policy::PolicySet;
 use crate::quantity::Quantity;
 use crate::resources::{self, ResourceList};
 
+mod from_pod;
+
 /// What the simulation keeps of a Node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeInfo {
@@ -447,68 +449,12 @@ impl PodRecord {
             Ok(None) => Ok(membership::native_group(facts.native_pod_group, &namespace, claims)),
             other => other,
         };
-        let gang = match membership {
-            // Bound and foreign-managed members keep their gang: they count towards its quorum.
-            Ok(Some(m)) => Some(Box::new(GangRef {
-                native: m.source == Source::NativePodGroup,
-                owner: match m.source {
-                    Source::Inferred(kind) => owner_of(&facts, kind),
-                    Source::NativePodGroup => hand_off_owner(&facts, policies, &namespace, team_name),
-                    _ => None,
-                },
-                name: m.name,
-                size: m.size,
-                leader: membership::is_group_leader(&facts),
-                priority_class: spec.and_then(|s| s.priority_class_name.as_deref()).map(intern),
-                scheduler_name: spec.and_then(|s| s.scheduler_name.as_deref()).map(intern),
-                topology: facts.annotations.get(crate::policy::topology::TOPOLOGY_ANNOTATION).map(intern),
-            })),
-            _ => None,
-        };
+        let gang = from_pod::gang_ref(membership, &facts, spec, policies, &namespace, team_name);
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let finished = matches!(phase, Some("Succeeded" | "Failed"));
         let own_requests = spec.map(requests_of).unwrap_or_default();
-        let mut counted = std::borrow::Cow::Borrowed(&own_requests);
-        let mut claims_unresolved = false;
-        let mut shared_claims = None;
-        if let Some(resource_claims) = spec
-            .and_then(|s| s.resource_claims.as_ref())
-            .filter(|c| !c.is_empty() && !policies.device_classes.is_empty())
-        {
-            // Only the fields the claims are read from: no copy of the whole pod per watch event.
-            // (The status names the claims made from templates: those are counted rather than
-            // the templates, which can be deleted and made again smaller; see `dra::pod_demand`.)
-            let claims_only = serde_json::json!({
-                "metadata": {"uid": pod.metadata.uid},
-                "spec": {"resourceClaims": resource_claims},
-                "status": {"resourceClaimStatuses": pod.status.as_ref().and_then(|s| s.resource_claim_statuses.as_ref())},
-            });
-            let demand = crate::dra::pod_demand(&claims_only, &namespace, &policies.device_classes, claims);
-            claims_unresolved = !demand.missing.is_empty();
-            for (name, q) in demand.own_quota_resources() {
-                let slot = counted.to_mut().entry(name).or_default();
-                *slot = slot.saturating_add(q);
-            }
-            let mut held: Vec<HeldClaim> = demand
-                .shared_quota_resources()
-                .into_iter()
-                .map(|(name, devices)| HeldClaim {
-                    name: Arc::from(name),
-                    devices: devices.iter().map(|(k, v)| (intern(k), *v)).collect(),
-                })
-                .collect();
-            // A shared claim it names that is gone is still named (by its name alone, counting
-            // nothing): a claim made again under that name is refused while the pod lives
-            // (`validate::check_claim_create`), also after a restart of Allot.
-            held.extend(
-                demand
-                    .missing
-                    .iter()
-                    .filter(|m| m.kind == "ResourceClaim")
-                    .map(|m| HeldClaim { name: Arc::from(m.name.as_str()), devices: Box::new([]) }),
-            );
-            shared_claims = (!held.is_empty()).then(|| Box::new(HeldClaims(held)));
-        }
+        let (counted, claims_unresolved, shared_claims) =
+            from_pod::claim_accounting(pod, &namespace, &own_requests, policies, claims);
         let requests = kept_requests(&counted, policies);
         // Where it may go only matters to the gang fit ([`PodRecord::placement`]): a bound pod
         // only takes capacity, and a pod Allot neither holds nor released is no decision's.
