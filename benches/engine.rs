@@ -45,12 +45,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::path::Path;
 use std::time::Duration;
 
+use allot::admission::engine::{Engine, Request, RequestOperation, group_kind};
 use allot::admission::{self, Phase};
-use allot::check::{self, Manifest};
-use allot::engine::{Engine, Request, RequestOperation, group_kind};
-use allot::expression::{Bindings, Evaluator, Inputs, json_to_cel};
-use allot::namespaces::{self, StaticNamespaces};
-use allot::policy::{self, PolicySet};
+use allot::cli::check::{self, Manifest};
+use allot::model::expression::{Bindings, Evaluator, Inputs, json_to_cel};
+use allot::model::namespaces::{self, StaticNamespaces};
+use allot::model::policy::{self, PolicySet};
 use criterion::{Criterion, criterion_group, criterion_main};
 use kube::core::cel::cel::{Program, Value as CelValue};
 use serde_json::Value;
@@ -210,12 +210,12 @@ fn benches(c: &mut Criterion) {
     // interpreter on bindings converted for them (what each review paid before direct evaluation).
     let rules: Vec<_> = policies.rules.iter().collect();
     let inputs = Inputs {
-        needs: allot::validate::rule_needs(&rules),
+        needs: allot::admission::validate::rule_needs(&rules),
         object: Some(pod_011),
         workload: Some(pod_011),
         namespace: "vision",
         team: "vision",
-        object_accelerators: allot::expression::object_accelerators(pod_011, None, &policies.accelerators),
+        object_accelerators: allot::model::expression::object_accelerators(pod_011, None, &policies.accelerators),
         ..Inputs::default()
     };
     let evaluator = Evaluator::new(&policies.env, &inputs);

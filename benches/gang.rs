@@ -9,10 +9,10 @@
 
 use std::collections::BTreeMap;
 
-use allot::cluster::{NodeInfo, PodShape};
-use allot::gang::decision::{GangKey, Member, Snapshot, WaitingGang, decide};
-use allot::quantity::Quantity;
-use allot::resources::ResourceMatcher;
+use allot::control::cluster::{NodeInfo, PodShape};
+use allot::control::gang::decision::{GangKey, Member, Snapshot, WaitingGang, decide};
+use allot::model::quantity::Quantity;
+use allot::model::resources::ResourceMatcher;
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
@@ -109,7 +109,7 @@ fn snapshot() -> Snapshot {
 /// 10 (three topology levels), and every gang placed by them: the even ones require their rack
 /// (a clique first), the odd ones prefer a clique, then a rack, then a zone.
 fn topology_snapshot() -> Snapshot {
-    use allot::gang::decision::GangTopology;
+    use allot::control::gang::decision::GangTopology;
     let mut s = labelled(snapshot());
     let levels = |n: usize| {
         ["nvidia.com/gpu.clique", "topology.kubernetes.io/rack", "topology.kubernetes.io/zone"][..n]
@@ -138,7 +138,7 @@ fn labelled(mut s: Snapshot) -> Snapshot {
 }
 
 fn released(s: &Snapshot) -> usize {
-    decide(s).iter().filter(|d| matches!(d.verdict, allot::gang::decision::Verdict::Release { .. })).count()
+    decide(s).iter().filter(|d| matches!(d.verdict, allot::control::gang::decision::Verdict::Release { .. })).count()
 }
 
 fn bench(c: &mut Criterion) {
@@ -164,7 +164,7 @@ fn bench(c: &mut Criterion) {
     });
     group.finish();
 
-    use allot::dra::slices::{DeviceClassMatcher, slice_devices};
+    use allot::model::dra::slices::{DeviceClassMatcher, slice_devices};
     use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
     let class = |name: &str, kind: &str, extended: Option<&str>| -> DeviceClass {
         let mut spec = serde_json::json!({"selectors": [{"cel": {"expression": format!(
@@ -208,7 +208,7 @@ fn bench(c: &mut Criterion) {
 /// record. The pod is fixture 011's (as the API server stored it: defaulted, a service-account
 /// volume, managedFields), with a status like a running pod's.
 fn bench_records(c: &mut Criterion) {
-    use allot::cluster::PodRecord;
+    use allot::control::cluster::PodRecord;
     use k8s_openapi::api::core::v1::Pod;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let review: serde_json::Value = serde_json::from_slice(
@@ -222,9 +222,9 @@ fn bench_records(c: &mut Criterion) {
             "imageID": "sha256:abc", "containerID": "containerd://0123", "started": true,
             "state": {"running": {"startedAt": "2026-11-26T10:00:00Z"}}}]});
     let json = serde_json::to_vec(&pod).unwrap();
-    let policies = allot::policy::load_dir(&root.join("policies")).unwrap();
+    let policies = allot::model::policy::load_dir(&root.join("policies")).unwrap();
     let decoded: Pod = serde_json::from_slice(&json).unwrap();
-    let record = PodRecord::from_pod(&decoded, &policies, &allot::namespaces::NoNamespaces).unwrap();
+    let record = PodRecord::from_pod(&decoded, &policies, &allot::model::namespaces::NoNamespaces).unwrap();
     assert_eq!(record.request_pairs().find(|(k, _)| *k == "nvidia.com/gpu").map(|(_, v)| v), Some(q(1)));
     let mut group = c.benchmark_group("watch");
     group.bench_function("baseline_decode_pod_011", |b| {
@@ -232,10 +232,12 @@ fn bench_records(c: &mut Criterion) {
     });
     // What the Pod watch decodes: only the fields a record reads (issue 18).
     group.bench_function("decode_watched_pod_011", |b| {
-        b.iter(|| std::hint::black_box(serde_json::from_slice::<allot::cluster::WatchedPod>(&json).unwrap()))
+        b.iter(|| std::hint::black_box(serde_json::from_slice::<allot::control::cluster::WatchedPod>(&json).unwrap()))
     });
     group.bench_function("record_of_pod_011", |b| {
-        b.iter(|| PodRecord::from_pod(std::hint::black_box(&decoded), &policies, &allot::namespaces::NoNamespaces))
+        b.iter(|| {
+            PodRecord::from_pod(std::hint::black_box(&decoded), &policies, &allot::model::namespaces::NoNamespaces)
+        })
     });
     group.finish();
 }

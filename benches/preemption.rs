@@ -11,11 +11,11 @@
 
 use std::collections::BTreeMap;
 
-use allot::gang::decision::{
+use allot::control::gang::decision::{
     GangKey, GangTopology, Preemptor, RunningPod, RunningUnit, Snapshot, UnitKey, Verdict, decide,
 };
-use allot::quantity::Quantity;
-use allot::resources::ResourceList;
+use allot::model::quantity::Quantity;
+use allot::model::resources::ResourceList;
 
 /// The pass's clock: every running unit started in the day before it.
 const NOW: i64 = 100_000;
@@ -144,7 +144,7 @@ pub fn tally(s: &Snapshot) -> String {
                 "preempt"
             }
             Verdict::Release { .. } => "released",
-            Verdict::DoesNotFit if d.message.ends_with(allot::gang::decision::IN_FLIGHT) => "wait (in flight)",
+            Verdict::DoesNotFit if d.message.ends_with(allot::control::gang::decision::IN_FLIGHT) => "wait (in flight)",
             Verdict::DoesNotFit => "do not fit",
             _ => "other",
         };

@@ -6,13 +6,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use allot::admission::engine::Engine;
 use allot::admission::{self, Phase};
-use allot::cluster::{ClusterState, PodRecord};
-use allot::engine::Engine;
-use allot::gang::snapshot::GangSnapshot;
-use allot::namespaces::{NamespaceLabels, NoNamespaces};
-use allot::policy::{self, PolicySet};
-use allot::quota::LiveQuota;
+use allot::control::cluster::{ClusterState, PodRecord};
+use allot::control::gang::snapshot::GangSnapshot;
+use allot::control::quota::LiveQuota;
+use allot::model::namespaces::{NamespaceLabels, NoNamespaces};
+use allot::model::policy::{self, PolicySet};
 use arc_swap::ArcSwap;
 use criterion::{Criterion, criterion_group, criterion_main};
 
@@ -38,7 +38,7 @@ fn cluster(p: &PolicySet) -> Arc<ClusterState> {
         "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
     }))
     .unwrap();
-    let base = PodRecord::from_pod(&pod, p, &allot::namespaces::NoNamespaces).unwrap();
+    let base = PodRecord::from_pod(&pod, p, &allot::model::namespaces::NoNamespaces).unwrap();
     let state = ClusterState::default();
     for i in 0..10_000 {
         let mut r = base.clone();
@@ -69,10 +69,10 @@ fn bench(c: &mut Criterion) {
             let quota = p.teams.iter().find_map(|t| t.quota.clone()).unwrap();
             let requests = std::collections::BTreeMap::from([(
                 "nvidia.com/gpu".to_string(),
-                allot::quantity::Quantity::from_units(1),
+                allot::model::quantity::Quantity::from_units(1),
             )]);
             let charge = quota.charge(&requests);
-            let request = allot::quota::QuotaRequest {
+            let request = allot::admission::quota::QuotaRequest {
                 uid: "u",
                 team: "vision",
                 namespace: "vision",
@@ -85,7 +85,7 @@ fn bench(c: &mut Criterion) {
                 shared_claims: Default::default(),
                 dry_run: true,
             };
-            use allot::quota::QuotaBook as _;
+            use allot::admission::quota::QuotaBook as _;
             group.bench_function("live_book_admit", |b| b.iter(|| book.admit(&quota, std::hint::black_box(&request))));
         }
         let name = if with_quota { "validate_with_deny_quota" } else { "validate_without_quota" };
@@ -142,9 +142,9 @@ fn with_pending_gang(state: &ClusterState, p: &PolicySet, members: usize) {
         "metadata": {"name": "n"}, "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "64", "pods": "110"}}
     }))
     .unwrap();
-    let template = allot::cluster::node_info(&node).unwrap();
+    let template = allot::control::cluster::node_info(&node).unwrap();
     state.replace_nodes(
-        (0..100).map(|i| allot::cluster::NodeInfo { name: format!("n{i}"), ..template.clone() }).collect(),
+        (0..100).map(|i| allot::control::cluster::NodeInfo { name: format!("n{i}"), ..template.clone() }).collect(),
     );
 }
 
@@ -193,8 +193,8 @@ fn pending_gang(c: &mut Criterion) {
         let controller = with_pass.then(|| {
             let (state, stop, passes) = (state.clone(), stop.clone(), passes.clone());
             std::thread::spawn(move || {
-                use allot::gang::plan::plan;
-                use allot::quota::QuotaQueue;
+                use allot::control::gang::plan::plan;
+                use allot::control::quota::QuotaQueue;
                 let p = policies(true);
                 let (mut queued, mut explained) = (Default::default(), Default::default());
                 while !stop.load(Ordering::Relaxed) {

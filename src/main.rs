@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use allot::cli::{Cli, Command};
-use allot::logging::{self, Destination};
+use allot::server::logging::{self, Destination};
 
 /// mimalloc instead of glibc malloc: under load glibc's allocator took ~30 % of the server's
 /// CPU (allocations made on one thread and freed on another), see benches/README.md. The
@@ -17,11 +17,11 @@ fn main() -> ExitCode {
     // Also the kubectl plugin: run through a link named `kubectl-allot`.
     let cli = Cli::parse_args();
     // The server's log lines are buffered for a writer thread: a blocked stderr must not block
-    // admission (see `allot::logging`). The guard writes out what is still buffered.
+    // admission (see `allot::server::logging`). The guard writes out what is still buffered.
     let destination = if matches!(cli.command, Command::Serve(_)) { Destination::Batched } else { Destination::Direct };
     let log_writer = logging::init(cli.log_format, destination);
     // After logging: a panic is then one log line, not a message and backtrace on stderr.
-    allot::expression::install_panic_hook();
+    allot::model::expression::install_panic_hook();
     let result = allot::cli::run(cli.command);
     // What was logged comes before the last word.
     drop(log_writer);

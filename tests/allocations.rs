@@ -12,10 +12,10 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::path::Path;
 
+use allot::admission::engine::Engine;
 use allot::admission::{self, Phase};
-use allot::engine::Engine;
-use allot::namespaces::{self, StaticNamespaces};
-use allot::policy::{self, PolicySet};
+use allot::model::namespaces::{self, StaticNamespaces};
+use allot::model::policy::{self, PolicySet};
 
 /// Counts the allocations made on the current thread (tests run on threads of their own, so
 /// one test's count is not another's).
@@ -171,7 +171,7 @@ const VALIDATE_CEILINGS: &[(&str, u64)] = &[
 /// well under a whole `Pod`'s: a field added to it shows up here.
 #[test]
 fn a_watched_pod_decodes_in_a_fraction_of_a_whole_pods_allocations() {
-    use allot::cluster::WatchedPod;
+    use allot::control::cluster::WatchedPod;
     use k8s_openapi::api::core::v1::Pod;
     // A gated gang worker as the API server stores it: managedFields, status, conditions.
     let review: serde_json::Value =

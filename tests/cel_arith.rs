@@ -7,10 +7,10 @@
 
 use std::sync::Arc;
 
-use allot::expression::{
+use allot::model::expression::{
     Environment, EvalError, Evaluator, Expression, Inputs, Needs, RULE_PANICS, RuleLabels, direct,
 };
-use allot::resources::{DEFAULT_ACCELERATORS, ResourceMatcher};
+use allot::model::resources::{DEFAULT_ACCELERATORS, ResourceMatcher};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

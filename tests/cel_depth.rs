@@ -1,4 +1,4 @@
-//! How deep a CEL expression may nest (src/expression/depth.rs): refused at load beyond the
+//! How deep a CEL expression may nest (src/model/expression/depth.rs): refused at load beyond the
 //! limit with a clear message, compiled and evaluated without overflowing the smallest stack
 //! Allot runs CEL on at the limit, and cel 0.13's parser-depth underflow (fuzz finding
 //! `fuzz/regressions/cel_expression/parser-depth-underflow`) never reached.
@@ -6,10 +6,10 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use allot::expression::depth::{self, MAX_NESTING, MAX_TREE_DEPTH};
-use allot::expression::{Bindings, Environment, EvalError, Expression, RULE_PANICS, RuleLabels, json_to_cel};
-use allot::policy::{self, Source};
-use allot::resources::{DEFAULT_ACCELERATORS, ResourceMatcher};
+use allot::model::expression::depth::{self, MAX_NESTING, MAX_TREE_DEPTH};
+use allot::model::expression::{Bindings, Environment, EvalError, Expression, RULE_PANICS, RuleLabels, json_to_cel};
+use allot::model::policy::{self, Source};
+use allot::model::resources::{DEFAULT_ACCELERATORS, ResourceMatcher};
 use kube::core::cel::cel::Program;
 use kube::core::cel::cel::parser::Parser;
 use proptest::prelude::*;
@@ -59,7 +59,7 @@ fn cel_alone_panics_on_the_reproducer() {
     // Allot profile).
     for source in [FUZZ_REPRODUCER.to_string(), minimised(), format!("{}1", "1?1:".repeat(97))] {
         let outcome = on_stack(256 << 20, move || catch_unwind(AssertUnwindSafe(|| Program::compile(&source).is_ok())));
-        assert!(outcome.is_err(), "cel 0.13 no longer panics here: revisit src/expression/depth.rs");
+        assert!(outcome.is_err(), "cel 0.13 no longer panics here: revisit src/model/expression/depth.rs");
     }
 }
 

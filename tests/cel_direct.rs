@@ -1,12 +1,12 @@
-//! The shipped policies under direct evaluation (`allot::expression::direct`): every expression
+//! The shipped policies under direct evaluation (`allot::model::expression::direct`): every expression
 //! is compiled for it, answers every captured Pod without the interpreter, and answers what the
 //! interpreter answers. (The differential test over generated objects and the interpreter's
 //! quirks is `expression::direct::tests`, inside the crate.)
 
 use std::path::Path;
 
-use allot::expression::direct::Val;
-use allot::expression::{Expression, Inputs, object_accelerators};
+use allot::model::expression::direct::Val;
+use allot::model::expression::{Expression, Inputs, object_accelerators};
 use serde_json::{Value, json};
 
 fn repo() -> &'static Path {
@@ -29,7 +29,7 @@ fn captured_pods() -> Vec<Value> {
 
 #[test]
 fn every_shipped_expression_is_answered_directly_as_the_interpreter_answers() {
-    let policies = allot::policy::load_dir(&repo().join("policies")).expect("the shipped policies load");
+    let policies = allot::model::policy::load_dir(&repo().join("policies")).expect("the shipped policies load");
     let expressions: Vec<&Expression> = policies
         .rules
         .iter()

@@ -1,4 +1,4 @@
-//! CEL quantities (`src/expression/quantity.rs`): every quantity operation on extreme values is
+//! CEL quantities (`src/model/expression/quantity.rs`): every quantity operation on extreme values is
 //! a correct answer or an evaluation error, never a panic (kube-cel 0.8's own quantity library
 //! panicked on them; the panic boundary only contained it).
 
@@ -6,17 +6,19 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use allot::admission::engine::Engine;
 use allot::admission::{self, Phase};
-use allot::engine::Engine;
-use allot::expression::{Bindings, Environment, EvalError, Expression, RULE_PANICS, RuleLabels, json_to_cel};
-use allot::namespaces::NoNamespaces;
-use allot::policy::{self, Source};
+use allot::model::expression::{Bindings, Environment, EvalError, Expression, RULE_PANICS, RuleLabels, json_to_cel};
+use allot::model::namespaces::NoNamespaces;
+use allot::model::policy::{self, Source};
 use kube::core::cel::KubeCelExt;
 use kube::core::cel::cel::{Context, Program, Value as CelValue};
 
 /// The environment `allot serve` builds for the default accelerator names.
 fn default_env() -> Environment {
-    Environment::new(Arc::new(allot::resources::ResourceMatcher::new(allot::resources::DEFAULT_ACCELERATORS)))
+    Environment::new(Arc::new(allot::model::resources::ResourceMatcher::new(
+        allot::model::resources::DEFAULT_ACCELERATORS,
+    )))
 }
 
 fn gpu_pod() -> serde_json::Value {
@@ -200,7 +202,7 @@ fn semver_comparisons_still_reach_kube_cel() {
 }
 
 /// Why Allot replaces the library: kube-cel 0.8 alone panics on these. (When an upgrade makes
-/// this fail, kube-cel has fixed it, and `src/expression/quantity.rs` can be reconsidered.)
+/// this fail, kube-cel has fixed it, and `src/model/expression/quantity.rs` can be reconsidered.)
 #[test]
 fn kube_cel_alone_panics_where_allot_answers() {
     let mut kube_only = Context::default();

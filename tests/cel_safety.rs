@@ -4,15 +4,15 @@
 
 use serde_json::json;
 
+use allot::admission::engine::Engine;
+use allot::admission::validate::action_on_error;
 use allot::admission::{self, Phase};
-use allot::engine::Engine;
-use allot::expression::{Bindings, Environment, EvalError, Expression, RULE_PANICS, RuleLabels};
-use allot::namespaces::NoNamespaces;
-use allot::policy::{self, Action, Source};
-use allot::validate::action_on_error;
+use allot::model::expression::{Bindings, Environment, EvalError, Expression, RULE_PANICS, RuleLabels};
+use allot::model::namespaces::NoNamespaces;
+use allot::model::policy::{self, Action, Source};
 use std::sync::Arc;
 
-use allot::expression::check;
+use allot::model::expression::check;
 use kube::core::cel::cel::{ExecutionError, Program, Value as CelValue};
 
 fn rule_doc(name: &str, expression: &str, action: &str) -> String {
@@ -31,7 +31,9 @@ fn load_error(text: &str) -> String {
 
 /// The environment `allot serve` builds for the default accelerator names.
 fn default_env() -> Environment {
-    Environment::new(Arc::new(allot::resources::ResourceMatcher::new(allot::resources::DEFAULT_ACCELERATORS)))
+    Environment::new(Arc::new(allot::model::resources::ResourceMatcher::new(
+        allot::model::resources::DEFAULT_ACCELERATORS,
+    )))
 }
 
 /// Bindings of nothing: for expressions that read no variable.
@@ -240,14 +242,15 @@ fn the_test_hook_exists_only_in_test_builds() {
 /// An environment and bindings with a Pod whose annotation `big` holds `big_bytes` bytes and
 /// that has `containers` containers: what a tenant controls, up to the body limit.
 fn eval_on_tenant_pod(source: &str, big_bytes: usize, containers: usize) -> Result<bool, EvalError> {
-    let env =
-        Environment::new(Arc::new(allot::resources::ResourceMatcher::new(allot::resources::DEFAULT_ACCELERATORS)));
+    let env = Environment::new(Arc::new(allot::model::resources::ResourceMatcher::new(
+        allot::model::resources::DEFAULT_ACCELERATORS,
+    )));
     let containers: Vec<_> = (0..containers).map(|i| json!({"name": format!("c{i}")})).collect();
     let pod = json!({"metadata": {"name": "p", "annotations": {"big": "x".repeat(big_bytes)}},
                      "spec": {"containers": containers}});
     let ctx = env.scope(&Bindings {
         vars: u8::MAX,
-        object: allot::expression::json_to_cel(&pod),
+        object: allot::model::expression::json_to_cel(&pod),
         old_object: CelValue::Null,
         workload: CelValue::Null,
         namespace: "vision".into(),
@@ -360,7 +363,7 @@ fn doubled_unary_operators_are_refused_at_load_with_their_location() {
     // The same operators apart, or in a string, are fine.
     for expression in ["!(!has(object.metadata.labels))", "object.metadata.name != '!!'", "1 - -1 == 2"] {
         assert!(
-            allot::policy::compile(&[allot::policy::Source {
+            allot::model::policy::compile(&[allot::model::policy::Source {
                 name: "rules.yaml".into(),
                 text: rule_doc("ok", expression, "Deny")
             }])

@@ -58,7 +58,7 @@ fn policy_repository() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path();
     git(repo, &["init", "-q", "-b", "main"]);
-    for file in allot::files::yaml_files(&root().join("policies")).unwrap() {
+    for file in allot::model::files::yaml_files(&root().join("policies")).unwrap() {
         let name = file.file_name().unwrap().to_str().unwrap().to_string();
         std::fs::create_dir_all(repo.join("policies")).unwrap();
         std::fs::copy(&file, repo.join("policies").join(name)).unwrap();

@@ -1,4 +1,4 @@
-//! The gang controller (`allot::gang::controller::spawn`) against the scenario fake API server
+//! The gang controller (`allot::control::gang::controller::spawn`) against the scenario fake API server
 //! (tests/support/fake_api.rs): each scenario asserts the exact calls it makes — gate patches,
 //! pod conditions, Events, deletions, Lease updates.
 //!
@@ -11,8 +11,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use allot::gang::controller::{ControllerConfig, ControllerHandle, InitialList};
-use allot::gang::metrics::ControllerMetrics;
+use allot::control::gang::controller::{ControllerConfig, ControllerHandle, InitialList};
+use allot::control::gang::metrics::ControllerMetrics;
 use serde_json::{Value, json};
 use support::fake_api::{FakeApi, Request, dump, gated_pod, gpu_node, namespace};
 
@@ -21,13 +21,13 @@ const LEASE: &str = "allot-gang-controller";
 /// Generous: the machine running the tests may be heavily loaded.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-fn policies(text: &str) -> allot::policy::PolicySet {
+fn policies(text: &str) -> allot::model::policy::PolicySet {
     let sources = if text.is_empty() {
         Vec::new()
     } else {
-        vec![allot::policy::Source { name: "scenario.yaml".into(), text: text.into() }]
+        vec![allot::model::policy::Source { name: "scenario.yaml".into(), text: text.into() }]
     };
-    allot::policy::compile(&sources).unwrap_or_else(|e| panic!("scenario policies: {e}"))
+    allot::model::policy::compile(&sources).unwrap_or_else(|e| panic!("scenario policies: {e}"))
 }
 
 /// A world with the Lease's namespace, the given namespaces and nodes.
@@ -72,9 +72,9 @@ fn start_listing(
     let caches = Arc::new(allot::server::startup::Caches::default());
     let namespaces = allot::server::reload::watch_namespaces(client.clone(), caches);
     let metrics = ControllerMetrics::default();
-    let handle = allot::gang::controller::spawn(
+    let handle = allot::control::gang::controller::spawn(
         client,
-        Arc::new(allot::cluster::ClusterState::default()),
+        Arc::new(allot::control::cluster::ClusterState::default()),
         Arc::new(arc_swap::ArcSwap::from_pointee(policies(policy_text))),
         namespaces,
         ControllerConfig {
@@ -809,15 +809,16 @@ fn owner_lookups<'a>(requests: &'a [Request], client: &str) -> Vec<&'a str> {
 /// before any decision).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pass_reads_few_owners_and_none_found_missing_before_a_backoff() {
-    use allot::gang::owners::{LOOKUPS_PER_PASS, resolve_owner_sizes};
+    use allot::control::gang::owners::{LOOKUPS_PER_PASS, resolve_owner_sizes};
     let fake = world(&["ml"], &[]);
     let p = policies(INFER_JOBSET);
-    let state = allot::cluster::ClusterState::default();
+    let state = allot::control::cluster::ClusterState::default();
     state.replace_pods(
         (0..100)
             .map(|i| {
                 let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod_naming_a_jobset(i)).unwrap();
-                allot::cluster::PodRecord::from_pod(&pod, &p, &allot::namespaces::NoNamespaces).expect("a record")
+                allot::control::cluster::PodRecord::from_pod(&pod, &p, &allot::model::namespaces::NoNamespaces)
+                    .expect("a record")
             })
             .collect(),
     );

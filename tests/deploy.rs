@@ -30,8 +30,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use allot::gang::controller::{ControllerConfig, OWNER_APIS};
-use allot::gang::membership::InferredKind;
+use allot::control::gang::controller::{ControllerConfig, OWNER_APIS};
+use allot::model::gang::membership::InferredKind;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, MutatingWebhookConfiguration, ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicyBinding, ValidatingWebhookConfiguration,
@@ -802,9 +802,14 @@ fn check_policies_config_map(r: &Rendered) {
     for (name, text) in &data {
         std::fs::write(dir.path().join(name), text).unwrap();
     }
-    let set =
-        allot::policy::load_dir(dir.path()).unwrap_or_else(|e| panic!("{}: the ConfigMap's policies: {e}", r.what));
-    assert_eq!(set.summary(), allot::policy::load_dir(&root().join("policies")).unwrap().summary(), "{}", r.what);
+    let set = allot::model::policy::load_dir(dir.path())
+        .unwrap_or_else(|e| panic!("{}: the ConfigMap's policies: {e}", r.what));
+    assert_eq!(
+        set.summary(),
+        allot::model::policy::load_dir(&root().join("policies")).unwrap().summary(),
+        "{}",
+        r.what
+    );
 }
 
 /// `allot webhooks --service allot-system/allot` with `ca` as the bundle.
@@ -1208,12 +1213,12 @@ fn leader_election_is_retried_until_the_lease_can_be_created() {
             r.method == "POST" && r.call.group == "coordination.k8s.io" && r.call.resource == "leases"
         };
         fake.fail(3, 404, refused);
-        let metrics = allot::gang::metrics::ControllerMetrics::default();
-        let controller = allot::gang::controller::spawn(
+        let metrics = allot::control::gang::metrics::ControllerMetrics::default();
+        let controller = allot::control::gang::controller::spawn(
             fake.client("allot-late"),
-            Arc::new(allot::cluster::ClusterState::default()),
+            Arc::new(allot::control::cluster::ClusterState::default()),
             Arc::new(arc_swap::ArcSwap::from_pointee(recording_policies())),
-            Arc::new(allot::namespaces::NoNamespaces),
+            Arc::new(allot::model::namespaces::NoNamespaces),
             ControllerConfig {
                 lease_namespace: NAMESPACE.into(),
                 lease_name: LEASE.into(),
@@ -1334,7 +1339,7 @@ fn world() -> FakeApi {
 }
 
 /// The policies of the run: a timeout that fails, inference of every kind, a queue-mode quota.
-fn recording_policies() -> allot::policy::PolicySet {
+fn recording_policies() -> allot::model::policy::PolicySet {
     let infer: Vec<Value> = OWNER_APIS.iter().map(|a| serde_json::to_value(a.kind).unwrap()).collect();
     let text = format!(
         "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {{name: timeout}}\nspec:\n  match: {{namespaces: [ml-timeout]}}\n  assemblyTimeout: 1m\n  onTimeout: Fail\n---\n\
@@ -1344,7 +1349,7 @@ fn recording_policies() -> allot::policy::PolicySet {
          apiVersion: allot.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: cluster}}\nspec:\n  dra: {{deviceClasses: {{gpu.nvidia.com: {{countsAs: nvidia.com/gpu}}}}}}\n",
         Value::Array(infer)
     );
-    allot::policy::compile(&[allot::policy::Source { name: "recording.yaml".into(), text }])
+    allot::model::policy::compile(&[allot::model::policy::Source { name: "recording.yaml".into(), text }])
         .unwrap_or_else(|e| panic!("recording policies: {e}"))
 }
 
@@ -1410,10 +1415,10 @@ fn recorded_calls() -> &'static Vec<Call> {
             let client = world.client("allot-0");
             let caches = Arc::new(allot::server::startup::Caches::default());
             let namespaces = allot::server::reload::watch_namespaces(client.clone(), caches.clone());
-            let cluster = Arc::new(allot::cluster::ClusterState::default());
+            let cluster = Arc::new(allot::control::cluster::ClusterState::default());
             let _claims = allot::server::reload::watch_claims(client.clone(), cluster.clone());
             let policies = Arc::new(arc_swap::ArcSwap::from_pointee(recording_policies()));
-            let controller = allot::gang::controller::spawn(
+            let controller = allot::control::gang::controller::spawn(
                 client,
                 cluster,
                 policies,
@@ -1425,9 +1430,9 @@ fn recorded_calls() -> &'static Vec<Call> {
                     resync: Duration::from_secs(1),
                     // Paged: the scenario then holds both verbs the two ways ask for (`list`,
                     // and `watch`, which is all a streaming list needs).
-                    initial_list: allot::gang::controller::InitialList::Paged,
+                    initial_list: allot::control::gang::controller::InitialList::Paged,
                 },
-                allot::gang::metrics::ControllerMetrics::default(),
+                allot::control::gang::metrics::ControllerMetrics::default(),
                 Box::new(|| {}),
             );
             let want = scenario();
@@ -1456,25 +1461,26 @@ fn recorded_calls() -> &'static Vec<Call> {
 /// charge (get, update).
 async fn record_ledger_calls(world: &FakeApi) {
     let text = "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: deny}\nspec:\n  namespaces: {names: [ml]}\n  quota: {mode: Deny, limits: {nvidia.com/gpu: 4}}\n";
-    let policies = allot::policy::compile(&[allot::policy::Source { name: "deny.yaml".into(), text: text.into() }])
-        .unwrap_or_else(|e| panic!("deny policies: {e}"));
+    let policies =
+        allot::model::policy::compile(&[allot::model::policy::Source { name: "deny.yaml".into(), text: text.into() }])
+            .unwrap_or_else(|e| panic!("deny policies: {e}"));
     let quota = policies.teams[0].quota.clone().unwrap();
-    let leader = allot::quota::SharedLedger::new(world.client("allot-0"), NAMESPACE, Duration::from_secs(5));
+    let leader = allot::control::quota::SharedLedger::new(world.client("allot-0"), NAMESPACE, Duration::from_secs(5));
     leader.reconcile("deny", &[]).await.expect("ledger created");
-    let running = allot::quota::ledger::SeenPod {
+    let running = allot::control::quota::ledger::SeenPod {
         namespace: "ml".into(),
         name: "running".into(),
         created: 1,
         finished: false,
         terminating: false,
-        requests: [("nvidia.com/gpu".to_string(), allot::quantity::Quantity::from_units(1))].into(),
+        requests: [("nvidia.com/gpu".to_string(), allot::model::quantity::Quantity::from_units(1))].into(),
         gang: None,
         claims: Default::default(),
     };
     leader.reconcile("deny", &[running]).await.expect("ledger reconciled");
-    let requests: allot::resources::ResourceList =
-        [("nvidia.com/gpu".to_string(), allot::quantity::Quantity::from_units(1))].into();
-    let request = allot::quota::QuotaRequest {
+    let requests: allot::model::resources::ResourceList =
+        [("nvidia.com/gpu".to_string(), allot::model::quantity::Quantity::from_units(1))].into();
+    let request = allot::admission::quota::QuotaRequest {
         uid: "review",
         team: "deny",
         namespace: "ml",
@@ -1487,7 +1493,8 @@ async fn record_ledger_calls(world: &FakeApi) {
         shared_claims: Default::default(),
         dry_run: false,
     };
-    let replica = Arc::new(allot::quota::SharedLedger::new(world.client("allot-1"), NAMESPACE, Duration::from_secs(5)));
+    let replica =
+        Arc::new(allot::control::quota::SharedLedger::new(world.client("allot-1"), NAMESPACE, Duration::from_secs(5)));
     // Every replica watches the ledgers, so that its rounds start from the newest copy.
     replica.watch();
     replica.admit_async(&quota, &request).await.expect("charged");
@@ -1593,7 +1600,7 @@ fn rbac_grants_exactly_the_calls_the_code_makes() {
     let missing: Vec<_> = scenario().difference(&seen).cloned().collect();
     assert!(missing.is_empty(), "the recorded run never made {missing:?}; recorded: {seen:?}");
     // The leader election lease is the one the binary uses, in the Role's namespace.
-    assert!(std::fs::read_to_string(root().join("src/cli.rs")).unwrap().contains(&format!("\"{LEASE}\"")));
+    assert!(std::fs::read_to_string(root().join("src/cli/mod.rs")).unwrap().contains(&format!("\"{LEASE}\"")));
     for c in calls.iter().filter(|c| c.resource == "leases") {
         assert_eq!(c.namespace.as_deref(), Some(NAMESPACE), "{}", c.request);
     }

@@ -1,4 +1,4 @@
-//! `allot::apivalidation` against the real kube-apiserver (skipped without the envtest binaries):
+//! `allot::model::apivalidation` against the real kube-apiserver (skipped without the envtest binaries):
 //! for a table of Pods and Pod templates, server-side dry-run creates must be refused exactly
 //! when Allot's port of the API server's rules reports a problem, and the API server's message
 //! must name the field Allot names. This keeps `allot check`'s `api-server/validation` and the
@@ -126,7 +126,7 @@ fn the_api_server_refuses_exactly_what_apivalidation_reports() {
         let mut disagreements = Vec::new();
         for (name, metadata, spec) in cases() {
             let object = pod(name, metadata, spec);
-            let ours = allot::apivalidation::pod(&object, "", true);
+            let ours = allot::model::apivalidation::pod(&object, "", true);
             let typed: Pod = serde_json::from_value(object).expect("a Pod");
             let theirs = pods.create(&dry_run, &typed).await;
             match (&theirs, ours.is_empty()) {
@@ -150,7 +150,7 @@ fn the_api_server_refuses_exactly_what_apivalidation_reports() {
         // Priority class names: the Priority plugin refuses a Pod's unknown class before
         // validation, so the words are compared where the same rule names PriorityClasses.
         for name in ["Low_Priority".to_string(), "p".repeat(254)] {
-            let ours = allot::apivalidation::dns1123_subdomain(&name);
+            let ours = allot::model::apivalidation::dns1123_subdomain(&name);
             assert!(!ours.is_empty(), "{name}");
             let class = serde_json::from_value(json!({"metadata": {"name": name}, "value": 1})).unwrap();
             match classes.create(&dry_run, &class).await {
@@ -175,7 +175,7 @@ fn the_api_server_refuses_exactly_what_apivalidation_reports() {
         });
         let template =
             json!({"metadata": job["spec"]["template"]["metadata"], "spec": job["spec"]["template"]["spec"]});
-        let ours = allot::apivalidation::pod(&template, "spec.template", false);
+        let ours = allot::model::apivalidation::pod(&template, "spec.template", false);
         assert_eq!(ours.len(), 1, "{ours:?}");
         let refused = jobs.create(&dry_run, &serde_json::from_value(job).unwrap()).await;
         match refused {

@@ -313,13 +313,13 @@ async fn queues_never_stall_and_the_controller_reacts_at_once() {
     })
     .await;
     let successor = queue.create(&PostParams::default(), &cpu_pod).await.expect("create again");
-    let refused = queue.delete("stable-name", &allot::gang::controller::delete_params(Some(&first_uid))).await;
+    let refused = queue.delete("stable-name", &allot::control::gang::controller::delete_params(Some(&first_uid))).await;
     assert!(matches!(&refused, Err(kube::Error::Api(s)) if s.code == 409), "{refused:?}");
     let still = queue.get("stable-name").await.expect("the successor is still there");
     assert_eq!(still.metadata.uid, successor.metadata.uid);
     let successor_uid = successor.metadata.uid.expect("a uid");
     queue
-        .delete("stable-name", &allot::gang::controller::delete_params(Some(&successor_uid)))
+        .delete("stable-name", &allot::control::gang::controller::delete_params(Some(&successor_uid)))
         .await
         .expect("its own uid deletes it");
 }

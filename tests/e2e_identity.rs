@@ -67,7 +67,7 @@ async fn allot_knows_who_it_is_and_says_so_when_its_own_webhook_refuses_it() {
 
     // The webhooks now answer from a replica that allows the shipped default identity, not the
     // `admin` the controller writes as: every lift is refused.
-    let (_replica, replica_addr) = webhook_replica(&cluster, allot::tenant::DEFAULT_ALLOT_USERNAME);
+    let (_replica, replica_addr) = webhook_replica(&cluster, allot::admission::tenant::DEFAULT_ALLOT_USERNAME);
     point_webhooks_at(&cluster.client, &cluster.allot_addr, &replica_addr).await;
     for name in ["train-0", "train-1"] {
         pods.create(&PostParams::default(), &member(name, "train", 2)).await.expect("alice creates a member");

@@ -10,10 +10,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use allot::check::{Manifest, admit_manifest};
-use allot::engine::Engine;
-use allot::namespaces::NoNamespaces;
-use allot::native::NativeObject;
+use allot::admission::engine::Engine;
+use allot::admission::native::NativeObject;
+use allot::cli::check::{Manifest, admit_manifest};
+use allot::model::namespaces::NoNamespaces;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, MutatingWebhookConfiguration, ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicyBinding, ValidatingWebhookConfiguration,
@@ -394,8 +394,8 @@ async fn compiled_policies_alone_give_the_engines_verdicts_and_mutations() {
         std::fs::copy(&path, dir.path().join(path.file_name().expect("name"))).expect("copy");
     }
     std::fs::write(dir.path().join("zz-extra.yaml"), EXTRA).expect("extra policies");
-    let policies = allot::policy::load_dir(dir.path()).expect("policies load");
-    let compiled = allot::native::compile(&policies);
+    let policies = allot::model::policy::load_dir(dir.path()).expect("policies load");
+    let compiled = allot::admission::native::compile(&policies);
     for covered in [
         "Placement/speech-pool",
         "Placement/speech-zones",
@@ -515,7 +515,7 @@ fn engine_expectations(
             .report
             .findings
             .iter()
-            .filter(|f| f.action == allot::policy::Action::Deny && !COVERED.contains(&f.rule.as_str()))
+            .filter(|f| f.action == allot::model::policy::Action::Deny && !COVERED.contains(&f.rule.as_str()))
             .collect();
         assert!(uncovered.is_empty(), "{name}: the engine denies for a webhook-only reason: {uncovered:?}");
         assert_eq!(expected.report.allowed, admitted, "{name}: the engine says {:?}", expected.report.findings);
@@ -605,12 +605,16 @@ fn hostile_cases() -> Vec<(&'static str, Value, bool)> {
 
 /// What the engine denies `object` (named `name`) for, as `allot check` reports it.
 fn engine_denials(
-    engine: &allot::engine::Engine<'_>,
+    engine: &allot::admission::engine::Engine<'_>,
     name: &str,
     object: &Value,
-) -> impl Iterator<Item = allot::finding::Finding> {
+) -> impl Iterator<Item = allot::admission::finding::Finding> {
     let manifest = Manifest { source: name.to_string(), document: 1, line: 0, object: object.clone() };
-    admit_manifest(engine, &manifest).report.findings.into_iter().filter(|f| f.action == allot::policy::Action::Deny)
+    admit_manifest(engine, &manifest)
+        .report
+        .findings
+        .into_iter()
+        .filter(|f| f.action == allot::model::policy::Action::Deny)
 }
 
 /// The admin's kubeconfig impersonating `alice`, who holds a Role on pods (all verbs) in
@@ -650,8 +654,8 @@ async fn native_policies_beside_the_webhook_and_without_it() {
     allot::install_crypto_provider();
     let cluster = support::cluster::Cluster::start(&assets).await;
     let client = cluster.client.clone();
-    let policies = allot::policy::load_dir(&cluster.dir.path().join("policies")).expect("policies load");
-    let compiled = allot::native::compile(&policies);
+    let policies = allot::model::policy::load_dir(&cluster.dir.path().join("policies")).expect("policies load");
+    let compiled = allot::admission::native::compile(&policies);
     const CREATES: usize = 60;
 
     time_creates(&client, 5).await; // warm-up: connections, caches
@@ -696,7 +700,7 @@ async fn native_policies_beside_the_webhook_and_without_it() {
     // A GPU Pod in a namespace of no team: the shipped rule that counts a Pod's accelerators
     // is native now, so it is still denied, with the rule's message.
     let stray = pod("z", "quota-deny", json!({"containers": gpu("nvidia.com/gpu", "1", "1")}));
-    assert!(allot::namespaces::team_of(&policies, "quota-deny", &NoNamespaces).team.is_none());
+    assert!(allot::model::namespaces::team_of(&policies, "quota-deny", &NoNamespaces).team.is_none());
     // (The API server loads each policy on its own, asynchronously: the priority-class one
     // answering above says nothing of this one, which was seen to answer a few seconds later.)
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -728,7 +732,7 @@ async fn native_policies_beside_the_webhook_and_without_it() {
 
 /// Engine findings that a refusal by the native policies (or by the API server's own
 /// validation, which the engine predicts as `api-server/validation`) stands for.
-fn natively_covered(rule: &str, compiled: &allot::native::Compiled) -> bool {
+fn natively_covered(rule: &str, compiled: &allot::admission::native::Compiled) -> bool {
     const CHECKS: &[&str] = &[
         "accelerators/requests-equal-limits",
         "accelerators/whole-numbers",
@@ -758,14 +762,14 @@ async fn shipped_policy_test_cases_the_compiler_covers_get_the_same_verdict() {
     };
     allot::install_crypto_provider();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let policies = allot::policy::load_dir(&root.join("policies")).expect("policies load");
-    let labels = allot::namespaces::from_manifests(
+    let policies = allot::model::policy::load_dir(&root.join("policies")).expect("policies load");
+    let labels = allot::model::namespaces::from_manifests(
         "namespaces.yaml",
         &std::fs::read_to_string(root.join("examples/cluster/namespaces.yaml")).expect("namespaces"),
     )
     .expect("namespaces parse");
     let engine = Engine::new(&policies, &labels);
-    let compiled = allot::native::compile(&policies);
+    let compiled = allot::admission::native::compile(&policies);
 
     // (case, object, engine verdict)
     let mut cases = Vec::new();
@@ -817,8 +821,12 @@ async fn shipped_policy_test_cases_the_compiler_covers_get_the_same_verdict() {
                     &engine,
                     &Manifest { source: name.clone(), document: 1, line: 0, object: object.clone() },
                 );
-                let denials: Vec<_> =
-                    admitted.report.findings.iter().filter(|f| f.action == allot::policy::Action::Deny).collect();
+                let denials: Vec<_> = admitted
+                    .report
+                    .findings
+                    .iter()
+                    .filter(|f| f.action == allot::model::policy::Action::Deny)
+                    .collect();
                 if denials.iter().any(|f| !natively_covered(f.rule.as_str(), &compiled)) {
                     *skipped.entry("denied by a webhook-only check").or_default() += 1;
                     continue;

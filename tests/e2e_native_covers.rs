@@ -159,7 +159,7 @@ async fn each_check_is_answered_once_and_native_checks_outlive_the_webhook() {
     // webhooks with the native policies' fingerprint in their paths (instead of the plain ones).
     // Compiled for the default identity, not this test's Allot's (`admin`): the test's own client
     // is `admin` too, and the native policies skip Allot's identity (the fingerprint does not
-    // depend on it: `src/native/tests.rs`).
+    // depend on it: `src/admission/native/tests.rs`).
     create_all(&client, &allot(&["compile", "--policies", policies])).await;
     let dp = DeleteParams::default();
     Api::<MutatingWebhookConfiguration>::all(client.clone()).delete("allot", &dp).await.expect("delete mutating");

@@ -118,7 +118,7 @@ fn custom_kinds_of_the_suites(root: &std::path::Path) -> std::collections::BTree
             continue;
         }
         let text = std::fs::read_to_string(&path).expect("suite");
-        let docs = allot::policy::parse_documents(&path.display().to_string(), &text).expect("yaml");
+        let docs = allot::model::policy::parse_documents(&path.display().to_string(), &text).expect("yaml");
         for (_, doc) in docs {
             for case in doc["cases"].as_array().into_iter().flatten() {
                 let resource = &case["resource"];

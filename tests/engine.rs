@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
+use allot::admission::engine::{Engine, Request, RequestOperation, group_kind};
 use allot::admission::{self, Phase};
-use allot::engine::{Engine, Request, RequestOperation, group_kind};
-use allot::namespaces::NoNamespaces;
-use allot::policy::{self, PolicySet, Source};
+use allot::model::namespaces::NoNamespaces;
+use allot::model::policy::{self, PolicySet, Source};
 use base64::Engine as _;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -222,12 +222,12 @@ fn default_priority_replaces_the_global_default_and_drops_priority_fields() {
     assert!(!ops.contains("priority"), "{ops}");
 }
 
-fn engine_mutate(policies: &PolicySet, pod: &Value) -> allot::engine::Outcome {
+fn engine_mutate(policies: &PolicySet, pod: &Value) -> allot::admission::engine::Outcome {
     mutate_as(&Engine::new(policies, &NoNamespaces), pod, "test")
 }
 
 /// The mutating webhook's answer for `pod`, created in `vision` by `username`.
-fn mutate_as(engine: &Engine<'_>, pod: &Value, username: &str) -> allot::engine::Outcome {
+fn mutate_as(engine: &Engine<'_>, pod: &Value, username: &str) -> allot::admission::engine::Outcome {
     engine.mutate(&create_request(pod, "vision", username))
 }
 
@@ -284,9 +284,9 @@ fn node_selector_conflicts_deny_or_keep_as_the_policy_says() {
     let keep = with_extra(&POOL.replace("ONCONFLICT", "Keep"));
     let outcome = engine_mutate(&keep, &pod);
     assert!(outcome.allowed());
-    let mutated = allot::patch::apply(&pod, &outcome.patch).unwrap();
+    let mutated = allot::model::patch::apply(&pod, &outcome.patch).unwrap();
     assert_eq!(mutated["spec"]["nodeSelector"]["node-type"], "cheap", "the user's value is never overwritten");
-    assert!(outcome.findings.iter().any(|f| f.action == allot::policy::Action::Warn));
+    assert!(outcome.findings.iter().any(|f| f.action == allot::model::policy::Action::Warn));
 }
 
 #[test]
@@ -298,7 +298,7 @@ fn node_affinity_is_anded_into_every_existing_term() {
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
     ]}}}}));
     let outcome = engine_mutate(&policies, &pod);
-    let mutated = allot::patch::apply(&pod, &outcome.patch).unwrap();
+    let mutated = allot::model::patch::apply(&pod, &outcome.patch).unwrap();
     let parsed: Pod = serde_json::from_value(mutated.clone()).unwrap();
     let terms = parsed
         .spec
@@ -321,7 +321,7 @@ fn node_affinity_is_anded_into_every_existing_term() {
     let bare = gpu_pod(json!({}));
     let outcome = engine_mutate(&policies, &bare);
     assert!(outcome.patch.iter().any(|op| op.path() == "/spec/affinity"), "{:?}", outcome.patch);
-    let mutated = allot::patch::apply(&bare, &outcome.patch).unwrap();
+    let mutated = allot::model::patch::apply(&bare, &outcome.patch).unwrap();
     let _: Pod = serde_json::from_value(mutated.clone()).unwrap();
     assert_eq!(mutated["spec"]["nodeSelector"]["node-type"], "my-precious");
 }
@@ -392,10 +392,11 @@ fn workload_templates_are_checked_as_their_pods_will_be() {
 
 #[test]
 fn every_example_workload_kind_is_seen() {
-    let manifests = allot::check::read_manifests(&[Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")]).unwrap();
+    let manifests =
+        allot::cli::check::read_manifests(&[Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")]).unwrap();
     let policies = shipped();
     let engine = Engine::new(&policies, &NoNamespaces);
-    let report = allot::check::run(&engine, &manifests);
+    let report = allot::cli::check::run(&engine, &manifests);
     let by_name = |name: &str| report.results.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("{name}"));
     let pt = by_name("bert-finetune");
     assert!(!pt.allowed);
@@ -423,7 +424,7 @@ fn every_example_workload_kind_is_seen() {
     assert_eq!(job.spec.unwrap().parallelism, Some(4));
 }
 
-fn serde_yaml_job(manifests: &[allot::check::Manifest], name: &str) -> Job {
+fn serde_yaml_job(manifests: &[allot::cli::check::Manifest], name: &str) -> Job {
     let m = manifests.iter().find(|m| m.object["metadata"]["name"] == name).unwrap();
     serde_json::from_value(m.object.clone()).unwrap()
 }
@@ -518,7 +519,7 @@ mod properties {
             sources.extend(policy::read_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap());
             let policies = policy::compile(&sources).unwrap();
             let first = engine_mutate(&policies, &pod);
-            let mutated = allot::patch::apply(&pod, &first.patch).expect("patch applies");
+            let mutated = allot::model::patch::apply(&pod, &first.patch).expect("patch applies");
             let parsed: Result<Pod, _> = serde_json::from_value(mutated.clone());
             prop_assert!(parsed.is_ok(), "{:?}", parsed.err());
             let second = engine_mutate(&policies, &mutated);
@@ -559,7 +560,7 @@ spec:
     let cpu = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "c", "namespace": "vision"},
         "spec": {"containers": [{"name": "c", "image": "i:1", "resources": {"requests": {"cpu": "1"}}}]}});
     let outcome = engine_mutate(&policies, &cpu);
-    let mutated = allot::patch::apply(&cpu, &outcome.patch).unwrap();
+    let mutated = allot::model::patch::apply(&cpu, &outcome.patch).unwrap();
     let pod: Pod = serde_json::from_value(mutated).unwrap();
     let terms = pod
         .spec
@@ -596,7 +597,7 @@ spec:
     assert!(plain.patch.iter().all(|op| op.path() != "/spec/nodeSelector"), "{:?}", plain.patch);
     pod["metadata"]["labels"] = json!({"allot.dev/tier": "premium"});
     let premium = engine_mutate(&policies, &pod);
-    let mutated = allot::patch::apply(&pod, &premium.patch).unwrap();
+    let mutated = allot::model::patch::apply(&pod, &premium.patch).unwrap();
     assert_eq!(mutated["spec"]["nodeSelector"], json!({"node-type": "h100"}));
 
     // A condition that errors is a denial, never a silently skipped placement.
@@ -611,13 +612,13 @@ spec:
 #[test]
 fn team_label_selectors_use_namespace_labels() {
     let policies = shipped();
-    let labels = allot::namespaces::StaticNamespaces(
+    let labels = allot::model::namespaces::StaticNamespaces(
         [("ml-east".to_string(), [("team".to_string(), "nlp".to_string())].into_iter().collect())]
             .into_iter()
             .collect(),
     );
     let engine = Engine::new(&policies, &labels);
-    let lookup = allot::namespaces::team_of(&policies, "ml-east", &labels);
+    let lookup = allot::model::namespaces::team_of(&policies, "ml-east", &labels);
     assert_eq!(lookup.team.map(|t| t.name.as_str()), Some("nlp"));
     assert!(lookup.undecided.is_none());
     let mut pod = gpu_pod(json!({"priorityClassName": "high-priority"}));
@@ -733,16 +734,16 @@ mod gangs {
     fn members_must_agree_with_existing_members() {
         let policies = shipped();
         let review = fixture("019-validate-create-pod-gated-worker-0.json");
-        let peer = |size: u32, class: &str| allot::gang::directory::Peer {
+        let peer = |size: u32, class: &str| allot::admission::directory::Peer {
             pod: "gated-worker-1".into(),
             size: Some(size),
             priority_class: Some(class.into()),
             scheduler_name: Some("default-scheduler".into()),
         };
-        let agree = allot::gang::directory::StaticGangs(
+        let agree = allot::admission::directory::StaticGangs(
             [(("vision".to_string(), "gang-b".to_string()), vec![peer(2, "low-priority")])].into_iter().collect(),
         );
-        let disagree = allot::gang::directory::StaticGangs(
+        let disagree = allot::admission::directory::StaticGangs(
             [(("vision".to_string(), "gang-b".to_string()), vec![peer(3, "low-priority")])].into_iter().collect(),
         );
         let body = serde_json::to_vec(&review).unwrap();
@@ -787,10 +788,10 @@ fn gpu_template(name: &str, count: u32) -> Value {
 }
 
 /// `objects` as the documents 1, 2, … of file `source`, for `allot check`.
-fn manifests(source: &str, objects: Vec<Value>) -> Vec<allot::check::Manifest> {
+fn manifests(source: &str, objects: Vec<Value>) -> Vec<allot::cli::check::Manifest> {
     let numbered = objects.into_iter().zip(1..);
     numbered
-        .map(|(object, document)| allot::check::Manifest { source: source.into(), document, line: 0, object })
+        .map(|(object, document)| allot::cli::check::Manifest { source: source.into(), document, line: 0, object })
         .collect()
 }
 
@@ -802,7 +803,7 @@ fn check_resolves_claim_templates_among_its_manifests() {
     let policies = shipped();
     let engine = Engine::new(&policies, &NoNamespaces);
     let manifests = manifests("dra.yaml", vec![template, pod("placed", "two-gpus"), pod("ghost", "gone")]);
-    let report = allot::check::run(&engine, &manifests);
+    let report = allot::cli::check::run(&engine, &manifests);
     let by_name = |name: &str| report.results.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("{name}"));
     let placed = by_name("placed");
     assert!(placed.allowed, "{:?}", placed.findings);
@@ -817,7 +818,7 @@ fn check_resolves_claim_templates_among_its_manifests() {
     assert_eq!(f.path, "spec.resourceClaims[0]");
     assert!(f.message.contains("references ResourceClaimTemplate \"gone\", not among the manifests"), "{}", f.message);
     // Without the template among the manifests the first pod is denied too: never free.
-    let alone = allot::check::run(&engine, &manifests[1..2]);
+    let alone = allot::cli::check::run(&engine, &manifests[1..2]);
     assert!(!alone.results[0].allowed);
 }
 
@@ -842,7 +843,7 @@ fn a_forged_extended_resource_claim_is_placed_and_checked() {
     let engine = Engine::new(&policies, &NoNamespaces);
     let manifests =
         manifests("forged.yaml", vec![claim("free", 8), claim("freer", 9), pod("eight", "free"), pod("nine", "freer")]);
-    let report = allot::check::run(&engine, &manifests);
+    let report = allot::cli::check::run(&engine, &manifests);
     let by_name = |name: &str| report.results.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("{name}"));
     let eight = by_name("eight");
     assert!(
@@ -873,14 +874,14 @@ fn a_created_pods_status_does_not_replace_its_template() {
     pod["status"] = json!({"resourceClaimStatuses": [{"name": "g", "resourceClaimName": "tiny"}]});
     let policies = shipped();
     let engine = Engine::new(&policies, &NoNamespaces);
-    let report = allot::check::run(&engine, &manifests("status.yaml", vec![template, tiny, pod]));
+    let report = allot::cli::check::run(&engine, &manifests("status.yaml", vec![template, tiny, pod]));
     let result = report.results.iter().find(|r| r.name == "p").expect("the pod");
     assert!(!result.allowed, "9 template GPUs over maxPerPod 8: {:?}", result.findings);
     assert!(result.findings.iter().any(|f| f.message.contains("nvidia.com/gpu")), "{:?}", result.findings);
 }
 
 /// `pod` as the mutating webhook leaves it, claims and PodGroups looked up in `claims`.
-fn mutated_with(policies: &PolicySet, pod: &Value, claims: &dyn allot::dra::ClaimSource) -> Pod {
+fn mutated_with(policies: &PolicySet, pod: &Value, claims: &dyn allot::model::dra::ClaimSource) -> Pod {
     let outcome = mutate_as(&Engine::new(policies, &NoNamespaces).with_claims(claims), pod, "alice");
     let patch: json_patch::Patch = serde_json::from_value(json!(outcome.patch)).expect("a JSON Patch");
     serde_json::from_value(apply(pod, &patch)).expect("a Pod")
@@ -897,7 +898,7 @@ fn gate_and_group(pod: &Pod) -> (bool, Option<String>) {
 /// A cluster source that gangs native PodGroups (as `allot serve` once discovery shows them).
 struct NativeGangs;
 
-impl allot::dra::ClaimSource for NativeGangs {
+impl allot::model::dra::ClaimSource for NativeGangs {
     fn template(&self, _: &str, _: &str) -> Option<std::sync::Arc<Value>> {
         None
     }
@@ -919,10 +920,10 @@ fn a_pod_group_name_takes_no_gang_member_from_its_gate_unless_the_cluster_gangs_
     member["metadata"]["labels"] = json!({"allot.dev/gang-name": "g"});
     member["metadata"]["annotations"] = json!({"allot.dev/gang-size": "2"});
     // No cluster that gangs them (no source, or a server whose discovery did not show them).
-    assert!(gate_and_group(&mutated_with(&policies, &member, &allot::dra::NoClaims)).0);
+    assert!(gate_and_group(&mutated_with(&policies, &member, &allot::model::dra::NoClaims)).0);
     assert!(!gate_and_group(&mutated_with(&policies, &member, &NativeGangs)).0);
     // Manifests, as `allot check` takes them: the pod is in its PodGroup.
-    let manifests = allot::dra::ClaimObjects::new("not among the manifests");
+    let manifests = allot::model::dra::ClaimObjects::new("not among the manifests");
     assert!(!gate_and_group(&mutated_with(&policies, &member, &manifests)).0);
 }
 
@@ -949,7 +950,7 @@ fn native_scheduling_hands_inferred_gangs_to_the_scheduler_where_it_can() {
     let again = serde_json::to_value(&handed).unwrap();
     assert_eq!(mutated_with(&policies, &again, &NativeGangs), handed, "a reinvocation changes nothing");
     // Where the cluster does not gang them, Allot gates the gang itself.
-    assert_eq!(gate_and_group(&mutated_with(&policies, &worker, &allot::dra::NoClaims)), (true, None));
+    assert_eq!(gate_and_group(&mutated_with(&policies, &worker, &allot::model::dra::NoClaims)), (true, None));
     // A gang named by labels is Allot's to gate, whatever the policy says.
     let mut labelled = gpu_pod(json!({}));
     labelled["metadata"]["labels"] = json!({"allot.dev/gang-name": "g"});
@@ -965,7 +966,8 @@ fn native_scheduling_hands_inferred_gangs_to_the_scheduler_where_it_can() {
 fn a_templates_preview_is_its_pod_patched() {
     let policies = shipped();
     let engine = Engine::new(&policies, &NoNamespaces);
-    let examples = allot::check::read_manifests(&[Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")]).unwrap();
+    let examples =
+        allot::cli::check::read_manifests(&[Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")]).unwrap();
     let mut objects: Vec<Value> = examples.into_iter().map(|m| m.object).collect();
     let reviews = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission-reviews");
     for entry in std::fs::read_dir(&reviews).expect("fixtures") {
@@ -982,7 +984,7 @@ fn a_templates_preview_is_its_pod_patched() {
         // As alice, whom no identity exempts: a template's preview knows no identity either.
         let namespace = object["metadata"]["namespace"].as_str().unwrap_or("default");
         let req = create_request(object, namespace, "alice");
-        let views = allot::workload::pods_of(object, req.group, req.kind);
+        let views = allot::model::workload::pods_of(object, req.group, req.kind);
         let previews = engine.pods_as_created(&req);
         assert_eq!(views.len(), previews.len());
         for (view, preview) in views.iter().zip(&previews) {
@@ -992,7 +994,7 @@ fn a_templates_preview_is_its_pod_patched() {
             templates += 1;
             let patch = engine.mutate(&create_request(&view.pod, namespace, "alice")).patch;
             mutated += usize::from(!patch.is_empty());
-            let patched = allot::patch::apply(&view.pod, &patch).expect("the patch applies");
+            let patched = allot::model::patch::apply(&view.pod, &patch).expect("the patch applies");
             assert_eq!(*preview.pod, patched, "{} in {}", view.path, req.namespace);
         }
     }

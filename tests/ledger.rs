@@ -1,4 +1,4 @@
-//! The shared deny-mode ledger ([`allot::quota::SharedLedger`]) against a fake API server that
+//! The shared deny-mode ledger ([`allot::control::quota::SharedLedger`]) against a fake API server that
 //! enforces resourceVersion preconditions: two replicas admitting at once never pass the limit
 //! together, a 409 is re-read and re-decided, a re-sent admission is not charged twice, and an
 //! API server that errs, refuses connections or stays silent makes admission fail closed within
@@ -9,11 +9,12 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use allot::policy::quota::Quota;
-use allot::quantity::Quantity;
-use allot::quota::ledger::SeenPod;
-use allot::quota::{QuotaRequest, Refusal, SharedLedger};
-use allot::resources::ResourceList;
+use allot::admission::quota::{QuotaRequest, Refusal};
+use allot::control::quota::SharedLedger;
+use allot::control::quota::ledger::SeenPod;
+use allot::model::policy::quota::Quota;
+use allot::model::quantity::Quantity;
+use allot::model::resources::ResourceList;
 use serde_json::json;
 use support::fake_api::FakeApi;
 
@@ -24,7 +25,7 @@ fn quota(limit: u32) -> Quota {
         "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: vision}}\nspec:\n  namespaces: {{names: [vision]}}\n  \
          quota: {{mode: Deny, limits: {{nvidia.com/gpu: {limit}}}}}\n"
     );
-    let p = allot::policy::compile(&[allot::policy::Source { name: "teams.yaml".into(), text }]).unwrap();
+    let p = allot::model::policy::compile(&[allot::model::policy::Source { name: "teams.yaml".into(), text }]).unwrap();
     p.teams.iter().find_map(|t| t.quota.clone()).unwrap()
 }
 

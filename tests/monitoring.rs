@@ -702,9 +702,9 @@ fn scrape(addr: &str) -> String {
 /// The exposition of the server's `Metrics` (the code `allot serve` encodes) with a gated GPU
 /// pod of team vision in its cluster view: what [`FILLED_BY_A_CLUSTER`] is read from.
 fn cluster_family_labels() -> Exposition {
-    use allot::cluster::{ClusterState, PodRecord};
-    use allot::namespaces::NoNamespaces;
-    let policies = allot::policy::load_dir(&root().join("policies")).expect("shipped policies");
+    use allot::control::cluster::{ClusterState, PodRecord};
+    use allot::model::namespaces::NoNamespaces;
+    let policies = allot::model::policy::load_dir(&root().join("policies")).expect("shipped policies");
     let cluster = Arc::new(ClusterState::default());
     let state = allot::server::AppState::with_cluster(policies, Arc::new(NoNamespaces), cluster.clone());
     let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({

@@ -9,10 +9,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use allot::covers::NativeSplit;
-use allot::namespaces::NoNamespaces;
+use allot::admission::covers::NativeSplit;
+use allot::cli::webhooks::{Endpoint, WebhookOptions, render};
+use allot::model::namespaces::NoNamespaces;
 use allot::server::{AppState, metrics_router, router};
-use allot::webhooks::{Endpoint, WebhookOptions, render};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use base64::Engine as _;
@@ -23,14 +23,15 @@ use tower::ServiceExt;
 const LIMIT: usize = 64 * 1024;
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-fn sources() -> Vec<allot::policy::Source> {
-    allot::policy::read_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).expect("shipped policies")
+fn sources() -> Vec<allot::model::policy::Source> {
+    allot::model::policy::read_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies"))
+        .expect("shipped policies")
 }
 
 /// A server state over the shipped policies with its native split, and the fingerprint.
 fn state() -> (Arc<AppState>, String) {
     let sources = sources();
-    let state = AppState::new(allot::policy::compile(&sources).expect("policies"), Arc::new(NoNamespaces));
+    let state = AppState::new(allot::model::policy::compile(&sources).expect("policies"), Arc::new(NoNamespaces));
     state.set_native_split(&sources);
     let fingerprint = NativeSplit::from_sources(&sources).expect("split").fingerprint;
     (state, fingerprint)
@@ -137,7 +138,7 @@ async fn the_native_path_leaves_out_what_the_native_policies_do() {
 /// evaluates everything on the native path.
 #[tokio::test]
 async fn no_split_means_everything_is_evaluated() {
-    let policies = allot::policy::compile(&sources()).expect("policies");
+    let policies = allot::model::policy::compile(&sources()).expect("policies");
     let state = AppState::new(policies, Arc::new(NoNamespaces));
     let (_, fingerprint) = self::state();
     let answer = call(
@@ -182,7 +183,7 @@ fn webhooks_carry_the_fingerprint_and_keep_subresources_whole() {
     // Native policies never see subresources: those keep the full check on the plain path.
     let subresources = by_name("validate-subresources.allot.dev");
     assert_eq!(url(&subresources.client_config), "https://allot.example:8443/validate");
-    for sub in allot::webhooks::POD_SUBRESOURCES {
+    for sub in allot::cli::webhooks::POD_SUBRESOURCES {
         assert!(resources(subresources).contains(&sub.to_string()), "{sub}");
     }
     assert_eq!(url(&by_name("validate-metadata.allot.dev").client_config), "https://allot.example:8443/validate");

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use allot::namespaces::NoNamespaces;
+use allot::model::namespaces::NoNamespaces;
 use allot::server::{AppState, metrics_router, router};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -19,7 +19,7 @@ const LIMIT: usize = 64 * 1024;
 const TIMEOUT: Duration = Duration::from_millis(300);
 
 fn state() -> Arc<AppState> {
-    let policies = allot::policy::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
+    let policies = allot::model::policy::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
     AppState::new(policies, Arc::new(NoNamespaces))
 }
 
@@ -182,8 +182,8 @@ async fn metrics_count_requests_decisions_and_latency() {
 
 #[tokio::test]
 async fn metrics_report_team_accelerators_and_quota_from_the_watch_at_scrape_time() {
-    use allot::cluster::{ClusterState, PodRecord};
-    let policies = allot::policy::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
+    use allot::control::cluster::{ClusterState, PodRecord};
+    let policies = allot::model::policy::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
     let cluster = Arc::new(ClusterState::default());
     let state = AppState::with_cluster(policies, Arc::new(NoNamespaces), cluster.clone());
     let pod = |name: &str, limits: Value, node: Option<&str>| -> PodRecord {
@@ -234,8 +234,8 @@ async fn the_ready_gauge_says_what_readyz_says() {
 
 #[tokio::test]
 async fn gate_gauges_count_gated_pods_and_age_the_oldest_at_scrape_time() {
-    use allot::cluster::{ClusterState, PodRecord};
-    let policies = allot::policy::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
+    use allot::control::cluster::{ClusterState, PodRecord};
+    let policies = allot::model::policy::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
     let cluster = Arc::new(ClusterState::default());
     let state = AppState::with_cluster(policies, Arc::new(NoNamespaces), cluster.clone());
     let (_, text) = call(metrics_router(state.clone()), "GET", "/metrics", vec![]).await;
@@ -310,7 +310,7 @@ fn state_with(extra: &[(&str, &str)]) -> Arc<AppState> {
     for (name, text) in extra {
         std::fs::write(dir.path().join(name), text).unwrap();
     }
-    let policies = allot::policy::load_dir(dir.path()).unwrap();
+    let policies = allot::model::policy::load_dir(dir.path()).unwrap();
     AppState::new(policies, Arc::new(NoNamespaces))
 }
 
@@ -452,7 +452,7 @@ async fn dry_run_reviews_reserve_no_quota() {
 /// another team, even when that team has pods running.
 #[tokio::test]
 async fn quota_denials_name_only_the_requesting_teams_usage() {
-    use allot::cluster::{ClusterState, PodRecord};
+    use allot::control::cluster::{ClusterState, PodRecord};
     let policies = {
         let dir = tempfile::tempdir().unwrap();
         for entry in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap() {
@@ -460,7 +460,7 @@ async fn quota_denials_name_only_the_requesting_teams_usage() {
             std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
         }
         std::fs::write(dir.path().join("teams.yaml"), TWO_TEAMS).unwrap();
-        allot::policy::load_dir(dir.path()).unwrap()
+        allot::model::policy::load_dir(dir.path()).unwrap()
     };
     let cluster = Arc::new(ClusterState::default());
     let state = AppState::with_cluster(policies, Arc::new(NoNamespaces), cluster.clone());
@@ -487,11 +487,11 @@ async fn quota_denials_name_only_the_requesting_teams_usage() {
 /// Fixture 021 (a gated gang worker whose `allot.dev/gang` gate is removed), sent as `username`
 /// to a server that knows Allot as `allot_username`.
 async fn remove_gate_as(username: &str, allot_username: &str) -> Value {
-    let policies = allot::policy::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
+    let policies = allot::model::policy::load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies")).unwrap();
     let state = AppState::with_identity(
         policies,
         Arc::new(NoNamespaces),
-        Arc::new(allot::cluster::ClusterState::default()),
+        Arc::new(allot::control::cluster::ClusterState::default()),
         allot_username.to_string(),
     );
     let mut review: Value = serde_json::from_slice(&fixture("021-validate-update-pod-gated-worker-0.json")).unwrap();
@@ -562,7 +562,7 @@ async fn rules_that_read_volumes_or_the_last_applied_copy_see_them() {
         ("applied.yaml", LAST_APPLIED_RULE, "apply through the pipeline, not kubectl"),
     ] {
         let state = state_with(&[(file, rule)]);
-        assert_ne!(state.policies.load().unread, allot::policy::Unread::EVERYTHING, "{file}");
+        assert_ne!(state.policies.load().unread, allot::model::policy::Unread::EVERYTHING, "{file}");
         let response = validate_review(&state, body()).await;
         assert_eq!(response["allowed"], false, "{file}: {response}");
         let said = response["status"]["message"].as_str().unwrap_or_default();

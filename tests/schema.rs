@@ -2,13 +2,13 @@
 //!
 //! - The committed `schema/` files are exactly what `allot schema` prints, so they cannot drift.
 //! - Every shipped policy document validates against the schema.
-//! - Broken policies are refused by BOTH the parser (`allot::policy::compile`) and the schema.
+//! - Broken policies are refused by BOTH the parser (`allot::model::policy::compile`) and the schema.
 //! - What only the parser catches is listed here, each asserted: the schema accepts it, the
 //!   parser refuses it.
 //! - The patterns standing in for the parser's own grammars (durations, quantities, weights)
 //!   accept everything the parser accepts (property tests).
 //!
-//! Documents are read with the parser's own YAML reader (`allot::policy::parse_documents`) and
+//! Documents are read with the parser's own YAML reader (`allot::model::policy::parse_documents`) and
 //! validated with the `jsonschema` crate (no remote or file references are ever resolved).
 
 use std::collections::BTreeSet;
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use allot::policy::{self, Source, schema};
+use allot::model::policy::{self, Source, schema};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -838,7 +838,7 @@ proptest! {
 
     #[test]
     fn every_quantity_the_parser_reads_matches_the_pattern(text in " ?[-+]?[0-9.]{0,4}(m|k|Ki|Mi|e|E|e-|e+|n|i)?[0-9]{0,2} ?") {
-        if allot::quantity::Quantity::parse(&text).is_ok_and(|q| q.nanos() >= 0) {
+        if allot::model::quantity::Quantity::parse(&text).is_ok_and(|q| q.nanos() >= 0) {
             prop_assert!(matches(schema::QUANTITY_PATTERN, &text), "{text:?}");
         }
     }
@@ -862,7 +862,7 @@ fn the_patterns_refuse_what_the_parser_refuses() {
         assert!(matches(schema::DURATION_PATTERN, good), "{good:?}");
     }
     for bad in ["", "-1", "1.2.3", "8gb", "e3", ".", "1e"] {
-        assert!(!allot::quantity::Quantity::parse(bad).is_ok_and(|q| q.nanos() >= 0), "{bad:?}");
+        assert!(!allot::model::quantity::Quantity::parse(bad).is_ok_and(|q| q.nanos() >= 0), "{bad:?}");
         assert!(!matches(schema::QUANTITY_PATTERN, bad), "{bad:?}");
     }
 }

@@ -1,14 +1,14 @@
 //! Tenants are adversaries: engine tests with the AdmissionReview's userInfo for every rule of
-//! `allot::tenant` — who may move Allot's gates and keys, exemptions by trust, bound pods,
+//! `allot::admission::tenant` — who may move Allot's gates and keys, exemptions by trust, bound pods,
 //! bounded numbers, resizes and ephemeral containers — and a property test over random edits.
 
 use std::path::Path;
 
-use allot::engine::{Engine, Outcome, Request, RequestOperation, group_kind};
-use allot::finding::Finding;
-use allot::namespaces::NoNamespaces;
-use allot::policy::Action;
-use allot::policy::{self, PolicySet, Source};
+use allot::admission::engine::{Engine, Outcome, Request, RequestOperation, group_kind};
+use allot::admission::finding::Finding;
+use allot::model::namespaces::NoNamespaces;
+use allot::model::policy::Action;
+use allot::model::policy::{self, PolicySet, Source};
 use serde_json::{Value, json};
 
 const ALLOT: &str = "system:serviceaccount:allot-system:allot";
@@ -298,7 +298,7 @@ mod creates {
                 existing["metadata"]["name"] = json!("w-0");
                 existing["metadata"]["namespace"] = json!("vision");
                 let typed: k8s_openapi::api::core::v1::Pod = serde_json::from_value(existing).unwrap();
-                let record = allot::cluster::PodRecord::from_pod(&typed, set, &NoNamespaces).expect("record");
+                let record = allot::control::cluster::PodRecord::from_pod(&typed, set, &NoNamespaces).expect("record");
                 assert!(record.gang.is_some(), "{level}: the member keeps its gang");
             }
         }
@@ -723,8 +723,11 @@ mod creates {
 mod webhooks {
     #[test]
     fn pod_updates_and_guarded_subresources_reach_the_validating_webhook() {
-        let opts = allot::webhooks::WebhookOptions {
-            endpoint: allot::webhooks::Endpoint::Service { namespace: "allot-system".into(), name: "allot".into() },
+        let opts = allot::cli::webhooks::WebhookOptions {
+            endpoint: allot::cli::webhooks::Endpoint::Service {
+                namespace: "allot-system".into(),
+                name: "allot".into(),
+            },
             ca_bundle: b"ca".to_vec(),
             name: "allot".into(),
             failure_policy: "Fail".into(),
@@ -733,7 +736,7 @@ mod webhooks {
             service_account: Some(super::ALLOT.into()),
             native_fingerprint: None,
         };
-        let (_, validating) = allot::webhooks::render(&opts);
+        let (_, validating) = allot::cli::webhooks::render(&opts);
         let webhooks = validating.webhooks.unwrap();
         let webhook = &webhooks[0];
         let core = webhook
@@ -831,7 +834,7 @@ mod property {
                 .as_object()
                 .map(|m| {
                     m.iter()
-                        .filter(|(k, _)| allot::tenant::is_guarded_key(k))
+                        .filter(|(k, _)| allot::admission::tenant::is_guarded_key(k))
                         .map(|(k, v)| (k.clone(), v.clone()))
                         .collect()
                 })
@@ -876,7 +879,7 @@ mod property {
 /// tenants cannot write its toleration themselves.
 mod tolerations {
     use super::*;
-    use allot::gang::directory::NodeLookup;
+    use allot::admission::directory::NodeLookup;
 
     fn pod_in(namespace: &str, tolerations: Value, resources: Value) -> Value {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": namespace},
@@ -1068,8 +1071,8 @@ mod tolerations {
     /// The cluster view's nodes, for `spec.nodeName`.
     struct Nodes;
 
-    impl allot::gang::directory::GangDirectory for Nodes {
-        fn peers(&self, _: &str, _: &str) -> Vec<allot::gang::directory::Peer> {
+    impl allot::admission::directory::GangDirectory for Nodes {
+        fn peers(&self, _: &str, _: &str) -> Vec<allot::admission::directory::Peer> {
             Vec::new()
         }
         fn node(&self, name: &str) -> NodeLookup {
@@ -1204,7 +1207,7 @@ mod tolerations {
 }
 
 /// A pod Allot holds keeps its placement in every replica, and Kubernetes bounds none of its
-/// lists: a gang member (or a template whose pods will be) over `allot::gang::bounds` is denied
+/// lists: a gang member (or a template whose pods will be) over `allot::model::gang::bounds` is denied
 /// at admission, naming the field and the bound; a plain pod is not (the view keeps none of it).
 mod placement_size {
     use super::*;

@@ -8,21 +8,21 @@ mod support;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use allot::check::{self, Manifest, Report};
-use allot::engine::{Engine, group_kind};
-use allot::namespaces::{self, StaticNamespaces};
-use allot::policy::{Action, PolicySet};
-use allot::quota::StaticUsage;
-use allot::workload::{WORKLOAD_KINDS, pods_of};
+use allot::admission::engine::{Engine, group_kind};
+use allot::admission::quota::StaticUsage;
+use allot::cli::check::{self, Manifest, Report};
+use allot::model::namespaces::{self, StaticNamespaces};
+use allot::model::policy::{Action, PolicySet};
+use allot::model::workload::{WORKLOAD_KINDS, pods_of};
 use serde_json::Value;
 use support::root;
 
 fn fixtures() -> Vec<PathBuf> {
-    allot::files::yaml_files(&root().join("tests/fixtures/workloads")).expect("fixtures")
+    allot::model::files::yaml_files(&root().join("tests/fixtures/workloads")).expect("fixtures")
 }
 
 fn policies() -> PolicySet {
-    allot::policy::load_dir(&root().join("policies")).unwrap_or_else(|e| panic!("shipped policies: {e}"))
+    allot::model::policy::load_dir(&root().join("policies")).unwrap_or_else(|e| panic!("shipped policies: {e}"))
 }
 
 fn namespace_labels() -> StaticNamespaces {

@@ -14,10 +14,10 @@ use super::common;
 
 use std::sync::OnceLock;
 
+use allot::admission::engine::Engine;
 use allot::admission::{self, Answer, Phase};
-use allot::engine::Engine;
-use allot::namespaces::StaticNamespaces;
-use allot::policy::PolicySet;
+use allot::model::namespaces::StaticNamespaces;
+use allot::model::policy::PolicySet;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -10,8 +10,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use allot::expression::{Bindings, Environment, EvalError, Expression, json_to_cel};
-use allot::resources::{DEFAULT_ACCELERATORS, ResourceMatcher};
+use allot::model::expression::{Bindings, Environment, EvalError, Expression, json_to_cel};
+use allot::model::resources::{DEFAULT_ACCELERATORS, ResourceMatcher};
 use arbitrary::{Arbitrary, Unstructured};
 use serde_json::json;
 

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use allot::namespaces::{self, StaticNamespaces};
-use allot::policy::{self, PolicySet};
+use allot::model::namespaces::{self, StaticNamespaces};
+use allot::model::policy::{self, PolicySet};
 
 /// The repository root: the fuzz package lives in `fuzz/`, the main crate (whose test replays
 /// the regressions) at the root.

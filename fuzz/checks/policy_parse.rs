@@ -1,4 +1,4 @@
-//! Arbitrary text as a policy file through `allot::policy::compile`: it must never panic, and a
+//! Arbitrary text as a policy file through `allot::model::policy::compile`: it must never panic, and a
 //! set that compiles must evaluate the AdmissionReview fixtures without panicking either (so
 //! fuzzed CEL expressions, globs, selectors and placements reach the engine).
 //!
@@ -11,10 +11,10 @@ use super::common;
 
 use std::sync::OnceLock;
 
+use allot::admission::engine::Engine;
 use allot::admission::{self, Phase};
-use allot::engine::Engine;
-use allot::namespaces::StaticNamespaces;
-use allot::policy::{self, Source};
+use allot::model::namespaces::StaticNamespaces;
+use allot::model::policy::{self, Source};
 
 struct Setup {
     reviews: Vec<(Phase, admission::DecodedReview)>,

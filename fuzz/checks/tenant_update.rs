@@ -3,19 +3,19 @@
 //! `allot.dev/gang-size: 4294967295`), through `Engine::validate` as a tenant and as Allot.
 //!
 //! Invariants, besides "never panics": a tenant's UPDATE is admitted only when it leaves
-//! Allot's gates and every guarded key (`allot::tenant::is_guarded_key`) as they were; Allot's
+//! Allot's gates and every guarded key (`allot::admission::tenant::is_guarded_key`) as they were; Allot's
 //! own identity is never denied for such edits.
 
 use super::common;
 
 use std::sync::OnceLock;
 
-use allot::engine::{Engine, Request, RequestOperation};
-use allot::namespaces::NoNamespaces;
-use allot::policy::PolicySet;
+use allot::admission::engine::{Engine, Request, RequestOperation};
+use allot::model::namespaces::NoNamespaces;
+use allot::model::policy::PolicySet;
 use serde_json::{Value, json};
 
-const ALLOT: &str = allot::tenant::DEFAULT_ALLOT_USERNAME;
+const ALLOT: &str = allot::admission::tenant::DEFAULT_ALLOT_USERNAME;
 const KEYS: &[&str] = &[
     "allot.dev/gang-name",
     "allot.dev/gang-size",
@@ -53,7 +53,7 @@ fn guarded(pod: &Value) -> Value {
             .as_object()
             .map(|m| {
                 m.iter()
-                    .filter(|(k, _)| allot::tenant::is_guarded_key(k))
+                    .filter(|(k, _)| allot::admission::tenant::is_guarded_key(k))
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect()
             })

@@ -9,10 +9,10 @@ use super::common;
 
 use std::sync::OnceLock;
 
+use allot::admission::engine::Engine;
 use allot::admission::{self, Phase};
-use allot::engine::Engine;
-use allot::namespaces::StaticNamespaces;
-use allot::policy::PolicySet;
+use allot::model::namespaces::StaticNamespaces;
+use allot::model::policy::PolicySet;
 use serde_json::{Value, json};
 
 struct Setup {

@@ -1,7 +1,7 @@
 //! The cluster's DeviceClasses, read for what the policy set counts without the Cluster policy
 //! mapping it: a class whose `spec.extendedResourceName` is an accelerator resource
 //! (DRAExtendedResource: `gpu.nvidia.com` standing for `nvidia.com/gpu`) counts as one of it per
-//! device ([`crate::policy::compile_with`]).
+//! device ([`crate::model::policy::compile_with`]).
 //!
 //! A change of those names is stored in [`AppState::cluster_facts`] and wakes the reloader, which
 //! compiles the set again and swaps it in (the reloader alone compiles, so a file reload and a
@@ -20,7 +20,7 @@ use k8s_openapi::api::resource::v1::DeviceClass;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use super::AppState;
-use crate::policy::ClusterFacts;
+use crate::model::policy::ClusterFacts;
 
 /// How long quota waits for the first DeviceClass list before it answers without it.
 pub const SYNC_WAIT: Duration = Duration::from_secs(30);

@@ -34,7 +34,7 @@ pub enum Source {
     ApiServer,
     /// `--allot-username` (or `$ALLOT_USERNAME`), where the API server could not be asked.
     Flag,
-    /// [`crate::tenant::DEFAULT_ALLOT_USERNAME`]: neither could be had.
+    /// [`crate::admission::tenant::DEFAULT_ALLOT_USERNAME`]: neither could be had.
     Default,
 }
 
@@ -98,9 +98,10 @@ pub fn decide(reported: &Reported, flag: Option<&str>) -> Result<Identity, Ident
             Ok(Identity { username: flag.to_string(), source: Source::Flag })
         }
         (Reported::Failed(why), None) => Err(IdentityError::Unreachable { why: why.clone() }),
-        (Reported::NoApi | Reported::Refused(_), None) => {
-            Ok(Identity { username: crate::tenant::DEFAULT_ALLOT_USERNAME.to_string(), source: Source::Default })
-        }
+        (Reported::NoApi | Reported::Refused(_), None) => Ok(Identity {
+            username: crate::admission::tenant::DEFAULT_ALLOT_USERNAME.to_string(),
+            source: Source::Default,
+        }),
     }
 }
 
@@ -168,7 +169,7 @@ pub async fn resolve(client: Option<&kube::Client>, flag: Option<&str>) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tenant::DEFAULT_ALLOT_USERNAME;
+    use crate::admission::tenant::DEFAULT_ALLOT_USERNAME;
 
     #[test]
     fn the_api_servers_answer_is_the_identity() {

@@ -51,8 +51,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::cluster::AcceleratorUsage;
-use crate::gang::metrics::ControllerMetrics;
+use crate::control::cluster::AcceleratorUsage;
+use crate::control::gang::metrics::ControllerMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -120,7 +120,7 @@ struct DroppedLogLines;
 impl prometheus_client::collector::Collector for DroppedLogLines {
     fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>) -> std::fmt::Result {
         use prometheus_client::encoding::EncodeMetric;
-        let dropped = prometheus_client::metrics::counter::ConstCounter::new(crate::logging::dropped_lines());
+        let dropped = prometheus_client::metrics::counter::ConstCounter::new(crate::server::logging::dropped_lines());
         let metric = encoder.encode_descriptor(
             "log_lines_dropped",
             "Log lines dropped because stderr was not read fast enough (admission never waits for logging)",
@@ -188,12 +188,12 @@ impl Metrics {
         registry.register(
             "rule_evaluation_panics",
             "Rule evaluations that panicked (contained: the rule's error handling applied)",
-            crate::expression::RULE_PANICS.clone(),
+            crate::model::expression::RULE_PANICS.clone(),
         );
         registry.register(
             "rule_evaluation_errors",
             "Rule evaluations that ended in an error (the rule answered \"could not be evaluated\")",
-            crate::expression::RULE_ERRORS.clone(),
+            crate::model::expression::RULE_ERRORS.clone(),
         );
         registry.register("admission_duration_seconds", "Time to answer an AdmissionReview", duration.clone());
         registry.register("policy_reloads", "Policy reload attempts", policy_reloads.clone());
@@ -344,7 +344,7 @@ impl Metrics {
 
     /// Registers the deny-mode ledger's counters: the shared ledger's where it is in use, a set
     /// that stays at 0 elsewhere (so dashboards and alerts find the same names on every replica).
-    pub fn register_ledger(&mut self, ledger: &crate::quota::shared::LedgerMetrics) {
+    pub fn register_ledger(&mut self, ledger: &crate::control::quota::shared::LedgerMetrics) {
         let r = &mut self.registry;
         r.register("quota_ledger_reads", "Reads of a deny-mode quota ledger from the API server", ledger.reads.clone());
         r.register("quota_ledger_commits", "Rounds of deny-mode charges committed to a ledger", ledger.commits.clone());
@@ -401,7 +401,7 @@ impl Metrics {
     }
 
     /// Sets the tracked-object gauges from the cluster view's counts.
-    pub fn set_tracked(&self, tracked: &crate::cluster::Tracked) {
+    pub fn set_tracked(&self, tracked: &crate::control::cluster::Tracked) {
         let as_gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         self.cluster_pods.set(as_gauge(tracked.pods));
         self.cluster_gangs.set(as_gauge(tracked.gangs));
@@ -409,7 +409,7 @@ impl Metrics {
     }
 
     /// Sets the gate gauges from the cluster view's reading.
-    pub fn set_gates(&self, gates: &[crate::cluster::GateGauge]) {
+    pub fn set_gates(&self, gates: &[crate::control::cluster::GateGauge]) {
         for g in gates {
             let labels = GateLabels { gate: g.gate.as_str() };
             self.gated_pods.get_or_create(&labels).set(i64::try_from(g.pods).unwrap_or(i64::MAX));

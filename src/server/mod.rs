@@ -12,6 +12,7 @@
 pub mod connections;
 pub mod device_classes;
 pub mod identity;
+pub mod logging;
 pub mod metrics;
 pub mod pod_groups;
 pub mod reload;
@@ -34,14 +35,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower_http::timeout::TimeoutLayer;
 
+use crate::admission::covers::NativeSplit;
+use crate::admission::engine::Engine;
+use crate::admission::quota::{DeferredCharge, DeferringBook, QuotaBook};
 use crate::admission::{self, Phase};
-use crate::cluster::ClusterState;
-use crate::covers::NativeSplit;
-use crate::engine::Engine;
-use crate::error::Error;
-use crate::namespaces::{NamespaceLabels, NoNamespaces};
-use crate::policy::{self, Action, PolicySet};
-use crate::quota::{DeferredCharge, DeferringBook, LiveQuota, QuotaBook, SharedLedger};
+use crate::control::cluster::ClusterState;
+use crate::control::quota::{LiveQuota, SharedLedger};
+use crate::model::error::Error;
+use crate::model::namespaces::{NamespaceLabels, NoNamespaces};
+use crate::model::policy::{self, Action, PolicySet};
 use metrics::{DecisionLabels, Metrics, RequestLabels, WebhookLabels};
 use startup::{Caches, StartingQuota};
 
@@ -73,7 +75,7 @@ pub struct ServeConfig {
     /// Namespace watch (Team selectors) and the gang controller.
     pub use_kube: bool,
     /// Run the gang controller (leader-elected) when the API is available.
-    pub gang_controller: Option<crate::gang::controller::ControllerConfig>,
+    pub gang_controller: Option<crate::control::gang::controller::ControllerConfig>,
     /// `--allot-username`: Allot's own user name in AdmissionReviews (the only one that may move
     /// its gates and reserved keys on Pod UPDATE) where the API server cannot be asked; where it
     /// can, it must agree with the API server's answer ([`identity`]).
@@ -103,12 +105,12 @@ pub struct AppState {
     /// Allot's own user name (see [`ServeConfig::allot_username`]).
     pub allot_username: String,
     /// The webhook's share of the policy set beside its native policies, for reviews on a
-    /// `--native-covers` path ([`crate::covers`]); used only while its version is in force.
+    /// `--native-covers` path ([`crate::admission::covers`]); used only while its version is in force.
     pub native_split: arc_swap::ArcSwapOption<NativeSplit>,
     /// Where DRA claims are resolved: the claim watches, once started ([`AppState::watch_claims`]);
     /// until then (and without a Kubernetes API) no claim is known, and a pod naming one whose
     /// DeviceClass the policies map is denied.
-    pub claims: std::sync::OnceLock<Arc<dyn crate::dra::ClaimSource>>,
+    pub claims: std::sync::OnceLock<Arc<dyn crate::model::dra::ClaimSource>>,
     /// What the policy set is compiled with from the cluster (its DeviceClasses' extended
     /// resources, [`device_classes`]); a change wakes the reloader ([`AppState::facts_changed`]).
     pub cluster_facts: ArcSwap<policy::ClusterFacts>,
@@ -131,7 +133,12 @@ impl AppState {
         namespaces: Arc<dyn NamespaceLabels>,
         cluster: Arc<ClusterState>,
     ) -> Arc<AppState> {
-        AppState::with_identity(policies, namespaces, cluster, crate::tenant::DEFAULT_ALLOT_USERNAME.to_string())
+        AppState::with_identity(
+            policies,
+            namespaces,
+            cluster,
+            crate::admission::tenant::DEFAULT_ALLOT_USERNAME.to_string(),
+        )
     }
 
     /// [`AppState::with_cluster`], with Allot's own user name.
@@ -170,7 +177,7 @@ impl AppState {
         metrics.set_policy_version(&policies.version);
         match &ledger {
             Some(ledger) => metrics.register_ledger(&ledger.metrics),
-            None => metrics.register_ledger(&crate::quota::shared::LedgerMetrics::default()),
+            None => metrics.register_ledger(&crate::control::quota::shared::LedgerMetrics::default()),
         }
         let policies = Arc::new(ArcSwap::from_pointee(policies));
         let book: Arc<dyn QuotaBook> = match &ledger {
@@ -315,7 +322,7 @@ fn unreadable_body(rejection: &BytesRejection, max_body_bytes: usize) -> Respons
 ///
 /// The fast path: handing a review to the pool and back costs two thread wake-ups, more than
 /// evaluating a small Pod. When the body is at most `inline_body_bytes` and every expression in
-/// the policy set is linear ([`crate::expression::Expression::is_linear`]: no nested or
+/// the policy set is linear ([`crate::model::expression::Expression::is_linear`]: no nested or
 /// accumulating comprehension, no regular expression), the evaluation's cost is bounded by the
 /// body's size (one comprehension over a list, each step at most linear: quadratic in 16 KiB at
 /// worst, milliseconds; tens of microseconds for a Pod) and it runs in place, still under the
@@ -388,10 +395,10 @@ struct CommittedAfterEvaluation;
 impl QuotaBook for CommittedAfterEvaluation {
     fn admit(
         &self,
-        _: &crate::policy::quota::Quota,
-        _: &crate::quota::QuotaRequest<'_>,
-    ) -> Result<(), crate::quota::Refusal> {
-        Err(crate::quota::Refusal::Unknown {
+        _: &crate::model::policy::quota::Quota,
+        _: &crate::admission::quota::QuotaRequest<'_>,
+    ) -> Result<(), crate::admission::quota::Refusal> {
+        Err(crate::admission::quota::Refusal::Unknown {
             reason: "internal error: a deny-mode charge reached the synchronous book instead of the shared ledger"
                 .into(),
         })
@@ -423,7 +430,7 @@ fn evaluate_contained(
 ) -> Evaluated {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| evaluate(state, phase, native, body, permit)))
         .unwrap_or_else(|payload| {
-            let message = crate::expression::panics::payload_text(payload.as_ref());
+            let message = crate::model::expression::panics::payload_text(payload.as_ref());
             Evaluated::Answered(panicked(state, phase, admission::internal_error_response(body, &message), &message))
         })
 }
@@ -469,7 +476,12 @@ fn evaluate(
         .with_gangs(state.cluster.as_ref())
         .with_quota(book)
         .with_allot_username(&state.allot_username)
-        .with_claims(state.claims.get().map_or(&crate::dra::NoClaims as &dyn crate::dra::ClaimSource, |c| c.as_ref()))
+        .with_claims(
+            state
+                .claims
+                .get()
+                .map_or(&crate::model::dra::NoClaims as &dyn crate::model::dra::ClaimSource, |c| c.as_ref()),
+        )
         // The changes are only logged, at debug level ("mutated"): not formatted otherwise.
         .with_change_descriptions(tracing::enabled!(tracing::Level::DEBUG));
     match admission::review(body, phase, &engine) {
@@ -499,13 +511,17 @@ async fn finish(state: &AppState, evaluated: Evaluated) -> Response {
             for charge in &deferred {
                 if let Err(refusal) = ledger.admit_async(&charge.quota, &charge.request.borrow()).await {
                     // The shared ledger is only asked for the Pod itself, whose spec is at `spec`.
-                    answer.deny_later(crate::validate::quota_denial("spec".into(), &charge.request.team, &refusal));
+                    answer.deny_later(crate::admission::validate::quota_denial(
+                        "spec".into(),
+                        &charge.request.team,
+                        &refusal,
+                    ));
                     break;
                 }
             }
         };
         if let Err(payload) = std::panic::AssertUnwindSafe(settle).catch_unwind().await {
-            let message = crate::expression::panics::payload_text(payload.as_ref());
+            let message = crate::model::expression::panics::payload_text(payload.as_ref());
             return panicked(state, Phase::Validate, admission::internal_error_for(&answer.uid, &message), &message);
         }
     }
@@ -681,8 +697,8 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
             caches.pods.expect();
             let synced = caches.clone();
             let evictions = reload::kube_client_without_retries().await.unwrap_or_else(|| c.clone());
-            let clients = crate::gang::controller::Clients { api: c.clone(), evictions };
-            Some(crate::gang::controller::spawn(
+            let clients = crate::control::gang::controller::Clients { api: c.clone(), evictions };
+            Some(crate::control::gang::controller::spawn(
                 clients,
                 cluster.clone(),
                 state.policies.clone(),
@@ -703,12 +719,12 @@ pub async fn run(config: ServeConfig) -> Result<(), Error> {
         let leader = state.metrics.controller.leader.clone();
         caches.ledgers.expect();
         let (synced, bootstrapped) = (caches.clone(), caches.clone());
-        crate::quota::shared::spawn_reconciler(
+        crate::control::quota::shared::spawn_reconciler(
             ledger,
             cluster,
             state.policies.clone(),
             state.namespaces.clone(),
-            crate::quota::shared::ReconcilerHooks {
+            crate::control::quota::shared::ReconcilerHooks {
                 leading: Box::new(move || leader.get() == 1),
                 ready: Box::new(move || synced.watches_synced()),
                 ledgers_exist: Box::new(move || bootstrapped.ledgers.mark_synced()),

@@ -14,10 +14,10 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
-use crate::cluster::ClusterState;
-use crate::gang::membership::gang_min_count;
+use crate::control::cluster::ClusterState;
+use crate::model::gang::membership::gang_min_count;
 
-use crate::gang::hand_off::{POD_GROUP_API as API, pod_group_resource as resource, serves_pod_groups};
+use crate::control::gang::hand_off::{POD_GROUP_API as API, pod_group_resource as resource, serves_pod_groups};
 
 /// How often discovery is asked again.
 const REDISCOVERY: Duration = Duration::from_secs(30);

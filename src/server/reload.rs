@@ -21,8 +21,8 @@ use tokio::sync::mpsc;
 
 use super::metrics::ResultLabels;
 use super::{AppState, ServeConfig, tls};
-use crate::namespaces::{Labels, NamespaceLabels};
-use crate::policy;
+use crate::model::namespaces::{Labels, NamespaceLabels};
+use crate::model::policy;
 
 /// Starts the reload task.
 pub fn spawn(
@@ -269,7 +269,7 @@ pub fn watch_namespaces(client: kube::Client, caches: Arc<super::startup::Caches
 }
 
 /// DRA ResourceClaims and ResourceClaimTemplates from kube-runtime reflectors: where admission
-/// resolves the claims a Pod names ([`crate::dra`]). The reflectors keep each object as
+/// resolves the claims a Pod names ([`crate::model::dra`]). The reflectors keep each object as
 /// counting reads it ([`AsRead`]), never the object itself.
 struct WatchedClaims {
     claims: Store<AsRead<ResourceClaim>>,
@@ -280,7 +280,7 @@ struct WatchedClaims {
     synced: Arc<std::sync::atomic::AtomicBool>,
 }
 
-impl crate::dra::ClaimSource for WatchedClaims {
+impl crate::model::dra::ClaimSource for WatchedClaims {
     fn template(&self, namespace: &str, name: &str) -> Option<Arc<serde_json::Value>> {
         Some(self.templates.get(&ObjectRef::new(name).within(namespace))?.read.clone())
     }
@@ -310,7 +310,7 @@ impl crate::dra::ClaimSource for WatchedClaims {
 }
 
 /// A ResourceClaim or ResourceClaimTemplate (`K`) as claim counting reads it
-/// ([`crate::dra::claim_as_read`], [`crate::dra::template_as_read`]), made once per watch event.
+/// ([`crate::model::dra::claim_as_read`], [`crate::model::dra::template_as_read`]), made once per watch event.
 ///
 /// Why not the object, converted at lookup: every claim entry of every pod view is looked up,
 /// several times per review, and converting a whole tenant-written object (annotations,
@@ -354,7 +354,7 @@ impl ReadForClaims for ResourceClaim {
             "metadata": {"uid": self.metadata.uid, "ownerReferences": self.metadata.owner_references},
             "spec": {"devices": {"requests": requests}},
         });
-        crate::dra::claim_as_read(&parts)
+        crate::model::dra::claim_as_read(&parts)
     }
 }
 
@@ -362,7 +362,7 @@ impl ReadForClaims for ResourceClaimTemplate {
     fn as_read(&self) -> serde_json::Value {
         let spec = self.spec.as_ref().and_then(|t| t.spec.as_ref());
         let requests = spec.and_then(|s| s.devices.as_ref()).and_then(|d| d.requests.as_ref());
-        crate::dra::template_as_read(&serde_json::json!({"spec": {"spec": {"devices": {"requests": requests}}}}))
+        crate::model::dra::template_as_read(&serde_json::json!({"spec": {"spec": {"devices": {"requests": requests}}}}))
     }
 }
 
@@ -452,8 +452,8 @@ where
 /// that sizes the native groups of `cluster`); their watch is not waited for here.
 pub fn watch_claims(
     client: kube::Client,
-    cluster: Arc<crate::cluster::ClusterState>,
-) -> Arc<dyn crate::dra::ClaimSource> {
+    cluster: Arc<crate::control::cluster::ClusterState>,
+) -> Arc<dyn crate::model::dra::ClaimSource> {
     let claims = spawn_reflector(kube::Api::all(client.clone()), "ResourceClaim");
     let templates = spawn_reflector(kube::Api::all(client.clone()), "ResourceClaimTemplate");
     let synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -470,7 +470,7 @@ pub fn watch_claims(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dra::ClaimSource;
+    use crate::model::dra::ClaimSource;
 
     /// A ResourceClaim as the watch delivers it, padded by its tenant: 2,000 annotations of 200
     /// bytes, managedFields, an opaque parameter blob of 100 KiB.

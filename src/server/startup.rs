@@ -10,8 +10,8 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::policy::quota::Quota;
-use crate::quota::{QuotaBook, QuotaRequest, Refusal};
+use crate::admission::quota::{QuotaBook, QuotaRequest, Refusal};
+use crate::model::policy::quota::Quota;
 
 /// One cache filled by a watch: whether it runs at all, and whether its first list is in.
 #[derive(Debug, Default)]

@@ -7,7 +7,7 @@ use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::error::Error;
+use crate::model::error::Error;
 
 /// Builds a rustls server config from a certificate chain and key in PEM files.
 ///

@@ -1,0 +1,190 @@
+//! What the controller marks on records before the watch shows it (a release, a quota lift, a
+//! deletion, an arrival stamp, a condition written), so the next pass does not act twice; each
+//! mark is a [`Flight`] until the watch echoes it or the wait ends.
+
+use super::*;
+
+impl ClusterState {
+    /// Marks members released locally at `at` (seconds since the epoch), before the API
+    /// confirms, so the next pass already counts their reservation.
+    pub fn mark_released(&self, namespace: &str, names: &[String], at: i64) {
+        let mut inner = write(&self.inner);
+        for n in names {
+            if let Some(p) = inner.pods.get_mut(&key(namespace, n)) {
+                let awaited = p.awaits_bind();
+                let was_gated = p.gate_index.take().is_some();
+                p.released_at = Some(at);
+                p.gang_released = true;
+                let awaits = p.awaits_bind();
+                if was_gated {
+                    inner.gang_gated = inner.gang_gated.saturating_sub(1);
+                }
+                if awaits && !awaited {
+                    inner.awaiting_bind += 1;
+                }
+            }
+        }
+        inner.generation += 1;
+        self.wake.notify_one();
+    }
+
+    /// A released member now carries the node selector `key: value` (its gang's topology
+    /// domain): its record's placement says so before the watch shows the patch.
+    pub fn pin_placement(&self, namespace: &str, name: &str, key: &str, value: &str) {
+        let mut inner = write(&self.inner);
+        if let Some(p) = inner.pods.get_mut(&self::key(namespace, name)) {
+            p.pin_placement(key, value);
+        }
+    }
+
+    /// Marks a pod's quota gate lifted locally at `at` (seconds since the epoch), before the
+    /// watch confirms it. A gang gate after it moves up one place, so a release in the same pass
+    /// tests and removes the right index.
+    pub fn mark_quota_released(&self, namespace: &str, name: &str, at: i64) {
+        let mut inner = write(&self.inner);
+        if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
+            // What the lift patch wrote in `allot.dev/quota-released` (so the pod has
+            // annotations now: a gang release in the same pass adds its key to them).
+            let awaited = p.awaits_bind();
+            p.released_at = p.released_at.max(Some(at));
+            let newly_awaits = p.awaits_bind() && !awaited;
+            p.has_annotations = true;
+            if let (Some(quota), Some(gang)) = (p.quota_gate_index, p.gate_index)
+                && gang > quota
+            {
+                p.gate_index = Some(gang - 1);
+            }
+            if p.quota_gate_index.take().is_some() {
+                inner.quota_gated = inner.quota_gated.saturating_sub(1);
+            }
+            if newly_awaits {
+                inner.awaiting_bind += 1;
+            }
+        }
+        inner.generation += 1;
+        self.wake.notify_one();
+    }
+
+    /// Resolves after the next change (or at once if one happened since the last wait): the
+    /// controller's decision loop waits on it instead of polling.
+    pub async fn changed(&self) {
+        self.wake.notified().await
+    }
+
+    /// Records that the controller is deleting the pod (assembly timeout under `onTimeout:
+    /// Fail`) before the watch says so: the next pass must not count it as a member again and
+    /// delete it twice (CI saw the second member deleted again, 404, with a second Event, when a
+    /// pass ran between the two deletions' watch events). `false` when the deletion failed
+    /// (a later pass tries again). Only the pod of `uid`, when given: a pod made again under
+    /// the name since the pass decided is not the one being deleted.
+    pub fn mark_deleting(&self, namespace: &str, name: &str, uid: Option<&str>, deleting: bool) {
+        let mut inner = write(&self.inner);
+        let Some(record) = inner.pods.get(&key(namespace, name)) else { return };
+        if record.terminating == deleting || record.finished || uid.is_some_and(|u| record.uid.as_deref() != Some(u)) {
+            return;
+        }
+        let mut record = (**record).clone();
+        record.terminating = deleting;
+        // Re-indexed whole: the gang tallies count terminating members apart.
+        inner.index(record);
+    }
+
+    /// Records that the pod's arrival is being written (`allot.dev/arrival`), so it is not
+    /// written twice before the watch echoes it; `false` when the write failed (try again).
+    pub fn mark_arrival_stamped(&self, namespace: &str, name: &str, stamped: bool) {
+        let mut inner = write(&self.inner);
+        if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
+            p.arrival_stamped = stamped;
+        }
+    }
+
+    /// Records the condition the controller is writing on a pod (see
+    /// [`PodRecord::gang_condition`]), so it is not written again before the watch echoes it;
+    /// watch events of the pod meanwhile keep the mark until the write completes
+    /// ([`ClusterState::condition_landed`], [`ClusterState::unmark_condition`]).
+    pub fn mark_condition(&self, namespace: &str, name: &str, quota: bool, fingerprint: u64) {
+        let mut inner = write(&self.inner);
+        let key = key(namespace, name);
+        let Some(p) = inner.pods.get_mut(&key) else { return };
+        if quota {
+            p.quota_condition = fingerprint;
+        } else {
+            p.gang_condition = fingerprint;
+        }
+        inner.conditions_in_flight.entry(key).or_default()[usize::from(quota)] = Flight { fingerprint, landed: None };
+    }
+
+    /// The write of `fingerprint` completed. The mark stays until the watch echoes it (an event
+    /// the watch delivers late, older than the write, still carries the pod without it), or
+    /// for [`ECHO_WAIT`] at most.
+    pub fn condition_landed(&self, namespace: &str, name: &str, quota: bool, fingerprint: u64) {
+        let mut inner = write(&self.inner);
+        if let Some(slot) = inner.flight(&key(namespace, name), quota, fingerprint) {
+            slot.landed = Some(std::time::Instant::now());
+        }
+    }
+
+    /// Undoes [`ClusterState::mark_condition`] of `fingerprint` (a write that failed), unless
+    /// the pod's record carries another condition by now (a newer one on its way, or the watch's).
+    pub fn unmark_condition(&self, namespace: &str, name: &str, quota: bool, fingerprint: u64) {
+        let mut inner = write(&self.inner);
+        let key = key(namespace, name);
+        inner.end_flight(&key, quota, fingerprint);
+        if let Some(p) = inner.pods.get_mut(&key) {
+            let marked = if quota { &mut p.quota_condition } else { &mut p.gang_condition };
+            if *marked == fingerprint {
+                *marked = 0;
+            }
+        }
+    }
+}
+
+/// One condition the controller wrote (or is writing) on a pod.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Flight {
+    /// Its fingerprint ([`crate::control::cluster::records::condition_fingerprint`]); 0: none.
+    pub(super) fingerprint: u64,
+    /// When its write completed; `None` while under way.
+    pub(super) landed: Option<std::time::Instant>,
+}
+
+impl Flight {
+    /// What the record of a watch event carrying condition fingerprint `seen` holds: the
+    /// flight's fingerprint while it flies; the watch's once the event echoes the write, or the
+    /// write landed more than [`ECHO_WAIT`] ago (the flight ends then).
+    pub(super) fn follow(&mut self, seen: u64, now: std::time::Instant) -> u64 {
+        let echoed = seen == self.fingerprint;
+        let waited_out = self.landed.is_some_and(|at| now.saturating_duration_since(at) >= ECHO_WAIT);
+        if self.fingerprint == 0 || echoed || waited_out {
+            *self = Flight::default();
+            seen
+        } else {
+            self.fingerprint
+        }
+    }
+}
+
+#[cfg(test)]
+mod flight_tests {
+    use super::{ECHO_WAIT, Flight};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_flight_holds_its_mark_until_the_echo_or_the_wait_ends() {
+        let now = Instant::now();
+        let mut none = Flight::default();
+        assert_eq!(none.follow(7, now), 7, "no flight: the watch's");
+
+        let mut under_way = Flight { fingerprint: 5, landed: None };
+        assert_eq!(under_way.follow(0, now + ECHO_WAIT * 10), 5, "no wait while the write is under way");
+        assert_eq!(under_way.follow(3, now), 5, "another condition seen (an older one): still ours");
+        assert_eq!(under_way, Flight { fingerprint: 5, landed: None });
+        assert_eq!(under_way.follow(5, now), 5, "the echo");
+        assert_eq!(under_way, Flight::default(), "ends the flight");
+
+        let mut landed = Flight { fingerprint: 5, landed: Some(now) };
+        assert_eq!(landed.follow(0, now + ECHO_WAIT - Duration::from_millis(1)), 5);
+        assert_eq!(landed.follow(3, now + ECHO_WAIT), 3, "waited out: the watch's");
+        assert_eq!(landed, Flight::default());
+    }
+}

@@ -1,0 +1,256 @@
+//! Who uses what, from the cluster view: requests summed by namespace and by where the pods
+//! stand ([`UsageState`]), what counts against each team's quota, and the per-team gauges that
+//! `/metrics` publishes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use super::records::PodRecord;
+use super::store::{ClusterState, ClusterView};
+use crate::model::namespaces::{NamespaceLabels, TeamsByNamespace};
+use crate::model::policy::PolicySet;
+use crate::model::policy::quota::{Charge, Quota};
+use crate::model::quantity::Quantity;
+use crate::model::resources::ResourceList;
+
+impl ClusterState {
+    /// The per-team accelerator gauges: for every team (`""` for namespaces of no team) and
+    /// accelerator resource, what its non-finished pods request, by where they stand; and for
+    /// every team with a quota, its limit and what counts against it now (queued pods excluded),
+    /// in the quota's own units (GPU-equivalents where weights apply).
+    pub fn accelerator_usage(&self, policies: &PolicySet, labels: &dyn NamespaceLabels) -> AcceleratorUsage {
+        let sums = requests_by_state(&self.view());
+        let mut teams = TeamsByNamespace::new(policies, labels);
+        let named = NamedResources::of(policies);
+        let mut by_state: BTreeMap<(String, String, UsageState), i128> = BTreeMap::new();
+        for ((namespace, state, name), nanos) in &sums {
+            if policies.accelerators.matches(name) {
+                let team_name = teams.get(namespace).map_or("", |t| t.name.as_str());
+                let slot = by_state.entry((team_name.to_string(), named.label(name), *state)).or_default();
+                *slot = slot.saturating_add(*nanos);
+            }
+        }
+        let quota_used = admitted_by_team(&sums, &mut teams);
+        let in_units = |quota: &Quota, units: i128| units as f64 / quota.denominator as f64 / 1e9;
+        let mut quotas = Vec::new();
+        for team in &policies.teams {
+            let Some(quota) = &team.quota else { continue };
+            for (resource, limit) in &quota.limits {
+                let used = quota_used.get(team.name.as_str()).and_then(|c| c.get(resource)).copied().unwrap_or(0);
+                quotas.push(QuotaGauge {
+                    team: team.name.clone(),
+                    resource: resource.clone(),
+                    used: in_units(quota, used),
+                    limit: in_units(quota, *limit),
+                });
+            }
+        }
+        let requested = by_state
+            .into_iter()
+            .map(|((team, resource, state), nanos)| AcceleratorGauge {
+                team,
+                resource,
+                state,
+                amount: nanos as f64 / 1e9,
+            })
+            .collect();
+        AcceleratorUsage { requested, quotas }
+    }
+}
+
+/// The accelerator names the policies write out, which may be metric label values as they
+/// are. Any other name a pod asks is under a prefix (`nvidia.com/mig-*`): a tenant asking for
+/// `nvidia.com/mig-x0001` … `x5000` (pods that never start, in a team without a quota) would
+/// otherwise make a series of each, in every replica and in Prometheus.
+struct NamedResources<'p> {
+    exact: std::collections::HashSet<&'p str>,
+    prefixes: &'p [String],
+}
+
+impl<'p> NamedResources<'p> {
+    fn of(policies: &'p PolicySet) -> NamedResources<'p> {
+        let (exact, prefixes) = policies.accelerators.patterns();
+        let quotas = policies.teams.iter().filter_map(|t| t.quota.as_ref());
+        let exact = exact
+            .iter()
+            .map(String::as_str)
+            .chain(quotas.flat_map(|q| q.limits.keys().chain(q.equivalents.keys()).map(String::as_str)))
+            .chain(policies.device_classes.iter().map(|(_, w)| w.counts_as.as_str()))
+            .collect();
+        NamedResources { exact, prefixes }
+    }
+
+    fn label(&self, name: &str) -> String {
+        if self.exact.contains(name) {
+            return name.to_string();
+        }
+        match self.prefixes.iter().filter(|p| name.starts_with(p.as_str())).max_by_key(|p| p.len()) {
+            Some(prefix) => format!("{prefix}*"),
+            None => name.to_string(),
+        }
+    }
+}
+
+/// Requests of the non-finished pods, summed per (namespace, state, resource): one pass,
+/// no allocation per pod (names are interned).
+///
+/// A shared ResourceClaim's devices count once per namespace, in the most advanced state of the
+/// pods that name it (bound before pending before gated before queued): a claim a running pod
+/// holds is in use whoever else waits on it.
+pub fn requests_by_state(view: &ClusterView<'_>) -> RequestsByState {
+    let mut sums = RequestsByState::new();
+    let mut claims: HashMap<super::records::ClaimId, (UsageState, &super::records::ClaimDevices)> = HashMap::new();
+    for p in view.pods().filter(|p| !p.finished) {
+        let state = UsageState::of(p);
+        for (name, q) in &p.requests {
+            let slot = sums.entry((p.namespace.clone(), state, name.clone())).or_default();
+            *slot = slot.saturating_add(q.nanos());
+        }
+        for claim in p.held_claims() {
+            let slot = claims.entry((p.namespace.clone(), claim.name.clone())).or_insert((state, &claim.devices));
+            slot.0 = slot.0.min(state);
+        }
+    }
+    for ((namespace, _), (state, devices)) in claims {
+        for (name, q) in devices {
+            let slot = sums.entry((namespace.clone(), state, name.clone())).or_default();
+            *slot = slot.saturating_add(q.nanos());
+        }
+    }
+    sums
+}
+
+/// Nano-units requested per (namespace, state, resource).
+pub type RequestsByState = HashMap<(Arc<str>, UsageState, Arc<str>), i128>;
+
+/// What counts against each team's quota now: the requests of its pods that are not queued
+/// behind the quota gate (teams with a quota only). A quota's charge is linear, so charging
+/// these sums equals charging each pod.
+pub fn admitted_by_team<'p>(sums: &RequestsByState, teams: &mut TeamsByNamespace<'p>) -> HashMap<&'p str, Charge> {
+    let mut requests: HashMap<&'p str, (&'p Quota, ResourceList)> = HashMap::new();
+    for ((namespace, state, name), nanos) in sums {
+        if *state == UsageState::QuotaQueued {
+            continue;
+        }
+        let Some(team) = teams.get(namespace) else { continue };
+        let Some(quota) = &team.quota else { continue };
+        let slot = requests.entry(team.name.as_str()).or_insert_with(|| (quota, ResourceList::new()));
+        let q = slot.1.entry(name.to_string()).or_default();
+        *q = Quantity::from_nanos(q.nanos().saturating_add(*nanos));
+    }
+    requests.into_iter().map(|(team, (quota, requests))| (team, quota.charge(&requests))).collect()
+}
+
+/// Where a pod's requests stand, for the per-team gauges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum UsageState {
+    /// On a node.
+    Bound,
+    /// Admitted and ungated (released, or never gated), waiting for the scheduler: reserved.
+    Pending,
+    /// Behind Allot's gang gate.
+    GangGated,
+    /// Behind Allot's quota gate.
+    QuotaQueued,
+}
+
+impl UsageState {
+    pub fn of(p: &PodRecord) -> UsageState {
+        if p.quota_gate_index.is_some() {
+            UsageState::QuotaQueued
+        } else if p.gate_index.is_some() {
+            UsageState::GangGated
+        } else if p.node_name.is_some() {
+            UsageState::Bound
+        } else {
+            UsageState::Pending
+        }
+    }
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UsageState::Bound => "bound",
+            UsageState::Pending => "pending",
+            UsageState::GangGated => "gang_gated",
+            UsageState::QuotaQueued => "quota_queued",
+        }
+    }
+}
+
+/// Accelerators requested by one team's pods in one state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AcceleratorGauge {
+    pub team: String,
+    pub resource: String,
+    pub state: UsageState,
+    pub amount: f64,
+}
+
+/// One limit of a team's quota and what counts against it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuotaGauge {
+    pub team: String,
+    pub resource: String,
+    pub used: f64,
+    pub limit: f64,
+}
+
+/// Everything [`ClusterState::accelerator_usage`] reports.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AcceleratorUsage {
+    pub requested: Vec<AcceleratorGauge>,
+    pub quotas: Vec<QuotaGauge>,
+}
+
+/// Which of Allot's scheduling gates a [`GateGauge`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Gate {
+    /// `allot.dev/gang`: waiting for its gang to assemble and fit.
+    Gang,
+    /// `allot.dev/quota`: waiting in its team's quota queue.
+    Quota,
+}
+
+impl Gate {
+    /// Both gates, in label order.
+    pub const ALL: [Gate; 2] = [Gate::Gang, Gate::Quota];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Gate::Gang => "gang",
+            Gate::Quota => "quota",
+        }
+    }
+}
+
+/// Pods behind one of Allot's gates, and how long the oldest has been there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GateGauge {
+    pub gate: Gate,
+    pub pods: u64,
+    /// Seconds since the oldest gated pod was created (gates are added only at CREATE, so
+    /// that is how long it has been held); 0 when none is.
+    pub oldest_seconds: i64,
+}
+
+impl ClusterState {
+    /// For each of Allot's gates (always both, so alerts see a 0 rather than no series): how many
+    /// live pods it holds and the age of the oldest at `now` (seconds since the epoch). Pods
+    /// being deleted are left out: they are going, not waiting. One pass over the pod records.
+    pub fn gate_gauges(&self, now: i64) -> Vec<GateGauge> {
+        let mut gauges: Vec<GateGauge> =
+            Gate::ALL.iter().map(|&gate| GateGauge { gate, pods: 0, oldest_seconds: 0 }).collect();
+        for p in self.view().pods().filter(|p| !p.finished && !p.terminating) {
+            let held = [p.gate_index.is_some(), p.quota_gate_index.is_some()];
+            for (gauge, held) in gauges.iter_mut().zip(held) {
+                if held {
+                    gauge.pods += 1;
+                    gauge.oldest_seconds = gauge.oldest_seconds.max(now.saturating_sub(p.created).max(0));
+                }
+            }
+        }
+        gauges
+    }
+}

@@ -1,0 +1,1096 @@
+//! One team's deny-mode ledger, as kept in one ConfigMap in Allot's namespace
+//! (`allot-quota-TEAM`): the charges of pods admitted but not yet seen by the leader's watch
+//! (one data key per pod), and what the leader's watch counts per namespace (one data key per
+//! namespace). Pure: no I/O here; [`super::shared`] reads and writes the object with
+//! resourceVersion-guarded updates.
+//!
+//! Why a ledger in the API server: every replica decides from the same numbers, and a charge is
+//! committed (an optimistic write that a concurrent writer makes fail with 409) before the pod
+//! is admitted, so N replicas cannot each admit up to the limit. The idea is the in-tree
+//! ResourceQuota admission plugin's, not its code.
+//!
+//! A charge's life:
+//! - **pending**: written by admission (key: the pod's UID, which the API server has assigned by
+//!   the time validating webhooks run). A re-sent admission for the same pod finds its key and
+//!   is not charged twice.
+//! - **folded**: the leader's reconcile found the pod in its watch, at least
+//!   [`FOLD_DELAY_SECS`] old: the pending entry goes, in the same write that puts the pod into
+//!   its namespace's [`Folded`] totals.
+//! - **released**: the pod is no longer in the leader's watch (deleted), or finished
+//!   (Succeeded/Failed). A terminating pod stays counted until it is gone (it holds its devices
+//!   until then).
+//! - **expired**: a pending charge whose pod the leader has not seen after [`PENDING_TTL_SECS`]
+//!   (a later webhook or the API server refused the pod). Only the reconciler folds, expires or
+//!   releases anything: while no replica leads, the ledger only grows (it over-counts, never
+//!   under-counts).
+//!
+//! A pod admitted from a replica's [`Allowance`] (see [`super::shared`]) is counted by that
+//! allowance until its holder writes its pending charge, shortly after the admission.
+//!
+//! Size: the folded totals are recomputed from the leader's whole pod watch at every reconcile
+//! (never updated incrementally, so they cannot drift, and a release is counted exactly once:
+//! a pod that is gone is simply not in the next recount). A ledger therefore holds one value per
+//! namespace (with one small record per gang and request shape) plus the pending charges, not
+//! one value per pod. Until a ledger has been reconciled once, admission refuses against it (its
+//! usage is not known).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+use sha2::Digest;
+
+use crate::admission::quota::{QuotaRequest, Refusal, asks, check};
+use crate::model::dra::SharedClaims;
+use crate::model::policy::quota::Quota;
+use crate::model::quantity::Quantity;
+use crate::model::resources::ResourceList;
+use crate::model::tally::GangTally;
+use crate::model::tally::add_to;
+
+/// How long a charge waits for its pod to appear in the leader's watch before it expires
+/// (seconds). Long enough for any admission chain to finish and the watch to deliver the pod;
+/// a pod that never appeared over-counts its team for at most this long.
+pub const PENDING_TTL_SECS: i64 = 120;
+
+/// Most pending charges (admitted, not yet folded) one ledger holds. With typical names a charge
+/// is ~150 bytes, so 4,096 charges are ~600 KiB, well below the API server's 1 MiB object limit;
+/// the leader folds charges within about a second of their pods appearing, so only a burst of
+/// more than 4,096 admissions of one team inside that second meets it. Beyond it a pod is
+/// refused with a message saying so (fail closed), never silently under-counted.
+pub const MAX_ENTRIES: usize = 4096;
+
+/// Most gang members the folded totals of one ledger may describe: a bound on the work of
+/// decoding a ledger whose numbers someone edited (each member is counted into its gang's
+/// tally one by one). Far above any team (gangs have at most `maxGangSize` members).
+pub const MAX_FOLDED_MEMBERS: u64 = 1_000_000;
+
+/// Most bytes of charge data (keys and values) one ledger holds: a bound that holds whatever the
+/// names' lengths (names of 253 characters would pass 1 MiB long before [`MAX_ENTRIES`]).
+pub const MAX_BYTES: usize = 800 * 1024;
+
+/// How old (by creationTimestamp, seconds) a pod must be before the leader folds it into its
+/// namespace's totals. A pod admitted from a replica's [`Allowance`] is written into the ledger
+/// as a pending charge shortly *after* its admission (see [`super::shared`]): were the leader to
+/// fold the pod first, that late charge would count it twice. Until then a young pod is counted
+/// by its pending charge (kept, not released, while the pod is young) or by the allowance it was
+/// admitted from; a young pod of neither (admitted while Allot was down) is counted once it is
+/// this old.
+pub const FOLD_DELAY_SECS: i64 = 3;
+
+/// How long an [`Allowance`] stays in the ledger after its holder last wrote it (seconds): the
+/// leader drops it after that (its holder crashed, or lost the API server). Its holder stops
+/// admitting from it long before ([`super::shared`]), so that every pod admitted from it is
+/// created and seen by the leader while the allowance still covers it.
+pub const ALLOWANCE_TTL_SECS: i64 = 15;
+
+/// The annotation on a ledger's ConfigMap that records the leader's last reconcile (RFC 3339).
+pub const RECONCILED_ANNOTATION: &str = "allot.dev/reconciled-at";
+
+/// Written with [`RECONCILED_ANNOTATION`], the same timestamp, by leaders that know
+/// [`Allowance`]s. Replicas grant allowances only while the two agree: a leader of an older
+/// Allot (during a rolling upgrade) rewrites only the first, and would take `a.` keys for
+/// unreadable charges and drop them.
+pub const ALLOWANCES_ANNOTATION: &str = "allot.dev/reconciled-with-allowances";
+
+/// Written with [`RECONCILED_ANNOTATION`], the same timestamp, by leaders that charge shared
+/// ResourceClaims once per claim (pending and folded `cl` values). Until the two agree (an
+/// older leader during a rolling upgrade, which would take a `cl` value for unreadable and drop
+/// it) admission charges a pod's shared claims with the pod, the older way (over, never under).
+pub const CLAIMS_ANNOTATION: &str = "allot.dev/reconciled-with-shared-claims";
+
+/// The label on every ledger's ConfigMap: its team.
+pub const TEAM_LABEL: &str = "allot.dev/quota-ledger";
+
+/// One charge: a pod and what it counts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub namespace: String,
+    pub name: String,
+    /// The pod's creationTimestamp (unix seconds; 0 when unknown): tells a pod from a later one
+    /// of the same name.
+    pub created: i64,
+    /// When the charge was written (unix seconds).
+    pub at: i64,
+    /// The pod's requests of the resources the quota counts.
+    pub requests: ResourceList,
+    /// The gang it belongs to, and the size it declares.
+    pub gang: Option<(String, Option<u32>)>,
+    /// The shared ResourceClaims it names, with their counted devices: each counted once per
+    /// namespace, whoever else names it.
+    pub claims: SharedClaims,
+    /// The leader's watch has seen the pod.
+    pub seen: bool,
+    /// The pod is being deleted (still holds its devices; not present for its gang's quorum).
+    pub terminating: bool,
+}
+
+/// Capacity one replica has set aside in the ledger, to admit plain pods from without a round
+/// trip to the API server (see [`super::shared`]). It counts as usage for every other writer, so
+/// together with the charges it never takes the team past a limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Allowance {
+    /// The amounts set aside, of limited resources (resource terms).
+    pub reserved: ResourceList,
+    /// Unix seconds after which the leader drops it.
+    pub until: i64,
+}
+
+/// An [`Allowance`] as stored.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AllowanceWire {
+    res: BTreeMap<String, String>,
+    until: i64,
+}
+
+impl Allowance {
+    fn encode(&self) -> String {
+        serde_json::to_string(&AllowanceWire { res: wire_list(&self.reserved), until: self.until }).unwrap_or_default()
+    }
+
+    fn decode(text: &str) -> Result<Allowance, String> {
+        let wire: AllowanceWire = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let reserved = parse_list("res", &wire.res)?;
+        if reserved.values().any(|q| q.nanos() < 0) {
+            return Err("a negative amount".into());
+        }
+        Ok(Allowance { reserved, until: wire.until })
+    }
+}
+
+/// An entry as stored: compact JSON, one ConfigMap data value.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire {
+    pod: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    created: i64,
+    at: i64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    req: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gang: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    size: Option<u32>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    seen: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    terminating: bool,
+    /// Shared claims: name → counted devices.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    cl: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl Entry {
+    /// The charge of an admitted `request` at `now`.
+    pub fn admitted(quota: &Quota, request: &QuotaRequest<'_>, now: i64) -> Entry {
+        let mut entry = Entry::of(request, counted(quota, &request.requests), now);
+        entry.claims = counted_claims(quota, &request.shared_claims);
+        entry
+    }
+
+    /// The charge of an admitted `request` whose counted requests ([`counted`]) are known.
+    pub fn of(request: &QuotaRequest<'_>, requests: ResourceList, now: i64) -> Entry {
+        Entry {
+            namespace: request.namespace.to_string(),
+            name: request.pod.to_string(),
+            created: request.created,
+            at: now,
+            requests,
+            gang: request.gang.map(|(g, n)| (g.to_string(), Some(n))),
+            claims: SharedClaims::new(),
+            seen: false,
+            terminating: false,
+        }
+    }
+
+    fn encode(&self) -> String {
+        let wire = Wire {
+            pod: format!("{}/{}", self.namespace, self.name),
+            created: self.created,
+            at: self.at,
+            req: self.requests.iter().map(|(k, v)| (k.clone(), v.to_string())).collect(),
+            gang: self.gang.as_ref().map(|(g, _)| g.clone()),
+            size: self.gang.as_ref().and_then(|(_, s)| *s),
+            seen: self.seen,
+            terminating: self.terminating,
+            cl: self.claims.iter().map(|(k, v)| (k.clone(), wire_list(v))).collect(),
+        };
+        serde_json::to_string(&wire).unwrap_or_default()
+    }
+
+    fn decode(text: &str) -> Result<Entry, String> {
+        let wire: Wire = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let (namespace, name) =
+            wire.pod.split_once('/').ok_or_else(|| format!("pod {:?} is not NAMESPACE/NAME", wire.pod))?;
+        let requests = wire
+            .req
+            .iter()
+            .map(|(k, v)| Quantity::parse(v).map(|q| (k.clone(), q)).map_err(|e| format!("req.{k}: {e}")))
+            .collect::<Result<ResourceList, String>>()?;
+        Ok(Entry {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            created: wire.created,
+            at: wire.at,
+            requests,
+            gang: wire.gang.map(|g| (g, wire.size)),
+            claims: parse_claims(&wire.cl)?,
+            seen: wire.seen,
+            terminating: wire.terminating,
+        })
+    }
+
+    fn bytes(key: &str, value: &str) -> usize {
+        key.len() + value.len()
+    }
+
+    fn counts_in(&self, tallies: &mut HashMap<(String, String), GangTally>, plain: &mut ResourceList) {
+        match &self.gang {
+            Some((gang, size)) => tallies.entry((self.namespace.clone(), gang.clone())).or_default().add(
+                self.requests.iter().map(|(k, v)| (k.as_str(), *v)),
+                *size,
+                self.terminating,
+            ),
+            None => add_to(plain, &self.requests, 1),
+        }
+    }
+}
+
+/// What the leader's watch counted in one namespace at its last reconcile: the plain pods'
+/// requests summed, and every gang's members grouped by what they request and declare (gang
+/// members cannot be summed away: admission needs each gang's tally for its placeholders and
+/// its declared size).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Folded {
+    pub namespace: String,
+    /// Pods counted (plain pods and gang members).
+    pub pods: u32,
+    /// Σ of the plain (gangless) pods' counted requests.
+    pub plain: ResourceList,
+    /// Gang name → its members, grouped.
+    pub gangs: BTreeMap<String, GangMembers>,
+    /// The shared ResourceClaims its pods name, each with its counted devices (once).
+    pub claims: SharedClaims,
+}
+
+/// One gang's members grouped by (counted requests, declared size) → (members, of which
+/// terminating): gang members are mostly alike, so a gang takes one or two groups.
+pub type GangMembers = BTreeMap<(ResourceList, Option<u32>), (u32, u32)>;
+
+/// A group of [`GangMembers`] as stored: `[shape index, declared size, members, terminating]`.
+type WireGroup = (usize, Option<u32>, u32, u32);
+
+/// A [`Folded`] as stored: compact JSON; request shapes are listed once and gang members refer
+/// to them by index (`[shape, declared size, members, terminating]`).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FoldedWire {
+    ns: String,
+    pods: u32,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    req: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    shapes: Vec<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    gangs: BTreeMap<String, Vec<WireGroup>>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    cl: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+fn wire_list(list: &ResourceList) -> BTreeMap<String, String> {
+    list.iter().map(|(k, v)| (k.clone(), v.to_string())).collect()
+}
+
+fn parse_list(field: &str, list: &BTreeMap<String, String>) -> Result<ResourceList, String> {
+    list.iter()
+        .map(|(k, v)| Quantity::parse(v).map(|q| (k.clone(), q)).map_err(|e| format!("{field}.{k}: {e}")))
+        .collect()
+}
+
+/// Stored shared claims (`cl`); a negative amount is refused (it would hide usage).
+fn parse_claims(wire: &BTreeMap<String, BTreeMap<String, String>>) -> Result<SharedClaims, String> {
+    wire.iter()
+        .map(|(claim, list)| {
+            let devices = parse_list(&format!("cl.{claim}"), list)?;
+            if devices.values().any(|q| q.nanos() < 0) {
+                return Err(format!("cl.{claim}: a negative amount"));
+            }
+            Ok((claim.clone(), devices))
+        })
+        .collect()
+}
+
+/// The shared claims' devices the quota counts; claims that count nothing are left out.
+pub fn counted_claims(quota: &Quota, claims: &SharedClaims) -> SharedClaims {
+    claims
+        .iter()
+        .map(|(claim, devices)| (claim.clone(), counted(quota, devices)))
+        .filter(|(_, devices)| !devices.is_empty())
+        .collect()
+}
+
+impl Folded {
+    fn encode(&self) -> String {
+        let mut shapes: Vec<&ResourceList> = Vec::new();
+        let mut gangs = BTreeMap::new();
+        for (gang, members) in &self.gangs {
+            let groups = members
+                .iter()
+                .map(|((requests, size), (count, terminating))| {
+                    let shape = shapes.iter().position(|s| *s == requests).unwrap_or_else(|| {
+                        shapes.push(requests);
+                        shapes.len() - 1
+                    });
+                    (shape, *size, *count, *terminating)
+                })
+                .collect();
+            gangs.insert(gang.clone(), groups);
+        }
+        let wire = FoldedWire {
+            ns: self.namespace.clone(),
+            pods: self.pods,
+            req: wire_list(&self.plain),
+            shapes: shapes.into_iter().map(wire_list).collect(),
+            gangs,
+            cl: self.claims.iter().map(|(k, v)| (k.clone(), wire_list(v))).collect(),
+        };
+        serde_json::to_string(&wire).unwrap_or_default()
+    }
+
+    /// Decodes a stored value; `members` counts the gang members decoded so far (bounded by
+    /// [`MAX_FOLDED_MEMBERS`]).
+    fn decode(text: &str, members: &mut u64) -> Result<Folded, String> {
+        let wire: FoldedWire = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let shapes = wire
+            .shapes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| parse_list(&format!("shapes[{i}]"), s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut gangs = BTreeMap::new();
+        for (gang, groups) in wire.gangs {
+            let mut members_of = BTreeMap::new();
+            for (shape, size, count, terminating) in groups {
+                let requests = shapes.get(shape).ok_or_else(|| format!("gang {gang:?}: no shape {shape}"))?;
+                if terminating > count {
+                    return Err(format!("gang {gang:?}: {terminating} terminating of {count} members"));
+                }
+                *members = members.saturating_add(u64::from(count));
+                if *members > MAX_FOLDED_MEMBERS {
+                    return Err(format!("more than {MAX_FOLDED_MEMBERS} gang members"));
+                }
+                members_of.insert((requests.clone(), size), (count, terminating));
+            }
+            gangs.insert(gang, members_of);
+        }
+        Ok(Folded {
+            namespace: wire.ns,
+            pods: wire.pods,
+            plain: parse_list("req", &wire.req)?,
+            gangs,
+            claims: parse_claims(&wire.cl)?,
+        })
+    }
+}
+
+/// A ledger's usage with its pending charges ([`Ledger::current`]).
+struct Current {
+    total: ResourceList,
+    namespaces: BTreeSet<String>,
+    touched: HashMap<(String, String), GangTally>,
+    claims: BTreeSet<(String, String)>,
+}
+
+/// The folded part of a ledger's usage, computed once when the ledger is read or reconciled
+/// (admission adds the pending charges on top).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Base {
+    /// Σ of the plain pods' requests, all namespaces.
+    plain: ResourceList,
+    /// Σ of every folded gang's total (members plus placeholders).
+    gangs_total: ResourceList,
+    tallies: HashMap<(String, String), GangTally>,
+    /// The folded shared claims, by (namespace, claim); their devices are in `plain`.
+    claims: BTreeSet<(String, String)>,
+    /// Namespaces whose folded pods count anything.
+    namespaces: BTreeSet<String>,
+}
+
+impl Base {
+    fn of<'a>(folded: impl Iterator<Item = &'a Folded>) -> Base {
+        let mut base = Base::default();
+        for f in folded {
+            add_to(&mut base.plain, &f.plain, 1);
+            let mut uses = f.plain.values().any(|q| q.nanos() != 0);
+            for (claim, devices) in &f.claims {
+                add_to(&mut base.plain, devices, 1);
+                uses |= devices.values().any(|q| q.nanos() != 0);
+                base.claims.insert((f.namespace.clone(), claim.clone()));
+            }
+            for (gang, members) in &f.gangs {
+                let tally = base.tallies.entry((f.namespace.clone(), gang.clone())).or_default();
+                for ((requests, size), (count, terminating)) in members {
+                    uses |= requests.values().any(|q| q.nanos() != 0);
+                    for i in 0..*count {
+                        tally.add(requests.iter().map(|(k, v)| (k.as_str(), *v)), *size, i < *terminating);
+                    }
+                }
+            }
+            if uses {
+                base.namespaces.insert(f.namespace.clone());
+            }
+        }
+        for tally in base.tallies.values() {
+            add_to(&mut base.gangs_total, &tally.total(), 1);
+        }
+        base
+    }
+}
+
+/// What the leader's watch says of one team's pods, for [`Ledger::reconcile_with`], counted one
+/// pod at a time: per-namespace totals of every pod that has not finished (terminating ones
+/// included), and where each pod is found by name (a pending charge's pod). The leader streams
+/// its watch into it rather than collecting the pods first: at 112,000 pods that copy was
+/// ~30 MB, made every second while pods changed; this keeps 16 bytes a pod.
+#[derive(Debug, Default)]
+pub struct Recount {
+    by_namespace: BTreeMap<String, Folded>,
+    /// Pods by a keyed hash of namespace and name (keys random per process: a tenant cannot
+    /// pick a name that collides with another pod's).
+    sightings: HashMap<u64, Sighting>,
+    hasher: std::hash::RandomState,
+    pods: usize,
+    /// Pods created after this (unix seconds) are not folded yet ([`FOLD_DELAY_SECS`]).
+    young_after: Option<i64>,
+    /// Pods left out as young.
+    young: usize,
+}
+
+/// Where the watch found a pod: enough to tell it from an earlier pod of the same name, and
+/// whether it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sighting {
+    pub created: i64,
+    pub finished: bool,
+    /// Too young to fold ([`FOLD_DELAY_SECS`]): not in the totals; its pending charge stays.
+    pub young: bool,
+}
+
+/// One pod as [`Recount::add`] counts it.
+#[derive(Debug, Clone, Copy)]
+pub struct CountedPod<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub created: i64,
+    pub finished: bool,
+    pub terminating: bool,
+    pub gang: Option<(&'a str, Option<u32>)>,
+}
+
+impl Recount {
+    /// An empty recount at `now` (unix seconds): pods created within [`FOLD_DELAY_SECS`] of it
+    /// are found but not folded. ([`Recount::default`] folds every pod.)
+    pub fn at(now: i64) -> Recount {
+        Recount { young_after: Some(now - FOLD_DELAY_SECS), ..Recount::default() }
+    }
+
+    /// Pods left out of the totals as too young to fold (the leader looks again soon).
+    pub fn young(&self) -> usize {
+        self.young
+    }
+
+    /// From a list of pods (tests, and callers that have one).
+    pub fn from_pods(pods: &[SeenPod]) -> Recount {
+        let mut recount = Recount::default();
+        for p in pods {
+            let pod = CountedPod {
+                namespace: &p.namespace,
+                name: &p.name,
+                created: p.created,
+                finished: p.finished,
+                terminating: p.terminating,
+                gang: p.gang.as_ref().map(|(g, size)| (g.as_str(), *size)),
+            };
+            recount.add(&pod, p.requests.clone(), p.claims.clone());
+        }
+        recount
+    }
+
+    fn key(&self, namespace: &str, name: &str) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.hasher, (namespace, name))
+    }
+
+    /// Counts one pod with its counted requests ([`counted`]) and the counted devices of the
+    /// shared claims it names ([`counted_claims`]; each claim is counted once per namespace).
+    pub fn add(&mut self, pod: &CountedPod<'_>, requests: ResourceList, claims: SharedClaims) {
+        let CountedPod { namespace, name, created, finished, terminating, gang } = *pod;
+        self.pods += 1;
+        let key = self.key(namespace, name);
+        let young = !finished && self.young_after.is_some_and(|after| created > after);
+        self.sightings.insert(key, Sighting { created, finished, young });
+        if finished {
+            return;
+        }
+        if young {
+            self.young += 1;
+            return;
+        }
+        let f = match self.by_namespace.get_mut(namespace) {
+            Some(f) => f,
+            None => self
+                .by_namespace
+                .entry(namespace.to_string())
+                .or_insert_with(|| Folded { namespace: namespace.to_string(), ..Folded::default() }),
+        };
+        f.pods = f.pods.saturating_add(1);
+        for (claim, devices) in claims {
+            f.claims.entry(claim).or_insert(devices);
+        }
+        match gang {
+            Some((gang, size)) => {
+                let members = match f.gangs.get_mut(gang) {
+                    Some(members) => members,
+                    None => f.gangs.entry(gang.to_string()).or_default(),
+                };
+                let slot = members.entry((requests, size)).or_default();
+                slot.0 = slot.0.saturating_add(1);
+                if terminating {
+                    slot.1 = slot.1.saturating_add(1);
+                }
+            }
+            None => add_to(&mut f.plain, &requests, 1),
+        }
+    }
+
+    /// Pods counted (finished ones included).
+    pub fn pods(&self) -> usize {
+        self.pods
+    }
+
+    /// The pod of that name, if it was counted.
+    pub fn find(&self, namespace: &str, name: &str) -> Option<Sighting> {
+        self.sightings.get(&self.key(namespace, name)).copied()
+    }
+
+    /// The totals, by data key.
+    fn folded(&self) -> impl Iterator<Item = (String, &Folded)> {
+        self.by_namespace.values().map(|f| (folded_key(&f.namespace), f))
+    }
+}
+
+/// A pod as the leader's watch sees it, for [`Ledger::reconcile`].
+#[derive(Debug, Clone)]
+pub struct SeenPod {
+    pub namespace: String,
+    pub name: String,
+    pub created: i64,
+    pub finished: bool,
+    pub terminating: bool,
+    /// Its requests of the resources the quota counts.
+    pub requests: ResourceList,
+    pub gang: Option<(String, Option<u32>)>,
+    /// The shared claims it names, with their counted devices.
+    pub claims: SharedClaims,
+}
+
+/// What one reconcile changed, by kind (for logs and metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reconciled {
+    /// Pending charges whose pod the watch now counts (folded).
+    pub seen: usize,
+    /// Pending charges whose pod finished or was seen deleted.
+    pub released: usize,
+    pub expired: usize,
+    pub dropped_unreadable: usize,
+    /// The folded totals changed (pods appeared, changed or went).
+    pub refolded: bool,
+    /// Allowances dropped because their holder stopped renewing them.
+    pub allowances_expired: usize,
+    /// An old drain request was dropped.
+    pub drain_dropped: bool,
+    /// Allowances left after the reconcile (not a change: the leader looks again soon, to drop
+    /// those whose holder stops renewing them).
+    pub allowances_held: usize,
+}
+
+impl Reconciled {
+    /// True when the ledger changed.
+    pub fn changed(&self) -> bool {
+        Reconciled { allowances_held: 0, ..*self } != Reconciled::default()
+    }
+}
+
+/// How admission's charge went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Charged {
+    /// Written now (the ledger changed; it must be committed before the pod is admitted).
+    New,
+    /// The key was charged before (a re-sent admission): nothing to write.
+    Already,
+    /// Dry run: it would fit; nothing written.
+    WouldFit,
+}
+
+/// One team's ledger, decoded from its ConfigMap.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Ledger {
+    /// Pending charges, by key (and, from ledgers written before folding, seen ones: the next
+    /// reconcile folds them).
+    entries: BTreeMap<String, (Entry, String)>,
+    /// The leader's counts per namespace, by key (`n.NAMESPACE`).
+    folded: BTreeMap<String, (Folded, String)>,
+    /// Replicas' allowances, by key (`a.HOLDER`).
+    allowances: BTreeMap<String, (Allowance, String)>,
+    /// When a writer last asked every holder to give its allowance back (unix milliseconds),
+    /// as stored.
+    drain: Option<(i64, String)>,
+    base: Base,
+    /// Data values that do not decode (someone edited the object): admission refuses until the
+    /// reconciler rewrites it.
+    unreadable: BTreeMap<String, String>,
+    bytes: usize,
+    /// The leader has reconciled it against the pods at least once.
+    pub reconciled: bool,
+    /// Its last reconcile was by a leader that knows allowances ([`ALLOWANCES_ANNOTATION`]).
+    pub allowances_known: bool,
+    /// Its last reconcile was by a leader that knows shared claims ([`CLAIMS_ANNOTATION`]).
+    pub claims_known: bool,
+}
+
+impl Ledger {
+    /// A ledger from its ConfigMap's data and whether the reconciled annotation is set.
+    pub fn from_data(data: &BTreeMap<String, String>, reconciled: bool) -> Ledger {
+        let mut ledger = Ledger { reconciled, ..Ledger::default() };
+        let mut members = 0;
+        for (key, value) in data {
+            ledger.bytes += Entry::bytes(key, value);
+            let decoded = if key.starts_with(FOLDED_PREFIX) {
+                Folded::decode(value, &mut members).map(|f| {
+                    ledger.folded.insert(key.clone(), (f, value.clone()));
+                })
+            } else if key.starts_with(ALLOWANCE_PREFIX) {
+                Allowance::decode(value).map(|a| {
+                    ledger.allowances.insert(key.clone(), (a, value.clone()));
+                })
+            } else if key == DRAIN_KEY {
+                parse_drain(value).map(|at| ledger.drain = Some((at, value.clone())))
+            } else {
+                Entry::decode(value).map(|e| {
+                    ledger.entries.insert(key.clone(), (e, value.clone()));
+                })
+            };
+            if let Err(e) = decoded {
+                ledger.unreadable.insert(key.clone(), e);
+            }
+        }
+        ledger.base = Base::of(ledger.folded.values().map(|(f, _)| f));
+        ledger
+    }
+
+    /// The ConfigMap data (unreadable values are dropped: only the reconciler writes with any).
+    pub fn to_data(&self) -> BTreeMap<String, String> {
+        let pending = self.entries.iter().map(|(k, (_, v))| (k.clone(), v.clone()));
+        let allowances = self.allowances.iter().map(|(k, (_, v))| (k.clone(), v.clone()));
+        let drain = self.drain.iter().map(|(_, v)| (DRAIN_KEY.to_string(), v.clone()));
+        pending
+            .chain(self.folded.iter().map(|(k, (_, v))| (k.clone(), v.clone())))
+            .chain(allowances)
+            .chain(drain)
+            .collect()
+    }
+
+    /// The allowance held under `key`, if any.
+    pub fn allowance(&self, key: &str) -> Option<&Allowance> {
+        self.allowances.get(key).map(|(a, _)| a)
+    }
+
+    /// Sets (or, with `None` or nothing reserved, removes) the allowance held under `key`.
+    pub fn set_allowance(&mut self, key: &str, allowance: Option<Allowance>) {
+        if let Some((_, old)) = self.allowances.remove(key) {
+            self.bytes -= Entry::bytes(key, &old);
+        }
+        if let Some(a) = allowance.filter(|a| a.reserved.values().any(|q| q.nanos() != 0)) {
+            let value = a.encode();
+            self.bytes += Entry::bytes(key, &value);
+            self.allowances.insert(key.to_string(), (a, value));
+        }
+    }
+
+    /// The ledger as it would be if every holder gave its allowance back.
+    pub fn without_allowances(&self) -> Ledger {
+        let mut bare = self.clone();
+        for key in self.allowances.keys() {
+            bare.set_allowance(key, None);
+        }
+        bare
+    }
+
+    /// Allowances held, by key.
+    pub fn allowances(&self) -> impl Iterator<Item = (&str, &Allowance)> {
+        self.allowances.iter().map(|(k, (a, _))| (k.as_str(), a))
+    }
+
+    /// When a writer last asked the holders to give their allowances back (unix ms).
+    pub fn drain_requested(&self) -> Option<i64> {
+        self.drain.as_ref().map(|(at, _)| *at)
+    }
+
+    /// Asks every holder to give its allowance back (`at`: unix milliseconds).
+    pub fn request_drain(&mut self, at: i64) {
+        let value = at.to_string();
+        if let Some((_, old)) = self.drain.take() {
+            self.bytes -= Entry::bytes(DRAIN_KEY, &old);
+        }
+        self.bytes += Entry::bytes(DRAIN_KEY, &value);
+        self.drain = Some((at, value));
+    }
+
+    /// Writes the charge of a pod already admitted (from an allowance) under `key`, unless the
+    /// key is charged already. Never refused: the pod is in; the allowance it came from, which
+    /// its holder shrinks in the same write, covered it until now.
+    pub fn settle(&mut self, key: &str, entry: &Entry) {
+        if !self.contains(key) {
+            self.insert(key.to_string(), entry.clone());
+        }
+    }
+
+    /// What is left under each limit (charge units; negative where usage is above it).
+    pub fn free(&self, quota: &Quota) -> crate::model::policy::quota::Charge {
+        let used = quota.charge(&self.usage().0);
+        quota.limits.iter().map(|(r, limit)| (r.clone(), limit - used.get(r).copied().unwrap_or(0))).collect()
+    }
+
+    /// Pending charges.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// No pending charge.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Bytes of data the object holds.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Pending charges.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &Entry)> {
+        self.entries.iter().map(|(k, (e, _))| (k.as_str(), e))
+    }
+
+    /// The leader's counts, one per namespace with pods.
+    pub fn folded(&self) -> impl Iterator<Item = &Folded> {
+        self.folded.values().map(|(f, _)| f)
+    }
+
+    pub fn contains(&self, key: &str) -> bool {
+        self.entries.contains_key(key)
+    }
+
+    fn insert(&mut self, key: String, entry: Entry) {
+        let value = entry.encode();
+        self.bytes += Entry::bytes(&key, &value);
+        if let Some((_, old)) = self.entries.insert(key.clone(), (entry, value)) {
+            self.bytes -= Entry::bytes(&key, &old);
+        }
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some((_, old)) = self.entries.remove(key) {
+            self.bytes -= Entry::bytes(key, &old);
+        }
+    }
+
+    /// Usage with the pending charges counted in: the total, the namespaces that use anything,
+    /// the tallies of the gangs pending charges touch (others are in `self.base`), and the
+    /// shared claims pending charges count (folded ones are in `self.base`).
+    fn current(&self) -> Current {
+        let mut plain = self.base.plain.clone();
+        let mut touched: HashMap<(String, String), GangTally> = HashMap::new();
+        let mut namespaces = self.base.namespaces.clone();
+        let mut claims = BTreeSet::new();
+        for (entry, _) in self.entries.values() {
+            for (claim, devices) in &entry.claims {
+                let id = (entry.namespace.clone(), claim.clone());
+                if !self.base.claims.contains(&id) && !claims.contains(&id) {
+                    add_to(&mut plain, devices, 1);
+                    claims.insert(id);
+                    namespaces.insert(entry.namespace.clone());
+                }
+            }
+            if let Some((gang, _)) = &entry.gang {
+                let id = (entry.namespace.clone(), gang.clone());
+                if !touched.contains_key(&id) {
+                    touched.insert(id.clone(), self.base.tallies.get(&id).cloned().unwrap_or_default());
+                }
+            }
+            entry.counts_in(&mut touched, &mut plain);
+            if entry.requests.values().any(|q| q.nanos() != 0) {
+                namespaces.insert(entry.namespace.clone());
+            }
+        }
+        let mut total = plain;
+        add_to(&mut total, &self.base.gangs_total, 1);
+        for (allowance, _) in self.allowances.values() {
+            add_to(&mut total, &allowance.reserved, 1);
+        }
+        for (id, tally) in &touched {
+            add_to(&mut total, &tally.total(), 1);
+            if let Some(folded) = self.base.tallies.get(id) {
+                add_to(&mut total, &folded.total(), -1);
+            }
+        }
+        Current { total, namespaces, touched, claims }
+    }
+
+    /// True when a folded pod or a pending charge of `namespace` names the shared `claim`.
+    fn holds_claim(&self, current: &Current, namespace: &str, claim: &str) -> bool {
+        let id = (namespace.to_string(), claim.to_string());
+        self.base.claims.contains(&id) || current.claims.contains(&id)
+    }
+
+    /// Usage in resource terms (plain pods plus each gang's [`GangTally`] total: every member,
+    /// placeholders for missing ones; folded and pending alike), and the namespaces that use
+    /// anything.
+    pub fn usage(&self) -> (ResourceList, BTreeSet<String>) {
+        let Current { total, namespaces, .. } = self.current();
+        (total, namespaces)
+    }
+
+    /// Decides `request` against this ledger and, when it fits (and is not a dry run), charges
+    /// it under `key`. The same formula as the in-memory books ([`super::asks`], [`check`]).
+    pub fn charge(
+        &mut self,
+        quota: &Quota,
+        request: &QuotaRequest<'_>,
+        key: &str,
+        now: i64,
+    ) -> Result<Charged, Refusal> {
+        if self.contains(key) {
+            return Ok(Charged::Already);
+        }
+        if !self.reconciled {
+            return Err(Refusal::Unknown {
+                reason: "its quota ledger has not been reconciled with the team's pods yet (Allot's leader does that \
+                         within seconds of start-up); retry shortly"
+                    .into(),
+            });
+        }
+        if let Some((key, error)) = self.unreadable.iter().next() {
+            return Err(Refusal::Unknown {
+                reason: format!(
+                    "its quota ledger has an unreadable charge {key:?} ({error}); Allot's leader rewrites it on its next \
+                     reconcile; retry shortly"
+                ),
+            });
+        }
+        // A leader that cannot read shared claims: charged with the pod, per pod, as it counts them.
+        let per_pod;
+        let request = if self.claims_known || request.shared_claims.is_empty() {
+            request
+        } else {
+            per_pod = with_claims_per_pod(quota, request);
+            &per_pod
+        };
+        let current = self.current();
+        let before = match request.gang {
+            Some((gang, _)) => {
+                let id = (request.namespace.to_string(), gang.to_string());
+                current.touched.get(&id).or_else(|| self.base.tallies.get(&id)).cloned().unwrap_or_default()
+            }
+            None => GangTally::default(),
+        };
+        let asks = asks(request, &before, &|claim| self.holds_claim(&current, request.namespace, claim))?;
+        check(quota, request, &quota.charge(&current.total), &asks, || {
+            let mut namespaces = current.namespaces;
+            namespaces.insert(request.namespace.to_string());
+            namespaces.into_iter().collect()
+        })?;
+        if request.dry_run {
+            return Ok(Charged::WouldFit);
+        }
+        let entry = Entry::admitted(quota, request, now);
+        let size = Entry::bytes(key, &entry.encode());
+        if self.entries.len() >= MAX_ENTRIES || self.bytes + size > MAX_BYTES {
+            return Err(Refusal::Unknown {
+                reason: format!(
+                    "its quota ledger is full ({} pending charges, {} KiB; at most {MAX_ENTRIES} charges not yet seen \
+                     by Allot's leader and {} KiB fit in one ledger object), so this charge cannot be recorded; Allot \
+                     refuses rather than count the pod nowhere; retry shortly",
+                    self.entries.len(),
+                    self.bytes / 1024,
+                    MAX_BYTES / 1024
+                ),
+            });
+        }
+        self.insert(key.to_string(), entry);
+        Ok(Charged::New)
+    }
+
+    /// Brings the ledger in line with the pods of the team the leader's watch sees (`pods`) at
+    /// `now`: see the module doc for the rules. A pod is matched by namespace, name and
+    /// creationTimestamp (the watch keeps no UID).
+    pub fn reconcile(&mut self, pods: &[SeenPod], now: i64) -> Reconciled {
+        self.reconcile_with(&Recount::from_pods(pods), now, &|_| false)
+    }
+
+    /// [`Ledger::reconcile`], where `deleted` says whether the watch saw a pending charge's pod
+    /// deleted after it was charged (it came and went before the leader looked): its charge is
+    /// released then rather than at expiry.
+    pub fn reconcile_with(&mut self, recount: &Recount, now: i64, deleted: &dyn Fn(&Entry) -> bool) -> Reconciled {
+        let mut out = Reconciled { dropped_unreadable: self.unreadable.len(), ..Reconciled::default() };
+        self.unreadable.clear();
+        let keys: Vec<String> = self.entries.keys().cloned().collect();
+        for key in keys {
+            let Some((entry, _)) = self.entries.get(&key) else { continue };
+            let pod = recount.find(&entry.namespace, &entry.name);
+            let same = pod.filter(|p| entry.created == 0 || p.created == 0 || entry.created == p.created);
+            let counter = match same {
+                Some(p) if p.finished => &mut out.released,
+                // Counted by this charge until the pod is folded (see FOLD_DELAY_SECS).
+                Some(p) if p.young => continue,
+                // The watch counts it now (duplicates of one pod included: it is counted once).
+                Some(_) => &mut out.seen,
+                // Folded by a reconcile before folding existed: the recount replaces it.
+                None if entry.seen || deleted(entry) => &mut out.released,
+                None if now.saturating_sub(entry.at) > PENDING_TTL_SECS || entry.at > now + PENDING_TTL_SECS => {
+                    &mut out.expired
+                }
+                None => continue,
+            };
+            *counter += 1;
+            self.remove(&key);
+        }
+        let unchanged = recount.by_namespace.len() == self.folded.len()
+            && recount.folded().all(|(k, f)| self.folded.get(&k).is_some_and(|(old, _)| old == f));
+        if !unchanged {
+            out.refolded = true;
+            self.folded = recount
+                .folded()
+                .map(|(k, f)| {
+                    let value = f.encode();
+                    (k, (f.clone(), value))
+                })
+                .collect();
+            self.base = Base::of(self.folded.values().map(|(f, _)| f));
+        }
+        let expired: Vec<String> =
+            self.allowances.iter().filter(|(_, (a, _))| a.until < now).map(|(k, _)| k.clone()).collect();
+        for key in expired {
+            out.allowances_expired += 1;
+            self.allowances.remove(&key);
+        }
+        if self.drain.as_ref().is_some_and(|(at, _)| at / 1000 + DRAIN_KEEP_SECS < now) {
+            self.drain = None;
+            out.drain_dropped = true;
+        }
+        out.allowances_held = self.allowances.len();
+        // Unreadable values are gone and the folded ones rewritten: count the bytes again.
+        self.bytes = self.to_data().iter().map(|(k, v)| Entry::bytes(k, v)).sum();
+        self.reconciled = true;
+        out
+    }
+}
+
+/// `request` with its shared claims' devices among its own requests (no `cl` written).
+fn with_claims_per_pod<'a>(quota: &Quota, request: &QuotaRequest<'a>) -> QuotaRequest<'a> {
+    let mut requests = request.requests.clone();
+    for devices in request.shared_claims.values() {
+        add_to(&mut requests, devices, 1);
+    }
+    QuotaRequest { charge: quota.charge(&requests), requests, shared_claims: SharedClaims::new(), ..request.clone() }
+}
+
+/// The requests of the resources `quota` counts (limits and their equivalents): all a ledger
+/// keeps of a pod.
+pub fn counted(quota: &Quota, requests: &ResourceList) -> ResourceList {
+    requests.iter().filter(|(k, v)| quota.counts(k, **v)).map(|(k, v)| (k.clone(), *v)).collect()
+}
+
+/// A ConfigMap data key: `[-._a-zA-Z0-9]+`, at most 253 characters.
+fn valid_key(key: &str) -> bool {
+    !key.is_empty() && key.len() <= 253 && key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+}
+
+fn hashed(prefix: &str, text: &str) -> String {
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!("{prefix}{hex}")
+}
+
+/// The key admission charges a pod under: its UID (`u.UID`) when the API server gave one (it
+/// has by the time validating webhooks run), else namespace, name and the AdmissionRequest uid
+/// (`r.HASH`: the API server re-sends a review with the same uid).
+pub fn admission_key(request: &QuotaRequest<'_>) -> String {
+    if !request.pod_uid.is_empty() {
+        let key = format!("u.{}", request.pod_uid);
+        if valid_key(&key) {
+            return key;
+        }
+        return hashed("u.", request.pod_uid);
+    }
+    hashed("r.", &format!("{}/{}/{}", request.namespace, request.pod, request.uid))
+}
+
+/// What starts the data key of a namespace's [`Folded`] totals.
+const FOLDED_PREFIX: &str = "n.";
+
+/// What starts the data key of a replica's [`Allowance`].
+const ALLOWANCE_PREFIX: &str = "a.";
+
+/// The data key of the drain request (unix milliseconds).
+const DRAIN_KEY: &str = "drain";
+
+/// How long a drain request is kept after it was made (seconds): only its holders act on it.
+const DRAIN_KEEP_SECS: i64 = 60;
+
+fn parse_drain(value: &str) -> Result<i64, String> {
+    value.parse::<i64>().map_err(|e| format!("drain: {e}"))
+}
+
+/// The drain request in a ledger object's data (unix ms), without decoding the rest: what a
+/// replica's watch looks at on every delivery.
+pub fn drain_requested_in(data: &BTreeMap<String, String>) -> Option<i64> {
+    data.get(DRAIN_KEY).and_then(|v| parse_drain(v).ok())
+}
+
+/// The data key of the allowance held by `holder`.
+pub fn allowance_key(holder: &str) -> String {
+    let key = format!("{ALLOWANCE_PREFIX}{holder}");
+    if valid_key(&key) { key } else { hashed(ALLOWANCE_PREFIX, holder) }
+}
+
+/// The data key of `namespace`'s [`Folded`] totals.
+fn folded_key(namespace: &str) -> String {
+    let key = format!("{FOLDED_PREFIX}{namespace}");
+    if valid_key(&key) { key } else { hashed(FOLDED_PREFIX, namespace) }
+}
+
+/// The ConfigMap that holds `team`'s ledger: `allot-quota-TEAM` when that is a valid object
+/// name, else `allot-quota-` and a hash of the team name.
+pub fn object_name(team: &str) -> String {
+    let name = format!("allot-quota-{team}");
+    let valid = name.len() <= 253
+        && name.split('.').all(|part| {
+            !part.is_empty()
+                && part.len() <= 63
+                && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        });
+    if valid { name } else { hashed("allot-quota-", team) }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,15 @@
+//! Quota over the live cluster: the deny-mode book over the cluster view ([`live`]), the ledger
+//! that keeps replicas from spending one team's headroom twice ([`ledger`], [`shared`]), and the
+//! queue-mode plan ([`queue`]). The interface admission asks is `admission::quota`.
+
+pub mod ledger;
+pub mod live;
+pub mod queue;
+pub mod shared;
+
+pub use live::LiveQuota;
+pub use queue::QuotaQueue;
+pub use shared::SharedLedger;
+
+#[cfg(test)]
+mod tests;

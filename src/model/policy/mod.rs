@@ -1,0 +1,756 @@
+//! Policy files: loading, strict parsing and compilation into an immutable [`PolicySet`].
+//!
+//! A policy directory holds YAML (or JSON) files, each with one or more documents of
+//! `apiVersion: allot.dev/v1alpha1` and a kind: `Cluster`, `Team`, `Placement`, `Rule` or
+//! `GangPolicy`; each kind compiles in its own `Compile` impl (`policy::compile`).
+//! Loading is all-or-nothing: every error of every file is collected and reported with file,
+//! document number and field path, and no partial set is ever produced — so a server never
+//! drops to an empty or half policy set because one file is broken.
+
+mod compile;
+mod fields;
+pub mod model;
+pub mod preemption;
+pub mod quota;
+pub mod schema;
+pub mod tenancy;
+pub mod topology;
+mod values;
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use globset::{Glob, GlobMatcher};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::model::dra::DeviceClasses;
+use crate::model::expression::{Environment, Expression};
+use crate::model::resources::{DEFAULT_ACCELERATORS, ResourceMatcher};
+use compile::{Compile, Context, Problems};
+pub use model::*;
+
+/// Every problem found while loading a policy directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadErrors(pub Vec<String>);
+
+impl fmt::Display for LoadErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} policy error(s):", self.0.len())?;
+        for e in &self.0 {
+            write!(f, "\n  {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for LoadErrors {}
+
+/// Name globs (`vision`, `vision-*`); empty means "everything".
+#[derive(Debug, Clone, Default)]
+pub struct NameGlobs(Vec<GlobMatcher>);
+
+impl NameGlobs {
+    fn compile(patterns: &[String]) -> Result<NameGlobs, String> {
+        patterns
+            .iter()
+            .map(|p| Glob::new(p).map(|g| g.compile_matcher()).map_err(|e| format!("invalid glob {p:?}: {e}")))
+            .collect::<Result<Vec<_>, _>>()
+            .map(NameGlobs)
+    }
+
+    /// The scope every policy kind has: these namespace globs (none: all) and these teams
+    /// (none: any, else the namespace's team must be one of them).
+    pub fn in_scope(&self, teams: &[String], namespace: &str, team: Option<&str>) -> bool {
+        self.matches_or_empty(namespace) && (teams.is_empty() || team.is_some_and(|t| teams.iter().any(|x| x == t)))
+    }
+
+    /// True when a pattern matches (or there are none).
+    pub fn matches_or_empty(&self, name: &str) -> bool {
+        self.0.is_empty() || self.matches(name)
+    }
+
+    /// True when a pattern matches.
+    pub fn matches(&self, name: &str) -> bool {
+        self.0.iter().any(|g| g.is_match(name))
+    }
+
+    /// The patterns as written (`allot compile` turns them into CEL).
+    pub fn patterns(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|g| g.glob().glob())
+    }
+}
+
+/// A compiled `Team`.
+#[derive(Debug)]
+pub struct Team {
+    pub name: String,
+    pub names: NameGlobs,
+    pub selector: Option<LabelSelector>,
+    pub priority: TeamPrioritySpec,
+    pub quota: Option<quota::Quota>,
+    /// Its `preemption`, over the Cluster's.
+    pub preemption: preemption::Preemption,
+}
+
+/// A compiled `Placement`.
+#[derive(Debug)]
+pub struct Placement {
+    pub name: String,
+    pub spec: PlacementSpec,
+    /// `spec.tolerations` as written. The webhook's share of a native split clears the spec's
+    /// (the native policy adds them), but `reserveTolerations` stays with the webhook and
+    /// judges other pods' tolerations against these.
+    pub declared_tolerations: Vec<crate::model::policy::Toleration>,
+    pub resources: Arc<ResourceMatcher>,
+    pub namespaces: NameGlobs,
+    pub when: Option<Expression>,
+}
+
+/// A compiled `GangPolicy`, or the defaults when none matches.
+#[derive(Debug, Clone)]
+pub struct GangPolicy {
+    pub name: String,
+    pub namespaces: NameGlobs,
+    pub teams: Vec<String>,
+    pub infer: Vec<crate::model::gang::membership::InferredKind>,
+    pub coscheduling_size: Option<u32>,
+    pub assembly_timeout: std::time::Duration,
+    pub on_timeout: OnTimeout,
+    /// How long a released member may stay unbound before its gang has failed to start (and
+    /// how long the gang's reservation lasts at most).
+    pub start_timeout: std::time::Duration,
+    pub on_start_timeout: OnStartTimeout,
+    pub starvation_after: std::time::Duration,
+    /// The largest gang a Pod may declare or an owner imply.
+    pub max_size: u32,
+    /// Inferred gangs go to the scheduler's native gang scheduling where the cluster has it.
+    pub native_scheduling: bool,
+    /// The topology levels its gangs are released inside ([`topology`]); `None`: anywhere.
+    pub topology: Option<topology::Topology>,
+    /// What a disruption of one released member does to the others.
+    pub disruption: Disruption,
+}
+
+impl Default for GangPolicy {
+    fn default() -> Self {
+        GangPolicy {
+            name: String::new(),
+            namespaces: NameGlobs::default(),
+            teams: Vec::new(),
+            infer: Vec::new(),
+            coscheduling_size: None,
+            assembly_timeout: DEFAULT_ASSEMBLY_TIMEOUT,
+            on_timeout: OnTimeout::Warn,
+            start_timeout: DEFAULT_START_TIMEOUT,
+            on_start_timeout: OnStartTimeout::Fail,
+            starvation_after: DEFAULT_STARVATION,
+            max_size: crate::model::gang::membership::DEFAULT_MAX_GANG_SIZE,
+            native_scheduling: false,
+            topology: None,
+            disruption: Disruption::Gang,
+        }
+    }
+}
+
+/// Default time for a gang's members to all exist.
+pub const DEFAULT_ASSEMBLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+/// Default time a released gang member may stay unbound ([`GangPolicy::start_timeout`]): 10
+/// minutes, twice Kueue's `waitForPodsReady` default (which also waits for image pulls and
+/// readiness, where this only waits for the bind). It outlasts the scheduler's own waits before
+/// a bind: a pod found unschedulable once is retried at least every 5 minutes
+/// (`podMaxInUnschedulablePodsDuration`), and a member that preempts waits for its victims'
+/// termination grace period. A gang that cannot start holds its reservation this long.
+pub const DEFAULT_START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+/// Default wait after which a gang that does not fit stops backfill past it.
+pub const DEFAULT_STARVATION: std::time::Duration = std::time::Duration::from_secs(1800);
+
+fn parse_duration(raw: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(raw).map_err(|e| format!("invalid duration {raw:?} ({e}); write e.g. 90s, 10m, 1h"))
+}
+
+/// Which objects a `Rule` sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KindMatch {
+    /// Every Pod and every Pod template.
+    Pods,
+    /// Objects of this kind (and group, if given).
+    Kind { group: Option<String>, kind: String },
+    /// Every object.
+    Any,
+}
+
+impl KindMatch {
+    /// Whether a rule of this kind sees an object of `group`/`kind`, or (`is_pod`) a Pod or a
+    /// Pod template seen as a Pod.
+    pub fn matches(&self, group: &str, kind: &str, is_pod: bool) -> bool {
+        match self {
+            KindMatch::Any => true,
+            KindMatch::Pods => is_pod,
+            KindMatch::Kind { group: g, kind: k } => !is_pod && k == kind && g.as_deref().is_none_or(|g| g == group),
+        }
+    }
+
+    fn parse(s: &str) -> KindMatch {
+        match s {
+            "*" => KindMatch::Any,
+            "Pod" => KindMatch::Pods,
+            other => match other.rsplit_once('/') {
+                Some((group, kind)) => KindMatch::Kind { group: Some(group.to_string()), kind: kind.to_string() },
+                None => KindMatch::Kind { group: None, kind: other.to_string() },
+            },
+        }
+    }
+}
+
+/// A compiled `Rule`.
+#[derive(Debug)]
+pub struct Rule {
+    pub name: String,
+    pub spec: RuleSpec,
+    pub kinds: Vec<KindMatch>,
+    pub namespaces: NameGlobs,
+    pub expression: Expression,
+    pub message_expression: Option<Expression>,
+}
+
+impl Rule {
+    /// The rule's compiled expressions: `expression`, then `messageExpression` if any.
+    pub fn expressions(&self) -> impl Iterator<Item = &Expression> {
+        std::iter::once(&self.expression).chain(&self.message_expression)
+    }
+}
+
+/// The loaded, compiled, immutable policy set. Cheap to share (`Arc`), swapped whole on reload.
+#[derive(Debug)]
+pub struct PolicySet {
+    pub accelerators: Arc<ResourceMatcher>,
+    pub checks: ChecksSpec,
+    pub allowed_accelerators: Option<ResourceMatcher>,
+    pub priority: ClusterPrioritySpec,
+    /// The Cluster's `preemption`: what gangs in no team's namespace may do, and how long their
+    /// pods run before they may be evicted.
+    pub preemption: preemption::Preemption,
+    pub teams: Vec<Team>,
+    pub placements: Vec<Placement>,
+    pub rules: Vec<Rule>,
+    pub gang_policies: Vec<GangPolicy>,
+    /// The Cluster's DRA DeviceClass mapping: what claim devices count as (the policy's own
+    /// mapping and, unless it says not to, the cluster's DeviceClasses' extended resources).
+    pub device_classes: Arc<DeviceClasses>,
+    /// The classes mapped from the cluster's DeviceClasses (class → resource), not the policy.
+    pub discovered_classes: BTreeMap<String, String>,
+    /// Trust and bounds for what tenants write (Cluster `externalSchedulers`, `trust`,
+    /// `accelerators.maxAmount`).
+    pub tenancy: tenancy::TenantPolicy,
+    pub env: Environment,
+    /// Short hash of every file's path and content: equal on replicas serving the same policies.
+    pub version: String,
+    /// The sources the set was compiled from.
+    pub files: Vec<PathBuf>,
+    /// What of an object under review no expression of this set reads, so the server need not
+    /// build it ([`Unread`]). Decided once here, not per request, from this set's own Rules and
+    /// Placements: a set derived by removing some (the native split) may keep it, one that
+    /// added any must compute it again.
+    pub unread: Unread,
+    /// Every Rule and Placement expression is linear ([`crate::model::expression::Expression::is_linear`]):
+    /// a small review's evaluation is then bounded by its size, and the server may run it in
+    /// place. Decided once here, not per request.
+    pub linear: bool,
+}
+
+/// The annotation `kubectl apply` keeps its copy of the manifest in.
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The prefix Kubernetes reserves for its own PriorityClasses (`system-node-critical`,
+/// `system-cluster-critical`: priorities above a billion, usable in any namespace since 1.17).
+pub const SYSTEM_PRIORITY_PREFIX: &str = "system-";
+
+/// Parts of an object under review (`request.object`, `request.oldObject`) that Allot's own
+/// checks never read and that no Rule or Placement expression of a set can read: the server
+/// skips them while decoding a review, so they are never built. On a Pod applied with
+/// `kubectl apply` they are about a fifth of what decoding and dropping it costs the server
+/// (a third with glibc's malloc): the projected service account token volume is on every Pod,
+/// and the last-applied copy is an escaped string as long as the manifest. A set whose expressions may read one of them (`object.spec.volumes`,
+/// `object.metadata.annotations[...]`, `object` whole, the same on `oldObject` or `workload`)
+/// keeps it. `metadata.managedFields` is never bound to CEL, so it is always skipped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Unread {
+    /// `metadata.annotations[`[`LAST_APPLIED_ANNOTATION`]`]` (the other annotations are kept).
+    pub last_applied: bool,
+    /// The object's own `spec.volumes` (a Pod's; a template's are kept).
+    pub volumes: bool,
+}
+
+impl Unread {
+    /// Nothing left out: the object decoded whole (but for `managedFields`).
+    pub const NOTHING: Unread = Unread { last_applied: false, volumes: false };
+    /// Every part left out (a set none of whose expressions reads them, as the shipped one).
+    pub const EVERYTHING: Unread = Unread { last_applied: true, volumes: true };
+
+    /// True when every part `self` leaves out, `other` leaves out too: an object decoded
+    /// leaving out `self` can be answered by a set that leaves out `other`.
+    pub fn within(self, other: Unread) -> bool {
+        (!self.last_applied || other.last_applied) && (!self.volumes || other.volumes)
+    }
+
+    /// What expressions with these needs leave unread.
+    pub fn of(needs: &crate::model::expression::Needs) -> Unread {
+        Unread {
+            last_applied: !needs.reads_object_at(&["metadata", "annotations", LAST_APPLIED_ANNOTATION]),
+            volumes: !needs.reads_object_at(&["spec", "volumes"]),
+        }
+    }
+}
+
+/// Every CEL expression of a set evaluated on objects under review: each Rule's expression and
+/// message, each Placement's `when`.
+fn reviewed_expressions<'s>(rules: &'s [Rule], placements: &'s [Placement]) -> impl Iterator<Item = &'s Expression> {
+    rules.iter().flat_map(Rule::expressions).chain(placements.iter().filter_map(|p| p.when.as_ref()))
+}
+
+/// What those expressions read, together.
+fn expression_needs(rules: &[Rule], placements: &[Placement]) -> crate::model::expression::Needs {
+    let mut needs = crate::model::expression::Needs::default();
+    for expression in reviewed_expressions(rules, placements) {
+        needs.merge(expression.needs());
+    }
+    needs
+}
+
+/// One policy source: a display name (usually a path) and its text.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub name: String,
+    pub text: String,
+}
+
+/// Lists the policy files of a directory (recursively, `.yaml`/`.yml`/`.json`, sorted, hidden
+/// entries such as Kubernetes' `..data` symlink farm skipped).
+pub fn policy_files(dir: &Path) -> Result<Vec<PathBuf>, LoadErrors> {
+    let files =
+        crate::model::files::yaml_files(dir).map_err(|e| LoadErrors(vec![format!("{}: {e}", dir.display())]))?;
+    if files.is_empty() {
+        return Err(LoadErrors(vec![format!("{}: no policy files (*.yaml, *.yml, *.json) found", dir.display())]));
+    }
+    Ok(files)
+}
+
+/// Reads every policy file under `dir`.
+pub fn read_sources(dir: &Path) -> Result<Vec<Source>, LoadErrors> {
+    let files = policy_files(dir)?;
+    let mut sources = Vec::with_capacity(files.len());
+    let mut errors = Vec::new();
+    for path in &files {
+        match std::fs::read_to_string(path) {
+            Ok(text) => sources.push(Source { name: path.display().to_string(), text }),
+            Err(e) => errors.push(format!("{}: {e}", path.display())),
+        }
+    }
+    if errors.is_empty() { Ok(sources) } else { Err(LoadErrors(errors)) }
+}
+
+/// Loads and compiles every policy file under `dir`.
+pub fn load_dir(dir: &Path) -> Result<PolicySet, LoadErrors> {
+    compile(&read_sources(dir)?)
+}
+
+/// A set's version: its sources' version, and the classes read from the cluster if any.
+fn versioned(version: String, discovered: &BTreeMap<String, String>) -> String {
+    if discovered.is_empty() {
+        return version;
+    }
+    let mut hasher = Sha256::new();
+    for (class, resource) in discovered {
+        hasher.update(class.as_bytes());
+        hasher.update([0]);
+        hasher.update(resource.as_bytes());
+        hasher.update([0]);
+    }
+    let hash = hasher.finalize();
+    let short: String = hash.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    format!("{version}+dc-{short}")
+}
+
+/// The version a set compiled from `sources` would have: a short hash of names and contents.
+/// Lets a reloader skip recompiling files that did not change.
+pub fn version_of(sources: &[Source]) -> String {
+    let mut hasher = Sha256::new();
+    for source in sources {
+        hasher.update(source.name.as_bytes());
+        hasher.update([0]);
+        hasher.update(source.text.as_bytes());
+        hasher.update([0]);
+    }
+    hasher.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Parses every document of a YAML/JSON text into JSON values (empty documents skipped), with
+/// their 1-based document numbers. YAML 1.1 booleans, as kubectl reads manifests (test suites,
+/// namespaces and state files hold Kubernetes objects).
+pub fn parse_documents(name: &str, text: &str) -> Result<Vec<(usize, Value)>, String> {
+    parse_documents_with(name, text, serde_saphyr::Options::default())
+}
+
+/// [`parse_documents`] for policy files: booleans are YAML 1.2's `true` and `false` only. In
+/// YAML 1.1 an unquoted `Off` (the value that turns a check off), `no` or `on` is a boolean,
+/// and a documented `wholeNumbers: Off` failed to load as "invalid type: boolean".
+pub fn parse_policy_documents(name: &str, text: &str) -> Result<Vec<(usize, Value)>, String> {
+    parse_documents_with(name, text, serde_saphyr::options! { strict_booleans: true })
+}
+
+fn parse_documents_with(name: &str, text: &str, options: serde_saphyr::Options) -> Result<Vec<(usize, Value)>, String> {
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple_with_options(text, options).map_err(|e| format!("{name}: invalid YAML: {e}"))?;
+    Ok(docs.into_iter().enumerate().filter(|(_, d)| !d.is_null()).map(|(i, d)| (i + 1, d)).collect())
+}
+
+/// Decodes a value into `T`, with the field path in the error (`spec.checks.wholeNumbers`).
+///
+/// serde's derived structs also read a list of their fields in declaration order
+/// (`metadata: [r]` as `metadata: {name: r}`): no author means that, and the editor schema
+/// (`allot schema`) refuses it, so the parser does too. A mapping in the decoded value that was
+/// a list in the document is that case.
+fn decode<T: DeserializeOwned + Serialize>(value: Value, prefix: &str) -> Result<T, String> {
+    let decoded: T = serde_path_to_error::deserialize(value.clone()).map_err(|e| {
+        let path = e.path().to_string();
+        let path = match (prefix.is_empty(), path == ".") {
+            (_, true) => prefix.to_string(),
+            (true, false) => path,
+            (false, false) => format!("{prefix}.{path}"),
+        };
+        format!("{path}: {}", e.into_inner())
+    })?;
+    let as_written = serde_json::to_value(&decoded).map_err(|e| format!("{prefix}: {e}"))?;
+    match list_read_as_mapping(&value, &as_written, prefix) {
+        Some(path) => Err(format!("{path}: invalid type: sequence, expected a mapping")),
+        None => Ok(decoded),
+    }
+}
+
+/// The path of the first place where `input` holds a list and `decoded` (the same document
+/// decoded and serialised back) a mapping.
+fn list_read_as_mapping(input: &Value, decoded: &Value, path: &str) -> Option<String> {
+    let join = |key: &str| if path.is_empty() { key.to_string() } else { format!("{path}.{key}") };
+    match (input, decoded) {
+        (Value::Array(_), Value::Object(_)) => Some(if path.is_empty() { ".".to_string() } else { path.to_string() }),
+        (Value::Object(input), Value::Object(decoded)) => input
+            .iter()
+            .filter_map(|(key, value)| decoded.get(key).map(|d| (key, value, d)))
+            .find_map(|(key, value, d)| list_read_as_mapping(value, d, &join(key))),
+        (Value::Array(input), Value::Array(decoded)) => input
+            .iter()
+            .zip(decoded)
+            .enumerate()
+            .find_map(|(i, (value, d))| list_read_as_mapping(value, d, &format!("{path}[{i}]"))),
+        _ => None,
+    }
+}
+
+#[derive(serde::Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Envelope {
+    api_version: String,
+    kind: String,
+    metadata: Metadata,
+    #[serde(default)]
+    spec: Value,
+}
+
+enum Doc {
+    Cluster(ClusterSpec),
+    Team(TeamSpec),
+    Placement(PlacementSpec),
+    Rule(RuleSpec),
+    GangPolicy(GangPolicySpec),
+}
+
+/// What the policies build on that is read from the cluster rather than written in them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct ClusterFacts {
+    /// DeviceClass name → its `spec.extendedResourceName`, for classes that have one.
+    pub extended_resource_names: BTreeMap<String, String>,
+}
+
+impl ClusterFacts {
+    /// The extended resource of every DeviceClass that names one.
+    pub fn from_device_classes<'a>(
+        classes: impl IntoIterator<Item = &'a k8s_openapi::api::resource::v1::DeviceClass>,
+    ) -> ClusterFacts {
+        let extended_resource_names = classes
+            .into_iter()
+            .filter_map(|class| {
+                let name = class.metadata.name.clone()?;
+                let resource = class.spec.as_ref()?.extended_resource_name.clone().filter(|r| !r.is_empty())?;
+                Some((name, resource))
+            })
+            .collect();
+        ClusterFacts { extended_resource_names }
+    }
+
+    /// The facts among Kubernetes objects (manifests): `resource.k8s.io` DeviceClasses with an
+    /// extended resource name.
+    pub fn from_objects<'a>(objects: impl IntoIterator<Item = &'a Value>) -> ClusterFacts {
+        let mut facts = ClusterFacts::default();
+        for object in objects {
+            let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+            if !api_version.starts_with("resource.k8s.io/")
+                || object.get("kind").and_then(Value::as_str) != Some("DeviceClass")
+            {
+                continue;
+            }
+            let name = object.pointer("/metadata/name").and_then(Value::as_str);
+            let resource = object.pointer("/spec/extendedResourceName").and_then(Value::as_str);
+            if let (Some(name), Some(resource)) = (name, resource.filter(|r| !r.is_empty())) {
+                facts.extended_resource_names.insert(name.to_string(), resource.to_string());
+            }
+        }
+        facts
+    }
+}
+
+/// Compiles policy sources into a set, or returns every error found.
+pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
+    compile_with(sources, &ClusterFacts::default())
+}
+
+/// [`compile`], with what is read from the cluster (`facts`): DeviceClasses whose extended
+/// resource is an accelerator count as it, where the Cluster policy does not map them and does
+/// not turn that off (`dra.fromDeviceClasses: false`). The set's version then says so
+/// (`VERSION+dc-HASH`), so that replicas that read different classes do not look alike.
+pub fn compile_with(sources: &[Source], facts: &ClusterFacts) -> Result<PolicySet, LoadErrors> {
+    let mut errors = Vec::new();
+    let docs = decode_sources(sources, &mut errors);
+
+    let mut cluster: Option<(String, ClusterSpec)> = None;
+    let mut team_specs = Vec::new();
+    let mut placement_specs = Vec::new();
+    let mut rule_specs = Vec::new();
+    let mut gang_specs = Vec::new();
+    let mut seen: HashSet<(&'static str, String)> = HashSet::new();
+    for (location, meta, doc) in docs {
+        let kind = match &doc {
+            Doc::Cluster(_) => "Cluster",
+            Doc::Team(_) => "Team",
+            Doc::Placement(_) => "Placement",
+            Doc::Rule(_) => "Rule",
+            Doc::GangPolicy(_) => "GangPolicy",
+        };
+        if !seen.insert((kind, meta.name.clone())) {
+            errors.push(format!("{location}: metadata.name: a {kind} named {:?} is already defined", meta.name));
+            continue;
+        }
+        match doc {
+            Doc::Cluster(spec) => match &cluster {
+                Some((first, _)) => {
+                    errors.push(format!("{location}: only one Cluster document is allowed (first: {first})"))
+                }
+                None => cluster = Some((location, spec)),
+            },
+            Doc::Team(spec) => team_specs.push((location, meta.name, spec)),
+            Doc::Placement(spec) => placement_specs.push((location, meta.name, spec)),
+            Doc::Rule(spec) => rule_specs.push((location, meta.name, spec)),
+            Doc::GangPolicy(spec) => gang_specs.push((location, meta.name, spec)),
+        }
+    }
+    let cluster_location = cluster.as_ref().map(|(location, _)| location.clone());
+    let cluster = match cluster {
+        // Compiled first: the other kinds read its accelerator names. It consults no other
+        // document, so its context is empty.
+        Some((location, spec)) => {
+            let none = HashSet::new();
+            let placeholder = Arc::new(ResourceMatcher::new(DEFAULT_ACCELERATORS));
+            let no_classes = DeviceClasses::default();
+            let cx = Context {
+                team_names: &none,
+                accelerators: &placeholder,
+                device_classes: &no_classes,
+                preemption: preemption::Preemption::default(),
+            };
+            spec.compile(String::new(), &cx, &mut Problems::new(&location, &mut errors)).unwrap_or_default()
+        }
+        None => ClusterSpec::default(),
+    };
+    let accelerators = Arc::new(match &cluster.accelerators.resources {
+        Some(list) => ResourceMatcher::new(list),
+        None => ResourceMatcher::new(DEFAULT_ACCELERATORS),
+    });
+    let team_names: HashSet<String> = team_specs.iter().map(|(_, n, _)| n.clone()).collect();
+    let device_classes = match &cluster_location {
+        Some(location) => {
+            compile::device_classes(&cluster.dra, &accelerators, &mut Problems::new(location, &mut errors))
+        }
+        None => DeviceClasses::default(),
+    };
+    let (device_classes, discovered_classes) = if cluster.dra.from_device_classes.unwrap_or(true) {
+        compile::with_discovered_classes(device_classes, facts, &accelerators)
+    } else {
+        (device_classes, BTreeMap::new())
+    };
+    // (A bad Cluster minRuntime was reported when the Cluster compiled.)
+    let cluster_preemption = preemption::Preemption::default().overlaid(&cluster.preemption).unwrap_or_default();
+    let cx = Context {
+        team_names: &team_names,
+        accelerators: &accelerators,
+        device_classes: &device_classes,
+        preemption: cluster_preemption,
+    };
+    let teams = compile_all(team_specs, &cx, &mut errors);
+    let placements = compile_all(placement_specs, &cx, &mut errors);
+    let rules = compile_all(rule_specs, &cx, &mut errors);
+    let gang_policies = compile_all(gang_specs, &cx, &mut errors);
+
+    if !errors.is_empty() {
+        return Err(LoadErrors(errors));
+    }
+    let allowed_accelerators =
+        cluster.accelerators.checks.allowed_resources.as_ref().map(|a| ResourceMatcher::new(&a.names));
+    let linear = reviewed_expressions(&rules, &placements).all(Expression::is_linear);
+    let unread = Unread::of(&expression_needs(&rules, &placements));
+    Ok(PolicySet {
+        linear,
+        unread,
+        tenancy: tenancy::TenantPolicy::from_cluster(&cluster),
+        device_classes: Arc::new(device_classes),
+        version: versioned(version_of(sources), &discovered_classes),
+        discovered_classes,
+        env: Environment::new(accelerators.clone()),
+        accelerators,
+        checks: cluster.accelerators.checks,
+        allowed_accelerators,
+        priority: cluster.priority,
+        preemption: cluster_preemption,
+        teams,
+        placements,
+        rules,
+        gang_policies,
+        files: sources.iter().map(|s| PathBuf::from(&s.name)).collect(),
+    })
+}
+
+/// Every document of every source, decoded and named by its location
+/// (`FILE: document N (KIND NAME)`); what does not parse or decode goes to `errors`.
+fn decode_sources(sources: &[Source], errors: &mut Vec<String>) -> Vec<(String, Metadata, Doc)> {
+    let mut docs = Vec::new();
+    for source in sources {
+        let parsed = match parse_policy_documents(&source.name, &source.text) {
+            Ok(p) => p,
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
+        };
+        for (index, value) in parsed {
+            let kind_hint = value.get("kind").and_then(Value::as_str).unwrap_or("?").to_string();
+            let location = format!("{}: document {index} ({kind_hint})", source.name);
+            match decode_doc(value) {
+                Ok((meta, doc)) => {
+                    docs.push((format!("{}: document {index} ({kind_hint} {})", source.name, meta.name), meta, doc))
+                }
+                Err(e) => errors.push(format!("{location}: {e}")),
+            }
+        }
+    }
+    docs
+}
+
+/// Compiles every document of one kind, in order, keeping those that compiled.
+fn compile_all<S: Compile>(
+    specs: Vec<(String, String, S)>,
+    cx: &Context<'_>,
+    errors: &mut Vec<String>,
+) -> Vec<S::Output> {
+    specs
+        .into_iter()
+        .filter_map(|(location, name, spec)| spec.compile(name, cx, &mut Problems::new(&location, errors)))
+        .collect()
+}
+
+fn decode_doc(value: Value) -> Result<(Metadata, Doc), String> {
+    if !value.is_object() {
+        return Err("a policy document must be a mapping with apiVersion, kind, metadata and spec".into());
+    }
+    let envelope: Envelope = decode(value, "")?;
+    if envelope.api_version != API_VERSION {
+        return Err(format!("apiVersion: {:?} is not supported; use {API_VERSION}", envelope.api_version));
+    }
+    if envelope.metadata.name.is_empty() {
+        return Err("metadata.name: must not be empty".into());
+    }
+    let spec = if envelope.spec.is_null() { Value::Object(Default::default()) } else { envelope.spec };
+    let doc = match envelope.kind.as_str() {
+        "Cluster" => Doc::Cluster(decode(spec, "spec")?),
+        "Team" => Doc::Team(decode(spec, "spec")?),
+        "Placement" => Doc::Placement(decode(spec, "spec")?),
+        "Rule" => Doc::Rule(decode(spec, "spec")?),
+        "GangPolicy" => Doc::GangPolicy(decode(spec, "spec")?),
+        other => {
+            return Err(format!(
+                "kind: unknown kind {other:?}; expected one of Cluster, Team, Placement, Rule, GangPolicy"
+            ));
+        }
+    };
+    Ok((envelope.metadata, doc))
+}
+
+impl PolicySet {
+    /// The `preemption` of `team` (the Cluster's for a namespace of no team).
+    pub fn preemption_of(&self, team: Option<&Team>) -> preemption::Preemption {
+        team.map_or(self.preemption, |t| t.preemption)
+    }
+
+    /// The first GangPolicy whose scope matches, or the defaults.
+    pub fn gang_policy(&self, namespace: &str, team: Option<&str>) -> std::borrow::Cow<'_, GangPolicy> {
+        self.gang_policies
+            .iter()
+            .find(|g| g.namespaces.in_scope(&g.teams, namespace, team))
+            .map_or_else(|| std::borrow::Cow::Owned(GangPolicy::default()), std::borrow::Cow::Borrowed)
+    }
+
+    /// The gang of a Pod under the GangPolicy of its namespace and team (`infer`,
+    /// `coschedulingSize`): the one place admission, the controller and `allot check` find
+    /// gangs, so they always agree on who is a member.
+    pub fn gang_of(
+        &self,
+        facts: &crate::model::gang::membership::PodFacts<'_>,
+        namespace: &str,
+        team: Option<&str>,
+    ) -> Result<Option<crate::model::gang::membership::Membership>, String> {
+        let policy = self.gang_policy(namespace, team);
+        crate::model::gang::membership::membership(facts, &policy.infer, policy.coscheduling_size, policy.max_size)
+    }
+
+    /// Why the topology level a gang member asks for (`allot.dev/topology`) is not one its
+    /// GangPolicy allows (never a looser one, never a way out of the levels the platform set);
+    /// `None` when it asks none or an allowed one. Judged at CREATE only: a member admitted
+    /// before a policy change keeps its gang (the controller then uses the policy's levels).
+    pub fn topology_refusal(
+        &self,
+        facts: &crate::model::gang::membership::PodFacts<'_>,
+        namespace: &str,
+        team: Option<&str>,
+    ) -> Option<String> {
+        let asked = facts.annotations.get(topology::TOPOLOGY_ANNOTATION)?;
+        match &self.gang_policy(namespace, team).topology {
+            Some(levels) => levels.for_gang(Some(asked)).err(),
+            None => Some(topology::no_levels(asked)),
+        }
+    }
+
+    /// Counts of each kind, for logs and `/readyz`.
+    pub fn summary(&self) -> BTreeMap<&'static str, usize> {
+        BTreeMap::from([
+            ("teams", self.teams.len()),
+            ("placements", self.placements.len()),
+            ("rules", self.rules.len()),
+            ("files", self.files.len()),
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,279 @@
+//! A Team's compiled `quota:` block: exact accounting with GPU-equivalent weights. Part of the
+//! compiled policy; the books that count usage against it are in [`crate::admission::quota`].
+//!
+//! A charge is kept as an integer number of `1 / (1e9 × D)` units, where `D` is the least common
+//! multiple of the quota's weight denominators, so seven `1/7` MIG slices are exactly one GPU —
+//! no rounding lets the eighth slip through or the seventh be refused.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::{QuotaMode, QuotaSpec};
+use crate::model::dra::DeviceClasses;
+use crate::model::quantity::Quantity;
+use crate::model::resources::ResourceList;
+
+/// A compiled team quota.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quota {
+    pub mode: QuotaMode,
+    /// Limited name → limit, in charge units.
+    pub limits: BTreeMap<String, i128>,
+    /// Other name → (limited name, numerator, denominator).
+    pub equivalents: BTreeMap<String, (String, i128, i128)>,
+    /// Common denominator of all weights.
+    pub denominator: i128,
+}
+
+/// Amounts per limited resource, in charge units of one [`Quota`].
+pub type Charge = BTreeMap<String, i128>;
+
+pub(super) fn parse_weight(raw: &serde_json::Value) -> Result<(i128, i128), String> {
+    let text = match raw {
+        serde_json::Value::String(s) => s.trim().to_string(),
+        serde_json::Value::Number(n) => n.to_string(),
+        other => return Err(format!("weight must be a number or a fraction like 1/7, got {other}")),
+    };
+    let bad = || format!("weight must be a positive number or a fraction like 1/7, got {text:?}");
+    let (num, den) = match text.split_once('/') {
+        Some((n, d)) => (n.trim().parse::<i128>().map_err(|_| bad())?, d.trim().parse::<i128>().map_err(|_| bad())?),
+        None => {
+            // A decimal: scale by its digits after the point.
+            let q = Quantity::parse(&text).map_err(|_| bad())?;
+            (q.nanos(), 1_000_000_000)
+        }
+    };
+    if num <= 0 || den <= 0 || den > 1_000_000_000 {
+        return Err(bad());
+    }
+    let g = gcd(num, den);
+    Ok((num / g, den / g))
+}
+
+fn gcd(a: i128, b: i128) -> i128 {
+    if b == 0 { a.abs() } else { gcd(b, a % b) }
+}
+
+impl Quota {
+    /// Compiles a `quota:` block; errors name the field.
+    pub fn compile(spec: &QuotaSpec) -> Result<Quota, String> {
+        Quota::compile_with_classes(spec, &DeviceClasses::default())
+    }
+
+    /// Compiles a `quota:` block, also weighing the devices of the Cluster's DRA DeviceClasses
+    /// (charged under [`crate::model::dra::class_resource`] names) against the limit their `countsAs`
+    /// resource falls under, directly or through one of the quota's equivalents.
+    pub fn compile_with_classes(spec: &QuotaSpec, classes: &DeviceClasses) -> Result<Quota, String> {
+        if spec.limits.is_empty() {
+            return Err("quota.limits: name at least one resource".into());
+        }
+        let mut equivalents = BTreeMap::new();
+        let mut denominator: i128 = 1;
+        for (name, eq) in &spec.equivalents {
+            if !spec.limits.contains_key(&eq.counts_as) {
+                return Err(format!("quota.equivalents.{name}.countsAs: {:?} has no limit", eq.counts_as));
+            }
+            let (num, den) = parse_weight(&eq.weight).map_err(|e| format!("quota.equivalents.{name}.weight: {e}"))?;
+            denominator =
+                (denominator / gcd(denominator, den)).checked_mul(den).filter(|d| *d <= 1_000_000_000_000).ok_or_else(
+                    || format!("quota.equivalents.{name}.weight: the weights' denominators are too large together"),
+                )?;
+            equivalents.insert(name.clone(), (eq.counts_as.clone(), num, den));
+        }
+        for (class, weight) in classes.iter() {
+            let name = crate::model::dra::class_resource(class);
+            let direct = spec.limits.contains_key(&weight.counts_as).then(|| (weight.counts_as.clone(), 1, 1));
+            let Some((target, num, den)) = direct.or_else(|| equivalents.get(&weight.counts_as).cloned()) else {
+                continue;
+            };
+            let (num, den) = (num.saturating_mul(weight.numerator), den.saturating_mul(weight.denominator));
+            let g = gcd(num, den).max(1);
+            let (num, den) = (num / g, den / g);
+            denominator = (denominator / gcd(denominator, den))
+                .checked_mul(den)
+                .filter(|d| *d <= 1_000_000_000_000)
+                .ok_or_else(|| format!("quota: the weights of DeviceClass {class} and the quota's equivalents have denominators too large together"))?;
+            equivalents.entry(name).or_insert((target, num, den));
+        }
+        let mut limits = BTreeMap::new();
+        for (name, raw) in &spec.limits {
+            let q = Quantity::from_json(raw).map_err(|e| format!("quota.limits.{name}: {e}"))?;
+            if q.nanos() < 0 {
+                return Err(format!("quota.limits.{name}: must not be negative"));
+            }
+            limits.insert(name.clone(), q.nanos().saturating_mul(denominator));
+        }
+        Ok(Quota { mode: spec.mode, limits, equivalents, denominator })
+    }
+
+    /// Whether this quota counts `amount` of `resource`: a limited or weighted resource, and not
+    /// zero (what [`Quota::charge`] leaves a charge for).
+    pub fn counts(&self, resource: &str, amount: Quantity) -> bool {
+        (self.limits.contains_key(resource) || self.equivalents.contains_key(resource)) && amount.nanos() != 0
+    }
+
+    /// What `requests` count against each limit. Empty when nothing limited is requested.
+    pub fn charge(&self, requests: &ResourceList) -> Charge {
+        let mut out = Charge::new();
+        for (name, q) in requests {
+            if self.limits.contains_key(name) {
+                let slot = out.entry(name.clone()).or_default();
+                *slot = slot.saturating_add(q.nanos().saturating_mul(self.denominator));
+            } else if let Some((target, num, den)) = self.equivalents.get(name) {
+                let slot = out.entry(target.clone()).or_default();
+                *slot = slot.saturating_add(q.nanos().saturating_mul(*num).saturating_mul(self.denominator / den));
+            }
+        }
+        out.retain(|_, v| *v != 0);
+        out
+    }
+
+    /// Renders an amount of charge units as a resource quantity (`6`, `1.5`, `0.142857`).
+    pub fn show(&self, units: i128) -> String {
+        let nanos = units / self.denominator;
+        let exact = units % self.denominator == 0;
+        let q = Quantity::from_nanos(nanos);
+        if q.is_whole() {
+            format!("{}{}", q.nanos() / 1_000_000_000, if exact { "" } else { "+" })
+        } else {
+            format!("{:.3}", nanos as f64 / 1e9)
+        }
+    }
+
+    /// The first limit that `used + charge` would exceed, as (resource, used, limit, asked).
+    pub fn exceeded(&self, used: &Charge, charge: &Charge) -> Option<Exceeded> {
+        for (name, asked) in charge {
+            let limit = self.limits.get(name).copied().unwrap_or(0);
+            let now = used.get(name).copied().unwrap_or(0);
+            if now.saturating_add(*asked) > limit {
+                return Some(Exceeded {
+                    resource: name.clone(),
+                    used: self.show(now),
+                    limit: self.show(limit),
+                    asked: self.show(*asked),
+                });
+            }
+        }
+        None
+    }
+}
+
+/// A limit a request would exceed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exceeded {
+    pub resource: String,
+    pub used: String,
+    pub limit: String,
+    pub asked: String,
+}
+
+impl fmt::Display for Exceeded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "uses {} of {} {}", self.used, self.limit, self.resource)
+    }
+}
+
+/// Adds `b` into `a` (saturating: absurd quantities must not wrap around below a limit).
+pub fn add(a: &mut Charge, b: &Charge) {
+    for (k, v) in b {
+        let slot = a.entry(k.clone()).or_default();
+        *slot = slot.saturating_add(*v);
+    }
+}
+
+/// Multiplies a charge (a gang charged as `size` members).
+pub fn times(c: &Charge, n: u32) -> Charge {
+    c.iter().map(|(k, v)| (k.clone(), v.saturating_mul(i128::from(n)))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn quota(limits: serde_json::Value, equivalents: serde_json::Value) -> Quota {
+        let spec: QuotaSpec = serde_json::from_value(json!({"limits": limits, "equivalents": equivalents})).unwrap();
+        Quota::compile(&spec).unwrap()
+    }
+
+    fn req(pairs: &[(&str, &str)]) -> ResourceList {
+        pairs.iter().map(|(k, v)| (k.to_string(), Quantity::parse(v).unwrap())).collect()
+    }
+
+    #[test]
+    fn mig_slices_are_exact_fractions_of_a_gpu() {
+        let q = quota(
+            json!({"nvidia.com/gpu": 1}),
+            json!({"nvidia.com/mig-1g.10gb": {"countsAs": "nvidia.com/gpu", "weight": "1/7"}}),
+        );
+        let slice = q.charge(&req(&[("nvidia.com/mig-1g.10gb", "1")]));
+        let mut used = Charge::new();
+        for _ in 0..7 {
+            assert_eq!(q.exceeded(&used, &slice), None);
+            add(&mut used, &slice);
+        }
+        let e = q.exceeded(&used, &slice).expect("the eighth slice exceeds");
+        assert_eq!((e.used.as_str(), e.limit.as_str()), ("1", "1"));
+    }
+
+    #[test]
+    fn charges_ignore_unlimited_resources_and_weights_parse() {
+        let q = quota(
+            json!({"nvidia.com/gpu": "8"}),
+            json!({"amd.com/gpu": {"countsAs": "nvidia.com/gpu", "weight": 0.5}}),
+        );
+        assert!(q.charge(&req(&[("cpu", "4"), ("memory", "1Gi")])).is_empty());
+        let c = q.charge(&req(&[("nvidia.com/gpu", "2"), ("amd.com/gpu", "4")]));
+        assert_eq!(q.show(c["nvidia.com/gpu"]), "4");
+        let e = q.exceeded(&times(&c, 2), &c).unwrap();
+        assert_eq!(e.to_string(), "uses 8 of 8 nvidia.com/gpu");
+        assert_eq!(e.asked, "4");
+    }
+
+    #[test]
+    fn bad_quotas_are_errors() {
+        for (limits, eq, field) in [
+            (json!({}), json!({}), "quota.limits"),
+            (json!({"nvidia.com/gpu": "x"}), json!({}), "quota.limits.nvidia.com/gpu"),
+            (
+                json!({"nvidia.com/gpu": 1}),
+                json!({"a": {"countsAs": "b", "weight": 1}}),
+                "quota.equivalents.a.countsAs",
+            ),
+            (json!({"nvidia.com/gpu": 1}), json!({"a": {"countsAs": "nvidia.com/gpu", "weight": "0/7"}}), "weight"),
+            (json!({"nvidia.com/gpu": -1}), json!({}), "must not be negative"),
+            (
+                json!({"nvidia.com/gpu": 1}),
+                json!({
+                    "a": {"countsAs": "nvidia.com/gpu", "weight": "1/999999937"},
+                    "b": {"countsAs": "nvidia.com/gpu", "weight": "1/999999929"},
+                }),
+                "too large",
+            ),
+        ] {
+            let spec: QuotaSpec = serde_json::from_value(json!({"limits": limits, "equivalents": eq})).unwrap();
+            let err = Quota::compile(&spec).unwrap_err();
+            assert!(err.contains(field), "{err}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn accounting_never_panics(limit in ".{0,12}", weight in ".{0,12}", amount in ".{0,14}", n in 0u32..100_000) {
+            let spec: Result<QuotaSpec, _> = serde_json::from_value(json!({
+                "limits": {"nvidia.com/gpu": limit},
+                "equivalents": {"x/y": {"countsAs": "nvidia.com/gpu", "weight": weight}}
+            }));
+            if let Ok(Ok(q)) = spec.map(|s| Quota::compile(&s))
+                && let Ok(a) = Quantity::parse(&amount)
+            {
+                let c = q.charge(&BTreeMap::from([("x/y".to_string(), a), ("nvidia.com/gpu".to_string(), a)]));
+                let big = times(&c, n);
+                let _ = q.exceeded(&big, &c);
+                for v in big.values() {
+                    let _ = q.show(*v);
+                }
+            }
+        }
+    }
+}
