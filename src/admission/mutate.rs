@@ -1,6 +1,6 @@
-//! Pod mutations: placement (tolerations, nodeSelector, node affinity) and the team's default
-//! priority class. Pure: a Pod in, patch operations (or, for a preview, the spec fields they
-//! change) and findings out.
+//! Pod mutations, one ordered list of steps ([`STEPS`]): placement (tolerations, nodeSelector,
+//! node affinity), the team's default priority class, and Allot's gang and quota gates. Pure: a
+//! Pod in, patch operations (or, for a preview, the spec fields they change) and findings out.
 //!
 //! Idempotent by construction — every change is "make sure X holds", checked against the Pod as
 //! it is — so `reinvocationPolicy: IfNeeded` and the CLI's mutate-then-revalidate see no second
@@ -75,12 +75,32 @@ pub struct PodContext<'a> {
     pub preview: bool,
 }
 
+/// One Pod being mutated: what the steps read, the patch they build and what they report.
+struct Mutating<'m, 'c> {
+    policies: &'m PolicySet,
+    pod: &'m Value,
+    /// The Pod's spec as it came (the patch so far is the builder's).
+    spec: &'m Value,
+    /// Where that spec is in the object under review, for findings (`spec`, `spec.template.spec`).
+    spec_path: String,
+    path_prefix: &'m str,
+    facts: PodFacts<'m>,
+    ctx: &'m PodContext<'c>,
+    builder: Builder<'m>,
+    out: Mutation,
+}
+
+/// The steps every Pod goes through, in order; each sees the patch the ones before it built (a
+/// placement's toleration is there when the gates are decided). Adding a mutation is adding an
+/// entry here, and its test.
+const STEPS: &[fn(&mut Mutating<'_, '_>)] = &[placements, default_priority, gang_gate, quota_gate];
+
 /// Mutates a Pod (`pod` is the whole Pod object; `path_prefix` where it is in the object under
 /// review, empty for a Pod): the JSON Patch of its spec, or for a [`PodContext::preview`] the
 /// spec fields that patch changes.
 pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_prefix: &str) -> Mutation {
-    let mut out = Mutation { describe: ctx.describe, ..Mutation::default() };
-    let Some(spec) = pod.get("spec").and_then(Value::as_object) else {
+    let out = Mutation { describe: ctx.describe, ..Mutation::default() };
+    let Some(spec_map) = pod.get("spec").and_then(Value::as_object) else {
         return out;
     };
     if is_mirror_pod(pod) && ctx.requester.is_node() {
@@ -88,33 +108,61 @@ pub fn mutate_pod(policies: &PolicySet, pod: &Value, ctx: &PodContext<'_>, path_
         // no trust: anyone else writing it gets placement and gates like any pod.
         return out;
     }
-    let mut builder = if ctx.preview { Builder::fields_only(spec) } else { Builder::new("/spec", spec) };
-    let spec_value = pod.get("spec").unwrap_or(&Value::Null);
-    let spec_path = if path_prefix.is_empty() { "spec".to_string() } else { format!("{path_prefix}.spec") };
-
-    let mut applied = Vec::with_capacity(policies.placements.len());
-    for placement in &policies.placements {
-        let applies = placement_applies(policies, placement, spec_value, ctx, path_prefix, &mut out);
-        applied.push(applies);
-        if applies {
-            apply_placement(placement, &mut builder, &spec_path, &mut out);
-        }
-    }
-    out.findings.extend(reserved_taints(policies, spec_value, ctx, &applied, None, &spec_path));
-    apply_default_priority(policies, ctx, &mut builder, &mut out);
     let mut facts = PodFacts::from_json(pod);
     if !ctx.native_gangs {
         // The API server drops the field where native gang scheduling is off.
         facts.native_pod_group = None;
     }
-    apply_gang_gate(policies, &facts, ctx, &mut builder, &mut out);
-    apply_quota_gate(policies, pod, &facts, ctx, &mut builder, &mut out);
+    let mut m = Mutating {
+        policies,
+        pod,
+        spec: pod.get("spec").unwrap_or(&Value::Null),
+        spec_path: if path_prefix.is_empty() { "spec".to_string() } else { format!("{path_prefix}.spec") },
+        path_prefix,
+        facts,
+        ctx,
+        builder: if ctx.preview { Builder::fields_only(spec_map) } else { Builder::new("/spec", spec_map) },
+        out,
+    };
+    for step in STEPS {
+        step(&mut m);
+    }
+    let Mutating { builder, mut out, .. } = m;
     if ctx.preview {
         out.changed_spec_fields = builder.into_changed_fields();
     } else {
         out.ops = builder.into_ops();
     }
     out
+}
+
+/// The placements whose selectors match: their tolerations and node constraints; then whether
+/// the Pod tolerates a taint a placement reserves without being placed there.
+fn placements(m: &mut Mutating<'_, '_>) {
+    let mut applied = Vec::with_capacity(m.policies.placements.len());
+    for placement in &m.policies.placements {
+        let applies = placement_applies(m.policies, placement, m.spec, m.ctx, m.path_prefix, &mut m.out);
+        applied.push(applies);
+        if applies {
+            apply_placement(placement, &mut m.builder, &m.spec_path, &mut m.out);
+        }
+    }
+    m.out.findings.extend(reserved_taints(m.policies, m.spec, m.ctx, &applied, None, &m.spec_path));
+}
+
+/// The team's (or the cluster's) default priority class, where the Pod names none.
+fn default_priority(m: &mut Mutating<'_, '_>) {
+    apply_default_priority(m.policies, m.ctx, &mut m.builder, &mut m.out);
+}
+
+/// Allot's gang gate on a gang member ([`apply_gang_gate`]).
+fn gang_gate(m: &mut Mutating<'_, '_>) {
+    apply_gang_gate(m.policies, &m.facts, m.ctx, &mut m.builder, &mut m.out);
+}
+
+/// Allot's quota gate on a pod of a queue-mode team ([`apply_quota_gate`]).
+fn quota_gate(m: &mut Mutating<'_, '_>) {
+    apply_quota_gate(m.policies, m.pod, &m.facts, m.ctx, &mut m.builder, &mut m.out);
 }
 
 fn is_mirror_pod(pod: &Value) -> bool {
