@@ -36,16 +36,18 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use serde::{Deserialize, Serialize};
-use sha2::Digest;
-
 use crate::admission::quota::{QuotaRequest, Refusal, asks, check};
 use crate::model::dra::SharedClaims;
 use crate::model::policy::quota::Quota;
-use crate::model::quantity::Quantity;
 use crate::model::resources::ResourceList;
-use crate::model::tally::GangTally;
-use crate::model::tally::add_to;
+use crate::model::tally::{GangTally, add_to};
+
+mod recount;
+mod wire;
+
+pub use recount::{CountedPod, Recount, SeenPod, Sighting};
+use wire::{ALLOWANCE_PREFIX, DRAIN_KEY, FOLDED_PREFIX, parse_drain};
+pub use wire::{WireError, admission_key, allowance_key, drain_requested_in, object_name};
 
 /// How long a charge waits for its pod to appear in the leader's watch before it expires
 /// (seconds). Long enough for any admission chain to finish and the watch to deliver the pod;
@@ -135,60 +137,6 @@ pub struct Allowance {
     pub until: i64,
 }
 
-/// An [`Allowance`] as stored.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AllowanceWire {
-    res: BTreeMap<String, String>,
-    until: i64,
-}
-
-impl Allowance {
-    fn encode(&self) -> String {
-        serde_json::to_string(&AllowanceWire { res: wire_list(&self.reserved), until: self.until }).unwrap_or_default()
-    }
-
-    fn decode(text: &str) -> Result<Allowance, String> {
-        let wire: AllowanceWire = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        let reserved = parse_list("res", &wire.res)?;
-        if reserved.values().any(|q| q.nanos() < 0) {
-            return Err("a negative amount".into());
-        }
-        Ok(Allowance { reserved, until: wire.until })
-    }
-}
-
-/// An entry as stored: compact JSON, one ConfigMap data value.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Wire {
-    pod: String,
-    #[serde(default, skip_serializing_if = "is_zero")]
-    created: i64,
-    at: i64,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    req: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    gang: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    size: Option<u32>,
-    #[serde(default, skip_serializing_if = "is_false")]
-    seen: bool,
-    #[serde(default, skip_serializing_if = "is_false")]
-    terminating: bool,
-    /// Shared claims: name → counted devices.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    cl: BTreeMap<String, BTreeMap<String, String>>,
-}
-
-fn is_zero(n: &i64) -> bool {
-    *n == 0
-}
-
-fn is_false(b: &bool) -> bool {
-    !*b
-}
-
 impl Entry {
     /// The charge of an admitted `request` at `now`.
     pub fn admitted(quota: &Quota, request: &QuotaRequest<'_>, now: i64) -> Entry {
@@ -210,43 +158,6 @@ impl Entry {
             seen: false,
             terminating: false,
         }
-    }
-
-    fn encode(&self) -> String {
-        let wire = Wire {
-            pod: format!("{}/{}", self.namespace, self.name),
-            created: self.created,
-            at: self.at,
-            req: self.requests.iter().map(|(k, v)| (k.clone(), v.to_string())).collect(),
-            gang: self.gang.as_ref().map(|(g, _)| g.clone()),
-            size: self.gang.as_ref().and_then(|(_, s)| *s),
-            seen: self.seen,
-            terminating: self.terminating,
-            cl: self.claims.iter().map(|(k, v)| (k.clone(), wire_list(v))).collect(),
-        };
-        serde_json::to_string(&wire).unwrap_or_default()
-    }
-
-    fn decode(text: &str) -> Result<Entry, String> {
-        let wire: Wire = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        let (namespace, name) =
-            wire.pod.split_once('/').ok_or_else(|| format!("pod {:?} is not NAMESPACE/NAME", wire.pod))?;
-        let requests = wire
-            .req
-            .iter()
-            .map(|(k, v)| Quantity::parse(v).map(|q| (k.clone(), q)).map_err(|e| format!("req.{k}: {e}")))
-            .collect::<Result<ResourceList, String>>()?;
-        Ok(Entry {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            created: wire.created,
-            at: wire.at,
-            requests,
-            gang: wire.gang.map(|g| (g, wire.size)),
-            claims: parse_claims(&wire.cl)?,
-            seen: wire.seen,
-            terminating: wire.terminating,
-        })
     }
 
     fn bytes(key: &str, value: &str) -> usize {
@@ -286,49 +197,6 @@ pub struct Folded {
 /// terminating): gang members are mostly alike, so a gang takes one or two groups.
 pub type GangMembers = BTreeMap<(ResourceList, Option<u32>), (u32, u32)>;
 
-/// A group of [`GangMembers`] as stored: `[shape index, declared size, members, terminating]`.
-type WireGroup = (usize, Option<u32>, u32, u32);
-
-/// A [`Folded`] as stored: compact JSON; request shapes are listed once and gang members refer
-/// to them by index (`[shape, declared size, members, terminating]`).
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FoldedWire {
-    ns: String,
-    pods: u32,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    req: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    shapes: Vec<BTreeMap<String, String>>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    gangs: BTreeMap<String, Vec<WireGroup>>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    cl: BTreeMap<String, BTreeMap<String, String>>,
-}
-
-fn wire_list(list: &ResourceList) -> BTreeMap<String, String> {
-    list.iter().map(|(k, v)| (k.clone(), v.to_string())).collect()
-}
-
-fn parse_list(field: &str, list: &BTreeMap<String, String>) -> Result<ResourceList, String> {
-    list.iter()
-        .map(|(k, v)| Quantity::parse(v).map(|q| (k.clone(), q)).map_err(|e| format!("{field}.{k}: {e}")))
-        .collect()
-}
-
-/// Stored shared claims (`cl`); a negative amount is refused (it would hide usage).
-fn parse_claims(wire: &BTreeMap<String, BTreeMap<String, String>>) -> Result<SharedClaims, String> {
-    wire.iter()
-        .map(|(claim, list)| {
-            let devices = parse_list(&format!("cl.{claim}"), list)?;
-            if devices.values().any(|q| q.nanos() < 0) {
-                return Err(format!("cl.{claim}: a negative amount"));
-            }
-            Ok((claim.clone(), devices))
-        })
-        .collect()
-}
-
 /// The shared claims' devices the quota counts; claims that count nothing are left out.
 pub fn counted_claims(quota: &Quota, claims: &SharedClaims) -> SharedClaims {
     claims
@@ -336,70 +204,6 @@ pub fn counted_claims(quota: &Quota, claims: &SharedClaims) -> SharedClaims {
         .map(|(claim, devices)| (claim.clone(), counted(quota, devices)))
         .filter(|(_, devices)| !devices.is_empty())
         .collect()
-}
-
-impl Folded {
-    fn encode(&self) -> String {
-        let mut shapes: Vec<&ResourceList> = Vec::new();
-        let mut gangs = BTreeMap::new();
-        for (gang, members) in &self.gangs {
-            let groups = members
-                .iter()
-                .map(|((requests, size), (count, terminating))| {
-                    let shape = shapes.iter().position(|s| *s == requests).unwrap_or_else(|| {
-                        shapes.push(requests);
-                        shapes.len() - 1
-                    });
-                    (shape, *size, *count, *terminating)
-                })
-                .collect();
-            gangs.insert(gang.clone(), groups);
-        }
-        let wire = FoldedWire {
-            ns: self.namespace.clone(),
-            pods: self.pods,
-            req: wire_list(&self.plain),
-            shapes: shapes.into_iter().map(wire_list).collect(),
-            gangs,
-            cl: self.claims.iter().map(|(k, v)| (k.clone(), wire_list(v))).collect(),
-        };
-        serde_json::to_string(&wire).unwrap_or_default()
-    }
-
-    /// Decodes a stored value; `members` counts the gang members decoded so far (bounded by
-    /// [`MAX_FOLDED_MEMBERS`]).
-    fn decode(text: &str, members: &mut u64) -> Result<Folded, String> {
-        let wire: FoldedWire = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        let shapes = wire
-            .shapes
-            .iter()
-            .enumerate()
-            .map(|(i, s)| parse_list(&format!("shapes[{i}]"), s))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut gangs = BTreeMap::new();
-        for (gang, groups) in wire.gangs {
-            let mut members_of = BTreeMap::new();
-            for (shape, size, count, terminating) in groups {
-                let requests = shapes.get(shape).ok_or_else(|| format!("gang {gang:?}: no shape {shape}"))?;
-                if terminating > count {
-                    return Err(format!("gang {gang:?}: {terminating} terminating of {count} members"));
-                }
-                *members = members.saturating_add(u64::from(count));
-                if *members > MAX_FOLDED_MEMBERS {
-                    return Err(format!("more than {MAX_FOLDED_MEMBERS} gang members"));
-                }
-                members_of.insert((requests.clone(), size), (count, terminating));
-            }
-            gangs.insert(gang, members_of);
-        }
-        Ok(Folded {
-            namespace: wire.ns,
-            pods: wire.pods,
-            plain: parse_list("req", &wire.req)?,
-            gangs,
-            claims: parse_claims(&wire.cl)?,
-        })
-    }
 }
 
 /// A ledger's usage with its pending charges ([`Ledger::current`]).
@@ -454,152 +258,6 @@ impl Base {
         }
         base
     }
-}
-
-/// What the leader's watch says of one team's pods, for [`Ledger::reconcile_with`], counted one
-/// pod at a time: per-namespace totals of every pod that has not finished (terminating ones
-/// included), and where each pod is found by name (a pending charge's pod). The leader streams
-/// its watch into it rather than collecting the pods first: at 112,000 pods that copy was
-/// ~30 MB, made every second while pods changed; this keeps 16 bytes a pod.
-#[derive(Debug, Default)]
-pub struct Recount {
-    by_namespace: BTreeMap<String, Folded>,
-    /// Pods by a keyed hash of namespace and name (keys random per process: a tenant cannot
-    /// pick a name that collides with another pod's).
-    sightings: HashMap<u64, Sighting>,
-    hasher: std::hash::RandomState,
-    pods: usize,
-    /// Pods created after this (unix seconds) are not folded yet ([`FOLD_DELAY_SECS`]).
-    young_after: Option<i64>,
-    /// Pods left out as young.
-    young: usize,
-}
-
-/// Where the watch found a pod: enough to tell it from an earlier pod of the same name, and
-/// whether it ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sighting {
-    pub created: i64,
-    pub finished: bool,
-    /// Too young to fold ([`FOLD_DELAY_SECS`]): not in the totals; its pending charge stays.
-    pub young: bool,
-}
-
-/// One pod as [`Recount::add`] counts it.
-#[derive(Debug, Clone, Copy)]
-pub struct CountedPod<'a> {
-    pub namespace: &'a str,
-    pub name: &'a str,
-    pub created: i64,
-    pub finished: bool,
-    pub terminating: bool,
-    pub gang: Option<(&'a str, Option<u32>)>,
-}
-
-impl Recount {
-    /// An empty recount at `now` (unix seconds): pods created within [`FOLD_DELAY_SECS`] of it
-    /// are found but not folded. ([`Recount::default`] folds every pod.)
-    pub fn at(now: i64) -> Recount {
-        Recount { young_after: Some(now - FOLD_DELAY_SECS), ..Recount::default() }
-    }
-
-    /// Pods left out of the totals as too young to fold (the leader looks again soon).
-    pub fn young(&self) -> usize {
-        self.young
-    }
-
-    /// From a list of pods (tests, and callers that have one).
-    pub fn from_pods(pods: &[SeenPod]) -> Recount {
-        let mut recount = Recount::default();
-        for p in pods {
-            let pod = CountedPod {
-                namespace: &p.namespace,
-                name: &p.name,
-                created: p.created,
-                finished: p.finished,
-                terminating: p.terminating,
-                gang: p.gang.as_ref().map(|(g, size)| (g.as_str(), *size)),
-            };
-            recount.add(&pod, p.requests.clone(), p.claims.clone());
-        }
-        recount
-    }
-
-    fn key(&self, namespace: &str, name: &str) -> u64 {
-        std::hash::BuildHasher::hash_one(&self.hasher, (namespace, name))
-    }
-
-    /// Counts one pod with its counted requests ([`counted`]) and the counted devices of the
-    /// shared claims it names ([`counted_claims`]; each claim is counted once per namespace).
-    pub fn add(&mut self, pod: &CountedPod<'_>, requests: ResourceList, claims: SharedClaims) {
-        let CountedPod { namespace, name, created, finished, terminating, gang } = *pod;
-        self.pods += 1;
-        let key = self.key(namespace, name);
-        let young = !finished && self.young_after.is_some_and(|after| created > after);
-        self.sightings.insert(key, Sighting { created, finished, young });
-        if finished {
-            return;
-        }
-        if young {
-            self.young += 1;
-            return;
-        }
-        let f = match self.by_namespace.get_mut(namespace) {
-            Some(f) => f,
-            None => self
-                .by_namespace
-                .entry(namespace.to_string())
-                .or_insert_with(|| Folded { namespace: namespace.to_string(), ..Folded::default() }),
-        };
-        f.pods = f.pods.saturating_add(1);
-        for (claim, devices) in claims {
-            f.claims.entry(claim).or_insert(devices);
-        }
-        match gang {
-            Some((gang, size)) => {
-                let members = match f.gangs.get_mut(gang) {
-                    Some(members) => members,
-                    None => f.gangs.entry(gang.to_string()).or_default(),
-                };
-                let slot = members.entry((requests, size)).or_default();
-                slot.0 = slot.0.saturating_add(1);
-                if terminating {
-                    slot.1 = slot.1.saturating_add(1);
-                }
-            }
-            None => add_to(&mut f.plain, &requests, 1),
-        }
-    }
-
-    /// Pods counted (finished ones included).
-    pub fn pods(&self) -> usize {
-        self.pods
-    }
-
-    /// The pod of that name, if it was counted.
-    pub fn find(&self, namespace: &str, name: &str) -> Option<Sighting> {
-        self.sightings.get(&self.key(namespace, name)).copied()
-    }
-
-    /// The totals, by data key.
-    fn folded(&self) -> impl Iterator<Item = (String, &Folded)> {
-        self.by_namespace.values().map(|f| (folded_key(&f.namespace), f))
-    }
-}
-
-/// A pod as the leader's watch sees it, for [`Ledger::reconcile`].
-#[derive(Debug, Clone)]
-pub struct SeenPod {
-    pub namespace: String,
-    pub name: String,
-    pub created: i64,
-    pub finished: bool,
-    pub terminating: bool,
-    /// Its requests of the resources the quota counts.
-    pub requests: ResourceList,
-    pub gang: Option<(String, Option<u32>)>,
-    /// The shared claims it names, with their counted devices.
-    pub claims: SharedClaims,
 }
 
 /// What one reconcile changed, by kind (for logs and metrics).
@@ -689,7 +347,7 @@ impl Ledger {
                 })
             };
             if let Err(e) = decoded {
-                ledger.unreadable.insert(key.clone(), e);
+                ledger.unreadable.insert(key.clone(), e.to_string());
             }
         }
         ledger.base = Base::of(ledger.folded.values().map(|(f, _)| f));
@@ -1018,79 +676,8 @@ pub fn counted(quota: &Quota, requests: &ResourceList) -> ResourceList {
     requests.iter().filter(|(k, v)| quota.counts(k, **v)).map(|(k, v)| (k.clone(), *v)).collect()
 }
 
-/// A ConfigMap data key: `[-._a-zA-Z0-9]+`, at most 253 characters.
-fn valid_key(key: &str) -> bool {
-    !key.is_empty() && key.len() <= 253 && key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
-}
-
-fn hashed(prefix: &str, text: &str) -> String {
-    let digest = sha2::Sha256::digest(text.as_bytes());
-    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
-    format!("{prefix}{hex}")
-}
-
-/// The key admission charges a pod under: its UID (`u.UID`) when the API server gave one (it
-/// has by the time validating webhooks run), else namespace, name and the AdmissionRequest uid
-/// (`r.HASH`: the API server re-sends a review with the same uid).
-pub fn admission_key(request: &QuotaRequest<'_>) -> String {
-    if !request.pod_uid.is_empty() {
-        let key = format!("u.{}", request.pod_uid);
-        if valid_key(&key) {
-            return key;
-        }
-        return hashed("u.", request.pod_uid);
-    }
-    hashed("r.", &format!("{}/{}/{}", request.namespace, request.pod, request.uid))
-}
-
-/// What starts the data key of a namespace's [`Folded`] totals.
-const FOLDED_PREFIX: &str = "n.";
-
-/// What starts the data key of a replica's [`Allowance`].
-const ALLOWANCE_PREFIX: &str = "a.";
-
-/// The data key of the drain request (unix milliseconds).
-const DRAIN_KEY: &str = "drain";
-
 /// How long a drain request is kept after it was made (seconds): only its holders act on it.
 const DRAIN_KEEP_SECS: i64 = 60;
-
-fn parse_drain(value: &str) -> Result<i64, String> {
-    value.parse::<i64>().map_err(|e| format!("drain: {e}"))
-}
-
-/// The drain request in a ledger object's data (unix ms), without decoding the rest: what a
-/// replica's watch looks at on every delivery.
-pub fn drain_requested_in(data: &BTreeMap<String, String>) -> Option<i64> {
-    data.get(DRAIN_KEY).and_then(|v| parse_drain(v).ok())
-}
-
-/// The data key of the allowance held by `holder`.
-pub fn allowance_key(holder: &str) -> String {
-    let key = format!("{ALLOWANCE_PREFIX}{holder}");
-    if valid_key(&key) { key } else { hashed(ALLOWANCE_PREFIX, holder) }
-}
-
-/// The data key of `namespace`'s [`Folded`] totals.
-fn folded_key(namespace: &str) -> String {
-    let key = format!("{FOLDED_PREFIX}{namespace}");
-    if valid_key(&key) { key } else { hashed(FOLDED_PREFIX, namespace) }
-}
-
-/// The ConfigMap that holds `team`'s ledger: `allot-quota-TEAM` when that is a valid object
-/// name, else `allot-quota-` and a hash of the team name.
-pub fn object_name(team: &str) -> String {
-    let name = format!("allot-quota-{team}");
-    let valid = name.len() <= 253
-        && name.split('.').all(|part| {
-            !part.is_empty()
-                && part.len() <= 63
-                && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        });
-    if valid { name } else { hashed("allot-quota-", team) }
-}
 
 #[cfg(test)]
 mod tests;

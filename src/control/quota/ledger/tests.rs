@@ -1,8 +1,10 @@
 //! The ledger's pure logic: charging, re-sent admissions, expiry, reconcile, a conflict's
 //! re-decision, gangs, bounds and the stored form.
 
+use super::wire::{folded_key, valid_key};
 use super::*;
 use crate::model::policy::{PolicySet, Source, compile};
+use crate::model::quantity::Quantity;
 
 fn policies(limit: u32) -> PolicySet {
     let text = format!(
