@@ -238,14 +238,15 @@ impl Simulation<'_> {
         let (usable_id, usable) = candidates.indexes.usable(self, gang, &demand.classes);
         let team = preemptor.team.as_deref().and_then(|t| candidates.teams.get(t).copied());
         let who = search::Eligible { lower, preemptor, team, usable: &usable, usable_id };
+        let ask = search::Ask { gang, who: &who, demand: &demand };
         let scopes = self.preemption_scopes(gang);
         let mut busy_everywhere = !scopes.is_empty();
         let mut found = None;
         // Tightest level first; the first level where some set makes room decides.
         for scope in &scopes {
             let (best, searched) = match scope {
-                Scope::Anywhere => self.search_anywhere(gang, candidates, &who, &demand),
-                Scope::Level { level, only } => self.search_level(gang, candidates, &who, &demand, level, *only),
+                Scope::Anywhere => self.search_anywhere(candidates, &ask),
+                Scope::Level { level, only } => self.search_level(candidates, &ask, level, *only),
             };
             busy_everywhere &= !searched;
             if best.is_some() {

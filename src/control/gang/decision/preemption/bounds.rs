@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use super::search::{Demand, Eligible};
+use super::search::{Ask, Demand, Eligible};
 use super::{Candidates, Simulation};
 use crate::control::gang::decision::WaitingGang;
 use crate::control::gang::decision::topology::Level;
@@ -111,12 +111,11 @@ impl Simulation<'_> {
     /// by the lowest priority it can have there, then index: the first so many of a list.
     pub(super) fn bounds(
         &mut self,
-        gang: &WaitingGang,
         candidates: &mut Candidates<'_>,
-        who: &Eligible<'_>,
-        demand: &Demand<'_>,
+        ask: &Ask<'_>,
         level: &str,
     ) -> (Rc<DomainBounds>, usize) {
+        let Ask { gang, who, demand } = *ask;
         let Some((resource, need)) = &demand.main else {
             let all: Vec<(i32, usize)> = (0..self.levels.by_key[level].names.len()).map(|d| (i32::MIN, d)).collect();
             return (Rc::new(all.clone()), all.len());

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use super::bounds::DomainBounds;
-use super::search::{Demand, Eligible};
+use super::search::{Ask, Eligible};
 use super::{Candidates, Cost, Domain, Placements, Simulation, WaitingGang};
 use crate::control::gang::decision::topology::Level;
 
@@ -138,14 +138,13 @@ impl Simulation<'_> {
     /// and where no preemption is in flight, and whether there was any such domain.
     pub(super) fn search_level(
         &mut self,
-        gang: &WaitingGang,
         candidates: &mut Candidates<'_>,
-        who: &Eligible<'_>,
-        demand: &Demand<'_>,
+        ask: &Ask<'_>,
         level: &str,
         only: Option<usize>,
     ) -> (Option<Found>, bool) {
-        let Some((order, below, open)) = self.open_domains(gang, candidates, who, demand, level, only) else {
+        let Ask { gang, who, demand } = *ask;
+        let Some((order, below, open)) = self.open_domains(candidates, ask, level, only) else {
             return (None, false);
         };
         let listed = (level.to_string(), demand.classes.clone());
@@ -186,28 +185,21 @@ impl Simulation<'_> {
     /// may use is busy (or it may use none).
     fn open_domains(
         &mut self,
-        gang: &WaitingGang,
         candidates: &mut Candidates<'_>,
-        who: &Eligible<'_>,
-        demand: &Demand<'_>,
+        ask: &Ask<'_>,
         level: &str,
         only: Option<usize>,
     ) -> Option<(Rc<DomainBounds>, usize, Vec<bool>)> {
         self.ensure_level(level);
-        let open = candidates.open(&self.levels.by_key[level], level, who, only)?;
-        let (order, below) = self.bounds(gang, candidates, who, demand, level);
+        let open = candidates.open(&self.levels.by_key[level], level, ask.who, only)?;
+        let (order, below) = self.bounds(candidates, ask, level);
         Some((order, below, open))
     }
 
     /// The cheapest set on all nodes (no domain required), unless a preemption is in flight on
     /// a node the gang may use; and whether it searched.
-    pub(super) fn search_anywhere(
-        &mut self,
-        gang: &WaitingGang,
-        candidates: &mut Candidates<'_>,
-        who: &Eligible<'_>,
-        demand: &Demand<'_>,
-    ) -> (Option<Found>, bool) {
+    pub(super) fn search_anywhere(&mut self, candidates: &mut Candidates<'_>, ask: &Ask<'_>) -> (Option<Found>, bool) {
+        let Ask { gang, who, demand } = *ask;
         if candidates.busy_nodes.iter().any(|&i| who.usable[i]) {
             return (None, false);
         }

@@ -22,6 +22,15 @@ use super::{Candidates, Placed, Preemptor, WaitingGang};
 use crate::control::gang::decision::Simulation;
 use crate::control::gang::decision::topology::main_amount;
 
+/// What one gang's search asks, the same at every scope it tries: the gang, the candidates it
+/// may take, and what it needs.
+#[derive(Clone, Copy)]
+pub(super) struct Ask<'a> {
+    pub(super) gang: &'a WaitingGang,
+    pub(super) who: &'a Eligible<'a>,
+    pub(super) demand: &'a Demand<'a>,
+}
+
 /// What a gang asks, for the aggregate check and the copy count (once per gang).
 pub(super) struct Demand<'g> {
     /// The placement classes of its members and phantoms, ascending, each once.
