@@ -19,7 +19,6 @@ const OVERSIZED: &[(&str, usize)] = &[
     ("src/model/policy/mod.rs", 756),
     ("src/model/policy/model.rs", 782),
     ("src/control/quota/ledger/tests.rs", 871),
-    ("src/server/mod.rs", 865),
     ("tests/controller.rs", 879),
     ("tests/deploy.rs", 2178),
     ("tests/e2e_dra.rs", 705),

@@ -15,9 +15,12 @@ pub mod identity;
 pub mod logging;
 pub mod metrics;
 pub mod pod_groups;
+mod process;
 pub mod reload;
 pub mod startup;
 pub mod tls;
+
+pub use process::run;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -41,8 +44,7 @@ use crate::admission::quota::{DeferredCharge, DeferringBook, QuotaBook};
 use crate::admission::{self, Phase};
 use crate::control::cluster::ClusterState;
 use crate::control::quota::{LiveQuota, SharedLedger};
-use crate::model::error::Error;
-use crate::model::namespaces::{NamespaceLabels, NoNamespaces};
+use crate::model::namespaces::NamespaceLabels;
 use crate::model::policy::{self, Action, PolicySet};
 use metrics::{DecisionLabels, Metrics, RequestLabels, WebhookLabels};
 use startup::{Caches, StartingQuota};
@@ -557,32 +559,6 @@ async fn finish(state: &AppState, evaluated: Evaluated) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], answer.body).into_response()
 }
 
-/// Keeps one timer pending at most `period` ahead, for the per-request deadlines' sake.
-///
-/// Every review arms timers (the request deadline, hyper's header-read timeout) that it
-/// cancels when answered. Tokio wakes its parked I/O driver whenever a timer is armed earlier
-/// than the driver's next wake-up, which, when no other timer is pending, is every time: an
-/// eventfd write, a futex wake and an epoll round per review (98 % of the server's `write`
-/// calls at 50 req/s, ~1 per review at 2,000 req/s; the uid-echo baseline, without timers,
-/// makes 0.15). With this timer always pending and nearer than any deadline, arming a deadline
-/// wakes nobody; the cost is one wake-up per `period`. Performance only: every deadline fires
-/// as before whether or not this runs.
-fn spawn_timer_anchor(period: Duration) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(period);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticks.tick().await;
-        }
-    })
-}
-
-/// Half the shortest per-request deadline (so the anchor is always nearer than a deadline
-/// armed after it), between 10 ms and 1 s.
-fn anchor_period(shortest_deadline: Duration) -> Duration {
-    (shortest_deadline / 2).clamp(Duration::from_millis(10), Duration::from_secs(1))
-}
-
 async fn healthz() -> &'static str {
     "ok\n"
 }
@@ -627,239 +603,4 @@ fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
-
-/// Runs the server until SIGTERM or SIGINT.
-pub async fn run(config: ServeConfig) -> Result<(), Error> {
-    let shutdown = ShutdownSignal::install();
-    let load_error = |e: policy::LoadErrors| Error::Policy {
-        location: config.policies.display().to_string(),
-        message: e.to_string(),
-    };
-    let sources = policy::read_sources(&config.policies).map_err(load_error)?;
-    let policies = policy::compile(&sources).map_err(load_error)?;
-    tracing::info!(version = %policies.version, summary = ?policies.summary(), "policies loaded");
-    // Hashed before loading: a rotation that lands in between is then seen as a change and
-    // loaded again, never mistaken for the pair already in force.
-    let cert_baseline = reload::cert_hash(&config.tls_cert, &config.tls_key, config.client_ca.as_deref());
-    let tls = tls::server_config_with_client_ca(&config.tls_cert, &config.tls_key, config.client_ca.as_deref())?;
-    let rustls = axum_server::tls_rustls::RustlsConfig::from_config(tls);
-
-    let client = if config.use_kube { reload::kube_client().await } else { None };
-    // Before anything is served: the name Allot's own gate lifts carry decides what the
-    // validating webhook lets through.
-    let identity = identity::resolve(client.as_ref(), config.allot_username.as_deref())
-        .await
-        .map_err(|e| Error::Identity(e.to_string()))?;
-    let caches = Arc::new(Caches::default());
-    let namespaces: Arc<dyn NamespaceLabels> = match &client {
-        Some(c) => {
-            caches.namespaces.expect();
-            reload::watch_namespaces(c.clone(), caches.clone())
-        }
-        None => Arc::new(NoNamespaces),
-    };
-    let cluster = Arc::new(ClusterState::default());
-    // Deny-mode quota on the API server's shared ledger wherever a leader (the gang controller's
-    // Lease holder) reconciles it; each admission may spend 70% of the request deadline on it
-    // (quota is decided last; evaluation as a whole gets 90%).
-    let ledger = match (&client, &config.gang_controller) {
-        (Some(c), Some(controller)) => {
-            Some(Arc::new(SharedLedger::new(c.clone(), &controller.lease_namespace, config.request_timeout * 7 / 10)))
-        }
-        _ => None,
-    };
-    if let Some(ledger) = &ledger {
-        ledger.watch();
-        ledger.spawn_flusher();
-    }
-    let shared_ledger = ledger.clone();
-    let state = AppState::with_ledger(
-        policies,
-        namespaces,
-        cluster.clone(),
-        caches.clone(),
-        identity.username.clone(),
-        ledger.clone(),
-    );
-    state.metrics.set_identity(&identity.username, identity.source.as_str());
-    state.set_native_split(&sources);
-    if let Some(c) = &client {
-        // (Set once, here, before the server accepts a request.)
-        let claims = reload::watch_claims(c.clone(), cluster.clone());
-        cluster.set_claims(claims.clone());
-        let _ = state.claims.set(claims);
-        device_classes::watch(c.clone(), state.clone());
-    }
-    let controller = match (&client, &config.gang_controller) {
-        (Some(c), Some(controller)) => {
-            tracing::info!(lease = %controller.lease_name, namespace = %controller.lease_namespace, identity = %controller.identity, "starting the gang controller");
-            caches.pods.expect();
-            let synced = caches.clone();
-            let evictions = reload::kube_client_without_retries().await.unwrap_or_else(|| c.clone());
-            let clients = crate::control::gang::controller::Clients { api: c.clone(), evictions };
-            Some(crate::control::gang::controller::spawn(
-                clients,
-                cluster.clone(),
-                state.policies.clone(),
-                state.namespaces.clone(),
-                controller.clone(),
-                state.metrics.controller.clone(),
-                Box::new(move || synced.pods.mark_synced()),
-            ))
-        }
-        (None, Some(_)) => {
-            tracing::warn!("no Kubernetes API: the gang controller is not running; gated pods stay gated");
-            None
-        }
-        _ => None,
-    };
-
-    let reconciler = ledger.map(|ledger| {
-        let leader = state.metrics.controller.leader.clone();
-        caches.ledgers.expect();
-        let (synced, bootstrapped) = (caches.clone(), caches.clone());
-        crate::control::quota::shared::spawn_reconciler(
-            ledger,
-            cluster,
-            state.policies.clone(),
-            state.namespaces.clone(),
-            crate::control::quota::shared::ReconcilerHooks {
-                leading: Box::new(move || leader.get() == 1),
-                ready: Box::new(move || synced.watches_synced()),
-                ledgers_exist: Box::new(move || bootstrapped.ledgers.mark_synced()),
-            },
-        )
-    });
-
-    if let Some(expiry) = tls::not_after(&config.tls_cert) {
-        state.metrics.certificate_expiry.set(expiry);
-    }
-    let app = router_with_inline_limit(
-        state.clone(),
-        config.max_body_bytes,
-        config.request_timeout,
-        config.inline_body_bytes,
-    );
-    let handle = axum_server::Handle::new();
-    // TCP_NODELAY on every accepted connection: axum-server's default acceptor leaves Nagle on,
-    // and Nagle + delayed ACK adds ~40 ms to responses that leave in two segments.
-    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(rustls.clone())
-        .handshake_timeout(config.header_read_timeout)
-        .acceptor(axum_server::accept::NoDelayAcceptor::new());
-    let acceptor =
-        connections::CappedAcceptor::new(acceptor, config.max_connections, state.metrics.connections.clone());
-    let mut server = axum_server::bind(config.addr).acceptor(acceptor).handle(handle.clone());
-    // A slow client (slowloris) cannot hold a connection open by sending its head a byte at a
-    // time; hyper needs a timer for that.
-    server
-        .http_builder()
-        .http1()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(config.header_read_timeout);
-    let server = server.serve(app.into_make_service());
-    let server = tokio::spawn(server);
-    let anchor = spawn_timer_anchor(anchor_period(config.request_timeout.min(config.header_read_timeout)));
-
-    let metrics_listener = tokio::net::TcpListener::bind(config.metrics_addr)
-        .await
-        .map_err(|e| Error::Io { path: PathBuf::from(config.metrics_addr.to_string()), source: e })?;
-    let metrics_addr =
-        metrics_listener.local_addr().map_err(|e| Error::Io { path: PathBuf::from("metrics"), source: e })?;
-    let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
-    let metrics_server = tokio::spawn(
-        axum::serve(metrics_listener, metrics_router(state.clone()))
-            .with_graceful_shutdown(async move {
-                let _ = metrics_stopped.await;
-            })
-            .into_future(),
-    );
-
-    let Some(addr) = handle.listening().await else {
-        return match server.await {
-            Ok(Err(e)) => Err(Error::Io { path: PathBuf::from(config.addr.to_string()), source: e }),
-            _ => Err(Error::Certificates(format!("could not listen on {}", config.addr))),
-        };
-    };
-    // One line on stdout that tools (and the integration tests) can read.
-    println!("allot serving webhooks on https://{addr} and metrics on http://{metrics_addr}");
-    tracing::info!(%addr, %metrics_addr, "serving");
-
-    let reloader = reload::spawn(state.clone(), rustls, config.clone(), cert_baseline);
-    shutdown.wait().await;
-    tracing::info!("shutting down: refusing new connections, closing idle ones");
-    state.shutting_down.store(true, Ordering::Relaxed);
-    let deadline = tokio::time::Instant::now() + config.shutdown_grace;
-    // Graceful shutdown closes idle keep-alive connections at once (kubernetes#127335) and
-    // lets in-flight requests finish within the grace period.
-    handle.graceful_shutdown(Some(config.shutdown_grace));
-    // Hand the Lease over now, while requests drain: the next leader starts at once.
-    if let Some(controller) = controller {
-        controller.shutdown(config.shutdown_grace.min(Duration::from_secs(5))).await;
-    }
-    let _ = stop_metrics.send(());
-    reloader.abort();
-    anchor.abort();
-    if let Some(reconciler) = reconciler {
-        reconciler.abort();
-    }
-    let _ = server.await;
-    // No request is in flight now: hand this replica's quota allowances back.
-    if let Some(ledger) = &shared_ledger {
-        let _ = tokio::time::timeout_at(deadline, ledger.give_back()).await;
-    }
-    // axum's graceful shutdown has no deadline of its own: a metrics client stuck mid-request
-    // would keep the process alive until SIGKILL. It gets the same grace period.
-    let _ = tokio::time::timeout_at(deadline, metrics_server).await;
-    tracing::info!("stopped");
-    Ok(())
-}
-
-/// Listens for SIGTERM and SIGINT from the moment it is created (before the serving line is
-/// printed, so a supervisor that signals right after start-up is never met by the default
-/// action); `.wait()` returns on the first.
-struct ShutdownSignal {
-    #[cfg(unix)]
-    terminate: Option<tokio::signal::unix::Signal>,
-    #[cfg(unix)]
-    interrupt: Option<tokio::signal::unix::Signal>,
-}
-
-#[cfg(unix)]
-async fn recv(signal: Option<&mut tokio::signal::unix::Signal>) {
-    match signal {
-        Some(s) => {
-            s.recv().await;
-        }
-        None => std::future::pending::<()>().await,
-    }
-}
-
-impl ShutdownSignal {
-    fn install() -> ShutdownSignal {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            ShutdownSignal {
-                terminate: signal(SignalKind::terminate()).ok(),
-                interrupt: signal(SignalKind::interrupt()).ok(),
-            }
-        }
-        #[cfg(not(unix))]
-        ShutdownSignal {}
-    }
-
-    async fn wait(mut self) {
-        #[cfg(unix)]
-        {
-            tokio::select! {
-                _ = recv(self.terminate.as_mut()) => {},
-                _ = recv(self.interrupt.as_mut()) => {},
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
