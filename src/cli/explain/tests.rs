@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::control::cluster::fixtures::{member, node, policies, queue_policies, record, team_pod};
 use crate::control::cluster::{ClusterState, ControllerAction};
+use crate::control::gang::fit::NodeRefusal;
 use crate::control::gang::plan::plan;
 use crate::model::namespaces::NoNamespaces;
 
