@@ -13,7 +13,6 @@ const OVERSIZED: &[(&str, usize)] = &[
     ("src/control/cluster/tests.rs", 778),
     ("src/control/gang/tests.rs", 2220),
     ("src/admission/native/tests.rs", 980),
-    ("src/model/policy/mod.rs", 756),
     ("src/control/quota/ledger/tests.rs", 871),
     ("tests/controller.rs", 879),
     ("tests/deploy.rs", 2178),
