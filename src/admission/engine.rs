@@ -227,7 +227,7 @@ impl<'a> Engine<'a> {
         out.patch = m.ops;
         out.changes = m.changes;
         out.findings = m.findings;
-        out.findings.extend(m.gang_error.map(|message| validate::gang_metadata_finding("", message)));
+        out.findings.extend(m.gang_error.map(|error| validate::gang_metadata_finding("", error.to_string())));
         out
     }
 

@@ -12,7 +12,7 @@ use crate::admission::directory::NodeLookup;
 use crate::admission::finding::{Finding, RuleId};
 use crate::admission::tenant::never_gate;
 use crate::model::expression::{Evaluator, Inputs};
-use crate::model::gang::membership::{GATE, PodFacts, QUOTA_GATE};
+use crate::model::gang::membership::{GATE, GangMetadataError, PodFacts, QUOTA_GATE};
 use crate::model::json::Fields;
 use crate::model::namespaces::TeamLookup;
 use crate::model::patch::{Builder, PatchOp};
@@ -37,7 +37,7 @@ pub struct Mutation {
     pub findings: Vec<Finding>,
     /// The Pod's gang metadata is invalid (so it got no gate). Reported by the caller: a real
     /// Pod is denied at /mutate, a template by validation's own gang check, once.
-    pub gang_error: Option<String>,
+    pub gang_error: Option<GangMetadataError>,
     /// Whether [`Mutation::changes`] are written ([`PodContext::describe`]).
     describe: bool,
 }

@@ -11,7 +11,7 @@ use crate::admission::quota::{QuotaBook, QuotaRequest, Refusal};
 use crate::admission::request::Request;
 use crate::model::dra::ClaimDemand;
 use crate::model::expression::{Evaluator, Inputs};
-use crate::model::gang::membership::{Membership, PodFacts};
+use crate::model::gang::membership::{GangMetadataError, Membership, PodFacts};
 use crate::model::json::Fields;
 use crate::model::namespaces::TeamLookup;
 use crate::model::policy::{Action, Operation, PolicySet, QuotaMode, Rule};
@@ -245,7 +245,7 @@ pub fn pod_gang(
     namespace: &str,
     team: &TeamLookup<'_>,
     at_create: bool,
-) -> Result<Option<Membership>, String> {
+) -> Result<Option<Membership>, GangMetadataError> {
     let facts = PodFacts::from_json(&view.pod);
     let team = team.team.map(|t| t.name.as_str());
     let gang = policies.gang_of(&facts, namespace, team)?;
@@ -253,7 +253,7 @@ pub fn pod_gang(
         && gang.is_some()
         && let Some(refusal) = policies.topology_refusal(&facts, namespace, team)
     {
-        return Err(refusal);
+        return Err(GangMetadataError::Topology(refusal));
     }
     Ok(gang)
 }
@@ -304,12 +304,12 @@ pub fn gang_metadata_finding(view_path: &str, message: String) -> Finding {
 pub fn check_gang(
     view: &PodView<'_>,
     namespace: &str,
-    gang: &Result<Option<Membership>, String>,
+    gang: &Result<Option<Membership>, GangMetadataError>,
     directory: &dyn GangDirectory,
     global_default: Option<&str>,
 ) -> Option<Finding> {
     match gang {
-        Err(message) => Some(gang_metadata_finding(&view.path, message.clone())),
+        Err(error) => Some(gang_metadata_finding(&view.path, error.to_string())),
         Ok(Some(gang)) if view.path.is_empty() => {
             let me = Peer::of(&view.pod, gang, global_default);
             // Both sides alike: a watched member naming no class counts as this pod does.

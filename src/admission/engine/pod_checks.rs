@@ -15,7 +15,7 @@ use crate::admission::finding::Finding;
 use crate::admission::tenant::{self, Requester};
 use crate::admission::validate;
 use crate::model::dra::{self, ClaimDemand};
-use crate::model::gang::membership::Membership;
+use crate::model::gang::membership::{GangMetadataError, Membership};
 use crate::model::namespaces::TeamLookup;
 use crate::model::policy::{Operation, QuotaMode};
 use crate::model::resources::ResourceList;
@@ -31,7 +31,7 @@ pub(super) struct CheckedPod<'c, 'e> {
     pub(super) claims: &'c ClaimDemand,
     pub(super) claimed: &'c ResourceList,
     /// Its gang (`Err`: the gang it names is malformed, said by the `gang` check).
-    pub(super) membership: &'c Result<Option<Membership>, String>,
+    pub(super) membership: &'c Result<Option<Membership>, GangMetadataError>,
     pub(super) operation: Operation,
 }
 
@@ -116,7 +116,7 @@ impl<'a> Engine<'a> {
         req: &Request<'_>,
         view: &PodView<'_>,
         team: &TeamLookup<'_>,
-        membership: &Result<Option<Membership>, String>,
+        membership: &Result<Option<Membership>, GangMetadataError>,
         operation: Operation,
     ) -> Option<validate::TemplateMember> {
         if view.path.is_empty()

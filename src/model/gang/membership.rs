@@ -248,8 +248,27 @@ pub const MAX_GANG_NAME: usize = 253;
 /// training job on one cluster, and small enough that per-member work stays cheap.
 pub const DEFAULT_MAX_GANG_SIZE: u32 = 1024;
 
+/// Why a Pod's gang metadata is refused (the message the person who applied it reads).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GangMetadataError {
+    #[error("{key} must be a positive integer, got {got:?}")]
+    NotASize { key: String, got: String },
+    #[error("{key} is {size}; gangs here have at most {max} members (GangPolicy maxGangSize)")]
+    TooLarge { key: String, size: String, max: u32 },
+    /// A gang named (by `named_by`: the label or annotation and its value) without its size.
+    #[error("{named_by} needs the annotation {annotation}")]
+    NoSize { named_by: String, annotation: &'static str },
+    #[error("{KUEUE_GROUP} is {0} bytes long; a gang name has at most {MAX_GANG_NAME}")]
+    NameTooLong(usize),
+    #[error("{KUEUE_GROUP} {0:?}: names starting {NATIVE_GROUP_PREFIX:?} are native PodGroups'")]
+    NativeGroupName(String),
+    /// The topology level a member asks for is not one its GangPolicy allows (judged at CREATE).
+    #[error("{0}")]
+    Topology(String),
+}
+
 /// Parses a gang size: a positive integer no larger than `max`.
-pub fn parse_size(key: &str, raw: &str, max: u32) -> Result<u32, String> {
+pub fn parse_size(key: &str, raw: &str, max: u32) -> Result<u32, GangMetadataError> {
     let trimmed = raw.trim();
     match trimmed.parse::<u32>() {
         Ok(n) if n > 0 && n <= max => Ok(n),
@@ -261,12 +280,12 @@ pub fn parse_size(key: &str, raw: &str, max: u32) -> Result<u32, String> {
         {
             Err(too_big(key, &shorten(trimmed), max))
         }
-        _ => Err(format!("{key} must be a positive integer, got {:?}", shorten(raw))),
+        _ => Err(GangMetadataError::NotASize { key: key.to_string(), got: shorten(raw) }),
     }
 }
 
-fn too_big(key: &str, size: &str, max: u32) -> String {
-    format!("{key} is {size}; gangs here have at most {max} members (GangPolicy maxGangSize)")
+fn too_big(key: &str, size: &str, max: u32) -> GangMetadataError {
+    GangMetadataError::TooLarge { key: key.to_string(), size: size.to_string(), max }
 }
 
 /// A user-written value, cut short for a message.
@@ -288,15 +307,15 @@ pub fn membership(
     infer: &[InferredKind],
     coscheduling_size: Option<u32>,
     max_size: u32,
-) -> Result<Option<Membership>, String> {
+) -> Result<Option<Membership>, GangMetadataError> {
     if facts.native_pod_group.is_some() {
         return Ok(None);
     }
     if let Some(name) = facts.labels.get(NAME_LABEL).filter(|n| !n.is_empty()) {
-        let raw = facts
-            .annotations
-            .get(SIZE_ANNOTATION)
-            .ok_or_else(|| format!("label {NAME_LABEL}={name} needs the annotation {SIZE_ANNOTATION}"))?;
+        let raw = facts.annotations.get(SIZE_ANNOTATION).ok_or_else(|| GangMetadataError::NoSize {
+            named_by: format!("label {NAME_LABEL}={name}"),
+            annotation: SIZE_ANNOTATION,
+        })?;
         return Ok(Some(Membership {
             name: name.to_string(),
             size: Some(parse_size(SIZE_ANNOTATION, raw, max_size)?),
@@ -307,17 +326,15 @@ pub fn membership(
         // The one gang name an annotation can give, so bounded by nothing but the Pod's size:
         // every replica keeps a gang's name in each member's record and in its indexes.
         if name.len() > MAX_GANG_NAME {
-            return Err(format!("{KUEUE_GROUP} is {} bytes long; a gang name has at most {MAX_GANG_NAME}", name.len()));
+            return Err(GangMetadataError::NameTooLong(name.len()));
         }
         if name.starts_with(NATIVE_GROUP_PREFIX) {
-            return Err(format!(
-                "{KUEUE_GROUP} {name:?}: names starting {NATIVE_GROUP_PREFIX:?} are native PodGroups'"
-            ));
+            return Err(GangMetadataError::NativeGroupName(name.to_string()));
         }
-        let raw = facts
-            .annotations
-            .get(KUEUE_TOTAL)
-            .ok_or_else(|| format!("{KUEUE_GROUP}={name} needs the annotation {KUEUE_TOTAL}"))?;
+        let raw = facts.annotations.get(KUEUE_TOTAL).ok_or_else(|| GangMetadataError::NoSize {
+            named_by: format!("{KUEUE_GROUP}={name}"),
+            annotation: KUEUE_TOTAL,
+        })?;
         return Ok(Some(Membership {
             name: name.to_string(),
             size: Some(parse_size(KUEUE_TOTAL, raw, max_size)?),

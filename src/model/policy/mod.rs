@@ -519,7 +519,8 @@ impl PolicySet {
         facts: &crate::model::gang::membership::PodFacts<'_>,
         namespace: &str,
         team: Option<&str>,
-    ) -> Result<Option<crate::model::gang::membership::Membership>, String> {
+    ) -> Result<Option<crate::model::gang::membership::Membership>, crate::model::gang::membership::GangMetadataError>
+    {
         let policy = self.gang_policy(namespace, team);
         crate::model::gang::membership::membership(facts, &policy.infer, policy.coscheduling_size, policy.max_size)
     }

@@ -6,7 +6,7 @@ use super::*;
 /// The gang a pod is a member of, as the record keeps it. Bound and foreign-managed members
 /// keep their gang: they count towards its quorum.
 pub(super) fn gang_ref(
-    membership: Result<Option<membership::Membership>, String>,
+    membership: Result<Option<membership::Membership>, membership::GangMetadataError>,
     facts: &PodFacts<'_>,
     spec: Option<&k8s_openapi::api::core::v1::PodSpec>,
     policies: &PolicySet,

@@ -77,7 +77,8 @@ fn a_native_pod_groups_quota_group_is_sized_by_its_min_count() {
     assert_eq!(native_group(Some(""), "ml", &objects), None);
     let forged = facts(json!({"annotations": {KUEUE_GROUP: "PodGroup/gang", KUEUE_TOTAL: "1"}}), json!({}));
     let refused = membership(&forged, &[], None, MAX).expect_err("a native group's name");
-    assert!(refused.contains("native PodGroups'"), "{refused}");
+    assert!(matches!(refused, GangMetadataError::NativeGroupName(_)), "{refused:?}");
+    assert!(refused.to_string().contains("native PodGroups'"), "{refused}");
     for name in ["a", "lws-x-0", "train"] {
         assert!(!is_native_group(name));
     }
@@ -146,10 +147,12 @@ fn invalid_sizes_are_errors() {
     for size in ["0", "-1", "two", "1.5", ""] {
         let f = facts(json!({"labels": {NAME_LABEL: "a"}, "annotations": {SIZE_ANNOTATION: size}}), json!({}));
         let err = membership(&f, &[], None, MAX).unwrap_err();
-        assert!(err.contains("positive integer"), "{size}: {err}");
+        assert!(matches!(err, GangMetadataError::NotASize { .. }), "{size}: {err:?}");
+        assert!(err.to_string().contains("positive integer"), "{size}: {err}");
     }
     let f = facts(json!({"labels": {NAME_LABEL: "a"}}), json!({}));
-    assert!(membership(&f, &[], None, MAX).unwrap_err().contains("needs the annotation"));
+    let err = membership(&f, &[], None, MAX).unwrap_err();
+    assert_eq!(err.to_string(), format!("label {NAME_LABEL}=a needs the annotation {SIZE_ANNOTATION}"));
 }
 
 #[test]
@@ -220,10 +223,12 @@ fn gang_sizes_are_bounded_without_overflow() {
     assert_eq!(membership(&sized("1024"), &[], None, 1024).unwrap().unwrap().size, Some(1024));
     for huge in ["1025", "4294967295", "4294967296", "99999999999999999999999999999999999999999999"] {
         let err = membership(&sized(huge), &[], None, 1024).unwrap_err();
-        assert!(err.contains("at most 1024 members (GangPolicy maxGangSize)"), "{huge}: {err}");
+        assert!(matches!(err, GangMetadataError::TooLarge { max: 1024, .. }), "{huge}: {err:?}");
+        assert!(err.to_string().contains("at most 1024 members (GangPolicy maxGangSize)"), "{huge}: {err}");
     }
     let kueue = facts(json!({"labels": {KUEUE_GROUP: "pg"}, "annotations": {KUEUE_TOTAL: "5000"}}), json!({}));
-    assert!(membership(&kueue, &[], None, 1024).unwrap_err().contains("kueue.x-k8s.io/pod-group-total-count is 5000"));
+    let err = membership(&kueue, &[], None, 1024).unwrap_err().to_string();
+    assert!(err.contains("kueue.x-k8s.io/pod-group-total-count is 5000"), "{err}");
     // Owner sizes saturate instead of overflowing (then fail the u32 conversion).
     let js = json!({"spec": {"replicatedJobs": [
             {"replicas": u64::MAX, "template": {"spec": {"parallelism": u64::MAX}}},
