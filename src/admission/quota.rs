@@ -8,8 +8,7 @@ use std::collections::BTreeMap;
 use crate::model::policy::quota::{Charge, Exceeded, Quota};
 use crate::model::quantity::Quantity;
 use crate::model::resources::ResourceList;
-use crate::model::tally::GangTally;
-use crate::model::tally::add_to;
+use crate::model::tally::{GangTally, add_to};
 
 /// One admission asking for quota.
 #[derive(Debug, Clone)]

@@ -4,6 +4,8 @@
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
 
+use super::metrics::ControllerMetrics;
+
 /// An Event's `action`: which of the controller's jobs the Event is about.
 #[derive(Debug, Clone, Copy)]
 pub enum EventAction {
@@ -25,17 +27,23 @@ impl EventAction {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-pub async fn publish(
-    recorder: &Recorder,
-    namespace: &str,
-    pod: &str,
-    uid: Option<&str>,
-    action: EventAction,
-    warning: bool,
-    reason: &str,
-    message: &str,
-) {
+/// One Event on one pod: the pod of that `uid` when known, so that a successor made under the
+/// same name does not show it.
+pub struct PodEvent<'a> {
+    pub namespace: &'a str,
+    pub pod: &'a str,
+    pub uid: Option<&'a str>,
+    pub action: EventAction,
+    pub warning: bool,
+    pub reason: &'a str,
+    pub message: &'a str,
+}
+
+/// Publishes `event`, counted as one of the controller's writes. A failure is logged, never
+/// retried: an Event is a courtesy, the pod's condition is the record.
+pub async fn publish(recorder: &Recorder, metrics: &ControllerMetrics, event: &PodEvent<'_>) {
+    metrics.wrote("event");
+    let PodEvent { namespace, pod, uid, action, warning, reason, message } = *event;
     let reference = ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Pod".into()),

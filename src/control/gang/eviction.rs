@@ -7,7 +7,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::Recorder;
 use serde_json::json;
 
-use super::events::{EventAction, publish};
+use super::events::{EventAction, PodEvent, publish};
 use super::metrics::ControllerMetrics;
 use super::preemption::{Evictor, PREEMPTED_REASON};
 
@@ -65,14 +65,15 @@ impl Evictor for ApiEvictor<'_> {
         if let Err(e) = api.patch_status(pod, &PatchParams::default(), &Patch::Strategic(condition)).await {
             tracing::debug!(%namespace, %pod, error = %e, "DisruptionTarget condition not written");
         }
-        self.metrics.wrote("event");
         let action = EventAction::Preemption;
-        publish(self.recorder, namespace, pod, uid, action, true, VICTIM_EVENT_REASON, message).await;
+        let event = PodEvent { namespace, pod, uid, action, warning: true, reason: VICTIM_EVENT_REASON, message };
+        publish(self.recorder, self.metrics, &event).await;
     }
 
     async fn tell_preemptor(&self, namespace: &str, pod: &str, reason: &str, message: &str) {
-        self.metrics.wrote("event");
-        publish(self.recorder, namespace, pod, None, EventAction::Preemption, true, reason, message).await;
+        let event =
+            PodEvent { namespace, pod, uid: None, action: EventAction::Preemption, warning: true, reason, message };
+        publish(self.recorder, self.metrics, &event).await;
     }
 }
 

@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::Recorder;
 use serde_json::{Value, json};
 
-use super::events::{EventAction, publish};
+use super::events::{EventAction, PodEvent, publish};
 use super::metrics::ControllerMetrics;
 pub use super::owners::{OWNER_APIS, OwnerApi};
 use super::refusal::{RefusedLifts, admission_refusal};
@@ -378,7 +378,16 @@ pub(super) async fn execute_rest(
                 return (true, false);
             }
             c.landed(state);
-            writer.publish(c.namespace, c.pod, None, c.event, c.warning, c.reason, c.message).await;
+            let event = PodEvent {
+                namespace: c.namespace,
+                pod: c.pod,
+                uid: None,
+                action: c.event,
+                warning: c.warning,
+                reason: c.reason,
+                message: c.message,
+            };
+            publish(writer.recorder, writer.metrics, &event).await;
             (false, false)
         })
         .buffer_unordered(CONCURRENT_WRITES)
@@ -507,22 +516,6 @@ impl Writer<'_> {
         }
     }
 
-    /// An Event about the pod (the one of `uid`, when known).
-    #[allow(clippy::too_many_arguments)]
-    async fn publish(
-        &self,
-        namespace: &str,
-        pod: &str,
-        uid: Option<&str>,
-        action: EventAction,
-        warning: bool,
-        reason: &str,
-        message: &str,
-    ) {
-        self.metrics.wrote("event");
-        publish(self.recorder, namespace, pod, uid, action, warning, reason, message).await;
-    }
-
     /// Assembly or start timeout under `Fail`: a Warning Event (`event_reason`, `reason`) on the
     /// pod of that `uid` (before: a deletion that fails and is retried repeats it, and the pod's
     /// Events say why it went), then its deletion; false when the pod could not be deleted (it
@@ -536,7 +529,9 @@ impl Writer<'_> {
         event_reason: &str,
         reason: &str,
     ) -> bool {
-        self.publish(namespace, pod, uid, EventAction::GangScheduling, true, event_reason, reason).await;
+        let action = EventAction::GangScheduling;
+        let event = PodEvent { namespace, pod, uid, action, warning: true, reason: event_reason, message: reason };
+        publish(self.recorder, self.metrics, &event).await;
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         if event_reason == super::disruption::GANG_DISRUPTED_REASON {
             // As the scheduler and the Eviction API do: a Job whose podFailurePolicy ignores

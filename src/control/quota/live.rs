@@ -6,8 +6,7 @@ use crate::admission::quota::{QuotaBook, QuotaRequest, Refusal, asks, check};
 use crate::control::cluster::ClusterState;
 use crate::model::policy::quota::Quota;
 use crate::model::resources::ResourceList;
-use crate::model::tally::GangTally;
-use crate::model::tally::add_to;
+use crate::model::tally::{GangTally, add_to};
 
 /// Deny-mode quota in `allot serve`: usage from the controller's Pod watch plus an in-process
 /// ledger of pods admitted but not yet seen in the watch, keyed by the AdmissionRequest uid (the
