@@ -20,6 +20,7 @@ pub mod mutate;
 pub mod native;
 pub mod quota;
 pub mod request;
+pub mod reserve;
 pub mod tenant;
 pub mod validate;
 

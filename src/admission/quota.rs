@@ -135,38 +135,6 @@ impl OwnedQuotaRequest {
     }
 }
 
-/// A charge an evaluation asked for and left to its caller to commit.
-#[derive(Debug, Clone)]
-pub struct DeferredCharge {
-    pub quota: Quota,
-    pub request: OwnedQuotaRequest,
-}
-
-/// A book that decides nothing itself: it admits provisionally and records each charge, for
-/// the caller to commit afterwards and turn a refusal into a denial. The server uses it for the
-/// API server's shared ledger, whose commit waits on the network: an evaluation thread must not
-/// wait with it (one blocked thread per in-flight admission, each with its stack and allocator
-/// caches, was ~6 MiB of RSS per concurrent client; issue 18).
-#[derive(Debug, Default)]
-pub struct DeferringBook {
-    deferred: std::sync::Mutex<Vec<DeferredCharge>>,
-}
-
-impl DeferringBook {
-    /// The charges recorded, in the order they were asked.
-    pub fn into_deferred(self) -> Vec<DeferredCharge> {
-        self.deferred.into_inner().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl QuotaBook for DeferringBook {
-    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), Refusal> {
-        let charge = DeferredCharge { quota: quota.clone(), request: OwnedQuotaRequest::of(request) };
-        self.deferred.lock().unwrap_or_else(|e| e.into_inner()).push(charge);
-        Ok(())
-    }
-}
-
 /// What admitting a request adds to its team's usage.
 pub(crate) struct Asks {
     /// In resource terms; negative entries where a gang's placeholders shrink.

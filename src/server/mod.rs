@@ -40,7 +40,8 @@ use tower_http::timeout::TimeoutLayer;
 
 use crate::admission::covers::NativeSplit;
 use crate::admission::engine::Engine;
-use crate::admission::quota::{DeferredCharge, DeferringBook, QuotaBook};
+use crate::admission::quota::QuotaBook;
+use crate::admission::reserve::{DeferringBook, Unreserved};
 use crate::admission::{self, Phase};
 use crate::control::cluster::ClusterState;
 use crate::control::quota::{LiveQuota, SharedLedger};
@@ -94,8 +95,8 @@ pub struct AppState {
     /// Deny-mode quota usage and reservations.
     pub quota: Arc<dyn QuotaBook>,
     /// The API server's shared ledger, when deny-mode quota is decided there: evaluation then
-    /// only records the charge ([`DeferringBook`]) and the commit is awaited afterwards,
-    /// without holding a thread ([`finish`]).
+    /// only records the charge ([`DeferringBook`]) and the engine's reservation step
+    /// ([`Unreserved::reserve`], run by [`finish`]) awaits it without holding a thread.
     pub ledger: Option<Arc<SharedLedger>>,
     /// The watches quota depends on; until they have synced, quota fails closed and `/readyz`
     /// says not ready. Nothing is required unless marked (no Kubernetes API: nothing to wait for).
@@ -389,9 +390,9 @@ impl Evaluations {
 }
 
 /// `AppState::quota` beside the shared ledger: its charges are recorded during evaluation
-/// ([`DeferringBook`]) and committed by [`finish`], never decided by a synchronous book (which
-/// would hold a thread per admission while it waits on the API server). Asked anyway, it
-/// refuses: failing closed.
+/// ([`DeferringBook`]) and reserved by [`Unreserved::reserve`], never decided by a synchronous
+/// book (which would hold a thread per admission while it waits on the API server). Asked
+/// anyway, it refuses: failing closed.
 struct CommittedAfterEvaluation;
 
 impl QuotaBook for CommittedAfterEvaluation {
@@ -415,8 +416,7 @@ enum Evaluated {
     Review {
         webhook: &'static str,
         started: Instant,
-        answer: Box<admission::Answer>,
-        deferred: Vec<DeferredCharge>,
+        review: Box<Unreserved>,
     },
 }
 
@@ -487,9 +487,7 @@ fn evaluate(
         // The changes are only logged, at debug level ("mutated"): not formatted otherwise.
         .with_change_descriptions(tracing::enabled!(tracing::Level::DEBUG));
     match admission::review(body, phase, &engine) {
-        Ok(answer) => {
-            Evaluated::Review { webhook, started, answer: Box::new(answer), deferred: deferring.into_deferred() }
-        }
+        Ok(answer) => Evaluated::Review { webhook, started, review: Box::new(Unreserved::new(answer, deferring)) },
         Err(e) => {
             state.metrics.requests.get_or_create(&RequestLabels { webhook, result: "error" }).inc();
             tracing::warn!(webhook, error = %e, "rejected malformed AdmissionReview");
@@ -499,34 +497,28 @@ fn evaluate(
     }
 }
 
-/// Commits an evaluation's deferred ledger charges (awaiting the API server without holding a
-/// thread; a refusal turns the answer into a denial, and later charges are not committed),
-/// then counts, logs and sends the answer.
+/// Runs the engine's last step, the reservation of its deferred quota charges on the shared
+/// ledger (awaiting the API server without holding a thread), then counts, logs and sends the
+/// answer.
 async fn finish(state: &AppState, evaluated: Evaluated) -> Response {
     use futures::FutureExt;
-    let (webhook, started, mut answer, deferred) = match evaluated {
+    let (webhook, started, review) = match evaluated {
         Evaluated::Answered(response) => return response,
-        Evaluated::Review { webhook, started, answer, deferred } => (webhook, started, answer, deferred),
+        Evaluated::Review { webhook, started, review } => (webhook, started, review),
     };
-    if let Some(ledger) = state.ledger.as_ref().filter(|_| !deferred.is_empty()) {
-        let settle = async {
-            for charge in &deferred {
-                if let Err(refusal) = ledger.admit_async(&charge.quota, &charge.request.borrow()).await {
-                    // The shared ledger is only asked for the Pod itself, whose spec is at `spec`.
-                    answer.deny_later(crate::admission::validate::quota_denial(
-                        "spec".into(),
-                        &charge.request.team,
-                        &refusal,
-                    ));
-                    break;
+    let answer = match state.ledger.as_ref().filter(|_| review.has_charges()) {
+        Some(ledger) => {
+            let uid = review.uid().to_string();
+            match std::panic::AssertUnwindSafe(review.reserve(ledger.as_ref())).catch_unwind().await {
+                Ok(answer) => answer,
+                Err(payload) => {
+                    let message = crate::model::expression::panics::payload_text(payload.as_ref());
+                    return panicked(state, Phase::Validate, admission::internal_error_for(&uid, &message), &message);
                 }
             }
-        };
-        if let Err(payload) = std::panic::AssertUnwindSafe(settle).catch_unwind().await {
-            let message = crate::model::expression::panics::payload_text(payload.as_ref());
-            return panicked(state, Phase::Validate, admission::internal_error_for(&answer.uid, &message), &message);
         }
-    }
+        None => review.without_reserving(),
+    };
     let result = match (answer.allowed, answer.mutated) {
         (false, _) => "denied",
         (true, true) => "mutated",

@@ -538,5 +538,16 @@ fn parse(object: &ConfigMap) -> Ledger {
     ledger
 }
 
+/// The reservation step of an admission ([`crate::admission::reserve`]) asks the shared ledger.
+impl crate::admission::reserve::Reservations for SharedLedger {
+    fn reserve(
+        &self,
+        quota: &Quota,
+        request: &QuotaRequest<'_>,
+    ) -> impl std::future::Future<Output = Result<(), Refusal>> + Send {
+        self.admit_async(quota, request)
+    }
+}
+
 #[cfg(test)]
 mod tests;
