@@ -24,6 +24,9 @@ use crate::model::patch::{self, PatchOp};
 use crate::model::policy::{Action, Operation, PolicySet};
 use crate::model::workload::{self, PodView};
 
+/// A Pod view whose quota is still to be charged: its gang membership and DRA claims.
+type QuotaView<'v> = (PodView<'v>, Option<crate::model::gang::membership::Membership>, ClaimDemand);
+
 mod pod_checks;
 
 /// What one phase decided.
@@ -241,23 +244,10 @@ impl<'a> Engine<'a> {
         let is_pod = req.group.is_empty() && req.kind == "Pod";
         // Before anything else: only Allot moves its gates and keys, whatever the rest holds.
         if is_pod && operation == Operation::Update {
-            match req.old_object {
-                Some(old) => out.findings.extend(tenant::check_pod_update(
-                    self.policies,
-                    old,
-                    req.object,
-                    req.username,
-                    self.allot_username,
-                )),
-                None => out.notes.push("a Pod UPDATE without oldObject: Allot's gates could not be checked".into()),
-            }
+            self.check_allot_keys(req, &mut out);
         }
         if req.group == "resource.k8s.io" && req.kind == "ResourceClaim" {
-            if operation == Operation::Create && !self.policies.device_classes.is_empty() {
-                let name = Fields::field(req.object, &["metadata", "name"]).and_then(Value::as_str);
-                let pods = name.map(|n| self.gangs.pods_naming_claim(req.namespace, n)).unwrap_or_default();
-                out.findings.extend(name.and_then(|n| validate::check_claim_create(n, &pods)));
-            }
+            self.check_claim(req, operation, &mut out);
             return out;
         }
         let views = workload::pods_of(req.object, req.group, req.kind);
@@ -276,12 +266,61 @@ impl<'a> Engine<'a> {
             is_pod: false,
             path: "",
         };
-
         self.object_checks(req, operation, &team, &mut out);
-        let mut quota_views = Vec::new();
+        let charges = self.check_pod_views(req, views, &team, &object_target, &mut out);
+        if !is_pod {
+            self.run_rules(req, Subject::Object(req.object), &team, &object_target, &mut out);
+        }
+        // Quota last, and only for what is otherwise admitted: a denied pod reserves nothing.
+        if out.allowed() {
+            for (view, gang, claims) in &charges {
+                let live = view.path.is_empty() && operation == Operation::Create;
+                let book: &dyn QuotaBook = if live { self.quota } else { &NoUsage };
+                out.findings.extend(validate::check_quota(view, gang.as_ref(), claims, req, &team, book));
+            }
+        }
+        out
+    }
+
+    /// A tenant's Pod UPDATE may not move Allot's gates and reserved keys.
+    fn check_allot_keys(&self, req: &Request<'_>, out: &mut Outcome) {
+        match req.old_object {
+            Some(old) => out.findings.extend(tenant::check_pod_update(
+                self.policies,
+                old,
+                req.object,
+                req.username,
+                self.allot_username,
+            )),
+            None => out.notes.push("a Pod UPDATE without oldObject: Allot's gates could not be checked".into()),
+        }
+    }
+
+    /// A ResourceClaim created under a name pods already wait for (DRA accounting).
+    fn check_claim(&self, req: &Request<'_>, operation: Operation, out: &mut Outcome) {
+        if operation == Operation::Create && !self.policies.device_classes.is_empty() {
+            let name = Fields::field(req.object, &["metadata", "name"]).and_then(Value::as_str);
+            let pods = name.map(|n| self.gangs.pods_naming_claim(req.namespace, n)).unwrap_or_default();
+            out.findings.extend(name.and_then(|n| validate::check_claim_create(n, &pods)));
+        }
+    }
+
+    /// The Pod checks and Rules of every Pod view (the Pod itself, or a workload's templates);
+    /// gives the views whose quota is still to be charged.
+    fn check_pod_views<'v>(
+        &self,
+        req: &Request<'_>,
+        views: Vec<PodView<'v>>,
+        team: &TeamLookup<'_>,
+        object_target: &Target<'_>,
+        out: &mut Outcome,
+    ) -> Vec<QuotaView<'v>> {
+        let is_pod = req.group.is_empty() && req.kind == "Pod";
+        let operation = object_target.operation;
+        let mut charges = Vec::new();
         let mut template_gangs = Vec::new();
         for view in views {
-            let view = if view.path.is_empty() { view } else { self.as_created(req, view, &team, &mut out) };
+            let view = if view.path.is_empty() { view } else { self.as_created(req, view, team, out) };
             // Pod specs are immutable after CREATE: re-checking them on UPDATE would only block
             // label edits and our own gate removal on pods admitted under older policies.
             let checked = !(is_pod && operation == Operation::Update);
@@ -290,33 +329,17 @@ impl<'a> Engine<'a> {
             let claimed = claims.accelerators(&self.policies.device_classes);
             if checked {
                 let template;
-                (gang, template) = self.check_pod(req, &view, &team, (&claims, &claimed), operation, &mut out);
+                (gang, template) = self.check_pod(req, &view, team, (&claims, &claimed), operation, out);
                 template_gangs.extend(template);
             }
-            self.run_rules(
-                req,
-                Subject::Pod(&view),
-                &team,
-                &Target { is_pod: true, path: &view.path, ..object_target },
-                &mut out,
-            );
+            let target = Target { is_pod: true, path: &view.path, ..*object_target };
+            self.run_rules(req, Subject::Pod(&view), team, &target, out);
             if checked {
-                quota_views.push((view, gang, claims));
+                charges.push((view, gang, claims));
             }
         }
         out.findings.extend(validate::check_template_gangs(req.namespace, &template_gangs));
-        if !is_pod {
-            self.run_rules(req, Subject::Object(req.object), &team, &object_target, &mut out);
-        }
-        // Quota last, and only for what is otherwise admitted: a denied pod reserves nothing.
-        if out.allowed() {
-            for (view, gang, claims) in &quota_views {
-                let live = view.path.is_empty() && operation == Operation::Create;
-                let book: &dyn QuotaBook = if live { self.quota } else { &NoUsage };
-                out.findings.extend(validate::check_quota(view, gang.as_ref(), claims, req, &team, book));
-            }
-        }
-        out
+        charges
     }
 
     /// The checks of the object as a whole, after Allot's own keys: a tenant's change of what

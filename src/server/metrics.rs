@@ -166,6 +166,54 @@ pub struct Metrics {
     current_version: Mutex<Option<String>>,
 }
 
+/// The gang controller's metrics (set by the leader).
+fn register_controller(registry: &mut Registry, controller: &ControllerMetrics) {
+    registry.register("gang_controller_leader", "1 on the replica holding the Lease", controller.leader.clone());
+    registry.register("gangs_waiting", "Waiting gangs by reason (leader only)", controller.gangs_waiting.clone());
+    registry.register("gang_releases", "Gangs released", controller.gang_releases.clone());
+    registry.register(
+        "gang_wait_seconds",
+        "From a gang's oldest member's creation to its release",
+        controller.gang_wait_seconds.clone(),
+    );
+    registry.register("quota_queue_releases", "Pods released from a quota queue", controller.quota_releases.clone());
+    registry.register(
+        "gang_controller_passes",
+        "Decision passes of the gang controller (leader only)",
+        controller.passes.clone(),
+    );
+    registry.register(
+        "gang_controller_writes",
+        "Writes of the gang controller to the API by kind, Lease renewals aside",
+        controller.writes.clone(),
+    );
+    registry.register(
+        "gangs_waiting_for_topology",
+        "Complete gangs with a required topology level that do not fit now, by that level (leader only)",
+        controller.gangs_waiting_for_domain.clone(),
+    );
+    registry.register(
+        "gang_controller_refused_lifts",
+        "Gate lifts of the controller that admission refused (gangs stay gated): the identity Allot's webhook allows is not the one the controller writes as, or a policy is in the way",
+        controller.refused_lifts.clone(),
+    );
+    registry.register(
+        "gang_preemptions",
+        "Preemptions the gang controller carried out for waiting gangs, by the preemptor's team",
+        controller.preemptions.clone(),
+    );
+    registry.register(
+        "evicted_pods",
+        "Pods the gang controller evicted or deleted for other work, by their team and reason (Preempted, GangDisrupted)",
+        controller.evicted_pods.clone(),
+    );
+    registry.register(
+        "gang_preemption_refused_evictions",
+        "Evictions of a preemption that a PodDisruptionBudget or the API refused, by the preemptor's team",
+        controller.refused_evictions.clone(),
+    );
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
@@ -175,16 +223,44 @@ impl Default for Metrics {
 impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("allot");
-        let requests = Family::<RequestLabels, Counter>::default();
-        let decisions = Family::<DecisionLabels, Counter>::default();
-        let duration = Family::<WebhookLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
-        let policy_reloads = Family::<ResultLabels, Counter>::default();
-        let policy_set_info = Family::<VersionLabels, Gauge>::default();
-        let policy_load_errors = Gauge::default();
-        let certificate_reloads = Family::<ResultLabels, Counter>::default();
-        registry.register("admission_requests", "AdmissionReviews answered", requests.clone());
-        registry.register("admission_decisions", "Findings per rule and action", decisions.clone());
+        let mut metrics = Metrics {
+            registry: Registry::with_prefix("allot"),
+            requests: Family::default(),
+            decisions: Family::default(),
+            duration: Family::new_with_constructor(latency_histogram),
+            policy_reloads: Family::default(),
+            policy_set_info: Family::default(),
+            policy_load_errors: Gauge::default(),
+            certificate_reloads: Family::default(),
+            certificate_expiry: Gauge::default(),
+            connections: super::connections::ConnectionCounters::default(),
+            controller: ControllerMetrics::default(),
+            team_accelerators: Family::default(),
+            quota_limit: Family::default(),
+            quota_used: Family::default(),
+            cluster_pods: Gauge::default(),
+            cluster_gangs: Gauge::default(),
+            cluster_nodes: Gauge::default(),
+            ready: Gauge::default(),
+            gated_pods: Family::default(),
+            gate_oldest_seconds: Family::default(),
+            native_covers: Family::default(),
+            identity_info: Family::default(),
+            current_version: Mutex::new(None),
+        };
+        metrics.register_admission();
+        metrics.register_serving();
+        register_controller(&mut metrics.registry, &metrics.controller);
+        metrics.register_cluster_view();
+        metrics.registry.register_collector(Box::new(DroppedLogLines));
+        metrics
+    }
+
+    /// What admission answered and decided, and the policy set it answered with.
+    fn register_admission(&mut self) {
+        let registry = &mut self.registry;
+        registry.register("admission_requests", "AdmissionReviews answered", self.requests.clone());
+        registry.register("admission_decisions", "Findings per rule and action", self.decisions.clone());
         registry.register(
             "rule_evaluation_panics",
             "Rule evaluations that panicked (contained: the rule's error handling applied)",
@@ -195,28 +271,44 @@ impl Metrics {
             "Rule evaluations that ended in an error (the rule answered \"could not be evaluated\")",
             crate::model::expression::RULE_ERRORS.clone(),
         );
-        registry.register("admission_duration_seconds", "Time to answer an AdmissionReview", duration.clone());
-        registry.register("policy_reloads", "Policy reload attempts", policy_reloads.clone());
-        registry.register("policy_set_info", "Hash of the policy set in force", policy_set_info.clone());
-        registry.register("policy_load_errors", "Errors in the last failed policy reload", policy_load_errors.clone());
-        registry.register("certificate_reloads", "Serving certificate reload attempts", certificate_reloads.clone());
-        let native_covers = Family::<ResultLabels, Counter>::default();
+        registry.register("admission_duration_seconds", "Time to answer an AdmissionReview", self.duration.clone());
+        registry.register("policy_reloads", "Policy reload attempts", self.policy_reloads.clone());
+        registry.register("policy_set_info", "Hash of the policy set in force", self.policy_set_info.clone());
+        registry.register(
+            "policy_load_errors",
+            "Errors in the last failed policy reload",
+            self.policy_load_errors.clone(),
+        );
         // Both results from 0, so an alert on `full` has a series to rate from the start.
         for result in ["split", "full"] {
-            let _ = native_covers.get_or_create(&ResultLabels { result });
+            let _ = self.native_covers.get_or_create(&ResultLabels { result });
         }
         registry.register(
             "native_covers_requests",
             "Reviews on a --native-covers path: split (the native half left out) or full (fingerprint not in force)",
-            native_covers.clone(),
+            self.native_covers.clone(),
         );
-        let certificate_expiry = Gauge::default();
+        registry.register(
+            "identity_info",
+            "1 for the user name whose writes may move Allot's gates, by where it came from (api-server, flag, default)",
+            self.identity_info.clone(),
+        );
+    }
+
+    /// The serving side: certificates and webhook connections.
+    fn register_serving(&mut self) {
+        let registry = &mut self.registry;
+        registry.register(
+            "certificate_reloads",
+            "Serving certificate reload attempts",
+            self.certificate_reloads.clone(),
+        );
         registry.register(
             "certificate_expiry_timestamp_seconds",
             "When the serving certificate in force expires, in seconds since the epoch",
-            certificate_expiry.clone(),
+            self.certificate_expiry.clone(),
         );
-        let connections = super::connections::ConnectionCounters::default();
+        let connections = &self.connections;
         registry.register(
             "connections_refused",
             "Webhook connections closed at once because --max-connections were open",
@@ -228,118 +320,36 @@ impl Metrics {
             connections.accepted.clone(),
         );
         registry.register("connections_open", "Webhook connections open now", connections.open.clone());
-        let controller = ControllerMetrics::default();
-        registry.register("gang_controller_leader", "1 on the replica holding the Lease", controller.leader.clone());
-        registry.register("gangs_waiting", "Waiting gangs by reason (leader only)", controller.gangs_waiting.clone());
-        registry.register("gang_releases", "Gangs released", controller.gang_releases.clone());
-        registry.register(
-            "gang_wait_seconds",
-            "From a gang's oldest member's creation to its release",
-            controller.gang_wait_seconds.clone(),
-        );
-        registry.register(
-            "quota_queue_releases",
-            "Pods released from a quota queue",
-            controller.quota_releases.clone(),
-        );
-        registry.register(
-            "gang_controller_passes",
-            "Decision passes of the gang controller (leader only)",
-            controller.passes.clone(),
-        );
-        registry.register(
-            "gang_controller_writes",
-            "Writes of the gang controller to the API by kind, Lease renewals aside",
-            controller.writes.clone(),
-        );
-        registry.register(
-            "gangs_waiting_for_topology",
-            "Complete gangs with a required topology level that do not fit now, by that level (leader only)",
-            controller.gangs_waiting_for_domain.clone(),
-        );
-        registry.register(
-            "gang_controller_refused_lifts",
-            "Gate lifts of the controller that admission refused (gangs stay gated): the identity Allot's webhook allows is not the one the controller writes as, or a policy is in the way",
-            controller.refused_lifts.clone(),
-        );
-        registry.register(
-            "gang_preemptions",
-            "Preemptions the gang controller carried out for waiting gangs, by the preemptor's team",
-            controller.preemptions.clone(),
-        );
-        registry.register(
-            "evicted_pods",
-            "Pods the gang controller evicted or deleted for other work, by their team and reason (Preempted, GangDisrupted)",
-            controller.evicted_pods.clone(),
-        );
-        registry.register(
-            "gang_preemption_refused_evictions",
-            "Evictions of a preemption that a PodDisruptionBudget or the API refused, by the preemptor's team",
-            controller.refused_evictions.clone(),
-        );
-        let identity_info = Family::<IdentityLabels, Gauge>::default();
-        registry.register(
-            "identity_info",
-            "1 for the user name whose writes may move Allot's gates, by where it came from (api-server, flag, default)",
-            identity_info.clone(),
-        );
-        let team_accelerators = Family::<TeamAcceleratorLabels, FloatGauge>::default();
-        let quota_limit = Family::<TeamResourceLabels, FloatGauge>::default();
-        let quota_used = Family::<TeamResourceLabels, FloatGauge>::default();
+    }
+
+    /// What the cluster view holds, set at scrape time: team usage, quotas, sizes, gates.
+    fn register_cluster_view(&mut self) {
+        let registry = &mut self.registry;
         registry.register(
             "team_accelerators",
             "Accelerators requested by non-finished pods, per team and state",
-            team_accelerators.clone(),
+            self.team_accelerators.clone(),
         );
-        registry.register("quota_limit", "A team quota's limit, in the quota's units", quota_limit.clone());
+        registry.register("quota_limit", "A team quota's limit, in the quota's units", self.quota_limit.clone());
         registry.register(
             "quota_used",
             "What counts against a team quota now (queued pods excluded)",
-            quota_used.clone(),
+            self.quota_used.clone(),
         );
-        let (cluster_pods, cluster_gangs, cluster_nodes) = (Gauge::default(), Gauge::default(), Gauge::default());
         registry.register(
             "cluster_pods",
             "Pods the cluster view tracks (memory grows with them)",
-            cluster_pods.clone(),
+            self.cluster_pods.clone(),
         );
-        registry.register("cluster_gangs", "Gangs the cluster view tracks", cluster_gangs.clone());
-        registry.register("cluster_nodes", "Nodes the cluster view tracks", cluster_nodes.clone());
-        let ready = Gauge::default();
-        registry.register("ready", "1 when this replica's /readyz answers 200", ready.clone());
-        let (gated_pods, gate_oldest_seconds) = (Family::default(), Family::default());
-        registry.register("gated_pods", "Live pods behind Allot's scheduling gate, by gate", gated_pods.clone());
+        registry.register("cluster_gangs", "Gangs the cluster view tracks", self.cluster_gangs.clone());
+        registry.register("cluster_nodes", "Nodes the cluster view tracks", self.cluster_nodes.clone());
+        registry.register("ready", "1 when this replica's /readyz answers 200", self.ready.clone());
+        registry.register("gated_pods", "Live pods behind Allot's scheduling gate, by gate", self.gated_pods.clone());
         registry.register(
             "gate_oldest_seconds",
             "Age of the oldest live pod behind Allot's gate (0 when none), by gate",
-            gate_oldest_seconds.clone(),
+            self.gate_oldest_seconds.clone(),
         );
-        registry.register_collector(Box::new(DroppedLogLines));
-        Metrics {
-            registry,
-            requests,
-            decisions,
-            duration,
-            policy_reloads,
-            policy_set_info,
-            policy_load_errors,
-            certificate_reloads,
-            certificate_expiry,
-            connections,
-            controller,
-            team_accelerators,
-            quota_limit,
-            quota_used,
-            cluster_pods,
-            cluster_gangs,
-            cluster_nodes,
-            ready,
-            gated_pods,
-            gate_oldest_seconds,
-            native_covers,
-            identity_info,
-            current_version: Mutex::new(None),
-        }
     }
 
     /// Registers the deny-mode ledger's counters: the shared ledger's where it is in use, a set

@@ -555,14 +555,34 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// What `/readyz` answers: `Ok(body)` for 200, `Err(body)` for 503. One function, so the
+/// Why `/readyz` answers 503.
+#[derive(Debug, thiserror::Error)]
+enum NotReady {
+    #[error("shutting down\n")]
+    ShuttingDown,
+    /// A cache admission needs has not synced yet.
+    #[error("not ready: {0}\n")]
+    Starting(String),
+}
+
+impl NotReady {
+    /// A short, stable name for the reason (metrics, logs).
+    fn metric_label(&self) -> &'static str {
+        match self {
+            NotReady::ShuttingDown => "shutting_down",
+            NotReady::Starting(_) => "starting",
+        }
+    }
+}
+
+/// What `/readyz` answers: `Ok(body)` for 200, `Err` for 503. One function, so the
 /// `allot_ready` gauge says exactly what the probe does.
-fn readiness(state: &AppState) -> Result<String, String> {
+fn readiness(state: &AppState) -> Result<String, NotReady> {
     if state.shutting_down.load(Ordering::Relaxed) {
-        return Err("shutting down\n".to_string());
+        return Err(NotReady::ShuttingDown);
     }
     if let Some(reason) = state.caches.starting_reason() {
-        return Err(format!("not ready: {reason}\n"));
+        return Err(NotReady::Starting(reason));
     }
     let policies = state.policies.load();
     let counts: Vec<String> = policies.summary().iter().map(|(k, v)| format!("{v} {k}")).collect();
@@ -576,7 +596,10 @@ fn readiness(state: &AppState) -> Result<String, String> {
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     match readiness(&state) {
         Ok(body) => body.into_response(),
-        Err(body) => (StatusCode::SERVICE_UNAVAILABLE, body).into_response(),
+        Err(not_ready) => {
+            tracing::debug!(reason = not_ready.metric_label(), "not ready");
+            (StatusCode::SERVICE_UNAVAILABLE, not_ready.to_string()).into_response()
+        }
     }
 }
 

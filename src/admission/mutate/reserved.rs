@@ -29,26 +29,7 @@ pub fn reserved_taints(
     if !policies.placements.iter().any(|p| p.spec.reserve_tolerations.and_then(|a| a.action()).is_some()) {
         return findings;
     }
-    // (Only computed for a toleration or node that meets a reserved taint: most pods carry
-    // only the API server's default tolerations and never get here.)
-    let asks = |matcher: &resources::ResourceMatcher| {
-        resources::requests_any(spec, matcher)
-            || ctx.claims.accelerators(&policies.device_classes).keys().any(|name| matcher.matches(name))
-    };
-    // A pod asking for accelerators, none of them a reserving placement's, can only run where
-    // its own devices are: that placement's taint guards nodes it cannot use.
-    let elsewhere = |p: &Placement| {
-        p.spec.applies_to == AppliesTo::AcceleratorPods && !asks(&p.resources) && asks(&policies.accelerators)
-    };
-    // What the placements that do apply grant: theirs to add, not reserved against this pod.
-    let granted = || {
-        policies
-            .placements
-            .iter()
-            .zip(applied)
-            .filter(|(_, applies)| **applies)
-            .flat_map(|(p, _)| &p.declared_tolerations)
-    };
+    let pod = ReservedFrom { policies, spec, ctx, applied };
     // What the pod had before an UPDATE, as a set built once (a pod may carry tens of thousands
     // of tolerations; a list search per toleration was quadratic on the request path). The API
     // server keeps every old toleration, `tolerationSeconds` aside, so it is left out.
@@ -59,42 +40,87 @@ pub fn reserved_taints(
         .flatten()
         .map(toleration_identity)
         .collect();
-    let reserving = |toleration: &Value| {
-        policies.placements.iter().zip(applied).filter(|(_, applies)| !**applies).find_map(|(p, _)| {
-            let action = p.spec.reserve_tolerations.and_then(|a| a.action())?;
-            let taint = p.declared_tolerations.iter().find(|r| {
-                is_reserving(r)
-                    && tolerates_some_taint_of(toleration, r)
-                    && !granted().any(|g| covers(&serde_json::to_value(g).unwrap_or(Value::Null), r))
-            })?;
-            (!elsewhere(p)).then_some((p, taint, action))
-        })
-    };
-    // A toleration with a key meets only reserved taints of that key: most pods carry only the
-    // API server's default tolerations (`node.kubernetes.io/not-ready`, ...), which no
-    // placement reserves, and are let go on one string compare per reserved taint.
-    let may_meet_a_reserved_taint = |toleration: &Value| match toleration.get("key").and_then(Value::as_str) {
-        None | Some("") => true,
-        Some(key) => policies
-            .placements
-            .iter()
-            .flat_map(|p| &p.declared_tolerations)
-            .any(|r| is_reserving(r) && r.key.as_deref() == Some(key)),
-    };
     // One finding for the pod, at its first such toleration: a pod carrying thousands of them
     // gets one line, not a denial of megabytes.
     let mut offending = tolerations
         .iter()
         .enumerate()
-        .filter(|(_, t)| may_meet_a_reserved_taint(t))
+        .filter(|(_, t)| pod.may_meet_a_reserved_taint(t))
         .filter(|(_, t)| had.is_empty() || !had.contains(&toleration_identity(t)))
-        .filter_map(|(i, t)| reserving(t).map(|found| (i, t, found)));
+        .filter_map(|(i, t)| pod.reserving(t).map(|found| (i, t, found)));
     if let Some((i, toleration, (placement, taint, action))) = offending.next() {
         let path = format!("{spec_path}.tolerations[{i}]");
         findings.push(reserved_toleration_finding(toleration, placement, taint, action, offending.count(), path));
     }
-    findings.extend(bound_past_reserved_taint(policies, spec, ctx, applied, before, spec_path, granted, elsewhere));
+    findings.extend(bound_past_reserved_taint(&pod, before, spec_path));
     findings
+}
+
+/// One pod against the placements that reserve taints: which apply to it (`applied`), what
+/// they grant it, and which keep their taints from it.
+struct ReservedFrom<'a, 'c> {
+    policies: &'a PolicySet,
+    spec: &'a Value,
+    ctx: &'a PodContext<'c>,
+    applied: &'a [bool],
+}
+
+impl<'a> ReservedFrom<'a, '_> {
+    /// Whether the pod asks for a resource `matcher` matches (requests or DRA claims). Only
+    /// computed for a toleration or node that meets a reserved taint: most pods carry only the
+    /// API server's default tolerations and never get here.
+    fn asks(&self, matcher: &resources::ResourceMatcher) -> bool {
+        resources::requests_any(self.spec, matcher)
+            || self.ctx.claims.accelerators(&self.policies.device_classes).keys().any(|name| matcher.matches(name))
+    }
+
+    /// A pod asking for accelerators, none of them `p`'s, can only run where its own devices
+    /// are: `p`'s taint guards nodes it cannot use.
+    fn elsewhere(&self, p: &Placement) -> bool {
+        p.spec.applies_to == AppliesTo::AcceleratorPods
+            && !self.asks(&p.resources)
+            && self.asks(&self.policies.accelerators)
+    }
+
+    /// What the placements that do apply grant: theirs to add, not reserved against this pod.
+    fn granted(&self) -> impl Iterator<Item = &'a Toleration> + use<'a> {
+        let applied = self.applied;
+        self.policies
+            .placements
+            .iter()
+            .zip(applied)
+            .filter(|(_, applies)| **applies)
+            .flat_map(|(p, _)| &p.declared_tolerations)
+    }
+
+    /// The placement (with its reserved taint and action) that keeps a taint `toleration`
+    /// tolerates from this pod.
+    fn reserving(&self, toleration: &Value) -> Option<(&'a Placement, &'a Toleration, Action)> {
+        self.policies.placements.iter().zip(self.applied).filter(|(_, applies)| !**applies).find_map(|(p, _)| {
+            let action = p.spec.reserve_tolerations.and_then(|a| a.action())?;
+            let taint = p.declared_tolerations.iter().find(|r| {
+                is_reserving(r)
+                    && tolerates_some_taint_of(toleration, r)
+                    && !self.granted().any(|g| covers(&serde_json::to_value(g).unwrap_or(Value::Null), r))
+            })?;
+            (!self.elsewhere(p)).then_some((p, taint, action))
+        })
+    }
+
+    /// A toleration with a key meets only reserved taints of that key: most pods carry only the
+    /// API server's default tolerations (`node.kubernetes.io/not-ready`, ...), which no
+    /// placement reserves, and are let go on one string compare per reserved taint.
+    fn may_meet_a_reserved_taint(&self, toleration: &Value) -> bool {
+        match toleration.get("key").and_then(Value::as_str) {
+            None | Some("") => true,
+            Some(key) => self
+                .policies
+                .placements
+                .iter()
+                .flat_map(|p| &p.declared_tolerations)
+                .any(|r| is_reserving(r) && r.key.as_deref() == Some(key)),
+        }
+    }
 }
 
 /// The one finding for a pod's tolerations of taints that placements reserve for other pods:
@@ -146,18 +172,9 @@ fn toleration_identity(t: &Value) -> TolerationIdentity<'_> {
 /// view has listed no node by is refused too: the pod would wait for a node of that name to
 /// join (the next GPU node an autoscaler names predictably) and run there past its taints.
 /// Where the nodes are not watched (`allot check`, a view not listed yet) nothing is said.
-#[allow(clippy::too_many_arguments)]
-fn bound_past_reserved_taint<'p, G: Iterator<Item = &'p Toleration>>(
-    policies: &'p PolicySet,
-    spec: &Value,
-    ctx: &PodContext<'_>,
-    applied: &[bool],
-    before: Option<&Value>,
-    spec_path: &str,
-    granted: impl Fn() -> G,
-    elsewhere: impl Fn(&Placement) -> bool,
-) -> Option<Finding> {
-    let node = spec.get("nodeName").and_then(Value::as_str).filter(|n| !n.is_empty())?;
+fn bound_past_reserved_taint(pod: &ReservedFrom<'_, '_>, before: Option<&Value>, spec_path: &str) -> Option<Finding> {
+    let (policies, ctx) = (pod.policies, pod.ctx);
+    let node = pod.spec.get("nodeName").and_then(Value::as_str).filter(|n| !n.is_empty())?;
     if before.is_some() || ctx.requester.is_node() {
         return None;
     }
@@ -165,10 +182,10 @@ fn bound_past_reserved_taint<'p, G: Iterator<Item = &'p Toleration>>(
     let mut reserving = policies
         .placements
         .iter()
-        .zip(applied)
+        .zip(pod.applied)
         .filter(|(_, a)| !**a)
         .filter_map(|(p, _)| Some((p, p.spec.reserve_tolerations.and_then(|a| a.action())?)))
-        .filter(|(p, _)| !elsewhere(p));
+        .filter(|(p, _)| !pod.elsewhere(p));
     let finding = |action, message| Finding {
         rule: crate::admission::finding::Check::TenantTolerations.into(),
         action,
@@ -196,7 +213,7 @@ fn bound_past_reserved_taint<'p, G: Iterator<Item = &'p Toleration>>(
         let taint = taints.iter().find(|taint| {
             taint.effect != "PreferNoSchedule"
                 && p.declared_tolerations.iter().any(|r| is_reserving(r) && tolerates_taint(r, taint))
-                && !granted().any(|g| tolerates_taint(g, taint))
+                && !pod.granted().any(|g| tolerates_taint(g, taint))
         })?;
         Some((p, taint, action))
     })?;

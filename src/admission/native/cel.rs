@@ -50,15 +50,14 @@ pub fn pod_names_any(matcher: &ResourceMatcher, s: &str) -> String {
     format!("{}.exists(c, {})", all_containers(s), container_names_any(matcher, "c"))
 }
 
-/// Why a piece of policy cannot be expressed natively.
-pub type Unsupported = String;
+pub use super::unsupported::Unsupported;
 
 /// A namespace-name glob as a predicate on `name`: literal names and `*`/`?` wildcards (a
 /// namespace name is `[a-z0-9-]`, so nothing else needs escaping); other glob syntax is
 /// reported.
 pub fn glob(pattern: &str, name: &str) -> Result<String, Unsupported> {
     if !pattern.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '*' | '?')) {
-        return Err(format!("namespace glob {pattern:?} uses glob syntax beyond * and ?"));
+        return Err(Unsupported::GlobSyntax(pattern.to_string()));
     }
     if !pattern.contains(['*', '?']) {
         return Ok(format!("{name} == {}", string(pattern)));
@@ -169,7 +168,7 @@ fn template_list(path: &[Step]) -> Result<(String, String), Unsupported> {
             .iter()
             .map(|s| match s {
                 Step::Field(f) => Ok(*f),
-                _ => Err("a template path crosses two lists or maps".to_string()),
+                _ => Err(Unsupported::TemplatePath),
             })
             .collect()
     };
@@ -391,94 +390,112 @@ fn container_variables<'t>(tokens: &[Token<'t>]) -> Vec<&'t str> {
 /// macro variable named like an Allot variable, are reported.
 pub fn rewrite(source: &str, bindings: Bindings<'_>) -> Result<String, Unsupported> {
     let tokens = tokenize(source)?;
-    let containers = container_variables(&tokens);
-    let mut out = String::with_capacity(source.len() + 32);
-    let mut prev_significant: Option<&Token<'_>> = None;
+    let mut rewriter = Rewriter {
+        tokens: &tokens,
+        bindings,
+        containers: container_variables(&tokens),
+        out: String::with_capacity(source.len() + 32),
+        prev_significant: None,
+    };
     let mut i = 0;
     while i < tokens.len() {
+        i = rewriter.step(i)?;
+    }
+    Ok(rewriter.out)
+}
+
+/// [`rewrite`]'s state: the tokens, what is written so far, and the last token that was not
+/// whitespace (a `.` before an identifier makes it a field name).
+struct Rewriter<'t, 'b> {
+    tokens: &'t [Token<'t>],
+    bindings: Bindings<'b>,
+    containers: Vec<&'t str>,
+    out: String,
+    prev_significant: Option<&'t Token<'t>>,
+}
+
+impl<'t> Rewriter<'t, '_> {
+    /// Writes the token at `i` (or the helper call starting there); gives the next index.
+    fn step(&mut self, i: usize) -> Result<usize, Unsupported> {
+        let tokens = self.tokens;
         let token = &tokens[i];
-        let after_dot = matches!(prev_significant, Some(Token::Punct(".")));
+        let after_dot = matches!(self.prev_significant, Some(Token::Punct(".")));
         let next: Vec<(usize, &Token<'_>)> =
             tokens.iter().enumerate().skip(i + 1).filter(|(_, t)| !matches!(t, Token::Space(_))).take(3).collect();
-        match token {
-            Token::Ident("accelerators") if !after_dot => match next.as_slice() {
-                [(_, Token::Punct("(")), (_, Token::Ident(c)), (close, Token::Punct(")"))]
-                    if containers.contains(c) =>
-                {
-                    out.push_str(&container_units(bindings.accelerators, c));
-                    prev_significant = Some(&tokens[*close]);
-                    i = close + 1;
-                    continue;
-                }
-                [(_, Token::Punct("(")), (_, Token::Ident("object")), (close, Token::Punct(")"))] => {
-                    out.push_str(&pod_value_units(bindings.accelerators, bindings.object));
-                    prev_significant = Some(&tokens[*close]);
-                    i = close + 1;
-                    continue;
-                }
-                _ => match pod_spec_argument(&tokens, i) {
-                    Some(close) => {
-                        let spec = format!("{}.spec", bindings.object);
-                        out.push_str(&format!("({})", pod_units(bindings.accelerators, &spec)));
-                        prev_significant = Some(&tokens[close]);
-                        i = close + 1;
-                        continue;
-                    }
-                    None => {
-                        return Err("uses Allot's helper accelerators() on something other than `object`, \
-                             `object.spec` or a container bound by a macro over a containers list"
-                            .to_string());
-                    }
-                },
-            },
-            Token::Ident(name) if !after_dot => {
-                if HELPERS.contains(name) {
-                    let Some(lookup) = map_lookup(&tokens, i, &containers) else {
-                        return Err(format!(
-                            "uses Allot's helper {name}() other than indexed by a string literal on `object`, \
-                             `object.spec` or a container bound over a containers list (CEL cannot build its \
-                             map of computed keys)"
-                        ));
-                    };
-                    out.push_str(&lookup.expand(bindings));
-                    prev_significant = Some(&tokens[lookup.close]);
-                    i = lookup.close + 1;
-                    continue;
-                }
-                if name.starts_with("allot") {
-                    return Err(format!("uses the name {name}, reserved for the names the expansion binds"));
-                }
-                let is_macro_var = matches!(prev_significant, Some(Token::Punct("(")))
-                    && matches!(next.first(), Some((_, Token::Punct(","))))
-                    && macro_before(&tokens[..i]);
-                let replacement = match *name {
-                    _ if is_macro_var && crate::model::expression::VARIABLES.contains(name) => {
-                        return Err(format!("a macro variable is named {name}, like an Allot variable"));
-                    }
-                    "object" => Some(bindings.object.to_string()),
-                    "workload" => Some("object".to_string()),
-                    "oldObject" => Some(
-                        bindings
-                            .old_object
-                            .ok_or_else(|| {
-                                "reads oldObject of a Pod template, which the API server does not have".to_string()
-                            })?
-                            .to_string(),
-                    ),
-                    "namespace" => Some("variables.namespaceName".to_string()),
-                    "team" => Some("variables.team".to_string()),
-                    _ => None,
-                };
-                out.push_str(replacement.as_deref().unwrap_or(name));
+        let replaced_up_to = match token {
+            Token::Ident("accelerators") if !after_dot => Some(self.accelerators_call(i, &next)?),
+            Token::Ident(name) if !after_dot && HELPERS.contains(name) => {
+                let lookup = map_lookup(tokens, i, &self.containers)
+                    .ok_or_else(|| Unsupported::HelperLookup(name.to_string()))?;
+                self.out.push_str(&lookup.expand(self.bindings));
+                Some(lookup.close)
             }
-            other => out.push_str(other.text()),
+            Token::Ident(name) if !after_dot => {
+                self.identifier(i, name, &next)?;
+                None
+            }
+            other => {
+                self.out.push_str(other.text());
+                None
+            }
+        };
+        if let Some(close) = replaced_up_to {
+            self.prev_significant = Some(&tokens[close]);
+            return Ok(close + 1);
         }
         if !matches!(token, Token::Space(_)) {
-            prev_significant = Some(token);
+            self.prev_significant = Some(token);
         }
-        i += 1;
+        Ok(i + 1)
     }
-    Ok(out)
+
+    /// `accelerators(c)` of a container, `accelerators(object)` or `accelerators(object.spec)`
+    /// at `i`, expanded; gives the index of its closing parenthesis.
+    fn accelerators_call(&mut self, i: usize, next: &[(usize, &Token<'_>)]) -> Result<usize, Unsupported> {
+        let accelerators = self.bindings.accelerators;
+        match next {
+            [(_, Token::Punct("(")), (_, Token::Ident(c)), (close, Token::Punct(")"))]
+                if self.containers.contains(c) =>
+            {
+                self.out.push_str(&container_units(accelerators, c));
+                Ok(*close)
+            }
+            [(_, Token::Punct("(")), (_, Token::Ident("object")), (close, Token::Punct(")"))] => {
+                self.out.push_str(&pod_value_units(accelerators, self.bindings.object));
+                Ok(*close)
+            }
+            _ => {
+                let close = pod_spec_argument(self.tokens, i).ok_or(Unsupported::AcceleratorsArgument)?;
+                let spec = format!("{}.spec", self.bindings.object);
+                self.out.push_str(&format!("({})", pod_units(accelerators, &spec)));
+                Ok(close)
+            }
+        }
+    }
+
+    /// An identifier that is not a field name: Allot's variables as bound, anything else as is.
+    fn identifier(&mut self, i: usize, name: &str, next: &[(usize, &Token<'_>)]) -> Result<(), Unsupported> {
+        if name.starts_with("allot") {
+            return Err(Unsupported::ReservedName(name.to_string()));
+        }
+        let is_macro_var = matches!(self.prev_significant, Some(Token::Punct("(")))
+            && matches!(next.first(), Some((_, Token::Punct(","))))
+            && macro_before(&self.tokens[..i]);
+        let bindings = self.bindings;
+        let replacement = match name {
+            _ if is_macro_var && crate::model::expression::VARIABLES.contains(&name) => {
+                return Err(Unsupported::MacroVariable(name.to_string()));
+            }
+            "object" => Some(bindings.object),
+            "workload" => Some("object"),
+            "oldObject" => Some(bindings.old_object.ok_or(Unsupported::TemplateOldObject)?),
+            "namespace" => Some("variables.namespaceName"),
+            "team" => Some("variables.team"),
+            _ => None,
+        };
+        self.out.push_str(replacement.unwrap_or(name));
+        Ok(())
+    }
 }
 
 /// `acceleratorRequests(x)['name']` or `acceleratorLimits(c)['name']`: one entry of the
@@ -671,7 +688,7 @@ fn skip_string(bytes: &[u8], i: usize) -> Result<usize, Unsupported> {
         }
         j += 1;
     }
-    Err("an unterminated string literal".to_string())
+    Err(Unsupported::UnterminatedString)
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@
 
 pub mod cel;
 mod mutating;
+mod unsupported;
 mod validating;
 
 use std::collections::BTreeMap;
@@ -319,7 +320,7 @@ pub fn compile_for(policies: &PolicySet, allot_username: &str) -> Compiled {
 fn compile_objects(policies: &PolicySet) -> Compiled {
     let mut out = Compiled { objects: Vec::new(), coverage: Vec::new() };
     let team_cel = cel::team(policies);
-    let team = team_cel.as_ref().map(String::as_str).map_err(String::as_str);
+    let team = team_cel.as_deref();
     validating::accelerator_checks(policies, &mut out);
     mutating::default_priority(policies, team, &mut out);
     validating::team_priority_classes(policies, team, &mut out);

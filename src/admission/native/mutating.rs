@@ -11,7 +11,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingAdmissionPolicyBindingSpec, MutatingAdmissionPolicySpec, Mutation, Validation, Variable,
 };
 
-use super::cel::{self, Bindings};
+use super::cel::{self, Bindings, Unsupported};
 use super::{
     Compiled, Coverage, Line, NativeObject, Part, Subject, condition, match_resources, metadata, not_kubelet,
     object_name, variable,
@@ -63,7 +63,7 @@ fn emit(
 /// the cluster's globalDefault (filled in by the Priority plugin); `spec.priority` and
 /// `spec.preemptionPolicy` go in the same patch, or the Priority plugin's second pass rejects
 /// the Pod (kubernetes#102724).
-pub(super) fn default_priority(policies: &PolicySet, team: Result<&str, &str>, out: &mut Compiled) {
+pub(super) fn default_priority(policies: &PolicySet, team: Result<&str, &Unsupported>, out: &mut Compiled) {
     let defaults: Vec<String> = policies
         .teams
         .iter()
@@ -111,11 +111,16 @@ pub(super) fn default_priority(policies: &PolicySet, team: Result<&str, &str>, o
 
 /// A Placement: its tolerations and nodeSelector as a mutating policy, its nodeSelector
 /// conflicts as a validating one.
-pub(super) fn placement(policies: &PolicySet, placement: &Placement, team: Result<&str, &str>, out: &mut Compiled) {
+pub(super) fn placement(
+    policies: &PolicySet,
+    placement: &Placement,
+    team: Result<&str, &Unsupported>,
+    out: &mut Compiled,
+) {
     let mut coverage = Coverage::new(Subject::Placement(placement.name.clone()));
     match compile_placement(policies, placement, team, out) {
         Ok(lines) => coverage.compiled.extend(lines),
-        Err(why) => coverage.webhook_only.push(Line::whole(why)),
+        Err(why) => coverage.webhook_only.push(Line::whole(why.to_string())),
     }
     if let Some(action) = placement.spec.reserve_tolerations.and_then(|a| a.action()) {
         // Which pods a toleration is reserved against depends on every Placement that places
@@ -135,13 +140,35 @@ pub(super) fn placement(policies: &PolicySet, placement: &Placement, team: Resul
 fn compile_placement(
     policies: &PolicySet,
     placement: &Placement,
-    team: Result<&str, &str>,
+    team: Result<&str, &Unsupported>,
     out: &mut Compiled,
-) -> Result<Vec<Line>, String> {
+) -> Result<Vec<Line>, Unsupported> {
+    let spec = &placement.spec;
+    let conditions = placement_conditions(policies, placement, team)?;
+    let (patches, mut lines) = placement_patches(spec);
+    if patches.is_empty() {
+        return Ok(lines);
+    }
+    let name = object_name(&["allot-placement", &placement.name]);
+    let variables = vec![variable("namespaceName", "request.namespace")];
+    if !spec.node_selector.is_empty() {
+        lines.push(selector_conflicts(placement, &conditions, &variables, out));
+    }
+    emit(out, &name, conditions, variables, patches);
+    Ok(lines)
+}
+
+/// Which pods a Placement applies to, as match conditions: its scope (namespaces, teams),
+/// the pods it places (accelerator pods, others, all) and its `spec.when`.
+fn placement_conditions(
+    policies: &PolicySet,
+    placement: &Placement,
+    team: Result<&str, &Unsupported>,
+) -> Result<Vec<MatchCondition>, Unsupported> {
     let spec = &placement.spec;
     let mut conditions = vec![not_kubelet()];
     if !spec.scope.teams.is_empty() {
-        let team = team.map_err(|why| format!("the team of a namespace: {why}"))?;
+        let team = team.map_err(|why| Unsupported::Team(Box::new(why.clone())))?;
         if let Some(scope) = cel::scope(&placement.namespaces, &spec.scope.teams, team)? {
             conditions.push(condition("scope", scope));
         }
@@ -159,9 +186,15 @@ fn compile_placement(
             when.source(),
             Bindings { object: "object", old_object: None, accelerators: &policies.accelerators },
         )
-        .map_err(|why| format!("spec.when {why}"))?;
+        .map_err(|why| Unsupported::When(Box::new(why)))?;
         conditions.push(condition("when", when));
     }
+    Ok(conditions)
+}
+
+/// The JSON patches adding a Placement's tolerations, nodeSelector and node affinity, and the
+/// coverage line of each.
+fn placement_patches(spec: &crate::model::policy::PlacementSpec) -> (Vec<String>, Vec<Line>) {
     let mut lines = Vec::new();
     let mut patches = Vec::new();
     for t in &spec.tolerations {
@@ -186,49 +219,52 @@ fn compile_placement(
             format!("nodeAffinity {} in every required node-selector term", describe(&spec.node_affinity)),
         ));
     }
-    if patches.is_empty() {
-        return Ok(lines);
-    }
-    let name = object_name(&["allot-placement", &placement.name]);
-    let variables = vec![variable("namespaceName", "request.namespace")];
-    if !spec.node_selector.is_empty() {
-        let action = match spec.on_conflict {
-            OnConflict::Deny => Action::Deny,
-            OnConflict::Keep => Action::Warn,
-        };
-        let keep = spec
-            .node_selector
-            .iter()
-            .map(|(k, v)| {
-                let (k, v) = (cel::string(k), cel::string(v));
-                format!("(!({k} in object.spec.nodeSelector) || object.spec.nodeSelector[{k}] == {v})")
-            })
-            .collect::<Vec<_>>()
-            .join(" && ");
-        let pairs: Vec<String> = spec.node_selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let v = Validation {
-            expression: format!("!has(object.spec.nodeSelector) || ({keep})"),
-            message: Some(format!(
-                "[placement/{}] nodeSelector conflicts with {} required by placement {}",
-                placement.name,
-                pairs.join(", "),
-                placement.name
-            )),
-            ..Default::default()
-        };
-        super::validating::emit(
-            out,
-            &object_name(&["allot-placement", &placement.name, "conflicts"]),
-            action,
-            match_resources(vec![super::resource_rule("", vec!["pods".into()], &["CREATE"])]),
-            conditions.clone(),
-            variables.clone(),
-            vec![v],
-        );
-        lines.push(Line::new(Part::SelectorConflicts, format!("nodeSelector conflicts ({})", action.label())));
-    }
-    emit(out, &name, conditions, variables, patches);
-    Ok(lines)
+    (patches, lines)
+}
+
+/// The validation beside a Placement's nodeSelector: a pod that sets another value for one of
+/// its keys is denied (`onConflict: Deny`) or warned (`Keep`), as the webhook does.
+fn selector_conflicts(
+    placement: &Placement,
+    conditions: &[MatchCondition],
+    variables: &[Variable],
+    out: &mut Compiled,
+) -> Line {
+    let spec = &placement.spec;
+    let action = match spec.on_conflict {
+        OnConflict::Deny => Action::Deny,
+        OnConflict::Keep => Action::Warn,
+    };
+    let keep = spec
+        .node_selector
+        .iter()
+        .map(|(k, v)| {
+            let (k, v) = (cel::string(k), cel::string(v));
+            format!("(!({k} in object.spec.nodeSelector) || object.spec.nodeSelector[{k}] == {v})")
+        })
+        .collect::<Vec<_>>()
+        .join(" && ");
+    let pairs: Vec<String> = spec.node_selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let v = Validation {
+        expression: format!("!has(object.spec.nodeSelector) || ({keep})"),
+        message: Some(format!(
+            "[placement/{}] nodeSelector conflicts with {} required by placement {}",
+            placement.name,
+            pairs.join(", "),
+            placement.name
+        )),
+        ..Default::default()
+    };
+    super::validating::emit(
+        out,
+        &object_name(&["allot-placement", &placement.name, "conflicts"]),
+        action,
+        match_resources(vec![super::resource_rule("", vec!["pods".into()], &["CREATE"])]),
+        conditions.to_vec(),
+        variables.to_vec(),
+        vec![v],
+    );
+    Line::new(Part::SelectorConflicts, format!("nodeSelector conflicts ({})", action.label()))
 }
 
 const REQUIRED: &str = "object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";

@@ -6,7 +6,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicyBindingSpec, ValidatingAdmissionPolicySpec, Validation, Variable,
 };
 
-use super::cel::{self, Bindings};
+use super::cel::{self, Bindings, Unsupported};
 use super::{
     Compiled, Coverage, Line, NativeObject, Part, PodSource, Subject, condition, match_resources, metadata,
     not_kubelet, object_name, pod_sources, variable,
@@ -77,149 +77,40 @@ fn validation(body: &str, message: String) -> Validation {
     Validation { expression: every_pod(body), message: Some(message), ..Default::default() }
 }
 
+/// One accelerator check as a validation over `allotPod`: its static message and, where the
+/// engine words it per container or per pod, the CEL for those words.
+struct Wanted {
+    action: Action,
+    check: Check,
+    body: String,
+    message: String,
+    message_expression: Option<String>,
+}
+
+/// The accelerator checks, in the engine's order: each gives its validations when configured.
+const ACCELERATOR_CHECKS: [fn(&PolicySet) -> Vec<Wanted>; 6] =
+    [requests_equal_limits, whole_numbers, init_containers, allowed_resources, max_per_container, max_per_pod];
+
 /// The built-in accelerator checks, one policy per action and Pod source.
 pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
-    let checks = &policies.checks;
-    let accel = &policies.accelerators;
-    let spec = format!("{POD}.spec");
-    let all = cel::all_containers(&spec);
+    let wanted: Vec<Wanted> = ACCELERATOR_CHECKS.iter().flat_map(|check| check(policies)).collect();
     let mut coverage = Coverage::new(Subject::AcceleratorChecks);
-    // (action, check, body over allotPod, message)
-    let mut wanted: Vec<(Action, Check, String, String)> = Vec::new();
-    // The per-container checks' messages, in the engine's words at the first failing
-    // container ([`container_message`]): (index in `wanted`, messageExpression).
-    let mut message_expressions: Vec<(usize, String)> = Vec::new();
-    if let Some(action) = checks.requests_equal_limits.and_then(|c| c.action()) {
-        let m = cel::resource_matches(accel, "k");
-        let unequal = "!(has(c.resources.limits) && k in c.resources.limits && \
-             quantity(string(c.resources.requests[k])).compareTo(quantity(string(c.resources.limits[k]))) == 0)";
-        let ok = format!(
-            "!has(c.resources) || !has(c.resources.requests) || c.resources.requests.all(k, !{m} || !({unequal}))"
-        );
-        let detail = format!(
-            "'container ' + c.name + ': ' + c.resources.requests.filter(k, {m} && {unequal}).map(k, \
-             has(c.resources.limits) && k in c.resources.limits \
-             ? k + ' request ' + string(c.resources.requests[k]) + ' must equal its limit ' + string(c.resources.limits[k]) \
-             : k + ' is requested (' + string(c.resources.requests[k]) + ') without a limit; set limits.' + k + ': ' + \
-             string(c.resources.requests[k]))[0]"
-        );
-        message_expressions.push((
-            wanted.len(),
-            container_message(Check::RequestsEqualLimits, &["containers", "initContainers"], &ok, &detail),
-        ));
-        wanted.push((
-            action,
-            Check::RequestsEqualLimits,
-            format!("{all}.all(c, {ok})"),
-            "every accelerator request must equal its limit".into(),
-        ));
-    }
-    if let Some(action) = checks.whole_numbers.and_then(|c| c.action()) {
-        let m = cel::resource_matches(accel, "k");
-        let fractional = |f: &str| format!("{m} && !quantity(string(c.resources.{f}[k])).isInteger()");
-        let field = |f: &str| {
-            format!("(!has(c.resources) || !has(c.resources.{f}) || !c.resources.{f}.exists(k, {}))", fractional(f))
-        };
-        let ok = format!("{} && {}", field("requests"), field("limits"));
-        // Requests first, then limits, as the engine reports them.
-        let listed = |f: &str, kind: &str| {
-            format!(
-                "(has(c.resources) && has(c.resources.{f}) ? c.resources.{f}.filter(k, {}).map(k, k + ' {kind} ' + \
-                 string(c.resources.{f}[k])) : [])",
-                fractional(f)
-            )
-        };
-        let detail = format!(
-            "'container ' + c.name + ': ' + ({} + {})[0] + ' is not a whole number of devices'",
-            listed("requests", "request"),
-            listed("limits", "limit")
-        );
-        message_expressions.push((
-            wanted.len(),
-            container_message(Check::WholeNumbers, &["containers", "initContainers"], &ok, &detail),
-        ));
-        wanted.push((
-            action,
-            Check::WholeNumbers,
-            format!("{all}.all(c, {ok})"),
-            "accelerator amounts must be whole numbers of devices".into(),
-        ));
-    }
-    if let Some(action) = checks.init_containers.and_then(|c| c.action()) {
-        let ok = format!(
-            "(has(c.restartPolicy) && c.restartPolicy == 'Always') || !{}",
-            cel::container_names_any(accel, "c")
-        );
-        let m = cel::resource_matches(accel, "allotK");
-        let names = "((has(c.resources) && has(c.resources.requests) ? c.resources.requests.map(allotK, allotK) : []) + \
-                     (has(c.resources) && has(c.resources.limits) ? c.resources.limits.map(allotK, allotK) : []))";
-        let detail = format!(
-            "'init container ' + c.name + ' requests ' + [{names}].map(allotNames, lists.range(size(allotNames))\
-             .filter(allotJ, allotNames.indexOf(allotNames[allotJ]) == allotJ).map(allotJ, allotNames[allotJ]))[0]\
-             .filter(allotK, {m}).join(', ') + '; accelerators are not allowed in init containers'"
-        );
-        message_expressions
-            .push((wanted.len(), container_message(Check::InitContainers, &["initContainers"], &ok, &detail)));
-        wanted.push((
-            action,
-            Check::InitContainers,
-            format!("!has({spec}.initContainers) || {spec}.initContainers.all(c, {ok})"),
-            "accelerators are not allowed in init containers (native sidecars excepted)".into(),
-        ));
-    }
-    if let (Some(check), Some(allowed)) = (&checks.allowed_resources, &policies.allowed_accelerators) {
-        let (m, ok) = (cel::resource_matches(accel, "k"), cel::resource_matches(allowed, "k"));
-        let field =
-            |f: &str| format!("(!has(c.resources) || !has(c.resources.{f}) || c.resources.{f}.all(k, !{m} || {ok}))");
-        let body = format!("{all}.all(c, {} && {})", field("requests"), field("limits"));
-        let message = format!("only these accelerators may be requested: {}", check.names.join(", "));
-        wanted.push((check.action, Check::AllowedResources, body, message));
-    }
-    if let Some(max) = &checks.max_per_container {
-        for (name, limit) in &max.limits {
-            let body = format!("{all}.all(c, !{})", container_exceeds("c", name, *limit));
-            let message = format!("a container may ask at most {limit} {name}");
-            wanted.push((max.action, Check::MaxPerContainer, body, message));
-        }
-    }
-    if let Some(max) = &checks.max_per_pod {
-        for (name, limit) in &max.limits {
-            let units = cel::pod_resource_units(&spec, &cel::string(name));
-            let body = format!("{units} <= {limit}");
-            // The engine's words: what the first Pod (or template) over the limit asks in all,
-            // at its spec's path. Each Pod's count is computed once, as in the check itself.
-            let asks = format!("variables.allotPods.map({POD}, has({POD}.spec) ? {units} : 0)");
-            message_expressions.push((
-                wanted.len(),
-                format!(
-                    "[{asks}].map(allotAsks, lists.range(size(allotAsks)).filter(allotAt, allotAsks[allotAt] > {limit})\
-                     .map(allotAt, '[accelerators/max-per-pod] ' + {} + 'pod asks ' + string(allotAsks[allotAt]) + {})[0])[0]",
-                    spec_path_then(": "),
-                    cel::string(&format!(" {name} in all; at most {limit} per pod"))
-                ),
-            ));
-            let message = format!("pod asks more than {limit} {name} in all; at most {limit} per pod");
-            wanted.push((max.action, Check::MaxPerPod, body, message));
-        }
-    }
     let (sources, unsupported) = pod_sources();
     for (kind, why) in unsupported.iter().map(|u| ("template", u)) {
         coverage.webhook_only.push(Line::whole(format!("{kind} {why}")));
     }
     for action in [Action::Deny, Action::Warn, Action::Audit] {
-        let of_action: Vec<_> = wanted.iter().filter(|w| w.0 == action).collect();
-        if of_action.is_empty() {
+        if !wanted.iter().any(|w| w.action == action) {
             continue;
         }
         for source in &sources {
             let name = object_name(&["allot-accelerators", action.label(), &source.suffix]);
             let validations = wanted
                 .iter()
-                .enumerate()
-                .filter(|(_, w)| w.0 == action)
-                .map(|(i, (_, check, body, message))| Validation {
-                    message_expression: message_expressions.iter().find(|(at, _)| *at == i).map(|(_, m)| m.clone()),
-                    ..validation(body, format!("[{}] {message}", check.id()))
+                .filter(|w| w.action == action)
+                .map(|w| Validation {
+                    message_expression: w.message_expression.clone(),
+                    ..validation(&w.body, format!("[{}] {}", w.check.id(), w.message))
                 })
                 .collect();
             emit(
@@ -233,15 +124,170 @@ pub(super) fn accelerator_checks(policies: &PolicySet, out: &mut Compiled) {
             );
         }
     }
-    for (action, check, _, _) in &wanted {
-        let id = check.id().trim_start_matches("accelerators/");
+    for w in &wanted {
+        let id = w.check.id().trim_start_matches("accelerators/");
         coverage
             .compiled
-            .push(Line::new(Part::Check(*check), format!("{id} ({}) on Pods and Pod templates", action.label())));
+            .push(Line::new(Part::Check(w.check), format!("{id} ({}) on Pods and Pod templates", w.action.label())));
     }
     if !wanted.is_empty() || !coverage.webhook_only.is_empty() {
         out.coverage.push(coverage);
     }
+}
+
+/// CEL: every container of `allotPod` (init containers included).
+fn all_pod_containers() -> String {
+    cel::all_containers(&format!("{POD}.spec"))
+}
+
+/// `accelerators/requests-equal-limits`.
+fn requests_equal_limits(policies: &PolicySet) -> Vec<Wanted> {
+    let Some(action) = policies.checks.requests_equal_limits.and_then(|c| c.action()) else {
+        return Vec::new();
+    };
+    let m = cel::resource_matches(&policies.accelerators, "k");
+    let unequal = "!(has(c.resources.limits) && k in c.resources.limits && \
+         quantity(string(c.resources.requests[k])).compareTo(quantity(string(c.resources.limits[k]))) == 0)";
+    let ok =
+        format!("!has(c.resources) || !has(c.resources.requests) || c.resources.requests.all(k, !{m} || !({unequal}))");
+    let detail = format!(
+        "'container ' + c.name + ': ' + c.resources.requests.filter(k, {m} && {unequal}).map(k, \
+         has(c.resources.limits) && k in c.resources.limits \
+         ? k + ' request ' + string(c.resources.requests[k]) + ' must equal its limit ' + string(c.resources.limits[k]) \
+         : k + ' is requested (' + string(c.resources.requests[k]) + ') without a limit; set limits.' + k + ': ' + \
+         string(c.resources.requests[k]))[0]"
+    );
+    let check = Check::RequestsEqualLimits;
+    vec![Wanted {
+        action,
+        check,
+        body: format!("{}.all(c, {ok})", all_pod_containers()),
+        message: "every accelerator request must equal its limit".into(),
+        message_expression: Some(container_message(check, &["containers", "initContainers"], &ok, &detail)),
+    }]
+}
+
+/// `accelerators/whole-numbers`.
+fn whole_numbers(policies: &PolicySet) -> Vec<Wanted> {
+    let Some(action) = policies.checks.whole_numbers.and_then(|c| c.action()) else {
+        return Vec::new();
+    };
+    let m = cel::resource_matches(&policies.accelerators, "k");
+    let fractional = |f: &str| format!("{m} && !quantity(string(c.resources.{f}[k])).isInteger()");
+    let field = |f: &str| {
+        format!("(!has(c.resources) || !has(c.resources.{f}) || !c.resources.{f}.exists(k, {}))", fractional(f))
+    };
+    let ok = format!("{} && {}", field("requests"), field("limits"));
+    // Requests first, then limits, as the engine reports them.
+    let listed = |f: &str, kind: &str| {
+        format!(
+            "(has(c.resources) && has(c.resources.{f}) ? c.resources.{f}.filter(k, {}).map(k, k + ' {kind} ' + \
+             string(c.resources.{f}[k])) : [])",
+            fractional(f)
+        )
+    };
+    let detail = format!(
+        "'container ' + c.name + ': ' + ({} + {})[0] + ' is not a whole number of devices'",
+        listed("requests", "request"),
+        listed("limits", "limit")
+    );
+    let check = Check::WholeNumbers;
+    vec![Wanted {
+        action,
+        check,
+        body: format!("{}.all(c, {ok})", all_pod_containers()),
+        message: "accelerator amounts must be whole numbers of devices".into(),
+        message_expression: Some(container_message(check, &["containers", "initContainers"], &ok, &detail)),
+    }]
+}
+
+/// `accelerators/init-containers`: native sidecars (`restartPolicy: Always`) excepted.
+fn init_containers(policies: &PolicySet) -> Vec<Wanted> {
+    let Some(action) = policies.checks.init_containers.and_then(|c| c.action()) else {
+        return Vec::new();
+    };
+    let accel = &policies.accelerators;
+    let ok =
+        format!("(has(c.restartPolicy) && c.restartPolicy == 'Always') || !{}", cel::container_names_any(accel, "c"));
+    let m = cel::resource_matches(accel, "allotK");
+    let names = "((has(c.resources) && has(c.resources.requests) ? c.resources.requests.map(allotK, allotK) : []) + \
+                 (has(c.resources) && has(c.resources.limits) ? c.resources.limits.map(allotK, allotK) : []))";
+    let detail = format!(
+        "'init container ' + c.name + ' requests ' + [{names}].map(allotNames, lists.range(size(allotNames))\
+         .filter(allotJ, allotNames.indexOf(allotNames[allotJ]) == allotJ).map(allotJ, allotNames[allotJ]))[0]\
+         .filter(allotK, {m}).join(', ') + '; accelerators are not allowed in init containers'"
+    );
+    let check = Check::InitContainers;
+    vec![Wanted {
+        action,
+        check,
+        body: format!("!has({POD}.spec.initContainers) || {POD}.spec.initContainers.all(c, {ok})"),
+        message: "accelerators are not allowed in init containers (native sidecars excepted)".into(),
+        message_expression: Some(container_message(check, &["initContainers"], &ok, &detail)),
+    }]
+}
+
+/// `accelerators/allowed-resources`.
+fn allowed_resources(policies: &PolicySet) -> Vec<Wanted> {
+    let (Some(check), Some(allowed)) = (&policies.checks.allowed_resources, &policies.allowed_accelerators) else {
+        return Vec::new();
+    };
+    let (m, ok) = (cel::resource_matches(&policies.accelerators, "k"), cel::resource_matches(allowed, "k"));
+    let field =
+        |f: &str| format!("(!has(c.resources) || !has(c.resources.{f}) || c.resources.{f}.all(k, !{m} || {ok}))");
+    vec![Wanted {
+        action: check.action,
+        check: Check::AllowedResources,
+        body: format!("{}.all(c, {} && {})", all_pod_containers(), field("requests"), field("limits")),
+        message: format!("only these accelerators may be requested: {}", check.names.join(", ")),
+        message_expression: None,
+    }]
+}
+
+/// `accelerators/max-per-container`: one validation per limited resource.
+fn max_per_container(policies: &PolicySet) -> Vec<Wanted> {
+    let Some(max) = &policies.checks.max_per_container else {
+        return Vec::new();
+    };
+    let all = all_pod_containers();
+    (max.limits.iter())
+        .map(|(name, limit)| Wanted {
+            action: max.action,
+            check: Check::MaxPerContainer,
+            body: format!("{all}.all(c, !{})", container_exceeds("c", name, *limit)),
+            message: format!("a container may ask at most {limit} {name}"),
+            message_expression: None,
+        })
+        .collect()
+}
+
+/// `accelerators/max-per-pod`: one validation per limited resource, in the engine's words:
+/// what the first Pod (or template) over the limit asks in all, at its spec's path. Each
+/// Pod's count is computed once, as in the check itself.
+fn max_per_pod(policies: &PolicySet) -> Vec<Wanted> {
+    let Some(max) = &policies.checks.max_per_pod else {
+        return Vec::new();
+    };
+    let spec = format!("{POD}.spec");
+    (max.limits.iter())
+        .map(|(name, limit)| {
+            let units = cel::pod_resource_units(&spec, &cel::string(name));
+            let asks = format!("variables.allotPods.map({POD}, has({POD}.spec) ? {units} : 0)");
+            let message_expression = format!(
+                "[{asks}].map(allotAsks, lists.range(size(allotAsks)).filter(allotAt, allotAsks[allotAt] > {limit})\
+                 .map(allotAt, '[accelerators/max-per-pod] ' + {} + 'pod asks ' + string(allotAsks[allotAt]) + {})[0])[0]",
+                spec_path_then(": "),
+                cel::string(&format!(" {name} in all; at most {limit} per pod"))
+            );
+            Wanted {
+                action: max.action,
+                check: Check::MaxPerPod,
+                body: format!("{units} <= {limit}"),
+                message: format!("pod asks more than {limit} {name} in all; at most {limit} per pod"),
+                message_expression: Some(message_expression),
+            }
+        })
+        .collect()
 }
 
 /// CEL for a per-container check's message as the engine words it, at the first container
@@ -310,11 +356,10 @@ fn container_exceeds(c: &str, name: &str, limit: u32) -> String {
 /// The team's allowed priority classes (the class a Pod ends up with, the cluster's
 /// globalDefault when it names none), on Pods and templates; a team that lists none may use
 /// any class but the system ones (`system-…`: the engine's `team/priority-class`).
-pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &str>, out: &mut Compiled) {
+pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &Unsupported>, out: &mut Compiled) {
     if policies.teams.is_empty() {
         return;
     }
-    let limited: Vec<_> = policies.teams.iter().filter(|t| t.priority.allowed.is_some()).collect();
     let mut coverage = Coverage::new(Subject::TeamPriorityClasses);
     let team = match team {
         Ok(t) => t,
@@ -326,6 +371,7 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
             return;
         }
     };
+    let limited: Vec<_> = policies.teams.iter().filter(|t| t.priority.allowed.is_some()).collect();
     let allowed: Vec<String> = limited
         .iter()
         .map(|t| {
@@ -334,6 +380,47 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
             format!("{}: {}", cel::string(&t.name), cel::string_list(&classes))
         })
         .collect();
+    let (class, body) = priority_class_check(policies);
+    let v = Validation {
+        expression: every_pod(&body),
+        message_expression: Some(priority_class_words(&limited, &class, &body)),
+        message: Some("[team/priority-class] this team may not use this priority class".into()),
+        ..Default::default()
+    };
+    let (sources, _) = pod_sources();
+    for source in &sources {
+        let name = object_name(&["allot-team-priority-classes", &source.suffix]);
+        emit(
+            out,
+            &name,
+            Action::Deny,
+            match_resources(source.rules(&["CREATE", "UPDATE"])),
+            vec![not_kubelet(), condition("namespace-of-a-team", format!("{team} != ''"))],
+            vec![
+                variable("team", team),
+                variable("allowedClasses", format!("{{{}}}", allowed.join(", "))),
+                variable("allotPods", source.pods.clone()),
+                variable("allotPaths", source.paths.clone()),
+            ],
+            vec![v.clone()],
+        );
+    }
+    for t in &policies.teams {
+        coverage.compiled.push(Line::whole(match t.priority.allowed {
+            Some(_) => format!("team {}: allowed priority classes on Pods and Pod templates", t.name),
+            None => format!(
+                "team {}: no system priority class on Pods and Pod templates at CREATE (the webhook also warns on a \
+                 workload UPDATE)",
+                t.name
+            ),
+        }));
+    }
+    out.coverage.push(coverage);
+}
+
+/// CEL over `allotPod`: the class a Pod ends up with (the cluster's globalDefault when it
+/// names none), and the check that its team may use it.
+fn priority_class_check(policies: &PolicySet) -> (String, String) {
     let class = match &policies.priority.global_default {
         Some(g) => format!(
             "(has({POD}.spec.priorityClassName) && {POD}.spec.priorityClassName != '' ? {POD}.spec.priorityClassName : {})",
@@ -354,8 +441,13 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
         "{class} == '' || (variables.team in variables.allowedClasses ? {class} in \
          variables.allowedClasses[variables.team] : ({open}))"
     );
-    // The engine's words: the classes the team lists (its default aside), the class asked, at
-    // the first Pod or template that asks one outside them.
+    (class, body)
+}
+
+/// CEL: the engine's words for the first Pod or template whose `class` fails `body`: the
+/// classes its team lists (`limited` teams; the default aside) and the class asked, or why a
+/// system class is refused to a team that lists none.
+fn priority_class_words(limited: &[&crate::model::policy::Team], class: &str, body: &str) -> String {
     let listed: Vec<String> = limited
         .iter()
         .map(|t| {
@@ -376,7 +468,7 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
         cel::string(" lists no allowed classes, which allows any class but the system ones (list "),
         cel::string(" in the team's priority.allowed to permit it)")
     );
-    let message_expression = at_first_pod(
+    at_first_pod(
         &format!("has({POD}.spec) && !({body})"),
         &format!(
             "'[team/priority-class] ' + {} + (variables.team in variables.allowedClasses ? 'team ' + variables.team + \
@@ -384,53 +476,18 @@ pub(super) fn team_priority_classes(policies: &PolicySet, team: Result<&str, &st
             spec_path_then(".priorityClassName: "),
             listed.join(", ")
         ),
-    );
-    let (sources, _) = pod_sources();
-    for source in &sources {
-        let name = object_name(&["allot-team-priority-classes", &source.suffix]);
-        let v = Validation {
-            expression: every_pod(&body),
-            message_expression: Some(message_expression.clone()),
-            message: Some("[team/priority-class] this team may not use this priority class".into()),
-            ..Default::default()
-        };
-        emit(
-            out,
-            &name,
-            Action::Deny,
-            match_resources(source.rules(&["CREATE", "UPDATE"])),
-            vec![not_kubelet(), condition("namespace-of-a-team", format!("{team} != ''"))],
-            vec![
-                variable("team", team),
-                variable("allowedClasses", format!("{{{}}}", allowed.join(", "))),
-                variable("allotPods", source.pods.clone()),
-                variable("allotPaths", source.paths.clone()),
-            ],
-            vec![v],
-        );
-    }
-    for t in &policies.teams {
-        coverage.compiled.push(Line::whole(match t.priority.allowed {
-            Some(_) => format!("team {}: allowed priority classes on Pods and Pod templates", t.name),
-            None => format!(
-                "team {}: no system priority class on Pods and Pod templates at CREATE (the webhook also warns on a \
-                 workload UPDATE)",
-                t.name
-            ),
-        }));
-    }
-    out.coverage.push(coverage);
+    )
 }
 
 /// The CEL string of [`crate::model::policy::SYSTEM_PRIORITY_PREFIX`].
 const SYSTEM: &str = "'system-'";
 
 /// A CEL Rule: one policy per Pod source (kinds: [Pod]) or one for the named kind.
-pub(super) fn rule(policies: &PolicySet, rule: &Rule, team: Result<&str, &str>, out: &mut Compiled) {
+pub(super) fn rule(policies: &PolicySet, rule: &Rule, team: Result<&str, &Unsupported>, out: &mut Compiled) {
     let mut coverage = Coverage::new(Subject::Rule(rule.name.clone()));
     match compile_rule(policies, rule, team, out) {
         Ok(line) => coverage.compiled.push(Line::whole(line)),
-        Err(why) => coverage.webhook_only.push(Line::whole(why)),
+        Err(why) => coverage.webhook_only.push(Line::whole(why.to_string())),
     }
     out.coverage.push(coverage);
 }
@@ -438,14 +495,13 @@ pub(super) fn rule(policies: &PolicySet, rule: &Rule, team: Result<&str, &str>, 
 fn compile_rule(
     policies: &PolicySet,
     rule: &Rule,
-    team: Result<&str, &str>,
+    team: Result<&str, &Unsupported>,
     out: &mut Compiled,
-) -> Result<String, String> {
-    let accelerators = &*policies.accelerators;
+) -> Result<String, Unsupported> {
     let spec = &rule.spec;
     let needs_team = !spec.rule_match.teams.is_empty() || mentions(rule, "team");
     let team = match (needs_team, team) {
-        (true, Err(why)) => return Err(format!("the team of a namespace: {why}")),
+        (true, Err(why)) => return Err(Unsupported::Team(Box::new(why.clone()))),
         (_, Ok(t)) => t,
         (false, Err(_)) => "''",
     };
@@ -463,24 +519,66 @@ fn compile_rule(
         conditions.push(condition("scope", scope));
     }
     // Every target first, so a rule is emitted whole or not at all.
-    // (object-name suffix, what it matches, (Pods, their paths), bindings)
-    let mut targets: Vec<(String, MatchResources, (String, String), Bindings<'_>)> = Vec::new();
+    let mut emitted = Vec::new();
+    let mut objects = Compiled { objects: Vec::new(), coverage: Vec::new() };
+    for target in rule_targets(rule, &operations, &policies.accelerators)? {
+        let name = object_name(&["allot-rule", &rule.name, &target.suffix]);
+        emit(
+            &mut objects,
+            &name,
+            spec.action,
+            target.constraints,
+            conditions.clone(),
+            vec![
+                variable("namespaceName", "request.namespace"),
+                variable("team", team),
+                variable("allotPods", target.pods),
+                variable("allotPaths", target.paths),
+            ],
+            vec![rule_validation(rule, target.bindings)?],
+        );
+        emitted.push(target.suffix);
+    }
+    out.objects.extend(objects.objects);
+    Ok(format!("{} on {} ({})", spec.action.label(), emitted.join(", "), operations.join(", ")))
+}
+
+/// Where a Rule is bound: one Pod source, or one workload kind of the table.
+struct RuleTarget<'a> {
+    /// The object name's suffix.
+    suffix: String,
+    constraints: MatchResources,
+    /// CEL: the Pods (or templates) checked, and their paths.
+    pods: String,
+    paths: String,
+    bindings: Bindings<'a>,
+}
+
+/// Every target of `rule`'s kinds, or why one cannot be bound.
+fn rule_targets<'a>(
+    rule: &Rule,
+    operations: &[&str],
+    accelerators: &'a crate::model::resources::ResourceMatcher,
+) -> Result<Vec<RuleTarget<'a>>, Unsupported> {
+    let target = |source: PodSource, old_object| RuleTarget {
+        constraints: match_resources(source.rules(operations)),
+        bindings: Bindings { object: POD, old_object, accelerators },
+        suffix: source.suffix,
+        pods: source.pods,
+        paths: source.paths,
+    };
+    let mut targets = Vec::new();
     let (sources, unsupported) = pod_sources();
     for kind in &rule.kinds {
         match kind {
-            KindMatch::Any => return Err("matches every kind (`*`): no finite list of resources to bind".into()),
+            KindMatch::Any => return Err(Unsupported::EveryKind),
             KindMatch::Pods => {
                 if let Some(u) = unsupported.first() {
-                    return Err(format!("template {u}"));
+                    return Err(Unsupported::Template(u.clone()));
                 }
                 for source in &sources {
                     let old = source.is_pod.then_some("oldObject");
-                    targets.push((
-                        source.suffix.clone(),
-                        match_resources(source.rules(&operations)),
-                        (source.pods.clone(), source.paths.clone()),
-                        Bindings { object: POD, old_object: old, accelerators },
-                    ));
+                    targets.push(target(source.clone(), old));
                 }
             }
             KindMatch::Kind { group, kind } => {
@@ -489,7 +587,7 @@ fn compile_rule(
                     .filter(|w| w.kind == kind && group.as_deref().is_none_or(|g| g == w.group))
                     .collect();
                 if rows.is_empty() {
-                    return Err(format!("kind {kind} is not in Allot's workload table: its resource name is unknown"));
+                    return Err(Unsupported::UnknownKind(kind.clone()));
                 }
                 for w in rows {
                     let source = PodSource {
@@ -500,53 +598,31 @@ fn compile_rule(
                         paths: "['']".into(),
                         is_pod: true,
                     };
-                    targets.push((
-                        source.suffix.clone(),
-                        match_resources(source.rules(&operations)),
-                        (source.pods.clone(), source.paths.clone()),
-                        Bindings { object: POD, old_object: Some("oldObject"), accelerators },
-                    ));
+                    targets.push(target(source, Some("oldObject")));
                 }
             }
         }
     }
-    let mut emitted = Vec::new();
-    let mut objects = Compiled { objects: Vec::new(), coverage: Vec::new() };
-    for (suffix, constraints, (pods, paths), bindings) in targets {
-        let expression = cel::rewrite(rule.expression.source(), bindings)?;
-        // The first Pod or template the rule fails on, and the engine's path for it (a
-        // template's findings read `spec.template: message`, a Pod's just the message).
-        let failing = "variables.allotPods[allotAt]";
-        let message = spec.message.clone().unwrap_or_else(|| format!("failed {}", rule.expression.source()));
-        let text = match &rule.message_expression {
-            Some(m) => format!("({})", cel::rewrite(m.source(), Bindings { object: failing, ..bindings })?),
-            None => cel::string(&message),
-        };
-        let v = Validation {
-            expression: format!("variables.allotPods.all({POD}, {expression})"),
-            message: Some(message),
-            message_expression: Some(at_first_pod(&format!("!({expression})"), &format!("{TEMPLATE_PREFIX} + {text}"))),
-            ..Default::default()
-        };
-        let name = object_name(&["allot-rule", &rule.name, &suffix]);
-        emit(
-            &mut objects,
-            &name,
-            spec.action,
-            constraints,
-            conditions.clone(),
-            vec![
-                variable("namespaceName", "request.namespace"),
-                variable("team", team),
-                variable("allotPods", pods),
-                variable("allotPaths", paths),
-            ],
-            vec![v],
-        );
-        emitted.push(suffix);
-    }
-    out.objects.extend(objects.objects);
-    Ok(format!("{} on {} ({})", spec.action.label(), emitted.join(", "), operations.join(", ")))
+    Ok(targets)
+}
+
+/// A Rule's validation: its expression over every Pod, and its message in the engine's words
+/// at the first Pod or template it fails on (a template's findings read
+/// `spec.template: message`, a Pod's just the message).
+fn rule_validation(rule: &Rule, bindings: Bindings<'_>) -> Result<Validation, Unsupported> {
+    let expression = cel::rewrite(rule.expression.source(), bindings)?;
+    let failing = "variables.allotPods[allotAt]";
+    let message = rule.spec.message.clone().unwrap_or_else(|| format!("failed {}", rule.expression.source()));
+    let text = match &rule.message_expression {
+        Some(m) => format!("({})", cel::rewrite(m.source(), Bindings { object: failing, ..bindings })?),
+        None => cel::string(&message),
+    };
+    Ok(Validation {
+        expression: format!("variables.allotPods.all({POD}, {expression})"),
+        message: Some(message),
+        message_expression: Some(at_first_pod(&format!("!({expression})"), &format!("{TEMPLATE_PREFIX} + {text}"))),
+        ..Default::default()
+    })
 }
 
 fn mentions(rule: &Rule, word: &str) -> bool {

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::events::{EventAction, PodEvent, publish};
 use super::metrics::ControllerMetrics;
-use super::preemption::{Evictor, PREEMPTED_REASON};
+use super::preemption::{EvictionError, Evictor, PREEMPTED_REASON};
 
 /// The Event reason on each victim pod.
 pub const VICTIM_EVENT_REASON: &str = "Preempted";
@@ -35,7 +35,7 @@ pub fn eviction_body(namespace: &str, pod: &str, uid: Option<&str>) -> serde_jso
 }
 
 impl Evictor for ApiEvictor<'_> {
-    async fn evict(&self, namespace: &str, pod: &str, uid: Option<&str>, dry_run: bool) -> Result<(), String> {
+    async fn evict(&self, namespace: &str, pod: &str, uid: Option<&str>, dry_run: bool) -> Result<(), EvictionError> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let body = eviction_body(namespace, pod, uid);
         let params = PostParams { dry_run, ..PostParams::default() };
@@ -50,8 +50,8 @@ impl Evictor for ApiEvictor<'_> {
             // is not there to hold anything.
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
             // 429: a PodDisruptionBudget allows no disruption now.
-            Err(kube::Error::Api(status)) => Err(format!("{} {}", status.code, status.message)),
-            Err(e) => Err(e.to_string()),
+            Err(kube::Error::Api(status)) => Err(EvictionError::Refused { code: status.code, message: status.message }),
+            Err(e) => Err(EvictionError::Unanswered(e.to_string())),
         }
     }
 

@@ -136,8 +136,40 @@ pub async fn create_missing(
             }
             Err(e) => {
                 // Tried again at the next resync (the owner may not be readable yet).
-                tracing::warn!(%namespace, pod_group = %name, owner = %owner.name, error = %e, "cannot hand the gang to the scheduler");
+                tracing::warn!(%namespace, pod_group = %name, owner = %owner.name, error = %e, reason = e.metric_label(), "cannot hand the gang to the scheduler");
             }
+        }
+    }
+}
+
+/// Why a gang could not be handed to the scheduler (tried again at the next resync).
+#[derive(Debug, thiserror::Error)]
+pub enum HandOffError {
+    #[error("{0}")]
+    ReadOwner(#[source] kube::Error),
+    #[error("the owner does not exist")]
+    NoOwner,
+    #[error("the owner declares no usable size")]
+    NoSize,
+    #[error("the owner has no uid")]
+    NoUid,
+    #[error("{0}")]
+    Encode(#[source] serde_json::Error),
+    /// The API server refused to create the Workload or PodGroup (`kind`).
+    #[error("{kind}: {source}")]
+    Create { kind: &'static str, source: kube::Error },
+}
+
+impl HandOffError {
+    /// A short, stable name for the reason (metrics, logs).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            HandOffError::ReadOwner(_) => "read_owner",
+            HandOffError::NoOwner => "no_owner",
+            HandOffError::NoSize => "no_size",
+            HandOffError::NoUid => "no_uid",
+            HandOffError::Encode(_) => "encode",
+            HandOffError::Create { .. } => "create",
         }
     }
 }
@@ -149,28 +181,26 @@ async fn create(
     api: &OwnerApi,
     owner: &crate::control::cluster::Owner,
     terms: &Terms,
-) -> Result<u32, String> {
+) -> Result<u32, HandOffError> {
     let gvk = GroupVersionKind::gvk(api.group, api.version, &owner.api_kind);
     let owners: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         namespace,
         &ApiResource::from_gvk_with_plural(&gvk, &api.plural(&owner.api_kind)),
     );
-    let found = owners.get_opt(&owner.name).await.map_err(|e| e.to_string())?.ok_or("the owner does not exist")?;
-    let size = crate::model::gang::membership::owner_gang(owner.kind, &found.data)
-        .ok_or("the owner declares no usable size")?
-        .size;
-    let uid = found.metadata.uid.ok_or("the owner has no uid")?;
+    let found = owners.get_opt(&owner.name).await.map_err(HandOffError::ReadOwner)?.ok_or(HandOffError::NoOwner)?;
+    let size = crate::model::gang::membership::owner_gang(owner.kind, &found.data).ok_or(HandOffError::NoSize)?.size;
+    let uid = found.metadata.uid.ok_or(HandOffError::NoUid)?;
     let reference = json!({"apiVersion": format!("{}/{}", api.group, api.version), "kind": owner.api_kind,
                            "name": owner.name, "uid": uid});
     let (workload, pod_group) = objects(name, &reference, size, terms);
     for (object, kind, plural) in [(workload, "Workload", "workloads"), (pod_group, "PodGroup", "podgroups")] {
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource(kind, plural));
-        let object: DynamicObject = serde_json::from_value(object).map_err(|e| e.to_string())?;
+        let object: DynamicObject = serde_json::from_value(object).map_err(HandOffError::Encode)?;
         match api.create(&PostParams::default(), &object).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(format!("{kind}: {e}")),
+            Err(source) => return Err(HandOffError::Create { kind, source }),
         }
     }
     Ok(size)

@@ -181,7 +181,29 @@ pub enum Outcome {
     Evicted { pods: usize },
     /// A budget (or the API) refused the eviction of a pod of `unit`: nothing was evicted
     /// (refused in the dry run), or only what came before it (refused for real).
-    Refused { unit: UnitKey, pod: String, why: String, evicted: usize },
+    Refused { unit: UnitKey, pod: String, why: EvictionError, evicted: usize },
+}
+
+/// Why an eviction (or its dry run) did not go through.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EvictionError {
+    /// The API server refused it: 429 while a PodDisruptionBudget allows no disruption.
+    #[error("{code} {message}")]
+    Refused { code: u16, message: String },
+    /// The API server could not be asked, or answered with no status.
+    #[error("{0}")]
+    Unanswered(String),
+}
+
+impl EvictionError {
+    /// A short, stable name for the reason (metrics, logs).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            EvictionError::Refused { code: 429, .. } => "disruption_budget",
+            EvictionError::Refused { .. } => "refused",
+            EvictionError::Unanswered(_) => "unanswered",
+        }
+    }
 }
 
 /// What the eviction talks to: the API, for dry runs and evictions, condition patches and
@@ -190,7 +212,7 @@ pub enum Outcome {
 pub trait Evictor {
     /// Evicts the pod of that uid (`dry_run`: only asks); `Err` with the API's words when
     /// refused. A pod already gone is no error.
-    async fn evict(&self, namespace: &str, pod: &str, uid: Option<&str>, dry_run: bool) -> Result<(), String>;
+    async fn evict(&self, namespace: &str, pod: &str, uid: Option<&str>, dry_run: bool) -> Result<(), EvictionError>;
     /// Tells an evicted pod why (its `DisruptionTarget` condition and a Warning Event).
     async fn tell_victim(&self, namespace: &str, pod: &str, uid: Option<&str>, message: &str);
     /// A Warning Event on the preemptor's member `pod`.
@@ -232,7 +254,7 @@ async fn refused(
     now: i64,
     unit: &RunningUnit,
     pod: &str,
-    why: String,
+    why: EvictionError,
     evicted: usize,
 ) -> Outcome {
     memory.spare(unit.key.clone(), now.saturating_add(REFUSAL_RETRY_SECS));

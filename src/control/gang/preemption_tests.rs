@@ -180,10 +180,11 @@ struct Recording {
 }
 
 impl Evictor for Recording {
-    async fn evict(&self, _: &str, pod: &str, uid: Option<&str>, dry_run: bool) -> Result<(), String> {
+    async fn evict(&self, _: &str, pod: &str, uid: Option<&str>, dry_run: bool) -> Result<(), EvictionError> {
         self.calls.borrow_mut().push(format!("{} {pod} {}", if dry_run { "dry" } else { "evict" }, uid.unwrap_or("-")));
         if self.refuse.iter().any(|(p, dry)| *p == pod && *dry == dry_run) {
-            return Err("429 Cannot evict pod as it would violate the pod's disruption budget.".into());
+            let message = "Cannot evict pod as it would violate the pod's disruption budget.".to_string();
+            return Err(EvictionError::Refused { code: 429, message });
         }
         Ok(())
     }
@@ -269,10 +270,16 @@ fn a_budget_refusing_in_the_dry_run_evicts_nothing_and_says_so() {
     let mut memory = Memory::default();
     let outcome = run(&api, &mut memory);
     assert!(matches!(&outcome, Outcome::Refused { pod, evicted: 0, .. } if pod == "old-1"), "{outcome:?}");
+    if let Outcome::Refused { why, .. } = &outcome {
+        assert_eq!(why.metric_label(), "disruption_budget");
+    }
     let calls = api.calls.borrow();
     assert!(calls.iter().all(|c| !c.starts_with("evict") && !c.starts_with("tell")), "{calls:?}");
+    let told = calls.last().unwrap();
+    assert!(told.starts_with("preemptor high-0 PreemptionRefused: evicting pod ml/old-1 of gang ml/old"));
     assert!(
-        calls.last().unwrap().starts_with("preemptor high-0 PreemptionRefused: evicting pod ml/old-1 of gang ml/old")
+        told.contains("was refused (429 Cannot evict pod as it would violate the pod's disruption budget.)"),
+        "{told}"
     );
     // Nothing in flight; the refused unit alone is spared, for the retry time.
     assert!(memory.in_flight.is_empty());

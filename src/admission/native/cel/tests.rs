@@ -25,7 +25,9 @@ fn helpers_and_shadowing_macro_variables_are_reported() {
         let expanded = rewrite(counted, pod()).expect("expanded");
         assert!(expanded.contains("lists.range(") && !expanded.contains("accelerators("), "{expanded}");
     }
-    assert!(rewrite("accelerators(object.metadata) == 0", pod()).unwrap_err().contains("accelerators"));
+    let not_a_pod = rewrite("accelerators(object.metadata) == 0", pod()).unwrap_err();
+    assert_eq!(not_a_pod, Unsupported::AcceleratorsArgument);
+    assert!(not_a_pod.to_string().contains("accelerators"));
     let entry = rewrite("acceleratorRequests(object)['nvidia.com/gpu'] == 1", pod()).expect("one entry expands");
     assert!(entry.ends_with("['nvidia.com/gpu'] == 1") && !entry.contains("acceleratorRequests"), "{entry}");
     for whole_map in [
@@ -34,10 +36,16 @@ fn helpers_and_shadowing_macro_variables_are_reported() {
         "acceleratorLimits(object)['nvidia.com/gpu'] == 1",
         "acceleratorRequests(object)['a\\'b'] == 1",
     ] {
-        assert!(rewrite(whole_map, pod()).unwrap_err().contains("map"), "{whole_map}");
+        let err = rewrite(whole_map, pod()).unwrap_err();
+        assert!(matches!(err, Unsupported::HelperLookup(_)) && err.to_string().contains("map"), "{whole_map}");
     }
-    assert!(rewrite("allotC == 1", pod()).unwrap_err().contains("reserved"));
-    assert!(rewrite("object.spec.containers.all(team, team.name != '')", pod()).is_err());
+    let reserved = rewrite("allotC == 1", pod()).unwrap_err();
+    assert_eq!(reserved, Unsupported::ReservedName("allotC".into()));
+    assert!(reserved.to_string().contains("reserved"));
+    assert_eq!(
+        rewrite("object.spec.containers.all(team, team.name != '')", pod()),
+        Err(Unsupported::MacroVariable("team".into()))
+    );
     // A container's count is expanded; a variable that is not only a container is not.
     let expanded = rewrite("object.spec.containers.all(c, accelerators(c) == 0)", pod()).expect("expanded");
     assert!(

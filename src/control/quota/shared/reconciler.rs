@@ -6,6 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::ledger::{self, CountedPod, Recount};
+use crate::control::cluster::ClusterState;
+use crate::model::namespaces::NamespaceLabels;
+use crate::model::policy::PolicySet;
 use crate::model::policy::quota::Quota;
 use crate::model::resources::ResourceList;
 
@@ -132,9 +135,9 @@ pub struct ReconcilerHooks {
 /// charges expire with time alone).
 pub fn spawn_reconciler(
     ledger: Arc<SharedLedger>,
-    state: Arc<crate::control::cluster::ClusterState>,
-    policies: Arc<arc_swap::ArcSwap<crate::model::policy::PolicySet>>,
-    labels: Arc<dyn crate::model::namespaces::NamespaceLabels>,
+    state: Arc<ClusterState>,
+    policies: Arc<arc_swap::ArcSwap<PolicySet>>,
+    labels: Arc<dyn NamespaceLabels>,
     hooks: ReconcilerHooks,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -147,20 +150,11 @@ pub fn spawn_reconciler(
                 continue;
             }
             let current = policies.load_full();
-            if ensured.as_deref() != Some(current.version.as_str()) {
-                let teams = recount_by_team(&state.view(), &current, labels.as_ref());
-                let mut all = true;
-                for (team, recount) in &teams {
-                    if let Err(e) = ledger.ensure(team, recount).await {
-                        all = false;
-                        tracing::warn!(%team, error = %e, "cannot create the quota ledger yet; retrying");
-                    }
-                }
-                if all {
-                    tracing::info!(teams = teams.len(), "every deny-mode team has a quota ledger");
-                    ensured = Some(current.version.clone());
-                    (hooks.ledgers_exist)();
-                }
+            if ensured.as_deref() != Some(current.version.as_str())
+                && ensure_ledgers(&ledger, &state, &current, labels.as_ref()).await
+            {
+                ensured = Some(current.version.clone());
+                (hooks.ledgers_exist)();
             }
             tokio::time::sleep(RECONCILE_INTERVAL).await;
             if !(hooks.leading)() {
@@ -181,65 +175,100 @@ pub fn spawn_reconciler(
             {
                 continue;
             }
-            // A walk over every pod (100,000 in a large cluster): on a blocking thread, never on
-            // the async workers that answer admission.
-            let teams = {
-                let (state, current, labels) = (state.clone(), current.clone(), labels.clone());
-                // The relist check again, under the view's own lock: one may have begun since.
-                let recount = move || {
-                    let view = state.view();
-                    (!view.relisting()).then(|| recount_by_team(&view, &current, labels.as_ref()))
-                };
-                match tokio::task::spawn_blocking(recount).await {
-                    Ok(Some(teams)) => teams,
-                    Ok(None) => continue,
-                    Err(e) => {
-                        tracing::error!(error = %e, "the quota recount failed; retrying");
-                        continue;
-                    }
-                }
+            let Some(teams) = recount_off_the_workers(&state, &current, &labels).await else {
+                continue;
             };
-            let mut clean = true;
-            // A pending charge whose pod the watch saw deleted since it was charged.
-            let (now_unix, now) = (unix_now(), Instant::now());
-            // A release put off (a removal seen, the charge too young to tell whose): looked at
-            // again within a second, not at the next 10 s reconcile.
-            let put_off = std::sync::atomic::AtomicBool::new(false);
-            let deleted = |e: &ledger::Entry| {
-                let released = charge_of_a_deleted_pod(e, now_unix, now, |since| {
-                    state.removed_since(&e.namespace, &e.name, since)
-                });
-                if released.is_none() {
-                    put_off.store(true, std::sync::atomic::Ordering::Relaxed);
-                }
-                released == Some(true)
-            };
-            for (team, recount) in &teams {
-                // Pods too young to fold, and allowances (their holder may stop renewing them),
-                // need another look within a second even if nothing else changes.
-                if recount.young() > 0 {
-                    clean = false;
-                }
-                let reconciled = ledger.reconcile_with(team, recount, &deleted).await;
-                if put_off.load(std::sync::atomic::Ordering::Relaxed) {
-                    clean = false;
-                }
-                match reconciled {
-                    Ok(report) => {
-                        if report.changed() {
-                            tracing::info!(%team, pods = recount.pods(), ?report, "quota ledger reconciled");
-                        }
-                        if report.allowances_held > 0 {
-                            clean = false;
-                        }
-                    }
-                    Err(e) => {
-                        clean = false;
-                        tracing::warn!(%team, error = %e, "quota ledger reconcile failed; retrying");
-                    }
-                }
-            }
+            let clean = reconcile_teams(&ledger, &state, &teams).await;
             last = clean.then(|| (generation, current.version.clone(), Instant::now()));
         }
     })
+}
+
+/// Creates the ledger of every deny-mode team that has none; whether all exist now.
+async fn ensure_ledgers(
+    ledger: &SharedLedger,
+    state: &ClusterState,
+    current: &PolicySet,
+    labels: &dyn NamespaceLabels,
+) -> bool {
+    let teams = recount_by_team(&state.view(), current, labels);
+    let mut all = true;
+    for (team, recount) in &teams {
+        if let Err(e) = ledger.ensure(team, recount).await {
+            all = false;
+            tracing::warn!(%team, error = %e, "cannot create the quota ledger yet; retrying");
+        }
+    }
+    if all {
+        tracing::info!(teams = teams.len(), "every deny-mode team has a quota ledger");
+    }
+    all
+}
+
+/// Every deny-mode team's recount, or `None` when a relist began or the recount failed. A walk
+/// over every pod (100,000 in a large cluster): on a blocking thread, never on the async
+/// workers that answer admission.
+async fn recount_off_the_workers(
+    state: &Arc<ClusterState>,
+    current: &Arc<PolicySet>,
+    labels: &Arc<dyn NamespaceLabels>,
+) -> Option<BTreeMap<String, Recount>> {
+    let (state, current, labels) = (state.clone(), current.clone(), labels.clone());
+    // The relist check again, under the view's own lock: one may have begun since.
+    let recount = move || {
+        let view = state.view();
+        (!view.relisting()).then(|| recount_by_team(&view, &current, labels.as_ref()))
+    };
+    match tokio::task::spawn_blocking(recount).await {
+        Ok(teams) => teams,
+        Err(e) => {
+            tracing::error!(error = %e, "the quota recount failed; retrying");
+            None
+        }
+    }
+}
+
+/// Reconciles every team's ledger with its recount; whether all came out clean (nothing left
+/// that needs another look within a second).
+async fn reconcile_teams(ledger: &SharedLedger, state: &ClusterState, teams: &BTreeMap<String, Recount>) -> bool {
+    let mut clean = true;
+    // A pending charge whose pod the watch saw deleted since it was charged.
+    let (now_unix, now) = (unix_now(), Instant::now());
+    // A release put off (a removal seen, the charge too young to tell whose): looked at
+    // again within a second, not at the next 10 s reconcile.
+    let put_off = std::sync::atomic::AtomicBool::new(false);
+    let deleted = |e: &ledger::Entry| {
+        let released =
+            charge_of_a_deleted_pod(e, now_unix, now, |since| state.removed_since(&e.namespace, &e.name, since));
+        if released.is_none() {
+            put_off.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        released == Some(true)
+    };
+    for (team, recount) in teams {
+        // Pods too young to fold, and allowances (their holder may stop renewing them),
+        // need another look within a second even if nothing else changes.
+        if recount.young() > 0 {
+            clean = false;
+        }
+        let reconciled = ledger.reconcile_with(team, recount, &deleted).await;
+        if put_off.load(std::sync::atomic::Ordering::Relaxed) {
+            clean = false;
+        }
+        match reconciled {
+            Ok(report) => {
+                if report.changed() {
+                    tracing::info!(%team, pods = recount.pods(), ?report, "quota ledger reconciled");
+                }
+                if report.allowances_held > 0 {
+                    clean = false;
+                }
+            }
+            Err(e) => {
+                clean = false;
+                tracing::warn!(%team, error = %e, "quota ledger reconcile failed; retrying");
+            }
+        }
+    }
+    clean
 }
