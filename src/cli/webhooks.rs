@@ -139,38 +139,66 @@ fn workload_resources() -> BTreeMap<&'static str, Vec<String>> {
 
 /// The two configurations, in apply order.
 pub fn render(opts: &WebhookOptions) -> (MutatingWebhookConfiguration, ValidatingWebhookConfiguration) {
-    let meta = ObjectMeta {
-        name: Some(opts.name.clone()),
-        labels: Some(BTreeMap::from([("app.kubernetes.io/name".to_string(), "allot".to_string())])),
-        ..Default::default()
-    };
-    let mutating = MutatingWebhookConfiguration {
-        metadata: meta.clone(),
-        webhooks: Some(vec![MutatingWebhook {
-            name: "mutate.allot.dev".into(),
-            admission_review_versions: vec!["v1".into()],
-            client_config: client_config(opts, &phase_path(opts, "mutate")),
-            failure_policy: Some(opts.failure_policy.clone()),
-            match_policy: Some("Equivalent".into()),
-            namespace_selector: Some(namespace_selector(opts)),
-            match_conditions: Some(match_conditions(opts)),
-            reinvocation_policy: Some("IfNeeded".into()),
-            side_effects: "None".into(),
-            timeout_seconds: Some(opts.timeout_seconds),
-            rules: Some(vec![RuleWithOperations {
-                api_groups: Some(vec!["".into()]),
-                api_versions: Some(vec!["v1".into()]),
-                operations: Some(vec!["CREATE".into()]),
-                resources: Some(vec!["pods".into()]),
-                scope: Some("Namespaced".into()),
-            }]),
-            object_selector: None,
-        }]),
-    };
+    let meta = metadata(opts);
+    let mutating =
+        MutatingWebhookConfiguration { metadata: meta.clone(), webhooks: Some(vec![mutating_webhook(opts)]) };
     // Under --native-covers the Pod subresources keep the full check on the plain path: native
     // policies match `pods`, never `pods/resize` or `pods/ephemeralcontainers`.
     let split_subresources = opts.native_fingerprint.is_some();
-    let rules = workload_resources()
+    let mut webhooks = vec![
+        validating_webhook(
+            opts,
+            "validate.allot.dev",
+            &phase_path(opts, "validate"),
+            match_conditions(opts),
+            workload_rules(split_subresources),
+        ),
+        status_webhook(opts),
+    ];
+    if split_subresources {
+        webhooks.push(subresources_webhook(opts));
+    }
+    let validating = ValidatingWebhookConfiguration { metadata: meta, webhooks: Some(webhooks) };
+    (mutating, validating)
+}
+
+/// Both configurations share one name and label, so one `kubectl delete -l` removes them.
+fn metadata(opts: &WebhookOptions) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(opts.name.clone()),
+        labels: Some(BTreeMap::from([("app.kubernetes.io/name".to_string(), "allot".to_string())])),
+        ..Default::default()
+    }
+}
+
+/// The mutating webhook sees Pod CREATEs only: defaults and gates are set once, at creation.
+fn mutating_webhook(opts: &WebhookOptions) -> MutatingWebhook {
+    MutatingWebhook {
+        name: "mutate.allot.dev".into(),
+        admission_review_versions: vec!["v1".into()],
+        client_config: client_config(opts, &phase_path(opts, "mutate")),
+        failure_policy: Some(opts.failure_policy.clone()),
+        match_policy: Some("Equivalent".into()),
+        namespace_selector: Some(namespace_selector(opts)),
+        match_conditions: Some(match_conditions(opts)),
+        reinvocation_policy: Some("IfNeeded".into()),
+        side_effects: "None".into(),
+        timeout_seconds: Some(opts.timeout_seconds),
+        rules: Some(vec![RuleWithOperations {
+            api_groups: Some(vec!["".into()]),
+            api_versions: Some(vec!["v1".into()]),
+            operations: Some(vec!["CREATE".into()]),
+            resources: Some(vec!["pods".into()]),
+            scope: Some("Namespaced".into()),
+        }]),
+        object_selector: None,
+    }
+}
+
+/// The main validating webhook's rules: every workload kind Allot checks (without the Pod
+/// subresources when `split_subresources`, which get a webhook of their own), and claim creates.
+fn workload_rules(split_subresources: bool) -> Vec<RuleWithOperations> {
+    workload_resources()
         .into_iter()
         .map(|(group, mut resources)| {
             if split_subresources {
@@ -194,55 +222,81 @@ pub fn render(opts: &WebhookOptions) -> (MutatingWebhookConfiguration, Validatin
             resources: Some(vec!["resourceclaims".into()]),
             scope: Some("Namespaced".into()),
         }))
-        .collect();
-    let validate =
-        |name: &str, path: &str, conditions: Vec<MatchCondition>, rules: Vec<RuleWithOperations>| ValidatingWebhook {
-            name: name.into(),
-            admission_review_versions: vec!["v1".into()],
-            client_config: client_config(opts, path),
-            failure_policy: Some(opts.failure_policy.clone()),
-            match_policy: Some("Equivalent".into()),
-            namespace_selector: Some(namespace_selector(opts)),
-            match_conditions: Some(conditions),
-            side_effects: "None".into(),
-            timeout_seconds: Some(opts.timeout_seconds),
-            rules: Some(rules),
-            object_selector: None,
-        };
-    let mut status_conditions = match_conditions(opts);
-    status_conditions.push(MatchCondition { name: "metadata-changed".into(), expression: METADATA_CHANGED.into() });
-    let status_rule = RuleWithOperations {
+        .collect()
+}
+
+/// One validating webhook: all of Allot's share the endpoint, failure policy and namespaces.
+fn validating_webhook(
+    opts: &WebhookOptions,
+    name: &str,
+    path: &str,
+    conditions: Vec<MatchCondition>,
+    rules: Vec<RuleWithOperations>,
+) -> ValidatingWebhook {
+    ValidatingWebhook {
+        name: name.into(),
+        admission_review_versions: vec!["v1".into()],
+        client_config: client_config(opts, path),
+        failure_policy: Some(opts.failure_policy.clone()),
+        match_policy: Some("Equivalent".into()),
+        namespace_selector: Some(namespace_selector(opts)),
+        match_conditions: Some(conditions),
+        side_effects: "None".into(),
+        timeout_seconds: Some(opts.timeout_seconds),
+        rules: Some(rules),
+        object_selector: None,
+    }
+}
+
+/// Status writes reach Allot only when they change metadata ([`METADATA_CHANGED`]).
+fn status_webhook(opts: &WebhookOptions) -> ValidatingWebhook {
+    let mut conditions = match_conditions(opts);
+    conditions.push(MatchCondition { name: "metadata-changed".into(), expression: METADATA_CHANGED.into() });
+    let rule = RuleWithOperations {
         api_groups: Some(vec!["".into()]),
         api_versions: Some(vec!["v1".into()]),
         operations: Some(vec!["UPDATE".into()]),
         resources: Some(vec!["pods/status".into()]),
         scope: Some("Namespaced".into()),
     };
-    let mut webhooks = vec![
-        validate("validate.allot.dev", &phase_path(opts, "validate"), match_conditions(opts), rules),
-        validate("validate-metadata.allot.dev", "/validate", status_conditions, vec![status_rule]),
-    ];
-    if split_subresources {
-        let subresources = RuleWithOperations {
-            api_groups: Some(vec!["".into()]),
-            api_versions: Some(vec!["v1".into()]),
-            operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
-            resources: Some(POD_SUBRESOURCES.iter().map(|s| s.to_string()).collect()),
-            scope: Some("Namespaced".into()),
-        };
-        webhooks.push(validate(
-            "validate-subresources.allot.dev",
-            "/validate",
-            match_conditions(opts),
-            vec![subresources],
-        ));
+    validating_webhook(opts, "validate-metadata.allot.dev", "/validate", conditions, vec![rule])
+}
+
+/// Under `--native-covers`, the Pod subresources no native policy matches, on the full check.
+fn subresources_webhook(opts: &WebhookOptions) -> ValidatingWebhook {
+    let rule = RuleWithOperations {
+        api_groups: Some(vec!["".into()]),
+        api_versions: Some(vec!["v1".into()]),
+        operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+        resources: Some(POD_SUBRESOURCES.iter().map(|s| s.to_string()).collect()),
+        scope: Some("Namespaced".into()),
+    };
+    validating_webhook(opts, "validate-subresources.allot.dev", "/validate", match_conditions(opts), vec![rule])
+}
+
+/// Why the configurations could not be written out as YAML.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// A configuration did not convert to JSON (to set its `apiVersion` and `kind`).
+    #[error("{0}")]
+    Json(serde_json::Error),
+    /// A configuration did not serialize to YAML.
+    #[error("{0}")]
+    Yaml(serde_saphyr::SerializeError),
+}
+
+impl RenderError {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            RenderError::Json(_) => "json",
+            RenderError::Yaml(_) => "yaml",
+        }
     }
-    let validating = ValidatingWebhookConfiguration { metadata: meta, webhooks: Some(webhooks) };
-    (mutating, validating)
 }
 
 /// Both configurations as one multi-document YAML stream.
-pub fn render_yaml(opts: &WebhookOptions) -> Result<String, String> {
+pub fn render_yaml(opts: &WebhookOptions) -> Result<String, RenderError> {
     let (m, v) = render(opts);
     let with_type = |value: serde_json::Value, kind: &str| {
         let mut map = serde_json::Map::new();
@@ -253,9 +307,9 @@ pub fn render_yaml(opts: &WebhookOptions) -> Result<String, String> {
         }
         serde_json::Value::Object(map)
     };
-    let m = with_type(serde_json::to_value(&m).map_err(|e| e.to_string())?, "MutatingWebhookConfiguration");
-    let v = with_type(serde_json::to_value(&v).map_err(|e| e.to_string())?, "ValidatingWebhookConfiguration");
-    let m = serde_saphyr::to_string(&m).map_err(|e| e.to_string())?;
-    let v = serde_saphyr::to_string(&v).map_err(|e| e.to_string())?;
+    let m = with_type(serde_json::to_value(&m).map_err(RenderError::Json)?, "MutatingWebhookConfiguration");
+    let v = with_type(serde_json::to_value(&v).map_err(RenderError::Json)?, "ValidatingWebhookConfiguration");
+    let m = serde_saphyr::to_string(&m).map_err(RenderError::Yaml)?;
+    let v = serde_saphyr::to_string(&v).map_err(RenderError::Yaml)?;
     Ok(format!("{m}---\n{v}"))
 }

@@ -43,6 +43,20 @@ pub enum LiveError {
     Timeout(u64),
 }
 
+impl LiveError {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            LiveError::Config(_) => "config",
+            LiveError::PolicyConfigMap { .. } => "policy_configmap",
+            LiveError::Policies(_) => "policies",
+            LiveError::List { .. } => "list",
+            LiveError::Explain(e) => e.metric_label(),
+            LiveError::Timeout(_) => "timeout",
+        }
+    }
+}
+
 /// One `allot explain` as the command line gives it.
 #[derive(Debug, Clone)]
 pub struct Request {
@@ -217,28 +231,9 @@ pub async fn gather(
     classes: Result<Vec<DeviceClass>, kube::Error>,
 ) -> Result<World, LiveError> {
     let mut visibility = Visibility::default();
-    let mut labels = StaticNamespaces::default();
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    match list_each(&namespaces, |ns| {
-        if let Some(name) = ns.metadata.name {
-            labels.0.insert(name, ns.metadata.labels.unwrap_or_default());
-        }
-    })
-    .await
-    {
-        Ok(()) => {}
-        Err(e) if forbidden(&e) => visibility.namespaces = Some(reason(&e)),
-        Err(source) => return Err(LiveError::List { what: "namespaces".into(), source }),
-    }
+    let labels = list_namespaces(client, &mut visibility).await?;
     let state = ClusterState::default();
-    let nodes: Api<Node> = Api::all(client.clone());
-    let mut node_infos = Vec::new();
-    match list_each(&nodes, |node| node_infos.extend(node_info(&node))).await {
-        Ok(()) => {}
-        Err(e) if forbidden(&e) => visibility.nodes = Some(reason(&e)),
-        Err(source) => return Err(LiveError::List { what: "nodes".into(), source }),
-    }
-    state.replace_nodes(node_infos);
+    state.replace_nodes(list_nodes(client, &mut visibility).await?);
     if !policies.device_classes.is_empty() {
         match list_devices(client, classes).await {
             Ok(devices) => state.set_devices(crate::control::cluster::Devices::Known(Arc::new(devices))),
@@ -264,6 +259,58 @@ pub async fn gather(
         Err(e) if forbidden(&e) => visibility.pod_groups = Some(reason(&e)),
         Err(source) => return Err(LiveError::List { what: "native PodGroups".into(), source }),
     }
+    let (records, pods) = list_pods(client, namespace, policies, &labels, &claims, &mut visibility).await?;
+    state.replace_pods(records);
+    // Every owner once (a pass reads a few at a time; each read or failed is not due again).
+    let round = std::time::Instant::now();
+    while crate::control::gang::owners::resolve_owner_sizes(client, &state, round).await {}
+    Ok(World { state, labels, pods, visibility })
+}
+
+/// Every Namespace's labels, for Team selectors; none (and why) where they cannot be listed.
+async fn list_namespaces(client: &kube::Client, visibility: &mut Visibility) -> Result<StaticNamespaces, LiveError> {
+    let mut labels = StaticNamespaces::default();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    match list_each(&namespaces, |ns| {
+        if let Some(name) = ns.metadata.name {
+            labels.0.insert(name, ns.metadata.labels.unwrap_or_default());
+        }
+    })
+    .await
+    {
+        Ok(()) => {}
+        Err(e) if forbidden(&e) => visibility.namespaces = Some(reason(&e)),
+        Err(source) => return Err(LiveError::List { what: "namespaces".into(), source }),
+    }
+    Ok(labels)
+}
+
+/// Every Node's capacity and labels, for placement; none (and why) where they cannot be listed.
+async fn list_nodes(
+    client: &kube::Client,
+    visibility: &mut Visibility,
+) -> Result<Vec<crate::control::cluster::NodeInfo>, LiveError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut node_infos = Vec::new();
+    match list_each(&nodes, |node| node_infos.extend(node_info(&node))).await {
+        Ok(()) => {}
+        Err(e) if forbidden(&e) => visibility.nodes = Some(reason(&e)),
+        Err(source) => return Err(LiveError::List { what: "nodes".into(), source }),
+    }
+    Ok(node_infos)
+}
+
+/// Every pod's record (all namespaces, else `namespace` alone, with why), and the fields the
+/// records do not keep for the pods of `namespace`; a record is built against the namespaces'
+/// labels and the claims and PodGroups listed before.
+async fn list_pods(
+    client: &kube::Client,
+    namespace: &str,
+    policies: &PolicySet,
+    labels: &StaticNamespaces,
+    claims: &crate::model::dra::ClaimObjects,
+    visibility: &mut Visibility,
+) -> Result<(Vec<PodRecord>, HashMap<(String, String), PodStatus>), LiveError> {
     let mut records = Vec::new();
     let mut pods = HashMap::new();
     let mut keep = |pod: Pod| {
@@ -272,7 +319,7 @@ pub async fn gather(
         {
             pods.insert((namespace.to_string(), name), PodStatus::of(&pod));
         }
-        records.extend(PodRecord::from_pod_with_claims(&pod, policies, &labels, &claims));
+        records.extend(PodRecord::from_pod_with_claims(&pod, policies, labels, claims));
     };
     let all: Api<Pod> = Api::all(client.clone());
     match list_each(&all, &mut keep).await {
@@ -286,11 +333,7 @@ pub async fn gather(
         }
         Err(source) => return Err(LiveError::List { what: "pods".into(), source }),
     }
-    state.replace_pods(records);
-    // Every owner once (a pass reads a few at a time; each read or failed is not due again).
-    let round = std::time::Instant::now();
-    while crate::control::gang::owners::resolve_owner_sizes(client, &state, round).await {}
-    Ok(World { state, labels, pods, visibility })
+    Ok((records, pods))
 }
 
 /// The DRA devices each node offers, counted from every DeviceClass and ResourceSlice as the

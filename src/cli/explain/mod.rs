@@ -15,6 +15,7 @@
 pub mod live;
 pub mod render;
 mod report;
+mod team;
 pub mod victims;
 
 pub use report::{
@@ -25,21 +26,20 @@ pub use report::{
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::control::cluster::usage::requests_by_state;
-use crate::control::cluster::{CONDITION, ClusterState, PodRecord, QUOTA_CONDITION, UsageState};
-use crate::control::gang::decision::{self, GangKey, Need, Verdict};
+use team::explain_team;
+
+use crate::control::cluster::{CONDITION, ClusterState, PodRecord, QUOTA_CONDITION};
+use crate::control::gang::decision::{self, Decision, GangDetail, GangKey, Need, Snapshot, Verdict, WaitingGang};
 use crate::control::gang::plan::{TIMEOUT_REASON, condition_reason};
-use crate::control::gang::snapshot::GangSnapshot;
+use crate::control::gang::snapshot::{GangFacts, GangSnapshot};
 use crate::control::quota::queue::queues;
 use crate::model::gang::membership::{GATE, QUOTA_GATE};
-use crate::model::namespaces::{NamespaceLabels, TeamsByNamespace};
-use crate::model::policy::{OnStartTimeout, OnTimeout, PolicySet, QuotaMode};
-use crate::model::quantity::Quantity;
-use crate::model::resources::ResourceList;
+use crate::model::namespaces::NamespaceLabels;
+use crate::model::policy::{OnStartTimeout, OnTimeout, PolicySet};
 
 /// What `allot explain` is asked about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +60,17 @@ pub enum ExplainError {
     GangNotFound { namespace: String, name: String, hint: String },
     #[error("no team {name} in the policies; teams: {teams}")]
     TeamNotFound { name: String, teams: String },
+}
+
+impl ExplainError {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            ExplainError::PodNotFound { .. } => "pod_not_found",
+            ExplainError::GangNotFound { .. } => "gang_not_found",
+            ExplainError::TeamNotFound { .. } => "team_not_found",
+        }
+    }
 }
 
 /// What the builders read: the cluster view and policies, the time, the few pod fields the view
@@ -285,22 +296,7 @@ fn member_state(p: &PodRecord) -> &'static str {
 }
 
 fn explain_gang(inputs: &Inputs<'_>, namespace: &str, name: &str) -> Result<GangReport, ExplainError> {
-    let view = inputs.state.view();
-    let mut records: Vec<PodRecord> = view
-        .pods()
-        .filter(|p| &*p.namespace == namespace && p.gang.as_ref().is_some_and(|g| g.name == name))
-        .cloned()
-        .collect();
-    let owner_size = view.owner_gang(namespace, name).map(|o| o.size);
-    drop(view);
-    if records.is_empty() {
-        return Err(ExplainError::GangNotFound {
-            namespace: namespace.into(),
-            name: name.into(),
-            hint: visibility_hint(inputs),
-        });
-    }
-    records.sort_by(|a, b| a.name.cmp(&b.name));
+    let (records, owner_size) = gang_records(inputs, namespace, name)?;
     let declared = records.iter().find_map(|p| p.gang.as_ref().and_then(|g| g.size)).or(owner_size);
     let present = records.iter().filter(|p| p.present()).count() as u32;
     let members = records
@@ -320,85 +316,10 @@ fn explain_gang(inputs: &Inputs<'_>, namespace: &str, name: &str) -> Result<Gang
     let key = GangKey { namespace: namespace.into(), name: name.into() };
     let (snapshot, facts) = inputs.state.snapshot(inputs.policies, inputs.labels, inputs.now);
     let waiting = snapshot.gangs.iter().find(|g| g.key == key).cloned();
-    let start = facts.get(&key).and_then(|gf| {
-        let deadline = gf.start_deadline()?;
-        Some(Start {
-            timeout_seconds: gf.start_timeout,
-            since: deadline.saturating_sub(gf.start_timeout),
-            deadline,
-            remaining_seconds: deadline.saturating_sub(inputs.now),
-            on_start_timeout: match gf.on_start_timeout {
-                OnStartTimeout::Fail => "Fail".into(),
-                OnStartTimeout::Warn => "Warn".into(),
-            },
-            unbound: gf.started.iter().filter(|m| m.unbound_since.is_some()).map(|m| m.name.clone()).collect(),
-        })
-    });
+    let start = facts.get(&key).and_then(|gf| start_report(gf, inputs.now));
     let (decision, nodes, assembly) = match (waiting, decision::explain(&snapshot, &key), facts.get(&key)) {
         (Some(gang), Some((d, detail)), Some(gf)) => {
-            let (mut reason, _) = condition_reason(&d.verdict);
-            let mut message = d.message.clone();
-            let deadline = gang.created.saturating_add(gf.assembly_timeout);
-            let applies = d.verdict.awaits_assembly() && gf.assembly_timeout > 0;
-            if applies && inputs.now >= deadline {
-                reason = TIMEOUT_REASON;
-                message = format!("{message}; not assembled within {}s", gf.assembly_timeout);
-            }
-            let placement_known = inputs.visibility.nodes.is_none();
-            let (reason, message) = match &d.verdict {
-                Verdict::Release { .. } | Verdict::DoesNotFit | Verdict::Blocked { .. } if !placement_known => (
-                    "Unknown".to_string(),
-                    format!(
-                        "{}; placement not evaluated (nodes cannot be listed)",
-                        Need { nodes: None, ..detail.need.clone() }.message()
-                    ),
-                ),
-                Verdict::Incomplete if !placement_known => {
-                    ("WaitingForMembers".to_string(), Need { nodes: None, ..detail.need.clone() }.message())
-                }
-                _ => (reason.to_string(), message),
-            };
-            let needs = if placement_known {
-                detail
-                    .need
-                    .resources
-                    .iter()
-                    .map(|n| NeedReport {
-                        resource: n.resource.clone(),
-                        needed: n.needed.to_string(),
-                        free: n.free.to_string(),
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            let blocked_by = match &d.verdict {
-                Verdict::Blocked { by } => Some(by.to_string()),
-                _ => None,
-            };
-            let decision = DecisionReport {
-                reason,
-                message,
-                position: detail.position,
-                expected: detail.need.expected,
-                counted: detail.need.present,
-                nodes: detail.need.nodes.clone(),
-                needs,
-                blocked_by,
-                victims: victims::victims(&d.verdict, &snapshot.accelerators, inputs.now),
-            };
-            let nodes = if placement_known { detail.nodes.iter().map(node_report).collect() } else { Vec::new() };
-            let assembly = (gf.assembly_timeout > 0).then(|| Assembly {
-                timeout_seconds: gf.assembly_timeout,
-                since: gang.created,
-                deadline,
-                remaining_seconds: deadline - inputs.now,
-                on_timeout: match gf.on_timeout {
-                    OnTimeout::Warn => "Warn".into(),
-                    OnTimeout::Fail => "Fail".into(),
-                },
-                applies,
-            });
+            let (decision, nodes, assembly) = decided(inputs, &snapshot, &gang, &d, &detail, gf);
             (Some(decision), nodes, assembly)
         }
         _ if start.is_some() => {
@@ -423,6 +344,137 @@ fn explain_gang(inputs: &Inputs<'_>, namespace: &str, name: &str) -> Result<Gang
         condition,
         notes,
     })
+}
+
+/// The gang's pods by name, and the size its owner declares: a gang is its pods, so a name
+/// none of the listed pods carries is not found (with why, when not every pod could be listed).
+fn gang_records(
+    inputs: &Inputs<'_>,
+    namespace: &str,
+    name: &str,
+) -> Result<(Vec<PodRecord>, Option<u32>), ExplainError> {
+    let view = inputs.state.view();
+    let mut records: Vec<PodRecord> = view
+        .pods()
+        .filter(|p| &*p.namespace == namespace && p.gang.as_ref().is_some_and(|g| g.name == name))
+        .cloned()
+        .collect();
+    let owner_size = view.owner_gang(namespace, name).map(|o| o.size);
+    drop(view);
+    if records.is_empty() {
+        return Err(ExplainError::GangNotFound {
+            namespace: namespace.into(),
+            name: name.into(),
+            hint: visibility_hint(inputs),
+        });
+    }
+    records.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok((records, owner_size))
+}
+
+/// The start timeout's clock, once released members wait to be bound: when they must be.
+fn start_report(gf: &GangFacts, now: i64) -> Option<Start> {
+    let deadline = gf.start_deadline()?;
+    Some(Start {
+        timeout_seconds: gf.start_timeout,
+        since: deadline.saturating_sub(gf.start_timeout),
+        deadline,
+        remaining_seconds: deadline.saturating_sub(now),
+        on_start_timeout: match gf.on_start_timeout {
+            OnStartTimeout::Fail => "Fail".into(),
+            OnStartTimeout::Warn => "Warn".into(),
+        },
+        unbound: gf.started.iter().filter(|m| m.unbound_since.is_some()).map(|m| m.name.clone()).collect(),
+    })
+}
+
+/// The controller's decision on a waiting gang as the report shows it, with the nodes' fit and
+/// the assembly timeout; what the caller cannot see (nodes) is left out, not guessed.
+fn decided(
+    inputs: &Inputs<'_>,
+    snapshot: &Snapshot,
+    gang: &WaitingGang,
+    d: &Decision,
+    detail: &GangDetail,
+    gf: &GangFacts,
+) -> (DecisionReport, Vec<NodeReport>, Option<Assembly>) {
+    let deadline = gang.created.saturating_add(gf.assembly_timeout);
+    let applies = d.verdict.awaits_assembly() && gf.assembly_timeout > 0;
+    let placement_known = inputs.visibility.nodes.is_none();
+    let (reason, message) = reason_and_message(inputs, d, detail, gf, applies && inputs.now >= deadline);
+    let needs = if placement_known {
+        detail
+            .need
+            .resources
+            .iter()
+            .map(|n| NeedReport {
+                resource: n.resource.clone(),
+                needed: n.needed.to_string(),
+                free: n.free.to_string(),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let blocked_by = match &d.verdict {
+        Verdict::Blocked { by } => Some(by.to_string()),
+        _ => None,
+    };
+    let decision = DecisionReport {
+        reason,
+        message,
+        position: detail.position,
+        expected: detail.need.expected,
+        counted: detail.need.present,
+        nodes: detail.need.nodes.clone(),
+        needs,
+        blocked_by,
+        victims: victims::victims(&d.verdict, &snapshot.accelerators, inputs.now),
+    };
+    let nodes = if placement_known { detail.nodes.iter().map(node_report).collect() } else { Vec::new() };
+    let assembly = (gf.assembly_timeout > 0).then(|| Assembly {
+        timeout_seconds: gf.assembly_timeout,
+        since: gang.created,
+        deadline,
+        remaining_seconds: deadline - inputs.now,
+        on_timeout: match gf.on_timeout {
+            OnTimeout::Warn => "Warn".into(),
+            OnTimeout::Fail => "Fail".into(),
+        },
+        applies,
+    });
+    (decision, nodes, assembly)
+}
+
+/// The GangReady reason and message the controller would write (`timed_out`: past the assembly
+/// timeout), except where the nodes cannot be listed: then only what is known of the need.
+fn reason_and_message(
+    inputs: &Inputs<'_>,
+    d: &Decision,
+    detail: &GangDetail,
+    gf: &GangFacts,
+    timed_out: bool,
+) -> (String, String) {
+    let (mut reason, _) = condition_reason(&d.verdict);
+    let mut message = d.message.clone();
+    if timed_out {
+        reason = TIMEOUT_REASON;
+        message = format!("{message}; not assembled within {}s", gf.assembly_timeout);
+    }
+    let placement_known = inputs.visibility.nodes.is_none();
+    match &d.verdict {
+        Verdict::Release { .. } | Verdict::DoesNotFit | Verdict::Blocked { .. } if !placement_known => (
+            "Unknown".to_string(),
+            format!(
+                "{}; placement not evaluated (nodes cannot be listed)",
+                Need { nodes: None, ..detail.need.clone() }.message()
+            ),
+        ),
+        Verdict::Incomplete if !placement_known => {
+            ("WaitingForMembers".to_string(), Need { nodes: None, ..detail.need.clone() }.message())
+        }
+        _ => (reason.to_string(), message),
+    }
 }
 
 fn node_report(fit: &decision::NodeFit) -> NodeReport {
@@ -477,130 +529,4 @@ fn queue_entries(inputs: &Inputs<'_>, team: Option<&str>) -> Vec<QueueEntry> {
         }
     }
     out
-}
-
-fn usage_state(state: UsageState) -> &'static str {
-    match state {
-        UsageState::Bound => "bound",
-        UsageState::Pending => "pending",
-        UsageState::GangGated => "gangGated",
-        UsageState::QuotaQueued => "quotaQueued",
-    }
-}
-
-fn explain_team(inputs: &Inputs<'_>, name: &str) -> Result<TeamReport, ExplainError> {
-    let Some(team) = inputs.policies.teams.iter().find(|t| t.name == name) else {
-        let teams: Vec<&str> = inputs.policies.teams.iter().map(|t| t.name.as_str()).collect();
-        return Err(ExplainError::TeamNotFound {
-            name: name.into(),
-            teams: if teams.is_empty() { "none".into() } else { teams.join(", ") },
-        });
-    };
-    let quota = team.quota.as_ref();
-    // The resources shown: accelerators, and whatever the quota counts.
-    let shown = |resource: &str| {
-        inputs.policies.accelerators.matches(resource)
-            || quota.is_some_and(|q| q.limits.contains_key(resource) || q.equivalents.contains_key(resource))
-    };
-    let view = inputs.state.view();
-    let mut teams = TeamsByNamespace::new(inputs.policies, inputs.labels);
-    let mut namespaces: BTreeSet<String> = BTreeSet::new();
-    let mut by_namespace: BTreeMap<String, ResourceList> = BTreeMap::new();
-    for ((ns, _state, resource), nanos) in requests_by_state(&view) {
-        if teams.get(&ns).is_none_or(|t| t.name != name) {
-            continue;
-        }
-        namespaces.insert(ns.to_string());
-        if !shown(&resource) {
-            continue;
-        }
-        let slot = by_namespace.entry(ns.to_string()).or_default().entry(resource.to_string()).or_default();
-        *slot = Quantity::from_nanos(slot.nanos().saturating_add(nanos));
-    }
-    let mut pods: Vec<(i128, PodUsage)> = Vec::new();
-    for p in view.pods().filter(|p| !p.finished) {
-        if teams.get(&p.namespace).is_none_or(|t| t.name != name) {
-            continue;
-        }
-        let requests: ResourceList = p
-            .requests
-            .iter()
-            .filter(|(r, q)| shown(r) && *q > Quantity::ZERO)
-            .map(|(r, q)| (r.to_string(), *q))
-            .collect();
-        if requests.is_empty() {
-            continue;
-        }
-        let weight: i128 = match quota {
-            Some(q) => q.charge(&requests).values().sum(),
-            None => requests.values().map(|q| q.nanos()).sum(),
-        };
-        pods.push((
-            weight,
-            PodUsage {
-                namespace: p.namespace.to_string(),
-                pod: p.name.to_string(),
-                state: usage_state(UsageState::of(p)),
-                requests: requests.iter().map(|(r, q)| (r.clone(), q.to_string())).collect(),
-            },
-        ));
-    }
-    let mut used = crate::control::cluster::usage::admitted_by_team(&requests_by_state(&view), &mut teams);
-    drop(view);
-    // Deny mode: what admission checks a new pod against, gangs and native groups charged whole
-    // (a gang that is not whole yet holds its missing members' places), not the pods' sum.
-    if let Some(q) = quota.filter(|q| q.mode == QuotaMode::Deny) {
-        let (usage, _) = inputs.state.usage_where(&mut |ns| {
-            crate::model::namespaces::team_of(inputs.policies, ns, inputs.labels).team.is_some_and(|t| t.name == name)
-        });
-        used.insert(team.name.as_str(), q.charge(&usage));
-    }
-    pods.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| (&a.1.namespace, &a.1.pod).cmp(&(&b.1.namespace, &b.1.pod))));
-    let top_pods = pods.into_iter().take(TOP_PODS).map(|(_, p)| p).collect();
-    let mut usage_by_namespace: Vec<(Quantity, NamespaceUsage)> = by_namespace
-        .into_iter()
-        .map(|(namespace, requests)| {
-            let total = requests.values().fold(Quantity::ZERO, |a, q| a.saturating_add(*q));
-            (
-                total,
-                NamespaceUsage {
-                    namespace,
-                    requests: requests.iter().map(|(r, q)| (r.clone(), q.to_string())).collect(),
-                },
-            )
-        })
-        .collect();
-    usage_by_namespace.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.namespace.cmp(&b.1.namespace)));
-    let quota_report = quota.map(|q| QuotaReport {
-        mode: match q.mode {
-            QuotaMode::Deny => "Deny".into(),
-            QuotaMode::Queue => "Queue".into(),
-        },
-        limits: q
-            .limits
-            .iter()
-            .map(|(resource, limit)| {
-                let units = used.get(name).and_then(|c| c.get(resource)).copied().unwrap_or(0);
-                LimitReport {
-                    resource: resource.clone(),
-                    limit: q.show(*limit),
-                    used: q.show(units),
-                    over: units > *limit,
-                }
-            })
-            .collect(),
-    });
-    let mut notes = visibility_notes(inputs, false);
-    if quota.is_none() {
-        notes.push(format!("team {name} has no quota"));
-    }
-    Ok(TeamReport {
-        team: name.into(),
-        namespaces: namespaces.into_iter().collect(),
-        quota: quota_report,
-        usage_by_namespace: usage_by_namespace.into_iter().map(|(_, u)| u).collect(),
-        top_pods,
-        queue: queue_entries(inputs, Some(name)),
-        notes,
-    })
 }

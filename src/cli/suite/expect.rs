@@ -80,24 +80,67 @@ pub(super) fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(deserializ
     T::deserialize(deserializer).map(Some)
 }
 
+/// A document that does not decode into its type: where (the field path), and what serde said.
+#[derive(Debug, thiserror::Error)]
+#[error("{}{message}", path_prefix(.path))]
+pub struct DecodeError {
+    /// The field path (`cases[2].expect.denyBy`); empty at the top.
+    pub path: String,
+    pub message: String,
+}
+
+impl DecodeError {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        "decode"
+    }
+}
+
+/// `path: `, or nothing at the top of the document.
+fn path_prefix(path: &str) -> String {
+    if path.is_empty() { String::new() } else { format!("{path}: ") }
+}
+
 /// Decodes with the field path in the error (`cases[2].expect.denyBy: unknown field …`).
-pub(super) fn decode<T: DeserializeOwned>(value: Value) -> Result<T, (String, String)> {
+pub(super) fn decode<T: DeserializeOwned>(value: Value) -> Result<T, DecodeError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
-        (if path == "." { String::new() } else { path }, e.into_inner().to_string())
+        DecodeError { path: if path == "." { String::new() } else { path }, message: e.into_inner().to_string() }
     })
 }
 
+/// Why an expected patch operation is not one the engine could emit.
+#[derive(Debug, thiserror::Error)]
+pub enum PatchOpError {
+    #[error("path: {0:?} is not a JSON pointer (write /spec/…)")]
+    NotAPointer(String),
+    #[error("value: a remove operation takes no value")]
+    ValueOnRemove,
+    #[error("value: a {} operation needs a value", op_label(*.0))]
+    NoValue(OpName),
+}
+
+impl PatchOpError {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            PatchOpError::NotAPointer(_) => "not_a_pointer",
+            PatchOpError::ValueOnRemove => "value_on_remove",
+            PatchOpError::NoValue(_) => "no_value",
+        }
+    }
+}
+
 impl ExpectedOp {
-    fn to_patch_op(&self) -> Result<PatchOp, String> {
+    fn to_patch_op(&self) -> Result<PatchOp, PatchOpError> {
         let path = self.path.clone();
         if !(path.is_empty() || path.starts_with('/')) {
-            return Err(format!("path: {path:?} is not a JSON pointer (write /spec/…)"));
+            return Err(PatchOpError::NotAPointer(path));
         }
         match (self.op, self.value.clone()) {
             (OpName::Remove, None) => Ok(PatchOp::Remove { path }),
-            (OpName::Remove, Some(_)) => Err("value: a remove operation takes no value".into()),
-            (op, None) => Err(format!("value: a {} operation needs a value", op_label(op))),
+            (OpName::Remove, Some(_)) => Err(PatchOpError::ValueOnRemove),
+            (op, None) => Err(PatchOpError::NoValue(op)),
             (OpName::Add, Some(value)) => Ok(PatchOp::Add { path, value }),
             (OpName::Replace, Some(value)) => Ok(PatchOp::Replace { path, value }),
             (OpName::Test, Some(value)) => Ok(PatchOp::Test { path, value }),
@@ -121,10 +164,64 @@ pub struct Expectations {
     pub(super) patch: Option<Vec<PatchOp>>,
 }
 
+/// Why an `expect` block cannot be checked: it expects nothing, contradicts itself, or holds
+/// an invalid pointer or patch operation. Each names the field under `expect`.
+#[derive(Debug, thiserror::Error)]
+pub enum ExpectError {
+    #[error(
+        "expect: expects nothing; give allowed, deniedBy, warnedBy, auditedBy, mutated, patch, fields or \
+         messageContains"
+    )]
+    Nothing,
+    #[error("expect: allowed: true contradicts deniedBy: [{}]", .0.join(", "))]
+    AllowedButDenied(Vec<String>),
+    #[error("expect: allowed: false contradicts deniedBy: [] (denied by no rule)")]
+    DeniedByNoRule,
+    #[error("expect: mutated: false contradicts a non-empty patch")]
+    PatchWithoutMutation,
+    #[error("expect: mutated: true contradicts patch: []")]
+    MutationWithoutPatch,
+    #[error("expect.{field}[{index}]: empty rule name")]
+    EmptyRuleName { field: &'static str, index: usize },
+    #[error("expect.fields: empty; name at least one JSON pointer, or leave fields out")]
+    NoFields,
+    #[error("expect.fields.{0}: not a JSON pointer (write /spec/…)")]
+    FieldNotAPointer(String),
+    #[error("expect.messageContains: empty; give a substring, or leave messageContains out")]
+    NoWords,
+    #[error("expect.messageContains[{0}]: empty string (it is in every message)")]
+    EmptyWord(usize),
+    #[error("expect.patch[{index}].{source}")]
+    PatchOp {
+        index: usize,
+        #[source]
+        source: PatchOpError,
+    },
+}
+
+impl ExpectError {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            ExpectError::Nothing => "expects_nothing",
+            ExpectError::AllowedButDenied(_) => "allowed_but_denied",
+            ExpectError::DeniedByNoRule => "denied_by_no_rule",
+            ExpectError::PatchWithoutMutation => "patch_without_mutation",
+            ExpectError::MutationWithoutPatch => "mutation_without_patch",
+            ExpectError::EmptyRuleName { .. } => "empty_rule_name",
+            ExpectError::NoFields => "no_fields",
+            ExpectError::FieldNotAPointer(_) => "field_not_a_pointer",
+            ExpectError::NoWords => "no_words",
+            ExpectError::EmptyWord(_) => "empty_word",
+            ExpectError::PatchOp { .. } => "patch_op",
+        }
+    }
+}
+
 impl Expectations {
     /// Checks an `expect` block: it must expect something, not contradict itself, and hold valid
     /// pointers and patch operations. Errors name the field under `expect`.
-    pub fn new(expect: Expect) -> Result<Expectations, Vec<String>> {
+    pub fn new(expect: Expect) -> Result<Expectations, Vec<ExpectError>> {
         let mut errors = Vec::new();
         let e = &expect;
         let nothing = e.allowed.is_none()
@@ -136,60 +233,48 @@ impl Expectations {
             && e.fields.is_none()
             && e.message_contains.is_none();
         if nothing {
-            errors.push(
-                "expect: expects nothing; give allowed, deniedBy, warnedBy, auditedBy, mutated, patch, fields \
-                 or messageContains"
-                    .to_string(),
-            );
+            errors.push(ExpectError::Nothing);
         }
         match (e.allowed, &e.denied_by) {
-            (Some(true), Some(rules)) if !rules.is_empty() => {
-                errors.push(format!("expect: allowed: true contradicts deniedBy: [{}]", rules.join(", ")))
-            }
-            (Some(false), Some(rules)) if rules.is_empty() => {
-                errors.push("expect: allowed: false contradicts deniedBy: [] (denied by no rule)".into())
-            }
+            (Some(true), Some(rules)) if !rules.is_empty() => errors.push(ExpectError::AllowedButDenied(rules.clone())),
+            (Some(false), Some(rules)) if rules.is_empty() => errors.push(ExpectError::DeniedByNoRule),
             _ => {}
         }
         match (e.mutated, &e.patch) {
-            (Some(false), Some(ops)) if !ops.is_empty() => {
-                errors.push("expect: mutated: false contradicts a non-empty patch".into())
-            }
-            (Some(true), Some(ops)) if ops.is_empty() => {
-                errors.push("expect: mutated: true contradicts patch: []".into())
-            }
+            (Some(false), Some(ops)) if !ops.is_empty() => errors.push(ExpectError::PatchWithoutMutation),
+            (Some(true), Some(ops)) if ops.is_empty() => errors.push(ExpectError::MutationWithoutPatch),
             _ => {}
         }
         for (field, rules) in [("deniedBy", &e.denied_by), ("warnedBy", &e.warned_by), ("auditedBy", &e.audited_by)] {
-            for (i, rule) in rules.iter().flatten().enumerate() {
+            for (index, rule) in rules.iter().flatten().enumerate() {
                 if rule.trim().is_empty() {
-                    errors.push(format!("expect.{field}[{i}]: empty rule name"));
+                    errors.push(ExpectError::EmptyRuleName { field, index });
                 }
             }
         }
         if let Some(fields) = &e.fields {
             if fields.is_empty() {
-                errors.push("expect.fields: empty; name at least one JSON pointer, or leave fields out".into());
+                errors.push(ExpectError::NoFields);
             }
             for pointer in fields.keys().filter(|p| !p.starts_with('/')) {
-                errors.push(format!("expect.fields.{pointer}: not a JSON pointer (write /spec/…)"));
+                errors.push(ExpectError::FieldNotAPointer(pointer.clone()));
             }
         }
         if let Some(words) = &e.message_contains {
             if words.is_empty() {
-                errors.push("expect.messageContains: empty; give a substring, or leave messageContains out".into());
+                errors.push(ExpectError::NoWords);
             }
             for (i, _) in words.iter().enumerate().filter(|(_, w)| w.is_empty()) {
-                errors.push(format!("expect.messageContains[{i}]: empty string (it is in every message)"));
+                errors.push(ExpectError::EmptyWord(i));
             }
         }
         let mut patch = None;
         if let Some(ops) = &e.patch {
             let mut converted = Vec::with_capacity(ops.len());
-            for (i, op) in ops.iter().enumerate() {
+            for (index, op) in ops.iter().enumerate() {
                 match op.to_patch_op() {
                     Ok(op) => converted.push(op),
-                    Err(message) => errors.push(format!("expect.patch[{i}].{message}")),
+                    Err(source) => errors.push(ExpectError::PatchOp { index, source }),
                 }
             }
             patch = Some(converted);

@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
+use super::errors::{CaseError, PolicySourceError, SelectError, UsageError};
 use super::expect::{Expect, Expectations, decode, present};
 use super::{POLICY_KINDS, SuiteError, TEST_KIND};
 use crate::cli::check::{self, Manifest};
@@ -202,7 +203,10 @@ impl PolicyCache {
         if let Some(cached) = self.0.get(&key) {
             return cached.clone();
         }
-        let compiled = match read_policy_sources(paths).and_then(|s| policy::compile_with(&s, facts).map_err(|e| e.0)) {
+        let compiled = match read_policy_sources(paths).and_then(|s| {
+            policy::compile_with(&s, facts)
+                .map_err(|e| e.0.into_iter().map(|m| PolicySourceError::Compile(m.to_string())).collect())
+        }) {
             Ok(set) => Some(Arc::new(set)),
             Err(errors) => {
                 problems.extend(errors.into_iter().map(|e| format!("{location}: policies: {e}")));
@@ -214,19 +218,21 @@ impl PolicyCache {
     }
 }
 
-pub(super) fn read_policy_sources(paths: &[PathBuf]) -> Result<Vec<policy::Source>, Vec<String>> {
+/// The policy sources of the files and directories named: every problem, or every source.
+pub(super) fn read_policy_sources(paths: &[PathBuf]) -> Result<Vec<policy::Source>, Vec<PolicySourceError>> {
     let mut sources = Vec::new();
     let mut errors = Vec::new();
+    let unreadable = |path: &PathBuf, source| PolicySourceError::Unreadable { path: path.clone(), source };
     for path in paths {
         match std::fs::metadata(path) {
-            Err(e) => errors.push(format!("{}: {e}", path.display())),
+            Err(e) => errors.push(unreadable(path, e)),
             Ok(meta) if meta.is_dir() => match policy::read_sources(path) {
                 Ok(s) => sources.extend(s),
-                Err(e) => errors.extend(e.0),
+                Err(e) => errors.extend(e.0.into_iter().map(|m| PolicySourceError::Directory(m.to_string()))),
             },
             Ok(_) => match std::fs::read_to_string(path) {
                 Ok(text) => sources.push(policy::Source { name: path.display().to_string(), text }),
-                Err(e) => errors.push(format!("{}: {e}", path.display())),
+                Err(e) => errors.push(unreadable(path, e)),
             },
         }
     }
@@ -374,6 +380,16 @@ pub fn load(paths: &[PathBuf], policies: Option<&Path>) -> Result<Suite, SuiteEr
     if problems.is_empty() { Ok(Suite { tests }) } else { Err(SuiteError::Invalid(problems)) }
 }
 
+/// What the steps of loading one test share: where it is, for messages, and how its relative
+/// paths resolve.
+pub(super) struct TestContext<'a> {
+    pub(super) file: &'a str,
+    pub(super) document: usize,
+    /// `FILE: document N (Test NAME)`, the start of every problem of this test.
+    pub(super) location: &'a str,
+    pub(super) resolve: &'a dyn Fn(&str) -> PathBuf,
+}
+
 pub(super) fn load_test(
     doc: TestDocument,
     policies_override: Option<&Path>,
@@ -384,48 +400,12 @@ pub(super) fn load_test(
     let base = doc.file.parent().map(Path::to_path_buf).unwrap_or_default();
     let name_hint = doc.value.field(&["metadata", "name"]).and_then(Value::as_str).unwrap_or("?").to_string();
     let location = format!("{file}: document {} ({TEST_KIND} {name_hint})", doc.index);
-    if !doc.value.is_object() {
-        problems.push(format!("{location}: a {TEST_KIND} document must be a mapping"));
-        return None;
-    }
-    let raw = doc.value.clone();
-    let spec: TestSpec = match decode(doc.value) {
-        Ok(s) => s,
-        Err((path, message)) => {
-            let case = case_hint(&raw, &path);
-            let path = if path.is_empty() { String::new() } else { format!("{path}: ") };
-            problems.push(format!("{location}: {path}{message}{case}"));
-            return None;
-        }
-    };
+    let spec = decode_spec(doc.value, &location, problems)?;
     let before = problems.len();
-    let problem = |problems: &mut Vec<String>, message: String| problems.push(format!("{location}: {message}"));
-    if spec.api_version != API_VERSION {
-        problem(problems, format!("apiVersion: {:?} is not supported; use {API_VERSION}", spec.api_version));
-    }
-    if spec.metadata.name.trim().is_empty() {
-        problem(problems, "metadata.name: must not be empty".into());
-    }
-    if spec.cases.is_empty() {
-        problem(problems, "cases: must not be empty".into());
-    }
-
+    check_header(&spec, &location, problems);
     let resolve = |p: &str| tidy(&base.join(p));
-    let policy_paths: Vec<PathBuf> = match (policies_override, &spec.policies) {
-        (Some(dir), _) => vec![tidy(dir)],
-        (None, Some(paths)) if !paths.0.is_empty() => paths.0.iter().map(|p| resolve(p)).collect(),
-        (None, Some(_)) => {
-            problem(problems, "policies: empty list; name a policy directory or file".into());
-            Vec::new()
-        }
-        (None, None) => {
-            problem(
-                problems,
-                "policies: not set; name the policy directory (relative to this file) or pass --policies".into(),
-            );
-            Vec::new()
-        }
-    };
+    let context = TestContext { file: &file, document: doc.index, location: &location, resolve: &resolve };
+    let policy_paths = policy_paths(&spec, policies_override, &context, problems);
     let policy_label = policy_paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" + ");
     let no_facts = policy::ClusterFacts::default();
     let policies =
@@ -437,30 +417,11 @@ pub(super) fn load_test(
     let file_usage = spec
         .usage
         .as_ref()
-        .and_then(|u| parse_usage(u, "usage", team_names.as_ref()).map_err(|e| problem(problems, e)).ok())
+        .and_then(|u| {
+            parse_usage(u, "usage", team_names.as_ref()).map_err(|e| problems.push(format!("{location}: {e}"))).ok()
+        })
         .unwrap_or_default();
-
-    let mut cases = Vec::new();
-    let mut case_names = HashSet::new();
-    for (i, case) in spec.cases.into_iter().enumerate() {
-        let at = format!("{location}: cases[{i}] ({:?})", case.name);
-        if case.name.trim().is_empty() {
-            problems.push(format!("{location}: cases[{i}].name: must not be empty"));
-        } else if !case_names.insert(case.name.clone()) {
-            problems.push(format!("{at}: name: another case of this test has the same name"));
-        }
-        let usage = match &case.usage {
-            Some(u) => parse_usage(u, "usage", team_names.as_ref()).map_err(|e| problems.push(format!("{at}: {e}"))),
-            None => Ok(file_usage.clone()),
-        };
-        let expectations = Expectations::new(case.expect.clone().unwrap_or_default())
-            .map_err(|errors| problems.extend(errors.into_iter().map(|e| format!("{at}: {e}"))));
-        let manifest =
-            case_manifest(&case, &file, doc.index, &resolve).map_err(|e| problems.push(format!("{at}: {e}")));
-        if let (Ok(usage), Ok(expectations), Ok(manifest)) = (usage, expectations, manifest) {
-            cases.push(LoadedCase { name: case.name, manifest, usage, expectations });
-        }
-    }
+    let cases = load_cases(spec.cases, &context, team_names.as_ref(), &file_usage, problems);
     if problems.len() > before {
         return None;
     }
@@ -478,6 +439,96 @@ pub(super) fn load_test(
         labels,
         cases,
     })
+}
+
+/// Strict decoding first: nothing else of a document that is not a well-formed Test can be
+/// trusted, so its one problem is reported alone (with the case it is in).
+fn decode_spec(value: Value, location: &str, problems: &mut Vec<String>) -> Option<TestSpec> {
+    if !value.is_object() {
+        problems.push(format!("{location}: a {TEST_KIND} document must be a mapping"));
+        return None;
+    }
+    let raw = value.clone();
+    match decode(value) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            let case = case_hint(&raw, &e.path);
+            problems.push(format!("{location}: {e}{case}"));
+            None
+        }
+    }
+}
+
+/// The fields serde accepts but a test cannot run with: another apiVersion, no name, no cases.
+fn check_header(spec: &TestSpec, location: &str, problems: &mut Vec<String>) {
+    if spec.api_version != API_VERSION {
+        problems.push(format!("{location}: apiVersion: {:?} is not supported; use {API_VERSION}", spec.api_version));
+    }
+    if spec.metadata.name.trim().is_empty() {
+        problems.push(format!("{location}: metadata.name: must not be empty"));
+    }
+    if spec.cases.is_empty() {
+        problems.push(format!("{location}: cases: must not be empty"));
+    }
+}
+
+/// The policy files and directories of a test: `--policies` wins over the test's own, and a
+/// test must name some (an empty set would pass every case for the wrong reason).
+fn policy_paths(
+    spec: &TestSpec,
+    policies_override: Option<&Path>,
+    context: &TestContext<'_>,
+    problems: &mut Vec<String>,
+) -> Vec<PathBuf> {
+    let location = context.location;
+    match (policies_override, &spec.policies) {
+        (Some(dir), _) => vec![tidy(dir)],
+        (None, Some(paths)) if !paths.0.is_empty() => paths.0.iter().map(|p| (context.resolve)(p)).collect(),
+        (None, Some(_)) => {
+            problems.push(format!("{location}: policies: empty list; name a policy directory or file"));
+            Vec::new()
+        }
+        (None, None) => {
+            problems.push(format!(
+                "{location}: policies: not set; name the policy directory (relative to this file) or pass --policies"
+            ));
+            Vec::new()
+        }
+    }
+}
+
+/// Every case checked on its own (name, usage, expectations, object), so that one load reports
+/// the problems of all of them; only the cases without a problem are returned.
+fn load_cases(
+    specs: Vec<CaseSpec>,
+    context: &TestContext<'_>,
+    team_names: Option<&BTreeSet<&str>>,
+    file_usage: &BTreeMap<String, ResourceList>,
+    problems: &mut Vec<String>,
+) -> Vec<LoadedCase> {
+    let location = context.location;
+    let mut cases = Vec::new();
+    let mut case_names = HashSet::new();
+    for (i, case) in specs.into_iter().enumerate() {
+        let at = format!("{location}: cases[{i}] ({:?})", case.name);
+        if case.name.trim().is_empty() {
+            problems.push(format!("{location}: cases[{i}].name: must not be empty"));
+        } else if !case_names.insert(case.name.clone()) {
+            problems.push(format!("{at}: name: another case of this test has the same name"));
+        }
+        let usage = match &case.usage {
+            Some(u) => parse_usage(u, "usage", team_names).map_err(|e| problems.push(format!("{at}: {e}"))),
+            None => Ok(file_usage.clone()),
+        };
+        let expectations = Expectations::new(case.expect.clone().unwrap_or_default())
+            .map_err(|errors| problems.extend(errors.into_iter().map(|e| format!("{at}: {e}"))));
+        let manifest = case_manifest(&case, context.file, context.document, context.resolve)
+            .map_err(|e| problems.push(format!("{at}: {e}")));
+        if let (Ok(usage), Ok(expectations), Ok(manifest)) = (usage, expectations, manifest) {
+            cases.push(LoadedCase { name: case.name, manifest, usage, expectations });
+        }
+    }
+    cases
 }
 
 /// ` (case "name")` when a decode error is inside `cases[N]`.
@@ -519,18 +570,21 @@ pub(super) fn parse_usage(
     usage: &UsageSpec,
     field: &str,
     teams: Option<&BTreeSet<&str>>,
-) -> Result<BTreeMap<String, ResourceList>, String> {
+) -> Result<BTreeMap<String, ResourceList>, UsageError> {
     let mut out = BTreeMap::new();
     for (team, amounts) in &usage.teams {
         if let Some(known) = teams
             && !known.contains(team.as_str())
         {
-            return Err(format!(
-                "{field}.teams.{team}: no Team named {team:?} in the policies (teams: {})",
-                known.iter().copied().collect::<Vec<_>>().join(", ")
-            ));
+            return Err(UsageError::UnknownTeam {
+                field: field.to_string(),
+                team: team.clone(),
+                known: known.iter().map(|t| t.to_string()).collect(),
+            });
         }
-        out.insert(team.clone(), crate::admission::quota::parse_amounts(&format!("{field}.teams.{team}"), amounts)?);
+        let amounts = crate::admission::quota::parse_amounts(&format!("{field}.teams.{team}"), amounts)
+            .map_err(|e| UsageError::Amounts(e.to_string()))?;
+        out.insert(team.clone(), amounts);
     }
     Ok(out)
 }
@@ -541,34 +595,37 @@ pub(super) fn case_manifest(
     file: &str,
     document: usize,
     resolve: &dyn Fn(&str) -> PathBuf,
-) -> Result<Manifest, String> {
+) -> Result<Manifest, CaseError> {
     match (&case.resource, &case.path) {
-        (Some(_), Some(_)) => Err("give resource or path, not both".into()),
-        (None, None) => Err("no resource: give resource (an inline object) or path (a manifest file)".into()),
-        (Some(_), None) if case.select.is_some() => Err("select: only with path".into()),
+        (Some(_), Some(_)) => Err(CaseError::ResourceAndPath),
+        (None, None) => Err(CaseError::NoResource),
+        (Some(_), None) if case.select.is_some() => Err(CaseError::SelectWithoutPath),
         (Some(object), None) => {
-            let bad = |m: &str| Err(format!("resource: {m}"));
             if !object.is_object() {
-                return bad("not a Kubernetes object (expected a mapping)");
+                return Err(CaseError::NotAnObject);
             }
             if object.get("apiVersion").and_then(Value::as_str).is_none() {
-                return bad("apiVersion is missing");
+                return Err(CaseError::NoApiVersion);
             }
             match object.get("kind").and_then(Value::as_str) {
-                None => bad("kind is missing"),
-                Some(kind) if kind.ends_with("List") => bad("a case tests one object, not a List"),
+                None => Err(CaseError::NoKind),
+                Some(kind) if kind.ends_with("List") => Err(CaseError::List),
                 Some(_) => Ok(Manifest { source: file.to_string(), document, line: 0, object: object.clone() }),
             }
         }
         (None, Some(path)) => {
             let resolved = resolve(path);
-            let manifests = check::read_manifests(std::slice::from_ref(&resolved)).map_err(|e| format!("path: {e}"))?;
-            select_one(manifests, case.select.as_ref(), &resolved.display().to_string())
+            let manifests = check::read_manifests(std::slice::from_ref(&resolved)).map_err(CaseError::Manifests)?;
+            Ok(select_one(manifests, case.select.as_ref(), &resolved.display().to_string())?)
         }
     }
 }
 
-pub(super) fn select_one(manifests: Vec<Manifest>, select: Option<&Select>, path: &str) -> Result<Manifest, String> {
+pub(super) fn select_one(
+    manifests: Vec<Manifest>,
+    select: Option<&Select>,
+    path: &str,
+) -> Result<Manifest, SelectError> {
     let text = |m: &Manifest, p: &str| m.object.pointer(p).and_then(Value::as_str).map(str::to_string);
     let namespace = |m: &Manifest| text(m, "/metadata/namespace").unwrap_or_else(|| check::DEFAULT_NAMESPACE.into());
     let describe = |m: &Manifest| {
@@ -581,7 +638,7 @@ pub(super) fn select_one(manifests: Vec<Manifest>, select: Option<&Select>, path
         )
     };
     let all: Vec<String> = manifests.iter().map(describe).collect();
-    let matching: Vec<Manifest> = manifests
+    let mut matching: Vec<Manifest> = manifests
         .into_iter()
         .filter(|m| {
             select.is_none_or(|s| {
@@ -593,12 +650,9 @@ pub(super) fn select_one(manifests: Vec<Manifest>, select: Option<&Select>, path
         })
         .collect();
     match matching.len() {
-        1 => matching.into_iter().next().ok_or_else(|| "no object".to_string()),
-        0 if select.is_some() => Err(format!("select: no object of {path} matches; it holds {}", all.join(", "))),
-        0 => Err(format!("path: {path} holds no object")),
-        n => Err(format!(
-            "path: {n} objects of {path} match ({}); pick one with select: {{kind, name, namespace, document}}",
-            matching.iter().map(describe).collect::<Vec<_>>().join(", ")
-        )),
+        1 => Ok(matching.swap_remove(0)),
+        0 if select.is_some() => Err(SelectError::NoMatch { path: path.to_string(), objects: all }),
+        0 => Err(SelectError::Empty { path: path.to_string() }),
+        _ => Err(SelectError::Ambiguous { path: path.to_string(), matching: matching.iter().map(describe).collect() }),
     }
 }

@@ -23,6 +23,7 @@
 //! as extra policies. Any other `allot.dev` kind (a mistyped `kind: Tset`) and YAML that does not
 //! parse are errors, so that a broken test file can never be skipped silently.
 
+mod errors;
 mod expect;
 mod load;
 mod report;
@@ -33,9 +34,10 @@ mod tests;
 
 use std::path::PathBuf;
 
-pub use expect::{Expect, Expectations, ExpectedOp, OpName};
+pub use errors::{CaseError, PolicySourceError, SelectError, UsageError};
+pub use expect::{DecodeError, Expect, ExpectError, Expectations, ExpectedOp, OpName, PatchOpError};
 pub use load::{Suite, load};
-pub use server::{ServerCase, ServerOutcome, ServerReport, ServerTest};
+pub use server::{DryRunError, InstallError, NativeHalfError, ServerCase, ServerOutcome, ServerReport, ServerTest};
 
 /// The JSON Schema of `kind: Test` documents (`allot schema --kind Test`), generated from the
 /// very types `allot test` decodes, like the policy kinds' in [`crate::model::policy::schema`].
@@ -79,6 +81,16 @@ pub enum SuiteError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl SuiteError {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            SuiteError::Invalid(_) => "invalid",
+            SuiteError::Junit { .. } => "junit",
+        }
+    }
 }
 
 fn list_problems(problems: &[String]) -> String {

@@ -23,8 +23,9 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostPa
 use kube::core::Resource;
 use serde_json::Value;
 
+use super::errors::PolicySourceError;
 use super::load::{LoadedTest, Suite, read_policy_sources};
-use crate::admission::covers::NativeSplit;
+use crate::admission::covers::{NativeSplit, SplitError};
 use crate::admission::engine::Engine;
 use crate::admission::finding::Check;
 use crate::admission::native::{COMPILED_FROM_ANNOTATION, NativeObject, object_name};
@@ -147,20 +148,16 @@ async fn run_test(test: &LoadedTest, client: &kube::Client) -> ServerTest {
             })
             .collect();
     };
-    let split = match read_policy_sources(&test.policy_paths).map_err(|e| e.join("; ")).and_then(|s| {
-        // Compiled with the test's DeviceClasses, as its policy set was.
-        let facts = crate::model::policy::ClusterFacts::from_objects(test.cases.iter().map(|c| &c.manifest.object));
-        NativeSplit::from_sources_with(&s, &facts).map_err(|e| e.to_string())
-    }) {
+    let split = match native_half(test) {
         Ok(split) => split,
         Err(why) => {
-            fail_all(&mut report, format!("the native half of the policies: {why}"));
+            fail_all(&mut report, why.to_string());
             return report;
         }
     };
     let compiled = crate::admission::native::compile(&test.policies);
     if let Err(why) = installed(client, &compiled.objects, &split.fingerprint).await {
-        fail_all(&mut report, why);
+        fail_all(&mut report, why.to_string());
         return report;
     }
     let labels: &dyn NamespaceLabels = match &test.labels {
@@ -191,12 +188,45 @@ async fn run_test(test: &LoadedTest, client: &kube::Client) -> ServerTest {
                     let mismatches = compare(&case.expectations, &answer, &rule_prefixes);
                     if mismatches.is_empty() { ServerOutcome::Passed } else { ServerOutcome::Failed(mismatches) }
                 }
-                Err(why) => ServerOutcome::Failed(vec![why]),
+                Err(why) => ServerOutcome::Failed(vec![why.to_string()]),
             },
         };
         report.cases.push(ServerCase { name: case.name.clone(), outcome, unchecked });
     }
     report
+}
+
+/// Why a test's policies have no native half to look for on the server.
+#[derive(Debug, thiserror::Error)]
+pub enum NativeHalfError {
+    /// The policy files cannot be read again.
+    #[error("the native half of the policies: {}", join(.0))]
+    Sources(Vec<PolicySourceError>),
+    /// They do not split into the native and the webhook's share.
+    #[error("the native half of the policies: {0}")]
+    Split(#[source] SplitError),
+}
+
+impl NativeHalfError {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            NativeHalfError::Sources(_) => "sources",
+            NativeHalfError::Split(_) => "split",
+        }
+    }
+}
+
+fn join(errors: &[PolicySourceError]) -> String {
+    errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
+
+/// The test's policies split as `--native-covers` splits them, compiled with the test's
+/// DeviceClasses as its policy set was.
+fn native_half(test: &LoadedTest) -> Result<NativeSplit, NativeHalfError> {
+    let sources = read_policy_sources(&test.policy_paths).map_err(NativeHalfError::Sources)?;
+    let facts = crate::model::policy::ClusterFacts::from_objects(test.cases.iter().map(|c| &c.manifest.object));
+    NativeSplit::from_sources_with(&sources, &facts).map_err(NativeHalfError::Split)
 }
 
 /// What the webhook's share of the policies still does for this case (findings or a patch),
@@ -232,89 +262,152 @@ fn webhook_share(
     (!why.is_empty()).then(|| why.join("; "))
 }
 
+/// Why a test's native policies are not the ones on the server.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    /// The server's admission policies or bindings cannot be listed.
+    #[error("listing {kind}: {source}")]
+    List {
+        kind: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Objects these policies compile to are not on the server.
+    #[error(
+        "the native policies are not installed: {} of {total} objects missing ({}…); apply `allot compile` for these \
+         policies first",
+        .missing.len(),
+        first(.missing)
+    )]
+    Missing { missing: Vec<String>, total: usize },
+    /// Objects of these names are on the server, compiled from other policies.
+    #[error(
+        "the native policies installed are not these policies' ({} of {total} objects compiled from other policies or \
+         by an older allot, e.g. {}; these compile to {fingerprint}): apply `allot compile` for these policies again",
+        .stale.len(),
+        first(.stale)
+    )]
+    Stale { stale: Vec<String>, total: usize, fingerprint: String },
+    /// Objects another `allot compile` installed would answer beside these policies.
+    #[error(
+        "{} object(s) another `allot compile` installed act beside these policies ({}): delete them, or they \
+         answer too",
+        .leftovers.len(),
+        first(.leftovers)
+    )]
+    Leftovers { leftovers: Vec<String> },
+}
+
+impl InstallError {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            InstallError::List { .. } => "list",
+            InstallError::Missing { .. } => "missing",
+            InstallError::Stale { .. } => "stale",
+            InstallError::Leftovers { .. } => "leftovers",
+        }
+    }
+}
+
+/// Up to three distinct names (a policy and its binding share one).
+fn first(names: &[String]) -> String {
+    let distinct: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+    distinct.into_iter().take(3).collect::<Vec<_>>().join(", ")
+}
+
+/// Each object's name and the fingerprint it was compiled from (`None`: not by `allot compile`).
+type Names = BTreeMap<String, Option<String>>;
+
+/// The admission policies and bindings on the server, by kind.
+struct OnServer {
+    mutating: Names,
+    mutating_bindings: Names,
+    validating: Names,
+    validating_bindings: Names,
+}
+
+impl OnServer {
+    /// Lists the four kinds `allot compile` emits: the names are all that is compared.
+    async fn list(client: &kube::Client) -> Result<OnServer, InstallError> {
+        use k8s_openapi::api::admissionregistration::v1::{
+            MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicy,
+            ValidatingAdmissionPolicyBinding,
+        };
+        Ok(OnServer {
+            mutating: names::<MutatingAdmissionPolicy>(client).await?,
+            mutating_bindings: names::<MutatingAdmissionPolicyBinding>(client).await?,
+            validating: names::<ValidatingAdmissionPolicy>(client).await?,
+            validating_bindings: names::<ValidatingAdmissionPolicyBinding>(client).await?,
+        })
+    }
+
+    /// The objects of `object`'s kind.
+    fn of(&self, object: &NativeObject) -> &Names {
+        match object {
+            NativeObject::MutatingPolicy(_) => &self.mutating,
+            NativeObject::MutatingBinding(_) => &self.mutating_bindings,
+            NativeObject::ValidatingPolicy(_) => &self.validating,
+            NativeObject::ValidatingBinding(_) => &self.validating_bindings,
+        }
+    }
+
+    /// Every object listed, of all four kinds.
+    fn all(&self) -> impl Iterator<Item = (&String, &Option<String>)> {
+        [&self.mutating, &self.mutating_bindings, &self.validating, &self.validating_bindings]
+            .into_iter()
+            .flat_map(|set| set.iter())
+    }
+}
+
+/// Metadata only: the annotation says which policies an object was compiled from.
+async fn names<K>(client: &kube::Client) -> Result<Names, InstallError>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let list = kube::Api::<K>::all(client.clone())
+        .list_metadata(&ListParams::default())
+        .await
+        .map_err(|source| InstallError::List { kind: K::kind(&()).to_string(), source })?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|o| {
+            let from = o.metadata.annotations.as_ref().and_then(|a| a.get(COMPILED_FROM_ANNOTATION)).cloned();
+            o.metadata.name.map(|name| (name, from))
+        })
+        .collect())
+}
+
 /// Every compiled object is on the server (by kind and name), installed from these policies
 /// (its [`COMPILED_FROM_ANNOTATION`] is `fingerprint`), and no object another compile left there
 /// acts beside them.
-async fn installed(client: &kube::Client, objects: &[NativeObject], fingerprint: &str) -> Result<(), String> {
-    use k8s_openapi::api::admissionregistration::v1::{
-        MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicy,
-        ValidatingAdmissionPolicyBinding,
-    };
-    /// Each object's name and the fingerprint it was compiled from (`None`: not by `allot compile`).
-    async fn names<K>(client: &kube::Client) -> Result<BTreeMap<String, Option<String>>, String>
-    where
-        K: kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-    {
-        let list = kube::Api::<K>::all(client.clone())
-            .list_metadata(&ListParams::default())
-            .await
-            .map_err(|e| format!("listing {}: {e}", K::kind(&())))?;
-        Ok(list
-            .items
-            .into_iter()
-            .filter_map(|o| {
-                let from = o.metadata.annotations.as_ref().and_then(|a| a.get(COMPILED_FROM_ANNOTATION)).cloned();
-                o.metadata.name.map(|name| (name, from))
-            })
-            .collect())
-    }
-    let mutating = names::<MutatingAdmissionPolicy>(client).await?;
-    let mutating_bindings = names::<MutatingAdmissionPolicyBinding>(client).await?;
-    let validating = names::<ValidatingAdmissionPolicy>(client).await?;
-    let validating_bindings = names::<ValidatingAdmissionPolicyBinding>(client).await?;
-    let on_server = |o: &NativeObject| match o {
-        NativeObject::MutatingPolicy(_) => &mutating,
-        NativeObject::MutatingBinding(_) => &mutating_bindings,
-        NativeObject::ValidatingPolicy(_) => &validating,
-        NativeObject::ValidatingBinding(_) => &validating_bindings,
-    };
-    // Up to three distinct names (a policy and its binding share one).
-    let first = |names: &[String]| {
-        let distinct: BTreeSet<&str> = names.iter().map(String::as_str).collect();
-        distinct.into_iter().take(3).collect::<Vec<_>>().join(", ")
-    };
+async fn installed(client: &kube::Client, objects: &[NativeObject], fingerprint: &str) -> Result<(), InstallError> {
+    let on_server = OnServer::list(client).await?;
     let missing: Vec<String> =
-        objects.iter().filter(|o| !on_server(o).contains_key(o.name())).map(|o| o.name().to_string()).collect();
+        objects.iter().filter(|o| !on_server.of(o).contains_key(o.name())).map(|o| o.name().to_string()).collect();
     if !missing.is_empty() {
-        return Err(format!(
-            "the native policies are not installed: {} of {} objects missing ({}…); apply `allot compile` for these \
-             policies first",
-            missing.len(),
-            objects.len(),
-            first(&missing)
-        ));
+        return Err(InstallError::Missing { missing, total: objects.len() });
     }
     let stale: Vec<String> = objects
         .iter()
-        .filter(|o| on_server(o).get(o.name()).is_some_and(|from| from.as_deref() != Some(fingerprint)))
+        .filter(|o| on_server.of(o).get(o.name()).is_some_and(|from| from.as_deref() != Some(fingerprint)))
         .map(|o| o.name().to_string())
         .collect();
     if !stale.is_empty() {
-        return Err(format!(
-            "the native policies installed are not these policies' ({} of {} objects compiled from other policies or \
-             by an older allot, e.g. {}; these compile to {fingerprint}): apply `allot compile` for these policies again",
-            stale.len(),
-            objects.len(),
-            first(&stale)
-        ));
+        return Err(InstallError::Stale { stale, total: objects.len(), fingerprint: fingerprint.to_string() });
     }
     let expected: BTreeSet<&str> = objects.iter().map(NativeObject::name).collect();
-    let leftovers: Vec<String> = [&mutating, &mutating_bindings, &validating, &validating_bindings]
-        .into_iter()
-        .flat_map(|set| set.iter())
+    let leftovers: Vec<String> = on_server
+        .all()
         .filter(|(name, from)| from.is_some() && !expected.contains(name.as_str()))
         .map(|(name, _)| name.clone())
         .collect();
     if !leftovers.is_empty() {
-        return Err(format!(
-            "{} object(s) another `allot compile` installed act beside these policies ({}): delete them, or they \
-             answer too",
-            leftovers.len(),
-            first(&leftovers)
-        ));
+        return Err(InstallError::Leftovers { leftovers });
     }
     Ok(())
 }
@@ -329,14 +422,60 @@ struct Answer {
     warnings: Vec<String>,
 }
 
-async fn dry_run(client: &kube::Client, object: &Value) -> Result<Answer, String> {
+/// Why a case's object got no admission answer from the server (a refusal is an answer).
+#[derive(Debug, thiserror::Error)]
+pub enum DryRunError {
+    /// The server has no resource for the object's apiVersion and kind.
+    #[error("the API server does not serve {api_version} {kind}: {source}")]
+    NotServed {
+        api_version: String,
+        kind: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// The object does not serialize as a request body.
+    #[error("{0}")]
+    Encode(serde_json::Error),
+    /// The create request cannot be built.
+    #[error("{0}")]
+    Request(kube::core::request::Error),
+    /// The request did not reach the server, or its answer did not come back.
+    #[error("{0}")]
+    Send(kube::Error),
+    /// The answer's body could not be read.
+    #[error("{0}")]
+    Body(kube::Error),
+    /// The answer is not JSON.
+    #[error("the API server's answer: {0}")]
+    Answer(serde_json::Error),
+    /// The server failed the request otherwise than by refusing the object.
+    #[error("the API server answered {status}: {message}")]
+    Status { status: axum::http::StatusCode, message: String },
+}
+
+impl DryRunError {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            DryRunError::NotServed { .. } => "not_served",
+            DryRunError::Encode(_) => "encode",
+            DryRunError::Request(_) => "request",
+            DryRunError::Send(_) => "send",
+            DryRunError::Body(_) => "body",
+            DryRunError::Answer(_) => "answer",
+            DryRunError::Status { .. } => "status",
+        }
+    }
+}
+
+async fn dry_run(client: &kube::Client, object: &Value) -> Result<Answer, DryRunError> {
     let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
     let kind = object.get("kind").and_then(Value::as_str).unwrap_or_default();
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let gvk = GroupVersionKind::gvk(group, version, kind);
     let (resource, capabilities): (ApiResource, _) = kube::discovery::pinned_kind(client, &gvk)
         .await
-        .map_err(|e| format!("the API server does not serve {api_version} {kind}: {e}"))?;
+        .map_err(|source| DryRunError::NotServed { api_version: api_version.into(), kind: kind.into(), source })?;
     // A cluster-scoped kind (a DeviceClass) is created without a namespace in its path.
     let namespace = match capabilities.scope {
         kube::discovery::Scope::Cluster => None,
@@ -345,22 +484,23 @@ async fn dry_run(client: &kube::Client, object: &Value) -> Result<Answer, String
         }
     };
     let url = DynamicObject::url_path(&resource, namespace);
-    let body = serde_json::to_vec(object).map_err(|e| e.to_string())?;
+    let body = serde_json::to_vec(object).map_err(DryRunError::Encode)?;
     let params = PostParams { dry_run: true, ..Default::default() };
-    let request = kube::core::Request::new(url).create(&params, body).map_err(|e| e.to_string())?;
-    let response = client.send(request.map(kube::client::Body::from)).await.map_err(|e| e.to_string())?;
+    let request = kube::core::Request::new(url).create(&params, body).map_err(DryRunError::Request)?;
+    let response = client.send(request.map(kube::client::Body::from)).await.map_err(DryRunError::Send)?;
     let status = response.status();
     let warnings =
         response.headers().get_all("warning").iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect();
-    let bytes = response.into_body().collect_bytes().await.map_err(|e| e.to_string())?;
-    let body: Value = serde_json::from_slice(&bytes).map_err(|e| format!("the API server's answer: {e}"))?;
+    let bytes = response.into_body().collect_bytes().await.map_err(DryRunError::Body)?;
+    let body: Value = serde_json::from_slice(&bytes).map_err(DryRunError::Answer)?;
     if status.is_success() {
         Ok(Answer { object: Some(body), refusal: None, warnings })
     } else if status.as_u16() == 403 || status.as_u16() == 422 || status.as_u16() == 400 {
         let message = body.get("message").and_then(Value::as_str).unwrap_or("refused").to_string();
         Ok(Answer { object: None, refusal: Some(message), warnings })
     } else {
-        Err(format!("the API server answered {status}: {}", body.get("message").and_then(Value::as_str).unwrap_or("")))
+        let message = body.get("message").and_then(Value::as_str).unwrap_or("").to_string();
+        Err(DryRunError::Status { status, message })
     }
 }
 

@@ -188,7 +188,7 @@ fn every_failed_expectation_is_reported() {
 
 fn invalid(text: &str) -> Vec<String> {
     let expect: Expect = decode(yaml(text)).expect("decodes");
-    Expectations::new(expect).expect_err("invalid expectations")
+    Expectations::new(expect).expect_err("invalid expectations").iter().map(ToString::to_string).collect()
 }
 
 #[test]
@@ -217,14 +217,14 @@ fn expectations_must_expect_something_consistent() {
 
 #[test]
 fn decoding_is_strict_and_names_the_field() {
-    let (path, message) = decode::<Expect>(yaml("{denyBy: [r]}")).unwrap_err();
+    let DecodeError { path, message } = decode::<Expect>(yaml("{denyBy: [r]}")).unwrap_err();
     assert_eq!(path, "denyBy");
     assert!(message.starts_with("unknown field `denyBy`, expected one of `allowed`, `deniedBy`"), "{message}");
     // `deniedBy:` with nothing after it is null: an error, not "no expectation".
-    let (path, message) = decode::<Expect>(yaml("{deniedBy: null}")).unwrap_err();
+    let DecodeError { path, message } = decode::<Expect>(yaml("{deniedBy: null}")).unwrap_err();
     assert_eq!(path, "deniedBy");
     assert!(message.contains("invalid type: null"), "{message}");
-    let (path, message) = decode::<Expect>(yaml("{patch: [{op: move, path: /a}]}")).unwrap_err();
+    let DecodeError { path, message } = decode::<Expect>(yaml("{patch: [{op: move, path: /a}]}")).unwrap_err();
     assert_eq!(path, "patch[0].op");
     assert!(message.starts_with("unknown variant `move`"), "{message}");
 }
@@ -474,4 +474,63 @@ fn paths_are_tidied_like_go_filepath_join() {
     assert_eq!(tidy(Path::new("../x")), PathBuf::from("../x"));
     assert_eq!(tidy(Path::new("a/..")), PathBuf::from("."));
     assert_eq!(tidy(Path::new("/a/../b")), PathBuf::from("/b"));
+}
+
+// --- typed errors -------------------------------------------------------------------------
+
+#[test]
+fn typed_errors_print_the_messages_they_replaced() {
+    let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let missing = InstallError::Missing { missing: names(&["b", "a", "a", "c", "d"]), total: 7 };
+    assert_eq!(
+        missing.to_string(),
+        "the native policies are not installed: 5 of 7 objects missing (a, b, c…); apply `allot compile` for these \
+         policies first"
+    );
+    assert_eq!(missing.metric_label(), "missing");
+    let stale = InstallError::Stale { stale: names(&["x"]), total: 2, fingerprint: "f1".into() };
+    assert_eq!(
+        stale.to_string(),
+        "the native policies installed are not these policies' (1 of 2 objects compiled from other policies or by an \
+         older allot, e.g. x; these compile to f1): apply `allot compile` for these policies again"
+    );
+    assert_eq!(stale.metric_label(), "stale");
+    let leftovers = InstallError::Leftovers { leftovers: names(&["l"]) };
+    assert_eq!(
+        leftovers.to_string(),
+        "1 object(s) another `allot compile` installed act beside these policies (l): delete them, or they answer too"
+    );
+    assert_eq!(leftovers.metric_label(), "leftovers");
+    let ambiguous = SelectError::Ambiguous {
+        path: "m.yaml".into(),
+        matching: names(&["Pod d/a (document 1)", "Pod d/b (document 2)"]),
+    };
+    assert_eq!(
+        ambiguous.to_string(),
+        "path: 2 objects of m.yaml match (Pod d/a (document 1), Pod d/b (document 2)); pick one with select: {kind, \
+         name, namespace, document}"
+    );
+    let case: CaseError = ambiguous.into();
+    assert_eq!(case.metric_label(), "ambiguous");
+    assert_eq!(SelectError::Empty { path: "m.yaml".into() }.to_string(), "path: m.yaml holds no object");
+    let nothing = ExpectError::Nothing;
+    assert_eq!(
+        nothing.to_string(),
+        "expect: expects nothing; give allowed, deniedBy, warnedBy, auditedBy, mutated, patch, fields or messageContains"
+    );
+    assert_eq!(nothing.metric_label(), "expects_nothing");
+    let pointer = ExpectError::PatchOp { index: 1, source: PatchOpError::NotAPointer("spec".into()) };
+    assert_eq!(pointer.to_string(), "expect.patch[1].path: \"spec\" is not a JSON pointer (write /spec/…)");
+    assert_eq!(pointer.metric_label(), "patch_op");
+    let top = DecodeError { path: String::new(), message: "m".into() };
+    assert_eq!((top.to_string(), top.metric_label()), ("m".to_string(), "decode"));
+}
+
+#[test]
+fn expectation_errors_name_their_cause() {
+    let expect: Expect = decode(yaml("{allowed: true, deniedBy: [r], patch: [{op: add, path: /a}]}")).expect("decodes");
+    let errors = Expectations::new(expect).expect_err("invalid expectations");
+    let labels: Vec<&str> = errors.iter().map(ExpectError::metric_label).collect();
+    assert_eq!(labels, ["allowed_but_denied", "patch_op"]);
+    assert!(matches!(&errors[1], ExpectError::PatchOp { index: 0, source: PatchOpError::NoValue(OpName::Add) }));
 }
