@@ -269,7 +269,7 @@ impl StaticUsage {
 
     /// Parses `{teams: {vision: {nvidia.com/gpu: 6}}}` (YAML or JSON).
     pub fn parse(name: &str, text: &str) -> Result<StaticUsage, String> {
-        let docs = crate::model::policy::parse_documents(name, text)?;
+        let docs = crate::model::policy::parse_documents(name, text).map_err(|e| e.to_string())?;
         let mut teams = BTreeMap::new();
         for (index, doc) in docs {
             let Some(map) = doc.get("teams").and_then(|t| t.as_object()) else {

@@ -56,7 +56,7 @@ pub fn read_manifests(paths: &[PathBuf]) -> Result<Vec<Manifest>, Error> {
 
 fn parse_into(source: &str, text: &str, out: &mut Vec<Manifest>) -> Result<(), Error> {
     let docs = crate::model::documents::parse(source, text)
-        .map_err(|message| Error::Manifest { location: source.to_string(), message })?;
+        .map_err(|e| Error::Manifest { location: source.to_string(), message: e.to_string() })?;
     for crate::model::documents::Document { index: document, line, item_lines, value } in docs {
         let location = format!("{source}: document {document}");
         let bad = |message: &str| Error::Manifest { location: location.clone(), message: message.to_string() };

@@ -21,10 +21,32 @@ pub struct Document {
     pub value: Value,
 }
 
+/// Why a YAML (or JSON) stream cannot be read as documents.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DocumentError {
+    /// The parser's refusal; `name` is the stream's (a path), `detail` the parser's text.
+    #[error("{name}: invalid YAML: {detail}")]
+    InvalidYaml { name: String, detail: String },
+}
+
+impl DocumentError {
+    /// The parser's error on the stream `name`.
+    pub fn invalid_yaml(name: &str, error: impl std::fmt::Display) -> DocumentError {
+        DocumentError::InvalidYaml { name: name.to_string(), detail: error.to_string() }
+    }
+
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            DocumentError::InvalidYaml { .. } => "invalid_yaml",
+        }
+    }
+}
+
 /// Parses every non-empty document of `text`; `name` prefixes the error.
-pub fn parse(name: &str, text: &str) -> Result<Vec<Document>, String> {
+pub fn parse(name: &str, text: &str) -> Result<Vec<Document>, DocumentError> {
     let docs: Vec<Spanned<Value>> =
-        serde_saphyr::from_multiple(text).map_err(|e| format!("{name}: invalid YAML: {e}"))?;
+        serde_saphyr::from_multiple(text).map_err(|e| DocumentError::invalid_yaml(name, e))?;
     let mut out: Vec<Document> = docs
         .into_iter()
         .enumerate()
@@ -119,6 +141,8 @@ mod tests {
     #[test]
     fn invalid_yaml_is_an_error_with_the_name() {
         let err = parse("bad.yaml", "a: [1, 2\n").unwrap_err();
+        assert_eq!(err.metric_label(), "invalid_yaml");
+        let err = err.to_string();
         assert!(err.starts_with("bad.yaml: invalid YAML"), "{err}");
     }
 }

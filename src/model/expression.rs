@@ -41,12 +41,14 @@ pub mod budget;
 pub mod check;
 pub mod depth;
 pub mod direct;
+mod error;
 pub mod fixes;
 pub mod panics;
 pub mod quantity;
 mod values;
 
 use analysis::*;
+pub use error::ExpressionError;
 use values::*;
 pub use values::{json_to_cel, json_to_cel_projected, object_accelerators};
 
@@ -248,7 +250,7 @@ impl Expression {
     /// Compiles `source`, rejecting syntax errors, unknown variables, expressions nested
     /// deeper than [`depth`] allows and everything [`check::unsupported`] finds the engine
     /// cannot evaluate.
-    pub fn compile(source: &str) -> Result<Expression, String> {
+    pub fn compile(source: &str) -> Result<Expression, ExpressionError> {
         // Before the parser: cel's parser recurses with large frames, and past its own limit
         // of 96 levels its depth counter underflows and panics (fuzz/regressions/
         // cel_expression/parser-depth-underflow); see `depth`.
@@ -256,26 +258,20 @@ impl Expression {
         depth::on_parser_stack(|| Expression::compile_checked(source))
     }
 
-    fn compile_checked(source: &str) -> Result<Expression, String> {
+    fn compile_checked(source: &str) -> Result<Expression, ExpressionError> {
         // The scan keeps the parser below its limit; an input it misjudges still costs only a
         // policy error (the panic contained), not the process.
-        let parsed = panics::contain(&"CEL parser", || Program::compile(source))
-            .map_err(|panic| format!("CEL syntax error: the parser failed on this expression ({panic})"))?;
-        let program = parsed.map_err(|e| format!("CEL syntax error: {e}"))?;
+        let program = parse(source)?;
         let unsupported = check::unsupported(program.expression(), source);
         if !unsupported.is_empty() {
-            return Err(unsupported.join("; "));
+            return Err(ExpressionError::Unsupported(unsupported));
         }
         let mut unknown = Vec::new();
         free_identifiers(program.expression(), &mut Vec::new(), &mut unknown);
         unknown.sort_unstable();
         unknown.dedup();
         if !unknown.is_empty() {
-            return Err(format!(
-                "CEL expression uses unknown variable(s) {}; available: {}",
-                unknown.join(", "),
-                VARIABLES.join(", ")
-            ));
+            return Err(ExpressionError::UnknownVariables(unknown));
         }
         let rewritten = precompute_object_accelerators(program.expression(), &mut Vec::new());
         let mut needs = Needs::default();
@@ -286,7 +282,7 @@ impl Expression {
         let instrumented = arith::guard(&instrumented);
         let tree_depth = depth::tree_depth(&instrumented);
         if tree_depth > depth::MAX_TREE_DEPTH {
-            return Err(depth::tree_message(tree_depth));
+            return Err(ExpressionError::TooDeep(tree_depth));
         }
         Ok(Expression { source: source.to_string(), instrumented, comprehensions, needs, linear, tree_depth, direct })
     }
@@ -356,7 +352,7 @@ impl Expression {
                 count_error(owner);
                 Err(EvalError::Cel(describe(&e)))
             }
-            Err(panic) => Err(EvalError::Panic(panic)),
+            Err(panic) => Err(EvalError::Panic(panic.message)),
         }
     }
 
@@ -390,15 +386,23 @@ fn describe(e: &ExecutionError) -> String {
 /// What is checked on the text before cel's parser sees it: nesting past [`depth::MAX_NESTING`]
 /// (the parser's depth counter underflows and panics past its own limit, see `depth`) and a
 /// doubled unary operator (`!!x` is `!x` in cel 0.13).
-fn before_parsing(source: &str) -> Result<(), String> {
+fn before_parsing(source: &str) -> Result<(), ExpressionError> {
     let nesting = depth::scan(source);
     if nesting.depth > depth::MAX_NESTING {
-        return Err(depth::nesting_message(nesting));
+        return Err(ExpressionError::TooNested(nesting));
     }
     if let Some((operator, column)) = depth::repeated_unary(source) {
-        return Err(depth::repeated_unary_message(operator, column));
+        return Err(ExpressionError::RepeatedUnary { operator, column });
     }
     Ok(())
+}
+
+/// cel's parser under the panic boundary (call it on [`depth::on_parser_stack`]): the one place
+/// both kinds of expression turn text into a program.
+fn parse(source: &str) -> Result<Program, ExpressionError> {
+    panics::contain(&"CEL parser", || Program::compile(source))
+        .map_err(ExpressionError::ParserPanicked)?
+        .map_err(|e| ExpressionError::Syntax(e.to_string()))
 }
 
 /// A CEL expression Allot evaluates but does not own, such as a DeviceClass's device selector
@@ -415,16 +419,14 @@ pub struct ForeignExpression {
 
 impl ForeignExpression {
     /// Parses `source`; the error says why it cannot be evaluated.
-    pub fn compile(source: &str) -> Result<ForeignExpression, String> {
+    pub fn compile(source: &str) -> Result<ForeignExpression, ExpressionError> {
         before_parsing(source)?;
         depth::on_parser_stack(|| {
-            let parsed = panics::contain(&"CEL parser", || Program::compile(source))
-                .map_err(|panic| format!("CEL syntax error: the parser failed on this expression ({panic})"))?;
-            let program = parsed.map_err(|e| format!("CEL syntax error: {e}"))?;
+            let program = parse(source)?;
             let tree = arith::guard(program.expression());
             let tree_depth = depth::tree_depth(&tree);
             if tree_depth > depth::MAX_TREE_DEPTH {
-                return Err(depth::tree_message(tree_depth));
+                return Err(ExpressionError::TooDeep(tree_depth));
             }
             Ok(ForeignExpression { tree, tree_depth })
         })
@@ -438,7 +440,7 @@ impl ForeignExpression {
         match evaluated {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(EvalError::Cel(describe(&e))),
-            Err(panic) => Err(EvalError::Panic(panic)),
+            Err(panic) => Err(EvalError::Panic(panic.message)),
         }
     }
 

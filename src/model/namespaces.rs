@@ -111,7 +111,7 @@ pub fn selector_matches(selector: &LabelSelector, labels: &Labels) -> bool {
 pub enum NamespacesError {
     /// Not YAML or JSON (the message names the file).
     #[error("{0}")]
-    Parse(String),
+    Parse(crate::model::documents::DocumentError),
     #[error("{file}: document {index}: expected kind Namespace")]
     NotANamespace { file: String, index: usize },
     #[error("{file}: document {index}: metadata.name is missing")]

@@ -300,7 +300,7 @@ pub(super) fn read_test_file(file: &Path, explicit: bool, problems: &mut Vec<Str
     let docs = match policy::parse_documents(&name, &text) {
         Ok(d) => d,
         Err(e) => {
-            problems.push(e);
+            problems.push(e.to_string());
             return Vec::new();
         }
     };

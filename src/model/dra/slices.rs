@@ -41,7 +41,7 @@ use kube::core::cel::cel::objects::{Key, Map};
 use kube::core::cel::cel::{Context, Value as CelValue};
 
 use super::{ClassCounts, DeviceClasses, add_counts, class_resource};
-use crate::model::expression::{self, ForeignExpression};
+use crate::model::expression::{self, ExpressionError, ForeignExpression};
 use crate::model::quantity::Quantity;
 use crate::model::resources::ResourceList;
 
@@ -64,7 +64,23 @@ struct CompiledClass {
     extended_resource: Option<String>,
     /// The selectors; `Err` when one of them cannot be evaluated (the class then takes no
     /// device, as the scheduler allocates none from it).
-    selectors: Result<Vec<ForeignExpression>, String>,
+    selectors: Result<Vec<ForeignExpression>, SelectorError>,
+}
+
+/// A DeviceClass selector that cannot be evaluated, named by class and field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("DeviceClass {class}: spec.selectors[{index}].cel.expression: {source}")]
+pub struct SelectorError {
+    pub class: String,
+    pub index: usize,
+    pub source: ExpressionError,
+}
+
+impl SelectorError {
+    /// A short, fixed label for logs and metrics: why the expression does not compile.
+    pub fn metric_label(&self) -> &'static str {
+        self.source.metric_label()
+    }
 }
 
 impl DeviceClassMatcher {
@@ -82,8 +98,11 @@ impl DeviceClassMatcher {
                     .filter_map(|s| s.cel.as_ref())
                     .enumerate()
                     .map(|(i, cel)| {
-                        ForeignExpression::compile(&cel.expression)
-                            .map_err(|e| format!("DeviceClass {name}: spec.selectors[{i}].cel.expression: {e}"))
+                        ForeignExpression::compile(&cel.expression).map_err(|source| SelectorError {
+                            class: name.clone(),
+                            index: i,
+                            source,
+                        })
                     })
                     .collect();
                 let extended_resource = spec.and_then(|s| s.extended_resource_name.clone());
@@ -95,7 +114,7 @@ impl DeviceClassMatcher {
 
     /// Selectors that cannot be evaluated, one line each.
     pub fn problems(&self) -> Vec<String> {
-        self.classes.iter().filter_map(|c| c.selectors.as_ref().err().cloned()).collect()
+        self.classes.iter().filter_map(|c| c.selectors.as_ref().err().map(ToString::to_string)).collect()
     }
 
     /// The classes (by index) `device` of `driver` belongs to; evaluation errors go to `errors`.

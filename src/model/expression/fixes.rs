@@ -66,7 +66,9 @@ mod tests {
             request: Value::Null,
             object_accelerators: None,
         };
-        Expression::compile(source).map_err(EvalError::Cel)?.eval_bool(&env.scope(&none), &"fixes-contains")
+        Expression::compile(source)
+            .map_err(|e| EvalError::Cel(e.to_string()))?
+            .eval_bool(&env.scope(&none), &"fixes-contains")
     }
 
     /// fuzz/regressions/cel_expression/bytes-contains-empty renders as `!(b"".contains(b""))`.

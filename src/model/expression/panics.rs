@@ -39,15 +39,29 @@ thread_local! {
     static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
 }
 
-/// Runs `evaluate` for `rule`; a panic comes back as `Err(message)`, counted and logged once.
-pub fn contain<T>(rule: &dyn std::fmt::Display, evaluate: impl FnOnce() -> T) -> Result<T, String> {
+/// A panic caught by [`contain`]: its message and, when the hook saw it, its location.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ContainedPanic {
+    pub message: String,
+}
+
+impl ContainedPanic {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        "panic"
+    }
+}
+
+/// Runs `evaluate` for `rule`; a panic comes back as [`ContainedPanic`], counted and logged once.
+pub fn contain<T>(rule: &dyn std::fmt::Display, evaluate: impl FnOnce() -> T) -> Result<T, ContainedPanic> {
     let was_contained = CONTAINED.replace(true);
     let result = catch_unwind(AssertUnwindSafe(evaluate));
     CONTAINED.set(was_contained);
     result.map_err(|payload| {
         let message = LAST_PANIC.take().unwrap_or_else(|| payload_text(payload.as_ref()));
         record(&rule.to_string(), &message);
-        message
+        ContainedPanic { message }
     })
 }
 

@@ -22,7 +22,10 @@ fn bindings(object: Value) -> Bindings {
 fn eval(source: &str, object: Value) -> Result<bool, String> {
     let env = env();
     let b = bindings(object);
-    Expression::compile(source)?.eval_bool(&env.scope(&b), &"test").map_err(|e| e.to_string())
+    Expression::compile(source)
+        .map_err(|e| e.to_string())?
+        .eval_bool(&env.scope(&b), &"test")
+        .map_err(|e| e.to_string())
 }
 
 fn gpu_pod(n: u32) -> Value {
@@ -79,8 +82,11 @@ fn managed_fields_are_not_bound() {
 
 #[test]
 fn compile_errors_are_clear() {
-    assert!(Expression::compile("object.spec.(").unwrap_err().contains("syntax"));
+    let err = Expression::compile("object.spec.(").unwrap_err();
+    assert!(matches!(err, ExpressionError::Syntax(_)) && err.to_string().contains("syntax"), "{err}");
     let err = Expression::compile("objet.spec.containers.size() > 0").unwrap_err();
+    assert_eq!(err, ExpressionError::UnknownVariables(vec!["objet".into()]));
+    let err = err.to_string();
     assert!(err.contains("objet"), "{err}");
     // Comprehension variables are bound only inside their macro.
     assert!(Expression::compile("object.spec.containers.all(c, c.name != '')").is_ok());
@@ -88,6 +94,8 @@ fn compile_errors_are_clear() {
     // Type names are not unknown variables; but `type()` itself is not in cel 0.13's
     // environment (it fails on every evaluation), so the load-time check now refuses it.
     let err = Expression::compile("type(object) == map").unwrap_err();
+    assert_eq!(err.metric_label(), "unsupported");
+    let err = err.to_string();
     assert!(err.contains("unknown function type()") && !err.contains("variable"), "{err}");
     let program = Program::compile("type(object) == map").unwrap();
     let root = Context::default();
@@ -224,4 +232,15 @@ fn accelerator_totals_that_overflow_are_errors_not_panics() {
 fn non_bool_results_are_errors() {
     assert!(eval("1 + 1", json!({})).is_err());
     assert!(eval("object.spec.missing.field", json!({"spec": {}})).is_err());
+}
+
+#[test]
+fn refusals_before_parsing_have_their_variant() {
+    let deep = format!("{}1{}", "(".repeat(depth::MAX_NESTING + 1), ")".repeat(depth::MAX_NESTING + 1));
+    let err = Expression::compile(&deep).unwrap_err();
+    assert_eq!(err.metric_label(), "too_nested");
+    assert!(err.to_string().starts_with("the expression nests"), "{err}");
+    let err = ForeignExpression::compile("!!true").unwrap_err();
+    assert_eq!(err, ExpressionError::RepeatedUnary { operator: '!', column: 1 });
+    assert!(err.to_string().starts_with("`!` twice in a row (column 1)"), "{err}");
 }

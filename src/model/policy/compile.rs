@@ -35,7 +35,7 @@ impl<'a> Problems<'a> {
     }
 
     /// Records each problem of a `field: problem` list (the [`values`] checks).
-    fn extend(&mut self, problems: Vec<String>) {
+    fn extend(&mut self, problems: impl IntoIterator<Item = impl Display>) {
         for p in problems {
             self.push(p);
         }

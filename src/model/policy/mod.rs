@@ -31,8 +31,10 @@ use crate::model::expression::{Environment, Expression};
 use crate::model::resources::{DEFAULT_ACCELERATORS, ResourceMatcher};
 use compile::{Compile, Context, Problems};
 pub use model::*;
+pub use read::{
+    DecodeError, Source, load_dir, parse_documents, parse_policy_documents, policy_files, read_sources, version_of,
+};
 use read::{Doc, decode_sources, versioned};
-pub use read::{Source, load_dir, parse_documents, parse_policy_documents, policy_files, read_sources, version_of};
 
 /// Every problem found while loading a policy directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,11 +56,28 @@ impl std::error::Error for LoadErrors {}
 #[derive(Debug, Clone, Default)]
 pub struct NameGlobs(Vec<GlobMatcher>);
 
+/// A namespace pattern that is not a glob.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid glob {pattern:?}: {source}")]
+pub struct GlobError {
+    pub pattern: String,
+    pub source: globset::Error,
+}
+
+impl GlobError {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        "invalid_glob"
+    }
+}
+
 impl NameGlobs {
-    fn compile(patterns: &[String]) -> Result<NameGlobs, String> {
+    fn compile(patterns: &[String]) -> Result<NameGlobs, GlobError> {
         patterns
             .iter()
-            .map(|p| Glob::new(p).map(|g| g.compile_matcher()).map_err(|e| format!("invalid glob {p:?}: {e}")))
+            .map(|p| {
+                Glob::new(p).map(|g| g.compile_matcher()).map_err(|source| GlobError { pattern: p.clone(), source })
+            })
             .collect::<Result<Vec<_>, _>>()
             .map(NameGlobs)
     }
@@ -169,8 +188,23 @@ pub const DEFAULT_START_TIMEOUT: std::time::Duration = std::time::Duration::from
 /// Default wait after which a gang that does not fit stops backfill past it.
 pub const DEFAULT_STARVATION: std::time::Duration = std::time::Duration::from_secs(1800);
 
-fn parse_duration(raw: &str) -> Result<std::time::Duration, String> {
-    humantime::parse_duration(raw).map_err(|e| format!("invalid duration {raw:?} ({e}); write e.g. 90s, 10m, 1h"))
+/// A duration field (`30m`) that humantime cannot read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid duration {raw:?} ({source}); write e.g. 90s, 10m, 1h")]
+pub struct DurationError {
+    pub raw: String,
+    pub source: humantime::DurationError,
+}
+
+impl DurationError {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        "invalid_duration"
+    }
+}
+
+fn parse_duration(raw: &str) -> Result<std::time::Duration, DurationError> {
+    humantime::parse_duration(raw).map_err(|source| DurationError { raw: raw.to_string(), source })
 }
 
 /// Which objects a `Rule` sees.
@@ -377,73 +411,16 @@ pub fn compile(sources: &[Source]) -> Result<PolicySet, LoadErrors> {
 /// (`VERSION+dc-HASH`), so that replicas that read different classes do not look alike.
 pub fn compile_with(sources: &[Source], facts: &ClusterFacts) -> Result<PolicySet, LoadErrors> {
     let mut errors = Vec::new();
-    let docs = decode_sources(sources, &mut errors);
-
-    let mut cluster: Option<(String, ClusterSpec)> = None;
-    let mut team_specs = Vec::new();
-    let mut placement_specs = Vec::new();
-    let mut rule_specs = Vec::new();
-    let mut gang_specs = Vec::new();
-    let mut seen: HashSet<(&'static str, String)> = HashSet::new();
-    for (location, meta, doc) in docs {
-        let kind = match &doc {
-            Doc::Cluster(_) => "Cluster",
-            Doc::Team(_) => "Team",
-            Doc::Placement(_) => "Placement",
-            Doc::Rule(_) => "Rule",
-            Doc::GangPolicy(_) => "GangPolicy",
-        };
-        if !seen.insert((kind, meta.name.clone())) {
-            errors.push(format!("{location}: metadata.name: a {kind} named {:?} is already defined", meta.name));
-            continue;
-        }
-        match doc {
-            Doc::Cluster(spec) => match &cluster {
-                Some((first, _)) => {
-                    errors.push(format!("{location}: only one Cluster document is allowed (first: {first})"))
-                }
-                None => cluster = Some((location, spec)),
-            },
-            Doc::Team(spec) => team_specs.push((location, meta.name, spec)),
-            Doc::Placement(spec) => placement_specs.push((location, meta.name, spec)),
-            Doc::Rule(spec) => rule_specs.push((location, meta.name, spec)),
-            Doc::GangPolicy(spec) => gang_specs.push((location, meta.name, spec)),
-        }
-    }
-    let cluster_location = cluster.as_ref().map(|(location, _)| location.clone());
-    let cluster = match cluster {
-        // Compiled first: the other kinds read its accelerator names. It consults no other
-        // document, so its context is empty.
-        Some((location, spec)) => {
-            let none = HashSet::new();
-            let placeholder = Arc::new(ResourceMatcher::new(DEFAULT_ACCELERATORS));
-            let no_classes = DeviceClasses::default();
-            let cx = Context {
-                team_names: &none,
-                accelerators: &placeholder,
-                device_classes: &no_classes,
-                preemption: preemption::Preemption::default(),
-            };
-            spec.compile(String::new(), &cx, &mut Problems::new(&location, &mut errors)).unwrap_or_default()
-        }
-        None => ClusterSpec::default(),
-    };
+    let docs = by_kind(decode_sources(sources, &mut errors), &mut errors);
+    let cluster_location = docs.cluster.as_ref().map(|(location, _)| location.clone());
+    let cluster = compile_cluster(docs.cluster, &mut errors);
     let accelerators = Arc::new(match &cluster.accelerators.resources {
         Some(list) => ResourceMatcher::new(list),
         None => ResourceMatcher::new(DEFAULT_ACCELERATORS),
     });
-    let team_names: HashSet<String> = team_specs.iter().map(|(_, n, _)| n.clone()).collect();
-    let device_classes = match &cluster_location {
-        Some(location) => {
-            compile::device_classes(&cluster.dra, &accelerators, &mut Problems::new(location, &mut errors))
-        }
-        None => DeviceClasses::default(),
-    };
-    let (device_classes, discovered_classes) = if cluster.dra.from_device_classes.unwrap_or(true) {
-        compile::with_discovered_classes(device_classes, facts, &accelerators)
-    } else {
-        (device_classes, BTreeMap::new())
-    };
+    let team_names: HashSet<String> = docs.teams.iter().map(|(_, n, _)| n.clone()).collect();
+    let (device_classes, discovered_classes) =
+        device_classes_of(&cluster, cluster_location.as_deref(), &accelerators, facts, &mut errors);
     // (A bad Cluster minRuntime was reported when the Cluster compiled.)
     let cluster_preemption = preemption::Preemption::default().overlaid(&cluster.preemption).unwrap_or_default();
     let cx = Context {
@@ -452,10 +429,10 @@ pub fn compile_with(sources: &[Source], facts: &ClusterFacts) -> Result<PolicySe
         device_classes: &device_classes,
         preemption: cluster_preemption,
     };
-    let teams = compile_all(team_specs, &cx, &mut errors);
-    let placements = compile_all(placement_specs, &cx, &mut errors);
-    let rules = compile_all(rule_specs, &cx, &mut errors);
-    let gang_policies = compile_all(gang_specs, &cx, &mut errors);
+    let teams = compile_all(docs.teams, &cx, &mut errors);
+    let placements = compile_all(docs.placements, &cx, &mut errors);
+    let rules = compile_all(docs.rules, &cx, &mut errors);
+    let gang_policies = compile_all(docs.gangs, &cx, &mut errors);
 
     if !errors.is_empty() {
         return Err(LoadErrors(errors));
@@ -483,6 +460,90 @@ pub fn compile_with(sources: &[Source], facts: &ClusterFacts) -> Result<PolicySe
         gang_policies,
         files: sources.iter().map(|s| PathBuf::from(&s.name)).collect(),
     })
+}
+
+/// One kind's documents, each as (location, name, spec).
+type Specs<S> = Vec<(String, String, S)>;
+
+/// A set's documents sorted by kind: the kinds compile in an order (the Cluster first), not
+/// in the files' order.
+struct ByKind {
+    cluster: Option<(String, ClusterSpec)>,
+    teams: Specs<TeamSpec>,
+    placements: Specs<PlacementSpec>,
+    rules: Specs<RuleSpec>,
+    gangs: Specs<GangPolicySpec>,
+}
+
+/// Sorts decoded documents by kind, refusing a second document of one kind and name and a
+/// second Cluster, so that every later step can look a document up by its name.
+fn by_kind(docs: Vec<(String, Metadata, Doc)>, errors: &mut Vec<String>) -> ByKind {
+    let mut sorted =
+        ByKind { cluster: None, teams: Vec::new(), placements: Vec::new(), rules: Vec::new(), gangs: Vec::new() };
+    let mut seen: HashSet<(&'static str, String)> = HashSet::new();
+    for (location, meta, doc) in docs {
+        let kind = match &doc {
+            Doc::Cluster(_) => "Cluster",
+            Doc::Team(_) => "Team",
+            Doc::Placement(_) => "Placement",
+            Doc::Rule(_) => "Rule",
+            Doc::GangPolicy(_) => "GangPolicy",
+        };
+        if !seen.insert((kind, meta.name.clone())) {
+            errors.push(format!("{location}: metadata.name: a {kind} named {:?} is already defined", meta.name));
+            continue;
+        }
+        match doc {
+            Doc::Cluster(spec) => match &sorted.cluster {
+                Some((first, _)) => {
+                    errors.push(format!("{location}: only one Cluster document is allowed (first: {first})"))
+                }
+                None => sorted.cluster = Some((location, spec)),
+            },
+            Doc::Team(spec) => sorted.teams.push((location, meta.name, spec)),
+            Doc::Placement(spec) => sorted.placements.push((location, meta.name, spec)),
+            Doc::Rule(spec) => sorted.rules.push((location, meta.name, spec)),
+            Doc::GangPolicy(spec) => sorted.gangs.push((location, meta.name, spec)),
+        }
+    }
+    sorted
+}
+
+/// The Cluster document compiled first, since the other kinds read its accelerator names; it
+/// consults no other document, so its context is empty. No Cluster: the defaults.
+fn compile_cluster(cluster: Option<(String, ClusterSpec)>, errors: &mut Vec<String>) -> ClusterSpec {
+    let Some((location, spec)) = cluster else { return ClusterSpec::default() };
+    let none = HashSet::new();
+    let placeholder = Arc::new(ResourceMatcher::new(DEFAULT_ACCELERATORS));
+    let no_classes = DeviceClasses::default();
+    let cx = Context {
+        team_names: &none,
+        accelerators: &placeholder,
+        device_classes: &no_classes,
+        preemption: preemption::Preemption::default(),
+    };
+    spec.compile(String::new(), &cx, &mut Problems::new(&location, errors)).unwrap_or_default()
+}
+
+/// The DRA DeviceClass mapping team quotas weigh devices by: the Cluster's own (checked
+/// against its accelerator names, problems under `location`) and, unless it turns that off,
+/// the cluster's classes (`facts`) whose extended resource is an accelerator.
+fn device_classes_of(
+    cluster: &ClusterSpec,
+    location: Option<&str>,
+    accelerators: &ResourceMatcher,
+    facts: &ClusterFacts,
+    errors: &mut Vec<String>,
+) -> (DeviceClasses, BTreeMap<String, String>) {
+    let device_classes = match location {
+        Some(location) => compile::device_classes(&cluster.dra, accelerators, &mut Problems::new(location, errors)),
+        None => DeviceClasses::default(),
+    };
+    if cluster.dra.from_device_classes.unwrap_or(true) {
+        compile::with_discovered_classes(device_classes, facts, accelerators)
+    } else {
+        (device_classes, BTreeMap::new())
+    }
 }
 
 /// Compiles every document of one kind, in order, keeping those that compiled.
@@ -536,10 +597,11 @@ impl PolicySet {
         team: Option<&str>,
     ) -> Option<String> {
         let asked = facts.annotations.get(topology::TOPOLOGY_ANNOTATION)?;
-        match &self.gang_policy(namespace, team).topology {
+        let refusal = match &self.gang_policy(namespace, team).topology {
             Some(levels) => levels.for_gang(Some(asked)).err(),
             None => Some(topology::no_levels(asked)),
-        }
+        };
+        refusal.map(|r| r.to_string())
     }
 
     /// Counts of each kind, for logs and `/readyz`.

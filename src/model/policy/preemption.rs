@@ -35,6 +35,22 @@ pub struct PreemptionSpec {
     pub min_runtime: Option<String>,
 }
 
+/// Why a `preemption` block is refused; the message starts with its field path below `spec.`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PreemptionSpecError {
+    #[error("preemption.minRuntime: {0}")]
+    MinRuntime(super::DurationError),
+}
+
+impl PreemptionSpecError {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            PreemptionSpecError::MinRuntime(_) => "min_runtime",
+        }
+    }
+}
+
 /// What a team's `preemption` comes to, after the Cluster's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Preemption {
@@ -52,13 +68,13 @@ impl Default for Preemption {
 
 impl Preemption {
     /// `spec`'s fields over `self`; a bad `minRuntime` is an error naming the field.
-    pub fn overlaid(self, spec: &PreemptionSpec) -> Result<Preemption, String> {
+    pub fn overlaid(self, spec: &PreemptionSpec) -> Result<Preemption, PreemptionSpecError> {
         let allows =
             |rule: Option<PreemptionRule>, default| rule.map_or(default, |r| r == PreemptionRule::LowerPriority);
         let min_runtime = match &spec.min_runtime {
             None => self.min_runtime,
             Some(raw) => {
-                let d = super::parse_duration(raw).map_err(|e| format!("preemption.minRuntime: {e}"))?;
+                let d = super::parse_duration(raw).map_err(PreemptionSpecError::MinRuntime)?;
                 i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
             }
         };
@@ -100,6 +116,8 @@ mod tests {
         let e = Preemption::default()
             .overlaid(&PreemptionSpec { min_runtime: Some("soon".into()), ..Default::default() })
             .unwrap_err();
+        assert_eq!(e.metric_label(), "min_runtime");
+        let e = e.to_string();
         assert!(e.starts_with("preemption.minRuntime: invalid duration \"soon\""), "{e}");
     }
 }

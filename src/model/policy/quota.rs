@@ -10,7 +10,7 @@ use std::fmt;
 
 use super::{QuotaMode, QuotaSpec};
 use crate::model::dra::DeviceClasses;
-use crate::model::quantity::Quantity;
+use crate::model::quantity::{Quantity, QuantityError};
 use crate::model::resources::ResourceList;
 
 /// A compiled team quota.
@@ -28,23 +28,89 @@ pub struct Quota {
 /// Amounts per limited resource, in charge units of one [`Quota`].
 pub type Charge = BTreeMap<String, i128>;
 
-pub(super) fn parse_weight(raw: &serde_json::Value) -> Result<(i128, i128), String> {
+/// Why a weight (`1/7`, `0.5`) is refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WeightError {
+    /// Neither a string nor a number (a list, a mapping, a boolean, null).
+    #[error("weight must be a number or a fraction like 1/7, got {0}")]
+    NotANumber(serde_json::Value),
+    /// A string that is no number or fraction.
+    #[error("weight must be a positive number or a fraction like 1/7, got {0:?}")]
+    Unreadable(String),
+    /// Zero, negative, or a denominator over a billion.
+    #[error("weight must be a positive number or a fraction like 1/7, got {0:?}")]
+    OutOfRange(String),
+}
+
+impl WeightError {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            WeightError::NotANumber(_) => "not_a_number",
+            WeightError::Unreadable(_) => "unreadable",
+            WeightError::OutOfRange(_) => "out_of_range",
+        }
+    }
+}
+
+/// Why a `quota:` block is refused; each message starts with its field path below `spec.`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum QuotaSpecError {
+    #[error("quota.limits: name at least one resource")]
+    NoLimits,
+    /// An equivalent counts as a resource the quota does not limit.
+    #[error("quota.equivalents.{name}.countsAs: {counts_as:?} has no limit")]
+    UnlimitedTarget { name: String, counts_as: String },
+    #[error("quota.equivalents.{name}.weight: {source}")]
+    Weight { name: String, source: WeightError },
+    /// The common denominator of the equivalents' weights would pass 10¹².
+    #[error("quota.equivalents.{name}.weight: the weights' denominators are too large together")]
+    DenominatorsTooLarge { name: String },
+    /// The same, once a DeviceClass's weight is added.
+    #[error(
+        "quota: the weights of DeviceClass {class} and the quota's equivalents have denominators too large together"
+    )]
+    ClassDenominatorsTooLarge { class: String },
+    #[error("quota.limits.{name}: {source}")]
+    Limit { name: String, source: QuantityError },
+    #[error("quota.limits.{name}: must not be negative")]
+    NegativeLimit { name: String },
+}
+
+impl QuotaSpecError {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            QuotaSpecError::NoLimits => "no_limits",
+            QuotaSpecError::UnlimitedTarget { .. } => "unlimited_target",
+            QuotaSpecError::Weight { .. } => "weight",
+            QuotaSpecError::DenominatorsTooLarge { .. } => "denominators_too_large",
+            QuotaSpecError::ClassDenominatorsTooLarge { .. } => "class_denominators_too_large",
+            QuotaSpecError::Limit { .. } => "limit",
+            QuotaSpecError::NegativeLimit { .. } => "negative_limit",
+        }
+    }
+}
+
+pub(super) fn parse_weight(raw: &serde_json::Value) -> Result<(i128, i128), WeightError> {
     let text = match raw {
         serde_json::Value::String(s) => s.trim().to_string(),
         serde_json::Value::Number(n) => n.to_string(),
-        other => return Err(format!("weight must be a number or a fraction like 1/7, got {other}")),
+        other => return Err(WeightError::NotANumber(other.clone())),
     };
-    let bad = || format!("weight must be a positive number or a fraction like 1/7, got {text:?}");
+    let unreadable = || WeightError::Unreadable(text.clone());
     let (num, den) = match text.split_once('/') {
-        Some((n, d)) => (n.trim().parse::<i128>().map_err(|_| bad())?, d.trim().parse::<i128>().map_err(|_| bad())?),
+        Some((n, d)) => {
+            (n.trim().parse::<i128>().map_err(|_| unreadable())?, d.trim().parse::<i128>().map_err(|_| unreadable())?)
+        }
         None => {
             // A decimal: scale by its digits after the point.
-            let q = Quantity::parse(&text).map_err(|_| bad())?;
+            let q = Quantity::parse(&text).map_err(|_| unreadable())?;
             (q.nanos(), 1_000_000_000)
         }
     };
     if num <= 0 || den <= 0 || den > 1_000_000_000 {
-        return Err(bad());
+        return Err(WeightError::OutOfRange(text));
     }
     let g = gcd(num, den);
     Ok((num / g, den / g))
@@ -56,28 +122,29 @@ fn gcd(a: i128, b: i128) -> i128 {
 
 impl Quota {
     /// Compiles a `quota:` block; errors name the field.
-    pub fn compile(spec: &QuotaSpec) -> Result<Quota, String> {
+    pub fn compile(spec: &QuotaSpec) -> Result<Quota, QuotaSpecError> {
         Quota::compile_with_classes(spec, &DeviceClasses::default())
     }
 
     /// Compiles a `quota:` block, also weighing the devices of the Cluster's DRA DeviceClasses
     /// (charged under [`crate::model::dra::class_resource`] names) against the limit their `countsAs`
     /// resource falls under, directly or through one of the quota's equivalents.
-    pub fn compile_with_classes(spec: &QuotaSpec, classes: &DeviceClasses) -> Result<Quota, String> {
+    pub fn compile_with_classes(spec: &QuotaSpec, classes: &DeviceClasses) -> Result<Quota, QuotaSpecError> {
         if spec.limits.is_empty() {
-            return Err("quota.limits: name at least one resource".into());
+            return Err(QuotaSpecError::NoLimits);
         }
         let mut equivalents = BTreeMap::new();
         let mut denominator: i128 = 1;
         for (name, eq) in &spec.equivalents {
             if !spec.limits.contains_key(&eq.counts_as) {
-                return Err(format!("quota.equivalents.{name}.countsAs: {:?} has no limit", eq.counts_as));
+                return Err(QuotaSpecError::UnlimitedTarget { name: name.clone(), counts_as: eq.counts_as.clone() });
             }
-            let (num, den) = parse_weight(&eq.weight).map_err(|e| format!("quota.equivalents.{name}.weight: {e}"))?;
-            denominator =
-                (denominator / gcd(denominator, den)).checked_mul(den).filter(|d| *d <= 1_000_000_000_000).ok_or_else(
-                    || format!("quota.equivalents.{name}.weight: the weights' denominators are too large together"),
-                )?;
+            let (num, den) =
+                parse_weight(&eq.weight).map_err(|source| QuotaSpecError::Weight { name: name.clone(), source })?;
+            denominator = (denominator / gcd(denominator, den))
+                .checked_mul(den)
+                .filter(|d| *d <= 1_000_000_000_000)
+                .ok_or_else(|| QuotaSpecError::DenominatorsTooLarge { name: name.clone() })?;
             equivalents.insert(name.clone(), (eq.counts_as.clone(), num, den));
         }
         for (class, weight) in classes.iter() {
@@ -92,14 +159,14 @@ impl Quota {
             denominator = (denominator / gcd(denominator, den))
                 .checked_mul(den)
                 .filter(|d| *d <= 1_000_000_000_000)
-                .ok_or_else(|| format!("quota: the weights of DeviceClass {class} and the quota's equivalents have denominators too large together"))?;
+                .ok_or_else(|| QuotaSpecError::ClassDenominatorsTooLarge { class: class.to_string() })?;
             equivalents.entry(name).or_insert((target, num, den));
         }
         let mut limits = BTreeMap::new();
         for (name, raw) in &spec.limits {
-            let q = Quantity::from_json(raw).map_err(|e| format!("quota.limits.{name}: {e}"))?;
+            let q = Quantity::from_json(raw).map_err(|source| QuotaSpecError::Limit { name: name.clone(), source })?;
             if q.nanos() < 0 {
-                return Err(format!("quota.limits.{name}: must not be negative"));
+                return Err(QuotaSpecError::NegativeLimit { name: name.clone() });
             }
             limits.insert(name.clone(), q.nanos().saturating_mul(denominator));
         }
@@ -232,16 +299,22 @@ mod tests {
 
     #[test]
     fn bad_quotas_are_errors() {
-        for (limits, eq, field) in [
-            (json!({}), json!({}), "quota.limits"),
-            (json!({"nvidia.com/gpu": "x"}), json!({}), "quota.limits.nvidia.com/gpu"),
+        for (limits, eq, field, label) in [
+            (json!({}), json!({}), "quota.limits", "no_limits"),
+            (json!({"nvidia.com/gpu": "x"}), json!({}), "quota.limits.nvidia.com/gpu", "limit"),
             (
                 json!({"nvidia.com/gpu": 1}),
                 json!({"a": {"countsAs": "b", "weight": 1}}),
                 "quota.equivalents.a.countsAs",
+                "unlimited_target",
             ),
-            (json!({"nvidia.com/gpu": 1}), json!({"a": {"countsAs": "nvidia.com/gpu", "weight": "0/7"}}), "weight"),
-            (json!({"nvidia.com/gpu": -1}), json!({}), "must not be negative"),
+            (
+                json!({"nvidia.com/gpu": 1}),
+                json!({"a": {"countsAs": "nvidia.com/gpu", "weight": "0/7"}}),
+                "weight",
+                "weight",
+            ),
+            (json!({"nvidia.com/gpu": -1}), json!({}), "must not be negative", "negative_limit"),
             (
                 json!({"nvidia.com/gpu": 1}),
                 json!({
@@ -249,12 +322,26 @@ mod tests {
                     "b": {"countsAs": "nvidia.com/gpu", "weight": "1/999999929"},
                 }),
                 "too large",
+                "denominators_too_large",
             ),
         ] {
             let spec: QuotaSpec = serde_json::from_value(json!({"limits": limits, "equivalents": eq})).unwrap();
             let err = Quota::compile(&spec).unwrap_err();
+            assert_eq!(err.metric_label(), label, "{err}");
+            let err = err.to_string();
             assert!(err.contains(field), "{err}");
         }
+    }
+
+    #[test]
+    fn weights_say_why_they_are_refused() {
+        let label = |raw: serde_json::Value| parse_weight(&raw).map_err(|e| e.metric_label());
+        assert_eq!(label(json!("1/7")), Ok((1, 7)));
+        assert_eq!(label(json!(true)), Err("not_a_number"));
+        assert_eq!(label(json!("a/7")), Err("unreadable"));
+        assert_eq!(label(json!("0/7")), Err("out_of_range"));
+        let err = parse_weight(&json!("0/7")).unwrap_err().to_string();
+        assert_eq!(err, "weight must be a positive number or a fraction like 1/7, got \"0/7\"");
     }
 
     proptest::proptest! {

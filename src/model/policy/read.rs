@@ -10,6 +10,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::model::documents::DocumentError;
+
 use super::{
     API_VERSION, ClusterSpec, GangPolicySpec, LoadErrors, Metadata, PlacementSpec, PolicySet, RuleSpec, TeamSpec,
     compile,
@@ -85,21 +87,63 @@ pub fn version_of(sources: &[Source]) -> String {
 /// Parses every document of a YAML/JSON text into JSON values (empty documents skipped), with
 /// their 1-based document numbers. YAML 1.1 booleans, as kubectl reads manifests (test suites,
 /// namespaces and state files hold Kubernetes objects).
-pub fn parse_documents(name: &str, text: &str) -> Result<Vec<(usize, Value)>, String> {
+pub fn parse_documents(name: &str, text: &str) -> Result<Vec<(usize, Value)>, DocumentError> {
     parse_documents_with(name, text, serde_saphyr::Options::default())
 }
 
 /// [`parse_documents`] for policy files: booleans are YAML 1.2's `true` and `false` only. In
 /// YAML 1.1 an unquoted `Off` (the value that turns a check off), `no` or `on` is a boolean,
 /// and a documented `wholeNumbers: Off` failed to load as "invalid type: boolean".
-pub fn parse_policy_documents(name: &str, text: &str) -> Result<Vec<(usize, Value)>, String> {
+pub fn parse_policy_documents(name: &str, text: &str) -> Result<Vec<(usize, Value)>, DocumentError> {
     parse_documents_with(name, text, serde_saphyr::options! { strict_booleans: true })
 }
 
-fn parse_documents_with(name: &str, text: &str, options: serde_saphyr::Options) -> Result<Vec<(usize, Value)>, String> {
+fn parse_documents_with(
+    name: &str,
+    text: &str,
+    options: serde_saphyr::Options,
+) -> Result<Vec<(usize, Value)>, DocumentError> {
     let docs: Vec<Value> =
-        serde_saphyr::from_multiple_with_options(text, options).map_err(|e| format!("{name}: invalid YAML: {e}"))?;
+        serde_saphyr::from_multiple_with_options(text, options).map_err(|e| DocumentError::invalid_yaml(name, e))?;
     Ok(docs.into_iter().enumerate().filter(|(_, d)| !d.is_null()).map(|(i, d)| (i + 1, d)).collect())
+}
+
+/// Why a policy document does not decode into its kind's spec; each message starts with the
+/// field path (none for the document itself).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("a policy document must be a mapping with apiVersion, kind, metadata and spec")]
+    NotAMapping,
+    /// serde's refusal at `path` (a missing or unknown field, a wrong type).
+    #[error("{path}: {detail}")]
+    Field { path: String, detail: String },
+    /// The decoded spec could not be serialised back for the list-as-mapping check.
+    #[error("{path}: {detail}")]
+    Reencode { path: String, detail: String },
+    /// A list in the document where a mapping belongs (serde would read it as the fields in order).
+    #[error("{path}: invalid type: sequence, expected a mapping")]
+    SequenceAsMapping { path: String },
+    #[error("apiVersion: {found:?} is not supported; use {API_VERSION}")]
+    ApiVersion { found: String },
+    #[error("metadata.name: must not be empty")]
+    EmptyName,
+    #[error("kind: unknown kind {found:?}; expected one of Cluster, Team, Placement, Rule, GangPolicy")]
+    UnknownKind { found: String },
+}
+
+impl DecodeError {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            DecodeError::NotAMapping => "not_a_mapping",
+            DecodeError::Field { .. } => "field",
+            DecodeError::Reencode { .. } => "reencode",
+            DecodeError::SequenceAsMapping { .. } => "sequence_as_mapping",
+            DecodeError::ApiVersion { .. } => "api_version",
+            DecodeError::EmptyName => "empty_name",
+            DecodeError::UnknownKind { .. } => "unknown_kind",
+        }
+    }
 }
 
 /// Decodes a value into `T`, with the field path in the error (`spec.checks.wholeNumbers`).
@@ -108,7 +152,7 @@ fn parse_documents_with(name: &str, text: &str, options: serde_saphyr::Options) 
 /// (`metadata: [r]` as `metadata: {name: r}`): no author means that, and the editor schema
 /// (`allot schema`) refuses it, so the parser does too. A mapping in the decoded value that was
 /// a list in the document is that case.
-fn decode<T: DeserializeOwned + Serialize>(value: Value, prefix: &str) -> Result<T, String> {
+fn decode<T: DeserializeOwned + Serialize>(value: Value, prefix: &str) -> Result<T, DecodeError> {
     let decoded: T = serde_path_to_error::deserialize(value.clone()).map_err(|e| {
         let path = e.path().to_string();
         let path = match (prefix.is_empty(), path == ".") {
@@ -116,11 +160,12 @@ fn decode<T: DeserializeOwned + Serialize>(value: Value, prefix: &str) -> Result
             (true, false) => path,
             (false, false) => format!("{prefix}.{path}"),
         };
-        format!("{path}: {}", e.into_inner())
+        DecodeError::Field { path, detail: e.into_inner().to_string() }
     })?;
-    let as_written = serde_json::to_value(&decoded).map_err(|e| format!("{prefix}: {e}"))?;
+    let as_written = serde_json::to_value(&decoded)
+        .map_err(|e| DecodeError::Reencode { path: prefix.to_string(), detail: e.to_string() })?;
     match list_read_as_mapping(&value, &as_written, prefix) {
-        Some(path) => Err(format!("{path}: invalid type: sequence, expected a mapping")),
+        Some(path) => Err(DecodeError::SequenceAsMapping { path }),
         None => Ok(decoded),
     }
 }
@@ -170,7 +215,7 @@ pub(super) fn decode_sources(sources: &[Source], errors: &mut Vec<String>) -> Ve
         let parsed = match parse_policy_documents(&source.name, &source.text) {
             Ok(p) => p,
             Err(e) => {
-                errors.push(e);
+                errors.push(e.to_string());
                 continue;
             }
         };
@@ -188,16 +233,16 @@ pub(super) fn decode_sources(sources: &[Source], errors: &mut Vec<String>) -> Ve
     docs
 }
 
-fn decode_doc(value: Value) -> Result<(Metadata, Doc), String> {
+fn decode_doc(value: Value) -> Result<(Metadata, Doc), DecodeError> {
     if !value.is_object() {
-        return Err("a policy document must be a mapping with apiVersion, kind, metadata and spec".into());
+        return Err(DecodeError::NotAMapping);
     }
     let envelope: Envelope = decode(value, "")?;
     if envelope.api_version != API_VERSION {
-        return Err(format!("apiVersion: {:?} is not supported; use {API_VERSION}", envelope.api_version));
+        return Err(DecodeError::ApiVersion { found: envelope.api_version });
     }
     if envelope.metadata.name.is_empty() {
-        return Err("metadata.name: must not be empty".into());
+        return Err(DecodeError::EmptyName);
     }
     let spec = if envelope.spec.is_null() { Value::Object(Default::default()) } else { envelope.spec };
     let doc = match envelope.kind.as_str() {
@@ -206,11 +251,39 @@ fn decode_doc(value: Value) -> Result<(Metadata, Doc), String> {
         "Placement" => Doc::Placement(decode(spec, "spec")?),
         "Rule" => Doc::Rule(decode(spec, "spec")?),
         "GangPolicy" => Doc::GangPolicy(decode(spec, "spec")?),
-        other => {
-            return Err(format!(
-                "kind: unknown kind {other:?}; expected one of Cluster, Team, Placement, Rule, GangPolicy"
-            ));
-        }
+        other => return Err(DecodeError::UnknownKind { found: other.to_string() }),
     };
     Ok((envelope.metadata, doc))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(yaml: &str) -> (&'static str, String) {
+        let value = serde_saphyr::from_str::<Value>(yaml).expect("valid YAML");
+        let err = decode_doc(value).err().expect("refused");
+        (err.metric_label(), err.to_string())
+    }
+
+    #[test]
+    fn each_refusal_has_its_variant_and_field_path() {
+        assert_eq!(refusal("[a]").0, "not_a_mapping");
+        let (label, message) = refusal("apiVersion: v1\nkind: Team\nmetadata: {name: a}\n");
+        assert_eq!(
+            (label, message.as_str()),
+            ("api_version", "apiVersion: \"v1\" is not supported; use allot.dev/v1alpha1")
+        );
+        let (label, message) = refusal("apiVersion: allot.dev/v1alpha1\nkind: Quota\nmetadata: {name: a}\n");
+        assert!(label == "unknown_kind" && message.starts_with("kind: unknown kind \"Quota\""), "{message}");
+        let (label, message) = refusal("apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: ''}\n");
+        assert_eq!((label, message.as_str()), ("empty_name", "metadata.name: must not be empty"));
+        let (label, message) = refusal("apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: a}\nspce: {}\n");
+        assert!(label == "field" && message.contains("spce"), "{message}");
+        let (label, message) = refusal("apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: [a]\n");
+        assert_eq!(
+            (label, message.as_str()),
+            ("sequence_as_mapping", "metadata: invalid type: sequence, expected a mapping")
+        );
+    }
 }

@@ -57,14 +57,78 @@ impl GangTopology {
     }
 }
 
+/// What is wrong with a `topology` block; each message starts with its field path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopologySpecError {
+    /// `detail` is the API server's own rule for a qualified name.
+    #[error("{field}: {key:?} is not a node label key: {detail}")]
+    NotALabelKey { field: String, key: String, detail: String },
+    #[error("spec.topology.preferred[{index}]: {key:?} is listed twice")]
+    ListedTwice { index: usize, key: String },
+    #[error("spec.topology: name a `required` level, `preferred` levels, or both")]
+    NoLevels,
+    #[error(
+        "spec.topology.preferred: {looser:?} is listed after the required {required:?}, so it is looser than what \
+         is required: a gang never leaves its required level"
+    )]
+    LooserThanRequired { looser: String, required: String },
+    #[error(
+        "spec.topology.required: {required:?} is not among `preferred`: list it there, where the fallback stops \
+         (innermost first)"
+    )]
+    RequiredNotPreferred { required: String },
+}
+
+impl TopologySpecError {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            TopologySpecError::NotALabelKey { .. } => "not_a_label_key",
+            TopologySpecError::ListedTwice { .. } => "listed_twice",
+            TopologySpecError::NoLevels => "no_levels",
+            TopologySpecError::LooserThanRequired { .. } => "looser_than_required",
+            TopologySpecError::RequiredNotPreferred { .. } => "required_not_preferred",
+        }
+    }
+}
+
+/// Why a gang may not ask for the topology level it names ([`TOPOLOGY_ANNOTATION`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopologyRefusal {
+    /// `asked` is none of its GangPolicy's `levels` (asking is for a tighter one only).
+    #[error(
+        "{TOPOLOGY_ANNOTATION}: {asked:?} is not one of the topology levels its GangPolicy allows ({}); a gang \
+         may ask for one of them (a tighter level), never for another",
+        levels.join(", ")
+    )]
+    NotALevel { asked: String, levels: Vec<String> },
+    /// Its GangPolicy has no `topology`.
+    #[error("{TOPOLOGY_ANNOTATION}: {asked:?}: the gang's GangPolicy names no topology levels to choose from")]
+    NoLevels { asked: String },
+}
+
+impl TopologyRefusal {
+    /// A short, fixed label for logs and metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            TopologyRefusal::NotALevel { .. } => "not_a_level",
+            TopologyRefusal::NoLevels { .. } => "no_levels",
+        }
+    }
+}
+
 impl TopologySpec {
     /// The compiled form, or what is wrong with it (each with its field path).
-    pub fn compile(&self) -> Result<Topology, Vec<String>> {
+    pub fn compile(&self) -> Result<Topology, Vec<TopologySpecError>> {
         let mut problems = Vec::new();
         let check_key = |field: String, key: &str| {
             crate::model::apivalidation::qualified_name(key)
                 .into_iter()
-                .map(move |e| format!("{field}: {key:?} is not a node label key: {e}"))
+                .map(move |detail| TopologySpecError::NotALabelKey {
+                    field: field.clone(),
+                    key: key.to_string(),
+                    detail,
+                })
                 .collect::<Vec<_>>()
         };
         if let Some(required) = &self.required {
@@ -73,12 +137,12 @@ impl TopologySpec {
         for (i, key) in self.preferred.iter().enumerate() {
             problems.extend(check_key(format!("spec.topology.preferred[{i}]"), key));
             if self.preferred[..i].contains(key) {
-                problems.push(format!("spec.topology.preferred[{i}]: {key:?} is listed twice"));
+                problems.push(TopologySpecError::ListedTwice { index: i, key: key.clone() });
             }
         }
         let levels = match (&self.required, self.preferred.is_empty()) {
             (None, true) => {
-                problems.push("spec.topology: name a `required` level, `preferred` levels, or both".into());
+                problems.push(TopologySpecError::NoLevels);
                 Vec::new()
             }
             (Some(required), true) => vec![required.clone()],
@@ -86,18 +150,15 @@ impl TopologySpec {
             (Some(required), false) => match self.preferred.iter().position(|k| k == required) {
                 Some(at) => {
                     for looser in &self.preferred[at + 1..] {
-                        problems.push(format!(
-                            "spec.topology.preferred: {looser:?} is listed after the required {required:?}, so it is \
-                             looser than what is required: a gang never leaves its required level"
-                        ));
+                        problems.push(TopologySpecError::LooserThanRequired {
+                            looser: looser.clone(),
+                            required: required.clone(),
+                        });
                     }
                     self.preferred[..=at].to_vec()
                 }
                 None => {
-                    problems.push(format!(
-                        "spec.topology.required: {required:?} is not among `preferred`: list it there, where the \
-                         fallback stops (innermost first)"
-                    ));
+                    problems.push(TopologySpecError::RequiredNotPreferred { required: required.clone() });
                     Vec::new()
                 }
             },
@@ -110,28 +171,20 @@ impl Topology {
     /// The levels a gang whose members ask for `asked` (the annotation) is placed by, or why
     /// it may not ask that. Asking names a level the gang then requires; the tighter levels
     /// before it are still tried first.
-    pub fn for_gang(&self, asked: Option<&str>) -> Result<GangTopology, String> {
+    pub fn for_gang(&self, asked: Option<&str>) -> Result<GangTopology, TopologyRefusal> {
         let Some(asked) = asked else {
             return Ok(GangTopology { levels: self.levels.clone(), required: self.required });
         };
         match self.levels.iter().position(|k| k == asked) {
             Some(at) => Ok(GangTopology { levels: self.levels[..=at].to_vec(), required: true }),
-            None => Err(self.refusal(asked)),
+            None => Err(TopologyRefusal::NotALevel { asked: asked.to_string(), levels: self.levels.clone() }),
         }
-    }
-
-    fn refusal(&self, asked: &str) -> String {
-        format!(
-            "{TOPOLOGY_ANNOTATION}: {asked:?} is not one of the topology levels its GangPolicy allows ({}); a gang \
-             may ask for one of them (a tighter level), never for another",
-            self.levels.join(", ")
-        )
     }
 }
 
 /// What a gang asking for `asked` is refused for where its GangPolicy has no topology.
-pub fn no_levels(asked: &str) -> String {
-    format!("{TOPOLOGY_ANNOTATION}: {asked:?}: the gang's GangPolicy names no topology levels to choose from")
+pub fn no_levels(asked: &str) -> TopologyRefusal {
+    TopologyRefusal::NoLevels { asked: asked.to_string() }
 }
 
 #[cfg(test)]
@@ -164,15 +217,20 @@ mod tests {
 
     #[test]
     fn what_cannot_hold_is_refused_with_its_field() {
-        let looser = spec(Some(RACK), &[CLIQUE, RACK, ZONE]).compile().unwrap_err();
-        assert!(looser[0].contains("looser") && looser[0].contains(ZONE), "{looser:?}");
-        let missing = spec(Some(RACK), &[CLIQUE]).compile().unwrap_err();
-        assert!(missing[0].starts_with("spec.topology.required"), "{missing:?}");
-        assert!(spec(None, &[]).compile().is_err());
-        let bad = spec(Some("not a key!"), &[]).compile().unwrap_err();
-        assert!(bad[0].starts_with("spec.topology.required: \"not a key!\""), "{bad:?}");
-        let twice = spec(None, &[RACK, RACK]).compile().unwrap_err();
-        assert!(twice[0].contains("twice"), "{twice:?}");
+        let first = |s: TopologySpec| s.compile().unwrap_err().first().map(|e| (e.metric_label(), e.to_string()));
+        let (label, looser) = first(spec(Some(RACK), &[CLIQUE, RACK, ZONE])).unwrap();
+        assert!(looser.contains("looser") && looser.contains(ZONE), "{looser:?}");
+        assert_eq!(label, "looser_than_required");
+        let (label, missing) = first(spec(Some(RACK), &[CLIQUE])).unwrap();
+        assert!(missing.starts_with("spec.topology.required"), "{missing:?}");
+        assert_eq!(label, "required_not_preferred");
+        assert_eq!(spec(None, &[]).compile(), Err(vec![TopologySpecError::NoLevels]));
+        let (label, bad) = first(spec(Some("not a key!"), &[])).unwrap();
+        assert!(bad.starts_with("spec.topology.required: \"not a key!\""), "{bad:?}");
+        assert_eq!(label, "not_a_label_key");
+        let (label, twice) = first(spec(None, &[RACK, RACK])).unwrap();
+        assert!(twice.contains("twice"), "{twice:?}");
+        assert_eq!(label, "listed_twice");
     }
 
     #[test]
@@ -187,7 +245,9 @@ mod tests {
         assert_eq!(preferred_only.for_gang(Some(RACK)).map(|g| g.required), Ok(true));
         assert_eq!(preferred_only.for_gang(None).map(|g| g.required), Ok(false));
         let looser = spec(Some(RACK), &[CLIQUE, RACK]).compile().unwrap().for_gang(Some(ZONE)).unwrap_err();
+        assert_eq!(looser.metric_label(), "not_a_level");
+        let looser = looser.to_string();
         assert!(looser.contains(ZONE) && looser.contains("never"), "{looser}");
-        assert!(no_levels(RACK).contains("names no topology"));
+        assert!(no_levels(RACK).to_string().contains("names no topology"));
     }
 }

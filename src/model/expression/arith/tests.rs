@@ -22,7 +22,7 @@ fn eval(source: &str, value: &str) -> Result<bool, EvalError> {
         request: kube::core::cel::cel::Value::Null,
         object_accelerators: None,
     };
-    let expression = Expression::compile(source).map_err(EvalError::Cel)?;
+    let expression = Expression::compile(source).map_err(|e| EvalError::Cel(e.to_string()))?;
     expression.eval_bool(&env.scope(&bindings), &OWNER)
 }
 
@@ -61,7 +61,7 @@ fn constant_negations_that_overflow_are_refused_at_load_with_their_column() {
         ("1 == 1 && -(-(-(-(-(-(-(-(-(-(-(-((-9223372036854775808))))))))))))) > 0", 33),
         ("[1, -( -9223372036854775808)].size() == 2", 5),
     ] {
-        let err = Expression::compile(source).expect_err(source);
+        let err = Expression::compile(source).expect_err(source).to_string();
         assert!(err.contains(&format!("`-(-9223372036854775808)` (column {column}) overflows")), "{source}: {err}");
     }
     // Constants that negate are fine, and so are the literal itself and a computed operand.
