@@ -248,15 +248,57 @@ struct Taken {
     claims: std::collections::BTreeSet<(String, String)>,
 }
 
+/// An amount of a usage file (`allot check --state`, a suite's `usage`) that is no quantity.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}.{resource}: {source}")]
+pub struct AmountError {
+    pub field: String,
+    pub resource: String,
+    pub source: crate::model::quantity::QuantityError,
+}
+
+impl AmountError {
+    /// A short, stable name for the reason (metrics, logs).
+    pub fn metric_label(&self) -> &'static str {
+        "amount"
+    }
+}
+
+/// Why a usage file (`{teams: {TEAM: {RESOURCE: AMOUNT}}}`) cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UsageFileError {
+    #[error(transparent)]
+    Documents(#[from] crate::model::documents::DocumentError),
+    #[error("{name}: document {index}: expected `teams: {{TEAM: {{RESOURCE: AMOUNT}}}}`")]
+    NotTeams { name: String, index: usize },
+    #[error(transparent)]
+    Amount(#[from] AmountError),
+}
+
+impl UsageFileError {
+    /// A short, stable name for the reason (metrics, logs).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            UsageFileError::Documents(e) => e.metric_label(),
+            UsageFileError::NotTeams { .. } => "not_teams",
+            UsageFileError::Amount(e) => e.metric_label(),
+        }
+    }
+}
+
 /// Parses one team's amounts (`{nvidia.com/gpu: 6}`); errors name `field.RESOURCE`.
 pub fn parse_amounts<'a>(
     field: &str,
     amounts: impl IntoIterator<Item = (&'a String, &'a serde_json::Value)>,
-) -> Result<ResourceList, String> {
+) -> Result<ResourceList, AmountError> {
     amounts
         .into_iter()
         .map(|(resource, raw)| {
-            Quantity::from_json(raw).map(|q| (resource.clone(), q)).map_err(|e| format!("{field}.{resource}: {e}"))
+            Quantity::from_json(raw).map(|q| (resource.clone(), q)).map_err(|source| AmountError {
+                field: field.to_string(),
+                resource: resource.clone(),
+                source,
+            })
         })
         .collect()
 }
@@ -268,12 +310,12 @@ impl StaticUsage {
     }
 
     /// Parses `{teams: {vision: {nvidia.com/gpu: 6}}}` (YAML or JSON).
-    pub fn parse(name: &str, text: &str) -> Result<StaticUsage, String> {
-        let docs = crate::model::policy::parse_documents(name, text).map_err(|e| e.to_string())?;
+    pub fn parse(name: &str, text: &str) -> Result<StaticUsage, UsageFileError> {
+        let docs = crate::model::policy::parse_documents(name, text)?;
         let mut teams = BTreeMap::new();
         for (index, doc) in docs {
             let Some(map) = doc.get("teams").and_then(|t| t.as_object()) else {
-                return Err(format!("{name}: document {index}: expected `teams: {{TEAM: {{RESOURCE: AMOUNT}}}}`"));
+                return Err(UsageFileError::NotTeams { name: name.to_string(), index });
             };
             for (team, resources) in map {
                 let list =

@@ -209,7 +209,7 @@ fn register_controller(registry: &mut Registry, controller: &ControllerMetrics) 
     );
     registry.register(
         "gang_preemption_refused_evictions",
-        "Evictions of a preemption that a PodDisruptionBudget or the API refused, by the preemptor's team",
+        "Evictions of a preemption that a PodDisruptionBudget or the API refused, by the preemptor's team and why (disruption_budget, refused, unanswered)",
         controller.refused_evictions.clone(),
     );
 }

@@ -39,8 +39,8 @@ pub enum UsageError {
     #[error("{field}.teams.{team}: no Team named {team:?} in the policies (teams: {})", .known.join(", "))]
     UnknownTeam { field: String, team: String, known: Vec<String> },
     /// A team's amounts are not quantities of resources.
-    #[error("{0}")]
-    Amounts(String),
+    #[error(transparent)]
+    Amounts(#[from] crate::admission::quota::AmountError),
 }
 
 impl UsageError {

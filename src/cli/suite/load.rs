@@ -582,8 +582,7 @@ pub(super) fn parse_usage(
                 known: known.iter().map(|t| t.to_string()).collect(),
             });
         }
-        let amounts = crate::admission::quota::parse_amounts(&format!("{field}.teams.{team}"), amounts)
-            .map_err(|e| UsageError::Amounts(e.to_string()))?;
+        let amounts = crate::admission::quota::parse_amounts(&format!("{field}.teams.{team}"), amounts)?;
         out.insert(team.clone(), amounts);
     }
     Ok(out)

@@ -581,7 +581,8 @@ async fn preempt(
             }
             Outcome::Refused { unit, pod, why, evicted } => {
                 tracing::warn!(gang = %p.preemptor, victim = %unit, %pod, %why, "preemption refused");
-                evictor.metrics.refused_evictions.get_or_create(&team).inc();
+                let labels = EvictedLabels { team: team.team.clone(), reason: why.metric_label() };
+                evictor.metrics.refused_evictions.get_or_create(&labels).inc();
                 refused = true;
                 *evicted
             }

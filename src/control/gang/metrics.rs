@@ -67,7 +67,7 @@ pub struct ControllerMetrics {
     /// victim of a preemption), `GangDisrupted` (the rest of a gang that lost a member).
     pub evicted_pods: Family<EvictedLabels, Counter>,
     /// Evictions a PodDisruptionBudget (or the API) refused, by the preemptor's team.
-    pub refused_evictions: Family<TeamLabels, Counter>,
+    pub refused_evictions: Family<EvictedLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
