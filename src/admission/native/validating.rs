@@ -87,6 +87,20 @@ struct Wanted {
     message_expression: Option<String>,
 }
 
+impl Wanted {
+    /// A check of every container of every Pod (init containers too): `ok` and the engine's
+    /// `detail` are CEL over `c` ([`container_message`]).
+    fn every_container(action: Action, check: Check, ok: &str, detail: &str, message: &str) -> Wanted {
+        Wanted {
+            action,
+            check,
+            body: format!("{}.all(c, {ok})", all_pod_containers()),
+            message: message.into(),
+            message_expression: Some(container_message(check, &["containers", "initContainers"], ok, detail)),
+        }
+    }
+}
+
 /// The accelerator checks, in the engine's order: each gives its validations when configured.
 const ACCELERATOR_CHECKS: [fn(&PolicySet) -> Vec<Wanted>; 6] =
     [requests_equal_limits, whole_numbers, init_containers, allowed_resources, max_per_container, max_per_pod];
@@ -157,14 +171,13 @@ fn requests_equal_limits(policies: &PolicySet) -> Vec<Wanted> {
          : k + ' is requested (' + string(c.resources.requests[k]) + ') without a limit; set limits.' + k + ': ' + \
          string(c.resources.requests[k]))[0]"
     );
-    let check = Check::RequestsEqualLimits;
-    vec![Wanted {
+    vec![Wanted::every_container(
         action,
-        check,
-        body: format!("{}.all(c, {ok})", all_pod_containers()),
-        message: "every accelerator request must equal its limit".into(),
-        message_expression: Some(container_message(check, &["containers", "initContainers"], &ok, &detail)),
-    }]
+        Check::RequestsEqualLimits,
+        &ok,
+        &detail,
+        "every accelerator request must equal its limit",
+    )]
 }
 
 /// `accelerators/whole-numbers`.
@@ -191,14 +204,13 @@ fn whole_numbers(policies: &PolicySet) -> Vec<Wanted> {
         listed("requests", "request"),
         listed("limits", "limit")
     );
-    let check = Check::WholeNumbers;
-    vec![Wanted {
+    vec![Wanted::every_container(
         action,
-        check,
-        body: format!("{}.all(c, {ok})", all_pod_containers()),
-        message: "accelerator amounts must be whole numbers of devices".into(),
-        message_expression: Some(container_message(check, &["containers", "initContainers"], &ok, &detail)),
-    }]
+        Check::WholeNumbers,
+        &ok,
+        &detail,
+        "accelerator amounts must be whole numbers of devices",
+    )]
 }
 
 /// `accelerators/init-containers`: native sidecars (`restartPolicy: Always`) excepted.
