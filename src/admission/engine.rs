@@ -27,6 +27,7 @@ use crate::model::workload::{self, PodView};
 /// A Pod view whose quota is still to be charged: its gang membership and DRA claims.
 type QuotaView<'v> = (PodView<'v>, Option<crate::model::gang::membership::Membership>, ClaimDemand);
 
+mod object_checks;
 mod pod_checks;
 
 /// What one phase decided.
@@ -266,7 +267,9 @@ impl<'a> Engine<'a> {
             is_pod: false,
             path: "",
         };
-        self.object_checks(req, operation, &team, &mut out);
+        let object = object_checks::CheckedObject { engine: self, req, operation, team: &team, earlier: &out.findings };
+        let found = object_checks::run(&object);
+        out.findings.extend(found);
         let charges = self.check_pod_views(req, views, &team, &object_target, &mut out);
         if !is_pod {
             self.run_rules(req, Subject::Object(req.object), &team, &object_target, &mut out);
@@ -342,30 +345,6 @@ impl<'a> Engine<'a> {
         charges
     }
 
-    /// The checks of the object as a whole, after Allot's own keys: a tenant's change of what
-    /// a Pod is charged, a workload's size, tolerations added on a Pod UPDATE.
-    fn object_checks(&self, req: &Request<'_>, operation: Operation, team: &TeamLookup<'_>, out: &mut Outcome) {
-        let is_pod = req.group.is_empty() && req.kind == "Pod";
-        if is_pod
-            && operation == Operation::Update
-            && req.username != self.allot_username
-            && let (Some(old), Some(quota)) = (req.old_object, team.team.and_then(|t| t.quota.as_ref()))
-            // (A changed accelerator amount is reported once, above.)
-            && !out.findings.iter().any(|f| f.rule == RuleId::Check(Check::TenantResize))
-        {
-            out.findings.extend(tenant::check_charge_change(quota, old, req.object));
-        }
-        if !is_pod {
-            out.findings.extend(tenant::check_owner_size(self.policies, req, team.team.map(|t| t.name.as_str())));
-        }
-        if is_pod
-            && operation == Operation::Update
-            && let Some(old) = req.old_object
-        {
-            out.findings.extend(self.added_tolerations(req, old, team));
-        }
-    }
-
     /// The scheduler a workload gives the pods of a template that names none: a Volcano Job's
     /// `spec.schedulerName`, or Volcano's first scheduler name (its webhook's default).
     fn workload_scheduler<'r>(&'r self, req: &Request<'r>, view: &PodView<'_>) -> Option<&'r str> {
@@ -413,7 +392,7 @@ impl<'a> Engine<'a> {
     /// A Pod UPDATE may add tolerations (the API server lets a Pod gain them, never lose them):
     /// those of taints a Placement keeps for other pods are judged as at CREATE
     /// ([`mutate::reserved_taints`]). Nothing is evaluated unless the tolerations changed.
-    fn added_tolerations(&self, req: &Request<'_>, old: &Value, team: &TeamLookup<'a>) -> Vec<Finding> {
+    pub(super) fn added_tolerations(&self, req: &Request<'_>, old: &Value, team: &TeamLookup<'a>) -> Vec<Finding> {
         let tolerations = ["spec", "tolerations"];
         if team.team.is_none() || req.object.field(&tolerations) == old.field(&tolerations) {
             return Vec::new();

@@ -1,9 +1,10 @@
 //! The checks every Pod on CREATE, and every Pod template a workload holds, goes through: one
 //! ordered list, one entry per check. The engine works out once per Pod what several checks
 //! read (its team, its ResourceClaims, its gang), then runs the list in order; the findings
-//! come out in the list's order. Adding a check is adding an entry (and its test). The checks
-//! of the object as a whole (a tenant's UPDATE of Allot's keys, a resize, a workload's size)
-//! run before these, the policies' own rules after, and the quota last ([`Engine::validate`]).
+//! come out in the list's order. Adding a check is adding an entry (and its test). A tenant's
+//! UPDATE of Allot's keys and the checks of the object as a whole ([`super::object_checks`]: a
+//! resize, a workload's size, tolerations added) run before these, the policies' own rules
+//! after, and the quota last ([`Engine::validate`]).
 //!
 //! Some checks only warn where a workload is updated: a Deployment admitted under an older
 //! policy must stay scalable and editable, and its pods are still checked as they come.
