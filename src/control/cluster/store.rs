@@ -50,6 +50,8 @@ mod by_state;
 pub use by_state::{RequestsByState, UsageState};
 mod counts;
 mod directory;
+mod gates;
+pub use gates::{Gate, GateGauge};
 mod marks;
 mod owners;
 mod relist;

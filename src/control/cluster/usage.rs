@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::store::{ClusterState, ClusterView};
-pub use super::store::{RequestsByState, UsageState};
+pub use super::store::{Gate, GateGauge, RequestsByState, UsageState};
 use crate::model::namespaces::{NamespaceLabels, TeamsByNamespace};
 use crate::model::policy::PolicySet;
 use crate::model::policy::quota::{Charge, Quota};
@@ -102,9 +102,9 @@ pub fn requests_by_state(view: &ClusterView<'_>) -> RequestsByState {
 }
 
 /// [`requests_by_state`] recounted by walking every pod: the reference the store's sums are
-/// tested against.
-#[cfg(test)]
-pub(crate) fn recount_requests_by_state(view: &ClusterView<'_>) -> RequestsByState {
+/// tested against, and the baseline the scrape bench compares them with.
+#[doc(hidden)]
+pub fn recount_requests_by_state(view: &ClusterView<'_>) -> RequestsByState {
     let mut sums = RequestsByState::new();
     let mut claims: HashMap<super::records::ClaimId, (UsageState, &str, &super::records::ClaimDevices)> =
         HashMap::new();
@@ -175,56 +175,20 @@ pub struct AcceleratorUsage {
     pub quotas: Vec<QuotaGauge>,
 }
 
-/// Which of Allot's scheduling gates a [`GateGauge`] counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Gate {
-    /// `allot.dev/gang`: waiting for its gang to assemble and fit.
-    Gang,
-    /// `allot.dev/quota`: waiting in its team's quota queue.
-    Quota,
-}
-
-impl Gate {
-    /// Both gates, in label order.
-    pub const ALL: [Gate; 2] = [Gate::Gang, Gate::Quota];
-
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Gate::Gang => "gang",
-            Gate::Quota => "quota",
-        }
-    }
-}
-
-/// Pods behind one of Allot's gates, and how long the oldest has been there.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GateGauge {
-    pub gate: Gate,
-    pub pods: u64,
-    /// Seconds since the oldest gated pod was created (gates are added only at CREATE, so
-    /// that is how long it has been held); 0 when none is.
-    pub oldest_seconds: i64,
-}
-
-impl ClusterState {
-    /// For each of Allot's gates (always both, so alerts see a 0 rather than no series): how many
-    /// live pods it holds and the age of the oldest at `now` (seconds since the epoch). Pods
-    /// being deleted are left out: they are going, not waiting. One pass over the pod records.
-    pub fn gate_gauges(&self, now: i64) -> Vec<GateGauge> {
-        let mut gauges: Vec<GateGauge> =
-            Gate::ALL.iter().map(|&gate| GateGauge { gate, pods: 0, oldest_seconds: 0 }).collect();
-        for p in self.view().pods().filter(|p| !p.finished && !p.terminating) {
-            let held = [p.gate_index.is_some(), p.quota_gate_index.is_some()];
-            for (gauge, held) in gauges.iter_mut().zip(held) {
-                if held {
-                    gauge.pods += 1;
-                    gauge.oldest_seconds = gauge.oldest_seconds.max(now.saturating_sub(p.created).max(0));
-                }
+/// [`ClusterState::gate_gauges`] recounted by walking every pod: the reference the store's
+/// gate counts are tested against, and the baseline the scrape bench compares them with.
+#[doc(hidden)]
+pub fn recount_gate_gauges(view: &ClusterView<'_>, now: i64) -> Vec<GateGauge> {
+    let mut held = [(0u64, None::<i64>); Gate::ALL.len()];
+    for p in view.pods().filter(|p| !p.finished && !p.terminating) {
+        for (slot, gate) in held.iter_mut().zip(Gate::ALL) {
+            if gate.holds(p) {
+                slot.0 += 1;
+                slot.1 = Some(slot.1.map_or(p.created, |c| c.min(p.created)));
             }
         }
-        gauges
     }
+    held.iter().zip(Gate::ALL).map(|(&(pods, oldest), gate)| GateGauge::at(gate, pods, oldest, now)).collect()
 }
 
 #[cfg(test)]

@@ -19,6 +19,8 @@ pub(super) struct ByState {
     sums: Sums,
     /// (namespace, shared claim) → who holds it: only claims some non-finished pod holds.
     claims: HashMap<ClaimId, SharedClaim>,
+    /// What each gate holds, for the gate gauges ([`super::gates`]).
+    pub(super) gates: super::gates::HeldAtGates,
 }
 
 /// The non-finished holders of one shared claim.
@@ -95,6 +97,7 @@ impl ByState {
         if record.finished {
             return;
         }
+        self.gates.delta(record, sign);
         let state = UsageState::of(record);
         for (name, q) in &record.requests {
             add(&mut self.sums, (record.namespace.clone(), state, name.clone()), q.nanos(), sign);

@@ -6,7 +6,9 @@ use proptest::prelude::*;
 
 use crate::control::cluster::fixtures::{queue_policies, record, team_pod};
 use crate::control::cluster::records::{HeldClaim, HeldClaims};
-use crate::control::cluster::usage::{RequestsByState, UsageState, recount_requests_by_state};
+use crate::control::cluster::usage::{
+    Gate, GateGauge, RequestsByState, UsageState, recount_gate_gauges, recount_requests_by_state,
+};
 use crate::control::cluster::{ClusterState, PodRecord};
 use crate::model::quantity::Quantity;
 
@@ -37,7 +39,14 @@ struct Spec {
     terminating: bool,
     /// Shared claims it names (a name twice possible): (claim, GPUs its devices count).
     claims: Vec<(usize, i64)>,
+    /// Created this many seconds after [`CREATED`] (ties included: the oldest is a multiset).
+    created: i64,
 }
+
+/// The creation of the generated pods' oldest possible, and the fixed `now` the gate gauges are
+/// read at (some pods created after it: their age counts as 0).
+const CREATED: i64 = 1_795_000_000;
+const NOW: i64 = CREATED + 15;
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -68,8 +77,9 @@ fn arb_spec() -> impl Strategy<Value = Spec> {
         stand,
         any::<bool>(),
         prop::collection::vec((0..3usize, 0..3i64), 0..3),
+        prop_oneof![Just(0i64), Just(10), Just(20)],
     )
-        .prop_map(|(namespace, name, generation, requests, stand, terminating, claims)| Spec {
+        .prop_map(|(namespace, name, generation, requests, stand, terminating, claims, created)| Spec {
             namespace,
             name,
             generation,
@@ -77,6 +87,7 @@ fn arb_spec() -> impl Strategy<Value = Spec> {
             stand,
             terminating,
             claims,
+            created,
         })
 }
 
@@ -116,6 +127,7 @@ fn make(spec: &Spec) -> PodRecord {
     r.gate_index = gang.then_some(usize::from(quota));
     r.finished = matches!(spec.stand, Stand::Finished);
     r.terminating = spec.terminating && !r.finished;
+    r.created = CREATED + spec.created;
     let held = spec.claims.iter().map(|&(c, gpus)| HeldClaim {
         name: Arc::from(format!("claim-{c}/uid-{c}")),
         devices: Box::new([(Arc::from(RESOURCES[2]), Quantity::from_units(gpus))]),
@@ -147,7 +159,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(500))]
 
     /// After any sequence of watch events (adds, updates of state, requests and claims, deletes,
-    /// the controller's local marks, relists), the sums kept match a walk over every pod.
+    /// the controller's local marks, relists), the sums and gate gauges kept match a walk over
+    /// every pod.
     #[test]
     fn the_kept_sums_equal_a_recount(steps in prop::collection::vec(arb_step(), 1..40)) {
         let state = ClusterState::default();
@@ -156,15 +169,18 @@ proptest! {
             let view = state.view();
             let recount = recount_requests_by_state(&view);
             prop_assert_eq!(&view.requests_by_state(), &recount, "after step {}: {:?}", i, step);
+            let gates = recount_gate_gauges(&view, NOW);
             drop(view);
             prop_assert_eq!(state.requests_by_state(), recount);
+            prop_assert_eq!(state.gate_gauges(NOW), gates, "after step {}: {:?}", i, step);
         }
     }
 }
 
 fn holder(name: &str, stand: Stand) -> Spec {
     let name = name.strip_prefix('p').and_then(|n| n.parse().ok()).expect("pN");
-    Spec { namespace: 0, name, generation: 0, requests: vec![], stand, terminating: false, claims: vec![(0, 2)] }
+    let claims = vec![(0, 2)];
+    Spec { namespace: 0, name, generation: 0, requests: vec![], stand, terminating: false, claims, created: 0 }
 }
 
 fn claim_only(state: UsageState) -> RequestsByState {
@@ -196,4 +212,22 @@ fn disagreeing_holders_count_the_devices_of_the_first_by_name() {
     state.upsert_pod(make(&holder("p1", Stand::Pending)));
     assert_eq!(state.requests_by_state(), claim_only(UsageState::Bound), "p1's 2, in p3's state");
     assert_eq!(state.requests_by_state(), recount_requests_by_state(&state.view()));
+}
+
+/// Two gang-gated pods: the gauge ages the older; once it is deleted, the younger.
+#[test]
+fn the_oldest_gated_pod_gone_the_gauge_moves_to_the_next() {
+    let state = ClusterState::default();
+    let mut older = holder("p1", Stand::GangGated);
+    let mut younger = holder("p2", Stand::GangGated);
+    (older.created, younger.created) = (0, 10);
+    state.upsert_pod(make(&younger));
+    state.upsert_pod(make(&older));
+    let gang = |pods, oldest_seconds| GateGauge { gate: Gate::Gang, pods, oldest_seconds };
+    let quota = GateGauge { gate: Gate::Quota, pods: 0, oldest_seconds: 0 };
+    assert_eq!(state.gate_gauges(NOW), [gang(2, 15), quota.clone()]);
+    state.remove_pod("ml", "p1");
+    assert_eq!(state.gate_gauges(NOW), [gang(1, 5), quota.clone()]);
+    state.remove_pod("ml", "p2");
+    assert_eq!(state.gate_gauges(NOW), [gang(0, 0), quota]);
 }
