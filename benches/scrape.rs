@@ -38,7 +38,8 @@ fn namespace(n: usize) -> String {
 /// gate (gangs of 8), a tenth queued behind the quota gate; 1, 2, 4 or 8 GPUs, every 20th a
 /// MIG slice instead.
 fn pod(i: usize) -> k8s_openapi::api::core::v1::Pod {
-    let (gpu, amount) = if i % 20 == 0 { ("nvidia.com/mig-1g.10gb", 1) } else { ("nvidia.com/gpu", 1 << (i % 4)) };
+    let (gpu, amount) =
+        if i.is_multiple_of(20) { ("nvidia.com/mig-1g.10gb", 1) } else { ("nvidia.com/gpu", 1 << (i % 4)) };
     let mut pod = serde_json::json!({
         "metadata": {"name": format!("pod-{i}"), "namespace": namespace(i % NAMESPACES), "uid": format!("uid-{i}")},
         "spec": {"containers": [{"name": "c", "resources": {"limits": {gpu: amount.to_string()}, "requests": {"cpu": "4"}}}]}
@@ -63,7 +64,7 @@ fn cluster(p: &PolicySet, labels: &StaticNamespaces) -> ClusterState {
     for i in 0..PODS {
         let mut r = PodRecord::from_pod(&pod(i), p, labels).expect("record");
         r.created = CREATED + (i % 3_600) as i64;
-        if i % 50 == 0 {
+        if i.is_multiple_of(50) {
             let claim = HeldClaim {
                 name: format!("claim-{}/uid", i / 2_000).into(),
                 devices: Box::new([(Arc::from("nvidia.com/gpu"), Quantity::from_units(1))]),
