@@ -46,8 +46,12 @@ impl std::fmt::Debug for ClaimsCell {
     }
 }
 
+mod by_state;
+pub use by_state::{RequestsByState, UsageState};
 mod counts;
 mod directory;
+mod gates;
+pub use gates::{Gate, GateGauge};
 mod marks;
 mod owners;
 mod relist;
@@ -120,6 +124,8 @@ struct Inner {
     /// of their entries do): what a ResourceClaim CREATE asks, answered without walking the
     /// pods of the cluster (any user's dry-run claim create reaches it, on the request path).
     claim_pods: HashMap<ClaimId, BTreeMap<Arc<str>, u32>>,
+    /// Requests per (namespace, state, resource), what `/metrics` reads ([`by_state`]).
+    by_state: by_state::ByState,
     /// Pods the watch saw deleted recently, oldest first, and when: the deny-mode ledger drops
     /// a reservation whose pod came and went between two admissions (without this it would
     /// count a pod that no longer exists until the reservation expires).
@@ -241,6 +247,7 @@ impl Inner {
         if record.finished {
             return;
         }
+        self.by_state.delta(record, sign);
         if let Some(g) = &record.gang {
             let gangs = self.tallies.entry(record.namespace.clone()).or_default();
             let tally = gangs.entry(g.name.clone()).or_default();

@@ -3,10 +3,9 @@
 //! `/metrics` publishes.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
-use super::records::PodRecord;
 use super::store::{ClusterState, ClusterView};
+pub use super::store::{Gate, GateGauge, RequestsByState, UsageState};
 use crate::model::namespaces::{NamespaceLabels, TeamsByNamespace};
 use crate::model::policy::PolicySet;
 use crate::model::policy::quota::{Charge, Quota};
@@ -19,7 +18,7 @@ impl ClusterState {
     /// every team with a quota, its limit and what counts against it now (queued pods excluded),
     /// in the quota's own units (GPU-equivalents where weights apply).
     pub fn accelerator_usage(&self, policies: &PolicySet, labels: &dyn NamespaceLabels) -> AcceleratorUsage {
-        let sums = requests_by_state(&self.view());
+        let sums = self.requests_by_state();
         let mut teams = TeamsByNamespace::new(policies, labels);
         let named = NamedResources::of(policies);
         let mut by_state: BTreeMap<(String, String, UsageState), i128> = BTreeMap::new();
@@ -91,15 +90,24 @@ impl<'p> NamedResources<'p> {
     }
 }
 
-/// Requests of the non-finished pods, summed per (namespace, state, resource): one pass,
-/// no allocation per pod (names are interned).
+/// Requests of the non-finished pods, summed per (namespace, state, resource), as the store
+/// keeps them (O(entries), consistent with the view's pods: the same lock).
 ///
 /// A shared ResourceClaim's devices count once per namespace, in the most advanced state of the
 /// pods that name it (bound before pending before gated before queued): a claim a running pod
-/// holds is in use whoever else waits on it.
+/// holds is in use whoever else waits on it. Its devices are those its holder whose name sorts
+/// first records (should holders disagree), so that the sums depend only on who holds it now.
 pub fn requests_by_state(view: &ClusterView<'_>) -> RequestsByState {
+    view.requests_by_state()
+}
+
+/// [`requests_by_state`] recounted by walking every pod: the reference the store's sums are
+/// tested against, and the baseline the scrape bench compares them with.
+#[doc(hidden)]
+pub fn recount_requests_by_state(view: &ClusterView<'_>) -> RequestsByState {
     let mut sums = RequestsByState::new();
-    let mut claims: HashMap<super::records::ClaimId, (UsageState, &super::records::ClaimDevices)> = HashMap::new();
+    let mut claims: HashMap<super::records::ClaimId, (UsageState, &str, &super::records::ClaimDevices)> =
+        HashMap::new();
     for p in view.pods().filter(|p| !p.finished) {
         let state = UsageState::of(p);
         for (name, q) in &p.requests {
@@ -107,11 +115,15 @@ pub fn requests_by_state(view: &ClusterView<'_>) -> RequestsByState {
             *slot = slot.saturating_add(q.nanos());
         }
         for claim in p.held_claims() {
-            let slot = claims.entry((p.namespace.clone(), claim.name.clone())).or_insert((state, &claim.devices));
+            let slot =
+                claims.entry((p.namespace.clone(), claim.name.clone())).or_insert((state, &p.name, &claim.devices));
             slot.0 = slot.0.min(state);
+            if *p.name < *slot.1 {
+                (slot.1, slot.2) = (&p.name, &claim.devices);
+            }
         }
     }
-    for ((namespace, _), (state, devices)) in claims {
+    for ((namespace, _), (state, _, devices)) in claims {
         for (name, q) in devices {
             let slot = sums.entry((namespace.clone(), state, name.clone())).or_default();
             *slot = slot.saturating_add(q.nanos());
@@ -119,9 +131,6 @@ pub fn requests_by_state(view: &ClusterView<'_>) -> RequestsByState {
     }
     sums
 }
-
-/// Nano-units requested per (namespace, state, resource).
-pub type RequestsByState = HashMap<(Arc<str>, UsageState, Arc<str>), i128>;
 
 /// What counts against each team's quota now: the requests of its pods that are not queued
 /// behind the quota gate (teams with a quota only). A quota's charge is linear, so charging
@@ -139,43 +148,6 @@ pub fn admitted_by_team<'p>(sums: &RequestsByState, teams: &mut TeamsByNamespace
         *q = Quantity::from_nanos(q.nanos().saturating_add(*nanos));
     }
     requests.into_iter().map(|(team, (quota, requests))| (team, quota.charge(&requests))).collect()
-}
-
-/// Where a pod's requests stand, for the per-team gauges.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum UsageState {
-    /// On a node.
-    Bound,
-    /// Admitted and ungated (released, or never gated), waiting for the scheduler: reserved.
-    Pending,
-    /// Behind Allot's gang gate.
-    GangGated,
-    /// Behind Allot's quota gate.
-    QuotaQueued,
-}
-
-impl UsageState {
-    pub fn of(p: &PodRecord) -> UsageState {
-        if p.quota_gate_index.is_some() {
-            UsageState::QuotaQueued
-        } else if p.gate_index.is_some() {
-            UsageState::GangGated
-        } else if p.node_name.is_some() {
-            UsageState::Bound
-        } else {
-            UsageState::Pending
-        }
-    }
-
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            UsageState::Bound => "bound",
-            UsageState::Pending => "pending",
-            UsageState::GangGated => "gang_gated",
-            UsageState::QuotaQueued => "quota_queued",
-        }
-    }
 }
 
 /// Accelerators requested by one team's pods in one state.
@@ -203,54 +175,21 @@ pub struct AcceleratorUsage {
     pub quotas: Vec<QuotaGauge>,
 }
 
-/// Which of Allot's scheduling gates a [`GateGauge`] counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Gate {
-    /// `allot.dev/gang`: waiting for its gang to assemble and fit.
-    Gang,
-    /// `allot.dev/quota`: waiting in its team's quota queue.
-    Quota,
-}
-
-impl Gate {
-    /// Both gates, in label order.
-    pub const ALL: [Gate; 2] = [Gate::Gang, Gate::Quota];
-
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Gate::Gang => "gang",
-            Gate::Quota => "quota",
-        }
-    }
-}
-
-/// Pods behind one of Allot's gates, and how long the oldest has been there.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GateGauge {
-    pub gate: Gate,
-    pub pods: u64,
-    /// Seconds since the oldest gated pod was created (gates are added only at CREATE, so
-    /// that is how long it has been held); 0 when none is.
-    pub oldest_seconds: i64,
-}
-
-impl ClusterState {
-    /// For each of Allot's gates (always both, so alerts see a 0 rather than no series): how many
-    /// live pods it holds and the age of the oldest at `now` (seconds since the epoch). Pods
-    /// being deleted are left out: they are going, not waiting. One pass over the pod records.
-    pub fn gate_gauges(&self, now: i64) -> Vec<GateGauge> {
-        let mut gauges: Vec<GateGauge> =
-            Gate::ALL.iter().map(|&gate| GateGauge { gate, pods: 0, oldest_seconds: 0 }).collect();
-        for p in self.view().pods().filter(|p| !p.finished && !p.terminating) {
-            let held = [p.gate_index.is_some(), p.quota_gate_index.is_some()];
-            for (gauge, held) in gauges.iter_mut().zip(held) {
-                if held {
-                    gauge.pods += 1;
-                    gauge.oldest_seconds = gauge.oldest_seconds.max(now.saturating_sub(p.created).max(0));
-                }
+/// [`ClusterState::gate_gauges`] recounted by walking every pod: the reference the store's
+/// gate counts are tested against, and the baseline the scrape bench compares them with.
+#[doc(hidden)]
+pub fn recount_gate_gauges(view: &ClusterView<'_>, now: i64) -> Vec<GateGauge> {
+    let mut held = [(0u64, None::<i64>); Gate::ALL.len()];
+    for p in view.pods().filter(|p| !p.finished && !p.terminating) {
+        for (slot, gate) in held.iter_mut().zip(Gate::ALL) {
+            if gate.holds(p) {
+                slot.0 += 1;
+                slot.1 = Some(slot.1.map_or(p.created, |c| c.min(p.created)));
             }
         }
-        gauges
     }
+    held.iter().zip(Gate::ALL).map(|(&(pods, oldest), gate)| GateGauge::at(gate, pods, oldest, now)).collect()
 }
+
+#[cfg(test)]
+mod tests;

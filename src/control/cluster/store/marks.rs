@@ -8,13 +8,17 @@ impl ClusterState {
     /// Marks members released locally at `at` (seconds since the epoch), before the API
     /// confirms, so the next pass already counts their reservation.
     pub fn mark_released(&self, namespace: &str, names: &[String], at: i64) {
-        let mut inner = write(&self.inner);
+        let mut guard = write(&self.inner);
+        let inner = &mut *guard;
         for n in names {
             if let Some(p) = inner.pods.get_mut(&key(namespace, n)) {
                 let awaited = p.awaits_bind();
+                // In place, so the sums by state move with it (released: no longer gang-gated).
+                inner.by_state.delta(p, -1);
                 let was_gated = p.gate_index.take().is_some();
                 p.released_at = Some(at);
                 p.gang_released = true;
+                inner.by_state.delta(p, 1);
                 let awaits = p.awaits_bind();
                 if was_gated {
                     inner.gang_gated = inner.gang_gated.saturating_sub(1);
@@ -41,11 +45,14 @@ impl ClusterState {
     /// watch confirms it. A gang gate after it moves up one place, so a release in the same pass
     /// tests and removes the right index.
     pub fn mark_quota_released(&self, namespace: &str, name: &str, at: i64) {
-        let mut inner = write(&self.inner);
+        let mut guard = write(&self.inner);
+        let inner = &mut *guard;
         if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
             // What the lift patch wrote in `allot.dev/quota-released` (so the pod has
             // annotations now: a gang release in the same pass adds its key to them).
             let awaited = p.awaits_bind();
+            // In place, so the sums by state move with it (no longer quota-queued).
+            inner.by_state.delta(p, -1);
             p.released_at = p.released_at.max(Some(at));
             let newly_awaits = p.awaits_bind() && !awaited;
             p.has_annotations = true;
@@ -54,7 +61,9 @@ impl ClusterState {
             {
                 p.gate_index = Some(gang - 1);
             }
-            if p.quota_gate_index.take().is_some() {
+            let was_queued = p.quota_gate_index.take().is_some();
+            inner.by_state.delta(p, 1);
+            if was_queued {
                 inner.quota_gated = inner.quota_gated.saturating_sub(1);
             }
             if newly_awaits {

@@ -69,6 +69,7 @@ impl ClusterState {
         inner.tallies.clear();
         inner.claim_holders.clear();
         inner.claim_pods.clear();
+        inner.by_state = Default::default();
         inner.gang_gated = 0;
         inner.quota_gated = 0;
         inner.awaiting_bind = 0;
