@@ -242,7 +242,7 @@ impl<'a> Engine<'a> {
         let Some(operation) = req.operation.as_rule_operation() else {
             return out;
         };
-        let is_pod = req.group.is_empty() && req.kind == "Pod";
+        let is_pod = req.is_pod();
         // Before anything else: only Allot moves its gates and keys, whatever the rest holds.
         if is_pod && operation == Operation::Update {
             self.check_allot_keys(req, &mut out);
@@ -318,7 +318,7 @@ impl<'a> Engine<'a> {
         object_target: &Target<'_>,
         out: &mut Outcome,
     ) -> Vec<QuotaView<'v>> {
-        let is_pod = req.group.is_empty() && req.kind == "Pod";
+        let is_pod = req.is_pod();
         let operation = object_target.operation;
         let mut charges = Vec::new();
         let mut template_gangs = Vec::new();

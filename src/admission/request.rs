@@ -55,3 +55,10 @@ pub struct Request<'a> {
     pub username: &'a str,
     pub groups: &'a [String],
 }
+
+impl Request<'_> {
+    /// Whether the object under review is a Pod itself (not a workload holding templates).
+    pub fn is_pod(&self) -> bool {
+        self.group.is_empty() && self.kind == "Pod"
+    }
+}

@@ -249,7 +249,7 @@ pub const API_SERVER_RULE: &str = Check::ApiServerValidation.id();
 /// metadata; a Pod's fields Allot writes or trusts; each Pod template as its Pods will be), so
 /// that a dry run never says "admitted" for an object `kubectl apply` would fail on.
 fn api_server_findings(engine: &Engine<'_>, request: &Request<'_>) -> Vec<Finding> {
-    let is_pod = request.group.is_empty() && request.kind == "Pod";
+    let is_pod = request.is_pod();
     let mut errors = Vec::new();
     if !is_pod {
         let metadata = request.object.get("metadata").unwrap_or(&Value::Null);

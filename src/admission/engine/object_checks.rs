@@ -20,13 +20,9 @@ pub(super) struct CheckedObject<'c, 'e> {
 }
 
 impl CheckedObject<'_, '_> {
-    fn is_pod(&self) -> bool {
-        self.req.group.is_empty() && self.req.kind == "Pod"
-    }
-
     /// A Pod UPDATE's previous object, when the review carries it.
     fn pod_update(&self) -> Option<&Value> {
-        (self.is_pod() && self.operation == Operation::Update).then_some(self.req.old_object).flatten()
+        (self.req.is_pod() && self.operation == Operation::Update).then_some(self.req.old_object).flatten()
     }
 }
 
@@ -51,7 +47,7 @@ impl ObjectCheck {
     fn applies(&self, object: &CheckedObject<'_, '_>) -> bool {
         match self.applies_to {
             AppliesTo::PodUpdate => object.pod_update().is_some(),
-            AppliesTo::Workload => !object.is_pod(),
+            AppliesTo::Workload => !object.req.is_pod(),
         }
     }
 }
