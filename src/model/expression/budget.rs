@@ -140,13 +140,20 @@ fn iteration(instance: i64, accumulates: bool) -> Result<(), ExecutionError> {
     Ok(())
 }
 
-fn charge_bytes(bytes: u64, function: &str) -> Result<(), ExecutionError> {
+/// Refuses a value of `bytes` before it is built, without charging it: its size is charged
+/// once built ([`SIZED`]).
+fn refuse_oversized(bytes: u64, function: &str) -> Result<(), ExecutionError> {
     if bytes > MAX_VALUE_BYTES {
         return Err(ExecutionError::function_error(
             function,
             format!("the result would be larger than {} MiB; Allot refuses to build it", MAX_VALUE_BYTES >> 20),
         ));
     }
+    Ok(())
+}
+
+fn charge_bytes(bytes: u64, function: &str) -> Result<(), ExecutionError> {
+    refuse_oversized(bytes, function)?;
     SPENT.with(|s| {
         let mut spent = s.get();
         spent.bytes = spent.bytes.saturating_add(bytes);
@@ -212,10 +219,12 @@ pub fn register(ctx: &mut Context<'_>) {
         Ok(cond)
     });
     ctx.add_function(FORMAT_GUARD, |v: Value| -> Result<Value, ExecutionError> {
-        if let Value::String(s) = &v
-            && let Some(precision) = excessive_precision(s)
-        {
-            return Err(ExecutionError::function_error("format", precision_message(precision)));
+        if let Value::String(s) = &v {
+            if let Some(precision) = excessive_precision(s) {
+                return Err(ExecutionError::function_error("format", precision_message(precision)));
+            }
+            // Each verb's digits are allocated before the result can be measured.
+            refuse_oversized(float_output_bound(s), "format")?;
         }
         Ok(v)
     });
@@ -242,18 +251,60 @@ pub(crate) fn precision_message(precision: u128) -> String {
     format!("format precision %.{precision} is larger than Allot allows ({MAX_FORMAT_PRECISION} digits)")
 }
 
+/// The verbs of a format string as kube-cel reads them: each verb's character (`None` when the
+/// string ends first) and its `%.N` precision, if written (`u128::MAX` past 40 digits). `%%` is a
+/// literal percent sign, not a verb.
+fn verbs(format: &str) -> impl Iterator<Item = (Option<char>, Option<u128>)> + '_ {
+    let mut chars = format.chars().peekable();
+    std::iter::from_fn(move || {
+        loop {
+            match chars.next()? {
+                '%' => {}
+                _ => continue,
+            }
+            match chars.next() {
+                Some('%') => continue,
+                Some('.') => {}
+                verb => return Some((verb, None)),
+            }
+            let mut digits = String::new();
+            while let Some(d) = chars.next_if(char::is_ascii_digit) {
+                if digits.len() < 40 {
+                    digits.push(d);
+                }
+            }
+            let precision = (!digits.is_empty()).then(|| digits.parse::<u128>().unwrap_or(u128::MAX));
+            return Some((chars.next(), precision));
+        }
+    })
+}
+
 /// The first `%.N` precision in a format string beyond [`MAX_FORMAT_PRECISION`].
 pub(crate) fn excessive_precision(format: &str) -> Option<u128> {
-    let mut rest = format;
-    while let Some(at) = rest.find("%.") {
-        let digits: String = rest[at + 2..].chars().take_while(char::is_ascii_digit).take(40).collect();
-        let precision = digits.parse::<u128>().unwrap_or(u128::MAX);
-        if !digits.is_empty() && precision > MAX_FORMAT_PRECISION as u128 {
-            return Some(precision);
-        }
-        rest = &rest[at + 2..];
+    verbs(format).filter_map(|(_, precision)| precision).find(|p| *p > MAX_FORMAT_PRECISION as u128)
+}
+
+/// Most bytes the `%f` and `%e` verbs of a format string can write: their precision (6 when
+/// none is written) plus the integer part of the largest double (309 digits) and a sign.
+fn float_output_bound(format: &str) -> u64 {
+    verbs(format)
+        .filter(|(verb, _)| matches!(verb, Some('f' | 'e')))
+        .map(|(_, precision)| u64::try_from(precision.unwrap_or(6)).unwrap_or(u64::MAX).saturating_add(312))
+        .fold(0, u64::saturating_add)
+}
+
+/// The format string of a `format` call: its receiver (`'%.2f'.format([x])`), or its first
+/// argument in the global form (`format('%.2f', [x])`), which kube-cel's `This` extractor takes
+/// as the receiver too (fuzz finding `cel_expression/format-global-precision`).
+pub(crate) fn format_string_of(call: &CallExpr) -> Option<&IdedExpr> {
+    if call.func_name != "format" {
+        return None;
     }
-    None
+    match call.target.as_deref() {
+        Some(target) => Some(target),
+        None if call.args.len() == 2 => call.args.first(),
+        None => None,
+    }
 }
 
 /// kube-cel's `replace`, sized before it allocates: `s.replace('', s)` squares `s`.
@@ -332,16 +383,16 @@ fn instrument_in(expr: &IdedExpr, accumulator: Option<&str>, numbered: &mut usiz
     let rewritten = match &expr.expr {
         Expr::Call(call) => {
             let mut target = call.target.as_deref().map(|e| instrument_in(e, accumulator, numbered));
-            if call.func_name == "format"
-                && let Some(t) = target.take()
-            {
-                target = Some(wrap(FORMAT_GUARD, t));
+            let mut args: Vec<IdedExpr> = call.args.iter().map(|e| instrument_in(e, accumulator, numbered)).collect();
+            if format_string_of(call).is_some() {
+                // The global form becomes the method form (what kube-cel's `This` reads either
+                // way): an error in an argument's evaluation reaches the caller as cel's
+                // "Missing argument or target", one in the receiver's as itself.
+                let format = target.take().unwrap_or_else(|| args.remove(0));
+                target = Some(wrap(FORMAT_GUARD, format));
             }
-            let call_expr = Expr::Call(CallExpr {
-                func_name: call.func_name.clone(),
-                target: target.map(Box::new),
-                args: call.args.iter().map(|e| instrument_in(e, accumulator, numbered)).collect(),
-            });
+            let call_expr =
+                Expr::Call(CallExpr { func_name: call.func_name.clone(), target: target.map(Box::new), args });
             let mut node = IdedExpr { id, expr: call_expr };
             let appends_to_accumulator = call.func_name == "_+_"
                 && matches!((call.args.first(), accumulator), (Some(IdedExpr { expr: Expr::Ident(name), .. }), Some(accu)) if name == accu);

@@ -218,7 +218,7 @@ fn walk(expr: &IdedExpr, source: &str, out: &mut Vec<String>) {
         }
         Expr::Call(call) => {
             check_call(&call.func_name, call.target.as_deref(), call.args.len(), out);
-            check_constant_sizes(call, out);
+            check_constant_sizes(call, source, out);
             out.extend(arith::constant_overflow(call, source));
             if let Some(target) = &call.target {
                 walk(target, source, out);
@@ -285,8 +285,9 @@ fn check_call(name: &str, target: Option<&IdedExpr>, args: usize, out: &mut Vec<
     out.push(format!("unknown function {shown} with {args} argument(s){hint}"));
 }
 
-/// `lists.range(n)` and `'%.Nf'.format(…)` with constants beyond [`budget`]'s limits.
-fn check_constant_sizes(call: &CallExpr, out: &mut Vec<String>) {
+/// `lists.range(n)` and `'%.Nf'.format(…)` (or `format('%.Nf', …)`) with constants beyond
+/// [`budget`]'s limits, with the precision's column where the source shows it.
+fn check_constant_sizes(call: &CallExpr, source: &str, out: &mut Vec<String>) {
     let target = call.target.as_deref().map(|t| &t.expr);
     let namespaced_range = call.func_name == "range" && matches!(target, Some(Expr::Ident(ns)) if ns == "lists");
     if (namespaced_range || (call.func_name == "lists.range" && target.is_none()))
@@ -295,11 +296,14 @@ fn check_constant_sizes(call: &CallExpr, out: &mut Vec<String>) {
     {
         out.push(budget::range_message(*n.inner()));
     }
-    if call.func_name == "format"
-        && let Some(Expr::Literal(LiteralValue::String(format))) = target
+    if let Some(IdedExpr { expr: Expr::Literal(LiteralValue::String(format)), .. }) = budget::format_string_of(call)
         && let Some(precision) = budget::excessive_precision(format.inner())
     {
-        out.push(budget::precision_message(precision));
+        let written = format!("%.{precision}");
+        let at = source
+            .find(&written)
+            .map_or_else(String::new, |byte| format!(" (column {})", source[..byte].chars().count() + 1));
+        out.push(format!("{}{at}", budget::precision_message(precision)));
     }
 }
 
