@@ -11,6 +11,8 @@ pub(crate) mod fixtures;
 pub mod records;
 pub mod store;
 pub mod usage;
+#[cfg(test)]
+pub(crate) mod watch_events;
 pub mod watched;
 
 #[cfg(test)]

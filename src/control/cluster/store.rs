@@ -52,6 +52,8 @@ mod counts;
 mod directory;
 mod gates;
 pub use gates::{Gate, GateGauge};
+mod in_play;
+pub use in_play::{preempted_on_node, queued, takes_part};
 mod marks;
 mod owners;
 mod relist;

@@ -126,10 +126,10 @@ impl ControllerHandle {
 pub const DEBOUNCE: Duration = Duration::from_millis(5);
 
 /// After a change, the loop waits at least this many times as long as the last pass's planning
-/// took (and at most [`MOST_SETTLE`]): a pass walks every pod while anything is gated, so with a
-/// large cluster changing fast, passes back to back would take a core; this way they take at
-/// most about a fifth of one (the planning's walks; passes a timer wakes do not wait), and a
-/// small cluster keeps the [`DEBOUNCE`].
+/// took (and at most [`MOST_SETTLE`]): a pass reads the pods in play and every node while
+/// anything is gated, so with many waiting gangs changing fast, passes back to back would take a
+/// core; this way they take at most about a fifth of one (passes a timer wakes do not wait), and
+/// a small cluster keeps the [`DEBOUNCE`].
 const SETTLE_PER_PLANNING: u32 = 4;
 
 /// The longest wait after a change, however long the last pass took.
@@ -393,8 +393,8 @@ impl ControlLoop {
         if !self.begin_pass(generation, now) {
             return;
         }
-        // Both passes walk every pod; with nothing behind a gate they have nothing to do, and at
-        // 100,000 pods a walk every 250 ms is CPU the webhooks lack (issue 18).
+        // With nothing behind a gate both passes have nothing to do (issue 18); otherwise they
+        // read the pods the view keeps in play, not every pod (issue 49).
         let (gang_gated, quota_gated) = state.gated();
         // Bounded (a few GETs at once, none for owners waiting out a failure): the decisions
         // below wait for them, the next pass does those left.
@@ -531,8 +531,7 @@ impl ControlLoop {
     /// this pass's condition patches and Events.
     async fn hand_to_explainer(&self, later: Vec<ControllerAction>) {
         let state = &self.context.state;
-        // Only queued pods are stamped: with none (the common case), no walk over every pod
-        // after every pass, i.e. after every watch event.
+        // Only queued pods are stamped: with none (the common case), nothing to look at.
         let stamps = if state.gated().1 == 0 {
             Vec::new()
         } else {

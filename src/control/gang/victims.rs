@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::decision::{GangKey, InFlight, RunningPod, RunningUnit, UnitKey};
-use crate::control::cluster::{ClusterView, DisruptionCause, PodRecord};
+use crate::control::cluster::{ClusterView, PodRecord};
 use crate::model::namespaces::{NamespaceLabels, TeamsByNamespace};
 use crate::model::policy::PolicySet;
 
@@ -102,11 +102,9 @@ fn asks_accelerator(p: &PodRecord, policies: &PolicySet) -> bool {
 /// name (the controller that evicted them knows it; after a leader change nobody does, and the
 /// nodes are still busy).
 pub fn preemptions_shown(view: &ClusterView<'_>) -> Vec<InFlight> {
-    let mut nodes: Vec<String> = view
-        .pods()
-        .filter(|p| p.terminating && p.disruption == Some(DisruptionCause::PreemptionByAllot))
-        .filter_map(|p| p.node_name.as_ref().map(|n| n.to_string()))
-        .collect();
+    // The view keeps them (`store::preempted_on_node`): no walk over every pod.
+    let mut nodes: Vec<String> =
+        view.preempted_pods().filter_map(|p| p.node_name.as_ref().map(|n| n.to_string())).collect();
     if nodes.is_empty() {
         return Vec::new();
     }

@@ -177,12 +177,9 @@ pub fn queues(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn Namespa
     let mut actions = Vec::new();
     let mut teams = TeamsByNamespace::new(policies, labels);
     let mut used = admitted_by_team(&requests_by_state(view), &mut teams);
-    // Shared claims an admitted pod names: counted in `used` already.
-    let mut claimed: HashSet<(Arc<str>, Arc<str>)> = view
-        .pods()
-        .filter(|p| !p.finished && p.quota_gate_index.is_none())
-        .flat_map(|p| p.held_claims().iter().map(|c| (p.namespace.clone(), c.name.clone())))
-        .collect();
+    // Shared claims an admitted pod names are counted in `used` already (the view keeps who
+    // holds each); so are those of units released earlier in this pass.
+    let mut claimed: HashSet<(Arc<str>, Arc<str>)> = HashSet::new();
     let queued = queued_units(view, &mut teams, &mut actions);
     let mut out = BTreeMap::new();
     for (team_name, units) in queued {
@@ -202,7 +199,7 @@ pub fn queues(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn Namespa
         for (key, Unit { members, mut charge, claims, size, priority, present, .. }) in units {
             let mut unclaimed = ResourceList::new();
             for (id, devices) in &claims {
-                if !claimed.contains(id) {
+                if !claimed.contains(id) && !view.claim_held_outside_queue(&id.0, &id.1) {
                     add_to(&mut unclaimed, devices, 1);
                 }
             }
@@ -283,15 +280,9 @@ fn queued_units<'p>(
     actions: &mut Vec<ControllerAction>,
 ) -> HashMap<&'p str, BTreeMap<String, Unit>> {
     let mut queued: HashMap<&'p str, BTreeMap<String, Unit>> = HashMap::new();
-    // Every gang's newest present member, whatever gate holds it (a launcher asking nothing the
-    // quota counts has none, yet completes its gang when it comes).
-    let mut newest: HashMap<(&str, &str), (i64, i64)> = HashMap::new();
-    // A pod being deleted leaves the queue: it will not run, and it is no member of its gang.
-    for p in view.pods().filter(|p| p.present()) {
-        if let Some(g) = &p.gang {
-            let slot = newest.entry((&*p.namespace, g.name.as_str())).or_insert((i64::MIN, i64::MIN));
-            *slot = (*slot).max(p.order_key());
-        }
+    // Only the queue's pods (present, quota-gated), kept by the view: a pod being deleted
+    // leaves the queue, since it will not run and is no member of its gang.
+    for p in view.quota_queue_pods() {
         let Some(gate_index) = p.quota_gate_index else { continue };
         let team = teams.get(&p.namespace).filter(|t| t.quota.as_ref().is_some_and(|q| q.mode == QuotaMode::Queue));
         let team_and_charge = team.and_then(|team| {
@@ -343,11 +334,13 @@ fn queued_units<'p>(
             unit.claims.entry((p.namespace.clone(), claim.name.clone())).or_insert_with(|| claim.device_list());
         }
     }
+    // A gang's newest present member, whatever gate holds it (a launcher asking nothing the
+    // quota counts has none, yet completes its gang when it comes).
     for unit in queued.values_mut().flat_map(BTreeMap::values_mut) {
         if let Some((namespace, gang)) = &unit.gang
-            && let Some(at) = newest.get(&(&**namespace, gang.as_str()))
+            && let Some(at) = view.gang_pods(namespace, gang).filter(|p| p.present()).map(|p| p.order_key()).max()
         {
-            unit.order = unit.order.max(*at);
+            unit.order = unit.order.max(at);
         }
     }
     queued

@@ -21,6 +21,9 @@ pub(super) struct ByState {
     claims: HashMap<ClaimId, SharedClaim>,
     /// What each gate holds, for the gate gauges ([`super::gates`]).
     pub(super) gates: super::gates::HeldAtGates,
+    /// What the controller's passes read ([`super::in_play`]): kept here because every change
+    /// of a record, the controller's in-place marks included, goes through [`ByState::delta`].
+    pub(super) in_play: super::in_play::InPlay,
 }
 
 /// The non-finished holders of one shared claim.
@@ -98,6 +101,7 @@ impl ByState {
             return;
         }
         self.gates.delta(record, sign);
+        self.in_play.delta(record, sign);
         let state = UsageState::of(record);
         for (name, q) in &record.requests {
             add(&mut self.sums, (record.namespace.clone(), state, name.clone()), q.nanos(), sign);
@@ -134,6 +138,13 @@ impl ByState {
                 }
             }
         }
+    }
+
+    /// Whether a holder of the shared claim is in another state than [`UsageState::QuotaQueued`].
+    pub(super) fn claim_held_outside_queue(&self, id: &ClaimId) -> bool {
+        self.claims.get(id).is_some_and(|c| {
+            UsageState::ALL.iter().filter(|s| **s != UsageState::QuotaQueued).any(|s| c.states[s.index()] > 0)
+        })
     }
 
     /// The sums, as [`ClusterView::requests_by_state`] returns them.

@@ -45,15 +45,18 @@ impl ClusterState {
     /// arrival)`. O(1) when nothing is queued: the controller's passes follow every burst of
     /// watch events, and the walk over every pod after each of them cost Allot ~11 % of its CPU
     /// with a few thousand pods and nothing queued (perf, scale.sh). While pods are queued it
-    /// walks every pod (as that pass's queue plan does).
+    /// reads the queued pods the view keeps, not every pod.
     pub fn arrivals_to_stamp(&self) -> Vec<(String, String, i64)> {
         let inner = read(&self.inner);
         if inner.quota_gated == 0 {
             return Vec::new();
         }
+        // Only queued pods need one: the view keeps them (`in_play`), no walk over every pod.
         inner
-            .pods
-            .values()
+            .by_state
+            .in_play
+            .quota_queue_keys()
+            .filter_map(|k| inner.pods.get(k))
             .filter(|p| p.needs_arrival_stamp())
             .filter_map(|p| Some((p.namespace.to_string(), p.name.to_string(), p.arrival?)))
             .collect()

@@ -81,9 +81,11 @@ impl ClusterState {
     /// (its size followed, never a stale one), and those a pass leaves come first in the next.
     pub fn owners_to_resolve(&self, round: std::time::Instant, most: usize) -> (Vec<(String, String, Owner)>, bool) {
         let inner = read(&self.inner);
-        let mut wanted: Vec<_> = inner
-            .pods
-            .values()
+        // Gated pods are in play for the gang pass (kept by the store): no walk over every pod.
+        let in_play = &inner.by_state.in_play;
+        let mut wanted: Vec<_> = in_play
+            .gang_pass_keys()
+            .filter_map(|k| inner.pods.get(k))
             .filter(|p| p.gate_index.is_some())
             .filter_map(|p| {
                 let g = p.gang.as_ref()?;

@@ -1,0 +1,100 @@
+//! What one controller pass reads at 100,000 watched pods with 1,000 incomplete gangs waiting
+//! (issue 49): the gang snapshot from the pods the view keeps in play, the gangs' members and
+//! the nodes' kept loads, against the walk over every pod it replaced (kept as the reference,
+//! `snapshot_by_walking`), and the quota queue's plan with 100 pods queued, in the same run.
+
+use std::collections::HashMap;
+
+use allot::control::cluster::{ClusterState, PodRecord, node_info};
+use allot::control::gang::snapshot::{GangSnapshot, snapshot_by_walking};
+use allot::control::quota::queue::QuotaQueue;
+use allot::model::namespaces::NoNamespaces;
+use allot::model::policy::{self, PolicySet, Source};
+use criterion::{Criterion, criterion_group, criterion_main};
+
+const RUNNING: usize = 100_000;
+const GANGS: usize = 1_000;
+const NODES: usize = 5_000;
+const QUEUED: usize = 100;
+const NOW: i64 = 1_795_000_000;
+
+const POLICIES: &str = "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: queue}\nspec:\n  namespaces: {names: [queue]}\n  quota: {mode: Queue, limits: {nvidia.com/gpu: 8}}\n";
+
+fn pod(namespace: &str, name: &str, extra: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
+    let mut pod = serde_json::json!({
+        "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}"),
+                     "creationTimestamp": "2026-11-22T01:00:00Z"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "2"}}}]}
+    });
+    json_patch::merge(&mut pod, &extra);
+    serde_json::from_value(pod).expect("pod")
+}
+
+/// 100,000 pods on 5,000 nodes (a tenth of them pending, not Allot's), 1,000 gangs of 4 with
+/// 3 members behind the gang gate, 100 pods behind the quota gate of a team with room for 8.
+fn cluster(p: &PolicySet) -> ClusterState {
+    let state = ClusterState::default();
+    let node = |n: usize| {
+        let node = serde_json::json!({"metadata": {"name": format!("node-{n}")},
+            "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "64", "pods": "110"}}});
+        node_info(&serde_json::from_value(node).expect("node")).expect("a node")
+    };
+    state.replace_nodes((0..NODES).map(node).collect());
+    let mut records: Vec<PodRecord> = Vec::new();
+    let mut add = |pod| records.push(PodRecord::from_pod(&pod, p, &NoNamespaces).expect("record"));
+    for i in 0..RUNNING {
+        let on_node = if i % 10 == 9 {
+            serde_json::json!({})
+        } else {
+            serde_json::json!({"spec": {"nodeName": format!("node-{}", (i / 10) % NODES)}})
+        };
+        add(pod(&format!("team-{}", i % 200), &format!("run-{i}"), on_node));
+    }
+    for g in 0..GANGS {
+        for m in 0..3 {
+            let gated = serde_json::json!({
+                "metadata": {"labels": {"allot.dev/gang-name": format!("g-{g}")}, "annotations": {"allot.dev/gang-size": "4"}},
+                "spec": {"schedulingGates": [{"name": "allot.dev/gang"}]}
+            });
+            add(pod(&format!("team-{}", g % 200), &format!("g-{g}-{m}"), gated));
+        }
+    }
+    for q in 0..QUEUED {
+        add(pod(
+            "queue",
+            &format!("q-{q}"),
+            serde_json::json!({"spec": {"schedulingGates": [{"name": "allot.dev/quota"}]}}),
+        ));
+    }
+    state.replace_pods(records);
+    state
+}
+
+fn passes(c: &mut Criterion) {
+    let p = policy::compile(&[Source { name: "teams.yaml".into(), text: POLICIES.into() }]).expect("policies");
+    let state = cluster(&p);
+    // Both sides build the same snapshot: 1,000 waiting gangs, every node's load.
+    let (kept, _) = state.snapshot(&p, &NoNamespaces, NOW);
+    let (walked, _) = snapshot_by_walking(&state, &p, &NoNamespaces, NOW);
+    assert_eq!((kept.gangs.len(), kept.bound.len()), (GANGS, NODES), "waiting gangs, loaded nodes");
+    assert_eq!(format!("{:?}", kept.bound), format!("{:?}", walked.bound));
+    assert_eq!(format!("{:?}", kept.gangs), format!("{:?}", walked.gangs));
+    let released = state.quota_plan(&p, &NoNamespaces, &mut HashMap::new(), NOW).len();
+    assert!(released >= 8, "the quota pass releases what fits and tells the rest: {released} actions");
+
+    let mut group = c.benchmark_group("passes");
+    group.sample_size(20);
+    group.bench_function("gang-snapshot-kept-100000-pods-1000-gangs", |b| {
+        b.iter(|| state.snapshot(&p, &NoNamespaces, std::hint::black_box(NOW)))
+    });
+    group.bench_function("gang-snapshot-walked-100000-pods-1000-gangs", |b| {
+        b.iter(|| snapshot_by_walking(&state, &p, &NoNamespaces, std::hint::black_box(NOW)))
+    });
+    group.bench_function("quota-plan-100000-pods-100-queued", |b| {
+        b.iter(|| state.quota_plan(&p, &NoNamespaces, &mut HashMap::new(), std::hint::black_box(NOW)))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, passes);
+criterion_main!(benches);
