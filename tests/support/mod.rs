@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod fake_api;
+pub mod gate_proxy;
 pub mod kubelet;
 pub mod native;
 pub mod proxy;
