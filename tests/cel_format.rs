@@ -57,6 +57,10 @@ fn the_fuzz_input_is_refused_at_load_with_its_column() {
     let err = Expression::compile(source).expect_err("a constant precision past the limit").to_string();
     assert!(err.contains("format precision %.5786648343 is larger than Allot allows (1000 digits)"), "{err}");
     assert!(err.contains("(column 12)"), "{err}");
+    // The second finding: the same with more arguments than `format` takes (cel drops them).
+    let more = "format(\"233%.5786648343f\\r\\r7\", workload.map(y, 940422246894996749u), 940422246894996749u, [], object, (0)) != ''";
+    let err = Expression::compile(more).expect_err("refused with extra arguments too").to_string();
+    assert!(err.contains("format precision %.5786648343 is larger than Allot allows"), "{err}");
     let err = load("format('%.99999999999e', [1.0]) != ''").map(|_| ()).expect_err("refused").to_string();
     assert!(err.contains("(Rule fmt): spec.expression:") && err.contains("%.99999999999 is larger"), "{err}");
 }
@@ -67,6 +71,7 @@ fn a_computed_precision_is_an_evaluation_error_in_both_forms() {
         "format('%.' + object.metadata.annotations.digits + 'f', [1.5]) != ''",
         "('%.' + object.metadata.annotations.digits + 'e').format([1.5]) != ''",
         "format('x%%y%.' + object.metadata.annotations.digits + 'f', [1.5]) != ''",
+        "format('%.' + object.metadata.annotations.digits + 'f', [1.5], 7, 'extra') != ''",
     ] {
         for digits in ["5786648343", "65536", "1001", "99999999999999999999999999999999999999999999"] {
             match eval(source, digits) {
@@ -141,8 +146,13 @@ proptest! {
     /// refuses it or evaluation answers or errs — never a panic, never a string of more than
     /// [`MAX_FORMAT_PRECISION`] digits per verb.
     #[test]
-    fn format_answers_or_errs_never_panics(fmt in format_string(), global in any::<bool>(), computed in any::<bool>()) {
-        let args = "[1.5, 2, 'x']";
+    fn format_answers_or_errs_never_panics(
+        fmt in format_string(),
+        global in any::<bool>(),
+        computed in any::<bool>(),
+        extra in prop::sample::select(vec!["", ", 1", ", [], object, 2u"]),
+    ) {
+        let args = format!("[1.5, 2, 'x']{extra}");
         let fmt_expr = if computed { "object.metadata.annotations.digits".to_string() } else { format!("{fmt:?}") };
         let call = if global { format!("format({fmt_expr}, {args})") } else { format!("({fmt_expr}).format({args})") };
         let source = format!("{call}.size() >= 0");

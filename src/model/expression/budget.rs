@@ -300,11 +300,9 @@ pub(crate) fn format_string_of(call: &CallExpr) -> Option<&IdedExpr> {
     if call.func_name != "format" {
         return None;
     }
-    match call.target.as_deref() {
-        Some(target) => Some(target),
-        None if call.args.len() == 2 => call.args.first(),
-        None => None,
-    }
+    // Any number of arguments: cel hands a function the ones it asks for and drops the rest
+    // (`format(fmt, [x], 1, 2)` formats like `format(fmt, [x])`).
+    call.target.as_deref().or(call.args.first())
 }
 
 /// kube-cel's `replace`, sized before it allocates: `s.replace('', s)` squares `s`.
@@ -388,8 +386,8 @@ fn instrument_in(expr: &IdedExpr, accumulator: Option<&str>, numbered: &mut usiz
                 // The global form becomes the method form (what kube-cel's `This` reads either
                 // way): an error in an argument's evaluation reaches the caller as cel's
                 // "Missing argument or target", one in the receiver's as itself.
-                let format = target.take().unwrap_or_else(|| args.remove(0));
-                target = Some(wrap(FORMAT_GUARD, format));
+                let format = target.take().or_else(|| (!args.is_empty()).then(|| args.remove(0)));
+                target = format.map(|f| wrap(FORMAT_GUARD, f));
             }
             let call_expr =
                 Expr::Call(CallExpr { func_name: call.func_name.clone(), target: target.map(Box::new), args });
