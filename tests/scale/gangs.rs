@@ -29,8 +29,9 @@ const IDLE_CPU_BOUND: f64 = 50.0;
 /// One scrape's bar at full size; the bound asserted at any size.
 const SCRAPE_BAR: Duration = Duration::from_millis(50);
 const SCRAPE_BOUND: Duration = Duration::from_secs(1);
-/// The controller's writes count as settled once unchanged this long.
-const SETTLED: Duration = Duration::from_secs(10);
+/// The controller's writes count as settled once unchanged this long: longer than the 10 s an
+/// assembling gang's changed count may wait before its members' conditions say it.
+const SETTLED: Duration = Duration::from_secs(15);
 
 /// What the phase measured.
 pub(crate) struct Waiting {
