@@ -22,7 +22,6 @@ const OVERSIZED: &[(&str, usize)] = &[
     ("tests/engine.rs", 1002),
     ("tests/https.rs", 1687),
     ("tests/monitoring.rs", 927),
-    ("tests/scale.rs", 1047),
     ("tests/schema.rs", 1108),
     ("tests/support/cluster.rs", 887),
     ("tests/tenant.rs", 1441),
