@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use support::cluster::{ControlPlane, binaries_from_env, metric, wait_for};
+use support::cluster::{ControlPlane, binaries_from_env, http_get, metric, wait_for};
 use support::gate_proxy::{GateProxy, Gates, PodRead, Seen};
 
 /// Pods in the cluster before Allot starts: what its Pod cache must hold once ready.
@@ -26,19 +26,6 @@ const PODS: usize = 6;
 const HOLD: Duration = Duration::from_secs(5);
 /// How long `/readyz` may take to turn 200 once the read is released.
 const READY_WITHIN: Duration = Duration::from_secs(30);
-
-/// `GET /readyz` on a metrics address: (status, body); `None` when unreachable.
-fn readyz(addr: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    stream.write_all(format!("GET /readyz HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    Some((status, body))
-}
 
 /// A namespace with `PODS` plain pods (never scheduled: no scheduler runs).
 async fn create_pods(client: &kube::Client, ns: &str) {
@@ -126,7 +113,7 @@ impl Allot {
         let started = Instant::now();
         let mut answers = 0;
         while started.elapsed() < HOLD {
-            let (status, body) = readyz(&self.metrics).expect("/readyz answers");
+            let (status, body) = http_get(&self.metrics, "/readyz").expect("/readyz answers");
             assert_eq!(status, 503, "/readyz while the {held:?} read is held: {body}\n{}", self.log_tail());
             assert!(
                 body.contains("Allot is starting") && body.contains("Pod"),
@@ -145,14 +132,14 @@ impl Allot {
     async fn turns_ready(&self, released: Instant) -> Duration {
         let deadline = released + READY_WITHIN;
         loop {
-            if let Some((200, body)) = readyz(&self.metrics) {
+            if let Some((200, body)) = http_get(&self.metrics, "/readyz") {
                 assert!(body.starts_with("ok: policy set"), "{body}");
                 return released.elapsed();
             }
             assert!(
                 Instant::now() < deadline,
                 "/readyz not 200 within {READY_WITHIN:?} of the release: {:?}\n{}",
-                readyz(&self.metrics),
+                http_get(&self.metrics, "/readyz"),
                 self.log_tail()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -14,7 +14,7 @@ use kube::api::{Api, ListParams, PostParams};
 
 use crate::allot_process::{Allot, mib};
 use crate::baseline::USER_HZ;
-use crate::support::cluster::{gang_gated, gang_member, process_ticks};
+use crate::support::cluster::{gang_gated, gang_member, http_get, process_ticks};
 use crate::{NAMESPACES, Settings};
 
 /// The label that names a gang (the explicit membership `support::cluster::gang_member` uses).
@@ -67,17 +67,13 @@ pub(crate) struct Waiting {
 
 /// One full `GET /metrics` from `addr`: its wall time (connect to the last byte) and body.
 fn scrape(addr: &str) -> (Duration, String) {
-    use std::io::{Read, Write};
     let started = Instant::now();
-    let mut stream = std::net::TcpStream::connect(addr).expect("Allot's metrics address");
-    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
-    stream.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).expect("request");
-    let mut text = String::new();
-    stream.read_to_string(&mut text).expect("a /metrics answer");
+    let answer = http_get(addr, "/metrics");
     let took = started.elapsed();
-    assert!(text.starts_with("HTTP/1.0 200") || text.starts_with("HTTP/1.1 200"), "/metrics: {text:.200}");
-    let body = text.split_once("\r\n\r\n").map_or(text.as_str(), |(_, body)| body).to_string();
-    (took, body)
+    match answer {
+        Some((200, body)) => (took, body),
+        other => panic!("/metrics: {other:.200?}"),
+    }
 }
 
 /// The value of series `name` (with its labels, as exposed) in a scrape's `text`.

@@ -336,25 +336,25 @@ fn stop_child(child: &mut Child) {
 
 /// Reads one gauge or counter (no labels) from a metrics address; `None` when unreachable.
 /// `GET /readyz` on the metrics address answers 200.
-pub fn ready(addr: &str) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(addr) else { return false };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    if stream.write_all(format!("GET /readyz HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).is_err() {
-        return false;
-    }
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text);
-    text.starts_with("HTTP/1.0 200") || text.starts_with("HTTP/1.1 200")
-}
-
-pub fn metric(addr: &str, name: &str) -> Option<f64> {
+/// `GET path` over plain HTTP/1.0 (Allot's metrics port): the status and the body; `None` when
+/// the address does not answer (5 s read timeout).
+pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    stream.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).ok()?;
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).ok()?;
     let mut text = String::new();
     stream.read_to_string(&mut text).ok()?;
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()))
+}
+
+pub fn ready(addr: &str) -> bool {
+    http_get(addr, "/readyz").is_some_and(|(status, _)| status == 200)
+}
+
+pub fn metric(addr: &str, name: &str) -> Option<f64> {
+    let (_, text) = http_get(addr, "/metrics")?;
     text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 

@@ -153,8 +153,10 @@ impl ByState {
     }
 }
 
-/// Adds one contribution of `nanos` (`sign` 1) to the entry, or takes one away (-1).
-fn add(sums: &mut Sums, entry: (Arc<str>, UsageState, Arc<str>), nanos: i128, sign: i128) {
+/// Adds one contribution of `nanos` (`sign` 1) to the entry, or takes one away (-1); the entry
+/// goes with its last contribution. The store's kept sums (these, and the nodes' loads in
+/// [`super::in_play`]) all count this way.
+pub(super) fn add<K: std::hash::Hash + Eq>(sums: &mut HashMap<K, (i128, u32)>, entry: K, nanos: i128, sign: i128) {
     if sign > 0 {
         let slot = sums.entry(entry).or_default();
         slot.0 = slot.0.saturating_add(nanos);

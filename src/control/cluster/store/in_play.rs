@@ -12,6 +12,7 @@
 //! Kept by [`super::by_state::ByState::delta`], which every change of a record goes through
 //! (the controller's in-place marks included).
 
+use super::by_state::add;
 use super::*;
 use crate::control::cluster::DisruptionCause;
 use crate::control::cluster::records::HeldClaim;
@@ -83,7 +84,7 @@ impl InPlay {
         let Some(node) = &record.node_name else { return };
         let load = self.nodes.entry(node.clone()).or_default();
         for (name, q) in &record.requests {
-            add(load, name, q.nanos(), sign);
+            add(load, name.clone(), q.nanos(), sign);
         }
         if self.nodes.get(node).is_some_and(HashMap::is_empty) {
             self.nodes.remove(node);
@@ -117,25 +118,11 @@ impl InPlay {
             let Some((node, devices)) = counted else { continue };
             let load = self.nodes.entry(node.clone()).or_default();
             for (name, q) in devices.iter() {
-                add(load, name, q.nanos(), sign);
+                add(load, name.clone(), q.nanos(), sign);
             }
             if load.is_empty() {
                 self.nodes.remove(&node);
             }
-        }
-    }
-}
-
-fn add(load: &mut Load, name: &Arc<str>, nanos: i128, sign: i128) {
-    if sign > 0 {
-        let slot = load.entry(name.clone()).or_default();
-        slot.0 = slot.0.saturating_add(nanos);
-        slot.1 += 1;
-    } else if let Some(slot) = load.get_mut(name) {
-        slot.0 = slot.0.saturating_sub(nanos);
-        slot.1 = slot.1.saturating_sub(1);
-        if slot.1 == 0 {
-            load.remove(name);
         }
     }
 }
