@@ -1,10 +1,12 @@
 //! What one controller pass reads at 100,000 watched pods with 1,000 incomplete gangs waiting
 //! (issue 49): the gang snapshot from the pods the view keeps in play, the gangs' members and
 //! the nodes' kept loads, against the walk over every pod it replaced (kept as the reference,
-//! `snapshot_by_walking`), and the quota queue's plan with 100 pods queued, in the same run.
+//! `snapshot_by_walking`), and the quota queue's plan with 100 pods queued, alone and in a cohort of 4
+//! teams, in the same run.
 
 use std::collections::HashMap;
 
+use allot::control::cluster::ControllerAction;
 use allot::control::cluster::{ClusterState, PodRecord, node_info};
 use allot::control::gang::snapshot::{GangSnapshot, snapshot_by_walking};
 use allot::control::quota::queue::QuotaQueue;
@@ -19,6 +21,10 @@ const QUEUED: usize = 100;
 const NOW: i64 = 1_795_000_000;
 
 const POLICIES: &str = "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: queue}\nspec:\n  namespaces: {names: [queue]}\n  quota: {mode: Queue, limits: {nvidia.com/gpu: 8}}\n";
+
+/// The same team in a cohort with two teams of the cluster's busy namespaces and an idle one:
+/// it borrows the idle team's 8 GPUs, and the pass decides the four teams' lines together.
+const COHORT_POLICIES: &str = "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: queue}\nspec:\n  namespaces: {names: [queue]}\n  quota: {mode: Queue, cohort: lab, limits: {nvidia.com/gpu: 8}}\n---\napiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: busy-0}\nspec:\n  namespaces: {names: [team-0]}\n  quota: {mode: Queue, cohort: lab, limits: {nvidia.com/gpu: 1000}}\n---\napiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: busy-1}\nspec:\n  namespaces: {names: [team-1]}\n  quota: {mode: Queue, cohort: lab, limits: {nvidia.com/gpu: 1000}}\n---\napiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: idle}\nspec:\n  namespaces: {names: [idle]}\n  quota: {mode: Queue, cohort: lab, limits: {nvidia.com/gpu: 8}, lendingLimit: {nvidia.com/gpu: 8}}\n";
 
 fn pod(namespace: &str, name: &str, extra: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
     let mut pod = serde_json::json!({
@@ -92,6 +98,18 @@ fn passes(c: &mut Criterion) {
     });
     group.bench_function("quota-plan-100000-pods-100-queued", |b| {
         b.iter(|| state.quota_plan(&p, &NoNamespaces, &mut HashMap::new(), std::hint::black_box(NOW)))
+    });
+    let cohort =
+        policy::compile(&[Source { name: "teams.yaml".into(), text: COHORT_POLICIES.into() }]).expect("cohort");
+    let in_cohort = cluster(&cohort);
+    let borrowed = in_cohort
+        .quota_plan(&cohort, &NoNamespaces, &mut HashMap::new(), NOW)
+        .iter()
+        .filter(|a| matches!(a, ControllerAction::ReleaseQuota { borrowed_from: Some(_), .. }))
+        .count();
+    assert!(borrowed >= 8, "the team borrows the idle team's 8 GPUs, and more the busy teams leave: {borrowed}");
+    group.bench_function("quota-plan-100000-pods-100-queued-cohort-of-4", |b| {
+        b.iter(|| in_cohort.quota_plan(&cohort, &NoNamespaces, &mut HashMap::new(), std::hint::black_box(NOW)))
     });
     group.finish();
 }

@@ -2,6 +2,7 @@
 //! review of fixture 011 (a 1-GPU pod in `vision`) against the shipped policies, whose `vision`
 //! team has a deny-mode quota, and against the same policies with the quota removed. The live
 //! book watches 10,000 pods in 50 other namespaces. Dry-run reviews, so nothing is reserved.
+//! And admission in a queue-mode team alone and in a cohort ([`cohort`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -239,5 +240,47 @@ fn pending_gang(c: &mut Criterion) {
     println!("pending_gang: gang and pass / neither: {}", ratio(3, 0));
 }
 
-criterion_group!(benches, bench, gauges, pending_gang);
+criterion_group!(benches, bench, gauges, pending_gang, cohort);
 criterion_main!(benches);
+
+/// Admission in a queue-mode team with and without a cohort, in the same run (issue 48: within
+/// 10 %): the mutating review of fixture 010 (which gates the pod) and the validating review of
+/// 011, for the shipped `vision` team in `mode: Queue`, alone and in cohort `research`.
+fn cohort(c: &mut Criterion) {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission-reviews");
+    let body = |name: &str| -> Vec<u8> {
+        let mut review: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixtures.join(name)).unwrap()).unwrap();
+        review["request"]["dryRun"] = serde_json::json!(true);
+        serde_json::to_vec(&review).unwrap()
+    };
+    let (mutate, validate) =
+        (body("010-mutate-create-pod-my-gpu-pod.json"), body("011-validate-create-pod-my-gpu-pod.json"));
+    let labels: Arc<dyn NamespaceLabels> = Arc::new(NoNamespaces);
+    let mut group = c.benchmark_group("cohort");
+    for in_cohort in [false, true] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+        let mut sources = policy::read_sources(&dir).expect("policies");
+        let queue = if in_cohort { "mode: Queue\n    cohort: research" } else { "mode: Queue" };
+        for s in &mut sources {
+            s.text = s.text.replacen("mode: Deny", queue, 1);
+        }
+        let p = policy::compile(&sources).expect("compile");
+        assert_eq!(p.cohorts.of_team("vision").is_some(), in_cohort);
+        let state = cluster(&p);
+        let shared = Arc::new(ArcSwap::from_pointee(policy::compile(&sources).expect("compile")));
+        let book = LiveQuota::new(state.clone(), shared, labels.clone());
+        let engine = Engine::new(&p, labels.as_ref()).with_gangs(state.as_ref()).with_quota(&book);
+        let gated = admission::review(&mutate, Phase::Mutate, &engine).unwrap();
+        assert!(gated.allowed && gated.mutated, "the pod is gated");
+        assert!(admission::review(&validate, Phase::Validate, &engine).unwrap().allowed);
+        let name = if in_cohort { "in-cohort" } else { "no-cohort" };
+        group.bench_function(format!("mutate-010-{name}"), |b| {
+            b.iter(|| admission::review(std::hint::black_box(&mutate), Phase::Mutate, &engine))
+        });
+        group.bench_function(format!("validate-011-{name}"), |b| {
+            b.iter(|| admission::review(std::hint::black_box(&validate), Phase::Validate, &engine))
+        });
+    }
+    group.finish();
+}

@@ -9,13 +9,14 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 use support::cluster::{
     Assets, Cluster, gang_condition, gang_gated, gang_member, impersonating, tenant_namespace, wait_for,
 };
+use support::events::events;
 use support::kubelet::fake_kubelet;
 
 const GRACE: Duration = Duration::from_secs(2);
@@ -67,16 +68,6 @@ async fn wait_bound(admin: &kube::Client, ns: &str, pods: &[&str], within: Durat
         pods.iter().all(|name| list.items.iter().any(|p| p.metadata.name.as_deref() == Some(*name) && bound(p)))
     })
     .await;
-}
-
-/// Events of `ns` with `reason`, as (object, message).
-async fn events(admin: &kube::Client, ns: &str, reason: &str) -> Vec<(String, String)> {
-    let list = Api::<Event>::namespaced(admin.clone(), ns).list(&ListParams::default()).await.expect("events");
-    list.items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .map(|e| (e.involved_object.name.unwrap_or_default(), e.message.unwrap_or_default()))
-        .collect()
 }
 
 /// Waits until `gang`'s two members are bound (released and scheduled), in at most `within`;

@@ -27,6 +27,7 @@
 //! | `allot_gang_controller_writes_total` | `kind` (gate/condition/event/delete/arrival) | the controller's writes to the API, Lease aside (every kind from 0) |
 //! | `allot_team_accelerators` | `team`, `resource`, `state` | accelerators requested by non-finished pods |
 //! | `allot_quota_limit`, `allot_quota_used` | `team`, `resource` | a quota's limit and what counts against it |
+//! | `allot_quota_borrowed`, `allot_quota_lent` | `team`, `resource` | for a team in a cohort: what it uses beyond its nominal quota, and what of its unused nominal the others use |
 //! | `allot_cluster_pods`, `allot_cluster_gangs`, `allot_cluster_nodes` | | what the cluster view tracks: memory grows with these (alert well before the limit deploy/ sizes for) |
 //! | `allot_log_lines_dropped_total` | | server log lines dropped because stderr was not read fast enough (the buffer holds 4 MiB; admission never waits for logging) |
 //! | `allot_ready` | | 1 when `/readyz` answers 200 (set at scrape time by the same check) |
@@ -150,6 +151,9 @@ pub struct Metrics {
     pub team_accelerators: Family<TeamAcceleratorLabels, FloatGauge>,
     pub quota_limit: Family<TeamResourceLabels, FloatGauge>,
     pub quota_used: Family<TeamResourceLabels, FloatGauge>,
+    /// For teams in a cohort: what each uses beyond its nominal quota, and lends.
+    pub quota_borrowed: Family<TeamResourceLabels, FloatGauge>,
+    pub quota_lent: Family<TeamResourceLabels, FloatGauge>,
     /// Pods, gangs and nodes the cluster view holds (set at scrape time).
     pub cluster_pods: Gauge,
     pub cluster_gangs: Gauge,
@@ -203,8 +207,13 @@ fn register_controller(registry: &mut Registry, controller: &ControllerMetrics) 
         controller.preemptions.clone(),
     );
     registry.register(
+        "quota_reclaims",
+        "Reclaims of quota a cohort's team lent, carried out (every victim evicted), by the lender's team",
+        controller.reclaims.clone(),
+    );
+    registry.register(
         "evicted_pods",
-        "Pods the gang controller evicted or deleted for other work, by their team and reason (Preempted, GangDisrupted)",
+        "Pods the gang controller evicted or deleted for other work, by their team and reason (Preempted, Reclaimed, GangDisrupted)",
         controller.evicted_pods.clone(),
     );
     registry.register(
@@ -238,6 +247,8 @@ impl Metrics {
             team_accelerators: Family::default(),
             quota_limit: Family::default(),
             quota_used: Family::default(),
+            quota_borrowed: Family::default(),
+            quota_lent: Family::default(),
             cluster_pods: Gauge::default(),
             cluster_gangs: Gauge::default(),
             cluster_nodes: Gauge::default(),
@@ -337,6 +348,16 @@ impl Metrics {
             self.quota_used.clone(),
         );
         registry.register(
+            "quota_borrowed",
+            "What a team in a cohort uses beyond its nominal quota, from the others' unused quota",
+            self.quota_borrowed.clone(),
+        );
+        registry.register(
+            "quota_lent",
+            "What of a team's unused nominal quota the other teams of its cohort use",
+            self.quota_lent.clone(),
+        );
+        registry.register(
             "cluster_pods",
             "Pods the cluster view tracks (memory grows with them)",
             self.cluster_pods.clone(),
@@ -398,6 +419,8 @@ impl Metrics {
         self.team_accelerators.clear();
         self.quota_limit.clear();
         self.quota_used.clear();
+        self.quota_borrowed.clear();
+        self.quota_lent.clear();
         for g in &usage.requested {
             let labels =
                 TeamAcceleratorLabels { team: g.team.clone(), resource: g.resource.clone(), state: g.state.as_str() };
@@ -407,6 +430,10 @@ impl Metrics {
             let labels = TeamResourceLabels { team: q.team.clone(), resource: q.resource.clone() };
             self.quota_limit.get_or_create(&labels).set(q.limit);
             self.quota_used.get_or_create(&labels).set(q.used);
+            if let Some((borrowed, lent)) = q.borrowed_lent {
+                self.quota_borrowed.get_or_create(&labels).set(borrowed);
+                self.quota_lent.get_or_create(&labels).set(lent);
+            }
         }
     }
 

@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod cluster;
+pub mod events;
 pub mod fake_api;
 pub mod gate_proxy;
 pub mod kubelet;

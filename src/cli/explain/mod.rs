@@ -525,6 +525,7 @@ fn queue_entries(inputs: &Inputs<'_>, team: Option<&str>) -> Vec<QueueEntry> {
                     .collect(),
                 releasable: unit.waits.is_none(),
                 message: unit.waits,
+                borrows_from: unit.borrowed_from,
             });
         }
     }

@@ -1,7 +1,9 @@
 //! `allot explain`'s output: text for people, JSON (the [`Report`] as it is) for machines.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use super::report::CohortReport;
 use super::{GangReport, NodeReport, PodReport, QueueEntry, Report, TeamReport};
 
 /// Pretty JSON of the report (ends with a newline).
@@ -199,7 +201,12 @@ fn queue_entry(out: &mut String, q: &QueueEntry, indent: &str) {
     let asks: Vec<String> = q.asks.iter().map(|(r, a)| format!("{a} {r}")).collect();
     let state = match &q.message {
         Some(m) => format!("waits: {m}"),
-        None => "releasable: the controller lifts its quota gate on its next pass".to_string(),
+        None => match &q.borrows_from {
+            Some(cohort) => format!(
+                "releasable: the controller lifts its quota gate on its next pass, on quota borrowed from cohort {cohort}"
+            ),
+            None => "releasable: the controller lifts its quota gate on its next pass".to_string(),
+        },
     };
     let _ = writeln!(
         out,
@@ -209,6 +216,25 @@ fn queue_entry(out: &mut String, q: &QueueEntry, indent: &str) {
         q.priority,
         if asks.is_empty() { "nothing".to_string() } else { asks.join(", ") }
     );
+}
+
+/// A cohort's teams, the next borrower first.
+fn cohort(out: &mut String, c: &CohortReport) {
+    let unused: Vec<String> = c.unused.iter().map(|(r, q)| format!("{q} {r}")).collect();
+    let _ = writeln!(out, "  cohort {} ({} unused); its teams, the next to borrow first:", c.name, unused.join(", "));
+    for t in &c.teams {
+        let _ = writeln!(out, "    {} (share {}):", t.team, t.share);
+        for (resource, nominal) in &t.nominal {
+            let of = |m: &BTreeMap<String, String>| m.get(resource).cloned().unwrap_or_else(|| "0".into());
+            let _ = writeln!(
+                out,
+                "      {resource}: nominal {nominal}, uses {}, borrowed {}, lent {}",
+                of(&t.used),
+                of(&t.borrowed),
+                of(&t.lent)
+            );
+        }
+    }
 }
 
 fn team(out: &mut String, t: &TeamReport) {
@@ -221,6 +247,9 @@ fn team(out: &mut String, t: &TeamReport) {
             for l in &q.limits {
                 let over = if l.over { " (over the limit)" } else { "" };
                 let _ = writeln!(out, "    {}: {} of {} used{over}", l.resource, l.used, l.limit);
+            }
+            if let Some(c) = &q.cohort {
+                cohort(out, c);
             }
         }
         None => {

@@ -201,6 +201,33 @@ pub struct TeamReport {
 pub struct QuotaReport {
     pub mode: String,
     pub limits: Vec<LimitReport>,
+    /// The team's cohort, where it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cohort: Option<CohortReport>,
+}
+
+/// A cohort's exchange of quota, as the queue pass sees it now.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CohortReport {
+    pub name: String,
+    /// Per resource: what the teams lend that nobody uses.
+    pub unused: BTreeMap<String, String>,
+    /// Its teams in fair-share order: the smallest share first (who borrows next).
+    pub teams: Vec<CohortTeamReport>,
+}
+
+/// One team of a cohort: per resource, its nominal quota, what it uses, borrows and lends.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CohortTeamReport {
+    pub team: String,
+    pub nominal: BTreeMap<String, String>,
+    pub used: BTreeMap<String, String>,
+    pub borrowed: BTreeMap<String, String>,
+    pub lent: BTreeMap<String, String>,
+    /// Its borrowed share of what the cohort lends, over its weight (0 when it borrows nothing).
+    pub share: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -248,4 +275,7 @@ pub struct QueueEntry {
     pub releasable: bool,
     /// Why it waits.
     pub message: Option<String>,
+    /// Released on quota borrowed from this cohort.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub borrows_from: Option<String>,
 }

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::report::{CohortReport, CohortTeamReport};
 use super::{
     ExplainError, Inputs, LimitReport, NamespaceUsage, PodUsage, QuotaReport, TOP_PODS, TeamReport, queue_entries,
     visibility_notes,
@@ -11,6 +12,7 @@ use crate::control::cluster::usage::requests_by_state;
 use crate::control::cluster::{ClusterView, UsageState};
 use crate::model::namespaces::TeamsByNamespace;
 use crate::model::policy::QuotaMode;
+use crate::model::policy::cohort::CohortUsage;
 use crate::model::policy::quota::{Charge, Quota};
 use crate::model::quantity::Quantity;
 use crate::model::resources::ResourceList;
@@ -52,7 +54,10 @@ pub(super) fn explain_team(inputs: &Inputs<'_>, name: &str) -> Result<TeamReport
         });
         used.insert(team.name.as_str(), q.charge(&usage));
     }
-    let quota_report = quota.map(|q| quota_report(q, used.get(name)));
+    let quota_report = quota.map(|q| QuotaReport {
+        cohort: cohort_report(inputs.policies, name, &used),
+        ..quota_report(q, used.get(name))
+    });
     let mut notes = visibility_notes(inputs, false);
     if quota.is_none() {
         notes.push(format!("team {name} has no quota"));
@@ -152,6 +157,43 @@ fn namespace_usage(by_namespace: BTreeMap<String, ResourceList>) -> Vec<Namespac
     usage.into_iter().map(|(_, u)| u).collect()
 }
 
+/// `team`'s cohort: what each of its teams uses, borrows and lends, in fair-share order.
+fn cohort_report(
+    policies: &crate::model::policy::PolicySet,
+    team: &str,
+    used: &std::collections::HashMap<&str, Charge>,
+) -> Option<CohortReport> {
+    let cohort = policies.cohorts.of_team(team)?;
+    let usage = CohortUsage::new(cohort, &mut |t| used.get(t).cloned());
+    let lent = usage.lent();
+    let shown = |c: Option<&Charge>| -> BTreeMap<String, String> {
+        let resources = cohort.members.first().into_iter().flat_map(|m| m.nominal.keys());
+        resources.map(|r| (r.clone(), usage.show(c.and_then(|c| c.get(r)).copied().unwrap_or(0)))).collect()
+    };
+    let mut teams: Vec<(f64, CohortTeamReport)> = cohort
+        .members
+        .iter()
+        .map(|m| {
+            let share = usage.share(&m.team, &Charge::new());
+            let report = CohortTeamReport {
+                team: m.team.clone(),
+                nominal: shown(Some(&m.nominal)),
+                used: shown(Some(&usage.used(&m.team))),
+                borrowed: shown(Some(&usage.borrowed(&m.team))),
+                lent: shown(lent.get(&m.team)),
+                share: format!("{share:.3}"),
+            };
+            (share, report)
+        })
+        .collect();
+    teams.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.team.cmp(&b.1.team)));
+    Some(CohortReport {
+        name: cohort.name.clone(),
+        unused: shown(Some(&usage.unused())),
+        teams: teams.into_iter().map(|(_, t)| t).collect(),
+    })
+}
+
 /// Each limit against what the team uses (`used`, in charge units), in the quota's own units.
 fn quota_report(q: &Quota, used: Option<&Charge>) -> QuotaReport {
     QuotaReport {
@@ -172,5 +214,6 @@ fn quota_report(q: &Quota, used: Option<&Charge>) -> QuotaReport {
                 }
             })
             .collect(),
+        cohort: None,
     }
 }

@@ -327,3 +327,48 @@ fn a_released_gang_not_yet_bound_shows_its_start_timeout() {
     );
     assert!(text.contains("released members wait to be bound"), "{text}");
 }
+
+#[test]
+fn a_team_in_a_cohort_shows_what_it_borrows_and_lends_and_who_borrows_next() {
+    let team = |name: &str| {
+        format!(
+            "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: {name}}}\nspec:\n  namespaces: {{names: [{name}]}}\n  quota: {{mode: Queue, cohort: research, limits: {{nvidia.com/gpu: 4}}}}\n---\n"
+        )
+    };
+    let p = policies(&format!("{}{}", team("vision"), team("nlp")));
+    let pod = |name: &str, queued: bool| {
+        let mut pod = team_pod(name, 1, queued, "2026-12-07T01:00:00Z");
+        pod["metadata"]["namespace"] = json!("vision");
+        pod
+    };
+    let mut pods: Vec<Value> = (0..6).map(|i| pod(&format!("v{i}"), false)).collect();
+    pods.push(pod("next", true));
+    let state = state_of(&p, &pods, vec![node("n1", 8)]);
+    let report = with_inputs(&p, &state, &pods, 0, Visibility::default(), |i| explain_team(i, "nlp").unwrap());
+    let cohort = report.quota.as_ref().and_then(|q| q.cohort.as_ref()).expect("a cohort report");
+    assert_eq!(cohort.unused["nvidia.com/gpu"], "2");
+    let rows: Vec<(&str, &str, &str, &str)> = cohort
+        .teams
+        .iter()
+        .map(|t| {
+            let gpu = "nvidia.com/gpu";
+            (t.team.as_str(), t.used[gpu].as_str(), t.borrowed[gpu].as_str(), t.lent[gpu].as_str())
+        })
+        .collect();
+    assert_eq!(rows, [("nlp", "0", "0", "2"), ("vision", "6", "2", "0")]);
+    let text = render::text(&Report::Team(report));
+    assert!(
+        text.contains("  cohort research (2 nvidia.com/gpu unused); its teams, the next to borrow first:\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("    vision (share 0.250):\n      nvidia.com/gpu: nominal 4, uses 6, borrowed 2, lent 0\n"),
+        "{text}"
+    );
+    // vision's queue: the 7th pod goes on borrowed quota.
+    let vision = with_inputs(&p, &state, &pods, 0, Visibility::default(), |i| explain_team(i, "vision").unwrap());
+    assert_eq!(vision.queue[0].borrows_from.as_deref(), Some("research"));
+    assert!(vision.queue[0].releasable);
+    let text = render::text(&Report::Team(vision));
+    assert!(text.contains("on its next pass, on quota borrowed from cohort research"), "{text}");
+}

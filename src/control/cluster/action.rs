@@ -72,6 +72,8 @@ pub enum ControllerAction {
         uid: Option<std::sync::Arc<str>>,
         gate_index: usize,
         has_annotations: bool,
+        /// Released on quota borrowed from this cohort: stamped `allot.dev/borrowed-from`.
+        borrowed_from: Option<String>,
     },
     /// Say that a pod left its team's queue (condition + Event), after its quota gate was lifted.
     QuotaAdmitted { namespace: String, pod: String },

@@ -63,10 +63,8 @@ fn accelerator_gauges_split_each_team_by_state_and_quota_units_count_mig_slices(
     assert_eq!(get("", "nvidia.com/gpu", UsageState::Bound), Some(4.0), "namespaces of no team");
     assert_eq!(usage.requested.len(), 6, "no cpu, no pods, nothing finished: {:?}", usage.requested);
     // Quota: 1 running + 1 gang-gated + 1 pending + 7/7 MIG = 4 GPU-equivalents; queued excluded.
-    assert_eq!(
-        usage.quotas,
-        [QuotaGauge { team: "ml".into(), resource: "nvidia.com/gpu".into(), used: 4.0, limit: 2.0 }]
-    );
+    let (team, resource) = ("ml".into(), "nvidia.com/gpu".into());
+    assert_eq!(usage.quotas, [QuotaGauge { team, resource, used: 4.0, limit: 2.0, borrowed_lent: None }]);
 }
 
 /// Label values never come from a Pod: names the policies do not write out (pods asking

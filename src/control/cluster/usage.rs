@@ -31,16 +31,19 @@ impl ClusterState {
         }
         let quota_used = admitted_by_team(&sums, &mut teams);
         let in_units = |quota: &Quota, units: i128| units as f64 / quota.denominator as f64 / 1e9;
+        let exchanged = cohort_exchanges(policies, &quota_used);
         let mut quotas = Vec::new();
         for team in &policies.teams {
             let Some(quota) = &team.quota else { continue };
             for (resource, limit) in &quota.limits {
                 let used = quota_used.get(team.name.as_str()).and_then(|c| c.get(resource)).copied().unwrap_or(0);
+                let exchange = exchanged.get(&(team.name.as_str(), resource.as_str())).copied();
                 quotas.push(QuotaGauge {
                     team: team.name.clone(),
                     resource: resource.clone(),
                     used: in_units(quota, used),
                     limit: in_units(quota, *limit),
+                    borrowed_lent: exchange,
                 });
             }
         }
@@ -166,6 +169,33 @@ pub struct QuotaGauge {
     pub resource: String,
     pub used: f64,
     pub limit: f64,
+    /// For a team in a cohort: what it uses beyond its nominal quota, and what of its unused
+    /// nominal others use.
+    pub borrowed_lent: Option<(f64, f64)>,
+}
+
+/// (team, resource) → (borrowed, lent), in resource terms, for every team in a cohort.
+fn cohort_exchanges<'p>(
+    policies: &'p PolicySet,
+    used: &HashMap<&'p str, Charge>,
+) -> HashMap<(&'p str, &'p str), (f64, f64)> {
+    let mut out = HashMap::new();
+    for cohort in policies.cohorts.iter() {
+        let usage = crate::model::policy::cohort::CohortUsage::new(cohort, &mut |team| used.get(team).cloned());
+        let lent = usage.lent();
+        let in_units = |units: i128| units as f64 / cohort.denominator as f64 / 1e9;
+        for member in &cohort.members {
+            let borrowed = usage.borrowed(&member.team);
+            for resource in member.nominal.keys() {
+                let of = |c: Option<&Charge>| in_units(c.and_then(|c| c.get(resource)).copied().unwrap_or(0));
+                out.insert(
+                    (member.team.as_str(), resource.as_str()),
+                    (of(Some(&borrowed)), of(lent.get(&member.team))),
+                );
+            }
+        }
+    }
+    out
 }
 
 /// Everything [`ClusterState::accelerator_usage`] reports.

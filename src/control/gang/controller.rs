@@ -33,6 +33,7 @@ use super::writes::{Condition, Failures, Later, Writers, execute_lifts, explain,
 pub use super::writes::{delete_params, lift_gate_ops, pin_op, quota_release_patch, release_patch};
 use crate::control::cluster::{ClusterState, ControllerAction};
 use crate::control::quota::QuotaQueue;
+use crate::control::quota::reclaim::Reclaim;
 use crate::model::namespaces::NamespaceLabels;
 use crate::model::policy::PolicySet;
 
@@ -210,6 +211,8 @@ struct Remembered {
     handed_off: HashSet<(String, String)>,
     /// Preemptions in flight, and units spared for a while.
     preemptions: super::preemption::Memory,
+    /// Units a budget kept a reclaim from evicting, until when.
+    reclaim_spared: HashMap<super::decision::UnitKey, i64>,
 }
 
 /// The control loop's state between two wake-ups.
@@ -406,10 +409,10 @@ impl ControlLoop {
         self.seen_generation = state.generation();
         self.context.metrics.passes.inc();
         let planning_started = std::time::Instant::now();
-        let quota_actions = if quota_gated == 0 {
+        let (quota_actions, reclaims) = if quota_gated == 0 {
             // Nothing queued: nothing to remember (nor any place to refresh).
             self.remembered.queued.clear();
-            Vec::new()
+            Default::default()
         } else {
             self.plan_quota(now).await
         };
@@ -418,6 +421,10 @@ impl ControlLoop {
         // gate is gone. Only the gate lifts wait; explanations go out after the gang's lifts.
         let (client, metrics) = (&self.context.client, &self.context.metrics);
         let (later, quota_lifts_failed) = execute_lifts(client, &state, metrics, &self.refused, quota_actions).await;
+        let evictor =
+            super::eviction::ApiEvictor { client: &self.context.evictions, recorder: &self.eviction_recorder, metrics };
+        let spared = &mut self.remembered.reclaim_spared;
+        let reclaim_refused = super::evicting::reclaim(&evictor, &state, spared, &reclaims, now).await;
         let planning_started = std::time::Instant::now();
         let pass = self.plan_gangs(gang_gated, now).await;
         tracing::debug!(preemptions = pass.preemptions.len(), actions = pass.actions.len(), "gang pass: planned");
@@ -428,29 +435,32 @@ impl ControlLoop {
         // not) to read them. (Only times ahead: a place this pass did not look at, a pod
         // terminating say, must not make the next pass due at once, and the one after.)
         let refreshes = self.remembered.queued.values().filter_map(|t| t.refresh_at()).filter(|at| *at > now);
-        self.deadline = pass.next_deadline.into_iter().chain(refreshes).chain(owners_left.then_some(now + 1)).min();
+        // (A refused reclaim: the next pass, within a second, chooses other victims or waits.)
+        let soon = owners_left || reclaim_refused;
+        self.deadline = pass.next_deadline.into_iter().chain(refreshes).chain(soon.then_some(now + 1)).min();
         self.act(pass, later, quota_lifts_failed, now).await;
     }
 
     /// The quota queue's plan (on a blocking thread: however large the cluster view, it never
     /// occupies the async workers that answer /mutate, /validate and /readyz).
-    async fn plan_quota(&mut self, now: i64) -> Vec<ControllerAction> {
+    async fn plan_quota(&mut self, now: i64) -> (Vec<ControllerAction>, Vec<Reclaim>) {
         let (state, p, namespaces) =
             (self.context.state.clone(), self.context.policies.load_full(), self.context.namespaces.clone());
         let mut queued = std::mem::take(&mut self.remembered.queued);
+        let spared = self.remembered.reclaim_spared.clone();
         let planned = tokio::task::spawn_blocking(move || {
-            let actions = state.quota_plan(&p, namespaces.as_ref(), &mut queued, now);
-            (actions, queued)
+            let planned = state.quota_pass(&p, namespaces.as_ref(), &mut queued, &spared, now);
+            (planned, queued)
         })
         .await;
         match planned {
-            Ok((actions, queued)) => {
+            Ok((planned, queued)) => {
                 self.remembered.queued = queued;
-                actions
+                planned
             }
             Err(e) => {
                 tracing::error!(error = %e, "the quota pass failed; retrying on the next change");
-                Vec::new()
+                Default::default()
             }
         }
     }
@@ -515,7 +525,7 @@ impl ControlLoop {
             memory.released(&gang.gang);
         }
         let evictor = super::eviction::ApiEvictor { client: evictions, recorder: &self.eviction_recorder, metrics };
-        if preempt(&evictor, state, memory, &pass.preemptions, now).await {
+        if super::evicting::preempt(&evictor, state, memory, &pass.preemptions, now).await {
             // Refused: the next pass, within a second, chooses other victims or waits.
             self.deadline = Some(self.deadline.map_or(now + 1, |d| d.min(now + 1)));
         }
@@ -555,46 +565,6 @@ impl ControlLoop {
         }
         let _ = self.explain_tx.send(Later { actions: later, stamps });
     }
-}
-
-/// Carries out a pass's preemptions ([`super::preemption::evict`]) and marks the victims
-/// evicted as being deleted, so the next pass neither counts them as members nor chooses them
-/// again; true when an eviction was refused.
-async fn preempt(
-    evictor: &super::eviction::ApiEvictor<'_>,
-    state: &ClusterState,
-    memory: &mut super::preemption::Memory,
-    preemptions: &[super::preemption::Preemption],
-    now: i64,
-) -> bool {
-    use super::metrics::{EvictedLabels, TeamLabels};
-    use super::preemption::Outcome;
-    let mut refused = false;
-    for p in preemptions {
-        let team = TeamLabels { team: p.team.clone().unwrap_or_default() };
-        let outcome = super::preemption::evict(p, evictor, memory, now).await;
-        let evicted = match &outcome {
-            Outcome::Evicted { pods } => {
-                evictor.metrics.preemptions.get_or_create(&team).inc();
-                *pods
-            }
-            Outcome::Refused { unit, pod, why, evicted } => {
-                tracing::warn!(gang = %p.preemptor, victim = %unit, %pod, %why, "preemption refused");
-                let labels = EvictedLabels { team: team.team.clone(), reason: why.metric_label() };
-                evictor.metrics.refused_evictions.get_or_create(&labels).inc();
-                refused = true;
-                *evicted
-            }
-        };
-        for (unit, pod) in p.victims.iter().flat_map(|u| u.pods.iter().map(move |pod| (u, pod))).take(evicted) {
-            state.mark_deleting(&pod.namespace, &pod.name, pod.uid.as_deref(), true);
-            let labels = EvictedLabels { team: unit.team.clone().unwrap_or_default(), reason: "Preempted" };
-            evictor.metrics.evicted_pods.get_or_create(&labels).inc();
-            tracing::warn!(gang = %p.preemptor, victim = %unit.key, namespace = %pod.namespace, pod = %pod.name,
-                priority = unit.priority, preemptor_priority = p.priority, "evicted for a higher-priority gang");
-        }
-    }
-    refused
 }
 
 /// The deletions that take down the rest of gangs a disruption broke ([`super::disruption`]):

@@ -63,8 +63,11 @@ pub struct ControllerMetrics {
     pub gangs_waiting_for_domain: Family<LevelLabels, Gauge>,
     /// Preemptions carried out (every victim evicted), by the preemptor's team (`""`: none).
     pub preemptions: Family<TeamLabels, Counter>,
+    /// Reclaims of lent quota carried out (every victim evicted), by the lender's team.
+    pub reclaims: Family<TeamLabels, Counter>,
     /// Pods Allot evicted or deleted for other work, by their team and why: `Preempted` (a
-    /// victim of a preemption), `GangDisrupted` (the rest of a gang that lost a member).
+    /// victim of a preemption), `Reclaimed` (borrowed work evicted for a lender of its cohort),
+    /// `GangDisrupted` (the rest of a gang that lost a member).
     pub evicted_pods: Family<EvictedLabels, Counter>,
     /// Evictions a PodDisruptionBudget (or the API) refused, by the preemptor's team.
     pub refused_evictions: Family<EvictedLabels, Counter>,
@@ -105,6 +108,7 @@ impl Default for ControllerMetrics {
             refused_lifts: Family::default(),
             gangs_waiting_for_domain: Family::default(),
             preemptions: Family::default(),
+            reclaims: Family::default(),
             evicted_pods: Family::default(),
             refused_evictions: Family::default(),
         };

@@ -9,6 +9,7 @@ pub mod decision;
 pub mod devices;
 pub mod disruption;
 pub mod events;
+pub mod evicting;
 pub mod eviction;
 pub mod fit;
 pub mod hand_off;

@@ -221,29 +221,59 @@ pub trait Evictor {
 
 /// Carries out one preemption at `now` (see the module doc) and remembers it.
 pub async fn evict(p: &Preemption, api: &impl Evictor, memory: &mut Memory, now: i64) -> Outcome {
+    match evict_whole(&p.victims, api, |unit| p.victim_message(unit)).await {
+        Ok(evicted) => {
+            memory.carried_out(p, now);
+            Outcome::Evicted { pods: evicted }
+        }
+        Err(Stopped { unit, pod, why, evicted, dry_run }) => {
+            if !dry_run {
+                // What was evicted is in flight all the same.
+                memory.carried_out(p, now);
+            }
+            refused(p, api, memory, now, unit, &pod, why, evicted).await
+        }
+    }
+}
+
+/// Where [`evict_whole`] stopped: the unit and pod refused, why, the pods evicted before, and
+/// whether it was the dry run (then nothing was evicted).
+pub struct Stopped<'u> {
+    pub unit: &'u RunningUnit,
+    pub pod: String,
+    pub why: EvictionError,
+    pub evicted: usize,
+    pub dry_run: bool,
+}
+
+/// Evicts every pod of `units`, or none: each is first evicted as a dry run (the budgets are
+/// asked), then all for real, each with its uid as precondition; then each is told
+/// `message(its unit)`. Returns how many pods were evicted.
+pub async fn evict_whole<'u>(
+    units: &'u [RunningUnit],
+    api: &impl Evictor,
+    message: impl Fn(&RunningUnit) -> String,
+) -> Result<usize, Stopped<'u>> {
     let mut pods: Vec<(&RunningUnit, &super::decision::RunningPod)> = Vec::new();
-    for unit in &p.victims {
+    for unit in units {
         pods.extend(unit.pods.iter().map(|pod| (unit, pod)));
     }
     for &(unit, pod) in &pods {
         if let Err(why) = api.evict(&pod.namespace, &pod.name, pod.uid.as_deref(), true).await {
-            return refused(p, api, memory, now, unit, &pod.name, why, 0).await;
+            return Err(Stopped { unit, pod: pod.name.clone(), why, evicted: 0, dry_run: true });
         }
     }
     let mut evicted = 0;
     for &(unit, pod) in &pods {
         if let Err(why) = api.evict(&pod.namespace, &pod.name, pod.uid.as_deref(), false).await {
-            // What was evicted is in flight all the same.
-            memory.carried_out(p, now);
-            return refused(p, api, memory, now, unit, &pod.name, why, evicted).await;
+            return Err(Stopped { unit, pod: pod.name.clone(), why, evicted, dry_run: false });
         }
         evicted += 1;
     }
     for &(unit, pod) in &pods {
-        api.tell_victim(&pod.namespace, &pod.name, pod.uid.as_deref(), &p.victim_message(unit)).await;
+        api.tell_victim(&pod.namespace, &pod.name, pod.uid.as_deref(), &message(unit)).await;
     }
-    memory.carried_out(p, now);
-    Outcome::Evicted { pods: evicted }
+    Ok(evicted)
 }
 
 #[allow(clippy::too_many_arguments)]

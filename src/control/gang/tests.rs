@@ -1962,7 +1962,7 @@ mod controller_state {
             read_again.iter_mut().filter(|p| p["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("big-")))
         {
             let patch: json_patch::Patch = serde_json::from_value(
-                crate::control::gang::controller::quota_release_patch(1, None, true, &rfc3339(LIFTED)),
+                crate::control::gang::controller::quota_release_patch(1, None, true, &rfc3339(LIFTED), None),
             )
             .unwrap();
             json_patch::patch(pod, &patch).unwrap();

@@ -19,7 +19,7 @@ use crate::control::cluster::action::QUEUED_REASON;
 use crate::control::cluster::records::{condition_fingerprint, format_nanos};
 use crate::control::cluster::{CONDITION, ClusterState, ControllerAction, QUOTA_CONDITION};
 use crate::model::gang::membership::{
-    ARRIVAL_ANNOTATION, GATE, QUOTA_GATE, QUOTA_RELEASED_ANNOTATION, RELEASED_ANNOTATION,
+    ARRIVAL_ANNOTATION, BORROWED_FROM_ANNOTATION, GATE, QUOTA_GATE, QUOTA_RELEASED_ANNOTATION, RELEASED_ANNOTATION,
 };
 use crate::model::patch::escape;
 
@@ -168,7 +168,7 @@ pub fn lift_gate_ops(gate: &str, gate_index: usize, uid: Option<&str>) -> Vec<Va
 /// The JSON Patch that lifts Allot's gang gate and only it, from the pod of that `uid`, and
 /// marks the member released.
 pub fn release_patch(gate_index: usize, uid: Option<&str>, has_annotations: bool, released_at: &str) -> Value {
-    lift_and_stamp(GATE, RELEASED_ANNOTATION, gate_index, uid, has_annotations, released_at)
+    lift_and_stamp(GATE, &[(RELEASED_ANNOTATION, released_at)], gate_index, uid, has_annotations)
 }
 
 /// Pins a released member to its gang's topology domain: `spec.nodeSelector[key] = value`.
@@ -187,25 +187,39 @@ pub fn pin_op(key: &str, value: &str, has_node_selector: bool) -> Value {
 /// The JSON Patch that lifts Allot's quota gate and only it, from the pod of that `uid`, and
 /// stamps when (`allot.dev/quota-released`): a gang member is not able to go before its
 /// team's quota lets it, so its gang's order and starvation clock start no earlier.
-pub fn quota_release_patch(gate_index: usize, uid: Option<&str>, has_annotations: bool, released_at: &str) -> Value {
-    lift_and_stamp(QUOTA_GATE, QUOTA_RELEASED_ANNOTATION, gate_index, uid, has_annotations, released_at)
-}
-
-/// Lifts `gate` (see [`lift_gate_ops`]) and sets `annotation` to `at` in the same patch.
-fn lift_and_stamp(
-    gate: &str,
-    annotation: &str,
+/// A pod released on quota its team borrows from a cohort also says so
+/// (`allot.dev/borrowed-from: COHORT`).
+pub fn quota_release_patch(
     gate_index: usize,
     uid: Option<&str>,
     has_annotations: bool,
-    at: &str,
+    released_at: &str,
+    borrowed_from: Option<&str>,
+) -> Value {
+    let borrowed = borrowed_from.map(|cohort| (BORROWED_FROM_ANNOTATION, cohort));
+    let stamps: Vec<(&str, &str)> = [(QUOTA_RELEASED_ANNOTATION, released_at)].into_iter().chain(borrowed).collect();
+    lift_and_stamp(QUOTA_GATE, &stamps, gate_index, uid, has_annotations)
+}
+
+/// Lifts `gate` (see [`lift_gate_ops`]) and sets each `(annotation, value)` of `stamps` in the
+/// same patch.
+fn lift_and_stamp(
+    gate: &str,
+    stamps: &[(&str, &str)],
+    gate_index: usize,
+    uid: Option<&str>,
+    has_annotations: bool,
 ) -> Value {
     let mut ops = lift_gate_ops(gate, gate_index, uid);
-    ops.push(if has_annotations {
-        json!({"op": "add", "path": format!("/metadata/annotations/{}", escape(annotation)), "value": at})
+    if has_annotations {
+        ops.extend(stamps.iter().map(|(annotation, value)| {
+            json!({"op": "add", "path": format!("/metadata/annotations/{}", escape(annotation)), "value": value})
+        }));
     } else {
-        json!({"op": "add", "path": "/metadata/annotations", "value": {annotation: at}})
-    });
+        let all: serde_json::Map<String, Value> =
+            stamps.iter().map(|(k, v)| (k.to_string(), Value::String(v.to_string()))).collect();
+        ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": all}));
+    }
     Value::Array(ops)
 }
 
@@ -229,8 +243,9 @@ pub(super) async fn execute_lifts(
         .map(|action| async move {
             match action {
                 ControllerAction::Release { .. } => lifter.lift_gang_gate(action).await,
-                ControllerAction::ReleaseQuota { namespace, pod, uid, gate_index, has_annotations } => {
-                    lifter.lift_quota_gate(namespace, pod, uid, gate_index, has_annotations).await
+                ControllerAction::ReleaseQuota { namespace, pod, uid, gate_index, has_annotations, borrowed_from } => {
+                    let borrowed_from = borrowed_from.as_deref();
+                    lifter.lift_quota_gate(namespace, pod, uid, gate_index, has_annotations, borrowed_from).await
                 }
                 _ => (None, false),
             }
@@ -318,14 +333,15 @@ impl Lifter<'_> {
         uid: Option<Arc<str>>,
         gate_index: usize,
         has_annotations: bool,
+        borrowed_from: Option<&str>,
     ) -> (Option<ControllerAction>, bool) {
         self.metrics.wrote("gate");
-        let patch = quota_release_patch(gate_index, uid.as_deref(), has_annotations, self.now);
+        let patch = quota_release_patch(gate_index, uid.as_deref(), has_annotations, self.now, borrowed_from);
         match patch_pod(self.client, &namespace, &pod, patch).await {
             Ok(_) => {
                 self.state.mark_quota_released(&namespace, &pod, unix_now());
                 self.metrics.quota_releases.inc();
-                tracing::info!(%namespace, %pod, "released from the quota queue");
+                tracing::info!(%namespace, %pod, borrowed_from, "released from the quota queue");
                 (Some(ControllerAction::QuotaAdmitted { namespace, pod }), false)
             }
             Err(e) if admission_refusal(&e).is_some() => {

@@ -13,11 +13,17 @@ use crate::control::cluster::action::{ControllerAction, QUEUED_REASON, refresh_s
 use crate::control::cluster::records::condition_fingerprint;
 use crate::control::cluster::usage::{admitted_by_team, requests_by_state};
 use crate::control::cluster::{ClusterState, ClusterView};
+use crate::control::gang::decision::UnitKey;
 use crate::model::namespaces::{NamespaceLabels, TeamsByNamespace};
+use crate::model::policy::cohort::{Cohort, CohortUsage};
 use crate::model::policy::quota::{Charge, add};
 use crate::model::policy::{PolicySet, QuotaMode};
 use crate::model::resources::ResourceList;
-use crate::model::tally::add_to;
+
+use super::reclaim::{Reclaim, ReclaimAsk, Reclaimer};
+
+mod lines;
+use lines::{Group, Line};
 
 /// Plans the quota queue over a cluster view.
 pub trait QuotaQueue {
@@ -34,7 +40,20 @@ pub trait QuotaQueue {
         labels: &dyn NamespaceLabels,
         previous: &mut HashMap<(String, String), Told>,
         now: i64,
-    ) -> Vec<ControllerAction>;
+    ) -> Vec<ControllerAction> {
+        self.quota_pass(policies, labels, previous, &HashMap::new(), now).0
+    }
+
+    /// [`QuotaQueue::quota_plan`], and the reclaims of lent quota the queues call for
+    /// ([`super::reclaim`]; `spared`: units not to choose before the time).
+    fn quota_pass(
+        &self,
+        policies: &PolicySet,
+        labels: &dyn NamespaceLabels,
+        previous: &mut HashMap<(String, String), Told>,
+        spared: &HashMap<UnitKey, i64>,
+        now: i64,
+    ) -> (Vec<ControllerAction>, Vec<Reclaim>);
 }
 
 /// What a queued pod was last told, and when (seconds since the epoch).
@@ -67,15 +86,17 @@ fn only_moved(old: &str, new: &str) -> bool {
 }
 
 impl QuotaQueue for ClusterState {
-    fn quota_plan(
+    fn quota_pass(
         &self,
         policies: &PolicySet,
         labels: &dyn NamespaceLabels,
         previous: &mut HashMap<(String, String), Told>,
+        spared: &HashMap<UnitKey, i64>,
         now: i64,
-    ) -> Vec<ControllerAction> {
+    ) -> (Vec<ControllerAction>, Vec<Reclaim>) {
         let view = self.view();
-        let Queues { mut actions, teams } = queues(&view, policies, labels);
+        let Queues { mut actions, teams, reclaims: asks } = queues(&view, policies, labels);
+        let reclaims = super::reclaim::reclaims(&view, policies, labels, &asks, spared, now);
         let units = teams.into_values().flat_map(|line| {
             // The pods of the team's queue a refresh may tell again.
             let every = refresh_secs(line.iter().filter(|u| u.waits.is_some()).map(|u| u.members.len()).sum());
@@ -120,6 +141,7 @@ impl QuotaQueue for ClusterState {
                             uid: m.uid,
                             gate_index: m.gate_index,
                             has_annotations: m.has_annotations,
+                            borrowed_from: unit.borrowed_from.clone(),
                         });
                     }
                 }
@@ -127,7 +149,7 @@ impl QuotaQueue for ClusterState {
         }
         // Forget pods that left the queue some other way (deleted, gate removed by hand).
         previous.retain(|(ns, pod), _| view.pod(ns, pod).is_some_and(|p| p.quota_gate_index.is_some()));
-        actions
+        (actions, reclaims)
     }
 }
 
@@ -139,6 +161,8 @@ pub struct Queues {
     pub actions: Vec<ControllerAction>,
     /// Team → its units in queue order.
     pub teams: BTreeMap<String, Vec<QueuedUnit>>,
+    /// Per cohort, its teams' units waiting for lent quota to come back ([`super::reclaim`]).
+    pub reclaims: Vec<ReclaimAsk>,
 }
 
 /// One unit of a team's queue (a gang whole, or one pod) and what the pass does with it.
@@ -156,6 +180,8 @@ pub struct QueuedUnit {
     pub size: Option<u32>,
     /// `None`: released now; else why it waits (the message its members carry).
     pub waits: Option<String>,
+    /// Released on quota borrowed from this cohort.
+    pub borrowed_from: Option<String>,
 }
 
 /// A pod behind the quota gate.
@@ -172,7 +198,9 @@ pub struct QueuedMember {
 }
 
 /// The queues over one consistent view: per team, units by priority then arrival, each
-/// released while the team's usage leaves room, until one does not fit (strict order).
+/// released while the team's usage leaves room, until one does not fit (strict order). The
+/// teams of a cohort are decided together ([`lines`]): a team may borrow what the others leave
+/// unused.
 pub fn queues(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn NamespaceLabels) -> Queues {
     let mut actions = Vec::new();
     let mut teams = TeamsByNamespace::new(policies, labels);
@@ -181,7 +209,7 @@ pub fn queues(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn Namespa
     // holds each); so are those of units released earlier in this pass.
     let mut claimed: HashSet<(Arc<str>, Arc<str>)> = HashSet::new();
     let queued = queued_units(view, &mut teams, &mut actions);
-    let mut out = BTreeMap::new();
+    let mut lines: BTreeMap<&str, Line<'_>> = BTreeMap::new();
     for (team_name, units) in queued {
         let Some(quota) = policies.teams.iter().find(|t| t.name == team_name).and_then(|t| t.quota.as_ref()) else {
             continue;
@@ -190,61 +218,34 @@ pub fn queues(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn Namespa
         units.sort_by(|a, b| {
             b.1.priority.cmp(&a.1.priority).then(a.1.order.cmp(&b.1.order)).then_with(|| a.0.cmp(&b.0))
         });
-        let team_used = used.entry(team_name).or_default();
-        // Set once a unit cannot go: everything behind it waits (strict order).
-        let mut blocked_by: Option<String> = None;
-        // Units ahead that hold the queue (an incomplete gang holds nothing).
-        let mut ahead = 0;
-        let mut line = Vec::with_capacity(units.len());
-        for (key, Unit { members, mut charge, claims, size, priority, present, .. }) in units {
-            let mut unclaimed = ResourceList::new();
-            for (id, devices) in &claims {
-                if !claimed.contains(id) && !view.claim_held_outside_queue(&id.0, &id.1) {
-                    add_to(&mut unclaimed, devices, 1);
-                }
-            }
-            add(&mut charge, &quota.charge(&unclaimed));
-            // Its gated members, or all its present members when some need no quota gate.
-            let present = present.max(u32::try_from(members.len()).unwrap_or(u32::MAX));
-            let incomplete = size.filter(|n| present < *n);
-            // More than the whole quota: it can never go, and a strict queue would hold every
-            // later unit of the team behind it for ever.
-            let never_fits = quota.exceeded(&Charge::new(), &charge);
-            let why = if let Some(n) = incomplete {
-                // A gang is charged whole: it waits for all its members, and until then it
-                // holds up no one (a gang that never assembles must not stall its team).
-                Some(format!(
-                    "{ASSEMBLING}{present}/{n} members; charged whole once all exist (meanwhile it holds up no one)"
-                ))
-            } else if let Some(never) = &never_fits {
-                Some(format!(
-                    "asks {} {}, more than team {team_name}'s whole quota ({}): it is never released \
-                     (meanwhile it holds up no one); delete it, or raise the quota",
-                    never.asked, never.resource, never.limit
-                ))
-            } else if let Some(first) = &blocked_by {
-                Some(format!("{BEHIND}{ahead} earlier pod(s) or gang(s) of team {team_name}: {first}"))
-            } else if let Some(exceeded) = quota.exceeded(team_used, &charge) {
-                Some(format!("team {team_name} {exceeded}; this asks {}", exceeded.asked))
-            } else {
-                None
-            };
-            match &why {
-                Some(message) if incomplete.is_none() && never_fits.is_none() => {
-                    blocked_by.get_or_insert_with(|| message.clone());
-                    ahead += 1;
-                }
-                Some(_) => {}
-                None => {
-                    add(team_used, &charge);
-                    claimed.extend(claims.into_keys());
-                }
-            }
-            line.push(QueuedUnit { key, priority, members, charge, size, waits: why });
-        }
-        out.insert(team_name.to_string(), line);
+        let team_used = used.get(team_name).cloned().unwrap_or_default();
+        lines.insert(team_name, Line::new(team_name, quota, units.into(), team_used));
     }
-    Queues { actions, teams: out }
+    let mut out = BTreeMap::new();
+    // A cohort's teams together; each other team alone.
+    let mut groups: Vec<(Option<&Cohort>, Vec<Line<'_>>)> = Vec::new();
+    for cohort in policies.cohorts.iter() {
+        let members: Vec<Line<'_>> = cohort.members.iter().filter_map(|m| lines.remove(m.team.as_str())).collect();
+        if !members.is_empty() {
+            groups.push((Some(cohort), members));
+        }
+    }
+    groups.extend(lines.into_values().map(|line| (None, vec![line])));
+    let mut reclaims = Vec::new();
+    for (cohort, mut members) in groups {
+        let cohort = cohort.map(|c| CohortUsage::new(c, &mut |team| used.remove(team)));
+        let after = Group { view, claimed: &mut claimed, cohort }.decide(&mut members);
+        let reclaimers: Vec<(String, Reclaimer)> =
+            members.iter_mut().filter_map(|l| Some((l.team.to_string(), l.reclaimer.take()?))).collect();
+        if let Some(after) = after.filter(|_| !reclaimers.is_empty()) {
+            let cohort = after.cohort().name.clone();
+            reclaims.push(ReclaimAsk { cohort, used: after.into_parts(), reclaimers });
+        }
+        for line in members {
+            out.insert(line.team.to_string(), line.decided);
+        }
+    }
+    Queues { actions, teams: out, reclaims }
 }
 
 /// What goes through a team's queue at once: a gang (all its quota-gated members) or one pod.
@@ -299,6 +300,7 @@ fn queued_units<'p>(
                 uid: p.uid.clone(),
                 gate_index,
                 has_annotations: p.has_annotations,
+                borrowed_from: None,
             });
             continue;
         };
@@ -346,5 +348,9 @@ fn queued_units<'p>(
     queued
 }
 
+#[cfg(test)]
+mod cohort_tests;
+#[cfg(test)]
+mod reclaim_tests;
 #[cfg(test)]
 mod tests;

@@ -30,6 +30,9 @@ pub const RELEASED_ANNOTATION: &str = "allot.dev/gang-released";
 /// survives controller restarts like the release mark. Tenants cannot write it (every
 /// `allot.dev/` key is Allot's), and a value that got there anyway can only make a gang later.
 pub const QUOTA_RELEASED_ANNOTATION: &str = "allot.dev/quota-released";
+/// Set by Allot on a pod its team's queue released on quota borrowed from a cohort: the
+/// cohort's name.
+pub const BORROWED_FROM_ANNOTATION: &str = "allot.dev/borrowed-from";
 /// Set by the leading controller on a pod in a team's quota queue, once: when the watch first
 /// saw the pod (RFC 3339, nanoseconds). Breaks ties of `creationTimestamp` (one-second
 /// resolution) in queue order, so the order is arrival as Allot saw it, the same after a leader

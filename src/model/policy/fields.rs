@@ -44,6 +44,13 @@ pub(super) fn quota_limits(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// `quota.borrowingLimit`, `quota.lendingLimit`: resource name → non-negative quantity.
+pub(super) fn optional_quota_limits(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = quota_limits(generator);
+    schema.remove("minProperties");
+    schema
+}
+
 /// An equivalent's `weight`: a positive number or a fraction.
 pub(super) fn weight(_: &mut SchemaGenerator) -> Schema {
     json_schema!({

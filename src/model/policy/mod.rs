@@ -7,6 +7,7 @@
 //! document number and field path, and no partial set is ever produced — so a server never
 //! drops to an empty or half policy set because one file is broken.
 
+pub mod cohort;
 mod compile;
 mod fields;
 pub mod model;
@@ -18,7 +19,7 @@ pub mod tenancy;
 pub mod topology;
 mod values;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -270,6 +271,8 @@ pub struct PolicySet {
     /// pods run before they may be evicted.
     pub preemption: preemption::Preemption,
     pub teams: Vec<Team>,
+    /// The teams' cohorts (`quota.cohort`).
+    pub cohorts: cohort::Cohorts,
     pub placements: Vec<Placement>,
     pub rules: Vec<Rule>,
     pub gang_policies: Vec<GangPolicy>,
@@ -429,7 +432,13 @@ pub fn compile_with(sources: &[Source], facts: &ClusterFacts) -> Result<PolicySe
         device_classes: &device_classes,
         preemption: cluster_preemption,
     };
+    let team_locations: HashMap<String, String> = docs.teams.iter().map(|(l, n, _)| (n.clone(), l.clone())).collect();
     let teams = compile_all(docs.teams, &cx, &mut errors);
+    let location = |team: &str| team_locations.get(team).cloned().unwrap_or_default();
+    let cohorts = cohort::compile(&teams, &location).unwrap_or_else(|problems| {
+        errors.extend(problems);
+        cohort::Cohorts::default()
+    });
     let placements = compile_all(docs.placements, &cx, &mut errors);
     let rules = compile_all(docs.rules, &cx, &mut errors);
     let gang_policies = compile_all(docs.gangs, &cx, &mut errors);
@@ -455,6 +464,7 @@ pub fn compile_with(sources: &[Source], facts: &ClusterFacts) -> Result<PolicySe
         priority: cluster.priority,
         preemption: cluster_preemption,
         teams,
+        cohorts,
         placements,
         rules,
         gang_policies,

@@ -121,6 +121,26 @@ pub struct QuotaSpec {
     /// (`nvidia.com/mig-1g.10gb: {countsAs: nvidia.com/gpu, weight: 1/7}`).
     #[serde(default)]
     pub equivalents: BTreeMap<String, Equivalent>,
+    /// The cohort the team lends its unused quota to and borrows from: its `limits` are then
+    /// its nominal (guaranteed) quota. Omitted: no borrowing, `limits` is a hard cap.
+    #[serde(default)]
+    pub cohort: Option<String>,
+    /// Resource name → the most the team may use beyond its nominal quota, from the cohort's
+    /// unused quota (only with `cohort`). A resource not named here may borrow without bound
+    /// other than the cohort's.
+    #[serde(default)]
+    #[schemars(schema_with = "fields::optional_quota_limits")]
+    pub borrowing_limit: BTreeMap<String, serde_json::Value>,
+    /// Resource name → the most of the team's unused nominal quota other teams may borrow (only
+    /// with `cohort`); the rest is kept for the team. A resource not named here lends it all.
+    #[serde(default)]
+    #[schemars(schema_with = "fields::optional_quota_limits")]
+    pub lending_limit: BTreeMap<String, serde_json::Value>,
+    /// The team's fair-share weight in its cohort (default 1): when several teams wait to
+    /// borrow, the one whose borrowed share divided by its weight is smallest goes first.
+    #[serde(default)]
+    #[schemars(schema_with = "fields::optional_weight")]
+    pub weight: Option<serde_json::Value>,
 }
 
 /// Deny at admission, or admit and queue behind the `allot.dev/quota` gate.

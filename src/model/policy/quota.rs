@@ -23,6 +23,8 @@ pub struct Quota {
     pub equivalents: BTreeMap<String, (String, i128, i128)>,
     /// Common denominator of all weights.
     pub denominator: i128,
+    /// Its terms in a cohort (`quota.cohort`): `limits` is then its nominal quota.
+    pub cohort: Option<CohortTerms>,
 }
 
 /// Amounts per limited resource, in charge units of one [`Quota`].
@@ -75,6 +77,20 @@ pub enum QuotaSpecError {
     Limit { name: String, source: QuantityError },
     #[error("quota.limits.{name}: must not be negative")]
     NegativeLimit { name: String },
+    /// `borrowingLimit`, `lendingLimit` or `weight` without `cohort`.
+    #[error("quota.{field}: only a team in a cohort borrows or lends; name the cohort in quota.cohort")]
+    NoCohort { field: &'static str },
+    #[error("quota.cohort: {name:?} must be a DNS label (lower-case letters, digits and '-', at most 63)")]
+    CohortName { name: String },
+    /// A borrowing or lending limit for a resource the quota does not limit.
+    #[error("quota.{field}.{name}: {name:?} has no limit in quota.limits")]
+    CohortUnlimited { field: &'static str, name: String },
+    #[error("quota.{field}.{name}: {source}")]
+    CohortLimit { field: &'static str, name: String, source: QuantityError },
+    #[error("quota.{field}.{name}: must not be negative")]
+    CohortNegative { field: &'static str, name: String },
+    #[error("quota.weight: {0}")]
+    FairShareWeight(WeightError),
 }
 
 impl QuotaSpecError {
@@ -88,6 +104,12 @@ impl QuotaSpecError {
             QuotaSpecError::ClassDenominatorsTooLarge { .. } => "class_denominators_too_large",
             QuotaSpecError::Limit { .. } => "limit",
             QuotaSpecError::NegativeLimit { .. } => "negative_limit",
+            QuotaSpecError::NoCohort { .. } => "no_cohort",
+            QuotaSpecError::CohortName { .. } => "cohort_name",
+            QuotaSpecError::CohortUnlimited { .. } => "cohort_unlimited",
+            QuotaSpecError::CohortLimit { .. } => "cohort_limit",
+            QuotaSpecError::CohortNegative { .. } => "cohort_negative",
+            QuotaSpecError::FairShareWeight(_) => "fair_share_weight",
         }
     }
 }
@@ -170,7 +192,8 @@ impl Quota {
             }
             limits.insert(name.clone(), q.nanos().saturating_mul(denominator));
         }
-        Ok(Quota { mode: spec.mode, limits, equivalents, denominator })
+        let cohort = cohort_terms(spec, &limits, denominator)?;
+        Ok(Quota { mode: spec.mode, limits, equivalents, denominator, cohort })
     }
 
     /// Whether this quota counts `amount` of `resource`: a limited or weighted resource, and not
@@ -197,14 +220,7 @@ impl Quota {
 
     /// Renders an amount of charge units as a resource quantity (`6`, `1.5`, `0.142857`).
     pub fn show(&self, units: i128) -> String {
-        let nanos = units / self.denominator;
-        let exact = units % self.denominator == 0;
-        let q = Quantity::from_nanos(nanos);
-        if q.is_whole() {
-            format!("{}{}", q.nanos() / 1_000_000_000, if exact { "" } else { "+" })
-        } else {
-            format!("{:.3}", nanos as f64 / 1e9)
-        }
+        show_units(units, self.denominator)
     }
 
     /// The first limit that `used + charge` would exceed, as (resource, used, limit, asked).
@@ -223,6 +239,91 @@ impl Quota {
         }
         None
     }
+}
+
+/// Renders `units` of `1 / (1e9 × denominator)` as a resource quantity (`6`, `1.5`, `0.142857`).
+pub fn show_units(units: i128, denominator: i128) -> String {
+    let nanos = units / denominator;
+    let exact = units % denominator == 0;
+    let q = Quantity::from_nanos(nanos);
+    if q.is_whole() {
+        format!("{}{}", q.nanos() / 1_000_000_000, if exact { "" } else { "+" })
+    } else {
+        format!("{:.3}", nanos as f64 / 1e9)
+    }
+}
+
+/// A quota's terms in its cohort, in the quota's own charge units.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CohortTerms {
+    pub cohort: String,
+    /// Limited name → the most used beyond the nominal; a name absent: no bound but the cohort's.
+    pub borrowing_limit: Charge,
+    /// Limited name → the most of the unused nominal others may use; a name absent: all of it.
+    pub lending_limit: Charge,
+    /// The fair-share weight, as (numerator, denominator).
+    pub weight: (i128, i128),
+}
+
+/// The cohort terms of a `quota:` block whose limits (in charge units of `denominator`) are
+/// compiled: `None` without `cohort`.
+fn cohort_terms(
+    spec: &QuotaSpec,
+    limits: &BTreeMap<String, i128>,
+    denominator: i128,
+) -> Result<Option<CohortTerms>, QuotaSpecError> {
+    let Some(cohort) = &spec.cohort else {
+        for (field, given) in [("borrowingLimit", !spec.borrowing_limit.is_empty()), ("weight", spec.weight.is_some())]
+            .into_iter()
+            .chain([("lendingLimit", !spec.lending_limit.is_empty())])
+        {
+            if given {
+                return Err(QuotaSpecError::NoCohort { field });
+            }
+        }
+        return Ok(None);
+    };
+    if !is_dns_label(cohort) {
+        return Err(QuotaSpecError::CohortName { name: cohort.clone() });
+    }
+    let amounts = |field: &'static str, raw: &BTreeMap<String, serde_json::Value>| {
+        raw.iter()
+            .map(|(name, value)| {
+                if !limits.contains_key(name) {
+                    return Err(QuotaSpecError::CohortUnlimited { field, name: name.clone() });
+                }
+                let q = Quantity::from_json(value).map_err(|source| QuotaSpecError::CohortLimit {
+                    field,
+                    name: name.clone(),
+                    source,
+                })?;
+                if q.nanos() < 0 {
+                    return Err(QuotaSpecError::CohortNegative { field, name: name.clone() });
+                }
+                Ok((name.clone(), q.nanos().saturating_mul(denominator)))
+            })
+            .collect::<Result<Charge, _>>()
+    };
+    let weight = match &spec.weight {
+        Some(raw) => parse_weight(raw).map_err(QuotaSpecError::FairShareWeight)?,
+        None => (1, 1),
+    };
+    Ok(Some(CohortTerms {
+        cohort: cohort.clone(),
+        borrowing_limit: amounts("borrowingLimit", &spec.borrowing_limit)?,
+        lending_limit: amounts("lendingLimit", &spec.lending_limit)?,
+        weight,
+    }))
+}
+
+/// A DNS label: it names the cohort in an annotation value and a metric label.
+fn is_dns_label(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.first() != Some(&b'-')
+        && bytes.last() != Some(&b'-')
 }
 
 /// A limit a request would exceed.

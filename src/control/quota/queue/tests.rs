@@ -425,6 +425,7 @@ fn a_quota_gate_nothing_queues_any_more_is_lifted() {
                 uid: Some("u-waiting".into()),
                 gate_index: 0,
                 has_annotations: true,
+                borrowed_from: None,
             }],
             "the lift tests the uid of the pod the plan saw"
         );
