@@ -167,8 +167,7 @@ fn cohort_report(
     let usage = CohortUsage::new(cohort, &mut |t| used.get(t).cloned());
     let lent = usage.lent();
     let shown = |c: Option<&Charge>| -> BTreeMap<String, String> {
-        let resources = cohort.members.first().into_iter().flat_map(|m| m.nominal.keys());
-        resources.map(|r| (r.clone(), usage.show(c.and_then(|c| c.get(r)).copied().unwrap_or(0)))).collect()
+        cohort.resources().map(|r| (r.clone(), usage.show(c.and_then(|c| c.get(r)).copied().unwrap_or(0)))).collect()
     };
     let mut teams: Vec<(f64, CohortTeamReport)> = cohort
         .members

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use super::decision::UnitKey;
+use super::decision::{RunningPod, RunningUnit, UnitKey};
 use super::metrics::{EvictedLabels, TeamLabels};
 use super::preemption::{REFUSAL_RETRY_SECS, Stopped, evict_whole};
 use crate::control::cluster::ClusterState;
@@ -45,10 +45,7 @@ pub(super) async fn preempt(
                 *evicted
             }
         };
-        for (unit, pod) in p.victims.iter().flat_map(|u| u.pods.iter().map(move |pod| (u, pod))).take(evicted) {
-            state.mark_deleting(&pod.namespace, &pod.name, pod.uid.as_deref(), true);
-            let labels = EvictedLabels { team: unit.team.clone().unwrap_or_default(), reason: "Preempted" };
-            evictor.metrics.evicted_pods.get_or_create(&labels).inc();
+        for (unit, pod) in mark_evicted(evictor, state, &p.victims, evicted, "Preempted") {
             tracing::warn!(gang = %p.preemptor, victim = %unit.key, namespace = %pod.namespace, pod = %pod.name,
                 priority = unit.priority, preemptor_priority = p.priority, "evicted for a higher-priority gang");
         }
@@ -95,13 +92,28 @@ pub(super) async fn reclaim(
                 evicted
             }
         };
-        for (unit, pod) in r.victims.iter().flat_map(|u| u.pods.iter().map(move |pod| (u, pod))).take(evicted) {
-            state.mark_deleting(&pod.namespace, &pod.name, pod.uid.as_deref(), true);
-            let labels = EvictedLabels { team: unit.team.clone().unwrap_or_default(), reason: "Reclaimed" };
-            evictor.metrics.evicted_pods.get_or_create(&labels).inc();
+        for (unit, pod) in mark_evicted(evictor, state, &r.victims, evicted, "Reclaimed") {
             tracing::warn!(team = %r.team, cohort = %r.cohort, unit = %r.unit, victim = %unit.key,
                 namespace = %pod.namespace, pod = %pod.name, "evicted to reclaim lent quota");
         }
     }
     refused
+}
+
+/// The first `evicted` pods of `victims` (the order they were evicted in), each marked as being
+/// deleted and counted in `allot_evicted_pods_total` under `reason`.
+fn mark_evicted<'u>(
+    evictor: &super::eviction::ApiEvictor<'_>,
+    state: &ClusterState,
+    victims: &'u [RunningUnit],
+    evicted: usize,
+    reason: &'static str,
+) -> Vec<(&'u RunningUnit, &'u RunningPod)> {
+    let pods: Vec<_> = victims.iter().flat_map(|u| u.pods.iter().map(move |pod| (u, pod))).take(evicted).collect();
+    for (unit, pod) in &pods {
+        state.mark_deleting(&pod.namespace, &pod.name, pod.uid.as_deref(), true);
+        let labels = EvictedLabels { team: unit.team.clone().unwrap_or_default(), reason };
+        evictor.metrics.evicted_pods.get_or_create(&labels).inc();
+    }
+    pods
 }

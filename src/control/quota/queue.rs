@@ -95,8 +95,8 @@ impl QuotaQueue for ClusterState {
         now: i64,
     ) -> (Vec<ControllerAction>, Vec<Reclaim>) {
         let view = self.view();
-        let Queues { mut actions, teams, reclaims: asks } = queues(&view, policies, labels);
-        let reclaims = super::reclaim::reclaims(&view, policies, labels, &asks, spared, now);
+        let Queues { mut actions, teams, reclaim_asks } = queues(&view, policies, labels);
+        let reclaims = super::reclaim::reclaims(&view, policies, labels, &reclaim_asks, spared, now);
         let units = teams.into_values().flat_map(|line| {
             // The pods of the team's queue a refresh may tell again.
             let every = refresh_secs(line.iter().filter(|u| u.waits.is_some()).map(|u| u.members.len()).sum());
@@ -156,13 +156,13 @@ impl QuotaQueue for ClusterState {
 /// Every queue-mode team's queue in order, each unit with its outcome: the one decision the
 /// controller carries out ([`QuotaQueue::quota_plan`]) and `allot explain team` shows.
 #[derive(Debug, Default)]
-pub struct Queues {
+pub struct Queues<'p> {
     /// Quota gates nothing queues any more (the team left queue mode or has no quota): lifted.
     pub actions: Vec<ControllerAction>,
     /// Team → its units in queue order.
     pub teams: BTreeMap<String, Vec<QueuedUnit>>,
     /// Per cohort, its teams' units waiting for lent quota to come back ([`super::reclaim`]).
-    pub reclaims: Vec<ReclaimAsk>,
+    pub reclaim_asks: Vec<ReclaimAsk<'p>>,
 }
 
 /// One unit of a team's queue (a gang whole, or one pod) and what the pass does with it.
@@ -201,7 +201,7 @@ pub struct QueuedMember {
 /// released while the team's usage leaves room, until one does not fit (strict order). The
 /// teams of a cohort are decided together ([`lines`]): a team may borrow what the others leave
 /// unused.
-pub fn queues(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn NamespaceLabels) -> Queues {
+pub fn queues<'p>(view: &ClusterView<'_>, policies: &'p PolicySet, labels: &dyn NamespaceLabels) -> Queues<'p> {
     let mut actions = Vec::new();
     let mut teams = TeamsByNamespace::new(policies, labels);
     let mut used = admitted_by_team(&requests_by_state(view), &mut teams);
@@ -231,21 +231,20 @@ pub fn queues(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn Namespa
         }
     }
     groups.extend(lines.into_values().map(|line| (None, vec![line])));
-    let mut reclaims = Vec::new();
+    let mut reclaim_asks = Vec::new();
     for (cohort, mut members) in groups {
         let cohort = cohort.map(|c| CohortUsage::new(c, &mut |team| used.remove(team)));
         let after = Group { view, claimed: &mut claimed, cohort }.decide(&mut members);
         let reclaimers: Vec<(String, Reclaimer)> =
             members.iter_mut().filter_map(|l| Some((l.team.to_string(), l.reclaimer.take()?))).collect();
-        if let Some(after) = after.filter(|_| !reclaimers.is_empty()) {
-            let cohort = after.cohort().name.clone();
-            reclaims.push(ReclaimAsk { cohort, used: after.into_parts(), reclaimers });
+        if let Some(usage) = after.filter(|_| !reclaimers.is_empty()) {
+            reclaim_asks.push(ReclaimAsk { usage, reclaimers });
         }
         for line in members {
             out.insert(line.team.to_string(), line.decided);
         }
     }
-    Queues { actions, teams: out, reclaims }
+    Queues { actions, teams: out, reclaim_asks }
 }
 
 /// What goes through a team's queue at once: a gang (all its quota-gated members) or one pod.

@@ -42,10 +42,9 @@ pub struct Reclaimer {
 
 /// A cohort's lenders waiting for their lent quota, as one queue pass left them.
 #[derive(Debug, Clone)]
-pub struct ReclaimAsk {
-    pub cohort: String,
-    /// The cohort's usage after the pass's releases ([`CohortUsage::into_parts`]).
-    pub used: Vec<Charge>,
+pub struct ReclaimAsk<'p> {
+    /// The cohort's usage after the pass's releases.
+    pub usage: CohortUsage<'p>,
     /// (team, its unit waiting), in team name order.
     pub reclaimers: Vec<(String, Reclaimer)>,
 }
@@ -87,7 +86,7 @@ pub fn reclaims(
     view: &ClusterView<'_>,
     policies: &PolicySet,
     labels: &dyn NamespaceLabels,
-    asks: &[ReclaimAsk],
+    asks: &[ReclaimAsk<'_>],
     spared: &HashMap<UnitKey, i64>,
     now: i64,
 ) -> Vec<Reclaim> {
@@ -99,8 +98,8 @@ pub fn reclaims(
     let units = running_units(view, policies, labels, i32::MAX, now);
     let mut out = Vec::new();
     for ask in asks {
-        let Some(cohort) = policies.cohorts.iter().find(|c| c.name == ask.cohort) else { continue };
-        let mut usage = CohortUsage::from_parts(cohort, ask.used.clone());
+        let mut usage = ask.usage.clone();
+        let cohort = usage.cohort();
         for member in &cohort.members {
             if let (Some(quota), Some(gone)) = (quota_of(&member.team), leaving.get(member.team.as_str())) {
                 usage.give_back(&member.team, &quota.charge(gone));

@@ -54,6 +54,13 @@ pub struct Cohorts {
     of_team: HashMap<String, String>,
 }
 
+impl Cohort {
+    /// The resources its teams limit (the same for every team: checked at load).
+    pub fn resources(&self) -> impl Iterator<Item = &String> {
+        self.members.first().into_iter().flat_map(|m| m.nominal.keys())
+    }
+}
+
 impl Cohorts {
     /// The cohort `team` is in.
     pub fn of_team(&self, team: &str) -> Option<&Cohort> {

@@ -273,15 +273,15 @@ fn cohort_terms(
     denominator: i128,
 ) -> Result<Option<CohortTerms>, QuotaSpecError> {
     let Some(cohort) = &spec.cohort else {
-        for (field, given) in [("borrowingLimit", !spec.borrowing_limit.is_empty()), ("weight", spec.weight.is_some())]
-            .into_iter()
-            .chain([("lendingLimit", !spec.lending_limit.is_empty())])
-        {
-            if given {
-                return Err(QuotaSpecError::NoCohort { field });
-            }
-        }
-        return Ok(None);
+        let given = [
+            ("borrowingLimit", !spec.borrowing_limit.is_empty()),
+            ("lendingLimit", !spec.lending_limit.is_empty()),
+            ("weight", spec.weight.is_some()),
+        ];
+        return match given.into_iter().find(|(_, given)| *given) {
+            Some((field, _)) => Err(QuotaSpecError::NoCohort { field }),
+            None => Ok(None),
+        };
     };
     if !is_dns_label(cohort) {
         return Err(QuotaSpecError::CohortName { name: cohort.clone() });

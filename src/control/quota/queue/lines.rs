@@ -135,46 +135,39 @@ impl<'c> Group<'_, 'c> {
     /// the cohort's usage once the pass's releases are counted.
     pub(super) fn decide(mut self, lines: &mut [Line<'_>]) -> Option<CohortUsage<'c>> {
         loop {
-            // The best head that can go: (line, rank).
-            let mut best: Option<(usize, Rank)> = None;
+            // The best head that can go: (line, rank, its charge).
+            let mut best: Option<(usize, Rank, Charge)> = None;
             for (i, line) in lines.iter_mut().enumerate() {
                 while let Some((_, unit)) = line.units.front() {
                     let charge = self.charge_of(line.quota, unit);
                     match self.outcome(line, unit, &charge) {
                         Outcome::Waits { message, holds, reclaims } => {
+                            let Some((key, unit)) = line.units.pop_front() else { break };
                             if reclaims && line.blocked_by.is_none() {
-                                line.reclaimer = Some(Reclaimer {
-                                    unit: line.units.front().map(|(key, _)| key.clone()).unwrap_or_default(),
-                                    charge: charge.clone(),
-                                    first_member: line
-                                        .units
-                                        .front()
-                                        .and_then(|(_, u)| u.members.first())
-                                        .map(|m| (m.namespace.clone(), m.pod.clone())),
-                                });
+                                let first_member = unit.members.first().map(|m| (m.namespace.clone(), m.pod.clone()));
+                                line.reclaimer =
+                                    Some(Reclaimer { unit: key.clone(), charge: charge.clone(), first_member });
                             }
                             if holds {
                                 line.blocked_by.get_or_insert_with(|| message.clone());
                                 line.ahead += 1;
                             }
-                            let Some((key, unit)) = line.units.pop_front() else { break };
                             line.decided.push(queued(key, unit, charge, Some(message), None));
                         }
                         Outcome::Goes { take, share } => {
                             let rank =
                                 Rank { borrows: take.borrows, share, priority: unit.priority, order: unit.order };
-                            if best.as_ref().is_none_or(|(_, b)| rank.cmp(b) == Ordering::Less) {
-                                best = Some((i, rank));
+                            if best.as_ref().is_none_or(|(_, b, _)| rank.cmp(b) == Ordering::Less) {
+                                best = Some((i, rank, charge));
                             }
                             break;
                         }
                     }
                 }
             }
-            let Some((i, rank)) = best else { return self.cohort };
+            let Some((i, rank, charge)) = best else { return self.cohort };
             let line = &mut lines[i];
             let Some((key, unit)) = line.units.pop_front() else { return self.cohort };
-            let charge = self.charge_of(line.quota, &unit);
             add(&mut line.used, &charge);
             let borrowed_from = match &mut self.cohort {
                 Some(cohort) => {

@@ -42,11 +42,6 @@ impl<'c> CohortUsage<'c> {
         self.cohort.members.iter().position(|m| m.team == team)
     }
 
-    /// The resources the cohort counts.
-    fn resources(&self) -> impl Iterator<Item = &'c String> {
-        self.cohort.members.first().into_iter().flat_map(|m| m.nominal.keys())
-    }
-
     /// What `team` uses.
     pub fn used(&self, team: &str) -> Charge {
         self.index(team).map(|i| self.used[i].clone()).unwrap_or_default()
@@ -56,7 +51,8 @@ impl<'c> CohortUsage<'c> {
     pub fn borrowed(&self, team: &str) -> Charge {
         let Some(i) = self.index(team) else { return Charge::new() };
         let m = &self.cohort.members[i];
-        self.resources()
+        self.cohort
+            .resources()
             .map(|r| (r.clone(), (at(&self.used[i], r) - at(&m.nominal, r)).max(0)))
             .filter(|(_, v)| *v > 0)
             .collect()
@@ -79,14 +75,14 @@ impl<'c> CohortUsage<'c> {
     /// What is left of the pool, per resource (never below zero: a policy change can leave a
     /// cohort above its new quotas).
     pub fn unused(&self) -> Charge {
-        self.resources().map(|r| (r.clone(), (self.pool(r) - self.drawn_total(r)).max(0))).collect()
+        self.cohort.resources().map(|r| (r.clone(), (self.pool(r) - self.drawn_total(r)).max(0))).collect()
     }
 
     /// Who lends what borrowers use: the borrowed total of each resource, attributed to the
     /// teams with unused lendable quota in name order.
     pub fn lent(&self) -> BTreeMap<String, Charge> {
         let mut out: BTreeMap<String, Charge> = BTreeMap::new();
-        for r in self.resources() {
+        for r in self.cohort.resources() {
             let mut owed: i128 = (0..self.used.len())
                 .map(|i| (at(&self.used[i], r) - at(&self.cohort.members[i].nominal, r)).max(0))
                 .sum();
@@ -110,7 +106,8 @@ impl<'c> CohortUsage<'c> {
         let m = &self.cohort.members[i];
         let charge = scaled(m.scale, charge);
         let (num, den) = m.weight;
-        self.resources()
+        self.cohort
+            .resources()
             .filter_map(|r| {
                 let pool = self.pool(r);
                 let borrowed = (at(&self.used[i], r) + at(&charge, r) - at(&m.nominal, r)).max(0);
@@ -177,19 +174,6 @@ impl<'c> CohortUsage<'c> {
             let slot = self.used[i].entry(r).or_default();
             *slot = slot.saturating_add(v.saturating_mul(sign));
         }
-    }
-
-    /// What each team uses, by member index: to decide on later from the same numbers
-    /// ([`CohortUsage::from_parts`]).
-    pub fn into_parts(self) -> Vec<Charge> {
-        self.used
-    }
-
-    /// The usage [`CohortUsage::into_parts`] gave (of the same cohort).
-    pub fn from_parts(cohort: &'c Cohort, used: Vec<Charge>) -> CohortUsage<'c> {
-        let mut used = used;
-        used.resize(cohort.members.len(), Charge::new());
-        CohortUsage { cohort, used }
     }
 
     /// Whether `team` uses more than its nominal quota of some resource `charge` asks.
