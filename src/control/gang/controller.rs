@@ -211,8 +211,8 @@ struct Remembered {
     handed_off: HashSet<(String, String)>,
     /// Preemptions in flight, and units spared for a while.
     preemptions: super::preemption::Memory,
-    /// Units a budget kept a reclaim from evicting, until when.
-    reclaim_spared: HashMap<super::decision::UnitKey, i64>,
+    /// Reclaims in flight, and units a budget kept a reclaim from evicting.
+    reclaims: crate::control::quota::reclaim::Memory,
 }
 
 /// The control loop's state between two wake-ups.
@@ -423,8 +423,8 @@ impl ControlLoop {
         let (later, quota_lifts_failed) = execute_lifts(client, &state, metrics, &self.refused, quota_actions).await;
         let evictor =
             super::eviction::ApiEvictor { client: &self.context.evictions, recorder: &self.eviction_recorder, metrics };
-        let spared = &mut self.remembered.reclaim_spared;
-        let reclaim_refused = super::evicting::reclaim(&evictor, &state, spared, &reclaims, now).await;
+        let memory = &mut self.remembered.reclaims;
+        let reclaim_refused = super::evicting::reclaim(&evictor, &state, memory, &reclaims, now).await;
         let planning_started = std::time::Instant::now();
         let pass = self.plan_gangs(gang_gated, now).await;
         tracing::debug!(preemptions = pass.preemptions.len(), actions = pass.actions.len(), "gang pass: planned");
@@ -447,9 +447,10 @@ impl ControlLoop {
         let (state, p, namespaces) =
             (self.context.state.clone(), self.context.policies.load_full(), self.context.namespaces.clone());
         let mut queued = std::mem::take(&mut self.remembered.queued);
-        let spared = self.remembered.reclaim_spared.clone();
+        self.remembered.reclaims.begin_pass(now);
+        let memory = self.remembered.reclaims.clone();
         let planned = tokio::task::spawn_blocking(move || {
-            let planned = state.quota_pass(&p, namespaces.as_ref(), &mut queued, &spared, now);
+            let planned = state.quota_pass(&p, namespaces.as_ref(), &mut queued, &memory, now);
             (planned, queued)
         })
         .await;

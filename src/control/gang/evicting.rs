@@ -3,19 +3,14 @@
 //! ([`crate::control::quota::reclaim`]), with their metrics, logs and marks (a victim evicted
 //! is marked as being deleted, so the next pass neither counts it nor chooses it again).
 
-use std::collections::HashMap;
-
-use super::decision::{RunningPod, RunningUnit, UnitKey};
+use super::decision::{RunningPod, RunningUnit};
 use super::metrics::{EvictedLabels, TeamLabels};
 use super::preemption::{REFUSAL_RETRY_SECS, Stopped, evict_whole};
 use crate::control::cluster::ClusterState;
-use crate::control::quota::reclaim::Reclaim;
+use crate::control::quota::reclaim::{Memory as ReclaimMemory, Reclaim};
 
 /// The Event reason on a lender's unit when a budget refused a reclaim's eviction.
 pub const RECLAIM_REFUSED_REASON: &str = "ReclaimRefused";
-
-/// The most units the reclaims' memory of refusals keeps.
-const SPARED_BOUND: usize = 10_000;
 
 /// Carries out a pass's preemptions ([`super::preemption::evict`]) and marks the victims
 /// evicted as being deleted, so the next pass neither counts them as members nor chooses them
@@ -54,17 +49,17 @@ pub(super) async fn preempt(
 }
 
 /// Carries out a pass's reclaims: each lender's victims evicted whole or not at all, told who
-/// reclaimed what. A refused unit is spared for [`REFUSAL_RETRY_SECS`] (`spared`), and the
+/// reclaimed what, and remembered (`memory`) so the next passes wait for them rather than
+/// reclaim again. A refused unit is spared for [`REFUSAL_RETRY_SECS`], and the
 /// lender's first member gets a Warning Event saying which budget refused; true when one was.
 pub(super) async fn reclaim(
     evictor: &super::eviction::ApiEvictor<'_>,
     state: &ClusterState,
-    spared: &mut HashMap<UnitKey, i64>,
+    memory: &mut ReclaimMemory,
     reclaims: &[Reclaim],
     now: i64,
 ) -> bool {
     use super::preemption::Evictor;
-    spared.retain(|_, until| now < *until);
     let mut refused = false;
     for r in reclaims {
         let team = TeamLabels { team: r.team.clone() };
@@ -77,9 +72,7 @@ pub(super) async fn reclaim(
                 tracing::warn!(team = %r.team, unit = %r.unit, victim = %unit.key, %pod, %why, "reclaim refused");
                 let labels = EvictedLabels { team: r.team.clone(), reason: why.metric_label() };
                 evictor.metrics.refused_evictions.get_or_create(&labels).inc();
-                if spared.len() < SPARED_BOUND {
-                    spared.insert(unit.key.clone(), now.saturating_add(REFUSAL_RETRY_SECS));
-                }
+                memory.spare(unit.key.clone(), now.saturating_add(REFUSAL_RETRY_SECS));
                 if let Some((namespace, member)) = &r.first_member {
                     let message = format!(
                         "reclaiming quota lent by team {} by evicting {} was refused ({why}); it is spared for \
@@ -93,6 +86,7 @@ pub(super) async fn reclaim(
             }
         };
         for (unit, pod) in mark_evicted(evictor, state, &r.victims, evicted, "Reclaimed") {
+            memory.evicted(&pod.namespace, &pod.name, pod.uid.clone(), now);
             tracing::warn!(team = %r.team, cohort = %r.cohort, unit = %r.unit, victim = %unit.key,
                 namespace = %pod.namespace, pod = %pod.name, "evicted to reclaim lent quota");
         }

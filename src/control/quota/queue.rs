@@ -13,14 +13,13 @@ use crate::control::cluster::action::{ControllerAction, QUEUED_REASON, refresh_s
 use crate::control::cluster::records::condition_fingerprint;
 use crate::control::cluster::usage::{admitted_by_team, requests_by_state};
 use crate::control::cluster::{ClusterState, ClusterView};
-use crate::control::gang::decision::UnitKey;
 use crate::model::namespaces::{NamespaceLabels, TeamsByNamespace};
 use crate::model::policy::cohort::{Cohort, CohortUsage};
 use crate::model::policy::quota::{Charge, add};
 use crate::model::policy::{PolicySet, QuotaMode};
 use crate::model::resources::ResourceList;
 
-use super::reclaim::{Reclaim, ReclaimAsk, Reclaimer};
+use super::reclaim::{Memory as ReclaimMemory, Reclaim, ReclaimAsk, Reclaimer};
 
 mod lines;
 use lines::{Group, Line};
@@ -41,17 +40,17 @@ pub trait QuotaQueue {
         previous: &mut HashMap<(String, String), Told>,
         now: i64,
     ) -> Vec<ControllerAction> {
-        self.quota_pass(policies, labels, previous, &HashMap::new(), now).0
+        self.quota_pass(policies, labels, previous, &ReclaimMemory::default(), now).0
     }
 
     /// [`QuotaQueue::quota_plan`], and the reclaims of lent quota the queues call for
-    /// ([`super::reclaim`]; `spared`: units not to choose before the time).
+    /// ([`super::reclaim`], with what the leader remembers of those it carried out).
     fn quota_pass(
         &self,
         policies: &PolicySet,
         labels: &dyn NamespaceLabels,
         previous: &mut HashMap<(String, String), Told>,
-        spared: &HashMap<UnitKey, i64>,
+        memory: &ReclaimMemory,
         now: i64,
     ) -> (Vec<ControllerAction>, Vec<Reclaim>);
 }
@@ -91,12 +90,12 @@ impl QuotaQueue for ClusterState {
         policies: &PolicySet,
         labels: &dyn NamespaceLabels,
         previous: &mut HashMap<(String, String), Told>,
-        spared: &HashMap<UnitKey, i64>,
+        memory: &ReclaimMemory,
         now: i64,
     ) -> (Vec<ControllerAction>, Vec<Reclaim>) {
         let view = self.view();
         let Queues { mut actions, teams, reclaim_asks } = queues(&view, policies, labels);
-        let reclaims = super::reclaim::reclaims(&view, policies, labels, &reclaim_asks, spared, now);
+        let reclaims = super::reclaim::reclaims(&view, policies, labels, &reclaim_asks, memory, now);
         let units = teams.into_values().flat_map(|line| {
             // The pods of the team's queue a refresh may tell again.
             let every = refresh_secs(line.iter().filter(|u| u.waits.is_some()).map(|u| u.members.len()).sum());

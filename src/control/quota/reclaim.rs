@@ -14,14 +14,18 @@
 //!   spared again, the last chosen first;
 //! - all or nothing: if the candidates cannot free enough, nothing is evicted.
 //!
-//! Work already leaving (pods terminating, an earlier reclaim's victims among them) counts as
-//! gone, so a reclaim in flight is not repeated while its victims terminate; a lender whose
-//! unit fits once they are gone waits for them.
+//! A reclaim in flight is not repeated while its victims terminate: the victims this leader
+//! evicted count as gone ([`Memory`]) for at most [`IN_FLIGHT_MAX_SECS`], and so, during the
+//! first [`IN_FLIGHT_MAX_SECS`] of its leadership, do the pods Allot's condition shows evicted
+//! (a previous leader's). Nothing else terminating counts as gone: a tenant whose borrowed pod
+//! takes a year to terminate (a long grace period, a finalizer) cannot keep a lender waiting.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
-use crate::control::cluster::ClusterView;
+use crate::control::cluster::{ClusterView, PodRecord};
 use crate::control::gang::decision::{RunningUnit, UnitKey};
+use crate::control::gang::preemption::IN_FLIGHT_MAX_SECS;
 use crate::control::gang::victims::running_units;
 use crate::model::namespaces::{NamespaceLabels, TeamsByNamespace};
 use crate::model::policy::PolicySet;
@@ -80,21 +84,76 @@ impl Reclaim {
     }
 }
 
-/// The reclaims the pass's asks call for, at `now`; `spared`: units a budget refused lately
-/// (not chosen before the time).
+/// The most entries of each kind the [`Memory`] keeps.
+const MEMORY_BOUND: usize = 10_000;
+
+/// A victim evicted: its uid (a pod made again under the name is another pod) and when.
+type Evicted = (Option<Arc<str>>, i64);
+
+/// What the leader remembers of its reclaims between passes (a new leader starts empty).
+#[derive(Debug, Clone, Default)]
+pub struct Memory {
+    /// When this leadership's first pass was.
+    leading_since: Option<i64>,
+    /// The victims it evicted: (namespace, pod) → (uid, when).
+    evicted: HashMap<(String, String), Evicted>,
+    /// Units a budget kept a reclaim from evicting, until when.
+    spared: HashMap<UnitKey, i64>,
+}
+
+impl Memory {
+    /// At the start of a pass: forgets what is over.
+    pub fn begin_pass(&mut self, now: i64) {
+        self.leading_since.get_or_insert(now);
+        self.evicted.retain(|_, (_, at)| now < at.saturating_add(IN_FLIGHT_MAX_SECS));
+        self.spared.retain(|_, until| now < *until);
+    }
+
+    /// A victim pod evicted at `now`.
+    pub fn evicted(&mut self, namespace: &str, pod: &str, uid: Option<Arc<str>>, now: i64) {
+        if self.evicted.len() < MEMORY_BOUND {
+            self.evicted.insert((namespace.to_string(), pod.to_string()), (uid, now));
+        }
+    }
+
+    /// A unit whose eviction a budget refused: not chosen before `until`.
+    pub fn spare(&mut self, unit: UnitKey, until: i64) {
+        if self.spared.len() < MEMORY_BOUND {
+            self.spared.insert(unit, until);
+        }
+    }
+
+    /// The pods a reclaim in flight still waits for, at `now`: this leader's victims not gone
+    /// yet, and early in its leadership those Allot's condition shows evicted.
+    fn leaving<'v>(&self, view: &'v ClusterView<'_>, now: i64) -> BTreeMap<(&'v str, &'v str), &'v PodRecord> {
+        let mut out = BTreeMap::new();
+        for ((namespace, pod), (uid, _)) in &self.evicted {
+            if let Some(p) = view.pod(namespace, pod).filter(|p| !p.finished && (uid.is_none() || p.uid == *uid)) {
+                out.insert((&*p.namespace, &*p.name), p);
+            }
+        }
+        let since = self.leading_since.unwrap_or(now);
+        if now < since.saturating_add(IN_FLIGHT_MAX_SECS) {
+            out.extend(view.preempted_pods().map(|p| ((&*p.namespace, &*p.name), p)));
+        }
+        out
+    }
+}
+
+/// The reclaims the pass's asks call for, at `now`, given what the leader remembers.
 pub fn reclaims(
     view: &ClusterView<'_>,
     policies: &PolicySet,
     labels: &dyn NamespaceLabels,
     asks: &[ReclaimAsk<'_>],
-    spared: &HashMap<UnitKey, i64>,
+    memory: &Memory,
     now: i64,
 ) -> Vec<Reclaim> {
     if asks.is_empty() {
         return Vec::new();
     }
     let quota_of = |team: &str| policies.teams.iter().find(|t| t.name == team).and_then(|t| t.quota.as_ref());
-    let leaving = leaving_by_team(view, policies, labels);
+    let leaving = leaving_by_team(memory.leaving(view, now).into_values(), policies, labels);
     let units = running_units(view, policies, labels, i32::MAX, now);
     let mut out = Vec::new();
     for ask in asks {
@@ -105,7 +164,7 @@ pub fn reclaims(
                 usage.give_back(&member.team, &quota.charge(gone));
             }
         }
-        let candidates = candidates(view, cohort, &units, &quota_of, spared, now);
+        let candidates = candidates(view, cohort, &units, &quota_of, &memory.spared, now);
         let mut taken = vec![false; candidates.len()];
         for (team, reclaimer) in &ask.reclaimers {
             let Some(quota) = quota_of(team) else { continue };
@@ -222,15 +281,15 @@ pub fn choose(
     Some(chosen)
 }
 
-/// What the pods terminating (not finished) request, per team: work already leaving.
-fn leaving_by_team(
-    view: &ClusterView<'_>,
+/// What the `leaving` pods request, per team.
+fn leaving_by_team<'v>(
+    leaving: impl Iterator<Item = &'v PodRecord>,
     policies: &PolicySet,
     labels: &dyn NamespaceLabels,
 ) -> HashMap<String, ResourceList> {
     let mut teams = TeamsByNamespace::new(policies, labels);
     let mut out: HashMap<String, ResourceList> = HashMap::new();
-    for p in view.pods().filter(|p| p.terminating && !p.finished) {
+    for p in leaving {
         let Some(team) = teams.get(&p.namespace) else { continue };
         let slot = out.entry(team.name.clone()).or_default();
         for (name, q) in p.request_pairs() {

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::control::cluster::fixtures::{cluster, member, policies, team_pod};
+use crate::control::gang::decision::UnitKey;
 use crate::model::namespaces::NoNamespaces;
 
 /// Far past every pod's creation: `minRuntime` is no bar unless it is long.
@@ -37,7 +38,20 @@ fn pod(namespace: &str, name: &str, queued: bool, at: u32, priority: i32) -> Val
 }
 
 fn reclaims_of(p: &PolicySet, pods: &[Value]) -> Vec<Reclaim> {
-    cluster(p, pods).quota_pass(p, &NoNamespaces, &mut HashMap::new(), &HashMap::new(), NOW).1
+    reclaims_with(p, pods, &ReclaimMemory::default())
+}
+
+fn reclaims_with(p: &PolicySet, pods: &[Value], memory: &ReclaimMemory) -> Vec<Reclaim> {
+    cluster(p, pods).quota_pass(p, &NoNamespaces, &mut HashMap::new(), memory, NOW).1
+}
+
+/// `pod` being deleted; `by_allot`: with the condition Allot's evictions write.
+fn terminating(pod: &mut Value, by_allot: bool) {
+    pod["metadata"]["deletionTimestamp"] = json!("2026-12-07T01:01:00Z");
+    if by_allot {
+        pod["status"]["conditions"] = json!([{"type": "DisruptionTarget", "status": "True",
+            "reason": crate::control::cluster::action::PREEMPTED_REASON}]);
+    }
 }
 
 fn victims(reclaims: &[Reclaim]) -> Vec<String> {
@@ -119,8 +133,35 @@ fn nothing_is_evicted_within_min_runtime_nor_while_a_reclaim_is_in_flight() {
     assert!(reclaims_of(&young, &borrowed_cluster(2, 1)).is_empty(), "vision's work is protected by minRuntime");
     let p = research("");
     let mut pods = borrowed_cluster(2, 1);
-    pods[5]["metadata"]["deletionTimestamp"] = json!("2026-12-07T01:01:00Z");
-    assert!(reclaims_of(&p, &pods).is_empty(), "v5 is leaving already: nlp waits for it");
+    terminating(&mut pods[5], false);
+    // This leader evicted v5: nlp waits for it.
+    let mut memory = ReclaimMemory::default();
+    memory.begin_pass(NOW);
+    memory.evicted("vision", "v5", Some("uid-vision-v5".into()), NOW);
+    assert!(reclaims_with(&p, &pods, &memory).is_empty(), "v5 is leaving already: nlp waits for it");
+    // A new leader sees Allot's condition on v5, early in its leadership: the same.
+    terminating(&mut pods[5], true);
+    assert!(reclaims_of(&p, &pods).is_empty(), "a previous leader's victim is leaving too");
+}
+
+#[test]
+fn a_tenants_own_pod_kept_terminating_does_not_hold_the_lender_off() {
+    let p = research("");
+    let mut pods = borrowed_cluster(2, 1);
+    // vision deleted v5 itself, with a grace period of a year (or a finalizer): it still holds
+    // its GPU, and it is no reclaim's victim. nlp's reclaim takes the next newest.
+    pods[5]["spec"]["terminationGracePeriodSeconds"] = json!(31_536_000);
+    terminating(&mut pods[5], false);
+    assert_eq!(victims(&reclaims_of(&p, &pods)), ["pod vision/v4"]);
+    // Allot's condition, forged (a tenant who may write pod status), long into a leadership: the same.
+    terminating(&mut pods[5], true);
+    let mut memory = ReclaimMemory::default();
+    memory.begin_pass(NOW - 10_000);
+    assert_eq!(victims(&reclaims_with(&p, &pods, &memory)), ["pod vision/v4"]);
+    // This leader's own victim, evicted longer ago than a preemption may stay in flight: the same.
+    memory.evicted("vision", "v5", Some("uid-vision-v5".into()), NOW - 10_000);
+    memory.begin_pass(NOW);
+    assert_eq!(victims(&reclaims_with(&p, &pods, &memory)), ["pod vision/v4"]);
 }
 
 #[test]
@@ -140,11 +181,9 @@ fn only_borrowed_work_is_taken() {
 #[test]
 fn a_spared_unit_is_passed_over() {
     let p = research("");
-    let state = cluster(&p, &borrowed_cluster(2, 1));
-    let key = UnitKey::Pod { namespace: "vision".into(), name: "v5".into() };
-    let spared = HashMap::from([(key, NOW + 60)]);
-    let (_, reclaims) = state.quota_pass(&p, &NoNamespaces, &mut HashMap::new(), &spared, NOW);
-    assert_eq!(victims(&reclaims), ["pod vision/v4"]);
+    let mut memory = ReclaimMemory::default();
+    memory.spare(UnitKey::Pod { namespace: "vision".into(), name: "v5".into() }, NOW + 60);
+    assert_eq!(victims(&reclaims_with(&p, &borrowed_cluster(2, 1), &memory)), ["pod vision/v4"]);
 }
 
 proptest! {
@@ -173,7 +212,7 @@ proptest! {
         queued["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!(asks.to_string());
         pods.push(queued);
         let state = cluster(&p, &pods);
-        let (actions, reclaims) = state.quota_pass(&p, &NoNamespaces, &mut HashMap::new(), &HashMap::new(), NOW);
+        let (actions, reclaims) = state.quota_pass(&p, &NoNamespaces, &mut HashMap::new(), &ReclaimMemory::default(), NOW);
         let released = actions.iter().any(|a| matches!(a, ControllerAction::ReleaseQuota { pod, .. } if pod == "n0"));
         let vision_used: u32 = vision.iter().map(|v| v.1).sum();
         let cohort_used = vision_used + audio + nlp_running;
