@@ -85,6 +85,7 @@ fn bench(c: &mut Criterion) {
                 gang: None,
                 shared_claims: Default::default(),
                 dry_run: true,
+                cohort: None,
             };
             use allot::admission::quota::QuotaBook as _;
             group.bench_function("live_book_admit", |b| b.iter(|| book.admit(&quota, std::hint::black_box(&request))));
@@ -243,9 +244,10 @@ fn pending_gang(c: &mut Criterion) {
 criterion_group!(benches, bench, gauges, pending_gang, cohort);
 criterion_main!(benches);
 
-/// Admission in a queue-mode team with and without a cohort, in the same run (issue 48: within
-/// 10 %): the mutating review of fixture 010 (which gates the pod) and the validating review of
-/// 011, for the shipped `vision` team in `mode: Queue`, alone and in cohort `research`.
+/// Admission in a team with and without a cohort, in the same run (issue 48: within 10 %): the
+/// mutating review of fixture 010 (which gates the pod) and the validating review of 011, for
+/// the shipped `vision` team in `mode: Queue`, alone and in cohort `research`; and the
+/// validating review in `mode: Deny` (the in-memory book), alone and in a cohort of three.
 fn cohort(c: &mut Criterion) {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission-reviews");
     let body = |name: &str| -> Vec<u8> {
@@ -278,6 +280,37 @@ fn cohort(c: &mut Criterion) {
         group.bench_function(format!("mutate-010-{name}"), |b| {
             b.iter(|| admission::review(std::hint::black_box(&mutate), Phase::Mutate, &engine))
         });
+        group.bench_function(format!("validate-011-{name}"), |b| {
+            b.iter(|| admission::review(std::hint::black_box(&validate), Phase::Validate, &engine))
+        });
+    }
+    // Deny mode, where admission itself borrows: vision alone, and in a cohort of three teams
+    // (each other team's usage is read too).
+    for in_cohort in [false, true] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+        let mut sources = policy::read_sources(&dir).expect("policies");
+        if in_cohort {
+            for s in &mut sources {
+                s.text = s.text.replacen("mode: Deny", "mode: Deny\n    cohort: research", 1);
+            }
+            let team = |name: &str| {
+                format!(
+                    "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: {name}}}\nspec:\n  namespaces: \
+                     {{names: [{name}]}}\n  quota: {{mode: Deny, cohort: research, limits: {{nvidia.com/gpu: 16, \
+                     amd.com/gpu: 8}}}}\n"
+                )
+            };
+            let text = format!("{}---\n{}", team("speech"), team("audio"));
+            sources.push(policy::Source { name: "cohort.yaml".into(), text });
+        }
+        let p = policy::compile(&sources).expect("compile");
+        assert_eq!(p.cohorts.of_team("vision").map(|c| c.members.len()), in_cohort.then_some(3));
+        let state = cluster(&p);
+        let shared = Arc::new(ArcSwap::from_pointee(policy::compile(&sources).expect("compile")));
+        let book = LiveQuota::new(state.clone(), shared, labels.clone());
+        let engine = Engine::new(&p, labels.as_ref()).with_gangs(state.as_ref()).with_quota(&book);
+        assert!(admission::review(&validate, Phase::Validate, &engine).unwrap().allowed);
+        let name = if in_cohort { "deny-in-cohort-of-3" } else { "deny-no-cohort" };
         group.bench_function(format!("validate-011-{name}"), |b| {
             b.iter(|| admission::review(std::hint::black_box(&validate), Phase::Validate, &engine))
         });

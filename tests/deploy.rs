@@ -1456,9 +1456,8 @@ fn recorded_calls() -> &'static Vec<Call> {
     })
 }
 
-/// What the deny-mode ledger asks of the API server: the reconciler creates a team's ledger
-/// (get, create) and brings it up to date (get, update); an admission reads it and commits its
-/// charge (get, update).
+/// What the deny-mode ledger asks of the API server: the reconciler creates a team's ledger (get,
+/// create) and brings it up to date (get, update); an admission reads it and commits its charge (get, update).
 async fn record_ledger_calls(world: &FakeApi) {
     let text = "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: deny}\nspec:\n  namespaces: {names: [ml]}\n  quota: {mode: Deny, limits: {nvidia.com/gpu: 4}}\n";
     let policies =
@@ -1492,6 +1491,7 @@ async fn record_ledger_calls(world: &FakeApi) {
         gang: None,
         shared_claims: Default::default(),
         dry_run: false,
+        cohort: None,
     };
     let replica =
         Arc::new(allot::control::quota::SharedLedger::new(world.client("allot-1"), NAMESPACE, Duration::from_secs(5)));

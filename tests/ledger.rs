@@ -58,6 +58,7 @@ impl Pod {
             gang: None,
             shared_claims: Default::default(),
             dry_run: false,
+            cohort: None,
         }
     }
 }

@@ -279,7 +279,14 @@ impl<'a> Engine<'a> {
             for (view, gang, claims) in &charges {
                 let live = view.path.is_empty() && operation == Operation::Create;
                 let book: &dyn QuotaBook = if live { self.quota } else { &NoUsage };
-                out.findings.extend(validate::check_quota(view, gang.as_ref(), claims, req, &team, book));
+                out.findings.extend(validate::check_quota(
+                    view,
+                    gang.as_ref(),
+                    claims,
+                    req,
+                    &team,
+                    (book, &self.policies.cohorts),
+                ));
             }
         }
         out

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::model::policy::cohort::{Cohort, CohortUsage, Shortfall};
 use crate::model::policy::quota::{Charge, Exceeded, Quota};
 use crate::model::quantity::Quantity;
 use crate::model::resources::ResourceList;
@@ -36,6 +37,9 @@ pub struct QuotaRequest<'a> {
     pub shared_claims: crate::model::dra::SharedClaims,
     /// Evaluated, never reserved.
     pub dry_run: bool,
+    /// The team's cohort (`quota.cohort`): its usage is then decided with the cohort's
+    /// ([`check_in_cohort`]).
+    pub cohort: Option<&'a Cohort>,
 }
 
 /// Why a quota book refuses a pod.
@@ -44,6 +48,10 @@ pub enum Refusal {
     /// A limit would be exceeded: which one, the namespaces counted, and what the pod asks
     /// ("this pod asks 4", "gang ddp of 2 asks 8 in all").
     Exceeded { exceeded: Box<Exceeded>, namespaces: Vec<String>, asking: String },
+    /// The team would borrow past its borrowing limit or past what its cohort has unused.
+    Cohort { cohort: String, shortfall: Box<Shortfall> },
+    /// The pod asks more than its team could ever use in its cohort.
+    NeverFits { cohort: String, resource: String, asked: String, most: String },
     /// The gang already has every member it declares.
     GangFull { gang: String, declared: u32, existing: u32 },
     /// Usage is not known yet (Allot is starting and its caches have not synced): fail closed.
@@ -61,6 +69,11 @@ impl Refusal {
                 "gang {gang} declares {declared} members; {existing} exist already. A member beyond the declared \
                  size is refused (it would run outside the gang and uncharged): delete a member first, or start a \
                  new gang with a larger allot.dev/gang-size"
+            ),
+            Refusal::Cohort { cohort, shortfall } => shortfall.message(team, cohort),
+            Refusal::NeverFits { cohort, resource, asked, most } => format!(
+                "team {team} can use at most {most} {resource} in cohort {cohort} (its nominal quota and what it may \
+                 borrow); this asks {asked}, which can never be admitted"
             ),
             Refusal::Unknown { reason } => format!("team {team}: {reason}"),
         }
@@ -99,6 +112,7 @@ pub struct OwnedQuotaRequest {
     pub gang: Option<(String, u32)>,
     pub shared_claims: crate::model::dra::SharedClaims,
     pub dry_run: bool,
+    pub cohort: Option<Cohort>,
 }
 
 impl OwnedQuotaRequest {
@@ -115,6 +129,7 @@ impl OwnedQuotaRequest {
             gang: r.gang.map(|(g, n)| (g.to_string(), n)),
             shared_claims: r.shared_claims.clone(),
             dry_run: r.dry_run,
+            cohort: r.cohort.cloned(),
         }
     }
 
@@ -131,6 +146,7 @@ impl OwnedQuotaRequest {
             gang: self.gang.as_ref().map(|(g, n)| (g.as_str(), *n)),
             shared_claims: self.shared_claims.clone(),
             dry_run: self.dry_run,
+            cohort: self.cohort.as_ref(),
         }
     }
 }
@@ -218,6 +234,59 @@ pub(crate) fn check(
     Err(Refusal::Exceeded { exceeded: Box::new(exceeded), namespaces: namespaces(), asking })
 }
 
+/// [`check`] for a team in a cohort (`request.cohort`), whatever its quota mode says:
+/// `used_of(team)` is what each team of the cohort uses (resource terms), the request's own
+/// team included. Within its nominal quota a team is always admitted (what it lent is reclaimed
+/// by Allot's controller); beyond it, it borrows what the cohort has unused, up to its borrowing
+/// limit. `Ok(true)`: the pod borrows.
+pub(crate) fn check_in_cohort(
+    cohort: &Cohort,
+    request: &QuotaRequest<'_>,
+    used_of: &mut dyn FnMut(&str) -> Option<ResourceList>,
+    asks: &Asks,
+) -> Result<bool, Refusal> {
+    let Some(member) = cohort.members.iter().find(|m| m.team == request.team) else {
+        // (Not reached: a request names its own team's cohort.) Fail closed.
+        return Err(Refusal::Unknown { reason: format!("cohort {} does not list the team", cohort.name) });
+    };
+    let usage = CohortUsage::new(cohort, &mut |team| {
+        let quota = &cohort.members.iter().find(|m| m.team == team)?.quota;
+        used_of(team).map(|used| quota.charge(&used))
+    });
+    let mut charge = member.quota.charge(&asks.delta);
+    // As in `check`: a gang member filling a placeholder is still checked for what it asks.
+    for resource in request.charge.keys() {
+        charge.entry(resource.clone()).or_insert(0);
+    }
+    if let Some((resource, asked, most)) = usage.never_fits(request.team, &charge) {
+        return Err(Refusal::NeverFits { cohort: cohort.name.clone(), resource, asked, most });
+    }
+    match usage.check_admission(request.team, &charge) {
+        Ok(take) => Ok(take.borrows),
+        Err(shortfall) => Err(Refusal::Cohort { cohort: cohort.name.clone(), shortfall }),
+    }
+}
+
+/// Decides `asks` given what the request's team uses (`used`, resource terms): with its cohort
+/// when it has one (`others(team)`: what each other team of the cohort uses), else against its
+/// team's quota alone.
+pub(crate) fn decide(
+    quota: &Quota,
+    request: &QuotaRequest<'_>,
+    used: &ResourceList,
+    others: &mut dyn FnMut(&str) -> Option<ResourceList>,
+    asks: &Asks,
+    namespaces: impl FnOnce() -> Vec<String>,
+) -> Result<(), Refusal> {
+    match request.cohort {
+        Some(cohort) => {
+            let mut used_of = |team: &str| if team == request.team { Some(used.clone()) } else { others(team) };
+            check_in_cohort(cohort, request, &mut used_of, asks).map(|_| ())
+        }
+        None => check(quota, request, &quota.charge(used), asks, namespaces),
+    }
+}
+
 /// No usage known (the CLI without `--state`, templates): a request is checked on its own
 /// (a gang member as its whole gang).
 #[derive(Debug, Default, Clone, Copy)]
@@ -226,7 +295,7 @@ pub struct NoUsage;
 impl QuotaBook for NoUsage {
     fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), Refusal> {
         let asks = asks(request, &GangTally::default(), &|_| false)?;
-        check(quota, request, &Charge::new(), &asks, || vec![request.namespace.to_string()])
+        decide(quota, request, &ResourceList::new(), &mut |_| None, &asks, || vec![request.namespace.to_string()])
     }
 }
 
@@ -327,23 +396,32 @@ impl StaticUsage {
     }
 }
 
-impl QuotaBook for StaticUsage {
-    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), Refusal> {
-        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
-        let mut used = self.teams.get(request.team).cloned().unwrap_or_default();
-        if let Some(t) = taken.plain.get(request.team) {
+impl StaticUsage {
+    /// What `team` uses: the usage file's amounts and what the run's manifests took.
+    fn used(&self, taken: &Taken, team: &str) -> ResourceList {
+        let mut used = self.teams.get(team).cloned().unwrap_or_default();
+        if let Some(t) = taken.plain.get(team) {
             add_to(&mut used, t, 1);
         }
-        for (team, tally) in taken.gangs.values() {
-            if team == request.team {
+        for (of, tally) in taken.gangs.values() {
+            if of == team {
                 add_to(&mut used, &tally.total(), 1);
             }
         }
+        used
+    }
+}
+
+impl QuotaBook for StaticUsage {
+    fn admit(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), Refusal> {
+        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        let used = self.used(&taken, request.team);
         let gang_key = request.gang.map(|(g, _)| (request.namespace.to_string(), g.to_string()));
         let before = gang_key.as_ref().and_then(|k| taken.gangs.get(k)).map(|(_, t)| t.clone()).unwrap_or_default();
         let held = |claim: &str| taken.claims.contains(&(request.namespace.to_string(), claim.to_string()));
         let asks = asks(request, &before, &held)?;
-        check(quota, request, &quota.charge(&used), &asks, || vec![request.namespace.to_string()])?;
+        let mut others = |team: &str| Some(self.used(&taken, team));
+        decide(quota, request, &used, &mut others, &asks, || vec![request.namespace.to_string()])?;
         for (claim, devices) in &request.shared_claims {
             if taken.claims.insert((request.namespace.to_string(), claim.clone())) {
                 add_to(taken.plain.entry(request.team.to_string()).or_default(), devices, 1);

@@ -419,14 +419,14 @@ pub fn check_claims(view: &PodView<'_>, claims: &ClaimDemand, missing_phrase: &s
 
 /// Deny-mode team quota. A Pod at CREATE is charged against live usage (`book`); a workload's
 /// templates — and UPDATEs — only against the quota itself: a template that alone exceeds it
-/// can never run.
+/// can never run. A team in a cohort (`cohorts`) borrows what the cohort has unused.
 pub fn check_quota(
     view: &PodView<'_>,
     gang: Option<&Membership>,
     claims: &ClaimDemand,
     req: &Request<'_>,
     team: &TeamLookup<'_>,
-    book: &dyn QuotaBook,
+    (book, cohorts): (&dyn QuotaBook, &crate::model::policy::cohort::Cohorts),
 ) -> Option<Finding> {
     let t = team.team?;
     let quota = t.quota.as_ref().filter(|q| q.mode == QuotaMode::Deny)?;
@@ -464,6 +464,7 @@ pub fn check_quota(
         gang,
         shared_claims,
         dry_run,
+        cohort: cohorts.of_team(&t.name),
     };
     let refusal = book.admit(quota, &request).err()?;
     Some(quota_denial(view.spec_path(), &t.name, &refusal))

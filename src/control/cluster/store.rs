@@ -465,23 +465,28 @@ fn raise_claim_devices(old: &PodRecord, record: &mut PodRecord, up_to_old: bool)
 }
 
 /// What [`ClusterState::usage_where`] computes, over a state already read.
-fn usage_of(inner: &Inner, include: &mut dyn FnMut(&str) -> bool) -> (ResourceList, Vec<String>) {
-    let mut total = ResourceList::new();
-    let mut namespaces = Vec::new();
+/// What the namespaces of each group use, and those of them that use anything, in one walk
+/// (`group_of(ns)`: its group among `groups`, if any).
+fn usage_by_group(
+    inner: &Inner,
+    group_of: &mut dyn FnMut(&str) -> Option<usize>,
+    groups: usize,
+) -> Vec<(ResourceList, Vec<String>)> {
+    let mut out = vec![(ResourceList::new(), Vec::new()); groups];
     for (ns, usage) in &inner.ns_usage {
-        if !include(ns) {
-            continue;
-        }
+        let Some((total, namespaces)) = group_of(ns).and_then(|g| out.get_mut(g)) else { continue };
         if usage.values().any(|q| q.nanos() != 0) {
             namespaces.push(ns.to_string());
         }
-        add_to(&mut total, usage, 1);
+        add_to(total, usage, 1);
         for tally in inner.tallies.get(ns).into_iter().flat_map(HashMap::values) {
-            add_to(&mut total, &tally.placeholders(), 1);
+            add_to(total, &tally.placeholders(), 1);
         }
     }
-    namespaces.sort();
-    (total, namespaces)
+    for (_, namespaces) in &mut out {
+        namespaces.sort();
+    }
+    out
 }
 
 fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
@@ -642,22 +647,25 @@ impl ClusterState {
     /// placeholders (see [`GangTally`]: a gang is charged whole). Also returns the namespaces
     /// that use anything. Costs O(namespaces + gangs), never O(members or declared sizes).
     pub fn usage_where(&self, include: &mut dyn FnMut(&str) -> bool) -> (ResourceList, Vec<String>) {
-        usage_of(&read(&self.inner), include)
+        usage_by_group(&read(&self.inner), &mut |ns| include(ns).then_some(0), 1).pop().unwrap_or_default()
     }
 
-    /// [`ClusterState::usage_where`], and which of `claims` ((namespace, claim) pairs) the watch
-    /// holds, read under the same lock: a usage without a claim and a "held" answer for it
-    /// from a later state would count the claim nowhere.
-    pub fn usage_and_claims(
+    /// [`ClusterState::usage_where`] for several groups of namespaces at once (`group_of`: a
+    /// namespace's group among `groups`, if any: each team of a cohort), in one walk; and which
+    /// of `claims` ((namespace, claim) pairs) the watch holds, read under the same lock: a usage
+    /// without a claim and a "held" answer for it from a later state would count the claim
+    /// nowhere.
+    pub fn usage_by_group(
         &self,
-        include: &mut dyn FnMut(&str) -> bool,
+        group_of: &mut dyn FnMut(&str) -> Option<usize>,
+        groups: usize,
         claims: &[(&str, &str)],
-    ) -> (ResourceList, Vec<String>, Vec<bool>) {
+    ) -> (Vec<(ResourceList, Vec<String>)>, Vec<bool>) {
         let inner = read(&self.inner);
-        let (total, namespaces) = usage_of(&inner, include);
+        let usage = usage_by_group(&inner, group_of, groups);
         let held =
             claims.iter().map(|(ns, c)| inner.claim_holders.contains_key(&(Arc::from(*ns), Arc::from(*c)))).collect();
-        (total, namespaces, held)
+        (usage, held)
     }
 
     /// What one gang counts against its team's quota, from the watch (empty when no member

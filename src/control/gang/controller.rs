@@ -409,7 +409,9 @@ impl ControlLoop {
         self.seen_generation = state.generation();
         self.context.metrics.passes.inc();
         let planning_started = std::time::Instant::now();
-        let (quota_actions, reclaims) = if quota_gated == 0 {
+        // (A cohort in deny mode has lender pods to look for whatever is gated.)
+        let deny_cohorts = crate::control::quota::reclaim::deny::any(&current);
+        let (quota_actions, reclaims) = if quota_gated == 0 && !deny_cohorts {
             // Nothing queued: nothing to remember (nor any place to refresh).
             self.remembered.queued.clear();
             Default::default()

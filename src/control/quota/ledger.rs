@@ -36,16 +36,17 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::admission::quota::{QuotaRequest, Refusal, asks, check};
+use crate::admission::quota::{QuotaRequest, Refusal, asks, decide};
 use crate::model::dra::SharedClaims;
 use crate::model::policy::quota::Quota;
 use crate::model::resources::ResourceList;
 use crate::model::tally::{GangTally, add_to};
 
+pub mod parts;
 mod recount;
 mod wire;
 
-pub use recount::{CountedPod, Recount, SeenPod, Sighting};
+pub use recount::{CountedPod, Reconciled, Recount, SeenPod, Sighting};
 use wire::{ALLOWANCE_PREFIX, DRAIN_KEY, FOLDED_PREFIX, parse_drain};
 pub use wire::{WireError, admission_key, allowance_key, drain_requested_in, object_name};
 
@@ -100,7 +101,7 @@ pub const ALLOWANCES_ANNOTATION: &str = "allot.dev/reconciled-with-allowances";
 /// it) admission charges a pod's shared claims with the pod, the older way (over, never under).
 pub const CLAIMS_ANNOTATION: &str = "allot.dev/reconciled-with-shared-claims";
 
-/// The label on every ledger's ConfigMap: its team.
+/// The label on every ledger's ConfigMap: its team (or `cohort.NAME` for a cohort's).
 pub const TEAM_LABEL: &str = "allot.dev/quota-ledger";
 
 /// One charge: a pod and what it counts.
@@ -260,33 +261,6 @@ impl Base {
     }
 }
 
-/// What one reconcile changed, by kind (for logs and metrics).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Reconciled {
-    /// Pending charges whose pod the watch now counts (folded).
-    pub seen: usize,
-    /// Pending charges whose pod finished or was seen deleted.
-    pub released: usize,
-    pub expired: usize,
-    pub dropped_unreadable: usize,
-    /// The folded totals changed (pods appeared, changed or went).
-    pub refolded: bool,
-    /// Allowances dropped because their holder stopped renewing them.
-    pub allowances_expired: usize,
-    /// An old drain request was dropped.
-    pub drain_dropped: bool,
-    /// Allowances left after the reconcile (not a change: the leader looks again soon, to drop
-    /// those whose holder stops renewing them).
-    pub allowances_held: usize,
-}
-
-impl Reconciled {
-    /// True when the ledger changed.
-    pub fn changed(&self) -> bool {
-        Reconciled { allowances_held: 0, ..*self } != Reconciled::default()
-    }
-}
-
 /// How admission's charge went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Charged {
@@ -322,6 +296,9 @@ pub struct Ledger {
     pub allowances_known: bool,
     /// Its last reconcile was by a leader that knows shared claims ([`CLAIMS_ANNOTATION`]).
     pub claims_known: bool,
+    /// How many ledgers share its object (a cohort's teams, each a part of it): its charges
+    /// may take that share of [`MAX_BYTES`] and [`MAX_ENTRIES`] (0 is read as 1).
+    pub sharing: usize,
 }
 
 impl Ledger {
@@ -427,6 +404,17 @@ impl Ledger {
         quota.limits.iter().map(|(r, limit)| (r.clone(), limit - used.get(r).copied().unwrap_or(0))).collect()
     }
 
+    /// The most pending charges and bytes this ledger may hold: its share of its object.
+    pub fn bounds(&self) -> (usize, usize) {
+        let sharing = self.sharing.max(1);
+        (MAX_ENTRIES / sharing, MAX_BYTES / sharing)
+    }
+
+    /// Every value decoded (none edited into something else).
+    pub fn readable(&self) -> bool {
+        self.unreadable.is_empty()
+    }
+
     /// Pending charges.
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -527,13 +515,26 @@ impl Ledger {
     }
 
     /// Decides `request` against this ledger and, when it fits (and is not a dry run), charges
-    /// it under `key`. The same formula as the in-memory books ([`super::asks`], [`check`]).
+    /// it under `key`. The same formula as the in-memory books ([`super::asks`], [`decide`]).
     pub fn charge(
         &mut self,
         quota: &Quota,
         request: &QuotaRequest<'_>,
         key: &str,
         now: i64,
+    ) -> Result<Charged, Refusal> {
+        self.charge_in(quota, request, key, now, &BTreeMap::new())
+    }
+
+    /// [`Ledger::charge`] for a team of a cohort, whose ledger is one part of the cohort's:
+    /// `others` is what the cohort's other teams use (their parts' [`Ledger::usage`]).
+    pub fn charge_in(
+        &mut self,
+        quota: &Quota,
+        request: &QuotaRequest<'_>,
+        key: &str,
+        now: i64,
+        others: &BTreeMap<String, ResourceList>,
     ) -> Result<Charged, Refusal> {
         if self.contains(key) {
             return Ok(Charged::Already);
@@ -570,7 +571,7 @@ impl Ledger {
             None => GangTally::default(),
         };
         let asks = asks(request, &before, &|claim| self.holds_claim(&current, request.namespace, claim))?;
-        check(quota, request, &quota.charge(&current.total), &asks, || {
+        decide(quota, request, &current.total, &mut |team| others.get(team).cloned(), &asks, || {
             let mut namespaces = current.namespaces;
             namespaces.insert(request.namespace.to_string());
             namespaces.into_iter().collect()
@@ -580,15 +581,16 @@ impl Ledger {
         }
         let entry = Entry::admitted(quota, request, now);
         let size = Entry::bytes(key, &entry.encode());
-        if self.entries.len() >= MAX_ENTRIES || self.bytes + size > MAX_BYTES {
+        let (max_entries, max_bytes) = self.bounds();
+        if self.entries.len() >= max_entries || self.bytes + size > max_bytes {
             return Err(Refusal::Unknown {
                 reason: format!(
-                    "its quota ledger is full ({} pending charges, {} KiB; at most {MAX_ENTRIES} charges not yet seen \
-                     by Allot's leader and {} KiB fit in one ledger object), so this charge cannot be recorded; Allot \
+                    "its quota ledger is full ({} pending charges, {} KiB; at most {max_entries} charges not yet seen \
+                     by Allot's leader and {} KiB fit in its ledger), so this charge cannot be recorded; Allot \
                      refuses rather than count the pod nowhere; retry shortly",
                     self.entries.len(),
                     self.bytes / 1024,
-                    MAX_BYTES / 1024
+                    max_bytes / 1024
                 ),
             });
         }

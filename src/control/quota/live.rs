@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::admission::quota::{QuotaBook, QuotaRequest, Refusal, asks, check};
+use crate::admission::quota::{QuotaBook, QuotaRequest, Refusal, asks, decide};
 use crate::control::cluster::ClusterState;
 use crate::model::policy::quota::Quota;
 use crate::model::resources::ResourceList;
@@ -77,28 +77,24 @@ impl QuotaBook for LiveQuota {
         if cache.version != policies.version || cache.at.is_none_or(|t| now.duration_since(t) > TEAM_CACHE_TTL) {
             *cache = TeamCache { version: policies.version.clone(), at: Some(now), team_of: Default::default() };
         }
-        // The shared claims reservations and the request name, and whether the watch holds each,
-        // read with the usage (one state: a claim is counted by the watch or by a reservation).
-        let wanted: Vec<(&str, &str)> = ledger
-            .values()
-            .filter(|p| p.team == request.team)
-            .flat_map(|p| p.shared_claims.keys().map(|c| (p.namespace.as_str(), c.as_str())))
-            .chain(request.shared_claims.keys().map(|c| (request.namespace, c.as_str())))
+        let own_claims: Vec<(&str, &str)> =
+            request.shared_claims.keys().map(|c| (request.namespace, c.as_str())).collect();
+        // With the other teams of its cohort, for a pod that may borrow: each one's watch and
+        // reservations, as its own would be counted.
+        let teams: Vec<&str> = std::iter::once(request.team)
+            .chain(
+                request.cohort.iter().flat_map(|c| &c.members).map(|m| m.team.as_str()).filter(|t| *t != request.team),
+            )
             .collect();
-        let (mut usage, seen, held) = self.state.usage_and_claims(
-            &mut |ns| {
-                let team = cache.team_of.entry(ns.to_string()).or_insert_with(|| {
-                    crate::model::namespaces::team_of(&policies, ns, self.namespaces.as_ref())
-                        .team
-                        .map(|t| t.name.clone())
-                });
-                team.as_deref() == Some(request.team)
-            },
-            &wanted,
-        );
+        let mut watched = self.watched(&ledger, &policies, &mut cache, &teams, &own_claims).into_iter();
+        let (mut usage, seen, watched_own) = watched.next().unwrap_or_default();
+        let mut others: BTreeMap<String, ResourceList> = BTreeMap::new();
+        for (team, (mut used, _, held)) in teams[1..].iter().zip(watched) {
+            self.add_reservations(&ledger, team, &held, &mut used);
+            others.insert(team.to_string(), used);
+        }
         drop(cache);
-        let watched: BTreeSet<(&str, &str)> =
-            wanted.iter().zip(held).filter(|(_, held)| *held).map(|(claim, _)| *claim).collect();
+        let watched = watched_own;
         let (gangs, reserved_claims) = self.add_reservations(&ledger, request.team, &watched, &mut usage);
         let gang_key = request.gang.map(|(g, n)| (request.namespace.to_string(), g.to_string(), n));
         let before = match &gang_key {
@@ -109,10 +105,11 @@ impl QuotaBook for LiveQuota {
             None => GangTally::default(),
         };
         let held = |claim: &str| {
-            reserved_claims.contains(&(request.namespace, claim)) || watched.contains(&(request.namespace, claim))
+            let id = (request.namespace.to_string(), claim.to_string());
+            reserved_claims.contains(&(id.0.as_str(), id.1.as_str())) || watched.contains(&id)
         };
         let asks = asks(request, &before, &held)?;
-        check(quota, request, &quota.charge(&usage), &asks, || {
+        decide(quota, request, &usage, &mut |team| others.get(team).cloned(), &asks, || {
             let mut namespaces: std::collections::BTreeSet<String> = seen.into_iter().collect();
             namespaces.insert(request.namespace.to_string());
             namespaces.into_iter().collect()
@@ -138,7 +135,50 @@ impl QuotaBook for LiveQuota {
 /// Per gang with reservations: the watch's tally, and the tally with the reservations added.
 type GangTallies = BTreeMap<(String, String), (GangTally, GangTally)>;
 
+/// What a team uses by the watch: its usage, the namespaces that use anything, and the shared
+/// claims (its reservations' and the request's) the watch holds.
+type Watched = (ResourceList, Vec<String>, BTreeSet<(String, String)>);
+
 impl LiveQuota {
+    /// What each of `teams` uses by the watch (namespaces resolved through `cache`), in one
+    /// walk, read with the shared claims its reservations name (and, for the first, `extra`)
+    /// and whether the watch holds each (one state: a claim is counted by the watch or by a
+    /// reservation).
+    fn watched(
+        &self,
+        ledger: &BTreeMap<String, Pending>,
+        policies: &crate::model::policy::PolicySet,
+        cache: &mut TeamCache,
+        teams: &[&str],
+        extra: &[(&str, &str)],
+    ) -> Vec<Watched> {
+        let wanted: Vec<(usize, String, String)> = ledger
+            .values()
+            .filter_map(|p| Some((teams.iter().position(|t| *t == p.team)?, p)))
+            .flat_map(|(i, p)| p.shared_claims.keys().map(move |c| (i, p.namespace.clone(), c.clone())))
+            .chain(extra.iter().map(|(n, c)| (0, n.to_string(), c.to_string())))
+            .collect();
+        let claims: Vec<(&str, &str)> = wanted.iter().map(|(_, n, c)| (n.as_str(), c.as_str())).collect();
+        let mut group_of = |ns: &str| {
+            let of = match cache.team_of.get(ns) {
+                Some(of) => of,
+                None => {
+                    let team = crate::model::namespaces::team_of(policies, ns, self.namespaces.as_ref()).team;
+                    cache.team_of.entry(ns.to_string()).or_insert(team.map(|t| t.name.clone()))
+                }
+            };
+            teams.iter().position(|t| of.as_deref() == Some(*t))
+        };
+        let (usage, held) = self.state.usage_by_group(&mut group_of, teams.len(), &claims);
+        let mut out: Vec<Watched> = usage.into_iter().map(|(u, seen)| (u, seen, BTreeSet::new())).collect();
+        for ((i, ns, claim), held) in wanted.into_iter().zip(held) {
+            if held && let Some(team) = out.get_mut(i) {
+                team.2.insert((ns, claim));
+            }
+        }
+        out
+    }
+
     /// Adds to `usage` the reservations of `team` not seen in the watch yet: a plain pod adds
     /// its requests; a gang member joins its gang's tally, which then replaces the watch's
     /// tally of that gang (the same formula over more members, so the ledger and the watch
@@ -148,7 +188,7 @@ impl LiveQuota {
         &self,
         ledger: &'l BTreeMap<String, Pending>,
         team: &str,
-        watched: &BTreeSet<(&str, &str)>,
+        watched: &BTreeSet<(String, String)>,
         usage: &mut ResourceList,
     ) -> (GangTallies, BTreeSet<(&'l str, &'l str)>) {
         let mut gangs: GangTallies = BTreeMap::new();
@@ -156,7 +196,7 @@ impl LiveQuota {
         for p in ledger.values().filter(|p| p.team == team) {
             for (claim, devices) in &p.shared_claims {
                 let id = (p.namespace.as_str(), claim.as_str());
-                if !watched.contains(&id) && reserved_claims.insert(id) {
+                if !watched.contains(&(p.namespace.clone(), claim.clone())) && reserved_claims.insert(id) {
                     add_to(usage, devices, 1);
                 }
             }

@@ -15,3 +15,6 @@ pub use shared::SharedLedger;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod cohort_books_tests;

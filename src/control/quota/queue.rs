@@ -95,7 +95,8 @@ impl QuotaQueue for ClusterState {
     ) -> (Vec<ControllerAction>, Vec<Reclaim>) {
         let view = self.view();
         let Queues { mut actions, teams, reclaim_asks } = queues(&view, policies, labels);
-        let reclaims = super::reclaim::reclaims(&view, policies, labels, &reclaim_asks, memory, now);
+        let mut reclaims = super::reclaim::reclaims(&view, policies, labels, &reclaim_asks, memory, now);
+        reclaims.extend(super::reclaim::deny_reclaims(&view, policies, labels, memory, now));
         let units = teams.into_values().flat_map(|line| {
             // The pods of the team's queue a refresh may tell again.
             let every = refresh_secs(line.iter().filter(|u| u.waits.is_some()).map(|u| u.members.len()).sum());

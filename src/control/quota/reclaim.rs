@@ -1,8 +1,9 @@
 //! Reclaiming lent quota: a team of a cohort asking for what its nominal quota guarantees gets
 //! it, even when other teams borrowed it. When the queue pass finds such a unit waiting for
-//! quota that is lent out ([`ReclaimAsk`]), this chooses borrowed work of the cohort's other
-//! teams to evict ([`reclaims`]), which the controller evicts like a preemption's victims
-//! (PodDisruptionBudgets consulted by a dry run first, all or nothing).
+//! quota that is lent out ([`ReclaimAsk`]), or, in deny mode, a lender's pod admitted on lent
+//! quota waits unscheduled ([`deny`]), this chooses borrowed work of the cohort's other teams
+//! to evict ([`reclaims`], [`deny_reclaims`]), which the controller evicts like a preemption's
+//! victims (PodDisruptionBudgets consulted by a dry run first, all or nothing).
 //!
 //! The choice ([`choose`]) is pure:
 //! - only running units (a plain pod, or a released gang whole) of teams that borrow, while they
@@ -84,6 +85,8 @@ impl Reclaim {
     }
 }
 
+pub mod deny;
+
 /// The most entries of each kind the [`Memory`] keeps.
 const MEMORY_BOUND: usize = 10_000;
 
@@ -149,12 +152,39 @@ pub fn reclaims(
     memory: &Memory,
     now: i64,
 ) -> Vec<Reclaim> {
+    reclaims_with(view, policies, labels, asks, &[], memory, now)
+}
+
+/// The reclaims the deny-mode cohorts call for ([`deny`]), at `now`: a walk over every pod,
+/// only when the policies have such a cohort.
+pub fn deny_reclaims(
+    view: &ClusterView<'_>,
+    policies: &PolicySet,
+    labels: &dyn NamespaceLabels,
+    memory: &Memory,
+    now: i64,
+) -> Vec<Reclaim> {
+    let deny::DenyAsks { asks, pending } = deny::asks(view, policies, labels);
+    reclaims_with(view, policies, labels, &asks, &pending, memory, now)
+}
+
+/// [`reclaims`], with units beyond the running ones that may be evicted (`extra`).
+fn reclaims_with(
+    view: &ClusterView<'_>,
+    policies: &PolicySet,
+    labels: &dyn NamespaceLabels,
+    asks: &[ReclaimAsk<'_>],
+    extra: &[RunningUnit],
+    memory: &Memory,
+    now: i64,
+) -> Vec<Reclaim> {
     if asks.is_empty() {
         return Vec::new();
     }
     let quota_of = |team: &str| policies.teams.iter().find(|t| t.name == team).and_then(|t| t.quota.as_ref());
     let leaving = leaving_by_team(memory.leaving(view, now).into_values(), policies, labels);
-    let units = running_units(view, policies, labels, i32::MAX, now);
+    let mut units = running_units(view, policies, labels, i32::MAX, now);
+    units.extend(extra.iter().cloned());
     let mut out = Vec::new();
     for ask in asks {
         let mut usage = ask.usage.clone();

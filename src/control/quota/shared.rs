@@ -32,6 +32,12 @@
 //! seconds, never under-count). A replica that stops gives its allowances back
 //! ([`SharedLedger::give_back`]).
 //!
+//! Cohorts: the teams of a deny-mode cohort keep their ledgers as parts of one object, the
+//! cohort's ([`scope`], [`ledger::parts`]), so that a borrowing admission is decided against
+//! every team's usage and committed in the same guarded write: two replicas cannot lend the
+//! same unused quota twice. Each team keeps its own queue and write slot on the object (rounds
+//! of two teams conflict like rounds of two replicas), and takes no allowance.
+//!
 //! Kept fresh by a watch ([`SharedLedger::watch`]): a round starts from the newest copy the
 //! watch delivered (so it does not write over a copy another replica has already replaced,
 //! which would only earn a 409), and after a 409 it waits briefly for the watch to deliver the
@@ -54,10 +60,12 @@ use crate::model::policy::quota::Quota;
 mod headroom;
 mod reconciler;
 mod round;
+mod scope;
 
 use headroom::*;
 use reconciler::*;
 pub use reconciler::{ReconcilerHooks, recount_by_team, spawn_reconciler};
+use scope::Scope;
 
 /// What the ledger costs, for `/metrics` (registered by the server).
 #[derive(Debug, Clone, Default)]
@@ -111,11 +119,23 @@ struct TeamBook {
     waiting: Mutex<Vec<Waiting>>,
     slot: tokio::sync::Mutex<Cached>,
     headroom: Mutex<Headroom>,
+    /// Where its ledger is kept, as the policies last said (its own object, or its cohort's).
+    scope: Mutex<Scope>,
 }
 
 impl TeamBook {
     fn headroom(&self) -> std::sync::MutexGuard<'_, Headroom> {
         self.headroom.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn scope(&self) -> Scope {
+        self.scope.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Sets where the team's ledger is kept (a policy reload may move it into or out of a
+    /// cohort's).
+    fn set_scope(&self, scope: Scope) {
+        *self.scope.lock().unwrap_or_else(|e| e.into_inner()) = scope;
     }
 }
 
@@ -160,13 +180,27 @@ const DRAIN_RETRY: Duration = Duration::from_millis(50);
 struct Cached {
     object: Option<ConfigMap>,
     ledger: Ledger,
+    /// What the cohort's other teams use, in this copy (empty for a team in none).
+    others: BTreeMap<String, crate::model::resources::ResourceList>,
+    /// The team's part of a cohort's ledger carries the reconciler's mark.
+    marked: bool,
+    /// The scope the copy was read in.
+    scope: Scope,
 }
 
 impl Cached {
     /// Takes `object` (read, or delivered by the watch) as the copy to start from.
     fn adopt(&mut self, object: ConfigMap) {
-        self.ledger = parse(&object);
+        let parsed = self.scope.parse(&object);
+        (self.ledger, self.others, self.marked) = (parsed.ledger, parsed.others, parsed.marked);
         self.object = Some(object);
+    }
+
+    /// Follows `scope` (the book's): a copy read in another scope is dropped.
+    fn follow(&mut self, scope: Scope) {
+        if self.scope != scope {
+            *self = Cached { scope, ..Cached::default() };
+        }
     }
 }
 
@@ -287,7 +321,7 @@ impl SharedLedger {
             drop(watched);
             self.delivered.notify_waiters();
             if let Some(at) = drain {
-                let mut books = self.books().into_iter().filter(|(t, _)| ledger::object_name(t) == name);
+                let mut books = self.books().into_iter().filter(|(_, b)| b.scope().object == name);
                 if books.any(|(_, b)| b.headroom().note_drain(at)) {
                     self.flush_now.notify_one();
                 }
@@ -330,17 +364,29 @@ impl SharedLedger {
 
     fn book(&self, team: &str) -> Arc<TeamBook> {
         let mut teams = self.teams.lock().unwrap_or_else(|e| e.into_inner());
-        teams.entry(team.to_string()).or_default().clone()
+        teams
+            .entry(team.to_string())
+            .or_insert_with(|| Arc::new(TeamBook { scope: Mutex::new(Scope::of(team, None)), ..TeamBook::default() }))
+            .clone()
+    }
+
+    /// The book of `team`, its ledger kept where `cohort` says (its cohort's, or its own).
+    fn book_in(&self, team: &str, cohort: Option<&crate::model::policy::cohort::Cohort>) -> Arc<TeamBook> {
+        let book = self.book(team);
+        book.set_scope(Scope::of(team, cohort));
+        book
     }
 
     /// Reads the team's ledger into `cached` (a missing object leaves an empty, unreconciled
     /// ledger: admission then refuses until the reconciler creates it).
-    async fn read(&self, team: &str, cached: &mut Cached) -> Result<(), kube::Error> {
+    async fn read(&self, cached: &mut Cached) -> Result<(), kube::Error> {
         self.metrics.reads.inc();
-        match self.api.get_opt(&ledger::object_name(team)).await? {
+        match self.api.get_opt(&cached.scope.object).await? {
             Some(object) => cached.adopt(object),
             None => {
                 cached.ledger = Ledger::default();
+                cached.others.clear();
+                cached.marked = false;
                 cached.object = None;
             }
         }
@@ -352,9 +398,10 @@ impl SharedLedger {
     /// runtime).
     pub async fn admit_async(&self, quota: &Quota, request: &QuotaRequest<'_>) -> Result<(), Refusal> {
         let deadline = Instant::now() + self.budget;
-        let book = self.book(request.team);
+        let book = self.book_in(request.team, request.cohort);
         let key = ledger::admission_key(request);
-        if book.headroom().admit(quota, request, &key, Instant::now()) {
+        // (A team of a cohort holds no allowance; one kept from before it joined is not used.)
+        if request.cohort.is_none() && book.headroom().admit(quota, request, &key, Instant::now()) {
             self.metrics.allowance_admissions.inc();
             return Ok(());
         }
@@ -402,32 +449,49 @@ impl SharedLedger {
     /// yet; an existing one is left to the leader. Any replica may do this: a new ledger holds
     /// no charge a stale watch could wrongly release, only pods it adds (at worst one the leader
     /// later finds gone).
-    pub async fn ensure(&self, team: &str, recount: &Recount) -> Result<(), kube::Error> {
-        let book = self.book(team);
+    pub async fn ensure(
+        &self,
+        team: &str,
+        cohort: Option<&crate::model::policy::cohort::Cohort>,
+        recount: &Recount,
+    ) -> Result<(), kube::Error> {
+        let book = self.book_in(team, cohort);
         let mut cached = book.slot.lock().await;
-        self.read(team, &mut cached).await?;
-        if cached.object.is_some() {
-            return Ok(());
-        }
-        let mut ledger = Ledger::default();
-        ledger.reconcile_with(recount, unix_now(), &|_| false);
-        let mut object = new_object(team);
-        set_reconciled(&mut object, &ledger);
-        match self.api.create(&PostParams::default(), &object).await {
-            Ok(o) => {
-                tracing::info!(%team, pods = recount.pods(), "quota ledger created");
-                cached.adopt(o);
-                Ok(())
+        cached.follow(book.scope());
+        for attempt in 1.. {
+            self.read(&mut cached).await?;
+            if cached.object.is_some() && cached.marked {
+                return Ok(());
             }
-            Err(e) if is_conflict(&e) => Ok(()), // another replica made it first
-            Err(e) => Err(e),
+            // A new object; or a cohort's without this team's part (it just joined), which is
+            // made the same way: nothing can be charged in it yet (admission refuses until it
+            // exists), so this replica's watch cannot release anything it should not.
+            let mut ledger = Ledger::default();
+            ledger.reconcile_with(recount, unix_now(), &|_| false);
+            let mut object = cached.object.clone().unwrap_or_else(|| new_object(&cached.scope));
+            set_reconciled(&mut object, &cached.scope, &ledger);
+            let written = match &cached.object {
+                Some(_) => self.api.replace(&cached.scope.object, &PostParams::default(), &object).await,
+                None => self.api.create(&PostParams::default(), &object).await,
+            };
+            match written {
+                Ok(o) => {
+                    tracing::info!(%team, object = %cached.scope.object, pods = recount.pods(), "quota ledger created");
+                    cached.adopt(o);
+                    return Ok(());
+                }
+                // Another replica wrote first: look again (it may have made this very part).
+                Err(e) if is_conflict(&e) && attempt < 5 => {}
+                Err(e) => return Err(e),
+            }
         }
+        Ok(())
     }
 
     /// Brings `team`'s ledger in line with its pods as the leader sees them (creating the
     /// object when missing); writes only when something changed. Retries conflicts a few times.
     pub async fn reconcile(&self, team: &str, pods: &[SeenPod]) -> Result<Reconciled, kube::Error> {
-        self.reconcile_with(team, &Recount::from_pods(pods), &|_| false).await
+        self.reconcile_with(team, None, &Recount::from_pods(pods), &|_| false).await
     }
 
     /// [`SharedLedger::reconcile`], releasing pending charges whose pod `deleted` says the watch
@@ -435,27 +499,35 @@ impl SharedLedger {
     pub async fn reconcile_with(
         &self,
         team: &str,
+        cohort: Option<&crate::model::policy::cohort::Cohort>,
         recount: &Recount,
         deleted: &(dyn Fn(&ledger::Entry) -> bool + Sync),
     ) -> Result<Reconciled, kube::Error> {
-        let book = self.book(team);
+        let book = self.book_in(team, cohort);
         let mut cached = book.slot.lock().await;
-        let name = ledger::object_name(team);
+        cached.follow(book.scope());
+        let name = cached.scope.object.clone();
         let mut attempt = 0;
         loop {
             attempt += 1;
-            self.read(team, &mut cached).await?;
+            self.read(&mut cached).await?;
             let was = cached.ledger.clone();
             let mut next = cached.ledger.clone();
             let report = next.reconcile_with(recount, unix_now(), deleted);
             let exists = cached.object.is_some();
             // (A ledger last reconciled by an older leader is stamped again, so that replicas
             // may grant allowances on it and charge shared claims once.)
-            if exists && was.reconciled && was.allowances_known && was.claims_known && !report.changed() {
+            if exists
+                && cached.marked
+                && was.reconciled
+                && was.allowances_known
+                && was.claims_known
+                && !report.changed()
+            {
                 return Ok(report);
             }
-            let mut object = cached.object.clone().unwrap_or_else(|| new_object(team));
-            set_reconciled(&mut object, &next);
+            let mut object = cached.object.clone().unwrap_or_else(|| new_object(&cached.scope));
+            set_reconciled(&mut object, &cached.scope, &next);
             let written = if exists {
                 self.api.replace(&name, &PostParams::default(), &object).await
             } else {
@@ -483,14 +555,14 @@ fn random_u64() -> u64 {
     std::hash::RandomState::new().hash_one((std::process::id(), unix_now_ms(), Instant::now()))
 }
 
-/// An empty ledger object for `team`.
-fn new_object(team: &str) -> ConfigMap {
+/// An empty ledger object where `scope` says.
+fn new_object(scope: &Scope) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
-            name: Some(ledger::object_name(team)),
+            name: Some(scope.object.clone()),
             labels: Some(BTreeMap::from([
                 ("app.kubernetes.io/name".to_string(), "allot".to_string()),
-                (ledger::TEAM_LABEL.to_string(), label_value(team)),
+                (ledger::TEAM_LABEL.to_string(), scope.label.clone()),
             ])),
             ..ObjectMeta::default()
         },
@@ -498,10 +570,11 @@ fn new_object(team: &str) -> ConfigMap {
     }
 }
 
-/// Puts `ledger` into `object`, stamped as reconciled now (by a leader that knows allowances).
-fn set_reconciled(object: &mut ConfigMap, ledger: &Ledger) {
-    object.data = Some(ledger.to_data());
+/// Puts `ledger` into `object` (its part, in a cohort's), stamped as reconciled now (by a
+/// leader that knows allowances).
+fn set_reconciled(object: &mut ConfigMap, scope: &Scope, ledger: &Ledger) {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    object.data = Some(scope.data(Some(object), ledger, Some(&now)));
     let annotations = object.metadata.annotations.get_or_insert_with(BTreeMap::new);
     annotations.insert(ledger::RECONCILED_ANNOTATION.to_string(), now.clone());
     annotations.insert(ledger::ALLOWANCES_ANNOTATION.to_string(), now.clone());
@@ -523,19 +596,10 @@ fn take_waiting(book: &TeamBook, batch: &mut Vec<Waiting>) {
 }
 
 /// A label value naming the team (63 characters of `[-._a-zA-Z0-9]`; others become `-`).
-fn label_value(team: &str) -> String {
+pub(super) fn label_value(team: &str) -> String {
     let value: String =
         team.chars().take(63).map(|c| if c.is_ascii_alphanumeric() || "-._".contains(c) { c } else { '-' }).collect();
     value.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_string()
-}
-
-fn parse(object: &ConfigMap) -> Ledger {
-    let annotation = |key: &str| object.metadata.annotations.as_ref().and_then(|a| a.get(key));
-    let reconciled = annotation(ledger::RECONCILED_ANNOTATION);
-    let mut ledger = Ledger::from_data(object.data.as_ref().unwrap_or(&BTreeMap::new()), reconciled.is_some());
-    ledger.allowances_known = reconciled.is_some() && reconciled == annotation(ledger::ALLOWANCES_ANNOTATION);
-    ledger.claims_known = reconciled.is_some() && reconciled == annotation(ledger::CLAIMS_ANNOTATION);
-    ledger
 }
 
 /// The reservation step of an admission ([`crate::admission::reserve`]) asks the shared ledger.

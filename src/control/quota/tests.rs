@@ -73,6 +73,7 @@ fn admit(book: &dyn QuotaBook, quota: &Quota, pod: &Value, uid: &str) -> Result<
         gang,
         shared_claims: Default::default(),
         dry_run: false,
+        cohort: None,
     };
     book.admit(quota, &request).map_err(|r| r.message("vision"))
 }
@@ -179,6 +180,7 @@ fn admit_native(
         gang: membership.size.map(|n| (membership.name.as_str(), n)),
         shared_claims: Default::default(),
         dry_run: false,
+        cohort: None,
     };
     book.admit(quota, &request).map_err(|r| r.message("vision"))
 }
@@ -404,7 +406,7 @@ proptest! {
             let probe = |gpus: i128| {
                 let requests = BTreeMap::from([("nvidia.com/gpu".to_string(), crate::model::quantity::Quantity::from_units(gpus as i64))]);
                 let charge = quota.charge(&requests);
-                let request = QuotaRequest { uid: "probe", team: "vision", namespace: "vision", pod: "probe", pod_uid: "", created: 0, charge, requests, gang: None, shared_claims: Default::default(), dry_run: true };
+                let request = QuotaRequest { uid: "probe", team: "vision", namespace: "vision", pod: "probe", pod_uid: "", created: 0, charge, requests, gang: None, shared_claims: Default::default(), dry_run: true, cohort: None };
                 book.admit(&quota, &request).is_ok()
             };
             prop_assert!(probe(room), "the book refuses the {room} GPUs the watch says are free");
@@ -454,6 +456,7 @@ fn admit_with_claims(
         gang: None,
         shared_claims: demand.shared_quota_resources(),
         dry_run: false,
+        cohort: None,
     };
     book.admit(&quota, &request).map_err(|r| r.message("vision"))
 }

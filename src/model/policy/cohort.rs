@@ -36,6 +36,8 @@ pub struct Member {
     /// The most it may use beyond its nominal; a resource absent: no bound but the cohort's.
     pub borrowing_limit: Charge,
     pub weight: (i128, i128),
+    /// The team's quota: what charges its usage (its own units, weights and equivalents).
+    pub quota: Quota,
 }
 
 /// A compiled cohort: its teams in name order.
@@ -78,8 +80,8 @@ impl Cohorts {
 
 /// The cohorts of `teams`, or what cannot hold, each problem prefixed by its team's location
 /// (`location(team)`): teams of one cohort must limit the same resources (or their usage
-/// could not be compared) and queue (`mode: Queue`: borrowing happens as the controller
-/// releases pods; admission does not borrow).
+/// could not be compared) and share one quota mode (a cohort borrows either at admission,
+/// `Deny`, or as the controller releases queued pods, `Queue`).
 pub fn compile(teams: &[Team], location: &dyn Fn(&str) -> String) -> Result<Cohorts, Vec<String>> {
     let mut grouped: BTreeMap<&str, Vec<(&Team, &Quota, &CohortTerms)>> = BTreeMap::new();
     for team in teams {
@@ -95,12 +97,15 @@ pub fn compile(teams: &[Team], location: &dyn Fn(&str) -> String) -> Result<Coho
         teams.sort_by(|a, b| a.0.name.cmp(&b.0.name));
         let first = teams[0];
         for (team, quota, _) in &teams {
-            if quota.mode != QuotaMode::Queue {
+            if quota.mode != first.1.mode {
                 problems.push(format!(
-                    "{}: spec.quota.mode: team {} is in cohort {name}, and a cohort's teams queue \
-                     (mode: Queue): borrowing happens as Allot's controller releases queued pods",
+                    "{}: spec.quota.mode: the teams of cohort {name} must share one quota mode \
+                     (team {} is {}; team {} is {})",
                     location(&team.name),
-                    team.name
+                    team.name,
+                    mode_name(quota.mode),
+                    first.0.name,
+                    mode_name(first.1.mode)
                 ));
             }
             if !quota.limits.keys().eq(first.1.limits.keys()) {
@@ -134,6 +139,13 @@ pub fn compile(teams: &[Team], location: &dyn Fn(&str) -> String) -> Result<Coho
     if problems.is_empty() { Ok(cohorts) } else { Err(problems) }
 }
 
+fn mode_name(mode: QuotaMode) -> &'static str {
+    match mode {
+        QuotaMode::Deny => "mode: Deny",
+        QuotaMode::Queue => "mode: Queue",
+    }
+}
+
 fn names(quota: &Quota) -> String {
     quota.limits.keys().cloned().collect::<Vec<_>>().join(", ")
 }
@@ -157,6 +169,7 @@ fn member(team: &Team, quota: &Quota, terms: &CohortTerms, denominator: i128) ->
         guaranteed,
         borrowing_limit: scaled(&terms.borrowing_limit),
         weight: terms.weight,
+        quota: quota.clone(),
     }
 }
 

@@ -154,3 +154,30 @@ pub struct SeenPod {
     /// The shared claims it names, with their counted devices.
     pub claims: SharedClaims,
 }
+
+/// What one reconcile changed, by kind (for logs and metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reconciled {
+    /// Pending charges whose pod the watch now counts (folded).
+    pub seen: usize,
+    /// Pending charges whose pod finished or was seen deleted.
+    pub released: usize,
+    pub expired: usize,
+    pub dropped_unreadable: usize,
+    /// The folded totals changed (pods appeared, changed or went).
+    pub refolded: bool,
+    /// Allowances dropped because their holder stopped renewing them.
+    pub allowances_expired: usize,
+    /// An old drain request was dropped.
+    pub drain_dropped: bool,
+    /// Allowances left after the reconcile (not a change: the leader looks again soon, to drop
+    /// those whose holder stops renewing them).
+    pub allowances_held: usize,
+}
+
+impl Reconciled {
+    /// True when the ledger changed.
+    pub fn changed(&self) -> bool {
+        Reconciled { allowances_held: 0, ..*self } != Reconciled::default()
+    }
+}

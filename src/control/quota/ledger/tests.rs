@@ -27,7 +27,6 @@ fn gpus(n: i64) -> ResourceList {
 
 /// An admission of pod `name` (UID `uid-NAME`) asking `n` GPUs, in gang `(name, size)` if any.
 fn request<'a>(q: &Quota, name: &'a str, uid: &'a str, n: i64, gang: Option<(&'a str, u32)>) -> QuotaRequest<'a> {
-    let requests = gpus(n);
     QuotaRequest {
         uid: "review-uid",
         team: "vision",
@@ -35,11 +34,12 @@ fn request<'a>(q: &Quota, name: &'a str, uid: &'a str, n: i64, gang: Option<(&'a
         pod: name,
         pod_uid: uid,
         created: 1_000,
-        charge: q.charge(&requests),
-        requests,
+        charge: q.charge(&gpus(n)),
+        requests: gpus(n),
         gang,
         shared_claims: Default::default(),
         dry_run: false,
+        cohort: None,
     }
 }
 

@@ -178,7 +178,7 @@ pub fn spawn_reconciler(
             let Some(teams) = recount_off_the_workers(&state, &current, &labels).await else {
                 continue;
             };
-            let clean = reconcile_teams(&ledger, &state, &teams).await;
+            let clean = reconcile_teams(&ledger, &state, &current, &teams).await;
             last = clean.then(|| (generation, current.version.clone(), Instant::now()));
         }
     })
@@ -194,7 +194,7 @@ async fn ensure_ledgers(
     let teams = recount_by_team(&state.view(), current, labels);
     let mut all = true;
     for (team, recount) in &teams {
-        if let Err(e) = ledger.ensure(team, recount).await {
+        if let Err(e) = ledger.ensure(team, current.cohorts.of_team(team), recount).await {
             all = false;
             tracing::warn!(%team, error = %e, "cannot create the quota ledger yet; retrying");
         }
@@ -230,7 +230,12 @@ async fn recount_off_the_workers(
 
 /// Reconciles every team's ledger with its recount; whether all came out clean (nothing left
 /// that needs another look within a second).
-async fn reconcile_teams(ledger: &SharedLedger, state: &ClusterState, teams: &BTreeMap<String, Recount>) -> bool {
+async fn reconcile_teams(
+    ledger: &SharedLedger,
+    state: &ClusterState,
+    current: &PolicySet,
+    teams: &BTreeMap<String, Recount>,
+) -> bool {
     let mut clean = true;
     // A pending charge whose pod the watch saw deleted since it was charged.
     let (now_unix, now) = (unix_now(), Instant::now());
@@ -251,7 +256,7 @@ async fn reconcile_teams(ledger: &SharedLedger, state: &ClusterState, teams: &BT
         if recount.young() > 0 {
             clean = false;
         }
-        let reconciled = ledger.reconcile_with(team, recount, &deleted).await;
+        let reconciled = ledger.reconcile_with(team, current.cohorts.of_team(team), recount, &deleted).await;
         if put_off.load(std::sync::atomic::Ordering::Relaxed) {
             clean = false;
         }

@@ -6,11 +6,12 @@
 //! The round is a loop of tries ([`SharedLedger::try_round`]): load a copy, decide, write. Each
 //! step returns [`Try::Again`] to start over or [`Try::Done`] with the answers.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kube::api::PostParams;
 
-use super::ledger::{self, ALLOWANCE_TTL_SECS, Allowance, Charged, Entry, Ledger};
+use super::ledger::{ALLOWANCE_TTL_SECS, Allowance, Charged, Entry, Ledger};
 use super::{
     ALLOWANCE_REWRITE_SECS, Cached, DRAIN_HOLD_MS, DRAIN_LAST_CHANCE, Headroom, MISSING_LEDGER_RETRY, Refusal,
     SharedLedger, TeamBook, WATCH_GRACE, Waiting, is_conflict, revision, take_waiting, unavailable, unix_now_ms,
@@ -64,9 +65,10 @@ impl SharedLedger {
     /// one write; answers every waiter except those deferred behind other replicas' allowances
     /// (they go back to the queue).
     pub(super) async fn commit(&self, team: &str, book: &TeamBook, cached: &mut Cached) {
-        let Some(mut round) = self.begin_round(team, book) else { return };
+        cached.follow(book.scope());
+        let Some(mut round) = self.begin_round(book, &cached.scope.object) else { return };
         let answers = loop {
-            if let Try::Done(answers) = self.try_round(&mut round, team, book, cached).await {
+            if let Try::Done(answers) = self.try_round(&mut round, book, cached).await {
                 break answers;
             }
         };
@@ -74,7 +76,7 @@ impl SharedLedger {
     }
 
     /// The round's admissions, or `None` when there is nothing to write.
-    fn begin_round(&self, team: &str, book: &TeamBook) -> Option<Round> {
+    fn begin_round(&self, book: &TeamBook, name: &str) -> Option<Round> {
         let mut batch = Vec::new();
         take_waiting(book, &mut batch);
         let (settling, settled) = {
@@ -94,7 +96,7 @@ impl SharedLedger {
             settled,
             started,
             deadline: tokio::time::Instant::from_std(deadline),
-            name: ledger::object_name(team),
+            name: name.to_string(),
             fresh: false,
             must_read: false,
             frozen: false,
@@ -103,8 +105,8 @@ impl SharedLedger {
         })
     }
 
-    async fn try_round(&self, round: &mut Round, team: &str, book: &TeamBook, cached: &mut Cached) -> Try {
-        if let Some(step) = self.load_copy(round, team, cached).await {
+    async fn try_round(&self, round: &mut Round, book: &TeamBook, cached: &mut Cached) -> Try {
+        if let Some(step) = self.load_copy(round, cached).await {
             return step;
         }
         match self.decide(round, book, cached) {
@@ -114,7 +116,7 @@ impl SharedLedger {
     }
 
     /// Starts from the newest copy the watch has, or reads one; `None`: go on with it.
-    async fn load_copy(&self, round: &mut Round, team: &str, cached: &mut Cached) -> Option<Try> {
+    async fn load_copy(&self, round: &mut Round, cached: &mut Cached) -> Option<Try> {
         if !round.fresh && !round.must_read {
             // Start from the newest copy the watch has, if it is newer than ours.
             let newer = match cached.object.as_ref() {
@@ -129,7 +131,7 @@ impl SharedLedger {
             return None;
         }
         round.reads += 1;
-        match tokio::time::timeout_at(round.deadline, self.read(team, cached)).await {
+        match tokio::time::timeout_at(round.deadline, self.read(cached)).await {
             Ok(Ok(())) => round.fresh = true,
             Ok(Err(e)) => return Some(Try::Done(Err(unavailable(&format!("reading {}: {e}", round.name))))),
             Err(_) => {
@@ -163,14 +165,15 @@ impl SharedLedger {
         let kept = book.headroom().kept(&round.settled);
         next.set_allowance(&self.holder, Some(Allowance { reserved: kept.clone(), until: now + ALLOWANCE_TTL_SECS }));
         let before = next.clone();
-        let mut decided = decide_all(round, &mut next, now);
+        let mut decided = decide_all(round, &mut next, &cached.others, now);
         if !round.fresh && (cached.object.is_none() || decided.iter().any(Result::is_err)) {
             // Refuse only from what the API server says now, not from a copy.
             cached.object = None;
             round.must_read = true;
             return Err(Try::Again);
         }
-        self.refused_by_allowances(round, book, &mut next, &before, &mut decided, !kept.is_empty(), now_ms)?;
+        let others = &cached.others;
+        self.refused_by_allowances(round, book, (&mut next, &before, others), &mut decided, !kept.is_empty(), now_ms)?;
         let ours = self.size_allowance(round, book, cached, &mut next, &kept, now, now_ms);
         Ok(Decision { next, decided, ours })
     }
@@ -183,8 +186,7 @@ impl SharedLedger {
         &self,
         round: &mut Round,
         book: &TeamBook,
-        next: &mut Ledger,
-        before: &Ledger,
+        (next, before, others): (&mut Ledger, &Ledger, &BTreeMap<String, ResourceList>),
         decided: &mut Decided,
         holds_allowance: bool,
         now_ms: i64,
@@ -193,7 +195,7 @@ impl SharedLedger {
         if !decided.iter().any(|d| matches!(d, Err(Refusal::Exceeded { .. }))) || next.allowances().next().is_none() {
             return Ok(());
         }
-        let bare = decide_all(round, &mut before.without_allowances(), now);
+        let bare = decide_all(round, &mut before.without_allowances(), others, now);
         let blocked: Vec<usize> = (0..round.batch.len())
             .filter(|i| matches!(decided[*i], Err(Refusal::Exceeded { .. })) && bare[*i].is_ok())
             .collect();
@@ -239,12 +241,17 @@ impl SharedLedger {
         let draining = next.drain_requested().is_some_and(|at| at + DRAIN_HOLD_MS > now_ms);
         // Pods from an allowance are written as charges whatever the ledger's size: no grant
         // once it is half full (admissions then meet its limits in a round).
-        let roomy = next.len() < ledger::MAX_ENTRIES / 2 && next.bytes() < ledger::MAX_BYTES / 2;
+        let (max_entries, max_bytes) = next.bounds();
+        let roomy = next.len() < max_entries / 2 && next.bytes() < max_bytes / 2;
         // Only a round that decides a pod an allowance could serve, or the flusher's renewal of
         // one in use, grants: a round of gang members alone (and dry runs) asks for the capacity
         // itself, so it gives back what this replica holds beyond what it admitted meanwhile (in
         // use or not: the next plain pod pays a round trip that grants again).
+        // A team of a cohort takes no allowance: its charges are decided with the other teams'
+        // usage, and an allowance would be capacity the cohort lends nobody.
+        let in_cohort = cached.scope.part.is_some();
         let may_grant = !round.frozen
+            && !in_cohort
             && !draining
             && roomy
             && next.reconciled
@@ -278,7 +285,7 @@ impl SharedLedger {
         let Some(mut object) = cached.object.clone() else {
             return Try::Done(Err(unavailable(&format!("{} does not exist", round.name))));
         };
-        object.data = Some(next.to_data());
+        object.data = Some(cached.scope.data(Some(&object), &next, None));
         round.writes += 1;
         let params = PostParams::default();
         match tokio::time::timeout_at(round.deadline, self.api.replace(&round.name, &params, &object)).await {
@@ -350,12 +357,13 @@ impl SharedLedger {
     }
 }
 
-/// Every admission of the round charged on `ledger` (the deferred ones as already charged).
-fn decide_all(round: &Round, ledger: &mut Ledger, now: i64) -> Decided {
+/// Every admission of the round charged on `ledger` (the deferred ones as already charged),
+/// given what the cohort's other teams use (`others`; empty for a team in none).
+fn decide_all(round: &Round, ledger: &mut Ledger, others: &BTreeMap<String, ResourceList>, now: i64) -> Decided {
     (round.batch.iter().zip(&round.deferred))
         .map(|(w, deferred)| match deferred {
             true => Ok(Charged::Already),
-            false => ledger.charge(&w.quota, &w.request.borrow(), &w.key, now),
+            false => ledger.charge_in(&w.quota, &w.request.borrow(), &w.key, now, others),
         })
         .collect()
 }

@@ -34,6 +34,7 @@ fn request<'a>(q: &Quota, name: &'a str, n: i64) -> QuotaRequest<'a> {
         gang: None,
         shared_claims: Default::default(),
         dry_run: false,
+        cohort: None,
     }
 }
 

@@ -117,8 +117,11 @@ fn what_cannot_hold_is_refused_at_load() {
             "spec.quota.weight: weight must be a positive number",
         ),
         (
-            vec![team("a", "{mode: Deny, cohort: r, limits: {nvidia.com/gpu: 4}}")],
-            "spec.quota.mode: team a is in cohort r, and a cohort's teams queue",
+            vec![
+                team("a", "{mode: Deny, cohort: r, limits: {nvidia.com/gpu: 4}}"),
+                team("b", "{mode: Queue, cohort: r, limits: {nvidia.com/gpu: 4}}"),
+            ],
+            "spec.quota.mode: the teams of cohort r must share one quota mode (team b is mode: Queue; team a is mode: Deny)",
         ),
         (
             vec![
@@ -187,6 +190,16 @@ fn generated(teams: &[Terms]) -> crate::model::policy::PolicySet {
     set(&docs).unwrap()
 }
 
+/// What team `t` keeps of its nominal quota (lends none of it), in GPUs.
+fn kept(t: &Terms) -> i128 {
+    t.nominal - t.lending.unwrap_or(t.nominal).min(t.nominal)
+}
+
+/// What team `ti` uses in `u`, in GPUs (`one`: a GPU in cohort units).
+fn used_gpus(u: &CohortUsage<'_>, i: usize, one: i128) -> i128 {
+    at(&u.used(&format!("t{i}")), GPU) / one
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
@@ -211,8 +224,8 @@ proptest! {
             // What taking it would give, checked directly.
             let mut after = usage.clone();
             after.take(&name, &asked);
-            let used = |u: &CohortUsage<'_>, i: usize| at(&u.used(&format!("t{i}")), GPU) / one;
-            let kept = |i: usize| teams[i].nominal - teams[i].lending.unwrap_or(teams[i].nominal).min(teams[i].nominal);
+            let used = |u: &CohortUsage<'_>, i: usize| used_gpus(u, i, one);
+            let kept = |i: usize| kept(&teams[i]);
             let total: i128 = (0..teams.len()).map(|i| used(&after, i).max(kept(i))).sum();
             let borrowed = used(&after, who) - teams[who].nominal;
             let holds = total <= total_nominal && teams[who].borrowing.is_none_or(|b| borrowed <= b);
@@ -234,6 +247,47 @@ proptest! {
             let lent: i128 = usage.lent().values().map(|c| at(c, GPU)).sum();
             let borrowed_all: i128 = (0..teams.len()).map(|i| at(&usage.borrowed(&format!("t{i}")), GPU)).sum();
             prop_assert_eq!(lent, borrowed_all);
+        }
+    }
+
+    /// At admission (`mode: Deny`), whatever teams ask, in any order: what a team asks within
+    /// its nominal quota is always admitted (what it lent is reclaimed, not refused); a pod that
+    /// borrows is admitted exactly when its team stays within its borrowing limit and the
+    /// cohort's draws stay within what its teams lend, so the cohort passes its nominal quotas
+    /// together only by what lenders took back.
+    #[test]
+    fn admission_never_refuses_a_lender_and_never_lends_twice(
+        teams in proptest::collection::vec(terms(), 1..4),
+        asks in proptest::collection::vec((0usize..3, 1i128..4), 0..30),
+    ) {
+        let policies = generated(&teams);
+        let cohort = policies.cohorts.of_team("t0").unwrap();
+        let mut usage = CohortUsage::new(cohort, &mut |_| None);
+        let one = gpus(cohort, 1);
+        let kept = |i: usize| kept(&teams[i]);
+        let pool: i128 = (0..teams.len()).map(|i| teams[i].nominal - kept(i)).sum();
+        let used = |u: &CohortUsage<'_>, i: usize| used_gpus(u, i, one);
+        for (who, n) in asks {
+            let who = who % teams.len();
+            let name = format!("t{who}");
+            let asked = charge(1, n);
+            let verdict = usage.check_admission(&name, &asked);
+            let mut after = usage.clone();
+            after.take(&name, &asked);
+            let within = used(&after, who) <= teams[who].nominal;
+            let drawn: i128 = (0..teams.len()).map(|i| (used(&after, i) - kept(i)).max(0)).sum();
+            let borrowed = used(&after, who) - teams[who].nominal;
+            let fits = drawn <= pool && teams[who].borrowing.is_none_or(|b| borrowed <= b);
+            prop_assert_eq!(verdict.is_ok(), within || fits, "{} asks {}: {:?}", name, n, verdict);
+            if let Ok(take) = verdict {
+                prop_assert_eq!(take.borrows, !within);
+                usage = after;
+            }
+            for (i, t) in teams.iter().enumerate() {
+                if let Some(b) = t.borrowing {
+                    prop_assert!(used(&usage, i) - t.nominal <= b);
+                }
+            }
         }
     }
 }

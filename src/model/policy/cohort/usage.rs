@@ -118,6 +118,17 @@ impl<'c> CohortUsage<'c> {
 
     /// Whether `team` may take `charge` (its own units) now, and whether it then borrows.
     pub fn check(&self, team: &str, charge: &Charge) -> Result<Take, Box<Shortfall>> {
+        self.check_with(team, charge, false)
+    }
+
+    /// [`CohortUsage::check`] at admission (`mode: Deny`): what a team asks within its nominal
+    /// quota is never refused for what it lent (its pod is admitted, and Allot's controller
+    /// reclaims the loan, evicting borrowed work); only borrowing is bounded.
+    pub fn check_admission(&self, team: &str, charge: &Charge) -> Result<Take, Box<Shortfall>> {
+        self.check_with(team, charge, true)
+    }
+
+    fn check_with(&self, team: &str, charge: &Charge, lender_waits: bool) -> Result<Take, Box<Shortfall>> {
         let Some(i) = self.index(team) else { return Ok(Take { borrows: false }) };
         let m = &self.cohort.members[i];
         let charge = scaled(m.scale, charge);
@@ -139,6 +150,9 @@ impl<'c> CohortUsage<'c> {
                     limit: self.show(*limit),
                     asked: self.show(*asked),
                 }));
+            }
+            if lender_waits && after <= nominal {
+                continue;
             }
             let drawn_after = (after - at(&m.guaranteed, r)).max(0);
             let total = self.drawn_total(r);

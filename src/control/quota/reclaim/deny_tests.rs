@@ -1,0 +1,123 @@
+//! Deny-mode reclaims over small clusters: a lender's unscheduled pod within its nominal quota
+//! takes back what is lent; nothing else does.
+
+use serde_json::{Value, json};
+
+use crate::control::cluster::fixtures::{cluster, policies, team_pod};
+use crate::control::quota::reclaim::{Memory, Reclaim, deny_reclaims};
+use crate::model::namespaces::NoNamespaces;
+use crate::model::policy::PolicySet;
+
+const NOW: i64 = 1_900_000_000;
+
+fn research(mode: &str) -> PolicySet {
+    let team = |name: &str| {
+        format!(
+            "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: {name}}}\nspec:\n  namespaces: {{names: \
+             [{name}]}}\n  quota: {{mode: {mode}, cohort: research, limits: {{nvidia.com/gpu: 4}}}}\n---\n"
+        )
+    };
+    policies(&format!("{}{}", team("vision"), team("nlp")))
+}
+
+/// A 1-GPU pod of `namespace` created at second `at`: running, or (`pending`) admitted and not
+/// scheduled (no node, no gate).
+fn pod(namespace: &str, name: &str, pending: bool, at: u32) -> Value {
+    let mut pod = team_pod(name, 1, false, &format!("2026-12-07T01:00:{at:02}Z"));
+    pod["metadata"]["namespace"] = json!(namespace);
+    pod["metadata"]["uid"] = json!(format!("uid-{namespace}-{name}"));
+    if pending {
+        pod["spec"].as_object_mut().unwrap().remove("nodeName");
+    }
+    pod
+}
+
+fn reclaims_of(p: &PolicySet, pods: &[Value]) -> Vec<Reclaim> {
+    deny_reclaims(&cluster(p, pods).view(), p, &NoNamespaces, &Memory::default(), NOW)
+}
+
+fn victims(reclaims: &[Reclaim]) -> Vec<String> {
+    reclaims.iter().flat_map(|r| r.victims.iter().map(|u| u.key.to_string())).collect()
+}
+
+/// vision runs 6 of its 4 (2 borrowed from nlp); nlp runs 2.
+fn borrowed() -> Vec<Value> {
+    let mut pods: Vec<Value> = (0..6).map(|i| pod("vision", &format!("v{i}"), false, i)).collect();
+    pods.extend((0..2).map(|i| pod("nlp", &format!("r{i}"), false, 10 + i)));
+    pods
+}
+
+#[test]
+fn a_lenders_unscheduled_pod_reclaims_the_newest_borrowed_pod() {
+    let p = research("Deny");
+    let mut pods = borrowed();
+    pods.push(pod("nlp", "n0", true, 20));
+    let reclaims = reclaims_of(&p, &pods);
+    assert_eq!(victims(&reclaims), ["pod vision/v5"]);
+    let r = &reclaims[0];
+    assert_eq!((r.team.as_str(), r.unit.as_str(), r.cohort.as_str()), ("nlp", "pod/nlp/n0", "research"));
+    assert_eq!(r.first_member, Some(("nlp".into(), "n0".into())));
+    // Two waiting: two taken back, the newest first.
+    pods.push(pod("nlp", "n1", true, 21));
+    assert_eq!(victims(&reclaims_of(&p, &pods)), ["pod vision/v5", "pod vision/v4"]);
+}
+
+#[test]
+fn only_what_the_nominal_quota_guarantees_is_reclaimed() {
+    let p = research("Deny");
+    // nlp runs 3 of its 4 and waits with 2: one is its own, the other would borrow.
+    let mut pods: Vec<Value> = (0..5).map(|i| pod("vision", &format!("v{i}"), false, i)).collect();
+    pods.extend((0..3).map(|i| pod("nlp", &format!("r{i}"), false, 10 + i)));
+    pods.push(pod("nlp", "n0", true, 20));
+    pods.push(pod("nlp", "n1", true, 21));
+    let reclaims = reclaims_of(&p, &pods);
+    assert_eq!(victims(&reclaims), ["pod vision/v4"]);
+    assert_eq!(reclaims[0].unit, "pod/nlp/n0", "the older waiting pod, within the nominal quota");
+}
+
+#[test]
+fn the_borrowers_own_waiting_pods_go_first_so_the_room_is_not_taken_by_them() {
+    let p = research("Deny");
+    let mut pods = borrowed();
+    // vision's pod admitted on the loan before nlp came back; it waits for a node.
+    pods.push(pod("vision", "q", true, 9));
+    pods.push(pod("nlp", "n0", true, 20));
+    // vision 7 (3 borrowed), nlp 2 + 1: the cohort needs 2 back for nlp's pod, q among them.
+    assert_eq!(victims(&reclaims_of(&p, &pods)), ["pod vision/q", "pod vision/v5"]);
+}
+
+#[test]
+fn nothing_is_reclaimed_for_a_pod_beyond_its_nominal_nor_one_the_cohort_has_room_for() {
+    let p = research("Deny");
+    // nlp runs its 4: its next pod would borrow, and the cohort has nothing unused.
+    let mut pods: Vec<Value> = (0..4).map(|i| pod("vision", &format!("v{i}"), false, i)).collect();
+    pods.extend((0..4).map(|i| pod("nlp", &format!("r{i}"), false, 10 + i)));
+    pods.push(pod("nlp", "n0", true, 20));
+    assert!(reclaims_of(&p, &pods).is_empty());
+    // vision borrows 1; nlp runs 2 and waits with 1: 3 + 5 = 8, the cohort has room.
+    let mut pods: Vec<Value> = (0..5).map(|i| pod("vision", &format!("v{i}"), false, i)).collect();
+    pods.extend((0..2).map(|i| pod("nlp", &format!("r{i}"), false, 10 + i)));
+    pods.push(pod("nlp", "n0", true, 20));
+    assert!(reclaims_of(&p, &pods).is_empty());
+    // A queue-mode cohort's unscheduled pods are not deny-mode lenders.
+    let p = research("Queue");
+    let mut pods = borrowed();
+    pods.push(pod("nlp", "n0", true, 20));
+    assert!(!super::any(&p));
+    assert!(reclaims_of(&p, &pods).is_empty());
+}
+
+#[test]
+fn room_the_schedulers_preemption_makes_is_not_made_twice() {
+    let p = research("Deny");
+    let mut pods = borrowed();
+    pods.push(pod("nlp", "n0", true, 20));
+    // The scheduler preempts v2 for n0 (of a higher priority): that is the room.
+    pods[2]["metadata"]["deletionTimestamp"] = json!("2026-12-07T01:01:00Z");
+    pods[2]["status"]["conditions"] =
+        json!([{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]);
+    assert!(reclaims_of(&p, &pods).is_empty());
+    // A pod its owner deletes (no condition) still holds its GPU: the reclaim goes on.
+    pods[2]["status"]["conditions"] = json!([]);
+    assert_eq!(victims(&reclaims_of(&p, &pods)).len(), 1);
+}
