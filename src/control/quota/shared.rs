@@ -55,6 +55,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 
 use super::ledger::{self, Ledger, Reconciled, Recount, SeenPod};
 use crate::admission::quota::{OwnedQuotaRequest, QuotaRequest, Refusal};
+use crate::model::policy::cohort::Cohort;
 use crate::model::policy::quota::Quota;
 
 mod headroom;
@@ -134,8 +135,13 @@ impl TeamBook {
 
     /// Sets where the team's ledger is kept (a policy reload may move it into or out of a
     /// cohort's).
-    fn set_scope(&self, scope: Scope) {
-        *self.scope.lock().unwrap_or_else(|e| e.into_inner()) = scope;
+    /// Keeps the book's ledger where `cohort` says (a policy reload may move a team into a
+    /// cohort, out of one, or change its members); unchanged on every other admission.
+    fn follow_cohort(&self, team: &str, cohort: Option<&Cohort>) {
+        let mut scope = self.scope.lock().unwrap_or_else(|e| e.into_inner());
+        if !scope.serves(team, cohort) {
+            *scope = Scope::of(team, cohort);
+        }
     }
 }
 
@@ -371,9 +377,9 @@ impl SharedLedger {
     }
 
     /// The book of `team`, its ledger kept where `cohort` says (its cohort's, or its own).
-    fn book_in(&self, team: &str, cohort: Option<&crate::model::policy::cohort::Cohort>) -> Arc<TeamBook> {
+    fn book_in(&self, team: &str, cohort: Option<&Cohort>) -> Arc<TeamBook> {
         let book = self.book(team);
-        book.set_scope(Scope::of(team, cohort));
+        book.follow_cohort(team, cohort);
         book
     }
 
@@ -449,12 +455,7 @@ impl SharedLedger {
     /// yet; an existing one is left to the leader. Any replica may do this: a new ledger holds
     /// no charge a stale watch could wrongly release, only pods it adds (at worst one the leader
     /// later finds gone).
-    pub async fn ensure(
-        &self,
-        team: &str,
-        cohort: Option<&crate::model::policy::cohort::Cohort>,
-        recount: &Recount,
-    ) -> Result<(), kube::Error> {
+    pub async fn ensure(&self, team: &str, cohort: Option<&Cohort>, recount: &Recount) -> Result<(), kube::Error> {
         let book = self.book_in(team, cohort);
         let mut cached = book.slot.lock().await;
         cached.follow(book.scope());
@@ -499,7 +500,7 @@ impl SharedLedger {
     pub async fn reconcile_with(
         &self,
         team: &str,
-        cohort: Option<&crate::model::policy::cohort::Cohort>,
+        cohort: Option<&Cohort>,
         recount: &Recount,
         deleted: &(dyn Fn(&ledger::Entry) -> bool + Sync),
     ) -> Result<Reconciled, kube::Error> {

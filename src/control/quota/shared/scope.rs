@@ -23,6 +23,8 @@ pub(super) struct Scope {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Part {
+    /// The cohort's name.
+    pub(super) cohort: String,
     pub(super) prefix: String,
     pub(super) others: Vec<(String, String)>,
 }
@@ -46,6 +48,7 @@ impl Scope {
             Some(c) => Scope {
                 object: parts::cohort_object_name(&c.name),
                 part: Some(Part {
+                    cohort: c.name.clone(),
                     prefix: parts::part_prefix(team),
                     others: c
                         .members
@@ -56,6 +59,21 @@ impl Scope {
                 }),
                 label: super::label_value(&format!("cohort.{}", c.name)),
             },
+        }
+    }
+
+    /// Whether this is already the scope of `team` in `cohort` ([`Scope::of`] would build the
+    /// same): checked without allocating, since every admission asks it.
+    pub(super) fn serves(&self, team: &str, cohort: Option<&Cohort>) -> bool {
+        match (&self.part, cohort) {
+            (None, None) => true,
+            (Some(part), Some(c)) => {
+                let mut others = c.members.iter().filter(|m| m.team != team);
+                part.cohort == c.name
+                    && part.others.len() + 1 == c.members.len()
+                    && part.others.iter().all(|(t, _)| others.next().is_some_and(|m| &m.team == t))
+            }
+            _ => false,
         }
     }
 
@@ -115,6 +133,7 @@ mod tests {
     use super::*;
     use crate::admission::quota::{QuotaRequest, Refusal};
     use crate::control::quota::ledger::Charged;
+    use crate::model::policy::cohort::Member;
     use crate::model::policy::{PolicySet, Source, compile};
     use crate::model::quantity::Quantity;
 
@@ -174,6 +193,30 @@ mod tests {
             object.data = Some(scope.data(Some(&object), &Ledger::default(), Some(&at)));
         }
         object
+    }
+
+    #[test]
+    fn a_scope_serves_its_cohort_until_the_cohort_changes() {
+        let policies = research();
+        let research = policies.cohorts.of_team("vision").unwrap();
+        let scope = Scope::of("vision", Some(research));
+        assert!(scope.serves("vision", Some(research)));
+        assert!(!scope.serves("vision", None));
+        assert!(!Scope::of("vision", None).serves("vision", Some(research)));
+        assert!(Scope::of("vision", None).serves("vision", None));
+        let mut renamed = research.clone();
+        renamed.name = "labs".into();
+        assert!(!scope.serves("vision", Some(&renamed)));
+        let mut grown = research.clone();
+        let mut speech = grown.members[0].clone();
+        speech.team = "speech".into();
+        grown.members.push(speech);
+        assert!(!scope.serves("vision", Some(&grown)));
+        assert!(Scope::of("vision", Some(&grown)).serves("vision", Some(&grown)));
+        let mut swapped = grown.clone();
+        swapped.members.retain(|m| m.team != "nlp");
+        swapped.members.push(Member { team: "audio".into(), ..grown.members[0].clone() });
+        assert!(!Scope::of("vision", Some(&grown)).serves("vision", Some(&swapped)));
     }
 
     #[test]
