@@ -81,12 +81,18 @@ impl QuotaBook for LiveQuota {
             request.shared_claims.keys().map(|c| (request.namespace, c.as_str())).collect();
         // With the other teams of its cohort, for a pod that may borrow: each one's watch and
         // reservations, as its own would be counted.
-        let teams: Vec<&str> = std::iter::once(request.team)
-            .chain(
-                request.cohort.iter().flat_map(|c| &c.members).map(|m| m.team.as_str()).filter(|t| *t != request.team),
-            )
-            .collect();
-        let mut watched = self.watched(&ledger, &policies, &mut cache, &teams, &own_claims).into_iter();
+        // (A team in no cohort, the common case, allocates no list for it.)
+        let alone = [request.team];
+        let in_cohort: Vec<&str>;
+        let teams: &[&str] = match request.cohort {
+            None => &alone,
+            Some(c) => {
+                let others = c.members.iter().map(|m| m.team.as_str()).filter(|t| *t != request.team);
+                in_cohort = std::iter::once(request.team).chain(others).collect();
+                &in_cohort
+            }
+        };
+        let mut watched = self.watched(&ledger, &policies, &mut cache, teams, &own_claims).into_iter();
         let (mut usage, seen, watched_own) = watched.next().unwrap_or_default();
         let mut others: BTreeMap<String, ResourceList> = BTreeMap::new();
         for (team, (mut used, _, held)) in teams[1..].iter().zip(watched) {
