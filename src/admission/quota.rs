@@ -238,13 +238,13 @@ pub(crate) fn check(
 /// `used_of(team)` is what each team of the cohort uses (resource terms), the request's own
 /// team included. Within its nominal quota a team is always admitted (what it lent is reclaimed
 /// by Allot's controller); beyond it, it borrows what the cohort has unused, up to its borrowing
-/// limit. `Ok(true)`: the pod borrows.
+/// limit.
 pub(crate) fn check_in_cohort(
     cohort: &Cohort,
     request: &QuotaRequest<'_>,
     used_of: &mut dyn FnMut(&str) -> Option<ResourceList>,
     asks: &Asks,
-) -> Result<bool, Refusal> {
+) -> Result<(), Refusal> {
     let Some(member) = cohort.members.iter().find(|m| m.team == request.team) else {
         // (Not reached: a request names its own team's cohort.) Fail closed.
         return Err(Refusal::Unknown { reason: format!("cohort {} does not list the team", cohort.name) });
@@ -262,7 +262,7 @@ pub(crate) fn check_in_cohort(
         return Err(Refusal::NeverFits { cohort: cohort.name.clone(), resource, asked, most });
     }
     match usage.check_admission(request.team, &charge) {
-        Ok(take) => Ok(take.borrows),
+        Ok(_) => Ok(()),
         Err(shortfall) => Err(Refusal::Cohort { cohort: cohort.name.clone(), shortfall }),
     }
 }
@@ -281,7 +281,7 @@ pub(crate) fn decide(
     match request.cohort {
         Some(cohort) => {
             let mut used_of = |team: &str| if team == request.team { Some(used.clone()) } else { others(team) };
-            check_in_cohort(cohort, request, &mut used_of, asks).map(|_| ())
+            check_in_cohort(cohort, request, &mut used_of, asks)
         }
         None => check(quota, request, &quota.charge(used), asks, namespaces),
     }
