@@ -27,7 +27,7 @@ use crate::control::cluster::{ClusterView, DisruptionCause, PodRecord};
 use crate::control::gang::decision::{RunningPod, RunningUnit, UnitKey};
 use crate::model::namespaces::{NamespaceLabels, TeamsByNamespace};
 use crate::model::policy::cohort::{Cohort, CohortUsage};
-use crate::model::policy::quota::Charge;
+use crate::model::policy::quota::{Charge, add};
 use crate::model::policy::{PolicySet, QuotaMode};
 use crate::model::resources::ResourceList;
 
@@ -129,13 +129,6 @@ pub fn asks<'p>(view: &ClusterView<'_>, policies: &'p PolicySet, labels: &dyn Na
         }
     }
     out
-}
-
-fn add(to: &mut Charge, charge: &Charge) {
-    for (r, v) in charge {
-        let slot = to.entry(r.clone()).or_default();
-        *slot = slot.saturating_add(*v);
-    }
 }
 
 fn reclaimer(pod: &PodRecord, charge: Charge) -> Reclaimer {
