@@ -4,16 +4,18 @@
 //! are released on speech's unused quota and marked `allot.dev/borrowed-from: research` (a key
 //! the tenant can neither write nor remove); speech then gets the 2 GPUs still unused, and its
 //! third pod, within its nominal quota, reclaims one GPU: imaging's newest pod is evicted (a fake
-//! kubelet runs bound pods and finishes deletions), told why, and nothing else is.
+//! kubelet runs bound pods and finishes deletions), told why, and nothing else is. A borrowing
+//! gang is evicted whole; a budget that refuses a reclaim turns it to other borrowed work.
 
 mod support;
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::cluster::{Assets, Cluster, impersonating, metric, tenant_namespace, wait_for};
+use support::cluster::{Assets, Cluster, gang_gated, gang_member, impersonating, metric, tenant_namespace, wait_for};
 use support::events::events;
 use support::kubelet::fake_kubelet;
 
@@ -36,7 +38,8 @@ spec:
 const BORROWED_FROM: &str = "allot.dev/borrowed-from";
 
 fn tenant_rules() -> serde_json::Value {
-    json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "watch", "delete", "patch"]}])
+    json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "watch", "delete", "patch"]},
+           {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["create", "get", "list"]}])
 }
 
 fn gpu_pod(name: &str) -> Pod {
@@ -91,22 +94,43 @@ async fn create_released(pods: &Api<Pod>, names: &[&str]) {
     }
 }
 
+/// The cohort on a real control plane: a node of 8 GPUs, fake kubelets (pods run, and go 2 s
+/// after an eviction), alice in imaging and bob in speech as tenants.
+struct Research {
+    cluster: Cluster,
+    admin: kube::Client,
+    kubelets: [tokio::task::JoinHandle<()>; 2],
+    alice: kube::Client,
+    imaging: Api<Pod>,
+    speech: Api<Pod>,
+}
+
+impl Research {
+    /// None (the test is skipped) without the envtest binaries.
+    async fn start(test: &str) -> Option<Research> {
+        allot::install_crypto_provider();
+        let assets = Assets::from_env(test)?;
+        let cluster = Cluster::start_with(&assets, &[("cohort-e2e.yaml", TEAMS)]).await;
+        let admin = cluster.client.clone();
+        tenant_namespace(&admin, "imaging", "alice", tenant_rules()).await;
+        tenant_namespace(&admin, "speech", "bob", tenant_rules()).await;
+        // (Beside the cluster's two nodes of 2 GPUs.)
+        cluster.add_gpu_node("cohort-gpus", 8).await;
+        let kubelets = ["imaging", "speech"].map(|ns| fake_kubelet(admin.clone(), ns, Duration::from_secs(2)));
+        let alice = impersonating(&cluster.kubeconfig, "alice").await;
+        let imaging = Api::namespaced(alice.clone(), "imaging");
+        let speech = Api::namespaced(impersonating(&cluster.kubeconfig, "bob").await, "speech");
+        Some(Research { cluster, admin, kubelets, alice, imaging, speech })
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_teams_quota_is_lent_and_reclaimed_from_the_newest_borrowed_pod() {
-    allot::install_crypto_provider();
-    let Some(assets) = Assets::from_env("an_idle_teams_quota_is_lent_and_reclaimed_from_the_newest_borrowed_pod")
+    let Some(Research { cluster, admin, kubelets, imaging, speech, .. }) =
+        Research::start("an_idle_teams_quota_is_lent_and_reclaimed_from_the_newest_borrowed_pod").await
     else {
         return;
     };
-    let cluster = Cluster::start_with(&assets, &[("cohort-e2e.yaml", TEAMS)]).await;
-    let admin = cluster.client.clone();
-    tenant_namespace(&admin, "imaging", "alice", tenant_rules()).await;
-    tenant_namespace(&admin, "speech", "bob", tenant_rules()).await;
-    // Pods run (a node of 8 GPUs beside the two of 2) and go when evicted, after 2 s.
-    cluster.add_gpu_node("cohort-gpus", 8).await;
-    let kubelets = ["imaging", "speech"].map(|ns| fake_kubelet(admin.clone(), ns, Duration::from_secs(2)));
-    let imaging: Api<Pod> = Api::namespaced(impersonating(&cluster.kubeconfig, "alice").await, "imaging");
-    let speech: Api<Pod> = Api::namespaced(impersonating(&cluster.kubeconfig, "bob").await, "speech");
 
     // --- speech is idle: imaging's 5th and 6th pods go on its quota, and say so. ---
     create_released(&imaging, &["i0", "i1", "i2", "i3", "i4", "i5"]).await;
@@ -182,5 +206,106 @@ async fn an_idle_teams_quota_is_lent_and_reclaimed_from_the_newest_borrowed_pod(
         }
     }
     assert_eq!(metric(metrics, r#"allot_quota_reclaims_total{team="speech"}"#), Some(1.0));
+    kubelets.into_iter().for_each(|k| k.abort());
+}
+
+/// A one-GPU pod labelled `app: NAME` (what a budget selects).
+fn labelled_pod(name: &str) -> Pod {
+    let mut pod = gpu_pod(name);
+    pod.metadata.labels = Some([("app".to_string(), name.to_string())].into());
+    pod
+}
+
+/// Whether `name` of `pods` is gone, or is being deleted.
+async fn leaving(pods: &Api<Pod>, name: &str) -> bool {
+    pods.get_opt(name).await.is_ok_and(|p| p.is_none_or(|p| p.metadata.deletion_timestamp.is_some()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_borrowing_gang_is_reclaimed_whole_and_a_budget_turns_a_reclaim_to_other_borrowed_work() {
+    let Some(Research { cluster, admin, kubelets, alice, imaging, speech }) =
+        Research::start("a_borrowing_gang_is_reclaimed_whole_and_a_budget_turns_a_reclaim_to_other_borrowed_work")
+            .await
+    else {
+        return;
+    };
+    let metrics = &cluster.allot_metrics;
+
+    // --- imaging fills its nominal quota, then its gang of 2 is released on speech's. ---
+    create_released(&imaging, &["i0", "i1", "i2", "i3"]).await;
+    for name in ["g-0", "g-1"] {
+        imaging.create(&PostParams::default(), &gang_member(name, "g", 2)).await.expect("a tenant creates a member");
+    }
+    wait_bound(&admin, "imaging", &["i0", "i1", "i2", "i3", "g-0", "g-1"]).await;
+    for name in ["g-0", "g-1"] {
+        let pod = imaging.get(name).await.expect("get");
+        assert!(!quota_gated(&pod) && !gang_gated(&pod), "{name} released");
+        assert_eq!(borrowed_from(&pod).as_deref(), Some("research"), "{name} runs on borrowed quota");
+    }
+    create_released(&speech, &["s0", "s1"]).await;
+
+    // --- speech's third pod reclaims: the gang is the newest borrowed work, and goes whole. ---
+    speech.create(&PostParams::default(), &gpu_pod("s2")).await.expect("queued, not denied");
+    wait_for("the gang evicted whole, and s2 released", Duration::from_secs(60), || async {
+        leaving(&imaging, "g-0").await
+            && leaving(&imaging, "g-1").await
+            && speech.get("s2").await.is_ok_and(|p| !quota_gated(&p))
+    })
+    .await;
+    let told = events(&admin, "imaging", "Preempted").await;
+    let whole = "reclaimed by team speech of cohort research: team imaging ran this on quota borrowed from the cohort, \
+                 and pod/speech/s2 asks 1 nvidia.com/gpu within team speech's nominal quota: gang imaging/g is evicted \
+                 whole";
+    let mut victims: Vec<&str> = told.iter().map(|(pod, _)| pod.as_str()).collect();
+    victims.sort();
+    assert_eq!(victims, ["g-0", "g-1"], "{told:?}");
+    assert!(told.iter().all(|(_, note)| note == whole), "{told:?}");
+    for name in ["i0", "i1", "i2", "i3"] {
+        assert!(!leaving(&imaging, name).await, "{name} was not needed");
+    }
+    assert_eq!(metric(metrics, r#"allot_quota_reclaims_total{team="speech"}"#), Some(1.0));
+    assert_eq!(metric(metrics, r#"allot_evicted_pods_total{team="imaging",reason="Reclaimed"}"#), Some(2.0));
+
+    // --- imaging borrows the GPU left unused and shields that pod with a budget. ---
+    imaging.create(&PostParams::default(), &labelled_pod("i4")).await.expect("create");
+    wait_bound(&admin, "imaging", &["i4"]).await;
+    assert_eq!(borrowed_from(&imaging.get("i4").await.expect("get")).as_deref(), Some("research"));
+    let budget: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "keep-i4"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "i4"}}}
+    }))
+    .expect("a budget");
+    Api::<PodDisruptionBudget>::namespaced(alice.clone(), "imaging")
+        .create(&PostParams::default(), &budget)
+        .await
+        .expect("a tenant creates a budget");
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(admin.clone(), "imaging");
+    wait_for("the budget counting i4 healthy", Duration::from_secs(30), || async {
+        let status = budgets.get("keep-i4").await.ok().and_then(|b| b.status);
+        status.is_some_and(|s| s.current_healthy == Some(1) && s.disruptions_allowed == Some(0))
+    })
+    .await;
+
+    // --- speech's fourth pod: the budget refuses i4's eviction, so the reclaim takes i3. ---
+    speech.create(&PostParams::default(), &gpu_pod("s3")).await.expect("queued, not denied");
+    wait_for("i3 evicted in i4's place, and s3 released", Duration::from_secs(60), || async {
+        leaving(&imaging, "i3").await && speech.get("s3").await.is_ok_and(|p| !quota_gated(&p))
+    })
+    .await;
+    assert!(!leaving(&imaging, "i4").await, "the budget kept i4");
+    for name in ["i0", "i1", "i2"] {
+        assert!(!leaving(&imaging, name).await, "{name} was not needed");
+    }
+    let refused = events(&admin, "speech", "ReclaimRefused").await;
+    assert!(
+        refused.iter().any(|(pod, note)| pod == "s3"
+            && note.starts_with("reclaiming quota lent by team speech by evicting pod imaging/i4 was refused")
+            && note.contains("429")),
+        "{refused:?}"
+    );
+    assert_eq!(metric(metrics, r#"allot_quota_reclaims_total{team="speech"}"#), Some(2.0));
+    assert_eq!(metric(metrics, r#"allot_evicted_pods_total{team="imaging",reason="Reclaimed"}"#), Some(3.0));
+    let refusals = r#"allot_gang_preemption_refused_evictions_total{team="speech",reason="disruption_budget"}"#;
+    assert!(metric(metrics, refusals).is_some_and(|n| n >= 1.0), "{refusals}");
     kubelets.into_iter().for_each(|k| k.abort());
 }
