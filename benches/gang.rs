@@ -102,6 +102,7 @@ fn snapshot() -> Snapshot {
         told_late: Vec::new(),
         running: Vec::new(),
         preemptions: Vec::new(),
+        reclaiming: Vec::new(),
     }
 }
 

@@ -266,9 +266,22 @@ async fn a_borrowing_gang_is_reclaimed_whole_and_a_budget_turns_a_reclaim_to_oth
     assert_eq!(metric(metrics, r#"allot_quota_reclaims_total{team="speech"}"#), Some(1.0));
     assert_eq!(metric(metrics, r#"allot_evicted_pods_total{team="imaging",reason="Reclaimed"}"#), Some(2.0));
 
+    a_budget_turns_the_reclaim_to_other_borrowed_work(&cluster, &alice, &imaging, &speech).await;
+    kubelets.into_iter().for_each(|k| k.abort());
+}
+
+/// imaging borrows the one GPU left and shields that pod with a budget: speech's next pod
+/// reclaims, the budget refuses i4's eviction (speech's pod is told), and i3 goes instead.
+async fn a_budget_turns_the_reclaim_to_other_borrowed_work(
+    cluster: &Cluster,
+    alice: &kube::Client,
+    imaging: &Api<Pod>,
+    speech: &Api<Pod>,
+) {
+    let (admin, metrics) = (&cluster.client, &cluster.allot_metrics);
     // --- imaging borrows the GPU left unused and shields that pod with a budget. ---
     imaging.create(&PostParams::default(), &labelled_pod("i4")).await.expect("create");
-    wait_bound(&admin, "imaging", &["i4"]).await;
+    wait_bound(admin, "imaging", &["i4"]).await;
     assert_eq!(borrowed_from(&imaging.get("i4").await.expect("get")).as_deref(), Some("research"));
     let budget: PodDisruptionBudget = serde_json::from_value(json!({
         "metadata": {"name": "keep-i4"},
@@ -289,14 +302,14 @@ async fn a_borrowing_gang_is_reclaimed_whole_and_a_budget_turns_a_reclaim_to_oth
     // --- speech's fourth pod: the budget refuses i4's eviction, so the reclaim takes i3. ---
     speech.create(&PostParams::default(), &gpu_pod("s3")).await.expect("queued, not denied");
     wait_for("i3 evicted in i4's place, and s3 released", Duration::from_secs(60), || async {
-        leaving(&imaging, "i3").await && speech.get("s3").await.is_ok_and(|p| !quota_gated(&p))
+        leaving(imaging, "i3").await && speech.get("s3").await.is_ok_and(|p| !quota_gated(&p))
     })
     .await;
-    assert!(!leaving(&imaging, "i4").await, "the budget kept i4");
+    assert!(!leaving(imaging, "i4").await, "the budget kept i4");
     for name in ["i0", "i1", "i2"] {
-        assert!(!leaving(&imaging, name).await, "{name} was not needed");
+        assert!(!leaving(imaging, name).await, "{name} was not needed");
     }
-    let refused = events(&admin, "speech", "ReclaimRefused").await;
+    let refused = events(admin, "speech", "ReclaimRefused").await;
     assert!(
         refused.iter().any(|(pod, note)| pod == "s3"
             && note.starts_with("reclaiming quota lent by team speech by evicting pod imaging/i4 was refused")
@@ -307,5 +320,4 @@ async fn a_borrowing_gang_is_reclaimed_whole_and_a_budget_turns_a_reclaim_to_oth
     assert_eq!(metric(metrics, r#"allot_evicted_pods_total{team="imaging",reason="Reclaimed"}"#), Some(3.0));
     let refusals = r#"allot_gang_preemption_refused_evictions_total{team="speech",reason="disruption_budget"}"#;
     assert!(metric(metrics, refusals).is_some_and(|n| n >= 1.0), "{refusals}");
-    kubelets.into_iter().for_each(|k| k.abort());
 }

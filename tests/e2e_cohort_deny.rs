@@ -6,7 +6,9 @@
 //! audio's 4 lent once, not twice, whichever replica answers), the rest denied with the cohort's
 //! numbers. Then audio's pod, within its nominal quota, is admitted although the cohort is full,
 //! and Allot reclaims one GPU: the newest borrowed pod is evicted (a fake kubelet runs bound pods
-//! and finishes deletions), told why, and nothing else is; a borrower's next pod is denied.
+//! and finishes deletions), told why, and nothing else is; a borrower's next pod is denied. A
+//! lender's gang waiting for the nodes reclaims for all its members, and its room is made once
+//! (the gang-aware preemption does not also evict for it).
 
 mod support;
 
@@ -14,10 +16,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::cluster::{Assets, Cluster, impersonating, metric, point_webhooks_at, tenant_namespace, wait_for};
+use support::cluster::{
+    Assets, Cluster, gang_condition, gang_member, impersonating, metric, point_webhooks_at, tenant_namespace, wait_for,
+};
 use support::events::events;
 use support::kubelet::fake_kubelet;
 use support::proxy::Proxy;
@@ -277,4 +281,101 @@ async fn the_lender_reclaims_the_newest_borrowed_pod(
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(running(&tenants.imaging).await.len() + running(&tenants.speech).await.len(), 11);
     assert_eq!(sum_metric(metrics, r#"allot_quota_reclaims_total{team="audio"}"#), 1.0);
+}
+
+const RACK: &str = "topology.kubernetes.io/rack";
+
+/// speech's gangs require one rack: the gang-aware preemption searches rack by rack there, so a
+/// rack the reclaim's victims leave does not stop it from evicting in the other.
+const RACKS: &str = "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: racks}\nspec:\n  match: \
+                     {namespaces: [speech]}\n  topology:\n    required: topology.kubernetes.io/rack\n";
+
+/// A member of speech's gang `g` of 2, of the high-priority class (Allot's gang-aware
+/// preemption would act for it too, were the reclaim not making its room).
+fn high_member(name: &str) -> Pod {
+    let mut pod = gang_member(name, "g", 2);
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.priority_class_name = Some("high-priority".into());
+    }
+    pod
+}
+
+/// A one-GPU pod that must run in `rack`.
+fn pod_in(name: &str, rack: &str) -> Pod {
+    let mut pod = gpu_pod(name);
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.node_selector = Some([(RACK.to_string(), rack.to_string())].into());
+    }
+    pod
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lenders_gang_reclaims_whole_and_its_room_is_made_once() {
+    allot::install_crypto_provider();
+    let Some(assets) = Assets::from_env("a_lenders_gang_reclaims_whole_and_its_room_is_made_once") else {
+        return;
+    };
+    let cluster = Cluster::start_with(&assets, &[("cohort-deny-e2e.yaml", TEAMS), ("00-racks.yaml", RACKS)]).await;
+    let admin = cluster.client.clone();
+    for (ns, user) in [("imaging", "alice"), ("speech", "bob")] {
+        tenant_namespace(&admin, ns, user, tenant_rules()).await;
+    }
+    // rack-a: the harness's two nodes of 2 GPUs; rack-b: one of 8.
+    cluster.add_gpu_node("rack-b-gpus", 8).await;
+    let nodes: Api<Node> = Api::all(admin.clone());
+    for (node, rack) in [("gpu-node-1", "rack-a"), ("gpu-node-2", "rack-a"), ("rack-b-gpus", "rack-b")] {
+        let patch = json!({"metadata": {"labels": {RACK: rack}}});
+        nodes.patch(node, &PatchParams::default(), &Patch::Merge(patch)).await.expect("rack label");
+    }
+    let kubelets = ["imaging", "speech"].map(|ns| fake_kubelet(admin.clone(), ns, Duration::from_secs(2)));
+    wait_for("the cohort's ledger, every team's part reconciled", Duration::from_secs(30), || async {
+        ledger_parts_reconciled(&admin).await == 3
+    })
+    .await;
+    let imaging = Api::<Pod>::namespaced(impersonating(&cluster.kubeconfig, "alice").await, "imaging");
+    let speech = Api::<Pod>::namespaced(impersonating(&cluster.kubeconfig, "bob").await, "speech");
+
+    // --- imaging takes all 12 GPUs (its 4, and the 8 speech and audio lend): 4 in rack-a, then
+    // 8 in rack-b, so its newest pods run in rack-b. ---
+    for i in 0..12 {
+        let rack = if i < 4 { "rack-a" } else { "rack-b" };
+        imaging.create(&PostParams::default(), &pod_in(&format!("i-{i:02}"), rack)).await.expect("admitted");
+    }
+    wait_for("imaging's 12 running", Duration::from_secs(60), || async { running(&imaging).await.len() == 12 }).await;
+
+    // --- speech's gang of 2, within its nominal 4, is admitted on the full cohort, waits for
+    // the nodes and reclaims 2 GPUs; its room is made once: while the reclaim's victims leave
+    // rack-b, Allot's priority preemption does not also evict for it in rack-a. ---
+    for name in ["g-0", "g-1"] {
+        speech.create(&PostParams::default(), &high_member(name)).await.expect("a lender's member is not denied");
+    }
+    // (While it waits, it says for what.)
+    let said_reclaiming = std::sync::atomic::AtomicBool::new(false);
+    wait_for("the gang running", Duration::from_secs(60), || async {
+        let list = speech.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+        if list.iter().filter_map(gang_condition).any(|(_, _, message)| message.contains("being reclaimed for it")) {
+            said_reclaiming.store(true, Ordering::Relaxed);
+        }
+        running(&speech).await.len() == 2
+    })
+    .await;
+    assert!(said_reclaiming.load(Ordering::Relaxed), "the waiting gang said its room is being reclaimed");
+    let told = events(&admin, "imaging", "Preempted").await;
+    let mut victims: Vec<&str> = told.iter().map(|(pod, _)| pod.as_str()).collect();
+    victims.sort();
+    assert_eq!(victims, ["i-10", "i-11"], "the two newest borrowed pods, and nothing else: {told:?}");
+    for (_, message) in &told {
+        assert_eq!(
+            message,
+            "reclaimed by team speech of cohort research: team imaging ran this on quota borrowed from the cohort, \
+             and gang/speech/g asks 2 nvidia.com/gpu within team speech's nominal quota: this pod is evicted"
+        );
+    }
+    let metrics = &cluster.allot_metrics;
+    assert_eq!(metric(metrics, r#"allot_quota_reclaims_total{team="speech"}"#), Some(1.0));
+    assert_eq!(metric(metrics, r#"allot_gang_preemptions_total{team="speech"}"#), None, "no priority preemption");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(running(&imaging).await.len(), 10, "no loop");
+    assert_eq!(events(&admin, "imaging", "Preempted").await.len(), 2);
+    kubelets.into_iter().for_each(|k| k.abort());
 }

@@ -116,7 +116,8 @@ impl ContainerResources {
     }
 }
 
-fn add_into(total: &mut ResourceList, other: &ResourceList) {
+/// Adds `other` into `total` (saturating).
+pub fn add_into(total: &mut ResourceList, other: &ResourceList) {
     for (name, q) in other {
         let slot = total.entry(name.clone()).or_default();
         *slot = slot.saturating_add(*q);

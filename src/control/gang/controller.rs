@@ -484,9 +484,11 @@ impl ControlLoop {
         let (p, namespaces) = (self.context.policies.load_full(), self.context.namespaces.clone());
         let mut memory = std::mem::take(&mut self.remembered.preemptions);
         let mut explained = std::mem::take(&mut self.remembered.explained);
+        let reclaiming = self.remembered.reclaims.reclaiming(&state.view());
         let planned = tokio::task::spawn_blocking(move || {
             let (mut snapshot, facts) = state.snapshot(&p, namespaces.as_ref(), now);
             memory.apply(&mut snapshot, &state.view());
+            snapshot.reclaiming = reclaiming;
             (plan(&snapshot, &facts, &mut explained), explained, memory)
         })
         .await;

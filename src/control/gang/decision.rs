@@ -145,6 +145,9 @@ pub struct Snapshot {
     pub running: Vec<RunningUnit>,
     /// Preemptions in flight: their victims' nodes, and the gangs they make room for.
     pub preemptions: Vec<InFlight>,
+    /// Gangs a reclaim of their team's lent quota makes room for (its victims still there):
+    /// they wait for it and preempt nobody meanwhile (the room is not made twice).
+    pub reclaiming: Vec<GangKey>,
 }
 
 /// A bound gang member carrying the start-timeout condition
@@ -417,14 +420,20 @@ impl Pass<'_> {
             return Decision { gang: gang.key.clone(), message, verdict: Verdict::Release { placements, domain } };
         }
         let (snapshot, sim) = (self.snapshot, &mut self.sim);
-        let candidates = self.candidates.get_or_insert_with(|| preemption::Candidates::new(snapshot, sim));
-        let why = match preemption::verdict(sim, candidates, snapshot, gang) {
-            Ok(decision) => return decision,
-            Err(why) => why,
+        let why = if snapshot.reclaiming.contains(&gang.key) {
+            NoVictims::Reclaiming
+        } else {
+            let candidates = self.candidates.get_or_insert_with(|| preemption::Candidates::new(snapshot, sim));
+            match preemption::verdict(sim, candidates, snapshot, gang) {
+                Ok(decision) => return decision,
+                Err(why) => why,
+            }
         };
         let mut message = sim.need_message(gang, &snapshot.accelerators);
-        if why == NoVictims::InFlight {
-            message.push_str(IN_FLIGHT);
+        match why {
+            NoVictims::InFlight => message.push_str(IN_FLIGHT),
+            NoVictims::Reclaiming => message.push_str(RECLAIMING),
+            NoVictims::Never | NoVictims::NoSet => {}
         }
         // Waiting counts from when it could go (complete, past its team's quota).
         if gang.starvation_after.is_some_and(|limit| snapshot.now.saturating_sub(gang.ready.0) >= limit) {
@@ -443,6 +452,10 @@ impl Pass<'_> {
 /// Ends the explanation of a gang that could preempt but for a preemption in flight on the
 /// nodes it may use (one at a time per domain).
 pub const IN_FLIGHT: &str = "; another preemption is in flight on its nodes, waiting for it to finish";
+
+/// Ends the explanation of a gang its team's lent quota is being reclaimed for.
+pub const RECLAIMING: &str =
+    "; its team's quota lent to the cohort is being reclaimed for it, waiting for the borrowed work to go";
 
 /// Ends the explanation of a gang past its starvation limit that would not fit its nodes even
 /// if they were empty: waiting frees nothing it could use, so nobody waits behind it. (Only

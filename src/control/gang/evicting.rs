@@ -86,7 +86,7 @@ pub(super) async fn reclaim(
             }
         };
         for (unit, pod) in mark_evicted(evictor, state, &r.victims, evicted, "Reclaimed") {
-            memory.evicted(&pod.namespace, &pod.name, pod.uid.clone(), now);
+            memory.evicted_for(&pod.namespace, &pod.name, pod.uid.clone(), now, Some(&r.unit));
             tracing::warn!(team = %r.team, cohort = %r.cohort, unit = %r.unit, victim = %unit.key,
                 namespace = %pod.namespace, pod = %pod.name, "evicted to reclaim lent quota");
         }

@@ -272,6 +272,7 @@ fn assemble(
         told_late,
         running,
         preemptions,
+        reclaiming: Vec::new(),
     };
     (snapshot, facts)
 }

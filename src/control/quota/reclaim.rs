@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::control::cluster::{ClusterView, PodRecord};
-use crate::control::gang::decision::{RunningUnit, UnitKey};
+use crate::control::gang::decision::{GangKey, RunningUnit, UnitKey};
 use crate::control::gang::preemption::IN_FLIGHT_MAX_SECS;
 use crate::control::gang::victims::running_units;
 use crate::model::namespaces::{NamespaceLabels, TeamsByNamespace};
@@ -90,8 +90,15 @@ pub mod deny;
 /// The most entries of each kind the [`Memory`] keeps.
 const MEMORY_BOUND: usize = 10_000;
 
-/// A victim evicted: its uid (a pod made again under the name is another pod) and when.
-type Evicted = (Option<Arc<str>>, i64);
+/// A victim evicted: its uid (a pod made again under the name is another pod), when, and the
+/// gang it was evicted for, if a gang reclaimed.
+type Evicted = (Option<Arc<str>>, i64, Option<GangKey>);
+
+/// The gang of a reclaimer's unit key (`gang/NS/NAME`).
+fn gang_of_unit(unit: &str) -> Option<GangKey> {
+    let (namespace, name) = unit.strip_prefix("gang/")?.split_once('/')?;
+    Some(GangKey { namespace: namespace.to_string(), name: name.to_string() })
+}
 
 /// What the leader remembers of its reclaims between passes (a new leader starts empty).
 #[derive(Debug, Clone, Default)]
@@ -108,15 +115,44 @@ impl Memory {
     /// At the start of a pass: forgets what is over.
     pub fn begin_pass(&mut self, now: i64) {
         self.leading_since.get_or_insert(now);
-        self.evicted.retain(|_, (_, at)| now < at.saturating_add(IN_FLIGHT_MAX_SECS));
+        self.evicted.retain(|_, (_, at, _)| now < at.saturating_add(IN_FLIGHT_MAX_SECS));
         self.spared.retain(|_, until| now < *until);
     }
 
     /// A victim pod evicted at `now`.
     pub fn evicted(&mut self, namespace: &str, pod: &str, uid: Option<Arc<str>>, now: i64) {
+        self.evicted_for(namespace, pod, uid, now, None);
+    }
+
+    /// A victim pod evicted at `now` for `reclaimer`'s unit (`gang/NS/NAME` is remembered).
+    pub fn evicted_for(
+        &mut self,
+        namespace: &str,
+        pod: &str,
+        uid: Option<Arc<str>>,
+        now: i64,
+        reclaimer: Option<&str>,
+    ) {
         if self.evicted.len() < MEMORY_BOUND {
-            self.evicted.insert((namespace.to_string(), pod.to_string()), (uid, now));
+            let gang = reclaimer.and_then(gang_of_unit);
+            self.evicted.insert((namespace.to_string(), pod.to_string()), (uid, now, gang));
         }
+    }
+
+    /// The gangs a reclaim of this leader makes room for while its victims are still there:
+    /// the gang-aware preemption waits for those rather than also make room for them.
+    pub fn reclaiming(&self, view: &ClusterView<'_>) -> Vec<GangKey> {
+        let mut out: Vec<GangKey> = self
+            .evicted
+            .iter()
+            .filter_map(|((namespace, pod), (uid, _, gang))| {
+                let p = view.pod(namespace, pod)?;
+                (!p.finished && (uid.is_none() || p.uid == *uid)).then(|| gang.clone())?
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// A unit whose eviction a budget refused: not chosen before `until`.
@@ -130,7 +166,7 @@ impl Memory {
     /// yet, and early in its leadership those Allot's condition shows evicted.
     fn leaving<'v>(&self, view: &'v ClusterView<'_>, now: i64) -> BTreeMap<(&'v str, &'v str), &'v PodRecord> {
         let mut out = BTreeMap::new();
-        for ((namespace, pod), (uid, _)) in &self.evicted {
+        for ((namespace, pod), (uid, _, _)) in &self.evicted {
             if let Some(p) = view.pod(namespace, pod).filter(|p| !p.finished && (uid.is_none() || p.uid == *uid)) {
                 out.insert((&*p.namespace, &*p.name), p);
             }

@@ -204,6 +204,9 @@ pub enum NoVictims {
     InFlight,
     /// No set of evictable lower-priority work would make it fit.
     NoSet,
+    /// A reclaim of its team's lent quota makes room for it (not decided here: see
+    /// [`super::Snapshot::reclaiming`]).
+    Reclaiming,
 }
 
 /// Where the search runs for one gang: the domains of one level of its required topology (or

@@ -128,6 +128,21 @@ fn equal_or_higher_priority_is_never_a_victim() {
 }
 
 #[test]
+fn a_gang_its_teams_reclaim_makes_room_for_preempts_nobody_meanwhile() {
+    let mut s = snapshot(vec![node("n1", 2), node("n2", 2)], vec![gang("high", 2, 1, 1000)], full_cluster());
+    s.reclaiming = vec![key("high")];
+    let d = &decide(&s)[0];
+    assert_eq!(d.verdict, Verdict::DoesNotFit);
+    assert_eq!(
+        d.message,
+        format!("2/2 members present; needs 2 nvidia.com/gpu on any node, 0 free{}", super::super::RECLAIMING)
+    );
+    // Another gang's reclaim changes nothing for it.
+    s.reclaiming = vec![key("other")];
+    assert_eq!(victims_of(&decide(&s)[0]), ["pod ml/low-3", "pod ml/low-2"]);
+}
+
+#[test]
 fn a_running_gang_is_evicted_whole_or_not_at_all() {
     // Two low gangs, each with a member on both nodes: one whole gang makes room.
     let running = vec![running_gang("old", &["n1", "n2"], 100, 1_000), running_gang("new", &["n1", "n2"], 100, 5_000)];

@@ -17,17 +17,19 @@
 //!   borrowed work gets room that way, its gate not hiding it here) count as gone: the room is
 //!   not made twice.
 //!
-//! Gangs are not lenders here (a deny-mode gang waits behind its gang gate until it fits the
-//! nodes, which borrowed work may prevent; the gang-aware preemption is what frees room then).
+//! A gang is a lender's unit once all its members are there, behind Allot's gang gate alone
+//! (admitted, waiting to fit the nodes): it reclaims whole, for all its members, and a
+//! borrowing team's complete gated gang is a candidate whole. While its reclaim is in flight,
+//! the gang-aware preemption does not also make room for it ([`super::Memory::reclaiming`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
 
 use super::{ReclaimAsk, Reclaimer};
 use crate::control::cluster::{ClusterView, DisruptionCause, PodRecord};
-use crate::control::gang::decision::{RunningPod, RunningUnit, UnitKey};
+use crate::control::gang::decision::{GangKey, RunningPod, RunningUnit, UnitKey};
 use crate::model::namespaces::{NamespaceLabels, TeamsByNamespace};
 use crate::model::policy::cohort::{Cohort, CohortUsage};
-use crate::model::policy::quota::{Charge, add};
+use crate::model::policy::quota::{Charge, Quota, add};
 use crate::model::policy::{PolicySet, QuotaMode};
 use crate::model::resources::ResourceList;
 
@@ -46,11 +48,53 @@ fn is_deny(cohort: &Cohort) -> bool {
     cohort.members.first().is_some_and(|m| m.quota.mode == QuotaMode::Deny)
 }
 
-/// A pod of a cohort's team, as the walk found it.
+/// What a cohort's team has, as the walk found it: a pod, or a complete gang behind Allot's
+/// gang gate (one unit: it waits, or borrows, whole).
 struct Seen<'v> {
+    /// The pod, or the gang's newest member (what the gang ranks by: it became whole then).
     pod: &'v PodRecord,
+    /// A gang's members, by name (empty for a pod).
+    members: Vec<&'v PodRecord>,
     requests: ResourceList,
     waiting: bool,
+}
+
+impl<'v> Seen<'v> {
+    fn pod(pod: &'v PodRecord, waiting: bool) -> Seen<'v> {
+        Seen { pod, members: Vec::new(), requests: requests_of(pod), waiting }
+    }
+
+    /// A complete gang waiting for the nodes (`members` not empty).
+    fn gang(mut members: Vec<&'v PodRecord>) -> Option<Seen<'v>> {
+        members.sort_by(|a, b| a.name.cmp(&b.name));
+        let pod = *members.iter().max_by(|a, b| a.created.cmp(&b.created).then(a.arrival.cmp(&b.arrival)))?;
+        let mut requests = ResourceList::new();
+        for member in &members {
+            crate::model::resources::add_into(&mut requests, &requests_of(member));
+        }
+        Some(Seen { pod, members, requests, waiting: true })
+    }
+
+    fn gang_key(&self) -> Option<GangKey> {
+        let gang = self.pod.gang.as_ref().filter(|_| !self.members.is_empty())?;
+        Some(GangKey { namespace: self.pod.namespace.to_string(), name: gang.name.clone() })
+    }
+}
+
+fn requests_of(pod: &PodRecord) -> ResourceList {
+    pod.request_pairs().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+/// A gang member waiting behind Allot's gang gate alone (admitted, not released, not bound):
+/// its gang and the size it declares.
+fn gang_gated(pod: &PodRecord) -> Option<(&str, Option<u32>)> {
+    let gang = pod.gang.as_ref().filter(|g| !g.native)?;
+    let alone = pod.gate_index.is_some()
+        && pod.node_name.is_none()
+        && !pod.terminating
+        && pod.quota_gate_index.is_none()
+        && !pod.other_gates;
+    alone.then_some((gang.name.as_str(), gang.size))
 }
 
 /// The asks of every deny-mode cohort in `view` (a walk over every pod, only when one exists).
@@ -60,67 +104,21 @@ pub fn asks<'p>(view: &ClusterView<'_>, policies: &'p PolicySet, labels: &dyn Na
     if cohorts.is_empty() {
         return out;
     }
-    let in_cohort: HashMap<&str, usize> =
-        cohorts.iter().enumerate().flat_map(|(i, c)| c.members.iter().map(move |m| (m.team.as_str(), i))).collect();
-    let mut teams = TeamsByNamespace::new(policies, labels);
-    let mut by_team: BTreeMap<&str, Vec<Seen<'_>>> = BTreeMap::new();
-    for pod in view.pods().filter(|p| !p.finished) {
-        let Some(team) = teams.get(&pod.namespace) else { continue };
-        let Some((name, _)) = in_cohort.get_key_value(team.name.as_str()) else { continue };
-        // The scheduler's preemption already makes room with it (for a pod of higher priority):
-        // counted as gone, so the room is not made twice.
-        if pod.disruption == Some(DisruptionCause::PreemptionByScheduler) {
-            continue;
-        }
-        let waiting = pod.node_name.is_none()
-            && !pod.terminating
-            && pod.gate_index.is_none()
-            && pod.quota_gate_index.is_none()
-            && !pod.other_gates
-            && pod.gang.is_none();
-        let requests = pod.request_pairs().map(|(k, v)| (k.to_string(), v)).collect();
-        by_team.entry(name).or_default().push(Seen { pod, requests, waiting });
-    }
+    let mut by_team = walk(view, policies, labels, &cohorts);
     for cohort in cohorts {
         let mut used: BTreeMap<&str, Charge> = BTreeMap::new();
         let mut reclaimers = Vec::new();
         for member in &cohort.members {
-            let mut seen = by_team.remove(member.team.as_str()).unwrap_or_default();
-            seen.sort_by(|a, b| {
-                (b.pod.priority.cmp(&a.pod.priority))
-                    .then(a.pod.created.cmp(&b.pod.created))
-                    .then(a.pod.arrival.cmp(&b.pod.arrival))
-                    .then(a.pod.name.cmp(&b.pod.name))
-            });
-            let quota = &member.quota;
-            let mut usage = Charge::new();
-            for s in seen.iter().filter(|s| !s.waiting) {
-                add(&mut usage, &quota.charge(&s.requests));
-            }
-            // A waiting pod is a lender's only while the team's usage with it and the lender pods
-            // before it stays within its nominal quota (a reclaim gives the nominal quota back,
-            // never room to borrow). The team's other waiting pods borrow: they count, and are
-            // candidates first, unless the team has lender pods (they wait behind those).
-            let (mut claimed, mut lenders, mut borrowing) = (usage.clone(), 0, Vec::new());
-            for s in seen.iter().filter(|s| s.waiting) {
-                let charge = quota.charge(&s.requests);
-                let mut after = claimed.clone();
-                add(&mut after, &charge);
-                let within = after.iter().all(|(r, v)| *v <= quota.limits.get(r).copied().unwrap_or(0));
-                if within && !charge.is_empty() {
-                    claimed = after;
-                    lenders += 1;
-                    reclaimers.push((member.team.clone(), reclaimer(s.pod, charge)));
-                } else {
-                    borrowing.push((s, charge));
-                }
-            }
-            if lenders == 0 {
+            let seen = by_team.remove(member.team.as_str()).unwrap_or_default();
+            let (usage, lenders, borrowing) = split(&member.quota, seen);
+            let mut usage = usage;
+            if lenders.is_empty() {
                 for (s, charge) in borrowing {
                     add(&mut usage, &charge);
-                    out.pending.push(pending_unit(s.pod, &member.team, &s.requests));
+                    out.pending.push(pending_unit(&s, &member.team));
                 }
             }
+            reclaimers.extend(lenders.into_iter().map(|r| (member.team.clone(), r)));
             used.insert(member.team.as_str(), usage);
         }
         if !reclaimers.is_empty() {
@@ -131,30 +129,120 @@ pub fn asks<'p>(view: &ClusterView<'_>, policies: &'p PolicySet, labels: &dyn Na
     out
 }
 
-fn reclaimer(pod: &PodRecord, charge: Charge) -> Reclaimer {
-    Reclaimer {
-        unit: format!("pod/{}/{}", pod.namespace, pod.name),
-        charge,
-        first_member: Some((pod.namespace.to_string(), pod.name.to_string())),
+/// The pods (and complete gated gangs) of the deny-mode cohorts' teams, by team.
+fn walk<'v>(
+    view: &'v ClusterView<'_>,
+    policies: &PolicySet,
+    labels: &dyn NamespaceLabels,
+    cohorts: &[&Cohort],
+) -> BTreeMap<String, Vec<Seen<'v>>> {
+    let in_cohort: HashSet<&str> = cohorts.iter().flat_map(|c| c.members.iter().map(|m| m.team.as_str())).collect();
+    let mut teams = TeamsByNamespace::new(policies, labels);
+    let mut by_team: BTreeMap<String, Vec<Seen<'v>>> = BTreeMap::new();
+    type Gated<'v> = (Option<u32>, Vec<&'v PodRecord>);
+    let mut gated: BTreeMap<(String, &'v str, &'v str), Gated<'v>> = BTreeMap::new();
+    for pod in view.pods().filter(|p| !p.finished) {
+        let Some(team) = teams.get(&pod.namespace) else { continue };
+        if !in_cohort.contains(team.name.as_str()) {
+            continue;
+        }
+        // The scheduler's preemption already makes room with it (for a pod of higher priority):
+        // counted as gone, so the room is not made twice.
+        if pod.disruption == Some(DisruptionCause::PreemptionByScheduler) {
+            continue;
+        }
+        if let Some((gang, size)) = gang_gated(pod) {
+            let entry = gated.entry((team.name.clone(), &*pod.namespace, gang)).or_default();
+            entry.0 = entry.0.or(size);
+            entry.1.push(pod);
+            continue;
+        }
+        let waiting = pod.node_name.is_none()
+            && !pod.terminating
+            && pod.gate_index.is_none()
+            && pod.quota_gate_index.is_none()
+            && !pod.other_gates
+            && pod.gang.is_none();
+        by_team.entry(team.name.clone()).or_default().push(Seen::pod(pod, waiting));
     }
+    // A gang waits for the nodes once all its members are there; until then they are usage.
+    for ((team, _, _), (size, members)) in gated {
+        let seen = by_team.entry(team).or_default();
+        let complete = size.is_some_and(|n| usize::try_from(n).is_ok_and(|n| n == members.len()));
+        match complete.then(|| Seen::gang(members.clone())).flatten() {
+            Some(gang) => seen.push(gang),
+            None => seen.extend(members.into_iter().map(|m| Seen::pod(m, false))),
+        }
+    }
+    by_team
 }
 
-/// An unscheduled pod as a reclaim's candidate: nothing runs, so no `minRuntime` protects it,
-/// and it counts as the newest of its priority (taken before running work).
-fn pending_unit(pod: &PodRecord, team: &str, requests: &ResourceList) -> RunningUnit {
+/// A team's usage (everything that does not wait), its lenders' units (those waiting within its
+/// nominal quota) and its waiting units that borrow, each with its charge.
+fn split<'v>(quota: &Quota, mut seen: Vec<Seen<'v>>) -> (Charge, Vec<Reclaimer>, Vec<(Seen<'v>, Charge)>) {
+    seen.sort_by(|a, b| {
+        (b.pod.priority.cmp(&a.pod.priority))
+            .then(a.pod.created.cmp(&b.pod.created))
+            .then(a.pod.arrival.cmp(&b.pod.arrival))
+            .then(a.pod.name.cmp(&b.pod.name))
+    });
+    let mut usage = Charge::new();
+    for s in seen.iter().filter(|s| !s.waiting) {
+        add(&mut usage, &quota.charge(&s.requests));
+    }
+    // A waiting unit is a lender's only while the team's usage with it and the lender units
+    // before it stays within its nominal quota (a reclaim gives the nominal quota back, never
+    // room to borrow). The team's other waiting units borrow: they count, and are candidates
+    // first, unless the team has lender units (they wait behind those).
+    let (mut claimed, mut lenders, mut borrowing) = (usage.clone(), Vec::new(), Vec::new());
+    for s in seen.into_iter().filter(|s| s.waiting) {
+        let charge = quota.charge(&s.requests);
+        let mut after = claimed.clone();
+        add(&mut after, &charge);
+        let within = after.iter().all(|(r, v)| *v <= quota.limits.get(r).copied().unwrap_or(0));
+        if within && !charge.is_empty() {
+            claimed = after;
+            lenders.push(reclaimer(&s, charge));
+        } else {
+            borrowing.push((s, charge));
+        }
+    }
+    (usage, lenders, borrowing)
+}
+
+fn reclaimer(seen: &Seen<'_>, charge: Charge) -> Reclaimer {
+    let first = seen.members.first().copied().unwrap_or(seen.pod);
+    let unit = match seen.gang_key() {
+        Some(gang) => format!("gang/{gang}"),
+        None => format!("pod/{}/{}", seen.pod.namespace, seen.pod.name),
+    };
+    Reclaimer { unit, charge, first_member: Some((first.namespace.to_string(), first.name.to_string())) }
+}
+
+/// A borrowing team's waiting unit as a reclaim's candidate: never started, so it loses no
+/// work (a gang whole).
+fn pending_unit(seen: &Seen<'_>, team: &str) -> RunningUnit {
+    let pods: Vec<&PodRecord> = if seen.members.is_empty() { vec![seen.pod] } else { seen.members.clone() };
+    let key = match seen.gang_key() {
+        Some(gang) => UnitKey::Gang(gang),
+        None => UnitKey::Pod { namespace: seen.pod.namespace.to_string(), name: seen.pod.name.to_string() },
+    };
     RunningUnit {
-        key: UnitKey::Pod { namespace: pod.namespace.to_string(), name: pod.name.to_string() },
+        key,
         team: Some(team.to_string()),
-        priority: pod.priority,
+        priority: pods.iter().map(|p| p.priority).max().unwrap_or(seen.pod.priority),
         started: i64::MAX,
         evictable_from: i64::MIN,
-        pods: vec![RunningPod {
-            namespace: pod.namespace.to_string(),
-            name: pod.name.to_string(),
-            uid: pod.uid.clone(),
-            node: String::new(),
-            requests: requests.clone(),
-        }],
+        pods: pods
+            .into_iter()
+            .map(|pod| RunningPod {
+                namespace: pod.namespace.to_string(),
+                name: pod.name.to_string(),
+                uid: pod.uid.clone(),
+                node: String::new(),
+                requests: requests_of(pod),
+            })
+            .collect(),
     }
 }
 

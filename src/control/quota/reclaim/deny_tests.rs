@@ -3,7 +3,8 @@
 
 use serde_json::{Value, json};
 
-use crate::control::cluster::fixtures::{cluster, policies, team_pod};
+use crate::control::cluster::fixtures::{cluster, member, policies, team_pod};
+use crate::control::gang::decision::GangKey;
 use crate::control::quota::reclaim::{Memory, Reclaim, deny_reclaims};
 use crate::model::namespaces::NoNamespaces;
 use crate::model::policy::PolicySet;
@@ -120,4 +121,74 @@ fn room_the_schedulers_preemption_makes_is_not_made_twice() {
     // A pod its owner deletes (no condition) still holds its GPU: the reclaim goes on.
     pods[2]["status"]["conditions"] = json!([]);
     assert_eq!(victims(&reclaims_of(&p, &pods)).len(), 1);
+}
+
+/// Member `name` of gang `gang` (of `size`) of `namespace`, created at second `at`, behind
+/// Allot's gang gate.
+fn gated_member(namespace: &str, name: &str, gang: &str, size: u32, at: u32) -> Value {
+    let created = format!("2026-12-07T01:00:{at:02}Z");
+    let extra = json!({"metadata": {"namespace": namespace, "uid": format!("uid-{namespace}-{name}")}});
+    member(name, gang, size, &created, extra)
+}
+
+#[test]
+fn a_lenders_complete_gang_waiting_for_the_nodes_reclaims_for_all_its_members() {
+    let p = research("Deny");
+    let mut pods = borrowed();
+    pods.push(gated_member("nlp", "g-1", "g", 2, 21));
+    // One member of two: the gang does not wait for the nodes yet, nothing is reclaimed.
+    assert!(reclaims_of(&p, &pods).is_empty());
+    pods.push(gated_member("nlp", "g-0", "g", 2, 22));
+    let reclaims = reclaims_of(&p, &pods);
+    assert_eq!(victims(&reclaims), ["pod vision/v5", "pod vision/v4"]);
+    let r = &reclaims[0];
+    assert_eq!((r.team.as_str(), r.unit.as_str(), r.asks.as_str()), ("nlp", "gang/nlp/g", "2 nvidia.com/gpu"));
+    assert_eq!(r.first_member, Some(("nlp".into(), "g-0".into())));
+    assert!(r.victim_message(&r.victims[0]).contains("gang/nlp/g asks 2 nvidia.com/gpu"));
+    // A gang of three would take nlp past its nominal 4: it borrows, and reclaims nothing.
+    let mut pods = borrowed();
+    pods.extend((0..3).map(|i| gated_member("nlp", &format!("g-{i}"), "g", 3, 21 + i)));
+    assert!(reclaims_of(&p, &pods).is_empty());
+}
+
+#[test]
+fn a_borrowers_complete_gang_waiting_for_the_nodes_goes_first_and_whole() {
+    let p = research("Deny");
+    // vision runs its 4 and its gang of 2 beyond them waits for the nodes, complete; nlp runs 2.
+    let mut pods: Vec<Value> = (0..4).map(|i| pod("vision", &format!("v{i}"), false, i)).collect();
+    pods.extend((0..2).map(|i| gated_member("vision", &format!("w-{i}"), "w", 2, 8 + i)));
+    pods.extend((0..2).map(|i| pod("nlp", &format!("r{i}"), false, 10 + i)));
+    pods.push(pod("nlp", "n0", true, 20));
+    // 6 + 3 of 8: one GPU back for n0. The waiting gang goes, whole, before any running pod.
+    let reclaims = reclaims_of(&p, &pods);
+    assert_eq!(victims(&reclaims), ["gang vision/w"]);
+    assert_eq!(reclaims[0].victims[0].pods.len(), 2);
+}
+
+#[test]
+fn a_gang_a_reclaim_makes_room_for_is_remembered_until_its_victims_are_gone() {
+    let p = research("Deny");
+    let mut pods = borrowed();
+    pods.extend((0..2).map(|i| gated_member("nlp", &format!("g-{i}"), "g", 2, 21 + i)));
+    let state = cluster(&p, &pods);
+    let mut memory = Memory::default();
+    memory.begin_pass(NOW);
+    for victim in ["v5", "v4"] {
+        memory.evicted_for("vision", victim, Some(format!("uid-vision-{victim}").into()), NOW, Some("gang/nlp/g"));
+    }
+    memory.evicted_for("vision", "v3", Some("uid-vision-v3".into()), NOW, Some("pod/nlp/n0"));
+    let gang = GangKey { namespace: "nlp".into(), name: "g".into() };
+    assert_eq!(memory.reclaiming(&state.view()), [gang]);
+    // While they terminate the reclaim is in flight, and nothing more is reclaimed.
+    assert!(deny_reclaims(&state.view(), &p, &NoNamespaces, &memory, NOW).is_empty());
+    // Gone (or another pod under the name): the gang is no longer waited for.
+    let state = cluster(
+        &p,
+        &pods
+            .iter()
+            .filter(|p| !["v4", "v5"].contains(&p["metadata"]["name"].as_str().unwrap()))
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    assert!(memory.reclaiming(&state.view()).is_empty());
 }
