@@ -129,6 +129,21 @@ async fn running(pods: &Api<Pod>) -> Vec<Pod> {
         .collect()
 }
 
+const BORROWED_FROM: &str = "allot.dev/borrowed-from";
+
+/// The names of `pods` marked `allot.dev/borrowed-from: research` and not being deleted, sorted.
+async fn marked(pods: &Api<Pod>) -> Vec<String> {
+    let list = pods.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+    let mut out: Vec<String> = list
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.metadata.annotations.as_ref().and_then(|a| a.get(BORROWED_FROM)).is_some_and(|c| c == "research"))
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    out.sort();
+    out
+}
+
 fn sum_metric(replicas: &[&str], name: &str) -> f64 {
     replicas.iter().filter_map(|m| metric(m, name)).sum()
 }
@@ -190,6 +205,11 @@ async fn borrowing_at_admission_holds_with_three_replicas_and_a_lender_reclaims(
     wait_for("the borrowed and lent gauges", Duration::from_secs(10), || async {
         let borrowed = gauge("borrowed", "imaging").unwrap_or(0.0) + gauge("borrowed", "speech").unwrap_or(0.0);
         borrowed == 4.0 && gauge("lent", "audio") == Some(4.0)
+    })
+    .await;
+    wait_for("what runs beyond each team's nominal 4 marked borrowed", Duration::from_secs(30), || async {
+        marked(&tenants.imaging).await.len() + 4 == a.admitted.len()
+            && marked(&tenants.speech).await.len() + 4 == b.admitted.len()
     })
     .await;
     let borrowers: Vec<(&Api<Pod>, &str)> = [(&tenants.imaging, "imaging", &a), (&tenants.speech, "speech", &b)]
@@ -281,6 +301,8 @@ async fn the_lender_reclaims_the_newest_borrowed_pod(
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(running(&tenants.imaging).await.len() + running(&tenants.speech).await.len(), 11);
     assert_eq!(sum_metric(metrics, r#"allot_quota_reclaims_total{team="audio"}"#), 1.0);
+    let borrowed = marked(&tenants.imaging).await.len() + marked(&tenants.speech).await.len();
+    assert_eq!(borrowed, 3, "the borrowed pods left carry the mark");
 }
 
 const RACK: &str = "topology.kubernetes.io/rack";
@@ -342,6 +364,11 @@ async fn a_lenders_gang_reclaims_whole_and_its_room_is_made_once() {
         imaging.create(&PostParams::default(), &pod_in(&format!("i-{i:02}"), rack)).await.expect("admitted");
     }
     wait_for("imaging's 12 running", Duration::from_secs(60), || async { running(&imaging).await.len() == 12 }).await;
+    let names = |range: std::ops::Range<usize>| range.map(|i| format!("i-{i:02}")).collect::<Vec<_>>();
+    wait_for("the 8 beyond imaging's nominal 4 marked borrowed", Duration::from_secs(30), || async {
+        marked(&imaging).await == names(4..12)
+    })
+    .await;
 
     // --- speech's gang of 2, within its nominal 4, is admitted on the full cohort, waits for
     // the nodes and reclaims 2 GPUs; its room is made once: while the reclaim's victims leave
@@ -377,5 +404,12 @@ async fn a_lenders_gang_reclaims_whole_and_its_room_is_made_once() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(running(&imaging).await.len(), 10, "no loop");
     assert_eq!(events(&admin, "imaging", "Preempted").await.len(), 2);
+    assert_eq!(marked(&imaging).await, names(4..10), "the borrowed pods left");
+    assert!(marked(&speech).await.is_empty(), "a lender borrows nothing");
+    // The mark's write names the pod's uid: a pod made again under the name is not marked.
+    let stale = json!({"metadata": {"uid": "not-this-pod", "annotations": {BORROWED_FROM: "research"}}});
+    let admin_pods = Api::<Pod>::namespaced(admin.clone(), "imaging");
+    let refused = admin_pods.patch("i-00", &PatchParams::default(), &Patch::Merge(&stale)).await;
+    assert!(matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 409 || s.code == 422), "{refused:?}");
     kubelets.into_iter().for_each(|k| k.abort());
 }

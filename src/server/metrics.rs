@@ -24,7 +24,7 @@
 //! | `allot_gang_controller_refused_lifts_total` | `kind` (gate/quota) | gate lifts that admission refused (Allot's own webhook allowing another identity, or a policy in the way): gangs stay gated; alert `AllotGateLiftsRefused` |
 //! | `allot_gangs_waiting_for_topology` | `level` | complete gangs with a required topology level that do not fit now (leader only; the level comes from the policies) |
 //! | `allot_identity_info` | `username`, `source` (api-server/flag/default) | 1 for the identity whose writes may move Allot's gates (asked of the API server at start) |
-//! | `allot_gang_controller_writes_total` | `kind` (gate/condition/event/delete/arrival) | the controller's writes to the API, Lease aside (every kind from 0) |
+//! | `allot_gang_controller_writes_total` | `kind` (gate/condition/event/delete/arrival/evict/mark) | the controller's writes to the API, Lease aside (every kind from 0) |
 //! | `allot_team_accelerators` | `team`, `resource`, `state` | accelerators requested by non-finished pods |
 //! | `allot_quota_limit`, `allot_quota_used` | `team`, `resource` | a quota's limit and what counts against it |
 //! | `allot_quota_borrowed`, `allot_quota_lent` | `team`, `resource` | for a team in a cohort: what it uses beyond its nominal quota, and what of its unused nominal the others use |

@@ -75,6 +75,9 @@ pub enum ControllerAction {
         /// Released on quota borrowed from this cohort: stamped `allot.dev/borrowed-from`.
         borrowed_from: Option<String>,
     },
+    /// Set `allot.dev/borrowed-from: COHORT` (`cohort`), or remove it (`None`), on the pod of
+    /// that `uid`: a deny-mode cohort's team's pods beyond its nominal quota carry it.
+    MarkBorrowed { namespace: String, pod: String, uid: Option<std::sync::Arc<str>>, cohort: Option<String> },
     /// Say that a pod left its team's queue (condition + Event), after its quota gate was lifted.
     QuotaAdmitted { namespace: String, pod: String },
     /// Say why a pod stays in its team's queue (condition + Event), because the reason changed.

@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
 
 use crate::model::gang::bounds::PlacementExcess;
 use crate::model::gang::membership::{
-    self, ARRIVAL_ANNOTATION, GATE, InferredKind, LWS_NAME, PodFacts, QUOTA_GATE, QUOTA_RELEASED_ANNOTATION,
-    RELEASED_ANNOTATION, Source,
+    self, ARRIVAL_ANNOTATION, BORROWED_FROM_ANNOTATION, GATE, InferredKind, LWS_NAME, PodFacts, QUOTA_GATE,
+    QUOTA_RELEASED_ANNOTATION, RELEASED_ANNOTATION, Source,
 };
 use crate::model::namespaces::NamespaceLabels;
 use crate::model::policy::PolicySet;
@@ -137,6 +137,9 @@ pub struct PodRecord {
     /// PodGroup) legitimately waits unbound while its group does not fit.
     pub gang_released: bool,
     pub has_annotations: bool,
+    /// It carries `allot.dev/borrowed-from` (what a deny-mode cohort's leader keeps in step with
+    /// which of a team's pods run beyond its nominal quota).
+    pub borrowed_mark: bool,
     /// Which relist last saw it (see `ClusterState::begin_relist`).
     pub(super) relist: u8,
     pub priority: i32,
@@ -303,6 +306,7 @@ impl PodRecord {
             released_at: [released_at, quota_released_at].into_iter().flatten().max(),
             gang_released: released_at.is_some(),
             has_annotations: pod.metadata.annotations.is_some(),
+            borrowed_mark: facts.annotations.get(BORROWED_FROM_ANNOTATION).is_some(),
             relist: 0,
             priority: spec.and_then(|s| s.priority).unwrap_or(0),
             created: pod.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),

@@ -30,7 +30,9 @@ use super::snapshot::GangSnapshot;
 pub use super::watches::{InitialList, OnSynced, streaming_refused};
 use super::watches::{watch_nodes, watch_pods};
 use super::writes::{Condition, Failures, Later, Writers, execute_lifts, explain, unix_now};
-pub use super::writes::{delete_params, lift_gate_ops, pin_op, quota_release_patch, release_patch};
+pub use super::writes::{
+    borrowed_mark_patch, delete_params, lift_gate_ops, pin_op, quota_release_patch, release_patch,
+};
 use crate::control::cluster::{ClusterState, ControllerAction};
 use crate::control::quota::QuotaQueue;
 use crate::control::quota::reclaim::Reclaim;
@@ -561,6 +563,12 @@ impl ControlLoop {
         for action in &later {
             if let ControllerAction::Delete { namespace, pod, uid, .. } = action {
                 state.mark_deleting(namespace, pod, uid.as_deref(), true);
+            }
+        }
+        // So do borrowed marks: the next pass does not send them again.
+        for action in &later {
+            if let ControllerAction::MarkBorrowed { namespace, pod, cohort, .. } = action {
+                state.mark_borrowed(namespace, pod, cohort.is_some());
             }
         }
         // Conditions count as written from now: a pass before the write lands does not tell

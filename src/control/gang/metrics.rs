@@ -25,7 +25,7 @@ pub const WAITING_REASONS: [&str; 9] = [
 
 /// Every kind of write the controller counts; each is reported from the start, at 0, so the
 /// first write shows as an increase.
-pub const WRITE_KINDS: [&str; 6] = ["gate", "condition", "event", "delete", "arrival", "evict"];
+pub const WRITE_KINDS: [&str; 7] = ["gate", "condition", "event", "delete", "arrival", "evict", "mark"];
 
 /// The gates whose lifts [`ControllerMetrics::refused_lifts`] counts.
 pub const LIFT_KINDS: [&str; 2] = ["gate", "quota"];
@@ -51,7 +51,7 @@ pub struct ControllerMetrics {
     pub quota_releases: Counter,
     /// Decision passes run (leader only): each change (coalesced), deadline or resync is one.
     pub passes: Counter,
-    /// Writes to the API by kind (`gate`, `condition`, `event`, `delete`, `arrival`), Lease
+    /// Writes to the API by kind (`gate`, `condition`, `event`, `delete`, `arrival`, `evict`, `mark`), Lease
     /// renewals aside: with nothing changing, none.
     pub writes: Family<WriteLabels, Counter>,
     /// Gate lifts (`gate`: the gang gate, `quota`: the quota gate) that admission refused: Allot's

@@ -201,6 +201,18 @@ pub fn quota_release_patch(
     lift_and_stamp(QUOTA_GATE, &stamps, gate_index, uid, has_annotations)
 }
 
+/// The merge patch that sets (`cohort`) or removes (`None`) `allot.dev/borrowed-from` on the
+/// pod of that `uid` (a uid the pod does not have fails the write: it is another pod). A
+/// merge patch, not a JSON Patch: it touches that one key, whatever annotations the pod has
+/// gained since the pass looked.
+pub fn borrowed_mark_patch(uid: Option<&str>, cohort: Option<&str>) -> Value {
+    let mut metadata = json!({"annotations": {BORROWED_FROM_ANNOTATION: cohort}});
+    if let Some(uid) = uid {
+        metadata["uid"] = json!(uid);
+    }
+    json!({"metadata": metadata})
+}
+
 /// Lifts `gate` (see [`lift_gate_ops`]) and sets each `(annotation, value)` of `stamps` in the
 /// same patch.
 fn lift_and_stamp(
@@ -378,6 +390,14 @@ pub(super) async fn execute_rest(
     // (condition failed, deletion failed) per action.
     let outcomes: Vec<(bool, bool)> = futures::stream::iter(actions)
         .map(|action| async move {
+            if let ControllerAction::MarkBorrowed { namespace, pod, uid, cohort, .. } = &action {
+                let patch = borrowed_mark_patch(uid.as_deref(), cohort.as_deref());
+                if !writer.mark(namespace, pod, patch).await {
+                    state.mark_borrowed(namespace, pod, cohort.is_none());
+                    return (false, true);
+                }
+                return (false, false);
+            }
             if let ControllerAction::Delete { namespace, pod, uid, event_reason, reason } = &action {
                 if !writer.delete_member(namespace, pod, uid.as_deref(), event_reason, reason).await {
                     state.mark_deleting(namespace, pod, uid.as_deref(), false);
@@ -463,7 +483,8 @@ impl Condition<'_> {
             },
             ControllerAction::Delete { .. }
             | ControllerAction::Release { .. }
-            | ControllerAction::ReleaseQuota { .. } => {
+            | ControllerAction::ReleaseQuota { .. }
+            | ControllerAction::MarkBorrowed { .. } => {
                 return None;
             }
         })
@@ -527,6 +548,22 @@ impl Writer<'_> {
             Err(e) if is_status(&e, &[404]) => true,
             Err(e) => {
                 tracing::warn!(%namespace, %pod, %condition, error = %e, "cannot set the pod condition");
+                false
+            }
+        }
+    }
+
+    /// A pod's borrowed mark set or removed ([`borrowed_mark_patch`]); false when it could not
+    /// be written for a reason only a retry mends.
+    async fn mark(&self, namespace: &str, pod: &str, patch: Value) -> bool {
+        self.metrics.wrote("mark");
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        match api.patch(pod, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => true,
+            // Gone, made again under the name, or changed since the pass: the next one decides.
+            Err(e) if is_status(&e, &[404, 409, 422]) => true,
+            Err(e) => {
+                tracing::warn!(%namespace, %pod, error = %e, "cannot mark a pod's borrowed quota");
                 false
             }
         }

@@ -96,7 +96,9 @@ impl QuotaQueue for ClusterState {
         let view = self.view();
         let Queues { mut actions, teams, reclaim_asks } = queues(&view, policies, labels);
         let mut reclaims = super::reclaim::reclaims(&view, policies, labels, &reclaim_asks, memory, now);
-        reclaims.extend(super::reclaim::deny_reclaims(&view, policies, labels, memory, now));
+        let (deny_reclaims, marks) = super::reclaim::deny_pass(&view, policies, labels, memory, now);
+        reclaims.extend(deny_reclaims);
+        actions.extend(marks);
         let units = teams.into_values().flat_map(|line| {
             // The pods of the team's queue a refresh may tell again.
             let every = refresh_secs(line.iter().filter(|u| u.waits.is_some()).map(|u| u.members.len()).sum());

@@ -2,7 +2,7 @@
 //! it, even when other teams borrowed it. When the queue pass finds such a unit waiting for
 //! quota that is lent out ([`ReclaimAsk`]), or, in deny mode, a lender's pod admitted on lent
 //! quota waits unscheduled ([`deny`]), this chooses borrowed work of the cohort's other teams
-//! to evict ([`reclaims`], [`deny_reclaims`]), which the controller evicts like a preemption's
+//! to evict ([`reclaims`], [`deny_pass`]), which the controller evicts like a preemption's
 //! victims (PodDisruptionBudgets consulted by a dry run first, all or nothing).
 //!
 //! The choice ([`choose`]) is pure:
@@ -24,7 +24,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::control::cluster::{ClusterView, PodRecord};
+use crate::control::cluster::{ClusterView, ControllerAction, PodRecord};
 use crate::control::gang::decision::{GangKey, RunningUnit, UnitKey};
 use crate::control::gang::preemption::IN_FLIGHT_MAX_SECS;
 use crate::control::gang::victims::running_units;
@@ -191,17 +191,18 @@ pub fn reclaims(
     reclaims_with(view, policies, labels, asks, &[], memory, now)
 }
 
-/// The reclaims the deny-mode cohorts call for ([`deny`]), at `now`: a walk over every pod,
-/// only when the policies have such a cohort.
-pub fn deny_reclaims(
+/// The reclaims the deny-mode cohorts call for ([`deny`]), at `now`, and the writes that keep
+/// their pods' borrowed marks in step: a walk over every pod, only when the policies have such
+/// a cohort.
+pub fn deny_pass(
     view: &ClusterView<'_>,
     policies: &PolicySet,
     labels: &dyn NamespaceLabels,
     memory: &Memory,
     now: i64,
-) -> Vec<Reclaim> {
-    let deny::DenyAsks { asks, pending } = deny::asks(view, policies, labels);
-    reclaims_with(view, policies, labels, &asks, &pending, memory, now)
+) -> (Vec<Reclaim>, Vec<ControllerAction>) {
+    let deny::DenyAsks { asks, pending, marks } = deny::asks(view, policies, labels);
+    (reclaims_with(view, policies, labels, &asks, &pending, memory, now), marks)
 }
 
 /// [`reclaims`], with units beyond the running ones that may be evicted (`extra`).

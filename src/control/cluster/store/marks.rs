@@ -74,6 +74,17 @@ impl ClusterState {
         self.wake.notify_one();
     }
 
+    /// Marks a pod's `allot.dev/borrowed-from` as set (`borrowed`) or removed before the watch
+    /// shows the write, so the next pass does not send it again (the writer sets it back when
+    /// the write fails).
+    pub fn mark_borrowed(&self, namespace: &str, name: &str, borrowed: bool) {
+        let mut inner = write(&self.inner);
+        if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
+            p.borrowed_mark = borrowed;
+            p.has_annotations |= borrowed;
+        }
+    }
+
     /// Resolves after the next change (or at once if one happened since the last wait): the
     /// controller's decision loop waits on it instead of polling.
     pub async fn changed(&self) {

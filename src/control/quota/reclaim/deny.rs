@@ -25,7 +25,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::{ReclaimAsk, Reclaimer};
-use crate::control::cluster::{ClusterView, DisruptionCause, PodRecord};
+use crate::control::cluster::{ClusterView, ControllerAction, DisruptionCause, PodRecord};
 use crate::control::gang::decision::{GangKey, RunningPod, RunningUnit, UnitKey};
 use crate::model::namespaces::{NamespaceLabels, TeamsByNamespace};
 use crate::model::policy::cohort::{Cohort, CohortUsage};
@@ -33,10 +33,12 @@ use crate::model::policy::quota::{Charge, Quota, add};
 use crate::model::policy::{PolicySet, QuotaMode};
 use crate::model::resources::ResourceList;
 
-/// The deny-mode cohorts' asks, and their borrowing teams' unscheduled pods as candidates.
+/// The deny-mode cohorts' asks, their borrowing teams' unscheduled pods as candidates, and the
+/// borrowed marks to write.
 pub struct DenyAsks<'p> {
     pub asks: Vec<ReclaimAsk<'p>>,
     pub pending: Vec<RunningUnit>,
+    pub marks: Vec<ControllerAction>,
 }
 
 /// Whether any cohort of `policies` is in deny mode (only then is there anything to look at).
@@ -100,7 +102,7 @@ fn gang_gated(pod: &PodRecord) -> Option<(&str, Option<u32>)> {
 /// The asks of every deny-mode cohort in `view` (a walk over every pod, only when one exists).
 pub fn asks<'p>(view: &ClusterView<'_>, policies: &'p PolicySet, labels: &dyn NamespaceLabels) -> DenyAsks<'p> {
     let cohorts: Vec<&'p Cohort> = policies.cohorts.iter().filter(|c| is_deny(c)).collect();
-    let mut out = DenyAsks { asks: Vec::new(), pending: Vec::new() };
+    let mut out = DenyAsks { asks: Vec::new(), pending: Vec::new(), marks: Vec::new() };
     if cohorts.is_empty() {
         return out;
     }
@@ -110,8 +112,8 @@ pub fn asks<'p>(view: &ClusterView<'_>, policies: &'p PolicySet, labels: &dyn Na
         let mut reclaimers = Vec::new();
         for member in &cohort.members {
             let seen = by_team.remove(member.team.as_str()).unwrap_or_default();
-            let (usage, lenders, borrowing) = split(&member.quota, seen);
-            let mut usage = usage;
+            let Split { mut usage, lenders, borrowing, borrowed } = split(&member.quota, seen);
+            out.marks.extend(marks(&cohort.name, &borrowed));
             if lenders.is_empty() {
                 for (s, charge) in borrowing {
                     add(&mut usage, &charge);
@@ -177,37 +179,72 @@ fn walk<'v>(
     by_team
 }
 
-/// A team's usage (everything that does not wait), its lenders' units (those waiting within its
-/// nominal quota) and its waiting units that borrow, each with its charge.
-fn split<'v>(quota: &Quota, mut seen: Vec<Seen<'v>>) -> (Charge, Vec<Reclaimer>, Vec<(Seen<'v>, Charge)>) {
+/// One team's units, split.
+struct Split<'v> {
+    /// What it uses: everything that does not wait as a lender's.
+    usage: Charge,
+    /// Its lenders' units: waiting within its nominal quota.
+    lenders: Vec<Reclaimer>,
+    /// Its waiting units beyond its nominal quota, each with its charge.
+    borrowing: Vec<(Seen<'v>, Charge)>,
+    /// Every pod of it, and whether it is beyond the team's nominal quota (borrowed).
+    borrowed: Vec<(&'v PodRecord, bool)>,
+}
+
+/// Splits a team's units (see [`Split`]), in priority order, the oldest first: what comes
+/// first is the team's own, what runs past its nominal quota (the newest, lowest priority:
+/// what a reclaim takes first) is borrowed.
+fn split<'v>(quota: &Quota, mut seen: Vec<Seen<'v>>) -> Split<'v> {
     seen.sort_by(|a, b| {
         (b.pod.priority.cmp(&a.pod.priority))
             .then(a.pod.created.cmp(&b.pod.created))
             .then(a.pod.arrival.cmp(&b.pod.arrival))
             .then(a.pod.name.cmp(&b.pod.name))
     });
-    let mut usage = Charge::new();
+    let beyond = |used: &Charge, charge: &Charge| {
+        charge
+            .iter()
+            .any(|(r, v)| *v > 0 && used.get(r).copied().unwrap_or(0) > quota.limits.get(r).copied().unwrap_or(0))
+    };
+    let mut out = Split { usage: Charge::new(), lenders: Vec::new(), borrowing: Vec::new(), borrowed: Vec::new() };
     for s in seen.iter().filter(|s| !s.waiting) {
-        add(&mut usage, &quota.charge(&s.requests));
+        let charge = quota.charge(&s.requests);
+        add(&mut out.usage, &charge);
+        out.borrowed.push((s.pod, beyond(&out.usage, &charge)));
     }
     // A waiting unit is a lender's only while the team's usage with it and the lender units
     // before it stays within its nominal quota (a reclaim gives the nominal quota back, never
     // room to borrow). The team's other waiting units borrow: they count, and are candidates
     // first, unless the team has lender units (they wait behind those).
-    let (mut claimed, mut lenders, mut borrowing) = (usage.clone(), Vec::new(), Vec::new());
+    let mut claimed = out.usage.clone();
     for s in seen.into_iter().filter(|s| s.waiting) {
         let charge = quota.charge(&s.requests);
         let mut after = claimed.clone();
         add(&mut after, &charge);
         let within = after.iter().all(|(r, v)| *v <= quota.limits.get(r).copied().unwrap_or(0));
+        let pods = if s.members.is_empty() { vec![s.pod] } else { s.members.clone() };
+        out.borrowed.extend(pods.into_iter().map(|p| (p, !within)));
         if within && !charge.is_empty() {
             claimed = after;
-            lenders.push(reclaimer(&s, charge));
+            out.lenders.push(reclaimer(&s, charge));
         } else {
-            borrowing.push((s, charge));
+            out.borrowing.push((s, charge));
         }
     }
-    (usage, lenders, borrowing)
+    out
+}
+
+/// The writes that bring `allot.dev/borrowed-from` in step with `borrowed` (a pod being
+/// deleted is left as it is).
+fn marks(cohort: &str, borrowed: &[(&PodRecord, bool)]) -> impl Iterator<Item = ControllerAction> {
+    borrowed.iter().filter(|(pod, b)| pod.borrowed_mark != *b && !pod.terminating).map(move |(pod, b)| {
+        ControllerAction::MarkBorrowed {
+            namespace: pod.namespace.to_string(),
+            pod: pod.name.to_string(),
+            uid: pod.uid.clone(),
+            cohort: b.then(|| cohort.to_string()),
+        }
+    })
 }
 
 fn reclaimer(seen: &Seen<'_>, charge: Charge) -> Reclaimer {

@@ -3,9 +3,10 @@
 
 use serde_json::{Value, json};
 
+use crate::control::cluster::ControllerAction;
 use crate::control::cluster::fixtures::{cluster, member, policies, team_pod};
 use crate::control::gang::decision::GangKey;
-use crate::control::quota::reclaim::{Memory, Reclaim, deny_reclaims};
+use crate::control::quota::reclaim::{Memory, Reclaim, deny_pass};
 use crate::model::namespaces::NoNamespaces;
 use crate::model::policy::PolicySet;
 
@@ -34,7 +35,7 @@ fn pod(namespace: &str, name: &str, pending: bool, at: u32) -> Value {
 }
 
 fn reclaims_of(p: &PolicySet, pods: &[Value]) -> Vec<Reclaim> {
-    deny_reclaims(&cluster(p, pods).view(), p, &NoNamespaces, &Memory::default(), NOW)
+    deny_pass(&cluster(p, pods).view(), p, &NoNamespaces, &Memory::default(), NOW).0
 }
 
 fn victims(reclaims: &[Reclaim]) -> Vec<String> {
@@ -180,7 +181,7 @@ fn a_gang_a_reclaim_makes_room_for_is_remembered_until_its_victims_are_gone() {
     let gang = GangKey { namespace: "nlp".into(), name: "g".into() };
     assert_eq!(memory.reclaiming(&state.view()), [gang]);
     // While they terminate the reclaim is in flight, and nothing more is reclaimed.
-    assert!(deny_reclaims(&state.view(), &p, &NoNamespaces, &memory, NOW).is_empty());
+    assert!(deny_pass(&state.view(), &p, &NoNamespaces, &memory, NOW).0.is_empty());
     // Gone (or another pod under the name): the gang is no longer waited for.
     let state = cluster(
         &p,
@@ -191,4 +192,80 @@ fn a_gang_a_reclaim_makes_room_for_is_remembered_until_its_victims_are_gone() {
             .collect::<Vec<_>>(),
     );
     assert!(memory.reclaiming(&state.view()).is_empty());
+}
+
+/// The borrowed marks the pass writes: (pod, the cohort it sets, or None: removed).
+fn marks_of(p: &PolicySet, pods: &[Value]) -> Vec<(String, Option<String>)> {
+    let (_, marks) = deny_pass(&cluster(p, pods).view(), p, &NoNamespaces, &Memory::default(), NOW);
+    let mut out: Vec<(String, Option<String>)> = marks
+        .into_iter()
+        .filter_map(|a| match a {
+            ControllerAction::MarkBorrowed { pod, cohort, .. } => Some((pod, cohort)),
+            _ => None,
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn marked(mut pod: Value) -> Value {
+    pod["metadata"]["annotations"]["allot.dev/borrowed-from"] = json!("research");
+    pod
+}
+
+#[test]
+fn the_pods_beyond_the_nominal_quota_carry_the_borrowed_mark_and_only_they() {
+    let p = research("Deny");
+    let research = Some("research".to_string());
+    // vision runs 6 of its 4: its two newest are borrowed.
+    let mut pods = borrowed();
+    assert_eq!(marks_of(&p, &pods), [("v4".into(), research.clone()), ("v5".into(), research.clone())]);
+    // Marked: nothing to write.
+    pods[4] = marked(pods[4].clone());
+    pods[5] = marked(pods[5].clone());
+    assert!(marks_of(&p, &pods).is_empty());
+    // v0 finishes: vision uses 5, v4 is its own again; a stale mark on v1 goes too.
+    pods[0]["status"]["phase"] = json!("Succeeded");
+    pods[1] = marked(pods[1].clone());
+    assert_eq!(marks_of(&p, &pods), [("v1".into(), None), ("v4".into(), None)]);
+    // A pod being deleted keeps what it has.
+    pods[1]["metadata"]["deletionTimestamp"] = json!("2026-12-07T01:01:00Z");
+    assert_eq!(marks_of(&p, &pods), [("v4".into(), None)]);
+}
+
+#[test]
+fn a_higher_priority_pod_is_the_teams_own_before_older_ones() {
+    let p = research("Deny");
+    let mut pods = borrowed();
+    pods[5]["spec"]["priority"] = json!(1000);
+    let research = Some("research".to_string());
+    assert_eq!(marks_of(&p, &pods), [("v3".into(), research.clone()), ("v4".into(), research)]);
+    // Lenders are no borrowers: nlp's waiting pod and its running ones carry nothing.
+    pods.push(pod("nlp", "n0", true, 20));
+    assert!(marks_of(&p, &pods).iter().all(|(pod, _)| pod.starts_with('v')));
+}
+
+#[test]
+fn the_borrowed_mark_patch_touches_that_one_key_of_that_very_pod() {
+    use crate::control::gang::controller::borrowed_mark_patch;
+    let mut pod = pod("vision", "v5", false, 5);
+    pod["metadata"]["annotations"] = json!({"team.example/owner": "alice"});
+    let mut marked = pod.clone();
+    json_patch::merge(&mut marked, &borrowed_mark_patch(Some("uid-vision-v5"), Some("research")));
+    let parsed: k8s_openapi::api::core::v1::Pod = serde_json::from_value(marked.clone()).unwrap();
+    let annotations = parsed.metadata.annotations.unwrap();
+    assert_eq!(annotations.get("allot.dev/borrowed-from").map(String::as_str), Some("research"));
+    assert_eq!(annotations.get("team.example/owner").map(String::as_str), Some("alice"), "the tenant's stay");
+    assert_eq!(parsed.metadata.uid.as_deref(), Some("uid-vision-v5"), "the uid is the pod's: no change");
+    let mut unmarked = marked.clone();
+    json_patch::merge(&mut unmarked, &borrowed_mark_patch(Some("uid-vision-v5"), None));
+    assert_eq!(unmarked["metadata"]["annotations"], json!({"team.example/owner": "alice"}));
+    // A pod without annotations gets the one key; one made again under the name (another uid)
+    // would be given the old uid, which the API server refuses (uids are immutable).
+    let mut bare = pod.clone();
+    bare["metadata"].as_object_mut().unwrap().remove("annotations");
+    bare["metadata"]["uid"] = json!("uid-made-again");
+    json_patch::merge(&mut bare, &borrowed_mark_patch(Some("uid-vision-v5"), Some("research")));
+    assert_eq!(bare["metadata"]["annotations"], json!({"allot.dev/borrowed-from": "research"}));
+    assert_eq!(bare["metadata"]["uid"], "uid-vision-v5");
 }
