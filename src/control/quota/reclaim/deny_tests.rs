@@ -269,3 +269,77 @@ fn the_borrowed_mark_patch_touches_that_one_key_of_that_very_pod() {
     assert_eq!(bare["metadata"]["annotations"], json!({"allot.dev/borrowed-from": "research"}));
     assert_eq!(bare["metadata"]["uid"], "uid-vision-v5");
 }
+
+/// A pod's GPUs in a reclaim's unit.
+fn gpus_of(unit: &crate::control::gang::decision::RunningUnit) -> u32 {
+    unit.pods.iter().map(|p| (p.requests["nvidia.com/gpu"].nanos() / 1_000_000_000) as u32).sum()
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 200, ..Default::default() })]
+
+    /// Over random deny-mode cohorts of vision and nlp (4 GPUs each): a reclaim is only for a
+    /// pod within nlp's nominal quota, takes only vision's work while vision borrows, frees
+    /// enough for it in one go and no victim could be spared; when none is found, the cohort has
+    /// room or the borrowed work could not free enough. The marks are what runs past vision's
+    /// nominal quota in priority order, the oldest first.
+    #[test]
+    fn a_deny_reclaim_frees_enough_in_one_go_from_borrowed_work_and_the_marks_say_which(
+        vision in proptest::collection::vec((0i32..3, 1u32..3), 0..8),
+        nlp_running in 0u32..4,
+        asks in 1u32..3,
+    ) {
+        let p = research("Deny");
+        let mut pods = Vec::new();
+        for (i, (priority, gpus)) in vision.iter().enumerate() {
+            let mut v = pod("vision", &format!("v{i}"), false, i as u32);
+            v["spec"]["priority"] = json!(priority);
+            v["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!(gpus.to_string());
+            pods.push(v);
+        }
+        pods.extend((0..nlp_running).map(|i| pod("nlp", &format!("r{i}"), false, 30 + i)));
+        let mut waiting = pod("nlp", "n0", true, 40);
+        waiting["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!(asks.to_string());
+        pods.push(waiting);
+        let (reclaims, marks) = deny_pass(&cluster(&p, &pods).view(), &p, &NoNamespaces, &Memory::default(), NOW);
+        let vision_used: u32 = vision.iter().map(|v| v.1).sum();
+        let cohort_used = vision_used + nlp_running;
+        let within_nominal = nlp_running + asks <= 4;
+        proptest::prop_assert!(reclaims.len() <= 1);
+        if let Some(r) = reclaims.first() {
+            proptest::prop_assert!(within_nominal && vision_used > 4);
+            let sizes: Vec<u32> = r.victims.iter().map(gpus_of).collect();
+            proptest::prop_assert!(r.victims.iter().all(|u| u.team.as_deref() == Some("vision")));
+            let freed: u32 = sizes.iter().sum();
+            proptest::prop_assert!(cohort_used - freed + asks <= 8, "freed {} of {}", freed, cohort_used);
+            for size in &sizes {
+                proptest::prop_assert!(cohort_used - freed + size + asks > 8, "{:?} free more than needed", sizes);
+            }
+        } else if within_nominal {
+            let borrowed = vision_used.saturating_sub(4);
+            proptest::prop_assert!(cohort_used + asks <= 8 || cohort_used - borrowed + asks > 8);
+        }
+        // vision's pods in priority order, the oldest first: its own up to 4 GPUs, then marked.
+        let mut order: Vec<(usize, i32, u32)> = vision.iter().enumerate().map(|(i, (p, g))| (i, *p, *g)).collect();
+        order.sort_by_key(|(i, p, _)| (-p, *i));
+        let (mut used, mut wanted) = (0, Vec::new());
+        for (i, _, gpus) in order {
+            used += gpus;
+            if used > 4 {
+                wanted.push(format!("v{i}"));
+            }
+        }
+        wanted.sort();
+        let mut got: Vec<String> = marks
+            .iter()
+            .filter_map(|a| match a {
+                ControllerAction::MarkBorrowed { pod, cohort: Some(_), .. } if pod.starts_with('v') => Some(pod.clone()),
+                _ => None,
+            })
+            .collect();
+        got.sort();
+        proptest::prop_assert_eq!(got, wanted);
+        let n0_marked = marks.iter().any(|a| matches!(a, ControllerAction::MarkBorrowed { pod, .. } if pod == "n0"));
+        proptest::prop_assert_eq!(n0_marked, !within_nominal, "a lender's pod is its own, one beyond is borrowed");
+    }
+}
