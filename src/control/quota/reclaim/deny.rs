@@ -88,15 +88,15 @@ fn requests_of(pod: &PodRecord) -> ResourceList {
 }
 
 /// A gang member waiting behind Allot's gang gate alone (admitted, not released, not bound):
-/// its gang and the size it declares.
-fn gang_gated(pod: &PodRecord) -> Option<(&str, Option<u32>)> {
+/// its gang and its size (the members' own, or their owner's for an inferred gang).
+fn gang_gated<'v>(view: &'v ClusterView<'_>, pod: &'v PodRecord) -> Option<(&'v str, Option<u32>)> {
     let gang = pod.gang.as_ref().filter(|g| !g.native)?;
     let alone = pod.gate_index.is_some()
         && pod.node_name.is_none()
         && !pod.terminating
         && pod.quota_gate_index.is_none()
         && !pod.other_gates;
-    alone.then_some((gang.name.as_str(), gang.size))
+    alone.then(|| (gang.name.as_str(), gang.declared_size(view.owner_gang(&pod.namespace, &gang.name))))
 }
 
 /// The asks of every deny-mode cohort in `view` (a walk over every pod, only when one exists).
@@ -153,7 +153,7 @@ fn walk<'v>(
         if pod.disruption == Some(DisruptionCause::PreemptionByScheduler) {
             continue;
         }
-        if let Some((gang, size)) = gang_gated(pod) {
+        if let Some((gang, size)) = gang_gated(view, pod) {
             let entry = gated.entry((team.name.clone(), &*pod.namespace, gang)).or_default();
             entry.0 = entry.0.or(size);
             entry.1.push(pod);

@@ -343,3 +343,38 @@ proptest::proptest! {
         proptest::prop_assert_eq!(n0_marked, !within_nominal, "a lender's pod is its own, one beyond is borrowed");
     }
 }
+
+#[test]
+fn an_inferred_gang_is_a_lender_once_its_owner_says_its_size() {
+    use crate::model::gang::membership::{InferredKind, owner_gang};
+    let jobs = "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: jobs}\nspec:\n  match: \
+                {namespaces: [nlp]}\n  infer: [Job]\n";
+    let team = |name: &str| {
+        format!(
+            "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: {name}}}\nspec:\n  namespaces: {{names: \
+             [{name}]}}\n  quota: {{mode: Deny, cohort: research, limits: {{nvidia.com/gpu: 4}}}}\n---\n"
+        )
+    };
+    let p = policies(&format!("{}{}{jobs}", team("vision"), team("nlp")));
+    let mut pods = borrowed();
+    for i in 0..2 {
+        let mut worker = gated_member("nlp", &format!("train-{i}"), "-", 2, 21 + i);
+        worker["metadata"]["labels"] = json!({"batch.kubernetes.io/job-name": "train",
+                                             "batch.kubernetes.io/job-completion-index": i.to_string()});
+        worker["metadata"]["annotations"] = json!({});
+        worker["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u", "controller": true}]);
+        pods.push(worker);
+    }
+    let state = cluster(&p, &pods);
+    let reclaims = |state: &crate::control::cluster::ClusterState| {
+        deny_pass(&state.view(), &p, &NoNamespaces, &Memory::default(), NOW).0
+    };
+    // Its size unknown (the Job not read yet): not complete, no lender.
+    assert!(reclaims(&state).is_empty());
+    let owner = owner_gang(InferredKind::Job, &json!({"spec": {"parallelism": 2}})).unwrap();
+    state.set_owner_gang("nlp", "job-train", owner);
+    let found = reclaims(&state);
+    assert_eq!(victims(&found), ["pod vision/v5", "pod vision/v4"]);
+    assert_eq!(found[0].unit, "gang/nlp/job-train");
+}
