@@ -83,6 +83,11 @@ impl<'v> Seen<'v> {
     }
 }
 
+/// A pod's Allot gang: (namespace, name).
+fn gang_of(pod: &PodRecord) -> Option<(&str, &str)> {
+    pod.gang.as_ref().filter(|g| !g.native).map(|g| (&*pod.namespace, g.name.as_str()))
+}
+
 fn requests_of(pod: &PodRecord) -> ResourceList {
     pod.request_pairs().map(|(k, v)| (k.to_string(), v)).collect()
 }
@@ -211,6 +216,12 @@ fn split<'v>(quota: &Quota, mut seen: Vec<Seen<'v>>) -> Split<'v> {
         let charge = quota.charge(&s.requests);
         add(&mut out.usage, &charge);
         out.borrowed.push((s.pod, beyond(&out.usage, &charge)));
+    }
+    // A gang runs on borrowed quota whole if any member does (a reclaim takes it whole).
+    let borrowing_gangs: HashSet<(&str, &str)> =
+        out.borrowed.iter().filter(|(_, b)| *b).filter_map(|(p, _)| gang_of(p)).collect();
+    for (pod, borrowed) in &mut out.borrowed {
+        *borrowed |= gang_of(pod).is_some_and(|g| borrowing_gangs.contains(&g));
     }
     // A waiting unit is a lender's only while the team's usage with it and the lender units
     // before it stays within its nominal quota (a reclaim gives the nominal quota back, never

@@ -275,41 +275,84 @@ fn gpus_of(unit: &crate::control::gang::decision::RunningUnit) -> u32 {
     unit.pods.iter().map(|p| (p.requests["nvidia.com/gpu"].nanos() / 1_000_000_000) as u32).sum()
 }
 
-proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig { cases: 200, ..Default::default() })]
+/// A released gang `name` of 2 running members of `gpus` GPUs each, created at second `at`.
+fn running_gang(name: &str, gpus: u32, priority: i32, at: u32) -> Vec<Value> {
+    (0..2)
+        .map(|i| {
+            let mut m = gated_member("vision", &format!("{name}-{i}"), name, 2, at);
+            m["spec"].as_object_mut().unwrap().remove("schedulingGates");
+            m["spec"]["nodeName"] = json!("n1");
+            m["spec"]["priority"] = json!(priority);
+            m["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!(gpus.to_string());
+            m["status"]["phase"] = json!("Running");
+            m
+        })
+        .collect()
+}
 
-    /// Over random deny-mode cohorts of vision and nlp (4 GPUs each): a reclaim is only for a
-    /// pod within nlp's nominal quota, takes only vision's work while vision borrows, frees
-    /// enough for it in one go and no victim could be spared; when none is found, the cohort has
-    /// room or the borrowed work could not free enough. The marks are what runs past vision's
-    /// nominal quota in priority order, the oldest first.
-    #[test]
-    fn a_deny_reclaim_frees_enough_in_one_go_from_borrowed_work_and_the_marks_say_which(
-        vision in proptest::collection::vec((0i32..3, 1u32..3), 0..8),
-        nlp_running in 0u32..4,
-        asks in 1u32..3,
-    ) {
-        let p = research("Deny");
-        let mut pods = Vec::new();
-        for (i, (priority, gpus)) in vision.iter().enumerate() {
+/// A unit's pods: (name, GPUs).
+type UnitPods = Vec<(String, u32)>;
+
+/// vision's random units as pods: (name, priority, GPUs, gang?) → pods, and each unit's pods'
+/// names with their GPUs, in the order a team's pods are its own (priority, then the oldest).
+fn vision_units(vision: &[(i32, u32, bool)]) -> (Vec<Value>, Vec<UnitPods>) {
+    let mut pods = Vec::new();
+    let mut units: Vec<(i32, usize, UnitPods)> = Vec::new();
+    for (i, (priority, gpus, gang)) in vision.iter().enumerate() {
+        if *gang {
+            let name = format!("g{i}");
+            pods.extend(running_gang(&name, *gpus, *priority, i as u32));
+            units.push((*priority, i, (0..2).map(|m| (format!("{name}-{m}"), *gpus)).collect()));
+        } else {
             let mut v = pod("vision", &format!("v{i}"), false, i as u32);
             v["spec"]["priority"] = json!(priority);
             v["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!(gpus.to_string());
             pods.push(v);
+            units.push((*priority, i, vec![(format!("v{i}"), *gpus)]));
         }
+    }
+    units.sort_by_key(|(priority, i, _)| (-priority, *i));
+    (pods, units.into_iter().map(|(_, _, pods)| pods).collect())
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 200, ..Default::default() })]
+
+    /// Over random deny-mode cohorts of vision (plain pods and running gangs of 2) and nlp, 4
+    /// GPUs each: a reclaim is only for a pod within nlp's nominal quota, takes only vision's
+    /// work while vision borrows, gangs whole, frees enough for it in one go and no victim could
+    /// be spared; when none is found, the cohort has room or the borrowed work could not free
+    /// enough. The marks are what runs past vision's nominal quota in priority order, the
+    /// oldest first (a gang whole).
+    #[test]
+    fn a_deny_reclaim_frees_enough_in_one_go_from_borrowed_work_and_the_marks_say_which(
+        vision in proptest::collection::vec((0i32..3, 1u32..3, proptest::bool::weighted(0.3)), 0..6),
+        nlp_running in 0u32..4,
+        asks in 1u32..3,
+    ) {
+        let p = research("Deny");
+        let (mut pods, units) = vision_units(&vision);
         pods.extend((0..nlp_running).map(|i| pod("nlp", &format!("r{i}"), false, 30 + i)));
         let mut waiting = pod("nlp", "n0", true, 40);
         waiting["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!(asks.to_string());
         pods.push(waiting);
         let (reclaims, marks) = deny_pass(&cluster(&p, &pods).view(), &p, &NoNamespaces, &Memory::default(), NOW);
-        let vision_used: u32 = vision.iter().map(|v| v.1).sum();
+        let vision_used: u32 = units.iter().flatten().map(|(_, g)| g).sum();
         let cohort_used = vision_used + nlp_running;
         let within_nominal = nlp_running + asks <= 4;
         proptest::prop_assert!(reclaims.len() <= 1);
         if let Some(r) = reclaims.first() {
             proptest::prop_assert!(within_nominal && vision_used > 4);
-            let sizes: Vec<u32> = r.victims.iter().map(gpus_of).collect();
             proptest::prop_assert!(r.victims.iter().all(|u| u.team.as_deref() == Some("vision")));
+            for unit in &r.victims {
+                let whole = units.iter().any(|u| {
+                    let mut names: Vec<&str> = unit.pods.iter().map(|p| p.name.as_str()).collect();
+                    names.sort();
+                    names == u.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>()
+                });
+                proptest::prop_assert!(whole, "{} is not a whole unit", unit.key);
+            }
+            let sizes: Vec<u32> = r.victims.iter().map(gpus_of).collect();
             let freed: u32 = sizes.iter().sum();
             proptest::prop_assert!(cohort_used - freed + asks <= 8, "freed {} of {}", freed, cohort_used);
             for size in &sizes {
@@ -319,21 +362,23 @@ proptest::proptest! {
             let borrowed = vision_used.saturating_sub(4);
             proptest::prop_assert!(cohort_used + asks <= 8 || cohort_used - borrowed + asks > 8);
         }
-        // vision's pods in priority order, the oldest first: its own up to 4 GPUs, then marked.
-        let mut order: Vec<(usize, i32, u32)> = vision.iter().enumerate().map(|(i, (p, g))| (i, *p, *g)).collect();
-        order.sort_by_key(|(i, p, _)| (-p, *i));
+        // Pod by pod, vision's own up to 4 GPUs; then a gang is borrowed whole if any member is.
         let (mut used, mut wanted) = (0, Vec::new());
-        for (i, _, gpus) in order {
-            used += gpus;
-            if used > 4 {
-                wanted.push(format!("v{i}"));
+        for unit in &units {
+            let mut any = false;
+            for (_, gpus) in unit {
+                used += gpus;
+                any |= used > 4;
+            }
+            if any {
+                wanted.extend(unit.iter().map(|(n, _)| n.clone()));
             }
         }
         wanted.sort();
         let mut got: Vec<String> = marks
             .iter()
             .filter_map(|a| match a {
-                ControllerAction::MarkBorrowed { pod, cohort: Some(_), .. } if pod.starts_with('v') => Some(pod.clone()),
+                ControllerAction::MarkBorrowed { pod, cohort: Some(_), .. } if pod != "n0" => Some(pod.clone()),
                 _ => None,
             })
             .collect();
