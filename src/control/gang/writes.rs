@@ -636,3 +636,34 @@ pub(super) async fn patch_pod(
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     api.patch(pod, &PatchParams::default(), &Patch::Json::<()>(patch)).await.map(|_| ())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_borrowed_mark_patch_touches_that_one_key_of_that_very_pod() {
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "v5", "namespace": "vision", "uid": "uid-vision-v5"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        pod["metadata"]["annotations"] = json!({"team.example/owner": "alice"});
+        let mut marked = pod.clone();
+        json_patch::merge(&mut marked, &borrowed_mark_patch(Some("uid-vision-v5"), Some("research")));
+        let parsed: k8s_openapi::api::core::v1::Pod = serde_json::from_value(marked.clone()).unwrap();
+        let annotations = parsed.metadata.annotations.unwrap();
+        assert_eq!(annotations.get("allot.dev/borrowed-from").map(String::as_str), Some("research"));
+        assert_eq!(annotations.get("team.example/owner").map(String::as_str), Some("alice"), "the tenant's stay");
+        assert_eq!(parsed.metadata.uid.as_deref(), Some("uid-vision-v5"), "the uid is the pod's: no change");
+        let mut unmarked = marked.clone();
+        json_patch::merge(&mut unmarked, &borrowed_mark_patch(Some("uid-vision-v5"), None));
+        assert_eq!(unmarked["metadata"]["annotations"], json!({"team.example/owner": "alice"}));
+        // A pod without annotations gets the one key; one made again under the name (another uid)
+        // would be given the old uid, which the API server refuses (uids are immutable).
+        let mut bare = pod.clone();
+        bare["metadata"].as_object_mut().unwrap().remove("annotations");
+        bare["metadata"]["uid"] = json!("uid-made-again");
+        json_patch::merge(&mut bare, &borrowed_mark_patch(Some("uid-vision-v5"), Some("research")));
+        assert_eq!(bare["metadata"]["annotations"], json!({"allot.dev/borrowed-from": "research"}));
+        assert_eq!(bare["metadata"]["uid"], "uid-vision-v5");
+    }
+}

@@ -245,31 +245,6 @@ fn a_higher_priority_pod_is_the_teams_own_before_older_ones() {
     assert!(marks_of(&p, &pods).iter().all(|(pod, _)| pod.starts_with('v')));
 }
 
-#[test]
-fn the_borrowed_mark_patch_touches_that_one_key_of_that_very_pod() {
-    use crate::control::gang::controller::borrowed_mark_patch;
-    let mut pod = pod("vision", "v5", false, 5);
-    pod["metadata"]["annotations"] = json!({"team.example/owner": "alice"});
-    let mut marked = pod.clone();
-    json_patch::merge(&mut marked, &borrowed_mark_patch(Some("uid-vision-v5"), Some("research")));
-    let parsed: k8s_openapi::api::core::v1::Pod = serde_json::from_value(marked.clone()).unwrap();
-    let annotations = parsed.metadata.annotations.unwrap();
-    assert_eq!(annotations.get("allot.dev/borrowed-from").map(String::as_str), Some("research"));
-    assert_eq!(annotations.get("team.example/owner").map(String::as_str), Some("alice"), "the tenant's stay");
-    assert_eq!(parsed.metadata.uid.as_deref(), Some("uid-vision-v5"), "the uid is the pod's: no change");
-    let mut unmarked = marked.clone();
-    json_patch::merge(&mut unmarked, &borrowed_mark_patch(Some("uid-vision-v5"), None));
-    assert_eq!(unmarked["metadata"]["annotations"], json!({"team.example/owner": "alice"}));
-    // A pod without annotations gets the one key; one made again under the name (another uid)
-    // would be given the old uid, which the API server refuses (uids are immutable).
-    let mut bare = pod.clone();
-    bare["metadata"].as_object_mut().unwrap().remove("annotations");
-    bare["metadata"]["uid"] = json!("uid-made-again");
-    json_patch::merge(&mut bare, &borrowed_mark_patch(Some("uid-vision-v5"), Some("research")));
-    assert_eq!(bare["metadata"]["annotations"], json!({"allot.dev/borrowed-from": "research"}));
-    assert_eq!(bare["metadata"]["uid"], "uid-vision-v5");
-}
-
 /// A pod's GPUs in a reclaim's unit.
 fn gpus_of(unit: &crate::control::gang::decision::RunningUnit) -> u32 {
     unit.pods.iter().map(|p| (p.requests["nvidia.com/gpu"].nanos() / 1_000_000_000) as u32).sum()
