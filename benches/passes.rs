@@ -2,7 +2,8 @@
 //! (issue 49): the gang snapshot from the pods the view keeps in play, the gangs' members and
 //! the nodes' kept loads, against the walk over every pod it replaced (kept as the reference,
 //! `snapshot_by_walking`), and the quota queue's plan with 100 pods queued, alone and in a cohort of 4
-//! teams, in the same run.
+//! teams, in the same run; and a deny-mode cohort nobody borrows in: the pass that reads the kept
+//! sums against the walk over every pod it skips.
 
 use std::collections::HashMap;
 
@@ -10,6 +11,7 @@ use allot::control::cluster::ControllerAction;
 use allot::control::cluster::{ClusterState, PodRecord, node_info};
 use allot::control::gang::snapshot::{GangSnapshot, snapshot_by_walking};
 use allot::control::quota::queue::QuotaQueue;
+use allot::control::quota::reclaim::{Memory, deny, deny_pass};
 use allot::model::namespaces::NoNamespaces;
 use allot::model::policy::{self, PolicySet, Source};
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -25,6 +27,10 @@ const POLICIES: &str = "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {n
 /// The same team in a cohort with two teams of the cluster's busy namespaces and an idle one:
 /// it borrows the idle team's 8 GPUs, and the pass decides the four teams' lines together.
 const COHORT_POLICIES: &str = "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: queue}\nspec:\n  namespaces: {names: [queue]}\n  quota: {mode: Queue, cohort: lab, limits: {nvidia.com/gpu: 8}}\n---\napiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: busy-0}\nspec:\n  namespaces: {names: [team-0]}\n  quota: {mode: Queue, cohort: lab, limits: {nvidia.com/gpu: 1000}}\n---\napiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: busy-1}\nspec:\n  namespaces: {names: [team-1]}\n  quota: {mode: Queue, cohort: lab, limits: {nvidia.com/gpu: 1000}}\n---\napiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: idle}\nspec:\n  namespaces: {names: [idle]}\n  quota: {mode: Queue, cohort: lab, limits: {nvidia.com/gpu: 8}, lendingLimit: {nvidia.com/gpu: 8}}\n";
+
+/// Two busy teams in a deny-mode cohort, each within its nominal quota (its namespace runs 500
+/// GPUs of 1,000): nobody borrows, so the pass reads the kept sums and skips the walk.
+const DENY_COHORT_POLICIES: &str = "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: busy-0}\nspec:\n  namespaces: {names: [team-0]}\n  quota: {mode: Deny, cohort: lab, limits: {nvidia.com/gpu: 1000}}\n---\napiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {name: busy-1}\nspec:\n  namespaces: {names: [team-1]}\n  quota: {mode: Deny, cohort: lab, limits: {nvidia.com/gpu: 1000}}\n";
 
 fn pod(namespace: &str, name: &str, extra: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
     let mut pod = serde_json::json!({
@@ -111,7 +117,26 @@ fn passes(c: &mut Criterion) {
     group.bench_function("quota-plan-100000-pods-100-queued-cohort-of-4", |b| {
         b.iter(|| in_cohort.quota_plan(&cohort, &NoNamespaces, &mut HashMap::new(), std::hint::black_box(NOW)))
     });
+    deny_cohort(&mut group);
     group.finish();
+}
+
+/// A deny-mode cohort nobody borrows in: the pass as it runs (the walk skipped) against the
+/// walk over every pod it would otherwise make (which finds nothing to reclaim or mark).
+fn deny_cohort(group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>) {
+    let deny = policy::compile(&[Source { name: "teams.yaml".into(), text: DENY_COHORT_POLICIES.into() }])
+        .expect("deny cohort");
+    let state = cluster(&deny);
+    let memory = Memory::default();
+    assert!(!deny::walk_needed(&state.view(), &deny, &NoNamespaces), "nobody borrows");
+    let (reclaims, marks) = deny_pass(&state.view(), &deny, &NoNamespaces, &memory, NOW);
+    assert!(reclaims.is_empty() && marks.is_empty(), "the walk agrees: nothing to reclaim or mark");
+    group.bench_function("deny-cohort-pass-100000-pods-nobody-borrows", |b| {
+        b.iter(|| state.quota_plan(&deny, &NoNamespaces, &mut HashMap::new(), std::hint::black_box(NOW)))
+    });
+    group.bench_function("deny-cohort-walk-100000-pods-nobody-borrows", |b| {
+        b.iter(|| deny_pass(&state.view(), &deny, &NoNamespaces, &memory, std::hint::black_box(NOW)))
+    });
 }
 
 criterion_group!(benches, passes);

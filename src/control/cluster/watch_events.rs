@@ -48,6 +48,8 @@ pub(crate) struct Spec {
     pub(crate) told_late: bool,
     /// A victim of Allot's preemption (matters while terminating).
     pub(crate) preempted: bool,
+    /// It carries `allot.dev/borrowed-from`.
+    pub(crate) borrowed: bool,
 }
 
 impl Spec {
@@ -66,6 +68,7 @@ impl Spec {
             node: 0,
             told_late: false,
             preempted: false,
+            borrowed: false,
         }
     }
 }
@@ -82,6 +85,7 @@ pub(crate) enum Step {
     MarkReleased(usize, usize),
     MarkQuotaReleased(usize, usize),
     MarkDeleting(usize, usize, bool),
+    MarkBorrowed(usize, usize, bool),
     /// A relist applied pod by pod; the store's pods it does not name are dropped at its end.
     Relist(Vec<Spec>),
     Replace(Vec<Spec>),
@@ -105,7 +109,7 @@ pub(crate) fn arb_spec() -> impl Strategy<Value = Spec> {
         any::<bool>(),
         prop::collection::vec((0..3usize, 0..3i64), 0..3),
         prop_oneof![Just(0i64), Just(10), Just(20)],
-        (prop::option::of((0..3usize, 1..4u32)), 0..2usize, any::<bool>(), any::<bool>()),
+        (prop::option::of((0..3usize, 1..4u32)), 0..2usize, any::<bool>(), any::<bool>(), any::<bool>()),
     )
         .prop_map(
             |(
@@ -117,7 +121,7 @@ pub(crate) fn arb_spec() -> impl Strategy<Value = Spec> {
                 terminating,
                 claims,
                 created,
-                (gang, node, told_late, preempted),
+                (gang, node, told_late, preempted, borrowed),
             )| {
                 Spec {
                     namespace,
@@ -132,6 +136,7 @@ pub(crate) fn arb_spec() -> impl Strategy<Value = Spec> {
                     node,
                     told_late,
                     preempted,
+                    borrowed,
                 }
             },
         )
@@ -144,7 +149,8 @@ pub(crate) fn arb_step() -> impl Strategy<Value = Step> {
         1 => pod.clone().prop_map(|(ns, n)| Step::Remove(ns, n)),
         1 => pod.clone().prop_map(|(ns, n)| Step::MarkReleased(ns, n)),
         1 => pod.clone().prop_map(|(ns, n)| Step::MarkQuotaReleased(ns, n)),
-        1 => (pod, any::<bool>()).prop_map(|((ns, n), d)| Step::MarkDeleting(ns, n, d)),
+        1 => (pod.clone(), any::<bool>()).prop_map(|((ns, n), d)| Step::MarkDeleting(ns, n, d)),
+        1 => (pod, any::<bool>()).prop_map(|((ns, n), b)| Step::MarkBorrowed(ns, n, b)),
         1 => prop::collection::vec(arb_spec(), 0..6).prop_map(Step::Relist),
         1 => prop::collection::vec(arb_spec(), 0..6).prop_map(Step::Replace),
     ]
@@ -196,6 +202,7 @@ pub(crate) fn make(spec: &Spec) -> PodRecord {
     }
     r.told_start_timeout = spec.told_late;
     r.disruption = spec.preempted.then_some(DisruptionCause::PreemptionByAllot);
+    r.borrowed_mark = spec.borrowed;
     r
 }
 
@@ -207,6 +214,7 @@ pub(crate) fn apply(state: &ClusterState, step: &Step) {
         Step::MarkReleased(ns, n) => state.mark_released(at(ns, n).0, &[at(ns, n).1], 5),
         Step::MarkQuotaReleased(ns, n) => state.mark_quota_released(at(ns, n).0, &at(ns, n).1, 5),
         Step::MarkDeleting(ns, n, d) => state.mark_deleting(at(ns, n).0, &at(ns, n).1, None, *d),
+        Step::MarkBorrowed(ns, n, b) => state.mark_borrowed(at(ns, n).0, &at(ns, n).1, *b),
         Step::Relist(specs) => {
             state.begin_relist();
             for spec in specs {

@@ -96,7 +96,11 @@ impl QuotaQueue for ClusterState {
         let view = self.view();
         let Queues { mut actions, teams, reclaim_asks } = queues(&view, policies, labels);
         let mut reclaims = super::reclaim::reclaims(&view, policies, labels, &reclaim_asks, memory, now);
-        let (deny_reclaims, marks) = super::reclaim::deny_pass(&view, policies, labels, memory, now);
+        let deny_walk = super::reclaim::deny::walk_needed(&view, policies, labels);
+        let (deny_reclaims, marks) = match deny_walk {
+            true => super::reclaim::deny_pass(&view, policies, labels, memory, now),
+            false => Default::default(),
+        };
         reclaims.extend(deny_reclaims);
         actions.extend(marks);
         let units = teams.into_values().flat_map(|line| {

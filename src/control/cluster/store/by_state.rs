@@ -24,6 +24,9 @@ pub(super) struct ByState {
     /// What the controller's passes read ([`super::in_play`]): kept here because every change
     /// of a record, the controller's in-place marks included, goes through [`ByState::delta`].
     pub(super) in_play: super::in_play::InPlay,
+    /// Per namespace, the non-finished pods carrying `allot.dev/borrowed-from`: a deny-mode
+    /// cohort's pass walks its teams' pods only while some borrow or carry the mark.
+    marked: HashMap<Arc<str>, u32>,
 }
 
 /// The non-finished holders of one shared claim.
@@ -102,6 +105,13 @@ impl ByState {
         }
         self.gates.delta(record, sign);
         self.in_play.delta(record, sign);
+        if record.borrowed_mark {
+            let count = self.marked.entry(record.namespace.clone()).or_default();
+            *count = if sign > 0 { count.saturating_add(1) } else { count.saturating_sub(1) };
+            if *count == 0 {
+                self.marked.remove(&record.namespace);
+            }
+        }
         let state = UsageState::of(record);
         for (name, q) in &record.requests {
             add(&mut self.sums, (record.namespace.clone(), state, name.clone()), q.nanos(), sign);
@@ -183,5 +193,20 @@ impl ClusterView<'_> {
     /// with [`ClusterView::pods`]).
     pub fn requests_by_state(&self) -> RequestsByState {
         self.inner.by_state.snapshot()
+    }
+
+    /// [`ClusterState::usage_by_group`]'s usage, read in this view (no second lock).
+    pub fn usage_by_group(
+        &self,
+        group_of: &mut dyn FnMut(&str) -> Option<usize>,
+        groups: usize,
+    ) -> Vec<(ResourceList, Vec<String>)> {
+        usage_by_group(&self.inner, group_of, groups)
+    }
+
+    /// The namespaces with non-finished pods carrying `allot.dev/borrowed-from`, and how many:
+    /// O(namespaces), kept as watch events arrive.
+    pub fn borrowed_marks(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.inner.by_state.marked.iter().map(|(ns, n)| (&**ns, *n))
     }
 }

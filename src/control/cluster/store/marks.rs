@@ -78,10 +78,14 @@ impl ClusterState {
     /// shows the write, so the next pass does not send it again (the writer sets it back when
     /// the write fails).
     pub fn mark_borrowed(&self, namespace: &str, name: &str, borrowed: bool) {
-        let mut inner = write(&self.inner);
+        let mut guard = write(&self.inner);
+        let inner = &mut *guard;
         if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
+            // In place, so the kept count of marked pods moves with it.
+            inner.by_state.delta(p, -1);
             p.borrowed_mark = borrowed;
             p.has_annotations |= borrowed;
+            inner.by_state.delta(p, 1);
         }
     }
 

@@ -25,11 +25,23 @@ proptest! {
             let recount = recount_requests_by_state(&view);
             prop_assert_eq!(&view.requests_by_state(), &recount, "after step {}: {:?}", i, step);
             let gates = recount_gate_gauges(&view, NOW);
+            let mut marked: Vec<(String, u32)> = view.borrowed_marks().map(|(ns, n)| (ns.to_string(), n)).collect();
+            marked.sort();
+            prop_assert_eq!(marked, recount_borrowed_marks(&view), "after step {}: {:?}", i, step);
             drop(view);
             prop_assert_eq!(state.requests_by_state(), recount);
             prop_assert_eq!(state.gate_gauges(NOW), gates, "after step {}: {:?}", i, step);
         }
     }
+}
+
+/// The pods carrying the borrowed mark per namespace, by a walk over every pod.
+fn recount_borrowed_marks(view: &crate::control::cluster::ClusterView<'_>) -> Vec<(String, u32)> {
+    let mut out = std::collections::BTreeMap::<String, u32>::new();
+    for p in view.pods().filter(|p| !p.finished && p.borrowed_mark) {
+        *out.entry(p.namespace.to_string()).or_default() += 1;
+    }
+    out.into_iter().collect()
 }
 
 proptest! {

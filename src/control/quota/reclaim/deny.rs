@@ -28,7 +28,7 @@ use super::{ReclaimAsk, Reclaimer};
 use crate::control::cluster::{ClusterView, ControllerAction, DisruptionCause, PodRecord};
 use crate::control::gang::decision::{GangKey, RunningPod, RunningUnit, UnitKey};
 use crate::model::namespaces::{NamespaceLabels, TeamsByNamespace};
-use crate::model::policy::cohort::{Cohort, CohortUsage};
+use crate::model::policy::cohort::{Cohort, CohortUsage, Member};
 use crate::model::policy::quota::{Charge, Quota, add};
 use crate::model::policy::{PolicySet, QuotaMode};
 use crate::model::resources::ResourceList;
@@ -48,6 +48,31 @@ pub fn any(policies: &PolicySet) -> bool {
 
 fn is_deny(cohort: &Cohort) -> bool {
     cohort.members.first().is_some_and(|m| m.quota.mode == QuotaMode::Deny)
+}
+
+/// Whether the deny-mode cohorts need this pass's walk over their teams' pods: a team uses
+/// more than its nominal quota (work a lender may reclaim, pods to mark), or a pod of theirs
+/// still carries the borrowed mark (to take off). Otherwise nobody borrows, nothing is to be
+/// reclaimed or marked, and the pass reads only the sums the store keeps: O(namespaces), not
+/// O(pods). (Those sums count every live pod and a gang's missing members: never less than
+/// the walk, so a borrowing the walk would see is never skipped.)
+pub fn walk_needed(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn NamespaceLabels) -> bool {
+    let members: Vec<&Member> = policies.cohorts.iter().filter(|c| is_deny(c)).flat_map(|c| &c.members).collect();
+    if members.is_empty() {
+        return false;
+    }
+    let index = |ns: &str| {
+        let team = crate::model::namespaces::team_of(policies, ns, labels).team?;
+        members.iter().position(|m| m.team == team.name)
+    };
+    if view.borrowed_marks().any(|(ns, n)| n > 0 && index(ns).is_some()) {
+        return true;
+    }
+    let usage = view.usage_by_group(&mut |ns| index(ns), members.len());
+    members.iter().zip(usage).any(|(member, (used, _))| {
+        let quota = &member.quota;
+        quota.charge(&used).iter().any(|(r, v)| *v > quota.limits.get(r).copied().unwrap_or(0))
+    })
 }
 
 /// What a cohort's team has, as the walk found it: a pod, or a complete gang behind Allot's

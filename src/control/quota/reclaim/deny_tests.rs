@@ -398,3 +398,26 @@ fn an_inferred_gang_is_a_lender_once_its_owner_says_its_size() {
     assert_eq!(victims(&found), ["pod vision/v5", "pod vision/v4"]);
     assert_eq!(found[0].unit, "gang/nlp/job-train");
 }
+
+#[test]
+fn the_walk_runs_only_while_someone_borrows_or_a_mark_is_left() {
+    let p = research("Deny");
+    let needed = |pods: &[Value]| super::walk_needed(&cluster(&p, pods).view(), &p, &NoNamespaces);
+    // vision 4 of 4, nlp 2 and one waiting: nobody borrows, no reclaim, no mark: no walk.
+    let mut pods: Vec<Value> = (0..4).map(|i| pod("vision", &format!("v{i}"), false, i)).collect();
+    pods.extend((0..2).map(|i| pod("nlp", &format!("r{i}"), false, 10 + i)));
+    pods.push(pod("nlp", "n0", true, 20));
+    assert!(!needed(&pods));
+    assert!(marks_of(&p, &pods).is_empty() && reclaims_of(&p, &pods).is_empty(), "the walk agrees");
+    // A mark left (a pod that borrowed once): walked, to take it off.
+    let mut left = pods.clone();
+    left[3] = marked(left[3].clone());
+    assert!(needed(&left));
+    assert_eq!(marks_of(&p, &left), [("v3".into(), None)]);
+    // vision borrows one.
+    pods.push(pod("vision", "v4", false, 5));
+    assert!(needed(&pods));
+    // A queue-mode cohort is not this walk's.
+    let q = research("Queue");
+    assert!(!super::walk_needed(&cluster(&q, &borrowed()).view(), &q, &NoNamespaces));
+}
