@@ -5,7 +5,8 @@
 # Allot as a ratio to no webhook at 0 and at N pods (alternated in the same run). Then, on the
 # restarted Allot, the waiting-gangs phase (issue 49): G incomplete gangs behind the gate,
 # Allot's CPU over ALLOT_SCALE_IDLE_SECS with nothing happening and the time of a /metrics scrape
-# (bars at full size: < 5 % of a core, < 50 ms, printed as PASS/FAIL from N=100000).
+# (bars at full size: < 5 % of a core, < 50 ms, printed as PASS/FAIL from N=100000); then one
+# more restart with the gangs waiting, for their memory at rest (per gang).
 #
 # Usage: scripts/scale.sh [N [G]]    (default N=100000, G=1000; env: ALLOT_SCALE_CLIENTS=80,
 #        ALLOT_SCALE_BATCH, ALLOT_SCALE_ROUNDS=2, ALLOT_SCALE_OBSERVE_SECS=30,

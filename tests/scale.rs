@@ -24,7 +24,9 @@
 //!
 //! Last, on the restarted Allot, the waiting-gangs phase (issue 49, `scale/gangs.rs`):
 //! `ALLOT_SCALE_GANGS` incomplete gangs (default 20) behind the gate, Allot's CPU over
-//! `ALLOT_SCALE_IDLE_SECS` (default 30) with nothing happening, and the time of a /metrics scrape.
+//! `ALLOT_SCALE_IDLE_SECS` (default 30) with nothing happening, and the time of a /metrics scrape;
+//! then Allot restarted once more with the gangs waiting: its settled RSS against the restart
+//! without them, per gang.
 
 mod support;
 
@@ -445,6 +447,15 @@ async fn allot_at_scale() {
     for line in waiting.report(&settings, grown_pods) {
         println!("{line}");
     }
+    // What the gangs cost at rest: Allot restarted again with them waiting, against the restart
+    // without them (same cluster, same build).
+    let with_gangs = next + waiting.members();
+    let (allot_gangs, gangs_restart) =
+        allot_process::restart(allot, &settings.allot, &settings, &dir, &plane.kubeconfig, port, with_gangs).await;
+    allot = allot_gangs;
+    for line in gangs::at_rest(&waiting, &restart, &gangs_restart, (rss_grown.saturating_sub(rss_empty), grown_pods)) {
+        println!("{line}");
+    }
 
     // The premise of the transport chosen: the API server speaks HTTP/1.1 to a webhook under a
     // host name, HTTP/2 to one on a loopback address (kubernetes#82090, #122558).
@@ -466,6 +477,7 @@ async fn allot_at_scale() {
         settings.clients
     );
     assert!(restart.peak >= restart.settled, "the high-water mark is at least the settled RSS");
+    assert_eq!(gangs_restart.ready_too_early, 0, "ready with the gangs' members tracked, never before");
     assert!(ratio_0 > 0.0 && ratio_n > 0.0);
     assert_eq!(list_pages, grown_pods.div_ceil(500).max(1), "the paged LIST saw every pod");
     waiting.check();

@@ -12,7 +12,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 
-use crate::allot_process::{Allot, mib};
+use crate::allot_process::{Allot, Restart, mib};
 use crate::baseline::USER_HZ;
 use crate::support::cluster::{gang_gated, gang_member, http_get, process_ticks};
 use crate::{NAMESPACES, Settings};
@@ -250,6 +250,11 @@ impl Waiting {
 
     /// What must hold at any size: no gang released (none is complete), every member still
     /// gated, the gauges counting them, and the loose bounds.
+    /// The gangs' members created.
+    pub(crate) fn members(&self) -> usize {
+        self.members
+    }
+
     pub(crate) fn check(&self) {
         assert_eq!(self.releases, 0.0, "an incomplete gang was released");
         assert_eq!((self.listed, self.still_gated), (self.members, self.members), "(members listed, still gated)");
@@ -264,4 +269,31 @@ impl Waiting {
         );
         assert!(self.scrape_max() < SCRAPE_BOUND, "a /metrics scrape took {:?}", self.scrape_max());
     }
+}
+
+/// What waiting gangs cost at rest: the settled RSS of a restart with them waiting against the
+/// restart without them, per gang, and what of it their members would cost as plain pods
+/// (`grown`: bytes over empty and the pods they were measured at).
+pub(crate) fn at_rest(waiting: &Waiting, without: &Restart, with: &Restart, grown: (u64, usize)) -> Vec<String> {
+    let gangs = waiting.gangs.max(1) as f64;
+    let delta = with.settled as f64 - without.settled as f64;
+    let per_pod = grown.0 as f64 / grown.1.max(1) as f64;
+    let as_pods = per_pod * waiting.members as f64;
+    vec![
+        format!(
+            "restart with {} gangs waiting:     ready after {:.2} s, settled RSS {:.1} MiB ({:+.1} MiB over the restart without them)",
+            waiting.gangs,
+            with.ready_after,
+            mib(with.settled),
+            delta / 1_048_576.0
+        ),
+        format!(
+            "  per waiting gang of {} members:  {:.1} KiB ({:.1} KiB as plain pods at {:.0} bytes/pod, {:.1} KiB beyond)",
+            waiting.members as f64 / gangs,
+            delta / gangs / 1024.0,
+            as_pods / gangs / 1024.0,
+            per_pod,
+            (delta - as_pods) / gangs / 1024.0
+        ),
+    ]
 }
