@@ -41,6 +41,11 @@ pub struct DenyAsks<'p> {
     pub marks: Vec<ControllerAction>,
 }
 
+/// The most borrowed marks one pass writes: a new leader on a cluster with thousands of
+/// borrowed pods unmarked writes them a batch at a time (the writes' own watch events bring
+/// the next pass, which sends the next batch: each pod is marked on its record when sent).
+pub const MARKS_PER_PASS: usize = 256;
+
 /// Whether any cohort of `policies` is in deny mode (only then is there anything to look at).
 pub fn any(policies: &PolicySet) -> bool {
     policies.cohorts.iter().any(is_deny)
@@ -143,7 +148,8 @@ pub fn asks<'p>(view: &ClusterView<'_>, policies: &'p PolicySet, labels: &dyn Na
         for member in &cohort.members {
             let seen = by_team.remove(member.team.as_str()).unwrap_or_default();
             let Split { mut usage, lenders, borrowing, borrowed } = split(&member.quota, seen);
-            out.marks.extend(marks(&cohort.name, &borrowed));
+            let room = MARKS_PER_PASS.saturating_sub(out.marks.len());
+            out.marks.extend(marks(&cohort.name, &borrowed).take(room));
             if lenders.is_empty() {
                 for (s, charge) in borrowing {
                     add(&mut usage, &charge);

@@ -421,3 +421,23 @@ fn the_walk_runs_only_while_someone_borrows_or_a_mark_is_left() {
     let q = research("Queue");
     assert!(!super::walk_needed(&cluster(&q, &borrowed()).view(), &q, &NoNamespaces));
 }
+
+#[test]
+fn marks_go_out_a_batch_per_pass() {
+    let p = research("Deny");
+    // vision runs 300 past its nominal 4 (a cluster Allot's new leader finds unmarked).
+    let pods: Vec<Value> = (0..304).map(|i| pod("vision", &format!("v{i:03}"), false, i % 60)).collect();
+    let state = cluster(&p, &pods);
+    let pass = |state: &crate::control::cluster::ClusterState| {
+        deny_pass(&state.view(), &p, &NoNamespaces, &Memory::default(), NOW).1
+    };
+    let first = pass(&state);
+    assert_eq!(first.len(), super::MARKS_PER_PASS);
+    // Sent: marked on their records (as the controller does at hand-off); the next pass sends the rest.
+    for action in &first {
+        if let ControllerAction::MarkBorrowed { namespace, pod, cohort, .. } = action {
+            state.mark_borrowed(namespace, pod, cohort.is_some());
+        }
+    }
+    assert_eq!(pass(&state).len(), 300 - super::MARKS_PER_PASS);
+}
