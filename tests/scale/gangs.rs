@@ -281,9 +281,11 @@ pub(crate) fn at_rest(waiting: &Waiting, without: &Restart, with: &Restart, grow
     let as_pods = per_pod * waiting.members as f64;
     vec![
         format!(
-            "restart with {} gangs waiting:     ready after {:.2} s, settled RSS {:.1} MiB ({:+.1} MiB over the restart without them)",
+            "restart with {} gangs waiting:     ready after {:.2} s, peak RSS {:.1} MiB (without them {:.1}), settled {:.1} MiB ({:+.1} MiB over the restart without them)",
             waiting.gangs,
             with.ready_after,
+            mib(with.peak),
+            mib(without.peak),
             mib(with.settled),
             delta / 1_048_576.0
         ),
