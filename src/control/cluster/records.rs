@@ -422,6 +422,11 @@ impl PodRecord {
         self.requests.iter().map(|(k, v)| (&**k, *v))
     }
 
+    /// The requests as an owned list.
+    pub fn request_list(&self) -> ResourceList {
+        self.request_pairs().map(|(k, v)| (k.to_string(), v)).collect()
+    }
+
     /// Heap bytes this record owns alone (its name, its request list, its gang), not counting
     /// what it shares with other records (interned strings, its placement): what each further
     /// pod costs besides `size_of::<PodRecord>()` and its slot in the store's table.

@@ -89,7 +89,7 @@ fn running_pod(p: &PodRecord, node: &Arc<str>) -> RunningPod {
         name: p.name.to_string(),
         uid: p.uid.clone(),
         node: node.to_string(),
-        requests: p.request_pairs().map(|(k, v)| (k.to_string(), v)).collect(),
+        requests: p.request_list(),
     }
 }
 

@@ -93,7 +93,7 @@ struct Seen<'v> {
 
 impl<'v> Seen<'v> {
     fn pod(pod: &'v PodRecord, waiting: bool) -> Seen<'v> {
-        Seen { pod, members: Vec::new(), requests: requests_of(pod), waiting }
+        Seen { pod, members: Vec::new(), requests: pod.request_list(), waiting }
     }
 
     /// A complete gang waiting for the nodes (`members` not empty).
@@ -102,9 +102,14 @@ impl<'v> Seen<'v> {
         let pod = *members.iter().max_by(|a, b| a.created.cmp(&b.created).then(a.arrival.cmp(&b.arrival)))?;
         let mut requests = ResourceList::new();
         for member in &members {
-            crate::model::resources::add_into(&mut requests, &requests_of(member));
+            crate::model::resources::add_into(&mut requests, &member.request_list());
         }
         Some(Seen { pod, members, requests, waiting: true })
+    }
+
+    /// Its pods: the pod, or the gang's members.
+    fn pods(&self) -> Vec<&'v PodRecord> {
+        if self.members.is_empty() { vec![self.pod] } else { self.members.clone() }
     }
 
     fn gang_key(&self) -> Option<GangKey> {
@@ -116,10 +121,6 @@ impl<'v> Seen<'v> {
 /// A pod's Allot gang: (namespace, name).
 fn gang_of(pod: &PodRecord) -> Option<(&str, &str)> {
     pod.gang.as_ref().filter(|g| !g.native).map(|g| (&*pod.namespace, g.name.as_str()))
-}
-
-fn requests_of(pod: &PodRecord) -> ResourceList {
-    pod.request_pairs().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
 /// A gang member waiting behind Allot's gang gate alone (admitted, not released, not bound):
@@ -264,8 +265,7 @@ fn split<'v>(quota: &Quota, mut seen: Vec<Seen<'v>>) -> Split<'v> {
         let mut after = claimed.clone();
         add(&mut after, &charge);
         let within = after.iter().all(|(r, v)| *v <= quota.limits.get(r).copied().unwrap_or(0));
-        let pods = if s.members.is_empty() { vec![s.pod] } else { s.members.clone() };
-        out.borrowed.extend(pods.into_iter().map(|p| (p, !within)));
+        out.borrowed.extend(s.pods().into_iter().map(|p| (p, !within)));
         if within && !charge.is_empty() {
             claimed = after;
             out.lenders.push(reclaimer(&s, charge));
@@ -301,7 +301,7 @@ fn reclaimer(seen: &Seen<'_>, charge: Charge) -> Reclaimer {
 /// A borrowing team's waiting unit as a reclaim's candidate: never started, so it loses no
 /// work (a gang whole).
 fn pending_unit(seen: &Seen<'_>, team: &str) -> RunningUnit {
-    let pods: Vec<&PodRecord> = if seen.members.is_empty() { vec![seen.pod] } else { seen.members.clone() };
+    let pods = seen.pods();
     let key = match seen.gang_key() {
         Some(gang) => UnitKey::Gang(gang),
         None => UnitKey::Pod { namespace: seen.pod.namespace.to_string(), name: seen.pod.name.to_string() },
@@ -319,7 +319,7 @@ fn pending_unit(seen: &Seen<'_>, team: &str) -> RunningUnit {
                 name: pod.name.to_string(),
                 uid: pod.uid.clone(),
                 node: String::new(),
-                requests: requests_of(pod),
+                requests: pod.request_list(),
             })
             .collect(),
     }
