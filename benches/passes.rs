@@ -3,7 +3,8 @@
 //! the nodes' kept loads, against the walk over every pod it replaced (kept as the reference,
 //! `snapshot_by_walking`), and the quota queue's plan with 100 pods queued, alone and in a cohort of 4
 //! teams, in the same run; and a deny-mode cohort nobody borrows in: the pass that reads the kept
-//! sums against the walk over every pod it skips.
+//! sums against the walk over every pod it skips; and the deny-mode reconciler's recount read
+//! from the groups the watch keeps against the walk over every pod it replaced.
 
 use std::collections::HashMap;
 
@@ -12,6 +13,7 @@ use allot::control::cluster::{ClusterState, PodRecord, node_info};
 use allot::control::gang::snapshot::{GangSnapshot, snapshot_by_walking};
 use allot::control::quota::queue::QuotaQueue;
 use allot::control::quota::reclaim::{Memory, deny, deny_pass};
+use allot::control::quota::shared::{recount_by_team_at, recount_kept};
 use allot::model::namespaces::NoNamespaces;
 use allot::model::policy::{self, PolicySet, Source};
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -118,6 +120,7 @@ fn passes(c: &mut Criterion) {
         b.iter(|| in_cohort.quota_plan(&cohort, &NoNamespaces, &mut HashMap::new(), std::hint::black_box(NOW)))
     });
     deny_cohort(&mut group);
+    deny_recount(&mut group);
     group.finish();
 }
 
@@ -136,6 +139,35 @@ fn deny_cohort(group: &mut criterion::BenchmarkGroup<'_, criterion::measurement:
     });
     group.bench_function("deny-cohort-walk-100000-pods-nobody-borrows", |b| {
         b.iter(|| deny_pass(&state.view(), &deny, &NoNamespaces, &memory, std::hint::black_box(NOW)))
+    });
+}
+
+/// The deny-mode reconciler's recount, every team's namespaces in deny mode (the 200 busy
+/// ones and the queue's), 100 pending charges looked up by name: read from the kept groups
+/// against the walk over every pod.
+fn deny_recount(group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>) {
+    let names: Vec<String> = (0..200).map(|i| format!("team-{i}")).chain(["queue".to_string()]).collect();
+    let text = format!(
+        "apiVersion: allot.dev/v1alpha1\nkind: Team\nmetadata: {{name: all}}\nspec:\n  namespaces: {{names: [{}]}}\n  \
+         quota: {{mode: Deny, limits: {{nvidia.com/gpu: 200000}}}}\n",
+        names.join(", ")
+    );
+    let deny = policy::compile(&[Source { name: "teams.yaml".into(), text }]).expect("deny team");
+    let state = cluster(&deny);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let pending: Vec<(String, String)> =
+        (0..100).map(|i| (format!("team-{}", (i * 7) % 200), format!("run-{}", i * 7))).collect();
+    let asked = std::collections::BTreeMap::from([("all".to_string(), pending.clone())]);
+    let walked = recount_by_team_at(&state.view(), &deny, &NoNamespaces, now);
+    let kept = recount_kept(&state.view(), &deny, &NoNamespaces, &asked, now);
+    assert_eq!(walked["all"].by_namespace(), kept["all"].by_namespace(), "the same totals");
+    assert_eq!(walked["all"].by_namespace().len(), 201, "every busy namespace counts, and the queue's");
+    assert!(pending.iter().all(|(ns, n)| kept["all"].find(ns, n).is_some() && walked["all"].find(ns, n).is_some()));
+    group.bench_function("deny-recount-kept-100000-pods-1000-gangs", |b| {
+        b.iter(|| recount_kept(&state.view(), &deny, &NoNamespaces, &asked, std::hint::black_box(now)))
+    });
+    group.bench_function("deny-recount-walk-100000-pods-1000-gangs", |b| {
+        b.iter(|| recount_by_team_at(&state.view(), &deny, &NoNamespaces, std::hint::black_box(now)))
     });
 }
 

@@ -50,6 +50,8 @@ mod by_state;
 pub use by_state::{RequestsByState, UsageState};
 mod counts;
 mod directory;
+mod folds;
+pub use folds::{MemberShape, NamespaceFolds, PlainGroup, PlainShape, RECENT_SECS};
 mod gates;
 pub use gates::{Gate, GateGauge};
 mod in_play;

@@ -207,6 +207,11 @@ pub(crate) fn make(spec: &Spec) -> PodRecord {
 }
 
 pub(crate) fn apply(state: &ClusterState, step: &Step) {
+    apply_made(state, step, &make);
+}
+
+/// [`apply`], with the records made by `make` (a test that needs other creation times).
+pub(crate) fn apply_made(state: &ClusterState, step: &Step, make: &dyn Fn(&Spec) -> PodRecord) {
     let at = |ns: &usize, n: &usize| (NAMESPACES[*ns], pod_name(*n));
     match step {
         Step::Upsert(spec) => state.upsert_pod(make(spec)),

@@ -27,9 +27,11 @@
 //! A pod admitted from a replica's [`Allowance`] (see [`super::shared`]) is counted by that
 //! allowance until its holder writes its pending charge, shortly after the admission.
 //!
-//! Size: the folded totals are recomputed from the leader's whole pod watch at every reconcile
-//! (never updated incrementally, so they cannot drift, and a release is counted exactly once:
-//! a pod that is gone is simply not in the next recount). A ledger therefore holds one value per
+//! Size: the folded totals are recomputed from the leader's pod watch at every reconcile, never
+//! adjusted by what changed since the last one, so they cannot drift, and a release is counted
+//! exactly once: a pod that is gone is simply not in the next recount. (The recount reads groups
+//! of pods the watch keeps, `shared::recount_kept`, not every pod; a property test holds it
+//! equal to the walk over every pod.) A ledger therefore holds one value per
 //! namespace (with one small record per gang and request shape) plus the pending charges, not
 //! one value per pod. Until a ledger has been reconciled once, admission refuses against it (its
 //! usage is not known).
@@ -614,6 +616,10 @@ impl Ledger {
         let keys: Vec<String> = self.entries.keys().cloned().collect();
         for key in keys {
             let Some((entry, _)) = self.entries.get(&key) else { continue };
+            if !recount.knows(&entry.namespace, &entry.name) {
+                out.not_looked_up += 1;
+                continue;
+            }
             let pod = recount.find(&entry.namespace, &entry.name);
             let same = pod.filter(|p| entry.created == 0 || p.created == 0 || entry.created == p.created);
             let counter = match same {

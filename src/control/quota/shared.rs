@@ -59,13 +59,15 @@ use crate::model::policy::cohort::Cohort;
 use crate::model::policy::quota::Quota;
 
 mod headroom;
+mod kept;
 mod reconciler;
 mod round;
 mod scope;
 
 use headroom::*;
+pub use kept::recount_kept;
 use reconciler::*;
-pub use reconciler::{ReconcilerHooks, recount_by_team, spawn_reconciler};
+pub use reconciler::{ReconcilerHooks, recount_by_team, recount_by_team_at, spawn_reconciler};
 use scope::Scope;
 
 /// What the ledger costs, for `/metrics` (registered by the server).
@@ -487,6 +489,15 @@ impl SharedLedger {
             }
         }
         Ok(())
+    }
+
+    /// The pods (namespace, name) of the pending charges in this replica's last copy of
+    /// `team`'s ledger: those the leader's recount looks up by name.
+    pub async fn pending_pods(&self, team: &str, cohort: Option<&Cohort>) -> Vec<(String, String)> {
+        let book = self.book_in(team, cohort);
+        let mut cached = book.slot.lock().await;
+        cached.follow(book.scope());
+        cached.ledger.entries().map(|(_, e)| (e.namespace.clone(), e.name.clone())).collect()
     }
 
     /// Brings `team`'s ledger in line with its pods as the leader sees them (creating the

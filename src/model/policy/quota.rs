@@ -199,7 +199,12 @@ impl Quota {
     /// Whether this quota counts `amount` of `resource`: a limited or weighted resource, and not
     /// zero (what [`Quota::charge`] leaves a charge for).
     pub fn counts(&self, resource: &str, amount: Quantity) -> bool {
-        (self.limits.contains_key(resource) || self.equivalents.contains_key(resource)) && amount.nanos() != 0
+        self.counts_resource(resource) && amount.nanos() != 0
+    }
+
+    /// Whether a nonzero amount of `resource` counts: it is limited or has an equivalent.
+    pub fn counts_resource(&self, resource: &str) -> bool {
+        self.limits.contains_key(resource) || self.equivalents.contains_key(resource)
     }
 
     /// What `requests` count against each limit. Empty when nothing limited is requested.

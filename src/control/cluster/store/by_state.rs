@@ -27,6 +27,8 @@ pub(super) struct ByState {
     /// Per namespace, the non-finished pods carrying `allot.dev/borrowed-from`: a deny-mode
     /// cohort's pass walks its teams' pods only while some borrow or carry the mark.
     marked: HashMap<Arc<str>, u32>,
+    /// What a deny-mode ledger folds of each namespace ([`super::folds`]).
+    pub(super) folds: super::folds::Folds,
 }
 
 /// The non-finished holders of one shared claim.
@@ -105,6 +107,7 @@ impl ByState {
         }
         self.gates.delta(record, sign);
         self.in_play.delta(record, sign);
+        self.folds.delta(record, sign);
         if record.borrowed_mark {
             let count = self.marked.entry(record.namespace.clone()).or_default();
             *count = if sign > 0 { count.saturating_add(1) } else { count.saturating_sub(1) };
@@ -155,6 +158,13 @@ impl ByState {
         self.claims.get(id).is_some_and(|c| {
             UsageState::ALL.iter().filter(|s| **s != UsageState::QuotaQueued).any(|s| c.states[s.index()] > 0)
         })
+    }
+
+    /// Every shared claim some live pod holds: (namespace, claim, each holder's devices by name).
+    pub(super) fn shared_claims(
+        &self,
+    ) -> impl Iterator<Item = (&str, &str, impl Iterator<Item = (&str, &ClaimDevices)>)> {
+        self.claims.iter().map(|((ns, claim), c)| (&**ns, &**claim, c.devices.iter().map(|(p, d)| (&**p, d))))
     }
 
     /// The sums, as [`ClusterView::requests_by_state`] returns them.

@@ -26,6 +26,9 @@ pub struct Recount {
     young_after: Option<i64>,
     /// Pods left out as young.
     young: usize,
+    /// Made from the store's kept sums ([`Recount::kept`]): only the pods asked for by name
+    /// (keyed like `sightings`) were looked up; `None` when every pod was walked.
+    asked: Option<std::collections::HashSet<u64>>,
 }
 
 /// Where the watch found a pod: enough to tell it from an earlier pod of the same name, and
@@ -54,6 +57,49 @@ impl Recount {
     /// are found but not folded. ([`Recount::default`] folds every pod.)
     pub fn at(now: i64) -> Recount {
         Recount { young_after: Some(now - FOLD_DELAY_SECS), ..Recount::default() }
+    }
+
+    /// An empty recount at `now` to fill from the sums the watch keeps rather than pod by pod:
+    /// with each namespace's totals ([`Recount::fold_namespace`]), the young pods' number
+    /// ([`Recount::add_young`]) and the pods looked up by name ([`Recount::sighted`]); any other
+    /// pod is unknown to it ([`Recount::knows`]).
+    pub fn kept(now: i64) -> Recount {
+        Recount { asked: Some(std::collections::HashSet::new()), ..Recount::at(now) }
+    }
+
+    /// Adds one namespace's totals (a kept recount).
+    pub fn fold_namespace(&mut self, folded: Folded) {
+        self.pods += folded.pods as usize;
+        self.by_namespace.insert(folded.namespace.clone(), folded);
+    }
+
+    /// Counts one pod left out as too young to fold (a kept recount).
+    pub fn add_young(&mut self) {
+        self.pods += 1;
+        self.young += 1;
+    }
+
+    /// Records what the watch shows of the pod of that name (`None`: no pod of the team's that
+    /// the quota counts), which a kept recount then knows.
+    pub fn sighted(&mut self, namespace: &str, name: &str, sighting: Option<Sighting>) {
+        let key = self.key(namespace, name);
+        if let Some(asked) = &mut self.asked {
+            asked.insert(key);
+        }
+        if let Some(sighting) = sighting {
+            self.sightings.insert(key, sighting);
+        }
+    }
+
+    /// Whether the recount can say if the pod of that name is there: always for a walk; for a
+    /// kept recount, only for the pods asked.
+    pub fn knows(&self, namespace: &str, name: &str) -> bool {
+        self.asked.as_ref().is_none_or(|asked| asked.contains(&self.key(namespace, name)))
+    }
+
+    /// The totals by namespace (for comparing two recounts).
+    pub fn by_namespace(&self) -> &BTreeMap<String, Folded> {
+        &self.by_namespace
     }
 
     /// Pods left out of the totals as too young to fold (the leader looks again soon).
@@ -173,11 +219,15 @@ pub struct Reconciled {
     /// Allowances left after the reconcile (not a change: the leader looks again soon, to drop
     /// those whose holder stops renewing them).
     pub allowances_held: usize,
+    /// Pending charges left as they were because the recount did not look their pod up (a kept
+    /// recount asks for the charges of the ledger as last read; newer ones wait for the next
+    /// reconcile). Not a change either.
+    pub not_looked_up: usize,
 }
 
 impl Reconciled {
     /// True when the ledger changed.
     pub fn changed(&self) -> bool {
-        Reconciled { allowances_held: 0, ..*self } != Reconciled::default()
+        Reconciled { allowances_held: 0, not_looked_up: 0, ..*self } != Reconciled::default()
     }
 }

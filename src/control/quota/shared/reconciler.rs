@@ -1,5 +1,7 @@
 //! The deny-mode ledgers' reconciler: recounts each team's usage from the watched pods and
-//! corrects its ledger (what a replica charged for pods that never came, or were deleted).
+//! corrects its ledger (what a replica charged for pods that never came, or were deleted). The
+//! recount reads the groups the watch keeps ([`super::recount_kept`]); the walk over every pod
+//! ([`recount_by_team`]) stays as the reference it is tested and measured against.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -25,11 +27,17 @@ pub(super) fn deny_team_of(
     Some((t.name.clone(), q.clone()))
 }
 
+/// The team keeps a deny-mode quota (a ledger).
+pub(super) fn deny_team(team: &crate::model::policy::Team) -> bool {
+    team.quota.as_ref().is_some_and(|q| q.mode == crate::model::policy::QuotaMode::Deny)
+}
+
 /// What the ledger counts of `pod` under `quota`: its counted requests and shared claims,
 /// unless it has none of either and no gang (the admission book charges nothing for it).
 ///
-/// Runs for every pod of every deny-mode team each second on the leader: only what the quota
-/// counts is copied ([`ledger::counted`] on the pod's requests, without a copy of them all first).
+/// Runs for every pod in the reference walk, and for the young and looked-up pods of a kept
+/// recount: only what the quota counts is copied ([`ledger::counted`] on the pod's requests,
+/// without a copy of them all first).
 pub(super) fn counted_pod(
     pod: &crate::control::cluster::PodRecord,
     quota: &Quota,
@@ -44,18 +52,24 @@ pub(super) fn counted_pod(
 
 /// Each deny-mode team's pods in `view`, counted as the reconciler matches them (those the
 /// admission book charges: they request something the quota counts, or belong to a gang), in
-/// one pass and without copying them.
+/// one pass over every pod and without copying them: the reference for [`super::recount_kept`].
 pub fn recount_by_team(
     view: &crate::control::cluster::ClusterView<'_>,
     policies: &crate::model::policy::PolicySet,
     labels: &dyn crate::model::namespaces::NamespaceLabels,
 ) -> BTreeMap<String, Recount> {
-    let mut out: BTreeMap<String, Recount> = policies
-        .teams
-        .iter()
-        .filter(|t| t.quota.as_ref().is_some_and(|q| q.mode == crate::model::policy::QuotaMode::Deny))
-        .map(|t| (t.name.clone(), Recount::at(unix_now())))
-        .collect();
+    recount_by_team_at(view, policies, labels, unix_now())
+}
+
+/// [`recount_by_team`] at `now` (unix seconds).
+pub fn recount_by_team_at(
+    view: &crate::control::cluster::ClusterView<'_>,
+    policies: &crate::model::policy::PolicySet,
+    labels: &dyn crate::model::namespaces::NamespaceLabels,
+    now: i64,
+) -> BTreeMap<String, Recount> {
+    let mut out: BTreeMap<String, Recount> =
+        policies.teams.iter().filter(|t| deny_team(t)).map(|t| (t.name.clone(), Recount::at(now))).collect();
     if out.is_empty() {
         // No deny-mode team: nothing to count, and no walk over every pod.
         return out;
@@ -175,7 +189,7 @@ pub fn spawn_reconciler(
             {
                 continue;
             }
-            let Some(teams) = recount_off_the_workers(&state, &current, &labels).await else {
+            let Some(teams) = recount_off_the_workers(&ledger, &state, &current, &labels).await else {
                 continue;
             };
             let clean = reconcile_teams(&ledger, &state, &current, &teams).await;
@@ -191,7 +205,8 @@ async fn ensure_ledgers(
     current: &PolicySet,
     labels: &dyn NamespaceLabels,
 ) -> bool {
-    let teams = recount_by_team(&state.view(), current, labels);
+    // (A new ledger holds no pending charge: no pod is looked up by name.)
+    let teams = recount_kept(&state.view(), current, labels, &BTreeMap::new(), unix_now());
     let mut all = true;
     for (team, recount) in &teams {
         if let Err(e) = ledger.ensure(team, current.cohorts.of_team(team), recount).await {
@@ -205,19 +220,26 @@ async fn ensure_ledgers(
     all
 }
 
-/// Every deny-mode team's recount, or `None` when a relist began or the recount failed. A walk
-/// over every pod (100,000 in a large cluster): on a blocking thread, never on the async
-/// workers that answer admission.
+/// Every deny-mode team's recount, or `None` when a relist began or the recount failed: read
+/// from the groups the watch keeps ([`recount_kept`]), with the pods of the pending charges in
+/// this replica's copy of each ledger looked up by name. Under the view's read lock, on a
+/// blocking thread: never on the async workers that answer admission.
 async fn recount_off_the_workers(
+    ledger: &SharedLedger,
     state: &Arc<ClusterState>,
     current: &Arc<PolicySet>,
     labels: &Arc<dyn NamespaceLabels>,
 ) -> Option<BTreeMap<String, Recount>> {
+    let mut asked = BTreeMap::new();
+    for team in current.teams.iter().filter(|t| deny_team(t)) {
+        let pods = ledger.pending_pods(&team.name, current.cohorts.of_team(&team.name)).await;
+        asked.insert(team.name.clone(), pods);
+    }
     let (state, current, labels) = (state.clone(), current.clone(), labels.clone());
     // The relist check again, under the view's own lock: one may have begun since.
     let recount = move || {
         let view = state.view();
-        (!view.relisting()).then(|| recount_by_team(&view, &current, labels.as_ref()))
+        (!view.relisting()).then(|| recount_kept(&view, &current, labels.as_ref(), &asked, unix_now()))
     };
     match tokio::task::spawn_blocking(recount).await {
         Ok(teams) => teams,
@@ -265,7 +287,7 @@ async fn reconcile_teams(
                 if report.changed() {
                     tracing::info!(%team, pods = recount.pods(), ?report, "quota ledger reconciled");
                 }
-                if report.allowances_held > 0 {
+                if report.allowances_held > 0 || report.not_looked_up > 0 {
                     clean = false;
                 }
             }
