@@ -140,6 +140,18 @@ fn deny_cohort(group: &mut criterion::BenchmarkGroup<'_, criterion::measurement:
     group.bench_function("deny-cohort-walk-100000-pods-nobody-borrows", |b| {
         b.iter(|| deny_pass(&state.view(), &deny, &NoNamespaces, &memory, std::hint::black_box(NOW)))
     });
+    // busy-0's nominal quota is 400 of the 515 GPUs its namespace asks (500 pods, 5 waiting
+    // gangs' 15 members): it borrows 115 of busy-1's, and the pass walks the two teams'
+    // namespaces (1,030 of the 103,100 pods).
+    let text = DENY_COHORT_POLICIES.replacen("nvidia.com/gpu: 1000", "nvidia.com/gpu: 400", 1);
+    let borrowing = policy::compile(&[Source { name: "teams.yaml".into(), text }]).expect("deny cohort");
+    let state = cluster(&borrowing);
+    assert!(deny::walk_needed(&state.view(), &borrowing, &NoNamespaces), "busy-0 borrows");
+    let (_, marks) = deny_pass(&state.view(), &borrowing, &NoNamespaces, &memory, NOW);
+    assert_eq!(marks.len(), 115, "busy-0's 115 pods past its nominal quota are marked");
+    group.bench_function("deny-cohort-pass-100000-pods-one-borrows", |b| {
+        b.iter(|| state.quota_plan(&borrowing, &NoNamespaces, &mut HashMap::new(), std::hint::black_box(NOW)))
+    });
 }
 
 /// The deny-mode reconciler's recount, every team's namespaces in deny mode (the 200 busy

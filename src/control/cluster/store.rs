@@ -51,6 +51,7 @@ pub use by_state::{RequestsByState, UsageState};
 mod counts;
 mod directory;
 mod folds;
+mod table;
 pub use folds::{MemberShape, NamespaceFolds, PlainGroup, PlainShape, RECENT_SECS};
 mod gates;
 pub use gates::{Gate, GateGauge};
@@ -102,9 +103,8 @@ impl ClusterState {
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Boxed: the table then holds 40 bytes a pod, so growing it (doubling, with the old table
-    /// alive while it moves) costs little next to the records.
-    pods: HashMap<Key, Box<PodRecord>>,
+    /// By namespace, then name ([`table`]).
+    pods: table::PodTable,
     /// (namespace, gang) → member pod names
     gangs: HashMap<(Arc<str>, String), BTreeSet<Arc<str>>>,
     nodes: BTreeMap<String, NodeInfo>,
@@ -339,7 +339,7 @@ impl Inner {
     /// Takes a pod out of the indexes; returns its gang if it was the gang's last pod (see
     /// [`Inner::forget_owner_if_gone`]).
     fn unindex(&mut self, key: &Key) -> Option<(Arc<str>, String)> {
-        let old = self.pods.remove(key)?;
+        let old = self.pods.remove(&key.0, &key.1)?;
         self.count_gates(&old, -1);
         self.usage_delta(&old, -1);
         let g = old.gang.as_ref()?;
@@ -373,7 +373,7 @@ impl Inner {
         if record.arrival.is_none() {
             // Kept across updates; a pod seen for the first time arrives now.
             // (Also whether it was stamped: an event older than the stamp may still arrive.)
-            match self.pods.get(&key).and_then(|old| old.arrival.map(|a| (a, old.arrival_stamped))) {
+            match self.pods.get_key(&key).and_then(|old| old.arrival.map(|a| (a, old.arrival_stamped))) {
                 Some((seen, stamped)) => {
                     record.arrival = Some(seen);
                     record.arrival_stamped = stamped;
@@ -381,7 +381,7 @@ impl Inner {
                 None => record.arrival = Some(self.next_arrival()),
             }
         }
-        if let Some(old) = self.pods.get(&key) {
+        if let Some(old) = self.pods.get_key(&key) {
             if record.claims_unresolved {
                 carry_claim_devices(old, &mut record);
             }
@@ -410,7 +410,7 @@ impl Inner {
         }
         self.usage_delta(&record, 1);
         self.count_gates(&record, 1);
-        self.pods.insert(key, Box::new(record));
+        self.pods.insert(Box::new(record));
         // A pod that moved to another gang may have been its old gang's last.
         self.forget_owner_if_gone(emptied);
     }
@@ -513,12 +513,22 @@ impl ClusterView<'_> {
 
     /// Every Pod the watch has seen (finished ones included), in no particular order.
     pub fn pods(&self) -> impl Iterator<Item = &PodRecord> {
-        self.inner.pods.values().map(|p| &**p)
+        self.inner.pods.values()
     }
 
     /// One Pod, if the watch has seen it.
     pub fn pod(&self, namespace: &str, name: &str) -> Option<&PodRecord> {
-        self.inner.pods.get(&key(namespace, name)).map(|p| &**p)
+        self.inner.pods.get(namespace, name)
+    }
+
+    /// The Pods of one namespace (finished ones included): O(its pods).
+    pub fn pods_in(&self, namespace: &str) -> impl Iterator<Item = &PodRecord> {
+        self.inner.pods.in_namespace(namespace)
+    }
+
+    /// The namespaces with a Pod the watch has seen.
+    pub fn pod_namespaces(&self) -> impl Iterator<Item = &str> {
+        self.inner.pods.namespaces()
     }
 
     /// Every Node, by name.
@@ -571,15 +581,15 @@ impl ClusterState {
         let mut changed = false;
         for key in keys {
             let resized =
-                inner.pods.get(&key).and_then(|r| r.gang.as_ref()).is_some_and(|g| g.native && g.size != size);
-            let Some(mut record) = inner.pods.remove(&key).filter(|_| resized) else { continue };
+                inner.pods.get_key(&key).and_then(|r| r.gang.as_ref()).is_some_and(|g| g.native && g.size != size);
+            let Some(mut record) = inner.pods.remove(&key.0, &key.1).filter(|_| resized) else { continue };
             // In place (not `index`): only the tally changes; which relist saw it does not.
             inner.usage_delta(&record, -1);
             if let Some(gang) = record.gang.as_mut() {
                 gang.size = size;
             }
             inner.usage_delta(&record, 1);
-            inner.pods.insert(key, record);
+            inner.pods.insert(record);
             changed = true;
         }
         if changed {
@@ -681,7 +691,7 @@ impl ClusterState {
     pub fn seen_since(&self, namespace: &str, name: &str, since: std::time::Instant) -> bool {
         let inner = read(&self.inner);
         let key = key(namespace, name);
-        inner.pods.contains_key(&key) || inner.removed_at.get(&key).is_some_and(|at| *at >= since)
+        inner.pods.contains(namespace, name) || inner.removed_at.get(&key).is_some_and(|at| *at >= since)
     }
 
     /// True when the watch saw a pod of this name deleted at or after `since` (remembered for

@@ -56,7 +56,7 @@ impl ClusterState {
             .by_state
             .in_play
             .quota_queue_keys()
-            .filter_map(|k| inner.pods.get(k))
+            .filter_map(|k| inner.pods.get_key(k))
             .filter(|p| p.needs_arrival_stamp())
             .filter_map(|p| Some((p.namespace.to_string(), p.name.to_string(), p.arrival?)))
             .collect()

@@ -8,7 +8,7 @@ impl GangDirectory for ClusterState {
         let Some(members) = inner.gangs.get(&(Arc::from(namespace), name.to_string())) else { return Vec::new() };
         members
             .iter()
-            .filter_map(|m| inner.pods.get(&(Arc::from(namespace), m.clone())))
+            .filter_map(|m| inner.pods.get(namespace, m))
             .filter(|p| p.present())
             .filter_map(|p| {
                 let g = p.gang.as_ref()?;

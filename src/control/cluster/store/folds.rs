@@ -148,7 +148,7 @@ impl ClusterView<'_> {
     pub fn created_after(&self, after: i64) -> impl Iterator<Item = &PodRecord> {
         let from = (after.saturating_add(1), (Arc::<str>::from(""), Arc::<str>::from("")));
         let recent = &self.inner.by_state.folds.recent;
-        recent.range(from..).filter_map(|(_, key)| self.inner.pods.get(key).map(|p| &**p))
+        recent.range(from..).filter_map(|(_, key)| self.inner.pods.get_key(key))
     }
 
     /// Every shared claim some live pod holds: (namespace, claim, each holder's devices by

@@ -133,7 +133,7 @@ impl ClusterView<'_> {
     }
 
     fn records<'s>(&'s self, keys: impl Iterator<Item = &'s Key> + 's) -> impl Iterator<Item = &'s PodRecord> {
-        keys.filter_map(|k| self.inner.pods.get(k).map(|p| &**p))
+        keys.filter_map(|k| self.inner.pods.get_key(k))
     }
 
     /// The pods the gang pass takes in one by one ([`takes_part`]), in no particular order.
@@ -155,7 +155,7 @@ impl ClusterView<'_> {
     pub fn gang_pods(&self, namespace: &str, gang: &str) -> impl Iterator<Item = &PodRecord> {
         let ns: Arc<str> = Arc::from(namespace);
         let members = self.inner.gangs.get(&(ns.clone(), gang.to_string()));
-        members.into_iter().flatten().filter_map(move |m| self.inner.pods.get(&(ns.clone(), m.clone())).map(|p| &**p))
+        members.into_iter().flatten().filter_map(move |m| self.inner.pods.get(&ns, m))
     }
 
     /// What bound, non-finished pods request on each node (a shared claim once), by node name.

@@ -11,7 +11,7 @@ impl ClusterState {
         let mut guard = write(&self.inner);
         let inner = &mut *guard;
         for n in names {
-            if let Some(p) = inner.pods.get_mut(&key(namespace, n)) {
+            if let Some(p) = inner.pods.get_mut(namespace, n) {
                 let awaited = p.awaits_bind();
                 // In place, so the sums by state move with it (released: no longer gang-gated).
                 inner.by_state.delta(p, -1);
@@ -36,7 +36,7 @@ impl ClusterState {
     /// domain): its record's placement says so before the watch shows the patch.
     pub fn pin_placement(&self, namespace: &str, name: &str, key: &str, value: &str) {
         let mut inner = write(&self.inner);
-        if let Some(p) = inner.pods.get_mut(&self::key(namespace, name)) {
+        if let Some(p) = inner.pods.get_mut(namespace, name) {
             p.pin_placement(key, value);
         }
     }
@@ -47,7 +47,7 @@ impl ClusterState {
     pub fn mark_quota_released(&self, namespace: &str, name: &str, at: i64) {
         let mut guard = write(&self.inner);
         let inner = &mut *guard;
-        if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
+        if let Some(p) = inner.pods.get_mut(namespace, name) {
             // What the lift patch wrote in `allot.dev/quota-released` (so the pod has
             // annotations now: a gang release in the same pass adds its key to them).
             let awaited = p.awaits_bind();
@@ -80,7 +80,7 @@ impl ClusterState {
     pub fn mark_borrowed(&self, namespace: &str, name: &str, borrowed: bool) {
         let mut guard = write(&self.inner);
         let inner = &mut *guard;
-        if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
+        if let Some(p) = inner.pods.get_mut(namespace, name) {
             // In place, so the kept count of marked pods moves with it.
             inner.by_state.delta(p, -1);
             p.borrowed_mark = borrowed;
@@ -103,11 +103,11 @@ impl ClusterState {
     /// the name since the pass decided is not the one being deleted.
     pub fn mark_deleting(&self, namespace: &str, name: &str, uid: Option<&str>, deleting: bool) {
         let mut inner = write(&self.inner);
-        let Some(record) = inner.pods.get(&key(namespace, name)) else { return };
+        let Some(record) = inner.pods.get(namespace, name) else { return };
         if record.terminating == deleting || record.finished || uid.is_some_and(|u| record.uid.as_deref() != Some(u)) {
             return;
         }
-        let mut record = (**record).clone();
+        let mut record = record.clone();
         record.terminating = deleting;
         // Re-indexed whole: the gang tallies count terminating members apart.
         inner.index(record);
@@ -117,7 +117,7 @@ impl ClusterState {
     /// written twice before the watch echoes it; `false` when the write failed (try again).
     pub fn mark_arrival_stamped(&self, namespace: &str, name: &str, stamped: bool) {
         let mut inner = write(&self.inner);
-        if let Some(p) = inner.pods.get_mut(&key(namespace, name)) {
+        if let Some(p) = inner.pods.get_mut(namespace, name) {
             p.arrival_stamped = stamped;
         }
     }
@@ -129,7 +129,7 @@ impl ClusterState {
     pub fn mark_condition(&self, namespace: &str, name: &str, quota: bool, fingerprint: u64) {
         let mut inner = write(&self.inner);
         let key = key(namespace, name);
-        let Some(p) = inner.pods.get_mut(&key) else { return };
+        let Some(p) = inner.pods.get_mut(namespace, name) else { return };
         if quota {
             p.quota_condition = fingerprint;
         } else {
@@ -154,7 +154,7 @@ impl ClusterState {
         let mut inner = write(&self.inner);
         let key = key(namespace, name);
         inner.end_flight(&key, quota, fingerprint);
-        if let Some(p) = inner.pods.get_mut(&key) {
+        if let Some(p) = inner.pods.get_mut(namespace, name) {
             let marked = if quota { &mut p.quota_condition } else { &mut p.gang_condition };
             if *marked == fingerprint {
                 *marked = 0;

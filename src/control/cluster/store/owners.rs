@@ -63,7 +63,7 @@ impl ClusterState {
             .filter_map(|((namespace, gang), members)| {
                 let pod_group = gang.strip_prefix(crate::model::gang::membership::NATIVE_GROUP_PREFIX)?;
                 let owner = members.iter().find_map(|m| {
-                    let p = inner.pods.get(&(namespace.clone(), m.clone()))?;
+                    let p = inner.pods.get(namespace, m)?;
                     p.present().then(|| p.gang.as_ref()?.owner.clone()).flatten()
                 })?;
                 Some((namespace.to_string(), pod_group.to_string(), owner))
@@ -85,7 +85,7 @@ impl ClusterState {
         let in_play = &inner.by_state.in_play;
         let mut wanted: Vec<_> = in_play
             .gang_pass_keys()
-            .filter_map(|k| inner.pods.get(k))
+            .filter_map(|k| inner.pods.get_key(k))
             .filter(|p| p.gate_index.is_some())
             .filter_map(|p| {
                 let g = p.gang.as_ref()?;

@@ -34,7 +34,7 @@ impl ClusterState {
     pub fn finish_relist(&self) {
         let mut inner = write(&self.inner);
         let current = inner.relist;
-        let gone: Vec<Key> = inner.pods.iter().filter(|(_, p)| p.relist != current).map(|(k, _)| k.clone()).collect();
+        let gone: Vec<Key> = inner.pods.values().filter(|p| p.relist != current).map(PodRecord::key).collect();
         for key in &gone {
             let emptied = inner.unindex(key);
             inner.forget_owner_if_gone(emptied);
@@ -54,8 +54,8 @@ impl ClusterState {
         // A relist keeps what was seen of the pods that are still there.
         let arrivals: HashMap<Key, i64> = inner
             .pods
-            .iter()
-            .filter_map(|(k, p)| p.arrival.filter(|_| !p.arrival_stamped).map(|a| (k.clone(), a)))
+            .values()
+            .filter_map(|p| p.arrival.filter(|_| !p.arrival_stamped).map(|a| (p.key(), a)))
             .collect();
         let records = records.into_iter().map(|mut r| {
             if r.arrival.is_none() {
@@ -79,7 +79,7 @@ impl ClusterState {
             inner.index(r);
         }
         let Inner { pods, conditions_in_flight, gangs, owner_gangs, owner_lookups, .. } = &mut *inner;
-        conditions_in_flight.retain(|k, _| pods.contains_key(k));
+        conditions_in_flight.retain(|k, _| pods.contains(&k.0, &k.1));
         let alive =
             |(namespace, gang): &(String, String)| gangs.contains_key(&(Arc::from(namespace.as_str()), gang.clone()));
         owner_gangs.retain(|k, _| alive(k));

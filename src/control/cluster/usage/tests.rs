@@ -65,6 +65,15 @@ proptest! {
             prop_assert_eq!(names(&mut view.gang_pass_pods()), filtered(takes_part), "after step {}: {:?}", i, step);
             prop_assert_eq!(names(&mut view.quota_queue_pods()), filtered(queued), "after step {}: {:?}", i, step);
             prop_assert_eq!(names(&mut view.preempted_pods()), filtered(preempted_on_node), "after step {}: {:?}", i, step);
+            // The pods by namespace are the pods, each found by name.
+            let by_namespace = names(&mut view.pod_namespaces().flat_map(|ns| view.pods_in(ns)));
+            prop_assert_eq!(&by_namespace, &names(&mut view.pods()), "after step {}: {:?}", i, step);
+            prop_assert!(view.pods().all(|p| view.pod(&p.namespace, &p.name).is_some_and(|q| q == p)));
+            prop_assert!(view.pod_namespaces().all(|ns| view.pods_in(ns).all(|p| &*p.namespace == ns)));
+            prop_assert!(view.pod_namespaces().all(|ns| view.pods_in(ns).next().is_some()), "no namespace left empty");
+            let count = view.pods().count();
+            drop(view);
+            prop_assert_eq!(count, state.tracked().pods, "the table counts its pods");
         }
     }
 }

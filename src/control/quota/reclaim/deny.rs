@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, HashSet};
 use super::{ReclaimAsk, Reclaimer};
 use crate::control::cluster::{ClusterView, ControllerAction, DisruptionCause, PodRecord};
 use crate::control::gang::decision::{GangKey, RunningPod, RunningUnit, UnitKey};
-use crate::model::namespaces::{NamespaceLabels, TeamsByNamespace};
+use crate::model::namespaces::{NamespaceLabels, team_of};
 use crate::model::policy::cohort::{Cohort, CohortUsage, Member};
 use crate::model::policy::quota::{Charge, Quota, add};
 use crate::model::policy::{PolicySet, QuotaMode};
@@ -67,7 +67,7 @@ pub fn walk_needed(view: &ClusterView<'_>, policies: &PolicySet, labels: &dyn Na
         return false;
     }
     let index = |ns: &str| {
-        let team = crate::model::namespaces::team_of(policies, ns, labels).team?;
+        let team = team_of(policies, ns, labels).team?;
         members.iter().position(|m| m.team == team.name)
     };
     if view.borrowed_marks().any(|(ns, n)| n > 0 && index(ns).is_some()) {
@@ -135,7 +135,8 @@ fn gang_gated<'v>(view: &'v ClusterView<'_>, pod: &'v PodRecord) -> Option<(&'v 
     alone.then(|| (gang.name.as_str(), gang.declared_size(view.owner_gang(&pod.namespace, &gang.name))))
 }
 
-/// The asks of every deny-mode cohort in `view` (a walk over every pod, only when one exists).
+/// The asks of every deny-mode cohort in `view` (a walk over the pods of its teams' namespaces,
+/// only when one exists).
 pub fn asks<'p>(view: &ClusterView<'_>, policies: &'p PolicySet, labels: &dyn NamespaceLabels) -> DenyAsks<'p> {
     let cohorts: Vec<&'p Cohort> = policies.cohorts.iter().filter(|c| is_deny(c)).collect();
     let mut out = DenyAsks { asks: Vec::new(), pending: Vec::new(), marks: Vec::new() };
@@ -176,22 +177,26 @@ fn walk<'v>(
     cohorts: &[&Cohort],
 ) -> BTreeMap<String, Vec<Seen<'v>>> {
     let in_cohort: HashSet<&str> = cohorts.iter().flat_map(|c| c.members.iter().map(|m| m.team.as_str())).collect();
-    let mut teams = TeamsByNamespace::new(policies, labels);
     let mut by_team: BTreeMap<String, Vec<Seen<'v>>> = BTreeMap::new();
     type Gated<'v> = (Option<u32>, Vec<&'v PodRecord>);
     let mut gated: BTreeMap<(String, &'v str, &'v str), Gated<'v>> = BTreeMap::new();
-    for pod in view.pods().filter(|p| !p.finished) {
-        let Some(team) = teams.get(&pod.namespace) else { continue };
-        if !in_cohort.contains(team.name.as_str()) {
-            continue;
-        }
+    // Only the namespaces of the cohorts' teams are walked (the store keeps pods by namespace).
+    let namespaces: Vec<(&'v str, String)> = view
+        .pod_namespaces()
+        .filter_map(|ns| {
+            let team = team_of(policies, ns, labels).team?;
+            in_cohort.contains(team.name.as_str()).then(|| (ns, team.name.clone()))
+        })
+        .collect();
+    let pods = namespaces.into_iter().flat_map(|(ns, team)| view.pods_in(ns).map(move |p| (p, team.clone())));
+    for (pod, team) in pods.filter(|(p, _)| !p.finished) {
         // The scheduler's preemption already makes room with it (for a pod of higher priority):
         // counted as gone, so the room is not made twice.
         if pod.disruption == Some(DisruptionCause::PreemptionByScheduler) {
             continue;
         }
         if let Some((gang, size)) = gang_gated(view, pod) {
-            let entry = gated.entry((team.name.clone(), &*pod.namespace, gang)).or_default();
+            let entry = gated.entry((team.clone(), &*pod.namespace, gang)).or_default();
             entry.0 = entry.0.or(size);
             entry.1.push(pod);
             continue;
@@ -202,7 +207,7 @@ fn walk<'v>(
             && pod.quota_gate_index.is_none()
             && !pod.other_gates
             && pod.gang.is_none();
-        by_team.entry(team.name.clone()).or_default().push(Seen::pod(pod, waiting));
+        by_team.entry(team).or_default().push(Seen::pod(pod, waiting));
     }
     // A gang waits for the nodes once all its members are there; until then they are usage.
     for ((team, _, _), (size, members)) in gated {
