@@ -595,7 +595,7 @@ async fn disruption_deletions(
     let (state, p, labels) = (state.clone(), policies.load_full(), namespaces.clone());
     let deletions = tokio::task::spawn_blocking(move || {
         let view = state.view();
-        super::disruption::deletions(|| view.pods(), &p, labels.as_ref())
+        super::disruption::deletions(|| view.disrupting_pods(), &p, labels.as_ref())
     })
     .await
     .unwrap_or_default();

@@ -5,6 +5,7 @@
 //!   pods behind Allot's gang gate, bound members still told their gang did not start;
 //! - the pods in the quota queue (present, behind Allot's quota gate);
 //! - the victims of Allot's preemption still terminating on their nodes;
+//! - the released gang members a disruption is taking ([`PodRecord::disrupts_gang`]);
 //! - what bound pods take on each node, a shared claim once, on the node of its holder whose
 //!   name sorts first, with that holder's devices (a rule that depends only on who holds the
 //!   claim now, so a walk in name order gives the same sums).
@@ -28,6 +29,7 @@ pub(super) struct InPlay {
     gang_pass: std::collections::HashSet<Key>,
     quota_queue: std::collections::HashSet<Key>,
     preempted: std::collections::HashSet<Key>,
+    disrupting: std::collections::HashSet<Key>,
     /// node → what its bound, non-finished pods request (terminating ones still hold it).
     nodes: HashMap<Arc<str>, Load>,
     /// (namespace, shared claim) → its bound holders: name → (node, devices).
@@ -71,6 +73,7 @@ impl InPlay {
             (&mut self.gang_pass, takes_part(record)),
             (&mut self.quota_queue, queued(record)),
             (&mut self.preempted, preempted_on_node(record)),
+            (&mut self.disrupting, record.disrupts_gang()),
         ] {
             if !member {
                 continue;
@@ -149,6 +152,12 @@ impl ClusterView<'_> {
     /// Victims of Allot's preemption still terminating on their nodes, in no particular order.
     pub fn preempted_pods(&self) -> impl Iterator<Item = &PodRecord> {
         self.records(self.in_play().preempted.iter())
+    }
+
+    /// The released gang members a disruption is taking ([`PodRecord::disrupts_gang`]), in no
+    /// particular order.
+    pub fn disrupting_pods(&self) -> impl Iterator<Item = &PodRecord> {
+        self.records(self.in_play().disrupting.iter())
     }
 
     /// Every pod of a gang the watch has seen (finished ones included), in name order.

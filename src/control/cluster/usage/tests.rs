@@ -65,6 +65,7 @@ proptest! {
             prop_assert_eq!(names(&mut view.gang_pass_pods()), filtered(takes_part), "after step {}: {:?}", i, step);
             prop_assert_eq!(names(&mut view.quota_queue_pods()), filtered(queued), "after step {}: {:?}", i, step);
             prop_assert_eq!(names(&mut view.preempted_pods()), filtered(preempted_on_node), "after step {}: {:?}", i, step);
+            prop_assert_eq!(names(&mut view.disrupting_pods()), filtered(PodRecord::disrupts_gang), "after step {}: {:?}", i, step);
             // The pods by namespace are the pods, each found by name.
             let by_namespace = names(&mut view.pod_namespaces().flat_map(|ns| view.pods_in(ns)));
             prop_assert_eq!(&by_namespace, &names(&mut view.pods()), "after step {}: {:?}", i, step);
