@@ -456,6 +456,8 @@ async fn allot_at_scale() {
     for line in gangs::at_rest(&waiting, &restart, &gangs_restart, (rss_grown.saturating_sub(rss_empty), grown_pods)) {
         println!("{line}");
     }
+    // Whether the restarted leader told the waiting gangs again (their conditions say it already).
+    println!("  the restarted Allot's controller writes since its start: {}", gangs::writes_by_kind(&allot.metrics));
 
     // The premise of the transport chosen: the API server speaks HTTP/1.1 to a webhook under a
     // host name, HTTP/2 to one on a loopback address (kubernetes#82090, #122558).

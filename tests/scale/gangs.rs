@@ -89,6 +89,21 @@ fn writes(text: &str) -> f64 {
         .sum()
 }
 
+/// The controller's writes by kind (`kind=count`, the kinds written), for a report line.
+pub(crate) fn writes_by_kind(addr: &str) -> String {
+    let (_, text) = scrape(addr);
+    let kinds: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("allot_gang_controller_writes_total{kind=\""))
+        .filter_map(|l| {
+            let (kind, rest) = l.split_once('"')?;
+            let n: f64 = rest.rsplit(' ').next()?.parse().ok()?;
+            (n > 0.0).then(|| format!("{kind}={n}"))
+        })
+        .collect();
+    if kinds.is_empty() { "none".into() } else { kinds.join(", ") }
+}
+
 const GATED: &str = "allot_gated_pods{gate=\"gang\"}";
 const WAITING: &str = "allot_gangs_waiting{reason=\"WaitingForMembers\"}";
 const PASSES: &str = "allot_gang_controller_passes_total";

@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use kube::runtime::events::{Recorder, Reporter};
 
 use super::decision::GangKey;
 use super::lease::{self, LeaseConfig, LeaseTiming};
@@ -220,8 +219,9 @@ struct Remembered {
 /// The control loop's state between two wake-ups.
 struct ControlLoop {
     context: Context,
-    /// Evictions are made in the loop (they must land before the next pass decides again).
-    eviction_recorder: Recorder,
+    /// The Events of evictions, made in the loop (they must land before the next pass decides
+    /// again); the explainer has its own clone.
+    events: super::events::Publisher,
     refused: RefusedLifts,
     /// Set by the explainer when a write failed: its conditions are written again.
     write_failed: Arc<std::sync::atomic::AtomicBool>,
@@ -300,15 +300,13 @@ impl ControlLoop {
         context: Context,
         leader: tokio::sync::watch::Receiver<bool>,
     ) -> (ControlLoop, tokio::task::JoinHandle<()>, Arc<tokio::sync::Notify>) {
-        let reporter = Reporter { controller: "allot".into(), instance: Some(context.config.identity.clone()) };
-        let recorder = Recorder::new(context.client.clone(), reporter.clone());
-        let eviction_recorder = Recorder::new(context.client.clone(), reporter);
+        let events = super::events::Publisher::new(context.client.clone(), context.config.identity.clone());
         let (explain_tx, explain_rx) = tokio::sync::mpsc::unbounded_channel();
         let write_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let write_retry = Arc::new(tokio::sync::Notify::new());
         let writers = Writers {
             client: context.client.clone(),
-            recorder,
+            events: events.clone(),
             state: context.state.clone(),
             metrics: context.metrics.clone(),
         };
@@ -318,7 +316,7 @@ impl ControlLoop {
             retry: Retry::new(context.config.resync),
             resync_at: tokio::time::Instant::now() + context.config.resync,
             context,
-            eviction_recorder,
+            events,
             refused: RefusedLifts::default(),
             write_failed,
             explain_tx,
@@ -425,8 +423,7 @@ impl ControlLoop {
         // gate is gone. Only the gate lifts wait; explanations go out after the gang's lifts.
         let (client, metrics) = (&self.context.client, &self.context.metrics);
         let (later, quota_lifts_failed) = execute_lifts(client, &state, metrics, &self.refused, quota_actions).await;
-        let evictor =
-            super::eviction::ApiEvictor { client: &self.context.evictions, recorder: &self.eviction_recorder, metrics };
+        let evictor = super::eviction::ApiEvictor { client: &self.context.evictions, events: &self.events, metrics };
         let memory = &mut self.remembered.reclaims;
         let reclaim_refused = super::evicting::reclaim(&evictor, &state, memory, &reclaims, now).await;
         let planning_started = std::time::Instant::now();
@@ -531,7 +528,7 @@ impl ControlLoop {
         for gang in &pass.released {
             memory.released(&gang.gang);
         }
-        let evictor = super::eviction::ApiEvictor { client: evictions, recorder: &self.eviction_recorder, metrics };
+        let evictor = super::eviction::ApiEvictor { client: evictions, events: &self.events, metrics };
         if super::evicting::preempt(&evictor, state, memory, &pass.preemptions, now).await {
             // Refused: the next pass, within a second, chooses other victims or waits.
             self.deadline = Some(self.deadline.map_or(now + 1, |d| d.min(now + 1)));

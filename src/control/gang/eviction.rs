@@ -4,10 +4,9 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::events::Recorder;
 use serde_json::json;
 
-use super::events::{EventAction, PodEvent, publish};
+use super::events::{EventAction, PodEvent, Publisher, publish};
 use super::metrics::ControllerMetrics;
 use super::preemption::{EvictionError, Evictor, PREEMPTED_REASON};
 
@@ -17,7 +16,7 @@ pub const VICTIM_EVENT_REASON: &str = "Preempted";
 /// Evicts through the API server as the controller's identity.
 pub struct ApiEvictor<'a> {
     pub client: &'a kube::Client,
-    pub recorder: &'a Recorder,
+    pub events: &'a Publisher,
     pub metrics: &'a ControllerMetrics,
 }
 
@@ -67,13 +66,13 @@ impl Evictor for ApiEvictor<'_> {
         }
         let action = EventAction::Preemption;
         let event = PodEvent { namespace, pod, uid, action, warning: true, reason: VICTIM_EVENT_REASON, message };
-        publish(self.recorder, self.metrics, &event).await;
+        publish(self.events, self.metrics, &event).await;
     }
 
     async fn tell_preemptor(&self, namespace: &str, pod: &str, reason: &str, message: &str) {
         let event =
             PodEvent { namespace, pod, uid: None, action: EventAction::Preemption, warning: true, reason, message };
-        publish(self.recorder, self.metrics, &event).await;
+        publish(self.events, self.metrics, &event).await;
     }
 }
 

@@ -8,10 +8,9 @@ use std::sync::Arc;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::events::Recorder;
 use serde_json::{Value, json};
 
-use super::events::{EventAction, PodEvent, publish};
+use super::events::{EventAction, PodEvent, Publisher, publish};
 use super::metrics::ControllerMetrics;
 pub use super::owners::{OWNER_APIS, OwnerApi};
 use super::refusal::{RefusedLifts, admission_refusal};
@@ -43,7 +42,7 @@ pub(super) struct Failures {
 /// What the explainer writes with.
 pub(super) struct Writers {
     pub(super) client: kube::Client,
-    pub(super) recorder: Recorder,
+    pub(super) events: Publisher,
     pub(super) state: Arc<ClusterState>,
     pub(super) metrics: ControllerMetrics,
 }
@@ -57,7 +56,7 @@ pub(super) async fn explain(
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Later>,
     failures: Failures,
 ) {
-    let Writers { client, recorder, state, metrics } = writers;
+    let Writers { client, events, state, metrics } = writers;
     while let Some(first) = rx.recv().await {
         let mut batches = vec![first];
         while let Ok(more) = rx.try_recv() {
@@ -75,7 +74,7 @@ pub(super) async fn explain(
             continue;
         }
         let (actions, stamps) = coalesce(batches);
-        let (conditions_failed, others_failed) = execute_rest(&client, &recorder, &state, &metrics, actions).await;
+        let (conditions_failed, others_failed) = execute_rest(&client, &events, &state, &metrics, actions).await;
         if conditions_failed {
             failures.conditions.store(true, std::sync::atomic::Ordering::Relaxed);
         }
@@ -380,13 +379,13 @@ impl Lifter<'_> {
 /// pass, after a [`Retry`] backoff, tries again.
 pub(super) async fn execute_rest(
     client: &kube::Client,
-    recorder: &Recorder,
+    events: &Publisher,
     state: &ClusterState,
     metrics: &ControllerMetrics,
     actions: Vec<ControllerAction>,
 ) -> (bool, bool) {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let writer = Writer { client, recorder, metrics, now: &now };
+    let writer = Writer { client, events, metrics, now: &now };
     // (condition failed, deletion failed) per action.
     let outcomes: Vec<(bool, bool)> = futures::stream::iter(actions)
         .map(|action| async move {
@@ -423,7 +422,7 @@ pub(super) async fn execute_rest(
                 reason: c.reason,
                 message: c.message,
             };
-            publish(writer.recorder, writer.metrics, &event).await;
+            publish(writer.events, writer.metrics, &event).await;
             (false, false)
         })
         .buffer_unordered(CONCURRENT_WRITES)
@@ -511,12 +510,12 @@ impl Condition<'_> {
     }
 }
 
-/// What the explaining writes share: the client, the Event recorder, the write counter and
+/// What the explaining writes share: the client, the Event publisher, the write counter and
 /// the pass's time.
 #[derive(Clone, Copy)]
 struct Writer<'a> {
     client: &'a kube::Client,
-    recorder: &'a Recorder,
+    events: &'a Publisher,
     metrics: &'a ControllerMetrics,
     now: &'a str,
 }
@@ -584,7 +583,7 @@ impl Writer<'_> {
     ) -> bool {
         let action = EventAction::GangScheduling;
         let event = PodEvent { namespace, pod, uid, action, warning: true, reason: event_reason, message: reason };
-        publish(self.recorder, self.metrics, &event).await;
+        publish(self.events, self.metrics, &event).await;
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         if event_reason == super::disruption::GANG_DISRUPTED_REASON {
             // As the scheduler and the Eviction API do: a Job whose podFailurePolicy ignores
