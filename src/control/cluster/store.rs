@@ -143,6 +143,9 @@ struct Inner {
     /// tell the pod again (a duplicate write and Event). Only pods with such a write have an
     /// entry.
     conditions_in_flight: HashMap<Key, [Flight; 2]>,
+    /// Pods the controller is deleting (their uid, and since when) whose deletion the watch has
+    /// not shown yet: [`Inner::keep_deleting_mark`].
+    deleting: HashMap<Key, (Option<Arc<str>>, std::time::Instant)>,
     /// Bumped on every change, so the loop knows when to look again.
     generation: u64,
     /// The last arrival assigned to a pod without an `allot.dev/arrival` stamp (nanoseconds):
@@ -404,6 +407,7 @@ impl Inner {
                 self.conditions_in_flight.remove(&key);
             }
         }
+        self.keep_deleting_mark(&key, &mut record);
         let emptied = self.unindex(&key);
         if let Some(g) = &record.gang {
             self.gangs.entry((record.namespace.clone(), g.name.clone())).or_default().insert(record.name.clone());
@@ -511,26 +515,6 @@ impl ClusterView<'_> {
         self.inner.relisting
     }
 
-    /// Every Pod the watch has seen (finished ones included), in no particular order.
-    pub fn pods(&self) -> impl Iterator<Item = &PodRecord> {
-        self.inner.pods.values()
-    }
-
-    /// One Pod, if the watch has seen it.
-    pub fn pod(&self, namespace: &str, name: &str) -> Option<&PodRecord> {
-        self.inner.pods.get(namespace, name)
-    }
-
-    /// The Pods of one namespace (finished ones included): O(its pods).
-    pub fn pods_in(&self, namespace: &str) -> impl Iterator<Item = &PodRecord> {
-        self.inner.pods.in_namespace(namespace)
-    }
-
-    /// The namespaces with a Pod the watch has seen.
-    pub fn pod_namespaces(&self) -> impl Iterator<Item = &str> {
-        self.inner.pods.namespaces()
-    }
-
     /// Every Node, by name.
     pub fn nodes(&self) -> impl Iterator<Item = &NodeInfo> {
         self.inner.nodes.values()
@@ -605,6 +589,7 @@ impl ClusterState {
         let emptied = inner.unindex(&key);
         inner.forget_owner_if_gone(emptied);
         inner.conditions_in_flight.remove(&key);
+        inner.deleting.remove(&key);
         let now = std::time::Instant::now();
         while let Some((at, old)) = inner.removed.front().cloned()
             && now.duration_since(at) >= REMOVED_TTL

@@ -592,7 +592,8 @@ async fn disruption_deletions(
     let (state, p, labels) = (state.clone(), policies.load_full(), namespaces.clone());
     let deletions = tokio::task::spawn_blocking(move || {
         let view = state.view();
-        super::disruption::deletions(|| view.disrupting_pods(), &p, labels.as_ref())
+        let members_of = |ns: &str, gang: &str| view.gang_pods(ns, gang).collect();
+        super::disruption::deletions(view.disrupting_pods(), members_of, &p, labels.as_ref())
     })
     .await
     .unwrap_or_default();

@@ -38,15 +38,18 @@ pub fn disruption_condition(message: &str, now: &str) -> serde_json::Value {
 
 /// The deletions that finish disruptions: every member still running or released (neither
 /// finished, nor being deleted, nor gated) of a gang (under `disruption: Gang`) whose released
-/// member a disruption is taking. In gang and pod name order.
-pub fn deletions<'p, I: Iterator<Item = &'p PodRecord>>(
-    pods: impl Fn() -> I,
+/// member a disruption is taking. In gang and pod name order. `disrupting` holds (at least) the
+/// members a disruption is taking ([`PodRecord::disrupts_gang`]), `members_of(namespace, gang)`
+/// a gang's pods: O(those), not a walk over every pod.
+pub fn deletions<'p>(
+    disrupting: impl Iterator<Item = &'p PodRecord>,
+    members_of: impl Fn(&str, &str) -> Vec<&'p PodRecord>,
     policies: &PolicySet,
     labels: &dyn NamespaceLabels,
 ) -> Vec<ControllerAction> {
     let mut whole_gang: HashMap<Arc<str>, bool> = HashMap::new();
     let mut disrupted: HashMap<(Arc<str>, &str), (&str, DisruptionCause)> = HashMap::new();
-    for p in pods().filter(|p| p.disrupts_gang()) {
+    for p in disrupting.filter(|p| p.disrupts_gang()) {
         let (Some(gang), Some(cause)) = (&p.gang, p.disruption) else { continue };
         let applies = *whole_gang.entry(p.namespace.clone()).or_insert_with(|| {
             let team = crate::model::namespaces::team_of(policies, &p.namespace, labels).team.map(|t| t.name.as_str());
@@ -64,7 +67,8 @@ pub fn deletions<'p, I: Iterator<Item = &'p PodRecord>>(
         return Vec::new();
     }
     let mut out: Vec<(String, String, ControllerAction)> = Vec::new();
-    for p in pods().filter(|p| p.present() && p.gate_index.is_none()) {
+    let members = disrupted.keys().flat_map(|(namespace, gang)| members_of(namespace, gang));
+    for p in members.filter(|p| p.present() && p.gate_index.is_none()) {
         let Some(gang) = &p.gang else { continue };
         let Some((member, cause)) = disrupted.get(&(p.namespace.clone(), gang.name.as_str())) else { continue };
         let reason = format!(
@@ -97,6 +101,15 @@ mod tests {
     use crate::model::namespaces::NoNamespaces;
 
     const NO_DISRUPTION_POLICY: &str = "";
+
+    /// The deletions for `pods`, read as the controller reads them: from a store's index of
+    /// the pods a disruption is taking and its gangs' members.
+    fn deletions_of(pods: &[PodRecord], policies: &PolicySet) -> Vec<ControllerAction> {
+        let state = crate::control::cluster::ClusterState::default();
+        state.replace_pods(pods.to_vec());
+        let view = state.view();
+        deletions(view.disrupting_pods(), |ns, gang| view.gang_pods(ns, gang).collect(), policies, &NoNamespaces)
+    }
 
     /// A bound member of gang `g` (of 3) on `node`, released (its gate gone).
     fn running(name: &str, node: &str) -> Value {
@@ -131,7 +144,7 @@ mod tests {
             record(&running("g-1", "n1"), &set),
             record(&running("g-2", "n2"), &set),
         ];
-        let actions = deletions(|| pods.iter(), &set, &NoNamespaces);
+        let actions = deletions_of(&pods, &set);
         assert_eq!(
             deleted_names(&actions),
             [
@@ -150,13 +163,13 @@ mod tests {
         let rest = [record(&running("g-1", "n1"), &set), record(&running("g-2", "n2"), &set)];
         // The user deleted her own member: her business.
         let plain = record(&deleted(running("g-0", "n1"), None), &set);
-        assert!(deletions(|| std::iter::once(&plain).chain(&rest), &set, &NoNamespaces).is_empty());
+        assert!(deletions_of(&[vec![plain], rest.to_vec()].concat(), &set).is_empty());
         // Under disruption: Pod the others keep running.
         let pod_mode = policies(
             "apiVersion: allot.dev/v1alpha1\nkind: GangPolicy\nmetadata: {name: pods}\nspec:\n  disruption: Pod\n",
         );
         let evicted = record(&deleted(running("g-0", "n1"), Some("EvictionByEvictionAPI")), &pod_mode);
-        assert!(deletions(|| std::iter::once(&evicted).chain(&rest), &pod_mode, &NoNamespaces).is_empty());
+        assert!(deletions_of(&[vec![evicted], rest.to_vec()].concat(), &pod_mode).is_empty());
         // Members already being deleted, finished or still gated are left as they are.
         let evicted = record(&deleted(running("g-0", "n1"), Some("EvictionByEvictionAPI")), &set);
         let leaving = deleted(running("g-1", "n1"), None);
@@ -170,7 +183,7 @@ mod tests {
             json!({"spec": {"schedulingGates": [{"name": "allot.dev/gang"}]}}),
         );
         let others = [record(&leaving, &set), record(&done, &set), record(&gated, &set)];
-        assert!(deletions(|| std::iter::once(&evicted).chain(&others), &set, &NoNamespaces).is_empty());
+        assert!(deletions_of(&[vec![evicted], others.to_vec()].concat(), &set).is_empty());
     }
 
     #[test]
@@ -185,6 +198,6 @@ mod tests {
             json!({"spec": {"schedulingGates": [{"name": "allot.dev/gang"}]}}),
         );
         let pods = [record(&deleted(gated, Some("DeletionByTaintManager")), &set), record(&running("g-1", "n1"), &set)];
-        assert!(deletions(|| pods.iter(), &set, &NoNamespaces).is_empty());
+        assert!(deletions_of(&pods, &set).is_empty());
     }
 }

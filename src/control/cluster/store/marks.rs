@@ -4,6 +4,24 @@
 
 use super::*;
 
+impl Inner {
+    /// A watch event of a pod the controller is deleting, older than the deletion (the echo of a
+    /// status patch made before it, the scheduler's update): the pod stays marked as being
+    /// deleted, or a pass meanwhile would take it for present and delete it again, with a second
+    /// Event (and its gang's other members, taken down by the same disruption, once more). The
+    /// mark ends when the watch shows the deletion or the pod gone, for another pod under the
+    /// name, or after [`ECHO_WAIT`].
+    pub(super) fn keep_deleting_mark(&mut self, key: &Key, record: &mut PodRecord) {
+        let Some((uid, since)) = self.deleting.get(key) else { return };
+        let echoed = record.terminating || record.finished;
+        if echoed || *uid != record.uid || since.elapsed() > ECHO_WAIT {
+            self.deleting.remove(key);
+        } else {
+            record.terminating = true;
+        }
+    }
+}
+
 impl ClusterState {
     /// Marks members released locally at `at` (seconds since the epoch), before the API
     /// confirms, so the next pass already counts their reservation.
@@ -109,8 +127,14 @@ impl ClusterState {
         }
         let mut record = record.clone();
         record.terminating = deleting;
+        let (key, uid) = (record.key(), record.uid.clone());
         // Re-indexed whole: the gang tallies count terminating members apart.
         inner.index(record);
+        if deleting {
+            inner.deleting.insert(key, (uid, std::time::Instant::now()));
+        } else {
+            inner.deleting.remove(&key);
+        }
     }
 
     /// Records that the pod's arrival is being written (`allot.dev/arrival`), so it is not
@@ -210,5 +234,39 @@ mod flight_tests {
         assert_eq!(landed.follow(0, now + ECHO_WAIT - Duration::from_millis(1)), 5);
         assert_eq!(landed.follow(3, now + ECHO_WAIT), 3, "waited out: the watch's");
         assert_eq!(landed, Flight::default());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::control::cluster::ClusterState;
+    use crate::control::cluster::watch_events::{Spec, Stand, make};
+
+    /// A pod the controller deletes stays marked as being deleted through watch events older
+    /// than the deletion (a status patch's echo), until the watch shows the deletion; not for
+    /// another pod made under the name, nor once the deletion failed.
+    #[test]
+    fn a_deletion_mark_outlives_older_watch_events() {
+        let state = ClusterState::default();
+        let pod = Spec { gang: Some((0, 2)), ..Spec::plain(0, Stand::Bound) };
+        let terminating = |state: &ClusterState| state.view().pod("ml", "p0").is_some_and(|p| p.terminating);
+        state.upsert_pod(make(&pod));
+        state.mark_deleting("ml", "p0", Some("uid-0-0"), true);
+        assert!(terminating(&state));
+        state.upsert_pod(make(&pod));
+        assert!(terminating(&state), "the echo of a patch made before the deletion");
+        assert_eq!(state.gang_tally("ml", "g0").live, 0, "no member present for its gang");
+        state.upsert_pod(make(&Spec { terminating: true, ..pod.clone() }));
+        state.upsert_pod(make(&pod));
+        assert!(!terminating(&state), "the watch showed the deletion: its view wins again");
+
+        state.mark_deleting("ml", "p0", Some("uid-0-0"), true);
+        state.upsert_pod(make(&Spec { generation: 1, ..pod.clone() }));
+        assert!(!terminating(&state), "another pod under the name");
+
+        state.mark_deleting("ml", "p0", Some("uid-0-1"), true);
+        state.mark_deleting("ml", "p0", Some("uid-0-1"), false);
+        state.upsert_pod(make(&Spec { generation: 1, ..pod }));
+        assert!(!terminating(&state), "the deletion failed");
     }
 }

@@ -39,6 +39,7 @@ impl ClusterState {
             let emptied = inner.unindex(key);
             inner.forget_owner_if_gone(emptied);
             inner.conditions_in_flight.remove(key);
+            inner.deleting.remove(key);
         }
         inner.pods.shrink_to_fit();
         inner.relisting = false;
@@ -78,8 +79,9 @@ impl ClusterState {
         for r in records {
             inner.index(r);
         }
-        let Inner { pods, conditions_in_flight, gangs, owner_gangs, owner_lookups, .. } = &mut *inner;
+        let Inner { pods, conditions_in_flight, deleting, gangs, owner_gangs, owner_lookups, .. } = &mut *inner;
         conditions_in_flight.retain(|k, _| pods.contains(&k.0, &k.1));
+        deleting.retain(|k, _| pods.contains(&k.0, &k.1));
         let alive =
             |(namespace, gang): &(String, String)| gangs.contains_key(&(Arc::from(namespace.as_str()), gang.clone()));
         owner_gangs.retain(|k, _| alive(k));

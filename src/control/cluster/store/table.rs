@@ -77,3 +77,25 @@ impl PodTable {
         self.namespaces.values_mut().for_each(HashMap::shrink_to_fit);
     }
 }
+
+impl ClusterView<'_> {
+    /// Every Pod the watch has seen (finished ones included), in no particular order.
+    pub fn pods(&self) -> impl Iterator<Item = &PodRecord> {
+        self.inner.pods.values()
+    }
+
+    /// One Pod, if the watch has seen it.
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<&PodRecord> {
+        self.inner.pods.get(namespace, name)
+    }
+
+    /// The Pods of one namespace (finished ones included): O(its pods).
+    pub fn pods_in(&self, namespace: &str) -> impl Iterator<Item = &PodRecord> {
+        self.inner.pods.in_namespace(namespace)
+    }
+
+    /// The namespaces with a Pod the watch has seen.
+    pub fn pod_namespaces(&self) -> impl Iterator<Item = &str> {
+        self.inner.pods.namespaces()
+    }
+}
