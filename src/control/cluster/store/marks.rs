@@ -128,12 +128,13 @@ impl ClusterState {
         let mut record = record.clone();
         record.terminating = deleting;
         let (key, uid) = (record.key(), record.uid.clone());
+        // The mark goes before the record is indexed again (which would keep it), and comes
+        // after (which, seeing the record terminating, would end it).
+        inner.deleting.remove(&key);
         // Re-indexed whole: the gang tallies count terminating members apart.
         inner.index(record);
         if deleting {
             inner.deleting.insert(key, (uid, std::time::Instant::now()));
-        } else {
-            inner.deleting.remove(&key);
         }
     }
 
@@ -266,7 +267,8 @@ mod tests {
 
         state.mark_deleting("ml", "p0", Some("uid-0-1"), true);
         state.mark_deleting("ml", "p0", Some("uid-0-1"), false);
+        assert!(!terminating(&state), "the deletion failed: present again at once");
         state.upsert_pod(make(&Spec { generation: 1, ..pod }));
-        assert!(!terminating(&state), "the deletion failed");
+        assert!(!terminating(&state), "and after the next watch event");
     }
 }
