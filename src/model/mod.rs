@@ -5,6 +5,7 @@
 //! ([`tally`]), namespaces' labels, JSON helpers and patches.
 
 pub mod apivalidation;
+pub mod clock;
 pub mod documents;
 pub mod dra;
 pub mod error;

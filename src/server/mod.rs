@@ -45,6 +45,7 @@ use crate::admission::reserve::{DeferringBook, Unreserved};
 use crate::admission::{self, Phase};
 use crate::control::cluster::ClusterState;
 use crate::control::quota::{LiveQuota, SharedLedger};
+use crate::model::clock::unix_now;
 use crate::model::namespaces::NamespaceLabels;
 use crate::model::policy::{self, Action, PolicySet};
 use metrics::{DecisionLabels, Metrics, RequestLabels, WebhookLabels};
@@ -611,11 +612,4 @@ async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
     state.metrics.ready.set(i64::from(readiness(&state).is_ok()));
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.encode())
         .into_response()
-}
-
-/// Seconds since the epoch (0 if the clock is before it).
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }

@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 
 use super::{ExplainError, Inputs, PodStatus, Report, Subject, Visibility};
 use crate::control::cluster::{ClusterState, PodRecord, node_info};
+pub use crate::model::clock::unix_now;
 use crate::model::namespaces::StaticNamespaces;
 use crate::model::policy::{self, PolicySet, Source};
 
@@ -414,9 +415,4 @@ async fn list_claims(
         }
     }
     Ok((objects, why))
-}
-
-/// Seconds since the epoch.
-pub fn unix_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }

@@ -17,6 +17,7 @@ use super::refusal::{RefusedLifts, admission_refusal};
 use crate::control::cluster::action::QUEUED_REASON;
 use crate::control::cluster::records::{condition_fingerprint, format_nanos};
 use crate::control::cluster::{CONDITION, ClusterState, ControllerAction, QUOTA_CONDITION};
+pub(super) use crate::model::clock::unix_now;
 use crate::model::gang::membership::{
     ARRIVAL_ANNOTATION, BORROWED_FROM_ANNOTATION, GATE, QUOTA_GATE, QUOTA_RELEASED_ANNOTATION, RELEASED_ANNOTATION,
 };
@@ -141,10 +142,6 @@ async fn stamp_arrivals(
         })
         .await;
     failed.into_inner()
-}
-
-pub(super) fn unix_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
 pub(super) fn is_status(e: &kube::Error, codes: &[u16]) -> bool {

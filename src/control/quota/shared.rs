@@ -55,6 +55,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 
 use super::ledger::{self, Ledger, Reconciled, Recount, SeenPod};
 use crate::admission::quota::{OwnedQuotaRequest, QuotaRequest, Refusal};
+use crate::model::clock::unix_now;
 use crate::model::policy::cohort::Cohort;
 use crate::model::policy::quota::Quota;
 
@@ -218,10 +219,6 @@ struct Waiting {
     key: String,
     deadline: Instant,
     answer: tokio::sync::oneshot::Sender<Result<(), Refusal>>,
-}
-
-fn unix_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
 fn unix_now_ms() -> i64 {

@@ -12,6 +12,7 @@
 use std::collections::BTreeSet;
 
 use super::*;
+use crate::model::clock::unix_now;
 
 /// How long (seconds, by creationTimestamp) a pod stays in the index of recently created pods:
 /// longer than the ledger's fold delay (a few seconds), with room for a small clock step.
@@ -130,10 +131,6 @@ impl PlainShape {
             claims: record.held_claims().iter().map(|c| (c.name.clone(), nonzero(&c.devices))).collect(),
         }
     }
-}
-
-fn unix_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
 impl ClusterView<'_> {
