@@ -61,9 +61,13 @@ impl<'p> TeamsByNamespace<'p> {
     }
 
     /// The namespace's team, if any (looked up once).
-    pub fn get(&mut self, namespace: &Arc<str>) -> Option<&'p Team> {
-        let (policies, labels) = (self.policies, self.labels);
-        *self.cache.entry(namespace.clone()).or_insert_with(|| team_of(policies, namespace, labels).team)
+    pub fn get(&mut self, namespace: &str) -> Option<&'p Team> {
+        if let Some(team) = self.cache.get(namespace) {
+            return *team;
+        }
+        let team = team_of(self.policies, namespace, self.labels).team;
+        self.cache.insert(Arc::from(namespace), team);
+        team
     }
 }
 

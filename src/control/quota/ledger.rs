@@ -41,6 +41,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use crate::admission::quota::{QuotaRequest, Refusal, asks, decide};
 use crate::model::dra::SharedClaims;
 use crate::model::policy::quota::Quota;
+use crate::model::quantity::Quantity;
 use crate::model::resources::ResourceList;
 use crate::model::tally::{GangTally, add_to};
 
@@ -681,7 +682,13 @@ fn with_claims_per_pod<'a>(quota: &Quota, request: &QuotaRequest<'a>) -> QuotaRe
 /// The requests of the resources `quota` counts (limits and their equivalents): all a ledger
 /// keeps of a pod.
 pub fn counted(quota: &Quota, requests: &ResourceList) -> ResourceList {
-    requests.iter().filter(|(k, v)| quota.counts(k, **v)).map(|(k, v)| (k.clone(), *v)).collect()
+    counted_pairs(quota, requests.iter().map(|(k, v)| (k.as_str(), *v)))
+}
+
+/// [`counted`] of (name, amount) pairs: a record's interned requests or claim devices, without
+/// a copy of them all first.
+pub fn counted_pairs<'a>(quota: &Quota, pairs: impl IntoIterator<Item = (&'a str, Quantity)>) -> ResourceList {
+    pairs.into_iter().filter(|(k, v)| quota.counts(k, *v)).map(|(k, v)| (k.to_string(), v)).collect()
 }
 
 /// How long a drain request is kept after it was made (seconds): only its holders act on it.

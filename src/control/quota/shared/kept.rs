@@ -5,14 +5,13 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::ledger::{self, Folded, Recount, Sighting};
-use super::reconciler::{counted_pod, deny_team_of};
+use super::ledger::{self, Folded, Recount, Sighting, counted_pairs};
+use super::reconciler::{counted_pod, deny_team};
 use crate::control::cluster::store::NamespaceFolds;
 use crate::control::cluster::{ClusterView, PodRecord};
-use crate::model::namespaces::NamespaceLabels;
-use crate::model::policy::PolicySet;
-use crate::model::policy::QuotaMode;
+use crate::model::namespaces::{NamespaceLabels, TeamsByNamespace};
 use crate::model::policy::quota::Quota;
+use crate::model::policy::{PolicySet, Team};
 use crate::model::quantity::Quantity;
 use crate::model::resources::ResourceList;
 use crate::model::tally::add_to;
@@ -30,16 +29,12 @@ pub fn recount_kept(
     asked: &BTreeMap<String, Vec<(String, String)>>,
     now: i64,
 ) -> BTreeMap<String, Recount> {
-    let mut out: BTreeMap<String, Recount> = policies
-        .teams
-        .iter()
-        .filter(|t| t.quota.as_ref().is_some_and(|q| q.mode == QuotaMode::Deny))
-        .map(|t| (t.name.clone(), Recount::kept(now)))
-        .collect();
+    let mut out: BTreeMap<String, Recount> =
+        policies.teams.iter().filter(|t| deny_team(t)).map(|t| (t.name.clone(), Recount::kept(now))).collect();
     if out.is_empty() {
         return out;
     }
-    let mut teams = Teams { policies, labels, of: HashMap::new() };
+    let mut teams = DenyTeams(TeamsByNamespace::new(policies, labels));
     let young_after = now - ledger::FOLD_DELAY_SECS;
     let mut young: HashMap<&str, Vec<&PodRecord>> = HashMap::new();
     for pod in view.created_after(young_after).filter(|p| !p.finished) {
@@ -86,20 +81,13 @@ pub fn recount_kept(
     out
 }
 
-/// Each namespace's deny-mode team, looked up once.
-struct Teams<'a> {
-    policies: &'a PolicySet,
-    labels: &'a dyn NamespaceLabels,
-    of: HashMap<String, Option<(String, Quota)>>,
-}
+/// Each namespace's deny-mode team and its quota, looked up once.
+struct DenyTeams<'p>(TeamsByNamespace<'p>);
 
-impl Teams<'_> {
-    fn of(&mut self, namespace: &str) -> Option<&(String, Quota)> {
-        if !self.of.contains_key(namespace) {
-            let team = deny_team_of(self.policies, self.labels, namespace);
-            self.of.insert(namespace.to_string(), team);
-        }
-        self.of.get(namespace)?.as_ref()
+impl<'p> DenyTeams<'p> {
+    fn of(&mut self, namespace: &str) -> Option<(&'p String, &'p Quota)> {
+        let team: &'p Team = self.0.get(namespace).filter(|t| deny_team(t))?;
+        Some((&team.name, team.quota.as_ref()?))
     }
 }
 
@@ -107,7 +95,7 @@ impl Teams<'_> {
 /// their counted devices: those of the first holder by name that is not too young to fold.
 fn counted_claims_by_namespace(
     view: &ClusterView<'_>,
-    teams: &mut Teams<'_>,
+    teams: &mut DenyTeams<'_>,
     young: &HashMap<&str, Vec<&PodRecord>>,
 ) -> HashMap<String, Vec<(String, ResourceList)>> {
     let young: HashSet<(&str, &str)> = young.values().flatten().map(|p| (&*p.namespace, &*p.name)).collect();
@@ -115,8 +103,7 @@ fn counted_claims_by_namespace(
     for (namespace, claim, mut holders) in view.shared_claims() {
         let Some((_, quota)) = teams.of(namespace) else { continue };
         let Some((_, devices)) = holders.find(|(pod, _)| !young.contains(&(namespace, *pod))) else { continue };
-        let counted: ResourceList =
-            devices.iter().filter(|(k, v)| quota.counts(k, *v)).map(|(k, v)| (k.to_string(), *v)).collect();
+        let counted = counted_pairs(quota, devices.iter().map(|(k, v)| (&**k, *v)));
         if !counted.is_empty() {
             out.entry(namespace.to_string()).or_default().push((claim.to_string(), counted));
         }
@@ -153,8 +140,7 @@ fn fold(
     for (gang, shapes) in &folds.gangs {
         let members = f.gangs.entry(gang.clone()).or_default();
         for ((requests, size), (count, terminating)) in shapes {
-            let counted: ResourceList =
-                requests.iter().filter(|(k, v)| quota.counts(k, *v)).map(|(k, v)| (k.to_string(), *v)).collect();
+            let counted = counted_pairs(quota, requests.iter().map(|(k, v)| (&**k, *v)));
             let slot = members.entry((counted, *size)).or_default();
             *slot = (slot.0.saturating_add(*count), slot.1.saturating_add(*terminating));
             f.pods = f.pods.saturating_add(*count);

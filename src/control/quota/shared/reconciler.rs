@@ -22,9 +22,8 @@ pub(super) fn deny_team_of(
     labels: &dyn crate::model::namespaces::NamespaceLabels,
     namespace: &str,
 ) -> Option<(String, Quota)> {
-    let t = crate::model::namespaces::team_of(policies, namespace, labels).team?;
-    let q = t.quota.as_ref().filter(|q| q.mode == crate::model::policy::QuotaMode::Deny)?;
-    Some((t.name.clone(), q.clone()))
+    let t = crate::model::namespaces::team_of(policies, namespace, labels).team.filter(|t| deny_team(t))?;
+    Some((t.name.clone(), t.quota.clone()?))
 }
 
 /// The team keeps a deny-mode quota (a ledger).
@@ -42,8 +41,7 @@ pub(super) fn counted_pod(
     pod: &crate::control::cluster::PodRecord,
     quota: &Quota,
 ) -> Option<(ResourceList, crate::model::dra::SharedClaims)> {
-    let requests: ResourceList =
-        pod.request_pairs().filter(|(k, v)| quota.counts(k, *v)).map(|(k, v)| (k.to_string(), v)).collect();
+    let requests = ledger::counted_pairs(quota, pod.request_pairs());
     let claims: crate::model::dra::SharedClaims =
         pod.held_claims().iter().map(|h| (h.name.to_string(), h.device_list())).collect();
     let claims = ledger::counted_claims(quota, &claims);
