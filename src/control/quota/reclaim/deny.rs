@@ -181,33 +181,30 @@ fn walk<'v>(
     type Gated<'v> = (Option<u32>, Vec<&'v PodRecord>);
     let mut gated: BTreeMap<(String, &'v str, &'v str), Gated<'v>> = BTreeMap::new();
     // Only the namespaces of the cohorts' teams are walked (the store keeps pods by namespace).
-    let namespaces: Vec<(&'v str, String)> = view
-        .pod_namespaces()
-        .filter_map(|ns| {
-            let team = team_of(policies, ns, labels).team?;
-            in_cohort.contains(team.name.as_str()).then(|| (ns, team.name.clone()))
-        })
-        .collect();
-    let pods = namespaces.into_iter().flat_map(|(ns, team)| view.pods_in(ns).map(move |p| (p, team.clone())));
-    for (pod, team) in pods.filter(|(p, _)| !p.finished) {
-        // The scheduler's preemption already makes room with it (for a pod of higher priority):
-        // counted as gone, so the room is not made twice.
-        if pod.disruption == Some(DisruptionCause::PreemptionByScheduler) {
-            continue;
+    for namespace in view.pod_namespaces() {
+        let team = team_of(policies, namespace, labels).team.filter(|t| in_cohort.contains(t.name.as_str()));
+        let Some(team) = team else { continue };
+        let seen = by_team.entry(team.name.clone()).or_default();
+        for pod in view.pods_in(namespace).filter(|p| !p.finished) {
+            // The scheduler's preemption already makes room with it (for a pod of higher
+            // priority): counted as gone, so the room is not made twice.
+            if pod.disruption == Some(DisruptionCause::PreemptionByScheduler) {
+                continue;
+            }
+            if let Some((gang, size)) = gang_gated(view, pod) {
+                let entry = gated.entry((team.name.clone(), namespace, gang)).or_default();
+                entry.0 = entry.0.or(size);
+                entry.1.push(pod);
+                continue;
+            }
+            let waiting = pod.node_name.is_none()
+                && !pod.terminating
+                && pod.gate_index.is_none()
+                && pod.quota_gate_index.is_none()
+                && !pod.other_gates
+                && pod.gang.is_none();
+            seen.push(Seen::pod(pod, waiting));
         }
-        if let Some((gang, size)) = gang_gated(view, pod) {
-            let entry = gated.entry((team.clone(), &*pod.namespace, gang)).or_default();
-            entry.0 = entry.0.or(size);
-            entry.1.push(pod);
-            continue;
-        }
-        let waiting = pod.node_name.is_none()
-            && !pod.terminating
-            && pod.gate_index.is_none()
-            && pod.quota_gate_index.is_none()
-            && !pod.other_gates
-            && pod.gang.is_none();
-        by_team.entry(team).or_default().push(Seen::pod(pod, waiting));
     }
     // A gang waits for the nodes once all its members are there; until then they are usage.
     for ((team, _, _), (size, members)) in gated {
