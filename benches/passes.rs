@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use allot::control::cluster::ControllerAction;
 use allot::control::cluster::{ClusterState, PodRecord, node_info};
 use allot::control::gang::snapshot::{GangSnapshot, snapshot_by_walking};
+use allot::control::gang::victims::{running_units, running_units_by_walking};
 use allot::control::quota::queue::QuotaQueue;
 use allot::control::quota::reclaim::{Memory, deny, deny_pass};
 use allot::control::quota::shared::{recount_by_team_at, recount_kept};
@@ -47,6 +48,11 @@ fn pod(namespace: &str, name: &str, extra: serde_json::Value) -> k8s_openapi::ap
 /// 100,000 pods on 5,000 nodes (a tenth of them pending, not Allot's), 1,000 gangs of 4 with
 /// 3 members behind the gang gate, 100 pods behind the quota gate of a team with room for 8.
 fn cluster(p: &PolicySet) -> ClusterState {
+    cluster_with(p, &|_| 0)
+}
+
+/// [`cluster`], its 100,000 pods of priority `priority(i)`.
+fn cluster_with(p: &PolicySet, priority: &dyn Fn(usize) -> i32) -> ClusterState {
     let state = ClusterState::default();
     let node = |n: usize| {
         let node = serde_json::json!({"metadata": {"name": format!("node-{n}")},
@@ -58,9 +64,9 @@ fn cluster(p: &PolicySet) -> ClusterState {
     let mut add = |pod| records.push(PodRecord::from_pod(&pod, p, &NoNamespaces).expect("record"));
     for i in 0..RUNNING {
         let on_node = if i % 10 == 9 {
-            serde_json::json!({})
+            serde_json::json!({"spec": {"priority": priority(i)}})
         } else {
-            serde_json::json!({"spec": {"nodeName": format!("node-{}", (i / 10) % NODES)}})
+            serde_json::json!({"spec": {"nodeName": format!("node-{}", (i / 10) % NODES), "priority": priority(i)}})
         };
         add(pod(&format!("team-{}", i % 200), &format!("run-{i}"), on_node));
     }
@@ -121,6 +127,7 @@ fn passes(c: &mut Criterion) {
     });
     deny_cohort(&mut group);
     deny_recount(&mut group);
+    victims(&mut group, &p);
     group.finish();
 }
 
@@ -181,6 +188,30 @@ fn deny_recount(group: &mut criterion::BenchmarkGroup<'_, criterion::measurement
     group.bench_function("deny-recount-walk-100000-pods-1000-gangs", |b| {
         b.iter(|| recount_by_team_at(&state.view(), &deny, &NoNamespaces, std::hint::black_box(now)))
     });
+}
+
+/// What a preemption may evict, read from the running pods the view keeps by namespace and
+/// priority against the walk over every pod: a tenth of the 90,000 running pods below the
+/// preemptor's priority, then all of them (a reclaim reads every running unit of its cohort).
+fn victims(group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>, p: &PolicySet) {
+    let state = cluster_with(p, &|i| if i % 10 == 0 { 0 } else { 1_000 });
+    for (below, label) in [(500, "10000-below"), (i32::MAX, "90000-below")] {
+        let view = state.view();
+        let mut read = running_units(&view, p, &NoNamespaces, below, &|_| true, NOW);
+        read.sort_by(|a, b| a.key.cmp(&b.key));
+        let walked = running_units_by_walking(&view, p, &NoNamespaces, below, &|_| true, NOW);
+        assert_eq!(read, walked, "the same units");
+        assert_eq!(read.len(), if below == 500 { 10_000 } else { 90_000 }, "running pods below {below}");
+        drop(view);
+        group.bench_function(format!("victims-index-100000-pods-{label}"), |b| {
+            b.iter(|| running_units(&state.view(), p, &NoNamespaces, std::hint::black_box(below), &|_| true, NOW))
+        });
+        group.bench_function(format!("victims-walk-100000-pods-{label}"), |b| {
+            b.iter(|| {
+                running_units_by_walking(&state.view(), p, &NoNamespaces, std::hint::black_box(below), &|_| true, NOW)
+            })
+        });
+    }
 }
 
 criterion_group!(benches, passes);

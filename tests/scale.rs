@@ -1,7 +1,9 @@
 //! Allot at cluster scale (issue 18), on a real kube-apiserver + etcd (skipped without the
 //! envtest binaries): `allot serve` registered as both webhooks, one Team owning 20 namespaces
-//! with a large deny quota, N one-GPU pods created through it by concurrent clients (no
-//! scheduler: they stay Pending). Prints what Allot's memory does — RSS empty, grown at N, and
+//! with a large deny quota, N one-GPU pods created through it by concurrent clients, then bound
+//! to 5,000 node names through the `binding` subresource, as the scheduler binds them (no
+//! kubelet runs, so they stay Pending, but Allot holds them as running on their nodes, as on a
+//! full cluster: the nodes' loads and the running pods a preemption reads). Prints what Allot's memory does — RSS empty, grown at N, and
 //! after a restart at N (peak while its caches fill, settled, time to settle, /readyz not ready
 //! before the cache holds every pod) — and pod creates/s with Allot as a ratio to no webhook,
 //! at 0 and at N pods, alternated in the same run.
@@ -36,6 +38,8 @@ mod support;
 mod allot_process;
 #[path = "scale/baseline.rs"]
 mod baseline;
+#[path = "scale/bind.rs"]
+mod bind;
 #[path = "scale/gangs.rs"]
 mod gangs;
 #[path = "scale/transport.rs"]
@@ -64,6 +68,8 @@ use webhooks::{create_ratio, probe, webhook_configs};
 
 /// Namespaces the scale team owns.
 const NAMESPACES: usize = 20;
+/// The node names the pods are bound to (Kubernetes' tested 5,000 nodes; no Node objects).
+pub(crate) const NODE_NAMES: usize = 5_000;
 /// A namespace of no team: a GPU pod there is denied by Allot, admitted without it (the probe
 /// that tells when the API server has picked up a webhook change).
 const PROBE_NAMESPACE: &str = "scale-probe";
@@ -356,6 +362,10 @@ async fn allot_at_scale() {
 
     let (ratio_n, with_n, without_n) = create_ratio(&client, &configs, &settings, &mut next).await;
     wait_tracked(&allot, next, Duration::from_secs(120)).await;
+    // Every pod bound to a node, as the scheduler would (after the creates/s comparison, which
+    // times creates alone), and Allot seeing each bound.
+    let bind_secs = bind::bind_pods(&client, next, settings.clients).await;
+    bind::wait_bound(&allot, next, Duration::from_secs(300)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (rss_grown, _, anon_grown) = allot.memory_with_anon();
     let grown_pods = next;
@@ -387,10 +397,12 @@ async fn allot_at_scale() {
     };
     println!(
         "== allot at scale: {grown_pods} pods ({} filled through Allot at {fill_rate:.0}/s, {} clients; \
-         {} creates the deny-mode ledger refused failing closed, retried, so far)",
+         {} creates the deny-mode ledger refused failing closed, retried, so far; all bound to \
+         {} node names in {bind_secs:.1} s)",
         settings.pods,
         settings.clients,
-        RETRIED.load(Ordering::Relaxed)
+        RETRIED.load(Ordering::Relaxed),
+        NODE_NAMES.min(grown_pods)
     );
     println!("allot binary: {}", settings.allot.display());
     println!(

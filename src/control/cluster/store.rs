@@ -56,7 +56,7 @@ pub use folds::{MemberShape, NamespaceFolds, PlainGroup, PlainShape, RECENT_SECS
 mod gates;
 pub use gates::{Gate, GateGauge};
 mod in_play;
-pub use in_play::{preempted_on_node, queued, takes_part};
+pub use in_play::{preempted_on_node, queued, runs, takes_part};
 mod marks;
 mod owners;
 mod relist;

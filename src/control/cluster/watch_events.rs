@@ -50,6 +50,8 @@ pub(crate) struct Spec {
     pub(crate) preempted: bool,
     /// It carries `allot.dev/borrowed-from`.
     pub(crate) borrowed: bool,
+    /// Its priority (a gang's members may differ, as a tenant may make them).
+    pub(crate) priority: i32,
 }
 
 impl Spec {
@@ -69,6 +71,7 @@ impl Spec {
             told_late: false,
             preempted: false,
             borrowed: false,
+            priority: 0,
         }
     }
 }
@@ -109,7 +112,14 @@ pub(crate) fn arb_spec() -> impl Strategy<Value = Spec> {
         any::<bool>(),
         prop::collection::vec((0..3usize, 0..3i64), 0..3),
         prop_oneof![Just(0i64), Just(10), Just(20)],
-        (prop::option::of((0..3usize, 1..4u32)), 0..2usize, any::<bool>(), any::<bool>(), any::<bool>()),
+        (
+            prop::option::of((0..3usize, 1..4u32)),
+            0..2usize,
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+            prop_oneof![Just(0i32), Just(100), Just(1_000)],
+        ),
     )
         .prop_map(
             |(
@@ -121,7 +131,7 @@ pub(crate) fn arb_spec() -> impl Strategy<Value = Spec> {
                 terminating,
                 claims,
                 created,
-                (gang, node, told_late, preempted, borrowed),
+                (gang, node, told_late, preempted, borrowed, priority),
             )| {
                 Spec {
                     namespace,
@@ -137,6 +147,7 @@ pub(crate) fn arb_spec() -> impl Strategy<Value = Spec> {
                     told_late,
                     preempted,
                     borrowed,
+                    priority,
                 }
             },
         )
@@ -203,6 +214,7 @@ pub(crate) fn make(spec: &Spec) -> PodRecord {
     r.told_start_timeout = spec.told_late;
     r.disruption = spec.preempted.then_some(DisruptionCause::PreemptionByAllot);
     r.borrowed_mark = spec.borrowed;
+    r.priority = spec.priority;
     r
 }
 

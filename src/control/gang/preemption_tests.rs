@@ -48,7 +48,7 @@ fn running_work_is_read_as_plain_pods_and_whole_gangs_below_the_preemptor() {
         plain_on("important", "n2", 900),
     ];
     let state = cluster(&p, &pods);
-    let mut units = running_units(&state.view(), &p, &NoNamespaces, 100, NOW);
+    let mut units = running_units(&state.view(), &p, &NoNamespaces, 100, &|_| true, NOW);
     units.sort_by(|a, b| a.key.cmp(&b.key));
     let keys: Vec<String> = units.iter().map(|u| u.key.to_string()).collect();
     assert_eq!(keys, ["pod ml/solo", "gang ml/g"]);
@@ -83,7 +83,7 @@ fn a_gang_starting_or_going_is_no_victim_and_min_runtime_protects_the_new() {
         deleted,
     ];
     let state = cluster(&p, &pods);
-    let mut units = running_units(&state.view(), &p, &NoNamespaces, 100, NOW);
+    let mut units = running_units(&state.view(), &p, &NoNamespaces, 100, &|_| true, NOW);
     units.sort_by(|a, b| a.key.cmp(&b.key));
     assert_eq!(units.iter().map(|u| u.key.to_string()).collect::<Vec<_>>(), ["gang ml/ok", "gang ml/x"]);
     assert_eq!(units[0].evictable_from, seconds("2026-11-20T10:00:00Z") + 3600);
@@ -96,7 +96,7 @@ fn a_release_time_forged_into_the_future_does_not_protect_a_gang() {
     let mut forged = running_member("f-0", "f", "n1", 0);
     forged["metadata"]["annotations"]["allot.dev/gang-released"] = json!("2099-01-01T00:00:00Z");
     let state = cluster(&p, &[forged]);
-    let units = running_units(&state.view(), &p, &NoNamespaces, 100, NOW);
+    let units = running_units(&state.view(), &p, &NoNamespaces, 100, &|_| true, NOW);
     // Counted from its creation, which the API server set.
     assert_eq!(units[0].started, seconds("2026-11-20T09:00:00Z"));
 }

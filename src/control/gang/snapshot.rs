@@ -255,9 +255,14 @@ fn assemble(
     // Running work is read only when some complete waiting gang could evict it (a walk over
     // the pods): below the highest priority among them, nothing else can be a victim.
     let complete = |g: &&WaitingGang| g.held_by.is_none() && g.expected.is_some_and(|n| g.present() >= u64::from(n));
-    let preempting = gangs.iter().filter(|g| g.preemptor.is_some()).filter(complete).map(|g| g.priority).max();
-    let running =
-        preempting.map(|below| super::victims::running_units(view, policies, labels, below, now)).unwrap_or_default();
+    let preemptors: Vec<&WaitingGang> = gangs.iter().filter(|g| g.preemptor.is_some()).filter(complete).collect();
+    let preempting = preemptors.iter().map(|g| g.priority).max();
+    // Only the namespaces whose teams some preemptor may evict from.
+    let in_reach =
+        |team: Option<&str>| preemptors.iter().filter_map(|g| g.preemptor.as_ref()).any(|p| p.may_evict(team));
+    let running = preempting
+        .map(|below| super::victims::running_units(view, policies, labels, below, &in_reach, now))
+        .unwrap_or_default();
     let preemptions = super::victims::preemptions_shown(view);
     // By name: the watch's order is not stable, the plan's actions must be.
     told_late.sort_by(|a, b| (&a.gang, &a.name).cmp(&(&b.gang, &b.name)));

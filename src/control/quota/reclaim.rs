@@ -220,7 +220,11 @@ fn reclaims_with(
     }
     let quota_of = |team: &str| policies.teams.iter().find(|t| t.name == team).and_then(|t| t.quota.as_ref());
     let leaving = leaving_by_team(memory.leaving(view, now).into_values(), policies, labels);
-    let mut units = running_units(view, policies, labels, i32::MAX, now);
+    // Only the cohorts' teams' work can be reclaimed (`candidates`): no other namespace is read.
+    let in_reach = |team: Option<&str>| {
+        team.is_some_and(|t| asks.iter().any(|a| a.usage.cohort().members.iter().any(|m| m.team == t)))
+    };
+    let mut units = running_units(view, policies, labels, i32::MAX, &in_reach, now);
     units.extend(extra.iter().cloned());
     let mut out = Vec::new();
     for ask in asks {

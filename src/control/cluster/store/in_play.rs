@@ -6,6 +6,8 @@
 //! - the pods in the quota queue (present, behind Allot's quota gate);
 //! - the victims of Allot's preemption still terminating on their nodes;
 //! - the released gang members a disruption is taking ([`PodRecord::disrupts_gang`]);
+//! - the running pods ([`runs`]) by namespace and priority: what a preemption or a reclaim may
+//!   evict, read without the pods above the preemptor's priority or outside its reach;
 //! - what bound pods take on each node, a shared claim once, on the node of its holder whose
 //!   name sorts first, with that holder's devices (a rule that depends only on who holds the
 //!   claim now, so a walk in name order gives the same sums).
@@ -30,6 +32,8 @@ pub(super) struct InPlay {
     quota_queue: std::collections::HashSet<Key>,
     preempted: std::collections::HashSet<Key>,
     disrupting: std::collections::HashSet<Key>,
+    /// namespace → priority → the names of its running pods ([`runs`]).
+    running: HashMap<Arc<str>, BTreeMap<i32, std::collections::HashSet<Arc<str>>>>,
     /// node → what its bound, non-finished pods request (terminating ones still hold it).
     nodes: HashMap<Arc<str>, Load>,
     /// (namespace, shared claim) → its bound holders: name → (node, devices).
@@ -50,6 +54,11 @@ pub fn queued(p: &PodRecord) -> bool {
 /// A victim of Allot's preemption still on its node.
 pub fn preempted_on_node(p: &PodRecord) -> bool {
     !p.finished && p.terminating && p.node_name.is_some() && p.disruption == Some(DisruptionCause::PreemptionByAllot)
+}
+
+/// Running: bound and present (not terminating, not finished).
+pub fn runs(p: &PodRecord) -> bool {
+    p.present() && p.node_name.is_some()
 }
 
 impl InPlay {
@@ -84,6 +93,9 @@ impl InPlay {
                 set.remove(&key());
             }
         }
+        if runs(record) {
+            self.running_delta(record, sign);
+        }
         let Some(node) = &record.node_name else { return };
         let load = self.nodes.entry(node.clone()).or_default();
         for (name, q) in &record.requests {
@@ -98,6 +110,22 @@ impl InPlay {
             if !held[..i].iter().any(|c| c.name == claim.name) {
                 self.claim_delta(record, node, claim, sign);
             }
+        }
+    }
+
+    fn running_delta(&mut self, record: &PodRecord, sign: i128) {
+        let by_priority = self.running.entry(record.namespace.clone()).or_default();
+        let names = by_priority.entry(record.priority).or_default();
+        if sign > 0 {
+            names.insert(record.name.clone());
+        } else {
+            names.remove(&record.name);
+        }
+        if names.is_empty() {
+            by_priority.remove(&record.priority);
+        }
+        if by_priority.is_empty() {
+            self.running.remove(&record.namespace);
         }
     }
 
@@ -158,6 +186,19 @@ impl ClusterView<'_> {
     /// particular order.
     pub fn disrupting_pods(&self) -> impl Iterator<Item = &PodRecord> {
         self.records(self.in_play().disrupting.iter())
+    }
+
+    /// The namespaces with a running pod ([`runs`]), in no particular order.
+    pub fn running_namespaces(&self) -> impl Iterator<Item = &str> {
+        self.in_play().running.keys().map(|ns| &**ns)
+    }
+
+    /// The running pods ([`runs`]) of `namespace` whose priority is below `below`, lowest
+    /// priority first (in no particular order within one).
+    pub fn running_below(&self, namespace: &str, below: i32) -> impl Iterator<Item = &PodRecord> {
+        let by_priority = self.in_play().running.get(namespace);
+        let names = by_priority.into_iter().flat_map(move |p| p.range(..below)).flat_map(|(_, names)| names);
+        names.filter_map(move |name| self.inner.pods.get(namespace, name))
     }
 
     /// Every pod of a gang the watch has seen (finished ones included), in name order.

@@ -51,7 +51,7 @@ proptest! {
     /// are those a filter over every pod finds.
     #[test]
     fn the_kept_pods_in_play_equal_a_filter(steps in prop::collection::vec(arb_step(), 1..40)) {
-        use crate::control::cluster::store::{preempted_on_node, queued, takes_part};
+        use crate::control::cluster::store::{preempted_on_node, queued, runs, takes_part};
         let state = ClusterState::default();
         for (i, step) in steps.iter().enumerate() {
             apply(&state, step);
@@ -66,6 +66,13 @@ proptest! {
             prop_assert_eq!(names(&mut view.quota_queue_pods()), filtered(queued), "after step {}: {:?}", i, step);
             prop_assert_eq!(names(&mut view.preempted_pods()), filtered(preempted_on_node), "after step {}: {:?}", i, step);
             prop_assert_eq!(names(&mut view.disrupting_pods()), filtered(PodRecord::disrupts_gang), "after step {}: {:?}", i, step);
+            // The running pods below each priority the generator draws, and none at or above it.
+            for below in [0, 100, 1_000, i32::MAX] {
+                let kept = names(&mut view.running_namespaces().flat_map(|ns| view.running_below(ns, below)));
+                let walked = names(&mut view.pods().filter(|p| runs(p) && p.priority < below));
+                prop_assert_eq!(kept, walked, "below {} after step {}: {:?}", below, i, step);
+            }
+            prop_assert!(view.running_namespaces().all(|ns| view.running_below(ns, i32::MAX).next().is_some()));
             // The pods by namespace are the pods, each found by name.
             let by_namespace = names(&mut view.pod_namespaces().flat_map(|ns| view.pods_in(ns)));
             prop_assert_eq!(&by_namespace, &names(&mut view.pods()), "after step {}: {:?}", i, step);

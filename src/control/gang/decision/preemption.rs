@@ -151,6 +151,14 @@ pub struct Preemptor {
     pub other_teams: bool,
 }
 
+impl Preemptor {
+    /// Whether it may evict work of `team` (`None`: a namespace of no team): its own team's if
+    /// `within_team`, anyone else's if `other_teams` (the search's rule, over team names).
+    pub fn may_evict(&self, team: Option<&str>) -> bool {
+        if team.is_some() && team == self.team.as_deref() { self.within_team } else { self.other_teams }
+    }
+}
+
 /// A preemption in flight: victims Allot evicted that are not gone yet, or all gone but the
 /// gang not released yet.
 #[derive(Debug, Clone, PartialEq)]
