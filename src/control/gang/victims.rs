@@ -87,7 +87,7 @@ fn gang_unit(
     now: i64,
 ) -> Option<RunningUnit> {
     let mut pods = Vec::new();
-    let (mut priority, mut started) = (seen.priority, i64::MIN);
+    let (mut priority, mut started) = (i32::MIN, i64::MIN);
     for m in view.gang_pods(&seen.namespace, gang).filter(|m| !m.finished) {
         let Some(node) = m.node_name.as_ref().filter(|_| m.present()) else {
             let starting = !m.terminating && m.gate_index.is_none();
