@@ -252,8 +252,9 @@ fn assemble(
             finish(g, gf, &nodes)
         })
         .collect::<Vec<WaitingGang>>();
-    // Running work is read only when some complete waiting gang could evict it (a walk over
-    // the pods): below the highest priority among them, nothing else can be a victim.
+    // Running work is read only when some complete waiting gang could evict it: below the
+    // highest priority among them (nothing else can be a victim), from the running pods the
+    // store keeps by namespace and priority.
     let complete = |g: &&WaitingGang| g.held_by.is_none() && g.expected.is_some_and(|n| g.present() >= u64::from(n));
     let preemptors: Vec<&WaitingGang> = gangs.iter().filter(|g| g.preemptor.is_some()).filter(complete).collect();
     let preempting = preemptors.iter().map(|g| g.priority).max();
