@@ -144,14 +144,8 @@ async fn create_pods(client: &kube::Client, from: usize, count: usize, clients: 
                     "spec": {"containers": [{"name": "w", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
                 });
                 for attempt in 1..=ATTEMPTS {
-                    let request = axum::http::Request::post(format!("/api/v1/namespaces/{ns}/pods"))
-                        .header("content-type", "application/json")
-                        .body(serde_json::to_vec(&body).unwrap_or_default());
-                    let error = match request {
-                        Ok(r) => client.request_text(r).await.err().map(|e| format!("{ns}/p-{i}: {e}")),
-                        Err(e) => Some(e.to_string()),
-                    };
-                    match error {
+                    let error = post_json(&client, &format!("/api/v1/namespaces/{ns}/pods"), &body).await;
+                    match error.map(|e| format!("{ns}/p-{i}: {e}")) {
                         Some(e) if e.contains("deny-mode quota fails closed") && attempt < ATTEMPTS => {
                             RETRIED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
@@ -167,6 +161,17 @@ async fn create_pods(client: &kube::Client, from: usize, count: usize, clients: 
         .collect()
         .await;
     (started.elapsed().as_secs_f64(), failures)
+}
+
+/// POSTs `body` as JSON to the API server's `path`: `None` when it is accepted, else the error.
+pub(crate) async fn post_json(client: &kube::Client, path: &str, body: &serde_json::Value) -> Option<String> {
+    let request = axum::http::Request::post(path)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(body).unwrap_or_default());
+    match request {
+        Ok(r) => client.request_text(r).await.err().map(|e| e.to_string()),
+        Err(e) => Some(e.to_string()),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

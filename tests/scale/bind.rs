@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::allot_process::Allot;
 use super::support::cluster::metric;
-use super::{NAMESPACES, NODE_NAMES};
+use super::{NAMESPACES, NODE_NAMES, post_json};
 
 /// Binds pods `p-0` .. `p-{count-1}` to `node-0000` .. (round robin over [`NODE_NAMES`]) with
 /// `clients` requests in flight; returns the seconds it took. Any failure fails the run.
@@ -24,13 +24,8 @@ pub(crate) async fn bind_pods(client: &kube::Client, count: usize, clients: usiz
                     "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
                     "target": {"apiVersion": "v1", "kind": "Node", "name": format!("node-{:04}", i % NODE_NAMES)}
                 });
-                let request = axum::http::Request::post(format!("/api/v1/namespaces/{ns}/pods/{name}/binding"))
-                    .header("content-type", "application/json")
-                    .body(serde_json::to_vec(&body).unwrap_or_default());
-                match request {
-                    Ok(r) => client.request_text(r).await.err().map(|e| format!("{ns}/{name}: {e}")),
-                    Err(e) => Some(e.to_string()),
-                }
+                let path = format!("/api/v1/namespaces/{ns}/pods/{name}/binding");
+                post_json(&client, &path, &body).await.map(|e| format!("{ns}/{name}: {e}"))
             }
         })
         .buffer_unordered(clients)

@@ -152,10 +152,15 @@ pub struct Preemptor {
 }
 
 impl Preemptor {
-    /// Whether it may evict work of `team` (`None`: a namespace of no team): its own team's if
-    /// `within_team`, anyone else's if `other_teams` (the search's rule, over team names).
+    /// Whether it may evict work of `team` (`None`: a namespace of no team), by team name.
     pub fn may_evict(&self, team: Option<&str>) -> bool {
-        if team.is_some() && team == self.team.as_deref() { self.within_team } else { self.other_teams }
+        self.may_evict_work(team.is_some() && team == self.team.as_deref())
+    }
+
+    /// Whether it may evict work of its own team (`own`) or of anyone else (a namespace of no
+    /// team included): the one rule, whoever names the teams.
+    pub fn may_evict_work(&self, own: bool) -> bool {
+        if own { self.within_team } else { self.other_teams }
     }
 }
 

@@ -97,10 +97,9 @@ impl Eligible<'_> {
             && self.may_evict(candidates.team_of[v])
     }
 
-    /// Its own team's work if `within_team`, anyone else's (a namespace of no team included) if
-    /// `other_teams`.
+    /// [`Preemptor::may_evict_work`], the teams by their index among the candidates'.
     fn may_evict(&self, team: Option<usize>) -> bool {
-        if team.is_some() && team == self.team { self.preemptor.within_team } else { self.preemptor.other_teams }
+        self.preemptor.may_evict_work(team.is_some() && team == self.team)
     }
 }
 
