@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use allot::control::cluster::{NodeInfo, PodShape};
+use allot::control::cluster::{NodeInfo, Placement, PodShape};
 use allot::control::gang::decision::{GangKey, Member, Snapshot, WaitingGang, decide};
 use allot::model::quantity::Quantity;
 use allot::model::resources::ResourceMatcher;
@@ -59,20 +59,21 @@ fn snapshot() -> Snapshot {
         .map(|g| {
             let members = 2 + g % 7;
             let gpus = 1 + (g % 4) as i64;
-            let shape = PodShape {
-                requests: BTreeMap::from([
-                    ("nvidia.com/gpu".to_string(), q(gpus)),
-                    ("cpu".to_string(), q(4)),
-                    ("pods".to_string(), q(1)),
-                ]),
+            let requests = BTreeMap::from([
+                ("nvidia.com/gpu".to_string(), q(gpus)),
+                ("cpu".to_string(), q(4)),
+                ("pods".to_string(), q(1)),
+            ]);
+            let placement = Placement {
                 node_selector: BTreeMap::from([("node-type".to_string(), pools[g % 4].to_string())]),
-                affinity: None,
                 tolerations: vec![Toleration {
                     key: Some("nvidia.com/gpu".into()),
                     operator: Some("Exists".into()),
                     ..Default::default()
                 }],
+                ..Placement::default()
             };
+            let shape = PodShape::new(requests, placement);
             WaitingGang {
                 key: GangKey { namespace: format!("team-{}", g % 20), name: format!("gang-{g}") },
                 expected: Some(members as u32),

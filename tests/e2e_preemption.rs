@@ -204,6 +204,7 @@ async fn low_priority_gangs_are_evicted_whole_never_in_part() {
         .await;
         wait_bound(&admin, "vision", &[&format!("{gang}-0"), &format!("{gang}-1")], Duration::from_secs(30)).await;
     }
+    shield_refused(&admin, &pods).await;
     create_all(&pods, vec![member("high-0", "high", 2, "high-priority"), member("high-1", "high", 2, "high-priority")])
         .await;
     // Never part of a gang: each low gang has both members or neither (that is not going),
@@ -245,6 +246,34 @@ async fn low_priority_gangs_are_evicted_whole_never_in_part() {
     assert_eq!(preempted.len(), 2, "{preempted:?}");
     assert!(preempted.iter().all(|(_, note)| note.contains("is evicted whole")), "{preempted:?}");
     kubelet.abort();
+}
+
+/// A tenant cannot shield a low-priority gang by giving one member a high class (a gang at or
+/// above its preemptor's priority is no victim, and one member sets a gang's priority): the
+/// member that differs is refused at CREATE, and nothing is created.
+async fn shield_refused(admin: &kube::Client, pods: &Api<Pod>) {
+    create_all(pods, vec![member("mixed-0", "mixed", 2, "low-priority")]).await;
+    // Allot's view has the first member once its controller says the gang waits for one more.
+    let all: Api<Pod> = Api::namespaced(admin.clone(), "vision");
+    wait_for("mixed-0 seen waiting", Duration::from_secs(30), || async {
+        all.get("mixed-0").await.ok().and_then(|p| gang_condition(&p)).is_some_and(|(status, ..)| status == "False")
+    })
+    .await;
+    let refused = pods.create(&PostParams::default(), &member("mixed-1", "mixed", 2, "high-priority")).await;
+    let message = match refused {
+        Err(kube::Error::Api(e)) => e.message,
+        other => panic!("a gang member of another priority class was not refused: {other:?}"),
+    };
+    assert!(
+        message.contains("this pod has priorityClassName high-priority, member mixed-0 has low-priority"),
+        "{message}"
+    );
+    assert!(!names(admin, "vision").await.contains("mixed-1"), "nothing is created");
+    pods.delete("mixed-0", &DeleteParams::default()).await.expect("delete");
+    wait_for("mixed-0 gone", Duration::from_secs(30), || async {
+        all.get_opt("mixed-0").await.ok().flatten().is_none()
+    })
+    .await;
 }
 
 const TEAMS: &str = "apiVersion: allot.dev/v1alpha1

@@ -53,7 +53,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use allot_process::{Allot, mib, paged_list_secs, restart, threads_of, wait_tracked};
+use allot_process::{Allot, mib, paged_list_secs, restart, restart_each, threads_of, wait_tracked};
 use baseline::{
     ALLOT_PATCH, Baseline, Contender, Tally, Watched, baseline_ratio, comparison_report, patch_values_present,
 };
@@ -376,18 +376,10 @@ async fn allot_at_scale() {
     let grown_pods = next;
 
     // Other builds (another allocator, the code before a change) restarted on the same cluster,
-    // for a same-run comparison: ALLOT_SCALE_COMPARE="label=path,label=path".
-    let mut compared = Vec::new();
-    for entry in std::env::var("ALLOT_SCALE_COMPARE").unwrap_or_default().split(',').filter(|e| !e.is_empty()) {
-        let (label, bin) = entry.split_once('=').unwrap_or((entry, entry));
-        if !Path::new(bin).is_file() {
-            println!("restart of {label}: skipped, {bin} does not exist");
-            continue;
-        }
-        let (after, figures) = restart(allot, Path::new(bin), &settings, &dir, &plane.kubeconfig, port, next).await;
-        allot = after;
-        compared.push((label.to_string(), figures));
-    }
+    // for a same-run comparison.
+    let builds = allot_process::builds_to_compare();
+    let (after, compared) = restart_each(allot, &builds, &settings, &dir, &plane.kubeconfig, port, next).await;
+    allot = after;
     let (list_secs, list_pages) = paged_list_secs(&client, false).await;
     let (cached_list_secs, cached_list_pages) = paged_list_secs(&client, true).await;
     let (allot_after, restart) = restart(allot, &settings.allot, &settings, &dir, &plane.kubeconfig, port, next).await;
@@ -440,15 +432,8 @@ async fn allot_at_scale() {
         restart.settled_after,
         restart.peak as f64 / restart.settled.max(1) as f64
     );
-    for (label, r) in &compared {
-        println!(
-            "restart of {label}: ready after {:.2} s, peak {:.1} MiB, settled {:.1} MiB after {:.2} s (ready while under-filled: {})",
-            r.ready_after,
-            mib(r.peak),
-            mib(r.settled),
-            r.settled_after,
-            r.ready_too_early
-        );
+    for ((label, _), r) in builds.iter().zip(&compared) {
+        println!("restart of {label}: {}", r.summary());
     }
     println!("creates/s at 0 pods:  with Allot {with_0:7.1}, without {without_0:7.1}, ratio {ratio_0:.3}");
     println!("creates/s at N pods:  with Allot {with_n:7.1}, without {without_n:7.1}, ratio {ratio_n:.3}");
@@ -467,6 +452,12 @@ async fn allot_at_scale() {
     // What the gangs cost at rest: Allot restarted again with them waiting, against the restart
     // without them (same cluster, same build).
     let with_gangs = next + waiting.members();
+    // The other builds first, with the gangs waiting too: this build's restart comes last.
+    let (after, compared) = restart_each(allot, &builds, &settings, &dir, &plane.kubeconfig, port, with_gangs).await;
+    allot = after;
+    for ((label, _), r) in builds.iter().zip(&compared) {
+        println!("restart of {label} with the gangs: {}", r.summary());
+    }
     let (allot_gangs, gangs_restart) =
         allot_process::restart(allot, &settings.allot, &settings, &dir, &plane.kubeconfig, port, with_gangs).await;
     allot = allot_gangs;

@@ -1,8 +1,6 @@
 //! What a gang counts against its team's quota ([`GangTally`]), one formula for the store's
 //! per-gang index and the deny-mode ledger. Pure arithmetic over requests: no cluster view.
 
-use std::collections::BTreeMap;
-
 use crate::model::quantity::Quantity;
 use crate::model::resources::ResourceList;
 
@@ -18,19 +16,30 @@ use crate::model::resources::ResourceList;
 /// turns out larger pays the difference when it is admitted. The charge never counts fewer than
 /// the declared members, and every member that exists counts in full.
 ///
-/// Cost: O(resources × log distinct requests) per change, never O(declared size).
+/// Cost: O(resources × distinct requests) per change (a sorted list each, almost always of one
+/// amount), never O(declared size). Kept in sorted lists, not maps: the store keeps a tally for
+/// every gang and each deny-mode ledger another, and a map's node is a few hundred bytes where
+/// a gang has one size and one amount of each of a few resources (issue 49).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GangTally {
     /// Members that hold or will hold devices: every non-finished member.
     pub members: u32,
     /// Members present for the gang's quorum and its declared size: not terminating.
     pub live: u32,
-    /// The members' declared sizes, as a multiset (size → count): exact after removals.
-    declared: BTreeMap<u32, u32>,
-    /// Σ of the members' requests.
-    sum: ResourceList,
-    /// Per resource, the members' requests as a multiset (amount → count), for the largest.
-    amounts: BTreeMap<String, BTreeMap<Quantity, u32>>,
+    /// The members' declared sizes, as a multiset (size, count), by size: exact after removals.
+    declared: Vec<(u32, u32)>,
+    /// Per resource the members ask, by name: their sum, and their requests as a multiset.
+    resources: Vec<ResourceTally>,
+}
+
+/// One resource of a [`GangTally`].
+#[derive(Debug, Clone, PartialEq)]
+struct ResourceTally {
+    name: Box<str>,
+    /// Σ of the members' requests of it.
+    sum: Quantity,
+    /// The members' requests of it as a multiset (amount, count), by amount: for the largest.
+    amounts: Vec<(Quantity, u32)>,
 }
 
 impl GangTally {
@@ -70,21 +79,28 @@ impl GangTally {
             multiset_step(&mut self.declared, size, sign);
         }
         for (name, q) in requests {
-            let slot = self.sum.entry(name.to_string()).or_default();
-            *slot = Quantity::from_nanos(slot.nanos().saturating_add(i128::from(sign) * q.nanos()));
-            let amounts = self.amounts.entry(name.to_string()).or_default();
-            multiset_step(amounts, q, sign);
-            if amounts.is_empty() {
-                self.amounts.remove(name);
+            let at = match self.resources.binary_search_by(|r| (*r.name).cmp(name)) {
+                Ok(at) => at,
+                Err(_) if sign < 0 => continue,
+                Err(at) => {
+                    let fresh = ResourceTally { name: name.into(), sum: Quantity::ZERO, amounts: Vec::new() };
+                    self.resources.insert(at, fresh);
+                    at
+                }
+            };
+            let resource = &mut self.resources[at];
+            resource.sum = Quantity::from_nanos(resource.sum.nanos().saturating_add(i128::from(sign) * q.nanos()));
+            multiset_step(&mut resource.amounts, q, sign);
+            if resource.amounts.is_empty() {
+                self.resources.remove(at);
             }
         }
-        self.sum.retain(|_, q| q.nanos() != 0);
     }
 
     /// The size the gang declares: the largest its members declare (they must agree; admission
     /// denies those that do not), `None` when no member declares one (inferred gangs).
     pub fn declared(&self) -> Option<u32> {
-        self.declared.keys().next_back().copied()
+        self.declared.last().map(|(size, _)| *size)
     }
 
     /// Members the declared size still lacks.
@@ -98,32 +114,42 @@ impl GangTally {
         if missing == 0 {
             return ResourceList::new();
         }
-        self.amounts
+        self.resources
             .iter()
-            .filter_map(|(name, amounts)| {
-                let largest = amounts.keys().next_back()?;
-                Some((name.clone(), Quantity::from_nanos(largest.nanos().saturating_mul(missing))))
+            .filter_map(|r| {
+                let (largest, _) = r.amounts.last()?;
+                Some((r.name.to_string(), Quantity::from_nanos(largest.nanos().saturating_mul(missing))))
             })
             .filter(|(_, q)| q.nanos() != 0)
             .collect()
     }
 
+    /// Σ of the members' requests (resources they ask nothing of left out).
+    fn sum(&self) -> ResourceList {
+        self.resources.iter().filter(|r| r.sum.nanos() != 0).map(|r| (r.name.to_string(), r.sum)).collect()
+    }
+
     /// Everything the gang counts: its members' requests plus the placeholders.
     pub fn total(&self) -> ResourceList {
-        let mut total = self.sum.clone();
+        let mut total = self.sum();
         add_to(&mut total, &self.placeholders(), 1);
         total
     }
 }
 
-fn multiset_step<K: Ord>(set: &mut BTreeMap<K, u32>, key: K, sign: i32) {
-    if sign > 0 {
-        *set.entry(key).or_default() += 1;
-    } else if let Some(n) = set.get_mut(&key) {
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            set.remove(&key);
+/// One more (`sign` > 0) or one fewer of `key` in a multiset kept as a sorted list of
+/// (key, count); a key whose count drops to 0 leaves it.
+fn multiset_step<K: Ord>(set: &mut Vec<(K, u32)>, key: K, sign: i32) {
+    match set.binary_search_by(|(k, _)| k.cmp(&key)) {
+        Ok(at) if sign > 0 => set[at].1 = set[at].1.saturating_add(1),
+        Ok(at) => {
+            set[at].1 = set[at].1.saturating_sub(1);
+            if set[at].1 == 0 {
+                set.remove(at);
+            }
         }
+        Err(at) if sign > 0 => set.insert(at, (key, 1)),
+        Err(_) => {}
     }
 }
 

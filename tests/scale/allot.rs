@@ -1,7 +1,7 @@
 //! `allot serve` as a process of the scale test: started and stopped, its memory and threads
 //! from /proc, the pods it tracks, and a restart at N watched until it settles.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -111,6 +111,54 @@ pub(crate) struct Restart {
     pub(crate) settled_after: f64,
     /// 1 when /readyz first answered 200 while the cache held fewer pods than exist.
     pub(crate) ready_too_early: usize,
+}
+
+impl Restart {
+    /// Its figures in one line.
+    pub(crate) fn summary(&self) -> String {
+        format!(
+            "ready after {:.2} s, peak {:.1} MiB, settled {:.1} MiB after {:.2} s (ready while under-filled: {})",
+            self.ready_after,
+            mib(self.peak),
+            mib(self.settled),
+            self.settled_after,
+            self.ready_too_early
+        )
+    }
+}
+
+/// The other builds to restart on the same cluster, for a same-run comparison:
+/// `ALLOT_SCALE_COMPARE="label=path,label=path"`, those whose binary exists.
+pub(crate) fn builds_to_compare() -> Vec<(String, PathBuf)> {
+    let mut builds = Vec::new();
+    for entry in std::env::var("ALLOT_SCALE_COMPARE").unwrap_or_default().split(',').filter(|e| !e.is_empty()) {
+        let (label, bin) = entry.split_once('=').unwrap_or((entry, entry));
+        if Path::new(bin).is_file() {
+            builds.push((label.to_string(), PathBuf::from(bin)));
+        } else {
+            println!("restart of {label}: skipped, {bin} does not exist");
+        }
+    }
+    builds
+}
+
+/// Restarts each of `builds` in turn, as [`restart`]: the last one is left running.
+pub(crate) async fn restart_each(
+    mut allot: Allot,
+    builds: &[(String, PathBuf)],
+    settings: &Settings,
+    dir: &Path,
+    kubeconfig: &Path,
+    port: u16,
+    pods: usize,
+) -> (Allot, Vec<Restart>) {
+    let mut figures = Vec::new();
+    for (_, bin) in builds {
+        let (after, restarted) = restart(allot, bin, settings, dir, kubeconfig, port, pods).await;
+        allot = after;
+        figures.push(restarted);
+    }
+    (allot, figures)
 }
 
 /// Restarts Allot and watches it: RSS and /readyz every 50 ms, the pods it tracks when it is

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
 use serde_json::{Value, json};
 
-use super::{ClusterState, NodeInfo, PodRecord, PodShape};
+use super::{ClusterState, NodeInfo, Placement, PodRecord, PodShape};
 use crate::model::policy::{PolicySet, Source, compile};
 use crate::model::quantity::Quantity;
 
@@ -27,19 +27,14 @@ pub(crate) fn node(name: &str, gpus: i64) -> NodeInfo {
 /// The shape of a gang member asking `gpus` GPUs, one CPU and a pod slot, tolerating the GPU
 /// taint of [`node`].
 pub(crate) fn gpu_shape(gpus: i64) -> PodShape {
-    PodShape {
-        requests: BTreeMap::from([
-            ("nvidia.com/gpu".into(), Quantity::from_units(gpus)),
-            ("cpu".into(), Quantity::from_units(1)),
-            ("pods".into(), Quantity::from_units(1)),
-        ]),
-        tolerations: vec![Toleration {
-            key: Some("nvidia.com/gpu".into()),
-            operator: Some("Exists".into()),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
+    let requests = BTreeMap::from([
+        ("nvidia.com/gpu".into(), Quantity::from_units(gpus)),
+        ("cpu".into(), Quantity::from_units(1)),
+        ("pods".into(), Quantity::from_units(1)),
+    ]);
+    let tolerations =
+        vec![Toleration { key: Some("nvidia.com/gpu".into()), operator: Some("Exists".into()), ..Default::default() }];
+    PodShape::new(requests, Placement { tolerations, ..Default::default() })
 }
 
 pub(crate) fn policies(extra: &str) -> PolicySet {

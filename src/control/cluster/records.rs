@@ -485,18 +485,10 @@ impl PodRecord {
             // Where a released member over the bounds may go is not known: its reservation may
             // take room on any node (tolerating every taint), so that it is held somewhere
             // rather than nowhere. A gated one is never placed ([`PodRecord::placement_excess`]).
-            Some(p) if p.excess.is_some() => PodShape {
-                requests,
-                tolerations: vec![Toleration { operator: Some("Exists".into()), ..Toleration::default() }],
-                ..PodShape::default()
-            },
-            Some(p) => PodShape {
-                requests,
-                node_selector: p.node_selector.clone(),
-                affinity: p.affinity.clone(),
-                tolerations: p.tolerations.clone(),
-            },
-            None => PodShape { requests, ..PodShape::default() },
+            Some(p) if p.excess.is_some() => PodShape { requests, placement: ANYWHERE.clone() },
+            // Shared, not copied: a pass makes a shape for every waiting member.
+            Some(p) => PodShape { requests, placement: p.clone() },
+            None => PodShape { requests, placement: NOWHERE_IN_PARTICULAR.clone() },
         }
     }
 
@@ -506,6 +498,16 @@ impl PodRecord {
         self.placement.as_ref().and_then(|p| p.excess)
     }
 }
+
+/// The placement of a shape whose record keeps none (a bound pod: it only takes capacity).
+static NOWHERE_IN_PARTICULAR: LazyLock<Arc<Placement>> = LazyLock::new(Arc::default);
+
+/// The placement of a released member whose own was over the bounds: any node, every taint
+/// tolerated ([`PodRecord::shape`]).
+static ANYWHERE: LazyLock<Arc<Placement>> = LazyLock::new(|| {
+    let tolerations = vec![Toleration { operator: Some("Exists".into()), ..Toleration::default() }];
+    Arc::new(Placement { tolerations, ..Placement::default() })
+});
 
 /// How far in the future a release time may lie (seconds of clock skew between replicas).
 const CLOCK_SKEW: i64 = 60;

@@ -161,7 +161,8 @@ fn a_typical_pod_record_stays_small() {
     assert!(super::fixtures::record(&bound, &p).placement.is_none());
     // A member's shape for the simulation is whole.
     let shape = a.shape();
-    assert_eq!(shape.tolerations.len(), 3);
+    assert_eq!(shape.tolerations().len(), 3);
+    assert!(std::sync::Arc::ptr_eq(&shape.placement, pa), "a shape shares its record's placement");
     assert_eq!(shape.requests["nvidia.com/gpu"], Quantity::from_units(1));
     assert_eq!(shape.requests["pods"], Quantity::from_units(1));
 }

@@ -97,7 +97,7 @@ pub fn node_refusal(node: &NodeInfo, shape: &PodShape) -> Option<NodeRefusal> {
     if node.unschedulable {
         let cordon =
             Taint { key: "node.kubernetes.io/unschedulable".into(), effect: "NoSchedule".into(), ..Default::default() };
-        if !tolerates(&shape.tolerations, &cordon) {
+        if !tolerates(shape.tolerations(), &cordon) {
             return Some(NodeRefusal::Cordoned);
         }
     }
@@ -105,14 +105,14 @@ pub fn node_refusal(node: &NodeInfo, shape: &PodShape) -> Option<NodeRefusal> {
         .taints
         .iter()
         .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-        .find(|t| !tolerates(&shape.tolerations, t))
+        .find(|t| !tolerates(shape.tolerations(), t))
     {
         return Some(NodeRefusal::Taint { key: t.key.clone(), value: t.value.clone(), effect: t.effect.clone() });
     }
-    if let Some((k, v)) = shape.node_selector.iter().find(|(k, v)| node.labels.get(*k) != Some(*v)) {
+    if let Some((k, v)) = shape.node_selector().iter().find(|(k, v)| node.labels.get(*k) != Some(*v)) {
         return Some(NodeRefusal::Selector { key: k.clone(), wanted: v.clone(), actual: node.labels.get(k).cloned() });
     }
-    match &shape.affinity {
+    match shape.affinity() {
         Some(terms) if !terms.iter().any(|t| term_matches(node, t)) => Some(NodeRefusal::Affinity),
         _ => None,
     }
@@ -174,6 +174,7 @@ pub fn take(free: &mut ResourceList, requests: &ResourceList) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::cluster::records::Placement;
     use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 
     fn q(s: &str) -> Quantity {
@@ -191,14 +192,12 @@ mod tests {
     }
 
     fn tolerating() -> PodShape {
-        PodShape {
-            tolerations: vec![Toleration {
-                key: Some("nvidia.com/gpu".into()),
-                operator: Some("Exists".into()),
-                ..Default::default()
-            }],
+        let tolerations = vec![Toleration {
+            key: Some("nvidia.com/gpu".into()),
+            operator: Some("Exists".into()),
             ..Default::default()
-        }
+        }];
+        PodShape::new(ResourceList::new(), Placement { tolerations, ..Default::default() })
     }
 
     #[test]
@@ -213,7 +212,7 @@ mod tests {
     #[test]
     fn selectors_and_affinity() {
         let mut shape = tolerating();
-        shape.node_selector.insert("node-type".into(), "cheap".into());
+        shape.placement_mut().node_selector.insert("node-type".into(), "cheap".into());
         assert!(!node_admits(&gpu_node(), &shape));
         let mut shape = tolerating();
         let req = |key: &str, op: &str, values: &[&str]| NodeSelectorRequirement {
@@ -221,17 +220,17 @@ mod tests {
             operator: op.into(),
             values: Some(values.iter().map(|s| s.to_string()).collect()),
         };
-        shape.affinity = Some(vec![NodeSelectorTerm {
+        shape.placement_mut().affinity = Some(vec![NodeSelectorTerm {
             match_expressions: Some(vec![req("gen", "Gt", &["8"])]),
             match_fields: None,
         }]);
         assert!(node_admits(&gpu_node(), &shape));
-        shape.affinity = Some(vec![
+        shape.placement_mut().affinity = Some(vec![
             NodeSelectorTerm { match_expressions: Some(vec![req("gen", "Lt", &["8"])]), match_fields: None },
             NodeSelectorTerm { match_expressions: None, match_fields: Some(vec![req("metadata.name", "In", &["n1"])]) },
         ]);
         assert!(node_admits(&gpu_node(), &shape), "terms are ORed");
-        shape.affinity = Some(vec![NodeSelectorTerm::default()]);
+        shape.placement_mut().affinity = Some(vec![NodeSelectorTerm::default()]);
         assert!(!node_admits(&gpu_node(), &shape), "an empty term matches nothing");
     }
 
@@ -244,7 +243,7 @@ mod tests {
         );
         assert_eq!(node_refusal(&node, &tolerating()), None);
         let mut shape = tolerating();
-        shape.node_selector.insert("node-type".into(), "cheap".into());
+        shape.placement_mut().node_selector.insert("node-type".into(), "cheap".into());
         let refusal = node_refusal(&node, &shape);
         assert_eq!(
             refusal,
@@ -255,10 +254,10 @@ mod tests {
             })
         );
         assert_eq!(refusal.unwrap().to_string(), "nodeSelector node-type=cheap, node has node-type=my-precious");
-        shape.node_selector = BTreeMap::from([("zone".into(), "a".into())]);
+        shape.placement_mut().node_selector = BTreeMap::from([("zone".into(), "a".into())]);
         assert_eq!(node_refusal(&node, &shape).unwrap().to_string(), "nodeSelector zone=a, node has no zone label");
         let mut shape = tolerating();
-        shape.affinity = Some(vec![NodeSelectorTerm::default()]);
+        shape.placement_mut().affinity = Some(vec![NodeSelectorTerm::default()]);
         assert_eq!(node_refusal(&node, &shape), Some(NodeRefusal::Affinity));
         let mut cordoned = gpu_node();
         cordoned.unschedulable = true;

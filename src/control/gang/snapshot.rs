@@ -636,7 +636,7 @@ fn finish(mut g: WaitingGang, gf: Option<&GangFacts>, nodes: &[crate::control::c
         && g.members.len() == 1
         && workers > 0
     {
-        let shape = PodShape { requests, ..g.members[0].shape.clone() };
+        let shape = PodShape { requests, placement: g.members[0].shape.placement.clone() };
         g.phantoms = Some(Phantoms { count: workers, shape });
     }
     g.members.sort_by(|a, b| a.name.cmp(&b.name));

@@ -114,7 +114,7 @@ fn selectors_taints_and_cordons_count() {
     other_pool.labels.insert("node-type".into(), "cheap".into());
     let mut g = gang("a", 2, 2, 1, 0, 1);
     for m in &mut g.members {
-        m.shape.node_selector.insert("node-type".into(), "my-precious".into());
+        m.shape.placement_mut().node_selector.insert("node-type".into(), "my-precious".into());
     }
     let d = decide(&snapshot(vec![cordoned, other_pool], vec![g.clone()]));
     assert_eq!(d[0].verdict, Verdict::DoesNotFit);
@@ -124,7 +124,7 @@ fn selectors_taints_and_cordons_count() {
     );
     // Without the toleration the tainted pool is out of reach too.
     for m in &mut g.members {
-        m.shape.tolerations.clear();
+        m.shape.placement_mut().tolerations.clear();
     }
     assert_eq!(decide(&snapshot(vec![node("n3", 8)], vec![g])).first().unwrap().verdict, Verdict::DoesNotFit);
 }
@@ -160,7 +160,7 @@ fn pool_node(name: &str, pool: &str, gpus: i64) -> NodeInfo {
 /// The gang, its members kept to the nodes of `pool`.
 fn in_pool(mut g: WaitingGang, pool: &str) -> WaitingGang {
     for m in &mut g.members {
-        m.shape.node_selector.insert("pool".into(), pool.into());
+        m.shape.placement_mut().node_selector.insert("pool".into(), pool.into());
     }
     g
 }
@@ -173,7 +173,7 @@ fn in_pool(mut g: WaitingGang, pool: &str) -> WaitingGang {
 fn a_starving_gang_that_can_never_fit_blocks_no_one() {
     let mut nowhere = gang("hog", 1, 1, 0, 0, 0);
     nowhere.members[0].shape.requests = BTreeMap::from([("pods".into(), q(1))]);
-    nowhere.members[0].shape.node_selector.insert("nope".into(), "nope".into());
+    nowhere.members[0].shape.placement_mut().node_selector.insert("nope".into(), "nope".into());
     let mut too_big = gang("whale", 1, 1, 16, 0, 0);
     for hog in [&mut nowhere, &mut too_big] {
         hog.starvation_after = Some(600);
@@ -238,7 +238,7 @@ fn arb_gangs() -> impl Strategy<Value = Vec<WaitingGang>> {
                 let mut g = gang(&format!("g{i}"), expected, present.min(expected + 1), gpus, priority, created);
                 if selector {
                     for m in &mut g.members {
-                        m.shape.node_selector.insert("node-type".into(), "my-precious".into());
+                        m.shape.placement_mut().node_selector.insert("node-type".into(), "my-precious".into());
                     }
                 }
                 g

@@ -520,23 +520,22 @@ impl SharedLedger {
         loop {
             attempt += 1;
             self.read(&mut cached).await?;
-            let was = cached.ledger.clone();
-            let mut next = cached.ledger.clone();
-            let report = next.reconcile_with(recount, unix_now(), deleted);
-            let exists = cached.object.is_some();
             // (A ledger last reconciled by an older leader is stamped again, so that replicas
             // may grant allowances on it and charge shared claims once.)
-            if exists
-                && cached.marked
-                && was.reconciled
-                && was.allowances_known
-                && was.claims_known
-                && !report.changed()
-            {
+            let was = &cached.ledger;
+            let stamped = was.reconciled && was.allowances_known && was.claims_known;
+            // Reconciled in place, not on a copy: with a thousand gangs waiting a team's ledger
+            // holds a tally for each, and its copies were a pass's largest allocations (issue
+            // 49). Unchanged, it is as it was; changed, the object is taken out first, so that
+            // until the write's answer is adopted (or if this future is dropped while it waits)
+            // the book holds no object and its next user reads the ledger again.
+            let report = cached.ledger.reconcile_with(recount, unix_now(), deleted);
+            let exists = cached.object.is_some();
+            if exists && cached.marked && stamped && !report.changed() {
                 return Ok(report);
             }
-            let mut object = cached.object.clone().unwrap_or_else(|| new_object(&cached.scope));
-            set_reconciled(&mut object, &cached.scope, &next);
+            let mut object = cached.object.take().unwrap_or_else(|| new_object(&cached.scope));
+            set_reconciled(&mut object, &cached.scope, &cached.ledger);
             let written = if exists {
                 self.api.replace(&name, &PostParams::default(), &object).await
             } else {

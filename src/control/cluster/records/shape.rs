@@ -16,28 +16,52 @@ use crate::model::resources::{self, ResourceList};
 pub struct PodShape {
     /// Effective requests, `pods: 1` included.
     pub requests: ResourceList,
-    pub node_selector: BTreeMap<String, String>,
-    /// Required node-affinity terms (ORed); `None` = no affinity.
-    pub affinity: Option<Vec<NodeSelectorTerm>>,
-    pub tolerations: Vec<Toleration>,
+    /// Where it may go: shared with the record it was made from (and every pod of its
+    /// template), not copied. A gang pass makes a shape for every waiting member, and with a
+    /// thousand gangs waiting the copied selectors and tolerations were its largest allocation
+    /// (issue 49), which the allocator then kept.
+    pub placement: Arc<Placement>,
 }
 
 impl PodShape {
+    /// A shape asking `requests`, placed by `placement`.
+    pub fn new(requests: ResourceList, placement: Placement) -> PodShape {
+        PodShape { requests, placement: Arc::new(placement) }
+    }
+
+    pub fn node_selector(&self) -> &BTreeMap<String, String> {
+        &self.placement.node_selector
+    }
+
+    /// Required node-affinity terms (ORed); `None` = no affinity.
+    pub fn affinity(&self) -> Option<&[NodeSelectorTerm]> {
+        self.placement.affinity.as_deref()
+    }
+
+    pub fn tolerations(&self) -> &[Toleration] {
+        &self.placement.tolerations
+    }
+
+    /// Its placement to change (a copy of its own if it was shared).
+    pub fn placement_mut(&mut self) -> &mut Placement {
+        Arc::make_mut(&mut self.placement)
+    }
+
     /// A stable key for pods that land on the same nodes (same selector, affinity, tolerations):
     /// feasibility is computed once per key.
     pub fn placement_key(&self) -> String {
         format!(
             "{}|{}|{}",
-            serde_json::to_string(&self.node_selector).unwrap_or_default(),
-            serde_json::to_string(&self.affinity).unwrap_or_default(),
-            serde_json::to_string(&self.tolerations).unwrap_or_default()
+            serde_json::to_string(self.node_selector()).unwrap_or_default(),
+            serde_json::to_string(&self.affinity()).unwrap_or_default(),
+            serde_json::to_string(self.tolerations()).unwrap_or_default()
         )
     }
 
     /// Where this shape may go, for messages (`node-type=my-precious`, `any node`).
     pub fn describe_nodes(&self) -> String {
-        let mut parts: Vec<String> = self.node_selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        if self.affinity.is_some() {
+        let mut parts: Vec<String> = self.node_selector().iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if self.affinity().is_some() {
             parts.push("required node affinity".into());
         }
         if parts.is_empty() { "any node".into() } else { format!("nodes matching {}", parts.join(",")) }
@@ -151,12 +175,13 @@ impl Placement {
 pub fn shape_of(pod: &Pod) -> PodShape {
     let Some(spec) = pod.spec.as_ref() else { return PodShape::default() };
     let (node_selector, affinity, tolerations) = placement_fields(spec);
-    PodShape {
-        requests: requests_of(spec),
+    let placement = Placement {
         node_selector: node_selector.cloned().unwrap_or_default(),
         affinity: affinity.map(<[NodeSelectorTerm]>::to_vec),
         tolerations: tolerations.to_vec(),
-    }
+        excess: None,
+    };
+    PodShape::new(requests_of(spec), placement)
 }
 
 /// A spec's nodeSelector, required node-affinity terms and tolerations, borrowed.

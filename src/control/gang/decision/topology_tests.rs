@@ -156,7 +156,7 @@ fn a_released_gangs_reservation_keeps_to_its_rack() {
     // reserve them in rack-a): rack-b has 2 left, so a gang of 3 goes to rack-a, and a second
     // gang of 3 waits.
     let mut pinned = shape(1);
-    pinned.node_selector.insert(RACK.into(), "rack-b".into());
+    pinned.placement_mut().node_selector.insert(RACK.into(), "rack-b".into());
     let mut s = two_racks(
         &[],
         vec![gang("first", 3, 1, topology(&[RACK], true)), gang("second", 3, 1, topology(&[RACK], true))],

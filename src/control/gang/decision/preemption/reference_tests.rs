@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use super::{Candidates, Chosen, Domain, NoVictims, Placed, Placements, RunningPod, RunningUnit, UnitKey, set_cost};
-use crate::control::cluster::{NodeInfo, PodShape};
+use crate::control::cluster::{NodeInfo, Placement, PodShape};
 use crate::control::gang::decision::{
     GangKey, GangTopology, InFlight, Member, Phantoms, Simulation, Snapshot, Verdict, WaitingGang, decide,
 };
@@ -217,16 +217,16 @@ fn shape(rng: &mut Rng, pool: usize, gpus: i64) -> PodShape {
         requests.insert("cpu".into(), q(1 + rng.below(8) as i64));
     }
     let pool_selector = BTreeMap::from([("pool".to_string(), POOLS[pool % 3].to_string())]);
-    PodShape {
-        requests,
+    let placement = Placement {
         node_selector: if pool < 3 { pool_selector } else { BTreeMap::new() },
-        affinity: None,
         tolerations: vec![Toleration {
             key: Some("gpu".into()),
             operator: Some("Exists".into()),
             ..Default::default()
         }],
-    }
+        ..Placement::default()
+    };
+    PodShape::new(requests, placement)
 }
 
 /// 2–25 nodes of three pools in 1–4 racks and cliques of two (a few lacking either label),
