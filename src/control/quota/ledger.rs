@@ -37,6 +37,7 @@
 //! usage is not known).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::admission::quota::{QuotaRequest, Refusal, asks, decide};
 use crate::model::dra::SharedClaims;
@@ -281,14 +282,15 @@ pub struct Ledger {
     /// Pending charges, by key (and, from ledgers written before folding, seen ones: the next
     /// reconcile folds them).
     entries: BTreeMap<String, (Entry, String)>,
-    /// The leader's counts per namespace, by key (`n.NAMESPACE`).
-    folded: BTreeMap<String, (Folded, String)>,
+    /// The leader's counts per namespace, by key (`n.NAMESPACE`). Shared by copies, as `base`:
+    /// only a reconcile replaces them, so a round's copy costs its pending charges, not each gang.
+    folded: Arc<BTreeMap<String, (Folded, String)>>,
     /// Replicas' allowances, by key (`a.HOLDER`).
     allowances: BTreeMap<String, (Allowance, String)>,
     /// When a writer last asked every holder to give its allowance back (unix milliseconds),
     /// as stored.
     drain: Option<(i64, String)>,
-    base: Base,
+    base: Arc<Base>,
     /// Data values that do not decode (someone edited the object): admission refuses until the
     /// reconciler rewrites it.
     unreadable: BTreeMap<String, String>,
@@ -309,11 +311,12 @@ impl Ledger {
     pub fn from_data(data: &BTreeMap<String, String>, reconciled: bool) -> Ledger {
         let mut ledger = Ledger { reconciled, ..Ledger::default() };
         let mut members = 0;
+        let mut folded = BTreeMap::new();
         for (key, value) in data {
             ledger.bytes += Entry::bytes(key, value);
             let decoded = if key.starts_with(FOLDED_PREFIX) {
                 Folded::decode(value, &mut members).map(|f| {
-                    ledger.folded.insert(key.clone(), (f, value.clone()));
+                    folded.insert(key.clone(), (f, value.clone()));
                 })
             } else if key.starts_with(ALLOWANCE_PREFIX) {
                 Allowance::decode(value).map(|a| {
@@ -330,7 +333,8 @@ impl Ledger {
                 ledger.unreadable.insert(key.clone(), e.to_string());
             }
         }
-        ledger.base = Base::of(ledger.folded.values().map(|(f, _)| f));
+        ledger.base = Arc::new(Base::of(folded.values().map(|(f, _)| f)));
+        ledger.folded = Arc::new(folded);
         ledger
     }
 
@@ -643,14 +647,9 @@ impl Ledger {
             && recount.folded().all(|(k, f)| self.folded.get(&k).is_some_and(|(old, _)| old == f));
         if !unchanged {
             out.refolded = true;
-            self.folded = recount
-                .folded()
-                .map(|(k, f)| {
-                    let value = f.encode();
-                    (k, (f.clone(), value))
-                })
-                .collect();
-            self.base = Base::of(self.folded.values().map(|(f, _)| f));
+            let folded: BTreeMap<_, _> = recount.folded().map(|(k, f)| (k, (f.clone(), f.encode()))).collect();
+            self.folded = Arc::new(folded);
+            self.base = Arc::new(Base::of(self.folded.values().map(|(f, _)| f)));
         }
         let expired: Vec<String> =
             self.allowances.iter().filter(|(_, (a, _))| a.until < now).map(|(k, _)| k.clone()).collect();
