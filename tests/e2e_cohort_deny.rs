@@ -367,7 +367,10 @@ async fn a_lenders_gang_reclaims_whole_and_its_room_is_made_once() {
         let patch = json!({"metadata": {"labels": {RACK: rack}}});
         nodes.patch(node, &PatchParams::default(), &Patch::Merge(patch)).await.expect("rack label");
     }
-    let kubelets = ["imaging", "speech"].map(|ns| fake_kubelet(admin.clone(), ns, Duration::from_secs(2)));
+    // imaging's pods (the reclaim's victims) take 5 s to go: long enough for the waiting gang's
+    // passes to say so on a loaded machine (with 2 s, one CI run in a dozen never saw it).
+    let kubelets =
+        [("imaging", 5), ("speech", 2)].map(|(ns, s)| fake_kubelet(admin.clone(), ns, Duration::from_secs(s)));
     wait_for("the cohort's ledger, every team's part reconciled", Duration::from_secs(30), || async {
         ledger_parts_reconciled(&admin).await == 3
     })
