@@ -158,8 +158,13 @@ impl SharedLedger {
         if let Some(at) = cached.ledger.drain_requested() {
             book.headroom().note_drain(at);
         }
+        let mut next = cached.ledger.clone();
+        for (key, entry) in &round.settling {
+            next.settle(key, entry);
+        }
         let kept = book.headroom().kept(&round.settled);
-        let mut next = self.prepared(&cached.ledger, round, &kept, now);
+        next.set_allowance(&self.holder, Some(Allowance { reserved: kept.clone(), until: now + ALLOWANCE_TTL_SECS }));
+        let before = next.clone();
         let mut decided = decide_all(round, &mut next, &cached.others, now);
         if !round.fresh && (cached.object.is_none() || decided.iter().any(Result::is_err)) {
             // Refuse only from what the API server says now, not from a copy.
@@ -167,22 +172,10 @@ impl SharedLedger {
             round.must_read = true;
             return Err(Try::Again);
         }
-        let (base, others) = (&cached.ledger, &cached.others);
-        self.refused_by_allowances(round, book, (&mut next, base, others), &mut decided, &kept, now_ms)?;
+        let others = &cached.others;
+        self.refused_by_allowances(round, book, (&mut next, &before, others), &mut decided, !kept.is_empty(), now_ms)?;
         let ours = self.size_allowance(round, book, cached, &mut next, &kept, now, now_ms);
         Ok(Decision { next, decided, ours })
-    }
-
-    /// The round's copy of `base` before its admissions: its settled charges in, this replica's
-    /// allowance set to `kept`. Made again where a refusal must be weighed against it (rare),
-    /// not copied on every round: a team's ledger holds a tally for each of its gangs.
-    fn prepared(&self, base: &Ledger, round: &Round, kept: &ResourceList, now: i64) -> Ledger {
-        let mut ledger = base.clone();
-        for (key, entry) in &round.settling {
-            ledger.settle(key, entry);
-        }
-        ledger.set_allowance(&self.holder, Some(Allowance { reserved: kept.clone(), until: now + ALLOWANCE_TTL_SECS }));
-        ledger
     }
 
     /// A refusal that only allowances cause is not given: this replica's own stops growing at
@@ -193,16 +186,15 @@ impl SharedLedger {
         &self,
         round: &mut Round,
         book: &TeamBook,
-        (next, base, others): (&mut Ledger, &Ledger, &BTreeMap<String, ResourceList>),
+        (next, before, others): (&mut Ledger, &Ledger, &BTreeMap<String, ResourceList>),
         decided: &mut Decided,
-        kept: &ResourceList,
+        holds_allowance: bool,
         now_ms: i64,
     ) -> Result<(), Try> {
         let now = now_ms.div_euclid(1000);
         if !decided.iter().any(|d| matches!(d, Err(Refusal::Exceeded { .. }))) || next.allowances().next().is_none() {
             return Ok(());
         }
-        let before = self.prepared(base, round, kept, now);
         let bare = decide_all(round, &mut before.without_allowances(), others, now);
         let blocked: Vec<usize> = (0..round.batch.len())
             .filter(|i| matches!(decided[*i], Err(Refusal::Exceeded { .. })) && bare[*i].is_ok())
@@ -210,7 +202,7 @@ impl SharedLedger {
         if blocked.is_empty() {
             return Ok(());
         }
-        if !round.frozen && !kept.is_empty() {
+        if !round.frozen && holds_allowance {
             round.frozen = true;
             book.headroom().freeze();
             return Err(Try::Again);
