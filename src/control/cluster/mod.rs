@@ -20,7 +20,8 @@ mod tests;
 
 pub use action::{CONDITION, ControllerAction, QUOTA_CONDITION};
 pub use records::{
-    DISRUPTION_TARGET, DisruptionCause, GangRef, NodeInfo, Owner, Placement, PodRecord, PodShape, node_info, shape_of,
+    DISRUPTION_TARGET, DisruptionCause, GangRef, NodeInfo, Owner, Placement, PodRecord, PodShape, PodUid, node_info,
+    shape_of,
 };
 pub use store::{ClusterState, ClusterView, Devices, Tracked};
 pub use usage::{AcceleratorGauge, AcceleratorUsage, Gate, GateGauge, QuotaGauge, UsageState};

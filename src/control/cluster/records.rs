@@ -22,9 +22,11 @@ use crate::model::resources::ResourceList;
 
 mod from_pod;
 mod shape;
+mod uid;
 
 use shape::requests_of;
 pub use shape::{Placement, PodShape, shape_of};
+pub use uid::PodUid;
 
 /// What the simulation keeps of a Node.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,7 +99,7 @@ pub struct PodRecord {
     /// `metadata.uid`. The controller's gate lifts test it: a pod deleted and made again under
     /// its name between a pass and the write (with other requests) is not released in its
     /// predecessor's place.
-    pub uid: Option<Arc<str>>,
+    pub uid: Option<PodUid>,
     pub node_name: Option<Arc<str>>,
     /// Succeeded or Failed: holds nothing any more.
     pub finished: bool,
@@ -326,7 +328,7 @@ impl PodRecord {
             gang,
             namespace: intern(&namespace),
             name: Arc::from(name),
-            uid: pod.metadata.uid.as_deref().map(Arc::from),
+            uid: pod.metadata.uid.as_deref().map(PodUid::new),
         })
     }
 
@@ -446,7 +448,7 @@ impl PodRecord {
                     .sum::<usize>()
         });
         arc_str(&self.name)
-            + self.uid.as_deref().map_or(0, arc_str)
+            + self.uid.as_ref().map_or(0, PodUid::heap_bytes)
             + std::mem::size_of_val(&*self.requests)
             + gang
             + claims

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
-use super::records::{ClaimDevices, ClaimId, Key, NodeInfo, Owner, PodRecord, key};
+use super::records::{ClaimDevices, ClaimId, Key, NodeInfo, Owner, PodRecord, PodUid, key};
 use crate::admission::directory::{GangDirectory, NodeLookup, Peer};
 use crate::model::gang::membership::OwnerGang;
 use crate::model::quantity::Quantity;
@@ -145,7 +145,7 @@ struct Inner {
     conditions_in_flight: HashMap<Key, [Flight; 2]>,
     /// Pods the controller is deleting (their uid, and since when) whose deletion the watch has
     /// not shown yet: [`Inner::keep_deleting_mark`].
-    deleting: HashMap<Key, (Option<Arc<str>>, std::time::Instant)>,
+    deleting: HashMap<Key, (Option<PodUid>, std::time::Instant)>,
     /// Bumped on every change, so the loop knows when to look again.
     generation: u64,
     /// The last arrival assigned to a pod without an `allot.dev/arrival` stamp (nanoseconds):

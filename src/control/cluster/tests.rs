@@ -107,7 +107,7 @@ fn the_directory_serves_admission_from_the_watch() {
 fn typical_pod(name: &str) -> serde_json::Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"),
+        "metadata": {"name": name, "namespace": "ml", "uid": "5f0c3c2e-8a4b-4d3e-9c1a-2b7e6f1d0a93",
             "creationTimestamp": "2026-11-22T01:00:00Z"},
         "spec": {"containers": [{"name": "c", "image": "busybox:1.36",
                 "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}}],
@@ -135,11 +135,12 @@ fn a_typical_pod_record_stays_small() {
     // condition fingerprints (issue 12): 3 MiB at 100,000 pods, inside docs/src/sizing.md's figure;
     // + 8 for the shared claims' pointer (issue 15): 0.8 MB more at 100,000 pods; + 16 for the
     // uid the gate lifts test (a pod made again under its name is not released in its
-    // predecessor's place), with its 16 + 36 heap bytes: 6.8 MB more at 100,000 pods.
-    assert_eq!(std::mem::size_of::<PodRecord>(), 208, "size_of::<PodRecord>() changed: update docs/src/sizing.md");
-    // Name (16 + 19 bytes), uid (16 + 23 here; 36 for the API server's) and two requests
-    // (nvidia.com/gpu, pods: 32 bytes each).
-    assert_eq!(a.owned_heap_bytes(), 16 + 19 + 16 + 23 + 2 * 32);
+    // predecessor's place), with its 16 + 36 heap bytes: 6.8 MB more at 100,000 pods; + 8 for
+    // that uid kept in 16 bytes of the record instead of on the heap (issue 49, below).
+    assert_eq!(std::mem::size_of::<PodRecord>(), 216, "size_of::<PodRecord>() changed: update docs/src/sizing.md");
+    // Name (16 + 19 bytes), two requests (32 bytes each); the API server's uid takes no heap.
+    assert_eq!(a.owned_heap_bytes(), 16 + 19 + 2 * 32);
+    assert_eq!(a.uid.as_ref().map(ToString::to_string).as_deref(), Some("5f0c3c2e-8a4b-4d3e-9c1a-2b7e6f1d0a93"));
     // A plain pod keeps no placement (no decision reads it); a gated gang member keeps one,
     // and the placement (three tolerations) and the namespace are one shared copy, not one a pod.
     assert!(a.placement.is_none() && b.placement.is_none(), "a plain pod keeps no placement");
@@ -352,7 +353,7 @@ fn a_member_marked_deleting_leaves_the_quorum_but_not_the_usage_until_it_is_gone
     assert!(uid.is_some(), "the fixture's pods carry uids");
     state.mark_deleting("ml", "a-0", Some("the-uid-of-an-earlier-a-0"), true);
     assert!(state.view().pod("ml", "a-0").is_some_and(|r| !r.terminating));
-    state.mark_deleting("ml", "a-0", uid.as_deref(), true);
+    state.mark_deleting("ml", "a-0", uid.map(|u| u.to_string()).as_deref(), true);
     assert!(state.view().pod("ml", "a-0").is_some_and(|r| r.terminating));
 }
 

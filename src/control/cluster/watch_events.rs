@@ -7,7 +7,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 
 use super::fixtures::{queue_policies, record, team_pod};
-use super::records::{GangRef, HeldClaim, HeldClaims};
+use super::records::{GangRef, HeldClaim, HeldClaims, PodUid};
 use super::{ClusterState, DisruptionCause, PodRecord};
 use crate::model::quantity::Quantity;
 
@@ -176,7 +176,12 @@ pub(crate) fn make(spec: &Spec) -> PodRecord {
     let mut r = record(&team_pod("base", 1, false, "2026-11-22T01:00:00Z"), &queue_policies());
     r.namespace = Arc::from(NAMESPACES[spec.namespace]);
     r.name = Arc::from(pod_name(spec.name));
-    r.uid = Some(Arc::from(format!("uid-{}-{}", spec.name, spec.generation)));
+    // The API server's form (kept in 16 bytes) for even generations, any string for odd ones.
+    let uid = match spec.generation % 2 {
+        0 => format!("{:08x}-0000-4000-8000-{:012x}", spec.name, spec.generation),
+        _ => format!("uid-{}-{}", spec.name, spec.generation),
+    };
+    r.uid = Some(PodUid::new(&uid));
     r.requests = spec.requests.iter().map(|&(i, n)| (Arc::from(RESOURCES[i]), Quantity::from_units(n))).collect();
     let (node, gang, quota) = match spec.stand {
         Stand::Bound => (true, false, false),

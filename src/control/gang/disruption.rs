@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::control::cluster::{ControllerAction, DisruptionCause, PodRecord};
+use crate::control::cluster::{ControllerAction, DisruptionCause, PodRecord, PodUid};
 use crate::model::namespaces::NamespaceLabels;
 use crate::model::policy::{Disruption, PolicySet};
 
@@ -82,7 +82,7 @@ pub fn deletions<'p>(
         let action = ControllerAction::Delete {
             namespace: p.namespace.to_string(),
             pod: p.name.to_string(),
-            uid: p.uid.clone(),
+            uid: p.uid.as_ref().map(PodUid::to_arc),
             event_reason: GANG_DISRUPTED_REASON,
             reason,
         };

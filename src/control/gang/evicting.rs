@@ -6,7 +6,7 @@
 use super::decision::{RunningPod, RunningUnit};
 use super::metrics::{EvictedLabels, TeamLabels};
 use super::preemption::{REFUSAL_RETRY_SECS, Stopped, evict_whole};
-use crate::control::cluster::ClusterState;
+use crate::control::cluster::{ClusterState, PodUid};
 use crate::control::quota::reclaim::{Memory as ReclaimMemory, Reclaim};
 
 /// The Event reason on a lender's unit when a budget refused a reclaim's eviction.
@@ -105,7 +105,7 @@ fn mark_evicted<'u>(
 ) -> Vec<(&'u RunningUnit, &'u RunningPod)> {
     let pods: Vec<_> = victims.iter().flat_map(|u| u.pods.iter().map(move |pod| (u, pod))).take(evicted).collect();
     for (unit, pod) in &pods {
-        state.mark_deleting(&pod.namespace, &pod.name, pod.uid.as_deref(), true);
+        state.mark_deleting(&pod.namespace, &pod.name, pod.uid.as_ref().map(PodUid::to_string).as_deref(), true);
         let labels = EvictedLabels { team: unit.team.clone().unwrap_or_default(), reason };
         evictor.metrics.evicted_pods.get_or_create(&labels).inc();
     }

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::decision::{Decision, Domain, GangKey, Placements, Snapshot, ToldLate, Verdict, WaitingGang, decide};
 use super::snapshot::GangFacts;
+use crate::control::cluster::PodUid;
 use crate::control::cluster::action::{ControllerAction, refresh_secs};
 use crate::control::cluster::records::condition_fingerprint;
 use crate::model::policy::{OnStartTimeout, OnTimeout};
@@ -145,7 +146,7 @@ fn plan_starts(
                     actions.push(ControllerAction::Delete {
                         namespace: ns.clone(),
                         pod: pod.to_string(),
-                        uid: uid.cloned(),
+                        uid: uid.map(PodUid::to_arc),
                         event_reason: START_TIMEOUT_REASON,
                         reason: message.clone(),
                     });
@@ -360,7 +361,7 @@ impl Plan {
                 self.actions.push(ControllerAction::Release {
                     namespace: d.gang.namespace.clone(),
                     pod: pod.clone(),
-                    uid: m.uid.clone(),
+                    uid: m.uid.as_ref().map(PodUid::to_arc),
                     gate_index: m.gate_index,
                     has_annotations: m.has_annotations,
                     node: node.clone(),
@@ -400,7 +401,7 @@ impl Plan {
                 self.actions.push(ControllerAction::Delete {
                     namespace: d.gang.namespace.clone(),
                     pod: m.name.clone(),
-                    uid: m.uid.clone(),
+                    uid: m.uid.as_ref().map(PodUid::to_arc),
                     event_reason: TIMEOUT_REASON,
                     reason: telling.message.clone(),
                 });

@@ -17,11 +17,10 @@
 //! (victims still terminating keep their nodes busy: [`super::victims::preemptions_shown`]).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use super::decision::{Domain, GangKey, InFlight, Placements, RunningUnit, Snapshot, UnitKey};
-use crate::control::cluster::ClusterView;
 pub use crate::control::cluster::action::PREEMPTED_REASON;
+use crate::control::cluster::{ClusterView, PodUid};
 
 /// How long a unit a preemption evicted is spared by the next ones (seconds): it cannot be
 /// chosen again before, so no gang is evicted over and over as it comes back.
@@ -74,7 +73,7 @@ impl Preemption {
 #[derive(Debug, Clone, PartialEq)]
 struct Remembered {
     /// `(namespace, name, uid)` of every victim pod evicted.
-    victims: Vec<(String, String, Option<Arc<str>>)>,
+    victims: Vec<(String, String, Option<PodUid>)>,
     placements: Placements,
     domain: Option<Domain>,
     since: i64,
@@ -258,20 +257,21 @@ pub async fn evict_whole<'u>(
     for unit in units {
         pods.extend(unit.pods.iter().map(|pod| (unit, pod)));
     }
-    for &(unit, pod) in &pods {
-        if let Err(why) = api.evict(&pod.namespace, &pod.name, pod.uid.as_deref(), true).await {
+    let uids: Vec<Option<String>> = pods.iter().map(|(_, pod)| pod.uid.as_ref().map(PodUid::to_string)).collect();
+    for (&(unit, pod), uid) in pods.iter().zip(&uids) {
+        if let Err(why) = api.evict(&pod.namespace, &pod.name, uid.as_deref(), true).await {
             return Err(Stopped { unit, pod: pod.name.clone(), why, evicted: 0, dry_run: true });
         }
     }
     let mut evicted = 0;
-    for &(unit, pod) in &pods {
-        if let Err(why) = api.evict(&pod.namespace, &pod.name, pod.uid.as_deref(), false).await {
+    for (&(unit, pod), uid) in pods.iter().zip(&uids) {
+        if let Err(why) = api.evict(&pod.namespace, &pod.name, uid.as_deref(), false).await {
             return Err(Stopped { unit, pod: pod.name.clone(), why, evicted, dry_run: false });
         }
         evicted += 1;
     }
-    for &(unit, pod) in &pods {
-        api.tell_victim(&pod.namespace, &pod.name, pod.uid.as_deref(), &message(unit)).await;
+    for (&(unit, pod), uid) in pods.iter().zip(&uids) {
+        api.tell_victim(&pod.namespace, &pod.name, uid.as_deref(), &message(unit)).await;
     }
     Ok(evicted)
 }

@@ -10,7 +10,7 @@ use super::decision::{
     WaitingGang,
 };
 use crate::admission::directory::Peer;
-use crate::control::cluster::{ClusterState, ClusterView, GangRef, PodRecord, PodShape};
+use crate::control::cluster::{ClusterState, ClusterView, GangRef, PodRecord, PodShape, PodUid};
 use crate::model::gang::membership::{OwnerGang, QUOTA_GATE};
 use crate::model::namespaces::{NamespaceLabels, TeamsByNamespace};
 use crate::model::policy::{GangPolicy, OnStartTimeout, OnTimeout, PolicySet};
@@ -21,7 +21,7 @@ use crate::model::resources::{self, ResourceList};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberRef {
     pub name: String,
-    pub uid: Option<std::sync::Arc<str>>,
+    pub uid: Option<PodUid>,
     pub gate_index: usize,
     pub has_annotations: bool,
     /// `spec.nodeSelector` has entries: a topology pin is added to it, else set whole.
@@ -119,7 +119,7 @@ pub struct GangFacts {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartedMember {
     pub name: String,
-    pub uid: Option<std::sync::Arc<str>>,
+    pub uid: Option<PodUid>,
     /// Fingerprint of its `allot.dev/GangReady` condition as the pod carries it (0: none).
     pub condition: u64,
     /// Not bound yet, released by Allot at this time (seconds, as
@@ -142,7 +142,7 @@ impl GangFacts {
     /// The members a failed start takes down: every one released with the unbound ones or
     /// after them (bound or not), and the gated ones. Members that ran before the earliest
     /// unbound one was released (a running gang whose replacement cannot bind) keep running.
-    pub fn failed_start_members(&self) -> Vec<(&str, Option<&Arc<str>>)> {
+    pub fn failed_start_members(&self) -> Vec<(&str, Option<&PodUid>)> {
         let Some(batch) = self.started.iter().filter_map(|m| m.unbound_since).min() else { return Vec::new() };
         let started =
             self.started.iter().filter(|m| m.unbound_since.is_some() || m.bound_released.is_some_and(|at| at >= batch));
@@ -223,8 +223,12 @@ pub fn snapshot_by_walking(
     for p in &pods {
         count_running(p, &mut walk.facts, now);
     }
-    let mut bound: Vec<(String, ResourceList)> =
-        std::mem::take(&mut walk.bound).into_iter().map(|(n, r)| (n.to_string(), r)).collect();
+    let known = |node: &str| view.nodes().any(|n| n.name == node);
+    let mut bound: Vec<(String, ResourceList)> = std::mem::take(&mut walk.bound)
+        .into_iter()
+        .filter(|(n, _)| known(n))
+        .map(|(n, r)| (n.to_string(), r))
+        .collect();
     bound.sort_by(|a, b| a.0.cmp(&b.0));
     assemble(&view, walk, bound, policies, labels, now)
 }

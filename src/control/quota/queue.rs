@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::control::cluster::action::{ControllerAction, QUEUED_REASON, refresh_secs};
 use crate::control::cluster::records::condition_fingerprint;
 use crate::control::cluster::usage::{admitted_by_team, requests_by_state};
-use crate::control::cluster::{ClusterState, ClusterView};
+use crate::control::cluster::{ClusterState, ClusterView, PodUid};
 use crate::model::namespaces::{NamespaceLabels, TeamsByNamespace};
 use crate::model::policy::cohort::{Cohort, CohortUsage};
 use crate::model::policy::quota::{Charge, add};
@@ -144,7 +144,7 @@ impl QuotaQueue for ClusterState {
                         actions.push(ControllerAction::ReleaseQuota {
                             namespace: m.namespace,
                             pod: m.pod,
-                            uid: m.uid,
+                            uid: m.uid.as_ref().map(PodUid::to_arc),
                             gate_index: m.gate_index,
                             has_annotations: m.has_annotations,
                             borrowed_from: unit.borrowed_from.clone(),
@@ -195,7 +195,7 @@ pub struct QueuedUnit {
 pub struct QueuedMember {
     pub namespace: String,
     pub pod: String,
-    pub uid: Option<std::sync::Arc<str>>,
+    pub uid: Option<PodUid>,
     pub gate_index: usize,
     /// Whether it has annotations (the lift adds `allot.dev/quota-released` to them).
     pub has_annotations: bool,
@@ -302,7 +302,7 @@ fn queued_units<'p>(
             actions.push(ControllerAction::ReleaseQuota {
                 namespace: p.namespace.to_string(),
                 pod: p.name.to_string(),
-                uid: p.uid.clone(),
+                uid: p.uid.as_ref().map(PodUid::to_arc),
                 gate_index,
                 has_annotations: p.has_annotations,
                 borrowed_from: None,

@@ -22,9 +22,8 @@
 //! takes a year to terminate (a long grace period, a finalizer) cannot keep a lender waiting.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
-use crate::control::cluster::{ClusterView, ControllerAction, PodRecord};
+use crate::control::cluster::{ClusterView, ControllerAction, PodRecord, PodUid};
 use crate::control::gang::decision::{GangKey, RunningUnit, UnitKey};
 use crate::control::gang::preemption::IN_FLIGHT_MAX_SECS;
 use crate::control::gang::victims::running_units;
@@ -92,7 +91,7 @@ const MEMORY_BOUND: usize = 10_000;
 
 /// A victim evicted: its uid (a pod made again under the name is another pod), when, and the
 /// gang it was evicted for, if a gang reclaimed.
-type Evicted = (Option<Arc<str>>, i64, Option<GangKey>);
+type Evicted = (Option<PodUid>, i64, Option<GangKey>);
 
 /// The gang of a reclaimer's unit key (`gang/NS/NAME`).
 fn gang_of_unit(unit: &str) -> Option<GangKey> {
@@ -120,19 +119,12 @@ impl Memory {
     }
 
     /// A victim pod evicted at `now`.
-    pub fn evicted(&mut self, namespace: &str, pod: &str, uid: Option<Arc<str>>, now: i64) {
+    pub fn evicted(&mut self, namespace: &str, pod: &str, uid: Option<PodUid>, now: i64) {
         self.evicted_for(namespace, pod, uid, now, None);
     }
 
     /// A victim pod evicted at `now` for `reclaimer`'s unit (`gang/NS/NAME` is remembered).
-    pub fn evicted_for(
-        &mut self,
-        namespace: &str,
-        pod: &str,
-        uid: Option<Arc<str>>,
-        now: i64,
-        reclaimer: Option<&str>,
-    ) {
+    pub fn evicted_for(&mut self, namespace: &str, pod: &str, uid: Option<PodUid>, now: i64, reclaimer: Option<&str>) {
         if self.evicted.len() < MEMORY_BOUND {
             let gang = reclaimer.and_then(gang_of_unit);
             self.evicted.insert((namespace.to_string(), pod.to_string()), (uid, now, gang));

@@ -122,7 +122,10 @@ impl ClusterState {
     pub fn mark_deleting(&self, namespace: &str, name: &str, uid: Option<&str>, deleting: bool) {
         let mut inner = write(&self.inner);
         let Some(record) = inner.pods.get(namespace, name) else { return };
-        if record.terminating == deleting || record.finished || uid.is_some_and(|u| record.uid.as_deref() != Some(u)) {
+        if record.terminating == deleting
+            || record.finished
+            || uid.is_some_and(|u| !record.uid.as_ref().is_some_and(|kept| kept.is(u)))
+        {
             return;
         }
         let mut record = record.clone();
@@ -243,6 +246,9 @@ mod tests {
     use crate::control::cluster::ClusterState;
     use crate::control::cluster::watch_events::{Spec, Stand, make};
 
+    /// The uid `make` gives generation 0 of pod 0: the API server's form (generation 1's is not).
+    const FIRST: &str = "00000000-0000-4000-8000-000000000000";
+
     /// A pod the controller deletes stays marked as being deleted through watch events older
     /// than the deletion (a status patch's echo), until the watch shows the deletion; not for
     /// another pod made under the name, nor once the deletion failed.
@@ -252,7 +258,7 @@ mod tests {
         let pod = Spec { gang: Some((0, 2)), ..Spec::plain(0, Stand::Bound) };
         let terminating = |state: &ClusterState| state.view().pod("ml", "p0").is_some_and(|p| p.terminating);
         state.upsert_pod(make(&pod));
-        state.mark_deleting("ml", "p0", Some("uid-0-0"), true);
+        state.mark_deleting("ml", "p0", Some(FIRST), true);
         assert!(terminating(&state));
         state.upsert_pod(make(&pod));
         assert!(terminating(&state), "the echo of a patch made before the deletion");
@@ -261,7 +267,7 @@ mod tests {
         state.upsert_pod(make(&pod));
         assert!(!terminating(&state), "the watch showed the deletion: its view wins again");
 
-        state.mark_deleting("ml", "p0", Some("uid-0-0"), true);
+        state.mark_deleting("ml", "p0", Some(FIRST), true);
         state.upsert_pod(make(&Spec { generation: 1, ..pod.clone() }));
         assert!(!terminating(&state), "another pod under the name");
 

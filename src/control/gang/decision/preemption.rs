@@ -35,7 +35,6 @@
 //! and the plain one the paragraphs above describe, and asks for the same decisions.
 
 use std::cmp::Reverse;
-use std::sync::Arc;
 
 mod bounds;
 mod candidates;
@@ -49,6 +48,7 @@ mod search;
 use super::{
     Decision, Domain, GangKey, Placements, Quantity, ResourceList, Simulation, Snapshot, Verdict, WaitingGang,
 };
+use crate::control::cluster::PodUid;
 use crate::model::resources::ResourceMatcher;
 
 /// What a unit of running work is: a plain pod or a whole gang.
@@ -72,7 +72,7 @@ impl std::fmt::Display for UnitKey {
 pub struct RunningPod {
     pub namespace: String,
     pub name: String,
-    pub uid: Option<Arc<str>>,
+    pub uid: Option<PodUid>,
     pub node: String,
     pub requests: ResourceList,
 }

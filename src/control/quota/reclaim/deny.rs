@@ -25,7 +25,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::{ReclaimAsk, Reclaimer};
-use crate::control::cluster::{ClusterView, ControllerAction, DisruptionCause, PodRecord};
+use crate::control::cluster::{ClusterView, ControllerAction, DisruptionCause, PodRecord, PodUid};
 use crate::control::gang::decision::{GangKey, RunningPod, RunningUnit, UnitKey};
 use crate::model::namespaces::{NamespaceLabels, team_of};
 use crate::model::policy::cohort::{Cohort, CohortUsage, Member};
@@ -285,7 +285,7 @@ fn marks(cohort: &str, borrowed: &[(&PodRecord, bool)]) -> impl Iterator<Item = 
         ControllerAction::MarkBorrowed {
             namespace: pod.namespace.to_string(),
             pod: pod.name.to_string(),
-            uid: pod.uid.clone(),
+            uid: pod.uid.as_ref().map(PodUid::to_arc),
             cohort: b.then(|| cohort.to_string()),
         }
     })
