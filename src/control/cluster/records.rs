@@ -433,8 +433,6 @@ impl PodRecord {
     /// what it shares with other records (interned strings, its placement): what each further
     /// pod costs besides `size_of::<PodRecord>()` and its slot in the store's table.
     pub fn owned_heap_bytes(&self) -> usize {
-        // An `Arc<str>` allocation: two counters and the bytes.
-        let arc_str = |s: &str| 2 * std::mem::size_of::<usize>() + s.len();
         let gang = self.gang.as_ref().map_or(0, |g| {
             std::mem::size_of::<GangRef>()
                 + g.name.len()
@@ -499,6 +497,11 @@ impl PodRecord {
     pub fn placement_excess(&self) -> Option<PlacementExcess> {
         self.placement.as_ref().and_then(|p| p.excess)
     }
+}
+
+/// The heap bytes of an `Arc<str>` holding `s`: two counters and the bytes.
+fn arc_str(s: &str) -> usize {
+    2 * std::mem::size_of::<usize>() + s.len()
 }
 
 /// The placement of a shape whose record keeps none (a bound pod: it only takes capacity).

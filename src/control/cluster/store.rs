@@ -520,6 +520,11 @@ impl ClusterView<'_> {
         self.inner.nodes.values()
     }
 
+    /// Whether the watch has the Node `name`.
+    pub fn has_node(&self, name: &str) -> bool {
+        self.inner.nodes.contains_key(name)
+    }
+
     /// The DRA devices each node offers, when the ResourceSlices have been read.
     pub fn node_devices(&self) -> Option<&crate::model::dra::slices::NodeDevices> {
         match &self.inner.devices {

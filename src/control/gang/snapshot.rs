@@ -223,10 +223,9 @@ pub fn snapshot_by_walking(
     for p in &pods {
         count_running(p, &mut walk.facts, now);
     }
-    let known = |node: &str| view.nodes().any(|n| n.name == node);
     let mut bound: Vec<(String, ResourceList)> = std::mem::take(&mut walk.bound)
         .into_iter()
-        .filter(|(n, _)| known(n))
+        .filter(|(n, _)| view.has_node(n))
         .map(|(n, r)| (n.to_string(), r))
         .collect();
     bound.sort_by(|a, b| a.0.cmp(&b.0));

@@ -43,7 +43,7 @@ impl PodUid {
     pub fn heap_bytes(&self) -> usize {
         match self {
             PodUid::Uuid(_) => 0,
-            PodUid::Other(s) => 2 * std::mem::size_of::<usize>() + s.len(),
+            PodUid::Other(s) => super::arc_str(s),
         }
     }
 }

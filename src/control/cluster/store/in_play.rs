@@ -217,7 +217,7 @@ impl ClusterView<'_> {
             .in_play()
             .nodes
             .iter()
-            .filter(|(node, _)| self.inner.nodes.contains_key(&***node))
+            .filter(|(node, _)| self.has_node(node))
             .map(|(node, load)| {
                 let list = load.iter().map(|(name, (nanos, _))| (name.to_string(), Quantity::from_nanos(*nanos)));
                 (node.to_string(), list.collect())
